@@ -1,0 +1,80 @@
+{{/*
+Chart name, truncated to the 63 characters a label value allows.
+*/}}
+{{- define "p4fleet.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name used as the prefix of every object. A release called "p4fleet" (the
+documented one) yields plain "p4fleet", matching config/.
+*/}}
+{{- define "p4fleet.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Chart label value: name-version.
+*/}}
+{{- define "p4fleet.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Standard labels on every object.
+*/}}
+{{- define "p4fleet.labels" -}}
+helm.sh/chart: {{ include "p4fleet.chart" . }}
+{{ include "p4fleet.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: p4fleet
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Selector labels; immutable on a Deployment, so keep them minimal and stable.
+*/}}
+{{- define "p4fleet.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "p4fleet.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+ServiceAccount name.
+*/}}
+{{- define "p4fleet.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "p4fleet.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Container image reference: digest wins over tag; tag defaults to appVersion.
+*/}}
+{{- define "p4fleet.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Whether leader election is on: by value, or forced by more than one replica.
+Returns "true" or "".
+*/}}
+{{- define "p4fleet.leaderElection" -}}
+{{- if or .Values.operator.leaderElection.enabled (gt (int .Values.replicaCount) 1) }}true{{- end }}
+{{- end }}
