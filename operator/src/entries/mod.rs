@@ -1,0 +1,30 @@
+//! Table entries: schema, value parsing, canonical entries and the compact
+//! line format used in ConfigMaps. Pure logic, no I/O.
+//!
+//! - [`TableSchema`] describes one table (from P4Info via
+//!   [`TableSchema::from_p4info`]).
+//! - [`parse_inline`] builds an [`Entry`] from a TableEntrySet's inline form;
+//!   [`parse_text`] reads the line format (see docs/entries.md);
+//!   [`format_entries`] and [`split_entries`] write it.
+//! - [`Entry`] / [`EntryKey`] are canonical (P4Runtime byte strings, fields
+//!   sorted by id), so equal entries compare and hash equal whatever text
+//!   they came from.
+
+mod bytes;
+mod entry;
+mod error;
+mod line;
+mod schema;
+mod value;
+
+pub use bytes::ByteStr;
+pub use entry::{
+    ActionCall, ActionParam, Entry, EntryKey, FieldMatch, MatchValue, parse_inline, validate,
+};
+pub use error::{EntryError, ValueError};
+pub use line::{
+    CONFIGMAP_TEXT_LIMIT, DEFAULT_CONFIGMAP_KEY, LineParser, Style, format_entries, parse_text,
+    parse_text_lossy, split_entries,
+};
+pub use schema::{ActionSchema, ActionScope, FieldSchema, MatchKind, ParamSchema, TableSchema};
+pub use value::{format_value, parse_match, parse_number, parse_value, write_match, write_value};

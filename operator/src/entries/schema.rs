@@ -1,0 +1,399 @@
+//! What the entry model needs to know about one table, independent of
+//! where it came from (P4Info today; BFRT's bfrt.json could fill it too).
+
+use super::error::EntryError;
+
+/// P4Runtime match kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MatchKind {
+    Exact,
+    Lpm,
+    Ternary,
+    Range,
+    Optional,
+}
+
+impl MatchKind {
+    /// Ternary, range and optional entries overlap, so they need a priority.
+    pub fn needs_priority(self) -> bool {
+        matches!(
+            self,
+            MatchKind::Ternary | MatchKind::Range | MatchKind::Optional
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldSchema {
+    pub name: String,
+    pub id: u32,
+    pub bitwidth: u32,
+    pub kind: MatchKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamSchema {
+    pub name: String,
+    pub id: u32,
+    pub bitwidth: u32,
+}
+
+/// Where a table may use an action (P4Info `ActionRef.scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ActionScope {
+    #[default]
+    TableAndDefault,
+    TableOnly,
+    DefaultOnly,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionSchema {
+    /// Full name, e.g. `MyIngress.allow`.
+    pub name: String,
+    /// Short name, e.g. `allow` (empty if unknown).
+    pub alias: String,
+    pub id: u32,
+    pub params: Vec<ParamSchema>,
+    pub scope: ActionScope,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableSchema {
+    /// Full name, e.g. `MyIngress.firewall`.
+    pub name: String,
+    /// Short name, e.g. `firewall` (empty if unknown).
+    pub alias: String,
+    pub id: u32,
+    pub size: u64,
+    pub match_fields: Vec<FieldSchema>,
+    pub actions: Vec<ActionSchema>,
+    /// Entries are fixed in the program (`const entries`); writes fail.
+    pub is_const: bool,
+}
+
+/// `full` is `name`, or ends with `.name`.
+fn name_matches(full: &str, name: &str) -> bool {
+    full == name
+        || (full.len() > name.len()
+            && full.ends_with(name)
+            && full.as_bytes()[full.len() - name.len() - 1] == b'.')
+}
+
+impl ActionSchema {
+    pub fn is_named(&self, name: &str) -> bool {
+        self.alias == name || name_matches(&self.name, name)
+    }
+
+    /// The shortest name that finds this action again.
+    pub fn short_name(&self) -> &str {
+        if self.alias.is_empty() {
+            &self.name
+        } else {
+            &self.alias
+        }
+    }
+
+    pub fn param_index(&self, name: &str) -> Option<usize> {
+        self.params.iter().position(|p| p.name == name)
+    }
+}
+
+impl TableSchema {
+    /// Whether entries of this table carry a priority.
+    pub fn requires_priority(&self) -> bool {
+        self.match_fields.iter().any(|f| f.kind.needs_priority())
+    }
+
+    /// Full name, alias, or a dotted suffix of the full name.
+    pub fn is_named(&self, name: &str) -> bool {
+        self.alias == name || name_matches(&self.name, name)
+    }
+
+    /// Finds a match field by full name (`hdr.ipv4.srcAddr`) or by a
+    /// unique dotted suffix (`ipv4.srcAddr`, `srcAddr`).
+    pub fn field_index(&self, name: &str) -> Result<usize, EntryError> {
+        if let Some(i) = self.match_fields.iter().position(|f| f.name == name) {
+            return Ok(i);
+        }
+        let mut found = None;
+        for (i, f) in self.match_fields.iter().enumerate() {
+            if name_matches(&f.name, name) {
+                if let Some(j) = found {
+                    let j: usize = j;
+                    return Err(EntryError::AmbiguousField {
+                        field: name.to_string(),
+                        candidates: format!("{}, {}", self.match_fields[j].name, f.name),
+                    });
+                }
+                found = Some(i);
+            }
+        }
+        found.ok_or_else(|| EntryError::UnknownField {
+            table: self.name.clone(),
+            field: name.to_string(),
+        })
+    }
+
+    pub fn field_by_id(&self, id: u32) -> Option<(usize, &FieldSchema)> {
+        self.match_fields
+            .iter()
+            .enumerate()
+            .find(|(_, f)| f.id == id)
+    }
+
+    /// Finds an action by full name, alias or dotted suffix, whatever its scope.
+    pub fn action_index(&self, name: &str) -> Result<usize, EntryError> {
+        self.actions
+            .iter()
+            .position(|a| a.name == name)
+            .or_else(|| self.actions.iter().position(|a| a.is_named(name)))
+            .ok_or_else(|| EntryError::UnknownAction {
+                table: self.name.clone(),
+                action: name.to_string(),
+            })
+    }
+
+    pub fn action_by_id(&self, id: u32) -> Option<(usize, &ActionSchema)> {
+        self.actions.iter().enumerate().find(|(_, a)| a.id == id)
+    }
+
+    /// The shortest name that finds this table again.
+    pub fn short_name(&self) -> &str {
+        if self.alias.is_empty() {
+            &self.name
+        } else {
+            &self.alias
+        }
+    }
+
+    /// Most parameters of any action; sizes scratch buffers.
+    pub(crate) fn max_params(&self) -> usize {
+        self.actions
+            .iter()
+            .map(|a| a.params.len())
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    //! The example programs' tables, as from/p4info would build them.
+    use super::*;
+
+    fn field(name: &str, id: u32, bitwidth: u32, kind: MatchKind) -> FieldSchema {
+        FieldSchema {
+            name: name.into(),
+            id,
+            bitwidth,
+            kind,
+        }
+    }
+
+    fn action(name: &str, id: u32, params: &[(&str, u32)], scope: ActionScope) -> ActionSchema {
+        ActionSchema {
+            name: name.into(),
+            alias: name.rsplit('.').next().unwrap().into(),
+            id,
+            params: params
+                .iter()
+                .enumerate()
+                .map(|(i, (n, w))| ParamSchema {
+                    name: (*n).into(),
+                    id: i as u32 + 1,
+                    bitwidth: *w,
+                })
+                .collect(),
+            scope,
+        }
+    }
+
+    pub fn firewall() -> TableSchema {
+        TableSchema {
+            name: "MyIngress.firewall".into(),
+            alias: "firewall".into(),
+            id: 49661089,
+            size: 65536,
+            match_fields: vec![
+                field("hdr.ipv4.srcAddr", 1, 32, MatchKind::Exact),
+                field("hdr.ipv4.dstAddr", 2, 32, MatchKind::Exact),
+            ],
+            actions: vec![
+                action(
+                    "MyIngress.allow",
+                    27506658,
+                    &[("port", 9)],
+                    ActionScope::TableAndDefault,
+                ),
+                action(
+                    "MyIngress.drop",
+                    29481460,
+                    &[],
+                    ActionScope::TableAndDefault,
+                ),
+            ],
+            is_const: false,
+        }
+    }
+
+    pub fn ipv4_lpm() -> TableSchema {
+        TableSchema {
+            name: "MyIngress.ipv4_lpm".into(),
+            alias: "ipv4_lpm".into(),
+            id: 36161886,
+            size: 16384,
+            match_fields: vec![field("hdr.ipv4.dstAddr", 1, 32, MatchKind::Lpm)],
+            actions: vec![
+                action(
+                    "MyIngress.set_nhop",
+                    24748744,
+                    &[("dmac", 48), ("port", 9)],
+                    ActionScope::TableAndDefault,
+                ),
+                action(
+                    "MyIngress.drop",
+                    29481460,
+                    &[],
+                    ActionScope::TableAndDefault,
+                ),
+            ],
+            is_const: false,
+        }
+    }
+
+    pub fn acl() -> TableSchema {
+        TableSchema {
+            name: "MyIngress.acl".into(),
+            alias: "acl".into(),
+            id: 47214355,
+            size: 1024,
+            match_fields: vec![
+                field("hdr.ipv4.srcAddr", 1, 32, MatchKind::Ternary),
+                field("hdr.ipv4.dstAddr", 2, 32, MatchKind::Ternary),
+                field("hdr.ipv4.protocol", 3, 8, MatchKind::Optional),
+                field("meta.l4_dst_port", 4, 16, MatchKind::Range),
+            ],
+            actions: vec![
+                action(
+                    "MyIngress.permit",
+                    28631149,
+                    &[],
+                    ActionScope::TableAndDefault,
+                ),
+                action(
+                    "MyIngress.deny",
+                    20314281,
+                    &[],
+                    ActionScope::TableAndDefault,
+                ),
+                ActionSchema {
+                    name: "NoAction".into(),
+                    alias: "NoAction".into(),
+                    id: 21257015,
+                    params: vec![],
+                    scope: ActionScope::DefaultOnly,
+                },
+            ],
+            is_const: false,
+        }
+    }
+
+    pub fn dmac() -> TableSchema {
+        TableSchema {
+            name: "MyIngress.dmac".into(),
+            alias: "dmac".into(),
+            id: 45321753,
+            size: 4096,
+            match_fields: vec![field("hdr.ethernet.dstAddr", 1, 48, MatchKind::Exact)],
+            actions: vec![
+                action(
+                    "MyIngress.forward",
+                    22605987,
+                    &[("port", 9)],
+                    ActionScope::TableAndDefault,
+                ),
+                action(
+                    "MyIngress.broadcast",
+                    26503982,
+                    &[],
+                    ActionScope::TableAndDefault,
+                ),
+                action(
+                    "MyIngress.drop",
+                    29481460,
+                    &[],
+                    ActionScope::TableAndDefault,
+                ),
+            ],
+            is_const: false,
+        }
+    }
+
+    /// A table with two fields sharing a suffix, for ambiguity tests.
+    pub fn v6() -> TableSchema {
+        TableSchema {
+            name: "MyIngress.v6".into(),
+            alias: "v6".into(),
+            id: 0x02000006,
+            size: 16,
+            match_fields: vec![
+                field("hdr.ipv6.dstAddr", 1, 128, MatchKind::Exact),
+                field("hdr.inner.dstAddr", 2, 128, MatchKind::Lpm),
+            ],
+            actions: vec![action(
+                "MyIngress.go",
+                0x01000001,
+                &[("x", 128)],
+                ActionScope::TableOnly,
+            )],
+            is_const: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
+
+    #[test]
+    fn field_lookup() {
+        let t = firewall();
+        assert_eq!(t.field_index("hdr.ipv4.srcAddr").unwrap(), 0);
+        assert_eq!(t.field_index("ipv4.dstAddr").unwrap(), 1);
+        assert_eq!(t.field_index("srcAddr").unwrap(), 0);
+        assert!(matches!(
+            t.field_index("Addr"),
+            Err(EntryError::UnknownField { .. })
+        ));
+        assert!(matches!(
+            t.field_index("hdr.ipv4.ttl"),
+            Err(EntryError::UnknownField { .. })
+        ));
+        let v6 = v6();
+        assert!(matches!(
+            v6.field_index("dstAddr"),
+            Err(EntryError::AmbiguousField { .. })
+        ));
+        assert_eq!(v6.field_index("inner.dstAddr").unwrap(), 1);
+    }
+
+    #[test]
+    fn action_lookup() {
+        let t = firewall();
+        assert_eq!(t.action_index("MyIngress.allow").unwrap(), 0);
+        assert_eq!(t.action_index("allow").unwrap(), 0);
+        assert_eq!(t.action_index("drop").unwrap(), 1);
+        assert!(t.action_index("forward").is_err());
+        assert!(t.is_named("firewall") && t.is_named("MyIngress.firewall"));
+        assert!(!t.is_named("wall"));
+    }
+
+    #[test]
+    fn priority_needed() {
+        assert!(!firewall().requires_priority());
+        assert!(!ipv4_lpm().requires_priority());
+        assert!(acl().requires_priority());
+    }
+}

@@ -1,0 +1,699 @@
+//! Values as people write them, to and from canonical P4Runtime bytes.
+//!
+//! Accepted: decimal `42`, hex `0x2a`, binary `0b101010`, IPv4 `10.0.0.1`,
+//! IPv6 `2001:db8::1`, MAC `aa:bb:cc:dd:ee:ff`. Per match kind: lpm
+//! `value/len`, ternary `value&&&mask` (or `value/len`), range `lo..hi`,
+//! and `*` for don't care where the kind allows it.
+
+use std::fmt::Write as _;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use super::bytes::{ByteStr, canonical_slice};
+use super::entry::MatchValue;
+use super::error::ValueError;
+use super::schema::MatchKind;
+
+/// Parses a number or address into canonical bytes, without width check.
+pub fn parse_number(s: &str) -> Result<ByteStr, ValueError> {
+    let b = s.as_bytes();
+    if b.is_empty() {
+        return Err(ValueError::Empty);
+    }
+    if b.len() > 2 && b[0] == b'0' {
+        match b[1] {
+            b'x' | b'X' => return parse_radix_pow2(&b[2..], 4).ok_or_else(|| syntax(s)),
+            b'b' | b'B' => return parse_radix_pow2(&b[2..], 1).ok_or_else(|| syntax(s)),
+            _ => {}
+        }
+    }
+    if b.iter().all(u8::is_ascii_digit) {
+        return parse_decimal(s);
+    }
+    if b.contains(&b':') {
+        if let Some(mac) = parse_mac(b) {
+            return Ok(ByteStr::canonical(&mac));
+        }
+        return s
+            .parse::<Ipv6Addr>()
+            .map(|a| ByteStr::canonical(&a.octets()))
+            .map_err(|_| syntax(s));
+    }
+    if b.contains(&b'.') {
+        return s
+            .parse::<Ipv4Addr>()
+            .map(|a| ByteStr::canonical(&a.octets()))
+            .map_err(|_| syntax(s));
+    }
+    Err(syntax(s))
+}
+
+/// Parses a value and checks that it fits in `width` bits.
+pub fn parse_value(s: &str, width: u32) -> Result<ByteStr, ValueError> {
+    let v = parse_number(s)?;
+    check_width(s, &v, width)?;
+    Ok(v)
+}
+
+fn check_width(s: &str, v: &ByteStr, width: u32) -> Result<(), ValueError> {
+    let needed = v.bit_len();
+    if needed > width {
+        return Err(ValueError::TooWide {
+            value: s.to_string(),
+            needed,
+            width,
+        });
+    }
+    Ok(())
+}
+
+fn syntax(s: &str) -> ValueError {
+    ValueError::Syntax(s.to_string())
+}
+
+/// Hex (4 bits per digit) or binary (1 bit per digit), any length.
+fn parse_radix_pow2(digits: &[u8], bits_per_digit: u32) -> Option<ByteStr> {
+    if digits.is_empty() {
+        return None;
+    }
+    let total_bits = digits.len() * bits_per_digit as usize;
+    let n = total_bits.div_ceil(8);
+    let mut small = [0u8; 32];
+    let mut big;
+    let out: &mut [u8] = if n <= small.len() {
+        &mut small[..n]
+    } else {
+        big = vec![0u8; n];
+        &mut big
+    };
+    // Fill from the least significant digit so odd digit counts align.
+    let mut bit = 0usize;
+    for &d in digits.iter().rev() {
+        let v = match bits_per_digit {
+            4 => (d as char).to_digit(16)?,
+            _ => (d as char).to_digit(2)?,
+        } as u8;
+        let idx = n - 1 - bit / 8;
+        out[idx] |= v << (bit % 8);
+        bit += bits_per_digit as usize;
+    }
+    Some(ByteStr::canonical(out))
+}
+
+fn parse_decimal(s: &str) -> Result<ByteStr, ValueError> {
+    if let Ok(v) = s.parse::<u128>() {
+        return Ok(ByteStr::canonical(&v.to_be_bytes()));
+    }
+    // Wider than 128 bits: schoolbook multiply-add, little-endian limbs.
+    let mut le: Vec<u8> = vec![0];
+    for d in s.bytes() {
+        let mut carry = (d - b'0') as u32;
+        for limb in le.iter_mut() {
+            let v = *limb as u32 * 10 + carry;
+            *limb = v as u8;
+            carry = v >> 8;
+        }
+        while carry > 0 {
+            le.push(carry as u8);
+            carry >>= 8;
+        }
+    }
+    le.reverse();
+    Ok(ByteStr::canonical(&le))
+}
+
+/// `aa:bb:cc:dd:ee:ff` (one or two hex digits per group).
+fn parse_mac(b: &[u8]) -> Option<[u8; 6]> {
+    let mut out = [0u8; 6];
+    let mut i = 0;
+    for part in b.split(|c| *c == b':') {
+        if i == 6 || part.is_empty() || part.len() > 2 {
+            return None;
+        }
+        let mut v = 0u8;
+        for &c in part {
+            v = v * 16 + (c as char).to_digit(16)? as u8;
+        }
+        out[i] = v;
+        i += 1;
+    }
+    (i == 6).then_some(out)
+}
+
+/// All ones in `width` bits, canonical.
+pub(crate) fn all_ones(width: u32) -> ByteStr {
+    prefix_mask(width, width)
+}
+
+/// A `width`-bit mask with the top `len` bits set, canonical.
+pub(crate) fn prefix_mask(len: u32, width: u32) -> ByteStr {
+    if len == 0 || width == 0 {
+        return ByteStr::new(&[0]);
+    }
+    let n = width.div_ceil(8) as usize;
+    let mut small = [0u8; 32];
+    let mut big;
+    let out: &mut [u8] = if n <= small.len() {
+        &mut small[..n]
+    } else {
+        big = vec![0u8; n];
+        &mut big
+    };
+    // Bit i counted from the least significant end.
+    for i in (width - len)..width {
+        let idx = n - 1 - (i / 8) as usize;
+        out[idx] |= 1 << (i % 8);
+    }
+    ByteStr::canonical(out)
+}
+
+fn trailing_zero_bits(b: &[u8]) -> u32 {
+    let mut tz = 0;
+    for &x in b.iter().rev() {
+        if x == 0 {
+            tz += 8;
+        } else {
+            return tz + x.trailing_zeros();
+        }
+    }
+    tz
+}
+
+/// Whether `value` has a bit set where `mask` has none.
+fn has_bits_outside(value: &[u8], mask: &[u8]) -> bool {
+    let (lv, lm) = (value.len(), mask.len());
+    (0..lv).any(|i| {
+        let v = value[lv - 1 - i];
+        let m = if i < lm { mask[lm - 1 - i] } else { 0 };
+        v & !m != 0
+    })
+}
+
+/// Compares canonical numbers.
+fn cmp_num(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    let (a, b) = (canonical_slice(a), canonical_slice(b));
+    a.len().cmp(&b.len()).then_with(|| a.cmp(b))
+}
+
+fn is_dont_care(s: &str) -> bool {
+    s == "*"
+}
+
+/// Parses the text of one match field. `Ok(None)` means don't care: the
+/// field is left out of the entry, as P4Runtime requires.
+pub fn parse_match(kind: MatchKind, s: &str, width: u32) -> Result<Option<MatchValue>, ValueError> {
+    match kind {
+        MatchKind::Exact => {
+            if is_dont_care(s) {
+                return Err(ValueError::DontCareNotAllowed);
+            }
+            Ok(Some(MatchValue::Exact(parse_value(s, width)?)))
+        }
+        MatchKind::Optional => {
+            if is_dont_care(s) {
+                return Ok(None);
+            }
+            Ok(Some(MatchValue::Optional(parse_value(s, width)?)))
+        }
+        MatchKind::Lpm => {
+            if is_dont_care(s) {
+                return Ok(None);
+            }
+            let (v, len) = match s.split_once('/') {
+                Some((v, l)) => (v, parse_prefix_len(l, width)?),
+                None => (s, width),
+            };
+            let value = parse_value(v, width)?;
+            check_host_bits(v, &value, len, width)?;
+            if len == 0 {
+                return Ok(None);
+            }
+            Ok(Some(MatchValue::Lpm {
+                value,
+                prefix_len: len,
+            }))
+        }
+        MatchKind::Ternary => {
+            if is_dont_care(s) {
+                return Ok(None);
+            }
+            let (v, mask) = if let Some((v, m)) = s.split_once("&&&") {
+                (v, parse_value(m, width)?)
+            } else if let Some((v, l)) = s.split_once('/') {
+                (v, prefix_mask(parse_prefix_len(l, width)?, width))
+            } else {
+                (s, all_ones(width))
+            };
+            let value = parse_value(v, width)?;
+            if has_bits_outside(value.as_slice(), mask.as_slice()) {
+                return Err(ValueError::BitsOutsideMask {
+                    value: v.to_string(),
+                    mask: format_value(mask.as_slice(), width),
+                });
+            }
+            if mask.is_zero() {
+                return Ok(None);
+            }
+            Ok(Some(MatchValue::Ternary { value, mask }))
+        }
+        MatchKind::Range => {
+            if is_dont_care(s) {
+                return Ok(None);
+            }
+            let (low, high) = match s.split_once("..") {
+                Some((l, h)) => (parse_value(l, width)?, parse_value(h, width)?),
+                None => {
+                    let v = parse_value(s, width)?;
+                    (v.clone(), v)
+                }
+            };
+            if cmp_num(low.as_slice(), high.as_slice()).is_gt() {
+                return Err(ValueError::RangeReversed {
+                    low: format_value(low.as_slice(), width),
+                    high: format_value(high.as_slice(), width),
+                });
+            }
+            if low.is_zero() && high == all_ones(width) {
+                return Ok(None);
+            }
+            Ok(Some(MatchValue::Range { low, high }))
+        }
+    }
+}
+
+fn parse_prefix_len(l: &str, width: u32) -> Result<u32, ValueError> {
+    if l.is_empty() || !l.bytes().all(|c| c.is_ascii_digit()) {
+        return Err(ValueError::BadPrefixLength(l.to_string()));
+    }
+    let len: u32 = l
+        .parse()
+        .map_err(|_| ValueError::BadPrefixLength(l.to_string()))?;
+    if len > width {
+        return Err(ValueError::PrefixTooLong { len, width });
+    }
+    Ok(len)
+}
+
+fn check_host_bits(text: &str, v: &ByteStr, len: u32, width: u32) -> Result<(), ValueError> {
+    if !v.is_zero() && trailing_zero_bits(v.as_slice()) < width - len {
+        return Err(ValueError::HostBitsSet {
+            value: text.to_string(),
+            len,
+        });
+    }
+    Ok(())
+}
+
+/// Appends a value in the most readable form for its width: IPv4 for 32
+/// bits, MAC for 48, IPv6 for 128, decimal up to 64 bits, hex beyond.
+pub fn write_value(out: &mut String, value: &[u8], width: u32) {
+    let v = canonical_slice(value);
+    match width {
+        32 if v.len() <= 4 => {
+            let mut a = [0u8; 4];
+            a[4 - v.len()..].copy_from_slice(v);
+            let _ = write!(out, "{}.{}.{}.{}", a[0], a[1], a[2], a[3]);
+        }
+        48 if v.len() <= 6 => {
+            let mut a = [0u8; 6];
+            a[6 - v.len()..].copy_from_slice(v);
+            let _ = write!(
+                out,
+                "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                a[0], a[1], a[2], a[3], a[4], a[5]
+            );
+        }
+        128 if v.len() <= 16 => {
+            let mut a = [0u8; 16];
+            a[16 - v.len()..].copy_from_slice(v);
+            let _ = write!(out, "{}", Ipv6Addr::from(a));
+        }
+        w if w <= 64 && v.len() <= 8 => {
+            let mut a = [0u8; 8];
+            a[8 - v.len()..].copy_from_slice(v);
+            let _ = write!(out, "{}", u64::from_be_bytes(a));
+        }
+        _ => write_hex(out, v),
+    }
+}
+
+/// `0x` followed by the hex digits, without leading zeros.
+pub fn write_hex(out: &mut String, v: &[u8]) {
+    let v = canonical_slice(v);
+    out.push_str("0x");
+    if v.is_empty() {
+        out.push('0');
+        return;
+    }
+    let _ = write!(out, "{:x}", v[0]);
+    for b in &v[1..] {
+        let _ = write!(out, "{b:02x}");
+    }
+}
+
+/// [`write_value`] into a new string.
+pub fn format_value(value: &[u8], width: u32) -> String {
+    let mut s = String::new();
+    write_value(&mut s, value, width);
+    s
+}
+
+/// Appends a match in the syntax [`parse_match`] reads back.
+pub fn write_match(out: &mut String, m: Option<&MatchValue>, width: u32) {
+    match m {
+        None => out.push('*'),
+        Some(MatchValue::Exact(v)) | Some(MatchValue::Optional(v)) => {
+            write_value(out, v.as_slice(), width)
+        }
+        Some(MatchValue::Lpm { value, prefix_len }) => {
+            write_value(out, value.as_slice(), width);
+            let _ = write!(out, "/{prefix_len}");
+        }
+        Some(MatchValue::Ternary { value, mask }) => {
+            write_value(out, value.as_slice(), width);
+            out.push_str("&&&");
+            write_value(out, mask.as_slice(), width);
+        }
+        Some(MatchValue::Range { low, high }) => {
+            write_value(out, low.as_slice(), width);
+            out.push_str("..");
+            write_value(out, high.as_slice(), width);
+        }
+    }
+}
+
+/// Checks bytes received from elsewhere (P4Runtime, a controller) for
+/// canonical form and width.
+pub fn check_canonical(v: &[u8], width: u32) -> Result<ByteStr, ValueError> {
+    if v.is_empty() {
+        return Err(ValueError::Empty);
+    }
+    let c = canonical_slice(v);
+    let b = ByteStr::new(c);
+    let needed = b.bit_len();
+    if needed > width {
+        let mut s = String::new();
+        write_hex(&mut s, c);
+        return Err(ValueError::TooWide {
+            value: s,
+            needed,
+            width,
+        });
+    }
+    Ok(b)
+}
+
+/// Host bits of an lpm value, for values that did not come from text.
+pub(crate) fn lpm_host_bits_ok(v: &ByteStr, len: u32, width: u32) -> bool {
+    v.is_zero() || trailing_zero_bits(v.as_slice()) >= width - len.min(width)
+}
+
+/// `value & !mask == 0`, for values that did not come from text.
+pub(crate) fn within_mask(v: &ByteStr, mask: &ByteStr) -> bool {
+    !has_bits_outside(v.as_slice(), mask.as_slice())
+}
+
+/// Canonical numeric order, for values that did not come from text.
+pub(crate) fn num_le(a: &ByteStr, b: &ByteStr) -> bool {
+    cmp_num(a.as_slice(), b.as_slice()).is_le()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn num(s: &str, w: u32) -> Vec<u8> {
+        parse_value(s, w).unwrap().to_vec()
+    }
+
+    #[test]
+    fn decimal_hex_binary() {
+        assert_eq!(num("42", 8), vec![42]);
+        assert_eq!(num("0x2a", 8), vec![42]);
+        assert_eq!(num("0X2A", 8), vec![42]);
+        assert_eq!(num("0b101010", 8), vec![42]);
+        assert_eq!(num("256", 9), vec![1, 0]);
+        assert_eq!(num("0x100", 9), vec![1, 0]);
+        assert_eq!(num("0xabc", 12), vec![0x0a, 0xbc]);
+        assert_eq!(num("0x0000ff", 8), vec![0xff]);
+    }
+
+    #[test]
+    fn zero_is_one_byte() {
+        for s in [
+            "0",
+            "0x0",
+            "0x0000",
+            "0b0",
+            "0.0.0.0",
+            "::",
+            "00:00:00:00:00:00",
+        ] {
+            assert_eq!(num(s, 128), vec![0], "{s}");
+        }
+    }
+
+    #[test]
+    fn addresses() {
+        assert_eq!(num("10.0.0.1", 32), vec![10, 0, 0, 1]);
+        assert_eq!(num("0.0.1.2", 32), vec![1, 2]);
+        assert_eq!(
+            num("aa:bb:cc:dd:ee:ff", 48),
+            vec![0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff]
+        );
+        assert_eq!(num("0:0:0:0:0:1", 48), vec![1]);
+        assert_eq!(
+            num("00:11:22:33:44:55", 48),
+            vec![0x11, 0x22, 0x33, 0x44, 0x55]
+        );
+        let mut v6 = vec![0x20, 0x01, 0x0d, 0xb8];
+        v6.extend([0u8; 11]);
+        v6.push(1);
+        assert_eq!(num("2001:db8::1", 128), v6);
+        assert_eq!(num("::1", 128), vec![1]);
+    }
+
+    #[test]
+    fn width_errors() {
+        assert_eq!(
+            parse_value("512", 9).unwrap_err(),
+            ValueError::TooWide {
+                value: "512".into(),
+                needed: 10,
+                width: 9
+            }
+        );
+        assert!(parse_value("511", 9).is_ok());
+        assert!(matches!(
+            parse_value("10.0.0.1", 16),
+            Err(ValueError::TooWide { needed: 28, .. })
+        ));
+        assert!(parse_value("2001:db8::1", 32).is_err());
+        assert!(parse_value("0b11", 1).is_err());
+        assert!(parse_value("0b1", 1).is_ok());
+    }
+
+    #[test]
+    fn syntax_errors() {
+        for s in [
+            "",
+            "abc",
+            "0x",
+            "0xg1",
+            "0b102",
+            "10.0.0",
+            "10.0.0.256",
+            "1:2:3",
+            "aa:bb:cc:dd:ee:fg",
+            "-1",
+            "1.5e3",
+            "0b",
+        ] {
+            assert!(parse_value(s, 128).is_err(), "{s:?} should fail");
+        }
+    }
+
+    #[test]
+    fn wide_decimal_and_hex() {
+        // 2^128 needs 129 bits.
+        let v = num("340282366920938463463374607431768211456", 129);
+        assert_eq!(v.len(), 17);
+        assert_eq!(v[0], 1);
+        assert!(v[1..].iter().all(|b| *b == 0));
+        let h = num(&format!("0x1{}", "0".repeat(64)), 257);
+        assert_eq!(h.len(), 33);
+        assert!(parse_value("340282366920938463463374607431768211456", 128).is_err());
+    }
+
+    #[test]
+    fn lpm() {
+        let m = parse_match(MatchKind::Lpm, "10.0.0.0/24", 32)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            m,
+            MatchValue::Lpm {
+                value: ByteStr::new(&[10, 0, 0, 0]),
+                prefix_len: 24
+            }
+        );
+        // Without a length: a host route.
+        assert!(matches!(
+            parse_match(MatchKind::Lpm, "10.0.0.1", 32).unwrap(),
+            Some(MatchValue::Lpm { prefix_len: 32, .. })
+        ));
+        assert!(matches!(
+            parse_match(MatchKind::Lpm, "10.0.0.1/24", 32),
+            Err(ValueError::HostBitsSet { len: 24, .. })
+        ));
+        assert!(matches!(
+            parse_match(MatchKind::Lpm, "10.0.0.0/33", 32),
+            Err(ValueError::PrefixTooLong { len: 33, width: 32 })
+        ));
+        assert!(matches!(
+            parse_match(MatchKind::Lpm, "10.0.0.0/x", 32),
+            Err(ValueError::BadPrefixLength(_))
+        ));
+        assert_eq!(parse_match(MatchKind::Lpm, "0.0.0.0/0", 32).unwrap(), None);
+        assert_eq!(parse_match(MatchKind::Lpm, "*", 32).unwrap(), None);
+        assert!(parse_match(MatchKind::Lpm, "10.0.0.0/0", 32).is_err());
+        assert!(parse_match(MatchKind::Lpm, "2001:db8::/32", 128).is_ok());
+        assert!(parse_match(MatchKind::Lpm, "2001:db8::/16", 128).is_err());
+    }
+
+    #[test]
+    fn ternary() {
+        let m = parse_match(MatchKind::Ternary, "10.0.0.0&&&255.0.0.0", 32)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            m,
+            MatchValue::Ternary {
+                value: ByteStr::new(&[10, 0, 0, 0]),
+                mask: ByteStr::new(&[255, 0, 0, 0])
+            }
+        );
+        assert_eq!(
+            parse_match(MatchKind::Ternary, "10.0.0.0/8", 32)
+                .unwrap()
+                .unwrap(),
+            m
+        );
+        assert_eq!(
+            parse_match(MatchKind::Ternary, "0x0a&&&0x0f", 8)
+                .unwrap()
+                .unwrap(),
+            MatchValue::Ternary {
+                value: ByteStr::new(&[0x0a]),
+                mask: ByteStr::new(&[0x0f])
+            }
+        );
+        // No mask: all ones.
+        assert_eq!(
+            parse_match(MatchKind::Ternary, "5", 9).unwrap().unwrap(),
+            MatchValue::Ternary {
+                value: ByteStr::new(&[5]),
+                mask: ByteStr::new(&[1, 0xff])
+            }
+        );
+        assert!(matches!(
+            parse_match(MatchKind::Ternary, "10.0.0.1&&&255.0.0.0", 32),
+            Err(ValueError::BitsOutsideMask { .. })
+        ));
+        assert_eq!(parse_match(MatchKind::Ternary, "0&&&0", 32).unwrap(), None);
+        assert_eq!(parse_match(MatchKind::Ternary, "*", 32).unwrap(), None);
+        assert!(parse_match(MatchKind::Ternary, "1&&&0x1ff", 8).is_err());
+    }
+
+    #[test]
+    fn range() {
+        assert_eq!(
+            parse_match(MatchKind::Range, "1024..2047", 16)
+                .unwrap()
+                .unwrap(),
+            MatchValue::Range {
+                low: ByteStr::new(&[4, 0]),
+                high: ByteStr::new(&[7, 0xff])
+            }
+        );
+        assert_eq!(
+            parse_match(MatchKind::Range, "80", 16).unwrap().unwrap(),
+            MatchValue::Range {
+                low: ByteStr::new(&[80]),
+                high: ByteStr::new(&[80])
+            }
+        );
+        assert!(matches!(
+            parse_match(MatchKind::Range, "2..1", 16),
+            Err(ValueError::RangeReversed { .. })
+        ));
+        assert!(matches!(
+            parse_match(MatchKind::Range, "255..256", 16),
+            Ok(Some(_))
+        ));
+        assert!(matches!(
+            parse_match(MatchKind::Range, "256..255", 16),
+            Err(ValueError::RangeReversed { .. })
+        ));
+        assert_eq!(parse_match(MatchKind::Range, "0..65535", 16).unwrap(), None);
+        assert_eq!(parse_match(MatchKind::Range, "*", 16).unwrap(), None);
+        assert!(parse_match(MatchKind::Range, "0..65536", 16).is_err());
+        assert!(parse_match(MatchKind::Range, "10.0.0.1..10.0.0.9", 32).is_ok());
+    }
+
+    #[test]
+    fn exact_and_optional_dont_care() {
+        assert_eq!(
+            parse_match(MatchKind::Exact, "*", 32),
+            Err(ValueError::DontCareNotAllowed)
+        );
+        assert_eq!(parse_match(MatchKind::Optional, "*", 8).unwrap(), None);
+        assert_eq!(
+            parse_match(MatchKind::Optional, "6", 8).unwrap(),
+            Some(MatchValue::Optional(ByteStr::new(&[6])))
+        );
+    }
+
+    #[test]
+    fn formatting_round_trips() {
+        let cases = [
+            ("10.0.0.1", 32),
+            ("0.0.0.0", 32),
+            ("aa:bb:cc:dd:ee:ff", 48),
+            ("00:00:00:00:00:01", 48),
+            ("2001:db8::1", 128),
+            ("511", 9),
+            ("0", 9),
+            ("0x1ffffffffffffffffff", 73),
+        ];
+        for (s, w) in cases {
+            let v = parse_value(s, w).unwrap();
+            assert_eq!(format_value(v.as_slice(), w), s, "width {w}");
+        }
+        for (s, k, w) in [
+            ("10.0.0.0/24", MatchKind::Lpm, 32),
+            ("10.0.0.0&&&255.0.0.0", MatchKind::Ternary, 32),
+            ("80..443", MatchKind::Range, 16),
+        ] {
+            let m = parse_match(k, s, w).unwrap();
+            let mut out = String::new();
+            write_match(&mut out, m.as_ref(), w);
+            assert_eq!(out, s);
+        }
+    }
+
+    #[test]
+    fn masks() {
+        assert_eq!(prefix_mask(8, 32).to_vec(), vec![255, 0, 0, 0]);
+        assert_eq!(prefix_mask(1, 9).to_vec(), vec![1, 0]);
+        assert_eq!(prefix_mask(9, 9).to_vec(), vec![1, 255]);
+        assert_eq!(prefix_mask(0, 9).to_vec(), vec![0]);
+        assert_eq!(all_ones(12).to_vec(), vec![0x0f, 0xff]);
+    }
+
+    #[test]
+    fn canonical_check() {
+        assert_eq!(check_canonical(&[0, 0, 5], 8).unwrap().to_vec(), vec![5]);
+        assert!(check_canonical(&[], 8).is_err());
+        assert!(check_canonical(&[2, 0], 9).is_err());
+    }
+}
