@@ -1,0 +1,35 @@
+# Entry points; see README.md. Everything runs on the host (no containers).
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+CARGO ?= cargo
+
+.PHONY: deps build test crds demo lint clean-local
+
+deps:
+	hack/install-deps.sh
+
+build:
+	$(CARGO) build --workspace --all-targets
+
+# Integration tests start their own etcd + kube-apiserver per test binary.
+# The harness prints the kube-apiserver version and URL it runs against.
+test: deps
+	$(CARGO) test --workspace --no-fail-fast
+
+# Regenerate the committed CRD manifests from the crds crate.
+crds:
+	$(CARGO) run -q -p p4fleet -- crds > charts/p4fleet/crds/crds.yaml.tmp
+	mv charts/p4fleet/crds/crds.yaml.tmp charts/p4fleet/crds/crds.yaml
+	cp charts/p4fleet/crds/crds.yaml config/crd/crds.yaml
+
+demo: deps
+	hack/demo.sh
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+clean-local:
+	-hack/controlplane.sh down
+	-[[ -f .local/operator.pid ]] && kill "$$(cat .local/operator.pid)" 2>/dev/null
+	rm -rf .local

@@ -1,0 +1,782 @@
+//! Test harness: a real Kubernetes control plane (etcd + kube-apiserver built
+//! from hack/kube-apiserver) per test binary, with the p4fleet CRDs installed.
+//!
+//! ```ignore
+//! let cp = p4fleet_e2e::ControlPlane::shared().await;
+//! let client = cp.client().await;
+//! let ns = p4fleet_e2e::TestNamespace::new(&client).await;
+//! let out = cp.kubectl(["get", "switches"]);
+//! ```
+//!
+//! Set `P4FLEET_KUBECONFIG=<path>` to run against an existing cluster instead.
+//!
+//! Tests of one binary run on parallel threads, each `#[tokio::test]` with its
+//! own runtime, so the shared state holds no runtime-bound objects (only paths,
+//! URL and token); every test builds its own `kube::Client`.
+
+use std::ffi::OsStr;
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, mpsc};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Client, Config};
+
+/// Field manager used for everything the harness applies.
+pub const FIELD_MANAGER: &str = "p4fleet-e2e";
+/// Env var naming an existing cluster's kubeconfig to attach to.
+pub const KUBECONFIG_ENV: &str = "P4FLEET_KUBECONFIG";
+
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(120);
+const CRD_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    #[error("{0} not found: run hack/install-deps.sh")]
+    MissingBinary(String),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Startup(String),
+    #[error("kubeconfig {path}: {message}")]
+    Kubeconfig { path: PathBuf, message: String },
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> HarnessError {
+    let what = what.into();
+    move |source| HarnessError::Io { what, source }
+}
+
+/// Root of the repository (where `bin/`, `config/`, `charts/` live).
+pub fn repo_root() -> &'static Path {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("e2e crate lives inside the repo")
+            .to_path_buf()
+    })
+}
+
+/// A binary built by hack/install-deps.sh into `$REPO/bin`.
+pub fn repo_bin(name: &str) -> Result<PathBuf, HarnessError> {
+    let p = repo_root().join("bin").join(name);
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(HarnessError::MissingBinary(p.display().to_string()))
+    }
+}
+
+/// A binary from PATH.
+pub fn path_bin(name: &str) -> Result<PathBuf, HarnessError> {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| HarnessError::MissingBinary(format!("{name} (in PATH)")))
+}
+
+/// Path of `bin/helm`; panics with the install hint when missing.
+pub fn helm_bin() -> PathBuf {
+    repo_bin("helm").unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The cluster tests run against.
+#[derive(Debug)]
+pub struct ControlPlane {
+    kubeconfig: PathBuf,
+    server: String,
+    version: String,
+    /// Some when this process started the cluster (then it is private to it).
+    work_dir: Option<PathBuf>,
+}
+
+static SHARED: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
+
+impl ControlPlane {
+    /// The control plane of this test binary, started (or attached to via
+    /// `P4FLEET_KUBECONFIG`) on first use, with the p4fleet CRDs installed and
+    /// Established. Panics with the reason when it cannot be set up.
+    pub async fn shared() -> &'static ControlPlane {
+        let res = tokio::task::spawn_blocking(|| SHARED.get_or_init(init_shared))
+            .await
+            .expect("control plane init thread");
+        match res {
+            Ok(cp) => cp,
+            Err(e) => panic!("p4fleet-e2e control plane: {e}"),
+        }
+    }
+
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// API server URL, e.g. `https://127.0.0.1:41234`.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// Server version as reported by `/version` (e.g. `v1.34.4`).
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// True when this test binary started the cluster (not `P4FLEET_KUBECONFIG`).
+    pub fn is_owned(&self) -> bool {
+        self.work_dir.is_some()
+    }
+
+    /// A new client bound to the calling test's runtime.
+    pub async fn client(&self) -> Client {
+        client_from_kubeconfig(&self.kubeconfig)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `kubectl --kubeconfig <this> <args>`; never panics on a non-zero exit.
+    pub fn kubectl<I, S>(&self, args: I) -> Output
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.kubectl_with_stdin(args, &[])
+    }
+
+    /// Like [`ControlPlane::kubectl`], feeding `stdin` (e.g. `-f -` manifests).
+    pub fn kubectl_with_stdin<I, S>(&self, args: I, stdin: &[u8]) -> Output
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut cmd = Command::new("kubectl");
+        cmd.arg("--kubeconfig").arg(&self.kubeconfig);
+        if let Some(dir) = &self.work_dir {
+            // Private discovery cache: ports are reused across runs.
+            cmd.arg("--cache-dir").arg(dir.join("kubectl-cache"));
+        }
+        cmd.args(args);
+        run_with_stdin(cmd, stdin)
+    }
+
+    /// `bin/helm --kubeconfig <this> <args>`.
+    pub fn helm<I, S>(&self, args: I) -> Output
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut cmd = Command::new(helm_bin());
+        cmd.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
+        run_with_stdin(cmd, &[])
+    }
+}
+
+fn run_with_stdin(mut cmd: Command, stdin: &[u8]) -> Output {
+    cmd.stdin(if stdin.is_empty() {
+        Stdio::null()
+    } else {
+        Stdio::piped()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {:?}: {e}", cmd.get_program()));
+    if !stdin.is_empty() {
+        let mut pipe = child.stdin.take().expect("piped stdin");
+        let data = stdin.to_vec();
+        // Write from a thread so a large input cannot deadlock against output.
+        std::thread::spawn(move || {
+            let _ = pipe.write_all(&data);
+        });
+    }
+    child.wait_with_output().expect("wait for child")
+}
+
+/// Builds a client from a kubeconfig file (current context).
+pub async fn client_from_kubeconfig(path: &Path) -> Result<Client, HarnessError> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let kc = Kubeconfig::read_from(path).map_err(|e| HarnessError::Kubeconfig {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| HarnessError::Kubeconfig {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    Ok(Client::try_from(config)?)
+}
+
+// ---------------------------------------------------------------------------
+// Startup
+
+fn init_shared() -> Result<ControlPlane, String> {
+    // Children get PR_SET_PDEATHSIG, which fires when the *spawning thread*
+    // exits, so they are spawned from a thread that lives as long as the process.
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("p4fleet-e2e-controlplane".into())
+        .spawn(move || {
+            let res = setup().map_err(|e| e.to_string());
+            let _ = tx.send(res);
+            loop {
+                std::thread::park();
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    rx.recv().map_err(|e| e.to_string())?
+}
+
+fn setup() -> Result<ControlPlane, HarnessError> {
+    let started = Instant::now();
+    let (kubeconfig, work_dir) = match std::env::var_os(KUBECONFIG_ENV) {
+        Some(p) => (PathBuf::from(p), None),
+        None => {
+            let dir = start_processes()?;
+            (dir.join("kubeconfig"), Some(dir))
+        }
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(io_err("tokio runtime"))?;
+    let (server, version) = rt.block_on(async {
+        let client = client_from_kubeconfig(&kubeconfig).await?;
+        if work_dir.is_some() {
+            wait_ready(&client).await?;
+        }
+        let version = client.apiserver_version().await?.git_version;
+        install_crds(&client).await?;
+        let server = client_from_kubeconfig_url(&kubeconfig).await?;
+        Ok::<_, HarnessError>((server, version))
+    })?;
+    // Straight to fd 2, not eprintln!: libtest captures the macros, and this
+    // line should show in every `make test` run.
+    let _ = writeln!(
+        std::io::stderr(),
+        "p4fleet-e2e: kube-apiserver {version} at {server} ({}; CRDs installed; ready in {:.1}s)",
+        match &work_dir {
+            Some(d) => format!("started by this test binary in {}", d.display()),
+            None => format!("attached via {KUBECONFIG_ENV}={}", kubeconfig.display()),
+        },
+        started.elapsed().as_secs_f64()
+    );
+    Ok(ControlPlane {
+        kubeconfig,
+        server,
+        version,
+        work_dir,
+    })
+}
+
+async fn client_from_kubeconfig_url(path: &Path) -> Result<String, HarnessError> {
+    let kc = Kubeconfig::read_from(path).map_err(|e| HarnessError::Kubeconfig {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| HarnessError::Kubeconfig {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    Ok(config
+        .cluster_url
+        .to_string()
+        .trim_end_matches('/')
+        .to_string())
+}
+
+async fn wait_ready(client: &Client) -> Result<(), HarnessError> {
+    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    let mut last: String;
+    loop {
+        let req = http::Request::get("/readyz")
+            .body(Vec::new())
+            .expect("static request");
+        match client.request_text(req).await {
+            Ok(body) if body.trim() == "ok" => return Ok(()),
+            Ok(body) => last = body,
+            Err(e) => last = e.to_string(),
+        }
+        if Instant::now() > deadline {
+            return Err(HarnessError::Startup(format!(
+                "kube-apiserver not ready after {STARTUP_TIMEOUT:?}: {last}"
+            )));
+        }
+        if let Some(err) = owned_child_exited() {
+            return Err(HarnessError::Startup(err));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Applies `p4fleet_crds::all()` (server-side) and waits until each CRD is
+/// Established and served in discovery.
+pub async fn install_crds(client: &Client) -> Result<(), HarnessError> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crds = p4fleet_crds::all();
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    for crd in &crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(&name, &pp, &Patch::Apply(crd)).await?;
+    }
+    for crd in &crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        tokio::time::timeout(
+            CRD_TIMEOUT,
+            await_condition(api.clone(), &name, conditions::is_crd_established()),
+        )
+        .await
+        .map_err(|_| HarnessError::Startup(format!("CRD {name} not Established")))?
+        .map_err(|e| HarnessError::Startup(format!("waiting for CRD {name}: {e}")))?;
+        // Established can precede discovery; kubectl needs the latter.
+        let deadline = Instant::now() + CRD_TIMEOUT;
+        for version in crd.spec.versions.iter().filter(|v| v.served) {
+            let gv = format!("{}/{}", crd.spec.group, version.name);
+            loop {
+                let served = client
+                    .list_api_group_resources(&gv)
+                    .await
+                    .map(|l| l.resources.iter().any(|r| r.name == crd.spec.names.plural))
+                    .unwrap_or(false);
+                if served {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(HarnessError::Startup(format!(
+                        "{} not in discovery of {gv}",
+                        crd.spec.names.plural
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Child processes
+
+struct Owned {
+    children: Vec<Child>,
+    dir: PathBuf,
+}
+
+static OWNED: Mutex<Option<Owned>> = Mutex::new(None);
+
+extern "C" fn cleanup_at_exit() {
+    // Runs from libc exit(), after the test harness is done (passed or failed).
+    let owned = match OWNED.lock() {
+        Ok(mut g) => g.take(),
+        Err(p) => p.into_inner().take(),
+    };
+    if let Some(mut o) = owned {
+        for c in o.children.iter_mut().rev() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&o.dir);
+    }
+}
+
+fn owned_child_exited() -> Option<String> {
+    let mut g = OWNED.lock().ok()?;
+    let o = g.as_mut()?;
+    for c in o.children.iter_mut() {
+        if let Ok(Some(status)) = c.try_wait() {
+            return Some(format!(
+                "child process exited early ({status}); logs in {}",
+                o.dir.display()
+            ));
+        }
+    }
+    None
+}
+
+fn temp_base() -> PathBuf {
+    if let Some(d) = std::env::var_os("P4FLEET_E2E_TMPDIR") {
+        return PathBuf::from(d);
+    }
+    // etcd fsyncs a lot; tmpfs keeps that off the disk.
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.join("p4fleet-e2e")
+    } else {
+        std::env::temp_dir().join("p4fleet-e2e")
+    }
+}
+
+/// Removes directories of earlier runs that were killed before cleanup
+/// (directory names start with the owning pid).
+fn remove_stale(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        // SAFETY: kill with signal 0 only checks for existence.
+        let alive = unsafe { libc::kill(pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        if !alive {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+fn free_ports<const N: usize>() -> Result<[u16; N], HarnessError> {
+    // Hold all listeners at once so the ports are distinct.
+    let listeners = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(io_err("bind free port"))?;
+    let mut ports = [0u16; N];
+    for (p, l) in ports.iter_mut().zip(&listeners) {
+        *p = l.local_addr().map_err(io_err("local_addr"))?.port();
+    }
+    Ok(ports)
+}
+
+fn spawn_logged(mut cmd: Command, log: &Path) -> Result<Child, HarnessError> {
+    let out = std::fs::File::create(log).map_err(io_err(format!("create {}", log.display())))?;
+    let err = out.try_clone().map_err(io_err("dup log"))?;
+    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+        .map_err(io_err(format!("spawn {:?}", cmd.get_program())))
+}
+
+fn push_child(dir: &Path, child: Child) {
+    let mut g = OWNED.lock().unwrap_or_else(|p| p.into_inner());
+    g.get_or_insert_with(|| Owned {
+        children: Vec::new(),
+        dir: dir.to_path_buf(),
+    })
+    .children
+    .push(child);
+}
+
+fn wait_tcp(addr: SocketAddr, what: &str) -> Result<(), HarnessError> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        if let Some(err) = owned_child_exited() {
+            return Err(HarnessError::Startup(format!("{what}: {err}")));
+        }
+        if Instant::now() > deadline {
+            return Err(HarnessError::Startup(format!(
+                "{what} not listening on {addr}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// Starts etcd and kube-apiserver in a fresh directory; returns it (with
+/// `kubeconfig` inside). Processes are reaped at exit or by PDEATHSIG.
+fn start_processes() -> Result<PathBuf, HarnessError> {
+    let kas = repo_bin("kube-apiserver")?;
+    let etcd = path_bin("etcd")?;
+    let openssl = path_bin("openssl")?;
+
+    let base = temp_base();
+    std::fs::create_dir_all(&base).map_err(io_err(format!("create {}", base.display())))?;
+    remove_stale(&base);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos();
+    let dir = base.join(format!("{}-{nanos:08x}", std::process::id()));
+    std::fs::create_dir_all(dir.join("certs")).map_err(io_err("create work dir"))?;
+    // SAFETY: registering a plain extern "C" fn.
+    unsafe {
+        libc::atexit(cleanup_at_exit);
+    }
+    // Register the dir even before any child exists so it is removed at exit.
+    OWNED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert_with(|| Owned {
+            children: Vec::new(),
+            dir: dir.clone(),
+        });
+
+    let token = format!("e2e-{}-{nanos:x}", std::process::id());
+    std::fs::write(
+        dir.join("tokens.csv"),
+        format!("{token},admin,admin,\"system:masters\"\n"),
+    )
+    .map_err(io_err("write tokens.csv"))?;
+    let sa_key = dir.join("sa.key");
+    let sa_pub = dir.join("sa.pub");
+    let genkey = Command::new(&openssl)
+        .args(["genrsa", "-out"])
+        .arg(&sa_key)
+        .arg("2048")
+        .output()
+        .map_err(io_err("openssl genrsa"))?;
+    let pubk = Command::new(&openssl)
+        .args(["rsa", "-pubout", "-in"])
+        .arg(&sa_key)
+        .arg("-out")
+        .arg(&sa_pub)
+        .output()
+        .map_err(io_err("openssl rsa"))?;
+    if !genkey.status.success() || !pubk.status.success() {
+        return Err(HarnessError::Startup(format!(
+            "openssl failed: {}{}",
+            String::from_utf8_lossy(&genkey.stderr),
+            String::from_utf8_lossy(&pubk.stderr)
+        )));
+    }
+
+    let [etcd_port, peer_port, kas_port] = free_ports::<3>()?;
+    let client_url = format!("http://127.0.0.1:{etcd_port}");
+    let peer_url = format!("http://127.0.0.1:{peer_port}");
+    let mut cmd = Command::new(&etcd);
+    cmd.arg("--name=e2e")
+        .arg(format!("--data-dir={}", dir.join("etcd").display()))
+        .arg(format!("--listen-client-urls={client_url}"))
+        .arg(format!("--advertise-client-urls={client_url}"))
+        .arg(format!("--listen-peer-urls={peer_url}"))
+        .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+        .arg(format!("--initial-cluster=e2e={peer_url}"))
+        .args(["--logger=zap", "--log-level=warn"]);
+    push_child(&dir, spawn_logged(cmd, &dir.join("etcd.log"))?);
+    wait_tcp(([127, 0, 0, 1], etcd_port).into(), "etcd")?;
+
+    let mut cmd = Command::new(&kas);
+    cmd.arg(format!("--etcd-servers={client_url}"))
+        .args(["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"])
+        .arg(format!("--secure-port={kas_port}"))
+        .arg(format!("--cert-dir={}", dir.join("certs").display()))
+        .arg(format!(
+            "--token-auth-file={}",
+            dir.join("tokens.csv").display()
+        ))
+        .arg("--authorization-mode=RBAC")
+        .arg("--service-account-issuer=https://kubernetes.default.svc")
+        .arg(format!("--service-account-key-file={}", sa_pub.display()))
+        .arg(format!(
+            "--service-account-signing-key-file={}",
+            sa_key.display()
+        ))
+        .args([
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--allow-privileged=true",
+            "--v=1",
+        ]);
+    push_child(&dir, spawn_logged(cmd, &dir.join("kube-apiserver.log"))?);
+
+    // The serving certificate appears once the apiserver has generated it.
+    let crt = dir.join("certs").join("apiserver.crt");
+    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    let ca = loop {
+        if let Ok(pem) = std::fs::read(&crt)
+            && pem.ends_with(b"-----END CERTIFICATE-----\n")
+        {
+            break pem;
+        }
+        if let Some(err) = owned_child_exited() {
+            return Err(HarnessError::Startup(format!("kube-apiserver: {err}")));
+        }
+        if Instant::now() > deadline {
+            return Err(HarnessError::Startup(format!(
+                "kube-apiserver wrote no {}",
+                crt.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let kubeconfig = format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster:
+    server: https://127.0.0.1:{kas_port}
+    certificate-authority-data: {ca}
+users:
+- name: admin
+  user:
+    token: {token}
+contexts:
+- name: e2e
+  context: {{cluster: e2e, user: admin}}
+current-context: e2e
+",
+        ca = base64(&ca)
+    );
+    std::fs::write(dir.join("kubeconfig"), kubeconfig).map_err(io_err("write kubeconfig"))?;
+    Ok(dir)
+}
+
+fn base64(data: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(T[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Namespaces
+
+static NS_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Unique name with `prefix`, valid as a namespace or object name.
+pub fn unique_name(prefix: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    format!(
+        "{prefix}-{:x}-{:x}-{}",
+        std::process::id(),
+        (nanos & 0xff_ffff) as u32,
+        NS_COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A uniquely named namespace for one test, deleted (best effort) on drop.
+#[derive(Debug)]
+pub struct TestNamespace {
+    name: String,
+}
+
+impl TestNamespace {
+    /// Creates `e2e-<pid>-<time>-<n>`, labelled `p4fleet.dev/e2e=true`.
+    pub async fn new(client: &Client) -> TestNamespace {
+        let name = unique_name("e2e");
+        let api: Api<Namespace> = Api::all(client.clone());
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some([("p4fleet.dev/e2e".to_string(), "true".to_string())].into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
+        TestNamespace { name }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Deletes the namespace now (without waiting for finalization).
+    pub async fn delete(self, client: &Client) -> Result<(), HarnessError> {
+        let api: Api<Namespace> = Api::all(client.clone());
+        let res = api.delete(&self.name, &DeleteParams::background()).await;
+        std::mem::forget(self);
+        match res {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        // A private control plane is thrown away at exit (and has no namespace
+        // controller to finish deletions anyway); only clean up shared clusters.
+        // kubectl rather than the client: drop may run after the test runtime is gone.
+        if let Some(Ok(cp)) = SHARED.get()
+            && !cp.is_owned()
+        {
+            let _ = cp.kubectl([
+                "delete",
+                "namespace",
+                &self.name,
+                "--wait=false",
+                "--ignore-not-found",
+            ]);
+        }
+    }
+}
+
+impl std::ops::Deref for TestNamespace {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc4648_vectors() {
+        for (i, o) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(i.as_bytes()), o);
+        }
+    }
+
+    #[test]
+    fn unique_names_are_valid_and_distinct() {
+        let a = unique_name("e2e");
+        let b = unique_name("e2e");
+        assert_ne!(a, b);
+        assert!(a.len() <= 63);
+        assert!(
+            a.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        );
+    }
+}

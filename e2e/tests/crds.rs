@@ -1,0 +1,263 @@
+//! CRDs against a real kube-apiserver: definitions, committed samples, and the
+//! invalid-object corpus (each file must be rejected by the server).
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root};
+use serde_json::Value;
+
+const MIN_SAMPLES: usize = 5;
+const MIN_INVALID: usize = 15;
+
+/// (kind, plural, scope, short name)
+const EXPECTED: [(&str, &str, &str, &str); 5] = [
+    ("Switch", "switches", "Cluster", "sw"),
+    ("P4Program", "p4programs", "Namespaced", "p4p"),
+    ("VirtualSwitch", "virtualswitches", "Namespaced", "vsw"),
+    ("TableEntrySet", "tableentrysets", "Namespaced", "tes"),
+    (
+        "AsyncExternPolicy",
+        "asyncexternpolicies",
+        "Namespaced",
+        "aep",
+    ),
+];
+
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
+        .collect();
+    files.sort();
+    files
+}
+
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "exit {}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[tokio::test]
+async fn all_crds_established_with_expected_names() {
+    let cp = ControlPlane::shared().await;
+    let api: Api<CustomResourceDefinition> = Api::all(cp.client().await);
+    let generated: Vec<String> = p4fleet_crds::all()
+        .into_iter()
+        .map(|c| c.metadata.name.unwrap_or_default())
+        .collect();
+    assert_eq!(
+        generated.len(),
+        EXPECTED.len(),
+        "p4fleet_crds::all(): {generated:?}"
+    );
+
+    for (kind, plural, scope, short) in EXPECTED {
+        let name = format!("{plural}.p4fleet.dev");
+        assert!(
+            generated.contains(&name),
+            "{name} not in p4fleet_crds::all()"
+        );
+        let crd = api
+            .get(&name)
+            .await
+            .unwrap_or_else(|e| panic!("get {name}: {e}"));
+        let spec = &crd.spec;
+        assert_eq!(spec.group, "p4fleet.dev");
+        assert_eq!(spec.names.kind, kind);
+        assert_eq!(spec.names.plural, plural);
+        assert_eq!(spec.scope, scope, "{name} scope");
+        assert_eq!(
+            spec.names.short_names.as_deref(),
+            Some(&[short.to_string()][..]),
+            "{name} short names"
+        );
+        assert!(
+            spec.names
+                .categories
+                .iter()
+                .flatten()
+                .any(|c| c == "p4fleet"),
+            "{name} category p4fleet"
+        );
+        let v1a1 = spec
+            .versions
+            .iter()
+            .find(|v| v.name == "v1alpha1")
+            .unwrap_or_else(|| panic!("{name} has no v1alpha1"));
+        assert!(
+            v1a1.served && v1a1.storage,
+            "{name} v1alpha1 served+storage"
+        );
+        assert!(
+            v1a1.subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some(),
+            "{name} has a status subresource"
+        );
+        let conds = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+        for ty in ["Established", "NamesAccepted"] {
+            assert!(
+                conds.iter().any(|c| c.type_ == ty && c.status == "True"),
+                "{name} condition {ty} not True: {conds:?}"
+            );
+        }
+        // The short name resolves through discovery, as users will type it.
+        let out = cp.kubectl(["get", short, "-A", "-o", "name"]);
+        assert!(out.status.success(), "kubectl get {short}: {}", text(&out));
+    }
+}
+
+/// Every value in `want` is present and equal in `got` (the server may add
+/// defaults; a missing key means the schema pruned a field the sample sets).
+fn subset_mismatch(want: &Value, got: &Value, path: &str) -> Option<String> {
+    match (want, got) {
+        (Value::Object(w), Value::Object(g)) => w.iter().find_map(|(k, v)| match g.get(k) {
+            Some(gv) => subset_mismatch(v, gv, &format!("{path}.{k}")),
+            None => Some(format!("{path}.{k} missing after round trip (pruned?)")),
+        }),
+        (Value::Array(w), Value::Array(g)) if w.len() == g.len() => w
+            .iter()
+            .zip(g)
+            .enumerate()
+            .find_map(|(i, (a, b))| subset_mismatch(a, b, &format!("{path}[{i}]"))),
+        (Value::Number(a), Value::Number(b)) if a.as_f64() == b.as_f64() => None,
+        _ if want == got => None,
+        _ => Some(format!("{path}: sample {want} != server {got}")),
+    }
+}
+
+#[tokio::test]
+async fn samples_apply_and_read_back() {
+    let cp = ControlPlane::shared().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let files = yaml_files(&repo_root().join("config/samples"));
+    assert!(
+        files.len() >= MIN_SAMPLES,
+        "expected >= {MIN_SAMPLES} samples in config/samples, found {}",
+        files.len()
+    );
+
+    let mut failures = Vec::new();
+    for file in &files {
+        let display = file.strip_prefix(repo_root()).unwrap_or(file).display();
+        // Cluster-scoped objects (Switch) keep their committed names; server-side
+        // apply with --force-conflicts makes re-applying them idempotent.
+        let out = cp.kubectl([
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=p4fleet-e2e",
+            "-n",
+            ns.name(),
+            "-f",
+            &file.to_string_lossy(),
+        ]);
+        if !out.status.success() {
+            failures.push(format!("{display}: apply failed: {}", text(&out)));
+            continue;
+        }
+        let raw = std::fs::read_to_string(file).expect("read sample");
+        for doc in serde_yaml::Deserializer::from_str(&raw) {
+            let doc: Value = match serde::Deserialize::deserialize(doc) {
+                Ok(Value::Null) => continue,
+                Ok(v) => v,
+                Err(e) => {
+                    failures.push(format!("{display}: not YAML: {e}"));
+                    continue;
+                }
+            };
+            let api_version = doc["apiVersion"].as_str().unwrap_or_default();
+            let kind = doc["kind"].as_str().unwrap_or_default();
+            let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+            let resource = match api_version.split_once('/') {
+                Some((group, _)) => format!("{}.{group}", kind.to_lowercase()),
+                None => kind.to_lowercase(),
+            };
+            let out = cp.kubectl(["get", &resource, name, "-n", ns.name(), "-o", "json"]);
+            if !out.status.success() {
+                failures.push(format!("{display}: get {resource}/{name}: {}", text(&out)));
+                continue;
+            }
+            let got: Value = serde_json::from_slice(&out.stdout).expect("kubectl json");
+            if let Some(spec) = doc.get("spec")
+                && let Some(m) = subset_mismatch(spec, &got["spec"], "spec")
+            {
+                failures.push(format!("{display}: {kind}/{name}: {m}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "sample failures:\n{}",
+        failures.join("\n\n")
+    );
+}
+
+#[tokio::test]
+async fn invalid_objects_are_rejected_by_the_server() {
+    let cp = ControlPlane::shared().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let files = yaml_files(&repo_root().join("e2e/testdata/invalid"));
+    assert!(
+        files.len() >= MIN_INVALID,
+        "expected >= {MIN_INVALID} files in e2e/testdata/invalid, found {}",
+        files.len()
+    );
+
+    let mut failures = Vec::new();
+    for file in &files {
+        let display = file.strip_prefix(repo_root()).unwrap_or(file).display();
+        let raw = std::fs::read_to_string(file).expect("read invalid file");
+        let Some(expect) = raw
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# expect:"))
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        else {
+            failures.push(format!(
+                "{display}: first line must be `# expect: <substring>`"
+            ));
+            continue;
+        };
+        let out = cp.kubectl([
+            "apply",
+            "--server-side",
+            "--field-manager=p4fleet-e2e",
+            "-n",
+            ns.name(),
+            "-f",
+            &file.to_string_lossy(),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            failures.push(format!(
+                "{display}: accepted, expected rejection: {}",
+                text(&out)
+            ));
+        } else if !stderr.contains("from server") {
+            // kubectl itself refused it (parse error, unknown kind): not a schema test.
+            failures.push(format!(
+                "{display}: not rejected by the API server: {}",
+                text(&out)
+            ));
+        } else if !stderr.contains(expect) {
+            failures.push(format!("{display}: error lacks {expect:?}: {}", text(&out)));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "invalid-corpus failures:\n{}",
+        failures.join("\n\n")
+    );
+}
