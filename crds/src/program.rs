@@ -1,0 +1,154 @@
+//! P4Program: a compiled pipeline with per-target artifacts.
+
+use std::collections::BTreeMap;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{ArtifactSource, Condition, conditions_schema};
+
+/// A compiled P4 pipeline: P4Info plus the artifacts each kind of target loads.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "p4fleet.dev",
+    version = "v1alpha1",
+    kind = "P4Program",
+    plural = "p4programs",
+    shortname = "p4p",
+    namespaced,
+    status = "P4ProgramStatus",
+    category = "p4fleet",
+    printcolumn = r#"{"name":"Targets","type":"string","jsonPath":".status.targets"}"#,
+    printcolumn = r#"{"name":"Tables","type":"integer","jsonPath":".status.tableCount"}"#,
+    printcolumn = r#"{"name":"Digest","type":"string","jsonPath":".status.shortDigest"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct P4ProgramSpec {
+    /// P4Info in protobuf text format (as p4c's `--p4runtime-files x.p4info.txt` writes it).
+    pub p4info: ArtifactSource,
+    /// Artifacts per target kind; a program may carry several.
+    #[serde(default)]
+    pub artifacts: ProgramArtifacts,
+}
+
+/// Per-target pipeline artifacts.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProgramArtifacts {
+    /// bmv2 (simple_switch_grpc): the JSON p4c writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bmv2: Option<Bmv2Artifacts>,
+    /// Tofino: bfrt.json, context.json and the binary (tofino.bin).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tofino: Option<TofinoArtifacts>,
+    /// DPDK (infrap4d / T4P4S): the pipeline spec and context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dpdk: Option<DpdkArtifacts>,
+    /// FPGA: a partial bitstream for one slot and what it occupies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fpga: Option<FpgaArtifacts>,
+}
+
+/// bmv2 artifacts.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Bmv2Artifacts {
+    /// The bmv2 JSON.
+    pub json: ArtifactSource,
+}
+
+/// Tofino artifacts.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TofinoArtifacts {
+    /// bfrt.json: the BF Runtime table schema.
+    pub bfrt_json: ArtifactSource,
+    /// context.json of the pipe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_json: Option<ArtifactSource>,
+    /// tofino.bin, from a ConfigMap's binaryData.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary: Option<ArtifactSource>,
+    /// Pipe names the program is loaded into (default `pipe`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pipes: Vec<String>,
+}
+
+/// DPDK artifacts.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DpdkArtifacts {
+    /// The `.spec` pipeline description.
+    pub spec: ArtifactSource,
+    /// The context JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<ArtifactSource>,
+}
+
+/// FPGA artifacts.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FpgaArtifacts {
+    /// Partial bitstream for one slot, from a ConfigMap's binaryData.
+    pub bitstream: ArtifactSource,
+    /// Size of the bitstream in bits (used to estimate reconfiguration time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub bits: Option<u64>,
+    /// Resources one instance occupies, e.g. `luts: 52000`, `ffs: 61000`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resources: BTreeMap<String, u64>,
+}
+
+/// Observed state of a P4Program.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct P4ProgramStatus {
+    /// Generation of the spec last acted upon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Conditions: Valid, ResolvedRefs, Ready.
+    #[serde(default)]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// sha256 of the P4Info and all artifacts; used as the pipeline cookie.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// First 12 hex digits of the digest, for printing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub short_digest: Option<String>,
+    /// Target kinds this program has artifacts for, comma separated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub targets: Option<String>,
+    /// Number of tables in the P4Info.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table_count: Option<u32>,
+    /// Tables found in the P4Info.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tables: Vec<TableInfo>,
+    /// Actions found in the P4Info.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub actions: Vec<String>,
+}
+
+/// A table of the program.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TableInfo {
+    /// Fully qualified name, e.g. `MyIngress.firewall`.
+    pub name: String,
+    /// P4Info id.
+    pub id: u32,
+    /// Maximum number of entries.
+    #[serde(default)]
+    pub size: i64,
+    /// Match fields as `name:kind:bits`.
+    #[serde(default)]
+    pub match_fields: Vec<String>,
+    /// Actions the table accepts.
+    #[serde(default)]
+    pub actions: Vec<String>,
+}

@@ -1,0 +1,159 @@
+//! Switch: one physical (or emulated) device, cluster-scoped like a Node.
+
+use std::collections::BTreeMap;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{Condition, SecretRef, conditions_schema};
+
+/// A programmable switch device p4fleet manages.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "p4fleet.dev",
+    version = "v1alpha1",
+    kind = "Switch",
+    plural = "switches",
+    shortname = "sw",
+    status = "SwitchStatus",
+    category = "p4fleet",
+    printcolumn = r#"{"name":"Target","type":"string","jsonPath":".spec.target"}"#,
+    printcolumn = r#"{"name":"Endpoint","type":"string","jsonPath":".spec.endpoint"}"#,
+    printcolumn = r#"{"name":"Slots","type":"string","jsonPath":".status.slotSummary"}"#,
+    printcolumn = r#"{"name":"Reachable","type":"string","jsonPath":".status.conditions[?(@.type==\"Reachable\")].status"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SwitchSpec {
+    /// Kind of device: Tofino (BFRT), Bmv2 or Dpdk (P4Runtime), Fpga (slot service).
+    pub target: SwitchTarget,
+    /// gRPC endpoint of the device agent, `host:port`.
+    #[schemars(length(min = 3, max = 253), regex(pattern = r"^[^\s:]+:[0-9]{1,5}$"))]
+    pub endpoint: String,
+    /// Control protocol; defaults to the target's native one (Bfrt for Tofino, P4Runtime otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<SwitchProtocol>,
+    /// Device id used in P4Runtime/BFRT requests.
+    #[serde(default = "default_device_id")]
+    #[schemars(range(min = 0))]
+    pub device_id: u64,
+    /// Secret with `ca.crt`, `tls.crt`, `tls.key` for mutual TLS; plaintext when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_secret_ref: Option<SecretRef>,
+    /// Number of slots that can each host one VirtualSwitch (FPGA regions, pipes, or 1).
+    #[serde(default = "default_slots")]
+    #[schemars(range(min = 1, max = 64))]
+    pub slots: u32,
+    /// Resources the device offers to VirtualSwitches, e.g. `luts: 1200000`, `ffs: 2400000`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub capacity: BTreeMap<String, u64>,
+    /// Physical ports of the device.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["id"]))]
+    pub ports: Vec<SwitchPort>,
+}
+
+fn default_device_id() -> u64 {
+    1
+}
+
+fn default_slots() -> u32 {
+    1
+}
+
+/// Kind of device.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum SwitchTarget {
+    Tofino,
+    Bmv2,
+    Dpdk,
+    Fpga,
+}
+
+/// Control protocol spoken to the device.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum SwitchProtocol {
+    P4Runtime,
+    Bfrt,
+}
+
+impl SwitchSpec {
+    /// The protocol in effect: the explicit one or the target's default.
+    pub fn effective_protocol(&self) -> SwitchProtocol {
+        self.protocol.unwrap_or(match self.target {
+            SwitchTarget::Tofino => SwitchProtocol::Bfrt,
+            _ => SwitchProtocol::P4Runtime,
+        })
+    }
+}
+
+/// One physical port.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SwitchPort {
+    /// Port number on the device (the value P4 programs see).
+    #[schemars(range(min = 0, max = 65535))]
+    pub id: u32,
+    /// Human name, e.g. `eth1` or `1/0`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Speed in Gbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1600))]
+    pub speed_gbps: Option<u32>,
+}
+
+/// Observed state of a Switch.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SwitchStatus {
+    /// Generation of the spec last acted upon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Conditions: Reachable, Ready.
+    #[serde(default)]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// What the device reported it can do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<SwitchCapabilities>,
+    /// Slots occupied by VirtualSwitches.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slots_in_use: Vec<SlotUse>,
+    /// `used/total` slots, for printing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot_summary: Option<String>,
+}
+
+/// Capabilities a device advertises.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SwitchCapabilities {
+    /// API version reported by the device (P4Runtime or BFRT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// The device accepts p4fleet's columnar bulk writes.
+    #[serde(default)]
+    pub bulk_write: bool,
+    /// The device hosts p4fleet's async extern runtime.
+    #[serde(default)]
+    pub async_externs: bool,
+    /// The device hosts p4fleet's slot service (partial reconfiguration).
+    #[serde(default)]
+    pub slot_service: bool,
+}
+
+/// A slot and the VirtualSwitch that holds it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SlotUse {
+    /// Slot index.
+    pub slot: u32,
+    /// `namespace/name` of the VirtualSwitch.
+    pub virtual_switch: String,
+    /// Digest of the pipeline loaded in the slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline_digest: Option<String>,
+}

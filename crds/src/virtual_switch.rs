@@ -1,0 +1,130 @@
+//! VirtualSwitch: a program instance placed on a slot of a Switch, like a Pod on a Node.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{Condition, Selector, conditions_schema};
+
+/// One instance of a P4Program running in a slot of a Switch.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "p4fleet.dev",
+    version = "v1alpha1",
+    kind = "VirtualSwitch",
+    plural = "virtualswitches",
+    shortname = "vsw",
+    namespaced,
+    status = "VirtualSwitchStatus",
+    category = "p4fleet",
+    printcolumn = r#"{"name":"Program","type":"string","jsonPath":".spec.programRef"}"#,
+    printcolumn = r#"{"name":"Switch","type":"string","jsonPath":".status.switch"}"#,
+    printcolumn = r#"{"name":"Slot","type":"integer","jsonPath":".status.slot"}"#,
+    printcolumn = r#"{"name":"Pipeline","type":"string","jsonPath":".status.loadedShortDigest"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.switchRef) != has(self.switchSelector)",
+     "message": "exactly one of switchRef or switchSelector must be set"},
+    {"rule": "!has(self.slot) || has(self.switchRef)",
+     "message": "slot can only be chosen together with switchRef"}
+]))]
+pub struct VirtualSwitchSpec {
+    /// Name of the P4Program (same namespace) to run.
+    #[schemars(length(min = 1, max = 253))]
+    pub program_ref: String,
+    /// Name of the Switch to run on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub switch_ref: Option<String>,
+    /// Lets p4fleet pick a matching Switch with a free slot and enough resources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch_selector: Option<Selector>,
+    /// Slot on the Switch; the first free one when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 63))]
+    pub slot: Option<u32>,
+    /// How traffic is steered to this virtual switch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<Isolation>,
+    /// Physical to virtual port map.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["physical"]))]
+    pub port_map: Vec<PortMapping>,
+    /// How a program change is rolled out.
+    #[serde(default)]
+    pub update_strategy: UpdateStrategy,
+}
+
+/// Switch id selecting this virtual switch's traffic (P4VBox: VLAN + dst MAC).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Isolation {
+    /// VLAN id that selects this virtual switch.
+    #[schemars(range(min = 1, max = 4094))]
+    pub vlan: u16,
+    /// Destination MAC that selects this virtual switch, `aa:bb:cc:dd:ee:ff`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$"))]
+    pub dst_mac: Option<String>,
+}
+
+/// One physical-to-virtual port mapping.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PortMapping {
+    /// Port id on the Switch.
+    #[schemars(range(min = 0, max = 65535))]
+    pub physical: u32,
+    /// Port number the program sees.
+    #[schemars(range(min = 0, max = 65535))]
+    #[serde(rename = "virtual")]
+    pub virtual_port: u32,
+}
+
+/// Rollout of program changes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateStrategy {
+    /// HotSwap reloads only this slot (partial reconfiguration); Recreate reloads the device.
+    #[serde(default, rename = "type")]
+    pub type_: UpdateStrategyType,
+}
+
+/// Kind of rollout.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum UpdateStrategyType {
+    #[default]
+    HotSwap,
+    Recreate,
+}
+
+/// Observed state of a VirtualSwitch.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualSwitchStatus {
+    /// Generation of the spec last acted upon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Conditions: Scheduled, PipelineLoaded, Ready.
+    #[serde(default)]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// Switch it runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch: Option<String>,
+    /// Slot it runs in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
+    /// Digest of the pipeline loaded on the device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loaded_digest: Option<String>,
+    /// First 12 hex digits of the loaded digest, for printing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loaded_short_digest: Option<String>,
+    /// Duration of the last pipeline load or slot swap, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_swap_millis: Option<u64>,
+}
