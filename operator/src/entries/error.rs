@@ -35,6 +35,8 @@ pub enum ValueError {
 /// Everything that can be wrong with an entry, a line or a schema lookup.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum EntryError {
+    #[error("invalid P4Info: {0}")]
+    BadP4Info(String),
     #[error("table {0:?} not found in P4Info")]
     UnknownTable(String),
     #[error("table {table:?} has no match field {field:?}")]

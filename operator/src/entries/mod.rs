@@ -14,6 +14,7 @@ mod bytes;
 mod entry;
 mod error;
 mod line;
+mod proto;
 mod schema;
 mod value;
 

@@ -1,0 +1,485 @@
+//! Conversions between the entry model and P4Info / P4Runtime messages.
+
+use p4fleet_proto::p4info::{self, P4Info, action_ref, match_field};
+use p4fleet_proto::p4runtime::{self as p4rt, TableEntry, field_match, table_action};
+
+use super::bytes::ByteStr;
+use super::entry::{ActionCall, ActionParam, Entry, EntryKey, FieldMatch, MatchValue, validate};
+use super::error::{EntryError, ValueError};
+use super::schema::{ActionSchema, ActionScope, FieldSchema, MatchKind, ParamSchema, TableSchema};
+use super::value::check_canonical;
+
+fn bad(msg: String) -> EntryError {
+    EntryError::BadP4Info(msg)
+}
+
+fn preamble<'a>(
+    p: &'a Option<p4info::Preamble>,
+    what: &str,
+) -> Result<&'a p4info::Preamble, EntryError> {
+    p.as_ref()
+        .ok_or_else(|| bad(format!("{what} without preamble")))
+}
+
+fn width(w: i32, what: &str) -> Result<u32, EntryError> {
+    u32::try_from(w)
+        .ok()
+        .filter(|w| *w > 0)
+        .ok_or_else(|| bad(format!("{what}: bitwidth {w}")))
+}
+
+impl TableSchema {
+    /// The schema of one table of a P4Info. `table` is the full name
+    /// (`MyIngress.firewall`), the alias (`firewall`) or a unique dotted
+    /// suffix of the full name.
+    pub fn from_p4info(p4info: &P4Info, table: &str) -> Result<TableSchema, EntryError> {
+        let named = |t: &&p4info::Table, f: &dyn Fn(&p4info::Preamble) -> bool| {
+            t.preamble.as_ref().is_some_and(f)
+        };
+        let mut found = p4info
+            .tables
+            .iter()
+            .find(|t| named(t, &|p| p.name == table))
+            .or_else(|| {
+                p4info
+                    .tables
+                    .iter()
+                    .find(|t| named(t, &|p| p.alias == table))
+            });
+        if found.is_none() {
+            let mut it = p4info.tables.iter().filter(|t| {
+                named(t, &|p| {
+                    p.name.len() > table.len()
+                        && p.name.ends_with(table)
+                        && p.name.as_bytes()[p.name.len() - table.len() - 1] == b'.'
+                })
+            });
+            found = it.next();
+            if let Some(other) = it.next() {
+                return Err(bad(format!(
+                    "table name {table:?} is ambiguous: {} and {}",
+                    found
+                        .and_then(|t| t.preamble.as_ref())
+                        .map_or("", |p| &p.name),
+                    other.preamble.as_ref().map_or("", |p| &p.name)
+                )));
+            }
+        }
+        let t = found.ok_or_else(|| EntryError::UnknownTable(table.to_string()))?;
+        table_schema(p4info, t)
+    }
+
+    /// Schemas of every table in a P4Info, in P4Info order.
+    pub fn all_from_p4info(p4info: &P4Info) -> Result<Vec<TableSchema>, EntryError> {
+        p4info
+            .tables
+            .iter()
+            .map(|t| table_schema(p4info, t))
+            .collect()
+    }
+}
+
+fn table_schema(p4info: &P4Info, t: &p4info::Table) -> Result<TableSchema, EntryError> {
+    let tp = preamble(&t.preamble, "table")?;
+    let mut match_fields = Vec::with_capacity(t.match_fields.len());
+    for f in &t.match_fields {
+        let what = format!("{}: match field {}", tp.name, f.name);
+        let kind = match &f.r#match {
+            Some(match_field::Match::MatchType(k)) => match match_field::MatchType::try_from(*k) {
+                Ok(match_field::MatchType::Exact) => MatchKind::Exact,
+                Ok(match_field::MatchType::Lpm) => MatchKind::Lpm,
+                Ok(match_field::MatchType::Ternary) => MatchKind::Ternary,
+                Ok(match_field::MatchType::Range) => MatchKind::Range,
+                Ok(match_field::MatchType::Optional) => MatchKind::Optional,
+                _ => return Err(bad(format!("{what}: match type {k} not supported"))),
+            },
+            Some(match_field::Match::OtherMatchType(o)) => {
+                return Err(EntryError::Unsupported(format!("{what}: match type {o:?}")));
+            }
+            None => return Err(bad(format!("{what}: no match type"))),
+        };
+        match_fields.push(FieldSchema {
+            name: f.name.clone(),
+            id: f.id,
+            bitwidth: width(f.bitwidth, &what)?,
+            kind,
+        });
+    }
+    match_fields.sort_by_key(|f| f.id);
+    let mut actions = Vec::with_capacity(t.action_refs.len());
+    for r in &t.action_refs {
+        let a = p4info
+            .actions
+            .iter()
+            .find(|a| a.preamble.as_ref().is_some_and(|p| p.id == r.id))
+            .ok_or_else(|| bad(format!("{}: action id {} not in P4Info", tp.name, r.id)))?;
+        let ap = preamble(&a.preamble, "action")?;
+        let scope = match action_ref::Scope::try_from(r.scope) {
+            Ok(action_ref::Scope::TableOnly) => ActionScope::TableOnly,
+            Ok(action_ref::Scope::DefaultOnly) => ActionScope::DefaultOnly,
+            _ => ActionScope::TableAndDefault,
+        };
+        let mut params = Vec::with_capacity(a.params.len());
+        for p in &a.params {
+            params.push(ParamSchema {
+                name: p.name.clone(),
+                id: p.id,
+                bitwidth: width(p.bitwidth, &format!("{}: param {}", ap.name, p.name))?,
+            });
+        }
+        params.sort_by_key(|p| p.id);
+        actions.push(ActionSchema {
+            name: ap.name.clone(),
+            alias: ap.alias.clone(),
+            id: ap.id,
+            params,
+            scope,
+        });
+    }
+    Ok(TableSchema {
+        name: tp.name.clone(),
+        alias: tp.alias.clone(),
+        id: tp.id,
+        size: u64::try_from(t.size).unwrap_or(0),
+        match_fields,
+        actions,
+        is_const: t.is_const_table,
+    })
+}
+
+impl MatchValue {
+    fn to_proto(&self) -> field_match::FieldMatchType {
+        use field_match::FieldMatchType as T;
+        match self {
+            MatchValue::Exact(v) => T::Exact(field_match::Exact { value: v.to_vec() }),
+            MatchValue::Lpm { value, prefix_len } => T::Lpm(field_match::Lpm {
+                value: value.to_vec(),
+                prefix_len: *prefix_len as i32,
+            }),
+            MatchValue::Ternary { value, mask } => T::Ternary(field_match::Ternary {
+                value: value.to_vec(),
+                mask: mask.to_vec(),
+            }),
+            MatchValue::Range { low, high } => T::Range(field_match::Range {
+                low: low.to_vec(),
+                high: high.to_vec(),
+            }),
+            MatchValue::Optional(v) => T::Optional(field_match::Optional { value: v.to_vec() }),
+        }
+    }
+}
+
+impl EntryKey {
+    /// A TableEntry with only the key (match + priority): what DELETE and
+    /// a per-entry READ send.
+    pub fn to_proto(&self) -> TableEntry {
+        TableEntry {
+            table_id: self.table_id,
+            r#match: self
+                .matches
+                .iter()
+                .map(|m| p4rt::FieldMatch {
+                    field_id: m.field_id,
+                    field_match_type: Some(m.value.to_proto()),
+                })
+                .collect(),
+            priority: self.priority,
+            ..Default::default()
+        }
+    }
+}
+
+impl ActionCall {
+    pub fn to_proto(&self) -> p4rt::TableAction {
+        p4rt::TableAction {
+            r#type: Some(table_action::Type::Action(p4rt::Action {
+                action_id: self.action_id,
+                params: self
+                    .params
+                    .iter()
+                    .map(|p| p4rt::action::Param {
+                        param_id: p.param_id,
+                        value: p.value.to_vec(),
+                    })
+                    .collect(),
+            })),
+        }
+    }
+}
+
+impl Entry {
+    /// The P4Runtime TableEntry for INSERT / MODIFY.
+    pub fn to_proto(&self) -> TableEntry {
+        let mut t = self.key.to_proto();
+        t.action = Some(self.action.to_proto());
+        t
+    }
+
+    /// Reads an entry from P4Runtime (e.g. read back from a switch):
+    /// accepts padded byte strings, canonicalises them, and checks the
+    /// result against the schema like [`validate`].
+    pub fn from_proto(schema: &TableSchema, t: &TableEntry) -> Result<Entry, EntryError> {
+        if t.is_default_action {
+            return Err(EntryError::Unsupported("default action entries".into()));
+        }
+        let mut matches = Vec::with_capacity(t.r#match.len());
+        for m in &t.r#match {
+            let (_, f) =
+                schema
+                    .field_by_id(m.field_id)
+                    .ok_or_else(|| EntryError::UnknownField {
+                        table: schema.name.clone(),
+                        field: format!("id {}", m.field_id),
+                    })?;
+            let w = f.bitwidth;
+            let c = |v: &[u8]| {
+                check_canonical(v, w).map_err(|reason| EntryError::InvalidMatch {
+                    field: f.name.clone(),
+                    reason,
+                })
+            };
+            use field_match::FieldMatchType as T;
+            let value = match &m.field_match_type {
+                Some(T::Exact(x)) => MatchValue::Exact(c(&x.value)?),
+                Some(T::Lpm(x)) => MatchValue::Lpm {
+                    value: c(&x.value)?,
+                    prefix_len: u32::try_from(x.prefix_len).map_err(|_| {
+                        EntryError::InvalidMatch {
+                            field: f.name.clone(),
+                            reason: ValueError::BadPrefixLength(x.prefix_len.to_string()),
+                        }
+                    })?,
+                },
+                Some(T::Ternary(x)) => MatchValue::Ternary {
+                    value: c(&x.value)?,
+                    mask: c(&x.mask)?,
+                },
+                Some(T::Range(x)) => MatchValue::Range {
+                    low: c(&x.low)?,
+                    high: c(&x.high)?,
+                },
+                Some(T::Optional(x)) => MatchValue::Optional(c(&x.value)?),
+                Some(T::Other(_)) | None => {
+                    return Err(EntryError::Unsupported(format!(
+                        "{}: match without a standard kind",
+                        f.name
+                    )));
+                }
+            };
+            matches.push(FieldMatch {
+                field_id: m.field_id,
+                value,
+            });
+        }
+        matches.sort_by_key(|m| m.field_id);
+        let action = match t.action.as_ref().and_then(|a| a.r#type.as_ref()) {
+            Some(table_action::Type::Action(a)) => {
+                let mut params: Vec<ActionParam> = a
+                    .params
+                    .iter()
+                    .map(|p| ActionParam {
+                        param_id: p.param_id,
+                        // Width is checked by validate(); only canonicalise here.
+                        value: if p.value.is_empty() {
+                            ByteStr::new(&[0])
+                        } else {
+                            ByteStr::canonical(&p.value)
+                        },
+                    })
+                    .collect();
+                params.sort_by_key(|p| p.param_id);
+                ActionCall {
+                    action_id: a.action_id,
+                    params,
+                }
+            }
+            Some(_) => {
+                return Err(EntryError::Unsupported(
+                    "action profile members, groups and action sets".into(),
+                ));
+            }
+            None => return Err(EntryError::MissingAction),
+        };
+        let e = Entry {
+            key: EntryKey {
+                table_id: t.table_id,
+                matches,
+                priority: t.priority,
+            },
+            action,
+        };
+        validate(schema, &e)?;
+        Ok(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::line::{Style, format_entries, parse_text};
+    use super::*;
+
+    const FIREWALL: &str = include_str!("../../../examples/firewall/p4info.txt");
+    const L2: &str = include_str!("../../../examples/l2switch/p4info.txt");
+    const ROUTER: &str = include_str!("../../../examples/router/p4info.txt");
+
+    fn p4i(text: &str) -> P4Info {
+        p4info::parse_text(text).unwrap()
+    }
+
+    #[test]
+    fn example_p4infos_match_the_fixtures() {
+        use super::super::schema::fixtures;
+        let fw = p4i(FIREWALL);
+        assert_eq!(
+            TableSchema::from_p4info(&fw, "MyIngress.firewall").unwrap(),
+            fixtures::firewall()
+        );
+        assert_eq!(
+            TableSchema::from_p4info(&fw, "firewall").unwrap(),
+            fixtures::firewall()
+        );
+        let r = p4i(ROUTER);
+        assert_eq!(
+            TableSchema::from_p4info(&r, "ipv4_lpm").unwrap(),
+            fixtures::ipv4_lpm()
+        );
+        assert_eq!(
+            TableSchema::from_p4info(&r, "MyIngress.acl").unwrap(),
+            fixtures::acl()
+        );
+        let l2 = p4i(L2);
+        assert_eq!(
+            TableSchema::from_p4info(&l2, "dmac").unwrap(),
+            fixtures::dmac()
+        );
+        let smac = TableSchema::from_p4info(&l2, "smac").unwrap();
+        assert_eq!(smac.match_fields[0].bitwidth, 48);
+        assert_eq!(TableSchema::all_from_p4info(&l2).unwrap().len(), 2);
+        assert!(matches!(
+            TableSchema::from_p4info(&fw, "acl"),
+            Err(EntryError::UnknownTable(_))
+        ));
+    }
+
+    #[test]
+    fn proto_round_trip_every_kind() {
+        let r = p4i(ROUTER);
+        let acl = TableSchema::from_p4info(&r, "acl").unwrap();
+        let es = parse_text(
+            &acl,
+            "#! fields srcAddr dstAddr protocol l4_dst_port\n10.0.0.0/8 * 6 80..443 deny @10\n* 1.2.3.4 * 0 permit @3\n",
+        )
+        .unwrap();
+        let lpm = TableSchema::from_p4info(&r, "ipv4_lpm").unwrap();
+        let es2 = parse_text(
+            &lpm,
+            "dstAddr=10.0.0.0/8 => set_nhop dmac=00:00:00:00:00:01 port=0\n",
+        )
+        .unwrap();
+        for (s, es) in [(&acl, es), (&lpm, es2)] {
+            for e in es {
+                let t = e.to_proto();
+                assert_eq!(Entry::from_proto(s, &t).unwrap(), e);
+            }
+        }
+    }
+
+    #[test]
+    fn to_proto_is_canonical() {
+        let fw = p4i(FIREWALL);
+        let s = TableSchema::from_p4info(&fw, "firewall").unwrap();
+        let e = &parse_text(&s, "srcAddr=0.0.0.0 dstAddr=0.0.1.2 => allow port=0\n").unwrap()[0];
+        let t = e.to_proto();
+        assert_eq!(t.table_id, 49661089);
+        assert_eq!(t.priority, 0);
+        let vals: Vec<_> = t
+            .r#match
+            .iter()
+            .map(|m| match &m.field_match_type {
+                Some(field_match::FieldMatchType::Exact(x)) => x.value.clone(),
+                _ => panic!(),
+            })
+            .collect();
+        assert_eq!(vals, vec![vec![0u8], vec![1, 2]]);
+        match t.action.unwrap().r#type.unwrap() {
+            table_action::Type::Action(a) => {
+                assert_eq!(a.action_id, 27506658);
+                assert_eq!(a.params[0].value, vec![0u8]);
+            }
+            _ => panic!(),
+        }
+    }
+
+    #[test]
+    fn from_proto_canonicalises_and_validates() {
+        let fw = p4i(FIREWALL);
+        let s = TableSchema::from_p4info(&fw, "firewall").unwrap();
+        let e = &parse_text(&s, "srcAddr=10.0.0.1 dstAddr=0.0.0.2 => allow port=1\n").unwrap()[0];
+        let mut t = e.to_proto();
+        // Padded to full width, as older clients send.
+        if let Some(field_match::FieldMatchType::Exact(x)) = &mut t.r#match[1].field_match_type {
+            x.value = vec![0, 0, 0, 2];
+        }
+        assert_eq!(&Entry::from_proto(&s, &t).unwrap(), e);
+        if let Some(field_match::FieldMatchType::Exact(x)) = &mut t.r#match[1].field_match_type {
+            x.value = vec![1, 0, 0, 0, 2];
+        }
+        assert!(matches!(
+            Entry::from_proto(&s, &t),
+            Err(EntryError::InvalidMatch { ref field, reason: ValueError::TooWide { .. } }) if field == "hdr.ipv4.dstAddr"
+        ));
+        let mut t = e.to_proto();
+        t.r#match.pop();
+        assert!(matches!(
+            Entry::from_proto(&s, &t),
+            Err(EntryError::MissingField { .. })
+        ));
+        let mut t = e.to_proto();
+        t.action = Some(p4rt::TableAction {
+            r#type: Some(table_action::Type::ActionProfileMemberId(1)),
+        });
+        assert!(matches!(
+            Entry::from_proto(&s, &t),
+            Err(EntryError::Unsupported(_))
+        ));
+    }
+
+    #[test]
+    fn example_entry_files_parse() {
+        let fw = TableSchema::from_p4info(&p4i(FIREWALL), "firewall").unwrap();
+        let es = parse_text(&fw, include_str!("../../../examples/firewall/entries.txt")).unwrap();
+        assert!(!es.is_empty());
+        let r = p4i(ROUTER);
+        for (t, text) in [
+            (
+                "ipv4_lpm",
+                include_str!("../../../examples/router/ipv4_lpm.entries.txt"),
+            ),
+            (
+                "acl",
+                include_str!("../../../examples/router/acl.entries.txt"),
+            ),
+        ] {
+            let s = TableSchema::from_p4info(&r, t).unwrap();
+            let es = parse_text(&s, text).unwrap();
+            assert_eq!(
+                parse_text(&s, &format_entries(&s, &es, Style::Named).unwrap()).unwrap(),
+                es
+            );
+        }
+        let l2 = p4i(L2);
+        for (t, text) in [
+            (
+                "smac",
+                include_str!("../../../examples/l2switch/smac.entries.txt"),
+            ),
+            (
+                "dmac",
+                include_str!("../../../examples/l2switch/dmac.entries.txt"),
+            ),
+        ] {
+            let s = TableSchema::from_p4info(&l2, t).unwrap();
+            assert!(!parse_text(&s, text).unwrap().is_empty());
+        }
+    }
+}
