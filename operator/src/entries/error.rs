@@ -106,6 +106,14 @@ impl EntryError {
         }
     }
 
+    /// The error without its line number.
+    pub fn reason(&self) -> &EntryError {
+        match self {
+            EntryError::AtLine { source, .. } => source.reason(),
+            e => e,
+        }
+    }
+
     /// The line number, if this error came from the line format.
     pub fn line(&self) -> Option<usize> {
         match self {

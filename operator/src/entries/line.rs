@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry as MapEntry;
 use std::fmt::Write as _;
 
-use super::entry::{Builder, Entry};
+use super::entry::{Builder, Entry, EntryKey};
 use super::error::EntryError;
 use super::schema::TableSchema;
 use super::value::{write_match, write_value};
@@ -343,6 +343,61 @@ pub fn split_entries(
         chunks.push(cur);
     }
     Ok(chunks)
+}
+
+/// One entry as a named-form line without the newline, e.g. for status
+/// messages: `hdr.ipv4.srcAddr=10.0.0.1 hdr.ipv4.dstAddr=10.0.0.2 => allow port=1`.
+pub fn format_entry(schema: &TableSchema, e: &Entry) -> Result<String, EntryError> {
+    let f = Formatter {
+        schema,
+        style: Style::Named,
+        header: String::new(),
+        default_action: None,
+    };
+    let mut out = String::new();
+    f.write_line(&mut out, e)?;
+    out.pop();
+    Ok(out)
+}
+
+/// Just the match part (and priority) in named form, e.g.
+/// `hdr.ipv4.srcAddr=10.0.0.0/8 @10`; unknown field ids are shown by id.
+pub fn format_key(schema: &TableSchema, k: &EntryKey) -> String {
+    let mut out = String::new();
+    for m in &k.matches {
+        match schema.field_by_id(m.field_id) {
+            Some((_, f)) => {
+                out.push_str(&f.name);
+                out.push('=');
+                write_match(&mut out, Some(&m.value), f.bitwidth);
+            }
+            None => {
+                let _ = write!(out, "#{}=", m.field_id);
+                write_match(&mut out, Some(&m.value), 0);
+            }
+        }
+        out.push(' ');
+    }
+    if k.priority != 0 {
+        let _ = write!(out, "@{}", k.priority);
+    }
+    if out.ends_with(' ') {
+        out.pop();
+    }
+    out
+}
+
+/// The first two entries (by index) with the same key, e.g. across
+/// several ConfigMaps that were parsed one by one.
+pub fn first_duplicate(entries: &[Entry]) -> Option<(usize, usize)> {
+    let mut seen: HashMap<&EntryKey, usize> = HashMap::with_capacity(entries.len());
+    for (i, e) in entries.iter().enumerate() {
+        if let Some(&j) = seen.get(&e.key) {
+            return Some((j, i));
+        }
+        seen.insert(&e.key, i);
+    }
+    None
 }
 
 struct Formatter<'s> {
@@ -734,6 +789,26 @@ srcAddr=10.1.0.0/16 => permit @20
             out,
             "#! table MyIngress.firewall\n#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n10.0.0.1 10.0.0.2 1\n"
         );
+    }
+
+    #[test]
+    fn single_entry_and_key_text() {
+        let t = acl();
+        let es = parse_text(&t, "srcAddr=10.0.0.0/8 l4_dst_port=80..443 => deny @10\n").unwrap();
+        assert_eq!(
+            format_entry(&t, &es[0]).unwrap(),
+            "hdr.ipv4.srcAddr=10.0.0.0/8 meta.l4_dst_port=80..443 => deny @10"
+        );
+        assert_eq!(
+            format_key(&t, &es[0].key),
+            "hdr.ipv4.srcAddr=10.0.0.0/8 meta.l4_dst_port=80..443 @10"
+        );
+        let f = firewall();
+        let es = parse_text(&f, "#! fields srcAddr dstAddr\n1 2 drop\n3 4 drop\n").unwrap();
+        assert_eq!(first_duplicate(&es), None);
+        let mut more = es.clone();
+        more.extend(parse_text(&f, "#! fields srcAddr dstAddr\n3 4 allow 1\n").unwrap());
+        assert_eq!(first_duplicate(&more), Some((1, 2)));
     }
 
     #[test]

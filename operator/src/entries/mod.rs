@@ -24,8 +24,8 @@ pub use entry::{
 };
 pub use error::{EntryError, ValueError};
 pub use line::{
-    CONFIGMAP_TEXT_LIMIT, DEFAULT_CONFIGMAP_KEY, LineParser, Style, format_entries, parse_text,
-    parse_text_lossy, split_entries,
+    CONFIGMAP_TEXT_LIMIT, DEFAULT_CONFIGMAP_KEY, LineParser, Style, first_duplicate,
+    format_entries, format_entry, format_key, parse_text, parse_text_lossy, split_entries,
 };
 pub use schema::{ActionSchema, ActionScope, FieldSchema, MatchKind, ParamSchema, TableSchema};
 pub use value::{format_value, parse_match, parse_number, parse_value, write_match, write_value};

@@ -370,8 +370,14 @@ pub fn write_match(out: &mut String, m: Option<&MatchValue>, width: u32) {
         }
         Some(MatchValue::Ternary { value, mask }) => {
             write_value(out, value.as_slice(), width);
-            out.push_str("&&&");
-            write_value(out, mask.as_slice(), width);
+            // Prefix-shaped masks read better (and are shorter) as /len.
+            let ones: u32 = mask.as_slice().iter().map(|b| b.count_ones()).sum();
+            if width > 0 && ones < width && *mask == prefix_mask(ones, width) {
+                let _ = write!(out, "/{ones}");
+            } else {
+                out.push_str("&&&");
+                write_value(out, mask.as_slice(), width);
+            }
         }
         Some(MatchValue::Range { low, high }) => {
             write_value(out, low.as_slice(), width);
@@ -671,7 +677,9 @@ mod tests {
         }
         for (s, k, w) in [
             ("10.0.0.0/24", MatchKind::Lpm, 32),
-            ("10.0.0.0&&&255.0.0.0", MatchKind::Ternary, 32),
+            ("10.0.0.0&&&255.0.255.0", MatchKind::Ternary, 32),
+            ("10.0.0.0/8", MatchKind::Ternary, 32),
+            ("5&&&7", MatchKind::Ternary, 8),
             ("80..443", MatchKind::Range, 16),
         ] {
             let m = parse_match(k, s, w).unwrap();
