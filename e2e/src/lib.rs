@@ -1,11 +1,13 @@
 //! Test harness: a real Kubernetes control plane (etcd + kube-apiserver built
 //! from hack/kube-apiserver) per test binary, with the p4fleet CRDs installed.
 //!
-//! ```ignore
+//! ```no_run
+//! # async fn demo() {
 //! let cp = p4fleet_e2e::ControlPlane::shared().await;
 //! let client = cp.client().await;
 //! let ns = p4fleet_e2e::TestNamespace::new(&client).await;
-//! let out = cp.kubectl(["get", "switches"]);
+//! let out = cp.kubectl(["get", "switches", "-n", ns.name()]);
+//! # }
 //! ```
 //!
 //! Set `P4FLEET_KUBECONFIG=<path>` to run against an existing cluster instead.
