@@ -83,16 +83,20 @@ impl<'s> LineParser<'s> {
         let schema = self.builder.schema;
         match words.next() {
             Some("fields") => {
-                self.positional.clear();
+                // A bad header leaves none, so later lines fail loudly
+                // instead of being read with a half-set field order.
+                let mut order = std::mem::take(&mut self.positional);
+                order.clear();
                 for w in words {
                     let i = schema.field_index(w)?;
-                    if self.positional.contains(&i) {
+                    if order.contains(&i) {
                         return Err(EntryError::DuplicateField {
                             field: schema.match_fields[i].name.clone(),
                         });
                     }
-                    self.positional.push(i);
+                    order.push(i);
                 }
+                self.positional = order;
             }
             Some("action") => {
                 self.default_action = match words.next() {
@@ -218,25 +222,33 @@ impl<'s> LineParser<'s> {
 /// Parses a whole text; the first error wins and carries its line number.
 /// Two lines with the same match key and priority are an error.
 pub fn parse_text(schema: &TableSchema, text: &str) -> Result<Vec<Entry>, EntryError> {
-    let (entries, mut errors) = parse_text_lossy(schema, text, 1);
-    match errors.pop() {
+    let mut r = parse_text_lossy(schema, text, 1);
+    match r.errors.pop() {
         Some(e) => Err(e),
-        None => Ok(entries),
+        None => Ok(r.entries),
     }
 }
 
-/// Parses a whole text, skipping bad lines: returns the good entries and
-/// up to `max_errors` errors (with line numbers) in line order.
-pub fn parse_text_lossy(
-    schema: &TableSchema,
-    text: &str,
-    max_errors: usize,
-) -> (Vec<Entry>, Vec<EntryError>) {
+/// What [`parse_text_lossy`] found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ParseReport {
+    /// The good entries, in line order (first of duplicates kept).
+    pub entries: Vec<Entry>,
+    /// The first errors (at most the limit asked for), in line order.
+    pub errors: Vec<EntryError>,
+    /// How many lines failed in total (bad lines plus later duplicates).
+    pub failed: usize,
+}
+
+/// Parses a whole text, skipping bad lines. With `max_errors == 1` it
+/// stops at the first bad line (what [`parse_text`] needs).
+pub fn parse_text_lossy(schema: &TableSchema, text: &str, max_errors: usize) -> ParseReport {
     let mut p = LineParser::new(schema);
     // A rough guess (about 30 bytes per compact line) saves regrowth.
     let mut entries = Vec::with_capacity(text.len() / 32);
     let mut lines: Vec<u32> = Vec::with_capacity(text.len() / 32);
     let mut errors = Vec::new();
+    let mut failed = 0;
     for (i, line) in text.lines().enumerate() {
         match p.parse_line(line) {
             Ok(Some(e)) => {
@@ -245,45 +257,57 @@ pub fn parse_text_lossy(
             }
             Ok(None) => {}
             Err(e) => {
+                failed += 1;
                 if errors.len() < max_errors {
                     errors.push(e.at_line(i + 1));
                 }
-                if errors.len() >= max_errors && max_errors <= 1 {
-                    return (Vec::new(), errors);
+                if max_errors == 1 {
+                    return ParseReport {
+                        entries: Vec::new(),
+                        errors,
+                        failed,
+                    };
                 }
             }
         }
     }
     // Duplicates: keep the first, report the later line.
-    let mut seen: HashMap<&_, u32> = HashMap::with_capacity(entries.len());
-    let mut dup = Vec::new();
+    let mut seen: HashMap<&EntryKey, u32> = HashMap::with_capacity(entries.len());
+    let mut dup_idx = Vec::new();
     for (idx, e) in entries.iter().enumerate() {
         match seen.entry(&e.key) {
-            MapEntry::Occupied(o) => dup.push((idx, lines[idx], *o.get())),
+            MapEntry::Occupied(o) => {
+                dup_idx.push(idx);
+                errors.push(
+                    EntryError::DuplicateEntry {
+                        first_line: *o.get() as usize,
+                    }
+                    .at_line(lines[idx] as usize),
+                );
+            }
             MapEntry::Vacant(v) => {
                 v.insert(lines[idx]);
             }
         }
     }
     drop(seen);
-    if !dup.is_empty() {
-        for &(_, line, first) in &dup {
-            if errors.len() < max_errors {
-                errors.push(
-                    EntryError::DuplicateEntry {
-                        first_line: first as usize,
-                    }
-                    .at_line(line as usize),
-                );
-            }
-        }
+    if !dup_idx.is_empty() {
+        failed += dup_idx.len();
         errors.sort_by_key(|e| e.line());
-        errors.truncate(max_errors);
-        for &(idx, _, _) in dup.iter().rev() {
-            entries.remove(idx);
-        }
+        let mut next = dup_idx.iter().peekable();
+        let mut i = 0;
+        entries.retain(|_| {
+            let drop = next.next_if_eq(&&i).is_some();
+            i += 1;
+            !drop
+        });
     }
-    (entries, errors)
+    errors.truncate(max_errors);
+    ParseReport {
+        entries,
+        errors,
+        failed,
+    }
 }
 
 /// How [`format_entries`] writes lines.
@@ -660,24 +684,39 @@ dstAddr=10.0.0.6 srcAddr=10.0.0.5 => allow 7
         let text = "#! fields srcAddr dstAddr\n1 2 drop\n3 4 drop\n1 2 allow 5\n";
         let err = parse_text(&t, text).unwrap_err();
         assert_eq!(err, EntryError::DuplicateEntry { first_line: 2 }.at_line(4));
-        let (es, errs) = parse_text_lossy(&t, text, 10);
-        assert_eq!(es.len(), 2);
-        assert_eq!(errs.len(), 1);
+        let r = parse_text_lossy(&t, text, 10);
+        assert_eq!(r.entries.len(), 2);
+        assert_eq!(r.errors.len(), 1);
+        assert_eq!(r.failed, 1);
     }
 
     #[test]
     fn lossy_collects_errors_in_order() {
         let t = firewall();
         let text = "#! fields srcAddr dstAddr\nx 2 drop\n3 4 drop\n1 2 nope\n1 2 drop\n";
-        let (es, errs) = parse_text_lossy(&t, text, 10);
-        assert_eq!(es.len(), 2);
+        let r = parse_text_lossy(&t, text, 10);
+        assert_eq!(r.entries.len(), 2);
         assert_eq!(
-            errs.iter().map(|e| e.line()).collect::<Vec<_>>(),
+            r.errors.iter().map(|e| e.line()).collect::<Vec<_>>(),
             vec![Some(2), Some(4)]
         );
-        let (_, errs) = parse_text_lossy(&t, text, 1);
-        assert_eq!(errs.len(), 1);
-        assert_eq!(errs[0].line(), Some(2));
+        assert_eq!(r.failed, 2);
+        let r = parse_text_lossy(&t, text, 1);
+        assert_eq!(r.errors.len(), 1);
+        assert_eq!(r.errors[0].line(), Some(2));
+        // Errors are capped, the count is not; duplicates sort in by line.
+        let text = "#! fields srcAddr dstAddr\n1 1 drop\n1 1 drop\nx 1 drop\ny 1 drop\n";
+        let r = parse_text_lossy(&t, text, 2);
+        assert_eq!(r.failed, 3);
+        assert_eq!(
+            r.errors.iter().map(|e| e.line()).collect::<Vec<_>>(),
+            vec![Some(3), Some(4)]
+        );
+        assert_eq!(r.entries.len(), 1);
+        assert_eq!(parse_text_lossy(&t, text, 0).entries.len(), 1);
+        // A bad header is reported once, then its lines fail too.
+        let r = parse_text_lossy(&t, "#! fields srcAddr nope\n1 2 drop\n", 10);
+        assert_eq!(r.failed, 2);
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub use entry::{
 };
 pub use error::{EntryError, ValueError};
 pub use line::{
-    CONFIGMAP_TEXT_LIMIT, DEFAULT_CONFIGMAP_KEY, LineParser, Style, first_duplicate,
+    CONFIGMAP_TEXT_LIMIT, DEFAULT_CONFIGMAP_KEY, LineParser, ParseReport, Style, first_duplicate,
     format_entries, format_entry, format_key, parse_text, parse_text_lossy, split_entries,
 };
 pub use schema::{ActionSchema, ActionScope, FieldSchema, MatchKind, ParamSchema, TableSchema};
