@@ -1,18 +1,26 @@
 //! Shared state handed to every reconciler.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use kube::runtime::events::{Recorder, Reporter};
 
 use crate::driver::DriverPool;
 use crate::metrics::Metrics;
+use crate::status::Events;
 
 /// Operator-wide settings from the command line.
 #[derive(Clone, Debug)]
 pub struct OperatorConfig {
     /// Default period of drift checks and idle requeues.
     pub resync: Duration,
-    /// Identity written into Events and field managers.
+    /// Controller name written into Events.
     pub reporter: String,
+    /// This replica's identity (pod name) for Events and the leader lease.
+    pub instance: Option<String>,
+    /// Watch only this namespace (namespaced kinds); all namespaces when None.
+    pub watch_namespace: Option<String>,
 }
 
 impl Default for OperatorConfig {
@@ -20,15 +28,185 @@ impl Default for OperatorConfig {
         OperatorConfig {
             resync: Duration::from_secs(60),
             reporter: "p4fleet".into(),
+            instance: None,
+            watch_namespace: None,
         }
     }
 }
 
-/// Everything a reconcile needs; cheap to clone behind an Arc.
+/// Everything a reconcile needs; shared behind an Arc.
 pub struct Context {
     pub client: kube::Client,
     pub config: OperatorConfig,
     pub metrics: Arc<Metrics>,
     /// One long-lived connection per Switch, shared by all reconcilers.
     pub drivers: DriverPool,
+    /// Kubernetes Events about p4fleet objects.
+    pub events: Events,
+    /// Which controllers have synced their watches (for /readyz).
+    pub readiness: Readiness,
+    /// Per-object consecutive failures, for error backoff.
+    pub backoff: Backoff,
+}
+
+impl Context {
+    pub fn new(
+        client: kube::Client,
+        config: OperatorConfig,
+        metrics: Arc<Metrics>,
+        drivers: DriverPool,
+    ) -> Arc<Context> {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: config.reporter.clone(),
+                instance: config.instance.clone(),
+            },
+        );
+        Arc::new(Context {
+            client,
+            config,
+            metrics,
+            drivers,
+            events: Events::new(recorder),
+            readiness: Readiness::default(),
+            backoff: Backoff::default(),
+        })
+    }
+
+    /// An Api for namespaced kind `K` in `ns`.
+    pub fn namespaced<K>(&self, ns: &str) -> kube::Api<K>
+    where
+        K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+    {
+        kube::Api::namespaced(self.client.clone(), ns)
+    }
+
+    /// An Api for kind `K` over all namespaces (or cluster-scoped).
+    pub fn all<K>(&self) -> kube::Api<K>
+    where
+        K: kube::Resource<DynamicType = ()>,
+    {
+        kube::Api::all(self.client.clone())
+    }
+}
+
+/// Readiness of the operator: each controller registers itself and reports
+/// when its watch has synced. Ready when every registered one has.
+#[derive(Clone, Default)]
+pub struct Readiness {
+    inner: Arc<Mutex<ReadinessState>>,
+}
+
+#[derive(Default)]
+struct ReadinessState {
+    /// None: no controllers expected (standby replica); Some: per-kind sync.
+    controllers: Option<BTreeMap<String, bool>>,
+    standby: bool,
+}
+
+impl Readiness {
+    /// Declares a controller that must sync before the operator is ready.
+    pub fn register(&self, kind: &str) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        g.controllers
+            .get_or_insert_with(BTreeMap::new)
+            .insert(kind.into(), false);
+    }
+
+    /// Marks a controller's watch as synced.
+    pub fn synced(&self, kind: &str) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        g.controllers
+            .get_or_insert_with(BTreeMap::new)
+            .insert(kind.into(), true);
+    }
+
+    /// A replica waiting for the leader lease is ready (it serves probes and
+    /// is a valid rollout target) without running controllers.
+    pub fn set_standby(&self, standby: bool) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        g.standby = standby;
+    }
+
+    /// Ok with a summary when ready, Err naming what has not synced.
+    pub fn check(&self) -> Result<String, String> {
+        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if g.standby {
+            return Ok("standby: waiting for the leader lease".into());
+        }
+        match &g.controllers {
+            None => Err("controllers not started".into()),
+            Some(m) => {
+                let pending: Vec<&str> = m
+                    .iter()
+                    .filter(|(_, s)| !**s)
+                    .map(|(k, _)| k.as_str())
+                    .collect();
+                if pending.is_empty() {
+                    Ok(format!("{} watches synced", m.len()))
+                } else {
+                    Err(format!("watches not synced: {}", pending.join(", ")))
+                }
+            }
+        }
+    }
+}
+
+/// Exponential per-object backoff for failed reconciles (1 s doubling to 5 min).
+#[derive(Default)]
+pub struct Backoff {
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Backoff {
+    pub const MAX: Duration = Duration::from_secs(300);
+
+    /// Records a failure of `key` and returns how long to wait before retrying.
+    pub fn failed(&self, key: &str) -> Duration {
+        let mut g = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let n = g.entry(key.to_string()).or_insert(0);
+        *n = n.saturating_add(1);
+        delay(*n)
+    }
+
+    /// Forgets the failures of `key` after a successful reconcile.
+    pub fn succeeded(&self, key: &str) {
+        let mut g = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        g.remove(key);
+    }
+}
+
+/// Delay after `n` consecutive failures.
+pub fn delay(n: u32) -> Duration {
+    let secs = 1u64 << n.saturating_sub(1).min(16);
+    Duration::from_secs(secs).min(Backoff::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_resets() {
+        let b = Backoff::default();
+        assert_eq!(b.failed("a"), Duration::from_secs(1));
+        assert_eq!(b.failed("a"), Duration::from_secs(2));
+        assert_eq!(b.failed("a"), Duration::from_secs(4));
+        b.succeeded("a");
+        assert_eq!(b.failed("a"), Duration::from_secs(1));
+        assert_eq!(delay(40), Backoff::MAX);
+    }
+
+    #[test]
+    fn readiness_needs_every_registered_controller() {
+        let r = Readiness::default();
+        assert!(r.check().is_err());
+        r.register("Switch");
+        r.register("P4Program");
+        r.synced("Switch");
+        assert!(r.check().unwrap_err().contains("P4Program"));
+        r.synced("P4Program");
+        assert!(r.check().is_ok());
+    }
 }

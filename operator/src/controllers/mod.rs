@@ -1,1 +1,178 @@
-//! (placeholder, being written)
+//! One kube-rs Controller per kind, sharing the error policy, metrics,
+//! backoff and readiness reporting.
+//!
+//! Each kind's module exposes `controller(&Context) -> Controller<K>` (the
+//! watches it needs) and `reconcile(Arc<K>, Arc<Context>) -> Result<Action, Error>`;
+//! [`run_controllers`] drives them all until shutdown.
+
+pub mod extern_policy;
+pub mod program;
+pub mod switch;
+pub mod virtual_switch;
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::future::{BoxFuture, Shared};
+use futures::{FutureExt, StreamExt};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use crate::context::Context;
+
+/// Resolves once the process should stop; cheap to clone.
+pub type Shutdown = Shared<BoxFuture<'static, ()>>;
+
+/// Wraps any future as a [`Shutdown`].
+pub fn shutdown_on(fut: impl Future<Output = ()> + Send + 'static) -> Shutdown {
+    fut.boxed().shared()
+}
+
+/// Why a reconcile failed (it is retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("object has no {0}")]
+    MissingObjectKey(&'static str),
+    #[error("device {switch}: {message}")]
+    Device { switch: String, message: String },
+}
+
+impl Error {
+    /// Short label for the `reconcile_errors` metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::MissingObjectKey(_) => "invalid_object",
+            Error::Device { .. } => "device",
+        }
+    }
+}
+
+/// `namespace/name` (or `name`) of an object, for logs, backoff and slot owners.
+pub fn object_key<K: Resource>(obj: &K) -> String {
+    match obj.namespace() {
+        Some(ns) => format!("{ns}/{}", obj.name_any()),
+        None => obj.name_any(),
+    }
+}
+
+/// Shared error policy: count, log, and requeue with per-object exponential backoff.
+pub fn error_policy<K>(obj: Arc<K>, err: &Error, ctx: Arc<Context>) -> Action
+where
+    K: Resource<DynamicType = ()>,
+{
+    let kind = K::kind(&());
+    let key = object_key(obj.as_ref());
+    ctx.metrics.reconcile_error(&kind, err.metric_label());
+    let delay = ctx.backoff.failed(&format!("{kind}/{key}"));
+    tracing::warn!(%kind, object = %key, error = %err, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Api for a namespaced kind, limited to `--watch-namespace` when given.
+pub fn scoped_api<K>(ctx: &Context) -> Api<K>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+{
+    match &ctx.config.watch_namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    }
+}
+
+/// Default watcher configuration for primary resources.
+pub fn watcher_config() -> watcher::Config {
+    watcher::Config::default().any_semantic()
+}
+
+/// Runs one controller until shutdown: registers it for readiness, marks it
+/// synced when its store is, times every reconcile, resets backoff on success.
+pub async fn drive<K, F, Fut>(
+    controller: Controller<K>,
+    reconcile: F,
+    ctx: Arc<Context>,
+    shutdown: Shutdown,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    let kind = K::kind(&()).to_string();
+    ctx.readiness.register(&kind);
+    let store = controller.store();
+    let readiness = ctx.readiness.clone();
+    let synced_kind = kind.clone();
+    tokio::spawn(async move {
+        if store.wait_until_ready().await.is_ok() {
+            tracing::info!(kind = %synced_kind, "watch synced");
+            readiness.synced(&synced_kind);
+        }
+    });
+    let reconcile = Arc::new(reconcile);
+    let log_kind = kind.clone();
+    controller
+        .graceful_shutdown_on(shutdown)
+        .run(
+            move |obj: Arc<K>, ctx: Arc<Context>| {
+                let reconcile = reconcile.clone();
+                let kind = kind.clone();
+                async move {
+                    let key = format!("{kind}/{}", object_key(obj.as_ref()));
+                    let _timer = ctx.metrics.reconcile(&kind);
+                    let res = reconcile(obj, ctx.clone()).await;
+                    if res.is_ok() {
+                        ctx.backoff.succeeded(&key);
+                    }
+                    res
+                }
+            },
+            error_policy::<K>,
+            ctx,
+        )
+        .for_each(move |res| {
+            match res {
+                Ok((obj, _)) => tracing::debug!(kind = %log_kind, object = %obj, "reconciled"),
+                // Reconciler errors are already logged by error_policy.
+                Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {}
+                Err(e) => tracing::warn!(kind = %log_kind, error = %e, "controller"),
+            }
+            futures::future::ready(())
+        })
+        .await;
+    tracing::info!(kind = %K::kind(&()), "controller stopped");
+}
+
+/// Starts every controller and returns when all have shut down.
+pub async fn run_controllers(ctx: Arc<Context>, shutdown: Shutdown) {
+    tokio::join!(
+        drive(
+            switch::controller(&ctx),
+            switch::reconcile,
+            ctx.clone(),
+            shutdown.clone()
+        ),
+        drive(
+            program::controller(&ctx),
+            program::reconcile,
+            ctx.clone(),
+            shutdown.clone()
+        ),
+        drive(
+            virtual_switch::controller(&ctx),
+            virtual_switch::reconcile,
+            ctx.clone(),
+            shutdown.clone()
+        ),
+        drive(
+            extern_policy::controller(&ctx),
+            extern_policy::reconcile,
+            ctx.clone(),
+            shutdown.clone()
+        ),
+    );
+}
