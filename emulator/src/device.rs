@@ -1,0 +1,678 @@
+//! One emulated device: its pipeline, table contents, arbitration state and
+//! counters. Everything here is synchronous; callers never hold a lock across
+//! an await.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use p4fleet_proto::p4runtime::{
+    self as p4, set_forwarding_pipeline_config_request::Action as SetAction, update::Type,
+};
+use p4fleet_proto::rpc;
+use serde::Serialize;
+use tokio::sync::mpsc::UnboundedSender;
+use tonic::{Code, Status};
+
+use crate::entry::{
+    UpdateError, canonicalize_action, canonicalize_entry, check_action, encode_key, err,
+};
+use crate::schema::Schema;
+
+type Entries = HashMap<Box<[u8]>, p4::TableEntry, foldhash::fast::RandomState>;
+
+pub(crate) struct TableState {
+    pub entries: Entries,
+    pub default_action: Option<p4::Action>,
+}
+
+pub(crate) struct Pipeline {
+    pub schema: Schema,
+    pub config: p4::ForwardingPipelineConfig,
+    pub tables: HashMap<u32, TableState>,
+}
+
+impl Pipeline {
+    fn new(schema: Schema, config: p4::ForwardingPipelineConfig) -> Pipeline {
+        let tables = schema
+            .tables
+            .values()
+            .map(|t| {
+                (
+                    t.id,
+                    TableState {
+                        entries: Entries::default(),
+                        default_action: t.initial_default.clone(),
+                    },
+                )
+            })
+            .collect();
+        Pipeline {
+            schema,
+            config,
+            tables,
+        }
+    }
+
+    /// Applies one update of a Write batch. `key` is a reusable buffer.
+    pub fn apply(&mut self, update: p4::Update, key: &mut Vec<u8>) -> Result<Type, UpdateError> {
+        let ty = Type::try_from(update.r#type).unwrap_or(Type::Unspecified);
+        if ty == Type::Unspecified {
+            return Err(err(Code::InvalidArgument, "update type is UNSPECIFIED"));
+        }
+        match update.entity.and_then(|e| e.entity) {
+            Some(p4::entity::Entity::TableEntry(te)) => self.write_table_entry(ty, te, key),
+            Some(_) => Err(err(
+                Code::Unimplemented,
+                "only table entries can be written to this emulator",
+            )),
+            None => Err(err(Code::InvalidArgument, "update has no entity")),
+        }
+    }
+
+    fn write_table_entry(
+        &mut self,
+        ty: Type,
+        mut te: p4::TableEntry,
+        key: &mut Vec<u8>,
+    ) -> Result<Type, UpdateError> {
+        let Some(table) = self.schema.tables.get(&te.table_id) else {
+            return Err(err(
+                Code::NotFound,
+                format!("unknown table id {}", te.table_id),
+            ));
+        };
+        if table.is_const {
+            return Err(err(
+                Code::PermissionDenied,
+                format!("table {} is const", table.name),
+            ));
+        }
+        if table.implementation_id != 0 {
+            return Err(err(
+                Code::Unimplemented,
+                format!("table {} uses an action profile (not emulated)", table.name),
+            ));
+        }
+        let state = self.tables.get_mut(&table.id).expect("one state per table");
+
+        if te.is_default_action {
+            if ty != Type::Modify {
+                return Err(err(
+                    Code::InvalidArgument,
+                    "the default entry can only be modified",
+                ));
+            }
+            if !te.r#match.is_empty() || te.priority != 0 {
+                return Err(err(
+                    Code::InvalidArgument,
+                    "the default entry has no match fields and no priority",
+                ));
+            }
+            if table.const_default_action_id != 0 {
+                return Err(err(
+                    Code::PermissionDenied,
+                    format!("table {} has a const default action", table.name),
+                ));
+            }
+            state.default_action = match te.action.and_then(|a| a.r#type) {
+                None => table.initial_default.clone(),
+                Some(p4::table_action::Type::Action(mut a)) => {
+                    check_action(&self.schema, table, &a, true)?;
+                    canonicalize_action(&mut a);
+                    Some(a)
+                }
+                Some(_) => {
+                    return Err(err(
+                        Code::InvalidArgument,
+                        format!("table {} is a direct table", table.name),
+                    ));
+                }
+            };
+            return Ok(Type::Modify);
+        }
+
+        encode_key(table, &te.r#match, te.priority, key)?;
+        if ty != Type::Delete {
+            match te.action.as_ref().and_then(|a| a.r#type.as_ref()) {
+                Some(p4::table_action::Type::Action(a)) => {
+                    check_action(&self.schema, table, a, false)?
+                }
+                Some(_) => {
+                    return Err(err(
+                        Code::InvalidArgument,
+                        format!("table {} is a direct table", table.name),
+                    ));
+                }
+                None => return Err(err(Code::InvalidArgument, "entry has no action")),
+            }
+        }
+        match ty {
+            Type::Insert => {
+                if state.entries.contains_key(key.as_slice()) {
+                    return Err(err(
+                        Code::AlreadyExists,
+                        format!("table {}: entry already exists", table.name),
+                    ));
+                }
+                if table.size.is_some_and(|s| state.entries.len() >= s) {
+                    return Err(err(
+                        Code::ResourceExhausted,
+                        format!(
+                            "table {} is full ({} entries)",
+                            table.name,
+                            state.entries.len()
+                        ),
+                    ));
+                }
+                canonicalize_entry(&mut te);
+                state.entries.insert(key.as_slice().into(), te);
+            }
+            Type::Modify => {
+                let Some(slot) = state.entries.get_mut(key.as_slice()) else {
+                    return Err(err(
+                        Code::NotFound,
+                        format!("table {}: no such entry", table.name),
+                    ));
+                };
+                canonicalize_entry(&mut te);
+                *slot = te;
+            }
+            Type::Delete => {
+                if state.entries.remove(key.as_slice()).is_none() {
+                    return Err(err(
+                        Code::NotFound,
+                        format!("table {}: no such entry", table.name),
+                    ));
+                }
+            }
+            Type::Unspecified => unreachable!("checked above"),
+        }
+        Ok(ty)
+    }
+
+    /// Entities matching one table-entry read filter, passed to `emit`.
+    pub fn read_table_entries(
+        &self,
+        filter: &p4::TableEntry,
+        emit: &mut dyn FnMut(p4::TableEntry),
+    ) -> Result<(), UpdateError> {
+        let mut ids: Vec<u32> = if filter.table_id == 0 {
+            self.schema.tables.keys().copied().collect()
+        } else if self.schema.tables.contains_key(&filter.table_id) {
+            vec![filter.table_id]
+        } else {
+            return Err(err(
+                Code::NotFound,
+                format!("unknown table id {}", filter.table_id),
+            ));
+        };
+        ids.sort_unstable();
+        for id in ids {
+            let table = &self.schema.tables[&id];
+            let state = &self.tables[&id];
+            if filter.is_default_action {
+                if let Some(a) = &state.default_action {
+                    emit(p4::TableEntry {
+                        table_id: id,
+                        action: Some(p4::TableAction {
+                            r#type: Some(p4::table_action::Type::Action(a.clone())),
+                        }),
+                        is_default_action: true,
+                        r#const: table.const_default_action_id != 0,
+                        ..Default::default()
+                    });
+                }
+            } else if filter.table_id != 0 && !filter.r#match.is_empty() {
+                let mut key = Vec::new();
+                encode_key(table, &filter.r#match, filter.priority, &mut key)?;
+                if let Some(e) = state.entries.get(key.as_slice()) {
+                    emit(e.clone());
+                }
+            } else {
+                for e in state.entries.values() {
+                    emit(e.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Pipeline and table contents of a device.
+#[derive(Default)]
+pub(crate) struct DeviceState {
+    pub pipeline: Option<Pipeline>,
+    /// Saved by VERIFY_AND_SAVE, realized by COMMIT.
+    pub saved: Option<(Schema, p4::ForwardingPipelineConfig)>,
+}
+
+impl DeviceState {
+    pub fn set_pipeline(
+        &mut self,
+        action: SetAction,
+        config: Option<p4::ForwardingPipelineConfig>,
+    ) -> Result<(), Status> {
+        let verify = |config: Option<p4::ForwardingPipelineConfig>| {
+            let config = config.ok_or_else(|| Status::invalid_argument("config is required"))?;
+            let p4info = config
+                .p4info
+                .as_ref()
+                .ok_or_else(|| Status::invalid_argument("config has no p4info"))?;
+            let schema =
+                Schema::from_p4info(p4info).map_err(|e| Status::invalid_argument(e.to_string()))?;
+            Ok::<_, Status>((schema, config))
+        };
+        match action {
+            SetAction::Unspecified => {
+                return Err(Status::invalid_argument("action is UNSPECIFIED"));
+            }
+            SetAction::Verify => {
+                verify(config)?;
+            }
+            SetAction::VerifyAndSave => {
+                self.saved = Some(verify(config)?);
+            }
+            SetAction::VerifyAndCommit => {
+                let (schema, config) = verify(config)?;
+                self.pipeline = Some(Pipeline::new(schema, config));
+                self.saved = None;
+            }
+            SetAction::Commit => {
+                if config.is_some() {
+                    return Err(Status::invalid_argument(
+                        "COMMIT takes no config (it realizes the saved one)",
+                    ));
+                }
+                let (schema, config) = self
+                    .saved
+                    .take()
+                    .ok_or_else(|| Status::failed_precondition("no saved config to commit"))?;
+                self.pipeline = Some(Pipeline::new(schema, config));
+            }
+            SetAction::ReconcileAndCommit => {
+                let (schema, config) = verify(config)?;
+                let mut next = Pipeline::new(schema, config);
+                if let Some(old) = self.pipeline.take() {
+                    if let Err(e) = reconcile(&old, &mut next) {
+                        self.pipeline = Some(old);
+                        return Err(e);
+                    }
+                    let mut old = old;
+                    for (id, state) in old.tables.drain() {
+                        if let Some(slot) = next.tables.get_mut(&id) {
+                            *slot = state;
+                        }
+                    }
+                }
+                self.pipeline = Some(next);
+                self.saved = None;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks that every non-empty table of `old` survives unchanged in `next`.
+fn reconcile(old: &Pipeline, next: &mut Pipeline) -> Result<(), Status> {
+    for (id, state) in &old.tables {
+        let old_t = &old.schema.tables[id];
+        let modified = state.entries.len() > 0 || state.default_action != old_t.initial_default;
+        if !modified {
+            continue;
+        }
+        let same = next.schema.tables.get(id).is_some_and(|t| {
+            t == old_t
+                && t.actions
+                    .iter()
+                    .all(|(a, _)| old.schema.actions.get(a) == next.schema.actions.get(a))
+        });
+        if !same {
+            return Err(Status::invalid_argument(format!(
+                "cannot preserve the state of table {} under the new config",
+                old_t.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) type StreamTx = UnboundedSender<Result<p4::StreamMessageResponse, Status>>;
+
+struct StreamSlot {
+    stream_id: u64,
+    election_id: Option<u128>,
+    role: Option<p4::Role>,
+    tx: StreamTx,
+}
+
+#[derive(Default)]
+struct RoleState {
+    streams: Vec<StreamSlot>,
+    primary: Option<u64>,
+    highest: Option<u128>,
+}
+
+impl RoleState {
+    fn elect(&self) -> Option<u64> {
+        self.streams
+            .iter()
+            .filter(|s| s.election_id.is_some())
+            .max_by_key(|s| s.election_id)
+            .map(|s| s.stream_id)
+    }
+
+    fn primary_election(&self) -> Option<u128> {
+        let p = self.primary?;
+        self.streams
+            .iter()
+            .find(|s| s.stream_id == p)
+            .and_then(|s| s.election_id)
+    }
+
+    fn notify(&self, device_id: u64, only: Option<u64>) {
+        let primary_eid = self.primary_election();
+        let shown = primary_eid.or(self.highest);
+        for s in &self.streams {
+            if only.is_some_and(|o| o != s.stream_id) {
+                continue;
+            }
+            let status = if Some(s.stream_id) == self.primary {
+                rpc::Status {
+                    code: Code::Ok as i32,
+                    message: "you are the primary".into(),
+                    details: vec![],
+                }
+            } else if self.primary.is_some() {
+                rpc::Status {
+                    code: Code::AlreadyExists as i32,
+                    message: "a primary exists; you are a backup".into(),
+                    details: vec![],
+                }
+            } else {
+                rpc::Status {
+                    code: Code::NotFound as i32,
+                    message: "there is no primary".into(),
+                    details: vec![],
+                }
+            };
+            let msg = p4::StreamMessageResponse {
+                update: Some(p4::stream_message_response::Update::Arbitration(
+                    p4::MasterArbitrationUpdate {
+                        device_id,
+                        role: s.role.clone(),
+                        election_id: shown.map(to_uint128),
+                        status: Some(status),
+                    },
+                )),
+            };
+            // A closed receiver means the stream is going away; its removal
+            // follows.
+            let _ = s.tx.send(Ok(msg));
+        }
+    }
+}
+
+pub fn to_uint128(v: u128) -> p4::Uint128 {
+    p4::Uint128 {
+        high: (v >> 64) as u64,
+        low: v as u64,
+    }
+}
+
+pub fn from_uint128(v: &p4::Uint128) -> u128 {
+    ((v.high as u128) << 64) | v.low as u128
+}
+
+/// Primary election per role (role name "" is the default role).
+#[derive(Default)]
+pub(crate) struct Arbitration {
+    roles: HashMap<String, RoleState>,
+}
+
+impl Arbitration {
+    /// Handles a MasterArbitrationUpdate from stream `stream_id`.
+    pub fn arbitrate(
+        &mut self,
+        device_id: u64,
+        stream_id: u64,
+        role: Option<p4::Role>,
+        election_id: Option<u128>,
+        tx: &StreamTx,
+    ) -> Result<(), Status> {
+        let name = role.as_ref().map(|r| r.name.clone()).unwrap_or_default();
+        let rs = self.roles.entry(name).or_default();
+        if let Some(eid) = election_id
+            && rs
+                .streams
+                .iter()
+                .any(|s| s.stream_id != stream_id && s.election_id == Some(eid))
+        {
+            return Err(Status::invalid_argument(
+                "election id already used by another controller of this role",
+            ));
+        }
+        match rs.streams.iter_mut().find(|s| s.stream_id == stream_id) {
+            Some(s) => {
+                s.election_id = election_id;
+                s.role = role;
+            }
+            None => rs.streams.push(StreamSlot {
+                stream_id,
+                election_id,
+                role,
+                tx: tx.clone(),
+            }),
+        }
+        if election_id > rs.highest {
+            rs.highest = election_id;
+        }
+        let elected = rs.elect();
+        if elected != rs.primary {
+            rs.primary = elected;
+            rs.notify(device_id, None);
+        } else {
+            rs.notify(device_id, Some(stream_id));
+        }
+        Ok(())
+    }
+
+    /// Forgets a closed stream; elects a new primary if it was the primary.
+    pub fn remove(&mut self, device_id: u64, role: &str, stream_id: u64) {
+        let Some(rs) = self.roles.get_mut(role) else {
+            return;
+        };
+        rs.streams.retain(|s| s.stream_id != stream_id);
+        let elected = rs.elect();
+        if elected != rs.primary {
+            rs.primary = elected;
+            rs.notify(device_id, None);
+        }
+    }
+
+    /// The primary's election id for `role`, if there is a primary.
+    pub fn primary_election(&self, role: &str) -> Option<u128> {
+        self.roles.get(role).and_then(|r| r.primary_election())
+    }
+
+    pub fn primaries(&self) -> HashMap<String, String> {
+        self.roles
+            .iter()
+            .filter_map(|(k, r)| r.primary_election().map(|e| (k.clone(), e.to_string())))
+            .collect()
+    }
+}
+
+/// Monotonic counters of one device.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub write_rpcs: AtomicU64,
+    pub read_rpcs: AtomicU64,
+    pub set_pipeline_rpcs: AtomicU64,
+    pub get_pipeline_rpcs: AtomicU64,
+    pub stream_channels: AtomicU64,
+    pub inserts: AtomicU64,
+    pub modifies: AtomicU64,
+    pub deletes: AtomicU64,
+    pub failed_updates: AtomicU64,
+    pub entities_read: AtomicU64,
+    pub drift_deletes: AtomicU64,
+}
+
+/// Snapshot of a device's counters and contents (the stats JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct DeviceStats {
+    pub device_id: u64,
+    /// Successful Write RPCs and failed ones alike.
+    pub write_rpcs: u64,
+    pub read_rpcs: u64,
+    pub set_pipeline_rpcs: u64,
+    pub get_pipeline_rpcs: u64,
+    pub stream_channels: u64,
+    /// Successful updates by type.
+    pub inserts: u64,
+    pub modifies: u64,
+    pub deletes: u64,
+    /// Updates refused with a per-update error.
+    pub failed_updates: u64,
+    pub entities_read: u64,
+    /// Entries removed through the drift helpers.
+    pub drift_deletes: u64,
+    pub pipeline_set: bool,
+    /// Cookie of the committed pipeline config, if any.
+    pub cookie: Option<u64>,
+    /// Entries installed now, over all tables.
+    pub entries: u64,
+    /// Entries installed now per table id (as a decimal string).
+    pub tables: std::collections::BTreeMap<String, u64>,
+    /// Current primary election id (decimal u128) per role ("" = default role).
+    pub primaries: HashMap<String, String>,
+}
+
+pub(crate) struct Device {
+    pub id: u64,
+    pub state: Mutex<DeviceState>,
+    pub arb: Mutex<Arbitration>,
+    pub counters: Counters,
+}
+
+impl Device {
+    pub fn new(id: u64) -> Device {
+        Device {
+            id,
+            state: Mutex::new(DeviceState::default()),
+            arb: Mutex::new(Arbitration::default()),
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn stats(&self) -> DeviceStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut s = DeviceStats {
+            device_id: self.id,
+            write_rpcs: get(&c.write_rpcs),
+            read_rpcs: get(&c.read_rpcs),
+            set_pipeline_rpcs: get(&c.set_pipeline_rpcs),
+            get_pipeline_rpcs: get(&c.get_pipeline_rpcs),
+            stream_channels: get(&c.stream_channels),
+            inserts: get(&c.inserts),
+            modifies: get(&c.modifies),
+            deletes: get(&c.deletes),
+            failed_updates: get(&c.failed_updates),
+            entities_read: get(&c.entities_read),
+            drift_deletes: get(&c.drift_deletes),
+            primaries: self.arb.lock().expect("arb lock").primaries(),
+            ..Default::default()
+        };
+        let state = self.state.lock().expect("state lock");
+        if let Some(p) = &state.pipeline {
+            s.pipeline_set = true;
+            s.cookie = p.config.cookie.as_ref().map(|c| c.cookie);
+            for (id, t) in &p.tables {
+                s.entries += t.entries.len() as u64;
+                s.tables.insert(id.to_string(), t.entries.len() as u64);
+            }
+        }
+        s
+    }
+
+    /// Drift helper: removes the entry with the key of `te`, bypassing
+    /// arbitration. Returns whether an entry was removed.
+    pub fn delete_entry(&self, te: &p4::TableEntry) -> Result<bool, UpdateError> {
+        let mut state = self.state.lock().expect("state lock");
+        let p = state
+            .pipeline
+            .as_mut()
+            .ok_or_else(|| err(Code::FailedPrecondition, "no pipeline"))?;
+        let table = p
+            .schema
+            .tables
+            .get(&te.table_id)
+            .ok_or_else(|| err(Code::NotFound, format!("unknown table {}", te.table_id)))?;
+        let mut key = Vec::new();
+        encode_key(table, &te.r#match, te.priority, &mut key)?;
+        let removed = p
+            .tables
+            .get_mut(&te.table_id)
+            .expect("state per table")
+            .entries
+            .remove(key.as_slice())
+            .is_some();
+        if removed {
+            self.counters.drift_deletes.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(removed)
+    }
+
+    /// Drift helper: removes up to `count` arbitrary entries of one table (or
+    /// of all tables). Returns how many were removed.
+    pub fn drop_entries(&self, table_id: Option<u32>, count: usize) -> usize {
+        let mut state = self.state.lock().expect("state lock");
+        let Some(p) = state.pipeline.as_mut() else {
+            return 0;
+        };
+        let mut ids: Vec<u32> = p.tables.keys().copied().collect();
+        ids.sort_unstable();
+        let mut removed = 0;
+        for id in ids {
+            if table_id.is_some_and(|t| t != id) {
+                continue;
+            }
+            let entries = &mut p.tables.get_mut(&id).expect("listed").entries;
+            let victims: Vec<Box<[u8]>> = entries.keys().take(count - removed).cloned().collect();
+            for k in victims {
+                entries.remove(&k);
+                removed += 1;
+            }
+            if removed >= count {
+                break;
+            }
+        }
+        self.counters
+            .drift_deletes
+            .fetch_add(removed as u64, Ordering::Relaxed);
+        removed
+    }
+
+    /// Drift helper: installs an entry bypassing arbitration (a "foreign"
+    /// writer), with the usual validation.
+    pub fn inject_entry(&self, te: p4::TableEntry) -> Result<(), UpdateError> {
+        let mut state = self.state.lock().expect("state lock");
+        let p = state
+            .pipeline
+            .as_mut()
+            .ok_or_else(|| err(Code::FailedPrecondition, "no pipeline"))?;
+        let mut key = Vec::new();
+        p.apply(
+            p4::Update {
+                r#type: Type::Insert as i32,
+                entity: Some(p4::Entity {
+                    entity: Some(p4::entity::Entity::TableEntry(te)),
+                }),
+            },
+            &mut key,
+        )
+        .map(|_| ())
+    }
+}

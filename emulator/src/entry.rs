@@ -1,0 +1,393 @@
+//! Validation of table entries against the schema and their canonical keys.
+//! Pure logic: the error codes follow the P4Runtime spec's rules for match
+//! fields, priorities and action parameters.
+
+use p4fleet_proto::p4info::action_ref::Scope;
+use p4fleet_proto::p4runtime::{self as p4, field_match::FieldMatchType};
+use tonic::Code;
+
+use crate::schema::{MatchKind, Schema, TableInfo, nbytes};
+
+/// Why one update (or one read key) was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code:?}: {message}")]
+pub struct UpdateError {
+    pub code: Code,
+    pub message: String,
+}
+
+pub fn err(code: Code, message: impl Into<String>) -> UpdateError {
+    UpdateError {
+        code,
+        message: message.into(),
+    }
+}
+
+/// Strips leading zero bytes (P4Runtime allows the client to pad) and checks
+/// that the value fits in `bitwidth` bits. Returns the significant bytes.
+pub fn significant<'a>(
+    value: &'a [u8],
+    bitwidth: u32,
+    what: &dyn Fn() -> String,
+) -> Result<&'a [u8], UpdateError> {
+    if value.is_empty() {
+        return Err(err(Code::OutOfRange, format!("{}: empty value", what())));
+    }
+    let first = value.iter().position(|b| *b != 0).unwrap_or(value.len());
+    let sig = &value[first..];
+    let nb = nbytes(bitwidth);
+    let fits = sig.len() < nb
+        || (sig.len() == nb && {
+            let spare = nb as u32 * 8 - bitwidth;
+            spare == 0 || sig[0] >> (8 - spare) == 0
+        });
+    if !fits {
+        return Err(err(
+            Code::OutOfRange,
+            format!(
+                "{}: value 0x{} does not fit in {} bits",
+                what(),
+                hex(value),
+                bitwidth
+            ),
+        ));
+    }
+    Ok(sig)
+}
+
+/// Writes `value` right-aligned into `dst` (which is zero) after checking it.
+fn put(
+    dst: &mut [u8],
+    value: &[u8],
+    bitwidth: u32,
+    what: &dyn Fn() -> String,
+) -> Result<(), UpdateError> {
+    let sig = significant(value, bitwidth, what)?;
+    let n = dst.len();
+    dst[n - sig.len()..].copy_from_slice(sig);
+    Ok(())
+}
+
+fn hex(v: &[u8]) -> String {
+    v.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// True when all bits after the first `keep` bits of `buf` are zero.
+fn zero_after(buf: &[u8], keep: usize) -> bool {
+    let full = keep / 8;
+    let rem = keep % 8;
+    let mut start = full;
+    if rem != 0 {
+        if buf[full] & (0xffu8 >> rem) != 0 {
+            return false;
+        }
+        start += 1;
+    }
+    buf[start.min(buf.len())..].iter().all(|b| *b == 0)
+}
+
+/// Builds the canonical key of an entry into `key` (cleared first): every
+/// field at a fixed offset, zero-padded to its byte width, omitted
+/// (don't-care) fields as zeros, then the priority when the table needs one.
+pub fn encode_key(
+    table: &TableInfo,
+    matches: &[p4::FieldMatch],
+    priority: i32,
+    key: &mut Vec<u8>,
+) -> Result<(), UpdateError> {
+    key.clear();
+    key.resize(table.key_len, 0);
+    let mut seen: u64 = 0;
+    let mut seen_extra: Vec<u32> = Vec::new();
+    for m in matches {
+        let Some((idx, f)) = table.field(m.field_id) else {
+            return Err(err(
+                Code::InvalidArgument,
+                format!(
+                    "table {}: unknown match field id {}",
+                    table.name, m.field_id
+                ),
+            ));
+        };
+        let dup = if idx < 64 {
+            let d = seen & (1 << idx) != 0;
+            seen |= 1 << idx;
+            d
+        } else {
+            let d = seen_extra.contains(&m.field_id);
+            seen_extra.push(m.field_id);
+            d
+        };
+        if dup {
+            return Err(err(
+                Code::InvalidArgument,
+                format!("table {}: duplicate match field {}", table.name, f.name),
+            ));
+        }
+        let what = || format!("table {} field {}", table.name, f.name);
+        let nb = f.nbytes;
+        let slot = &mut key[f.offset..f.offset + f.kind.key_len(nb)];
+        match (f.kind, &m.field_match_type) {
+            (MatchKind::Exact, Some(FieldMatchType::Exact(e))) => {
+                put(slot, &e.value, f.bitwidth, &what)?;
+            }
+            (MatchKind::Lpm, Some(FieldMatchType::Lpm(l))) => {
+                if l.prefix_len <= 0 || l.prefix_len as u32 > f.bitwidth {
+                    return Err(err(
+                        Code::InvalidArgument,
+                        format!(
+                            "{}: prefix_len {} not in 1..={} (omit the field for a \
+                             don't-care match)",
+                            what(),
+                            l.prefix_len,
+                            f.bitwidth
+                        ),
+                    ));
+                }
+                put(&mut slot[..nb], &l.value, f.bitwidth, &what)?;
+                let pad = nb * 8 - f.bitwidth as usize;
+                if !zero_after(&slot[..nb], pad + l.prefix_len as usize) {
+                    return Err(err(
+                        Code::InvalidArgument,
+                        format!(
+                            "{}: bits beyond prefix length {} must be zero",
+                            what(),
+                            l.prefix_len
+                        ),
+                    ));
+                }
+                slot[nb..].copy_from_slice(&(l.prefix_len as u16).to_be_bytes());
+            }
+            (MatchKind::Ternary, Some(FieldMatchType::Ternary(t))) => {
+                let (v, mk) = slot.split_at_mut(nb);
+                put(v, &t.value, f.bitwidth, &what)?;
+                put(mk, &t.mask, f.bitwidth, &|| format!("{} mask", what()))?;
+                if mk.iter().all(|b| *b == 0) {
+                    return Err(err(
+                        Code::InvalidArgument,
+                        format!("{}: all-zero mask (omit the field instead)", what()),
+                    ));
+                }
+                if v.iter().zip(mk.iter()).any(|(v, m)| v & !m != 0) {
+                    return Err(err(
+                        Code::InvalidArgument,
+                        format!("{}: value has bits outside the mask", what()),
+                    ));
+                }
+            }
+            (MatchKind::Range, Some(FieldMatchType::Range(r))) => {
+                let (lo, hi) = slot.split_at_mut(nb);
+                put(lo, &r.low, f.bitwidth, &|| format!("{} low", what()))?;
+                put(hi, &r.high, f.bitwidth, &|| format!("{} high", what()))?;
+                if lo > hi {
+                    return Err(err(
+                        Code::InvalidArgument,
+                        format!("{}: low is greater than high", what()),
+                    ));
+                }
+                if lo.iter().all(|b| *b == 0) && is_max(hi, f.bitwidth) {
+                    return Err(err(
+                        Code::InvalidArgument,
+                        format!("{}: full range (omit the field instead)", what()),
+                    ));
+                }
+            }
+            (MatchKind::Optional, Some(FieldMatchType::Optional(o))) => {
+                slot[0] = 1;
+                put(&mut slot[1..], &o.value, f.bitwidth, &what)?;
+            }
+            (kind, got) => {
+                return Err(err(
+                    Code::InvalidArgument,
+                    format!(
+                        "{}: expected a {kind:?} match, got {}",
+                        what(),
+                        match got {
+                            Some(FieldMatchType::Exact(_)) => "exact",
+                            Some(FieldMatchType::Lpm(_)) => "lpm",
+                            Some(FieldMatchType::Ternary(_)) => "ternary",
+                            Some(FieldMatchType::Range(_)) => "range",
+                            Some(FieldMatchType::Optional(_)) => "optional",
+                            Some(FieldMatchType::Other(_)) => "other",
+                            None => "nothing",
+                        }
+                    ),
+                ));
+            }
+        }
+    }
+    // Exact fields cannot be don't-care.
+    for (idx, f) in table.fields.iter().enumerate() {
+        let present = if idx < 64 {
+            seen & (1 << idx) != 0
+        } else {
+            seen_extra.contains(&f.id)
+        };
+        if !present && f.kind == MatchKind::Exact {
+            return Err(err(
+                Code::InvalidArgument,
+                format!("table {}: missing exact match field {}", table.name, f.name),
+            ));
+        }
+    }
+    if table.needs_priority {
+        if priority <= 0 {
+            return Err(err(
+                Code::InvalidArgument,
+                format!(
+                    "table {}: priority must be > 0 for ternary/range/optional tables",
+                    table.name
+                ),
+            ));
+        }
+        let n = key.len();
+        key[n - 4..].copy_from_slice(&priority.to_be_bytes());
+    } else if priority != 0 {
+        return Err(err(
+            Code::InvalidArgument,
+            format!(
+                "table {}: priority must be 0 for a table without ternary/range/optional fields",
+                table.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn is_max(v: &[u8], bitwidth: u32) -> bool {
+    let spare = v.len() as u32 * 8 - bitwidth;
+    v.iter().enumerate().all(|(i, b)| {
+        if i == 0 {
+            *b == 0xff >> spare
+        } else {
+            *b == 0xff
+        }
+    })
+}
+
+/// Checks a direct action of a table entry (`for_default` = as the table's
+/// default action) against the table's action refs and the action's params.
+pub fn check_action(
+    schema: &Schema,
+    table: &TableInfo,
+    action: &p4::Action,
+    for_default: bool,
+) -> Result<(), UpdateError> {
+    let Some(scope) = table.action_scope(action.action_id) else {
+        return Err(err(
+            Code::InvalidArgument,
+            format!(
+                "table {}: action id {} is not an action of this table",
+                table.name, action.action_id
+            ),
+        ));
+    };
+    match (scope, for_default) {
+        (Scope::DefaultOnly, false) => {
+            return Err(err(
+                Code::InvalidArgument,
+                format!(
+                    "table {}: action {} may only be the default action",
+                    table.name, action.action_id
+                ),
+            ));
+        }
+        (Scope::TableOnly, true) => {
+            return Err(err(
+                Code::InvalidArgument,
+                format!(
+                    "table {}: action {} cannot be the default action",
+                    table.name, action.action_id
+                ),
+            ));
+        }
+        _ => {}
+    }
+    let info = schema
+        .actions
+        .get(&action.action_id)
+        .expect("schema checked action refs");
+    if action.params.len() != info.params.len() {
+        return Err(err(
+            Code::InvalidArgument,
+            format!(
+                "action {}: expected {} params, got {}",
+                info.name,
+                info.params.len(),
+                action.params.len()
+            ),
+        ));
+    }
+    let mut seen: u64 = 0;
+    for p in &action.params {
+        let Some((idx, pinfo)) = info
+            .params
+            .iter()
+            .enumerate()
+            .find(|(_, q)| q.id == p.param_id)
+        else {
+            return Err(err(
+                Code::InvalidArgument,
+                format!("action {}: unknown param id {}", info.name, p.param_id),
+            ));
+        };
+        if idx < 64 {
+            if seen & (1 << idx) != 0 {
+                return Err(err(
+                    Code::InvalidArgument,
+                    format!("action {}: duplicate param {}", info.name, pinfo.name),
+                ));
+            }
+            seen |= 1 << idx;
+        }
+        significant(&p.value, pinfo.bitwidth, &|| {
+            format!("action {} param {}", info.name, pinfo.name)
+        })?;
+    }
+    Ok(())
+}
+
+/// Drops leading zero bytes, keeping at least one: P4Runtime's canonical
+/// form, used for what Read returns.
+pub fn canonicalize(v: &mut Vec<u8>) {
+    let n = v
+        .iter()
+        .take(v.len().saturating_sub(1))
+        .take_while(|b| **b == 0)
+        .count();
+    if n > 0 {
+        v.drain(..n);
+    }
+}
+
+/// Canonical form of every byte string in a (validated) entry.
+pub fn canonicalize_entry(e: &mut p4::TableEntry) {
+    for m in &mut e.r#match {
+        match &mut m.field_match_type {
+            Some(FieldMatchType::Exact(x)) => canonicalize(&mut x.value),
+            Some(FieldMatchType::Lpm(x)) => canonicalize(&mut x.value),
+            Some(FieldMatchType::Ternary(x)) => {
+                canonicalize(&mut x.value);
+                canonicalize(&mut x.mask);
+            }
+            Some(FieldMatchType::Range(x)) => {
+                canonicalize(&mut x.low);
+                canonicalize(&mut x.high);
+            }
+            Some(FieldMatchType::Optional(x)) => canonicalize(&mut x.value),
+            _ => {}
+        }
+    }
+    if let Some(p4::TableAction {
+        r#type: Some(p4::table_action::Type::Action(a)),
+    }) = &mut e.action
+    {
+        canonicalize_action(a);
+    }
+}
+
+pub fn canonicalize_action(a: &mut p4::Action) {
+    for p in &mut a.params {
+        canonicalize(&mut p.value);
+    }
+}

@@ -1,0 +1,82 @@
+//! `p4fleet-emulator`: serves emulated P4Runtime devices until SIGTERM or
+//! ctrl-c. Prints `p4runtime listening on ADDR` and `stats listening on ADDR`
+//! on stdout once bound.
+
+use std::io::Write;
+use std::net::SocketAddr;
+
+use clap::Parser;
+use p4fleet_emulator::{Emulator, EmulatorConfig};
+
+#[derive(Parser, Debug)]
+#[command(name = "p4fleet-emulator", about = "Emulated P4Runtime devices")]
+struct Args {
+    /// P4Runtime gRPC listen address (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    p4runtime_addr: SocketAddr,
+    /// Stats/drift HTTP listen address (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    stats_addr: SocketAddr,
+    /// Serve devices 1..=N (ignored when --device-ids is given).
+    #[arg(long, default_value_t = 1)]
+    devices: u64,
+    /// Explicit comma-separated device ids, e.g. 1,2,7.
+    #[arg(long, value_delimiter = ',')]
+    device_ids: Vec<u64>,
+    /// Entities per ReadResponse.
+    #[arg(long, default_value_t = 1000)]
+    read_chunk_size: usize,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let device_ids = if args.device_ids.is_empty() {
+        (1..=args.devices).collect()
+    } else {
+        args.device_ids
+    };
+    let config = EmulatorConfig {
+        p4runtime_addr: args.p4runtime_addr,
+        stats_addr: Some(args.stats_addr),
+        device_ids,
+        read_chunk_size: args.read_chunk_size,
+        ..Default::default()
+    };
+    let running = Emulator::start(config).await?;
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "p4runtime listening on {}", running.p4runtime_addr())?;
+        if let Some(a) = running.stats_addr() {
+            writeln!(out, "stats listening on {a}")?;
+        }
+        out.flush()?;
+    }
+    tracing::info!(devices = ?running.emulator().device_ids(), "emulator started");
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    running.shutdown().await?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,329 @@
+//! The P4Runtime gRPC service over the emulated devices.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures::{Stream, StreamExt};
+use p4fleet_proto::p4runtime::{
+    self as p4, get_forwarding_pipeline_config_request::ResponseType, p4_runtime_server::P4Runtime,
+    set_forwarding_pipeline_config_request::Action as SetAction, update::Type,
+    write_request::Atomicity,
+};
+use p4fleet_proto::rpc;
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Code, Request, Response, Status, Streaming};
+
+use crate::device::{Device, from_uint128};
+use crate::entry::UpdateError;
+
+/// P4Runtime API version this emulator reports.
+pub const P4RUNTIME_API_VERSION: &str = "1.4.0";
+
+pub(crate) struct Inner {
+    pub devices: HashMap<u64, Arc<Device>>,
+    pub next_stream_id: AtomicU64,
+    pub read_chunk: usize,
+}
+
+impl Inner {
+    pub fn device(&self, id: u64) -> Result<&Arc<Device>, Status> {
+        self.devices
+            .get(&id)
+            .ok_or_else(|| Status::not_found(format!("unknown device id {id}")))
+    }
+}
+
+/// The tonic service; build with [`crate::Emulator::service`].
+#[derive(Clone)]
+pub struct P4RuntimeService {
+    pub(crate) inner: Arc<Inner>,
+}
+
+fn check_primary(
+    dev: &Device,
+    role: &str,
+    election_id: Option<&p4::Uint128>,
+) -> Result<(), Status> {
+    let primary = dev.arb.lock().expect("arb lock").primary_election(role);
+    match (primary, election_id.map(from_uint128)) {
+        (Some(p), Some(e)) if p == e => Ok(()),
+        (None, _) => Err(Status::permission_denied(format!(
+            "no primary controller for role {role:?} of device {}",
+            dev.id
+        ))),
+        _ => Err(Status::permission_denied(
+            "election id is not the primary's",
+        )),
+    }
+}
+
+/// The google.rpc.Status bytes for a failed batch: one p4.v1.Error per update,
+/// in order, OK for the ones that succeeded.
+pub fn write_error_details(n: usize, errors: &[(usize, UpdateError)]) -> Vec<u8> {
+    let ok_any = prost_types::Any {
+        type_url: p4fleet_proto::p4runtime::ERROR_TYPE_URL.to_string(),
+        value: p4::Error::default().encode_to_vec(),
+    };
+    let mut details = vec![ok_any; n];
+    for (i, e) in errors {
+        details[*i] = prost_types::Any {
+            type_url: p4fleet_proto::p4runtime::ERROR_TYPE_URL.to_string(),
+            value: p4::Error {
+                canonical_code: e.code as i32,
+                message: e.message.clone(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        };
+    }
+    rpc::Status {
+        code: Code::Unknown as i32,
+        message: format!("{} of {} updates failed", errors.len(), n),
+        details,
+    }
+    .encode_to_vec()
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl P4Runtime for P4RuntimeService {
+    async fn write(
+        &self,
+        request: Request<p4::WriteRequest>,
+    ) -> Result<Response<p4::WriteResponse>, Status> {
+        let req = request.into_inner();
+        let dev = self.inner.device(req.device_id)?;
+        let c = &dev.counters;
+        c.write_rpcs.fetch_add(1, Ordering::Relaxed);
+        if req.atomicity != Atomicity::ContinueOnError as i32 {
+            return Err(Status::unimplemented(
+                "only CONTINUE_ON_ERROR atomicity is supported",
+            ));
+        }
+        check_primary(dev, &req.role, req.election_id.as_ref())?;
+        let n = req.updates.len();
+        let mut errors: Vec<(usize, UpdateError)> = Vec::new();
+        let (mut ins, mut modi, mut del) = (0u64, 0u64, 0u64);
+        {
+            let mut state = dev.state.lock().expect("state lock");
+            let pipeline = state
+                .pipeline
+                .as_mut()
+                .ok_or_else(|| Status::failed_precondition("no forwarding pipeline config"))?;
+            let mut key = Vec::with_capacity(64);
+            for (i, u) in req.updates.into_iter().enumerate() {
+                match pipeline.apply(u, &mut key) {
+                    Ok(Type::Insert) => ins += 1,
+                    Ok(Type::Modify) => modi += 1,
+                    Ok(_) => del += 1,
+                    Err(e) => errors.push((i, e)),
+                }
+            }
+        }
+        c.inserts.fetch_add(ins, Ordering::Relaxed);
+        c.modifies.fetch_add(modi, Ordering::Relaxed);
+        c.deletes.fetch_add(del, Ordering::Relaxed);
+        if errors.is_empty() {
+            return Ok(Response::new(p4::WriteResponse {}));
+        }
+        c.failed_updates
+            .fetch_add(errors.len() as u64, Ordering::Relaxed);
+        let details = write_error_details(n, &errors);
+        Err(Status::with_details(
+            Code::Unknown,
+            format!("{} of {} updates failed", errors.len(), n),
+            details.into(),
+        ))
+    }
+
+    type ReadStream = BoxStream<p4::ReadResponse>;
+
+    async fn read(
+        &self,
+        request: Request<p4::ReadRequest>,
+    ) -> Result<Response<Self::ReadStream>, Status> {
+        let req = request.into_inner();
+        let dev = self.inner.device(req.device_id)?;
+        dev.counters.read_rpcs.fetch_add(1, Ordering::Relaxed);
+        let chunk = self.inner.read_chunk.max(1);
+        let mut responses: Vec<Result<p4::ReadResponse, Status>> = Vec::new();
+        let mut current: Vec<p4::Entity> = Vec::new();
+        let mut total = 0u64;
+        {
+            let state = dev.state.lock().expect("state lock");
+            let pipeline = state
+                .pipeline
+                .as_ref()
+                .ok_or_else(|| Status::failed_precondition("no forwarding pipeline config"))?;
+            for ent in &req.entities {
+                match &ent.entity {
+                    Some(p4::entity::Entity::TableEntry(filter)) => {
+                        pipeline
+                            .read_table_entries(filter, &mut |te| {
+                                total += 1;
+                                current.push(p4::Entity {
+                                    entity: Some(p4::entity::Entity::TableEntry(te)),
+                                });
+                                if current.len() >= chunk {
+                                    responses.push(Ok(p4::ReadResponse {
+                                        entities: std::mem::take(&mut current),
+                                    }));
+                                }
+                            })
+                            .map_err(|e| Status::new(e.code, e.message))?;
+                    }
+                    Some(_) => {
+                        return Err(Status::unimplemented(
+                            "only table entries can be read from this emulator",
+                        ));
+                    }
+                    None => return Err(Status::invalid_argument("entity is empty")),
+                }
+            }
+        }
+        if !current.is_empty() || responses.is_empty() {
+            responses.push(Ok(p4::ReadResponse { entities: current }));
+        }
+        dev.counters
+            .entities_read
+            .fetch_add(total, Ordering::Relaxed);
+        Ok(Response::new(Box::pin(tokio_stream::iter(responses))))
+    }
+
+    async fn set_forwarding_pipeline_config(
+        &self,
+        request: Request<p4::SetForwardingPipelineConfigRequest>,
+    ) -> Result<Response<p4::SetForwardingPipelineConfigResponse>, Status> {
+        let req = request.into_inner();
+        let dev = self.inner.device(req.device_id)?;
+        dev.counters
+            .set_pipeline_rpcs
+            .fetch_add(1, Ordering::Relaxed);
+        check_primary(dev, &req.role, req.election_id.as_ref())?;
+        let action = SetAction::try_from(req.action).unwrap_or(SetAction::Unspecified);
+        dev.state
+            .lock()
+            .expect("state lock")
+            .set_pipeline(action, req.config)?;
+        Ok(Response::new(p4::SetForwardingPipelineConfigResponse {}))
+    }
+
+    async fn get_forwarding_pipeline_config(
+        &self,
+        request: Request<p4::GetForwardingPipelineConfigRequest>,
+    ) -> Result<Response<p4::GetForwardingPipelineConfigResponse>, Status> {
+        let req = request.into_inner();
+        let dev = self.inner.device(req.device_id)?;
+        dev.counters
+            .get_pipeline_rpcs
+            .fetch_add(1, Ordering::Relaxed);
+        let rt = ResponseType::try_from(req.response_type)
+            .map_err(|_| Status::invalid_argument("unknown response_type"))?;
+        let state = dev.state.lock().expect("state lock");
+        let Some(p) = &state.pipeline else {
+            return Ok(Response::new(p4::GetForwardingPipelineConfigResponse {
+                config: Some(p4::ForwardingPipelineConfig::default()),
+            }));
+        };
+        let full = &p.config;
+        let config = p4::ForwardingPipelineConfig {
+            p4info: match rt {
+                ResponseType::All | ResponseType::P4infoAndCookie => full.p4info.clone(),
+                _ => None,
+            },
+            p4_device_config: match rt {
+                ResponseType::All | ResponseType::DeviceConfigAndCookie => {
+                    full.p4_device_config.clone()
+                }
+                _ => Vec::new(),
+            },
+            cookie: full.cookie,
+        };
+        Ok(Response::new(p4::GetForwardingPipelineConfigResponse {
+            config: Some(config),
+        }))
+    }
+
+    type StreamChannelStream = BoxStream<p4::StreamMessageResponse>;
+
+    async fn stream_channel(
+        &self,
+        request: Request<Streaming<p4::StreamMessageRequest>>,
+    ) -> Result<Response<Self::StreamChannelStream>, Status> {
+        let mut inbound = request.into_inner();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let inner = self.inner.clone();
+        let stream_id = inner.next_stream_id.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            // (device, role) this stream is bound to after its first
+            // arbitration update.
+            let mut bound: Option<(Arc<Device>, String)> = None;
+            while let Some(msg) = inbound.next().await {
+                let Ok(msg) = msg else { break };
+                match msg.update {
+                    Some(p4::stream_message_request::Update::Arbitration(a)) => {
+                        let role_name = a.role.as_ref().map(|r| r.name.clone()).unwrap_or_default();
+                        let dev = match inner.device(a.device_id) {
+                            Ok(d) => d.clone(),
+                            Err(e) => {
+                                let _ = tx.send(Err(e));
+                                break;
+                            }
+                        };
+                        if let Some((d, r)) = &bound
+                            && (d.id != dev.id || *r != role_name)
+                        {
+                            let _ = tx.send(Err(Status::failed_precondition(
+                                "a stream cannot change its device id or role",
+                            )));
+                            break;
+                        }
+                        if bound.is_none() {
+                            dev.counters.stream_channels.fetch_add(1, Ordering::Relaxed);
+                        }
+                        let eid = a.election_id.as_ref().map(from_uint128);
+                        let res = dev
+                            .arb
+                            .lock()
+                            .expect("arb lock")
+                            .arbitrate(dev.id, stream_id, a.role, eid, &tx);
+                        bound = Some((dev, role_name));
+                        if let Err(e) = res {
+                            let _ = tx.send(Err(e));
+                            break;
+                        }
+                    }
+                    Some(_) if bound.is_none() => {
+                        let _ = tx.send(Err(Status::failed_precondition(
+                            "send a MasterArbitrationUpdate first",
+                        )));
+                        break;
+                    }
+                    // Packet-out, digest acks: there is no data plane to feed.
+                    _ => {}
+                }
+            }
+            if let Some((dev, role)) = bound {
+                dev.arb
+                    .lock()
+                    .expect("arb lock")
+                    .remove(dev.id, &role, stream_id);
+            }
+        });
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+    }
+
+    async fn capabilities(
+        &self,
+        _request: Request<p4::CapabilitiesRequest>,
+    ) -> Result<Response<p4::CapabilitiesResponse>, Status> {
+        Ok(Response::new(p4::CapabilitiesResponse {
+            p4runtime_api_version: P4RUNTIME_API_VERSION.to_string(),
+        }))
+    }
+}
