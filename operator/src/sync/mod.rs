@@ -1,1 +1,354 @@
-//! (placeholder, being written)
+//! Pure sync logic: what to write so a table holds a set's entries, how to
+//! split it, and how to report the rate. No I/O.
+//!
+//! # Ownership
+//!
+//! Every entry a TableEntrySet writes carries the set's *tag* in the
+//! P4Runtime `controller_metadata` field ([`set_tag`]: a 64-bit hash of
+//! `namespace/name`). The device stores it and returns it on Read, so
+//! ownership survives operator restarts and leader changes without any
+//! extra state in the cluster:
+//!
+//! - `Merge` deletes an entry that is on the device and not desired only
+//!   if it carries this set's tag (it wrote it earlier). Untagged entries
+//!   and entries of other sets are left alone. A desired key that holds a
+//!   *different* action under another set's tag is a conflict (reported,
+//!   not overwritten), so two Merge sets do not flip-flop an entry.
+//! - `Exclusive` deletes every entry of the table that is not desired and
+//!   overwrites any entry whose action differs.
+//! - An entry already on the device with the desired action counts as
+//!   applied whatever its tag: nothing is rewritten just to re-tag it,
+//!   which also keeps devices that drop `controller_metadata` from being
+//!   rewritten on every resync.
+//! - On deletion (finalizer) a set removes the entries tagged with its tag.
+
+use std::collections::HashMap;
+
+use p4fleet_crds::entry_set::Ownership;
+use p4fleet_proto::p4runtime::{Entity, TableEntry, Update, entity, update};
+use sha2::{Digest, Sha256};
+
+use crate::entries::{Entry, EntryKey};
+
+/// The ownership tag of a set (never 0, which means "untagged").
+pub fn set_tag(namespace: &str, name: &str) -> u64 {
+    let mut h = Sha256::new();
+    h.update(namespace.as_bytes());
+    h.update(b"/");
+    h.update(name.as_bytes());
+    let d = h.finalize();
+    let v = u64::from_be_bytes(d[..8].try_into().expect("8 bytes"));
+    v.max(1)
+}
+
+/// An entry read back from a device, with its ownership tag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceEntry {
+    pub entry: Entry,
+    pub tag: u64,
+}
+
+/// What one sync has to do. Indices point into the `desired` and `device`
+/// slices given to [`plan`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Desired entries missing on the device.
+    pub inserts: Vec<usize>,
+    /// Desired entries present with another action.
+    pub modifies: Vec<usize>,
+    /// Device entries to remove.
+    pub deletes: Vec<usize>,
+    /// Desired entries held by another set with another action (Merge):
+    /// `(desired index, other tag)`.
+    pub conflicts: Vec<(usize, u64)>,
+    /// Desired entries already right.
+    pub unchanged: usize,
+}
+
+impl Plan {
+    /// Updates to write (inserts + modifies + deletes).
+    pub fn writes(&self) -> usize {
+        self.inserts.len() + self.modifies.len() + self.deletes.len()
+    }
+}
+
+/// Diffs desired entries (unique keys) against the device's entries of
+/// the same table. See the module docs for ownership.
+pub fn plan(desired: &[Entry], device: &[DeviceEntry], ownership: Ownership, tag: u64) -> Plan {
+    let mut on_device: HashMap<&EntryKey, usize> = HashMap::with_capacity(device.len());
+    for (i, d) in device.iter().enumerate() {
+        on_device.insert(&d.entry.key, i);
+    }
+    let mut p = Plan::default();
+    let mut wanted = vec![false; device.len()];
+    for (i, e) in desired.iter().enumerate() {
+        match on_device.get(&e.key) {
+            None => p.inserts.push(i),
+            Some(&j) => {
+                wanted[j] = true;
+                let d = &device[j];
+                if d.entry.action == e.action {
+                    p.unchanged += 1;
+                } else if ownership == Ownership::Merge && d.tag != 0 && d.tag != tag {
+                    p.conflicts.push((i, d.tag));
+                } else {
+                    p.modifies.push(i);
+                }
+            }
+        }
+    }
+    for (j, d) in device.iter().enumerate() {
+        if wanted[j] {
+            continue;
+        }
+        if ownership == Ownership::Exclusive || d.tag == tag {
+            p.deletes.push(j);
+        }
+    }
+    p
+}
+
+/// Device entries a deleted set removes: those carrying its tag.
+pub fn plan_removal(device: &[DeviceEntry], tag: u64) -> Vec<usize> {
+    device
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.tag == tag)
+        .map(|(j, _)| j)
+        .collect()
+}
+
+/// Where an update of [`updates`] came from, for error reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Insert(usize),
+    Modify(usize),
+    Delete(usize),
+}
+
+fn wrap(ty: update::Type, t: TableEntry) -> Update {
+    Update {
+        r#type: ty as i32,
+        entity: Some(Entity {
+            entity: Some(entity::Entity::TableEntry(t)),
+        }),
+    }
+}
+
+/// The Write updates of a plan, in two phases: deletes first (so an
+/// Exclusive set frees table space before inserting), then modifies and
+/// inserts. Each key appears once, so the updates of one phase may be sent
+/// in any order and in parallel.
+pub fn updates(
+    plan: &Plan,
+    desired: &[Entry],
+    device: &[DeviceEntry],
+    tag: u64,
+) -> ((Vec<Update>, Vec<Origin>), (Vec<Update>, Vec<Origin>)) {
+    let deletes = plan
+        .deletes
+        .iter()
+        .map(|&j| {
+            (
+                wrap(update::Type::Delete, device[j].entry.key.to_proto()),
+                Origin::Delete(j),
+            )
+        })
+        .unzip();
+    let tagged = |e: &Entry| {
+        let mut t = e.to_proto();
+        t.controller_metadata = tag;
+        t
+    };
+    let n = plan.modifies.len() + plan.inserts.len();
+    let mut ups = Vec::with_capacity(n);
+    let mut origins = Vec::with_capacity(n);
+    for &i in &plan.modifies {
+        ups.push(wrap(update::Type::Modify, tagged(&desired[i])));
+        origins.push(Origin::Modify(i));
+    }
+    for &i in &plan.inserts {
+        ups.push(wrap(update::Type::Insert, tagged(&desired[i])));
+        origins.push(Origin::Insert(i));
+    }
+    (deletes, (ups, origins))
+}
+
+/// Delete updates for device entries (finalizer).
+pub fn delete_updates(device: &[DeviceEntry], which: &[usize]) -> Vec<Update> {
+    which
+        .iter()
+        .map(|&j| wrap(update::Type::Delete, device[j].entry.key.to_proto()))
+        .collect()
+}
+
+/// Later occurrences of a key already seen: `(first index, duplicate index)`.
+pub fn duplicates(entries: &[Entry]) -> Vec<(usize, usize)> {
+    let mut seen: HashMap<&EntryKey, usize> = HashMap::with_capacity(entries.len());
+    let mut out = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        match seen.get(&e.key) {
+            Some(&j) => out.push((j, i)),
+            None => {
+                seen.insert(&e.key, i);
+            }
+        }
+    }
+    out
+}
+
+/// Entries per second, rounded: `950/s`, `52.8k/s`, `1.25M/s`.
+pub fn format_rate(per_second: f64) -> String {
+    let r = per_second.max(0.0);
+    if r < 1000.0 {
+        format!("{}/s", r.round() as u64)
+    } else if r < 1_000_000.0 {
+        let k = r / 1000.0;
+        if k < 100.0 {
+            format!("{:.1}k/s", k)
+        } else {
+            format!("{}k/s", k.round() as u64)
+        }
+    } else {
+        format!("{:.2}M/s", r / 1_000_000.0)
+    }
+}
+
+/// A digest of a desired entry list (order-sensitive), to tell a resync of
+/// the same desired state (repairs count as drift) from a spec change.
+pub fn desired_digest(entries: &[Entry]) -> [u8; 32] {
+    use std::hash::{Hash, Hasher};
+    // SipHash per entry into SHA-256: stable within a process, which is
+    // all the in-memory comparison needs.
+    let mut h = Sha256::new();
+    for e in entries {
+        let mut s = std::collections::hash_map::DefaultHasher::new();
+        e.hash(&mut s);
+        h.update(s.finish().to_le_bytes());
+    }
+    h.finalize().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entries::{TableSchema, parse_text};
+
+    fn firewall() -> TableSchema {
+        let p4info = p4fleet_proto::p4info::parse_text(include_str!(
+            "../../../examples/firewall/p4info.txt"
+        ))
+        .unwrap();
+        TableSchema::from_p4info(&p4info, "firewall").unwrap()
+    }
+
+    const HDR: &str = "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n";
+
+    fn fw(lines: &str) -> Vec<Entry> {
+        parse_text(&firewall(), &format!("{HDR}{lines}")).unwrap()
+    }
+
+    fn dev(entries: Vec<Entry>, tag: u64) -> Vec<DeviceEntry> {
+        entries
+            .into_iter()
+            .map(|entry| DeviceEntry { entry, tag })
+            .collect()
+    }
+
+    #[test]
+    fn tag_is_stable_and_nonzero() {
+        assert_eq!(set_tag("ns", "a"), set_tag("ns", "a"));
+        assert_ne!(set_tag("ns", "a"), set_tag("ns", "b"));
+        assert_ne!(set_tag("ns", "a"), 0);
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(format_rate(950.4), "950/s");
+        assert_eq!(format_rate(52_832.0), "52.8k/s");
+        assert_eq!(format_rate(152_832.0), "153k/s");
+        assert_eq!(format_rate(1_250_000.0), "1.25M/s");
+        assert_eq!(format_rate(-1.0), "0/s");
+    }
+
+    #[test]
+    fn merge_inserts_modifies_and_deletes_only_its_own() {
+        let me = set_tag("ns", "a");
+        let other = set_tag("ns", "b");
+        let desired = fw(
+            "10.0.0.1 10.0.0.2 1\n10.0.0.1 10.0.0.3 2\n10.0.0.1 10.0.0.4 3\n10.0.0.1 10.0.0.9 4\n",
+        );
+        let mut device = dev(fw("10.0.0.1 10.0.0.2 1\n10.0.0.1 10.0.0.3 7\n"), me);
+        // Ours, no longer desired: deleted.
+        device.extend(dev(fw("10.0.0.5 10.0.0.5 1\n"), me));
+        // Foreign and untagged, not desired: kept.
+        device.extend(dev(fw("10.0.0.6 10.0.0.6 1\n"), other));
+        device.extend(dev(fw("10.0.0.7 10.0.0.7 1\n"), 0));
+        // Another set's entry with another action: conflict.
+        device.extend(dev(fw("10.0.0.1 10.0.0.4 9\n"), other));
+        // Untagged with the same action: applied as is.
+        device.extend(dev(fw("10.0.0.1 10.0.0.9 4\n"), 0));
+        let p = plan(&desired, &device, Ownership::Merge, me);
+        assert_eq!(p.inserts, Vec::<usize>::new());
+        assert_eq!(p.modifies, vec![1]);
+        assert_eq!(p.deletes, vec![2]);
+        assert_eq!(p.conflicts, vec![(2, other)]);
+        assert_eq!(p.unchanged, 2);
+        assert_eq!(p.writes(), 2);
+    }
+
+    #[test]
+    fn exclusive_removes_everything_else_and_overwrites() {
+        let me = set_tag("ns", "a");
+        let desired = fw("10.0.0.1 10.0.0.2 1\n10.0.0.1 10.0.0.4 3\n10.0.0.8 10.0.0.8 1\n");
+        let mut device = dev(fw("10.0.0.1 10.0.0.2 1\n"), me);
+        device.extend(dev(fw("10.0.0.6 10.0.0.6 1\n"), 5));
+        device.extend(dev(fw("10.0.0.7 10.0.0.7 1\n"), 0));
+        device.extend(dev(fw("10.0.0.1 10.0.0.4 9\n"), 5));
+        let p = plan(&desired, &device, Ownership::Exclusive, me);
+        assert_eq!(p.inserts, vec![2]);
+        assert_eq!(p.modifies, vec![1]);
+        assert_eq!(p.deletes, vec![1, 2]);
+        assert!(p.conflicts.is_empty());
+        let ((dels, dorig), (ups, uorig)) = updates(&p, &desired, &device, me);
+        assert_eq!(dels.len(), 2);
+        assert_eq!(dorig, vec![Origin::Delete(1), Origin::Delete(2)]);
+        assert_eq!(uorig, vec![Origin::Modify(1), Origin::Insert(2)]);
+        let Some(entity::Entity::TableEntry(t)) =
+            ups[1].entity.as_ref().and_then(|e| e.entity.as_ref())
+        else {
+            panic!("table entry expected")
+        };
+        assert_eq!(t.controller_metadata, me);
+        assert_eq!(ups[1].r#type, update::Type::Insert as i32);
+    }
+
+    #[test]
+    fn idle_resync_plans_nothing() {
+        let me = set_tag("ns", "a");
+        let desired = fw("10.0.0.1 10.0.0.2 1\n10.0.0.1 10.0.0.3 2\n");
+        let device = dev(desired.clone(), me);
+        for o in [Ownership::Merge, Ownership::Exclusive] {
+            let p = plan(&desired, &device, o, me);
+            assert_eq!(p.writes(), 0);
+            assert_eq!(p.unchanged, 2);
+        }
+    }
+
+    #[test]
+    fn removal_takes_only_tagged_entries() {
+        let me = set_tag("ns", "a");
+        let mut device = dev(fw("10.0.0.1 10.0.0.2 1\n"), me);
+        device.extend(dev(fw("10.0.0.6 10.0.0.6 1\n"), 0));
+        assert_eq!(plan_removal(&device, me), vec![0]);
+        assert_eq!(delete_updates(&device, &[0]).len(), 1);
+    }
+
+    #[test]
+    fn finds_duplicates() {
+        let mut es = fw("10.0.0.1 10.0.0.2 1\n10.0.0.1 10.0.0.3 2\n");
+        es.extend(fw("10.0.0.1 10.0.0.2 5\n"));
+        assert_eq!(duplicates(&es), vec![(0, 2)]);
+        assert_ne!(desired_digest(&es[..2]), desired_digest(&es));
+    }
+}
