@@ -4,8 +4,8 @@
 //! # Ownership
 //!
 //! Every entry a TableEntrySet writes carries the set's *tag* in the
-//! P4Runtime `controller_metadata` field ([`set_tag`]: a 64-bit hash of
-//! `namespace/name`). The device stores it and returns it on Read, so
+//! P4Runtime `metadata` bytes of the table entry ([`set_tag`]: a 64-bit
+//! hash of `namespace/name`, encoded by [`tag_metadata`]). The device stores it and returns it on Read, so
 //! ownership survives operator restarts and leader changes without any
 //! extra state in the cluster:
 //!
@@ -18,7 +18,7 @@
 //!   overwrites any entry whose action differs.
 //! - An entry already on the device with the desired action counts as
 //!   applied whatever its tag: nothing is rewritten just to re-tag it,
-//!   which also keeps devices that drop `controller_metadata` from being
+//!   which also keeps devices that drop `metadata` from being
 //!   rewritten on every resync.
 //! - On deletion (finalizer) a set removes the entries tagged with its tag.
 
@@ -39,6 +39,25 @@ pub fn set_tag(namespace: &str, name: &str) -> u64 {
     let d = h.finalize();
     let v = u64::from_be_bytes(d[..8].try_into().expect("8 bytes"));
     v.max(1)
+}
+
+/// Prefix of p4fleet's entry metadata: `p4f1` + the tag, big-endian.
+const TAG_PREFIX: &[u8; 4] = b"p4f1";
+
+/// The `metadata` bytes that mark an entry as written by the set `tag`.
+pub fn tag_metadata(tag: u64) -> Vec<u8> {
+    let mut m = Vec::with_capacity(12);
+    m.extend_from_slice(TAG_PREFIX);
+    m.extend_from_slice(&tag.to_be_bytes());
+    m
+}
+
+/// The tag in an entry's `metadata`; 0 when it is not p4fleet's.
+pub fn tag_of(metadata: &[u8]) -> u64 {
+    match metadata.strip_prefix(TAG_PREFIX) {
+        Some(rest) if rest.len() == 8 => u64::from_be_bytes(rest.try_into().expect("8 bytes")),
+        _ => 0,
+    }
 }
 
 /// An entry read back from a device, with its ownership tag.
@@ -118,6 +137,13 @@ pub fn plan_removal(device: &[DeviceEntry], tag: u64) -> Vec<usize> {
         .collect()
 }
 
+/// Updates of one write phase and where each came from.
+#[derive(Debug, Clone, Default)]
+pub struct Phase {
+    pub updates: Vec<Update>,
+    pub origins: Vec<Origin>,
+}
+
 /// Where an update of [`updates`] came from, for error reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
@@ -139,13 +165,8 @@ fn wrap(ty: update::Type, t: TableEntry) -> Update {
 /// Exclusive set frees table space before inserting), then modifies and
 /// inserts. Each key appears once, so the updates of one phase may be sent
 /// in any order and in parallel.
-pub fn updates(
-    plan: &Plan,
-    desired: &[Entry],
-    device: &[DeviceEntry],
-    tag: u64,
-) -> ((Vec<Update>, Vec<Origin>), (Vec<Update>, Vec<Origin>)) {
-    let deletes = plan
+pub fn updates(plan: &Plan, desired: &[Entry], device: &[DeviceEntry], tag: u64) -> (Phase, Phase) {
+    let (updates, origins) = plan
         .deletes
         .iter()
         .map(|&j| {
@@ -155,9 +176,11 @@ pub fn updates(
             )
         })
         .unzip();
+    let deletes = Phase { updates, origins };
+    let metadata = tag_metadata(tag);
     let tagged = |e: &Entry| {
         let mut t = e.to_proto();
-        t.controller_metadata = tag;
+        t.metadata = metadata.clone();
         t
     };
     let n = plan.modifies.len() + plan.inserts.len();
@@ -171,7 +194,13 @@ pub fn updates(
         ups.push(wrap(update::Type::Insert, tagged(&desired[i])));
         origins.push(Origin::Insert(i));
     }
-    (deletes, (ups, origins))
+    (
+        deletes,
+        Phase {
+            updates: ups,
+            origins,
+        },
+    )
 }
 
 /// Delete updates for device entries (finalizer).
@@ -260,6 +289,8 @@ mod tests {
         assert_eq!(set_tag("ns", "a"), set_tag("ns", "a"));
         assert_ne!(set_tag("ns", "a"), set_tag("ns", "b"));
         assert_ne!(set_tag("ns", "a"), 0);
+        assert_eq!(tag_of(&tag_metadata(42)), 42);
+        assert_eq!(tag_of(b"other"), 0);
     }
 
     #[test]
@@ -310,16 +341,17 @@ mod tests {
         assert_eq!(p.modifies, vec![1]);
         assert_eq!(p.deletes, vec![1, 2]);
         assert!(p.conflicts.is_empty());
-        let ((dels, dorig), (ups, uorig)) = updates(&p, &desired, &device, me);
-        assert_eq!(dels.len(), 2);
-        assert_eq!(dorig, vec![Origin::Delete(1), Origin::Delete(2)]);
-        assert_eq!(uorig, vec![Origin::Modify(1), Origin::Insert(2)]);
+        let (dels, rest) = updates(&p, &desired, &device, me);
+        assert_eq!(dels.updates.len(), 2);
+        assert_eq!(dels.origins, vec![Origin::Delete(1), Origin::Delete(2)]);
+        assert_eq!(rest.origins, vec![Origin::Modify(1), Origin::Insert(2)]);
+        let ups = rest.updates;
         let Some(entity::Entity::TableEntry(t)) =
             ups[1].entity.as_ref().and_then(|e| e.entity.as_ref())
         else {
             panic!("table entry expected")
         };
-        assert_eq!(t.controller_metadata, me);
+        assert_eq!(tag_of(&t.metadata), me);
         assert_eq!(ups[1].r#type, update::Type::Insert as i32);
     }
 
