@@ -317,7 +317,7 @@ impl DeviceState {
 fn reconcile(old: &Pipeline, next: &mut Pipeline) -> Result<(), Status> {
     for (id, state) in &old.tables {
         let old_t = &old.schema.tables[id];
-        let modified = state.entries.len() > 0 || state.default_action != old_t.initial_default;
+        let modified = !state.entries.is_empty() || state.default_action != old_t.initial_default;
         if !modified {
             continue;
         }

@@ -391,3 +391,57 @@ pub fn canonicalize_action(a: &mut p4::Action) {
         canonicalize(&mut p.value);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn what() -> String {
+        "f".into()
+    }
+
+    #[test]
+    fn significant_accepts_padding_and_checks_width() {
+        assert_eq!(significant(&[0, 0, 1, 0xff], 9, &what).unwrap(), &[1, 0xff]);
+        assert_eq!(significant(&[0], 1, &what).unwrap(), &[] as &[u8]);
+        assert_eq!(
+            significant(&[2, 0], 9, &what).unwrap_err().code,
+            Code::OutOfRange
+        );
+        assert_eq!(
+            significant(&[1, 0, 0], 16, &what).unwrap_err().code,
+            Code::OutOfRange
+        );
+        assert_eq!(
+            significant(&[], 8, &what).unwrap_err().code,
+            Code::OutOfRange
+        );
+        assert!(significant(&[0xff; 4], 32, &what).is_ok());
+    }
+
+    #[test]
+    fn prefix_bits() {
+        assert!(zero_after(&[0x0a, 0, 0, 0], 8));
+        assert!(!zero_after(&[0x0a, 1, 0, 0], 8));
+        assert!(zero_after(&[0x0a, 0x80, 0, 0], 9));
+        assert!(!zero_after(&[0x0a, 0x40, 0, 0], 9));
+        assert!(zero_after(&[0xff], 8));
+    }
+
+    #[test]
+    fn max_values() {
+        assert!(is_max(&[0x01, 0xff], 9));
+        assert!(!is_max(&[0x00, 0xff], 9));
+        assert!(is_max(&[0xff, 0xff], 16));
+    }
+
+    #[test]
+    fn canonical_form_keeps_one_byte() {
+        let mut v = vec![0, 0, 0];
+        canonicalize(&mut v);
+        assert_eq!(v, vec![0]);
+        let mut v = vec![0, 1, 0];
+        canonicalize(&mut v);
+        assert_eq!(v, vec![1, 0]);
+    }
+}

@@ -4,7 +4,7 @@
 //! default actions, arbitration, per-update errors, read-back).
 //!
 //! Use in-process with [`Emulator::start`], or run the `p4fleet-emulator`
-//! binary. See `docs/emulator.md` in the repo for the stats side channel.
+//! binary. See `emulator/README.md` for flags, the stats JSON and limits.
 
 mod device;
 mod entry;
@@ -277,7 +277,7 @@ impl RunningEmulator {
             }
             Ok::<(), EmulatorError>(())
         };
-        match tokio::time::timeout(std::time::Duration::from_secs(5), wait).await {
+        match tokio::time::timeout(std::time::Duration::from_secs(1), wait).await {
             Ok(r) => r,
             Err(_) => Ok(()),
         }

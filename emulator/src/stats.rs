@@ -61,9 +61,9 @@ async fn device_stats(State(emu): State<Emulator>, Path(device): Path<u64>) -> R
     }
 }
 
-fn parse_entry(body: &str) -> Result<p4::TableEntry, Response> {
+fn parse_entry(body: &str) -> Result<p4::TableEntry, Box<Response>> {
     p4fleet_proto::text::parse::<p4::TableEntry>("p4.v1.TableEntry", body)
-        .map_err(|e| error(StatusCode::BAD_REQUEST, e))
+        .map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, e)))
 }
 
 async fn delete_entry(
@@ -73,7 +73,7 @@ async fn delete_entry(
 ) -> Response {
     let te = match parse_entry(&body) {
         Ok(te) => te,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     match emu.delete_entry(device, &te) {
         Ok(deleted) => Json(json!({ "deleted": deleted })).into_response(),
@@ -105,7 +105,7 @@ async fn inject_entry(
 ) -> Response {
     let te = match parse_entry(&body) {
         Ok(te) => te,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     match emu.inject_entry(device, te) {
         Ok(()) => Json(json!({ "inserted": true })).into_response(),
