@@ -1,0 +1,1043 @@
+//! TableEntrySet reconciler: resolve the target VirtualSwitches, parse the
+//! entries (inline and ConfigMaps), read the table back from each device,
+//! write only the difference in batches, and report what was achieved.
+//!
+//! Choices worth knowing:
+//! - Ownership is recorded on the device (see [`crate::sync`]): entries carry
+//!   the set's tag in their P4Runtime `metadata`, so Merge deletes survive
+//!   restarts.
+//! - While a required ConfigMap is missing, nothing is deleted (the
+//!   entries it held are unknown, not undesired); inserts and modifies of
+//!   the entries that did resolve still go out.
+//! - Bad entries are reported (Valid=False, Event) and skipped; the others
+//!   are written under the set's atomicity.
+//! - The status changes only when something changed: the rate fields and
+//!   `lastSyncTime` describe the last sync that wrote something, so idle
+//!   resyncs write nothing and do not re-trigger the controller.
+//! - `driftCorrected` counts updates a resync had to make although the
+//!   desired entries were the same as at the previous successful sync (kept
+//!   in memory: after an operator restart the first sync is not counted).
+//! - Deletion: the finalizer removes the entries tagged with this set from
+//!   each target. An unreachable device is retried with backoff for
+//!   [`DELETE_GRACE`] after the deletion request; then the finalizer is
+//!   dropped with a Warning Event (the entries stay on the device), so a
+//!   dead switch never blocks namespace deletion forever. A target whose
+//!   VirtualSwitch, program or Switch is gone is skipped.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use p4fleet_crds::condition_types::{PIPELINE_LOADED, RESOLVED_REFS, SYNCED, VALID};
+use p4fleet_crds::entry_set::{EntryError as StatusEntryError, TargetStatus};
+use p4fleet_crds::{
+    Condition, ConditionStatus, P4Program, Switch, TableEntrySet, TableEntrySetStatus,
+    VirtualSwitch, find_condition,
+};
+use p4fleet_proto::p4info;
+
+use super::{Error, object_key, scoped_api, watcher_config, write_status};
+use crate::context::Context;
+use crate::controllers::program;
+use crate::driver::{Device, DriverError, WriteOptions, WriteReport};
+use crate::entries::{Entry, LineParser, TableSchema, format_key, parse_inline};
+use crate::status::{merge_conditions, now_rfc3339, ready_from};
+use crate::sync::{self, DeviceEntry, Origin};
+
+/// Finalizer that removes a deleted set's entries from its devices.
+pub const FINALIZER: &str = "p4fleet.dev/table-entries";
+/// How long a deleted set keeps trying to remove its entries.
+pub const DELETE_GRACE: Duration = Duration::from_secs(120);
+/// Per-entry errors kept in status.
+const MAX_ERRORS: usize = 10;
+/// Requeue while waiting for a dependency or an unreachable device.
+const RETRY: Duration = Duration::from_secs(5);
+
+/// Watches TableEntrySets, the ConfigMaps and VirtualSwitches they use.
+pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
+    let c = Controller::new(scoped_api::<TableEntrySet>(ctx), watcher_config());
+    let by_cm = c.store();
+    let by_vs = c.store();
+    c.watches(
+        scoped_api::<ConfigMap>(ctx),
+        watcher_config(),
+        move |cm: ConfigMap| {
+            let ns = cm.namespace();
+            let name = cm.name_any();
+            by_cm
+                .state()
+                .into_iter()
+                .filter(|s| {
+                    s.namespace() == ns && s.spec.entries_from.iter().any(|f| f.config_map == name)
+                })
+                .map(|s| ObjectRef::from_obj(s.as_ref()))
+                .collect::<Vec<_>>()
+        },
+    )
+    .watches(
+        scoped_api::<VirtualSwitch>(ctx),
+        watcher_config(),
+        move |vs: VirtualSwitch| {
+            let ns = vs.namespace();
+            let name = vs.name_any();
+            let labels = vs.labels().clone();
+            by_vs
+                .state()
+                .into_iter()
+                .filter(|s| {
+                    s.namespace() == ns
+                        && (s.spec.virtual_switch_ref.as_deref() == Some(name.as_str())
+                            || s.spec
+                                .virtual_switch_selector
+                                .as_ref()
+                                .is_some_and(|sel| sel.matches(&labels)))
+                })
+                .map(|s| ObjectRef::from_obj(s.as_ref()))
+                .collect::<Vec<_>>()
+        },
+    )
+}
+
+/// Where a desired entry came from, rendered lazily for status.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    Inline(usize),
+    Line { cm: usize, key: usize, line: u32 },
+}
+
+/// Desired entries of one schema, parsed, with sources and the problems.
+struct Desired {
+    entries: Vec<Entry>,
+    sources: Vec<Source>,
+    /// `(source label, key, reason)` of entries that were skipped.
+    errors: Vec<StatusEntryError>,
+    invalid: usize,
+    /// ConfigMap names and keys, indexed by [`Source::Line`].
+    cms: Vec<(String, Vec<String>)>,
+}
+
+impl Desired {
+    fn label(&self, s: Source) -> String {
+        match s {
+            Source::Inline(i) => format!("entries[{i}]"),
+            Source::Line { cm, key, line } => {
+                let (name, keys) = &self.cms[cm];
+                if keys.len() == 1 {
+                    format!("configmap/{name}:line {line}")
+                } else {
+                    format!("configmap/{name}/{}:line {line}", keys[key])
+                }
+            }
+        }
+    }
+
+    fn push_error(&mut self, source: String, key: Option<String>, reason: String) {
+        self.invalid += 1;
+        if self.errors.len() < MAX_ERRORS {
+            self.errors.push(StatusEntryError {
+                source,
+                key,
+                reason,
+            });
+        }
+    }
+}
+
+/// ConfigMap data for the set's `entriesFrom`, fetched once per reconcile.
+struct Sources {
+    /// `(name, [(key, text)])` of the ConfigMaps found.
+    cms: Vec<(String, Vec<(String, String)>)>,
+    /// Problems: required ConfigMap missing, key missing.
+    missing: Vec<String>,
+}
+
+async fn fetch_sources(ctx: &Context, ns: &str, set: &TableEntrySet) -> Result<Sources, Error> {
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    let mut out = Sources {
+        cms: Vec::new(),
+        missing: Vec::new(),
+    };
+    for src in &set.spec.entries_from {
+        let optional = src.optional.unwrap_or(false);
+        let Some(cm) = api.get_opt(&src.config_map).await? else {
+            if !optional {
+                out.missing
+                    .push(format!("ConfigMap {} not found", src.config_map));
+            }
+            continue;
+        };
+        let mut data = cm.data.unwrap_or_default();
+        let texts: Vec<(String, String)> = match &src.key {
+            Some(k) => match data.remove(k) {
+                Some(t) => vec![(k.clone(), t)],
+                None => {
+                    if !optional {
+                        out.missing
+                            .push(format!("ConfigMap {} has no key {k:?}", src.config_map));
+                    }
+                    continue;
+                }
+            },
+            // BTreeMap: keys in sorted order, so sources are stable.
+            None => data.into_iter().collect(),
+        };
+        out.cms.push((src.config_map.clone(), texts));
+    }
+    Ok(out)
+}
+
+/// Parses inline entries and ConfigMap texts against one table schema,
+/// skipping (and reporting) bad entries and later duplicates.
+fn parse_desired(set: &TableEntrySet, schema: &TableSchema, sources: &Sources) -> Desired {
+    let mut d = Desired {
+        entries: Vec::new(),
+        sources: Vec::new(),
+        errors: Vec::new(),
+        invalid: 0,
+        cms: sources
+            .cms
+            .iter()
+            .map(|(n, ks)| (n.clone(), ks.iter().map(|(k, _)| k.clone()).collect()))
+            .collect(),
+    };
+    for (i, te) in set.spec.entries.iter().enumerate() {
+        match parse_inline(schema, &te.match_, &te.action, &te.params, te.priority) {
+            Ok(e) => {
+                d.entries.push(e);
+                d.sources.push(Source::Inline(i));
+            }
+            Err(e) => {
+                let key = te
+                    .match_
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                d.push_error(format!("entries[{i}]"), Some(key), e.to_string());
+            }
+        }
+    }
+    for (ci, (_, texts)) in sources.cms.iter().enumerate() {
+        for (ki, (_, text)) in texts.iter().enumerate() {
+            let mut p = LineParser::new(schema);
+            d.entries.reserve(text.len() / 32);
+            for (li, line) in text.lines().enumerate() {
+                let src = Source::Line {
+                    cm: ci,
+                    key: ki,
+                    line: li as u32 + 1,
+                };
+                match p.parse_line(line) {
+                    Ok(Some(e)) => {
+                        d.entries.push(e);
+                        d.sources.push(src);
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        let label = d.label(src);
+                        d.push_error(label, None, e.to_string());
+                    }
+                }
+            }
+        }
+    }
+    let dups = sync::duplicates(&d.entries);
+    if !dups.is_empty() {
+        let mut drop = vec![false; d.entries.len()];
+        for &(first, dup) in &dups {
+            drop[dup] = true;
+            let reason = format!("duplicate key: also at {}", d.label(d.sources[first]));
+            let label = d.label(d.sources[dup]);
+            let key = format_key(schema, &d.entries[dup].key);
+            d.push_error(label, Some(key), reason);
+        }
+        let mut i = 0;
+        d.entries.retain(|_| {
+            i += 1;
+            !drop[i - 1]
+        });
+        let mut i = 0;
+        d.sources.retain(|_| {
+            i += 1;
+            !drop[i - 1]
+        });
+    }
+    d
+}
+
+/// A VirtualSwitch the set fills, resolved down to a device slot.
+struct Target {
+    vs: String,
+    switch: Switch,
+    slot: u32,
+    schema: TableSchema,
+}
+
+/// Resolves the set's VirtualSwitches. Returns the targets and, per
+/// unresolved one, `(reason, message)`; a missing table is reported apart
+/// (it makes the spec invalid rather than a reference unresolved).
+async fn resolve_targets(
+    ctx: &Context,
+    ns: &str,
+    set: &TableEntrySet,
+) -> Result<(Vec<Target>, Vec<(&'static str, String)>, Vec<String>), Error> {
+    let vs_api: Api<VirtualSwitch> = Api::namespaced(ctx.client.clone(), ns);
+    let mut vss = Vec::new();
+    let mut unresolved = Vec::new();
+    let mut bad_table = Vec::new();
+    let mut targets = Vec::new();
+    if let Some(name) = &set.spec.virtual_switch_ref {
+        match vs_api.get_opt(name).await? {
+            Some(v) => vss.push(v),
+            None => unresolved.push((
+                "VirtualSwitchNotFound",
+                format!("spec.virtualSwitchRef: VirtualSwitch {name} not found"),
+            )),
+        }
+    } else if let Some(sel) = &set.spec.virtual_switch_selector {
+        vss = vs_api
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|v| sel.matches(v.labels()))
+            .collect();
+        if vss.is_empty() {
+            unresolved.push((
+                "NoVirtualSwitch",
+                "spec.virtualSwitchSelector matches no VirtualSwitch".to_string(),
+            ));
+        }
+    }
+    let sw_api: Api<Switch> = Api::all(ctx.client.clone());
+    let prog_api: Api<P4Program> = Api::namespaced(ctx.client.clone(), ns);
+    let mut schemas: HashMap<String, Result<TableSchema, String>> = HashMap::new();
+    for vs in vss {
+        let vs_name = vs.name_any();
+        let st = vs.status.clone().unwrap_or_default();
+        let loaded = find_condition(&st.conditions, PIPELINE_LOADED).is_some_and(|c| c.is_true());
+        let (Some(sw_name), Some(slot), true) = (st.switch.clone(), st.slot, loaded) else {
+            unresolved.push((
+                "VirtualSwitchNotReady",
+                format!("VirtualSwitch {vs_name} has no pipeline loaded yet"),
+            ));
+            continue;
+        };
+        let Some(sw) = sw_api.get_opt(&sw_name).await? else {
+            unresolved.push((
+                "SwitchNotFound",
+                format!("VirtualSwitch {vs_name}: Switch {sw_name} not found"),
+            ));
+            continue;
+        };
+        let prog = vs.spec.program_ref.clone();
+        if !schemas.contains_key(&prog) {
+            let r = match prog_api.get_opt(&prog).await? {
+                None => Err(format!("P4Program {prog} not found")),
+                Some(p) => {
+                    let resolved = program::resolve(&ctx.client, ns, &p.spec).await?;
+                    match resolved.get("spec.p4info") {
+                        Some(Ok(bytes)) => std::str::from_utf8(bytes)
+                            .map_err(|e| e.to_string())
+                            .and_then(|t| p4info::parse_text(t).map_err(|e| e.to_string()))
+                            .map_err(|e| format!("P4Program {prog}: invalid P4Info: {e}"))
+                            .and_then(|info| {
+                                TableSchema::from_p4info(&info, &set.spec.table)
+                                    .map_err(|e| format!("P4Program {prog}: {e}"))
+                            }),
+                        Some(Err(e)) => Err(format!("P4Program {prog}: {e}")),
+                        None => Err(format!("P4Program {prog} has no P4Info")),
+                    }
+                }
+            };
+            schemas.insert(prog.clone(), r);
+        }
+        match &schemas[&prog] {
+            Ok(schema) => targets.push(Target {
+                vs: vs_name,
+                switch: sw,
+                slot,
+                schema: schema.clone(),
+            }),
+            Err(e) if e.contains("not found in P4Info") => bad_table.push(format!(
+                "table {:?} is not in the program of VirtualSwitch {vs_name}: {e}",
+                set.spec.table
+            )),
+            Err(e) => unresolved.push(("ProgramNotUsable", e.clone())),
+        }
+    }
+    Ok((targets, unresolved, bad_table))
+}
+
+/// What the sync of one target achieved.
+#[derive(Default)]
+struct TargetResult {
+    desired: u64,
+    applied: u64,
+    failed: u64,
+    /// Updates accepted by the device.
+    written: u64,
+    inserted: u64,
+    modified: u64,
+    deleted: u64,
+    report_elapsed: Duration,
+    requests: u64,
+    request_latency: Duration,
+    /// Device-side errors (refused updates, conflicts).
+    errors: Vec<StatusEntryError>,
+    /// Connection-level failure (nothing or not everything was attempted).
+    device_error: Option<String>,
+}
+
+/// In-memory per (set, target) memory: the digest of the desired entries
+/// at the last sync that ended with everything applied.
+fn synced_digests() -> &'static Mutex<HashMap<String, [u8; 32]>> {
+    static M: OnceLock<Mutex<HashMap<String, [u8; 32]>>> = OnceLock::new();
+    M.get_or_init(Default::default)
+}
+
+/// Reads a table back and converts it, with ownership tags.
+async fn read_back(dev: &Device, t: &Target) -> Result<Vec<DeviceEntry>, DriverError> {
+    let raw = dev.read_table(t.slot, t.schema.id).await?;
+    let mut out = Vec::with_capacity(raw.len());
+    for te in &raw {
+        match Entry::from_proto(&t.schema, te) {
+            Ok(entry) => out.push(DeviceEntry {
+                entry,
+                tag: sync::tag_of(&te.metadata),
+            }),
+            Err(e) => {
+                tracing::warn!(table = %t.schema.name, error = %e, "unreadable entry on device")
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn accumulate(into: &mut WriteReport, r: WriteReport) {
+    into.updates += r.updates;
+    into.requests += r.requests;
+    into.failed_requests += r.failed_requests;
+    into.elapsed += r.elapsed;
+    into.total_request_latency += r.total_request_latency;
+}
+
+async fn sync_target(
+    ctx: &Context,
+    set: &TableEntrySet,
+    tag: u64,
+    t: &Target,
+    d: &Desired,
+    allow_deletes: bool,
+) -> TargetResult {
+    let mut r = TargetResult {
+        desired: d.entries.len() as u64,
+        ..Default::default()
+    };
+    let sw_name = t.switch.name_any();
+    let dev = match ctx.drivers.connect(&t.switch) {
+        Ok(dev) => dev,
+        Err(e) => {
+            r.device_error = Some(format!("Switch {sw_name}: {e}"));
+            return r;
+        }
+    };
+    let on_device = match read_back(&dev, t).await {
+        Ok(v) => v,
+        Err(e) => {
+            r.device_error = Some(format!("Switch {sw_name}: {e}"));
+            return r;
+        }
+    };
+    let mut plan = sync::plan(&d.entries, &on_device, set.spec.ownership, tag);
+    if !allow_deletes {
+        plan.deletes.clear();
+    }
+    for &(i, _) in &plan.conflicts {
+        r.failed += 1;
+        if r.errors.len() < MAX_ERRORS {
+            r.errors.push(StatusEntryError {
+                source: d.label(d.sources[i]),
+                key: Some(format_key(&t.schema, &d.entries[i].key)),
+                reason: "owned by another TableEntrySet with a different action".into(),
+            });
+        }
+    }
+    let (deletes, rest) = sync::updates(&plan, &d.entries, &on_device, tag);
+    let opts = WriteOptions::from(&set.spec.write);
+    let mut total = WriteReport::default();
+    let mut failed_idx: Vec<(Origin, i32, String)> = Vec::new();
+    for (op, phase) in [("delete", deletes), ("write", rest)] {
+        if phase.updates.is_empty() {
+            continue;
+        }
+        let n = phase.updates.len();
+        match dev.write(t.slot, phase.updates, opts).await {
+            Ok(rep) => {
+                ctx.metrics.write_request(
+                    &sw_name,
+                    op,
+                    (n - rep.failures.len()) as u64,
+                    rep.failures.len() as u64,
+                    rep.elapsed,
+                );
+                for f in &rep.failures {
+                    failed_idx.push((phase.origins[f.index], f.code, f.message.clone()));
+                }
+                accumulate(&mut total, rep);
+            }
+            Err(e) => {
+                r.device_error = Some(format!("Switch {sw_name}: {e}"));
+                for &o in &phase.origins {
+                    failed_idx.push((o, tonic::Code::Unavailable as i32, e.to_string()));
+                }
+                total.updates += n;
+            }
+        }
+    }
+    let failed_writes = failed_idx.len() as u64;
+    let mut failed_desired = 0u64;
+    for (o, code, msg) in &failed_idx {
+        let (source, key) = match *o {
+            Origin::Insert(i) | Origin::Modify(i) => {
+                failed_desired += 1;
+                (
+                    d.label(d.sources[i]),
+                    format_key(&t.schema, &d.entries[i].key),
+                )
+            }
+            Origin::Delete(j) => (
+                "device".to_string(),
+                format_key(&t.schema, &on_device[j].entry.key),
+            ),
+        };
+        if r.errors.len() < MAX_ERRORS && r.device_error.is_none() {
+            r.errors.push(StatusEntryError {
+                source,
+                key: Some(key),
+                reason: format!("{:?}: {msg}", tonic::Code::from_i32(*code)),
+            });
+        }
+    }
+    let ok_origin = |o: &Origin| !failed_idx.iter().any(|(f, _, _)| f == o);
+    if failed_idx.is_empty() {
+        r.inserted = plan.inserts.len() as u64;
+        r.modified = plan.modifies.len() as u64;
+        r.deleted = plan.deletes.len() as u64;
+    } else {
+        r.inserted = plan
+            .inserts
+            .iter()
+            .filter(|&&i| ok_origin(&Origin::Insert(i)))
+            .count() as u64;
+        r.modified = plan
+            .modifies
+            .iter()
+            .filter(|&&i| ok_origin(&Origin::Modify(i)))
+            .count() as u64;
+        r.deleted = plan
+            .deletes
+            .iter()
+            .filter(|&&j| ok_origin(&Origin::Delete(j)))
+            .count() as u64;
+    }
+    r.written = total.updates as u64 - failed_writes;
+    r.applied = plan.unchanged as u64 + r.inserted + r.modified;
+    r.failed += failed_desired;
+    r.report_elapsed = total.elapsed;
+    r.requests = total.requests as u64;
+    r.request_latency = total.total_request_latency;
+    r
+}
+
+fn unknown(type_: &str, reason: &str, message: impl Into<String>) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: ConditionStatus::Unknown,
+        reason: reason.into(),
+        message: message.into(),
+        ..Default::default()
+    }
+}
+
+/// Adds the finalizer (merge patch of the whole list, keeping others').
+async fn add_finalizer(api: &Api<TableEntrySet>, set: &TableEntrySet) -> Result<(), Error> {
+    let mut fins = set.finalizers().to_vec();
+    fins.push(FINALIZER.to_string());
+    let patch = serde_json::json!({"metadata": {"finalizers": fins, "resourceVersion": set.resource_version()}});
+    api.patch(
+        &set.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn remove_finalizer(api: &Api<TableEntrySet>, set: &TableEntrySet) -> Result<(), Error> {
+    let fins: Vec<&String> = set
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .collect();
+    let patch = serde_json::json!({"metadata": {"finalizers": fins, "resourceVersion": set.resource_version()}});
+    match api
+        .patch(
+            &set.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Finalizer: removes the set's entries from every resolvable target.
+async fn cleanup(ctx: &Context, ns: &str, set: &TableEntrySet) -> Result<Action, Error> {
+    let api: Api<TableEntrySet> = Api::namespaced(ctx.client.clone(), ns);
+    if !set.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let tag = sync::set_tag(ns, &set.name_any());
+    let (targets, _, _) = resolve_targets(ctx, ns, set).await?;
+    let mut failures = Vec::new();
+    let mut removed = 0usize;
+    for t in &targets {
+        let res: Result<usize, String> = async {
+            let dev = ctx.drivers.connect(&t.switch).map_err(|e| e.to_string())?;
+            let on_device = read_back(&dev, t).await.map_err(|e| e.to_string())?;
+            let which = sync::plan_removal(&on_device, tag);
+            let n = which.len();
+            let ups = sync::delete_updates(&on_device, &which);
+            let rep = dev
+                .write(t.slot, ups, WriteOptions::from(&set.spec.write))
+                .await
+                .map_err(|e| e.to_string())?;
+            // NOT_FOUND: already gone, which is what we want.
+            let real: Vec<_> = rep
+                .failures
+                .iter()
+                .filter(|f| f.code() != tonic::Code::NotFound)
+                .collect();
+            match real.first() {
+                Some(f) => Err(format!("{} deletes failed: {}", real.len(), f.message)),
+                None => Ok(n),
+            }
+        }
+        .await;
+        match res {
+            Ok(n) => removed += n,
+            Err(e) => failures.push(format!("{} ({}): {e}", t.vs, t.switch.name_any())),
+        }
+    }
+    if failures.is_empty() {
+        tracing::info!(set = %object_key(set), removed, "removed entries of deleted set");
+        remove_finalizer(&api, set).await?;
+        return Ok(Action::await_change());
+    }
+    let since = set
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| {
+            let secs = chrono::Utc::now().timestamp() - t.0.as_second();
+            Duration::from_secs(secs.max(0) as u64)
+        })
+        .unwrap_or_default();
+    if since > DELETE_GRACE {
+        ctx.events
+            .publish(
+                set,
+                true,
+                "CleanupAbandoned",
+                "Delete",
+                format!(
+                    "gave up removing entries after {}s; they stay on: {}",
+                    DELETE_GRACE.as_secs(),
+                    failures.join("; ")
+                ),
+            )
+            .await;
+        remove_finalizer(&api, set).await?;
+        return Ok(Action::await_change());
+    }
+    Err(Error::Device {
+        switch: targets
+            .first()
+            .map(|t| t.switch.name_any())
+            .unwrap_or_default(),
+        message: format!("removing entries: {}", failures.join("; ")),
+    })
+}
+
+/// Reconciles one TableEntrySet.
+pub async fn reconcile(obj: Arc<TableEntrySet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = obj
+        .namespace()
+        .ok_or(Error::MissingObjectKey("namespace"))?;
+    let name = obj.name_any();
+    let api: Api<TableEntrySet> = Api::namespaced(ctx.client.clone(), &ns);
+    if obj.metadata.deletion_timestamp.is_some() {
+        return cleanup(&ctx, &ns, &obj).await;
+    }
+    if !obj.finalizers().iter().any(|f| f == FINALIZER) {
+        // The finalizer update is a watch event that brings us back.
+        add_finalizer(&api, &obj).await?;
+        return Ok(Action::await_change());
+    }
+    let me = object_key(obj.as_ref());
+    let tag = sync::set_tag(&ns, &name);
+    let old = obj.status.as_ref();
+    let (targets, unresolved, bad_table) = resolve_targets(&ctx, &ns, &obj).await?;
+    let sources = fetch_sources(&ctx, &ns, &obj).await?;
+
+    let mut errors: Vec<StatusEntryError> = Vec::new();
+    let mut desired_total = 0u64;
+    let mut applied = 0u64;
+    let mut failed = 0u64;
+    let mut invalid = 0usize;
+    let mut written = 0u64;
+    let (mut ins, mut modi, mut del) = (0u64, 0u64, 0u64);
+    let mut elapsed = Duration::ZERO;
+    let mut requests = 0u64;
+    let mut latency = Duration::ZERO;
+    let mut drift = 0u64;
+    let mut device_errors: Vec<String> = Vec::new();
+    let mut target_status = Vec::new();
+    let mut parsed: Vec<(TableSchema, Desired)> = Vec::new();
+    for t in &targets {
+        // Targets running the same program share one parse.
+        let idx = match parsed.iter().position(|(s, _)| *s == t.schema) {
+            Some(i) => i,
+            None => {
+                let d = parse_desired(&obj, &t.schema, &sources);
+                if parsed.is_empty() {
+                    invalid = d.invalid;
+                    errors.extend(d.errors.iter().cloned());
+                }
+                parsed.push((t.schema.clone(), d));
+                parsed.len() - 1
+            }
+        };
+        let d = &parsed[idx].1;
+        let memo_key = format!("{me}/{}", t.vs);
+        let digest = sync::desired_digest(&d.entries);
+        let r = sync_target(&ctx, &obj, tag, t, d, sources.missing.is_empty()).await;
+        let was_synced = synced_digests()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&memo_key)
+            == Some(&digest);
+        if was_synced {
+            drift += r.inserted + r.modified + r.deleted;
+        }
+        {
+            let mut m = synced_digests().lock().unwrap_or_else(|e| e.into_inner());
+            if r.device_error.is_none() && r.applied == r.desired {
+                m.insert(memo_key, digest);
+            } else {
+                m.remove(&memo_key);
+            }
+        }
+        desired_total += r.desired;
+        applied += r.applied;
+        failed += r.failed;
+        written += r.written;
+        ins += r.inserted;
+        modi += r.modified;
+        del += r.deleted;
+        elapsed += r.report_elapsed;
+        requests += r.requests;
+        latency += r.request_latency;
+        for e in r.errors {
+            if errors.len() < MAX_ERRORS {
+                errors.push(e);
+            }
+        }
+        if let Some(e) = &r.device_error {
+            device_errors.push(e.clone());
+        }
+        let eps = (r.written > 0 && r.report_elapsed > Duration::ZERO)
+            .then(|| (r.written as f64 / r.report_elapsed.as_secs_f64()) as u64);
+        let old_t = old.and_then(|s| s.targets.iter().find(|x| x.virtual_switch == t.vs));
+        target_status.push(TargetStatus {
+            virtual_switch: t.vs.clone(),
+            switch: Some(t.switch.name_any()),
+            applied: r.applied,
+            failed: r.failed,
+            entries_per_second: eps.or(old_t.and_then(|o| o.entries_per_second)),
+        });
+    }
+    failed += invalid as u64 * targets.len().max(1) as u64;
+    if targets.is_empty() {
+        failed = invalid as u64;
+    }
+
+    // Conditions.
+    let mut ref_problems: Vec<String> = unresolved.iter().map(|(_, m)| m.clone()).collect();
+    ref_problems.extend(sources.missing.iter().cloned());
+    let resolved = if ref_problems.is_empty() {
+        Condition::new(RESOLVED_REFS, true, "Resolved", "all references resolved")
+    } else {
+        let reason = if !sources.missing.is_empty() && unresolved.is_empty() {
+            "ConfigMapNotFound"
+        } else {
+            unresolved
+                .first()
+                .map(|(r, _)| *r)
+                .unwrap_or("ConfigMapNotFound")
+        };
+        Condition::new(
+            RESOLVED_REFS,
+            false,
+            reason,
+            format!("TableEntrySet {me}: {}", ref_problems.join("; ")),
+        )
+    };
+    let valid = if !bad_table.is_empty() {
+        Condition::new(
+            VALID,
+            false,
+            "UnknownTable",
+            format!("TableEntrySet {me}: {}", bad_table.join("; ")),
+        )
+    } else if invalid > 0 {
+        let first: Vec<String> = errors
+            .iter()
+            .take(3)
+            .map(|e| format!("{}: {}", e.source, e.reason))
+            .collect();
+        Condition::new(
+            VALID,
+            false,
+            "InvalidEntries",
+            format!(
+                "TableEntrySet {me}: {invalid} invalid entries skipped: {}",
+                first.join("; ")
+            ),
+        )
+    } else if targets.is_empty() {
+        unknown(
+            VALID,
+            "NoTarget",
+            "no resolved VirtualSwitch to validate against",
+        )
+    } else {
+        Condition::new(VALID, true, "Valid", format!("{desired_total} entries"))
+    };
+    let device_failed = failed.saturating_sub(invalid as u64);
+    let synced = if !device_errors.is_empty() {
+        Condition::new(SYNCED, false, "DeviceUnavailable", device_errors.join("; "))
+    } else if targets.is_empty() {
+        unknown(SYNCED, "NoTarget", "no resolved VirtualSwitch")
+    } else if device_failed > 0 {
+        let first = errors
+            .iter()
+            .find(|e| e.source == "device" || e.key.is_some())
+            .map(|e| {
+                format!(
+                    "{} {}: {}",
+                    e.source,
+                    e.key.clone().unwrap_or_default(),
+                    e.reason
+                )
+            })
+            .unwrap_or_default();
+        Condition::new(
+            SYNCED,
+            false,
+            "EntriesFailed",
+            format!("{device_failed} entries failed on the device: {first}"),
+        )
+    } else {
+        Condition::new(
+            SYNCED,
+            true,
+            "Synced",
+            format!("{applied} entries applied on {} target(s)", targets.len()),
+        )
+    };
+    let ready = ready_from(
+        &[&resolved, &valid, &synced],
+        "Ready",
+        "all entries applied",
+    );
+
+    let mut new = TableEntrySetStatus {
+        observed_generation: obj.metadata.generation,
+        desired: desired_total,
+        applied,
+        failed,
+        drift_corrected: old.map(|s| s.drift_corrected).unwrap_or(0) + drift,
+        errors,
+        targets: target_status,
+        rate: old.and_then(|s| s.rate.clone()),
+        entries_per_second: old.and_then(|s| s.entries_per_second),
+        mean_request_latency_micros: old.and_then(|s| s.mean_request_latency_micros),
+        last_sync_updates: old.and_then(|s| s.last_sync_updates),
+        last_sync_time: old.and_then(|s| s.last_sync_time.clone()),
+        ..Default::default()
+    };
+    if written > 0 {
+        let eps = written as f64 / elapsed.as_secs_f64().max(1e-9);
+        new.rate = Some(sync::format_rate(eps));
+        new.entries_per_second = Some(eps as u64);
+        new.mean_request_latency_micros = Some(
+            (latency.as_micros() as u64)
+                .checked_div(requests)
+                .unwrap_or(0),
+        );
+        new.last_sync_updates = Some(written);
+        new.last_sync_time = Some(now_rfc3339());
+    }
+    let old_conditions = old.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    new.conditions = merge_conditions(
+        old_conditions,
+        vec![resolved, valid, synced, ready],
+        obj.metadata.generation,
+        &now_rfc3339(),
+    );
+    write_status(
+        &ctx,
+        &api,
+        obj.as_ref(),
+        old,
+        &new,
+        old_conditions,
+        &new.conditions,
+    )
+    .await?;
+    if written > 0 {
+        let mut note = format!(
+            "Synced {written} entries at {} ({ins} inserted, {modi} modified, {del} deleted; {requests} requests, mean {} us)",
+            new.rate.clone().unwrap_or_default(),
+            new.mean_request_latency_micros.unwrap_or(0)
+        );
+        if drift > 0 {
+            note.push_str(&format!("; {drift} drifted entries repaired"));
+        }
+        ctx.events
+            .publish(obj.as_ref(), false, "Synced", "Write", note)
+            .await;
+    }
+    if device_failed > 0 && (written > 0 || old.map(|s| s.failed) != Some(failed)) {
+        let first = new
+            .errors
+            .iter()
+            .find(|e| e.key.is_some())
+            .map(|e| {
+                format!(
+                    "{} {}: {}",
+                    e.source,
+                    e.key.clone().unwrap_or_default(),
+                    e.reason
+                )
+            })
+            .unwrap_or_default();
+        ctx.events
+            .publish(
+                obj.as_ref(),
+                true,
+                "EntriesFailed",
+                "Write",
+                format!("{device_failed} entries failed: {first}"),
+            )
+            .await;
+    }
+    let resync = match obj.spec.resync_seconds {
+        Some(0) => None,
+        Some(s) => Some(Duration::from_secs(u64::from(s))),
+        None => Some(ctx.config.resync),
+    };
+    let retry = !device_errors.is_empty() || !unresolved.is_empty();
+    Ok(match (retry, resync) {
+        (true, Some(r)) => Action::requeue(r.min(RETRY)),
+        (true, None) => Action::requeue(RETRY),
+        (false, Some(r)) => Action::requeue(r),
+        (false, None) => Action::await_change(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use p4fleet_crds::TableEntrySetSpec;
+    use p4fleet_crds::entry_set::TableEntry as SpecEntry;
+    use std::collections::BTreeMap;
+
+    fn firewall() -> TableSchema {
+        let p4info =
+            p4info::parse_text(include_str!("../../../examples/firewall/p4info.txt")).unwrap();
+        TableSchema::from_p4info(&p4info, "firewall").unwrap()
+    }
+
+    fn set(entries: Vec<SpecEntry>) -> TableEntrySet {
+        let spec: TableEntrySetSpec = serde_json::from_value(serde_json::json!({
+            "virtualSwitchRef": "vs", "table": "firewall"
+        }))
+        .unwrap();
+        let mut s = TableEntrySet::new("s", TableEntrySetSpec { entries, ..spec });
+        s.metadata.namespace = Some("ns".into());
+        s
+    }
+
+    fn fw(src: &str, dst: &str, action: &str, params: &[(&str, &str)]) -> SpecEntry {
+        SpecEntry {
+            match_: BTreeMap::from([
+                ("hdr.ipv4.srcAddr".to_string(), src.to_string()),
+                ("hdr.ipv4.dstAddr".to_string(), dst.to_string()),
+            ]),
+            action: action.into(),
+            params: params
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            priority: None,
+        }
+    }
+
+    #[test]
+    fn bad_entries_are_reported_with_their_source_and_others_kept() {
+        let s = set(vec![
+            fw("10.0.0.1", "10.0.0.2", "allow", &[("port", "1")]),
+            fw("10.0.0.1", "10.0.0.3", "allow", &[("port", "4096")]),
+            fw("10.0.0.1", "10.0.0.4", "jump", &[]),
+        ]);
+        let sources = Sources {
+            cms: vec![(
+                "fw-1".into(),
+                vec![(
+                    "entries".into(),
+                    "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n10.0.0.9 10.0.0.9 1\n10.0.0.1 10.0.0.2 3\n10.0.0.300 10.0.0.1 1\n".into(),
+                )],
+            )],
+            missing: vec![],
+        };
+        let d = parse_desired(&s, &firewall(), &sources);
+        assert_eq!(d.entries.len(), 2);
+        assert_eq!(d.invalid, 4);
+        let srcs: Vec<&str> = d.errors.iter().map(|e| e.source.as_str()).collect();
+        assert_eq!(
+            srcs,
+            [
+                "entries[1]",
+                "entries[2]",
+                "configmap/fw-1:line 5",
+                "configmap/fw-1:line 4"
+            ]
+        );
+        assert!(
+            d.errors[3].reason.contains("entries[0]"),
+            "{:?}",
+            d.errors[3]
+        );
+    }
+}
