@@ -36,9 +36,14 @@ async fn start(devices: Vec<u64>, chunk: usize) -> RunningEmulator {
 }
 
 async fn client(emu: &RunningEmulator) -> P4RuntimeClient<Channel> {
-    P4RuntimeClient::connect(emu.p4runtime_url())
-        .await
+    // Per-update errors travel in trailers: raise hyper's 16 KiB default.
+    let channel = tonic::transport::Endpoint::from_shared(emu.p4runtime_url())
         .unwrap()
+        .http2_max_header_list_size(64 << 20)
+        .connect()
+        .await
+        .unwrap();
+    P4RuntimeClient::new(channel)
         .max_decoding_message_size(256 << 20)
         .max_encoding_message_size(256 << 20)
 }
@@ -964,5 +969,30 @@ async fn hundred_thousand_entries() {
     let (messages, all) = read(&mut c, 1, p4::TableEntry::default()).await.unwrap();
     assert_eq!(all.len(), 100_000);
     assert_eq!(messages, 100);
+    emu.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn large_failing_batch_reports_every_update() {
+    let emu = start(vec![1], 1000).await;
+    let mut c = client(&emu).await;
+    let _s = primary_with_pipeline(&mut c, 1, 1).await;
+    let batch = |n: u32| {
+        (0..n)
+            .map(|i| update(Insert, fw_entry(1, i, 1)))
+            .collect::<Vec<_>>()
+    };
+    write(&mut c, 1, 10, batch(10_000)).await.unwrap();
+    // Half duplicates, half new: 30k per-update statuses in the trailer.
+    let mut updates = batch(15_000);
+    updates.extend((0..15_000).map(|i| update(Insert, fw_entry(2, i, 1))));
+    let e = write(&mut c, 1, 10, updates).await.unwrap_err();
+    let codes = codes(&e);
+    assert_eq!(codes.len(), 30_000);
+    assert_eq!(
+        codes.iter().filter(|c| **c == Code::AlreadyExists).count(),
+        10_000
+    );
+    assert_eq!(emu.stats(1).unwrap().entries, 30_000);
     emu.shutdown().await.unwrap();
 }
