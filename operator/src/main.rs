@@ -1,1 +1,150 @@
-fn main() {}
+//! `p4fleet` binary: thin wiring over the library.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use p4fleet::cli::{Cli, Command, OperatorArgs};
+use p4fleet::context::{Context, OperatorConfig};
+use p4fleet::controllers::{Shutdown, run_controllers, shutdown_on};
+use p4fleet::driver::DriverPool;
+use p4fleet::leader::{Elector, LeaderConfig};
+use p4fleet::metrics::Metrics;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crds => {
+            print!("{}", p4fleet_crds::all_yaml());
+            ExitCode::SUCCESS
+        }
+        Command::Version => {
+            println!("p4fleet {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Command::Operator(args) => {
+            let rt = match tokio::runtime::Runtime::new() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("p4fleet: tokio runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match rt.block_on(operator(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "operator failed");
+                    eprintln!("p4fleet: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+/// Resolves on SIGTERM or ctrl-c.
+async fn signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term => {},
+    }
+    tracing::info!("shutdown requested");
+}
+
+async fn operator(args: OperatorArgs) -> anyhow::Result<()> {
+    // One crypto provider for every TLS client (kube, gRPC) in the process.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    p4fleet::telemetry::init(args.log_format, &args.log_level);
+
+    let shutdown: Shutdown = shutdown_on(signal());
+    let client = kube::Client::try_default().await?;
+    let config = OperatorConfig {
+        resync: Duration::from_secs(args.resync_seconds),
+        reporter: "p4fleet".into(),
+        instance: std::env::var("POD_NAME").ok(),
+        watch_namespace: args.watch_namespace.clone(),
+    };
+    let metrics = Arc::new(Metrics::new());
+    let ctx = Context::new(client.clone(), config, metrics.clone(), DriverPool::new());
+    let router = p4fleet::http::router(metrics.clone(), ctx.readiness.clone());
+    let http = p4fleet::http::serve(args.listen_addr, router, shutdown.clone()).await?;
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        "p4fleet operator starting"
+    );
+
+    let elector = if args.leader_election {
+        let namespace = std::env::var("POD_NAMESPACE")
+            .map_err(|_| anyhow::anyhow!("--leader-election needs $POD_NAMESPACE"))?;
+        let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+            format!(
+                "{}-{}",
+                std::env::var("HOSTNAME").unwrap_or_else(|_| "p4fleet".into()),
+                std::process::id()
+            )
+        });
+        let elector = Elector::new(client.clone(), LeaderConfig::new(namespace, identity));
+        ctx.readiness.set_standby(true);
+        tokio::select! {
+            _ = elector.acquire() => {}
+            _ = shutdown.clone() => {
+                let _ = http.await;
+                return Ok(());
+            }
+        }
+        ctx.readiness.set_standby(false);
+        Some(elector)
+    } else {
+        None
+    };
+    metrics.leader.set(1);
+
+    let result = match &elector {
+        None => {
+            run_controllers(ctx.clone(), shutdown.clone()).await;
+            Ok(())
+        }
+        Some(elector) => {
+            // Losing the lease stops this replica's controllers at once;
+            // exiting lets Kubernetes restart it as a fresh candidate.
+            let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
+            let stop = shutdown_on({
+                let shutdown = shutdown.clone();
+                async move {
+                    tokio::select! {
+                        _ = shutdown => {},
+                        _ = lost_rx => {},
+                    }
+                }
+            });
+            tokio::select! {
+                _ = run_controllers(ctx.clone(), stop.clone()) => Ok(()),
+                lost = elector.hold() => {
+                    let _ = lost_tx.send(());
+                    Err(anyhow::anyhow!("{lost}"))
+                }
+            }
+        }
+    };
+    if let Some(elector) = &elector
+        && result.is_ok()
+    {
+        elector.release().await;
+    }
+    metrics.leader.set(0);
+    // The HTTP server stops with the same shutdown signal.
+    if result.is_ok() {
+        let _ = http.await;
+    }
+    tracing::info!("p4fleet operator stopped");
+    result
+}

@@ -5,6 +5,7 @@
 //! watches it needs) and `reconcile(Arc<K>, Arc<Context>) -> Result<Action, Error>`;
 //! [`run_controllers`] drives them all until shutdown.
 
+pub mod entry_set;
 pub mod extern_policy;
 pub mod program;
 pub mod switch;
@@ -169,10 +170,42 @@ pub async fn run_controllers(ctx: Arc<Context>, shutdown: Shutdown) {
             shutdown.clone()
         ),
         drive(
+            entry_set::controller(&ctx),
+            entry_set::reconcile,
+            ctx.clone(),
+            shutdown.clone()
+        ),
+        drive(
             extern_policy::controller(&ctx),
             extern_policy::reconcile,
             ctx.clone(),
             shutdown.clone()
         ),
     );
+}
+
+/// Writes `new` as the status of `obj` unless it equals `old`, then
+/// publishes an Event for each condition that changed. Returns whether it wrote.
+pub async fn write_status<K, S>(
+    ctx: &Context,
+    api: &Api<K>,
+    obj: &K,
+    old: Option<&S>,
+    new: &S,
+    old_conditions: &[p4fleet_crds::Condition],
+    new_conditions: &[p4fleet_crds::Condition],
+) -> Result<bool, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    S: PartialEq + serde::Serialize,
+{
+    if crate::status::unchanged(old, new) {
+        return Ok(false);
+    }
+    crate::status::apply_status(api, &obj.name_any(), new).await?;
+    ctx.metrics.status_write(&K::kind(&()));
+    ctx.events
+        .condition_changes(obj, old_conditions, new_conditions)
+        .await;
+    Ok(true)
 }

@@ -1,16 +1,288 @@
-//! Switch reconciler (placeholder while the shared pieces land).
+//! Switch reconciler: validate the spec, connect through the driver pool,
+//! probe capabilities (Reachable), and summarise slot usage from the
+//! VirtualSwitches placed on it.
+
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::runtime::controller::{Action, Controller};
-use p4fleet_crds::Switch;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use p4fleet_crds::condition_types::{REACHABLE, VALID};
+use p4fleet_crds::{
+    Condition, ConditionStatus, SlotUse, Switch, SwitchCapabilities, SwitchProtocol, SwitchSpec,
+    SwitchStatus, SwitchTarget, VirtualSwitch,
+};
 
-use super::{Error, watcher_config};
+use super::{Error, object_key, watcher_config, write_status};
 use crate::context::Context;
+use crate::metrics::SwitchLabel;
+use crate::status::{merge_conditions, now_rfc3339, ready_from};
 
+/// How long a capabilities probe may take before the Switch counts as unreachable.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Retry period while unreachable (shorter than the resync).
+const UNREACHABLE_RETRY: Duration = Duration::from_secs(10);
+
+/// Watches Switches and the VirtualSwitches placed on them (slot usage).
 pub fn controller(ctx: &Context) -> Controller<Switch> {
-    Controller::new(ctx.all::<Switch>(), watcher_config())
+    Controller::new(ctx.all::<Switch>(), watcher_config()).watches(
+        super::scoped_api::<VirtualSwitch>(ctx),
+        watcher_config(),
+        |vs: VirtualSwitch| {
+            let mut names: Vec<String> = Vec::new();
+            if let Some(s) = vs.status.as_ref().and_then(|s| s.switch.clone()) {
+                names.push(s);
+            }
+            if let Some(s) = vs.spec.switch_ref.clone()
+                && !names.contains(&s)
+            {
+                names.push(s);
+            }
+            names
+                .into_iter()
+                .map(|n| ObjectRef::<Switch>::new(&n))
+                .collect::<Vec<_>>()
+        },
+    )
 }
 
-pub async fn reconcile(_obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Error> {
-    Ok(Action::requeue(ctx.config.resync))
+/// Spec problems the schema cannot express; each names the field.
+pub fn validate(spec: &SwitchSpec) -> Vec<String> {
+    let mut problems = Vec::new();
+    match spec.endpoint.rsplit_once(':') {
+        Some((host, port)) => {
+            if host.is_empty() {
+                problems.push(format!("spec.endpoint {:?} has no host", spec.endpoint));
+            }
+            match port.parse::<u32>() {
+                Ok(p) if (1..=65535).contains(&p) => {}
+                _ => problems.push(format!(
+                    "spec.endpoint {:?}: port must be 1..65535",
+                    spec.endpoint
+                )),
+            }
+        }
+        None => problems.push(format!(
+            "spec.endpoint {:?} is not host:port",
+            spec.endpoint
+        )),
+    }
+    if spec.effective_protocol() == SwitchProtocol::Bfrt && spec.target != SwitchTarget::Tofino {
+        problems.push(format!(
+            "spec.protocol Bfrt is only spoken by Tofino targets, not {:?}",
+            spec.target
+        ));
+    }
+    let mut ids = std::collections::HashSet::new();
+    for p in &spec.ports {
+        if !ids.insert(p.id) {
+            problems.push(format!("spec.ports: port {} is listed twice", p.id));
+        }
+    }
+    problems
+}
+
+/// Slots held by VirtualSwitches placed on `switch` (from their status), sorted by slot.
+pub fn slots_in_use(switch: &str, vss: &[VirtualSwitch]) -> Vec<SlotUse> {
+    let mut out: Vec<SlotUse> = vss
+        .iter()
+        .filter_map(|vs| {
+            let st = vs.status.as_ref()?;
+            (st.switch.as_deref() == Some(switch)).then(|| SlotUse {
+                slot: st.slot.unwrap_or(0),
+                virtual_switch: object_key(vs),
+                pipeline_digest: st.loaded_digest.clone(),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| (a.slot, &a.virtual_switch).cmp(&(b.slot, &b.virtual_switch)));
+    out
+}
+
+/// Outcome of probing the device.
+pub type Probe = Result<crate::driver::Capabilities, String>;
+
+/// The pure middle: spec, probe result and VirtualSwitches in; status out
+/// (conditions not yet merged).
+pub fn build_status(
+    name: &str,
+    spec: &SwitchSpec,
+    probe: Option<&Probe>,
+    vss: &[VirtualSwitch],
+) -> SwitchStatus {
+    let problems = validate(spec);
+    let valid = if problems.is_empty() {
+        Condition::new(VALID, true, "Valid", "spec is valid")
+    } else {
+        Condition::new(VALID, false, "InvalidSpec", problems.join("; "))
+    };
+    let (reachable, capabilities) = match probe {
+        None => (
+            Condition {
+                type_: REACHABLE.into(),
+                status: ConditionStatus::Unknown,
+                reason: "NotProbed".into(),
+                message: "the spec is invalid, so the device was not contacted".into(),
+                ..Default::default()
+            },
+            None,
+        ),
+        Some(Ok(caps)) => (
+            Condition::new(
+                REACHABLE,
+                true,
+                "Connected",
+                format!(
+                    "{} {} at {}",
+                    caps.protocol, caps.api_version, spec.endpoint
+                ),
+            ),
+            Some(SwitchCapabilities {
+                api_version: Some(caps.api_version.clone()),
+                bulk_write: false,
+                async_externs: false,
+                slot_service: spec.target == SwitchTarget::Fpga,
+            }),
+        ),
+        Some(Err(e)) => (
+            Condition::new(REACHABLE, false, "Unreachable", e.clone()),
+            None,
+        ),
+    };
+    let used = slots_in_use(name, vss);
+    let distinct: std::collections::BTreeSet<u32> = used.iter().map(|u| u.slot).collect();
+    let ready = ready_from(&[&valid, &reachable], "Ready", "device is reachable");
+    SwitchStatus {
+        observed_generation: None,
+        conditions: vec![valid, reachable, ready],
+        capabilities,
+        slot_summary: Some(format!("{}/{}", distinct.len(), spec.slots)),
+        slots_in_use: used,
+    }
+}
+
+/// Connects (once, shared) and asks the device for its capabilities.
+async fn probe(ctx: &Context, sw: &Switch) -> Probe {
+    let dev = ctx.drivers.connect(sw).map_err(|e| e.to_string())?;
+    match tokio::time::timeout(PROBE_TIMEOUT, dev.capabilities()).await {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!(
+            "no answer from {} within {PROBE_TIMEOUT:?}",
+            sw.spec.endpoint
+        )),
+    }
+}
+
+pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let name = obj.name_any();
+    let probe = if validate(&obj.spec).is_empty() {
+        Some(probe(&ctx, &obj).await)
+    } else {
+        None
+    };
+    ctx.metrics
+        .switch_connected
+        .get_or_create(&SwitchLabel {
+            switch: name.clone(),
+        })
+        .set(i64::from(matches!(probe, Some(Ok(_)))));
+    let vss = super::scoped_api::<VirtualSwitch>(&ctx)
+        .list(&Default::default())
+        .await?
+        .items;
+    let mut new = build_status(&name, &obj.spec, probe.as_ref(), &vss);
+    let old = obj.status.as_ref();
+    let old_conditions = old.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    new.observed_generation = obj.metadata.generation;
+    new.conditions = merge_conditions(
+        old_conditions,
+        new.conditions,
+        obj.metadata.generation,
+        &now_rfc3339(),
+    );
+    let api: Api<Switch> = ctx.all();
+    write_status(
+        &ctx,
+        &api,
+        obj.as_ref(),
+        old,
+        &new,
+        old_conditions,
+        &new.conditions,
+    )
+    .await?;
+    Ok(match probe {
+        Some(Ok(_)) | None => Action::requeue(ctx.config.resync),
+        Some(Err(_)) => Action::requeue(UNREACHABLE_RETRY.min(ctx.config.resync)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use p4fleet_crds::{VirtualSwitchSpec, VirtualSwitchStatus};
+
+    fn spec(target: SwitchTarget, endpoint: &str) -> SwitchSpec {
+        serde_json::from_value(serde_json::json!({"target": target, "endpoint": endpoint})).unwrap()
+    }
+
+    fn vs(ns: &str, name: &str, switch: &str, slot: u32) -> VirtualSwitch {
+        let mut v = VirtualSwitch::new(
+            name,
+            VirtualSwitchSpec {
+                program_ref: "p".into(),
+                switch_ref: Some(switch.into()),
+                switch_selector: None,
+                slot: None,
+                isolation: None,
+                port_map: vec![],
+                update_strategy: Default::default(),
+            },
+        );
+        v.metadata.namespace = Some(ns.into());
+        v.status = Some(VirtualSwitchStatus {
+            switch: Some(switch.into()),
+            slot: Some(slot),
+            ..Default::default()
+        });
+        v
+    }
+
+    #[test]
+    fn validation_names_fields() {
+        assert!(validate(&spec(SwitchTarget::Bmv2, "10.0.0.1:9559")).is_empty());
+        let p = validate(&spec(SwitchTarget::Bmv2, "host:70000"));
+        assert!(p[0].contains("spec.endpoint"), "{p:?}");
+        let mut s = spec(SwitchTarget::Bmv2, "h:9559");
+        s.protocol = Some(SwitchProtocol::Bfrt);
+        assert!(validate(&s)[0].contains("spec.protocol"));
+    }
+
+    #[test]
+    fn status_counts_slots_and_reachability() {
+        let mut s = spec(SwitchTarget::Fpga, "fpga:50051");
+        s.slots = 4;
+        let vss = [
+            vs("a", "x", "sw1", 2),
+            vs("b", "y", "sw1", 0),
+            vs("a", "z", "other", 0),
+        ];
+        let caps = crate::driver::Capabilities {
+            protocol: "P4Runtime",
+            api_version: "1.4.0".into(),
+        };
+        let st = build_status("sw1", &s, Some(&Ok(caps)), &vss);
+        assert_eq!(st.slot_summary.as_deref(), Some("2/4"));
+        assert_eq!(st.slots_in_use[0].virtual_switch, "b/y");
+        assert_eq!(st.slots_in_use[1].slot, 2);
+        assert!(st.conditions.iter().all(|c| c.is_true()));
+        assert!(st.capabilities.unwrap().slot_service);
+
+        let st = build_status("sw1", &s, Some(&Err("refused".into())), &[]);
+        let ready = p4fleet_crds::find_condition(&st.conditions, "Ready").unwrap();
+        assert_eq!(ready.reason, "Unreachable");
+        assert_eq!(st.slot_summary.as_deref(), Some("0/4"));
+    }
 }
