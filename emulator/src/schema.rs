@@ -283,3 +283,47 @@ fn table_info(
         }),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INFO: &str = r#"
+tables {
+  preamble { id: 1 name: "t" }
+  match_fields { id: 1 name: "a" bitwidth: 9 match_type: EXACT }
+  match_fields { id: 2 name: "b" bitwidth: 32 match_type: LPM }
+  match_fields { id: 3 name: "c" bitwidth: 8 match_type: TERNARY }
+  action_refs { id: 10 scope: TABLE_ONLY }
+  action_refs { id: 11 }
+  size: 0
+}
+actions { preamble { id: 10 name: "set" } params { id: 1 name: "p" bitwidth: 4 } }
+actions { preamble { id: 11 name: "NoAction" } }
+"#;
+
+    fn schema(text: &str) -> Result<Schema, SchemaError> {
+        Schema::from_p4info(&p4fleet_proto::p4info::parse_text(text).unwrap())
+    }
+
+    #[test]
+    fn key_layout_priority_and_default() {
+        let s = schema(INFO).unwrap();
+        let t = &s.tables[&1];
+        // 2 (exact 9 bits) + 4+2 (lpm) + 1+1 (ternary) + 4 (priority)
+        assert_eq!(t.key_len, 14);
+        assert!(t.needs_priority);
+        assert_eq!(t.fields[2].offset, 8);
+        assert_eq!(t.size, None);
+        assert_eq!(t.initial_default.as_ref().unwrap().action_id, 11);
+        assert_eq!(t.action_scope(10), Some(Scope::TableOnly));
+    }
+
+    #[test]
+    fn refuses_unknown_actions_and_bad_fields() {
+        let no_actions: String = INFO.lines().filter(|l| !l.starts_with("actions")).collect();
+        assert!(schema(&no_actions).is_err());
+        assert!(schema(&INFO.replace("bitwidth: 9", "bitwidth: 0")).is_err());
+        assert!(schema(&INFO.replace("id: 2 name", "id: 1 name")).is_err());
+    }
+}
