@@ -45,9 +45,9 @@ pub struct TableEntrySetSpec {
     /// Table name as in the P4Info, e.g. `MyIngress.firewall` (or its alias `firewall`).
     #[schemars(length(min = 1, max = 255))]
     pub table: String,
-    /// Entries given inline.
+    /// Entries given inline (up to 5000; larger sets belong in ConfigMaps).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 10000))]
+    #[schemars(length(max = 5000))]
     pub entries: Vec<TableEntry>,
     /// ConfigMaps holding entries in the compact line format (docs/entries.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -75,13 +75,21 @@ pub struct TableEntrySetSpec {
 pub struct TableEntry {
     /// Match field name to value: `10.0.0.1`, `10.0.0.0/24`, `0x0a000000&&&0xff000000`, `1000..2000`, `aa:bb:cc:dd:ee:ff`.
     #[serde(rename = "match")]
-    #[schemars(length(min = 1))]
+    #[schemars(extend(
+        "minProperties" = 1,
+        "maxProperties" = 16,
+        "additionalProperties" = {"type": "string", "minLength": 1, "maxLength": 128}
+    ))]
     pub match_: BTreeMap<String, String>,
     /// Action name, e.g. `MyIngress.allow` or `allow`.
     #[schemars(length(min = 1, max = 255))]
     pub action: String,
     /// Action parameter name to value.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "maxProperties" = 64,
+        "additionalProperties" = {"type": "string", "minLength": 1, "maxLength": 256}
+    ))]
     pub params: BTreeMap<String, String>,
     /// Priority, required for ternary, range and optional matches (higher wins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
