@@ -14,8 +14,9 @@ use p4fleet_emulator::{Emulator, EmulatorConfig};
 use p4fleet_proto::p4info::{self, P4Info};
 
 fn firewall() -> (P4Info, TableSchema) {
-    let text = std::fs::read_to_string(p4fleet_e2e::repo_root().join("examples/firewall/p4info.txt"))
-        .unwrap();
+    let text =
+        std::fs::read_to_string(p4fleet_e2e::repo_root().join("examples/firewall/p4info.txt"))
+            .unwrap();
     let info = p4info::parse_text(&text).unwrap();
     let schema = TableSchema::from_p4info(&info, "firewall").unwrap();
     (info, schema)
@@ -68,8 +69,16 @@ async fn driver_writes_reads_and_reports_per_update_errors() {
     assert!(!caps.api_version.is_empty());
 
     // Slot 1 is device 8; the pipeline is pushed once, then skipped.
-    assert!(dev.set_pipeline(1, &info, b"cfg".to_vec(), 42).await.unwrap());
-    assert!(!dev.set_pipeline(1, &info, b"cfg".to_vec(), 42).await.unwrap());
+    assert!(
+        dev.set_pipeline(1, &info, b"cfg".to_vec(), 42)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !dev.set_pipeline(1, &info, b"cfg".to_vec(), 42)
+            .await
+            .unwrap()
+    );
     assert_eq!(dev.pipeline_cookie(1).await.unwrap(), Some(42));
     assert_eq!(running.stats(8).unwrap().set_pipeline_rpcs, 1);
 
@@ -144,10 +153,16 @@ async fn driver_writes_reads_and_reports_per_update_errors() {
         changed[i] = e;
     }
     let p = sync::plan(&changed, &on_device, Ownership::Merge, tag);
-    assert_eq!((p.modifies.len(), p.inserts.len(), p.deletes.len()), (100, 0, 0));
+    assert_eq!(
+        (p.modifies.len(), p.inserts.len(), p.deletes.len()),
+        (100, 0, 0)
+    );
     let before = running.stats(8).unwrap();
     let (_, phase) = sync::updates(&p, &changed, &on_device, tag);
-    let rep = dev.write(1, phase.updates, WriteOptions::default()).await.unwrap();
+    let rep = dev
+        .write(1, phase.updates, WriteOptions::default())
+        .await
+        .unwrap();
     assert!(rep.failures.is_empty());
     let after = running.stats(8).unwrap();
     assert_eq!(after.modifies - before.modifies, 100);
