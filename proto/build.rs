@@ -10,6 +10,7 @@ const PROTOS: &[&str] = &[
     "p4/config/v1/p4info.proto",
     "p4/v1/p4data.proto",
     "p4/v1/p4runtime.proto",
+    "bfrt/bfruntime.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

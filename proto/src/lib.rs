@@ -8,6 +8,8 @@
 //! - [`p4runtime`] = `p4.v1` (messages, `p4_runtime_client`, `p4_runtime_server`)
 //! - [`p4info`] = `p4.config.v1` plus [`p4info::parse_text`] / [`p4info::to_text`]
 //! - [`rpc`] = `google.rpc` (`Status`, `Code`)
+//! - [`bfrt`] = `bfrt_proto` (BF Runtime for Tofino: messages, `bf_runtime_client`,
+//!   `bf_runtime_server`)
 //! - [`text`] generic protobuf text-format helpers for any message in this crate.
 
 #![allow(clippy::doc_lazy_continuation, clippy::large_enum_variant)]
@@ -32,6 +34,22 @@ pub mod google {
         #![allow(missing_docs, clippy::all)]
         include!(concat!(env!("OUT_DIR"), "/google.rpc.rs"));
     }
+}
+
+/// Generated code for `bfrt_proto` (BF Runtime, Tofino).
+pub mod bfrt_proto {
+    #![allow(missing_docs, clippy::all, deprecated)]
+    include!(concat!(env!("OUT_DIR"), "/bfrt_proto.rs"));
+}
+
+/// `bfrt_proto`: BF Runtime messages and the tonic service `BfRuntime`
+/// (`bf_runtime_client`, `bf_runtime_server`), wire-compatible with the
+/// protocol Tofino switches serve.
+pub mod bfrt {
+    pub use crate::bfrt_proto::*;
+
+    /// `type_url` of a `bfrt_proto.Error` packed in `google.protobuf.Any`.
+    pub const ERROR_TYPE_URL: &str = "type.googleapis.com/bfrt_proto.Error";
 }
 
 /// Encoded `google.protobuf.FileDescriptorSet` of every .proto in this crate
@@ -242,6 +260,39 @@ type_info {
             ..Default::default()
         };
         assert_eq!(wr.encode_to_vec(), vec![0x32, 0x01, b'r']);
+    }
+
+    #[test]
+    fn wire_numbers_match_bfrt() {
+        use prost::Message;
+        // TableEntry.handle_id is field 7, is_default_entry field 4 (varints;
+        // prost writes the oneof first).
+        let te = bfrt::TableEntry {
+            is_default_entry: true,
+            value: Some(bfrt::table_entry::Value::HandleId(1)),
+            ..Default::default()
+        };
+        assert_eq!(te.encode_to_vec(), vec![0x38, 0x01, 0x20, 0x01]);
+        // KeyField.lpm is field 4 (length-delimited): tag 0x22.
+        let kf = bfrt::KeyField {
+            field_id: 0,
+            match_type: Some(bfrt::key_field::MatchType::Lpm(
+                bfrt::key_field::Lpm::default(),
+            )),
+        };
+        assert_eq!(kf.encode_to_vec(), vec![0x22, 0x00]);
+        // WriteRequest.p4_name is field 5 (string): tag 0x2a.
+        let wr = bfrt::WriteRequest {
+            p4_name: "f".into(),
+            ..Default::default()
+        };
+        assert_eq!(wr.encode_to_vec(), vec![0x2a, 0x01, b'f']);
+        // DataField.bool_val is field 8: tag 0x40.
+        let df = bfrt::DataField {
+            field_id: 0,
+            value: Some(bfrt::data_field::Value::BoolVal(true)),
+        };
+        assert_eq!(df.encode_to_vec(), vec![0x40, 0x01]);
     }
 
     #[test]
