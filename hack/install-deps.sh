@@ -7,6 +7,9 @@
 #   kube-apiserver  bin/kube-apiserver, built from hack/kube-apiserver (rebuilt
 #                   when its go.mod/go.sum/main.go change; stamp file in bin/)
 #   helm            bin/helm, `go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION`
+#   p4runtime-shell .local/p4runtime-shell-venv from e2e/python/requirements.txt
+#                   (recreated when the requirements change; used by
+#                   e2e/tests/p4runtime_shell.rs)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -64,6 +67,19 @@ else
   GOBIN="$BIN" go install -trimpath -ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
     "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
   done_step "built $HELM_VERSION"
+fi
+
+# --- p4runtime-shell venv ---------------------------------------------------
+begin "p4runtime-shell"
+VENV="$REPO/.local/p4runtime-shell-venv"
+REQ="$REPO/e2e/python/requirements.txt"
+if [[ -x "$VENV/bin/python" ]] && cmp -s "$REQ" "$VENV/requirements.txt"; then
+  done_step "up to date"
+else
+  python3 -m venv --clear "$VENV"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ"
+  cp "$REQ" "$VENV/requirements.txt"
+  done_step "installed $(grep -i '^p4runtime-shell==' "$REQ")"
 fi
 
 echo "install-deps: done in $((SECONDS - T0))s" >&2

@@ -1,0 +1,102 @@
+//! p4runtime-shell (PyPI, unchanged) against the emulator: connect as
+//! primary, set the firewall pipeline, insert, read back, modify, delete.
+//!
+//! The virtualenv lives in `.local/p4runtime-shell-venv` (hack/install-deps.sh
+//! creates it; this test creates or refreshes it when e2e/python/requirements.txt
+//! changed).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use p4fleet_e2e::repo_root;
+use p4fleet_emulator::{Emulator, EmulatorConfig};
+
+/// The venv with p4runtime-shell, created or refreshed from requirements.txt.
+fn venv() -> PathBuf {
+    let root = repo_root();
+    let req = root.join("e2e/python/requirements.txt");
+    let dir = root.join(".local/p4runtime-shell-venv");
+    let stamp = dir.join("requirements.txt");
+    let want = std::fs::read(&req).expect("read e2e/python/requirements.txt");
+    let python = dir.join("bin/python");
+    if python.exists() && std::fs::read(&stamp).ok().as_deref() == Some(want.as_slice()) {
+        return python;
+    }
+    run(Command::new("python3")
+        .args(["-m", "venv", "--clear"])
+        .arg(&dir));
+    run(Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "-r",
+        ])
+        .arg(&req));
+    std::fs::write(&stamp, want).unwrap();
+    python
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p4runtime_shell_sets_pipeline_inserts_reads_and_deletes() {
+    let python = tokio::task::spawn_blocking(venv).await.unwrap();
+    let running = Emulator::start(EmulatorConfig {
+        device_ids: vec![1],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let device_config = tmp.path().join("firewall.json");
+    // bmv2 would want its JSON here; the emulator only stores the bytes.
+    std::fs::write(&device_config, b"{}").unwrap();
+    let script = repo_root().join("e2e/python/p4runtime_shell_test.py");
+    let p4info: &Path = &repo_root().join("examples/firewall/p4info.txt");
+    let addr = running.p4runtime_addr().to_string();
+    let out = tokio::task::spawn_blocking({
+        let device_config = device_config.clone();
+        let p4info = p4info.to_path_buf();
+        move || {
+            Command::new(python)
+                .arg(script)
+                .args(["--grpc-addr", &addr, "--device-id", "1", "--p4info"])
+                .arg(p4info)
+                .arg("--config")
+                .arg(device_config)
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let checks: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("ok:") || l.starts_with("FAIL"))
+        .collect();
+    assert!(
+        out.status.success() && stdout.contains("all checks passed"),
+        "p4runtime-shell script failed: {checks:#?}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{}", checks.join("\n"));
+    let stats = running.stats(1).unwrap();
+    assert_eq!(stats.set_pipeline_rpcs, 1);
+    assert_eq!(stats.inserts, 21);
+    assert_eq!(stats.modifies, 1);
+    assert_eq!(stats.deletes, 21);
+    assert_eq!(stats.entries, 0);
+    running.shutdown().await.unwrap();
+}
