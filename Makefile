@@ -30,6 +30,5 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 clean-local:
-	-hack/controlplane.sh down
-	-[[ -f .local/operator.pid ]] && kill "$$(cat .local/operator.pid)" 2>/dev/null
+	hack/demo.sh stop
 	rm -rf .local

@@ -55,8 +55,16 @@ pub enum HarnessError {
     Startup(String),
     #[error("kubeconfig {path}: {message}")]
     Kubeconfig { path: PathBuf, message: String },
-    #[error("kubernetes API: {0}")]
+    #[error("kubernetes API: {}", short_kube_error(.0))]
     Kube(#[from] kube::Error),
+}
+
+/// The server's message without kube's Debug dump of the whole Status.
+fn short_kube_error(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
+        other => other.to_string(),
+    }
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> HarnessError {
