@@ -30,5 +30,6 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 clean-local:
-	hack/demo.sh stop
+	-for p in .local/operator.pid .local/emulator.pid; do [[ -f $$p ]] && kill -9 "$$(cat $$p)" 2>/dev/null; done; true
+	hack/controlplane.sh down
 	rm -rf .local
