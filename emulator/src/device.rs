@@ -547,6 +547,10 @@ pub struct DeviceStats {
     pub tables: std::collections::BTreeMap<String, u64>,
     /// Current primary election id (decimal u128) per role ("" = default role).
     pub primaries: HashMap<String, String>,
+    /// BFRT programs loaded (their tables count in `entries` and appear in
+    /// `tables` under their bfrt.json names).
+    #[serde(default)]
+    pub bfrt_programs: Vec<String>,
 }
 
 pub(crate) struct Device {
@@ -554,6 +558,8 @@ pub(crate) struct Device {
     pub state: Mutex<DeviceState>,
     pub arb: Mutex<Arbitration>,
     pub counters: Counters,
+    /// BFRT programs, fixed tables and clients (see `crate::bfrt`).
+    pub bfrt: Mutex<crate::bfrt::BfrtDevice>,
 }
 
 impl Device {
@@ -563,6 +569,7 @@ impl Device {
             state: Mutex::new(DeviceState::default()),
             arb: Mutex::new(Arbitration::default()),
             counters: Counters::default(),
+            bfrt: Mutex::new(crate::bfrt::BfrtDevice::default()),
         }
     }
 
@@ -593,6 +600,14 @@ impl Device {
                 s.entries += t.entries.len() as u64;
                 s.tables.insert(id.to_string(), t.entries.len() as u64);
             }
+        }
+        drop(state);
+        let bf = self.bfrt.lock().expect("bfrt lock");
+        s.bfrt_programs = bf.programs.keys().cloned().collect();
+        s.pipeline_set |= !bf.programs.is_empty();
+        for (name, n) in bf.table_counts() {
+            s.entries += n;
+            s.tables.insert(name, n);
         }
         s
     }
@@ -629,25 +644,34 @@ impl Device {
     /// of all tables). Returns how many were removed.
     pub fn drop_entries(&self, table_id: Option<u32>, count: usize) -> usize {
         let mut state = self.state.lock().expect("state lock");
-        let Some(p) = state.pipeline.as_mut() else {
-            return 0;
-        };
-        let mut ids: Vec<u32> = p.tables.keys().copied().collect();
-        ids.sort_unstable();
         let mut removed = 0;
-        for id in ids {
-            if table_id.is_some_and(|t| t != id) {
-                continue;
+        if let Some(p) = state.pipeline.as_mut() {
+            let mut ids: Vec<u32> = p.tables.keys().copied().collect();
+            ids.sort_unstable();
+            for id in ids {
+                if removed >= count {
+                    break;
+                }
+                if table_id.is_some_and(|t| t != id) {
+                    continue;
+                }
+                let entries = &mut p.tables.get_mut(&id).expect("listed").entries;
+                let victims: Vec<Box<[u8]>> =
+                    entries.keys().take(count - removed).cloned().collect();
+                for k in victims {
+                    entries.remove(&k);
+                    removed += 1;
+                }
             }
-            let entries = &mut p.tables.get_mut(&id).expect("listed").entries;
-            let victims: Vec<Box<[u8]>> = entries.keys().take(count - removed).cloned().collect();
-            for k in victims {
-                entries.remove(&k);
-                removed += 1;
-            }
-            if removed >= count {
-                break;
-            }
+        }
+        drop(state);
+        if removed < count {
+            // BFRT programs (whose table ids are often the P4Info ones).
+            removed += self
+                .bfrt
+                .lock()
+                .expect("bfrt lock")
+                .drop_entries(table_id, count - removed);
         }
         self.counters
             .drift_deletes

@@ -6,6 +6,7 @@
 //! Use in-process with [`Emulator::start`], or run the `p4fleet-emulator`
 //! binary. See `emulator/README.md` for flags, the stats JSON and limits.
 
+pub mod bfrt;
 mod device;
 mod entry;
 mod schema;
@@ -17,6 +18,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+use p4fleet_proto::bfrt::bf_runtime_server::BfRuntimeServer;
 use p4fleet_proto::p4runtime::{self as p4, p4_runtime_server::P4RuntimeServer};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -46,6 +48,18 @@ pub enum EmulatorError {
     Update(#[from] UpdateError),
     #[error("server: {0}")]
     Server(String),
+    #[error("bfrt program: {0}")]
+    BfrtProgram(String),
+}
+
+/// A BFRT program loaded on every device at start (as if a client had sent
+/// VERIFY_AND_WARM_INIT_BEGIN_AND_END), so clients can BIND right away.
+#[derive(Debug, Clone)]
+pub struct BfrtProgram {
+    /// Program name clients BIND to (e.g. `firewall`).
+    pub name: String,
+    /// Its bfrt.json.
+    pub bfrt_json: Vec<u8>,
 }
 
 /// How to run an emulator.
@@ -61,6 +75,10 @@ pub struct EmulatorConfig {
     pub read_chunk_size: usize,
     /// Largest gRPC message accepted or sent, in bytes.
     pub max_message_size: usize,
+    /// Where BFRT (`bfrt_proto.BfRuntime`) listens; `None` = off.
+    pub bfrt_addr: Option<SocketAddr>,
+    /// BFRT programs preloaded on every device.
+    pub bfrt_programs: Vec<BfrtProgram>,
 }
 
 impl Default for EmulatorConfig {
@@ -71,6 +89,8 @@ impl Default for EmulatorConfig {
             device_ids: vec![1],
             read_chunk_size: 1000,
             max_message_size: 256 * 1024 * 1024,
+            bfrt_addr: None,
+            bfrt_programs: Vec::new(),
         }
     }
 }
@@ -106,6 +126,11 @@ impl Emulator {
             return Err(EmulatorError::NoDevices);
         }
         let emu = Emulator::new(&config);
+        if !config.bfrt_programs.is_empty() {
+            for id in emu.device_ids() {
+                emu.load_bfrt_programs(id, &config.bfrt_programs)?;
+            }
+        }
         let listener = TcpListener::bind(config.p4runtime_addr)
             .await
             .map_err(|source| EmulatorError::Bind {
@@ -155,14 +180,43 @@ impl Emulator {
                     .map_err(|e| EmulatorError::Server(e.to_string()))
             }));
         }
+        let mut bfrt_addr = None;
+        let mut bfrt_stop = None;
+        let mut bfrt_task = None;
+        if let Some(addr) = config.bfrt_addr {
+            let l = TcpListener::bind(addr)
+                .await
+                .map_err(|source| EmulatorError::Bind { addr, source })?;
+            bfrt_addr = Some(
+                l.local_addr()
+                    .map_err(|source| EmulatorError::Bind { addr, source })?,
+            );
+            let (tx, rx) = oneshot::channel::<()>();
+            bfrt_stop = Some(tx);
+            let svc = emu.bfrt_service();
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(l);
+            bfrt_task = Some(tokio::spawn(async move {
+                tonic::transport::Server::builder()
+                    .tcp_nodelay(true)
+                    .add_service(svc)
+                    .serve_with_incoming_shutdown(incoming, async {
+                        let _ = rx.await;
+                    })
+                    .await
+                    .map_err(|e| EmulatorError::Server(e.to_string()))
+            }));
+        }
         Ok(RunningEmulator {
             emulator: emu,
             p4runtime_addr,
             stats_addr,
+            bfrt_addr,
             stop: Some(stop_tx),
             stats_stop,
+            bfrt_stop,
             grpc: Some(grpc),
             stats_task,
+            bfrt_task,
         })
     }
 
@@ -174,6 +228,66 @@ impl Emulator {
         })
         .max_decoding_message_size(self.max_message_size)
         .max_encoding_message_size(self.max_message_size)
+    }
+
+    /// The BFRT tonic service (with raised message size limits), to mount in
+    /// any tonic server.
+    pub fn bfrt_service(&self) -> BfRuntimeServer<bfrt::BfrtService> {
+        BfRuntimeServer::new(bfrt::BfrtService {
+            inner: self.inner.clone(),
+        })
+        .max_decoding_message_size(self.max_message_size)
+        .max_encoding_message_size(self.max_message_size)
+    }
+
+    /// Loads BFRT programs on a device, replacing the loaded ones (as
+    /// VERIFY_AND_WARM_INIT_BEGIN_AND_END does).
+    pub fn load_bfrt_programs(
+        &self,
+        device_id: u64,
+        programs: &[BfrtProgram],
+    ) -> Result<(), EmulatorError> {
+        let configs = programs
+            .iter()
+            .map(|p| p4fleet_proto::bfrt::ForwardingPipelineConfig {
+                p4_name: p.name.clone(),
+                bfruntime_info: p.bfrt_json.clone(),
+                profiles: vec![],
+            })
+            .collect();
+        let verified = bfrt::BfrtDevice::verify(configs).map_err(EmulatorError::BfrtProgram)?;
+        self.device(device_id)?
+            .bfrt
+            .lock()
+            .expect("bfrt lock")
+            .load(verified, false);
+        Ok(())
+    }
+
+    /// Drift helper for BFRT: applies one update to program `p4_name` of a
+    /// device behind the clients' backs (validated, no binding needed), e.g.
+    /// a DELETE of one entry or a foreign INSERT.
+    pub fn bfrt_apply(
+        &self,
+        device_id: u64,
+        p4_name: &str,
+        ty: p4fleet_proto::bfrt::update::Type,
+        entry: p4fleet_proto::bfrt::TableEntry,
+    ) -> Result<(), EmulatorError> {
+        let dev = self.device(device_id)?;
+        let mut bf = dev.bfrt.lock().expect("bfrt lock");
+        let p = bf
+            .programs
+            .get_mut(p4_name)
+            .ok_or_else(|| EmulatorError::BfrtProgram(format!("{p4_name} is not loaded")))?;
+        let mut key = Vec::new();
+        let applied = p.apply_entry(ty, entry, &mut key, None)?;
+        if let bfrt::Applied::Delete(n) = applied {
+            dev.counters
+                .drift_deletes
+                .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     fn device(&self, id: u64) -> Result<&Arc<Device>, EmulatorError> {
@@ -229,10 +343,13 @@ pub struct RunningEmulator {
     emulator: Emulator,
     p4runtime_addr: SocketAddr,
     stats_addr: Option<SocketAddr>,
+    bfrt_addr: Option<SocketAddr>,
     stop: Option<oneshot::Sender<()>>,
     stats_stop: Option<oneshot::Sender<()>>,
+    bfrt_stop: Option<oneshot::Sender<()>>,
     grpc: Option<JoinHandle<Result<(), EmulatorError>>>,
     stats_task: Option<JoinHandle<Result<(), EmulatorError>>>,
+    bfrt_task: Option<JoinHandle<Result<(), EmulatorError>>>,
 }
 
 impl RunningEmulator {
@@ -247,6 +364,11 @@ impl RunningEmulator {
 
     pub fn stats_addr(&self) -> Option<SocketAddr> {
         self.stats_addr
+    }
+
+    /// Where BFRT listens, when enabled.
+    pub fn bfrt_addr(&self) -> Option<SocketAddr> {
+        self.bfrt_addr
     }
 
     pub fn emulator(&self) -> &Emulator {
@@ -265,6 +387,9 @@ impl RunningEmulator {
         if let Some(s) = self.stats_stop.take() {
             let _ = s.send(());
         }
+        if let Some(s) = self.bfrt_stop.take() {
+            let _ = s.send(());
+        }
         // Open StreamChannels would keep graceful shutdown waiting; bound it.
         let wait = async {
             if let Some(h) = self.grpc.take() {
@@ -272,6 +397,10 @@ impl RunningEmulator {
                     .map_err(|e| EmulatorError::Server(e.to_string()))??;
             }
             if let Some(h) = self.stats_task.take() {
+                h.await
+                    .map_err(|e| EmulatorError::Server(e.to_string()))??;
+            }
+            if let Some(h) = self.bfrt_task.take() {
                 h.await
                     .map_err(|e| EmulatorError::Server(e.to_string()))??;
             }
@@ -290,6 +419,9 @@ impl Drop for RunningEmulator {
             h.abort();
         }
         if let Some(h) = &self.stats_task {
+            h.abort();
+        }
+        if let Some(h) = &self.bfrt_task {
             h.abort();
         }
     }

@@ -1,12 +1,13 @@
-//! `p4fleet-emulator`: serves emulated P4Runtime devices until SIGTERM or
-//! ctrl-c. Prints `p4runtime listening on ADDR` and `stats listening on ADDR`
-//! on stdout once bound.
+//! `p4fleet-emulator`: serves emulated P4Runtime (and, with `--bfrt-addr`,
+//! BFRT) devices until SIGTERM or ctrl-c. Prints `p4runtime listening on
+//! ADDR`, `stats listening on ADDR` and `bfrt listening on ADDR` on stdout
+//! once bound.
 
 use std::io::Write;
 use std::net::SocketAddr;
 
 use clap::Parser;
-use p4fleet_emulator::{Emulator, EmulatorConfig};
+use p4fleet_emulator::{BfrtProgram, Emulator, EmulatorConfig};
 
 #[derive(Parser, Debug)]
 #[command(name = "p4fleet-emulator", about = "Emulated P4Runtime devices")]
@@ -26,6 +27,24 @@ struct Args {
     /// Entities per ReadResponse.
     #[arg(long, default_value_t = 1000)]
     read_chunk_size: usize,
+    /// BFRT gRPC listen address (port 0 picks a free port); off when absent.
+    #[arg(long)]
+    bfrt_addr: Option<SocketAddr>,
+    /// BFRT program preloaded on every device, as NAME=path/to/bfrt.json
+    /// (repeatable).
+    #[arg(long = "bfrt-program", value_parser = parse_program)]
+    bfrt_programs: Vec<BfrtProgram>,
+}
+
+fn parse_program(s: &str) -> Result<BfrtProgram, String> {
+    let (name, path) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected NAME=PATH, got {s:?}"))?;
+    let bfrt_json = std::fs::read(path).map_err(|e| format!("reading {path}: {e}"))?;
+    Ok(BfrtProgram {
+        name: name.to_string(),
+        bfrt_json,
+    })
 }
 
 #[tokio::main]
@@ -47,6 +66,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         stats_addr: Some(args.stats_addr),
         device_ids,
         read_chunk_size: args.read_chunk_size,
+        bfrt_addr: args.bfrt_addr,
+        bfrt_programs: args.bfrt_programs,
         ..Default::default()
     };
     let running = Emulator::start(config).await?;
@@ -55,6 +76,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         writeln!(out, "p4runtime listening on {}", running.p4runtime_addr())?;
         if let Some(a) = running.stats_addr() {
             writeln!(out, "stats listening on {a}")?;
+        }
+        if let Some(a) = running.bfrt_addr() {
+            writeln!(out, "bfrt listening on {a}")?;
         }
         out.flush()?;
     }

@@ -1,0 +1,443 @@
+//! The `bfrt_proto.BfRuntime` gRPC service over the emulated devices.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures::{Stream, StreamExt};
+use p4fleet_proto::bfrt::{
+    self, bf_runtime_server::BfRuntime, set_forwarding_pipeline_config_request::Action,
+    update::Type, write_request::Atomicity,
+};
+use p4fleet_proto::rpc;
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Code, Request, Response, Status, Streaming};
+
+use super::store::{Applied, Program, Undo};
+use super::{BfrtDevice, Client, NON_P4_JSON};
+use crate::device::Device;
+use crate::entry::{UpdateError, err};
+use crate::service::Inner;
+
+/// The tonic service; build with [`crate::Emulator::bfrt_service`].
+#[derive(Clone)]
+pub struct BfrtService {
+    pub(crate) inner: Arc<Inner>,
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// The google.rpc.Status bytes of a failed batch: one `bfrt_proto.Error` per
+/// update, in order; `ok` is the code of the updates without an error of
+/// their own (OK, or ABORTED when the batch was rolled back).
+pub fn bfrt_write_error_details(n: usize, errors: &[(usize, UpdateError)], ok: Code) -> Vec<u8> {
+    let any = |code: Code, message: String| prost_types::Any {
+        type_url: bfrt::ERROR_TYPE_URL.to_string(),
+        value: bfrt::Error {
+            canonical_code: code as i32,
+            message,
+            space: "BF-RT".into(),
+            code: 0,
+        }
+        .encode_to_vec(),
+    };
+    let ok_msg = if ok == Code::Ok {
+        String::new()
+    } else {
+        "not applied: the batch was rolled back".to_string()
+    };
+    let mut details = vec![any(ok, ok_msg); n];
+    for (i, e) in errors {
+        details[*i] = any(e.code, e.message.clone());
+    }
+    rpc::Status {
+        code: Code::Unknown as i32,
+        message: format!("{} of {} updates failed", errors.len(), n),
+        details,
+    }
+    .encode_to_vec()
+}
+
+fn status(e: UpdateError) -> Status {
+    Status::new(e.code, e.message)
+}
+
+/// The program a Write/Read of `client` names (or the one it is bound to).
+fn bound_program<'a>(bf: &'a BfrtDevice, client: u32, p4_name: &str) -> Result<&'a str, Status> {
+    let Some(c) = bf.clients.get(&client) else {
+        return Err(Status::failed_precondition(format!(
+            "client {client} is not subscribed (open StreamChannel and Subscribe first)"
+        )));
+    };
+    let Some(bound) = c.bound.as_deref() else {
+        return Err(Status::failed_precondition(format!(
+            "client {client} is not bound to a program (SetForwardingPipelineConfig BIND)"
+        )));
+    };
+    if !p4_name.is_empty() && p4_name != bound {
+        return Err(Status::failed_precondition(format!(
+            "client {client} is bound to {bound}, not {p4_name}"
+        )));
+    }
+    Ok(bound)
+}
+
+/// The table store holding `table_id`: the program's, else the fixed one.
+fn store_for<'a>(
+    program: &'a mut Program,
+    fixed: &'a mut Program,
+    table_id: u32,
+) -> Option<(&'a mut Program, bool)> {
+    if program.schema.tables.contains_key(&table_id) {
+        Some((program, false))
+    } else if fixed.schema.tables.contains_key(&table_id) {
+        Some((fixed, true))
+    } else {
+        None
+    }
+}
+
+impl BfrtService {
+    fn device(&self, id: u32) -> Result<&Arc<Device>, Status> {
+        self.inner.device(id as u64)
+    }
+}
+
+#[tonic::async_trait]
+impl BfRuntime for BfrtService {
+    async fn write(
+        &self,
+        request: Request<bfrt::WriteRequest>,
+    ) -> Result<Response<bfrt::WriteResponse>, Status> {
+        let req = request.into_inner();
+        let dev = self.device(req.target.map(|t| t.device_id).unwrap_or(0))?;
+        let c = &dev.counters;
+        c.write_rpcs.fetch_add(1, Ordering::Relaxed);
+        let rollback = match Atomicity::try_from(req.atomicity) {
+            Ok(Atomicity::ContinueOnError) => false,
+            // The whole batch is applied under one lock, so readers never see
+            // part of it: DATAPLANE_ATOMIC is ROLLBACK_ON_ERROR here.
+            Ok(Atomicity::RollbackOnError | Atomicity::DataplaneAtomic) => true,
+            Err(_) => return Err(Status::invalid_argument("unknown atomicity")),
+        };
+        let n = req.updates.len();
+        let mut errors: Vec<(usize, UpdateError)> = Vec::new();
+        let (mut ins, mut modi, mut del) = (0u64, 0u64, 0u64);
+        {
+            let mut guard = dev.bfrt.lock().expect("bfrt lock");
+            let bf = &mut *guard;
+            let name = bound_program(bf, req.client_id, &req.p4_name)?.to_string();
+            let program = bf
+                .programs
+                .get_mut(&name)
+                .expect("bound programs are loaded");
+            let fixed = &mut bf.fixed;
+            let mut key = Vec::with_capacity(64);
+            let mut log_p: Vec<Undo> = Vec::new();
+            let mut log_f: Vec<Undo> = Vec::new();
+            for (i, u) in req.updates.into_iter().enumerate() {
+                let ty = Type::try_from(u.r#type).unwrap_or(Type::Unspecified);
+                let res = match u.entity.and_then(|e| e.entity) {
+                    Some(bfrt::entity::Entity::TableEntry(te)) => {
+                        match store_for(program, fixed, te.table_id) {
+                            Some((store, is_fixed)) => {
+                                let log = match (rollback, is_fixed) {
+                                    (false, _) => None,
+                                    (true, false) => Some(&mut log_p),
+                                    (true, true) => Some(&mut log_f),
+                                };
+                                store.apply_entry(ty, te, &mut key, log)
+                            }
+                            None => Err(err(
+                                Code::NotFound,
+                                format!("unknown table id {}", te.table_id),
+                            )),
+                        }
+                    }
+                    Some(bfrt::entity::Entity::TableOperation(op)) => {
+                        if store_for(program, fixed, op.table_id).is_some() {
+                            // No counters or registers to sync in an emulator.
+                            Ok(Applied::Other)
+                        } else {
+                            Err(err(
+                                Code::NotFound,
+                                format!("unknown table id {}", op.table_id),
+                            ))
+                        }
+                    }
+                    Some(_) => Err(err(
+                        Code::Unimplemented,
+                        "only table entries and table operations can be written to this emulator",
+                    )),
+                    None => Err(err(Code::InvalidArgument, "update has no entity")),
+                };
+                match res {
+                    Ok(Applied::Insert) => ins += 1,
+                    Ok(Applied::Modify) => modi += 1,
+                    Ok(Applied::Delete(k)) => del += k,
+                    Ok(Applied::Other) => {}
+                    Err(e) => {
+                        errors.push((i, e));
+                        if rollback {
+                            break;
+                        }
+                    }
+                }
+            }
+            if rollback && !errors.is_empty() {
+                program.undo(log_p);
+                fixed.undo(log_f);
+                ins = 0;
+                modi = 0;
+                del = 0;
+            }
+        }
+        c.inserts.fetch_add(ins, Ordering::Relaxed);
+        c.modifies.fetch_add(modi, Ordering::Relaxed);
+        c.deletes.fetch_add(del, Ordering::Relaxed);
+        if errors.is_empty() {
+            return Ok(Response::new(bfrt::WriteResponse { status: vec![] }));
+        }
+        c.failed_updates
+            .fetch_add(errors.len() as u64, Ordering::Relaxed);
+        let ok = if rollback { Code::Aborted } else { Code::Ok };
+        let details = bfrt_write_error_details(n, &errors, ok);
+        Err(Status::with_details(
+            Code::Unknown,
+            format!("{} of {} updates failed", errors.len(), n),
+            details.into(),
+        ))
+    }
+
+    type ReadStream = BoxStream<bfrt::ReadResponse>;
+
+    async fn read(
+        &self,
+        request: Request<bfrt::ReadRequest>,
+    ) -> Result<Response<Self::ReadStream>, Status> {
+        let req = request.into_inner();
+        let dev = self.device(req.target.map(|t| t.device_id).unwrap_or(0))?;
+        dev.counters.read_rpcs.fetch_add(1, Ordering::Relaxed);
+        let mut entities: Vec<bfrt::Entity> = Vec::new();
+        {
+            let guard = dev.bfrt.lock().expect("bfrt lock");
+            let bf = &*guard;
+            let name = bound_program(bf, req.client_id, &req.p4_name)?;
+            let program = &bf.programs[name];
+            let pick = |id: u32| {
+                if program.schema.tables.contains_key(&id) {
+                    Ok(program)
+                } else if bf.fixed.schema.tables.contains_key(&id) {
+                    Ok(&bf.fixed)
+                } else {
+                    Err(Status::not_found(format!("unknown table id {id}")))
+                }
+            };
+            for ent in &req.entities {
+                match &ent.entity {
+                    Some(bfrt::entity::Entity::TableEntry(filter)) => {
+                        pick(filter.table_id)?
+                            .read_entries(filter, &mut |te| {
+                                entities.push(bfrt::Entity {
+                                    entity: Some(bfrt::entity::Entity::TableEntry(te)),
+                                })
+                            })
+                            .map_err(status)?;
+                    }
+                    Some(bfrt::entity::Entity::TableUsage(u)) => {
+                        let usage = pick(u.table_id)?.usage(u.table_id).unwrap_or(0);
+                        entities.push(bfrt::Entity {
+                            entity: Some(bfrt::entity::Entity::TableUsage(bfrt::TableUsage {
+                                table_id: u.table_id,
+                                usage,
+                                ..Default::default()
+                            })),
+                        });
+                    }
+                    Some(_) => {
+                        return Err(Status::unimplemented(
+                            "only table entries and table usage can be read from this emulator",
+                        ));
+                    }
+                    None => return Err(Status::invalid_argument("entity is empty")),
+                }
+            }
+        }
+        dev.counters
+            .entities_read
+            .fetch_add(entities.len() as u64, Ordering::Relaxed);
+        // BFRT answers a Read with one message (clients such as rbfrt read
+        // only the first).
+        let resp = bfrt::ReadResponse {
+            entities,
+            status: vec![],
+        };
+        Ok(Response::new(Box::pin(tokio_stream::iter([Ok(resp)]))))
+    }
+
+    async fn set_forwarding_pipeline_config(
+        &self,
+        request: Request<bfrt::SetForwardingPipelineConfigRequest>,
+    ) -> Result<Response<bfrt::SetForwardingPipelineConfigResponse>, Status> {
+        use bfrt::SetForwardingPipelineConfigResponseType as R;
+        let req = request.into_inner();
+        let dev = self.device(req.device_id)?;
+        dev.counters
+            .set_pipeline_rpcs
+            .fetch_add(1, Ordering::Relaxed);
+        let action = Action::try_from(req.action)
+            .map_err(|_| Status::invalid_argument(format!("unknown action {}", req.action)))?;
+        let mut bf = dev.bfrt.lock().expect("bfrt lock");
+        // Loading needs no subscription (clients such as rbfrt load before
+        // they subscribe); binding does.
+        if action == Action::Bind && !bf.clients.contains_key(&req.client_id) {
+            return Err(Status::failed_precondition(format!(
+                "client {} is not subscribed (open StreamChannel and Subscribe first)",
+                req.client_id
+            )));
+        }
+        let done = |t: R| {
+            Ok(Response::new(bfrt::SetForwardingPipelineConfigResponse {
+                set_forwarding_pipeline_config_response_type: t as i32,
+            }))
+        };
+        match action {
+            Action::Bind => {
+                let name = req
+                    .config
+                    .first()
+                    .map(|c| c.p4_name.clone())
+                    .unwrap_or_default();
+                if !name.is_empty() && !bf.programs.contains_key(&name) {
+                    return Err(Status::not_found(format!(
+                        "program {name} is not loaded on device {}",
+                        req.device_id
+                    )));
+                }
+                // An empty name unbinds.
+                let c = bf.clients.get_mut(&req.client_id).expect("checked");
+                c.bound = (!name.is_empty()).then_some(name);
+                done(R::WarmInitFinished)
+            }
+            Action::Verify => {
+                BfrtDevice::verify(req.config).map_err(Status::invalid_argument)?;
+                done(R::WarmInitFinished)
+            }
+            Action::VerifyAndWarmInitBegin => {
+                let p = BfrtDevice::verify(req.config).map_err(Status::invalid_argument)?;
+                bf.pending = Some(p);
+                done(R::WarmInitStarted)
+            }
+            Action::VerifyAndWarmInitBeginAndEnd => {
+                let p = BfrtDevice::verify(req.config).map_err(Status::invalid_argument)?;
+                bf.pending = None;
+                bf.load(p, false);
+                done(R::WarmInitFinished)
+            }
+            Action::WarmInitEnd | Action::ReconcileAndWarmInitEnd => {
+                let p = bf.pending.take().ok_or_else(|| {
+                    Status::failed_precondition(
+                        "no warm init in progress (VERIFY_AND_WARM_INIT_BEGIN)",
+                    )
+                })?;
+                bf.load(p, action == Action::ReconcileAndWarmInitEnd);
+                done(R::WarmInitFinished)
+            }
+        }
+    }
+
+    async fn get_forwarding_pipeline_config(
+        &self,
+        request: Request<bfrt::GetForwardingPipelineConfigRequest>,
+    ) -> Result<Response<bfrt::GetForwardingPipelineConfigResponse>, Status> {
+        let req = request.into_inner();
+        let dev = self.device(req.device_id)?;
+        dev.counters
+            .get_pipeline_rpcs
+            .fetch_add(1, Ordering::Relaxed);
+        let bf = dev.bfrt.lock().expect("bfrt lock");
+        Ok(Response::new(bfrt::GetForwardingPipelineConfigResponse {
+            config: bf.programs.values().map(|p| p.config.clone()).collect(),
+            non_p4_config: Some(bfrt::NonP4Config {
+                bfruntime_info: NON_P4_JSON.as_bytes().to_vec(),
+            }),
+        }))
+    }
+
+    type StreamChannelStream = BoxStream<bfrt::StreamMessageResponse>;
+
+    async fn stream_channel(
+        &self,
+        request: Request<Streaming<bfrt::StreamMessageRequest>>,
+    ) -> Result<Response<Self::StreamChannelStream>, Status> {
+        let mut inbound = request.into_inner();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let inner = self.inner.clone();
+        let stream_id = inner.next_stream_id.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            // (device, client id) registered by this stream.
+            let mut registered: Vec<(Arc<Device>, u32)> = Vec::new();
+            while let Some(msg) = inbound.next().await {
+                let Ok(msg) = msg else { break };
+                let Some(bfrt::stream_message_request::Update::Subscribe(mut sub)) = msg.update
+                else {
+                    // Digest acks: there is no data plane producing digests.
+                    continue;
+                };
+                let st = |code: Code, message: String| rpc::Status {
+                    code: code as i32,
+                    message,
+                    details: vec![],
+                };
+                let result = match inner.device(sub.device_id as u64) {
+                    Err(e) => st(Code::NotFound, e.message().to_string()),
+                    Ok(dev) => {
+                        let mut bf = dev.bfrt.lock().expect("bfrt lock");
+                        match bf.clients.get(&msg.client_id) {
+                            Some(c) if c.stream_id != stream_id => st(
+                                Code::AlreadyExists,
+                                format!(
+                                    "client id {} is in use on device {}",
+                                    msg.client_id, dev.id
+                                ),
+                            ),
+                            Some(_) => st(Code::Ok, "already subscribed".into()),
+                            None => {
+                                bf.clients.insert(
+                                    msg.client_id,
+                                    Client {
+                                        stream_id,
+                                        bound: None,
+                                    },
+                                );
+                                dev.counters.stream_channels.fetch_add(1, Ordering::Relaxed);
+                                registered.push((dev.clone(), msg.client_id));
+                                st(Code::Ok, "subscribed".into())
+                            }
+                        }
+                    }
+                };
+                sub.status = Some(result);
+                let reply = bfrt::StreamMessageResponse {
+                    update: Some(bfrt::stream_message_response::Update::Subscribe(sub)),
+                };
+                if tx.send(Ok(reply)).is_err() {
+                    break;
+                }
+            }
+            for (dev, client) in registered {
+                let mut bf = dev.bfrt.lock().expect("bfrt lock");
+                if bf
+                    .clients
+                    .get(&client)
+                    .is_some_and(|c| c.stream_id == stream_id)
+                {
+                    bf.clients.remove(&client);
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+    }
+}
