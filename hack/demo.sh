@@ -40,18 +40,29 @@ samples() {
     -n "$DEMO_NS" -f "$REPO/config/samples/"
 }
 
+stop_operator() {
+  [[ -f "$LOCAL/operator.pid" ]] || return 0
+  local pid
+  pid="$(cat "$LOCAL/operator.pid")"
+  if kill "$pid" 2>/dev/null; then
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$LOCAL/operator.pid"
+}
+
 operator() {
   say "operator (logs: .local/operator.log)"
-  if [[ -f "$LOCAL/operator.pid" ]] && kill -0 "$(cat "$LOCAL/operator.pid")" 2>/dev/null; then
-    kill "$(cat "$LOCAL/operator.pid")" 2>/dev/null || true
-    sleep 0.5
-  fi
-  nohup "$OPERATOR" operator >"$LOCAL/operator.log" 2>&1 </dev/null &
+  stop_operator
+  local port
+  port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  nohup "$OPERATOR" operator --listen-addr "127.0.0.1:$port" >"$LOCAL/operator.log" 2>&1 </dev/null &
   echo $! > "$LOCAL/operator.pid"
+  echo "$port" > "$LOCAL/operator.port"
   sleep 3
   kill -0 "$(cat "$LOCAL/operator.pid")" 2>/dev/null \
     || { echo "operator exited; last log lines:"; tail -20 "$LOCAL/operator.log"; exit 1; }
-  echo "operator running (pid $(cat "$LOCAL/operator.pid"))"
+  echo "operator running (pid $(cat "$LOCAL/operator.pid"), metrics http://127.0.0.1:$port/metrics)"
 }
 
 show() {
@@ -59,12 +70,149 @@ show() {
   kubectl get "$KINDS" -A -o wide
 }
 
+# --- emulated switches: the whole write path ---------------------------------
+EMU_NS="${DEMO_EMU_NS:-p4fleet-emulated}"
+EMU_ENTRIES="${DEMO_ENTRIES:-30000}"
+
+emulator() {
+  say "emulated switches (p4fleet-emulator: 2 bmv2-like P4Runtime devices; logs: .local/emulator.log)"
+  cargo build -q -p p4fleet-emulator --bin p4fleet-emulator
+  if [[ -f "$LOCAL/emulator.pid" ]] && kill -0 "$(cat "$LOCAL/emulator.pid")" 2>/dev/null; then
+    kill "$(cat "$LOCAL/emulator.pid")" 2>/dev/null || true
+    sleep 0.5
+  fi
+  local port stats
+  port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  stats="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  nohup "$REPO/target/debug/p4fleet-emulator" --devices 2 \
+    --p4runtime-addr "127.0.0.1:$port" --stats-addr "127.0.0.1:$stats" \
+    >"$LOCAL/emulator.log" 2>&1 </dev/null &
+  echo $! > "$LOCAL/emulator.pid"
+  echo "127.0.0.1:$port" > "$LOCAL/emulator.addr"
+  echo "127.0.0.1:$stats" > "$LOCAL/emulator.stats"
+  for _ in $(seq 50); do
+    grep -q "p4runtime listening" "$LOCAL/emulator.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  grep "listening" "$LOCAL/emulator.log" | sed 's/^/  /'
+}
+
+# $1 ConfigMap name, $2 first entry index, $3 count: firewall entries in the line format.
+entries_configmap() {
+  python3 - "$2" "$3" <<'PY' >"$LOCAL/$1.entries"
+import sys
+start, n = int(sys.argv[1]), int(sys.argv[2])
+print("#! table MyIngress.firewall")
+print("#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr")
+print("#! action allow")
+for i in range(start, start + n):
+    print("10.%d.%d.%d 192.168.0.1 %d" % ((i >> 16) & 255, (i >> 8) & 255, i & 255, i % 500))
+PY
+  kubectl create configmap "$1" -n "$EMU_NS" --from-file=entries="$LOCAL/$1.entries" \
+    --dry-run=client -o yaml | kubectl apply --server-side --force-conflicts --field-manager=p4fleet-demo -f - >/dev/null
+}
+
+emulated() {
+  say "Switch, P4Program, VirtualSwitches and TableEntrySets on the emulator (namespace $EMU_NS)"
+  kubectl create namespace "$EMU_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  kubectl apply --server-side --force-conflicts --field-manager=p4fleet-demo \
+    -n "$EMU_NS" -f "$REPO/config/samples/p4program-firewall.yaml"
+  local half=$((EMU_ENTRIES / 2))
+  entries_configmap firewall-bulk-1 0 "$half"
+  entries_configmap firewall-bulk-2 "$half" "$((EMU_ENTRIES - half))"
+  kubectl apply --server-side --force-conflicts --field-manager=p4fleet-demo -n "$EMU_NS" -f - <<YAML
+apiVersion: p4fleet.dev/v1alpha1
+kind: Switch
+metadata:
+  name: emulated-bmv2
+  labels:
+    p4fleet.dev/pool: emulated
+spec:
+  target: Bmv2
+  endpoint: $(cat "$LOCAL/emulator.addr")
+  deviceId: 1
+  slots: 2
+---
+apiVersion: p4fleet.dev/v1alpha1
+kind: VirtualSwitch
+metadata:
+  name: firewall-a
+spec:
+  programRef: firewall
+  switchRef: emulated-bmv2
+  slot: 0
+---
+apiVersion: p4fleet.dev/v1alpha1
+kind: VirtualSwitch
+metadata:
+  name: firewall-b
+spec:
+  programRef: firewall
+  switchRef: emulated-bmv2
+  slot: 1
+---
+apiVersion: p4fleet.dev/v1alpha1
+kind: TableEntrySet
+metadata:
+  name: firewall-bulk
+spec:
+  virtualSwitchRef: firewall-a
+  table: MyIngress.firewall
+  entriesFrom:
+    - configMap: firewall-bulk-1
+    - configMap: firewall-bulk-2
+  write:
+    batchSize: 1000
+    maxInFlight: 4
+  resyncSeconds: 30
+---
+apiVersion: p4fleet.dev/v1alpha1
+kind: TableEntrySet
+metadata:
+  name: firewall-inline
+spec:
+  virtualSwitchRef: firewall-b
+  table: firewall
+  ownership: Exclusive
+  entries:
+    - match: {hdr.ipv4.srcAddr: 10.0.0.1, hdr.ipv4.dstAddr: 10.0.1.1}
+      action: allow
+      params: {port: "1"}
+    - match: {srcAddr: 10.0.0.2, dstAddr: 10.0.1.1}
+      action: drop
+YAML
+  say "waiting for the TableEntrySets to be Ready"
+  kubectl wait -n "$EMU_NS" --for=condition=Ready --timeout=180s \
+    tableentrysets/firewall-bulk tableentrysets/firewall-inline || true
+  say "emulated write path"
+  kubectl get switches,p4programs,virtualswitches,tableentrysets -n "$EMU_NS" -o wide
+  echo
+  kubectl get tableentrysets -n "$EMU_NS" -o custom-columns='NAME:.metadata.name,DESIRED:.status.desired,APPLIED:.status.applied,FAILED:.status.failed,RATE:.status.rate,LATENCY_US:.status.meanRequestLatencyMicros,UPDATES:.status.lastSyncUpdates'
+  echo
+  echo "emulator counters (device 1 = firewall-a, device 2 = firewall-b):"
+  curl -s "http://$(cat "$LOCAL/emulator.stats")/stats" | python3 -c 'import json,sys
+for d in json.load(sys.stdin)["devices"]:
+    print("  device %(device_id)s: %(entries)s entries, %(write_rpcs)s Write RPCs, %(inserts)s inserts, %(deletes)s deletes" % d)'
+}
+
+if [[ "${1:-}" == stop ]]; then
+  stop_operator
+  if [[ -f "$LOCAL/emulator.pid" ]]; then
+    kill "$(cat "$LOCAL/emulator.pid")" 2>/dev/null || true
+    rm -f "$LOCAL/emulator.pid"
+  fi
+  "$REPO/hack/controlplane.sh" down
+  exit 0
+fi
+
 mkdir -p "$LOCAL"
 control_plane
 build
 crds
 samples
+emulator
 operator
+emulated
 show
 
 cat <<MSG
@@ -72,5 +220,5 @@ cat <<MSG
 Demo running. Use it with:
   export KUBECONFIG=$KUBECONFIG
   kubectl get $KINDS -A
-Stop: kill \$(cat .local/operator.pid); hack/controlplane.sh down
+Stop: hack/demo.sh stop
 MSG
