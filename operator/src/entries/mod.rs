@@ -6,10 +6,12 @@
 //! - [`parse_inline`] builds an [`Entry`] from a TableEntrySet's inline form;
 //!   [`parse_text`] reads the line format (see docs/entries.md);
 //!   [`format_entries`] and [`split_entries`] write it.
+//! - [`bfrt`] parses bfrt.json and translates entries to and from BFRT.
 //! - [`Entry`] / [`EntryKey`] are canonical (P4Runtime byte strings, fields
 //!   sorted by id), so equal entries compare and hash equal whatever text
 //!   they came from.
 
+pub mod bfrt;
 mod bytes;
 mod entry;
 mod error;

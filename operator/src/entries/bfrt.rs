@@ -1,0 +1,850 @@
+//! BFRT (Tofino) forms of table entries: bfrt.json parsing, a [`TableSchema`]
+//! from bfrt.json, and the translation between canonical P4Runtime entries
+//! (what the rest of p4fleet uses) and BFRT entries. Pure logic, no I/O.
+//!
+//! BFRT differs from P4Runtime in ways the translation hides:
+//! - tables, fields, actions and data are looked up by name in bfrt.json
+//!   (`pipe.MyIngress.firewall` for P4Info's `MyIngress.firewall`); ids differ;
+//! - values are big-endian and exactly `ceil(width / 8)` bytes wide;
+//! - don't-care fields are written explicitly (ternary mask 0, LPM prefix 0,
+//!   range 0..max, optional not valid) and read back as omitted;
+//! - the priority is the key field `$MATCH_PRIORITY`, where lower wins, so
+//!   `$MATCH_PRIORITY = i32::MAX - priority` keeps P4Runtime's order;
+//! - there is no entry metadata.
+
+use std::collections::HashMap;
+
+use p4fleet_proto::bfrt::{self, key_field};
+use p4fleet_proto::p4runtime::{self as p4rt, field_match, table_action};
+use serde::Deserialize;
+
+use super::error::EntryError;
+use super::schema::{ActionSchema, ActionScope, FieldSchema, MatchKind, ParamSchema, TableSchema};
+
+/// Name of the priority key field of ternary/range/optional tables.
+pub const MATCH_PRIORITY: &str = "$MATCH_PRIORITY";
+
+fn bad(msg: impl Into<String>) -> EntryError {
+    EntryError::BadP4Info(format!("bfrt.json: {}", msg.into()))
+}
+
+#[derive(Deserialize)]
+struct JInfo {
+    #[serde(default)]
+    tables: Vec<JTable>,
+}
+
+#[derive(Deserialize)]
+struct JTable {
+    name: String,
+    id: u32,
+    #[serde(default)]
+    size: u64,
+    #[serde(default)]
+    key: Vec<JField>,
+    #[serde(default)]
+    action_specs: Vec<JAction>,
+}
+
+#[derive(Deserialize)]
+struct JField {
+    id: u32,
+    name: String,
+    #[serde(default)]
+    match_type: String,
+    r#type: Option<JType>,
+}
+
+#[derive(Deserialize)]
+struct JType {
+    r#type: String,
+    #[serde(default)]
+    width: Option<u32>,
+}
+
+#[derive(Deserialize)]
+struct JAction {
+    id: u32,
+    name: String,
+    #[serde(default)]
+    action_scope: Option<String>,
+    #[serde(default)]
+    data: Vec<JField>,
+}
+
+fn type_width(t: &Option<JType>) -> Option<u32> {
+    let t = t.as_ref()?;
+    match t.r#type.as_str() {
+        "bytes" => t.width,
+        "uint8" => Some(8),
+        "uint16" => Some(16),
+        "uint32" => Some(32),
+        "uint64" => Some(64),
+        "bool" => Some(1),
+        _ => None,
+    }
+}
+
+/// One key field of a BFRT table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BfrtKey {
+    pub id: u32,
+    pub name: String,
+    pub kind: MatchKind,
+    pub width: u32,
+}
+
+/// One data field of a BFRT action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BfrtData {
+    pub id: u32,
+    pub name: String,
+    pub width: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BfrtAction {
+    pub id: u32,
+    pub name: String,
+    pub scope: ActionScope,
+    pub data: Vec<BfrtData>,
+}
+
+/// A P4 table as bfrt.json describes it (fixed tables and tables with
+/// non-numeric fields are left out).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BfrtTable {
+    /// Full name, e.g. `pipe.MyIngress.firewall`.
+    pub name: String,
+    pub id: u32,
+    pub size: u64,
+    /// Match fields, without `$MATCH_PRIORITY`.
+    pub keys: Vec<BfrtKey>,
+    /// Id of `$MATCH_PRIORITY`, if the table has it.
+    pub priority_id: Option<u32>,
+    pub actions: Vec<BfrtAction>,
+}
+
+impl BfrtTable {
+    /// The name without the pipe prefix (`MyIngress.firewall`), which is the
+    /// P4Info name.
+    pub fn p4_name(&self) -> &str {
+        self.name
+            .split_once('.')
+            .filter(|(pipe, _)| *pipe == "pipe" || pipe.starts_with("pipe"))
+            .map_or(&self.name, |(_, rest)| rest)
+    }
+}
+
+/// The P4 tables of a bfrt.json.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BfrtInfo {
+    pub tables: Vec<BfrtTable>,
+}
+
+fn kind(s: &str) -> Option<MatchKind> {
+    Some(match s {
+        "Exact" => MatchKind::Exact,
+        "LPM" => MatchKind::Lpm,
+        "Ternary" => MatchKind::Ternary,
+        "Range" => MatchKind::Range,
+        "Optional" => MatchKind::Optional,
+        _ => return None,
+    })
+}
+
+impl BfrtInfo {
+    /// Parses a bfrt.json.
+    pub fn parse(json: &[u8]) -> Result<BfrtInfo, EntryError> {
+        let info: JInfo = serde_json::from_slice(json).map_err(|e| bad(e.to_string()))?;
+        let mut tables = Vec::new();
+        'tables: for t in info.tables {
+            if t.name.starts_with('$') {
+                continue;
+            }
+            let mut keys = Vec::new();
+            let mut priority_id = None;
+            for k in &t.key {
+                if k.name == MATCH_PRIORITY {
+                    priority_id = Some(k.id);
+                    continue;
+                }
+                let (Some(kind), Some(width)) = (kind(&k.match_type), type_width(&k.r#type)) else {
+                    continue 'tables;
+                };
+                keys.push(BfrtKey {
+                    id: k.id,
+                    name: k.name.clone(),
+                    kind,
+                    width,
+                });
+            }
+            let mut actions = Vec::new();
+            for a in &t.action_specs {
+                let mut data = Vec::new();
+                for d in &a.data {
+                    let Some(width) = type_width(&d.r#type) else {
+                        continue 'tables;
+                    };
+                    data.push(BfrtData {
+                        id: d.id,
+                        name: d.name.clone(),
+                        width,
+                    });
+                }
+                actions.push(BfrtAction {
+                    id: a.id,
+                    name: a.name.clone(),
+                    scope: match a.action_scope.as_deref() {
+                        Some("DefaultOnly") => ActionScope::DefaultOnly,
+                        Some("TableOnly") => ActionScope::TableOnly,
+                        _ => ActionScope::TableAndDefault,
+                    },
+                    data,
+                });
+            }
+            tables.push(BfrtTable {
+                name: t.name,
+                id: t.id,
+                size: t.size,
+                keys,
+                priority_id,
+                actions,
+            });
+        }
+        Ok(BfrtInfo { tables })
+    }
+
+    /// A table by full name (`pipe.MyIngress.firewall`) or P4 name
+    /// (`MyIngress.firewall`).
+    pub fn table(&self, name: &str) -> Option<&BfrtTable> {
+        self.tables
+            .iter()
+            .find(|t| t.name == name)
+            .or_else(|| self.tables.iter().find(|t| t.p4_name() == name))
+    }
+}
+
+impl TableSchema {
+    /// The schema of one table of a bfrt.json (ids are BFRT's), for programs
+    /// that come without a P4Info. `table` is the full or P4 name, or a
+    /// unique dotted suffix of it.
+    pub fn from_bfrt_json(json: &[u8], table: &str) -> Result<TableSchema, EntryError> {
+        let info = BfrtInfo::parse(json)?;
+        let t = match info.table(table) {
+            Some(t) => t,
+            None => {
+                let mut it = info.tables.iter().filter(|t| {
+                    let n = t.p4_name();
+                    n.len() > table.len()
+                        && n.ends_with(table)
+                        && n.as_bytes()[n.len() - table.len() - 1] == b'.'
+                });
+                let first = it
+                    .next()
+                    .ok_or_else(|| EntryError::UnknownTable(table.to_string()))?;
+                if let Some(other) = it.next() {
+                    return Err(bad(format!(
+                        "table name {table:?} is ambiguous: {} and {}",
+                        first.name, other.name
+                    )));
+                }
+                first
+            }
+        };
+        let mut match_fields: Vec<FieldSchema> = t
+            .keys
+            .iter()
+            .map(|k| FieldSchema {
+                name: k.name.clone(),
+                id: k.id,
+                bitwidth: k.width,
+                kind: k.kind,
+            })
+            .collect();
+        match_fields.sort_by_key(|f| f.id);
+        let actions = t
+            .actions
+            .iter()
+            .map(|a| ActionSchema {
+                name: a.name.clone(),
+                alias: a.name.rsplit('.').next().unwrap_or_default().to_string(),
+                id: a.id,
+                params: a
+                    .data
+                    .iter()
+                    .map(|d| ParamSchema {
+                        name: d.name.clone(),
+                        id: d.id,
+                        bitwidth: d.width,
+                    })
+                    .collect(),
+                scope: a.scope,
+            })
+            .collect();
+        let p4_name = t.p4_name().to_string();
+        Ok(TableSchema {
+            alias: p4_name.rsplit('.').next().unwrap_or_default().to_string(),
+            name: p4_name,
+            id: t.id,
+            size: t.size,
+            match_fields,
+            actions,
+            is_const: false,
+        })
+    }
+}
+
+/// Why an entry cannot be translated.
+fn conv(msg: impl Into<String>) -> EntryError {
+    EntryError::Unsupported(msg.into())
+}
+
+fn nbytes(width: u32) -> usize {
+    width.div_ceil(8) as usize
+}
+
+/// Canonical (or padded) P4Runtime bytes -> exactly `ceil(width/8)` bytes.
+pub fn to_full_width(v: &[u8], width: u32) -> Result<Vec<u8>, EntryError> {
+    let first = v.iter().position(|b| *b != 0).unwrap_or(v.len());
+    let sig = &v[first..];
+    let nb = nbytes(width);
+    if sig.len() > nb {
+        return Err(conv(format!(
+            "value of {} bytes does not fit in {width} bits",
+            sig.len()
+        )));
+    }
+    let mut out = vec![0u8; nb];
+    out[nb - sig.len()..].copy_from_slice(sig);
+    Ok(out)
+}
+
+/// Full-width bytes -> P4Runtime's canonical form (no leading zeros, at
+/// least one byte).
+pub fn to_canonical(v: &[u8]) -> Vec<u8> {
+    let first = v.iter().position(|b| *b != 0).unwrap_or(v.len().max(1) - 1);
+    v[first..].to_vec()
+}
+
+fn max_value(width: u32) -> Vec<u8> {
+    let mut v = vec![0xffu8; nbytes(width)];
+    let spare = nbytes(width) as u32 * 8 - width;
+    if spare > 0 {
+        v[0] = 0xff >> spare;
+    }
+    v
+}
+
+/// How one P4Info field maps to its BFRT key.
+#[derive(Debug, Clone)]
+struct FieldMap {
+    p4_id: u32,
+    p4_kind: MatchKind,
+    key: BfrtKey,
+}
+
+#[derive(Debug, Clone)]
+struct ActionMap {
+    p4_id: u32,
+    bfrt_id: u32,
+    /// (P4Info param id, BFRT data id, width)
+    params: Vec<(u32, u32, u32)>,
+}
+
+/// The translation of one table between its P4Info ids and its bfrt.json
+/// ids, matched by names.
+#[derive(Debug, Clone)]
+pub struct BfrtTableMap {
+    pub p4_table_id: u32,
+    pub bfrt_table_id: u32,
+    pub bfrt_name: String,
+    fields: Vec<FieldMap>,
+    priority_id: Option<u32>,
+    actions: Vec<ActionMap>,
+}
+
+impl BfrtTableMap {
+    /// Matches a P4Info table with its bfrt.json table (fields, actions and
+    /// params by name).
+    pub fn new(p4: &TableSchema, t: &BfrtTable) -> Result<BfrtTableMap, EntryError> {
+        let mut fields = Vec::with_capacity(p4.match_fields.len());
+        for f in &p4.match_fields {
+            let key = t
+                .keys
+                .iter()
+                .find(|k| k.name == f.name)
+                .ok_or_else(|| bad(format!("table {} has no key field {}", t.name, f.name)))?;
+            let compatible = key.kind == f.kind
+                || (f.kind == MatchKind::Optional && key.kind == MatchKind::Ternary);
+            if !compatible || key.width != f.bitwidth {
+                return Err(bad(format!(
+                    "table {} key {}: {:?}/{} bits in bfrt.json, {:?}/{} in P4Info",
+                    t.name, f.name, key.kind, key.width, f.kind, f.bitwidth
+                )));
+            }
+            fields.push(FieldMap {
+                p4_id: f.id,
+                p4_kind: f.kind,
+                key: key.clone(),
+            });
+        }
+        if p4.requires_priority() && t.priority_id.is_none() {
+            return Err(bad(format!("table {} has no {MATCH_PRIORITY}", t.name)));
+        }
+        let mut actions = Vec::with_capacity(p4.actions.len());
+        for a in &p4.actions {
+            let b = t
+                .actions
+                .iter()
+                .find(|b| b.name == a.name)
+                .ok_or_else(|| bad(format!("table {} has no action {}", t.name, a.name)))?;
+            let mut params = Vec::with_capacity(a.params.len());
+            for p in &a.params {
+                let d = b.data.iter().find(|d| d.name == p.name).ok_or_else(|| {
+                    bad(format!("action {} has no data field {}", b.name, p.name))
+                })?;
+                params.push((p.id, d.id, d.width));
+            }
+            actions.push(ActionMap {
+                p4_id: a.id,
+                bfrt_id: b.id,
+                params,
+            });
+        }
+        Ok(BfrtTableMap {
+            p4_table_id: p4.id,
+            bfrt_table_id: t.id,
+            bfrt_name: t.name.clone(),
+            fields,
+            priority_id: t.priority_id,
+            actions,
+        })
+    }
+
+    /// The BFRT form of a (canonical) P4Runtime entry. `with_data` = false
+    /// for deletes and keyed reads.
+    pub fn to_bfrt(
+        &self,
+        te: &p4rt::TableEntry,
+        with_data: bool,
+    ) -> Result<bfrt::TableEntry, EntryError> {
+        use field_match::FieldMatchType as F;
+        use key_field::MatchType as K;
+        let mut out = bfrt::TableEntry {
+            table_id: self.bfrt_table_id,
+            is_default_entry: te.is_default_action,
+            ..Default::default()
+        };
+        if !te.is_default_action {
+            let mut keys = Vec::with_capacity(self.fields.len() + 1);
+            for f in &self.fields {
+                let w = f.key.width;
+                let m = te.r#match.iter().find(|m| m.field_id == f.p4_id);
+                let mt = match (m.and_then(|m| m.field_match_type.as_ref()), f.key.kind) {
+                    (Some(F::Exact(e)), MatchKind::Exact) => K::Exact(key_field::Exact {
+                        value: to_full_width(&e.value, w)?,
+                    }),
+                    (Some(F::Lpm(l)), MatchKind::Lpm) => K::Lpm(key_field::Lpm {
+                        value: to_full_width(&l.value, w)?,
+                        prefix_len: l.prefix_len,
+                    }),
+                    (None, MatchKind::Lpm) => K::Lpm(key_field::Lpm {
+                        value: vec![0; nbytes(w)],
+                        prefix_len: 0,
+                    }),
+                    (Some(F::Ternary(t)), MatchKind::Ternary) => K::Ternary(key_field::Ternary {
+                        value: to_full_width(&t.value, w)?,
+                        mask: to_full_width(&t.mask, w)?,
+                    }),
+                    (Some(F::Optional(o)), MatchKind::Ternary) => K::Ternary(key_field::Ternary {
+                        value: to_full_width(&o.value, w)?,
+                        mask: max_value(w),
+                    }),
+                    (None, MatchKind::Ternary) => K::Ternary(key_field::Ternary {
+                        value: vec![0; nbytes(w)],
+                        mask: vec![0; nbytes(w)],
+                    }),
+                    (Some(F::Range(r)), MatchKind::Range) => K::Range(key_field::Range {
+                        low: to_full_width(&r.low, w)?,
+                        high: to_full_width(&r.high, w)?,
+                    }),
+                    (None, MatchKind::Range) => K::Range(key_field::Range {
+                        low: vec![0; nbytes(w)],
+                        high: max_value(w),
+                    }),
+                    (Some(F::Optional(o)), MatchKind::Optional) => {
+                        K::Optional(key_field::Optional {
+                            value: to_full_width(&o.value, w)?,
+                            is_valid: true,
+                        })
+                    }
+                    (None, MatchKind::Optional) => K::Optional(key_field::Optional {
+                        value: vec![0; nbytes(w)],
+                        is_valid: false,
+                    }),
+                    (None, MatchKind::Exact) => {
+                        return Err(conv(format!("exact field {} is missing", f.key.name)));
+                    }
+                    (Some(_), k) => {
+                        return Err(conv(format!(
+                            "field {} is a {k:?} match in bfrt.json",
+                            f.key.name
+                        )));
+                    }
+                };
+                keys.push(bfrt::KeyField {
+                    field_id: f.key.id,
+                    match_type: Some(mt),
+                });
+            }
+            if let Some(pid) = self.priority_id {
+                let prio = (i32::MAX - te.priority.max(0)) as u32;
+                keys.push(bfrt::KeyField {
+                    field_id: pid,
+                    match_type: Some(K::Exact(key_field::Exact {
+                        value: prio.to_be_bytes().to_vec(),
+                    })),
+                });
+            }
+            out.value = Some(bfrt::table_entry::Value::Key(bfrt::TableKey {
+                fields: keys,
+            }));
+        }
+        if with_data {
+            let action = match te.action.as_ref().and_then(|a| a.r#type.as_ref()) {
+                Some(table_action::Type::Action(a)) => a,
+                Some(_) => return Err(conv("action profiles are not supported over BFRT")),
+                None if te.is_default_action => {
+                    // Reset of the default entry: no data.
+                    return Ok(out);
+                }
+                None => return Err(EntryError::MissingAction),
+            };
+            let am = self
+                .actions
+                .iter()
+                .find(|a| a.p4_id == action.action_id)
+                .ok_or_else(|| conv(format!("action id {} not in bfrt.json", action.action_id)))?;
+            let mut fields = Vec::with_capacity(am.params.len());
+            for p in &action.params {
+                let (_, did, w) = am
+                    .params
+                    .iter()
+                    .find(|(pid, _, _)| *pid == p.param_id)
+                    .ok_or_else(|| conv(format!("param id {} not in bfrt.json", p.param_id)))?;
+                fields.push(bfrt::DataField {
+                    field_id: *did,
+                    value: Some(bfrt::data_field::Value::Stream(to_full_width(
+                        &p.value, *w,
+                    )?)),
+                });
+            }
+            out.data = Some(bfrt::TableData {
+                action_id: am.bfrt_id,
+                fields,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The canonical P4Runtime form of an entry read over BFRT.
+    pub fn from_bfrt(&self, te: &bfrt::TableEntry) -> Result<p4rt::TableEntry, EntryError> {
+        use field_match::FieldMatchType as F;
+        use key_field::MatchType as K;
+        let mut out = p4rt::TableEntry {
+            table_id: self.p4_table_id,
+            is_default_action: te.is_default_entry,
+            ..Default::default()
+        };
+        if let Some(bfrt::table_entry::Value::Key(k)) = &te.value {
+            for kf in &k.fields {
+                if Some(kf.field_id) == self.priority_id {
+                    if let Some(K::Exact(e)) = &kf.match_type {
+                        let mut b = [0u8; 4];
+                        let n = e.value.len().min(4);
+                        b[4 - n..].copy_from_slice(&e.value[e.value.len() - n..]);
+                        out.priority =
+                            i32::MAX - (u32::from_be_bytes(b).min(i32::MAX as u32) as i32);
+                    }
+                    continue;
+                }
+                let Some(f) = self.fields.iter().find(|f| f.key.id == kf.field_id) else {
+                    return Err(conv(format!("unknown key field id {}", kf.field_id)));
+                };
+                let w = f.key.width;
+                let fm = match &kf.match_type {
+                    Some(K::Exact(e)) => Some(F::Exact(field_match::Exact {
+                        value: to_canonical(&e.value),
+                    })),
+                    Some(K::Lpm(l)) if l.prefix_len == 0 => None,
+                    Some(K::Lpm(l)) => Some(F::Lpm(field_match::Lpm {
+                        value: to_canonical(&l.value),
+                        prefix_len: l.prefix_len,
+                    })),
+                    Some(K::Ternary(t)) if t.mask.iter().all(|b| *b == 0) => None,
+                    Some(K::Ternary(t)) if f.p4_kind == MatchKind::Optional => {
+                        Some(F::Optional(field_match::Optional {
+                            value: to_canonical(&t.value),
+                        }))
+                    }
+                    Some(K::Ternary(t)) => Some(F::Ternary(field_match::Ternary {
+                        value: to_canonical(&t.value),
+                        mask: to_canonical(&t.mask),
+                    })),
+                    Some(K::Range(r))
+                        if r.low.iter().all(|b| *b == 0) && r.high == max_value(w) =>
+                    {
+                        None
+                    }
+                    Some(K::Range(r)) => Some(F::Range(field_match::Range {
+                        low: to_canonical(&r.low),
+                        high: to_canonical(&r.high),
+                    })),
+                    Some(K::Optional(o)) if !o.is_valid => None,
+                    Some(K::Optional(o)) => Some(F::Optional(field_match::Optional {
+                        value: to_canonical(&o.value),
+                    })),
+                    None => None,
+                };
+                if let Some(fm) = fm {
+                    out.r#match.push(p4rt::FieldMatch {
+                        field_id: f.p4_id,
+                        field_match_type: Some(fm),
+                    });
+                }
+            }
+            out.r#match.sort_by_key(|m| m.field_id);
+        }
+        if let Some(d) = &te.data
+            && d.action_id != 0
+        {
+            let am = self
+                .actions
+                .iter()
+                .find(|a| a.bfrt_id == d.action_id)
+                .ok_or_else(|| conv(format!("unknown BFRT action id {}", d.action_id)))?;
+            let mut params = Vec::with_capacity(d.fields.len());
+            for f in &d.fields {
+                let Some((pid, _, _)) = am.params.iter().find(|(_, did, _)| *did == f.field_id)
+                else {
+                    continue;
+                };
+                let Some(bfrt::data_field::Value::Stream(v)) = &f.value else {
+                    return Err(conv(format!("data field {} is not bytes", f.field_id)));
+                };
+                params.push(p4rt::action::Param {
+                    param_id: *pid,
+                    value: to_canonical(v),
+                });
+            }
+            params.sort_by_key(|p| p.param_id);
+            out.action = Some(p4rt::TableAction {
+                r#type: Some(table_action::Type::Action(p4rt::Action {
+                    action_id: am.p4_id,
+                    params,
+                })),
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Translations for every table of a program, by P4Info and BFRT table id.
+#[derive(Debug, Clone, Default)]
+pub struct BfrtProgramMap {
+    by_p4: HashMap<u32, BfrtTableMap>,
+    by_bfrt: HashMap<u32, u32>,
+}
+
+impl BfrtProgramMap {
+    /// Matches every P4Info table with its bfrt.json table.
+    pub fn new(tables: &[TableSchema], info: &BfrtInfo) -> Result<BfrtProgramMap, EntryError> {
+        let mut m = BfrtProgramMap::default();
+        for t in tables {
+            let b = info
+                .table(&t.name)
+                .ok_or_else(|| bad(format!("no table for {}", t.name)))?;
+            let tm = BfrtTableMap::new(t, b)?;
+            m.by_bfrt.insert(tm.bfrt_table_id, t.id);
+            m.by_p4.insert(t.id, tm);
+        }
+        Ok(m)
+    }
+
+    pub fn table(&self, p4_table_id: u32) -> Option<&BfrtTableMap> {
+        self.by_p4.get(&p4_table_id)
+    }
+
+    pub fn table_by_bfrt_id(&self, bfrt_table_id: u32) -> Option<&BfrtTableMap> {
+        self.by_bfrt
+            .get(&bfrt_table_id)
+            .and_then(|id| self.by_p4.get(id))
+    }
+
+    /// The BFRT update for a P4Runtime one (INSERT, MODIFY, DELETE).
+    pub fn update_to_bfrt(&self, u: &p4rt::Update) -> Result<bfrt::Update, EntryError> {
+        use p4rt::update::Type as P;
+        let te = match u.entity.as_ref().and_then(|e| e.entity.as_ref()) {
+            Some(p4rt::entity::Entity::TableEntry(te)) => te,
+            _ => return Err(conv("only table entries can be written over BFRT")),
+        };
+        let tm = self
+            .table(te.table_id)
+            .ok_or_else(|| conv(format!("table id {} not in bfrt.json", te.table_id)))?;
+        let (ty, with_data) = match P::try_from(u.r#type) {
+            Ok(P::Insert) => (bfrt::update::Type::Insert, true),
+            Ok(P::Modify) => (bfrt::update::Type::Modify, true),
+            Ok(P::Delete) => (bfrt::update::Type::Delete, false),
+            _ => return Err(conv("update type is unspecified")),
+        };
+        // Resetting a default action is a RESET of the default entry.
+        let reset = te.is_default_action && te.action.is_none();
+        Ok(bfrt::Update {
+            r#type: if reset { bfrt::update::Type::Reset } else { ty } as i32,
+            entity: Some(bfrt::Entity {
+                entity: Some(bfrt::entity::Entity::TableEntry(tm.to_bfrt(te, with_data)?)),
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROUTER_BFRT: &str = include_str!("../../../examples/router/bfrt.json");
+    const ROUTER_P4INFO: &str = include_str!("../../../examples/router/p4info.txt");
+    const FIREWALL_BFRT: &str = include_str!("../../../examples/firewall/bfrt.json");
+
+    fn router() -> BfrtProgramMap {
+        let p4info = p4fleet_proto::p4info::parse_text(ROUTER_P4INFO).unwrap();
+        let tables = TableSchema::all_from_p4info(&p4info).unwrap();
+        BfrtProgramMap::new(&tables, &BfrtInfo::parse(ROUTER_BFRT.as_bytes()).unwrap()).unwrap()
+    }
+
+    fn text(s: &str) -> p4rt::TableEntry {
+        p4fleet_proto::text::parse("p4.v1.TableEntry", s).unwrap()
+    }
+
+    #[test]
+    fn schema_from_bfrt_json() {
+        let s = TableSchema::from_bfrt_json(FIREWALL_BFRT.as_bytes(), "firewall").unwrap();
+        assert_eq!(s.name, "MyIngress.firewall");
+        assert_eq!(s.match_fields.len(), 2);
+        assert_eq!(s.size, 65536);
+        let allow = &s.actions[s.action_index("allow").unwrap()];
+        assert_eq!(allow.params[0].bitwidth, 9);
+        let acl = TableSchema::from_bfrt_json(ROUTER_BFRT.as_bytes(), "MyIngress.acl").unwrap();
+        assert!(acl.requires_priority());
+        assert!(acl.match_fields.iter().all(|f| f.name != MATCH_PRIORITY));
+        assert!(TableSchema::from_bfrt_json(FIREWALL_BFRT.as_bytes(), "nope").is_err());
+    }
+
+    #[test]
+    fn lpm_round_trip_is_full_width() {
+        let m = router();
+        let te = text(
+            r#"table_id: 36161886
+               match { field_id: 1 lpm { value: "\n\000\000\000" prefix_len: 8 } }
+               action { action { action_id: 24748744
+                 params { param_id: 1 value: "\001" }
+                 params { param_id: 2 value: "\005" } } }"#,
+        );
+        let tm = m.table(36161886).unwrap();
+        let b = tm.to_bfrt(&te, true).unwrap();
+        let Some(bfrt::table_entry::Value::Key(k)) = &b.value else {
+            panic!()
+        };
+        assert_eq!(
+            k.fields[0].match_type,
+            Some(key_field::MatchType::Lpm(key_field::Lpm {
+                value: vec![10, 0, 0, 0],
+                prefix_len: 8
+            }))
+        );
+        let d = b.data.as_ref().unwrap();
+        assert_eq!(
+            d.fields[0].value,
+            Some(bfrt::data_field::Value::Stream(vec![0, 0, 0, 0, 0, 1]))
+        );
+        assert_eq!(
+            d.fields[1].value,
+            Some(bfrt::data_field::Value::Stream(vec![0, 5]))
+        );
+        assert_eq!(tm.from_bfrt(&b).unwrap(), te);
+    }
+
+    #[test]
+    fn acl_dont_cares_optional_and_priority() {
+        let m = router();
+        // Only srcAddr ternary and protocol optional set.
+        let te = text(
+            r#"table_id: 47214355
+               match { field_id: 1 ternary { value: "\n" mask: "\377" } }
+               match { field_id: 3 optional { value: "\006" } }
+               action { action { action_id: 28631149 } }
+               priority: 10"#,
+        );
+        let tm = m.table(47214355).unwrap();
+        let b = tm.to_bfrt(&te, true).unwrap();
+        let Some(bfrt::table_entry::Value::Key(k)) = &b.value else {
+            panic!()
+        };
+        // 4 fields + $MATCH_PRIORITY, every one explicit.
+        assert_eq!(k.fields.len(), 5);
+        let prio = k.fields.iter().find(|f| f.field_id == 65537).unwrap();
+        assert_eq!(
+            prio.match_type,
+            Some(key_field::MatchType::Exact(key_field::Exact {
+                value: ((i32::MAX - 10) as u32).to_be_bytes().to_vec()
+            }))
+        );
+        let range = k.fields.iter().find(|f| f.field_id == 4).unwrap();
+        assert_eq!(
+            range.match_type,
+            Some(key_field::MatchType::Range(key_field::Range {
+                low: vec![0, 0],
+                high: vec![0xff, 0xff]
+            }))
+        );
+        assert_eq!(tm.from_bfrt(&b).unwrap(), te);
+    }
+
+    #[test]
+    fn values_too_wide_and_unknown_actions_fail() {
+        let m = router();
+        let tm = m.table(36161886).unwrap();
+        let te = text(
+            r#"table_id: 36161886
+               match { field_id: 1 lpm { value: "\001\000\000\000\000" prefix_len: 8 } }
+               action { action { action_id: 29481460 } }"#,
+        );
+        assert!(tm.to_bfrt(&te, true).is_err());
+        let te = text(
+            r#"table_id: 36161886
+               match { field_id: 1 lpm { value: "\n" prefix_len: 8 } }
+               action { action { action_id: 1 } }"#,
+        );
+        assert!(tm.to_bfrt(&te, true).is_err());
+        // Deletes carry no data.
+        let u = p4rt::Update {
+            r#type: p4rt::update::Type::Delete as i32,
+            entity: Some(p4rt::Entity {
+                entity: Some(p4rt::entity::Entity::TableEntry(te)),
+            }),
+        };
+        let b = m.update_to_bfrt(&u).unwrap();
+        assert_eq!(b.r#type, bfrt::update::Type::Delete as i32);
+    }
+
+    #[test]
+    fn canonical_and_full_width() {
+        assert_eq!(to_full_width(&[0, 0, 1], 9).unwrap(), vec![0, 1]);
+        assert_eq!(to_full_width(&[0], 32).unwrap(), vec![0, 0, 0, 0]);
+        assert!(to_full_width(&[1, 0, 0], 16).is_err());
+        assert_eq!(to_canonical(&[0, 0, 0]), vec![0]);
+        assert_eq!(to_canonical(&[0, 1, 0]), vec![1, 0]);
+        assert_eq!(max_value(9), vec![1, 0xff]);
+    }
+}
