@@ -524,7 +524,9 @@ async fn sync_target(
             });
         }
     }
-    let ok_origin = |o: &Origin| !failed_idx.iter().any(|(f, _, _)| f == o);
+    let failed_set: std::collections::HashSet<Origin> =
+        failed_idx.iter().map(|(o, _, _)| *o).collect();
+    let ok_origin = |o: &Origin| !failed_set.contains(o);
     if failed_idx.is_empty() {
         r.inserted = plan.inserts.len() as u64;
         r.modified = plan.modifies.len() as u64;

@@ -145,7 +145,7 @@ pub struct Phase {
 }
 
 /// Where an update of [`updates`] came from, for error reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Origin {
     Insert(usize),
     Modify(usize),
