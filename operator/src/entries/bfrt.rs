@@ -676,6 +676,11 @@ impl BfrtProgramMap {
         self.by_p4.get(&p4_table_id)
     }
 
+    /// Every table's translation.
+    pub fn tables(&self) -> impl Iterator<Item = &BfrtTableMap> {
+        self.by_p4.values()
+    }
+
     pub fn table_by_bfrt_id(&self, bfrt_table_id: u32) -> Option<&BfrtTableMap> {
         self.by_bfrt
             .get(&bfrt_table_id)

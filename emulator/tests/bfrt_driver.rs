@@ -1,0 +1,192 @@
+//! The operator's BFRT driver (operator/src/driver/bfrt.rs) against the
+//! emulator: push the firewall's Tofino artifacts (skipped the second time),
+//! write P4Runtime-form entries in batches, per-update errors, read back in
+//! canonical P4Runtime form, ROLLBACK_ON_ERROR.
+//!
+//! The driver file is compiled here through `#[path]` because
+//! `operator/src/driver/mod.rs` does not declare it yet; once it does
+//! (`pub mod bfrt;`), use `p4fleet::driver::bfrt` instead.
+
+use p4fleet::driver::{Capabilities, DriverError, UpdateFailure, WriteOptions, WriteReport};
+use p4fleet_crds::entry_set::Atomicity;
+use p4fleet_emulator::{Emulator, EmulatorConfig};
+use p4fleet_proto::p4runtime as p4rt;
+
+mod entries {
+    pub use p4fleet::entries::*;
+}
+
+#[allow(dead_code)]
+#[path = "../../operator/src/driver/bfrt.rs"]
+mod bfrt_driver;
+
+use bfrt_driver::{BfrtDevice, TofinoPipeline};
+
+const P4INFO: &str = include_str!("../../examples/firewall/p4info.txt");
+const BFRT_JSON: &str = include_str!("../../examples/firewall/bfrt.json");
+
+fn entry(i: u32, port: u32) -> p4rt::TableEntry {
+    let v = |x: u32| {
+        let b = x.to_be_bytes();
+        let first = b.iter().position(|c| *c != 0).unwrap_or(3);
+        b[first..].to_vec()
+    };
+    p4rt::TableEntry {
+        table_id: 49661089,
+        r#match: vec![
+            p4rt::FieldMatch {
+                field_id: 1,
+                field_match_type: Some(p4rt::field_match::FieldMatchType::Exact(
+                    p4rt::field_match::Exact {
+                        value: v(0x0a00_0000 + i),
+                    },
+                )),
+            },
+            p4rt::FieldMatch {
+                field_id: 2,
+                field_match_type: Some(p4rt::field_match::FieldMatchType::Exact(
+                    p4rt::field_match::Exact {
+                        value: v(0xc0a8_0001),
+                    },
+                )),
+            },
+        ],
+        action: Some(p4rt::TableAction {
+            r#type: Some(p4rt::table_action::Type::Action(p4rt::Action {
+                action_id: 27506658,
+                params: vec![p4rt::action::Param {
+                    param_id: 1,
+                    value: v(port),
+                }],
+            })),
+        }),
+        ..Default::default()
+    }
+}
+
+fn update(ty: p4rt::update::Type, te: p4rt::TableEntry) -> p4rt::Update {
+    p4rt::Update {
+        r#type: ty as i32,
+        entity: Some(p4rt::Entity {
+            entity: Some(p4rt::entity::Entity::TableEntry(te)),
+        }),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bfrt_driver_pushes_writes_and_reads() {
+    let _: Option<(Capabilities, UpdateFailure, WriteReport, DriverError)> = None;
+    let emu = Emulator::start(EmulatorConfig {
+        device_ids: vec![3],
+        bfrt_addr: Some("127.0.0.1:0".parse().unwrap()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dev = BfrtDevice::new(
+        "tofino-1".into(),
+        emu.bfrt_addr().unwrap().to_string(),
+        3,
+        7,
+    )
+    .unwrap();
+    let info = p4fleet_proto::p4info::parse_text(P4INFO).unwrap();
+    let pipeline = TofinoPipeline {
+        p4_name: "firewall".into(),
+        bfrt_json: BFRT_JSON.as_bytes().to_vec(),
+        context_json: b"{}".to_vec(),
+        binary: vec![1, 2, 3],
+    };
+    assert!(dev.set_pipeline(0, &info, &pipeline).await.unwrap());
+    assert!(
+        !dev.set_pipeline(0, &info, &pipeline).await.unwrap(),
+        "already loaded"
+    );
+    assert!(
+        dev.capabilities()
+            .await
+            .unwrap()
+            .api_version
+            .contains("firewall")
+    );
+
+    let ins: Vec<_> = (0..3000)
+        .map(|i| update(p4rt::update::Type::Insert, entry(i, i % 512)))
+        .collect();
+    let opts = WriteOptions {
+        batch_size: 700,
+        max_in_flight: 3,
+        atomicity: Atomicity::ContinueOnError,
+    };
+    let r = dev.write(0, ins, opts).await.unwrap();
+    assert_eq!(r.requests, 5);
+    assert!(r.failures.is_empty(), "{:?}", r.failures.first());
+    assert_eq!(emu.stats(3).unwrap().entries, 3000);
+
+    // Per-update errors: a duplicate, a missing delete, a port too wide.
+    let bad = vec![
+        update(p4rt::update::Type::Insert, entry(5000, 1)),
+        update(p4rt::update::Type::Insert, entry(1, 1)),
+        update(p4rt::update::Type::Delete, entry(9999, 1)),
+        update(p4rt::update::Type::Insert, entry(5001, 600)),
+        update(p4rt::update::Type::Modify, entry(2, 42)),
+    ];
+    let r = dev.write(0, bad, opts).await.unwrap();
+    let idx: Vec<(usize, tonic::Code)> = r.failures.iter().map(|f| (f.index, f.code())).collect();
+    assert_eq!(
+        idx,
+        vec![
+            (1, tonic::Code::AlreadyExists),
+            (2, tonic::Code::NotFound),
+            (3, tonic::Code::OutOfRange)
+        ]
+    );
+
+    // Read back in canonical P4Runtime form.
+    let mut got = dev.read_table(0, 49661089).await.unwrap();
+    assert_eq!(got.len(), 3001);
+    got.sort_by(|a, b| a.r#match[0].encode_key().cmp(&b.r#match[0].encode_key()));
+    assert!(got.contains(&entry(7, 7)));
+    assert!(got.contains(&entry(2, 42)));
+    assert!(got.contains(&entry(5000, 1)));
+
+    // ROLLBACK_ON_ERROR: all or nothing.
+    let batch = vec![
+        update(p4rt::update::Type::Insert, entry(6000, 1)),
+        update(p4rt::update::Type::Delete, entry(3, 3)),
+        update(p4rt::update::Type::Insert, entry(4, 4)),
+    ];
+    let r = dev
+        .write(
+            0,
+            batch,
+            WriteOptions {
+                atomicity: Atomicity::RollbackOnError,
+                ..opts
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.failures.len(), 3);
+    assert_eq!(r.failures[2].code(), tonic::Code::AlreadyExists);
+    assert_eq!(r.failures[0].code(), tonic::Code::Aborted);
+    assert_eq!(dev.read_table(0, 0).await.unwrap().len(), 3001);
+
+    // Drift through the shared stats helper (same table id as P4Info).
+    assert_eq!(
+        emu.emulator().drop_entries(3, Some(49661089), 10).unwrap(),
+        10
+    );
+    assert_eq!(dev.read_table(0, 49661089).await.unwrap().len(), 2991);
+    emu.shutdown().await.unwrap();
+}
+
+trait EncodeKey {
+    fn encode_key(&self) -> Vec<u8>;
+}
+
+impl EncodeKey for p4rt::FieldMatch {
+    fn encode_key(&self) -> Vec<u8> {
+        prost::Message::encode_to_vec(self)
+    }
+}
