@@ -640,6 +640,11 @@ async fn cleanup(ctx: &Context, ns: &str, set: &TableEntrySet) -> Result<Action,
             Err(e) => failures.push(format!("{} ({}): {e}", t.vs, t.switch.name_any())),
         }
     }
+    let prefix = format!("{}/", object_key(set));
+    synced_digests()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|k, _| !k.starts_with(&prefix));
     if failures.is_empty() {
         tracing::info!(set = %object_key(set), removed, "removed entries of deleted set");
         remove_finalizer(&api, set).await?;
