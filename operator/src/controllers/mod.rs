@@ -14,6 +14,7 @@ pub mod virtual_switch;
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::{BoxFuture, Shared};
 use futures::{FutureExt, StreamExt};
@@ -109,9 +110,19 @@ pub async fn drive<K, F, Fut>(
     let readiness = ctx.readiness.clone();
     let synced_kind = kind.clone();
     tokio::spawn(async move {
-        if store.wait_until_ready().await.is_ok() {
-            tracing::info!(kind = %synced_kind, "watch synced");
-            readiness.synced(&synced_kind);
+        // The store's readiness is a oneshot that remembers only the last
+        // waker, and the controller waits on it too: poll it afresh each
+        // round instead of parking on it once.
+        loop {
+            match tokio::time::timeout(Duration::from_millis(250), store.wait_until_ready()).await {
+                Ok(Ok(())) => {
+                    tracing::info!(kind = %synced_kind, "watch synced");
+                    readiness.synced(&synced_kind);
+                    return;
+                }
+                Ok(Err(_)) => return,
+                Err(_) => {}
+            }
         }
     });
     let reconcile = Arc::new(reconcile);
