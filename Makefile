@@ -3,7 +3,7 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: deps build test crds demo lint clean-local
+.PHONY: deps build test crds demo lint clean-local bench
 
 deps:
 	hack/install-deps.sh
@@ -33,3 +33,11 @@ clean-local:
 	-for p in .local/operator.pid .local/emulator.pid; do [[ -f $$p ]] && kill -9 "$$(cat $$p)" 2>/dev/null; done; true
 	hack/controlplane.sh down
 	rm -rf .local
+
+# The rbfrt paper's insertion experiment, side by side with rbfrt and a Python
+# P4Runtime client; regenerates docs/benchmarks.md and docs/benchmarks/.
+# Quick smoke: make bench BENCH_ARGS="--entries 3000 --runs 1".
+BENCH_ARGS ?=
+bench: deps
+	$(CARGO) build --release -p p4fleet-bench -p p4fleet-emulator
+	target/release/p4fleet-bench --command "make bench $(BENCH_ARGS)" $(BENCH_ARGS)

@@ -1,0 +1,233 @@
+//! The measured clients. Each one clears its table (outside the timing),
+//! then inserts all entries at one batch size and returns a [`Sample`].
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, anyhow, bail};
+use p4fleet::driver::{Device, DriverPool, WriteOptions};
+use p4fleet::entries::Entry;
+use p4fleet_crds::entry_set::Atomicity;
+use p4fleet_crds::switch::{Switch, SwitchSpec};
+use p4fleet_proto::p4info::P4Info;
+use rbfrt::SwitchConnection;
+use rbfrt::table::{MatchValue, Request};
+use serde::Deserialize;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+
+use crate::stats::Sample;
+use crate::workload::{self, ACTION, TABLE};
+
+/// A Switch resource for the driver pool (only the connection matters).
+pub fn switch(endpoint: &str, device_id: u64) -> anyhow::Result<Switch> {
+    let spec: SwitchSpec = serde_json::from_value(serde_json::json!({
+        "target": "Bmv2", "endpoint": endpoint, "deviceId": device_id, "slots": 1
+    }))?;
+    Ok(Switch::new("bench", spec))
+}
+
+/// p4fleet's P4Runtime driver: the operator's own write path, from the
+/// entry model (Entry → Update) to the answers, batched and pipelined by
+/// [`Device::write`].
+pub struct P4fleetP4rt {
+    pub dev: Arc<Device>,
+    pub info: P4Info,
+    cookie: u64,
+    _pool: DriverPool,
+}
+
+impl P4fleetP4rt {
+    pub async fn connect(endpoint: &str, device_id: u64, info: P4Info) -> anyhow::Result<Self> {
+        let pool = DriverPool::with_election_id(10);
+        let dev = pool.connect(&switch(endpoint, device_id)?)?;
+        dev.capabilities().await?;
+        Ok(P4fleetP4rt {
+            dev,
+            info,
+            cookie: 1000,
+            _pool: pool,
+        })
+    }
+
+    /// VERIFY_AND_COMMIT with a new cookie clears the device's tables.
+    pub async fn clear(&mut self) -> anyhow::Result<()> {
+        self.cookie += 1;
+        self.dev
+            .set_pipeline(0, &self.info, b"bench".to_vec(), self.cookie)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn run(
+        &mut self,
+        entries: &[Entry],
+        batch: usize,
+        max_in_flight: usize,
+    ) -> anyhow::Result<Sample> {
+        self.clear().await?;
+        let start = Instant::now();
+        let updates = entries.iter().map(workload::insert).collect();
+        let report = self
+            .dev
+            .write(
+                0,
+                updates,
+                WriteOptions {
+                    batch_size: batch,
+                    max_in_flight,
+                    atomicity: Atomicity::ContinueOnError,
+                },
+            )
+            .await?;
+        let elapsed = start.elapsed();
+        if let Some(f) = report.failures.first() {
+            bail!(
+                "{} of {} updates failed, first: {}",
+                report.failures.len(),
+                entries.len(),
+                f.message
+            );
+        }
+        Ok(Sample {
+            entries: entries.len(),
+            requests: report.requests,
+            elapsed_s: elapsed.as_secs_f64(),
+            latency_sum_s: report.total_request_latency.as_secs_f64(),
+        })
+    }
+}
+
+/// rbfrt (crates.io) on BFRT, used as its README shows: one
+/// `write_table_entries` call per batch, awaited before the next.
+pub struct Rbfrt {
+    conn: SwitchConnection,
+}
+
+impl Rbfrt {
+    pub async fn connect(addr: std::net::SocketAddr, device_id: u32) -> anyhow::Result<Self> {
+        let conn = SwitchConnection::builder(&addr.ip().to_string(), addr.port())
+            .device_id(device_id)
+            .client_id(1)
+            .p4_name("firewall")
+            .connect()
+            .await
+            .map_err(|e| anyhow!("rbfrt connect: {e:?}"))?;
+        Ok(Rbfrt { conn })
+    }
+
+    fn request(i: usize) -> Request {
+        Request::new(TABLE)
+            .match_key(
+                "hdr.ipv4.srcAddr",
+                MatchValue::exact(std::net::Ipv4Addr::from(workload::src(i))),
+            )
+            .match_key(
+                "hdr.ipv4.dstAddr",
+                MatchValue::exact(std::net::Ipv4Addr::from(workload::dst(i))),
+            )
+            .action(ACTION)
+            .action_data("port", workload::port(i))
+    }
+
+    pub async fn run(&mut self, n: usize, batch: usize) -> anyhow::Result<Sample> {
+        self.conn
+            .clear_table(TABLE)
+            .await
+            .map_err(|e| anyhow!("rbfrt clear_table: {e:?}"))?;
+        let mut latency = 0.0;
+        let mut requests = 0;
+        let start = Instant::now();
+        let mut i = 0;
+        while i < n {
+            let reqs: Vec<Request> = (i..(i + batch).min(n)).map(Self::request).collect();
+            let t = Instant::now();
+            self.conn
+                .write_table_entries(reqs)
+                .await
+                .map_err(|e| anyhow!("rbfrt write_table_entries: {e:?}"))?;
+            latency += t.elapsed().as_secs_f64();
+            requests += 1;
+            i += batch;
+        }
+        Ok(Sample {
+            entries: n,
+            requests,
+            elapsed_s: start.elapsed().as_secs_f64(),
+            latency_sum_s: latency,
+        })
+    }
+}
+
+/// What the Python peer says when it is ready.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub struct PythonInfo {
+    pub python: String,
+    pub grpcio: String,
+    pub protobuf: String,
+}
+
+/// The Python P4Runtime peer (bench/python/p4rt_peer.py), a child process
+/// driven one JSON line at a time so it runs interleaved with the others.
+pub struct Python {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Lines<BufReader<ChildStdout>>,
+    pub info: PythonInfo,
+}
+
+impl Python {
+    pub async fn start(
+        python: &Path,
+        script: &Path,
+        endpoint: &str,
+        device_id: u64,
+        p4info: &Path,
+    ) -> anyhow::Result<Self> {
+        let mut child = tokio::process::Command::new(python)
+            .arg(script)
+            .args(["--grpc-addr", endpoint])
+            .args(["--device-id", &device_id.to_string()])
+            .arg("--p4info")
+            .arg(p4info)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {python:?}"))?;
+        let stdin = child.stdin.take().expect("piped");
+        let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+        let first = lines
+            .next_line()
+            .await?
+            .ok_or_else(|| anyhow!("python peer exited before it was ready"))?;
+        let info: PythonInfo =
+            serde_json::from_str(&first).with_context(|| format!("python said {first:?}"))?;
+        Ok(Python {
+            child,
+            stdin,
+            lines,
+            info,
+        })
+    }
+
+    pub async fn run(&mut self, n: usize, batch: usize) -> anyhow::Result<Sample> {
+        let cmd = serde_json::json!({"cmd": "run", "batch": batch, "entries": n});
+        self.stdin.write_all(format!("{cmd}\n").as_bytes()).await?;
+        self.stdin.flush().await?;
+        let line = self
+            .lines
+            .next_line()
+            .await?
+            .ok_or_else(|| anyhow!("python peer exited"))?;
+        serde_json::from_str(&line).with_context(|| format!("python said {line:?}"))
+    }
+
+    pub async fn stop(mut self) {
+        let _ = self.stdin.write_all(b"{\"cmd\": \"quit\"}\n").await;
+        let _ = self.child.wait().await;
+    }
+}
