@@ -5,7 +5,9 @@ use std::path::Path;
 #[test]
 fn committed_crds_match_the_generated_ones() {
     let want = p4fleet_crds::all_yaml();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repo root");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo root");
     for rel in ["charts/p4fleet/crds/crds.yaml", "config/crd/crds.yaml"] {
         let got = std::fs::read_to_string(root.join(rel)).unwrap_or_default();
         assert!(

@@ -433,8 +433,8 @@ pub async fn reconcile(obj: Arc<P4Program>, ctx: Arc<Context>) -> Result<Action,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use p4fleet_crds::condition_types::READY;
     use p4fleet_crds::ConfigMapKeyRef;
+    use p4fleet_crds::condition_types::READY;
 
     const FIREWALL: &str = include_str!("../../../examples/firewall/p4info.txt");
 
