@@ -20,13 +20,13 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use p4fleet::entries::TableSchema;
 
-use crate::paths::{P4fleetP4rt, Python, Rbfrt};
+use crate::paths::{P4fleetBfrt, P4fleetP4rt, Python, Rbfrt};
 use crate::report::{Machine, PathResult, Results};
 
 #[global_allocator]
 static ALLOC: alloc::Counting = alloc::Counting;
 
-const ALL_PATHS: &str = "p4fleet-p4rt-1,p4fleet-p4rt-n,rbfrt,python";
+const ALL_PATHS: &str = "p4fleet-p4rt-1,p4fleet-p4rt-n,p4fleet-bfrt-1,p4fleet-bfrt-n,rbfrt,python";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -110,10 +110,13 @@ const DEV_PYTHON: u64 = 2;
 const DEV_RBFRT: u64 = 3;
 const DEV_RECONCILE: u64 = 4;
 const DEV_P4FLEET_N: u64 = 5;
+const DEV_BFRT: u64 = 6;
+const DEV_BFRT_N: u64 = 7;
 
 enum Client {
     P4fleet(Box<P4fleetP4rt>, usize, u64),
     Rbfrt(Rbfrt),
+    Bfrt(Box<P4fleetBfrt>, usize, u64),
     Python(Python),
 }
 
@@ -142,7 +145,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let child = emu::ChildEmulator::start(
         &emulator_bin,
-        5,
+        7,
         &repo.join("examples/firewall/bfrt.json"),
         args.emulator_cpus.as_deref(),
     )
@@ -178,6 +181,24 @@ async fn main() -> anyhow::Result<()> {
                 let c = P4fleetP4rt::connect(&endpoint, dev, info.clone())
                     .await
                     .map(|c| Client::P4fleet(Box::new(c), n, dev));
+                (r, c)
+            }
+            "p4fleet-bfrt-1" | "p4fleet-bfrt-n" => {
+                let (n, dev) = if key == "p4fleet-bfrt-1" {
+                    (1, DEV_BFRT)
+                } else {
+                    (args.max_in_flight, DEV_BFRT_N)
+                };
+                let r = PathResult::new(
+                    key,
+                    &format!("p4fleet BFRT (maxInFlight {n})"),
+                    "BFRT",
+                    true,
+                );
+                let json = std::fs::read(repo.join("examples/firewall/bfrt.json"))?;
+                let c = P4fleetBfrt::connect(&child.bfrt.to_string(), dev, &info, json)
+                    .await
+                    .map(|c| Client::Bfrt(Box::new(c), n, dev));
                 (r, c)
             }
             "rbfrt" => {
@@ -253,6 +274,7 @@ async fn main() -> anyhow::Result<()> {
                 };
                 let (sample, device) = match c {
                     Client::P4fleet(c, n, dev) => (c.run(&entries, batch, *n).await, *dev),
+                    Client::Bfrt(c, n, dev) => (c.run(&entries, batch, *n).await, *dev),
                     Client::Rbfrt(c) => (c.run(args.entries, batch).await, DEV_RBFRT),
                     Client::Python(c) => (c.run(args.entries, batch).await, DEV_PYTHON),
                 };

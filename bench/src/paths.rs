@@ -231,3 +231,103 @@ impl Python {
         let _ = self.child.wait().await;
     }
 }
+
+/// p4fleet's BFRT driver (operator/src/driver/bfrt.rs): the same entry
+/// model and `write` as the P4Runtime path, translated to BFRT updates by
+/// the driver.
+pub struct P4fleetBfrt {
+    dev: p4fleet::driver::BfrtDevice,
+}
+
+impl P4fleetBfrt {
+    pub async fn connect(
+        endpoint: &str,
+        device_id: u64,
+        info: &P4Info,
+        bfrt_json: Vec<u8>,
+    ) -> anyhow::Result<Self> {
+        let dev = p4fleet::driver::BfrtDevice::new("bench".into(), endpoint.into(), device_id, 2)?;
+        dev.set_pipeline(
+            0,
+            info,
+            &p4fleet::driver::TofinoPipeline {
+                p4_name: "firewall".into(),
+                bfrt_json,
+                ..Default::default()
+            },
+        )
+        .await?;
+        Ok(P4fleetBfrt { dev })
+    }
+
+    async fn write(
+        &self,
+        updates: Vec<p4fleet_proto::p4runtime::Update>,
+        batch: usize,
+        n: usize,
+    ) -> anyhow::Result<p4fleet::driver::WriteReport> {
+        let total = updates.len();
+        let report = self
+            .dev
+            .write(
+                0,
+                updates,
+                WriteOptions {
+                    batch_size: batch,
+                    max_in_flight: n,
+                    atomicity: Atomicity::ContinueOnError,
+                },
+            )
+            .await?;
+        if let Some(f) = report.failures.first() {
+            bail!(
+                "{} of {total} updates failed, first: {}",
+                report.failures.len(),
+                f.message
+            );
+        }
+        Ok(report)
+    }
+
+    /// Deletes every entry this bench writes (BFRT has no pipeline reset
+    /// that keeps the binding).
+    async fn clear(&self, entries: &[Entry]) -> anyhow::Result<()> {
+        let have = self
+            .dev
+            .read_table(0, entries.first().map(|e| e.key.table_id).unwrap_or(0))
+            .await?;
+        if have.is_empty() {
+            return Ok(());
+        }
+        let dels = have
+            .into_iter()
+            .map(|t| p4fleet_proto::p4runtime::Update {
+                r#type: p4fleet_proto::p4runtime::update::Type::Delete as i32,
+                entity: Some(p4fleet_proto::p4runtime::Entity {
+                    entity: Some(p4fleet_proto::p4runtime::entity::Entity::TableEntry(
+                        p4fleet_proto::p4runtime::TableEntry { action: None, ..t },
+                    )),
+                }),
+            })
+            .collect();
+        self.write(dels, 10_000, 4).await.map(|_| ())
+    }
+
+    pub async fn run(
+        &mut self,
+        entries: &[Entry],
+        batch: usize,
+        max_in_flight: usize,
+    ) -> anyhow::Result<Sample> {
+        self.clear(entries).await?;
+        let start = Instant::now();
+        let updates = entries.iter().map(workload::insert).collect();
+        let report = self.write(updates, batch, max_in_flight).await?;
+        Ok(Sample {
+            entries: entries.len(),
+            requests: report.requests,
+            elapsed_s: start.elapsed().as_secs_f64(),
+            latency_sum_s: report.total_request_latency.as_secs_f64(),
+        })
+    }
+}
