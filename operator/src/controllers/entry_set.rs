@@ -24,7 +24,7 @@
 //!   dead switch never blocks namespace deletion forever. A target whose
 //!   VirtualSwitch, program or Switch is gone is skipped.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -45,7 +45,7 @@ use super::{Error, object_key, scoped_api, watcher_config, write_status};
 use crate::context::Context;
 use crate::controllers::program;
 use crate::driver::{Device, DriverError, WriteOptions, WriteReport};
-use crate::entries::{Entry, LineParser, TableSchema, format_key, parse_inline};
+use crate::entries::{Entry, EntryKey, LineParser, TableSchema, format_key, parse_inline};
 use crate::status::{merge_conditions, now_rfc3339, ready_from};
 use crate::sync::{self, DeviceEntry, Origin};
 
@@ -401,6 +401,30 @@ fn synced_digests() -> &'static Mutex<HashMap<String, [u8; 32]>> {
     M.get_or_init(Default::default)
 }
 
+/// For devices that do not keep entry metadata (BFRT): the keys each
+/// (set, target) desired at its last sync, standing in for ownership tags.
+/// In memory only: after a restart such a set owns just what it desires.
+fn owned_memory() -> &'static Mutex<HashMap<String, Arc<HashSet<EntryKey>>>> {
+    static M: OnceLock<Mutex<HashMap<String, Arc<HashSet<EntryKey>>>>> = OnceLock::new();
+    M.get_or_init(Default::default)
+}
+
+fn owned_keys(memo_key: &str) -> Arc<HashSet<EntryKey>> {
+    owned_memory()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(memo_key)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn remember_owned(memo_key: &str, keys: HashSet<EntryKey>) {
+    owned_memory()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(memo_key.to_string(), Arc::new(keys));
+}
+
 /// Reads a table back and converts it, with ownership tags.
 async fn read_back(dev: &Device, t: &Target) -> Result<Vec<DeviceEntry>, DriverError> {
     let raw = dev.read_table(t.slot, t.schema.id).await?;
@@ -434,6 +458,7 @@ async fn sync_target(
     t: &Target,
     d: &Desired,
     allow_deletes: bool,
+    memo_key: &str,
 ) -> TargetResult {
     let mut r = TargetResult {
         desired: d.entries.len() as u64,
@@ -447,13 +472,28 @@ async fn sync_target(
             return r;
         }
     };
-    let on_device = match read_back(&dev, t).await {
+    let mut on_device = match read_back(&dev, t).await {
         Ok(v) => v,
         Err(e) => {
             r.device_error = Some(format!("Switch {sw_name}: {e}"));
             return r;
         }
     };
+    if !dev.stores_entry_metadata() {
+        let prev = owned_keys(memo_key);
+        let desired: HashMap<&EntryKey, &Entry> = d.entries.iter().map(|e| (&e.key, e)).collect();
+        sync::infer_tags(
+            &mut on_device,
+            tag,
+            |k| prev.contains(k),
+            |de| {
+                desired
+                    .get(&de.entry.key)
+                    .is_some_and(|e| e.action == de.entry.action)
+            },
+        );
+        remember_owned(memo_key, d.entries.iter().map(|e| e.key.clone()).collect());
+    }
     let mut plan = sync::plan(&d.entries, &on_device, set.spec.ownership, tag);
     if !allow_deletes {
         plan.deletes.clear();
@@ -610,12 +650,26 @@ async fn cleanup(ctx: &Context, ns: &str, set: &TableEntrySet) -> Result<Action,
     }
     let tag = sync::set_tag(ns, &set.name_any());
     let (targets, _, _) = resolve_targets(ctx, ns, set).await?;
+    let sources = fetch_sources(ctx, ns, set).await?;
     let mut failures = Vec::new();
     let mut removed = 0usize;
     for t in &targets {
         let res: Result<usize, String> = async {
             let dev = ctx.drivers.connect(&t.switch).map_err(|e| e.to_string())?;
-            let on_device = read_back(&dev, t).await.map_err(|e| e.to_string())?;
+            let mut on_device = read_back(&dev, t).await.map_err(|e| e.to_string())?;
+            if !dev.stores_entry_metadata() {
+                // No tags on the device: what it desires now or desired at
+                // its last sync (this process) is its own.
+                let prev = owned_keys(&format!("{}/{}", object_key(set), t.vs));
+                let d = parse_desired(set, &t.schema, &sources);
+                let desired: HashSet<&EntryKey> = d.entries.iter().map(|e| &e.key).collect();
+                sync::infer_tags(
+                    &mut on_device,
+                    tag,
+                    |k| prev.contains(k),
+                    |de| desired.contains(&de.entry.key),
+                );
+            }
             let which = sync::plan_removal(&on_device, tag);
             let n = which.len();
             let ups = sync::delete_updates(&on_device, &which);
@@ -646,6 +700,10 @@ async fn cleanup(ctx: &Context, ns: &str, set: &TableEntrySet) -> Result<Action,
         .unwrap_or_else(|e| e.into_inner())
         .retain(|k, _| !k.starts_with(&prefix));
     if failures.is_empty() {
+        owned_memory()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|k, _| !k.starts_with(&prefix));
         tracing::info!(set = %object_key(set), removed, "removed entries of deleted set");
         remove_finalizer(&api, set).await?;
         return Ok(Action::await_change());
@@ -737,7 +795,7 @@ pub async fn reconcile(obj: Arc<TableEntrySet>, ctx: Arc<Context>) -> Result<Act
         let d = &parsed[idx].1;
         let memo_key = format!("{me}/{}", t.vs);
         let digest = sync::desired_digest(&d.entries);
-        let r = sync_target(&ctx, &obj, tag, t, d, sources.missing.is_empty()).await;
+        let r = sync_target(&ctx, &obj, tag, t, d, sources.missing.is_empty(), &memo_key).await;
         let was_synced = synced_digests()
             .lock()
             .unwrap_or_else(|e| e.into_inner())

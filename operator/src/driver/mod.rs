@@ -15,6 +15,7 @@
 //! (the emulator hosts several devices per process, so one endpoint can host
 //! several VirtualSwitches).
 
+pub mod bfrt;
 pub mod p4runtime;
 
 use std::collections::HashMap;
@@ -26,6 +27,7 @@ use p4fleet_crds::switch::{Switch, SwitchProtocol};
 use p4fleet_proto::p4info::P4Info;
 use p4fleet_proto::p4runtime::{TableEntry, Update};
 
+pub use bfrt::{BfrtDevice, TofinoPipeline};
 pub use p4runtime::P4RuntimeDevice;
 
 /// Errors at the driver boundary.
@@ -175,6 +177,7 @@ impl WriteReport {
 /// A connection to one Switch.
 pub enum Device {
     P4Runtime(P4RuntimeDevice),
+    Bfrt(BfrtDevice),
 }
 
 impl Device {
@@ -182,6 +185,7 @@ impl Device {
     pub fn name(&self) -> &str {
         match self {
             Device::P4Runtime(d) => d.name(),
+            Device::Bfrt(d) => d.name(),
         }
     }
 
@@ -189,11 +193,13 @@ impl Device {
     pub async fn capabilities(&self) -> Result<Capabilities, DriverError> {
         match self {
             Device::P4Runtime(d) => d.capabilities().await,
+            Device::Bfrt(d) => d.capabilities().await,
         }
     }
 
     /// Loads a pipeline into `slot` unless the device already reports
-    /// `cookie`; returns whether it was pushed.
+    /// `cookie`; returns whether it was pushed. BFRT devices need their
+    /// Tofino artifacts: see [`Device::set_tofino_pipeline`].
     pub async fn set_pipeline(
         &self,
         slot: u32,
@@ -203,13 +209,40 @@ impl Device {
     ) -> Result<bool, DriverError> {
         match self {
             Device::P4Runtime(d) => d.set_pipeline(slot, p4info, device_config, cookie).await,
+            Device::Bfrt(_) => Err(DriverError::Unsupported(
+                "a P4Runtime device config on a BFRT switch (use the Tofino artifacts)".into(),
+            )),
         }
+    }
+
+    /// Loads Tofino artifacts into `slot` of a BFRT device unless it already
+    /// runs them (and binds); returns whether it was pushed.
+    pub async fn set_tofino_pipeline(
+        &self,
+        slot: u32,
+        p4info: &P4Info,
+        pipeline: &TofinoPipeline,
+    ) -> Result<bool, DriverError> {
+        match self {
+            Device::Bfrt(d) => d.set_pipeline(slot, p4info, pipeline).await,
+            Device::P4Runtime(_) => Err(DriverError::Unsupported(
+                "Tofino artifacts on a P4Runtime switch".into(),
+            )),
+        }
+    }
+
+    /// Whether entries keep the `metadata` bytes p4fleet writes (and read
+    /// them back): TableEntrySet ownership relies on it where available.
+    pub fn stores_entry_metadata(&self) -> bool {
+        matches!(self, Device::P4Runtime(_))
     }
 
     /// The cookie of the pipeline loaded in `slot`, if any.
     pub async fn pipeline_cookie(&self, slot: u32) -> Result<Option<u64>, DriverError> {
         match self {
             Device::P4Runtime(d) => d.pipeline_cookie(slot).await,
+            // BFRT has no cookie; set_tofino_pipeline compares artifacts.
+            Device::Bfrt(_) => Ok(None),
         }
     }
 
@@ -224,6 +257,7 @@ impl Device {
     ) -> Result<WriteReport, DriverError> {
         match self {
             Device::P4Runtime(d) => d.write(slot, updates, opts).await,
+            Device::Bfrt(d) => d.write(slot, updates, opts).await,
         }
     }
 
@@ -235,6 +269,7 @@ impl Device {
     ) -> Result<Vec<TableEntry>, DriverError> {
         match self {
             Device::P4Runtime(d) => d.read_table(slot, table_id).await,
+            Device::Bfrt(d) => d.read_table(slot, table_id).await,
         }
     }
 
@@ -242,6 +277,11 @@ impl Device {
     fn same_target(&self, t: &Target) -> bool {
         match self {
             Device::P4Runtime(d) => d.target() == t,
+            Device::Bfrt(d) => {
+                t.protocol == SwitchProtocol::Bfrt
+                    && d.endpoint() == t.endpoint
+                    && d.device_id(0) == t.device_id
+            }
         }
     }
 }
@@ -311,7 +351,14 @@ impl DriverPool {
                 target,
                 self.election_low,
             )?),
-            SwitchProtocol::Bfrt => return Err(DriverError::Unsupported("BFRT".into())),
+            // BFRT client ids are small integers; keep the low bits of the
+            // election id so a newer operator still differs from an old one.
+            SwitchProtocol::Bfrt => Device::Bfrt(BfrtDevice::new(
+                name.clone(),
+                target.endpoint.clone(),
+                target.device_id,
+                (self.election_low & 0xffff) as u32,
+            )?),
         };
         let dev = Arc::new(dev);
         devices.insert(name, dev.clone());

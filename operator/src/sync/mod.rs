@@ -21,6 +21,12 @@
 //!   which also keeps devices that drop `metadata` from being
 //!   rewritten on every resync.
 //! - On deletion (finalizer) a set removes the entries tagged with its tag.
+//! - Devices that keep no entry metadata (BFRT) get the tags inferred
+//!   ([`infer_tags`]): an entry is the set's if the set desired its key at
+//!   its previous sync in this process, or it equals a desired entry. After
+//!   an operator restart such a set therefore owns only what it desires
+//!   now; an entry dropped from the spec while the operator was down stays
+//!   (Merge never guesses; Exclusive removes it anyway).
 
 use std::collections::HashMap;
 
@@ -125,6 +131,23 @@ pub fn plan(desired: &[Entry], device: &[DeviceEntry], ownership: Ownership, tag
         }
     }
     p
+}
+
+/// For devices that keep no entry metadata (BFRT): gives `tag` to the
+/// untagged entries this set owns by other evidence, i.e. keys it wrote
+/// before (`owned_before`) or entries equal to what it desires now
+/// (`matches_desired`), so [`plan`] and [`plan_removal`] work unchanged.
+pub fn infer_tags(
+    device: &mut [DeviceEntry],
+    tag: u64,
+    owned_before: impl Fn(&EntryKey) -> bool,
+    matches_desired: impl Fn(&DeviceEntry) -> bool,
+) {
+    for d in device.iter_mut() {
+        if d.tag == 0 && (owned_before(&d.entry.key) || matches_desired(d)) {
+            d.tag = tag;
+        }
+    }
 }
 
 /// Device entries a deleted set removes: those carrying its tag.
@@ -382,5 +405,23 @@ mod tests {
         es.extend(fw("10.0.0.1 10.0.0.2 5\n"));
         assert_eq!(duplicates(&es), vec![(0, 2)]);
         assert_ne!(desired_digest(&es[..2]), desired_digest(&es));
+    }
+
+    #[test]
+    fn inferred_tags_let_merge_delete_what_it_wrote_before() {
+        let me = set_tag("ns", "a");
+        let before = fw("10.0.0.1 10.0.0.2 1\n10.0.0.1 10.0.0.3 2\n");
+        let desired = fw("10.0.0.1 10.0.0.2 1\n");
+        let mut device = dev(before.clone(), 0);
+        device.extend(dev(fw("10.0.0.7 10.0.0.7 1\n"), 0));
+        let prev: std::collections::HashSet<EntryKey> =
+            before.iter().map(|e| e.key.clone()).collect();
+        infer_tags(&mut device, me, |k| prev.contains(k), |_| false);
+        assert_eq!(
+            device.iter().map(|d| d.tag).collect::<Vec<_>>(),
+            vec![me, me, 0]
+        );
+        let p = plan(&desired, &device, Ownership::Merge, me);
+        assert_eq!((p.deletes.clone(), p.unchanged), (vec![1], 1));
     }
 }
