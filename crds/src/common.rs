@@ -145,6 +145,9 @@ pub(crate) fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> sc
     let mut schema = generator.subschema_for::<Vec<Condition>>();
     let obj = schema.ensure_object();
     obj.insert("x-kubernetes-list-type".into(), "map".into());
-    obj.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(["type"]));
+    obj.insert(
+        "x-kubernetes-list-map-keys".into(),
+        serde_json::json!(["type"]),
+    );
     schema
 }

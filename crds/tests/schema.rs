@@ -5,7 +5,10 @@ use p4fleet_crds::all;
 #[test]
 fn five_crds_in_group() {
     let crds = all();
-    let names: Vec<_> = crds.iter().map(|c| c.metadata.name.clone().unwrap()).collect();
+    let names: Vec<_> = crds
+        .iter()
+        .map(|c| c.metadata.name.clone().unwrap())
+        .collect();
     assert_eq!(
         names,
         [
@@ -27,10 +30,18 @@ fn five_crds_in_group() {
 fn conditions_are_a_list_map_keyed_by_type() {
     for crd in all() {
         let json = serde_json::to_value(&crd).unwrap();
-        let conditions = &json["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
-            ["status"]["properties"]["conditions"];
-        assert_eq!(conditions["x-kubernetes-list-type"], "map", "{}", crd.metadata.name.unwrap());
+        let conditions = &json["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+            ["properties"]["conditions"];
+        assert_eq!(
+            conditions["x-kubernetes-list-type"],
+            "map",
+            "{}",
+            crd.metadata.name.unwrap()
+        );
         assert_eq!(conditions["x-kubernetes-list-map-keys"][0], "type");
-        assert_eq!(conditions["items"]["required"], serde_json::json!(["status", "type"]));
+        assert_eq!(
+            conditions["items"]["required"],
+            serde_json::json!(["status", "type"])
+        );
     }
 }
