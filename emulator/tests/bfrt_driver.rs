@@ -2,25 +2,12 @@
 //! emulator: push the firewall's Tofino artifacts (skipped the second time),
 //! write P4Runtime-form entries in batches, per-update errors, read back in
 //! canonical P4Runtime form, ROLLBACK_ON_ERROR.
-//!
-//! The driver file is compiled here through `#[path]` because
-//! `operator/src/driver/mod.rs` does not declare it yet; once it does
-//! (`pub mod bfrt;`), use `p4fleet::driver::bfrt` instead.
 
-use p4fleet::driver::{Capabilities, DriverError, UpdateFailure, WriteOptions, WriteReport};
+use p4fleet::driver::WriteOptions;
+use p4fleet::driver::bfrt::{BfrtDevice, TofinoPipeline};
 use p4fleet_crds::entry_set::Atomicity;
 use p4fleet_emulator::{Emulator, EmulatorConfig};
 use p4fleet_proto::p4runtime as p4rt;
-
-mod entries {
-    pub use p4fleet::entries::*;
-}
-
-#[allow(dead_code)]
-#[path = "../../operator/src/driver/bfrt.rs"]
-mod bfrt_driver;
-
-use bfrt_driver::{BfrtDevice, TofinoPipeline};
 
 const P4INFO: &str = include_str!("../../examples/firewall/p4info.txt");
 const BFRT_JSON: &str = include_str!("../../examples/firewall/bfrt.json");
@@ -75,7 +62,6 @@ fn update(ty: p4rt::update::Type, te: p4rt::TableEntry) -> p4rt::Update {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bfrt_driver_pushes_writes_and_reads() {
-    let _: Option<(Capabilities, UpdateFailure, WriteReport, DriverError)> = None;
     let emu = Emulator::start(EmulatorConfig {
         device_ids: vec![3],
         bfrt_addr: Some("127.0.0.1:0".parse().unwrap()),

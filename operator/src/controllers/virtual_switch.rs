@@ -1,5 +1,6 @@
 //! VirtualSwitch reconciler: place it on a Switch slot, push its program's
-//! pipeline through the driver (cookie = program digest), report where it
+//! pipeline through the driver (P4Runtime: the target's device config,
+//! cookie = program digest; BFRT: the Tofino artifacts), report where it
 //! runs and what is loaded.
 
 use std::sync::Arc;
@@ -10,14 +11,15 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use p4fleet_crds::condition_types::{PIPELINE_LOADED, SCHEDULED};
 use p4fleet_crds::{
-    Condition, ConditionStatus, P4Program, Switch, SwitchTarget, VirtualSwitch, VirtualSwitchSpec,
-    VirtualSwitchStatus, find_condition,
+    Condition, ConditionStatus, P4Program, Switch, SwitchProtocol, SwitchTarget, VirtualSwitch,
+    VirtualSwitchSpec, VirtualSwitchStatus, find_condition,
 };
 use p4fleet_proto::p4info;
 
 use super::{Error, object_key, scoped_api, watcher_config, write_status};
 use crate::context::Context;
 use crate::controllers::program;
+use crate::driver::{Device, TofinoPipeline};
 use crate::status::{merge_conditions, now_rfc3339, ready_from};
 
 const RETRY: Duration = Duration::from_secs(10);
@@ -213,6 +215,85 @@ fn device_config(target: SwitchTarget, resolved: &program::Resolved) -> Vec<u8> 
         .unwrap_or_default()
 }
 
+/// Field paths of the Tofino artifacts in [`program::Resolved`].
+const TOFINO_BFRT_JSON: &str = "spec.artifacts.tofino.bfrtJson";
+const TOFINO_CONTEXT_JSON: &str = "spec.artifacts.tofino.contextJson";
+const TOFINO_BINARY: &str = "spec.artifacts.tofino.binary";
+
+/// Why a program cannot be loaded on a BFRT Switch; the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TofinoArtifactError {
+    #[error(
+        "{TOFINO_BFRT_JSON}: P4Program {program} has no Tofino artifacts, which Switch {switch} (Tofino, BFRT) needs"
+    )]
+    Missing { program: String, switch: String },
+    /// The artifact could not be read (the resolver's message names the field).
+    #[error("{0}")]
+    Unreadable(String),
+}
+
+/// The Tofino pipeline a BFRT Switch loads: bfrt.json (required),
+/// context.json and binary (empty when the program has none), bound under
+/// the program's name.
+pub fn tofino_pipeline(
+    program: &str,
+    switch: &str,
+    resolved: &program::Resolved,
+) -> Result<TofinoPipeline, TofinoArtifactError> {
+    let optional = |key: &str| match resolved.get(key) {
+        None => Ok(Vec::new()),
+        Some(Ok(b)) => Ok(b.clone()),
+        Some(Err(e)) => Err(TofinoArtifactError::Unreadable(e.clone())),
+    };
+    let bfrt_json = match resolved.get(TOFINO_BFRT_JSON) {
+        None => {
+            return Err(TofinoArtifactError::Missing {
+                program: program.into(),
+                switch: switch.into(),
+            });
+        }
+        Some(r) => r.clone().map_err(TofinoArtifactError::Unreadable)?,
+    };
+    Ok(TofinoPipeline {
+        p4_name: program.into(),
+        bfrt_json,
+        context_json: optional(TOFINO_CONTEXT_JSON)?,
+        binary: optional(TOFINO_BINARY)?,
+    })
+}
+
+/// Loads the program into `slot` the way the Switch's protocol wants:
+/// P4Runtime with the target's device config (cookie = digest), or BFRT
+/// with the Tofino artifacts. Returns whether it was pushed.
+async fn load(
+    dev: &Device,
+    sw: &Switch,
+    slot: u32,
+    program_ref: &str,
+    info: &p4info::P4Info,
+    digest: &str,
+    resolved: &program::Resolved,
+) -> Result<bool, (&'static str, String)> {
+    match sw.spec.effective_protocol() {
+        SwitchProtocol::Bfrt => {
+            let pipeline = tofino_pipeline(program_ref, &sw.name_any(), resolved)
+                .map_err(|e| ("MissingTofinoArtifacts", e.to_string()))?;
+            dev.set_tofino_pipeline(slot, info, &pipeline)
+                .await
+                .map_err(|e| ("LoadFailed", e.to_string()))
+        }
+        SwitchProtocol::P4Runtime => dev
+            .set_pipeline(
+                slot,
+                info,
+                device_config(sw.spec.target, resolved),
+                program::cookie(digest),
+            )
+            .await
+            .map_err(|e| ("LoadFailed", e.to_string())),
+    }
+}
+
 fn unknown(type_: &str, reason: &str, message: impl Into<String>) -> Condition {
     Condition {
         type_: type_.into(),
@@ -322,14 +403,13 @@ pub async fn reconcile(obj: Arc<VirtualSwitch>, ctx: Arc<Context>) -> Result<Act
                     c
                 }
                 Ok((digest, info, resolved)) => {
-                    let config = device_config(sw.spec.target, &resolved);
                     let started = Instant::now();
                     let res = match ctx.drivers.connect(sw) {
-                        Ok(dev) => dev
-                            .set_pipeline(slot, &info, config, program::cookie(&digest))
-                            .await
-                            .map_err(|e| e.to_string()),
-                        Err(e) => Err(e.to_string()),
+                        Ok(dev) => {
+                            let p = &obj.spec.program_ref;
+                            load(&dev, sw, slot, p, &info, &digest, &resolved).await
+                        }
+                        Err(e) => Err(("LoadFailed", e.to_string())),
                     };
                     match res {
                         Ok(was_pushed) => {
@@ -353,9 +433,9 @@ pub async fn reconcile(obj: Arc<VirtualSwitch>, ctx: Arc<Context>) -> Result<Act
                                 format!("{} loaded on {sw_name} slot {slot}", obj.spec.program_ref),
                             )
                         }
-                        Err(e) => {
+                        Err((reason, e)) => {
                             requeue = RETRY;
-                            Condition::new(PIPELINE_LOADED, false, "LoadFailed", e)
+                            Condition::new(PIPELINE_LOADED, false, reason, e)
                         }
                     }
                 }
@@ -450,6 +530,37 @@ mod tests {
             slot,
             owner: owner.into(),
         }
+    }
+
+    #[test]
+    fn tofino_pipeline_needs_bfrt_json_and_defaults_the_rest() {
+        let mut r = program::Resolved::new();
+        r.insert("spec.p4info", Ok(b"p4info".to_vec()));
+        let e = tofino_pipeline("fw", "tofino-1", &r).unwrap_err();
+        assert!(matches!(e, TofinoArtifactError::Missing { .. }));
+        let msg = e.to_string();
+        assert!(msg.starts_with("spec.artifacts.tofino.bfrtJson:"), "{msg}");
+        assert!(msg.contains("fw") && msg.contains("tofino-1"), "{msg}");
+
+        r.insert(TOFINO_BFRT_JSON, Ok(b"{}".to_vec()));
+        let p = tofino_pipeline("fw", "tofino-1", &r).unwrap();
+        assert_eq!(p.p4_name, "fw");
+        assert_eq!(p.bfrt_json, b"{}");
+        assert!(p.context_json.is_empty() && p.binary.is_empty());
+
+        r.insert(TOFINO_CONTEXT_JSON, Ok(b"{\"c\":1}".to_vec()));
+        r.insert(TOFINO_BINARY, Ok(vec![0, 1, 2]));
+        let p = tofino_pipeline("fw", "tofino-1", &r).unwrap();
+        assert_eq!((p.context_json.len(), p.binary), (7, vec![0, 1, 2]));
+
+        let gone = "spec.artifacts.tofino.binary: ConfigMap fw-bin not found";
+        r.insert(TOFINO_BINARY, Err(gone.into()));
+        assert_eq!(
+            tofino_pipeline("fw", "tofino-1", &r)
+                .unwrap_err()
+                .to_string(),
+            gone
+        );
     }
 
     #[test]
