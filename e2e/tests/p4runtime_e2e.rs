@@ -3,7 +3,13 @@
 //! 30,000-entry TableEntrySet from two ConfigMaps, a 100-entry change, drift
 //! repair, deletion, an Exclusive set, and bad input.
 //!
-//! Tests share one emulator (each uses its own device id) and one operator.
+//! Every scenario runs twice, on a Bmv2-kind Switch (P4Runtime, the
+//! program's P4Info) and on a Tofino-kind Switch (BFRT, the program's
+//! bfrt.json as its Tofino artifact): the same TableEntrySets and
+//! VirtualSwitches, only the Switch and the P4Program's artifacts differ.
+//!
+//! Tests share one emulator (each uses its own device id; the emulator
+//! serves P4Runtime and BFRT on two ports) and one operator.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -26,7 +32,17 @@ use serde_json::{Value, json};
 /// Addresses of the shared child processes.
 struct Env {
     p4runtime: SocketAddr,
+    bfrt: SocketAddr,
     stats: SocketAddr,
+}
+
+/// The kind of Switch a scenario runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Bmv2 target over P4Runtime.
+    Bmv2,
+    /// Tofino target over BFRT.
+    Tofino,
 }
 
 fn target_dir() -> PathBuf {
@@ -78,19 +94,23 @@ fn start(kubeconfig: PathBuf) -> Env {
     let tag = std::process::id();
 
     let mut emu = Command::new(bin.join("p4fleet-emulator"));
-    emu.args(["--device-ids", "1,2,3,4,5"])
+    emu.args(["--device-ids", "1,2,3,4,5,11,12,13,14"])
+        .args(["--bfrt-addr", "127.0.0.1:0"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(logs.join(format!("emulator-{tag}.log"))).unwrap());
     with_pdeathsig(&mut emu);
     let mut emu = emu.spawn().expect("spawn p4fleet-emulator");
     let mut out = BufReader::new(emu.stdout.take().unwrap());
-    let (mut p4runtime, mut stats) = (None, None);
-    while p4runtime.is_none() || stats.is_none() {
+    let (mut p4runtime, mut bfrt, mut stats) = (None, None, None);
+    while p4runtime.is_none() || bfrt.is_none() || stats.is_none() {
         let mut line = String::new();
         assert!(out.read_line(&mut line).unwrap() > 0, "emulator exited");
         if let Some(a) = line.trim().strip_prefix("p4runtime listening on ") {
             p4runtime = Some(a.parse().unwrap());
+        }
+        if let Some(a) = line.trim().strip_prefix("bfrt listening on ") {
+            bfrt = Some(a.parse().unwrap());
         }
         if let Some(a) = line.trim().strip_prefix("stats listening on ") {
             stats = Some(a.parse().unwrap());
@@ -119,6 +139,7 @@ fn start(kubeconfig: PathBuf) -> Env {
     std::mem::forget((emu, op));
     Env {
         p4runtime: p4runtime.unwrap(),
+        bfrt: bfrt.unwrap(),
         stats: stats.unwrap(),
     }
 }
@@ -126,23 +147,26 @@ fn start(kubeconfig: PathBuf) -> Env {
 async fn env() -> (&'static ControlPlane, &'static Env) {
     static ENV: OnceLock<Env> = OnceLock::new();
     let cp = ControlPlane::shared().await;
-    if ENV.get().is_none() {
-        let kubeconfig = cp.kubeconfig_path().to_path_buf();
-        let (tx, rx) = std::sync::mpsc::channel();
-        // Children get PDEATHSIG when their spawning thread exits: spawn them
-        // from a thread that lives as long as the process.
-        std::thread::spawn(move || {
-            let _ = tx.send(start(kubeconfig));
-            loop {
-                std::thread::park();
-            }
-        });
-        let e = tokio::task::spawn_blocking(move || rx.recv().unwrap())
-            .await
-            .unwrap();
-        let _ = ENV.set(e);
-    }
-    (cp, ENV.get().unwrap())
+    let kubeconfig = cp.kubeconfig_path().to_path_buf();
+    // get_or_init blocks concurrent tests until the first has started the
+    // children, so there is exactly one emulator and one operator.
+    let env = tokio::task::spawn_blocking(move || {
+        ENV.get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            // Children get PDEATHSIG when their spawning thread exits: spawn
+            // them from a thread that lives as long as the process.
+            std::thread::spawn(move || {
+                let _ = tx.send(start(kubeconfig));
+                loop {
+                    std::thread::park();
+                }
+            });
+            rx.recv().expect("emulator and operator started")
+        })
+    })
+    .await
+    .unwrap();
+    (cp, env)
 }
 
 // --- the emulator's HTTP side channel --------------------------------------
@@ -180,23 +204,66 @@ fn firewall_schema() -> TableSchema {
     TableSchema::from_p4info(&info, "firewall").unwrap()
 }
 
-/// Creates a firewall P4Program, a Switch on the emulator's device `device`
-/// and a VirtualSwitch in slot 0; returns the VirtualSwitch name.
-async fn setup_target(client: &Client, env: &Env, ns: &str, device: u64) -> String {
+fn firewall_bfrt_json() -> String {
+    std::fs::read_to_string(repo_root().join("examples/firewall/bfrt.json")).unwrap()
+}
+
+/// A stand-in tofino.bin (the emulator keeps it, nothing reads it).
+const TOFINO_BIN: &[u8] = &[0x7f, b'T', b'F', 0, 1, 2, 3];
+
+/// The Tofino artifacts' ConfigMap: bfrt.json in `data`, tofino.bin in `binaryData`.
+async fn tofino_artifacts(client: &Client, ns: &str) {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let cm = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("firewall-tofino".into()),
+            ..Default::default()
+        },
+        data: Some([("bfrt.json".to_string(), firewall_bfrt_json())].into()),
+        binary_data: Some(
+            [(
+                "tofino.bin".to_string(),
+                k8s_openapi::ByteString(TOFINO_BIN.to_vec()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &cm).await.unwrap();
+}
+
+/// Creates a firewall P4Program (P4Info inline; for Tofino also its Tofino
+/// artifacts: bfrt.json and binary from a ConfigMap, context.json inline), a
+/// two-slot Switch of `kind` on the emulator's device `device` and a
+/// VirtualSwitch in slot 0; returns the VirtualSwitch name.
+async fn setup_target(client: &Client, env: &Env, ns: &str, kind: Kind, device: u64) -> String {
     let sw_name = format!("{ns}-sw");
     let progs: Api<P4Program> = Api::namespaced(client.clone(), ns);
+    let mut spec = json!({"p4info": {"inline": firewall_p4info()}});
+    if kind == Kind::Tofino {
+        tofino_artifacts(client, ns).await;
+        spec["artifacts"] = json!({"tofino": {
+            "bfrtJson": {"configMapKeyRef": {"name": "firewall-tofino", "key": "bfrt.json"}},
+            "contextJson": {"inline": "{}"},
+            "binary": {"configMapKeyRef": {"name": "firewall-tofino", "key": "tofino.bin"}}
+        }});
+    }
     let p: P4Program = serde_json::from_value(json!({
         "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
         "metadata": {"name": "firewall"},
-        "spec": {"p4info": {"inline": firewall_p4info()}}
+        "spec": spec
     }))
     .unwrap();
     progs.create(&PostParams::default(), &p).await.unwrap();
     let sws: Api<Switch> = Api::all(client.clone());
+    let (target, endpoint) = match kind {
+        Kind::Bmv2 => ("Bmv2", env.p4runtime),
+        Kind::Tofino => ("Tofino", env.bfrt),
+    };
     let sw: Switch = serde_json::from_value(json!({
         "apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
         "metadata": {"name": sw_name},
-        "spec": {"target": "Bmv2", "endpoint": env.p4runtime.to_string(), "deviceId": device}
+        "spec": {"target": target, "endpoint": endpoint.to_string(), "deviceId": device, "slots": 2}
     }))
     .unwrap();
     sws.create(&PostParams::default(), &sw).await.unwrap();
@@ -319,13 +386,41 @@ fn is(st: &TableEntrySetStatus, t: &str, ok: bool) -> bool {
 // --- tests ------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thirty_thousand_entries_sync_change_repair_and_delete() {
+async fn thirty_thousand_entries_sync_change_repair_and_delete_bmv2() {
+    thirty_thousand_entries_sync_change_repair_and_delete(Kind::Bmv2, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_thousand_entries_sync_change_repair_and_delete_tofino() {
+    thirty_thousand_entries_sync_change_repair_and_delete(Kind::Tofino, 11).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusive_set_removes_a_foreign_entry_bmv2() {
+    exclusive_set_removes_a_foreign_entry(Kind::Bmv2, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusive_set_removes_a_foreign_entry_tofino() {
+    exclusive_set_removes_a_foreign_entry(Kind::Tofino, 12).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gives_conditions_and_valid_entries_still_apply_bmv2() {
+    bad_input_gives_conditions_and_valid_entries_still_apply(Kind::Bmv2, 3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gives_conditions_and_valid_entries_still_apply_tofino() {
+    bad_input_gives_conditions_and_valid_entries_still_apply(Kind::Tofino, 13).await;
+}
+
+async fn thirty_thousand_entries_sync_change_repair_and_delete(kind: Kind, dev: u64) {
     let (cp, env) = env().await;
     let client = cp.client().await;
     let ns = TestNamespace::new(&client).await;
     let ns = ns.name().to_string();
-    const DEV: u64 = 1;
-    let vs = setup_target(&client, env, &ns, DEV).await;
+    let vs = setup_target(&client, env, &ns, kind, dev).await;
     let schema = firewall_schema();
     let all = entries(&schema, 0, 30_000, 0);
     config_map(&client, &ns, "fw-a", format(&schema, &all[..15_000])).await;
@@ -351,7 +446,7 @@ async fn thirty_thousand_entries_sync_change_repair_and_delete() {
     )
     .await;
     eprintln!(
-        "30000 entries Ready after {:?}: rate {:?}, {:?} entries/s, mean request latency {:?} us, lastSyncUpdates {:?}",
+        "{kind:?}: 30000 entries Ready after {:?}: rate {:?}, {:?} entries/s, mean request latency {:?} us, lastSyncUpdates {:?}",
         t0.elapsed(),
         st.rate,
         st.entries_per_second,
@@ -362,8 +457,8 @@ async fn thirty_thousand_entries_sync_change_repair_and_delete() {
     assert_eq!(st.failed, 0);
     assert!(st.rate.as_deref().is_some_and(|r| r.ends_with("/s")));
     assert_eq!(st.last_sync_updates, Some(30_000));
-    assert_eq!(stat(env, DEV, "entries"), 30_000);
-    assert_eq!(stat(env, DEV, "inserts"), 30_000);
+    assert_eq!(stat(env, dev, "entries"), 30_000);
+    assert_eq!(stat(env, dev, "inserts"), 30_000);
     let sync_time = st.last_sync_time.clone();
 
     // Idle resyncs (3 s) leave the status alone.
@@ -373,7 +468,7 @@ async fn thirty_thousand_entries_sync_change_repair_and_delete() {
     assert_eq!(idle.drift_corrected, 0);
 
     // Change 100 entries in fw-b: exactly 100 modifies.
-    let before = stats(env, DEV);
+    let before = stats(env, dev);
     let mut b = all[15_000..].to_vec();
     let changed = entries(&schema, 15_000, 100, 7);
     b[..100].clone_from_slice(&changed);
@@ -386,17 +481,17 @@ async fn thirty_thousand_entries_sync_change_repair_and_delete() {
         |s| s.last_sync_updates == Some(100) && s.applied == 30_000,
     )
     .await;
-    let after = stats(env, DEV);
+    let after = stats(env, dev);
     let d = |f: &str| after[f].as_u64().unwrap() - before[f].as_u64().unwrap();
     assert_eq!((d("modifies"), d("inserts"), d("deletes")), (100, 0, 0));
-    eprintln!("100 changed entries: rate {:?}", st.rate);
+    eprintln!("{kind:?}: 100 changed entries: rate {:?}", st.rate);
 
     // Drift: 50 entries vanish on the device; the next resync restores them.
     let r = http(
         env.stats,
         "POST",
         &format!(
-            "/devices/{DEV}/drop-entries?table_id={}&count=50",
+            "/devices/{dev}/drop-entries?table_id={}&count=50",
             schema.id
         ),
         "",
@@ -411,9 +506,9 @@ async fn thirty_thousand_entries_sync_change_repair_and_delete() {
         |s| s.drift_corrected >= 50,
     )
     .await;
-    eprintln!("drift of 50 repaired after {:?}", t.elapsed());
+    eprintln!("{kind:?}: drift of 50 repaired after {:?}", t.elapsed());
     assert_eq!(st.drift_corrected, 50);
-    assert_eq!(stat(env, DEV, "entries"), 30_000);
+    assert_eq!(stat(env, dev, "entries"), 30_000);
 
     // Deleting the set removes its entries.
     api.delete("fw30k", &DeleteParams::default()).await.unwrap();
@@ -424,7 +519,7 @@ async fn thirty_thousand_entries_sync_change_repair_and_delete() {
         }
     })
     .await;
-    assert_eq!(stat(env, DEV, "entries"), 0);
+    assert_eq!(stat(env, dev, "entries"), 0);
 
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
     let evs = events.list(&ListParams::default()).await.unwrap();
@@ -437,14 +532,12 @@ async fn thirty_thousand_entries_sync_change_repair_and_delete() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exclusive_set_removes_a_foreign_entry() {
+async fn exclusive_set_removes_a_foreign_entry(kind: Kind, dev: u64) {
     let (cp, env) = env().await;
     let client = cp.client().await;
     let ns = TestNamespace::new(&client).await;
     let ns = ns.name().to_string();
-    const DEV: u64 = 2;
-    let vs = setup_target(&client, env, &ns, DEV).await;
+    let vs = setup_target(&client, env, &ns, kind, dev).await;
     // Wait for the pipeline, then plant a foreign entry behind the operator.
     let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), &ns);
     wait_for("pipeline loaded", Duration::from_secs(60), || async {
@@ -461,15 +554,8 @@ async fn exclusive_set_removes_a_foreign_entry() {
         }
     })
     .await;
-    let foreign = "table_id: 49661089\nmatch { field_id: 1 exact { value: \"\\xc0\\xa8\\x01\\x01\" } }\nmatch { field_id: 2 exact { value: \"\\xc0\\xa8\\x01\\x02\" } }\naction { action { action_id: 29481460 } }\n";
-    let r = http(
-        env.stats,
-        "POST",
-        &format!("/devices/{DEV}/inject-entry"),
-        foreign,
-    );
-    assert_eq!(r["inserted"], true, "{r}");
-    assert_eq!(stat(env, DEV, "entries"), 1);
+    plant_foreign_entry(env, kind, dev).await;
+    assert_eq!(stat(env, dev, "entries"), 1);
 
     let api = create_set(
         &client,
@@ -492,18 +578,16 @@ async fn exclusive_set_removes_a_foreign_entry() {
     )
     .await;
     assert_eq!((st.applied, st.last_sync_updates), (2, Some(3)));
-    assert_eq!(stat(env, DEV, "entries"), 2);
-    assert_eq!(stat(env, DEV, "deletes"), 1);
+    assert_eq!(stat(env, dev, "entries"), 2);
+    assert_eq!(stat(env, dev, "deletes"), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_input_gives_conditions_and_valid_entries_still_apply() {
+async fn bad_input_gives_conditions_and_valid_entries_still_apply(kind: Kind, dev: u64) {
     let (cp, env) = env().await;
     let client = cp.client().await;
     let ns = TestNamespace::new(&client).await;
     let ns = ns.name().to_string();
-    const DEV: u64 = 3;
-    let vs = setup_target(&client, env, &ns, DEV).await;
+    let vs = setup_target(&client, env, &ns, kind, dev).await;
     let e = |src: &str, action: &str, params: Value| json!({"match": {"hdr.ipv4.srcAddr": src, "hdr.ipv4.dstAddr": "10.9.9.9"}, "action": action, "params": params});
     let api = create_set(
         &client,
@@ -564,7 +648,7 @@ async fn bad_input_gives_conditions_and_valid_entries_still_apply() {
     );
     assert_eq!((st.desired, st.failed), (2, 5));
     assert!(is(&st, "Ready", false));
-    assert_eq!(stat(env, DEV, "entries"), 2);
+    assert_eq!(stat(env, dev, "entries"), 2);
 
     // A missing ConfigMap: ResolvedRefs names it; the inline entry applies.
     let api = create_set(
@@ -642,4 +726,99 @@ async fn bad_input_gives_conditions_and_valid_entries_still_apply() {
     let note = invalid.message.clone().unwrap_or_default();
     assert!(note.contains("entries[1]"), "{note}");
     let _ = invalid.name_any();
+
+    if kind == Kind::Tofino {
+        // A program without Tofino artifacts cannot run on a Tofino Switch.
+        let progs: Api<P4Program> = Api::namespaced(client.clone(), &ns);
+        let p: P4Program = serde_json::from_value(json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
+            "metadata": {"name": "p4info-only"},
+            "spec": {"p4info": {"inline": firewall_p4info()}}
+        }))
+        .unwrap();
+        progs.create(&PostParams::default(), &p).await.unwrap();
+        let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), &ns);
+        let v: VirtualSwitch = serde_json::from_value(json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
+            "metadata": {"name": "no-artifacts"},
+            "spec": {"programRef": "p4info-only", "switchRef": format!("{ns}-sw"), "slot": 1}
+        }))
+        .unwrap();
+        vss.create(&PostParams::default(), &v).await.unwrap();
+        let c = wait_for(
+            "MissingTofinoArtifacts",
+            Duration::from_secs(60),
+            || async {
+                let v = vss.get("no-artifacts").await.map_err(|e| e.to_string())?;
+                let st = v.status.unwrap_or_default();
+                match find_condition(&st.conditions, "PipelineLoaded") {
+                    Some(c) if c.reason == "MissingTofinoArtifacts" => Ok(c.clone()),
+                    c => Err(format!("{c:?}")),
+                }
+            },
+        )
+        .await;
+        assert!(!c.is_true());
+        assert!(
+            c.message.starts_with("spec.artifacts.tofino.bfrtJson:"),
+            "{}",
+            c.message
+        );
+    }
+}
+
+/// Installs `192.168.1.1 -> 192.168.1.2: drop` behind the operator's back,
+/// after its pipeline is loaded: on Bmv2 through the emulator's
+/// inject-entry, on Tofino as a second BFRT client bound to the program.
+async fn plant_foreign_entry(env: &Env, kind: Kind, dev: u64) {
+    match kind {
+        Kind::Bmv2 => {
+            let foreign = "table_id: 49661089\nmatch { field_id: 1 exact { value: \"\\xc0\\xa8\\x01\\x01\" } }\nmatch { field_id: 2 exact { value: \"\\xc0\\xa8\\x01\\x02\" } }\naction { action { action_id: 29481460 } }\n";
+            let r = http(
+                env.stats,
+                "POST",
+                &format!("/devices/{dev}/inject-entry"),
+                foreign,
+            );
+            assert_eq!(r["inserted"], true, "{r}");
+        }
+        Kind::Tofino => {
+            let schema = firewall_schema();
+            let mut p = LineParser::new(&schema);
+            let e = "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action drop\n192.168.1.1 192.168.1.2"
+                .lines()
+                .find_map(|l| p.parse_line(l).unwrap())
+                .unwrap();
+            // The operator's BFRT client ids fit in 16 bits.
+            let foreign = p4fleet::driver::BfrtDevice::new(
+                "foreign".into(),
+                env.bfrt.to_string(),
+                dev,
+                0x1_0000 + dev as u32,
+            )
+            .unwrap();
+            let info = p4fleet_proto::p4info::parse_text(&firewall_p4info()).unwrap();
+            let pipeline = p4fleet::driver::TofinoPipeline {
+                p4_name: "firewall".into(),
+                bfrt_json: firewall_bfrt_json().into_bytes(),
+                context_json: b"{}".to_vec(),
+                binary: TOFINO_BIN.to_vec(),
+            };
+            let pushed = foreign.set_pipeline(0, &info, &pipeline).await.unwrap();
+            assert!(!pushed, "the operator has loaded the same program");
+            let insert = p4fleet_proto::p4runtime::Update {
+                r#type: p4fleet_proto::p4runtime::update::Type::Insert as i32,
+                entity: Some(p4fleet_proto::p4runtime::Entity {
+                    entity: Some(p4fleet_proto::p4runtime::entity::Entity::TableEntry(
+                        e.to_proto(),
+                    )),
+                }),
+            };
+            let r = foreign
+                .write(0, vec![insert], Default::default())
+                .await
+                .unwrap();
+            assert!(r.failures.is_empty(), "{:?}", r.failures);
+        }
+    }
 }
