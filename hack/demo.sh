@@ -75,23 +75,28 @@ EMU_NS="${DEMO_EMU_NS:-p4fleet-emulated}"
 EMU_ENTRIES="${DEMO_ENTRIES:-30000}"
 
 emulator() {
-  say "emulated switches (p4fleet-emulator: 2 bmv2-like P4Runtime devices; logs: .local/emulator.log)"
+  say "emulated switches (p4fleet-emulator: devices 1-2 bmv2-like over P4Runtime, device 3 Tofino-like over BFRT; logs: .local/emulator.log)"
   cargo build -q -p p4fleet-emulator --bin p4fleet-emulator
   if [[ -f "$LOCAL/emulator.pid" ]] && kill -0 "$(cat "$LOCAL/emulator.pid")" 2>/dev/null; then
     kill "$(cat "$LOCAL/emulator.pid")" 2>/dev/null || true
     sleep 0.5
   fi
-  local port stats
+  local port stats bfrt
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
   stats="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-  nohup "$REPO/target/debug/p4fleet-emulator" --devices 2 \
+  bfrt="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  # One process serves both protocols on two ports (device ids are shared,
+  # so the Tofino switch gets a device of its own).
+  nohup "$REPO/target/debug/p4fleet-emulator" --devices 3 \
     --p4runtime-addr "127.0.0.1:$port" --stats-addr "127.0.0.1:$stats" \
+    --bfrt-addr "127.0.0.1:$bfrt" \
     >"$LOCAL/emulator.log" 2>&1 </dev/null &
   echo $! > "$LOCAL/emulator.pid"
   echo "127.0.0.1:$port" > "$LOCAL/emulator.addr"
+  echo "127.0.0.1:$bfrt" > "$LOCAL/emulator.bfrt"
   echo "127.0.0.1:$stats" > "$LOCAL/emulator.stats"
   for _ in $(seq 50); do
-    grep -q "p4runtime listening" "$LOCAL/emulator.log" 2>/dev/null && break
+    grep -q "bfrt listening" "$LOCAL/emulator.log" 2>/dev/null && break
     sleep 0.1
   done
   grep "listening" "$LOCAL/emulator.log" | sed 's/^/  /'
@@ -113,10 +118,11 @@ PY
 }
 
 emulated() {
-  say "Switch, P4Program, VirtualSwitches and TableEntrySets on the emulator (namespace $EMU_NS)"
+  say "Switches (bmv2 and Tofino), P4Programs, VirtualSwitches and TableEntrySets on the emulator (namespace $EMU_NS)"
   kubectl create namespace "$EMU_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   kubectl apply --server-side --force-conflicts --field-manager=p4fleet-demo \
-    -n "$EMU_NS" -f "$REPO/config/samples/p4program-firewall.yaml"
+    -n "$EMU_NS" -f "$REPO/config/samples/p4program-firewall.yaml" \
+    -f "$REPO/config/samples/p4program-firewall-tofino.yaml"
   local half=$((EMU_ENTRIES / 2))
   entries_configmap firewall-bulk-1 0 "$half"
   entries_configmap firewall-bulk-2 "$half" "$((EMU_ENTRIES - half))"
@@ -180,19 +186,58 @@ spec:
       params: {port: "1"}
     - match: {srcAddr: 10.0.0.2, dstAddr: 10.0.1.1}
       action: drop
+---
+# The same firewall on a Tofino-kind switch over BFRT: only the P4Program
+# differs (firewall-tofino carries bfrt.json, context.json and the binary).
+apiVersion: p4fleet.dev/v1alpha1
+kind: Switch
+metadata:
+  name: emulated-tofino
+  labels:
+    p4fleet.dev/pool: emulated
+spec:
+  target: Tofino
+  endpoint: $(cat "$LOCAL/emulator.bfrt")
+  deviceId: 3
+  slots: 1
+---
+apiVersion: p4fleet.dev/v1alpha1
+kind: VirtualSwitch
+metadata:
+  name: firewall-tofino
+spec:
+  programRef: firewall-tofino
+  switchRef: emulated-tofino
+  slot: 0
+---
+apiVersion: p4fleet.dev/v1alpha1
+kind: TableEntrySet
+metadata:
+  name: firewall-tofino-bulk
+spec:
+  virtualSwitchRef: firewall-tofino
+  table: MyIngress.firewall
+  entriesFrom:
+    - configMap: firewall-bulk-1
+    - configMap: firewall-bulk-2
+  write:
+    batchSize: 1000
+    maxInFlight: 4
+  resyncSeconds: 30
 YAML
   say "waiting for the TableEntrySets to be Ready"
   kubectl wait -n "$EMU_NS" --for=condition=Ready --timeout=180s \
-    tableentrysets/firewall-bulk tableentrysets/firewall-inline || true
+    tableentrysets/firewall-bulk tableentrysets/firewall-inline tableentrysets/firewall-tofino-bulk || true
   say "emulated write path"
   kubectl get switches,p4programs,virtualswitches,tableentrysets -n "$EMU_NS" -o wide
   echo
   kubectl get tableentrysets -n "$EMU_NS" -o custom-columns='NAME:.metadata.name,DESIRED:.status.desired,APPLIED:.status.applied,FAILED:.status.failed,RATE:.status.rate,LATENCY_US:.status.meanRequestLatencyMicros,UPDATES:.status.lastSyncUpdates'
   echo
-  echo "emulator counters (device 1 = firewall-a, device 2 = firewall-b):"
+  echo "emulator counters (device 1 = firewall-a, device 2 = firewall-b over P4Runtime; device 3 = firewall-tofino over BFRT):"
   curl -s "http://$(cat "$LOCAL/emulator.stats")/stats" | python3 -c 'import json,sys
 for d in json.load(sys.stdin)["devices"]:
-    print("  device %(device_id)s: %(entries)s entries, %(write_rpcs)s Write RPCs, %(inserts)s inserts, %(deletes)s deletes" % d)'
+    d["bfrt"] = ", BFRT programs %s" % ",".join(d["bfrt_programs"]) if d.get("bfrt_programs") else ""
+    print("  device %(device_id)s: %(entries)s entries, %(write_rpcs)s Write RPCs, %(inserts)s inserts, %(deletes)s deletes%(bfrt)s" % d)'
 }
 
 if [[ "${1:-}" == stop ]]; then
