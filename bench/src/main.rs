@@ -298,6 +298,14 @@ async fn main() -> anyhow::Result<()> {
                     }
                 }
                 pb.inc(1);
+                if pb.is_hidden() {
+                    // No terminal (e.g. make bench > log): one line per step.
+                    eprintln!(
+                        "[{}/{total}] run {run} batch {batch} {}",
+                        pb.position(),
+                        res.key
+                    );
+                }
             }
         }
     }
