@@ -11,6 +11,7 @@ const PROTOS: &[&str] = &[
     "p4/v1/p4data.proto",
     "p4/v1/p4runtime.proto",
     "bfrt/bfruntime.proto",
+    "p4fleet/bulk.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

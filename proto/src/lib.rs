@@ -52,6 +52,22 @@ pub mod bfrt {
     pub const ERROR_TYPE_URL: &str = "type.googleapis.com/bfrt_proto.Error";
 }
 
+/// Generated code for `p4fleet.bulk.v1` (p4fleet's columnar bulk write).
+pub mod p4fleet {
+    pub mod bulk {
+        pub mod v1 {
+            #![allow(missing_docs, clippy::all)]
+            include!(concat!(env!("OUT_DIR"), "/p4fleet.bulk.v1.rs"));
+        }
+    }
+}
+
+/// `p4fleet.bulk.v1`: the columnar `BulkWrite` service (`bulk_write_client`,
+/// `bulk_write_server`), see docs/bulk.md.
+pub mod bulk {
+    pub use crate::p4fleet::bulk::v1::*;
+}
+
 /// Encoded `google.protobuf.FileDescriptorSet` of every .proto in this crate
 /// (with imports), for reflection and text format.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
