@@ -15,9 +15,8 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::StreamExt;
 use p4fleet_crds::entry_set::Atomicity;
 use p4fleet_proto::bfrt::{
     self, ForwardingPipelineConfig, GetForwardingPipelineConfigRequest, ReadRequest,
@@ -28,12 +27,12 @@ use p4fleet_proto::bfrt::{
 };
 use p4fleet_proto::p4info::P4Info;
 use p4fleet_proto::p4runtime::{TableEntry, Update};
-use prost::Message;
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
+use super::pipeline::{self, UpdateErrors};
 use super::{Capabilities, DriverError, UpdateFailure, WriteOptions, WriteReport};
 use crate::entries::TableSchema;
 use crate::entries::bfrt::{BfrtInfo, BfrtProgramMap};
@@ -363,58 +362,20 @@ impl BfrtDevice {
             }
         }
         drop(updates);
-        let batch = opts.batch_size.max(1);
-        let mut batches: Vec<(Vec<usize>, Vec<bfrt::Update>)> = Vec::new();
-        let mut it = sendable.into_iter().peekable();
-        while it.peek().is_some() {
-            let (idx, ups): (Vec<usize>, Vec<bfrt::Update>) = it.by_ref().take(batch).unzip();
-            batches.push((idx, ups));
-        }
-        report.requests = batches.len();
-        let start = Instant::now();
         let client = &self.client;
         let (client_id, p4_name) = (self.client_id, &p4_name);
-        let mut results = futures::stream::iter(batches)
-            .map(|(idx, updates)| {
-                let mut client = client.clone();
-                let req = WriteRequest {
-                    target: Some(Self::target(device_id)),
-                    client_id,
-                    updates,
-                    atomicity,
-                    p4_name: p4_name.clone(),
-                };
-                async move {
-                    let t = Instant::now();
-                    let r = client.write(req).await;
-                    (idx, t.elapsed(), r)
-                }
-            })
-            .buffer_unordered(opts.max_in_flight.max(1));
-        while let Some((idx, latency, r)) = results.next().await {
-            report.total_request_latency += latency;
-            let Err(status) = r else { continue };
-            match decode_update_errors(&status, idx.len()) {
-                Some(errs) => report
-                    .failures
-                    .extend(errs.into_iter().map(|(i, code, message)| UpdateFailure {
-                        index: idx[i],
-                        code,
-                        message,
-                    })),
-                None => {
-                    report.failed_requests += 1;
-                    let msg = format!("{:?}: {}", status.code(), status.message());
-                    report.failures.extend(idx.iter().map(|i| UpdateFailure {
-                        index: *i,
-                        code: status.code() as i32,
-                        message: msg.clone(),
-                    }));
-                }
-            }
-        }
-        report.elapsed = start.elapsed();
-        report.failures.sort_by_key(|f| f.index);
+        let send = |updates: Vec<bfrt::Update>| {
+            let mut client = client.clone();
+            let req = WriteRequest {
+                target: Some(Self::target(device_id)),
+                client_id,
+                updates,
+                atomicity,
+                p4_name: p4_name.clone(),
+            };
+            async move { client.write(req).await.map(drop) }
+        };
+        pipeline::write_pipelined(sendable, opts, &mut report, send, decode_update_errors).await;
         Ok(report)
     }
 
@@ -486,29 +447,9 @@ impl BfrtDevice {
     }
 }
 
-/// Per-update errors of a failed BFRT Write: `(index in batch, code,
-/// message)` for each update whose canonical code is not OK, or None when
-/// the status carries no per-update details.
-pub fn decode_update_errors(status: &tonic::Status, n: usize) -> Option<Vec<(usize, i32, String)>> {
-    let details = status.details();
-    if details.is_empty() {
-        return None;
-    }
-    let st = p4fleet_proto::rpc::Status::decode(details).ok()?;
-    if st.details.len() != n {
-        return None;
-    }
-    let mut out = Vec::new();
-    for (i, any) in st.details.iter().enumerate() {
-        if !any.type_url.ends_with("bfrt_proto.Error") {
-            return None;
-        }
-        let e = bfrt::Error::decode(any.value.as_slice()).ok()?;
-        if e.canonical_code != 0 {
-            out.push((i, e.canonical_code, e.message));
-        }
-    }
-    Some(out)
+/// Per-update errors of a failed BFRT Write (`bfrt_proto.Error` details).
+pub fn decode_update_errors(status: &tonic::Status, n: usize) -> Option<UpdateErrors> {
+    pipeline::decode_update_errors::<bfrt::Error>(status, n)
 }
 
 /// Keeps the StreamChannel of one device id open and subscribed,

@@ -17,6 +17,7 @@
 
 pub mod bfrt;
 pub mod p4runtime;
+mod pipeline;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -4,9 +4,8 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::StreamExt;
 use p4fleet_crds::entry_set::Atomicity;
 use p4fleet_proto::p4info::P4Info;
 use p4fleet_proto::p4runtime::p4_runtime_client::P4RuntimeClient;
@@ -18,12 +17,12 @@ use p4fleet_proto::p4runtime::{
     set_forwarding_pipeline_config_request, stream_message_request, stream_message_response,
     write_request,
 };
-use prost::Message;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
-use super::{Capabilities, DriverError, Target, UpdateFailure, WriteOptions, WriteReport};
+use super::pipeline::{self, UpdateErrors};
+use super::{Capabilities, DriverError, Target, WriteOptions, WriteReport};
 
 /// Largest message either way: a 1,000,000-update batch of firewall
 /// entries is ~40 MB.
@@ -265,70 +264,26 @@ impl P4RuntimeDevice {
             Atomicity::RollbackOnError => write_request::Atomicity::RollbackOnError,
             Atomicity::DataplaneAtomic => write_request::Atomicity::DataplaneAtomic,
         } as i32;
-        let batch = opts.batch_size.max(1);
-        // Split by moving the updates (no per-entry clones); requests are
-        // built lazily as the pipeline pulls them.
-        let mut batches: Vec<(usize, Vec<Update>)> =
-            Vec::with_capacity(updates.len().div_ceil(batch));
-        let mut it = updates.into_iter();
-        let mut offset = 0;
-        loop {
-            let chunk: Vec<Update> = it.by_ref().take(batch).collect();
-            if chunk.is_empty() {
-                break;
-            }
-            let n = chunk.len();
-            batches.push((offset, chunk));
-            offset += n;
-        }
-        report.requests = batches.len();
-        let start = Instant::now();
         let client = &self.client;
-        let mut results = futures::stream::iter(batches)
-            .map(|(offset, updates)| {
-                let mut client = client.clone();
-                async move {
-                    let n = updates.len();
-                    let req = WriteRequest {
-                        device_id,
-                        election_id: Some(election_id),
-                        updates,
-                        atomicity,
-                        ..Default::default()
-                    };
-                    let t = Instant::now();
-                    let r = client.write(req).await;
-                    (offset, n, t.elapsed(), r)
-                }
-            })
-            .buffer_unordered(opts.max_in_flight.max(1));
-        while let Some((offset, n, latency, r)) = results.next().await {
-            report.total_request_latency += latency;
-            if let Err(status) = r {
-                match decode_update_errors(&status, n) {
-                    Some(errs) => {
-                        report
-                            .failures
-                            .extend(errs.into_iter().map(|(i, code, message)| UpdateFailure {
-                                index: offset + i,
-                                code,
-                                message,
-                            }))
-                    }
-                    None => {
-                        report.failed_requests += 1;
-                        let msg = format!("{:?}: {}", status.code(), status.message());
-                        report.failures.extend((0..n).map(|i| UpdateFailure {
-                            index: offset + i,
-                            code: status.code() as i32,
-                            message: msg.clone(),
-                        }));
-                    }
-                }
-            }
-        }
-        report.elapsed = start.elapsed();
-        report.failures.sort_by_key(|f| f.index);
+        let send = |updates: Vec<Update>| {
+            let mut client = client.clone();
+            let req = WriteRequest {
+                device_id,
+                election_id: Some(election_id),
+                updates,
+                atomicity,
+                ..Default::default()
+            };
+            async move { client.write(req).await.map(drop) }
+        };
+        pipeline::write_pipelined(
+            updates.into_iter().enumerate(),
+            opts,
+            &mut report,
+            send,
+            decode_update_errors,
+        )
+        .await;
         Ok(report)
     }
 
@@ -370,29 +325,9 @@ impl P4RuntimeDevice {
     }
 }
 
-/// Per-update errors of a failed Write: `(index in batch, code, message)`
-/// for each update whose canonical code is not OK, or None when the status
-/// carries no per-update details (the whole request failed).
-pub fn decode_update_errors(status: &tonic::Status, n: usize) -> Option<Vec<(usize, i32, String)>> {
-    let details = status.details();
-    if details.is_empty() {
-        return None;
-    }
-    let st = p4fleet_proto::rpc::Status::decode(details).ok()?;
-    if st.details.len() != n {
-        return None;
-    }
-    let mut out = Vec::new();
-    for (i, any) in st.details.iter().enumerate() {
-        if !any.type_url.ends_with("p4.v1.Error") {
-            return None;
-        }
-        let e = p4rt::Error::decode(any.value.as_slice()).ok()?;
-        if e.canonical_code != 0 {
-            out.push((i, e.canonical_code, e.message));
-        }
-    }
-    Some(out)
+/// Per-update errors of a failed P4Runtime Write (`p4.v1.Error` details).
+pub fn decode_update_errors(status: &tonic::Status, n: usize) -> Option<UpdateErrors> {
+    pipeline::decode_update_errors::<p4rt::Error>(status, n)
 }
 
 /// Keeps the arbitration stream of one device id open, re-arbitrating with
@@ -463,6 +398,7 @@ async fn arbitrate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prost::Message;
 
     /// A Status whose details are p4.v1.Errors with these codes (the
     /// Any type is named through the field, so no prost-types dependency).
