@@ -7,6 +7,7 @@
 //! binary. See `emulator/README.md` for flags, the stats JSON and limits.
 
 pub mod bfrt;
+mod bulk;
 mod device;
 mod entry;
 mod schema;
@@ -24,6 +25,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub use bulk::{BULK_VERSION, BulkService};
 pub use device::DeviceStats;
 pub use entry::UpdateError;
 pub use schema::SchemaError;
@@ -145,11 +147,14 @@ impl Emulator {
             })?;
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let svc = emu.service();
+        // p4fleet's bulk extension shares the P4Runtime port.
+        let bulk_svc = emu.bulk_service();
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
         let grpc = tokio::spawn(async move {
             tonic::transport::Server::builder()
                 .tcp_nodelay(true)
                 .add_service(svc)
+                .add_service(bulk_svc)
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = stop_rx.await;
                 })
@@ -224,6 +229,18 @@ impl Emulator {
     /// tonic server.
     pub fn service(&self) -> P4RuntimeServer<P4RuntimeService> {
         P4RuntimeServer::new(P4RuntimeService {
+            inner: self.inner.clone(),
+        })
+        .max_decoding_message_size(self.max_message_size)
+        .max_encoding_message_size(self.max_message_size)
+    }
+
+    /// p4fleet's columnar `BulkWrite` service (docs/bulk.md), served next
+    /// to P4Runtime.
+    pub fn bulk_service(
+        &self,
+    ) -> p4fleet_proto::bulk::bulk_write_server::BulkWriteServer<BulkService> {
+        p4fleet_proto::bulk::bulk_write_server::BulkWriteServer::new(BulkService {
             inner: self.inner.clone(),
         })
         .max_decoding_message_size(self.max_message_size)

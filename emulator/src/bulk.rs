@@ -1,0 +1,408 @@
+//! p4fleet's columnar bulk write (`p4fleet.bulk.v1.BulkWrite`, see
+//! docs/bulk.md), served next to P4Runtime on the same port.
+//!
+//! A request carries one table batch as columns. Columns are cut into rows
+//! by slicing (no per-row protobuf decode); each row becomes the same
+//! `p4.v1.TableEntry` a standard Write would carry and goes through the same
+//! [`crate::device::Pipeline::apply`], so validation, canonical keys, table
+//! sizes, error codes and what Read returns afterwards are the standard
+//! path's.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use p4fleet_proto::bulk::{
+    self as bk, BulkCapabilitiesRequest, BulkCapabilitiesResponse, BulkWriteRequest,
+    BulkWriteResponse, RowError, bulk_write_server::BulkWrite,
+};
+use p4fleet_proto::p4runtime::{self as p4, field_match::FieldMatchType, update::Type};
+use tonic::{Request, Response, Status};
+
+use crate::device::{Device, from_uint128};
+use crate::schema::{MatchKind, TableInfo};
+use crate::service::Inner;
+
+/// Format version reported by Capabilities.
+pub const BULK_VERSION: &str = "1";
+
+/// The tonic service; build with [`crate::Emulator::bulk_service`].
+#[derive(Clone)]
+pub struct BulkService {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// Same rule as the P4Runtime Write: only the primary of the role writes.
+fn check_primary(
+    dev: &Device,
+    role: &str,
+    election_id: Option<&p4::Uint128>,
+) -> Result<(), Status> {
+    let primary = dev.arb.lock().expect("arb lock").primary_election(role);
+    match (primary, election_id.map(from_uint128)) {
+        (Some(p), Some(e)) if p == e => Ok(()),
+        (None, _) => Err(Status::permission_denied(format!(
+            "no primary controller for role {role:?} of device {}",
+            dev.id
+        ))),
+        _ => Err(Status::permission_denied(
+            "election id is not the primary's",
+        )),
+    }
+}
+
+/// `count` fixed-width values back to back.
+#[derive(Clone, Copy)]
+struct Col<'a> {
+    width: usize,
+    values: &'a [u8],
+}
+
+impl<'a> Col<'a> {
+    fn new(c: Option<&'a bk::Column>, n: usize, what: &dyn Fn() -> String) -> Result<Self, Status> {
+        let c = c.ok_or_else(|| Status::invalid_argument(format!("{}: no column", what())))?;
+        let width = c.width as usize;
+        if width == 0 || c.values.len() != width * n {
+            return Err(Status::invalid_argument(format!(
+                "{}: {} bytes for {n} values of width {width}",
+                what(),
+                c.values.len()
+            )));
+        }
+        Ok(Col {
+            width,
+            values: &c.values,
+        })
+    }
+
+    fn get(&self, i: usize) -> &'a [u8] {
+        &self.values[i * self.width..(i + 1) * self.width]
+    }
+}
+
+/// Canonical P4Runtime byte string (no leading zeros, at least one byte).
+fn canon(v: &[u8]) -> Vec<u8> {
+    let first = v
+        .iter()
+        .position(|b| *b != 0)
+        .unwrap_or(v.len().saturating_sub(1));
+    v[first..].to_vec()
+}
+
+/// Checks that a per-row fixed-size side column has `n` elements.
+fn side<'a>(b: &'a [u8], elem: usize, n: usize, what: &str) -> Result<&'a [u8], Status> {
+    if b.len() != elem * n {
+        return Err(Status::invalid_argument(format!(
+            "{what}: {} bytes for {n} rows of {elem}",
+            b.len()
+        )));
+    }
+    Ok(b)
+}
+
+enum MatchCol<'a> {
+    Exact(Col<'a>),
+    Lpm(Col<'a>, &'a [u8]),
+    Ternary(Col<'a>, Col<'a>),
+    Range(Col<'a>, Col<'a>, u32),
+    Optional(Col<'a>, &'a [u8]),
+}
+
+/// A request checked against the table's shape, ready to be cut into rows.
+struct Plan<'a> {
+    table_id: u32,
+    n: usize,
+    matches: Vec<(u32, MatchCol<'a>)>,
+    action_id: u32,
+    action_ids: Option<&'a [u8]>,
+    /// (action id, param id, values).
+    params: Vec<(u32, u32, Col<'a>)>,
+    priorities: Option<&'a [u8]>,
+    /// Start offsets of each row's metadata (n + 1 of them).
+    metadata: Option<(Vec<usize>, &'a [u8])>,
+}
+
+impl<'a> Plan<'a> {
+    fn new(req: &'a BulkWriteRequest, table: &TableInfo, n: usize) -> Result<Self, Status> {
+        let mut matches = Vec::with_capacity(req.matches.len());
+        for m in &req.matches {
+            let Some((_, f)) = table.field(m.field_id) else {
+                return Err(Status::invalid_argument(format!(
+                    "table {}: unknown match field id {}",
+                    table.name, m.field_id
+                )));
+            };
+            if matches.iter().any(|(id, _)| *id == m.field_id) {
+                return Err(Status::invalid_argument(format!(
+                    "table {}: duplicate match column {}",
+                    table.name, f.name
+                )));
+            }
+            let what = || format!("table {} field {}", table.name, f.name);
+            let values = Col::new(m.values.as_ref(), n, &what)?;
+            let masks = || Col::new(m.masks.as_ref(), n, &|| format!("{} masks", what()));
+            let col = match f.kind {
+                MatchKind::Exact => MatchCol::Exact(values),
+                MatchKind::Lpm => MatchCol::Lpm(values, side(&m.prefix_lens, 2, n, &what())?),
+                MatchKind::Ternary => MatchCol::Ternary(values, masks()?),
+                MatchKind::Range => MatchCol::Range(values, masks()?, f.bitwidth),
+                MatchKind::Optional => MatchCol::Optional(values, side(&m.present, 1, n, &what())?),
+            };
+            matches.push((m.field_id, col));
+        }
+        let mut params = Vec::with_capacity(req.params.len());
+        for p in &req.params {
+            let action = if p.action_id == 0 {
+                req.action_id
+            } else {
+                p.action_id
+            };
+            let values = Col::new(p.values.as_ref(), n, &|| {
+                format!("action {action} param {}", p.param_id)
+            })?;
+            params.push((action, p.param_id, values));
+        }
+        let opt = |b: &'a [u8], elem, what| -> Result<Option<&'a [u8]>, Status> {
+            if b.is_empty() {
+                Ok(None)
+            } else {
+                side(b, elem, n, what).map(Some)
+            }
+        };
+        let metadata = match opt(&req.metadata_lens, 4, "metadata_lens")? {
+            None if req.metadata.is_empty() => None,
+            None => return Err(Status::invalid_argument("metadata without metadata_lens")),
+            Some(lens) => {
+                let mut starts = Vec::with_capacity(n + 1);
+                let mut at = 0usize;
+                starts.push(0);
+                for l in lens.chunks_exact(4) {
+                    at += u32::from_be_bytes(l.try_into().expect("4 bytes")) as usize;
+                    starts.push(at);
+                }
+                if at != req.metadata.len() {
+                    return Err(Status::invalid_argument(format!(
+                        "metadata_lens add up to {at}, metadata has {} bytes",
+                        req.metadata.len()
+                    )));
+                }
+                Some((starts, req.metadata.as_slice()))
+            }
+        };
+        Ok(Plan {
+            table_id: table.id,
+            n,
+            matches,
+            action_id: req.action_id,
+            action_ids: opt(&req.action_ids, 4, "action_ids")?,
+            params,
+            priorities: opt(&req.priorities, 4, "priorities")?,
+            metadata,
+        })
+    }
+
+    /// Row `i` as the TableEntry a standard Write would carry.
+    fn row(&self, i: usize, with_action: bool) -> p4::TableEntry {
+        let mut fm = Vec::with_capacity(self.matches.len());
+        for (field_id, c) in &self.matches {
+            let t = match c {
+                MatchCol::Exact(v) => FieldMatchType::Exact(p4::field_match::Exact {
+                    value: canon(v.get(i)),
+                }),
+                MatchCol::Lpm(v, lens) => {
+                    let len = u16::from_be_bytes([lens[2 * i], lens[2 * i + 1]]);
+                    if len == 0 {
+                        continue;
+                    }
+                    FieldMatchType::Lpm(p4::field_match::Lpm {
+                        value: canon(v.get(i)),
+                        prefix_len: i32::from(len),
+                    })
+                }
+                MatchCol::Ternary(v, m) => {
+                    let mask = m.get(i);
+                    if mask.iter().all(|b| *b == 0) {
+                        continue;
+                    }
+                    FieldMatchType::Ternary(p4::field_match::Ternary {
+                        value: canon(v.get(i)),
+                        mask: canon(mask),
+                    })
+                }
+                MatchCol::Range(lo, hi, bits) => {
+                    let (lo, hi) = (lo.get(i), hi.get(i));
+                    if lo.iter().all(|b| *b == 0) && is_max(hi, *bits) {
+                        continue;
+                    }
+                    FieldMatchType::Range(p4::field_match::Range {
+                        low: canon(lo),
+                        high: canon(hi),
+                    })
+                }
+                MatchCol::Optional(v, present) => {
+                    if present[i] == 0 {
+                        continue;
+                    }
+                    FieldMatchType::Optional(p4::field_match::Optional {
+                        value: canon(v.get(i)),
+                    })
+                }
+            };
+            fm.push(p4::FieldMatch {
+                field_id: *field_id,
+                field_match_type: Some(t),
+            });
+        }
+        let priority = self
+            .priorities
+            .map(|p| i32::from_be_bytes(p[4 * i..4 * i + 4].try_into().expect("4 bytes")))
+            .unwrap_or(0);
+        let action = with_action.then(|| {
+            let action_id = self
+                .action_ids
+                .map(|a| u32::from_be_bytes(a[4 * i..4 * i + 4].try_into().expect("4 bytes")))
+                .unwrap_or(self.action_id);
+            let params = self
+                .params
+                .iter()
+                .filter(|(a, _, _)| *a == action_id)
+                .map(|(_, id, v)| p4::action::Param {
+                    param_id: *id,
+                    value: canon(v.get(i)),
+                })
+                .collect();
+            p4::TableAction {
+                r#type: Some(p4::table_action::Type::Action(p4::Action {
+                    action_id,
+                    params,
+                })),
+            }
+        });
+        let metadata = self
+            .metadata
+            .as_ref()
+            .map(|(s, m)| m[s[i]..s[i + 1]].to_vec())
+            .unwrap_or_default();
+        p4::TableEntry {
+            table_id: self.table_id,
+            r#match: fm,
+            action,
+            priority,
+            metadata,
+            ..Default::default()
+        }
+    }
+}
+
+/// Whether `v` is the largest value of `bits` bits (a full range's high).
+fn is_max(v: &[u8], bits: u32) -> bool {
+    let spare = (v.len() as u32 * 8).saturating_sub(bits);
+    v.iter().enumerate().all(|(i, b)| {
+        if i == 0 {
+            *b == 0xff >> spare.min(8)
+        } else {
+            *b == 0xff
+        }
+    })
+}
+
+#[tonic::async_trait]
+impl BulkWrite for BulkService {
+    async fn write(
+        &self,
+        request: Request<BulkWriteRequest>,
+    ) -> Result<Response<BulkWriteResponse>, Status> {
+        let req = request.into_inner();
+        let dev = self.inner.device(req.device_id)?;
+        let c = &dev.counters;
+        c.write_rpcs.fetch_add(1, Ordering::Relaxed);
+        check_primary(dev, &req.role, req.election_id.as_ref())?;
+        let ty = match bk::UpdateType::try_from(req.r#type) {
+            Ok(bk::UpdateType::Insert) => Type::Insert,
+            Ok(bk::UpdateType::Modify) => Type::Modify,
+            Ok(bk::UpdateType::Delete) => Type::Delete,
+            _ => return Err(Status::invalid_argument("update type is UNSPECIFIED")),
+        };
+        let n = usize::try_from(req.count)
+            .map_err(|_| Status::invalid_argument("count does not fit in memory"))?;
+        let mut errors = Vec::new();
+        let mut ok = 0u64;
+        {
+            let mut state = dev.state.lock().expect("state lock");
+            let pipeline = state
+                .pipeline
+                .as_mut()
+                .ok_or_else(|| Status::failed_precondition("no forwarding pipeline config"))?;
+            let table =
+                pipeline.schema.tables.get(&req.table_id).ok_or_else(|| {
+                    Status::not_found(format!("unknown table id {}", req.table_id))
+                })?;
+            let plan = Plan::new(&req, table, n)?;
+            let mut key = Vec::with_capacity(64);
+            for i in 0..plan.n {
+                let te = plan.row(i, ty != Type::Delete);
+                let u = p4::Update {
+                    r#type: ty as i32,
+                    entity: Some(p4::Entity {
+                        entity: Some(p4::entity::Entity::TableEntry(te)),
+                    }),
+                };
+                match pipeline.apply(u, &mut key) {
+                    Ok(_) => ok += 1,
+                    Err(e) => errors.push(RowError {
+                        index: i as u64,
+                        code: e.code as i32,
+                        message: e.message,
+                    }),
+                }
+            }
+        }
+        match ty {
+            Type::Insert => &c.inserts,
+            Type::Modify => &c.modifies,
+            _ => &c.deletes,
+        }
+        .fetch_add(ok, Ordering::Relaxed);
+        c.failed_updates
+            .fetch_add(errors.len() as u64, Ordering::Relaxed);
+        Ok(Response::new(BulkWriteResponse { errors }))
+    }
+
+    async fn capabilities(
+        &self,
+        _request: Request<BulkCapabilitiesRequest>,
+    ) -> Result<Response<BulkCapabilitiesResponse>, Status> {
+        Ok(Response::new(BulkCapabilitiesResponse {
+            version: BULK_VERSION.to_string(),
+            max_rows: 0,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_values_and_full_ranges() {
+        assert_eq!(canon(&[0, 0, 1, 0]), vec![1, 0]);
+        assert_eq!(canon(&[0, 0]), vec![0]);
+        assert!(is_max(&[0x01, 0xff], 9));
+        assert!(!is_max(&[0x00, 0xff], 9));
+        assert!(is_max(&[0xff], 8));
+    }
+
+    #[test]
+    fn columns_must_hold_count_values() {
+        let c = bk::Column {
+            width: 4,
+            values: vec![0; 12],
+        };
+        let what = || "f".to_string();
+        assert!(Col::new(Some(&c), 3, &what).is_ok());
+        assert!(Col::new(Some(&c), 4, &what).is_err());
+        assert!(Col::new(None, 3, &what).is_err());
+        assert_eq!(Col::new(Some(&c), 3, &what).unwrap().get(2).len(), 4);
+        assert!(side(&[0; 6], 2, 3, "p").is_ok());
+        assert!(side(&[0; 5], 2, 3, "p").is_err());
+    }
+}
