@@ -31,7 +31,6 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use p4fleet_crds::condition_types::{PIPELINE_LOADED, RESOLVED_REFS, SYNCED, VALID};
 use p4fleet_crds::entry_set::{EntryError as StatusEntryError, TargetStatus};
@@ -41,7 +40,7 @@ use p4fleet_crds::{
 };
 use p4fleet_proto::p4info;
 
-use super::{Error, object_key, scoped_api, watcher_config, write_status};
+use super::{Error, object_key, referrers, scoped_api, watcher_config, write_status};
 use crate::context::Context;
 use crate::controllers::program;
 use crate::driver::{Device, DriverError, WriteOptions, WriteReport};
@@ -66,40 +65,25 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
     c.watches(
         scoped_api::<ConfigMap>(ctx),
         watcher_config(),
-        move |cm: ConfigMap| {
-            let ns = cm.namespace();
-            let name = cm.name_any();
-            by_cm
-                .state()
-                .into_iter()
-                .filter(|s| {
-                    s.namespace() == ns && s.spec.entries_from.iter().any(|f| f.config_map == name)
-                })
-                .map(|s| ObjectRef::from_obj(s.as_ref()))
-                .collect::<Vec<_>>()
-        },
+        referrers(by_cm, |s: &TableEntrySet, cm: &ConfigMap| {
+            s.namespace() == cm.namespace()
+                && s.spec
+                    .entries_from
+                    .iter()
+                    .any(|f| f.config_map == cm.name_any())
+        }),
     )
     .watches(
         scoped_api::<VirtualSwitch>(ctx),
         watcher_config(),
-        move |vs: VirtualSwitch| {
-            let ns = vs.namespace();
-            let name = vs.name_any();
-            let labels = vs.labels().clone();
-            by_vs
-                .state()
-                .into_iter()
-                .filter(|s| {
-                    s.namespace() == ns
-                        && (s.spec.virtual_switch_ref.as_deref() == Some(name.as_str())
-                            || s.spec
-                                .virtual_switch_selector
-                                .as_ref()
-                                .is_some_and(|sel| sel.matches(&labels)))
-                })
-                .map(|s| ObjectRef::from_obj(s.as_ref()))
-                .collect::<Vec<_>>()
-        },
+        referrers(by_vs, |s: &TableEntrySet, vs: &VirtualSwitch| {
+            s.namespace() == vs.namespace()
+                && (s.spec.virtual_switch_ref.as_deref() == Some(vs.name_any().as_str())
+                    || s.spec
+                        .virtual_switch_selector
+                        .as_ref()
+                        .is_some_and(|sel| sel.matches(vs.labels())))
+        }),
     )
 }
 

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use p4fleet_crds::condition_types::{RESOLVED_REFS, VALID};
 use p4fleet_crds::{
@@ -13,7 +12,7 @@ use p4fleet_crds::{
     ExternMode, Switch, SwitchTarget, VirtualSwitch,
 };
 
-use super::{Error, scoped_api, watcher_config, write_status};
+use super::{Error, referrers, scoped_api, watcher_config, write_status};
 use crate::context::Context;
 use crate::status::{merge_conditions, now_rfc3339, ready_from};
 
@@ -24,16 +23,9 @@ pub fn controller(ctx: &Context) -> Controller<AsyncExternPolicy> {
     c.watches(
         scoped_api::<VirtualSwitch>(ctx),
         watcher_config(),
-        move |vs: VirtualSwitch| {
-            let ns = vs.namespace();
-            let name = vs.name_any();
-            store
-                .state()
-                .into_iter()
-                .filter(|p| p.namespace() == ns && p.spec.virtual_switch_ref == name)
-                .map(|p| ObjectRef::from_obj(p.as_ref()))
-                .collect::<Vec<_>>()
-        },
+        referrers(store, |p: &AsyncExternPolicy, vs: &VirtualSwitch| {
+            p.namespace() == vs.namespace() && p.spec.virtual_switch_ref == vs.name_any()
+        }),
     )
 }
 

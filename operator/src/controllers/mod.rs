@@ -87,6 +87,25 @@ where
     }
 }
 
+/// A watch mapper: when a related object changes, requeue the cached
+/// objects that `refers(obj, related)` says depend on it.
+pub fn referrers<K, R>(
+    store: kube::runtime::reflector::Store<K>,
+    refers: impl Fn(&K, &R) -> bool + Send + Sync + 'static,
+) -> impl Fn(R) -> Vec<kube::runtime::reflector::ObjectRef<K>> + Send + Sync + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    move |related: R| {
+        store
+            .state()
+            .into_iter()
+            .filter(|obj| refers(obj, &related))
+            .map(|obj| kube::runtime::reflector::ObjectRef::from_obj(obj.as_ref()))
+            .collect()
+    }
+}
+
 /// Default watcher configuration for primary resources.
 pub fn watcher_config() -> watcher::Config {
     watcher::Config::default().any_semantic()

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use p4fleet_crds::condition_types::{RESOLVED_REFS, VALID};
 use p4fleet_crds::{
@@ -16,7 +15,7 @@ use p4fleet_crds::{
 use p4fleet_proto::p4info::{self, P4Info};
 use sha2::{Digest, Sha256};
 
-use super::{Error, scoped_api, watcher_config, write_status};
+use super::{Error, referrers, scoped_api, watcher_config, write_status};
 use crate::context::Context;
 use crate::status::{merge_conditions, now_rfc3339, ready_from};
 
@@ -27,16 +26,10 @@ pub fn controller(ctx: &Context) -> Controller<P4Program> {
     c.watches(
         scoped_api::<ConfigMap>(ctx),
         watcher_config(),
-        move |cm: ConfigMap| {
-            let ns = cm.namespace();
-            let name = cm.name_any();
-            store
-                .state()
-                .into_iter()
-                .filter(|p| p.namespace() == ns && referenced_config_maps(&p.spec).contains(&name))
-                .map(|p| ObjectRef::from_obj(p.as_ref()))
-                .collect::<Vec<_>>()
-        },
+        referrers(store, |p: &P4Program, cm: &ConfigMap| {
+            p.namespace() == cm.namespace()
+                && referenced_config_maps(&p.spec).contains(&cm.name_any())
+        }),
     )
 }
 

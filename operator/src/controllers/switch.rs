@@ -140,7 +140,7 @@ pub fn build_status(
             ),
             Some(SwitchCapabilities {
                 api_version: Some(caps.api_version.clone()),
-                bulk_write: false,
+                bulk_write: caps.bulk_write,
                 async_externs: false,
                 slot_service: spec.target == SwitchTarget::Fpga,
             }),

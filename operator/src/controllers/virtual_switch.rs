@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use p4fleet_crds::condition_types::{PIPELINE_LOADED, SCHEDULED};
 use p4fleet_crds::{
@@ -16,7 +15,7 @@ use p4fleet_crds::{
 };
 use p4fleet_proto::p4info;
 
-use super::{Error, object_key, scoped_api, watcher_config, write_status};
+use super::{Error, object_key, referrers, scoped_api, watcher_config, write_status};
 use crate::context::Context;
 use crate::controllers::program;
 use crate::driver::{Device, TofinoPipeline};
@@ -32,34 +31,23 @@ pub fn controller(ctx: &Context) -> Controller<VirtualSwitch> {
     c.watches(
         scoped_api::<P4Program>(ctx),
         watcher_config(),
-        move |p: P4Program| {
-            let ns = p.namespace();
-            let name = p.name_any();
-            by_program
-                .state()
-                .into_iter()
-                .filter(|v| v.namespace() == ns && v.spec.program_ref == name)
-                .map(|v| ObjectRef::from_obj(v.as_ref()))
-                .collect::<Vec<_>>()
-        },
+        referrers(by_program, |v: &VirtualSwitch, p: &P4Program| {
+            v.namespace() == p.namespace() && v.spec.program_ref == p.name_any()
+        }),
     )
-    .watches(ctx.all::<Switch>(), watcher_config(), move |sw: Switch| {
-        let name = sw.name_any();
-        let labels = sw.labels().clone();
-        by_switch
-            .state()
-            .into_iter()
-            .filter(|v| {
-                v.spec.switch_ref.as_deref() == Some(name.as_str())
-                    || v.status.as_ref().and_then(|s| s.switch.as_deref()) == Some(name.as_str())
-                    || v.spec
-                        .switch_selector
-                        .as_ref()
-                        .is_some_and(|s| s.matches(&labels))
-            })
-            .map(|v| ObjectRef::from_obj(v.as_ref()))
-            .collect::<Vec<_>>()
-    })
+    .watches(
+        ctx.all::<Switch>(),
+        watcher_config(),
+        referrers(by_switch, |v: &VirtualSwitch, sw: &Switch| {
+            let name = sw.name_any();
+            v.spec.switch_ref.as_deref() == Some(name.as_str())
+                || v.status.as_ref().and_then(|s| s.switch.as_deref()) == Some(name.as_str())
+                || v.spec
+                    .switch_selector
+                    .as_ref()
+                    .is_some_and(|s| s.matches(sw.labels()))
+        }),
+    )
 }
 
 /// A slot held by some VirtualSwitch.
