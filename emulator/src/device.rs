@@ -21,6 +21,10 @@ use crate::schema::Schema;
 
 type Entries = HashMap<Box<[u8]>, p4::TableEntry, foldhash::fast::RandomState>;
 
+/// Upper bound on a table's pre-sized capacity (entries), so a P4Info
+/// `size` of millions does not reserve memory nobody writes.
+const PRESIZE_MAX: usize = 1 << 15;
+
 pub(crate) struct TableState {
     pub entries: Entries,
     pub default_action: Option<p4::Action>,
@@ -41,7 +45,12 @@ impl Pipeline {
                 (
                     t.id,
                     TableState {
-                        entries: Entries::default(),
+                        // Pre-sized (bounded) so bulk loads do not rehash
+                        // repeatedly while the lock is held.
+                        entries: Entries::with_capacity_and_hasher(
+                            t.size.unwrap_or(0).min(PRESIZE_MAX),
+                            Default::default(),
+                        ),
                         default_action: t.initial_default.clone(),
                     },
                 )
@@ -149,24 +158,26 @@ impl Pipeline {
         }
         match ty {
             Type::Insert => {
-                if state.entries.contains_key(key.as_slice()) {
-                    return Err(err(
-                        Code::AlreadyExists,
-                        format!("table {}: entry already exists", table.name),
-                    ));
+                // One hash and probe for the common (new key) case.
+                let len = state.entries.len();
+                match state.entries.entry(key.as_slice().into()) {
+                    std::collections::hash_map::Entry::Occupied(_) => {
+                        return Err(err(
+                            Code::AlreadyExists,
+                            format!("table {}: entry already exists", table.name),
+                        ));
+                    }
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        if table.size.is_some_and(|s| len >= s) {
+                            return Err(err(
+                                Code::ResourceExhausted,
+                                format!("table {} is full ({len} entries)", table.name),
+                            ));
+                        }
+                        canonicalize_entry(&mut te);
+                        v.insert(te);
+                    }
                 }
-                if table.size.is_some_and(|s| state.entries.len() >= s) {
-                    return Err(err(
-                        Code::ResourceExhausted,
-                        format!(
-                            "table {} is full ({} entries)",
-                            table.name,
-                            state.entries.len()
-                        ),
-                    ));
-                }
-                canonicalize_entry(&mut te);
-                state.entries.insert(key.as_slice().into(), te);
             }
             Type::Modify => {
                 let Some(slot) = state.entries.get_mut(key.as_slice()) else {
@@ -560,6 +571,8 @@ pub(crate) struct Device {
     pub counters: Counters,
     /// BFRT programs, fixed tables and clients (see `crate::bfrt`).
     pub bfrt: Mutex<crate::bfrt::BfrtDevice>,
+    /// Serialized write work under a latency profile (`crate::profile`).
+    pub busy: crate::profile::BusyUntil,
 }
 
 impl Device {
@@ -570,6 +583,7 @@ impl Device {
             arb: Mutex::new(Arbitration::default()),
             counters: Counters::default(),
             bfrt: Mutex::new(crate::bfrt::BfrtDevice::default()),
+            busy: Default::default(),
         }
     }
 

@@ -10,6 +10,7 @@ pub mod bfrt;
 mod bulk;
 mod device;
 mod entry;
+mod profile;
 mod schema;
 mod service;
 mod stats;
@@ -28,6 +29,7 @@ use tokio::task::JoinHandle;
 pub use bulk::{BULK_VERSION, BulkService};
 pub use device::DeviceStats;
 pub use entry::UpdateError;
+pub use profile::{LatencyProfile, UnknownProfile};
 pub use schema::SchemaError;
 pub use service::{P4RUNTIME_API_VERSION, P4RuntimeService, write_error_details};
 
@@ -81,6 +83,8 @@ pub struct EmulatorConfig {
     pub bfrt_addr: Option<SocketAddr>,
     /// BFRT programs preloaded on every device.
     pub bfrt_programs: Vec<BfrtProgram>,
+    /// Added write latency (P4Runtime and BFRT); `None` for benchmarks.
+    pub profile: LatencyProfile,
 }
 
 impl Default for EmulatorConfig {
@@ -93,6 +97,7 @@ impl Default for EmulatorConfig {
             max_message_size: 256 * 1024 * 1024,
             bfrt_addr: None,
             bfrt_programs: Vec::new(),
+            profile: LatencyProfile::None,
         }
     }
 }
@@ -117,6 +122,7 @@ impl Emulator {
                 devices,
                 next_stream_id: AtomicU64::new(1),
                 read_chunk: config.read_chunk_size,
+                profile: config.profile,
             }),
             max_message_size: config.max_message_size,
         }

@@ -27,6 +27,8 @@ pub(crate) struct Inner {
     pub devices: HashMap<u64, Arc<Device>>,
     pub next_stream_id: AtomicU64,
     pub read_chunk: usize,
+    /// Added write latency (none by default).
+    pub profile: crate::profile::LatencyProfile,
 }
 
 impl Inner {
@@ -128,6 +130,8 @@ impl P4Runtime for P4RuntimeService {
         c.inserts.fetch_add(ins, Ordering::Relaxed);
         c.modifies.fetch_add(modi, Ordering::Relaxed);
         c.deletes.fetch_add(del, Ordering::Relaxed);
+        // State is already updated (reads see it); only the answer waits.
+        crate::profile::delay(self.inner.profile, &dev.busy, n).await;
         if errors.is_empty() {
             return Ok(Response::new(p4::WriteResponse {}));
         }

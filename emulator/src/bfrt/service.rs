@@ -197,6 +197,7 @@ impl BfRuntime for BfrtService {
         c.inserts.fetch_add(ins, Ordering::Relaxed);
         c.modifies.fetch_add(modi, Ordering::Relaxed);
         c.deletes.fetch_add(del, Ordering::Relaxed);
+        crate::profile::delay(self.inner.profile, &dev.busy, n).await;
         if errors.is_empty() {
             return Ok(Response::new(bfrt::WriteResponse { status: vec![] }));
         }
