@@ -272,13 +272,16 @@ mod tests {
         let caps = crate::driver::Capabilities {
             protocol: "P4Runtime",
             api_version: "1.4.0".into(),
+            bulk_write: true,
         };
         let st = build_status("sw1", &s, Some(&Ok(caps)), &vss);
         assert_eq!(st.slot_summary.as_deref(), Some("2/4"));
         assert_eq!(st.slots_in_use[0].virtual_switch, "b/y");
         assert_eq!(st.slots_in_use[1].slot, 2);
         assert!(st.conditions.iter().all(|c| c.is_true()));
-        assert!(st.capabilities.unwrap().slot_service);
+        let caps = st.capabilities.unwrap();
+        assert!(caps.slot_service);
+        assert!(caps.bulk_write);
 
         let st = build_status("sw1", &s, Some(&Err("refused".into())), &[]);
         let ready = p4fleet_crds::find_condition(&st.conditions, "Ready").unwrap();

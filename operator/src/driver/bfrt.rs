@@ -188,6 +188,7 @@ impl BfrtDevice {
         let names: Vec<&str> = cfg.config.iter().map(|c| c.p4_name.as_str()).collect();
         Ok(Capabilities {
             protocol: "BFRT",
+            bulk_write: false,
             api_version: format!("bfrt_proto; programs [{}]", names.join(",")),
         })
     }

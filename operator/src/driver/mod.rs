@@ -16,6 +16,7 @@
 //! several VirtualSwitches).
 
 pub mod bfrt;
+pub mod bulk;
 pub mod p4runtime;
 mod pipeline;
 
@@ -83,6 +84,8 @@ pub struct Capabilities {
     pub protocol: &'static str,
     /// API version the device reported, e.g. `1.4.0`.
     pub api_version: String,
+    /// The device serves p4fleet's columnar bulk write (docs/bulk.md).
+    pub bulk_write: bool,
 }
 
 /// How a [`Device::write`] is split and pipelined.

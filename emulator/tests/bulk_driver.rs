@@ -1,0 +1,182 @@
+//! The operator's P4Runtime driver uses p4fleet's bulk write by itself when
+//! the emulator serves it, with the standard path's results; without it the
+//! driver falls back to standard writes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use p4fleet::driver::{Device, DriverPool, UpdateFailure, WriteOptions};
+use p4fleet_crds::entry_set::Atomicity;
+use p4fleet_crds::switch::{Switch, SwitchSpec};
+use p4fleet_emulator::{Emulator, EmulatorConfig};
+use p4fleet_proto::p4runtime::{self as p4rt, update::Type};
+use tonic::service::interceptor::InterceptedService;
+
+const P4INFO: &str = include_str!("../../examples/firewall/p4info.txt");
+const TABLE: u32 = 49661089;
+const ALLOW: u32 = 27506658;
+
+/// Serves the emulator's P4Runtime (and BulkWrite when `bulk`), counting
+/// BulkWrite calls.
+async fn serve(bulk: bool) -> (String, Arc<AtomicUsize>) {
+    let emu = Emulator::new(&EmulatorConfig {
+        device_ids: vec![1, 2],
+        ..Default::default()
+    });
+    let calls = Arc::new(AtomicUsize::new(0));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let counted = {
+        let calls = calls.clone();
+        InterceptedService::new(emu.bulk_service(), move |r| {
+            calls.fetch_add(1, Ordering::Relaxed);
+            Ok(r)
+        })
+    };
+    let mut router = tonic::transport::Server::builder().add_service(emu.service());
+    if bulk {
+        router = router.add_service(counted);
+    }
+    tokio::spawn(router.serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l)));
+    (addr, calls)
+}
+
+fn switch(name: &str, endpoint: &str, device_id: u64) -> Switch {
+    let spec: SwitchSpec = serde_json::from_value(serde_json::json!({
+        "target": "Bmv2", "endpoint": endpoint, "deviceId": device_id, "slots": 1
+    }))
+    .unwrap();
+    Switch::new(name, spec)
+}
+
+fn v(x: u32) -> Vec<u8> {
+    let b = x.to_be_bytes();
+    let first = b.iter().position(|c| *c != 0).unwrap_or(3);
+    b[first..].to_vec()
+}
+
+fn update(ty: Type, i: u32, port: Vec<u8>) -> p4rt::Update {
+    let exact = |id, value| p4rt::FieldMatch {
+        field_id: id,
+        field_match_type: Some(p4rt::field_match::FieldMatchType::Exact(
+            p4rt::field_match::Exact { value },
+        )),
+    };
+    p4rt::Update {
+        r#type: ty as i32,
+        entity: Some(p4rt::Entity {
+            entity: Some(p4rt::entity::Entity::TableEntry(p4rt::TableEntry {
+                table_id: TABLE,
+                r#match: vec![
+                    exact(1, v(0x0a00_0000 + i)),
+                    exact(2, v(0xc0a8_0000 + i % 7)),
+                ],
+                action: (ty != Type::Delete).then(|| p4rt::TableAction {
+                    r#type: Some(p4rt::table_action::Type::Action(p4rt::Action {
+                        action_id: ALLOW,
+                        params: vec![p4rt::action::Param {
+                            param_id: 1,
+                            value: port,
+                        }],
+                    })),
+                }),
+                metadata: format!("set-{}", i % 3).into_bytes(),
+                ..Default::default()
+            })),
+        }),
+    }
+}
+
+fn opts() -> WriteOptions {
+    WriteOptions {
+        batch_size: 700,
+        max_in_flight: 3,
+        atomicity: Atomicity::ContinueOnError,
+    }
+}
+
+fn codes(f: &[UpdateFailure]) -> Vec<(usize, i32)> {
+    f.iter().map(|f| (f.index, f.code)).collect()
+}
+
+async fn sorted(dev: &Device) -> Vec<p4rt::TableEntry> {
+    let mut t = dev.read_table(0, TABLE).await.unwrap();
+    t.sort_by_key(|e| format!("{:?}", e.r#match));
+    t
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn driver_uses_bulk_automatically_with_standard_results() {
+    let (addr, calls) = serve(true).await;
+    let info = p4fleet_proto::p4info::parse_text(P4INFO).unwrap();
+    let pool = DriverPool::with_election_id(5);
+    let bulk = pool.connect(&switch("bulk", &addr, 1)).unwrap();
+    let std = pool.connect(&switch("std", &addr, 2)).unwrap();
+    if let Device::P4Runtime(d) = &*std {
+        d.set_bulk_enabled(false);
+    }
+    assert!(bulk.capabilities().await.unwrap().bulk_write);
+    for d in [&bulk, &std] {
+        d.set_pipeline(0, &info, b"x".to_vec(), 1).await.unwrap();
+    }
+
+    // Inserts with duplicates (ALREADY_EXISTS) and a port too wide for its
+    // 9 bits (OUT_OF_RANGE), then modifies and deletes with missing keys.
+    let mut ins: Vec<p4rt::Update> = (0..3000)
+        .map(|i| update(Type::Insert, i, v(i % 512)))
+        .collect();
+    ins.push(update(Type::Insert, 10, v(1)));
+    ins.push(update(Type::Insert, 5000, vec![2, 0]));
+    ins.push(update(Type::Insert, 2999, v(1)));
+    let modi: Vec<p4rt::Update> = (2990..3010)
+        .map(|i| update(Type::Modify, i, v(3)))
+        .collect();
+    let del: Vec<p4rt::Update> = (0..100)
+        .step_by(3)
+        .chain(4000..4002)
+        .map(|i| update(Type::Delete, i, vec![]))
+        .collect();
+
+    for batch in [ins, modi, del] {
+        let before = calls.load(Ordering::Relaxed);
+        let a = bulk.write(0, batch.clone(), opts()).await.unwrap();
+        assert!(calls.load(Ordering::Relaxed) > before, "bulk was not used");
+        let b = std.write(0, batch, opts()).await.unwrap();
+        assert_eq!(codes(&a.failures), codes(&b.failures));
+        assert_eq!(a.requests, b.requests);
+        assert!(!a.failures.is_empty());
+    }
+    let (a, b) = (sorted(&bulk).await, sorted(&std).await);
+    assert_eq!(a.len(), 3000 - 34);
+    assert_eq!(a, b);
+
+    // Mixed tables or types, or values the columns cannot carry, take the
+    // standard path with the standard answers.
+    let before = calls.load(Ordering::Relaxed);
+    let odd = vec![
+        update(Type::Insert, 7000, vec![]),
+        update(Type::Insert, 7001, v(1)),
+    ];
+    let a = bulk.write(0, odd.clone(), opts()).await.unwrap();
+    let b = std.write(0, odd, opts()).await.unwrap();
+    assert_eq!(calls.load(Ordering::Relaxed), before);
+    assert_eq!(codes(&a.failures), codes(&b.failures));
+    assert_eq!(
+        codes(&a.failures),
+        vec![(0, tonic::Code::OutOfRange as i32)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn driver_falls_back_without_bulk() {
+    let (addr, _) = serve(false).await;
+    let info = p4fleet_proto::p4info::parse_text(P4INFO).unwrap();
+    let pool = DriverPool::with_election_id(5);
+    let dev = pool.connect(&switch("plain", &addr, 1)).unwrap();
+    assert!(!dev.capabilities().await.unwrap().bulk_write);
+    dev.set_pipeline(0, &info, b"x".to_vec(), 1).await.unwrap();
+    let ins: Vec<p4rt::Update> = (0..50).map(|i| update(Type::Insert, i, v(i))).collect();
+    let r = dev.write(0, ins, opts()).await.unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert_eq!(dev.read_table(0, TABLE).await.unwrap().len(), 50);
+}
