@@ -26,7 +26,8 @@ use crate::report::{Machine, PathResult, Results};
 #[global_allocator]
 static ALLOC: alloc::Counting = alloc::Counting;
 
-const ALL_PATHS: &str = "p4fleet-p4rt-1,p4fleet-p4rt-n,p4fleet-bfrt-1,p4fleet-bfrt-n,rbfrt,python";
+const ALL_PATHS: &str =
+    "p4fleet-p4rt-1,p4fleet-p4rt-n,p4fleet-p4rt-bulk,p4fleet-bfrt-1,p4fleet-bfrt-n,rbfrt,python";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -48,7 +49,8 @@ struct Args {
     )]
     batches: Vec<usize>,
     /// Paths to measure: p4fleet-p4rt-1 (maxInFlight 1), p4fleet-p4rt-n
-    /// (maxInFlight --max-in-flight), rbfrt, python.
+    /// (maxInFlight --max-in-flight), p4fleet-p4rt-bulk (p4fleet's columnar
+    /// bulk write, maxInFlight --max-in-flight), rbfrt, python.
     #[arg(long, value_delimiter = ',', default_value = ALL_PATHS)]
     paths: Vec<String>,
     /// maxInFlight of the pipelined p4fleet path.
@@ -112,6 +114,7 @@ const DEV_RECONCILE: u64 = 4;
 const DEV_P4FLEET_N: u64 = 5;
 const DEV_BFRT: u64 = 6;
 const DEV_BFRT_N: u64 = 7;
+const DEV_P4FLEET_BULK: u64 = 8;
 
 enum Client {
     P4fleet(Box<P4fleetP4rt>, usize, u64),
@@ -145,7 +148,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let child = emu::ChildEmulator::start(
         &emulator_bin,
-        7,
+        8,
         &repo.join("examples/firewall/bfrt.json"),
         args.emulator_cpus.as_deref(),
     )
@@ -181,6 +184,23 @@ async fn main() -> anyhow::Result<()> {
                 let c = P4fleetP4rt::connect(&endpoint, dev, info.clone())
                     .await
                     .map(|c| Client::P4fleet(Box::new(c), n, dev));
+                (r, c)
+            }
+            "p4fleet-p4rt-bulk" => {
+                let n = args.max_in_flight;
+                let r = PathResult::new(
+                    key,
+                    &format!("p4fleet P4Runtime bulk (maxInFlight {n})"),
+                    "P4Runtime bulk",
+                    true,
+                );
+                let c = async {
+                    let c = P4fleetP4rt::connect(&endpoint, DEV_P4FLEET_BULK, info.clone()).await?;
+                    c.use_bulk().await?;
+                    anyhow::Ok(c)
+                }
+                .await
+                .map(|c| Client::P4fleet(Box::new(c), n, DEV_P4FLEET_BULK));
                 (r, c)
             }
             "p4fleet-bfrt-1" | "p4fleet-bfrt-n" => {

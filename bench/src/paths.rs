@@ -44,12 +44,28 @@ impl P4fleetP4rt {
         let pool = DriverPool::with_election_id(10);
         let dev = pool.connect(&switch(endpoint, device_id)?)?;
         dev.capabilities().await?;
+        // The standard path unless asked (the `p4fleet-p4rt-bulk` path).
+        if let Device::P4Runtime(d) = &*dev {
+            d.set_bulk_enabled(false);
+        }
         Ok(P4fleetP4rt {
             dev,
             info,
             cookie: 1000,
             _pool: pool,
         })
+    }
+
+    /// Uses p4fleet's columnar bulk write (docs/bulk.md); fails when the
+    /// target does not advertise it.
+    pub async fn use_bulk(&self) -> anyhow::Result<()> {
+        if let Device::P4Runtime(d) = &*self.dev {
+            d.set_bulk_enabled(true);
+        }
+        if !self.dev.capabilities().await?.bulk_write {
+            bail!("the target does not advertise p4fleet.bulk.v1.BulkWrite");
+        }
+        Ok(())
     }
 
     /// VERIFY_AND_COMMIT with a new cookie clears the device's tables.

@@ -334,6 +334,11 @@ impl Results {
             "≥ 10×",
         );
         row(
+            "p4fleet P4Runtime bulk / standard".into(),
+            ratio(self.best_ours(batch, "P4Runtime bulk"), p4rt.map(|p| p.1)),
+            "≥ 5×",
+        );
+        row(
             "p4fleet standard P4Runtime, entries/s".into(),
             p4rt.map(|(p, r)| format!("**{}** ({})", thousands(r), p.key)),
             "≥ 1,000,000",
