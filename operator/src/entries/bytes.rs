@@ -1,23 +1,72 @@
 //! `ByteStr`: an immutable byte string stored inline when short.
 //!
-//! Match values and action parameters are almost always at most 16 bytes
-//! (IPv6); keeping them inline avoids one heap allocation per value when
-//! hundreds of thousands of entries are parsed and compared.
+//! Match values and action parameters are almost always short (MACs,
+//! IPv4 addresses, ports; canonical form drops leading zeros); keeping them
+//! inline avoids one heap allocation per value when hundreds of thousands
+//! of entries are parsed and compared. `ByteStr` is 16 bytes: up to 15
+//! bytes inline, longer values (e.g. a full IPv6 address) behind one thin
+//! pointer. Operator memory per entry is dominated by these (docs/benchmarks.md).
 
 use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
-const INLINE: usize = 22;
+const INLINE: usize = 15;
 
-/// An immutable byte string; inline up to 22 bytes, boxed beyond.
+/// An immutable byte string; inline up to 15 bytes, boxed beyond.
 #[derive(Clone)]
 pub struct ByteStr(Repr);
 
+/// Inline length. An enum (not a `u8`) so its unused values give the
+/// compiler a niche for `Repr`'s tag: `Repr` is then 16 bytes, not 24.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Len {
+    L0,
+    L1,
+    L2,
+    L3,
+    L4,
+    L5,
+    L6,
+    L7,
+    L8,
+    L9,
+    L10,
+    L11,
+    L12,
+    L13,
+    L14,
+    L15,
+}
+
+const LENS: [Len; INLINE + 1] = [
+    Len::L0,
+    Len::L1,
+    Len::L2,
+    Len::L3,
+    Len::L4,
+    Len::L5,
+    Len::L6,
+    Len::L7,
+    Len::L8,
+    Len::L9,
+    Len::L10,
+    Len::L11,
+    Len::L12,
+    Len::L13,
+    Len::L14,
+    Len::L15,
+];
+
 #[derive(Clone)]
 enum Repr {
-    Inline { len: u8, buf: [u8; INLINE] },
-    Heap(Box<[u8]>),
+    Inline {
+        len: Len,
+        buf: [u8; INLINE],
+    },
+    // A thin pointer (8 bytes) so the variant fits beside the niche.
+    Heap(Box<Box<[u8]>>),
 }
 
 impl ByteStr {
@@ -27,11 +76,11 @@ impl ByteStr {
             let mut buf = [0u8; INLINE];
             buf[..bytes.len()].copy_from_slice(bytes);
             ByteStr(Repr::Inline {
-                len: bytes.len() as u8,
+                len: LENS[bytes.len()],
                 buf,
             })
         } else {
-            ByteStr(Repr::Heap(bytes.into()))
+            ByteStr(Repr::Heap(Box::new(bytes.into())))
         }
     }
 
@@ -43,7 +92,7 @@ impl ByteStr {
 
     pub fn as_slice(&self) -> &[u8] {
         match &self.0 {
-            Repr::Inline { len, buf } => &buf[..*len as usize],
+            Repr::Inline { len, buf } => &buf[..*len as u8 as usize],
             Repr::Heap(b) => b,
         }
     }
@@ -100,7 +149,7 @@ impl From<Vec<u8>> for ByteStr {
         if b.len() <= INLINE {
             ByteStr::new(&b)
         } else {
-            ByteStr(Repr::Heap(b.into_boxed_slice()))
+            ByteStr(Repr::Heap(Box::new(b.into_boxed_slice())))
         }
     }
 }
@@ -157,6 +206,16 @@ mod tests {
         assert_eq!(ByteStr::new(&long), ByteStr::from(long.clone()));
         assert_eq!(ByteStr::new(&long).as_slice(), &long[..]);
         assert_eq!(ByteStr::new(&[1, 2]).as_slice(), &[1, 2]);
+    }
+
+    #[test]
+    fn sixteen_bytes_and_boundaries() {
+        assert_eq!(std::mem::size_of::<ByteStr>(), 16);
+        for n in [0, 1, 14, 15, 16, 17] {
+            let v: Vec<u8> = (1..=n as u8).collect();
+            assert_eq!(ByteStr::new(&v).as_slice(), &v[..]);
+            assert_eq!(ByteStr::from(v.clone()).len(), n);
+        }
     }
 
     #[test]
