@@ -337,6 +337,13 @@ impl BulkWrite for BulkService {
                     Status::not_found(format!("unknown table id {}", req.table_id))
                 })?;
             let plan = Plan::new(&req, table, n)?;
+            if ty == Type::Insert {
+                // One growth step for the whole batch instead of rehashing
+                // while the lock is held.
+                if let Some(t) = pipeline.tables.get_mut(&req.table_id) {
+                    t.entries.reserve(n);
+                }
+            }
             let mut key = Vec::with_capacity(64);
             for i in 0..plan.n {
                 let te = plan.row(i, ty != Type::Delete);
