@@ -5,6 +5,7 @@
 //! insertion-rate.svg}. See docs/benchmarks.md for how to read them.
 
 mod alloc;
+mod bulk_ceiling;
 mod ceiling;
 mod emu;
 mod paths;
@@ -369,6 +370,28 @@ async fn main() -> anyhow::Result<()> {
         }
         paths.push(ceil);
         paths.push(enc);
+        let mut bulk = PathResult::new(
+            "ceiling-bulk",
+            "emulator bulk ceiling (in-process, no client)",
+            "P4Runtime bulk",
+            false,
+        );
+        bulk.reference = true;
+        match bulk_ceiling::BulkCeiling::start(info.clone()).await {
+            Ok(mut c) => {
+                for _ in 0..args.runs {
+                    for &batch in &batches {
+                        match c.run(&entries, batch).await {
+                            Ok(s) => bulk.samples.entry(batch).or_default().push(s),
+                            Err(e) => bulk.error = Some(format!("{e:#}")),
+                        }
+                    }
+                }
+                c.shutdown().await;
+            }
+            Err(e) => bulk.error = Some(format!("{e:#}")),
+        }
+        paths.push(bulk);
     }
 
     let mut reconcile = None;

@@ -1,0 +1,119 @@
+//! The emulator's own ceiling for p4fleet's bulk write (docs/bulk.md), like
+//! [`crate::ceiling`] for the standard Write: pre-encoded
+//! `p4fleet.bulk.v1.BulkWrite/Write` frames sent straight into the
+//! in-process service (frame decode + column slicing + validation + table
+//! insert), no client and no network.
+
+use std::time::Instant;
+
+use anyhow::{anyhow, bail};
+use bytes::{BufMut, Bytes, BytesMut};
+use http_body_util::{BodyExt, Full};
+use p4fleet::driver::bulk::{BulkSchema, encode};
+use p4fleet::entries::Entry;
+use p4fleet_emulator::{Emulator, EmulatorConfig};
+use p4fleet_proto::bulk::BulkWriteResponse;
+use p4fleet_proto::p4info::P4Info;
+use p4fleet_proto::p4runtime::{Uint128, Update, update::Type};
+use prost::Message;
+use tower::{Service, ServiceExt};
+
+use crate::paths::P4fleetP4rt;
+use crate::stats::Sample;
+use crate::workload;
+
+fn frames(schema: &BulkSchema, entries: &[Entry], batch: usize) -> anyhow::Result<Vec<Bytes>> {
+    let table = entries.first().map(|e| e.key.table_id).unwrap_or(0);
+    entries
+        .chunks(batch)
+        .map(|c| {
+            let updates: Vec<Update> = c.iter().map(workload::insert).collect();
+            let mut req = encode(schema, table, Type::Insert, &updates)
+                .ok_or_else(|| anyhow!("entries not representable in bulk"))?;
+            req.device_id = 1;
+            // The election id P4fleetP4rt's pool uses.
+            req.election_id = Some(Uint128 { high: 0, low: 10 });
+            let len = req.encoded_len();
+            let mut b = BytesMut::with_capacity(5 + len);
+            b.put_u8(0);
+            b.put_u32(len as u32);
+            req.encode(&mut b)?;
+            Ok(b.freeze())
+        })
+        .collect()
+}
+
+/// An in-process emulator with primary taken and pipeline set (through the
+/// driver); bulk writes go straight into its BulkWrite service.
+pub struct BulkCeiling {
+    running: p4fleet_emulator::RunningEmulator,
+    client: P4fleetP4rt,
+    schema: BulkSchema,
+}
+
+impl BulkCeiling {
+    pub async fn start(info: P4Info) -> anyhow::Result<BulkCeiling> {
+        let running = Emulator::start(EmulatorConfig::default()).await?;
+        let schema = BulkSchema::from_p4info(&info);
+        let client = P4fleetP4rt::connect(&running.p4runtime_addr().to_string(), 1, info).await?;
+        Ok(BulkCeiling {
+            running,
+            client,
+            schema,
+        })
+    }
+
+    pub async fn run(&mut self, entries: &[Entry], batch: usize) -> anyhow::Result<Sample> {
+        self.client.clear().await?;
+        let frames = frames(&self.schema, entries, batch)?;
+        let mut svc = self.running.emulator().bulk_service();
+        let mut latency = 0.0;
+        let requests = frames.len();
+        let start = Instant::now();
+        for f in frames {
+            let t = Instant::now();
+            let req = http::Request::builder()
+                .method("POST")
+                .uri("/p4fleet.bulk.v1.BulkWrite/Write")
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .body(Full::new(f))?;
+            let resp = ServiceExt::<http::Request<Full<Bytes>>>::ready(&mut svc)
+                .await?
+                .call(req)
+                .await?;
+            let (parts, body) = resp.into_parts();
+            let collected = body.collect().await.map_err(|e| anyhow!("body: {e}"))?;
+            let status = collected
+                .trailers()
+                .and_then(|t| t.get("grpc-status"))
+                .or_else(|| parts.headers.get("grpc-status"))
+                .map(|v| v.as_bytes().to_vec());
+            let body = collected.to_bytes();
+            if status.as_deref() != Some(b"0") || body.len() < 5 {
+                bail!("bulk write failed: {parts:?} {status:?}");
+            }
+            let answer = BulkWriteResponse::decode(&body[5..])?;
+            if let Some(e) = answer.errors.first() {
+                bail!("{} rows failed, first: {}", answer.errors.len(), e.message);
+            }
+            latency += t.elapsed().as_secs_f64();
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        let held = self.running.stats(1).map(|s| s.entries).unwrap_or(0);
+        if held != entries.len() as u64 {
+            bail!("emulator holds {held} entries, expected {}", entries.len());
+        }
+        Ok(Sample {
+            entries: entries.len(),
+            requests,
+            elapsed_s: elapsed,
+            latency_sum_s: latency,
+        })
+    }
+
+    pub async fn shutdown(self) {
+        drop(self.client);
+        let _ = self.running.shutdown().await;
+    }
+}
