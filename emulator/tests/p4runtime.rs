@@ -996,3 +996,62 @@ async fn large_failing_batch_reports_every_update() {
     assert_eq!(emu.stats(1).unwrap().entries, 30_000);
     emu.shutdown().await.unwrap();
 }
+
+/// A latency profile delays answers (per request overlapping, per entry
+/// serialized per device) without blocking other requests.
+#[tokio::test]
+async fn latency_profile_overlaps_requests_and_serializes_entries() {
+    use p4fleet_emulator::LatencyProfile;
+    use std::time::{Duration, Instant};
+    let emu = Emulator::start(EmulatorConfig {
+        device_ids: vec![1],
+        profile: LatencyProfile::Custom {
+            per_request: Duration::from_millis(200),
+            per_entry: Duration::from_millis(1),
+        },
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut c = client(&emu).await;
+    let _s = primary_with_pipeline(&mut c, 1, 1).await;
+
+    let t = Instant::now();
+    write(&mut c, 1, 10, vec![update(Insert, fw_entry(1, 1, 1))])
+        .await
+        .unwrap();
+    assert!(
+        t.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        t.elapsed()
+    );
+
+    // Four requests in flight: the per-request costs overlap.
+    let t = Instant::now();
+    let writes = (0..4u32).map(|i| {
+        let mut c = c.clone();
+        async move { write(&mut c, 1, 10, vec![update(Insert, fw_entry(2, i, 1))]).await }
+    });
+    for r in futures::future::join_all(writes).await {
+        r.unwrap();
+    }
+    let four = t.elapsed();
+    assert!(four >= Duration::from_millis(200), "{four:?}");
+    assert!(
+        four < Duration::from_millis(700),
+        "not overlapped: {four:?}"
+    );
+
+    // 300 entries: 200 ms + 300 × 1 ms, serialized.
+    let t = Instant::now();
+    let ups = (0..300u32)
+        .map(|i| update(Insert, fw_entry(3, i, 1)))
+        .collect();
+    write(&mut c, 1, 10, ups).await.unwrap();
+    assert!(
+        t.elapsed() >= Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+    emu.shutdown().await.unwrap();
+}
