@@ -196,7 +196,8 @@ async fn main() -> anyhow::Result<()> {
                     true,
                 );
                 let c = async {
-                    let c = P4fleetP4rt::connect(&endpoint, DEV_P4FLEET_BULK, info.clone()).await?;
+                    let mut c =
+                        P4fleetP4rt::connect(&endpoint, DEV_P4FLEET_BULK, info.clone()).await?;
                     c.use_bulk().await?;
                     anyhow::Ok(c)
                 }

@@ -36,6 +36,9 @@ pub struct P4fleetP4rt {
     pub dev: Arc<Device>,
     pub info: P4Info,
     cookie: u64,
+    /// Bulk path: entries go to the driver's `write_entries` (columns
+    /// straight from the entry model).
+    bulk: bool,
     _pool: DriverPool,
 }
 
@@ -52,13 +55,15 @@ impl P4fleetP4rt {
             dev,
             info,
             cookie: 1000,
+            bulk: false,
             _pool: pool,
         })
     }
 
     /// Uses p4fleet's columnar bulk write (docs/bulk.md); fails when the
     /// target does not advertise it.
-    pub async fn use_bulk(&self) -> anyhow::Result<()> {
+    pub async fn use_bulk(&mut self) -> anyhow::Result<()> {
+        self.bulk = true;
         if let Device::P4Runtime(d) = &*self.dev {
             d.set_bulk_enabled(true);
         }
@@ -84,20 +89,27 @@ impl P4fleetP4rt {
         max_in_flight: usize,
     ) -> anyhow::Result<Sample> {
         self.clear().await?;
+        let opts = WriteOptions {
+            batch_size: batch,
+            max_in_flight,
+            atomicity: Atomicity::ContinueOnError,
+        };
         let start = Instant::now();
-        let updates = entries.iter().map(workload::insert).collect();
-        let report = self
-            .dev
-            .write(
-                0,
-                updates,
-                WriteOptions {
-                    batch_size: batch,
-                    max_in_flight,
-                    atomicity: Atomicity::ContinueOnError,
-                },
-            )
-            .await?;
+        let report = match &*self.dev {
+            Device::P4Runtime(d) if self.bulk => {
+                d.write_entries(
+                    0,
+                    p4fleet_proto::p4runtime::update::Type::Insert,
+                    entries,
+                    opts,
+                )
+                .await?
+            }
+            _ => {
+                let updates = entries.iter().map(workload::insert).collect();
+                self.dev.write(0, updates, opts).await?
+            }
+        };
         let elapsed = start.elapsed();
         if let Some(f) = report.failures.first() {
             bail!(

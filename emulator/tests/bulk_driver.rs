@@ -180,3 +180,60 @@ async fn driver_falls_back_without_bulk() {
     assert!(r.failures.is_empty(), "{:?}", r.failures);
     assert_eq!(dev.read_table(0, TABLE).await.unwrap().len(), 50);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_entries_goes_bulk_from_the_entry_model() {
+    use p4fleet::entries::{
+        ActionCall, ActionParam, ByteStr, Entry, EntryKey, FieldMatch, MatchValue,
+    };
+    let (addr, calls) = serve(true).await;
+    let info = p4fleet_proto::p4info::parse_text(P4INFO).unwrap();
+    let pool = DriverPool::with_election_id(5);
+    let bulk = pool.connect(&switch("bulk", &addr, 1)).unwrap();
+    let std = pool.connect(&switch("std", &addr, 2)).unwrap();
+    let (Device::P4Runtime(b), Device::P4Runtime(s)) = (&*bulk, &*std) else {
+        panic!("P4Runtime devices");
+    };
+    s.set_bulk_enabled(false);
+    for d in [&bulk, &std] {
+        d.set_pipeline(0, &info, b"x".to_vec(), 1).await.unwrap();
+    }
+    let entries: Vec<Entry> = (0..500u32)
+        .map(|i| Entry {
+            key: EntryKey {
+                table_id: TABLE,
+                matches: vec![
+                    FieldMatch {
+                        field_id: 1,
+                        value: MatchValue::Exact(ByteStr::canonical(
+                            &(0x0a00_0000 + i).to_be_bytes(),
+                        )),
+                    },
+                    FieldMatch {
+                        field_id: 2,
+                        value: MatchValue::Exact(ByteStr::canonical(&[1])),
+                    },
+                ],
+                priority: 0,
+            },
+            action: ActionCall {
+                action_id: ALLOW,
+                params: vec![ActionParam {
+                    param_id: 1,
+                    value: ByteStr::canonical(&(i % 512).to_be_bytes()),
+                }],
+            },
+        })
+        .collect();
+    for ty in [Type::Insert, Type::Insert, Type::Delete] {
+        let n = if ty == Type::Delete { 100 } else { 500 };
+        let before = calls.load(Ordering::Relaxed);
+        let a = b.write_entries(0, ty, &entries[..n], opts()).await.unwrap();
+        assert!(calls.load(Ordering::Relaxed) > before);
+        let r = s.write_entries(0, ty, &entries[..n], opts()).await.unwrap();
+        assert_eq!(codes(&a.failures), codes(&r.failures));
+    }
+    let (x, y) = (sorted(&bulk).await, sorted(&std).await);
+    assert_eq!(x.len(), 400);
+    assert_eq!(x, y);
+}

@@ -26,6 +26,8 @@ use p4fleet_proto::p4runtime::{
 };
 use tonic::transport::Channel;
 
+use crate::entries::{Entry, MatchValue};
+
 use super::{UpdateFailure, WriteOptions, WriteReport};
 
 /// Match kinds, as the columns carry them.
@@ -139,14 +141,150 @@ fn is_max(v: &[u8], bits: u32) -> bool {
             .all(|(i, b)| *b == if i == 0 { 0xff >> spare } else { 0xff })
 }
 
+/// A match as the encoder reads it.
+pub enum MatchRef<'a> {
+    Exact(&'a [u8]),
+    Lpm(&'a [u8], i64),
+    Ternary(&'a [u8], &'a [u8]),
+    Range(&'a [u8], &'a [u8]),
+    Optional(&'a [u8]),
+    /// A match the columns do not carry.
+    Other,
+}
+
+/// One row to encode: a P4Runtime update, or an entry of p4fleet's entry
+/// model (which skips building the Update).
+pub trait Row {
+    /// The row's table, or None when it is not a plain table entry (default
+    /// entry, counters, meters, idle timeout, ...).
+    fn plain_table(&self) -> Option<u32>;
+    fn matches(&self) -> impl Iterator<Item = (u32, MatchRef<'_>)>;
+    fn priority(&self) -> i32;
+    fn metadata(&self) -> &[u8];
+    /// Direct action id and its number of params.
+    fn action(&self) -> Option<(u32, usize)>;
+    fn param(&self, param_id: u32) -> Option<&[u8]>;
+}
+
+fn table_entry(u: &Update) -> Option<&p4rt::TableEntry> {
+    match u.entity.as_ref()?.entity.as_ref()? {
+        p4rt::entity::Entity::TableEntry(te) => Some(te),
+        _ => None,
+    }
+}
+
+fn direct_action(te: &p4rt::TableEntry) -> Option<&p4rt::Action> {
+    match te.action.as_ref()?.r#type.as_ref()? {
+        p4rt::table_action::Type::Action(a) => Some(a),
+        _ => None,
+    }
+}
+
+impl Row for Update {
+    fn plain_table(&self) -> Option<u32> {
+        let te = table_entry(self)?;
+        let plain = !te.is_default_action
+            && te.idle_timeout_ns == 0
+            && te.meter_config.is_none()
+            && te.counter_data.is_none()
+            && te.meter_counter_data.is_none()
+            && te.time_since_last_hit.is_none()
+            && !te.r#const;
+        plain.then_some(te.table_id)
+    }
+
+    fn matches(&self) -> impl Iterator<Item = (u32, MatchRef<'_>)> {
+        table_entry(self).into_iter().flat_map(|te| {
+            te.r#match.iter().map(|m| {
+                let r = match m.field_match_type.as_ref() {
+                    Some(FieldMatchType::Exact(e)) => MatchRef::Exact(&e.value),
+                    Some(FieldMatchType::Lpm(l)) => {
+                        MatchRef::Lpm(&l.value, i64::from(l.prefix_len))
+                    }
+                    Some(FieldMatchType::Ternary(t)) => MatchRef::Ternary(&t.value, &t.mask),
+                    Some(FieldMatchType::Range(r)) => MatchRef::Range(&r.low, &r.high),
+                    Some(FieldMatchType::Optional(o)) => MatchRef::Optional(&o.value),
+                    _ => MatchRef::Other,
+                };
+                (m.field_id, r)
+            })
+        })
+    }
+
+    fn priority(&self) -> i32 {
+        table_entry(self).map(|te| te.priority).unwrap_or(0)
+    }
+
+    fn metadata(&self) -> &[u8] {
+        table_entry(self)
+            .map(|te| te.metadata.as_slice())
+            .unwrap_or(&[])
+    }
+
+    fn action(&self) -> Option<(u32, usize)> {
+        direct_action(table_entry(self)?).map(|a| (a.action_id, a.params.len()))
+    }
+
+    fn param(&self, param_id: u32) -> Option<&[u8]> {
+        direct_action(table_entry(self)?)?
+            .params
+            .iter()
+            .find(|p| p.param_id == param_id)
+            .map(|p| p.value.as_slice())
+    }
+}
+
+impl Row for Entry {
+    fn plain_table(&self) -> Option<u32> {
+        Some(self.key.table_id)
+    }
+
+    fn matches(&self) -> impl Iterator<Item = (u32, MatchRef<'_>)> {
+        self.key.matches.iter().map(|m| {
+            let r = match &m.value {
+                MatchValue::Exact(v) => MatchRef::Exact(v.as_slice()),
+                MatchValue::Lpm { value, prefix_len } => {
+                    MatchRef::Lpm(value.as_slice(), i64::from(*prefix_len))
+                }
+                MatchValue::Ternary { value, mask } => {
+                    MatchRef::Ternary(value.as_slice(), mask.as_slice())
+                }
+                MatchValue::Range { low, high } => MatchRef::Range(low.as_slice(), high.as_slice()),
+                MatchValue::Optional(v) => MatchRef::Optional(v.as_slice()),
+            };
+            (m.field_id, r)
+        })
+    }
+
+    fn priority(&self) -> i32 {
+        self.key.priority
+    }
+
+    fn metadata(&self) -> &[u8] {
+        &[]
+    }
+
+    fn action(&self) -> Option<(u32, usize)> {
+        Some((self.action.action_id, self.action.params.len()))
+    }
+
+    fn param(&self, param_id: u32) -> Option<&[u8]> {
+        self.action
+            .params
+            .iter()
+            .find(|p| p.param_id == param_id)
+            .map(|p| p.value.as_slice())
+    }
+}
+
 /// The columnar form of `updates` (all of `table_id`, all of type `ty`), or
 /// None when some update cannot be carried exactly (then the standard path
 /// must take them, to give the standard answers).
-pub fn encode(
+pub fn encode<R: Row>(
     schema: &BulkSchema,
     table_id: u32,
     ty: Type,
-    updates: &[Update],
+    updates: &[R],
 ) -> Option<bk::BulkWriteRequest> {
     let fields = schema.tables.get(&table_id)?;
     let n = updates.len();
@@ -173,53 +311,38 @@ pub fn encode(
     let mut seen: Vec<bool> = vec![false; fields.len()];
 
     for (row, u) in updates.iter().enumerate() {
-        let Some(p4rt::entity::Entity::TableEntry(te)) =
-            u.entity.as_ref().and_then(|e| e.entity.as_ref())
-        else {
-            return None;
-        };
-        if te.table_id != table_id
-            || te.is_default_action
-            || te.idle_timeout_ns != 0
-            || te.meter_config.is_some()
-            || te.counter_data.is_some()
-            || te.meter_counter_data.is_some()
-            || te.time_since_last_hit.is_some()
-            || te.r#const
-        {
+        if u.plain_table() != Some(table_id) {
             return None;
         }
         seen.iter_mut().for_each(|s| *s = false);
-        for m in &te.r#match {
-            let idx = fields.iter().position(|f| f.id == m.field_id)?;
+        for (field_id, m) in u.matches() {
+            let idx = fields.iter().position(|f| f.id == field_id)?;
             if std::mem::replace(&mut seen[idx], true) {
                 return None;
             }
             let f = &fields[idx];
-            let ok = match (f.kind, m.field_match_type.as_ref()?) {
-                (Kind::Exact, FieldMatchType::Exact(e)) => {
-                    push_padded(&mut values[idx], &e.value, f.width)
-                }
-                (Kind::Lpm, FieldMatchType::Lpm(l)) => {
+            let ok = match (f.kind, m) {
+                (Kind::Exact, MatchRef::Exact(v)) => push_padded(&mut values[idx], v, f.width),
+                (Kind::Lpm, MatchRef::Lpm(value, prefix_len)) => {
                     // prefix_len 0 encodes "omitted": an explicit 0 must get
                     // the standard path's error.
-                    let len = u16::try_from(l.prefix_len).ok().filter(|l| *l > 0)?;
+                    let len = u16::try_from(prefix_len).ok().filter(|l| *l > 0)?;
                     side[idx].extend_from_slice(&len.to_be_bytes());
-                    push_padded(&mut values[idx], &l.value, f.width)
+                    push_padded(&mut values[idx], value, f.width)
                 }
-                (Kind::Ternary, FieldMatchType::Ternary(t)) => {
-                    !is_zero(&t.mask)
-                        && push_padded(&mut values[idx], &t.value, f.width)
-                        && push_padded(&mut masks[idx], &t.mask, f.width)
+                (Kind::Ternary, MatchRef::Ternary(value, mask)) => {
+                    !is_zero(mask)
+                        && push_padded(&mut values[idx], value, f.width)
+                        && push_padded(&mut masks[idx], mask, f.width)
                 }
-                (Kind::Range, FieldMatchType::Range(r)) => {
-                    !(is_zero(&r.low) && is_max(&r.high, f.bitwidth))
-                        && push_padded(&mut values[idx], &r.low, f.width)
-                        && push_padded(&mut masks[idx], &r.high, f.width)
+                (Kind::Range, MatchRef::Range(low, high)) => {
+                    !(is_zero(low) && is_max(high, f.bitwidth))
+                        && push_padded(&mut values[idx], low, f.width)
+                        && push_padded(&mut masks[idx], high, f.width)
                 }
-                (Kind::Optional, FieldMatchType::Optional(o)) => {
+                (Kind::Optional, MatchRef::Optional(v)) => {
                     side[idx].push(1);
-                    push_padded(&mut values[idx], &o.value, f.width)
+                    push_padded(&mut values[idx], v, f.width)
                 }
                 _ => false,
             };
@@ -252,41 +375,38 @@ pub fn encode(
             let v = &mut values[idx];
             v.resize(v.len() + f.width, 0);
         }
-        any_priority |= te.priority != 0;
-        priorities.extend_from_slice(&te.priority.to_be_bytes());
-        metadata.extend_from_slice(&te.metadata);
-        metadata_lens.extend_from_slice(&u32::try_from(te.metadata.len()).ok()?.to_be_bytes());
+        let priority = u.priority();
+        any_priority |= priority != 0;
+        priorities.extend_from_slice(&priority.to_be_bytes());
+        let md = u.metadata();
+        metadata.extend_from_slice(md);
+        metadata_lens.extend_from_slice(&u32::try_from(md.len()).ok()?.to_be_bytes());
 
         if with_action {
-            let Some(p4rt::table_action::Type::Action(a)) =
-                te.action.as_ref().and_then(|a| a.r#type.as_ref())
-            else {
-                return None;
-            };
-            let declared = schema.actions.get(&a.action_id)?;
+            let (action_id, nparams) = u.action()?;
+            let declared = schema.actions.get(&action_id)?;
             // Every declared param exactly once (columns have no holes).
-            if a.params.len() != declared.len() {
+            if nparams != declared.len() {
                 return None;
             }
-            if action_ids.last() != Some(&a.action_id) || row == 0 {
+            if action_ids.last() != Some(&action_id) {
                 for &(pid, w) in declared {
                     if !params
                         .iter()
-                        .any(|(aid, id, _, _)| *aid == a.action_id && *id == pid)
+                        .any(|(aid, id, _, _)| *aid == action_id && *id == pid)
                     {
                         // Earlier rows of other actions leave zeros here.
-                        params.push((a.action_id, pid, w, vec![0; w * row]));
+                        params.push((action_id, pid, w, vec![0; w * row]));
                     }
                 }
             }
-            action_ids.push(a.action_id);
+            action_ids.push(action_id);
             for (aid, pid, w, col) in params.iter_mut() {
-                if *aid != a.action_id {
+                if *aid != action_id {
                     col.resize(col.len() + *w, 0);
                     continue;
                 }
-                let p = a.params.iter().find(|p| p.param_id == *pid)?;
-                if !push_padded(col, &p.value, *w) {
+                if !push_padded(col, u.param(*pid)?, *w) {
                     return None;
                 }
             }
@@ -503,6 +623,70 @@ impl BulkState {
         let Some((table_id, ty)) = single_table(updates) else {
             return false;
         };
+        self.send_rows(
+            p4,
+            slot,
+            device_id,
+            election_id,
+            table_id,
+            ty,
+            updates,
+            opts,
+            report,
+        )
+        .await
+    }
+
+    /// Like [`BulkState::try_write`] for entries of p4fleet's entry model,
+    /// all of one table, written with update type `ty`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn try_write_entries(
+        &self,
+        p4: &P4RuntimeClient<Channel>,
+        slot: u32,
+        device_id: u64,
+        election_id: Uint128,
+        ty: Type,
+        entries: &[Entry],
+        opts: WriteOptions,
+        report: &mut WriteReport,
+    ) -> bool {
+        if !self.enabled() || opts.atomicity != Atomicity::ContinueOnError {
+            return false;
+        }
+        let Some(table_id) = entries.first().map(|e| e.key.table_id) else {
+            return false;
+        };
+        if entries.iter().any(|e| e.key.table_id != table_id) {
+            return false;
+        }
+        self.send_rows(
+            p4,
+            slot,
+            device_id,
+            election_id,
+            table_id,
+            ty,
+            entries,
+            opts,
+            report,
+        )
+        .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn send_rows<R: Row>(
+        &self,
+        p4: &P4RuntimeClient<Channel>,
+        slot: u32,
+        device_id: u64,
+        election_id: Uint128,
+        table_id: u32,
+        ty: Type,
+        updates: &[R],
+        opts: WriteOptions,
+        report: &mut WriteReport,
+    ) -> bool {
         if ty == Type::Unspecified || !self.supported().await {
             return false;
         }
@@ -662,6 +846,52 @@ actions { preamble { id: 11 name: "NoAction" } }
         );
         assert_eq!(r.priorities, vec![0, 0, 0, 3, 0, 0, 0, 3]);
         assert!(r.metadata_lens.is_empty());
+    }
+
+    #[test]
+    fn entries_encode_like_their_updates() {
+        use crate::entries::{ActionCall, ActionParam, ByteStr, EntryKey, FieldMatch};
+        let e = Entry {
+            key: EntryKey {
+                table_id: 1,
+                matches: vec![
+                    FieldMatch {
+                        field_id: 1,
+                        value: MatchValue::Exact(ByteStr::canonical(&[1, 2])),
+                    },
+                    FieldMatch {
+                        field_id: 3,
+                        value: MatchValue::Range {
+                            low: ByteStr::canonical(&[1]),
+                            high: ByteStr::canonical(&[2]),
+                        },
+                    },
+                ],
+                priority: 3,
+            },
+            action: ActionCall {
+                action_id: 10,
+                params: vec![
+                    ActionParam {
+                        param_id: 1,
+                        value: ByteStr::canonical(&[1]),
+                    },
+                    ActionParam {
+                        param_id: 2,
+                        value: ByteStr::canonical(&[1, 0]),
+                    },
+                ],
+            },
+        };
+        let u = Update {
+            r#type: Type::Insert as i32,
+            entity: Some(p4rt::Entity {
+                entity: Some(p4rt::entity::Entity::TableEntry(e.to_proto())),
+            }),
+        };
+        let s = schema();
+        let from_entry = encode(&s, 1, Type::Insert, std::slice::from_ref(&e)).unwrap();
+        assert_eq!(Some(from_entry), encode(&s, 1, Type::Insert, &[u]));
     }
 
     #[test]

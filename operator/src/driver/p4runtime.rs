@@ -314,6 +314,59 @@ impl P4RuntimeDevice {
         Ok(report)
     }
 
+    /// Writes entries of p4fleet's entry model with one update type: in
+    /// bulk straight from the entries when [`super::bulk`] applies (no
+    /// Update built), else as standard Updates through [`Self::write`].
+    pub async fn write_entries(
+        &self,
+        slot: u32,
+        ty: p4rt::update::Type,
+        entries: &[crate::entries::Entry],
+        opts: WriteOptions,
+    ) -> Result<WriteReport, DriverError> {
+        let device_id = self.device_id(slot);
+        let mut report = WriteReport {
+            updates: entries.len(),
+            ..Default::default()
+        };
+        if entries.is_empty() {
+            return Ok(report);
+        }
+        let election_id = self.wait_primary(device_id).await?;
+        let (p4, bulk) = (&self.client, &self.bulk);
+        if bulk
+            .try_write_entries(
+                p4,
+                slot,
+                device_id,
+                election_id,
+                ty,
+                entries,
+                opts,
+                &mut report,
+            )
+            .await
+        {
+            return Ok(report);
+        }
+        let updates = entries
+            .iter()
+            .map(|e| Update {
+                r#type: ty as i32,
+                entity: Some(Entity {
+                    entity: Some(entity::Entity::TableEntry(
+                        if ty == p4rt::update::Type::Delete {
+                            e.key.to_proto()
+                        } else {
+                            e.to_proto()
+                        },
+                    )),
+                }),
+            })
+            .collect();
+        self.write(slot, updates, opts).await
+    }
+
     pub async fn read_table(
         &self,
         slot: u32,
