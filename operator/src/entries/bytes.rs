@@ -61,10 +61,7 @@ const LENS: [Len; INLINE + 1] = [
 
 #[derive(Clone)]
 enum Repr {
-    Inline {
-        len: Len,
-        buf: [u8; INLINE],
-    },
+    Inline { len: Len, buf: [u8; INLINE] },
     // A thin pointer (8 bytes) so the variant fits beside the niche.
     Heap(Box<Box<[u8]>>),
 }
