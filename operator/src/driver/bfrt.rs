@@ -30,18 +30,15 @@ use p4fleet_proto::p4runtime::{TableEntry, Update};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
+use super::channel::{self, BACKOFF_MAX, BACKOFF_MIN, MAX_MESSAGE};
 use super::pipeline::{self, UpdateErrors};
 use super::{Capabilities, DriverError, UpdateFailure, WriteOptions, WriteReport};
 use crate::entries::TableSchema;
 use crate::entries::bfrt::{BfrtInfo, BfrtProgramMap};
 
-const MAX_MESSAGE: usize = 256 << 20;
-const MAX_HEADER_LIST: u32 = 64 << 20;
 const SUBSCRIBE_WAIT: Duration = Duration::from_secs(10);
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 /// A P4Program's Tofino artifacts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -102,20 +99,7 @@ impl BfrtDevice {
         device_id: u64,
         client_id: u32,
     ) -> Result<Self, DriverError> {
-        let ep = Endpoint::from_shared(format!("http://{endpoint}"))
-            .map_err(|e| DriverError::InvalidEndpoint {
-                endpoint: endpoint.clone(),
-                reason: e.to_string(),
-            })?
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(20))
-            .keep_alive_timeout(Duration::from_secs(10))
-            .keep_alive_while_idle(true)
-            .http2_max_header_list_size(MAX_HEADER_LIST)
-            .initial_stream_window_size(Some(16 << 20))
-            .initial_connection_window_size(Some(32 << 20));
-        let client = BfRuntimeClient::new(ep.connect_lazy())
+        let client = BfRuntimeClient::new(channel::connect_lazy(&endpoint)?)
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
         Ok(BfrtDevice {

@@ -17,6 +17,7 @@
 
 pub mod bfrt;
 pub mod bulk;
+mod channel;
 pub mod p4runtime;
 mod pipeline;
 

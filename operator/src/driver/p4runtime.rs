@@ -19,21 +19,14 @@ use p4fleet_proto::p4runtime::{
 };
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
+use super::channel::{self, BACKOFF_MAX, BACKOFF_MIN, MAX_MESSAGE};
 use super::pipeline::{self, UpdateErrors};
 use super::{Capabilities, DriverError, Target, WriteOptions, WriteReport};
 
-/// Largest message either way: a 1,000,000-update batch of firewall
-/// entries is ~40 MB.
-const MAX_MESSAGE: usize = 256 << 20;
-/// Per-update errors come back in a trailer; a 30,000-update batch with
-/// errors carries a few hundred KB there, far beyond h2's 16 KB default.
-const MAX_HEADER_LIST: u32 = 64 << 20;
 /// How long a request waits for this client to become primary.
 const PRIMARY_WAIT: Duration = Duration::from_secs(10);
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 /// Arbitration state of one device id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,23 +68,7 @@ impl P4RuntimeDevice {
         target: Target,
         election_low: u64,
     ) -> Result<Self, DriverError> {
-        let invalid = |reason: String| DriverError::InvalidEndpoint {
-            endpoint: target.endpoint.clone(),
-            reason,
-        };
-        // TLS would switch the scheme and add `tls_config` here.
-        let ep = Endpoint::from_shared(format!("http://{}", target.endpoint))
-            .map_err(|e| invalid(e.to_string()))?
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(20))
-            .keep_alive_timeout(Duration::from_secs(10))
-            .keep_alive_while_idle(true)
-            .http2_max_header_list_size(MAX_HEADER_LIST)
-            // Large windows: a big batch should not stall on flow control.
-            .initial_stream_window_size(Some(16 << 20))
-            .initial_connection_window_size(Some(32 << 20));
-        let channel = ep.connect_lazy();
+        let channel = channel::connect_lazy(&target.endpoint)?;
         let bulk = Box::new(super::bulk::BulkState::new(channel.clone(), MAX_MESSAGE));
         let client = P4RuntimeClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE)
