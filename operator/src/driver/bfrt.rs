@@ -60,17 +60,6 @@ enum Sub {
     Refused(String),
 }
 
-struct Session {
-    state: watch::Receiver<Sub>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 /// The program of one device id, as this driver last set or found it.
 struct Loaded {
     p4_name: String,
@@ -86,7 +75,7 @@ pub struct BfrtDevice {
     base_device_id: u64,
     client_id: u32,
     client: BfRuntimeClient<Channel>,
-    sessions: Mutex<HashMap<u64, Session>>,
+    sessions: channel::Sessions<Sub>,
     loaded: Mutex<HashMap<u64, Arc<Mutex<Loaded>>>>,
 }
 
@@ -108,7 +97,7 @@ impl BfrtDevice {
             base_device_id: device_id,
             client_id,
             client,
-            sessions: Mutex::new(HashMap::new()),
+            sessions: channel::Sessions::new(),
             loaded: Mutex::new(HashMap::new()),
         })
     }
@@ -180,20 +169,11 @@ impl BfrtDevice {
     /// Starts (once) the subscription stream of `device_id` and waits until
     /// it is subscribed; returns its generation.
     async fn wait_subscribed(&self, device_id: u64) -> Result<u64, DriverError> {
-        let mut rx = {
-            let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-            let s = sessions.entry(device_id).or_insert_with(|| {
-                let (tx, rx) = watch::channel(Sub::Connecting("starting".into()));
-                let task = tokio::spawn(subscribe(
-                    self.client.clone(),
-                    device_id,
-                    self.client_id,
-                    tx,
-                ));
-                Session { state: rx, task }
+        let mut rx = self
+            .sessions
+            .watch(device_id, Sub::Connecting("starting".into()), |tx| {
+                subscribe(self.client.clone(), device_id, self.client_id, tx)
             });
-            s.state.clone()
-        };
         let _ = tokio::time::timeout(
             SUBSCRIBE_WAIT,
             rx.wait_for(|s| !matches!(s, Sub::Connecting(_))),

@@ -36,3 +36,49 @@ pub(crate) fn connect_lazy(endpoint: &str) -> Result<Channel, DriverError> {
         .initial_connection_window_size(Some(32 << 20));
     Ok(ep.connect_lazy())
 }
+
+/// One background stream task per device id (P4Runtime arbitration, BFRT
+/// subscription), started on first use; its state is published on a watch
+/// channel. Tasks are aborted when the set is dropped.
+pub(crate) struct Sessions<S> {
+    by_device: std::sync::Mutex<std::collections::HashMap<u64, Session<S>>>,
+}
+
+struct Session<S> {
+    state: tokio::sync::watch::Receiver<S>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl<S> Drop for Session<S> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl<S: Send + Sync + 'static> Sessions<S> {
+    pub(crate) fn new() -> Self {
+        Sessions {
+            by_device: Default::default(),
+        }
+    }
+
+    /// The state of `device_id`'s task, starting it from `initial` with
+    /// `start` if it is not running yet.
+    pub(crate) fn watch<F>(
+        &self,
+        device_id: u64,
+        initial: S,
+        start: impl FnOnce(tokio::sync::watch::Sender<S>) -> F,
+    ) -> tokio::sync::watch::Receiver<S>
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let mut sessions = self.by_device.lock().unwrap_or_else(|e| e.into_inner());
+        let s = sessions.entry(device_id).or_insert_with(|| {
+            let (tx, rx) = tokio::sync::watch::channel(initial);
+            let task = tokio::spawn(start(tx));
+            Session { state: rx, task }
+        });
+        s.state.clone()
+    }
+}

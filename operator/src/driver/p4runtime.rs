@@ -2,8 +2,6 @@
 //! per device id (slot), batched and pipelined writes with per-update
 //! results decoded from the `grpc-status-details-bin` trailer.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use p4fleet_crds::entry_set::Atomicity;
@@ -38,25 +36,13 @@ enum Arbitration {
     Backup(String),
 }
 
-/// The background arbitration task of one device id; aborted on drop.
-struct Session {
-    state: watch::Receiver<Arbitration>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 /// A P4Runtime connection to one Switch.
 pub struct P4RuntimeDevice {
     name: String,
     target: Target,
     election_id: Uint128,
     client: P4RuntimeClient<Channel>,
-    sessions: Mutex<HashMap<u64, Session>>,
+    sessions: channel::Sessions<Arbitration>,
     /// p4fleet's columnar bulk write, used when the target has it.
     bulk: Box<super::bulk::BulkState>,
 }
@@ -81,7 +67,7 @@ impl P4RuntimeDevice {
                 low: election_low,
             },
             client,
-            sessions: Mutex::new(HashMap::new()),
+            sessions: channel::Sessions::new(),
             bulk,
         })
     }
@@ -138,20 +124,11 @@ impl P4RuntimeDevice {
     /// Starts (once) the arbitration task of `device_id` and waits until
     /// this client is primary there.
     async fn wait_primary(&self, device_id: u64) -> Result<Uint128, DriverError> {
-        let mut rx = {
-            let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-            let s = sessions.entry(device_id).or_insert_with(|| {
-                let (tx, rx) = watch::channel(Arbitration::Connecting("starting".into()));
-                let task = tokio::spawn(arbitrate(
-                    self.client.clone(),
-                    device_id,
-                    self.election_id,
-                    tx,
-                ));
-                Session { state: rx, task }
-            });
-            s.state.clone()
-        };
+        let mut rx = self.sessions.watch(
+            device_id,
+            Arbitration::Connecting("starting".into()),
+            |tx| arbitrate(self.client.clone(), device_id, self.election_id, tx),
+        );
         let primary =
             tokio::time::timeout(PRIMARY_WAIT, rx.wait_for(|a| *a == Arbitration::Primary))
                 .await
