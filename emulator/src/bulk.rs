@@ -15,12 +15,13 @@ use p4fleet_proto::bulk::{
     self as bk, BulkCapabilitiesRequest, BulkCapabilitiesResponse, BulkWriteRequest,
     BulkWriteResponse, RowError, bulk_write_server::BulkWrite,
 };
-use p4fleet_proto::p4runtime::{self as p4, field_match::FieldMatchType, update::Type};
+use p4fleet_proto::p4runtime::{self as p4, update::Type};
 use tonic::{Request, Response, Status};
 
 use crate::device::{Device, from_uint128};
 use crate::schema::{MatchKind, TableInfo};
 use crate::service::Inner;
+use crate::wire;
 
 /// Format version reported by Capabilities.
 pub const BULK_VERSION: &str = "1";
@@ -80,12 +81,12 @@ impl<'a> Col<'a> {
 }
 
 /// Canonical P4Runtime byte string (no leading zeros, at least one byte).
-fn canon(v: &[u8]) -> Vec<u8> {
+fn canon(v: &[u8]) -> &[u8] {
     let first = v
         .iter()
         .position(|b| *b != 0)
         .unwrap_or(v.len().saturating_sub(1));
-    v[first..].to_vec()
+    &v[first..]
 }
 
 /// Checks that a per-row fixed-size side column has `n` elements.
@@ -200,96 +201,85 @@ impl<'a> Plan<'a> {
         })
     }
 
-    /// Row `i` as the TableEntry a standard Write would carry.
-    fn row(&self, i: usize, with_action: bool) -> p4::TableEntry {
-        let mut fm = Vec::with_capacity(self.matches.len());
+    /// Appends row `i` as the encoded `Update` a standard Write would
+    /// carry (canonical byte strings; don't-care fields left out).
+    fn row(&self, i: usize, ty: Type, out: &mut Vec<u8>) {
+        let with_action = ty != Type::Delete;
+        wire::put_uint(out, 1, ty as u64);
+        let entity = wire::begin(out, 2);
+        let te = wire::begin(out, 2);
+        wire::put_uint(out, 1, u64::from(self.table_id));
         for (field_id, c) in &self.matches {
-            let t = match c {
-                MatchCol::Exact(v) => FieldMatchType::Exact(p4::field_match::Exact {
-                    value: canon(v.get(i)),
-                }),
+            let (kind, a, b, prefix_len): (u32, &[u8], Option<&[u8]>, u16) = match c {
+                MatchCol::Exact(v) => (2, v.get(i), None, 0),
                 MatchCol::Lpm(v, lens) => {
                     let len = u16::from_be_bytes([lens[2 * i], lens[2 * i + 1]]);
                     if len == 0 {
                         continue;
                     }
-                    FieldMatchType::Lpm(p4::field_match::Lpm {
-                        value: canon(v.get(i)),
-                        prefix_len: i32::from(len),
-                    })
+                    (4, v.get(i), None, len)
                 }
                 MatchCol::Ternary(v, m) => {
                     let mask = m.get(i);
                     if mask.iter().all(|b| *b == 0) {
                         continue;
                     }
-                    FieldMatchType::Ternary(p4::field_match::Ternary {
-                        value: canon(v.get(i)),
-                        mask: canon(mask),
-                    })
+                    (3, v.get(i), Some(mask), 0)
                 }
                 MatchCol::Range(lo, hi, bits) => {
                     let (lo, hi) = (lo.get(i), hi.get(i));
                     if lo.iter().all(|b| *b == 0) && is_max(hi, *bits) {
                         continue;
                     }
-                    FieldMatchType::Range(p4::field_match::Range {
-                        low: canon(lo),
-                        high: canon(hi),
-                    })
+                    (6, lo, Some(hi), 0)
                 }
                 MatchCol::Optional(v, present) => {
                     if present[i] == 0 {
                         continue;
                     }
-                    FieldMatchType::Optional(p4::field_match::Optional {
-                        value: canon(v.get(i)),
-                    })
+                    (7, v.get(i), None, 0)
                 }
             };
-            fm.push(p4::FieldMatch {
-                field_id: *field_id,
-                field_match_type: Some(t),
-            });
+            let fm = wire::begin(out, 2);
+            wire::put_uint(out, 1, u64::from(*field_id));
+            let m = wire::begin(out, kind);
+            wire::put_bytes(out, 1, canon(a));
+            if let Some(b) = b {
+                wire::put_bytes(out, 2, canon(b));
+            }
+            wire::put_uint(out, 2, u64::from(prefix_len));
+            wire::end(out, m);
+            wire::end(out, fm);
         }
-        let priority = self
-            .priorities
-            .map(|p| i32::from_be_bytes(p[4 * i..4 * i + 4].try_into().expect("4 bytes")))
-            .unwrap_or(0);
-        let action = with_action.then(|| {
+        if with_action {
             let action_id = self
                 .action_ids
                 .map(|a| u32::from_be_bytes(a[4 * i..4 * i + 4].try_into().expect("4 bytes")))
                 .unwrap_or(self.action_id);
-            let params = self
-                .params
-                .iter()
-                .filter(|(a, _, _)| *a == action_id)
-                .map(|(_, id, v)| p4::action::Param {
-                    param_id: *id,
-                    value: canon(v.get(i)),
-                })
-                .collect();
-            p4::TableAction {
-                r#type: Some(p4::table_action::Type::Action(p4::Action {
-                    action_id,
-                    params,
-                })),
+            let ta = wire::begin(out, 3);
+            let a = wire::begin(out, 1);
+            wire::put_uint(out, 1, u64::from(action_id));
+            for (_, id, v) in self.params.iter().filter(|(a, _, _)| *a == action_id) {
+                let p = wire::begin(out, 4);
+                wire::put_uint(out, 2, u64::from(*id));
+                wire::put_bytes(out, 3, canon(v.get(i)));
+                wire::end(out, p);
             }
-        });
-        let metadata = self
-            .metadata
-            .as_ref()
-            .map(|(s, m)| m[s[i]..s[i + 1]].to_vec())
-            .unwrap_or_default();
-        p4::TableEntry {
-            table_id: self.table_id,
-            r#match: fm,
-            action,
-            priority,
-            metadata,
-            ..Default::default()
+            wire::end(out, a);
+            wire::end(out, ta);
         }
+        if let Some(p) = self.priorities {
+            let priority = i32::from_be_bytes(p[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+            // int32 on the wire: negative values sign-extend to 64 bits.
+            wire::put_uint(out, 4, i64::from(priority) as u64);
+        }
+        if let Some((s, m)) = &self.metadata
+            && s[i + 1] > s[i]
+        {
+            wire::put_bytes(out, 11, &m[s[i]..s[i + 1]]);
+        }
+        wire::end(out, te);
+        wire::end(out, entity);
     }
 }
 
@@ -344,16 +334,21 @@ impl BulkWrite for BulkService {
                     t.entries.reserve(n);
                 }
             }
-            let mut key = Vec::with_capacity(64);
+            // All rows encoded first (one buffer), then applied with one
+            // scratch that borrows from it.
+            let mut rows = Vec::with_capacity(plan.n * 48);
+            let mut ends = Vec::with_capacity(plan.n);
             for i in 0..plan.n {
-                let te = plan.row(i, ty != Type::Delete);
-                let u = p4::Update {
-                    r#type: ty as i32,
-                    entity: Some(p4::Entity {
-                        entity: Some(p4::entity::Entity::TableEntry(te)),
-                    }),
-                };
-                match pipeline.apply(u, &mut key) {
+                plan.row(i, ty, &mut rows);
+                ends.push(rows.len());
+            }
+            let mut key = Vec::with_capacity(64);
+            let mut scratch = wire::Scratch::default();
+            let mut start = 0;
+            for (i, end) in ends.into_iter().enumerate() {
+                let row = &rows[start..end];
+                start = end;
+                match pipeline.apply(row, &mut key, &mut scratch) {
                     Ok(_) => ok += 1,
                     Err(e) => errors.push(RowError {
                         index: i as u64,
@@ -391,8 +386,8 @@ mod tests {
 
     #[test]
     fn canonical_values_and_full_ranges() {
-        assert_eq!(canon(&[0, 0, 1, 0]), vec![1, 0]);
-        assert_eq!(canon(&[0, 0]), vec![0]);
+        assert_eq!(canon(&[0, 0, 1, 0]), &[1, 0]);
+        assert_eq!(canon(&[0, 0]), &[0]);
         assert!(is_max(&[0x01, 0xff], 9));
         assert!(!is_max(&[0x00, 0xff], 9));
         assert!(is_max(&[0xff], 8));

@@ -10,6 +10,7 @@ use p4fleet_proto::p4runtime::{
     self as p4, set_forwarding_pipeline_config_request::Action as SetAction, update::Type,
 };
 use p4fleet_proto::rpc;
+use prost::Message;
 use serde::Serialize;
 use tokio::sync::mpsc::UnboundedSender;
 use tonic::{Code, Status};
@@ -17,9 +18,12 @@ use tonic::{Code, Status};
 use crate::entry::{
     UpdateError, canonicalize_action, canonicalize_entry, check_action, encode_key, err,
 };
-use crate::schema::Schema;
+use crate::schema::{Schema, TableInfo};
+use crate::wire::{self, ActionView, EntityView, Scratch};
 
-type Entries = HashMap<Key, p4::TableEntry, foldhash::fast::RandomState>;
+/// Canonical key → the entry's encoded `TableEntry` (canonical byte
+/// strings): one allocation per entry, and Read copies it out as it is.
+type Entries = HashMap<Key, Box<[u8]>, foldhash::fast::RandomState>;
 
 const KEY_INLINE: usize = 22;
 
@@ -116,28 +120,37 @@ impl Pipeline {
         }
     }
 
-    /// Applies one update of a Write batch. `key` is a reusable buffer.
-    pub fn apply(&mut self, update: p4::Update, key: &mut Vec<u8>) -> Result<Type, UpdateError> {
-        let ty = Type::try_from(update.r#type).unwrap_or(Type::Unspecified);
+    /// Applies one encoded `Update` of a Write batch. `key` and `scratch`
+    /// are reusable buffers.
+    pub fn apply<'a>(
+        &mut self,
+        update: &'a [u8],
+        key: &mut Vec<u8>,
+        scratch: &mut Scratch<'a>,
+    ) -> Result<Type, UpdateError> {
+        let (ty, entity) = wire::parse_update(update).map_err(malformed)?;
+        let ty = Type::try_from(ty).unwrap_or(Type::Unspecified);
         if ty == Type::Unspecified {
             return Err(err(Code::InvalidArgument, "update type is UNSPECIFIED"));
         }
-        match update.entity.and_then(|e| e.entity) {
-            Some(p4::entity::Entity::TableEntry(te)) => self.write_table_entry(ty, te, key),
-            Some(_) => Err(err(
+        match entity {
+            EntityView::TableEntry(te) => self.write_table_entry(ty, te, key, scratch),
+            EntityView::Other(_) => Err(err(
                 Code::Unimplemented,
                 "only table entries can be written to this emulator",
             )),
-            None => Err(err(Code::InvalidArgument, "update has no entity")),
+            EntityView::Missing => Err(err(Code::InvalidArgument, "update has no entity")),
         }
     }
 
-    fn write_table_entry(
+    fn write_table_entry<'a>(
         &mut self,
         ty: Type,
-        mut te: p4::TableEntry,
+        raw: &'a [u8],
         key: &mut Vec<u8>,
+        scratch: &mut Scratch<'a>,
     ) -> Result<Type, UpdateError> {
+        let te = wire::parse_table_entry(raw, scratch).map_err(malformed)?;
         let Some(table) = self.schema.tables.get(&te.table_id) else {
             return Err(err(
                 Code::NotFound,
@@ -165,7 +178,7 @@ impl Pipeline {
                     "the default entry can only be modified",
                 ));
             }
-            if !te.r#match.is_empty() || te.priority != 0 {
+            if !scratch.matches.is_empty() || te.priority != 0 {
                 return Err(err(
                     Code::InvalidArgument,
                     "the default entry has no match fields and no priority",
@@ -177,14 +190,25 @@ impl Pipeline {
                     format!("table {} has a const default action", table.name),
                 ));
             }
-            state.default_action = match te.action.and_then(|a| a.r#type) {
-                None => table.initial_default.clone(),
-                Some(p4::table_action::Type::Action(mut a)) => {
-                    check_action(&self.schema, table, &a, true)?;
+            state.default_action = match te.action {
+                ActionView::Missing => table.initial_default.clone(),
+                ActionView::Direct { action_id } => {
+                    check_action(&self.schema, table, action_id, &scratch.params, true)?;
+                    let mut a = p4::Action {
+                        action_id,
+                        params: scratch
+                            .params
+                            .iter()
+                            .map(|p| p4::action::Param {
+                                param_id: p.param_id,
+                                value: p.value.to_vec(),
+                            })
+                            .collect(),
+                    };
                     canonicalize_action(&mut a);
                     Some(a)
                 }
-                Some(_) => {
+                ActionView::Profile => {
                     return Err(err(
                         Code::InvalidArgument,
                         format!("table {} is a direct table", table.name),
@@ -194,21 +218,34 @@ impl Pipeline {
             return Ok(Type::Modify);
         }
 
-        encode_key(table, &te.r#match, te.priority, key)?;
+        encode_key(table, &scratch.matches, te.priority, key)?;
         if ty != Type::Delete {
-            match te.action.as_ref().and_then(|a| a.r#type.as_ref()) {
-                Some(p4::table_action::Type::Action(a)) => {
-                    check_action(&self.schema, table, a, false)?
+            match te.action {
+                ActionView::Direct { action_id } => {
+                    check_action(&self.schema, table, action_id, &scratch.params, false)?
                 }
-                Some(_) => {
+                ActionView::Profile => {
                     return Err(err(
                         Code::InvalidArgument,
                         format!("table {} is a direct table", table.name),
                     ));
                 }
-                None => return Err(err(Code::InvalidArgument, "entry has no action")),
+                ActionView::Missing => {
+                    return Err(err(Code::InvalidArgument, "entry has no action"));
+                }
             }
         }
+        // Stored as it came when already canonical (the common case), so
+        // Read returns it byte for byte.
+        let stored = |scratch: &Scratch<'_>| -> Result<Box<[u8]>, UpdateError> {
+            if scratch.canonical() {
+                return Ok(raw.into());
+            }
+            let mut te = p4::TableEntry::decode(raw)
+                .map_err(|e| err(Code::InvalidArgument, format!("malformed entry: {e}")))?;
+            canonicalize_entry(&mut te);
+            Ok(te.encode_to_vec().into_boxed_slice())
+        };
         match ty {
             Type::Insert => {
                 // One hash and probe for the common (new key) case.
@@ -227,8 +264,7 @@ impl Pipeline {
                                 format!("table {} is full ({len} entries)", table.name),
                             ));
                         }
-                        canonicalize_entry(&mut te);
-                        v.insert(te);
+                        v.insert(stored(scratch)?);
                     }
                 }
             }
@@ -239,8 +275,7 @@ impl Pipeline {
                         format!("table {}: no such entry", table.name),
                     ));
                 };
-                canonicalize_entry(&mut te);
-                *slot = te;
+                *slot = stored(scratch)?;
             }
             Type::Delete => {
                 if state.entries.remove(key.as_slice()).is_none() {
@@ -255,11 +290,12 @@ impl Pipeline {
         Ok(ty)
     }
 
-    /// Entities matching one table-entry read filter, passed to `emit`.
+    /// Encoded `TableEntry`s matching one table-entry read filter, passed
+    /// to `emit`.
     pub fn read_table_entries(
         &self,
         filter: &p4::TableEntry,
-        emit: &mut dyn FnMut(p4::TableEntry),
+        emit: &mut dyn FnMut(&[u8]),
     ) -> Result<(), UpdateError> {
         let mut ids: Vec<u32> = if filter.table_id == 0 {
             self.schema.tables.keys().copied().collect()
@@ -277,30 +313,46 @@ impl Pipeline {
             let state = &self.tables[&id];
             if filter.is_default_action {
                 if let Some(a) = &state.default_action {
-                    emit(p4::TableEntry {
-                        table_id: id,
-                        action: Some(p4::TableAction {
-                            r#type: Some(p4::table_action::Type::Action(a.clone())),
-                        }),
-                        is_default_action: true,
-                        r#const: table.const_default_action_id != 0,
-                        ..Default::default()
-                    });
+                    emit(
+                        &p4::TableEntry {
+                            table_id: id,
+                            action: Some(p4::TableAction {
+                                r#type: Some(p4::table_action::Type::Action(a.clone())),
+                            }),
+                            is_default_action: true,
+                            r#const: table.const_default_action_id != 0,
+                            ..Default::default()
+                        }
+                        .encode_to_vec(),
+                    );
                 }
             } else if filter.table_id != 0 && !filter.r#match.is_empty() {
                 let mut key = Vec::new();
-                encode_key(table, &filter.r#match, filter.priority, &mut key)?;
+                key_of(table, filter, &mut key)?;
                 if let Some(e) = state.entries.get(key.as_slice()) {
-                    emit(e.clone());
+                    emit(e);
                 }
             } else {
                 for e in state.entries.values() {
-                    emit(e.clone());
+                    emit(e);
                 }
             }
         }
         Ok(())
     }
+}
+
+fn malformed(e: wire::WireError) -> UpdateError {
+    err(Code::InvalidArgument, format!("update: {e}"))
+}
+
+/// The canonical key of a prost `TableEntry` (read filters and drift
+/// helpers, off the hot path: it goes through the wire form).
+fn key_of(table: &TableInfo, te: &p4::TableEntry, key: &mut Vec<u8>) -> Result<(), UpdateError> {
+    let raw = te.encode_to_vec();
+    let mut scratch = Scratch::default();
+    let v = wire::parse_table_entry(&raw, &mut scratch).map_err(malformed)?;
+    encode_key(table, &scratch.matches, v.priority, key)
 }
 
 /// Pipeline and table contents of a device.
@@ -693,7 +745,7 @@ impl Device {
             .get(&te.table_id)
             .ok_or_else(|| err(Code::NotFound, format!("unknown table {}", te.table_id)))?;
         let mut key = Vec::new();
-        encode_key(table, &te.r#match, te.priority, &mut key)?;
+        key_of(table, te, &mut key)?;
         let removed = p
             .tables
             .get_mut(&te.table_id)
@@ -753,16 +805,14 @@ impl Device {
             .pipeline
             .as_mut()
             .ok_or_else(|| err(Code::FailedPrecondition, "no pipeline"))?;
-        let mut key = Vec::new();
-        p.apply(
-            p4::Update {
-                r#type: Type::Insert as i32,
-                entity: Some(p4::Entity {
-                    entity: Some(p4::entity::Entity::TableEntry(te)),
-                }),
-            },
-            &mut key,
-        )
-        .map(|_| ())
+        let update = p4::Update {
+            r#type: Type::Insert as i32,
+            entity: Some(p4::Entity {
+                entity: Some(p4::entity::Entity::TableEntry(te)),
+            }),
+        }
+        .encode_to_vec();
+        p.apply(&update, &mut Vec::new(), &mut Scratch::default())
+            .map(|_| ())
     }
 }

@@ -6,6 +6,8 @@ use p4fleet_proto::p4info::action_ref::Scope;
 use p4fleet_proto::p4runtime::{self as p4, field_match::FieldMatchType};
 use tonic::Code;
 
+use crate::wire::{FieldView, MatchView, ParamView};
+
 use crate::schema::{MatchKind, Schema, TableInfo, nbytes};
 
 /// Why one update (or one read key) was refused.
@@ -91,7 +93,7 @@ fn zero_after(buf: &[u8], keep: usize) -> bool {
 /// (don't-care) fields as zeros, then the priority when the table needs one.
 pub fn encode_key(
     table: &TableInfo,
-    matches: &[p4::FieldMatch],
+    matches: &[FieldView<'_>],
     priority: i32,
     key: &mut Vec<u8>,
 ) -> Result<(), UpdateError> {
@@ -127,41 +129,41 @@ pub fn encode_key(
         let what = || format!("table {} field {}", table.name, f.name);
         let nb = f.nbytes;
         let slot = &mut key[f.offset..f.offset + f.kind.key_len(nb)];
-        match (f.kind, &m.field_match_type) {
-            (MatchKind::Exact, Some(FieldMatchType::Exact(e))) => {
-                put(slot, &e.value, f.bitwidth, &what)?;
+        match (f.kind, m.m) {
+            (MatchKind::Exact, MatchView::Exact(value)) => {
+                put(slot, value, f.bitwidth, &what)?;
             }
-            (MatchKind::Lpm, Some(FieldMatchType::Lpm(l))) => {
-                if l.prefix_len <= 0 || l.prefix_len as u32 > f.bitwidth {
+            (MatchKind::Lpm, MatchView::Lpm(value, prefix_len)) => {
+                if prefix_len <= 0 || prefix_len as u32 > f.bitwidth {
                     return Err(err(
                         Code::InvalidArgument,
                         format!(
                             "{}: prefix_len {} not in 1..={} (omit the field for a \
                              don't-care match)",
                             what(),
-                            l.prefix_len,
+                            prefix_len,
                             f.bitwidth
                         ),
                     ));
                 }
-                put(&mut slot[..nb], &l.value, f.bitwidth, &what)?;
+                put(&mut slot[..nb], value, f.bitwidth, &what)?;
                 let pad = nb * 8 - f.bitwidth as usize;
-                if !zero_after(&slot[..nb], pad + l.prefix_len as usize) {
+                if !zero_after(&slot[..nb], pad + prefix_len as usize) {
                     return Err(err(
                         Code::InvalidArgument,
                         format!(
                             "{}: bits beyond prefix length {} must be zero",
                             what(),
-                            l.prefix_len
+                            prefix_len
                         ),
                     ));
                 }
-                slot[nb..].copy_from_slice(&(l.prefix_len as u16).to_be_bytes());
+                slot[nb..].copy_from_slice(&(prefix_len as u16).to_be_bytes());
             }
-            (MatchKind::Ternary, Some(FieldMatchType::Ternary(t))) => {
+            (MatchKind::Ternary, MatchView::Ternary(value, mask)) => {
                 let (v, mk) = slot.split_at_mut(nb);
-                put(v, &t.value, f.bitwidth, &what)?;
-                put(mk, &t.mask, f.bitwidth, &|| format!("{} mask", what()))?;
+                put(v, value, f.bitwidth, &what)?;
+                put(mk, mask, f.bitwidth, &|| format!("{} mask", what()))?;
                 if mk.iter().all(|b| *b == 0) {
                     return Err(err(
                         Code::InvalidArgument,
@@ -175,10 +177,10 @@ pub fn encode_key(
                     ));
                 }
             }
-            (MatchKind::Range, Some(FieldMatchType::Range(r))) => {
+            (MatchKind::Range, MatchView::Range(low, high)) => {
                 let (lo, hi) = slot.split_at_mut(nb);
-                put(lo, &r.low, f.bitwidth, &|| format!("{} low", what()))?;
-                put(hi, &r.high, f.bitwidth, &|| format!("{} high", what()))?;
+                put(lo, low, f.bitwidth, &|| format!("{} low", what()))?;
+                put(hi, high, f.bitwidth, &|| format!("{} high", what()))?;
                 if lo > hi {
                     return Err(err(
                         Code::InvalidArgument,
@@ -192,9 +194,9 @@ pub fn encode_key(
                     ));
                 }
             }
-            (MatchKind::Optional, Some(FieldMatchType::Optional(o))) => {
+            (MatchKind::Optional, MatchView::Optional(value)) => {
                 slot[0] = 1;
-                put(&mut slot[1..], &o.value, f.bitwidth, &what)?;
+                put(&mut slot[1..], value, f.bitwidth, &what)?;
             }
             (kind, got) => {
                 return Err(err(
@@ -202,15 +204,7 @@ pub fn encode_key(
                     format!(
                         "{}: expected a {kind:?} match, got {}",
                         what(),
-                        match got {
-                            Some(FieldMatchType::Exact(_)) => "exact",
-                            Some(FieldMatchType::Lpm(_)) => "lpm",
-                            Some(FieldMatchType::Ternary(_)) => "ternary",
-                            Some(FieldMatchType::Range(_)) => "range",
-                            Some(FieldMatchType::Optional(_)) => "optional",
-                            Some(FieldMatchType::Other(_)) => "other",
-                            None => "nothing",
-                        }
+                        got.name()
                     ),
                 ));
             }
@@ -270,15 +264,16 @@ fn is_max(v: &[u8], bitwidth: u32) -> bool {
 pub fn check_action(
     schema: &Schema,
     table: &TableInfo,
-    action: &p4::Action,
+    action_id: u32,
+    params: &[ParamView<'_>],
     for_default: bool,
 ) -> Result<(), UpdateError> {
-    let Some(scope) = table.action_scope(action.action_id) else {
+    let Some(scope) = table.action_scope(action_id) else {
         return Err(err(
             Code::InvalidArgument,
             format!(
                 "table {}: action id {} is not an action of this table",
-                table.name, action.action_id
+                table.name, action_id
             ),
         ));
     };
@@ -288,7 +283,7 @@ pub fn check_action(
                 Code::InvalidArgument,
                 format!(
                     "table {}: action {} may only be the default action",
-                    table.name, action.action_id
+                    table.name, action_id
                 ),
             ));
         }
@@ -297,7 +292,7 @@ pub fn check_action(
                 Code::InvalidArgument,
                 format!(
                     "table {}: action {} cannot be the default action",
-                    table.name, action.action_id
+                    table.name, action_id
                 ),
             ));
         }
@@ -305,21 +300,21 @@ pub fn check_action(
     }
     let info = schema
         .actions
-        .get(&action.action_id)
+        .get(&action_id)
         .expect("schema checked action refs");
-    if action.params.len() != info.params.len() {
+    if params.len() != info.params.len() {
         return Err(err(
             Code::InvalidArgument,
             format!(
                 "action {}: expected {} params, got {}",
                 info.name,
                 info.params.len(),
-                action.params.len()
+                params.len()
             ),
         ));
     }
     let mut seen: u64 = 0;
-    for p in &action.params {
+    for p in params {
         let Some((idx, pinfo)) = info
             .params
             .iter()
@@ -340,7 +335,7 @@ pub fn check_action(
             }
             seen |= 1 << idx;
         }
-        significant(&p.value, pinfo.bitwidth, &|| {
+        significant(p.value, pinfo.bitwidth, &|| {
             format!("action {} param {}", info.name, pinfo.name)
         })?;
     }

@@ -14,6 +14,7 @@ mod profile;
 mod schema;
 mod service;
 mod stats;
+mod wire;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -21,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use p4fleet_proto::bfrt::bf_runtime_server::BfRuntimeServer;
-use p4fleet_proto::p4runtime::{self as p4, p4_runtime_server::P4RuntimeServer};
+use p4fleet_proto::p4runtime as p4;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -31,7 +32,7 @@ pub use device::DeviceStats;
 pub use entry::UpdateError;
 pub use profile::{LatencyProfile, UnknownProfile};
 pub use schema::SchemaError;
-pub use service::{P4RUNTIME_API_VERSION, P4RuntimeService, write_error_details};
+pub use service::{P4RUNTIME_API_VERSION, P4RuntimeGrpc, P4RuntimeService, write_error_details};
 
 use device::Device;
 use service::Inner;
@@ -243,12 +244,13 @@ impl Emulator {
 
     /// The tonic service (with raised message size limits), to mount in any
     /// tonic server.
-    pub fn service(&self) -> P4RuntimeServer<P4RuntimeService> {
-        P4RuntimeServer::new(P4RuntimeService {
-            inner: self.inner.clone(),
-        })
-        .max_decoding_message_size(self.max_message_size)
-        .max_encoding_message_size(self.max_message_size)
+    pub fn service(&self) -> P4RuntimeGrpc {
+        P4RuntimeGrpc::new(
+            P4RuntimeService {
+                inner: self.inner.clone(),
+            },
+            self.max_message_size,
+        )
     }
 
     /// p4fleet's columnar `BulkWrite` service (docs/bulk.md), served next

@@ -5,9 +5,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use std::convert::Infallible;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, BufMut, Bytes};
 use futures::{Stream, StreamExt};
 use p4fleet_proto::p4runtime::{
-    self as p4, get_forwarding_pipeline_config_request::ResponseType, p4_runtime_server::P4Runtime,
+    self as p4, get_forwarding_pipeline_config_request::ResponseType,
+    p4_runtime_server::{P4Runtime, P4RuntimeServer},
     set_forwarding_pipeline_config_request::Action as SetAction, update::Type,
     write_request::Atomicity,
 };
@@ -15,10 +20,14 @@ use p4fleet_proto::rpc;
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codegen::{Body, BoxFuture, Service, StdError, http};
+use tonic::server::NamedService;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use crate::device::{Device, from_uint128};
 use crate::entry::UpdateError;
+use crate::wire;
 
 /// P4Runtime API version this emulator reports.
 pub const P4RUNTIME_API_VERSION: &str = "1.4.0";
@@ -45,13 +54,9 @@ pub struct P4RuntimeService {
     pub(crate) inner: Arc<Inner>,
 }
 
-fn check_primary(
-    dev: &Device,
-    role: &str,
-    election_id: Option<&p4::Uint128>,
-) -> Result<(), Status> {
+fn check_primary(dev: &Device, role: &str, election_id: Option<u128>) -> Result<(), Status> {
     let primary = dev.arb.lock().expect("arb lock").primary_election(role);
-    match (primary, election_id.map(from_uint128)) {
+    match (primary, election_id) {
         (Some(p), Some(e)) if p == e => Ok(()),
         (None, _) => Err(Status::permission_denied(format!(
             "no primary controller for role {role:?} of device {}",
@@ -90,15 +95,12 @@ pub fn write_error_details(n: usize, errors: &[(usize, UpdateError)]) -> Vec<u8>
     .encode_to_vec()
 }
 
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
-
-#[tonic::async_trait]
-impl P4Runtime for P4RuntimeService {
-    async fn write(
-        &self,
-        request: Request<p4::WriteRequest>,
-    ) -> Result<Response<p4::WriteResponse>, Status> {
-        let req = request.into_inner();
+impl P4RuntimeService {
+    /// Write, from the encoded `WriteRequest`: updates are validated and
+    /// applied from borrowed views of the request bytes (crate::wire).
+    pub(crate) async fn write_raw(&self, body: Bytes) -> Result<(), Status> {
+        let req = wire::parse_write(&body)
+            .map_err(|e| Status::invalid_argument(format!("WriteRequest: {e}")))?;
         let dev = self.inner.device(req.device_id)?;
         let c = &dev.counters;
         c.write_rpcs.fetch_add(1, Ordering::Relaxed);
@@ -107,7 +109,7 @@ impl P4Runtime for P4RuntimeService {
                 "only CONTINUE_ON_ERROR atomicity is supported",
             ));
         }
-        check_primary(dev, &req.role, req.election_id.as_ref())?;
+        check_primary(dev, req.role, req.election_id)?;
         let n = req.updates.len();
         let mut errors: Vec<(usize, UpdateError)> = Vec::new();
         let (mut ins, mut modi, mut del) = (0u64, 0u64, 0u64);
@@ -118,8 +120,9 @@ impl P4Runtime for P4RuntimeService {
                 .as_mut()
                 .ok_or_else(|| Status::failed_precondition("no forwarding pipeline config"))?;
             let mut key = Vec::with_capacity(64);
-            for (i, u) in req.updates.into_iter().enumerate() {
-                match pipeline.apply(u, &mut key) {
+            let mut scratch = wire::Scratch::default();
+            for (i, u) in req.updates.iter().enumerate() {
+                match pipeline.apply(u, &mut key, &mut scratch) {
                     Ok(Type::Insert) => ins += 1,
                     Ok(Type::Modify) => modi += 1,
                     Ok(_) => del += 1,
@@ -133,7 +136,7 @@ impl P4Runtime for P4RuntimeService {
         // State is already updated (reads see it); only the answer waits.
         crate::profile::delay(self.inner.profile, &dev.busy, n).await;
         if errors.is_empty() {
-            return Ok(Response::new(p4::WriteResponse {}));
+            return Ok(());
         }
         c.failed_updates
             .fetch_add(errors.len() as u64, Ordering::Relaxed);
@@ -145,18 +148,15 @@ impl P4Runtime for P4RuntimeService {
         ))
     }
 
-    type ReadStream = BoxStream<p4::ReadResponse>;
-
-    async fn read(
-        &self,
-        request: Request<p4::ReadRequest>,
-    ) -> Result<Response<Self::ReadStream>, Status> {
-        let req = request.into_inner();
+    /// Read, as encoded `ReadResponse`s of up to `read_chunk` entities:
+    /// stored entries are copied out as they are, not re-encoded.
+    pub(crate) fn read_raw(&self, req: &p4::ReadRequest) -> Result<Vec<Bytes>, Status> {
         let dev = self.inner.device(req.device_id)?;
         dev.counters.read_rpcs.fetch_add(1, Ordering::Relaxed);
         let chunk = self.inner.read_chunk.max(1);
-        let mut responses: Vec<Result<p4::ReadResponse, Status>> = Vec::new();
-        let mut current: Vec<p4::Entity> = Vec::new();
+        let mut responses: Vec<Bytes> = Vec::new();
+        let mut current: Vec<u8> = Vec::new();
+        let mut in_current = 0usize;
         let mut total = 0u64;
         {
             let state = dev.state.lock().expect("state lock");
@@ -170,13 +170,11 @@ impl P4Runtime for P4RuntimeService {
                         pipeline
                             .read_table_entries(filter, &mut |te| {
                                 total += 1;
-                                current.push(p4::Entity {
-                                    entity: Some(p4::entity::Entity::TableEntry(te)),
-                                });
-                                if current.len() >= chunk {
-                                    responses.push(Ok(p4::ReadResponse {
-                                        entities: std::mem::take(&mut current),
-                                    }));
+                                wire::push_read_entity(&mut current, te);
+                                in_current += 1;
+                                if in_current >= chunk {
+                                    responses.push(std::mem::take(&mut current).into());
+                                    in_current = 0;
                                 }
                             })
                             .map_err(|e| Status::new(e.code, e.message))?;
@@ -190,12 +188,178 @@ impl P4Runtime for P4RuntimeService {
                 }
             }
         }
-        if !current.is_empty() || responses.is_empty() {
-            responses.push(Ok(p4::ReadResponse { entities: current }));
+        if in_current > 0 || responses.is_empty() {
+            responses.push(current.into());
         }
         dev.counters
             .entities_read
             .fetch_add(total, Ordering::Relaxed);
+        Ok(responses)
+    }
+}
+
+/// A gRPC codec that passes encoded messages through: the Write and Read
+/// handlers parse and build protobuf themselves.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct RawCodec;
+
+impl Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+}
+
+impl Encoder for RawCodec {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawCodec {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        // Zero-copy: a view of the frame tonic already buffered.
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+/// `p4.v1.P4Runtime` as served: Write and Read go through the wire path
+/// ([`RawCodec`]); the other methods through the generated server.
+#[derive(Clone)]
+pub struct P4RuntimeGrpc {
+    svc: P4RuntimeService,
+    generated: P4RuntimeServer<P4RuntimeService>,
+    max_message_size: usize,
+}
+
+impl P4RuntimeGrpc {
+    pub(crate) fn new(svc: P4RuntimeService, max_message_size: usize) -> Self {
+        let generated = P4RuntimeServer::new(svc.clone())
+            .max_decoding_message_size(max_message_size)
+            .max_encoding_message_size(max_message_size);
+        P4RuntimeGrpc {
+            svc,
+            generated,
+            max_message_size,
+        }
+    }
+
+    fn grpc(&self) -> tonic::server::Grpc<RawCodec> {
+        tonic::server::Grpc::new(RawCodec)
+            .apply_max_message_size_config(Some(self.max_message_size), Some(self.max_message_size))
+    }
+}
+
+impl NamedService for P4RuntimeGrpc {
+    const NAME: &'static str = "p4.v1.P4Runtime";
+}
+
+struct WriteMethod(P4RuntimeService);
+
+impl tonic::server::UnaryService<Bytes> for WriteMethod {
+    type Response = Bytes;
+    type Future = BoxFuture<Response<Bytes>, Status>;
+
+    fn call(&mut self, request: Request<Bytes>) -> Self::Future {
+        let svc = self.0.clone();
+        Box::pin(async move {
+            svc.write_raw(request.into_inner()).await?;
+            // WriteResponse has no fields: its encoding is empty.
+            Ok(Response::new(Bytes::new()))
+        })
+    }
+}
+
+struct ReadMethod(P4RuntimeService);
+
+impl tonic::server::ServerStreamingService<Bytes> for ReadMethod {
+    type Response = Bytes;
+    type ResponseStream = BoxStream<Bytes>;
+    type Future = BoxFuture<Response<BoxStream<Bytes>>, Status>;
+
+    fn call(&mut self, request: Request<Bytes>) -> Self::Future {
+        let svc = self.0.clone();
+        Box::pin(async move {
+            let req = p4::ReadRequest::decode(request.into_inner())
+                .map_err(|e| Status::invalid_argument(format!("ReadRequest: {e}")))?;
+            let chunks = svc.read_raw(&req)?;
+            let stream: BoxStream<Bytes> = Box::pin(tokio_stream::iter(chunks.into_iter().map(Ok)));
+            Ok(Response::new(stream))
+        })
+    }
+}
+
+impl<B> Service<http::Request<B>> for P4RuntimeGrpc
+where
+    B: Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Infallible>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        match req.uri().path() {
+            "/p4.v1.P4Runtime/Write" => {
+                let mut grpc = self.grpc();
+                let method = WriteMethod(self.svc.clone());
+                Box::pin(async move { Ok(grpc.unary(method, req).await) })
+            }
+            "/p4.v1.P4Runtime/Read" => {
+                let mut grpc = self.grpc();
+                let method = ReadMethod(self.svc.clone());
+                Box::pin(async move { Ok(grpc.server_streaming(method, req).await) })
+            }
+            _ => self.generated.call(req),
+        }
+    }
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl P4Runtime for P4RuntimeService {
+    async fn write(
+        &self,
+        request: Request<p4::WriteRequest>,
+    ) -> Result<Response<p4::WriteResponse>, Status> {
+        // Served by the wire path (`P4RuntimeGrpc`); this is for callers of
+        // the generated trait.
+        self.write_raw(request.into_inner().encode_to_vec().into())
+            .await?;
+        Ok(Response::new(p4::WriteResponse {}))
+    }
+
+    type ReadStream = BoxStream<p4::ReadResponse>;
+
+    async fn read(
+        &self,
+        request: Request<p4::ReadRequest>,
+    ) -> Result<Response<Self::ReadStream>, Status> {
+        let chunks = self.read_raw(&request.into_inner())?;
+        let responses: Vec<Result<p4::ReadResponse, Status>> = chunks
+            .iter()
+            .map(|c| p4::ReadResponse::decode(c.as_ref()).map_err(|e| Status::internal(e.to_string())))
+            .collect();
         Ok(Response::new(Box::pin(tokio_stream::iter(responses))))
     }
 
@@ -208,7 +372,7 @@ impl P4Runtime for P4RuntimeService {
         dev.counters
             .set_pipeline_rpcs
             .fetch_add(1, Ordering::Relaxed);
-        check_primary(dev, &req.role, req.election_id.as_ref())?;
+        check_primary(dev, &req.role, req.election_id.as_ref().map(from_uint128))?;
         let action = SetAction::try_from(req.action).unwrap_or(SetAction::Unspecified);
         dev.state
             .lock()
