@@ -201,11 +201,7 @@ pub fn encode_key(
             (kind, got) => {
                 return Err(err(
                     Code::InvalidArgument,
-                    format!(
-                        "{}: expected a {kind:?} match, got {}",
-                        what(),
-                        got.name()
-                    ),
+                    format!("{}: expected a {kind:?} match, got {}", what(), got.name()),
                 ));
             }
         }

@@ -10,6 +10,8 @@ pub mod bfrt;
 mod bulk;
 mod device;
 mod entry;
+mod grpc;
+mod key;
 mod profile;
 mod schema;
 mod service;
@@ -22,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use p4fleet_proto::bfrt::bf_runtime_server::BfRuntimeServer;
-use p4fleet_proto::p4runtime as p4;
+use p4fleet_proto::p4runtime::{self as p4, p4_runtime_server::P4RuntimeServer};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -245,12 +247,13 @@ impl Emulator {
     /// The tonic service (with raised message size limits), to mount in any
     /// tonic server.
     pub fn service(&self) -> P4RuntimeGrpc {
-        P4RuntimeGrpc::new(
-            P4RuntimeService {
-                inner: self.inner.clone(),
-            },
-            self.max_message_size,
-        )
+        let svc = P4RuntimeService {
+            inner: self.inner.clone(),
+        };
+        let generated = P4RuntimeServer::new(svc.clone())
+            .max_decoding_message_size(self.max_message_size)
+            .max_encoding_message_size(self.max_message_size);
+        P4RuntimeGrpc::new(svc, generated, self.max_message_size)
     }
 
     /// p4fleet's columnar `BulkWrite` service (docs/bulk.md), served next
@@ -267,12 +270,14 @@ impl Emulator {
 
     /// The BFRT tonic service (with raised message size limits), to mount in
     /// any tonic server.
-    pub fn bfrt_service(&self) -> BfRuntimeServer<bfrt::BfrtService> {
-        BfRuntimeServer::new(bfrt::BfrtService {
+    pub fn bfrt_service(&self) -> bfrt::BfrtGrpc {
+        let svc = bfrt::BfrtService {
             inner: self.inner.clone(),
-        })
-        .max_decoding_message_size(self.max_message_size)
-        .max_encoding_message_size(self.max_message_size)
+        };
+        let generated = BfRuntimeServer::new(svc.clone())
+            .max_decoding_message_size(self.max_message_size)
+            .max_encoding_message_size(self.max_message_size);
+        bfrt::BfrtGrpc::new(svc, generated, self.max_message_size)
     }
 
     /// Loads BFRT programs on a device, replacing the loaded ones (as
@@ -315,8 +320,7 @@ impl Emulator {
             .programs
             .get_mut(p4_name)
             .ok_or_else(|| EmulatorError::BfrtProgram(format!("{p4_name} is not loaded")))?;
-        let mut key = Vec::new();
-        let applied = p.apply_entry(ty, entry, &mut key, None)?;
+        let applied = p.apply_entry(ty, entry, None)?;
         if let bfrt::Applied::Delete(n) = applied {
             dev.counters
                 .drift_deletes

@@ -5,24 +5,21 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use std::convert::Infallible;
-use std::task::{Context, Poll};
-
-use bytes::{Buf, BufMut, Bytes};
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use p4fleet_proto::p4runtime::{
-    self as p4, get_forwarding_pipeline_config_request::ResponseType,
+    self as p4,
+    get_forwarding_pipeline_config_request::ResponseType,
     p4_runtime_server::{P4Runtime, P4RuntimeServer},
-    set_forwarding_pipeline_config_request::Action as SetAction, update::Type,
+    set_forwarding_pipeline_config_request::Action as SetAction,
+    update::Type,
     write_request::Atomicity,
 };
 use p4fleet_proto::rpc;
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use tonic::codegen::{Body, BoxFuture, Service, StdError, http};
-use tonic::server::NamedService;
+use tonic::codegen::BoxFuture;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use crate::device::{Device, from_uint128};
@@ -198,141 +195,30 @@ impl P4RuntimeService {
     }
 }
 
-/// A gRPC codec that passes encoded messages through: the Write and Read
-/// handlers parse and build protobuf themselves.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct RawCodec;
+impl crate::grpc::WireMethods for P4RuntimeService {
+    const WRITE: &'static str = "/p4.v1.P4Runtime/Write";
+    const READ: &'static str = "/p4.v1.P4Runtime/Read";
 
-impl Codec for RawCodec {
-    type Encode = Bytes;
-    type Decode = Bytes;
-    type Encoder = RawCodec;
-    type Decoder = RawCodec;
-
-    fn encoder(&mut self) -> RawCodec {
-        RawCodec
-    }
-
-    fn decoder(&mut self) -> RawCodec {
-        RawCodec
-    }
-}
-
-impl Encoder for RawCodec {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put(item);
-        Ok(())
-    }
-}
-
-impl Decoder for RawCodec {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
-        // Zero-copy: a view of the frame tonic already buffered.
-        Ok(Some(src.copy_to_bytes(src.remaining())))
-    }
-}
-
-/// `p4.v1.P4Runtime` as served: Write and Read go through the wire path
-/// ([`RawCodec`]); the other methods through the generated server.
-#[derive(Clone)]
-pub struct P4RuntimeGrpc {
-    svc: P4RuntimeService,
-    generated: P4RuntimeServer<P4RuntimeService>,
-    max_message_size: usize,
-}
-
-impl P4RuntimeGrpc {
-    pub(crate) fn new(svc: P4RuntimeService, max_message_size: usize) -> Self {
-        let generated = P4RuntimeServer::new(svc.clone())
-            .max_decoding_message_size(max_message_size)
-            .max_encoding_message_size(max_message_size);
-        P4RuntimeGrpc {
-            svc,
-            generated,
-            max_message_size,
-        }
-    }
-
-    fn grpc(&self) -> tonic::server::Grpc<RawCodec> {
-        tonic::server::Grpc::new(RawCodec)
-            .apply_max_message_size_config(Some(self.max_message_size), Some(self.max_message_size))
-    }
-}
-
-impl NamedService for P4RuntimeGrpc {
-    const NAME: &'static str = "p4.v1.P4Runtime";
-}
-
-struct WriteMethod(P4RuntimeService);
-
-impl tonic::server::UnaryService<Bytes> for WriteMethod {
-    type Response = Bytes;
-    type Future = BoxFuture<Response<Bytes>, Status>;
-
-    fn call(&mut self, request: Request<Bytes>) -> Self::Future {
-        let svc = self.0.clone();
+    fn write(&self, body: Bytes) -> BoxFuture<Bytes, Status> {
+        let svc = self.clone();
         Box::pin(async move {
-            svc.write_raw(request.into_inner()).await?;
+            svc.write_raw(body).await?;
             // WriteResponse has no fields: its encoding is empty.
-            Ok(Response::new(Bytes::new()))
+            Ok(Bytes::new())
         })
     }
-}
 
-struct ReadMethod(P4RuntimeService);
-
-impl tonic::server::ServerStreamingService<Bytes> for ReadMethod {
-    type Response = Bytes;
-    type ResponseStream = BoxStream<Bytes>;
-    type Future = BoxFuture<Response<BoxStream<Bytes>>, Status>;
-
-    fn call(&mut self, request: Request<Bytes>) -> Self::Future {
-        let svc = self.0.clone();
-        Box::pin(async move {
-            let req = p4::ReadRequest::decode(request.into_inner())
-                .map_err(|e| Status::invalid_argument(format!("ReadRequest: {e}")))?;
-            let chunks = svc.read_raw(&req)?;
-            let stream: BoxStream<Bytes> = Box::pin(tokio_stream::iter(chunks.into_iter().map(Ok)));
-            Ok(Response::new(stream))
-        })
+    fn read(&self, body: Bytes) -> Result<Vec<Bytes>, Status> {
+        let req = p4::ReadRequest::decode(body)
+            .map_err(|e| Status::invalid_argument(format!("ReadRequest: {e}")))?;
+        self.read_raw(&req)
     }
 }
 
-impl<B> Service<http::Request<B>> for P4RuntimeGrpc
-where
-    B: Body + Send + 'static,
-    B::Error: Into<StdError> + Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<Self::Response, Infallible>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        match req.uri().path() {
-            "/p4.v1.P4Runtime/Write" => {
-                let mut grpc = self.grpc();
-                let method = WriteMethod(self.svc.clone());
-                Box::pin(async move { Ok(grpc.unary(method, req).await) })
-            }
-            "/p4.v1.P4Runtime/Read" => {
-                let mut grpc = self.grpc();
-                let method = ReadMethod(self.svc.clone());
-                Box::pin(async move { Ok(grpc.server_streaming(method, req).await) })
-            }
-            _ => self.generated.call(req),
-        }
-    }
-}
+/// `p4.v1.P4Runtime` as served: Write and Read on the wire path, the other
+/// methods through the generated server.
+pub type P4RuntimeGrpc =
+    crate::grpc::WireServer<P4RuntimeService, P4RuntimeServer<P4RuntimeService>>;
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
@@ -358,7 +244,9 @@ impl P4Runtime for P4RuntimeService {
         let chunks = self.read_raw(&request.into_inner())?;
         let responses: Vec<Result<p4::ReadResponse, Status>> = chunks
             .iter()
-            .map(|c| p4::ReadResponse::decode(c.as_ref()).map_err(|e| Status::internal(e.to_string())))
+            .map(|c| {
+                p4::ReadResponse::decode(c.as_ref()).map_err(|e| Status::internal(e.to_string()))
+            })
             .collect();
         Ok(Response::new(Box::pin(tokio_stream::iter(responses))))
     }

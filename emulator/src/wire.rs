@@ -89,8 +89,8 @@ impl<'a> Reader<'a> {
                 self.take(8)?.try_into().expect("8 bytes"),
             )),
             2 => {
-                let n = usize::try_from(self.varint()?)
-                    .map_err(|_| WireError("length too large"))?;
+                let n =
+                    usize::try_from(self.varint()?).map_err(|_| WireError("length too large"))?;
                 Value::Len(self.take(n)?)
             }
             5 => Value::I32(u32::from_le_bytes(
@@ -136,8 +136,8 @@ pub fn parse_write(buf: &[u8]) -> Result<WriteView<'_>, WireError> {
             4 => w.updates.push(v.bytes()?),
             5 => w.atomicity = v.int32()?,
             6 => {
-                w.role = std::str::from_utf8(v.bytes()?)
-                    .map_err(|_| WireError("role is not UTF-8"))?
+                w.role =
+                    std::str::from_utf8(v.bytes()?).map_err(|_| WireError("role is not UTF-8"))?
             }
             _ => {}
         }
@@ -222,7 +222,9 @@ pub struct ParamView<'a> {
 pub enum ActionView {
     Missing,
     /// A direct action; its params are in [`Scratch::params`].
-    Direct { action_id: u32 },
+    Direct {
+        action_id: u32,
+    },
     /// An action profile member, group or action set.
     Profile,
 }
@@ -551,7 +553,10 @@ mod tests {
         let (ty, e) = parse_update(w.updates[0]).unwrap();
         assert_eq!(ty, 1);
         assert_eq!(e, EntityView::TableEntry(&entry().encode_to_vec()[..]));
-        assert_eq!(parse_update(w.updates[1]).unwrap(), (3, EntityView::Missing));
+        assert_eq!(
+            parse_update(w.updates[1]).unwrap(),
+            (3, EntityView::Missing)
+        );
     }
 
     #[test]

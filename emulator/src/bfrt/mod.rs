@@ -11,13 +11,14 @@
 mod schema;
 mod service;
 mod store;
+mod wire;
 
 use std::collections::{BTreeMap, HashMap};
 
 use p4fleet_proto::bfrt;
 
 pub use schema::{BfrtSchemaError, NON_P4_JSON};
-pub use service::{BfrtService, bfrt_write_error_details};
+pub use service::{BfrtGrpc, BfrtService, bfrt_write_error_details};
 
 use schema::BfrtSchema;
 pub(crate) use store::Applied;
@@ -146,10 +147,10 @@ impl BfrtDevice {
                     continue;
                 }
                 let entries = &mut p.tables.get_mut(&id).expect("listed").entries;
-                let victims: Vec<Box<[u8]>> =
+                let victims: Vec<crate::key::Key> =
                     entries.keys().take(count - removed).cloned().collect();
                 for k in victims {
-                    entries.remove(&k);
+                    entries.remove(k.as_slice());
                     removed += 1;
                 }
             }

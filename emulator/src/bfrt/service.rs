@@ -4,22 +4,29 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use p4fleet_proto::bfrt::{
-    self, bf_runtime_server::BfRuntime, set_forwarding_pipeline_config_request::Action,
-    update::Type, write_request::Atomicity,
+    self,
+    bf_runtime_server::{BfRuntime, BfRuntimeServer},
+    set_forwarding_pipeline_config_request::Action,
+    update::Type,
+    write_request::Atomicity,
 };
 use p4fleet_proto::rpc;
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::codegen::BoxFuture;
 use tonic::{Code, Request, Response, Status, Streaming};
 
-use super::store::{Applied, Program, Undo};
+use super::store::{Applied, Program, Scratch, Undo};
+use super::wire::{self, EntityView};
 use super::{BfrtDevice, Client, NON_P4_JSON};
 use crate::device::Device;
 use crate::entry::{UpdateError, err};
 use crate::service::Inner;
+use crate::wire::{begin, end, put_bytes};
 
 /// The tonic service; build with [`crate::Emulator::bfrt_service`].
 #[derive(Clone)]
@@ -103,16 +110,13 @@ impl BfrtService {
     fn device(&self, id: u32) -> Result<&Arc<Device>, Status> {
         self.inner.device(id as u64)
     }
-}
 
-#[tonic::async_trait]
-impl BfRuntime for BfrtService {
-    async fn write(
-        &self,
-        request: Request<bfrt::WriteRequest>,
-    ) -> Result<Response<bfrt::WriteResponse>, Status> {
-        let req = request.into_inner();
-        let dev = self.device(req.target.map(|t| t.device_id).unwrap_or(0))?;
+    /// Write, from the encoded `WriteRequest`: updates are validated and
+    /// applied from borrowed views of the request bytes.
+    pub(crate) async fn write_raw(&self, body: Bytes) -> Result<(), Status> {
+        let req = wire::parse_write(&body)
+            .map_err(|e| Status::invalid_argument(format!("WriteRequest: {e}")))?;
+        let dev = self.device(req.device_id)?;
         let c = &dev.counters;
         c.write_rpcs.fetch_add(1, Ordering::Relaxed);
         let rollback = match Atomicity::try_from(req.atomicity) {
@@ -128,50 +132,31 @@ impl BfRuntime for BfrtService {
         {
             let mut guard = dev.bfrt.lock().expect("bfrt lock");
             let bf = &mut *guard;
-            let name = bound_program(bf, req.client_id, &req.p4_name)?.to_string();
+            let name = bound_program(bf, req.client_id, req.p4_name)?.to_string();
             let program = bf
                 .programs
                 .get_mut(&name)
                 .expect("bound programs are loaded");
             let fixed = &mut bf.fixed;
-            let mut key = Vec::with_capacity(64);
+            let mut scratch = Scratch::default();
             let mut log_p: Vec<Undo> = Vec::new();
             let mut log_f: Vec<Undo> = Vec::new();
-            for (i, u) in req.updates.into_iter().enumerate() {
-                let ty = Type::try_from(u.r#type).unwrap_or(Type::Unspecified);
-                let res = match u.entity.and_then(|e| e.entity) {
-                    Some(bfrt::entity::Entity::TableEntry(te)) => {
-                        match store_for(program, fixed, te.table_id) {
-                            Some((store, is_fixed)) => {
-                                let log = match (rollback, is_fixed) {
-                                    (false, _) => None,
-                                    (true, false) => Some(&mut log_p),
-                                    (true, true) => Some(&mut log_f),
-                                };
-                                store.apply_entry(ty, te, &mut key, log)
-                            }
-                            None => Err(err(
-                                Code::NotFound,
-                                format!("unknown table id {}", te.table_id),
-                            )),
-                        }
+            for (i, u) in req.updates.iter().enumerate() {
+                let res = match wire::parse_update(u) {
+                    Err(e) => Err(err(Code::InvalidArgument, format!("update: {e}"))),
+                    Ok((ty, entity)) => {
+                        let ty = Type::try_from(ty).unwrap_or(Type::Unspecified);
+                        apply_one(
+                            program,
+                            fixed,
+                            ty,
+                            entity,
+                            rollback,
+                            &mut scratch,
+                            &mut log_p,
+                            &mut log_f,
+                        )
                     }
-                    Some(bfrt::entity::Entity::TableOperation(op)) => {
-                        if store_for(program, fixed, op.table_id).is_some() {
-                            // No counters or registers to sync in an emulator.
-                            Ok(Applied::Other)
-                        } else {
-                            Err(err(
-                                Code::NotFound,
-                                format!("unknown table id {}", op.table_id),
-                            ))
-                        }
-                    }
-                    Some(_) => Err(err(
-                        Code::Unimplemented,
-                        "only table entries and table operations can be written to this emulator",
-                    )),
-                    None => Err(err(Code::InvalidArgument, "update has no entity")),
                 };
                 match res {
                     Ok(Applied::Insert) => ins += 1,
@@ -199,7 +184,7 @@ impl BfRuntime for BfrtService {
         c.deletes.fetch_add(del, Ordering::Relaxed);
         crate::profile::delay(self.inner.profile, &dev.busy, n).await;
         if errors.is_empty() {
-            return Ok(Response::new(bfrt::WriteResponse { status: vec![] }));
+            return Ok(());
         }
         c.failed_updates
             .fetch_add(errors.len() as u64, Ordering::Relaxed);
@@ -212,16 +197,13 @@ impl BfRuntime for BfrtService {
         ))
     }
 
-    type ReadStream = BoxStream<bfrt::ReadResponse>;
-
-    async fn read(
-        &self,
-        request: Request<bfrt::ReadRequest>,
-    ) -> Result<Response<Self::ReadStream>, Status> {
-        let req = request.into_inner();
+    /// Read, as one encoded `ReadResponse` (BFRT answers a Read with one
+    /// message; clients such as rbfrt read only the first).
+    pub(crate) fn read_raw(&self, req: &bfrt::ReadRequest) -> Result<Bytes, Status> {
         let dev = self.device(req.target.map(|t| t.device_id).unwrap_or(0))?;
         dev.counters.read_rpcs.fetch_add(1, Ordering::Relaxed);
-        let mut entities: Vec<bfrt::Entity> = Vec::new();
+        let mut out: Vec<u8> = Vec::new();
+        let mut count = 0u64;
         {
             let guard = dev.bfrt.lock().expect("bfrt lock");
             let bf = &*guard;
@@ -241,21 +223,25 @@ impl BfRuntime for BfrtService {
                     Some(bfrt::entity::Entity::TableEntry(filter)) => {
                         pick(filter.table_id)?
                             .read_entries(filter, &mut |te| {
-                                entities.push(bfrt::Entity {
-                                    entity: Some(bfrt::entity::Entity::TableEntry(te)),
-                                })
+                                count += 1;
+                                // ReadResponse.entities (1) → Entity.table_entry (1).
+                                let e = begin(&mut out, 1);
+                                put_bytes(&mut out, 1, te);
+                                end(&mut out, e);
                             })
                             .map_err(status)?;
                     }
                     Some(bfrt::entity::Entity::TableUsage(u)) => {
                         let usage = pick(u.table_id)?.usage(u.table_id).unwrap_or(0);
-                        entities.push(bfrt::Entity {
+                        count += 1;
+                        let entity = bfrt::Entity {
                             entity: Some(bfrt::entity::Entity::TableUsage(bfrt::TableUsage {
                                 table_id: u.table_id,
                                 usage,
                                 ..Default::default()
                             })),
-                        });
+                        };
+                        put_bytes(&mut out, 1, &entity.encode_to_vec());
                     }
                     Some(_) => {
                         return Err(Status::unimplemented(
@@ -268,13 +254,101 @@ impl BfRuntime for BfrtService {
         }
         dev.counters
             .entities_read
-            .fetch_add(entities.len() as u64, Ordering::Relaxed);
-        // BFRT answers a Read with one message (clients such as rbfrt read
-        // only the first).
-        let resp = bfrt::ReadResponse {
-            entities,
-            status: vec![],
-        };
+            .fetch_add(count, Ordering::Relaxed);
+        Ok(out.into())
+    }
+}
+
+/// Applies one update's entity to the program's or the fixed tables.
+#[allow(clippy::too_many_arguments)]
+fn apply_one<'a>(
+    program: &mut Program,
+    fixed: &mut Program,
+    ty: Type,
+    entity: EntityView<'a>,
+    rollback: bool,
+    scratch: &mut Scratch<'a>,
+    log_p: &mut Vec<Undo>,
+    log_f: &mut Vec<Undo>,
+) -> Result<Applied, UpdateError> {
+    match entity {
+        EntityView::TableEntry(te) => {
+            let te = wire::parse_table_entry(te, &mut scratch.keys)
+                .map_err(|e| err(Code::InvalidArgument, format!("update: {e}")))?;
+            let table_id = te.table_id;
+            match store_for(program, fixed, table_id) {
+                Some((store, is_fixed)) => {
+                    let log = match (rollback, is_fixed) {
+                        (false, _) => None,
+                        (true, false) => Some(log_p),
+                        (true, true) => Some(log_f),
+                    };
+                    store.apply_parsed(ty, te, scratch, log)
+                }
+                None => Err(err(Code::NotFound, format!("unknown table id {table_id}"))),
+            }
+        }
+        EntityView::TableOperation(table_id) => {
+            if store_for(program, fixed, table_id).is_some() {
+                // No counters or registers to sync in an emulator.
+                Ok(Applied::Other)
+            } else {
+                Err(err(Code::NotFound, format!("unknown table id {table_id}")))
+            }
+        }
+        EntityView::Other(_) => Err(err(
+            Code::Unimplemented,
+            "only table entries and table operations can be written to this emulator",
+        )),
+        EntityView::Missing => Err(err(Code::InvalidArgument, "update has no entity")),
+    }
+}
+
+impl crate::grpc::WireMethods for BfrtService {
+    const WRITE: &'static str = "/bfrt_proto.BfRuntime/Write";
+    const READ: &'static str = "/bfrt_proto.BfRuntime/Read";
+
+    fn write(&self, body: Bytes) -> BoxFuture<Bytes, Status> {
+        let svc = self.clone();
+        Box::pin(async move {
+            svc.write_raw(body).await?;
+            // An empty WriteResponse (no status entries).
+            Ok(Bytes::new())
+        })
+    }
+
+    fn read(&self, body: Bytes) -> Result<Vec<Bytes>, Status> {
+        let req = bfrt::ReadRequest::decode(body)
+            .map_err(|e| Status::invalid_argument(format!("ReadRequest: {e}")))?;
+        Ok(vec![self.read_raw(&req)?])
+    }
+}
+
+/// `bfrt_proto.BfRuntime` as served: Write and Read on the wire path, the
+/// other methods through the generated server.
+pub type BfrtGrpc = crate::grpc::WireServer<BfrtService, BfRuntimeServer<BfrtService>>;
+
+#[tonic::async_trait]
+impl BfRuntime for BfrtService {
+    async fn write(
+        &self,
+        request: Request<bfrt::WriteRequest>,
+    ) -> Result<Response<bfrt::WriteResponse>, Status> {
+        // Served by the wire path (`BfrtGrpc`); this is for callers of the
+        // generated trait.
+        self.write_raw(request.into_inner().encode_to_vec().into())
+            .await?;
+        Ok(Response::new(bfrt::WriteResponse { status: vec![] }))
+    }
+
+    type ReadStream = BoxStream<bfrt::ReadResponse>;
+
+    async fn read(
+        &self,
+        request: Request<bfrt::ReadRequest>,
+    ) -> Result<Response<Self::ReadStream>, Status> {
+        let resp = bfrt::ReadResponse::decode(self.read_raw(&request.into_inner())?)
+            .map_err(|e| Status::internal(e.to_string()))?;
         Ok(Response::new(Box::pin(tokio_stream::iter([Ok(resp)]))))
     }
 

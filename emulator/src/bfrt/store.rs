@@ -4,16 +4,31 @@
 
 use std::collections::HashMap;
 
-use p4fleet_proto::bfrt::{
-    self, DataField, KeyField, TableData, data_field::Value as DValue, key_field::MatchType,
-    update::Type,
-};
+use p4fleet_proto::bfrt::{self, TableData, update::Type};
+use prost::Message;
 use tonic::Code;
 
 use super::schema::{BfrtSchema, DataDef, FieldType, KeyKind, TableDef};
+use super::wire::{self, DataValue, DataView, KeyMatch, KeyView};
 use crate::entry::{UpdateError, err};
+use crate::key::Key;
+use crate::wire::{WireError, begin, end, put_bytes, put_uint};
 
-type Entries = HashMap<Box<[u8]>, TableData, foldhash::fast::RandomState>;
+/// Internal key → the entry's encoded `TableData`, kept as the client sent
+/// it (BFRT values are full width, so there is nothing to canonicalize).
+type Entries = HashMap<Key, Box<[u8]>, foldhash::fast::RandomState>;
+
+/// Reusable buffers for the key and data fields of the entry parsed last.
+#[derive(Default)]
+pub(crate) struct Scratch<'a> {
+    pub key: Vec<u8>,
+    pub keys: Vec<KeyView<'a>>,
+    pub data: Vec<DataView<'a>>,
+}
+
+fn malformed(e: WireError) -> UpdateError {
+    err(Code::InvalidArgument, format!("update: {e}"))
+}
 
 pub(crate) struct TableState {
     pub entries: Entries,
@@ -29,9 +44,9 @@ pub(crate) struct Program {
 
 /// How to take back one applied update.
 pub(crate) enum Undo {
-    Inserted(u32, Box<[u8]>),
-    Replaced(u32, Box<[u8]>, TableData),
-    Removed(u32, Box<[u8]>, TableData),
+    Inserted(u32, Key),
+    Replaced(u32, Key, Box<[u8]>),
+    Removed(u32, Key, Box<[u8]>),
     Cleared(u32, Entries),
     Default(u32, TableData),
 }
@@ -95,7 +110,7 @@ impl Program {
         for u in log.into_iter().rev() {
             match u {
                 Undo::Inserted(t, k) => {
-                    self.state(t).entries.remove(&k);
+                    self.state(t).entries.remove(k.as_slice());
                 }
                 Undo::Replaced(t, k, d) | Undo::Removed(t, k, d) => {
                     self.state(t).entries.insert(k, d);
@@ -110,13 +125,28 @@ impl Program {
         self.tables.get_mut(&table).expect("one state per table")
     }
 
-    /// Applies one table-entry update. `key` is a reusable buffer; `log`
-    /// collects undo records when given.
+    /// Applies one table-entry update given as a prost message (drift
+    /// helpers and tests; Writes use [`Self::apply_raw`]).
     pub fn apply_entry(
         &mut self,
         ty: Type,
         te: bfrt::TableEntry,
-        key: &mut Vec<u8>,
+        log: Option<&mut Vec<Undo>>,
+    ) -> Result<Applied, UpdateError> {
+        let raw = te.encode_to_vec();
+        let mut scratch = Scratch::default();
+        let te = wire::parse_table_entry(&raw, &mut scratch.keys).map_err(malformed)?;
+        self.apply_parsed(ty, te, &mut scratch, log)
+    }
+
+    /// Applies one parsed `TableEntry` update (its key fields in
+    /// `scratch.keys`, see [`wire::parse_table_entry`]); `log` collects
+    /// undo records when given.
+    pub fn apply_parsed<'a>(
+        &mut self,
+        ty: Type,
+        te: wire::EntryView<'a>,
+        scratch: &mut Scratch<'a>,
         log: Option<&mut Vec<Undo>>,
     ) -> Result<Applied, UpdateError> {
         let Some(table) = self.schema.tables.get(&te.table_id) else {
@@ -130,13 +160,15 @@ impl Program {
         }
         let state = self.tables.get_mut(&table.id).expect("one state per table");
         let tid = table.id;
+        let data = te.data.unwrap_or_default();
+        let action_id = wire::parse_data(data, &mut scratch.data).map_err(malformed)?;
 
         if te.is_default_entry {
             let next = match ty {
                 Type::Modify | Type::InsertOrModify => {
-                    let data = te.data.unwrap_or_default();
-                    check_data(table, &data, true)?;
-                    data
+                    check_data(table, action_id, &scratch.data, true)?;
+                    TableData::decode(data)
+                        .map_err(|e| err(Code::InvalidArgument, format!("malformed data: {e}")))?
                 }
                 Type::Reset | Type::Delete => initial_default(table),
                 _ => {
@@ -156,17 +188,13 @@ impl Program {
             return Ok(Applied::Modify);
         }
 
-        let fields = match te.value {
-            Some(bfrt::table_entry::Value::Key(k)) => k.fields,
-            Some(bfrt::table_entry::Value::HandleId(_)) => {
-                return Err(err(
-                    Code::Unimplemented,
-                    "entries by handle are not emulated",
-                ));
-            }
-            None => Vec::new(),
-        };
-        if fields.is_empty() && matches!(ty, Type::Delete) && !table.keys.is_empty() {
+        if te.by_handle {
+            return Err(err(
+                Code::Unimplemented,
+                "entries by handle are not emulated",
+            ));
+        }
+        if scratch.keys.is_empty() && matches!(ty, Type::Delete) && !table.keys.is_empty() {
             // A delete without a key clears the table.
             let n = state.entries.len() as u64;
             let old = std::mem::take(&mut state.entries);
@@ -175,51 +203,45 @@ impl Program {
             }
             return Ok(Applied::Delete(n));
         }
-        encode_key(table, &fields, key)?;
+        let key = &mut scratch.key;
+        encode_key(table, &scratch.keys, key)?;
         match ty {
             Type::Insert | Type::Modify | Type::InsertOrModify => {
-                let data = te.data.unwrap_or_default();
-                check_data(table, &data, false)?;
-                let exists = state.entries.contains_key(key.as_slice());
-                let insert = match ty {
-                    Type::Insert if exists => {
-                        return Err(err(
+                check_data(table, action_id, &scratch.data, false)?;
+                let len = state.entries.len();
+                match state.entries.entry(Key::new(key)) {
+                    std::collections::hash_map::Entry::Occupied(_) if ty == Type::Insert => {
+                        Err(err(
                             Code::AlreadyExists,
                             format!("table {}: entry already exists", table.name),
-                        ));
+                        ))
                     }
-                    Type::Modify if !exists => {
-                        return Err(err(
-                            Code::NotFound,
-                            format!("table {}: no such entry", table.name),
-                        ));
+                    std::collections::hash_map::Entry::Occupied(mut o) => {
+                        let old = std::mem::replace(o.get_mut(), data.into());
+                        if let Some(log) = log {
+                            log.push(Undo::Replaced(tid, o.key().clone(), old));
+                        }
+                        Ok(Applied::Modify)
                     }
-                    _ => !exists,
-                };
-                if insert {
-                    if table.size.is_some_and(|s| state.entries.len() >= s) {
-                        return Err(err(
+                    std::collections::hash_map::Entry::Vacant(_) if ty == Type::Modify => Err(err(
+                        Code::NotFound,
+                        format!("table {}: no such entry", table.name),
+                    )),
+                    std::collections::hash_map::Entry::Vacant(_)
+                        if table.size.is_some_and(|s| len >= s) =>
+                    {
+                        Err(err(
                             Code::ResourceExhausted,
-                            format!(
-                                "table {} is full ({} entries)",
-                                table.name,
-                                state.entries.len()
-                            ),
-                        ));
+                            format!("table {} is full ({len} entries)", table.name),
+                        ))
                     }
-                    let k: Box<[u8]> = key.as_slice().into();
-                    if let Some(log) = log {
-                        log.push(Undo::Inserted(tid, k.clone()));
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        if let Some(log) = log {
+                            log.push(Undo::Inserted(tid, v.key().clone()));
+                        }
+                        v.insert(data.into());
+                        Ok(Applied::Insert)
                     }
-                    state.entries.insert(k, data);
-                    Ok(Applied::Insert)
-                } else {
-                    let slot = state.entries.get_mut(key.as_slice()).expect("exists");
-                    let old = std::mem::replace(slot, data);
-                    if let Some(log) = log {
-                        log.push(Undo::Replaced(tid, key.as_slice().into(), old));
-                    }
-                    Ok(Applied::Modify)
                 }
             }
             Type::Delete => match state.entries.remove_entry(key.as_slice()) {
@@ -243,11 +265,12 @@ impl Program {
         }
     }
 
-    /// Entries of one table (all, one key, or the default entry), to `emit`.
+    /// Encoded `TableEntry`s of one table (all, one key, or the default
+    /// entry), to `emit`.
     pub fn read_entries(
         &self,
         filter: &bfrt::TableEntry,
-        emit: &mut dyn FnMut(bfrt::TableEntry),
+        emit: &mut dyn FnMut(&[u8]),
     ) -> Result<(), UpdateError> {
         let Some(table) = self.schema.tables.get(&filter.table_id) else {
             return Err(err(
@@ -257,35 +280,41 @@ impl Program {
         };
         let state = &self.tables[&table.id];
         if filter.is_default_entry {
-            emit(bfrt::TableEntry {
-                table_id: table.id,
-                is_default_entry: true,
-                data: Some(state.default.clone()),
-                ..Default::default()
-            });
+            emit(
+                &bfrt::TableEntry {
+                    table_id: table.id,
+                    is_default_entry: true,
+                    data: Some(state.default.clone()),
+                    ..Default::default()
+                }
+                .encode_to_vec(),
+            );
             return Ok(());
         }
-        let fields = match &filter.value {
-            Some(bfrt::table_entry::Value::Key(k)) => k.fields.as_slice(),
-            Some(bfrt::table_entry::Value::HandleId(_)) => {
-                return Err(err(
-                    Code::Unimplemented,
-                    "entries by handle are not emulated",
-                ));
-            }
-            None => &[],
-        };
-        if fields.is_empty() || table.keys.is_empty() {
+        let raw = filter.encode_to_vec();
+        let mut keys = Vec::new();
+        let f = wire::parse_table_entry(&raw, &mut keys).map_err(malformed)?;
+        if f.by_handle {
+            return Err(err(
+                Code::Unimplemented,
+                "entries by handle are not emulated",
+            ));
+        }
+        let mut buf = Vec::new();
+        if keys.is_empty() || table.keys.is_empty() {
             for (k, d) in &state.entries {
-                emit(entry_out(table, k, d));
+                buf.clear();
+                entry_out(table, k.as_slice(), d, &mut buf);
+                emit(&buf);
             }
             return Ok(());
         }
         let mut key = Vec::new();
-        encode_key(table, fields, &mut key)?;
+        encode_key(table, &keys, &mut key)?;
         match state.entries.get_key_value(key.as_slice()) {
             Some((k, d)) => {
-                emit(entry_out(table, k, d));
+                entry_out(table, k.as_slice(), d, &mut buf);
+                emit(&buf);
                 Ok(())
             }
             None => Err(err(
@@ -353,7 +382,7 @@ fn mask_prefix(buf: &mut [u8], pad: usize, prefix: usize) {
 /// values are masked, as the device does.
 pub(crate) fn encode_key(
     table: &TableDef,
-    fields: &[KeyField],
+    fields: &[KeyView<'_>],
     key: &mut Vec<u8>,
 ) -> Result<(), UpdateError> {
     key.clear();
@@ -378,73 +407,62 @@ pub(crate) fn encode_key(
         let what = || format!("table {} key {}", table.name, k.name);
         let nb = k.nbytes;
         let slot = &mut key[k.offset..k.offset + k.kind.key_len(nb)];
-        match (k.kind, &f.match_type) {
-            (KeyKind::Exact, Some(MatchType::Exact(e))) => {
-                check_width(&e.value, k.width, &what)?;
-                slot.copy_from_slice(&e.value);
+        match (k.kind, f.m) {
+            (KeyKind::Exact, KeyMatch::Exact(value)) => {
+                check_width(value, k.width, &what)?;
+                slot.copy_from_slice(value);
             }
-            (KeyKind::Lpm, Some(MatchType::Lpm(l))) => {
-                check_width(&l.value, k.width, &what)?;
-                if l.prefix_len < 0 || l.prefix_len as u32 > k.width {
+            (KeyKind::Lpm, KeyMatch::Lpm(value, prefix_len)) => {
+                check_width(value, k.width, &what)?;
+                if prefix_len < 0 || prefix_len as u32 > k.width {
                     return Err(err(
                         Code::InvalidArgument,
                         format!(
                             "{}: prefix_len {} not in 0..={}",
                             what(),
-                            l.prefix_len,
+                            prefix_len,
                             k.width
                         ),
                     ));
                 }
-                slot[..nb].copy_from_slice(&l.value);
+                slot[..nb].copy_from_slice(value);
                 mask_prefix(
                     &mut slot[..nb],
                     nb * 8 - k.width as usize,
-                    l.prefix_len as usize,
+                    prefix_len as usize,
                 );
-                slot[nb..].copy_from_slice(&(l.prefix_len as u16).to_be_bytes());
+                slot[nb..].copy_from_slice(&(prefix_len as u16).to_be_bytes());
             }
-            (KeyKind::Ternary, Some(MatchType::Ternary(t))) => {
-                check_width(&t.value, k.width, &what)?;
-                check_width(&t.mask, k.width, &|| format!("{} mask", what()))?;
+            (KeyKind::Ternary, KeyMatch::Ternary(value, mask)) => {
+                check_width(value, k.width, &what)?;
+                check_width(mask, k.width, &|| format!("{} mask", what()))?;
                 let (v, m) = slot.split_at_mut(nb);
                 for i in 0..nb {
-                    v[i] = t.value[i] & t.mask[i];
-                    m[i] = t.mask[i];
+                    v[i] = value[i] & mask[i];
+                    m[i] = mask[i];
                 }
             }
-            (KeyKind::Range, Some(MatchType::Range(r))) => {
-                check_width(&r.low, k.width, &|| format!("{} low", what()))?;
-                check_width(&r.high, k.width, &|| format!("{} high", what()))?;
-                if r.low > r.high {
+            (KeyKind::Range, KeyMatch::Range(low, high)) => {
+                check_width(low, k.width, &|| format!("{} low", what()))?;
+                check_width(high, k.width, &|| format!("{} high", what()))?;
+                if low > high {
                     return Err(err(
                         Code::InvalidArgument,
                         format!("{}: low is greater than high", what()),
                     ));
                 }
-                slot[..nb].copy_from_slice(&r.low);
-                slot[nb..].copy_from_slice(&r.high);
+                slot[..nb].copy_from_slice(low);
+                slot[nb..].copy_from_slice(high);
             }
-            (KeyKind::Optional, Some(MatchType::Optional(o))) => {
-                check_width(&o.value, k.width, &what)?;
-                slot[0] = o.is_valid as u8;
-                slot[1..].copy_from_slice(&o.value);
+            (KeyKind::Optional, KeyMatch::Optional(value, is_valid)) => {
+                check_width(value, k.width, &what)?;
+                slot[0] = is_valid as u8;
+                slot[1..].copy_from_slice(value);
             }
             (kind, got) => {
                 return Err(err(
                     Code::InvalidArgument,
-                    format!(
-                        "{}: expected a {kind:?} match, got {}",
-                        what(),
-                        match got {
-                            Some(MatchType::Exact(_)) => "exact",
-                            Some(MatchType::Lpm(_)) => "lpm",
-                            Some(MatchType::Ternary(_)) => "ternary",
-                            Some(MatchType::Range(_)) => "range",
-                            Some(MatchType::Optional(_)) => "optional",
-                            None => "nothing",
-                        }
-                    ),
+                    format!("{}: expected a {kind:?} match, got {}", what(), got.name()),
                 ));
             }
         }
@@ -452,59 +470,65 @@ pub(crate) fn encode_key(
     Ok(())
 }
 
-/// Rebuilds the key fields of an entry from its internal key.
-pub(crate) fn decode_key(table: &TableDef, key: &[u8]) -> Vec<KeyField> {
-    table
-        .keys
-        .iter()
-        .map(|k| {
-            let nb = k.nbytes;
-            let s = &key[k.offset..k.offset + k.kind.key_len(nb)];
-            let m = match k.kind {
-                KeyKind::Exact => MatchType::Exact(bfrt::key_field::Exact { value: s.to_vec() }),
-                KeyKind::Lpm => MatchType::Lpm(bfrt::key_field::Lpm {
-                    value: s[..nb].to_vec(),
-                    prefix_len: u16::from_be_bytes([s[nb], s[nb + 1]]) as i32,
-                }),
-                KeyKind::Ternary => MatchType::Ternary(bfrt::key_field::Ternary {
-                    value: s[..nb].to_vec(),
-                    mask: s[nb..].to_vec(),
-                }),
-                KeyKind::Range => MatchType::Range(bfrt::key_field::Range {
-                    low: s[..nb].to_vec(),
-                    high: s[nb..].to_vec(),
-                }),
-                KeyKind::Optional => MatchType::Optional(bfrt::key_field::Optional {
-                    value: s[1..].to_vec(),
-                    is_valid: s[0] != 0,
-                }),
-            };
-            KeyField {
-                field_id: k.id,
-                match_type: Some(m),
+/// Encodes an entry as a `TableEntry` into `out`: key fields rebuilt from
+/// the internal key (full width, every field), data as stored.
+fn entry_out(table: &TableDef, key: &[u8], data: &[u8], out: &mut Vec<u8>) {
+    put_uint(out, 1, u64::from(table.id));
+    let tk = begin(out, 2);
+    for k in &table.keys {
+        let nb = k.nbytes;
+        let s = &key[k.offset..k.offset + k.kind.key_len(nb)];
+        let kf = begin(out, 1);
+        put_uint(out, 1, u64::from(k.id));
+        match k.kind {
+            KeyKind::Exact => {
+                let m = begin(out, 2);
+                put_bytes(out, 1, s);
+                end(out, m);
             }
-        })
-        .collect()
-}
-
-fn entry_out(table: &TableDef, key: &[u8], data: &TableData) -> bfrt::TableEntry {
-    bfrt::TableEntry {
-        table_id: table.id,
-        value: Some(bfrt::table_entry::Value::Key(bfrt::TableKey {
-            fields: decode_key(table, key),
-        })),
-        data: Some(data.clone()),
-        ..Default::default()
+            KeyKind::Lpm => {
+                let m = begin(out, 4);
+                put_bytes(out, 1, &s[..nb]);
+                put_uint(out, 2, u64::from(u16::from_be_bytes([s[nb], s[nb + 1]])));
+                end(out, m);
+            }
+            KeyKind::Ternary | KeyKind::Range => {
+                let m = begin(out, if k.kind == KeyKind::Ternary { 3 } else { 5 });
+                put_bytes(out, 1, &s[..nb]);
+                put_bytes(out, 2, &s[nb..]);
+                end(out, m);
+            }
+            KeyKind::Optional => {
+                let m = begin(out, 6);
+                put_bytes(out, 1, &s[1..]);
+                put_uint(out, 2, u64::from(s[0] != 0));
+                end(out, m);
+            }
+        }
+        end(out, kf);
     }
+    end(out, tk);
+    put_bytes(out, 3, data);
 }
 
-fn check_value(def: &DataDef, f: &DataField, what: &dyn Fn() -> String) -> Result<(), UpdateError> {
-    match (def.ty, &f.value) {
-        (FieldType::Bytes { width }, Some(DValue::Stream(v))) => check_width(v, width, what),
-        (FieldType::Bool, Some(DValue::BoolVal(_)))
-        | (FieldType::Str, Some(DValue::StrVal(_)))
-        | (FieldType::Float, Some(DValue::FloatVal(_)))
-        | (FieldType::Other, Some(_)) => Ok(()),
+fn check_value(
+    def: &DataDef,
+    f: &DataView<'_>,
+    what: &dyn Fn() -> String,
+) -> Result<(), UpdateError> {
+    match (def.ty, f.value) {
+        (FieldType::Bytes { width }, DataValue::Stream(v)) => check_width(v, width, what),
+        (FieldType::Bool, DataValue::Bool)
+        | (FieldType::Str, DataValue::Str)
+        | (FieldType::Float, DataValue::Float)
+        | (
+            FieldType::Other,
+            DataValue::Stream(_)
+            | DataValue::Bool
+            | DataValue::Str
+            | DataValue::Float
+            | DataValue::Other,
+        ) => Ok(()),
         (ty, _) => Err(err(
             Code::InvalidArgument,
             format!("{}: value does not match type {ty:?}", what()),
@@ -513,25 +537,30 @@ fn check_value(def: &DataDef, f: &DataField, what: &dyn Fn() -> String) -> Resul
 }
 
 /// Checks the data of an entry (`for_default` = as the table's default).
-fn check_data(table: &TableDef, data: &TableData, for_default: bool) -> Result<(), UpdateError> {
+fn check_data(
+    table: &TableDef,
+    action_id: u32,
+    fields: &[DataView<'_>],
+    for_default: bool,
+) -> Result<(), UpdateError> {
     let action = if table.actions.is_empty() {
-        if data.action_id != 0 {
+        if action_id != 0 {
             return Err(err(
                 Code::InvalidArgument,
                 format!(
                     "table {} has no actions (action id {})",
-                    table.name, data.action_id
+                    table.name, action_id
                 ),
             ));
         }
         None
     } else {
-        let Some(a) = table.action(data.action_id) else {
+        let Some(a) = table.action(action_id) else {
             return Err(err(
                 Code::InvalidArgument,
                 format!(
                     "table {}: action id {} is not an action of this table",
-                    table.name, data.action_id
+                    table.name, action_id
                 ),
             ));
         };
@@ -556,7 +585,7 @@ fn check_data(table: &TableDef, data: &TableData, for_default: bool) -> Result<(
         Some(a)
     };
     let mut seen: u64 = 0;
-    for f in &data.fields {
+    for f in fields {
         let found = action
             .and_then(|a| a.data.iter().enumerate().find(|(_, d)| d.id == f.field_id))
             .or_else(|| {
@@ -609,7 +638,8 @@ fn check_data(table: &TableDef, data: &TableData, for_default: bool) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bfrt::key_field::{Exact, Lpm, Ternary};
+    use bfrt::key_field::{Exact, Lpm, MatchType, Ternary};
+    use bfrt::{DataField, KeyField, data_field::Value as DValue};
 
     const ROUTER: &str = include_str!("../../../examples/router/bfrt.json");
 
@@ -662,19 +692,15 @@ mod tests {
     #[test]
     fn lpm_masks_and_reads_back_full_width() {
         let mut p = program();
-        let mut key = Vec::new();
         let e = lpm_entry(&p, [10, 1, 2, 3], 16, vec![0, 5]);
         assert_eq!(
-            p.apply_entry(Type::Insert, e.clone(), &mut key, None)
-                .unwrap(),
+            p.apply_entry(Type::Insert, e.clone(), None).unwrap(),
             Applied::Insert
         );
         // Same /16 after masking: duplicate.
         let e2 = lpm_entry(&p, [10, 1, 9, 9], 16, vec![0, 5]);
         assert_eq!(
-            p.apply_entry(Type::Insert, e2, &mut key, None)
-                .unwrap_err()
-                .code,
+            p.apply_entry(Type::Insert, e2, None).unwrap_err().code,
             Code::AlreadyExists
         );
         let mut out = Vec::new();
@@ -683,7 +709,7 @@ mod tests {
                 table_id: e.table_id,
                 ..Default::default()
             },
-            &mut |t| out.push(t),
+            &mut |t| out.push(bfrt::TableEntry::decode(t).unwrap()),
         )
         .unwrap();
         assert_eq!(out.len(), 1);
@@ -702,27 +728,20 @@ mod tests {
     #[test]
     fn widths_are_full_and_checked() {
         let mut p = program();
-        let mut key = Vec::new();
         // Port is 9 bits: 2 bytes, top 7 bits zero.
         let short = lpm_entry(&p, [10, 0, 0, 0], 8, vec![5]);
         assert_eq!(
-            p.apply_entry(Type::Insert, short, &mut key, None)
-                .unwrap_err()
-                .code,
+            p.apply_entry(Type::Insert, short, None).unwrap_err().code,
             Code::InvalidArgument
         );
         let wide = lpm_entry(&p, [10, 0, 0, 0], 8, vec![2, 0]);
         assert_eq!(
-            p.apply_entry(Type::Insert, wide, &mut key, None)
-                .unwrap_err()
-                .code,
+            p.apply_entry(Type::Insert, wide, None).unwrap_err().code,
             Code::OutOfRange
         );
         let bad_len = lpm_entry(&p, [10, 0, 0, 0], 33, vec![0, 1]);
         assert_eq!(
-            p.apply_entry(Type::Insert, bad_len, &mut key, None)
-                .unwrap_err()
-                .code,
+            p.apply_entry(Type::Insert, bad_len, None).unwrap_err().code,
             Code::InvalidArgument
         );
     }
@@ -730,30 +749,26 @@ mod tests {
     #[test]
     fn undo_restores_everything() {
         let mut p = program();
-        let mut key = Vec::new();
         let a = lpm_entry(&p, [10, 0, 0, 0], 8, vec![0, 1]);
-        p.apply_entry(Type::Insert, a.clone(), &mut key, None)
-            .unwrap();
+        p.apply_entry(Type::Insert, a.clone(), None).unwrap();
         let mut log = Vec::new();
         let b = lpm_entry(&p, [11, 0, 0, 0], 8, vec![0, 1]);
-        p.apply_entry(Type::Insert, b, &mut key, Some(&mut log))
-            .unwrap();
+        p.apply_entry(Type::Insert, b, Some(&mut log)).unwrap();
         let a2 = lpm_entry(&p, [10, 0, 0, 0], 8, vec![0, 2]);
-        p.apply_entry(Type::Modify, a2, &mut key, Some(&mut log))
-            .unwrap();
+        p.apply_entry(Type::Modify, a2, Some(&mut log)).unwrap();
         let clear = bfrt::TableEntry {
             table_id: a.table_id,
             ..Default::default()
         };
         assert_eq!(
-            p.apply_entry(Type::Delete, clear, &mut key, Some(&mut log))
-                .unwrap(),
+            p.apply_entry(Type::Delete, clear, Some(&mut log)).unwrap(),
             Applied::Delete(2)
         );
         assert_eq!(p.entries(), 0);
         p.undo(log);
         let mut out = Vec::new();
-        p.read_entries(&a, &mut |t| out.push(t)).unwrap();
+        p.read_entries(&a, &mut |t| out.push(bfrt::TableEntry::decode(t).unwrap()))
+            .unwrap();
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].data, a.data);
         assert_eq!(p.entries(), 1);
@@ -762,7 +777,6 @@ mod tests {
     #[test]
     fn ternary_priority_is_a_key_field_and_default_only_actions() {
         let mut p = program();
-        let mut key = Vec::new();
         let t = table(&p, "pipe.MyIngress.acl").clone();
         let permit = t
             .actions
@@ -796,12 +810,10 @@ mod tests {
             }),
             ..Default::default()
         };
-        p.apply_entry(Type::Insert, entry(1, permit), &mut key, None)
-            .unwrap();
-        p.apply_entry(Type::Insert, entry(2, permit), &mut key, None)
-            .unwrap();
+        p.apply_entry(Type::Insert, entry(1, permit), None).unwrap();
+        p.apply_entry(Type::Insert, entry(2, permit), None).unwrap();
         assert_eq!(
-            p.apply_entry(Type::Insert, entry(3, noaction), &mut key, None)
+            p.apply_entry(Type::Insert, entry(3, noaction), None)
                 .unwrap_err()
                 .code,
             Code::InvalidArgument
@@ -809,7 +821,7 @@ mod tests {
         let mut def = entry(0, noaction);
         def.value = None;
         def.is_default_entry = true;
-        p.apply_entry(Type::Modify, def, &mut key, None).unwrap();
+        p.apply_entry(Type::Modify, def, None).unwrap();
         assert_eq!(p.usage(t.id), Some(2));
     }
 }

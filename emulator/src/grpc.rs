@@ -1,0 +1,159 @@
+//! Serving a generated tonic service with its Write and Read methods
+//! replaced by hand-written wire handlers ([`WireMethods`]): requests reach
+//! them as the encoded message bytes ([`RawCodec`], zero-copy) and answers
+//! leave as bytes the handler encoded itself.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, BufMut, Bytes};
+use futures::Stream;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codegen::{Body, BoxFuture, Service, StdError, http};
+use tonic::server::NamedService;
+use tonic::{Request, Response, Status};
+
+/// A gRPC codec that passes encoded messages through.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct RawCodec;
+
+impl Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+}
+
+impl Encoder for RawCodec {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawCodec {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        // A view of the frame tonic already buffered, not a copy.
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+/// The Write (unary) and Read (server streaming) handlers of a service on
+/// encoded messages.
+pub(crate) trait WireMethods: Clone + Send + Sync + 'static {
+    /// gRPC paths, e.g. `/p4.v1.P4Runtime/Write`.
+    const WRITE: &'static str;
+    const READ: &'static str;
+    /// The encoded response of one encoded request.
+    fn write(&self, body: Bytes) -> BoxFuture<Bytes, Status>;
+    /// The encoded response messages of one encoded request.
+    fn read(&self, body: Bytes) -> Result<Vec<Bytes>, Status>;
+}
+
+type BoxStream = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send + 'static>>;
+
+/// A generated server `G` whose Write and Read are served by `S`.
+#[derive(Clone)]
+pub struct WireServer<S, G> {
+    svc: S,
+    generated: G,
+    max_message_size: usize,
+}
+
+impl<S, G> WireServer<S, G> {
+    pub(crate) fn new(svc: S, generated: G, max_message_size: usize) -> Self {
+        WireServer {
+            svc,
+            generated,
+            max_message_size,
+        }
+    }
+
+    fn grpc(&self) -> tonic::server::Grpc<RawCodec> {
+        tonic::server::Grpc::new(RawCodec)
+            .apply_max_message_size_config(Some(self.max_message_size), Some(self.max_message_size))
+    }
+}
+
+impl<S, G: NamedService> NamedService for WireServer<S, G> {
+    const NAME: &'static str = G::NAME;
+}
+
+struct WriteMethod<S>(S);
+
+impl<S: WireMethods> tonic::server::UnaryService<Bytes> for WriteMethod<S> {
+    type Response = Bytes;
+    type Future = BoxFuture<Response<Bytes>, Status>;
+
+    fn call(&mut self, request: Request<Bytes>) -> Self::Future {
+        let fut = self.0.write(request.into_inner());
+        Box::pin(async move { fut.await.map(Response::new) })
+    }
+}
+
+struct ReadMethod<S>(S);
+
+impl<S: WireMethods> tonic::server::ServerStreamingService<Bytes> for ReadMethod<S> {
+    type Response = Bytes;
+    type ResponseStream = BoxStream;
+    type Future = BoxFuture<Response<BoxStream>, Status>;
+
+    fn call(&mut self, request: Request<Bytes>) -> Self::Future {
+        let res = self.0.read(request.into_inner());
+        Box::pin(async move {
+            let stream: BoxStream = Box::pin(tokio_stream::iter(res?.into_iter().map(Ok)));
+            Ok(Response::new(stream))
+        })
+    }
+}
+
+impl<S, G, B> Service<http::Request<B>> for WireServer<S, G>
+where
+    S: WireMethods,
+    G: Service<
+            http::Request<B>,
+            Response = http::Response<tonic::body::Body>,
+            Error = Infallible,
+            Future = BoxFuture<http::Response<tonic::body::Body>, Infallible>,
+        >,
+    B: Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Infallible>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let path = req.uri().path();
+        if path == S::WRITE {
+            let mut grpc = self.grpc();
+            let method = WriteMethod(self.svc.clone());
+            Box::pin(async move { Ok(grpc.unary(method, req).await) })
+        } else if path == S::READ {
+            let mut grpc = self.grpc();
+            let method = ReadMethod(self.svc.clone());
+            Box::pin(async move { Ok(grpc.server_streaming(method, req).await) })
+        } else {
+            self.generated.call(req)
+        }
+    }
+}
