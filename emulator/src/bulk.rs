@@ -2,11 +2,11 @@
 //! docs/bulk.md), served next to P4Runtime on the same port.
 //!
 //! A request carries one table batch as columns. Columns are cut into rows
-//! by slicing (no per-row protobuf decode); each row becomes the same
-//! `p4.v1.TableEntry` a standard Write would carry and goes through the same
-//! [`crate::device::Pipeline::apply`], so validation, canonical keys, table
-//! sizes, error codes and what Read returns afterwards are the standard
-//! path's.
+//! by slicing (no per-row protobuf decode); each row becomes the views a
+//! parsed standard `p4.v1.TableEntry` would give and goes through the same
+//! [`crate::device::Pipeline::apply_entry`], so validation, canonical keys,
+//! table sizes, error codes and what Read returns afterwards are the
+//! standard path's.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -21,7 +21,7 @@ use tonic::{Request, Response, Status};
 use crate::device::{Device, from_uint128};
 use crate::schema::{MatchKind, TableInfo};
 use crate::service::Inner;
-use crate::wire;
+use crate::wire::{self, ActionView, FieldView, MatchView, ParamView, Scratch, TableEntryView};
 
 /// Format version reported by Capabilities.
 pub const BULK_VERSION: &str = "1";
@@ -201,85 +201,128 @@ impl<'a> Plan<'a> {
         })
     }
 
-    /// Appends row `i` as the encoded `Update` a standard Write would
-    /// carry (canonical byte strings; don't-care fields left out).
-    fn row(&self, i: usize, ty: Type, out: &mut Vec<u8>) {
-        let with_action = ty != Type::Delete;
-        wire::put_uint(out, 1, ty as u64);
-        let entity = wire::begin(out, 2);
-        let te = wire::begin(out, 2);
-        wire::put_uint(out, 1, u64::from(self.table_id));
-        for (field_id, c) in &self.matches {
-            let (kind, a, b, prefix_len): (u32, &[u8], Option<&[u8]>, u16) = match c {
-                MatchCol::Exact(v) => (2, v.get(i), None, 0),
+    /// Row `i`'s match fields, don't-care ones left out (a zero prefix
+    /// length or mask, a full range, an absent optional).
+    fn matches(&self, i: usize) -> impl Iterator<Item = FieldView<'a>> + '_ {
+        self.matches.iter().filter_map(move |(field_id, c)| {
+            let m = match c {
+                MatchCol::Exact(v) => MatchView::Exact(v.get(i)),
                 MatchCol::Lpm(v, lens) => {
                     let len = u16::from_be_bytes([lens[2 * i], lens[2 * i + 1]]);
                     if len == 0 {
-                        continue;
+                        return None;
                     }
-                    (4, v.get(i), None, len)
+                    MatchView::Lpm(v.get(i), i32::from(len))
                 }
                 MatchCol::Ternary(v, m) => {
                     let mask = m.get(i);
                     if mask.iter().all(|b| *b == 0) {
-                        continue;
+                        return None;
                     }
-                    (3, v.get(i), Some(mask), 0)
+                    MatchView::Ternary(v.get(i), mask)
                 }
                 MatchCol::Range(lo, hi, bits) => {
                     let (lo, hi) = (lo.get(i), hi.get(i));
                     if lo.iter().all(|b| *b == 0) && is_max(hi, *bits) {
-                        continue;
+                        return None;
                     }
-                    (6, lo, Some(hi), 0)
+                    MatchView::Range(lo, hi)
                 }
                 MatchCol::Optional(v, present) => {
                     if present[i] == 0 {
-                        continue;
+                        return None;
                     }
-                    (7, v.get(i), None, 0)
+                    MatchView::Optional(v.get(i))
                 }
             };
+            Some(FieldView {
+                field_id: *field_id,
+                m,
+            })
+        })
+    }
+
+    fn action_id(&self, i: usize) -> u32 {
+        self.action_ids
+            .map(|a| u32::from_be_bytes(a[4 * i..4 * i + 4].try_into().expect("4 bytes")))
+            .unwrap_or(self.action_id)
+    }
+
+    fn priority(&self, i: usize) -> i32 {
+        self.priorities
+            .map(|p| i32::from_be_bytes(p[4 * i..4 * i + 4].try_into().expect("4 bytes")))
+            .unwrap_or(0)
+    }
+
+    /// Row `i` as the views a parsed standard Write would give
+    /// ([`crate::device::Pipeline::apply_entry`]): no bytes copied.
+    fn view(&self, i: usize, with_action: bool, scratch: &mut Scratch<'a>) -> TableEntryView {
+        scratch.matches.clear();
+        scratch.matches.extend(self.matches(i));
+        scratch.params.clear();
+        let action = if with_action {
+            let action_id = self.action_id(i);
+            scratch
+                .params
+                .extend(self.params.iter().filter(|(a, _, _)| *a == action_id).map(
+                    |(_, id, v)| ParamView {
+                        param_id: *id,
+                        value: v.get(i),
+                    },
+                ));
+            ActionView::Direct { action_id }
+        } else {
+            ActionView::Missing
+        };
+        TableEntryView {
+            table_id: self.table_id,
+            priority: self.priority(i),
+            is_default_action: false,
+            action,
+        }
+    }
+
+    /// Row `i` as the canonical encoded `TableEntry` the table stores.
+    fn encode(&self, i: usize, scratch: &Scratch<'_>, out: &mut Vec<u8>) {
+        wire::put_uint(out, 1, u64::from(self.table_id));
+        for f in &scratch.matches {
+            let (kind, a, b, prefix_len) = match f.m {
+                MatchView::Exact(v) => (2, v, None, 0),
+                MatchView::Lpm(v, len) => (4, v, None, len),
+                MatchView::Ternary(v, m) => (3, v, Some(m), 0),
+                MatchView::Range(lo, hi) => (6, lo, Some(hi), 0),
+                MatchView::Optional(v) => (7, v, None, 0),
+                MatchView::Missing | MatchView::Other => continue,
+            };
             let fm = wire::begin(out, 2);
-            wire::put_uint(out, 1, u64::from(*field_id));
+            wire::put_uint(out, 1, u64::from(f.field_id));
             let m = wire::begin(out, kind);
             wire::put_bytes(out, 1, canon(a));
             if let Some(b) = b {
                 wire::put_bytes(out, 2, canon(b));
             }
-            wire::put_uint(out, 2, u64::from(prefix_len));
+            wire::put_uint(out, 2, prefix_len as u64);
             wire::end(out, m);
             wire::end(out, fm);
         }
-        if with_action {
-            let action_id = self
-                .action_ids
-                .map(|a| u32::from_be_bytes(a[4 * i..4 * i + 4].try_into().expect("4 bytes")))
-                .unwrap_or(self.action_id);
-            let ta = wire::begin(out, 3);
-            let a = wire::begin(out, 1);
-            wire::put_uint(out, 1, u64::from(action_id));
-            for (_, id, v) in self.params.iter().filter(|(a, _, _)| *a == action_id) {
-                let p = wire::begin(out, 4);
-                wire::put_uint(out, 2, u64::from(*id));
-                wire::put_bytes(out, 3, canon(v.get(i)));
-                wire::end(out, p);
-            }
-            wire::end(out, a);
-            wire::end(out, ta);
+        let ta = wire::begin(out, 3);
+        let a = wire::begin(out, 1);
+        wire::put_uint(out, 1, u64::from(self.action_id(i)));
+        for p in &scratch.params {
+            let pm = wire::begin(out, 4);
+            wire::put_uint(out, 2, u64::from(p.param_id));
+            wire::put_bytes(out, 3, canon(p.value));
+            wire::end(out, pm);
         }
-        if let Some(p) = self.priorities {
-            let priority = i32::from_be_bytes(p[4 * i..4 * i + 4].try_into().expect("4 bytes"));
-            // int32 on the wire: negative values sign-extend to 64 bits.
-            wire::put_uint(out, 4, i64::from(priority) as u64);
-        }
+        wire::end(out, a);
+        wire::end(out, ta);
+        // int32 on the wire: negative values sign-extend to 64 bits.
+        wire::put_uint(out, 4, i64::from(self.priority(i)) as u64);
         if let Some((s, m)) = &self.metadata
             && s[i + 1] > s[i]
         {
             wire::put_bytes(out, 11, &m[s[i]..s[i + 1]]);
         }
-        wire::end(out, te);
-        wire::end(out, entity);
     }
 }
 
@@ -334,21 +377,17 @@ impl BulkWrite for BulkService {
                     t.entries.reserve(n);
                 }
             }
-            // All rows encoded first (one buffer), then applied with one
-            // scratch that borrows from it.
-            let mut rows = Vec::with_capacity(plan.n * 48);
-            let mut ends = Vec::with_capacity(plan.n);
-            for i in 0..plan.n {
-                plan.row(i, ty, &mut rows);
-                ends.push(rows.len());
-            }
             let mut key = Vec::with_capacity(64);
-            let mut scratch = wire::Scratch::default();
-            let mut start = 0;
-            for (i, end) in ends.into_iter().enumerate() {
-                let row = &rows[start..end];
-                start = end;
-                match pipeline.apply(row, &mut key, &mut scratch) {
+            let mut scratch = Scratch::default();
+            let mut buf = Vec::with_capacity(256);
+            for i in 0..plan.n {
+                let te = plan.view(i, ty != Type::Delete, &mut scratch);
+                let res = pipeline.apply_entry(ty, te, &scratch, &mut key, &mut |scratch| {
+                    buf.clear();
+                    plan.encode(i, scratch, &mut buf);
+                    Ok(buf.as_slice().into())
+                });
+                match res {
                     Ok(_) => ok += 1,
                     Err(e) => errors.push(RowError {
                         index: i as u64,

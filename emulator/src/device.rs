@@ -19,8 +19,8 @@ use crate::entry::{
     UpdateError, canonicalize_action, canonicalize_entry, check_action, encode_key, err,
 };
 use crate::key::Key;
-use crate::schema::{Schema, TableInfo};
-use crate::wire::{self, ActionView, EntityView, Scratch};
+use crate::schema::{IdMap, Schema, TableInfo};
+use crate::wire::{self, ActionView, EntityView, Scratch, TableEntryView};
 
 /// Canonical key → the entry's encoded `TableEntry` (canonical byte
 /// strings): one allocation per entry, and Read copies it out as it is.
@@ -38,7 +38,7 @@ pub(crate) struct TableState {
 pub(crate) struct Pipeline {
     pub schema: Schema,
     pub config: p4::ForwardingPipelineConfig,
-    pub tables: HashMap<u32, TableState>,
+    pub tables: IdMap<TableState>,
 }
 
 impl Pipeline {
@@ -82,7 +82,20 @@ impl Pipeline {
             return Err(err(Code::InvalidArgument, "update type is UNSPECIFIED"));
         }
         match entity {
-            EntityView::TableEntry(te) => self.write_table_entry(ty, te, key, scratch),
+            EntityView::TableEntry(raw) => {
+                let te = wire::parse_table_entry(raw, scratch).map_err(malformed)?;
+                // Stored as it came when already canonical (the common
+                // case), so Read returns it byte for byte.
+                self.apply_entry(ty, te, scratch, key, &mut |scratch| {
+                    if scratch.canonical() {
+                        return Ok(raw.into());
+                    }
+                    let mut te = p4::TableEntry::decode(raw)
+                        .map_err(|e| err(Code::InvalidArgument, format!("malformed entry: {e}")))?;
+                    canonicalize_entry(&mut te);
+                    Ok(te.encode_to_vec().into_boxed_slice())
+                })
+            }
             EntityView::Other(_) => Err(err(
                 Code::Unimplemented,
                 "only table entries can be written to this emulator",
@@ -91,14 +104,17 @@ impl Pipeline {
         }
     }
 
-    fn write_table_entry<'a>(
+    /// Applies one table entry, parsed into `te` and `scratch` (match
+    /// fields and params). `stored` encodes what the table keeps for an
+    /// inserted or modified entry: its canonical encoded `TableEntry`.
+    pub fn apply_entry(
         &mut self,
         ty: Type,
-        raw: &'a [u8],
+        te: TableEntryView,
+        scratch: &Scratch<'_>,
         key: &mut Vec<u8>,
-        scratch: &mut Scratch<'a>,
+        stored: &mut dyn FnMut(&Scratch<'_>) -> Result<Box<[u8]>, UpdateError>,
     ) -> Result<Type, UpdateError> {
-        let te = wire::parse_table_entry(raw, scratch).map_err(malformed)?;
         let Some(table) = self.schema.tables.get(&te.table_id) else {
             return Err(err(
                 Code::NotFound,
@@ -183,17 +199,6 @@ impl Pipeline {
                 }
             }
         }
-        // Stored as it came when already canonical (the common case), so
-        // Read returns it byte for byte.
-        let stored = |scratch: &Scratch<'_>| -> Result<Box<[u8]>, UpdateError> {
-            if scratch.canonical() {
-                return Ok(raw.into());
-            }
-            let mut te = p4::TableEntry::decode(raw)
-                .map_err(|e| err(Code::InvalidArgument, format!("malformed entry: {e}")))?;
-            canonicalize_entry(&mut te);
-            Ok(te.encode_to_vec().into_boxed_slice())
-        };
         match ty {
             Type::Insert => {
                 // One hash and probe for the common (new key) case.

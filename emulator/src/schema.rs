@@ -92,11 +92,14 @@ impl TableInfo {
     }
 }
 
+/// Maps keyed by P4Info ids, looked up per update: foldhash, not SipHash.
+pub type IdMap<T> = HashMap<u32, T, foldhash::fast::RandomState>;
+
 /// The parts of a P4Info the emulator enforces.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Schema {
-    pub tables: HashMap<u32, TableInfo>,
-    pub actions: HashMap<u32, ActionInfo>,
+    pub tables: IdMap<TableInfo>,
+    pub actions: IdMap<ActionInfo>,
 }
 
 pub fn nbytes(bitwidth: u32) -> usize {
@@ -105,7 +108,7 @@ pub fn nbytes(bitwidth: u32) -> usize {
 
 impl Schema {
     pub fn from_p4info(info: &P4Info) -> Result<Schema, SchemaError> {
-        let mut actions = HashMap::new();
+        let mut actions = IdMap::default();
         for a in &info.actions {
             let pre = a.preamble.clone().unwrap_or_default();
             if pre.id == 0 {
@@ -144,7 +147,7 @@ impl Schema {
             }
         }
 
-        let mut tables = HashMap::new();
+        let mut tables = IdMap::default();
         for t in &info.tables {
             let table = table_info(t, &actions)?;
             if tables.insert(table.id, table).is_some() {
@@ -158,10 +161,7 @@ impl Schema {
     }
 }
 
-fn table_info(
-    t: &p4info::Table,
-    actions: &HashMap<u32, ActionInfo>,
-) -> Result<TableInfo, SchemaError> {
+fn table_info(t: &p4info::Table, actions: &IdMap<ActionInfo>) -> Result<TableInfo, SchemaError> {
     let pre = t.preamble.clone().unwrap_or_default();
     if pre.id == 0 {
         return Err(SchemaError(format!("table {:?} has id 0", pre.name)));

@@ -49,7 +49,15 @@ impl<'a> Reader<'a> {
         Reader { buf }
     }
 
+    #[inline]
     fn varint(&mut self) -> Result<u64, WireError> {
+        // Tags, ids and lengths are mostly one byte.
+        if let Some((&b, rest)) = self.buf.split_first()
+            && b < 0x80
+        {
+            self.buf = rest;
+            return Ok(u64::from(b));
+        }
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let Some((&b, rest)) = self.buf.split_first() else {
@@ -64,6 +72,7 @@ impl<'a> Reader<'a> {
         Err(WireError("varint longer than 10 bytes"))
     }
 
+    #[inline]
     fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
         if n > self.buf.len() {
             return Err(WireError("truncated field"));
@@ -74,6 +83,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The next `(field number, value)`, or None at the end.
+    #[inline]
     pub fn next_field(&mut self) -> Result<Option<(u32, Value<'a>)>, WireError> {
         if self.buf.is_empty() {
             return Ok(None);

@@ -1,8 +1,6 @@
 //! What the emulator needs from a bfrt.json, checked once when a program is
 //! loaded so that writes only do table lookups.
 
-use std::collections::HashMap;
-
 use serde::Deserialize;
 
 /// A bfrt.json that cannot be realized.
@@ -122,7 +120,7 @@ impl TableDef {
 /// Tables of one program (or the fixed tables), by id, plus names.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct BfrtSchema {
-    pub tables: HashMap<u32, TableDef>,
+    pub tables: crate::schema::IdMap<TableDef>,
 }
 
 #[derive(Deserialize)]
@@ -231,7 +229,8 @@ impl BfrtSchema {
     /// Parses a bfrt.json (`{"tables": [...]}`).
     pub fn from_json(bytes: &[u8]) -> Result<BfrtSchema, BfrtSchemaError> {
         let info: JInfo = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
-        let mut tables = HashMap::with_capacity(info.tables.len());
+        let mut tables =
+            crate::schema::IdMap::with_capacity_and_hasher(info.tables.len(), Default::default());
         for t in info.tables {
             let def = table_def(t)?;
             let (id, name) = (def.id, def.name.clone());

@@ -39,7 +39,7 @@ pub(crate) struct TableState {
 pub(crate) struct Program {
     pub schema: BfrtSchema,
     pub config: bfrt::ForwardingPipelineConfig,
-    pub tables: HashMap<u32, TableState>,
+    pub tables: crate::schema::IdMap<TableState>,
 }
 
 /// How to take back one applied update.
