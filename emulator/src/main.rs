@@ -9,6 +9,9 @@ use std::net::SocketAddr;
 use clap::Parser;
 use p4fleet_emulator::{BfrtProgram, Emulator, EmulatorConfig, LatencyProfile};
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(name = "p4fleet-emulator", about = "Emulated P4Runtime devices")]
 struct Args {
