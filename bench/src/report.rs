@@ -369,8 +369,7 @@ impl Results {
                 us(rb)
             ));
         }
-        if let (Some((bp, bulk)), Some((sp, std))) =
-            (self.best_ours(batch, "P4Runtime bulk"), p4rt)
+        if let (Some((bp, bulk)), Some((sp, std))) = (self.best_ours(batch, "P4Runtime bulk"), p4rt)
             && bulk < 5.0 * std
         {
             let floor = match (median("ceiling"), median("ceiling-bulk")) {
