@@ -75,6 +75,11 @@ struct Args {
     /// Skip the in-process emulator ceiling.
     #[arg(long)]
     no_ceiling: bool,
+    /// Only measure the client-side encode cost (no emulator, no docs):
+    /// p4fleet's direct encoding (the *encode only* series) beside the
+    /// prost `Update` path it replaced, per batch size.
+    #[arg(long)]
+    encode_only: bool,
     /// Do not write docs/ (print the markdown instead).
     #[arg(long)]
     no_docs: bool,
@@ -124,6 +129,38 @@ enum Client {
     Python(Python),
 }
 
+/// `--encode-only`: the client-side cost per entry of the direct encoders
+/// and of the prost message paths they replaced, interleaved.
+fn encode_only(
+    entries: &[p4fleet::entries::Entry],
+    bfrt: &p4fleet::entries::bfrt::BfrtProgramMap,
+    batches: &[usize],
+    runs: usize,
+) {
+    let per_entry = |s: stats::Sample| s.elapsed_s * 1e9 / s.entries.max(1) as f64;
+    println!(
+        "| batch | P4Runtime direct, ns/entry | P4Runtime prost Update path | BFRT direct | BFRT prost translation path |"
+    );
+    println!("|---:|---:|---:|---:|---:|");
+    for &batch in batches {
+        let mut cols: [Vec<f64>; 4] = Default::default();
+        for _ in 0..runs.max(1) {
+            cols[0].push(per_entry(paths::client_encode(entries, batch)));
+            cols[1].push(per_entry(ceiling::client_encode(entries, batch)));
+            cols[2].push(per_entry(paths::bfrt_client_encode(bfrt, entries, batch)));
+            cols[3].push(per_entry(paths::bfrt_prost_encode(bfrt, entries, batch)));
+        }
+        let m: Vec<String> = cols
+            .iter_mut()
+            .map(|v| {
+                v.sort_by(f64::total_cmp);
+                format!("{:.0}", v[v.len() / 2])
+            })
+            .collect();
+        println!("| {batch} | {} |", m.join(" | "));
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -132,6 +169,17 @@ async fn main() -> anyhow::Result<()> {
     let (info, ids) = workload::firewall(&p4info_path)?;
     let schema = TableSchema::from_p4info(&info, workload::TABLE)?;
     let batches: Vec<usize> = args.batches.iter().map(|b| (*b).max(1)).collect();
+    if args.encode_only {
+        let json = std::fs::read(repo.join("examples/firewall/bfrt.json"))?;
+        let bfrt = workload::bfrt_map(&info, &json)?;
+        encode_only(
+            &workload::entries(&ids, args.entries),
+            &bfrt,
+            &batches,
+            args.runs,
+        );
+        return Ok(());
+    }
     let emulator_bin = args.emulator_bin.clone().unwrap_or_else(|| {
         std::env::current_exe()
             .ok()
@@ -362,7 +410,7 @@ async fn main() -> anyhow::Result<()> {
                         enc.samples
                             .entry(batch)
                             .or_default()
-                            .push(ceiling::client_encode(&entries, batch));
+                            .push(paths::client_encode(&entries, batch));
                     }
                 }
                 c.shutdown().await;

@@ -7,8 +7,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, anyhow, bail};
+use bytes::{BufMut, Bytes, BytesMut};
 use p4fleet::driver::{Device, DriverPool, WriteOptions};
 use p4fleet::entries::Entry;
+use p4fleet::entries::WriteOp;
+use p4fleet::entries::bfrt::{BfrtOp, BfrtProgramMap, BfrtWriteHeader, bfrt_write_request};
+use p4fleet::entries::wire::{P4rtWriteHeader, p4rt_write_request};
 use p4fleet_crds::entry_set::Atomicity;
 use p4fleet_crds::switch::{Switch, SwitchSpec};
 use p4fleet_proto::p4info::P4Info;
@@ -30,14 +34,15 @@ pub fn switch(endpoint: &str, device_id: u64) -> anyhow::Result<Switch> {
 }
 
 /// p4fleet's P4Runtime driver: the operator's own write path, from the
-/// entry model (Entry → Update) to the answers, batched and pipelined by
-/// [`Device::write`].
+/// entry model (entries → [`WriteOp`]s → request bytes encoded straight
+/// from the entries) to the answers, batched and pipelined by
+/// [`Device::write_ops`], the call the TableEntrySet sync makes.
 pub struct P4fleetP4rt {
     pub dev: Arc<Device>,
     pub info: P4Info,
     cookie: u64,
-    /// Bulk path: entries go to the driver's `write_entries` (columns
-    /// straight from the entry model).
+    /// Bulk path: the same `write_ops`, with the driver's columnar bulk
+    /// write enabled (columns straight from the entry model).
     bulk: bool,
     _pool: DriverPool,
 }
@@ -95,21 +100,9 @@ impl P4fleetP4rt {
             atomicity: Atomicity::ContinueOnError,
         };
         let start = Instant::now();
-        let report = match &*self.dev {
-            Device::P4Runtime(d) if self.bulk => {
-                d.write_entries(
-                    0,
-                    p4fleet_proto::p4runtime::update::Type::Insert,
-                    entries,
-                    opts,
-                )
-                .await?
-            }
-            _ => {
-                let updates = entries.iter().map(workload::insert).collect();
-                self.dev.write(0, updates, opts).await?
-            }
-        };
+        // The bulk switch is the driver's (set in connect / use_bulk).
+        let ops = workload::insert_ops(entries);
+        let report = self.dev.write_ops(0, &ops, opts).await?;
         let elapsed = start.elapsed();
         if let Some(f) = report.failures.first() {
             bail!(
@@ -261,10 +254,10 @@ impl Python {
 }
 
 /// p4fleet's BFRT driver (operator/src/driver/bfrt.rs): the same entry
-/// model and `write` as the P4Runtime path, translated to BFRT updates by
-/// the driver.
+/// model and [`Device::write_ops`] as the P4Runtime path; the driver
+/// translates to BFRT while encoding.
 pub struct P4fleetBfrt {
-    dev: p4fleet::driver::BfrtDevice,
+    dev: Device,
 }
 
 impl P4fleetBfrt {
@@ -285,28 +278,15 @@ impl P4fleetBfrt {
             },
         )
         .await?;
-        Ok(P4fleetBfrt { dev })
+        Ok(P4fleetBfrt {
+            dev: Device::Bfrt(dev),
+        })
     }
 
-    async fn write(
-        &self,
-        updates: Vec<p4fleet_proto::p4runtime::Update>,
-        batch: usize,
-        n: usize,
+    fn check(
+        report: p4fleet::driver::WriteReport,
+        total: usize,
     ) -> anyhow::Result<p4fleet::driver::WriteReport> {
-        let total = updates.len();
-        let report = self
-            .dev
-            .write(
-                0,
-                updates,
-                WriteOptions {
-                    batch_size: batch,
-                    max_in_flight: n,
-                    atomicity: Atomicity::ContinueOnError,
-                },
-            )
-            .await?;
         if let Some(f) = report.failures.first() {
             bail!(
                 "{} of {total} updates failed, first: {}",
@@ -337,8 +317,14 @@ impl P4fleetBfrt {
                     )),
                 }),
             })
-            .collect();
-        self.write(dels, 10_000, 4).await.map(|_| ())
+            .collect::<Vec<_>>();
+        let total = dels.len();
+        let opts = WriteOptions {
+            batch_size: 10_000,
+            max_in_flight: 4,
+            atomicity: Atomicity::ContinueOnError,
+        };
+        Self::check(self.dev.write(0, dels, opts).await?, total).map(|_| ())
     }
 
     pub async fn run(
@@ -348,14 +334,298 @@ impl P4fleetBfrt {
         max_in_flight: usize,
     ) -> anyhow::Result<Sample> {
         self.clear(entries).await?;
+        let opts = WriteOptions {
+            batch_size: batch,
+            max_in_flight,
+            atomicity: Atomicity::ContinueOnError,
+        };
         let start = Instant::now();
-        let updates = entries.iter().map(workload::insert).collect();
-        let report = self.write(updates, batch, max_in_flight).await?;
+        let ops = workload::insert_ops(entries);
+        let report = Self::check(self.dev.write_ops(0, &ops, opts).await?, entries.len())?;
         Ok(Sample {
             entries: entries.len(),
             requests: report.requests,
             elapsed_s: start.elapsed().as_secs_f64(),
             latency_sum_s: report.total_request_latency.as_secs_f64(),
         })
+    }
+}
+
+/// The election id [`P4fleetP4rt`]'s pool claims (as the encoded requests
+/// of [`client_encode`] carry it).
+const ELECTION_LOW: u64 = 10;
+
+/// p4fleet's client side alone, as [`Device::write_ops`] does it on the
+/// standard P4Runtime path: entries → ops → request bytes encoded straight
+/// from the entries, per batch, each copied behind its 5-byte gRPC prefix
+/// as tonic frames it; nothing sent.
+pub fn client_encode(entries: &[Entry], batch: usize) -> Sample {
+    let header = P4rtWriteHeader {
+        device_id: 1,
+        election_id: (0, ELECTION_LOW),
+        atomicity: 0,
+    };
+    let start = Instant::now();
+    let ops = workload::insert_ops(entries);
+    let frames: Vec<Bytes> = ops
+        .chunks(batch.max(1))
+        .map(|c| {
+            let body = p4rt_write_request(&header, c);
+            let mut f = BytesMut::with_capacity(5 + body.len());
+            f.put_u8(0);
+            f.put_u32(body.len() as u32);
+            f.put_slice(&body);
+            f.freeze()
+        })
+        .collect();
+    let elapsed = start.elapsed().as_secs_f64();
+    let requests = frames.len();
+    std::hint::black_box(frames);
+    Sample {
+        entries: entries.len(),
+        requests,
+        elapsed_s: elapsed,
+        latency_sum_s: 0.0,
+    }
+}
+
+/// The BFRT target of the bench's requests (as the driver addresses it).
+fn bfrt_header(device_id: u32) -> BfrtWriteHeader<'static> {
+    BfrtWriteHeader {
+        target: p4fleet_proto::bfrt::TargetDevice {
+            device_id,
+            pipe_id: 0xffff,
+            direction: 0xff,
+            prsr_id: 0xff,
+        },
+        client_id: 2,
+        atomicity: 0,
+        p4_name: "firewall",
+    }
+}
+
+/// [`client_encode`] for BFRT, as `BfrtDevice::write_ops` does it: every
+/// op checked against the bfrt.json translation, then each batch's request
+/// encoded straight from the entries.
+pub fn bfrt_client_encode(map: &BfrtProgramMap, entries: &[Entry], batch: usize) -> Sample {
+    let header = bfrt_header(1);
+    let start = Instant::now();
+    let ops: Vec<BfrtOp> = entries
+        .iter()
+        .filter_map(|e| map.check(WriteOp::insert(e)).ok())
+        .collect();
+    let frames: Vec<Vec<u8>> = ops
+        .chunks(batch.max(1))
+        .filter_map(|c| bfrt_write_request(map, &header, c).ok())
+        .collect();
+    let elapsed = start.elapsed().as_secs_f64();
+    let requests = frames.len();
+    std::hint::black_box(frames);
+    Sample {
+        entries: entries.len(),
+        requests,
+        elapsed_s: elapsed,
+        latency_sum_s: 0.0,
+    }
+}
+
+/// The BFRT path [`bfrt_client_encode`] replaced: Entry → P4Runtime Update
+/// → translated BFRT Update → prost-encoded WriteRequest.
+pub fn bfrt_prost_encode(map: &BfrtProgramMap, entries: &[Entry], batch: usize) -> Sample {
+    use prost::Message;
+    let h = bfrt_header(1);
+    let start = Instant::now();
+    let frames: Vec<Vec<u8>> = entries
+        .chunks(batch.max(1))
+        .map(|c| {
+            p4fleet_proto::bfrt::WriteRequest {
+                target: Some(h.target),
+                client_id: h.client_id,
+                updates: c
+                    .iter()
+                    .filter_map(|e| map.update_to_bfrt(&workload::insert(e)).ok())
+                    .collect(),
+                atomicity: h.atomicity,
+                p4_name: h.p4_name.into(),
+            }
+            .encode_to_vec()
+        })
+        .collect();
+    let elapsed = start.elapsed().as_secs_f64();
+    let requests = frames.len();
+    std::hint::black_box(frames);
+    Sample {
+        entries: entries.len(),
+        requests,
+        elapsed_s: elapsed,
+        latency_sum_s: 0.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+
+    #[test]
+    fn encode_only_frames_are_the_driver_requests() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let (_, ids) = workload::firewall(&root.join("examples/firewall/p4info.txt")).unwrap();
+        let entries = workload::entries(&ids, 10);
+        let s = client_encode(&entries, 4);
+        assert_eq!((s.entries, s.requests), (10, 3));
+        // The bytes decode to the Updates the prost path builds.
+        let ops = workload::insert_ops(&entries);
+        let h = P4rtWriteHeader {
+            device_id: 1,
+            election_id: (0, ELECTION_LOW),
+            atomicity: 0,
+        };
+        let req =
+            p4fleet_proto::p4runtime::WriteRequest::decode(p4rt_write_request(&h, &ops).as_slice())
+                .unwrap();
+        let want: Vec<_> = entries.iter().map(workload::insert).collect();
+        assert_eq!(req.updates, want);
+        assert_eq!(req.election_id.map(|e| e.low), Some(ELECTION_LOW));
+    }
+
+    #[test]
+    fn bfrt_encodings_agree() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let (info, ids) = workload::firewall(&root.join("examples/firewall/p4info.txt")).unwrap();
+        let json = std::fs::read(root.join("examples/firewall/bfrt.json")).unwrap();
+        let map = workload::bfrt_map(&info, &json).unwrap();
+        let entries = workload::entries(&ids, 10);
+        let ops: Vec<BfrtOp> = workload::insert_ops(&entries)
+            .into_iter()
+            .map(|op| map.check(op).unwrap())
+            .collect();
+        let direct = bfrt_write_request(&map, &bfrt_header(1), &ops).unwrap();
+        let req = p4fleet_proto::bfrt::WriteRequest::decode(direct.as_slice()).unwrap();
+        assert_eq!(req.updates.len(), 10);
+        let want = map.update_to_bfrt(&workload::insert(&entries[3])).unwrap();
+        assert_eq!(req.updates[3], want);
+        assert_eq!(bfrt_client_encode(&map, &entries, 4).requests, 3);
+        assert_eq!(bfrt_prost_encode(&map, &entries, 4).requests, 3);
+    }
+
+    /// The operator's write path (`write_ops`, requests encoded from the
+    /// entries) gives the same per-update results and table contents as
+    /// the prost Update path (`write`) on both protocols, refusals included.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn write_ops_answer_like_the_update_path() {
+        use p4fleet::entries::{ByteStr, MatchValue};
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let (info, ids) = workload::firewall(&root.join("examples/firewall/p4info.txt")).unwrap();
+        let json = std::fs::read(root.join("examples/firewall/bfrt.json")).unwrap();
+        let emu = p4fleet_emulator::Emulator::start(p4fleet_emulator::EmulatorConfig {
+            device_ids: vec![1, 2, 3, 4],
+            bfrt_addr: Some("127.0.0.1:0".parse().unwrap()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let pool = DriverPool::with_election_id(3);
+        let p4 = emu.p4runtime_addr().to_string();
+        let bfrt = emu.bfrt_addr().unwrap().to_string();
+        let tofino = p4fleet::driver::TofinoPipeline {
+            p4_name: "firewall".into(),
+            bfrt_json: json,
+            ..Default::default()
+        };
+        let mut devs = Vec::new();
+        for id in [1, 2] {
+            let mut sw = switch(&p4, id).unwrap();
+            sw.metadata.name = Some(format!("p4rt-{id}"));
+            let d = pool.connect(&sw).unwrap();
+            if let Device::P4Runtime(p) = &*d {
+                p.set_bulk_enabled(false);
+            }
+            d.set_pipeline(0, &info, b"x".to_vec(), 1).await.unwrap();
+            devs.push(d);
+        }
+        for id in [3, 4] {
+            let d = Device::Bfrt(
+                p4fleet::driver::BfrtDevice::new("t".into(), bfrt.clone(), id, id as u32).unwrap(),
+            );
+            d.set_tofino_pipeline(0, &info, &tofino).await.unwrap();
+            devs.push(Arc::new(d));
+        }
+
+        let mut entries = workload::entries(&ids, 420);
+        // Too wide for the 32-bit field: refused by the P4Runtime device
+        // and by the BFRT translation.
+        entries[250].key.matches[0].value = MatchValue::Exact(ByteStr::new(&[1, 2, 3, 4, 5]));
+        let mut moved = workload::entries(&ids, 400);
+        for e in &mut moved {
+            e.action.params[0].value = ByteStr::new(&[7]);
+        }
+        let md = p4fleet::sync::tag_metadata(9);
+        // (ops, batch size, indexes refused)
+        let steps: Vec<(Vec<WriteOp>, usize, Vec<usize>)> = vec![
+            (
+                entries[..300]
+                    .iter()
+                    .map(|e| WriteOp::insert(e).with_metadata(&md))
+                    .collect(),
+                100,
+                vec![250],
+            ),
+            // 200..300 exist already; 250 is refused.
+            (
+                entries[200..400].iter().map(WriteOp::insert).collect(),
+                64,
+                (0..100).collect(),
+            ),
+            (
+                moved[100..150].iter().map(WriteOp::modify).collect(),
+                30,
+                vec![],
+            ),
+            // 410..420 were never written: NOT_FOUND.
+            (
+                entries[..40]
+                    .iter()
+                    .chain(&entries[410..])
+                    .map(|e| WriteOp::delete(&e.key))
+                    .collect(),
+                7,
+                (40..50).collect(),
+            ),
+        ];
+        let opts = |batch_size| WriteOptions {
+            batch_size,
+            max_in_flight: 3,
+            atomicity: Atomicity::ContinueOnError,
+        };
+        let codes = |r: &p4fleet::driver::WriteReport| -> Vec<(usize, i32, String)> {
+            r.failures
+                .iter()
+                .map(|f| (f.index, f.code, f.message.clone()))
+                .collect()
+        };
+        for (ops, batch, refused) in &steps {
+            for pair in devs.chunks(2) {
+                let direct = pair[0].write_ops(0, ops, opts(*batch)).await.unwrap();
+                let updates = ops.iter().map(WriteOp::to_update).collect();
+                let prost = pair[1].write(0, updates, opts(*batch)).await.unwrap();
+                assert_eq!(codes(&direct), codes(&prost));
+                assert_eq!(direct.requests, prost.requests);
+                let idx: Vec<usize> = direct.failures.iter().map(|f| f.index).collect();
+                assert_eq!(&idx, refused, "{:?}", direct.failures.first());
+            }
+        }
+        for pair in devs.chunks(2) {
+            let (mut a, mut b) = (
+                pair[0].read_table(0, ids.table).await.unwrap(),
+                pair[1].read_table(0, ids.table).await.unwrap(),
+            );
+            assert!(a.len() > 300, "{}", a.len());
+            let key = |t: &p4fleet_proto::p4runtime::TableEntry| format!("{:?}", t.r#match);
+            a.sort_by_key(key);
+            b.sort_by_key(key);
+            assert_eq!(a, b);
+        }
+        emu.shutdown().await.unwrap();
     }
 }

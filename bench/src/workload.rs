@@ -3,7 +3,10 @@
 //! i mod 512). Every path (Rust, rbfrt, Python) writes exactly these.
 
 use anyhow::{Context, anyhow};
-use p4fleet::entries::{ActionCall, ActionParam, ByteStr, Entry, EntryKey, FieldMatch, MatchValue};
+use p4fleet::entries::bfrt::{BfrtInfo, BfrtProgramMap};
+use p4fleet::entries::{
+    ActionCall, ActionParam, ByteStr, Entry, EntryKey, FieldMatch, MatchValue, TableSchema, WriteOp,
+};
 use p4fleet_proto::p4info::{self, P4Info};
 use p4fleet_proto::p4runtime::{self as p4rt, Update, entity, update};
 
@@ -100,11 +103,25 @@ pub fn entry(ids: &Ids, i: usize) -> Entry {
     }
 }
 
+/// The BFRT translation of the firewall program (what the BFRT driver
+/// builds in `set_pipeline`).
+pub fn bfrt_map(info: &P4Info, bfrt_json: &[u8]) -> anyhow::Result<BfrtProgramMap> {
+    let tables = TableSchema::all_from_p4info(info)?;
+    Ok(BfrtProgramMap::new(&tables, &BfrtInfo::parse(bfrt_json)?)?)
+}
+
 pub fn entries(ids: &Ids, n: usize) -> Vec<Entry> {
     (0..n).map(|i| entry(ids, i)).collect()
 }
 
-/// An INSERT of an entry, as the operator's sync builds it.
+/// INSERTs of the entries, as the operator's sync hands them to the driver
+/// (borrowed, no message built).
+pub fn insert_ops(entries: &[Entry]) -> Vec<WriteOp<'_>> {
+    entries.iter().map(WriteOp::insert).collect()
+}
+
+/// An INSERT of an entry as a prost Update (the reference series'
+/// pre-encoded frames).
 pub fn insert(e: &Entry) -> Update {
     Update {
         r#type: update::Type::Insert as i32,

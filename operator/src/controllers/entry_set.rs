@@ -492,16 +492,19 @@ async fn sync_target(
             });
         }
     }
-    let (deletes, rest) = sync::updates(&plan, &d.entries, &on_device, tag);
+    // The ops borrow the desired and read-back entries: nothing per entry
+    // is cloned or built before the driver encodes the requests.
+    let metadata = sync::tag_metadata(tag);
+    let (deletes, rest) = sync::write_ops(&plan, &d.entries, &on_device, &metadata);
     let opts = WriteOptions::from(&set.spec.write);
     let mut total = WriteReport::default();
     let mut failed_idx: Vec<(Origin, i32, String)> = Vec::new();
     for (op, phase) in [("delete", deletes), ("write", rest)] {
-        if phase.updates.is_empty() {
+        if phase.ops.is_empty() {
             continue;
         }
-        let n = phase.updates.len();
-        match dev.write(t.slot, phase.updates, opts).await {
+        let n = phase.ops.len();
+        match dev.write_ops(t.slot, &phase.ops, opts).await {
             Ok(rep) => {
                 ctx.metrics.write_request(
                     &sw_name,
@@ -656,9 +659,9 @@ async fn cleanup(ctx: &Context, ns: &str, set: &TableEntrySet) -> Result<Action,
             }
             let which = sync::plan_removal(&on_device, tag);
             let n = which.len();
-            let ups = sync::delete_updates(&on_device, &which);
+            let ops = sync::delete_ops(&on_device, &which);
             let rep = dev
-                .write(t.slot, ups, WriteOptions::from(&set.spec.write))
+                .write_ops(t.slot, &ops, WriteOptions::from(&set.spec.write))
                 .await
                 .map_err(|e| e.to_string())?;
             // NOT_FOUND: already gone, which is what we want.

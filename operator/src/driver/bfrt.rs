@@ -6,8 +6,9 @@
 //! The rest of p4fleet speaks canonical P4Runtime entries; this driver
 //! translates them with [`crate::entries::bfrt::BfrtProgramMap`] (built in
 //! [`BfrtDevice::set_pipeline`] from the P4Info and the bfrt.json), so
-//! [`BfrtDevice::write`] and [`BfrtDevice::read_table`] have the same shapes
-//! as the P4Runtime device's.
+//! [`BfrtDevice::write_ops`], [`BfrtDevice::write`] and
+//! [`BfrtDevice::read_table`] have the same shapes as the P4Runtime
+//! device's. `write_ops` translates while encoding (no messages built).
 //!
 //! BFRT has no pipeline cookie: a program is pushed unless the device
 //! already reports one of the same name with the same bfrt.json (by
@@ -34,9 +35,10 @@ use tonic::transport::Channel;
 
 use super::channel::{self, BACKOFF_MAX, BACKOFF_MIN, MAX_MESSAGE};
 use super::pipeline::{self, UpdateErrors};
+use super::raw::{self, BFRT_WRITE};
 use super::{Capabilities, DriverError, UpdateFailure, WriteOptions, WriteReport};
-use crate::entries::TableSchema;
-use crate::entries::bfrt::{BfrtInfo, BfrtProgramMap};
+use crate::entries::bfrt::{BfrtInfo, BfrtOp, BfrtProgramMap, BfrtWriteHeader, bfrt_write_request};
+use crate::entries::{TableSchema, WriteOp};
 
 const SUBSCRIBE_WAIT: Duration = Duration::from_secs(10);
 
@@ -63,7 +65,8 @@ enum Sub {
 /// The program of one device id, as this driver last set or found it.
 struct Loaded {
     p4_name: String,
-    map: BfrtProgramMap,
+    /// Shared with running writes (no copy per write).
+    map: Arc<BfrtProgramMap>,
     /// Subscription generation the BIND was made on.
     bound_on: Option<u64>,
 }
@@ -75,6 +78,8 @@ pub struct BfrtDevice {
     base_device_id: u64,
     client_id: u32,
     client: BfRuntimeClient<Channel>,
+    /// Writes encoded by [`crate::entries::bfrt::bfrt_write_request`].
+    raw: tonic::client::Grpc<Channel>,
     sessions: channel::Sessions<Sub>,
     loaded: Mutex<HashMap<u64, Arc<Mutex<Loaded>>>>,
 }
@@ -88,7 +93,11 @@ impl BfrtDevice {
         device_id: u64,
         client_id: u32,
     ) -> Result<Self, DriverError> {
-        let client = BfRuntimeClient::new(channel::connect_lazy(&endpoint)?)
+        let channel = channel::connect_lazy(&endpoint)?;
+        let raw = tonic::client::Grpc::new(channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
+        let client = BfRuntimeClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
         Ok(BfrtDevice {
@@ -97,6 +106,7 @@ impl BfrtDevice {
             base_device_id: device_id,
             client_id,
             client,
+            raw,
             sessions: channel::Sessions::new(),
             loaded: Mutex::new(HashMap::new()),
         })
@@ -241,7 +251,7 @@ impl BfrtDevice {
                 device_id,
                 Arc::new(Mutex::new(Loaded {
                     p4_name: pipeline.p4_name.clone(),
-                    map,
+                    map: Arc::new(map),
                     bound_on: None,
                 })),
             );
@@ -250,7 +260,7 @@ impl BfrtDevice {
     }
 
     /// The program set for `slot`, bound on the current subscription.
-    async fn bound(&self, device_id: u64) -> Result<(String, BfrtProgramMap), DriverError> {
+    async fn bound(&self, device_id: u64) -> Result<(String, Arc<BfrtProgramMap>), DriverError> {
         let loaded = self
             .loaded
             .lock()
@@ -309,11 +319,7 @@ impl BfrtDevice {
             return Ok(report);
         }
         let (p4_name, map) = self.bound(device_id).await?;
-        let atomicity = match opts.atomicity {
-            Atomicity::ContinueOnError => write_request::Atomicity::ContinueOnError,
-            Atomicity::RollbackOnError => write_request::Atomicity::RollbackOnError,
-            Atomicity::DataplaneAtomic => write_request::Atomicity::DataplaneAtomic,
-        } as i32;
+        let atomicity = atomicity(opts.atomicity);
         // Translate; updates that cannot be expressed fail on their own.
         let mut sendable: Vec<(usize, bfrt::Update)> = Vec::with_capacity(updates.len());
         for (i, u) in updates.iter().enumerate() {
@@ -339,6 +345,59 @@ impl BfrtDevice {
                 p4_name: p4_name.clone(),
             };
             async move { client.write(req).await.map(drop) }
+        };
+        pipeline::write_pipelined(sendable, opts, &mut report, send, decode_update_errors).await;
+        Ok(report)
+    }
+
+    /// Writes `ops` to `slot` in batches, pipelined, as BFRT Write requests
+    /// encoded straight from the entries (the translation of
+    /// [`BfrtProgramMap::update_to_bfrt`] without building messages); ops
+    /// BFRT cannot express fail on their own, as in [`Self::write`].
+    pub async fn write_ops<'o>(
+        &self,
+        slot: u32,
+        ops: &[WriteOp<'o>],
+        opts: WriteOptions,
+    ) -> Result<WriteReport, DriverError> {
+        let device_id = self.device_id(slot);
+        let mut report = WriteReport {
+            updates: ops.len(),
+            ..Default::default()
+        };
+        if ops.is_empty() {
+            return Ok(report);
+        }
+        let (p4_name, map) = self.bound(device_id).await?;
+        // Check every op first: the requests then hold only sendable ones.
+        let mut sendable: Vec<(usize, BfrtOp)> = Vec::with_capacity(ops.len());
+        for (i, op) in ops.iter().enumerate() {
+            match map.check(*op) {
+                Ok(op) => sendable.push((i, op)),
+                Err(e) => report.failures.push(UpdateFailure {
+                    index: i,
+                    code: tonic::Code::InvalidArgument as i32,
+                    message: e.to_string(),
+                }),
+            }
+        }
+        let header = BfrtWriteHeader {
+            target: Self::target(device_id),
+            client_id: self.client_id,
+            atomicity: atomicity(opts.atomicity),
+            p4_name: &p4_name,
+        };
+        let (grpc, map) = (&self.raw, &*map);
+        let send = |batch: Vec<BfrtOp<'o>>| {
+            let body = bfrt_write_request(map, &header, &batch);
+            let mut grpc = grpc.clone();
+            async move {
+                // Cannot fail: the ops were checked against this same map.
+                let body = body.map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+                raw::unary::<bfrt::WriteResponse>(&mut grpc, BFRT_WRITE, body.into())
+                    .await
+                    .map(drop)
+            }
         };
         pipeline::write_pipelined(sendable, opts, &mut report, send, decode_update_errors).await;
         Ok(report)
@@ -410,6 +469,14 @@ impl BfrtDevice {
         }
         Ok(out)
     }
+}
+
+fn atomicity(a: Atomicity) -> i32 {
+    (match a {
+        Atomicity::ContinueOnError => write_request::Atomicity::ContinueOnError,
+        Atomicity::RollbackOnError => write_request::Atomicity::RollbackOnError,
+        Atomicity::DataplaneAtomic => write_request::Atomicity::DataplaneAtomic,
+    }) as i32
 }
 
 /// Per-update errors of a failed BFRT Write (`bfrt_proto.Error` details).

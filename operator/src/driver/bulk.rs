@@ -1,8 +1,10 @@
 //! p4fleet's columnar bulk write (`p4fleet.bulk.v1.BulkWrite`, docs/bulk.md)
 //! for P4Runtime targets that advertise it.
 //!
-//! [`P4RuntimeDevice::write`](super::P4RuntimeDevice::write) hands every
-//! write to [`BulkState::try_write`] first. It is used when the target
+//! [`P4RuntimeDevice::write_ops`](super::P4RuntimeDevice::write_ops) and
+//! [`P4RuntimeDevice::write`](super::P4RuntimeDevice::write) hand every
+//! write to [`BulkState::try_write_ops`] / [`BulkState::try_write`] first.
+//! It is used when the target
 //! answers `BulkWrite.Capabilities` (asked once per connection; UNIMPLEMENTED
 //! = absent), the slot's P4Info is known, the atomicity is
 //! CONTINUE_ON_ERROR, and the updates are plain entries of one table with one
@@ -26,7 +28,7 @@ use p4fleet_proto::p4runtime::{
 };
 use tonic::transport::Channel;
 
-use crate::entries::{Entry, MatchValue};
+use crate::entries::{ActionCall, Entry, EntryKey, MatchValue, WriteOp};
 
 use super::{UpdateFailure, WriteOptions, WriteReport};
 
@@ -234,26 +236,37 @@ impl Row for Update {
     }
 }
 
+fn key_matches(k: &EntryKey) -> impl Iterator<Item = (u32, MatchRef<'_>)> {
+    k.matches.iter().map(|m| {
+        let r = match &m.value {
+            MatchValue::Exact(v) => MatchRef::Exact(v.as_slice()),
+            MatchValue::Lpm { value, prefix_len } => {
+                MatchRef::Lpm(value.as_slice(), i64::from(*prefix_len))
+            }
+            MatchValue::Ternary { value, mask } => {
+                MatchRef::Ternary(value.as_slice(), mask.as_slice())
+            }
+            MatchValue::Range { low, high } => MatchRef::Range(low.as_slice(), high.as_slice()),
+            MatchValue::Optional(v) => MatchRef::Optional(v.as_slice()),
+        };
+        (m.field_id, r)
+    })
+}
+
+fn call_param(a: &ActionCall, param_id: u32) -> Option<&[u8]> {
+    a.params
+        .iter()
+        .find(|p| p.param_id == param_id)
+        .map(|p| p.value.as_slice())
+}
+
 impl Row for Entry {
     fn plain_table(&self) -> Option<u32> {
         Some(self.key.table_id)
     }
 
     fn matches(&self) -> impl Iterator<Item = (u32, MatchRef<'_>)> {
-        self.key.matches.iter().map(|m| {
-            let r = match &m.value {
-                MatchValue::Exact(v) => MatchRef::Exact(v.as_slice()),
-                MatchValue::Lpm { value, prefix_len } => {
-                    MatchRef::Lpm(value.as_slice(), i64::from(*prefix_len))
-                }
-                MatchValue::Ternary { value, mask } => {
-                    MatchRef::Ternary(value.as_slice(), mask.as_slice())
-                }
-                MatchValue::Range { low, high } => MatchRef::Range(low.as_slice(), high.as_slice()),
-                MatchValue::Optional(v) => MatchRef::Optional(v.as_slice()),
-            };
-            (m.field_id, r)
-        })
+        key_matches(&self.key)
     }
 
     fn priority(&self) -> i32 {
@@ -269,11 +282,33 @@ impl Row for Entry {
     }
 
     fn param(&self, param_id: u32) -> Option<&[u8]> {
-        self.action
-            .params
-            .iter()
-            .find(|p| p.param_id == param_id)
-            .map(|p| p.value.as_slice())
+        call_param(&self.action, param_id)
+    }
+}
+
+impl Row for WriteOp<'_> {
+    fn plain_table(&self) -> Option<u32> {
+        Some(self.key().table_id)
+    }
+
+    fn matches(&self) -> impl Iterator<Item = (u32, MatchRef<'_>)> {
+        key_matches(self.key())
+    }
+
+    fn priority(&self) -> i32 {
+        self.key().priority
+    }
+
+    fn metadata(&self) -> &[u8] {
+        WriteOp::metadata(self)
+    }
+
+    fn action(&self) -> Option<(u32, usize)> {
+        self.action().map(|a| (a.action_id, a.params.len()))
+    }
+
+    fn param(&self, param_id: u32) -> Option<&[u8]> {
+        call_param(self.action()?, param_id)
     }
 }
 
@@ -503,6 +538,15 @@ fn single_table(updates: &[Update]) -> Option<(u32, Type)> {
         .then_some((table, ty))
 }
 
+/// The table and update type shared by every op, if they share one.
+fn single_table_op(ops: &[WriteOp]) -> Option<(u32, Type)> {
+    let first = ops.first()?;
+    let (table, ty) = (first.key().table_id, first.ty());
+    ops.iter()
+        .all(|o| o.ty() == ty && o.key().table_id == table)
+        .then_some((table, ty))
+}
+
 /// Bulk state of one P4Runtime connection.
 pub(crate) struct BulkState {
     client: BulkWriteClient<Channel>,
@@ -637,29 +681,25 @@ impl BulkState {
         .await
     }
 
-    /// Like [`BulkState::try_write`] for entries of p4fleet's entry model,
-    /// all of one table, written with update type `ty`.
+    /// Like [`BulkState::try_write`] for [`WriteOp`]s (entries of p4fleet's
+    /// entry model, no Update built): all of one table and update type.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn try_write_entries(
+    pub(crate) async fn try_write_ops(
         &self,
         p4: &P4RuntimeClient<Channel>,
         slot: u32,
         device_id: u64,
         election_id: Uint128,
-        ty: Type,
-        entries: &[Entry],
+        ops: &[WriteOp<'_>],
         opts: WriteOptions,
         report: &mut WriteReport,
     ) -> bool {
         if !self.enabled() || opts.atomicity != Atomicity::ContinueOnError {
             return false;
         }
-        let Some(table_id) = entries.first().map(|e| e.key.table_id) else {
+        let Some((table_id, ty)) = single_table_op(ops) else {
             return false;
         };
-        if entries.iter().any(|e| e.key.table_id != table_id) {
-            return false;
-        }
         self.send_rows(
             p4,
             slot,
@@ -667,7 +707,7 @@ impl BulkState {
             election_id,
             table_id,
             ty,
-            entries,
+            ops,
             opts,
             report,
         )

@@ -20,6 +20,7 @@ pub mod bulk;
 mod channel;
 pub mod p4runtime;
 mod pipeline;
+mod raw;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -28,8 +29,9 @@ use std::time::Duration;
 use p4fleet_crds::entry_set::Atomicity;
 use p4fleet_crds::switch::{Switch, SwitchProtocol};
 use p4fleet_proto::p4info::P4Info;
-use p4fleet_proto::p4runtime::{TableEntry, Update};
+use p4fleet_proto::p4runtime::{TableEntry, Update, update};
 
+pub use crate::entries::WriteOp;
 pub use bfrt::{BfrtDevice, TofinoPipeline};
 pub use p4runtime::P4RuntimeDevice;
 
@@ -89,7 +91,7 @@ pub struct Capabilities {
     pub bulk_write: bool,
 }
 
-/// How a [`Device::write`] is split and pipelined.
+/// How a [`Device::write_ops`] is split and pipelined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriteOptions {
     /// Updates per request (at least 1).
@@ -122,7 +124,8 @@ impl From<&p4fleet_crds::entry_set::WriteOptions> for WriteOptions {
 /// One update the device refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpdateFailure {
-    /// Index of the update in the `updates` given to [`Device::write`].
+    /// Index of the update in the ops (or `updates`) given to
+    /// [`Device::write_ops`] ([`Device::write`]).
     pub index: usize,
     /// gRPC canonical code (`tonic::Code` as i32).
     pub code: i32,
@@ -135,7 +138,7 @@ impl UpdateFailure {
     }
 }
 
-/// Outcome of a [`Device::write`].
+/// Outcome of a [`Device::write_ops`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WriteReport {
     /// Updates sent.
@@ -251,9 +254,42 @@ impl Device {
         }
     }
 
-    /// Writes `updates` to `slot` in batches, pipelined; per-update results.
-    /// Errors only when nothing could be attempted (not primary, unreachable
-    /// before the first request); partial failures are in the report.
+    /// Writes `ops` to `slot` in batches, pipelined; per-update results
+    /// (`UpdateFailure::index` is the op's index). Errors only when nothing
+    /// could be attempted (not primary, unreachable before the first
+    /// request); partial failures are in the report. The requests are
+    /// encoded straight from the borrowed entries (no prost message per
+    /// entry); on P4Runtime, p4fleet's bulk write is used when the target
+    /// has it and the ops are of one table and update type. This is the
+    /// operator's write path.
+    pub async fn write_ops(
+        &self,
+        slot: u32,
+        ops: &[WriteOp<'_>],
+        opts: WriteOptions,
+    ) -> Result<WriteReport, DriverError> {
+        match self {
+            Device::P4Runtime(d) => d.write_ops(slot, ops, opts).await,
+            Device::Bfrt(d) => d.write_ops(slot, ops, opts).await,
+        }
+    }
+
+    /// [`Device::write_ops`] for entries written with one update type
+    /// (DELETE sends only their keys).
+    pub async fn write_entries(
+        &self,
+        slot: u32,
+        ty: update::Type,
+        entries: &[crate::entries::Entry],
+        opts: WriteOptions,
+    ) -> Result<WriteReport, DriverError> {
+        let ops: Vec<WriteOp> = entries.iter().map(|e| WriteOp::new(ty, e)).collect();
+        self.write_ops(slot, &ops, opts).await
+    }
+
+    /// Writes prost `updates` (anything P4Runtime can express, e.g. default
+    /// entries) in batches, pipelined; per-update results as
+    /// [`Device::write_ops`], which is the faster path for table entries.
     pub async fn write(
         &self,
         slot: u32,

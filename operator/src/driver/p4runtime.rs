@@ -21,7 +21,10 @@ use tonic::transport::Channel;
 
 use super::channel::{self, BACKOFF_MAX, BACKOFF_MIN, MAX_MESSAGE};
 use super::pipeline::{self, UpdateErrors};
+use super::raw::{self, P4RT_WRITE};
 use super::{Capabilities, DriverError, Target, WriteOptions, WriteReport};
+use crate::entries::WriteOp;
+use crate::entries::wire::{P4rtWriteHeader, p4rt_write_request};
 
 /// How long a request waits for this client to become primary.
 const PRIMARY_WAIT: Duration = Duration::from_secs(10);
@@ -42,6 +45,8 @@ pub struct P4RuntimeDevice {
     target: Target,
     election_id: Uint128,
     client: P4RuntimeClient<Channel>,
+    /// Writes encoded by [`crate::entries::wire`], on the same channel.
+    raw: tonic::client::Grpc<Channel>,
     sessions: channel::Sessions<Arbitration>,
     /// p4fleet's columnar bulk write, used when the target has it.
     bulk: Box<super::bulk::BulkState>,
@@ -56,6 +61,9 @@ impl P4RuntimeDevice {
     ) -> Result<Self, DriverError> {
         let channel = channel::connect_lazy(&target.endpoint)?;
         let bulk = Box::new(super::bulk::BulkState::new(channel.clone(), MAX_MESSAGE));
+        let raw = tonic::client::Grpc::new(channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
         let client = P4RuntimeClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
@@ -67,6 +75,7 @@ impl P4RuntimeDevice {
                 low: election_low,
             },
             client,
+            raw,
             sessions: channel::Sessions::new(),
             bulk,
         })
@@ -240,11 +249,7 @@ impl P4RuntimeDevice {
         {
             return Ok(report);
         }
-        let atomicity = match opts.atomicity {
-            Atomicity::ContinueOnError => write_request::Atomicity::ContinueOnError,
-            Atomicity::RollbackOnError => write_request::Atomicity::RollbackOnError,
-            Atomicity::DataplaneAtomic => write_request::Atomicity::DataplaneAtomic,
-        } as i32;
+        let atomicity = atomicity(opts.atomicity);
         let client = &self.client;
         let send = |updates: Vec<Update>| {
             let mut client = client.clone();
@@ -268,34 +273,33 @@ impl P4RuntimeDevice {
         Ok(report)
     }
 
-    /// Writes entries of p4fleet's entry model with one update type: in
-    /// bulk straight from the entries when [`super::bulk`] applies (no
-    /// Update built), else as standard Updates through [`Self::write`].
-    pub async fn write_entries(
+    /// Writes `ops` to `slot` in batches, pipelined: through p4fleet's
+    /// bulk write when [`super::bulk`] applies (one table, one update type),
+    /// else as standard Write requests encoded straight from the entries
+    /// ([`crate::entries::wire`]). Per-update results as [`Self::write`].
+    pub async fn write_ops<'o>(
         &self,
         slot: u32,
-        ty: p4rt::update::Type,
-        entries: &[crate::entries::Entry],
+        ops: &[WriteOp<'o>],
         opts: WriteOptions,
     ) -> Result<WriteReport, DriverError> {
         let device_id = self.device_id(slot);
         let mut report = WriteReport {
-            updates: entries.len(),
+            updates: ops.len(),
             ..Default::default()
         };
-        if entries.is_empty() {
+        if ops.is_empty() {
             return Ok(report);
         }
         let election_id = self.wait_primary(device_id).await?;
-        let (p4, bulk) = (&self.client, &self.bulk);
-        if bulk
-            .try_write_entries(
-                p4,
+        if self
+            .bulk
+            .try_write_ops(
+                &self.client,
                 slot,
                 device_id,
                 election_id,
-                ty,
-                entries,
+                ops,
                 opts,
                 &mut report,
             )
@@ -303,22 +307,45 @@ impl P4RuntimeDevice {
         {
             return Ok(report);
         }
-        let updates = entries
-            .iter()
-            .map(|e| Update {
-                r#type: ty as i32,
-                entity: Some(Entity {
-                    entity: Some(entity::Entity::TableEntry(
-                        if ty == p4rt::update::Type::Delete {
-                            e.key.to_proto()
-                        } else {
-                            e.to_proto()
-                        },
-                    )),
-                }),
-            })
-            .collect();
-        self.write(slot, updates, opts).await
+        let header = P4rtWriteHeader {
+            device_id,
+            election_id: (election_id.high, election_id.low),
+            atomicity: atomicity(opts.atomicity),
+        };
+        let grpc = &self.raw;
+        let send = |batch: Vec<WriteOp<'o>>| {
+            // Encoded when the pipeline pulls the request, so encoding the
+            // next request overlaps the device's work on this one.
+            let body = p4rt_write_request(&header, &batch).into();
+            let mut grpc = grpc.clone();
+            async move {
+                raw::unary::<p4rt::WriteResponse>(&mut grpc, P4RT_WRITE, body)
+                    .await
+                    .map(drop)
+            }
+        };
+        pipeline::write_pipelined(
+            ops.iter().copied().enumerate(),
+            opts,
+            &mut report,
+            send,
+            decode_update_errors,
+        )
+        .await;
+        Ok(report)
+    }
+
+    /// Writes entries of p4fleet's entry model with one update type (see
+    /// [`Self::write_ops`]).
+    pub async fn write_entries(
+        &self,
+        slot: u32,
+        ty: p4rt::update::Type,
+        entries: &[crate::entries::Entry],
+        opts: WriteOptions,
+    ) -> Result<WriteReport, DriverError> {
+        let ops: Vec<WriteOp> = entries.iter().map(|e| WriteOp::new(ty, e)).collect();
+        self.write_ops(slot, &ops, opts).await
     }
 
     pub async fn read_table(
@@ -357,6 +384,14 @@ impl P4RuntimeDevice {
         }
         Ok(out)
     }
+}
+
+fn atomicity(a: Atomicity) -> i32 {
+    (match a {
+        Atomicity::ContinueOnError => write_request::Atomicity::ContinueOnError,
+        Atomicity::RollbackOnError => write_request::Atomicity::RollbackOnError,
+        Atomicity::DataplaneAtomic => write_request::Atomicity::DataplaneAtomic,
+    }) as i32
 }
 
 /// Per-update errors of a failed P4Runtime Write (`p4.v1.Error` details).

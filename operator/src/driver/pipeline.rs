@@ -54,13 +54,19 @@ pub(crate) fn decode_update_errors<E: UpdateError>(
 /// `opts.batch_size`, at most `opts.max_in_flight` at once, and records
 /// latencies and failures in `report`. `send` builds and sends one request;
 /// `decode` reads its per-update errors.
-pub(crate) async fn write_pipelined<U, F, Fut>(
+///
+/// The updates are split into batches before the returned future exists,
+/// so the future holds only the batches, not the caller's iterator: an
+/// iterator over borrowed ops inside an async fn's state trips rustc's
+/// higher-ranked `Send` check in the controllers.
+pub(crate) fn write_pipelined<U, F, Fut>(
     updates: impl IntoIterator<Item = (usize, U)>,
     opts: WriteOptions,
     report: &mut WriteReport,
     send: F,
     decode: fn(&tonic::Status, usize) -> Option<UpdateErrors>,
-) where
+) -> impl Future<Output = ()>
+where
     F: Fn(Vec<U>) -> Fut,
     Fut: Future<Output = Result<(), tonic::Status>>,
 {
@@ -72,6 +78,19 @@ pub(crate) async fn write_pipelined<U, F, Fut>(
     while it.peek().is_some() {
         batches.push(it.by_ref().take(batch).unzip());
     }
+    run_pipelined(batches, opts, report, send, decode)
+}
+
+async fn run_pipelined<U, F, Fut>(
+    batches: Vec<(Vec<usize>, Vec<U>)>,
+    opts: WriteOptions,
+    report: &mut WriteReport,
+    send: F,
+    decode: fn(&tonic::Status, usize) -> Option<UpdateErrors>,
+) where
+    F: Fn(Vec<U>) -> Fut,
+    Fut: Future<Output = Result<(), tonic::Status>>,
+{
     report.requests = batches.len();
     let start = Instant::now();
     let send = &send;

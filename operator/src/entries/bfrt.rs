@@ -21,6 +21,9 @@ use serde::Deserialize;
 use super::error::EntryError;
 use super::schema::{ActionSchema, ActionScope, FieldSchema, MatchKind, ParamSchema, TableSchema};
 
+mod wire;
+pub use wire::{BfrtOp, BfrtWriteHeader, bfrt_write_request};
+
 /// Name of the priority key field of ternary/range/optional tables.
 pub const MATCH_PRIORITY: &str = "$MATCH_PRIORITY";
 
@@ -650,11 +653,35 @@ impl BfrtTableMap {
     }
 }
 
+/// Hashes a u32 id with one multiplication: the table lookup happens once
+/// per written entry, where SipHash showed up in profiles.
+#[derive(Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8 | u64::from(*b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u32(&mut self, v: u32) {
+        // Fibonacci hashing: spreads ids into the high bits SwissTable uses.
+        self.0 = u64::from(v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type IdMap<V> = HashMap<u32, V, std::hash::BuildHasherDefault<IdHasher>>;
+
 /// Translations for every table of a program, by P4Info and BFRT table id.
 #[derive(Debug, Clone, Default)]
 pub struct BfrtProgramMap {
-    by_p4: HashMap<u32, BfrtTableMap>,
-    by_bfrt: HashMap<u32, u32>,
+    by_p4: IdMap<BfrtTableMap>,
+    by_bfrt: IdMap<u32>,
 }
 
 impl BfrtProgramMap {

@@ -7,6 +7,8 @@
 //!   [`parse_text`] reads the line format (see docs/entries.md);
 //!   [`format_entries`] and [`split_entries`] write it.
 //! - [`bfrt`] parses bfrt.json and translates entries to and from BFRT.
+//! - [`wire`] encodes P4Runtime (and, in [`bfrt`], BFRT) Write requests
+//!   straight from [`WriteOp`]s that borrow entries.
 //! - [`Entry`] / [`EntryKey`] are canonical (P4Runtime byte strings, fields
 //!   sorted by id), so equal entries compare and hash equal whatever text
 //!   they came from.
@@ -19,6 +21,7 @@ mod line;
 mod proto;
 mod schema;
 mod value;
+pub mod wire;
 
 pub use bytes::ByteStr;
 pub use entry::{
@@ -31,3 +34,4 @@ pub use line::{
 };
 pub use schema::{ActionSchema, ActionScope, FieldSchema, MatchKind, ParamSchema, TableSchema};
 pub use value::{format_value, parse_match, parse_number, parse_value, write_match, write_value};
+pub use wire::WriteOp;

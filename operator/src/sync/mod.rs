@@ -31,10 +31,10 @@
 use std::collections::HashMap;
 
 use p4fleet_crds::entry_set::Ownership;
-use p4fleet_proto::p4runtime::{Entity, TableEntry, Update, entity, update};
+use p4fleet_proto::p4runtime::Update;
 use sha2::{Digest, Sha256};
 
-use crate::entries::{Entry, EntryKey};
+use crate::entries::{Entry, EntryKey, WriteOp};
 
 /// The ownership tag of a set (never 0, which means "untagged").
 pub fn set_tag(namespace: &str, name: &str) -> u64 {
@@ -160,14 +160,7 @@ pub fn plan_removal(device: &[DeviceEntry], tag: u64) -> Vec<usize> {
         .collect()
 }
 
-/// Updates of one write phase and where each came from.
-#[derive(Debug, Clone, Default)]
-pub struct Phase {
-    pub updates: Vec<Update>,
-    pub origins: Vec<Origin>,
-}
-
-/// Where an update of [`updates`] came from, for error reports.
+/// Where an update of a write phase came from, for error reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Origin {
     Insert(usize),
@@ -175,62 +168,79 @@ pub enum Origin {
     Delete(usize),
 }
 
-fn wrap(ty: update::Type, t: TableEntry) -> Update {
-    Update {
-        r#type: ty as i32,
-        entity: Some(Entity {
-            entity: Some(entity::Entity::TableEntry(t)),
-        }),
-    }
+/// The ops of one write phase, borrowing the entries, and where each came
+/// from (`origins[i]` is the origin of `ops[i]`).
+#[derive(Debug, Clone, Default)]
+pub struct OpPhase<'a> {
+    pub ops: Vec<WriteOp<'a>>,
+    pub origins: Vec<Origin>,
 }
 
-/// The Write updates of a plan, in two phases: deletes first (so an
-/// Exclusive set frees table space before inserting), then modifies and
-/// inserts. Each key appears once, so the updates of one phase may be sent
-/// in any order and in parallel.
-pub fn updates(plan: &Plan, desired: &[Entry], device: &[DeviceEntry], tag: u64) -> (Phase, Phase) {
-    let (updates, origins) = plan
-        .deletes
-        .iter()
-        .map(|&j| {
-            (
-                wrap(update::Type::Delete, device[j].entry.key.to_proto()),
-                Origin::Delete(j),
-            )
-        })
-        .unzip();
-    let deletes = Phase { updates, origins };
-    let metadata = tag_metadata(tag);
-    let tagged = |e: &Entry| {
-        let mut t = e.to_proto();
-        t.metadata = metadata.clone();
-        t
+/// The writes of a plan, in two phases: deletes first (so an Exclusive set
+/// frees table space before inserting), then modifies and inserts carrying
+/// `metadata` (the set's [`tag_metadata`]). Each key appears once, so the
+/// ops of one phase may be sent in any order and in parallel. Nothing is
+/// cloned: the ops borrow `desired`, `device` and `metadata`.
+pub fn write_ops<'a>(
+    plan: &Plan,
+    desired: &'a [Entry],
+    device: &'a [DeviceEntry],
+    metadata: &'a [u8],
+) -> (OpPhase<'a>, OpPhase<'a>) {
+    let deletes = OpPhase {
+        ops: delete_ops(device, &plan.deletes),
+        origins: plan.deletes.iter().map(|&j| Origin::Delete(j)).collect(),
     };
     let n = plan.modifies.len() + plan.inserts.len();
-    let mut ups = Vec::with_capacity(n);
-    let mut origins = Vec::with_capacity(n);
+    let mut rest = OpPhase {
+        ops: Vec::with_capacity(n),
+        origins: Vec::with_capacity(n),
+    };
     for &i in &plan.modifies {
-        ups.push(wrap(update::Type::Modify, tagged(&desired[i])));
-        origins.push(Origin::Modify(i));
+        rest.ops
+            .push(WriteOp::modify(&desired[i]).with_metadata(metadata));
+        rest.origins.push(Origin::Modify(i));
     }
     for &i in &plan.inserts {
-        ups.push(wrap(update::Type::Insert, tagged(&desired[i])));
-        origins.push(Origin::Insert(i));
+        rest.ops
+            .push(WriteOp::insert(&desired[i]).with_metadata(metadata));
+        rest.origins.push(Origin::Insert(i));
     }
-    (
-        deletes,
-        Phase {
-            updates: ups,
-            origins,
-        },
-    )
+    (deletes, rest)
 }
 
-/// Delete updates for device entries (finalizer).
-pub fn delete_updates(device: &[DeviceEntry], which: &[usize]) -> Vec<Update> {
+/// Delete ops for device entries (finalizer): keys only.
+pub fn delete_ops<'a>(device: &'a [DeviceEntry], which: &[usize]) -> Vec<WriteOp<'a>> {
     which
         .iter()
-        .map(|&j| wrap(update::Type::Delete, device[j].entry.key.to_proto()))
+        .map(|&j| WriteOp::delete(&device[j].entry.key))
+        .collect()
+}
+
+/// [`write_ops`] as prost Updates, for callers that want messages (tests,
+/// tools using [`crate::driver::Device::write`]).
+#[derive(Debug, Clone, Default)]
+pub struct Phase {
+    pub updates: Vec<Update>,
+    pub origins: Vec<Origin>,
+}
+
+/// The Update form of [`write_ops`] with the tag's metadata.
+pub fn updates(plan: &Plan, desired: &[Entry], device: &[DeviceEntry], tag: u64) -> (Phase, Phase) {
+    let metadata = tag_metadata(tag);
+    let (deletes, rest) = write_ops(plan, desired, device, &metadata);
+    let phase = |p: OpPhase| Phase {
+        updates: p.ops.iter().map(WriteOp::to_update).collect(),
+        origins: p.origins,
+    };
+    (phase(deletes), phase(rest))
+}
+
+/// The Update form of [`delete_ops`].
+pub fn delete_updates(device: &[DeviceEntry], which: &[usize]) -> Vec<Update> {
+    delete_ops(device, which)
+        .iter()
+        .map(WriteOp::to_update)
         .collect()
 }
 
@@ -285,6 +295,7 @@ pub fn desired_digest(entries: &[Entry]) -> [u8; 32] {
 mod tests {
     use super::*;
     use crate::entries::{TableSchema, parse_text};
+    use p4fleet_proto::p4runtime::{entity, update};
 
     fn firewall() -> TableSchema {
         let p4info = p4fleet_proto::p4info::parse_text(include_str!(
@@ -376,6 +387,41 @@ mod tests {
         };
         assert_eq!(tag_of(&t.metadata), me);
         assert_eq!(ups[1].r#type, update::Type::Insert as i32);
+    }
+
+    #[test]
+    fn ops_borrow_the_entries_in_plan_order() {
+        let me = set_tag("ns", "a");
+        let desired = fw("10.0.0.1 10.0.0.2 1\n10.0.0.1 10.0.0.4 3\n10.0.0.8 10.0.0.8 1\n");
+        let mut device = dev(fw("10.0.0.1 10.0.0.2 1\n"), me);
+        device.extend(dev(fw("10.0.0.6 10.0.0.6 1\n"), 5));
+        device.extend(dev(fw("10.0.0.1 10.0.0.4 9\n"), 5));
+        let p = plan(&desired, &device, Ownership::Exclusive, me);
+        let md = tag_metadata(me);
+        let (dels, rest) = write_ops(&p, &desired, &device, &md);
+        assert_eq!(dels.origins, vec![Origin::Delete(1)]);
+        let d = dels.ops[0];
+        assert_eq!(d.ty(), update::Type::Delete);
+        assert!(std::ptr::eq(d.key(), &device[1].entry.key));
+        assert!(d.action().is_none() && d.metadata().is_empty());
+        assert_eq!(rest.origins, vec![Origin::Modify(1), Origin::Insert(2)]);
+        let types: Vec<_> = rest.ops.iter().map(|o| o.ty()).collect();
+        assert_eq!(types, [update::Type::Modify, update::Type::Insert]);
+        for (op, i) in rest.ops.iter().zip([1, 2]) {
+            assert!(std::ptr::eq(op.key(), &desired[i].key));
+            assert!(std::ptr::eq(op.action().unwrap(), &desired[i].action));
+            assert_eq!(tag_of(op.metadata()), me);
+        }
+        // The Update form is the same writes.
+        let (ud, ur) = updates(&p, &desired, &device, me);
+        assert_eq!(ud.updates, vec![d.to_update()]);
+        let want: Vec<Update> = rest.ops.iter().map(WriteOp::to_update).collect();
+        assert_eq!(ur.updates, want);
+        assert_eq!(delete_ops(&device, &[2, 0]).len(), 2);
+        assert!(std::ptr::eq(
+            delete_ops(&device, &[2])[0].key(),
+            &device[2].entry.key
+        ));
     }
 
     #[test]
