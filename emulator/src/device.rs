@@ -26,6 +26,10 @@ use crate::wire::{self, ActionView, EntityView, Scratch, TableEntryView};
 /// strings): one allocation per entry, and Read copies it out as it is.
 type Entries = HashMap<Key, Box<[u8]>, foldhash::fast::RandomState>;
 
+/// Encodes what a table keeps for an inserted or modified entry, from the
+/// entry's parsed views.
+pub(crate) type StoredEntry<'f> = dyn FnMut(&Scratch<'_>) -> Result<Box<[u8]>, UpdateError> + 'f;
+
 /// Upper bound on a table's pre-sized capacity (entries), so a P4Info
 /// `size` of millions does not reserve memory nobody writes.
 const PRESIZE_MAX: usize = 1 << 15;
@@ -113,7 +117,7 @@ impl Pipeline {
         te: TableEntryView,
         scratch: &Scratch<'_>,
         key: &mut Vec<u8>,
-        stored: &mut dyn FnMut(&Scratch<'_>) -> Result<Box<[u8]>, UpdateError>,
+        stored: &mut StoredEntry<'_>,
     ) -> Result<Type, UpdateError> {
         let Some(table) = self.schema.tables.get(&te.table_id) else {
             return Err(err(
