@@ -117,6 +117,14 @@ fn tuned_server() -> tonic::transport::Server {
         .max_frame_size(1024 * 1024)
 }
 
+/// Accepted connections with TCP_NODELAY. The server builder's
+/// `tcp_nodelay` only applies to listeners tonic binds itself; without it,
+/// Nagle holds back the small response frames of concurrent requests until
+/// the client's delayed ACK (~40 ms stalls with several Writes in flight).
+fn nodelay_incoming(listener: TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+}
+
 /// A set of emulated devices; cheap to clone (shared state).
 #[derive(Clone)]
 pub struct Emulator {
@@ -170,7 +178,7 @@ impl Emulator {
         let svc = emu.service();
         // p4fleet's bulk extension shares the P4Runtime port.
         let bulk_svc = emu.bulk_service();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let incoming = nodelay_incoming(listener);
         let grpc = tokio::spawn(async move {
             tuned_server()
                 .add_service(svc)
@@ -219,7 +227,7 @@ impl Emulator {
             let (tx, rx) = oneshot::channel::<()>();
             bfrt_stop = Some(tx);
             let svc = emu.bfrt_service();
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(l);
+            let incoming = nodelay_incoming(l);
             bfrt_task = Some(tokio::spawn(async move {
                 tuned_server()
                     .add_service(svc)
