@@ -83,6 +83,11 @@ struct Args {
     /// Do not write docs/ (print the markdown instead).
     #[arg(long)]
     no_docs: bool,
+    /// Re-render docs/benchmarks.md, the plot and the CSV from a saved
+    /// results.json (e.g. after a change to the report text) instead of
+    /// measuring; the measurement's own date, commit and machine are kept.
+    #[arg(long, value_name = "RESULTS_JSON")]
+    report_from: Option<PathBuf>,
     /// The command recorded in the docs as the way to reproduce.
     #[arg(long)]
     command: Option<String>,
@@ -165,6 +170,12 @@ fn encode_only(
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let repo = repo_root(args.repo.clone());
+    if let Some(path) = &args.report_from {
+        let json = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let results: report::Results =
+            serde_json::from_slice(&json).with_context(|| format!("parsing {}", path.display()))?;
+        return write_docs(&repo, &results, args.no_docs);
+    }
     let p4info_path = repo.join("examples/firewall/p4info.txt");
     let (info, ids) = workload::firewall(&p4info_path)?;
     let schema = TableSchema::from_p4info(&info, workload::TABLE)?;
@@ -473,7 +484,8 @@ async fn main() -> anyhow::Result<()> {
         date: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
         command: args
             .command
-            .clone()
+            .as_deref()
+            .map(|c| c.trim().to_string())
             .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" ")),
         git_commit: git_commit(&repo),
         machine,
@@ -485,21 +497,31 @@ async fn main() -> anyhow::Result<()> {
         reconcile,
         notes,
     };
+    write_docs(&repo, &results, args.no_docs)
+}
+
+/// docs/benchmarks.md and docs/benchmarks/ from `results` (or the markdown
+/// on stdout only, with `--no-docs`).
+fn write_docs(
+    repo: &std::path::Path,
+    results: &report::Results,
+    no_docs: bool,
+) -> anyhow::Result<()> {
     let md = results.markdown();
-    if args.no_docs {
+    if no_docs {
         println!("{md}");
-    } else {
-        let dir = repo.join("docs/benchmarks");
-        std::fs::create_dir_all(&dir)?;
-        std::fs::write(repo.join("docs/benchmarks.md"), &md)?;
-        std::fs::write(
-            dir.join("results.json"),
-            serde_json::to_string_pretty(&results)?,
-        )?;
-        std::fs::write(dir.join("results.csv"), results.csv())?;
-        std::fs::write(dir.join("insertion-rate.svg"), report::svg(&results))?;
-        eprintln!("wrote docs/benchmarks.md and docs/benchmarks/");
-        println!("{md}");
+        return Ok(());
     }
+    let dir = repo.join("docs/benchmarks");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(repo.join("docs/benchmarks.md"), &md)?;
+    // Written to a temporary first: --report-from may be reading this file.
+    let json = serde_json::to_string_pretty(results)?;
+    std::fs::write(dir.join("results.json.tmp"), json)?;
+    std::fs::rename(dir.join("results.json.tmp"), dir.join("results.json"))?;
+    std::fs::write(dir.join("results.csv"), results.csv())?;
+    std::fs::write(dir.join("insertion-rate.svg"), report::svg(results))?;
+    eprintln!("wrote docs/benchmarks.md and docs/benchmarks/");
+    println!("{md}");
     Ok(())
 }

@@ -10,14 +10,14 @@ use p4fleet::driver::WriteOptions;
 use p4fleet::entries::{Entry, TableSchema};
 use p4fleet::sync::{self, DeviceEntry};
 use p4fleet_crds::entry_set::{Atomicity, Ownership};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::alloc;
 use crate::paths::P4fleetP4rt;
 use crate::stats::Spread;
 use crate::workload::{self, Ids};
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReconcileResult {
     pub entries: usize,
     pub runs: usize,
