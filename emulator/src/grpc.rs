@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, BufMut, Bytes};
 use futures::Stream;
+use prost::Message;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::{Body, BoxFuture, Service, StdError, http};
 use tonic::server::NamedService;
@@ -59,10 +60,12 @@ pub(crate) trait WireMethods: Clone + Send + Sync + 'static {
     /// gRPC paths, e.g. `/p4.v1.P4Runtime/Write`.
     const WRITE: &'static str;
     const READ: &'static str;
-    /// The encoded response of one encoded request.
-    fn write(&self, body: Bytes) -> BoxFuture<Bytes, Status>;
-    /// The encoded response messages of one encoded request.
-    fn read(&self, body: Bytes) -> Result<Vec<Bytes>, Status>;
+    /// Read requests are small: decoded with prost.
+    type ReadRequest: prost::Message + Default;
+    /// Applies one encoded `WriteRequest`.
+    fn write(&self, body: Bytes) -> BoxFuture<(), Status>;
+    /// The encoded `ReadResponse` messages answering `req`.
+    fn read(&self, req: &Self::ReadRequest) -> Result<Vec<Bytes>, Status>;
 }
 
 type BoxStream = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send + 'static>>;
@@ -102,7 +105,9 @@ impl<S: WireMethods> tonic::server::UnaryService<Bytes> for WriteMethod<S> {
 
     fn call(&mut self, request: Request<Bytes>) -> Self::Future {
         let fut = self.0.write(request.into_inner());
-        Box::pin(async move { fut.await.map(Response::new) })
+        // The P4Runtime and BFRT WriteResponses of a successful Write have
+        // no field set: their encoding is empty.
+        Box::pin(async move { fut.await.map(|()| Response::new(Bytes::new())) })
     }
 }
 
@@ -114,7 +119,9 @@ impl<S: WireMethods> tonic::server::ServerStreamingService<Bytes> for ReadMethod
     type Future = BoxFuture<Response<BoxStream>, Status>;
 
     fn call(&mut self, request: Request<Bytes>) -> Self::Future {
-        let res = self.0.read(request.into_inner());
+        let res = S::ReadRequest::decode(request.into_inner())
+            .map_err(|e| Status::invalid_argument(format!("ReadRequest: {e}")))
+            .and_then(|req| self.0.read(&req));
         Box::pin(async move {
             let stream: BoxStream = Box::pin(tokio_stream::iter(res?.into_iter().map(Ok)));
             Ok(Response::new(stream))

@@ -198,20 +198,15 @@ impl P4RuntimeService {
 impl crate::grpc::WireMethods for P4RuntimeService {
     const WRITE: &'static str = "/p4.v1.P4Runtime/Write";
     const READ: &'static str = "/p4.v1.P4Runtime/Read";
+    type ReadRequest = p4::ReadRequest;
 
-    fn write(&self, body: Bytes) -> BoxFuture<Bytes, Status> {
+    fn write(&self, body: Bytes) -> BoxFuture<(), Status> {
         let svc = self.clone();
-        Box::pin(async move {
-            svc.write_raw(body).await?;
-            // WriteResponse has no fields: its encoding is empty.
-            Ok(Bytes::new())
-        })
+        Box::pin(async move { svc.write_raw(body).await })
     }
 
-    fn read(&self, body: Bytes) -> Result<Vec<Bytes>, Status> {
-        let req = p4::ReadRequest::decode(body)
-            .map_err(|e| Status::invalid_argument(format!("ReadRequest: {e}")))?;
-        self.read_raw(&req)
+    fn read(&self, req: &p4::ReadRequest) -> Result<Vec<Bytes>, Status> {
+        self.read_raw(req)
     }
 }
 

@@ -165,25 +165,35 @@ pub enum EntityView<'a> {
     Other(u32),
 }
 
-/// `(type, entity)` of one encoded `Update`.
-pub fn parse_update(buf: &[u8]) -> Result<(i32, EntityView<'_>), WireError> {
-    let (mut ty, mut entity) = (0, EntityView::Missing);
+/// The type and the entity's set oneof member `(field number, value)` of
+/// one encoded `Update` (P4Runtime and BFRT share this shape: type = 1,
+/// entity = 2, the entity a oneof).
+pub fn update_parts(buf: &[u8]) -> Result<(i32, Option<(u32, Value<'_>)>), WireError> {
+    let (mut ty, mut entity) = (0, None);
     let mut r = Reader::new(buf);
     while let Some((f, v)) = r.next_field()? {
         match f {
             1 => ty = v.int32()?,
             2 => {
                 let mut e = Reader::new(v.bytes()?);
-                while let Some((ef, ev)) = e.next_field()? {
-                    entity = match ef {
-                        2 => EntityView::TableEntry(ev.bytes()?),
-                        other => EntityView::Other(other),
-                    };
+                while let Some(member) = e.next_field()? {
+                    entity = Some(member);
                 }
             }
             _ => {}
         }
     }
+    Ok((ty, entity))
+}
+
+/// `(type, entity)` of one encoded P4Runtime `Update`.
+pub fn parse_update(buf: &[u8]) -> Result<(i32, EntityView<'_>), WireError> {
+    let (ty, entity) = update_parts(buf)?;
+    let entity = match entity {
+        None => EntityView::Missing,
+        Some((2, v)) => EntityView::TableEntry(v.bytes()?),
+        Some((f, _)) => EntityView::Other(f),
+    };
     Ok((ty, entity))
 }
 

@@ -307,20 +307,15 @@ fn apply_one<'a>(
 impl crate::grpc::WireMethods for BfrtService {
     const WRITE: &'static str = "/bfrt_proto.BfRuntime/Write";
     const READ: &'static str = "/bfrt_proto.BfRuntime/Read";
+    type ReadRequest = bfrt::ReadRequest;
 
-    fn write(&self, body: Bytes) -> BoxFuture<Bytes, Status> {
+    fn write(&self, body: Bytes) -> BoxFuture<(), Status> {
         let svc = self.clone();
-        Box::pin(async move {
-            svc.write_raw(body).await?;
-            // An empty WriteResponse (no status entries).
-            Ok(Bytes::new())
-        })
+        Box::pin(async move { svc.write_raw(body).await })
     }
 
-    fn read(&self, body: Bytes) -> Result<Vec<Bytes>, Status> {
-        let req = bfrt::ReadRequest::decode(body)
-            .map_err(|e| Status::invalid_argument(format!("ReadRequest: {e}")))?;
-        Ok(vec![self.read_raw(&req)?])
+    fn read(&self, req: &bfrt::ReadRequest) -> Result<Vec<Bytes>, Status> {
+        Ok(vec![self.read_raw(req)?])
     }
 }
 

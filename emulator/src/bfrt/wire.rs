@@ -1,7 +1,7 @@
 //! Borrowed views of BFRT Write requests (see `crate::wire`): a Write is
 //! validated and applied straight from the request bytes. Pure; no I/O.
 
-use crate::wire::{Reader, WireError};
+use crate::wire::{Reader, WireError, update_parts};
 
 /// The parts of a `bfrt_proto.WriteRequest` the emulator uses.
 #[derive(Debug, Default)]
@@ -53,35 +53,24 @@ pub enum EntityView<'a> {
     Other(u32),
 }
 
-/// `(type, entity)` of one encoded `Update`.
+/// `(type, entity)` of one encoded BFRT `Update`.
 pub fn parse_update(buf: &[u8]) -> Result<(i32, EntityView<'_>), WireError> {
-    let (mut ty, mut entity) = (0, EntityView::Missing);
-    let mut r = Reader::new(buf);
-    while let Some((f, v)) = r.next_field()? {
-        match f {
-            1 => ty = v.int32()?,
-            2 => {
-                let mut e = Reader::new(v.bytes()?);
-                while let Some((ef, ev)) = e.next_field()? {
-                    entity = match ef {
-                        1 => EntityView::TableEntry(ev.bytes()?),
-                        4 => {
-                            let mut table_id = 0;
-                            let mut o = Reader::new(ev.bytes()?);
-                            while let Some((of, ov)) = o.next_field()? {
-                                if of == 1 {
-                                    table_id = ov.uint()? as u32;
-                                }
-                            }
-                            EntityView::TableOperation(table_id)
-                        }
-                        other => EntityView::Other(other),
-                    };
+    let (ty, entity) = update_parts(buf)?;
+    let entity = match entity {
+        None => EntityView::Missing,
+        Some((1, v)) => EntityView::TableEntry(v.bytes()?),
+        Some((4, v)) => {
+            let mut table_id = 0;
+            let mut o = Reader::new(v.bytes()?);
+            while let Some((f, ov)) = o.next_field()? {
+                if f == 1 {
+                    table_id = ov.uint()? as u32;
                 }
             }
-            _ => {}
+            EntityView::TableOperation(table_id)
         }
-    }
+        Some((f, _)) => EntityView::Other(f),
+    };
     Ok((ty, entity))
 }
 
