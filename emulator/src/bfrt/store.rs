@@ -824,4 +824,51 @@ mod tests {
         p.apply_entry(Type::Modify, def, None).unwrap();
         assert_eq!(p.usage(t.id), Some(2));
     }
+
+    #[test]
+    fn mutated_updates_are_refused_or_applied_never_a_panic() {
+        let mut p = program();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut applied = 0;
+        for i in 0..3000u32 {
+            let mut raw = lpm_entry(&p, i.to_be_bytes(), 32, vec![0, 1]).encode_to_vec();
+            match next() % 3 {
+                0 => {}
+                1 => {
+                    let at = next() as usize % raw.len();
+                    raw[at] ^= 1 << (next() % 8);
+                }
+                _ => raw.truncate(next() as usize % raw.len()),
+            }
+            let mut scratch = Scratch::default();
+            let Ok(te) = wire::parse_table_entry(&raw, &mut scratch.keys) else {
+                continue;
+            };
+            if p.apply_parsed(Type::Insert, te, &mut scratch, None).is_ok() {
+                applied += 1;
+            }
+        }
+        assert!(applied > 100 && applied < 3000, "{applied}");
+        // Everything stored reads back as valid entries.
+        let t = table(&p, "pipe.MyIngress.ipv4_lpm").id;
+        let mut n = 0;
+        p.read_entries(
+            &bfrt::TableEntry {
+                table_id: t,
+                ..Default::default()
+            },
+            &mut |raw| {
+                bfrt::TableEntry::decode(raw).expect("stored entries decode");
+                n += 1;
+            },
+        )
+        .unwrap();
+        assert_eq!(n, p.usage(t).unwrap() as usize);
+    }
 }
