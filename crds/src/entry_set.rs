@@ -120,7 +120,9 @@ pub struct WriteOptions {
     #[serde(default = "default_batch_size")]
     #[schemars(range(min = 1, max = 1000000))]
     pub batch_size: u32,
-    /// Write requests in flight per device.
+    /// Write requests in flight per device; updates of one entry keep
+    /// their order (a request waits for an earlier one with the same
+    /// entry).
     #[serde(default = "default_max_in_flight")]
     #[schemars(range(min = 1, max = 64))]
     pub max_in_flight: u32,

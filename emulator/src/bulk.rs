@@ -405,6 +405,8 @@ impl BulkWrite for BulkService {
         .fetch_add(ok, Ordering::Relaxed);
         c.failed_updates
             .fetch_add(errors.len() as u64, Ordering::Relaxed);
+        // The same added latency as a standard Write of n entries.
+        crate::profile::delay(self.inner.profile, &dev.busy, n).await;
         Ok(Response::new(BulkWriteResponse { errors }))
     }
 

@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use futures::StreamExt;
 use p4fleet_crds::entry_set::Atomicity;
 use p4fleet_proto::bulk::{self as bk, bulk_write_client::BulkWriteClient};
 use p4fleet_proto::p4info::{P4Info, match_field};
@@ -30,6 +29,7 @@ use tonic::transport::Channel;
 
 use crate::entries::{ActionCall, Entry, EntryKey, MatchValue, WriteOp};
 
+use super::order::{self, OrderKey};
 use super::{UpdateFailure, WriteOptions, WriteReport};
 
 /// Match kinds, as the columns carry them.
@@ -715,7 +715,7 @@ impl BulkState {
     }
 
     #[allow(clippy::too_many_arguments)]
-    async fn send_rows<R: Row>(
+    async fn send_rows<R: Row + OrderKey>(
         &self,
         p4: &P4RuntimeClient<Channel>,
         slot: u32,
@@ -746,39 +746,45 @@ impl BulkState {
             reqs.push((i * batch, chunk.len(), r));
         }
         report.requests = reqs.len();
+        // Same-key order across requests in flight (see `order`).
+        let deps = order::batch_dependencies(updates.chunks(batch), opts.max_in_flight);
         let start = Instant::now();
         let client = &self.client;
-        let mut results = futures::stream::iter(reqs)
-            .map(|(offset, n, req)| {
+        order::run(
+            reqs,
+            &deps,
+            opts.max_in_flight,
+            |(offset, n, req)| {
                 let mut client = client.clone();
                 async move {
                     let t = Instant::now();
                     let r = client.write(req).await;
                     (offset, n, t.elapsed(), r)
                 }
-            })
-            .buffer_unordered(opts.max_in_flight.max(1));
-        while let Some((offset, n, latency, r)) = results.next().await {
-            report.total_request_latency += latency;
-            match r {
-                Ok(resp) => report
-                    .failures
-                    .extend(resp.into_inner().errors.into_iter().map(|e| UpdateFailure {
-                        index: offset + e.index as usize,
-                        code: e.code,
-                        message: e.message,
-                    })),
-                Err(status) => {
-                    report.failed_requests += 1;
-                    let msg = format!("{:?}: {}", status.code(), status.message());
-                    report.failures.extend((0..n).map(|i| UpdateFailure {
-                        index: offset + i,
-                        code: status.code() as i32,
-                        message: msg.clone(),
-                    }));
+            },
+            |(offset, n, latency, r)| {
+                report.total_request_latency += latency;
+                match r {
+                    Ok(resp) => report
+                        .failures
+                        .extend(resp.into_inner().errors.into_iter().map(|e| UpdateFailure {
+                            index: offset + e.index as usize,
+                            code: e.code,
+                            message: e.message,
+                        })),
+                    Err(status) => {
+                        report.failed_requests += 1;
+                        let msg = format!("{:?}: {}", status.code(), status.message());
+                        report.failures.extend((0..n).map(|i| UpdateFailure {
+                            index: offset + i,
+                            code: status.code() as i32,
+                            message: msg.clone(),
+                        }));
+                    }
                 }
-            }
-        }
+            },
+        )
+        .await;
         report.elapsed = start.elapsed();
         report.failures.sort_by_key(|f| f.index);
         true

@@ -18,6 +18,7 @@
 pub mod bfrt;
 pub mod bulk;
 mod channel;
+mod order;
 pub mod p4runtime;
 mod pipeline;
 mod raw;

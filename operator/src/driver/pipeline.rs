@@ -5,9 +5,9 @@
 use std::future::Future;
 use std::time::Instant;
 
-use futures::StreamExt;
 use prost::Message;
 
+use super::order::{self, OrderKey};
 use super::{UpdateFailure, WriteOptions, WriteReport};
 
 /// Per-update results of a failed request: `(index in request, code,
@@ -67,6 +67,7 @@ pub(crate) fn write_pipelined<U, F, Fut>(
     decode: fn(&tonic::Status, usize) -> Option<UpdateErrors>,
 ) -> impl Future<Output = ()>
 where
+    U: OrderKey,
     F: Fn(Vec<U>) -> Fut,
     Fut: Future<Output = Result<(), tonic::Status>>,
 {
@@ -78,11 +79,14 @@ where
     while it.peek().is_some() {
         batches.push(it.by_ref().take(batch).unzip());
     }
-    run_pipelined(batches, opts, report, send, decode)
+    let deps =
+        order::batch_dependencies(batches.iter().map(|b| b.1.as_slice()), opts.max_in_flight);
+    run_pipelined(batches, deps, opts, report, send, decode)
 }
 
 async fn run_pipelined<U, F, Fut>(
     batches: Vec<(Vec<usize>, Vec<U>)>,
+    deps: Vec<Option<usize>>,
     opts: WriteOptions,
     report: &mut WriteReport,
     send: F,
@@ -94,37 +98,41 @@ async fn run_pipelined<U, F, Fut>(
     report.requests = batches.len();
     let start = Instant::now();
     let send = &send;
-    let mut results = futures::stream::iter(batches)
-        .map(|(indexes, updates)| async move {
+    order::run(
+        batches,
+        &deps,
+        opts.max_in_flight,
+        |(indexes, updates)| async move {
             let t = Instant::now();
             let r = send(updates).await;
             (indexes, t.elapsed(), r)
-        })
-        .buffer_unordered(opts.max_in_flight.max(1));
-    while let Some((indexes, latency, r)) = results.next().await {
-        report.total_request_latency += latency;
-        let Err(status) = r else { continue };
-        match decode(&status, indexes.len()) {
-            Some(errs) => report
-                .failures
-                .extend(errs.into_iter().map(|(i, code, message)| UpdateFailure {
-                    index: indexes[i],
-                    code,
-                    message,
-                })),
-            None => {
-                report.failed_requests += 1;
-                let msg = format!("{:?}: {}", status.code(), status.message());
-                report
+        },
+        |(indexes, latency, r)| {
+            report.total_request_latency += latency;
+            let Err(status) = r else { return };
+            match decode(&status, indexes.len()) {
+                Some(errs) => report
                     .failures
-                    .extend(indexes.iter().map(|&index| UpdateFailure {
-                        index,
-                        code: status.code() as i32,
-                        message: msg.clone(),
-                    }));
+                    .extend(errs.into_iter().map(|(i, code, message)| UpdateFailure {
+                        index: indexes[i],
+                        code,
+                        message,
+                    })),
+                None => {
+                    report.failed_requests += 1;
+                    let msg = format!("{:?}: {}", status.code(), status.message());
+                    report
+                        .failures
+                        .extend(indexes.iter().map(|&index| UpdateFailure {
+                            index,
+                            code: status.code() as i32,
+                            message: msg.clone(),
+                        }));
+                }
             }
-        }
-    }
+        },
+    )
+    .await;
     report.elapsed = start.elapsed();
     report.failures.sort_by_key(|f| f.index);
 }
