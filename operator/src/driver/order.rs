@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{BuildHasher, Hash};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -24,9 +24,8 @@ pub(crate) trait OrderKey {
 }
 
 fn hash_of(v: impl Hash) -> u64 {
-    let mut h = DefaultHasher::new();
-    v.hash(&mut h);
-    h.finish()
+    // Fixed seed: equal keys hash equal within one write (all that matters).
+    foldhash::fast::FixedState::with_seed(0x5eed).hash_one(v)
 }
 
 impl OrderKey for WriteOp<'_> {
@@ -83,7 +82,7 @@ where
     B: IntoIterator<Item = K>,
     K: IntoIterator<Item = u64>,
 {
-    let mut last: HashMap<u64, usize> = HashMap::new();
+    let mut last: HashMap<u64, usize, foldhash::fast::RandomState> = HashMap::default();
     let mut deps = Vec::new();
     for (i, keys) in batches.into_iter().enumerate() {
         let mut dep = None;
