@@ -28,16 +28,19 @@ use p4fleet_proto::bfrt::{
 };
 use p4fleet_proto::p4info::P4Info;
 use p4fleet_proto::p4runtime::{TableEntry, Update};
+use prost::Message;
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
 use super::channel::{self, BACKOFF_MAX, BACKOFF_MIN, MAX_MESSAGE};
+use super::order::OrderKey;
 use super::pipeline::{self, UpdateErrors};
 use super::raw::{self, BFRT_WRITE};
 use super::{Capabilities, DriverError, UpdateFailure, WriteOptions, WriteReport};
-use crate::entries::bfrt::{BfrtInfo, BfrtOp, BfrtProgramMap, BfrtWriteHeader, bfrt_write_request};
+use crate::entries::EntryError;
+use crate::entries::bfrt::{BfrtInfo, BfrtProgramMap, BfrtWriteHeader, bfrt_write_request};
 use crate::entries::{TableSchema, WriteOp};
 
 const SUBSCRIBE_WAIT: Duration = Duration::from_secs(10);
@@ -302,78 +305,78 @@ impl BfrtDevice {
         self.bound(self.device_id(slot)).await.map(|_| ())
     }
 
-    /// Writes P4Runtime `updates` to `slot` as BFRT updates, in batches,
-    /// pipelined; per-update results (translation failures included).
+    /// Writes P4Runtime `updates` to `slot` as BFRT updates (translated with
+    /// [`BfrtProgramMap::update_to_bfrt`]); see [`Self::write_rows`].
     pub async fn write(
         &self,
         slot: u32,
         updates: Vec<Update>,
         opts: WriteOptions,
     ) -> Result<WriteReport, DriverError> {
-        let device_id = self.device_id(slot);
-        let mut report = WriteReport {
-            updates: updates.len(),
-            ..Default::default()
-        };
-        if updates.is_empty() {
-            return Ok(report);
-        }
-        let (p4_name, map) = self.bound(device_id).await?;
-        let atomicity = atomicity(opts.atomicity);
-        // Translate; updates that cannot be expressed fail on their own.
-        let mut sendable: Vec<(usize, bfrt::Update)> = Vec::with_capacity(updates.len());
-        for (i, u) in updates.iter().enumerate() {
-            match map.update_to_bfrt(u) {
-                Ok(b) => sendable.push((i, b)),
-                Err(e) => report.failures.push(UpdateFailure {
-                    index: i,
-                    code: tonic::Code::InvalidArgument as i32,
-                    message: e.to_string(),
-                }),
-            }
-        }
-        drop(updates);
-        let client = &self.client;
-        let (client_id, p4_name) = (self.client_id, &p4_name);
-        let send = |updates: Vec<bfrt::Update>| {
-            let mut client = client.clone();
-            let req = WriteRequest {
-                target: Some(Self::target(device_id)),
-                client_id,
-                updates,
-                atomicity,
-                p4_name: p4_name.clone(),
-            };
-            async move { client.write(req).await.map(drop) }
-        };
-        pipeline::write_pipelined(sendable, opts, &mut report, send, decode_update_errors).await;
-        Ok(report)
+        self.write_rows(
+            slot,
+            updates.len(),
+            opts,
+            |map| updates.iter().map(|u| map.update_to_bfrt(u)).collect(),
+            |_, h, batch| {
+                Ok(WriteRequest {
+                    target: Some(h.target),
+                    client_id: h.client_id,
+                    updates: batch,
+                    atomicity: h.atomicity,
+                    p4_name: h.p4_name.to_string(),
+                }
+                .encode_to_vec())
+            },
+        )
+        .await
     }
 
-    /// Writes `ops` to `slot` in batches, pipelined, as BFRT Write requests
-    /// encoded straight from the entries (the translation of
-    /// [`BfrtProgramMap::update_to_bfrt`] without building messages); ops
-    /// BFRT cannot express fail on their own, as in [`Self::write`].
+    /// Writes `ops` to `slot` as BFRT Write requests encoded straight from
+    /// the entries (the translation of [`BfrtProgramMap::update_to_bfrt`]
+    /// without building messages); see [`Self::write_rows`].
     pub async fn write_ops<'o>(
         &self,
         slot: u32,
         ops: &[WriteOp<'o>],
         opts: WriteOptions,
     ) -> Result<WriteReport, DriverError> {
+        self.write_rows(
+            slot,
+            ops.len(),
+            opts,
+            |map| ops.iter().map(|op| map.check(*op)).collect(),
+            |map, h, batch| bfrt_write_request(map, h, &batch),
+        )
+        .await
+    }
+
+    /// The one write path: every row translated for BFRT first (`check`;
+    /// a row BFRT cannot express fails on its own), then the sendable ones
+    /// in requests of `batch_size`, each encoded by `encode` when the
+    /// pipeline pulls it and sent pre-encoded, up to `max_in_flight` at
+    /// once. Per-update results at the caller's indexes.
+    async fn write_rows<U: OrderKey>(
+        &self,
+        slot: u32,
+        n: usize,
+        opts: WriteOptions,
+        check: impl FnOnce(&BfrtProgramMap) -> Vec<Result<U, EntryError>>,
+        encode: impl Fn(&BfrtProgramMap, &BfrtWriteHeader, Vec<U>) -> Result<Vec<u8>, EntryError>,
+    ) -> Result<WriteReport, DriverError> {
         let device_id = self.device_id(slot);
         let mut report = WriteReport {
-            updates: ops.len(),
+            updates: n,
             ..Default::default()
         };
-        if ops.is_empty() {
+        if n == 0 {
             return Ok(report);
         }
         let (p4_name, map) = self.bound(device_id).await?;
-        // Check every op first: the requests then hold only sendable ones.
-        let mut sendable: Vec<(usize, BfrtOp)> = Vec::with_capacity(ops.len());
-        for (i, op) in ops.iter().enumerate() {
-            match map.check(*op) {
-                Ok(op) => sendable.push((i, op)),
+        let mut sendable: Vec<(usize, U)> = Vec::with_capacity(n);
+        for (i, r) in check(&map).into_iter().enumerate() {
+            match r {
+                Ok(u) => sendable.push((i, u)),
                 Err(e) => report.failures.push(UpdateFailure {
                     index: i,
                     code: tonic::Code::InvalidArgument as i32,
@@ -387,12 +390,12 @@ impl BfrtDevice {
             atomicity: atomicity(opts.atomicity),
             p4_name: &p4_name,
         };
-        let (grpc, map) = (&self.raw, &*map);
-        let send = |batch: Vec<BfrtOp<'o>>| {
-            let body = bfrt_write_request(map, &header, &batch);
+        let (grpc, map, header, encode) = (&self.raw, &*map, &header, &encode);
+        let send = |batch: Vec<U>| {
+            let body = encode(map, header, batch);
             let mut grpc = grpc.clone();
             async move {
-                // Cannot fail: the ops were checked against this same map.
+                // Cannot fail: the rows were checked against this same map.
                 let body = body.map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
                 raw::unary::<bfrt::WriteResponse>(&mut grpc, BFRT_WRITE, body.into())
                     .await

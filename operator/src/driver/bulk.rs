@@ -3,7 +3,7 @@
 //!
 //! [`P4RuntimeDevice::write_ops`](super::P4RuntimeDevice::write_ops) and
 //! [`P4RuntimeDevice::write`](super::P4RuntimeDevice::write) hand every
-//! write to [`BulkState::try_write_ops`] / [`BulkState::try_write`] first.
+//! write to [`BulkState::try_write`] first.
 //! It is used when the target
 //! answers `BulkWrite.Capabilities` (asked once per connection; UNIMPLEMENTED
 //! = absent), the slot's P4Info is known, the atomicity is
@@ -27,7 +27,7 @@ use p4fleet_proto::p4runtime::{
 };
 use tonic::transport::Channel;
 
-use crate::entries::{ActionCall, Entry, EntryKey, MatchValue, WriteOp};
+use crate::entries::{ActionCall, EntryKey, MatchValue, WriteOp};
 
 use super::order::{self, OrderKey};
 use super::{UpdateFailure, WriteOptions, WriteReport};
@@ -154,9 +154,10 @@ pub enum MatchRef<'a> {
     Other,
 }
 
-/// One row to encode: a P4Runtime update, or an entry of p4fleet's entry
-/// model (which skips building the Update).
+/// One row to encode: a P4Runtime update, or a [`WriteOp`] of p4fleet's
+/// entry model (which skips building the Update).
 pub trait Row {
+    fn update_type(&self) -> Type;
     /// The row's table, or None when it is not a plain table entry (default
     /// entry, counters, meters, idle timeout, ...).
     fn plain_table(&self) -> Option<u32>;
@@ -183,6 +184,10 @@ fn direct_action(te: &p4rt::TableEntry) -> Option<&p4rt::Action> {
 }
 
 impl Row for Update {
+    fn update_type(&self) -> Type {
+        Type::try_from(self.r#type).unwrap_or(Type::Unspecified)
+    }
+
     fn plain_table(&self) -> Option<u32> {
         let te = table_entry(self)?;
         let plain = !te.is_default_action
@@ -260,33 +265,11 @@ fn call_param(a: &ActionCall, param_id: u32) -> Option<&[u8]> {
         .map(|p| p.value.as_slice())
 }
 
-impl Row for Entry {
-    fn plain_table(&self) -> Option<u32> {
-        Some(self.key.table_id)
-    }
-
-    fn matches(&self) -> impl Iterator<Item = (u32, MatchRef<'_>)> {
-        key_matches(&self.key)
-    }
-
-    fn priority(&self) -> i32 {
-        self.key.priority
-    }
-
-    fn metadata(&self) -> &[u8] {
-        &[]
-    }
-
-    fn action(&self) -> Option<(u32, usize)> {
-        Some((self.action.action_id, self.action.params.len()))
-    }
-
-    fn param(&self, param_id: u32) -> Option<&[u8]> {
-        call_param(&self.action, param_id)
-    }
-}
-
 impl Row for WriteOp<'_> {
+    fn update_type(&self) -> Type {
+        self.ty()
+    }
+
     fn plain_table(&self) -> Option<u32> {
         Some(self.key().table_id)
     }
@@ -523,27 +506,13 @@ pub fn encode<R: Row>(
     })
 }
 
-/// The table and update type shared by every update, if they share one.
-fn single_table(updates: &[Update]) -> Option<(u32, Type)> {
-    let first = updates.first()?;
-    let ty = Type::try_from(first.r#type).ok()?;
-    let table_of = |u: &Update| match u.entity.as_ref().and_then(|e| e.entity.as_ref()) {
-        Some(p4rt::entity::Entity::TableEntry(te)) => Some(te.table_id),
-        _ => None,
-    };
-    let table = table_of(first)?;
-    updates
-        .iter()
-        .all(|u| u.r#type == first.r#type && table_of(u) == Some(table))
-        .then_some((table, ty))
-}
-
-/// The table and update type shared by every op, if they share one.
-fn single_table_op(ops: &[WriteOp]) -> Option<(u32, Type)> {
-    let first = ops.first()?;
-    let (table, ty) = (first.key().table_id, first.ty());
-    ops.iter()
-        .all(|o| o.ty() == ty && o.key().table_id == table)
+/// The table and update type shared by every row, if they share one (and
+/// every row is a plain table entry).
+fn single_table<R: Row>(rows: &[R]) -> Option<(u32, Type)> {
+    let first = rows.first()?;
+    let (table, ty) = (first.plain_table()?, first.update_type());
+    rows.iter()
+        .all(|r| r.update_type() == ty && r.plain_table() == Some(table))
         .then_some((table, ty))
 }
 
@@ -647,24 +616,24 @@ impl BulkState {
             .cloned()
     }
 
-    /// Writes `updates` with BulkWrite when it applies (see the module
-    /// docs) and returns true; false means nothing was sent and the caller
-    /// takes the standard path.
+    /// Writes `rows` with BulkWrite when it applies (see the module docs)
+    /// and returns true; false means nothing was sent and the caller takes
+    /// the standard path.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn try_write(
+    pub(crate) async fn try_write<R: Row + OrderKey>(
         &self,
         p4: &P4RuntimeClient<Channel>,
         slot: u32,
         device_id: u64,
         election_id: Uint128,
-        updates: &[Update],
+        rows: &[R],
         opts: WriteOptions,
         report: &mut WriteReport,
     ) -> bool {
         if !self.enabled() || opts.atomicity != Atomicity::ContinueOnError {
             return false;
         }
-        let Some((table_id, ty)) = single_table(updates) else {
+        let Some((table_id, ty)) = single_table(rows) else {
             return false;
         };
         self.send_rows(
@@ -674,40 +643,7 @@ impl BulkState {
             election_id,
             table_id,
             ty,
-            updates,
-            opts,
-            report,
-        )
-        .await
-    }
-
-    /// Like [`BulkState::try_write`] for [`WriteOp`]s (entries of p4fleet's
-    /// entry model, no Update built): all of one table and update type.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn try_write_ops(
-        &self,
-        p4: &P4RuntimeClient<Channel>,
-        slot: u32,
-        device_id: u64,
-        election_id: Uint128,
-        ops: &[WriteOp<'_>],
-        opts: WriteOptions,
-        report: &mut WriteReport,
-    ) -> bool {
-        if !self.enabled() || opts.atomicity != Atomicity::ContinueOnError {
-            return false;
-        }
-        let Some((table_id, ty)) = single_table_op(ops) else {
-            return false;
-        };
-        self.send_rows(
-            p4,
-            slot,
-            device_id,
-            election_id,
-            table_id,
-            ty,
-            ops,
+            rows,
             opts,
             report,
         )
@@ -794,6 +730,7 @@ impl BulkState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::entries::Entry;
 
     const INFO: &str = r#"
 tables {
@@ -936,7 +873,7 @@ actions { preamble { id: 11 name: "NoAction" } }
             }),
         };
         let s = schema();
-        let from_entry = encode(&s, 1, Type::Insert, std::slice::from_ref(&e)).unwrap();
+        let from_entry = encode(&s, 1, Type::Insert, &[WriteOp::insert(&e)]).unwrap();
         assert_eq!(Some(from_entry), encode(&s, 1, Type::Insert, &[u]));
     }
 
@@ -993,6 +930,6 @@ actions { preamble { id: 11 name: "NoAction" } }
         );
         b.r#type = Type::Delete as i32;
         assert_eq!(single_table(&[a, b]), None);
-        assert_eq!(single_table(&[]), None);
+        assert_eq!(single_table::<Update>(&[]), None);
     }
 }

@@ -14,8 +14,8 @@ use futures::stream::FuturesUnordered;
 use p4fleet_proto::{bfrt, p4runtime as p4rt};
 use prost::Message;
 
+use crate::entries::WriteOp;
 use crate::entries::bfrt::BfrtOp;
-use crate::entries::{Entry, WriteOp};
 
 /// What identifies the entry an update touches, hashed. Equal keys give
 /// equal values; a collision only costs a wait.
@@ -37,12 +37,6 @@ impl OrderKey for WriteOp<'_> {
 impl OrderKey for BfrtOp<'_> {
     fn order_key(&self) -> u64 {
         self.op().order_key()
-    }
-}
-
-impl OrderKey for Entry {
-    fn order_key(&self) -> u64 {
-        hash_of(&self.key)
     }
 }
 

@@ -15,11 +15,13 @@ use p4fleet_proto::p4runtime::{
     set_forwarding_pipeline_config_request, stream_message_request, stream_message_response,
     write_request,
 };
+use prost::Message;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
 use super::channel::{self, BACKOFF_MAX, BACKOFF_MIN, MAX_MESSAGE};
+use super::order::OrderKey;
 use super::pipeline::{self, UpdateErrors};
 use super::raw::{self, P4RT_WRITE};
 use super::{Capabilities, DriverError, Target, WriteOptions, WriteReport};
@@ -219,87 +221,78 @@ impl P4RuntimeDevice {
         Ok(true)
     }
 
+    /// Writes prost `updates` to `slot` (anything P4Runtime can express),
+    /// in batches, pipelined; see [`Self::write_rows`].
     pub async fn write(
         &self,
         slot: u32,
         updates: Vec<Update>,
         opts: WriteOptions,
     ) -> Result<WriteReport, DriverError> {
-        let device_id = self.device_id(slot);
-        let mut report = WriteReport {
-            updates: updates.len(),
-            ..Default::default()
-        };
-        if updates.is_empty() {
-            return Ok(report);
-        }
-        let election_id = self.wait_primary(device_id).await?;
-        let (p4, bulk) = (&self.client, &self.bulk);
-        if bulk
-            .try_write(
-                p4,
-                slot,
-                device_id,
-                election_id,
-                &updates,
-                opts,
-                &mut report,
-            )
-            .await
-        {
-            return Ok(report);
-        }
-        let atomicity = atomicity(opts.atomicity);
-        let client = &self.client;
-        let send = |updates: Vec<Update>| {
-            let mut client = client.clone();
-            let req = WriteRequest {
-                device_id,
-                election_id: Some(election_id),
-                updates,
-                atomicity,
+        self.write_rows(slot, updates, opts, |h, batch| {
+            WriteRequest {
+                device_id: h.device_id,
+                election_id: Some(Uint128 {
+                    high: h.election_id.0,
+                    low: h.election_id.1,
+                }),
+                updates: batch,
+                atomicity: h.atomicity,
                 ..Default::default()
-            };
-            async move { client.write(req).await.map(drop) }
-        };
-        pipeline::write_pipelined(
-            updates.into_iter().enumerate(),
-            opts,
-            &mut report,
-            send,
-            decode_update_errors,
-        )
-        .await;
-        Ok(report)
+            }
+            .encode_to_vec()
+        })
+        .await
     }
 
-    /// Writes `ops` to `slot` in batches, pipelined: through p4fleet's
-    /// bulk write when [`super::bulk`] applies (one table, one update type),
-    /// else as standard Write requests encoded straight from the entries
-    /// ([`crate::entries::wire`]). Per-update results as [`Self::write`].
+    /// Writes `ops` to `slot`, encoded straight from the entries
+    /// ([`crate::entries::wire`]); see [`Self::write_rows`].
     pub async fn write_ops<'o>(
         &self,
         slot: u32,
         ops: &[WriteOp<'o>],
         opts: WriteOptions,
     ) -> Result<WriteReport, DriverError> {
+        self.write_rows(slot, ops.to_vec(), opts, |h, batch| {
+            p4rt_write_request(h, &batch)
+        })
+        .await
+    }
+
+    /// The one write path: through p4fleet's bulk write when
+    /// [`super::bulk`] applies (one table, one update type), else as
+    /// standard Write requests of `batch_size` rows, each encoded by
+    /// `encode` when the pipeline pulls it (so encoding the next request
+    /// overlaps the device's work on this one) and sent pre-encoded, up to
+    /// `max_in_flight` at once. Per-update results as reported by the
+    /// target, at the caller's indexes.
+    async fn write_rows<U>(
+        &self,
+        slot: u32,
+        rows: Vec<U>,
+        opts: WriteOptions,
+        encode: impl Fn(&P4rtWriteHeader, Vec<U>) -> Vec<u8>,
+    ) -> Result<WriteReport, DriverError>
+    where
+        U: super::bulk::Row + OrderKey,
+    {
         let device_id = self.device_id(slot);
         let mut report = WriteReport {
-            updates: ops.len(),
+            updates: rows.len(),
             ..Default::default()
         };
-        if ops.is_empty() {
+        if rows.is_empty() {
             return Ok(report);
         }
         let election_id = self.wait_primary(device_id).await?;
         if self
             .bulk
-            .try_write_ops(
+            .try_write(
                 &self.client,
                 slot,
                 device_id,
                 election_id,
-                ops,
+                &rows,
                 opts,
                 &mut report,
             )
@@ -312,11 +305,9 @@ impl P4RuntimeDevice {
             election_id: (election_id.high, election_id.low),
             atomicity: atomicity(opts.atomicity),
         };
-        let grpc = &self.raw;
-        let send = |batch: Vec<WriteOp<'o>>| {
-            // Encoded when the pipeline pulls the request, so encoding the
-            // next request overlaps the device's work on this one.
-            let body = p4rt_write_request(&header, &batch).into();
+        let (grpc, header, encode) = (&self.raw, &header, &encode);
+        let send = |batch: Vec<U>| {
+            let body = encode(header, batch).into();
             let mut grpc = grpc.clone();
             async move {
                 raw::unary::<p4rt::WriteResponse>(&mut grpc, P4RT_WRITE, body)
@@ -325,7 +316,7 @@ impl P4RuntimeDevice {
             }
         };
         pipeline::write_pipelined(
-            ops.iter().copied().enumerate(),
+            rows.into_iter().enumerate(),
             opts,
             &mut report,
             send,
