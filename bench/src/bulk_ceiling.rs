@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail};
 use bytes::{BufMut, Bytes, BytesMut};
-use http_body_util::{BodyExt, Full};
 use p4fleet::driver::bulk::{BulkSchema, encode};
 use p4fleet::entries::Entry;
 use p4fleet_emulator::{Emulator, EmulatorConfig};
@@ -16,7 +15,6 @@ use p4fleet_proto::bulk::BulkWriteResponse;
 use p4fleet_proto::p4info::P4Info;
 use p4fleet_proto::p4runtime::{Uint128, Update, update::Type};
 use prost::Message;
-use tower::{Service, ServiceExt};
 
 use crate::paths::P4fleetP4rt;
 use crate::stats::Sample;
@@ -72,28 +70,9 @@ impl BulkCeiling {
         let start = Instant::now();
         for f in frames {
             let t = Instant::now();
-            let req = http::Request::builder()
-                .method("POST")
-                .uri("/p4fleet.bulk.v1.BulkWrite/Write")
-                .header("content-type", "application/grpc")
-                .header("te", "trailers")
-                .body(Full::new(f))?;
-            let resp = ServiceExt::<http::Request<Full<Bytes>>>::ready(&mut svc)
-                .await?
-                .call(req)
-                .await?;
-            let (parts, body) = resp.into_parts();
-            let collected = body.collect().await.map_err(|e| anyhow!("body: {e}"))?;
-            let status = collected
-                .trailers()
-                .and_then(|t| t.get("grpc-status"))
-                .or_else(|| parts.headers.get("grpc-status"))
-                .map(|v| v.as_bytes().to_vec());
-            let body = collected.to_bytes();
-            if status.as_deref() != Some(b"0") || body.len() < 5 {
-                bail!("bulk write failed: {parts:?} {status:?}");
-            }
-            let answer = BulkWriteResponse::decode(&body[5..])?;
+            let body =
+                crate::ceiling::call(&mut svc, "/p4fleet.bulk.v1.BulkWrite/Write", f).await?;
+            let answer = BulkWriteResponse::decode(body)?;
             if let Some(e) = answer.errors.first() {
                 bail!("{} rows failed, first: {}", answer.errors.len(), e.message);
             }

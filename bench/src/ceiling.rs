@@ -43,6 +43,35 @@ fn frames(entries: &[Entry], batch: usize, device_id: u64) -> Vec<Bytes> {
         .collect()
 }
 
+/// One unary gRPC call of `path` with a pre-framed `frame`, straight into
+/// the in-process service `svc`; the answer's message bytes (after the
+/// 5-byte gRPC prefix) when grpc-status is 0.
+pub async fn call<S>(svc: &mut S, path: &str, frame: Bytes) -> anyhow::Result<Bytes>
+where
+    S: Service<http::Request<Full<Bytes>>, Response = http::Response<tonic::body::Body>>,
+    S::Error: std::error::Error + Send + Sync + 'static,
+{
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(path)
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(Full::new(frame))?;
+    let resp = svc.ready().await?.call(req).await?;
+    let (parts, body) = resp.into_parts();
+    let collected = body.collect().await.map_err(|e| anyhow!("body: {e}"))?;
+    let status = collected
+        .trailers()
+        .and_then(|t| t.get("grpc-status"))
+        .or_else(|| parts.headers.get("grpc-status"))
+        .map(|v| v.as_bytes().to_vec());
+    let body = collected.to_bytes();
+    if status.as_deref() != Some(b"0") || body.len() < 5 {
+        bail!("{path} failed: {parts:?} {status:?}");
+    }
+    Ok(body.slice(5..))
+}
+
 /// The in-process emulator, primary taken and pipeline set through a real
 /// connection (the driver), writes then sent straight into the service.
 pub struct Ceiling {
@@ -66,26 +95,7 @@ impl Ceiling {
         let requests = frames.len();
         for f in frames {
             let t = Instant::now();
-            let req = http::Request::builder()
-                .method("POST")
-                .uri("/p4.v1.P4Runtime/Write")
-                .header("content-type", "application/grpc")
-                .header("te", "trailers")
-                .body(Full::new(f))?;
-            let resp = ServiceExt::<http::Request<Full<Bytes>>>::ready(&mut svc)
-                .await?
-                .call(req)
-                .await?;
-            let (parts, body) = resp.into_parts();
-            let collected = body.collect().await.map_err(|e| anyhow!("body: {e}"))?;
-            let status = collected
-                .trailers()
-                .and_then(|t| t.get("grpc-status"))
-                .or_else(|| parts.headers.get("grpc-status"))
-                .map(|v| v.as_bytes().to_vec());
-            if status.as_deref() != Some(b"0") {
-                bail!("write failed: {parts:?} {status:?}");
-            }
+            call(&mut svc, "/p4.v1.P4Runtime/Write", f).await?;
             latency += t.elapsed().as_secs_f64();
         }
         let elapsed = start.elapsed().as_secs_f64();
@@ -110,15 +120,5 @@ impl Ceiling {
 /// p4fleet's client side alone: Entry → Update → encoded WriteRequest
 /// bytes for every batch, nothing sent.
 pub fn client_encode(entries: &[Entry], batch: usize) -> Sample {
-    let start = Instant::now();
-    let frames = frames(entries, batch, 1);
-    let elapsed = start.elapsed().as_secs_f64();
-    let requests = frames.len();
-    std::hint::black_box(frames);
-    Sample {
-        entries: entries.len(),
-        requests,
-        elapsed_s: elapsed,
-        latency_sum_s: 0.0,
-    }
+    crate::stats::timed_encode(entries.len(), || frames(entries, batch, 1))
 }

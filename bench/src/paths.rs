@@ -365,28 +365,19 @@ pub fn client_encode(entries: &[Entry], batch: usize) -> Sample {
         election_id: (0, ELECTION_LOW),
         atomicity: 0,
     };
-    let start = Instant::now();
-    let ops = workload::insert_ops(entries);
-    let frames: Vec<Bytes> = ops
-        .chunks(batch.max(1))
-        .map(|c| {
-            let body = p4rt_write_request(&header, c);
-            let mut f = BytesMut::with_capacity(5 + body.len());
-            f.put_u8(0);
-            f.put_u32(body.len() as u32);
-            f.put_slice(&body);
-            f.freeze()
-        })
-        .collect();
-    let elapsed = start.elapsed().as_secs_f64();
-    let requests = frames.len();
-    std::hint::black_box(frames);
-    Sample {
-        entries: entries.len(),
-        requests,
-        elapsed_s: elapsed,
-        latency_sum_s: 0.0,
-    }
+    crate::stats::timed_encode(entries.len(), || {
+        let ops = workload::insert_ops(entries);
+        ops.chunks(batch.max(1))
+            .map(|c| {
+                let body = p4rt_write_request(&header, c);
+                let mut f = BytesMut::with_capacity(5 + body.len());
+                f.put_u8(0);
+                f.put_u32(body.len() as u32);
+                f.put_slice(&body);
+                f.freeze()
+            })
+            .collect::<Vec<Bytes>>()
+    })
 }
 
 /// The BFRT target of the bench's requests (as the driver addresses it).
@@ -409,24 +400,15 @@ fn bfrt_header(device_id: u32) -> BfrtWriteHeader<'static> {
 /// encoded straight from the entries.
 pub fn bfrt_client_encode(map: &BfrtProgramMap, entries: &[Entry], batch: usize) -> Sample {
     let header = bfrt_header(1);
-    let start = Instant::now();
-    let ops: Vec<BfrtOp> = entries
-        .iter()
-        .filter_map(|e| map.check(WriteOp::insert(e)).ok())
-        .collect();
-    let frames: Vec<Vec<u8>> = ops
-        .chunks(batch.max(1))
-        .filter_map(|c| bfrt_write_request(map, &header, c).ok())
-        .collect();
-    let elapsed = start.elapsed().as_secs_f64();
-    let requests = frames.len();
-    std::hint::black_box(frames);
-    Sample {
-        entries: entries.len(),
-        requests,
-        elapsed_s: elapsed,
-        latency_sum_s: 0.0,
-    }
+    crate::stats::timed_encode(entries.len(), || {
+        let ops: Vec<BfrtOp> = entries
+            .iter()
+            .filter_map(|e| map.check(WriteOp::insert(e)).ok())
+            .collect();
+        ops.chunks(batch.max(1))
+            .filter_map(|c| bfrt_write_request(map, &header, c).ok())
+            .collect::<Vec<Vec<u8>>>()
+    })
 }
 
 /// The BFRT path [`bfrt_client_encode`] replaced: Entry → P4Runtime Update
@@ -434,32 +416,24 @@ pub fn bfrt_client_encode(map: &BfrtProgramMap, entries: &[Entry], batch: usize)
 pub fn bfrt_prost_encode(map: &BfrtProgramMap, entries: &[Entry], batch: usize) -> Sample {
     use prost::Message;
     let h = bfrt_header(1);
-    let start = Instant::now();
-    let frames: Vec<Vec<u8>> = entries
-        .chunks(batch.max(1))
-        .map(|c| {
-            p4fleet_proto::bfrt::WriteRequest {
-                target: Some(h.target),
-                client_id: h.client_id,
-                updates: c
-                    .iter()
-                    .filter_map(|e| map.update_to_bfrt(&workload::insert(e)).ok())
-                    .collect(),
-                atomicity: h.atomicity,
-                p4_name: h.p4_name.into(),
-            }
-            .encode_to_vec()
-        })
-        .collect();
-    let elapsed = start.elapsed().as_secs_f64();
-    let requests = frames.len();
-    std::hint::black_box(frames);
-    Sample {
-        entries: entries.len(),
-        requests,
-        elapsed_s: elapsed,
-        latency_sum_s: 0.0,
-    }
+    crate::stats::timed_encode(entries.len(), || {
+        entries
+            .chunks(batch.max(1))
+            .map(|c| {
+                p4fleet_proto::bfrt::WriteRequest {
+                    target: Some(h.target),
+                    client_id: h.client_id,
+                    updates: c
+                        .iter()
+                        .filter_map(|e| map.update_to_bfrt(&workload::insert(e)).ok())
+                        .collect(),
+                    atomicity: h.atomicity,
+                    p4_name: h.p4_name.into(),
+                }
+                .encode_to_vec()
+            })
+            .collect::<Vec<Vec<u8>>>()
+    })
 }
 
 #[cfg(test)]

@@ -13,6 +13,22 @@ pub struct Sample {
     pub latency_sum_s: f64,
 }
 
+/// A client-side-only sample: the time `encode` takes to build every
+/// request of `entries` entries (nothing sent, no latency).
+pub fn timed_encode<T>(entries: usize, encode: impl FnOnce() -> Vec<T>) -> Sample {
+    let start = std::time::Instant::now();
+    let frames = encode();
+    let elapsed_s = start.elapsed().as_secs_f64();
+    let requests = frames.len();
+    std::hint::black_box(frames);
+    Sample {
+        entries,
+        requests,
+        elapsed_s,
+        latency_sum_s: 0.0,
+    }
+}
+
 impl Sample {
     pub fn rate(&self) -> f64 {
         if self.elapsed_s > 0.0 {
