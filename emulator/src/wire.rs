@@ -281,17 +281,18 @@ impl Scratch<'_> {
     }
 }
 
-fn two(buf: &[u8]) -> Result<(&[u8], &[u8], i32), WireError> {
+/// The two fields of a match-value message (P4Runtime `FieldMatch.Exact`,
+/// `Ternary`, `LPM`, `Range`, `Optional`; BFRT `KeyField`'s the same):
+/// `(field 1 bytes, field 2 bytes, field 2 as int32)`. Field 2 is a
+/// mask/high (bytes) or a prefix length / is_valid (varint).
+pub(crate) fn value_pair(buf: &[u8]) -> Result<(&[u8], &[u8], i32), WireError> {
     let (mut a, mut b, mut n) = (&[][..], &[][..], 0);
     let mut r = Reader::new(buf);
     while let Some((f, v)) = r.next_field()? {
-        match f {
-            1 => a = v.bytes()?,
-            // Ternary mask, range high (bytes) or LPM prefix_len (int32).
-            2 => match v {
-                Value::Varint(_) => n = v.int32()?,
-                _ => b = v.bytes()?,
-            },
+        match (f, v) {
+            (1, v) => a = v.bytes()?,
+            (2, Value::Varint(_)) => n = v.int32()?,
+            (2, v) => b = v.bytes()?,
             _ => {}
         }
     }
@@ -310,20 +311,20 @@ fn field_match(buf: &[u8]) -> Result<FieldView<'_>, WireError> {
                 out.field_id = v.uint()? as u32;
                 continue;
             }
-            2 => MatchView::Exact(two(v.bytes()?)?.0),
+            2 => MatchView::Exact(value_pair(v.bytes()?)?.0),
             3 => {
-                let (a, b, _) = two(v.bytes()?)?;
+                let (a, b, _) = value_pair(v.bytes()?)?;
                 MatchView::Ternary(a, b)
             }
             4 => {
-                let (a, _, n) = two(v.bytes()?)?;
+                let (a, _, n) = value_pair(v.bytes()?)?;
                 MatchView::Lpm(a, n)
             }
             6 => {
-                let (a, b, _) = two(v.bytes()?)?;
+                let (a, b, _) = value_pair(v.bytes()?)?;
                 MatchView::Range(a, b)
             }
-            7 => MatchView::Optional(two(v.bytes()?)?.0),
+            7 => MatchView::Optional(value_pair(v.bytes()?)?.0),
             100 => MatchView::Other,
             _ => continue,
         };

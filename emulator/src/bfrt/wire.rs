@@ -1,7 +1,7 @@
 //! Borrowed views of BFRT Write requests (see `crate::wire`): a Write is
 //! validated and applied straight from the request bytes. Pure; no I/O.
 
-use crate::wire::{Reader, WireError, update_parts};
+use crate::wire::{Reader, WireError, update_parts, value_pair};
 
 /// The parts of a `bfrt_proto.WriteRequest` the emulator uses.
 #[derive(Debug, Default)]
@@ -115,21 +115,6 @@ pub struct EntryView<'a> {
     pub is_default_entry: bool,
 }
 
-/// `(value, mask/high/is_valid as bytes, prefix_len or is_valid)`.
-fn key_parts(buf: &[u8]) -> Result<(&[u8], &[u8], i64), WireError> {
-    let (mut a, mut b, mut n) = (&[][..], &[][..], 0i64);
-    let mut r = Reader::new(buf);
-    while let Some((f, v)) = r.next_field()? {
-        match (f, v) {
-            (1, v) => a = v.bytes()?,
-            (2, crate::wire::Value::Varint(x)) => n = x as i64,
-            (2, v) => b = v.bytes()?,
-            _ => {}
-        }
-    }
-    Ok((a, b, n))
-}
-
 fn key_field(buf: &[u8]) -> Result<KeyView<'_>, WireError> {
     let mut out = KeyView {
         field_id: 0,
@@ -144,11 +129,11 @@ fn key_field(buf: &[u8]) -> Result<KeyView<'_>, WireError> {
         if !(2..=6).contains(&f) {
             continue;
         }
-        let (a, b, n) = key_parts(v.bytes()?)?;
+        let (a, b, n) = value_pair(v.bytes()?)?;
         out.m = match f {
             2 => KeyMatch::Exact(a),
             3 => KeyMatch::Ternary(a, b),
-            4 => KeyMatch::Lpm(a, n as i32),
+            4 => KeyMatch::Lpm(a, n),
             5 => KeyMatch::Range(a, b),
             _ => KeyMatch::Optional(a, n != 0),
         };
