@@ -7,16 +7,11 @@
 //! binary. See `emulator/README.md` for flags, the stats JSON and limits.
 
 pub mod bfrt;
-mod bulk;
-mod device;
-mod entry;
 mod grpc;
 mod key;
+mod p4runtime;
 mod profile;
-mod schema;
-mod service;
-mod stats;
-mod wire;
+mod side_channel;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -29,15 +24,17 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use bulk::{BULK_VERSION, BulkService};
-pub use device::DeviceStats;
-pub use entry::UpdateError;
+pub use p4runtime::bulk::{BULK_VERSION, BulkService};
+pub use p4runtime::entry::UpdateError;
+pub use p4runtime::pipeline::DeviceStats;
+pub use p4runtime::schema::SchemaError;
+pub use p4runtime::service::{
+    P4RUNTIME_API_VERSION, P4RuntimeGrpc, P4RuntimeService, write_error_details,
+};
 pub use profile::{LatencyProfile, UnknownProfile};
-pub use schema::SchemaError;
-pub use service::{P4RUNTIME_API_VERSION, P4RuntimeGrpc, P4RuntimeService, write_error_details};
 
-use device::Device;
-use service::Inner;
+use p4runtime::pipeline::Device;
+use p4runtime::service::Inner;
 
 /// Errors starting or driving the emulator.
 #[derive(Debug, thiserror::Error)]
@@ -203,7 +200,7 @@ impl Emulator {
             );
             let (tx, rx) = oneshot::channel::<()>();
             stats_stop = Some(tx);
-            let app = stats::router(emu.clone());
+            let app = side_channel::router(emu.clone());
             stats_task = Some(tokio::spawn(async move {
                 axum::serve(l, app)
                     .with_graceful_shutdown(async {

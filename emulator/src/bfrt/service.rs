@@ -23,10 +23,10 @@ use tonic::{Code, Request, Response, Status, Streaming};
 use super::store::{Applied, Program, Scratch, Undo};
 use super::wire::{self, EntityView};
 use super::{BfrtDevice, Client, NON_P4_JSON};
-use crate::device::Device;
-use crate::entry::{UpdateError, err};
-use crate::service::Inner;
-use crate::wire::{begin, end, put_bytes};
+use crate::p4runtime::entry::{UpdateError, err};
+use crate::p4runtime::pipeline::Device;
+use crate::p4runtime::service::Inner;
+use crate::p4runtime::wire::{begin, end, put_bytes};
 
 /// The tonic service; build with [`crate::Emulator::bfrt_service`].
 #[derive(Clone)]

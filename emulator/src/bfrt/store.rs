@@ -10,9 +10,9 @@ use tonic::Code;
 
 use super::schema::{BfrtSchema, DataDef, FieldType, KeyKind, TableDef};
 use super::wire::{self, DataValue, DataView, KeyMatch, KeyView};
-use crate::entry::{UpdateError, err};
 use crate::key::Key;
-use crate::wire::{WireError, begin, end, put_bytes, put_uint};
+use crate::p4runtime::entry::{UpdateError, err};
+use crate::p4runtime::wire::{WireError, begin, end, put_bytes, put_uint};
 
 /// Internal key → the entry's encoded `TableData`, kept as the client sent
 /// it (BFRT values are full width, so there is nothing to canonicalize).
@@ -39,7 +39,7 @@ pub(crate) struct TableState {
 pub(crate) struct Program {
     pub schema: BfrtSchema,
     pub config: bfrt::ForwardingPipelineConfig,
-    pub tables: crate::schema::IdMap<TableState>,
+    pub tables: crate::p4runtime::schema::IdMap<TableState>,
 }
 
 /// How to take back one applied update.

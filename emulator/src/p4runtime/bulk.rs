@@ -4,7 +4,7 @@
 //! A request carries one table batch as columns. Columns are cut into rows
 //! by slicing (no per-row protobuf decode); each row becomes the views a
 //! parsed standard `p4.v1.TableEntry` would give and goes through the same
-//! [`crate::device::Pipeline::apply_entry`], so validation, canonical keys,
+//! [`crate::p4runtime::pipeline::Pipeline::apply_entry`], so validation, canonical keys,
 //! table sizes, error codes and what Read returns afterwards are the
 //! standard path's.
 
@@ -18,10 +18,12 @@ use p4fleet_proto::bulk::{
 use p4fleet_proto::p4runtime::{self as p4, update::Type};
 use tonic::{Request, Response, Status};
 
-use crate::device::{Device, from_uint128};
-use crate::schema::{MatchKind, TableInfo};
-use crate::service::Inner;
-use crate::wire::{self, ActionView, FieldView, MatchView, ParamView, Scratch, TableEntryView};
+use crate::p4runtime::pipeline::{Device, from_uint128};
+use crate::p4runtime::schema::{MatchKind, TableInfo};
+use crate::p4runtime::service::Inner;
+use crate::p4runtime::wire::{
+    self, ActionView, FieldView, MatchView, ParamView, Scratch, TableEntryView,
+};
 
 /// Format version reported by Capabilities.
 pub const BULK_VERSION: &str = "1";
@@ -255,7 +257,7 @@ impl<'a> Plan<'a> {
     }
 
     /// Row `i` as the views a parsed standard Write would give
-    /// ([`crate::device::Pipeline::apply_entry`]): no bytes copied.
+    /// ([`crate::p4runtime::pipeline::Pipeline::apply_entry`]): no bytes copied.
     fn view(&self, i: usize, with_action: bool, scratch: &mut Scratch<'a>) -> TableEntryView {
         scratch.matches.clear();
         scratch.matches.extend(self.matches(i));

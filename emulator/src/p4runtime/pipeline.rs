@@ -15,12 +15,12 @@ use serde::Serialize;
 use tokio::sync::mpsc::UnboundedSender;
 use tonic::{Code, Status};
 
-use crate::entry::{
+use crate::key::Key;
+use crate::p4runtime::entry::{
     UpdateError, canonicalize_action, canonicalize_entry, check_action, encode_key, err,
 };
-use crate::key::Key;
-use crate::schema::{IdMap, Schema, TableInfo};
-use crate::wire::{self, ActionView, EntityView, Scratch, TableEntryView};
+use crate::p4runtime::schema::{IdMap, Schema, TableInfo};
+use crate::p4runtime::wire::{self, ActionView, EntityView, Scratch, TableEntryView};
 
 /// Canonical key → the entry's encoded `TableEntry` (canonical byte
 /// strings): one allocation per entry, and Read copies it out as it is.

@@ -22,9 +22,9 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::codegen::BoxFuture;
 use tonic::{Code, Request, Response, Status, Streaming};
 
-use crate::device::{Device, from_uint128};
-use crate::entry::UpdateError;
-use crate::wire;
+use crate::p4runtime::entry::UpdateError;
+use crate::p4runtime::pipeline::{Device, from_uint128};
+use crate::p4runtime::wire;
 
 /// P4Runtime API version this emulator reports.
 pub const P4RUNTIME_API_VERSION: &str = "1.4.0";
@@ -94,7 +94,7 @@ pub fn write_error_details(n: usize, errors: &[(usize, UpdateError)]) -> Vec<u8>
 
 impl P4RuntimeService {
     /// Write, from the encoded `WriteRequest`: updates are validated and
-    /// applied from borrowed views of the request bytes (crate::wire).
+    /// applied from borrowed views of the request bytes (crate::p4runtime::wire).
     pub(crate) async fn write_raw(&self, body: Bytes) -> Result<(), Status> {
         let req = wire::parse_write(&body)
             .map_err(|e| Status::invalid_argument(format!("WriteRequest: {e}")))?;

@@ -6,9 +6,9 @@ use p4fleet_proto::p4info::action_ref::Scope;
 use p4fleet_proto::p4runtime::{self as p4, field_match::FieldMatchType};
 use tonic::Code;
 
-use crate::wire::{FieldView, MatchView, ParamView};
+use crate::p4runtime::wire::{FieldView, MatchView, ParamView};
 
-use crate::schema::{MatchKind, Schema, TableInfo, nbytes};
+use crate::p4runtime::schema::{MatchKind, Schema, TableInfo, nbytes};
 
 /// Why one update (or one read key) was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
