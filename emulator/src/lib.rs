@@ -7,34 +7,36 @@
 //! binary. See `emulator/README.md` for flags, the stats JSON and limits.
 
 pub mod bfrt;
+mod device;
+mod drift;
 mod grpc;
 mod key;
 mod p4runtime;
 mod profile;
+mod registry;
 mod side_channel;
+mod stats;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 use p4fleet_proto::bfrt::bf_runtime_server::BfRuntimeServer;
-use p4fleet_proto::p4runtime::{self as p4, p4_runtime_server::P4RuntimeServer};
+use p4fleet_proto::p4runtime::p4_runtime_server::P4RuntimeServer;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use p4runtime::bulk::{BULK_VERSION, BulkService};
 pub use p4runtime::entry::UpdateError;
-pub use p4runtime::pipeline::DeviceStats;
 pub use p4runtime::schema::SchemaError;
 pub use p4runtime::service::{
     P4RUNTIME_API_VERSION, P4RuntimeGrpc, P4RuntimeService, write_error_details,
 };
 pub use profile::{LatencyProfile, UnknownProfile};
+pub use stats::DeviceStats;
 
-use p4runtime::pipeline::Device;
-use p4runtime::service::Inner;
+use device::Device;
+use registry::Registry;
 
 /// Errors starting or driving the emulator.
 #[derive(Debug, thiserror::Error)]
@@ -125,25 +127,19 @@ fn nodelay_incoming(listener: TcpListener) -> tonic::transport::server::TcpIncom
 /// A set of emulated devices; cheap to clone (shared state).
 #[derive(Clone)]
 pub struct Emulator {
-    inner: Arc<Inner>,
+    registry: Arc<Registry>,
     max_message_size: usize,
 }
 
 impl Emulator {
     /// Devices without any listener; serve them with [`Emulator::service`].
     pub fn new(config: &EmulatorConfig) -> Emulator {
-        let devices = config
-            .device_ids
-            .iter()
-            .map(|id| (*id, Arc::new(Device::new(*id))))
-            .collect::<HashMap<_, _>>();
         Emulator {
-            inner: Arc::new(Inner {
-                devices,
-                next_stream_id: AtomicU64::new(1),
-                read_chunk: config.read_chunk_size,
-                profile: config.profile,
-            }),
+            registry: Arc::new(Registry::new(
+                config.device_ids.iter().map(|id| Device::new(*id)),
+                config.read_chunk_size,
+                config.profile,
+            )),
             max_message_size: config.max_message_size,
         }
     }
@@ -253,7 +249,7 @@ impl Emulator {
     /// tonic server.
     pub fn service(&self) -> P4RuntimeGrpc {
         let svc = P4RuntimeService {
-            inner: self.inner.clone(),
+            registry: self.registry.clone(),
         };
         let generated = P4RuntimeServer::new(svc.clone())
             .max_decoding_message_size(self.max_message_size)
@@ -267,7 +263,7 @@ impl Emulator {
         &self,
     ) -> p4fleet_proto::bulk::bulk_write_server::BulkWriteServer<BulkService> {
         p4fleet_proto::bulk::bulk_write_server::BulkWriteServer::new(BulkService {
-            inner: self.inner.clone(),
+            registry: self.registry.clone(),
         })
         .max_decoding_message_size(self.max_message_size)
         .max_encoding_message_size(self.max_message_size)
@@ -277,7 +273,7 @@ impl Emulator {
     /// any tonic server.
     pub fn bfrt_service(&self) -> bfrt::BfrtGrpc {
         let svc = bfrt::BfrtService {
-            inner: self.inner.clone(),
+            registry: self.registry.clone(),
         };
         let generated = BfRuntimeServer::new(svc.clone())
             .max_decoding_message_size(self.max_message_size)
@@ -309,75 +305,20 @@ impl Emulator {
         Ok(())
     }
 
-    /// Drift helper for BFRT: applies one update to program `p4_name` of a
-    /// device behind the clients' backs (validated, no binding needed), e.g.
-    /// a DELETE of one entry or a foreign INSERT.
-    pub fn bfrt_apply(
-        &self,
-        device_id: u64,
-        p4_name: &str,
-        ty: p4fleet_proto::bfrt::update::Type,
-        entry: p4fleet_proto::bfrt::TableEntry,
-    ) -> Result<(), EmulatorError> {
-        let dev = self.device(device_id)?;
-        let mut bf = dev.bfrt.lock().expect("bfrt lock");
-        let p = bf
-            .programs
-            .get_mut(p4_name)
-            .ok_or_else(|| EmulatorError::BfrtProgram(format!("{p4_name} is not loaded")))?;
-        let applied = p.apply_entry(ty, entry, None)?;
-        if let bfrt::Applied::Delete(n) = applied {
-            dev.counters
-                .drift_deletes
-                .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-        }
-        Ok(())
-    }
-
     fn device(&self, id: u64) -> Result<&Arc<Device>, EmulatorError> {
-        self.inner
-            .devices
-            .get(&id)
+        self.registry
+            .get(id)
             .ok_or(EmulatorError::UnknownDevice(id))
     }
 
     /// Device ids served, sorted.
     pub fn device_ids(&self) -> Vec<u64> {
-        let mut ids: Vec<u64> = self.inner.devices.keys().copied().collect();
-        ids.sort_unstable();
-        ids
+        self.registry.ids()
     }
 
     /// Counters and contents of one device.
     pub fn stats(&self, device_id: u64) -> Option<DeviceStats> {
-        self.inner.devices.get(&device_id).map(|d| d.stats())
-    }
-
-    /// Drift helper: deletes the entry with the key (table, match, priority)
-    /// of `entry` behind the controller's back. Returns whether it existed.
-    pub fn delete_entry(
-        &self,
-        device_id: u64,
-        entry: &p4::TableEntry,
-    ) -> Result<bool, EmulatorError> {
-        Ok(self.device(device_id)?.delete_entry(entry)?)
-    }
-
-    /// Drift helper: deletes up to `count` arbitrary entries of `table_id`
-    /// (all tables if `None`). Returns how many were deleted.
-    pub fn drop_entries(
-        &self,
-        device_id: u64,
-        table_id: Option<u32>,
-        count: usize,
-    ) -> Result<usize, EmulatorError> {
-        Ok(self.device(device_id)?.drop_entries(table_id, count))
-    }
-
-    /// Drift helper: inserts an entry as a foreign writer would (validated,
-    /// no arbitration).
-    pub fn inject_entry(&self, device_id: u64, entry: p4::TableEntry) -> Result<(), EmulatorError> {
-        Ok(self.device(device_id)?.inject_entry(entry)?)
+        self.registry.get(device_id).map(|d| d.stats())
     }
 }
 

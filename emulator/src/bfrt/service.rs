@@ -23,15 +23,15 @@ use tonic::{Code, Request, Response, Status, Streaming};
 use super::store::{Applied, Program, Scratch, Undo};
 use super::wire::{self, EntityView};
 use super::{BfrtDevice, Client, NON_P4_JSON};
+use crate::device::Device;
 use crate::p4runtime::entry::{UpdateError, err};
-use crate::p4runtime::pipeline::Device;
-use crate::p4runtime::service::Inner;
 use crate::p4runtime::wire::{begin, end, put_bytes};
+use crate::registry::Registry;
 
 /// The tonic service; build with [`crate::Emulator::bfrt_service`].
 #[derive(Clone)]
 pub struct BfrtService {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) registry: Arc<Registry>,
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -108,7 +108,7 @@ fn store_for<'a>(
 
 impl BfrtService {
     fn device(&self, id: u32) -> Result<&Arc<Device>, Status> {
-        self.inner.device(id as u64)
+        self.registry.device(id as u64)
     }
 
     /// Write, from the encoded `WriteRequest`: updates are validated and
@@ -182,7 +182,7 @@ impl BfrtService {
         c.inserts.fetch_add(ins, Ordering::Relaxed);
         c.modifies.fetch_add(modi, Ordering::Relaxed);
         c.deletes.fetch_add(del, Ordering::Relaxed);
-        crate::profile::delay(self.inner.profile, &dev.busy, n).await;
+        crate::profile::delay(self.registry.profile, &dev.busy, n).await;
         if errors.is_empty() {
             return Ok(());
         }
@@ -444,8 +444,8 @@ impl BfRuntime for BfrtService {
     ) -> Result<Response<Self::StreamChannelStream>, Status> {
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::unbounded_channel();
-        let inner = self.inner.clone();
-        let stream_id = inner.next_stream_id.fetch_add(1, Ordering::Relaxed);
+        let registry = self.registry.clone();
+        let stream_id = registry.next_stream_id();
         tokio::spawn(async move {
             // (device, client id) registered by this stream.
             let mut registered: Vec<(Arc<Device>, u32)> = Vec::new();
@@ -461,7 +461,7 @@ impl BfRuntime for BfrtService {
                     message,
                     details: vec![],
                 };
-                let result = match inner.device(sub.device_id as u64) {
+                let result = match registry.device(sub.device_id as u64) {
                     Err(e) => st(Code::NotFound, e.message().to_string()),
                     Ok(dev) => {
                         let mut bf = dev.bfrt.lock().expect("bfrt lock");

@@ -4,7 +4,7 @@
 //! A request carries one table batch as columns. Columns are cut into rows
 //! by slicing (no per-row protobuf decode); each row becomes the views a
 //! parsed standard `p4.v1.TableEntry` would give and goes through the same
-//! [`crate::p4runtime::pipeline::Pipeline::apply_entry`], so validation, canonical keys,
+//! [`super::pipeline::Pipeline::apply_entry`], so validation, canonical keys,
 //! table sizes, error codes and what Read returns afterwards are the
 //! standard path's.
 
@@ -15,15 +15,15 @@ use p4fleet_proto::bulk::{
     self as bk, BulkCapabilitiesRequest, BulkCapabilitiesResponse, BulkWriteRequest,
     BulkWriteResponse, RowError, bulk_write_server::BulkWrite,
 };
-use p4fleet_proto::p4runtime::{self as p4, update::Type};
+use p4fleet_proto::p4runtime::update::Type;
 use tonic::{Request, Response, Status};
 
-use crate::p4runtime::pipeline::{Device, from_uint128};
+use super::arbitration::{check_primary, from_uint128};
 use crate::p4runtime::schema::{MatchKind, TableInfo};
-use crate::p4runtime::service::Inner;
 use crate::p4runtime::wire::{
     self, ActionView, FieldView, MatchView, ParamView, Scratch, TableEntryView,
 };
+use crate::registry::Registry;
 
 /// Format version reported by Capabilities.
 pub const BULK_VERSION: &str = "1";
@@ -31,26 +31,7 @@ pub const BULK_VERSION: &str = "1";
 /// The tonic service; build with [`crate::Emulator::bulk_service`].
 #[derive(Clone)]
 pub struct BulkService {
-    pub(crate) inner: Arc<Inner>,
-}
-
-/// Same rule as the P4Runtime Write: only the primary of the role writes.
-fn check_primary(
-    dev: &Device,
-    role: &str,
-    election_id: Option<&p4::Uint128>,
-) -> Result<(), Status> {
-    let primary = dev.arb.lock().expect("arb lock").primary_election(role);
-    match (primary, election_id.map(from_uint128)) {
-        (Some(p), Some(e)) if p == e => Ok(()),
-        (None, _) => Err(Status::permission_denied(format!(
-            "no primary controller for role {role:?} of device {}",
-            dev.id
-        ))),
-        _ => Err(Status::permission_denied(
-            "election id is not the primary's",
-        )),
-    }
+    pub(crate) registry: Arc<Registry>,
 }
 
 /// `count` fixed-width values back to back.
@@ -257,7 +238,7 @@ impl<'a> Plan<'a> {
     }
 
     /// Row `i` as the views a parsed standard Write would give
-    /// ([`crate::p4runtime::pipeline::Pipeline::apply_entry`]): no bytes copied.
+    /// ([`super::pipeline::Pipeline::apply_entry`]): no bytes copied.
     fn view(&self, i: usize, with_action: bool, scratch: &mut Scratch<'a>) -> TableEntryView {
         scratch.matches.clear();
         scratch.matches.extend(self.matches(i));
@@ -347,10 +328,10 @@ impl BulkWrite for BulkService {
         request: Request<BulkWriteRequest>,
     ) -> Result<Response<BulkWriteResponse>, Status> {
         let req = request.into_inner();
-        let dev = self.inner.device(req.device_id)?;
+        let dev = self.registry.device(req.device_id)?;
         let c = &dev.counters;
         c.write_rpcs.fetch_add(1, Ordering::Relaxed);
-        check_primary(dev, &req.role, req.election_id.as_ref())?;
+        check_primary(dev, &req.role, req.election_id.as_ref().map(from_uint128))?;
         let ty = match bk::UpdateType::try_from(req.r#type) {
             Ok(bk::UpdateType::Insert) => Type::Insert,
             Ok(bk::UpdateType::Modify) => Type::Modify,
@@ -362,7 +343,7 @@ impl BulkWrite for BulkService {
         let mut errors = Vec::new();
         let mut ok = 0u64;
         {
-            let mut state = dev.state.lock().expect("state lock");
+            let mut state = dev.p4runtime.pipeline.lock().expect("pipeline lock");
             let pipeline = state
                 .pipeline
                 .as_mut()
@@ -408,7 +389,7 @@ impl BulkWrite for BulkService {
         c.failed_updates
             .fetch_add(errors.len() as u64, Ordering::Relaxed);
         // The same added latency as a standard Write of n entries.
-        crate::profile::delay(self.inner.profile, &dev.busy, n).await;
+        crate::profile::delay(self.registry.profile, &dev.busy, n).await;
         Ok(Response::new(BulkWriteResponse { errors }))
     }
 

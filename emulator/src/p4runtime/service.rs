@@ -1,9 +1,8 @@
 //! The P4Runtime gRPC service over the emulated devices.
 
-use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
@@ -22,47 +21,19 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::codegen::BoxFuture;
 use tonic::{Code, Request, Response, Status, Streaming};
 
+use super::arbitration::{check_primary, from_uint128};
+use crate::device::Device;
 use crate::p4runtime::entry::UpdateError;
-use crate::p4runtime::pipeline::{Device, from_uint128};
 use crate::p4runtime::wire;
+use crate::registry::Registry;
 
 /// P4Runtime API version this emulator reports.
 pub const P4RUNTIME_API_VERSION: &str = "1.4.0";
 
-pub(crate) struct Inner {
-    pub devices: HashMap<u64, Arc<Device>>,
-    pub next_stream_id: AtomicU64,
-    pub read_chunk: usize,
-    /// Added write latency (none by default).
-    pub profile: crate::profile::LatencyProfile,
-}
-
-impl Inner {
-    pub fn device(&self, id: u64) -> Result<&Arc<Device>, Status> {
-        self.devices
-            .get(&id)
-            .ok_or_else(|| Status::not_found(format!("unknown device id {id}")))
-    }
-}
-
 /// The tonic service; build with [`crate::Emulator::service`].
 #[derive(Clone)]
 pub struct P4RuntimeService {
-    pub(crate) inner: Arc<Inner>,
-}
-
-fn check_primary(dev: &Device, role: &str, election_id: Option<u128>) -> Result<(), Status> {
-    let primary = dev.arb.lock().expect("arb lock").primary_election(role);
-    match (primary, election_id) {
-        (Some(p), Some(e)) if p == e => Ok(()),
-        (None, _) => Err(Status::permission_denied(format!(
-            "no primary controller for role {role:?} of device {}",
-            dev.id
-        ))),
-        _ => Err(Status::permission_denied(
-            "election id is not the primary's",
-        )),
-    }
+    pub(crate) registry: Arc<Registry>,
 }
 
 /// The google.rpc.Status bytes for a failed batch: one p4.v1.Error per update,
@@ -98,7 +69,7 @@ impl P4RuntimeService {
     pub(crate) async fn write_raw(&self, body: Bytes) -> Result<(), Status> {
         let req = wire::parse_write(&body)
             .map_err(|e| Status::invalid_argument(format!("WriteRequest: {e}")))?;
-        let dev = self.inner.device(req.device_id)?;
+        let dev = self.registry.device(req.device_id)?;
         let c = &dev.counters;
         c.write_rpcs.fetch_add(1, Ordering::Relaxed);
         if req.atomicity != Atomicity::ContinueOnError as i32 {
@@ -111,7 +82,7 @@ impl P4RuntimeService {
         let mut errors: Vec<(usize, UpdateError)> = Vec::new();
         let (mut ins, mut modi, mut del) = (0u64, 0u64, 0u64);
         {
-            let mut state = dev.state.lock().expect("state lock");
+            let mut state = dev.p4runtime.pipeline.lock().expect("pipeline lock");
             let pipeline = state
                 .pipeline
                 .as_mut()
@@ -131,7 +102,7 @@ impl P4RuntimeService {
         c.modifies.fetch_add(modi, Ordering::Relaxed);
         c.deletes.fetch_add(del, Ordering::Relaxed);
         // State is already updated (reads see it); only the answer waits.
-        crate::profile::delay(self.inner.profile, &dev.busy, n).await;
+        crate::profile::delay(self.registry.profile, &dev.busy, n).await;
         if errors.is_empty() {
             return Ok(());
         }
@@ -148,15 +119,15 @@ impl P4RuntimeService {
     /// Read, as encoded `ReadResponse`s of up to `read_chunk` entities:
     /// stored entries are copied out as they are, not re-encoded.
     pub(crate) fn read_raw(&self, req: &p4::ReadRequest) -> Result<Vec<Bytes>, Status> {
-        let dev = self.inner.device(req.device_id)?;
+        let dev = self.registry.device(req.device_id)?;
         dev.counters.read_rpcs.fetch_add(1, Ordering::Relaxed);
-        let chunk = self.inner.read_chunk.max(1);
+        let chunk = self.registry.read_chunk.max(1);
         let mut responses: Vec<Bytes> = Vec::new();
         let mut current: Vec<u8> = Vec::new();
         let mut in_current = 0usize;
         let mut total = 0u64;
         {
-            let state = dev.state.lock().expect("state lock");
+            let state = dev.p4runtime.pipeline.lock().expect("pipeline lock");
             let pipeline = state
                 .pipeline
                 .as_ref()
@@ -251,15 +222,16 @@ impl P4Runtime for P4RuntimeService {
         request: Request<p4::SetForwardingPipelineConfigRequest>,
     ) -> Result<Response<p4::SetForwardingPipelineConfigResponse>, Status> {
         let req = request.into_inner();
-        let dev = self.inner.device(req.device_id)?;
+        let dev = self.registry.device(req.device_id)?;
         dev.counters
             .set_pipeline_rpcs
             .fetch_add(1, Ordering::Relaxed);
         check_primary(dev, &req.role, req.election_id.as_ref().map(from_uint128))?;
         let action = SetAction::try_from(req.action).unwrap_or(SetAction::Unspecified);
-        dev.state
+        dev.p4runtime
+            .pipeline
             .lock()
-            .expect("state lock")
+            .expect("pipeline lock")
             .set_pipeline(action, req.config)?;
         Ok(Response::new(p4::SetForwardingPipelineConfigResponse {}))
     }
@@ -269,13 +241,13 @@ impl P4Runtime for P4RuntimeService {
         request: Request<p4::GetForwardingPipelineConfigRequest>,
     ) -> Result<Response<p4::GetForwardingPipelineConfigResponse>, Status> {
         let req = request.into_inner();
-        let dev = self.inner.device(req.device_id)?;
+        let dev = self.registry.device(req.device_id)?;
         dev.counters
             .get_pipeline_rpcs
             .fetch_add(1, Ordering::Relaxed);
         let rt = ResponseType::try_from(req.response_type)
             .map_err(|_| Status::invalid_argument("unknown response_type"))?;
-        let state = dev.state.lock().expect("state lock");
+        let state = dev.p4runtime.pipeline.lock().expect("pipeline lock");
         let Some(p) = &state.pipeline else {
             return Ok(Response::new(p4::GetForwardingPipelineConfigResponse {
                 config: Some(p4::ForwardingPipelineConfig::default()),
@@ -308,8 +280,8 @@ impl P4Runtime for P4RuntimeService {
     ) -> Result<Response<Self::StreamChannelStream>, Status> {
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::unbounded_channel();
-        let inner = self.inner.clone();
-        let stream_id = inner.next_stream_id.fetch_add(1, Ordering::Relaxed);
+        let registry = self.registry.clone();
+        let stream_id = registry.next_stream_id();
         tokio::spawn(async move {
             // (device, role) this stream is bound to after its first
             // arbitration update.
@@ -319,7 +291,7 @@ impl P4Runtime for P4RuntimeService {
                 match msg.update {
                     Some(p4::stream_message_request::Update::Arbitration(a)) => {
                         let role_name = a.role.as_ref().map(|r| r.name.clone()).unwrap_or_default();
-                        let dev = match inner.device(a.device_id) {
+                        let dev = match registry.device(a.device_id) {
                             Ok(d) => d.clone(),
                             Err(e) => {
                                 let _ = tx.send(Err(e));
@@ -339,9 +311,10 @@ impl P4Runtime for P4RuntimeService {
                         }
                         let eid = a.election_id.as_ref().map(from_uint128);
                         let res = dev
-                            .arb
+                            .p4runtime
+                            .arbitration
                             .lock()
-                            .expect("arb lock")
+                            .expect("arbitration lock")
                             .arbitrate(dev.id, stream_id, a.role, eid, &tx);
                         bound = Some((dev, role_name));
                         if let Err(e) = res {
@@ -360,9 +333,10 @@ impl P4Runtime for P4RuntimeService {
                 }
             }
             if let Some((dev, role)) = bound {
-                dev.arb
+                dev.p4runtime
+                    .arbitration
                     .lock()
-                    .expect("arb lock")
+                    .expect("arbitration lock")
                     .remove(dev.id, &role, stream_id);
             }
         });

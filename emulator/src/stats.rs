@@ -1,0 +1,105 @@
+//! Per-device counters (bumped by every front end) and the snapshot the
+//! stats side channel serves.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+
+use crate::device::Device;
+
+/// Monotonic counters of one device.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub write_rpcs: AtomicU64,
+    pub read_rpcs: AtomicU64,
+    pub set_pipeline_rpcs: AtomicU64,
+    pub get_pipeline_rpcs: AtomicU64,
+    pub stream_channels: AtomicU64,
+    pub inserts: AtomicU64,
+    pub modifies: AtomicU64,
+    pub deletes: AtomicU64,
+    pub failed_updates: AtomicU64,
+    pub entities_read: AtomicU64,
+    pub drift_deletes: AtomicU64,
+}
+
+/// Snapshot of a device's counters and contents (the stats JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct DeviceStats {
+    pub device_id: u64,
+    /// Successful Write RPCs and failed ones alike.
+    pub write_rpcs: u64,
+    pub read_rpcs: u64,
+    pub set_pipeline_rpcs: u64,
+    pub get_pipeline_rpcs: u64,
+    pub stream_channels: u64,
+    /// Successful updates by type.
+    pub inserts: u64,
+    pub modifies: u64,
+    pub deletes: u64,
+    /// Updates refused with a per-update error.
+    pub failed_updates: u64,
+    pub entities_read: u64,
+    /// Entries removed through the drift helpers.
+    pub drift_deletes: u64,
+    pub pipeline_set: bool,
+    /// Cookie of the committed pipeline config, if any.
+    pub cookie: Option<u64>,
+    /// Entries installed now, over all tables.
+    pub entries: u64,
+    /// Entries installed now per table id (as a decimal string).
+    pub tables: std::collections::BTreeMap<String, u64>,
+    /// Current primary election id (decimal u128) per role ("" = default role).
+    pub primaries: HashMap<String, String>,
+    /// BFRT programs loaded (their tables count in `entries` and appear in
+    /// `tables` under their bfrt.json names).
+    #[serde(default)]
+    pub bfrt_programs: Vec<String>,
+}
+
+impl Device {
+    pub fn stats(&self) -> DeviceStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut s = DeviceStats {
+            device_id: self.id,
+            write_rpcs: get(&c.write_rpcs),
+            read_rpcs: get(&c.read_rpcs),
+            set_pipeline_rpcs: get(&c.set_pipeline_rpcs),
+            get_pipeline_rpcs: get(&c.get_pipeline_rpcs),
+            stream_channels: get(&c.stream_channels),
+            inserts: get(&c.inserts),
+            modifies: get(&c.modifies),
+            deletes: get(&c.deletes),
+            failed_updates: get(&c.failed_updates),
+            entities_read: get(&c.entities_read),
+            drift_deletes: get(&c.drift_deletes),
+            primaries: self
+                .p4runtime
+                .arbitration
+                .lock()
+                .expect("arbitration lock")
+                .primaries(),
+            ..Default::default()
+        };
+        let state = self.p4runtime.pipeline.lock().expect("pipeline lock");
+        if let Some(p) = &state.pipeline {
+            s.pipeline_set = true;
+            s.cookie = p.config.cookie.as_ref().map(|c| c.cookie);
+            for (id, t) in &p.tables {
+                s.entries += t.entries.len() as u64;
+                s.tables.insert(id.to_string(), t.entries.len() as u64);
+            }
+        }
+        drop(state);
+        let bf = self.bfrt.lock().expect("bfrt lock");
+        s.bfrt_programs = bf.programs.keys().cloned().collect();
+        s.pipeline_set |= !bf.programs.is_empty();
+        for (name, n) in bf.table_counts() {
+            s.entries += n;
+            s.tables.insert(name, n);
+        }
+        s
+    }
+}
