@@ -10,9 +10,9 @@ use tonic::Code;
 
 use crate::device::Device;
 use crate::key::Key;
-use crate::p4runtime::entry::{UpdateError, err};
 use crate::p4runtime::pipeline::key_of;
 use crate::p4runtime::wire::Scratch;
+use crate::update_error::{UpdateError, err};
 use crate::{Emulator, EmulatorError};
 
 impl Device {

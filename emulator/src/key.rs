@@ -1,4 +1,15 @@
-//! Table keys as stored by both front ends.
+//! Table keys and the maps both front ends store entries in.
+
+use std::collections::HashMap;
+
+/// Canonical key → the entry as stored (P4Runtime: its canonical encoded
+/// `TableEntry`; BFRT: its encoded `TableData`): one allocation per entry,
+/// and Read copies it out as it is.
+pub(crate) type Entries = HashMap<Key, Box<[u8]>, foldhash::fast::RandomState>;
+
+/// Maps keyed by table, action or field ids, looked up per update:
+/// foldhash, not SipHash.
+pub type IdMap<T> = HashMap<u32, T, foldhash::fast::RandomState>;
 
 const KEY_INLINE: usize = 22;
 

@@ -16,6 +16,8 @@ mod profile;
 mod registry;
 mod side_channel;
 mod stats;
+mod update_error;
+mod wire;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,13 +29,13 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use p4runtime::bulk::{BULK_VERSION, BulkService};
-pub use p4runtime::entry::UpdateError;
 pub use p4runtime::schema::SchemaError;
 pub use p4runtime::service::{
     P4RUNTIME_API_VERSION, P4RuntimeGrpc, P4RuntimeService, write_error_details,
 };
 pub use profile::{LatencyProfile, UnknownProfile};
 pub use stats::DeviceStats;
+pub use update_error::UpdateError;
 
 use device::Device;
 use registry::Registry;

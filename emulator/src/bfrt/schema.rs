@@ -120,7 +120,7 @@ impl TableDef {
 /// Tables of one program (or the fixed tables), by id, plus names.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct BfrtSchema {
-    pub tables: crate::p4runtime::schema::IdMap<TableDef>,
+    pub tables: crate::key::IdMap<TableDef>,
 }
 
 #[derive(Deserialize)]
@@ -229,10 +229,8 @@ impl BfrtSchema {
     /// Parses a bfrt.json (`{"tables": [...]}`).
     pub fn from_json(bytes: &[u8]) -> Result<BfrtSchema, BfrtSchemaError> {
         let info: JInfo = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
-        let mut tables = crate::p4runtime::schema::IdMap::with_capacity_and_hasher(
-            info.tables.len(),
-            Default::default(),
-        );
+        let mut tables =
+            crate::key::IdMap::with_capacity_and_hasher(info.tables.len(), Default::default());
         for t in info.tables {
             let def = table_def(t)?;
             let (id, name) = (def.id, def.name.clone());

@@ -24,9 +24,9 @@ use super::store::{Applied, Program, Scratch, Undo};
 use super::wire::{self, EntityView};
 use super::{BfrtDevice, Client, NON_P4_JSON};
 use crate::device::Device;
-use crate::p4runtime::entry::{UpdateError, err};
-use crate::p4runtime::wire::{begin, end, put_bytes};
 use crate::registry::Registry;
+use crate::update_error::{UpdateError, err};
+use crate::wire::{begin, end, put_bytes};
 
 /// The tonic service; build with [`crate::Emulator::bfrt_service`].
 #[derive(Clone)]

@@ -2,21 +2,18 @@
 //! big-endian values, missing key fields are zero, per-update errors, undo
 //! for ROLLBACK_ON_ERROR. Pure logic; no locks or I/O here.
 
-use std::collections::HashMap;
-
 use p4fleet_proto::bfrt::{self, TableData, update::Type};
 use prost::Message;
 use tonic::Code;
 
 use super::schema::{BfrtSchema, DataDef, FieldType, KeyKind, TableDef};
 use super::wire::{self, DataValue, DataView, KeyMatch, KeyView};
-use crate::key::Key;
-use crate::p4runtime::entry::{UpdateError, err};
-use crate::p4runtime::wire::{WireError, begin, end, put_bytes, put_uint};
+use crate::key::{Entries, Key};
+use crate::update_error::{UpdateError, err};
+use crate::wire::{WireError, begin, end, put_bytes, put_uint};
 
-/// Internal key → the entry's encoded `TableData`, kept as the client sent
-/// it (BFRT values are full width, so there is nothing to canonicalize).
-type Entries = HashMap<Key, Box<[u8]>, foldhash::fast::RandomState>;
+// `Entries` hold each entry's encoded `TableData` as the client sent it
+// (BFRT values are full width, so there is nothing to canonicalize).
 
 /// Reusable buffers for the key and data fields of the entry parsed last.
 #[derive(Default)]
@@ -39,7 +36,7 @@ pub(crate) struct TableState {
 pub(crate) struct Program {
     pub schema: BfrtSchema,
     pub config: bfrt::ForwardingPipelineConfig,
-    pub tables: crate::p4runtime::schema::IdMap<TableState>,
+    pub tables: crate::key::IdMap<TableState>,
 }
 
 /// How to take back one applied update.

@@ -1,7 +1,7 @@
-//! Borrowed views of BFRT Write requests (see `crate::p4runtime::wire`): a Write is
+//! Borrowed views of BFRT Write requests (see `crate::wire`): a Write is
 //! validated and applied straight from the request bytes. Pure; no I/O.
 
-use crate::p4runtime::wire::{Reader, WireError, update_parts, value_pair};
+use crate::wire::{Reader, WireError, update_parts, value_pair};
 
 /// The parts of a `bfrt_proto.WriteRequest` the emulator uses.
 #[derive(Debug, Default)]

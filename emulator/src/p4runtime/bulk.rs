@@ -19,11 +19,10 @@ use p4fleet_proto::p4runtime::update::Type;
 use tonic::{Request, Response, Status};
 
 use super::arbitration::{check_primary, from_uint128};
+use super::wire::{ActionView, FieldView, MatchView, ParamView, Scratch, TableEntryView};
 use crate::p4runtime::schema::{MatchKind, TableInfo};
-use crate::p4runtime::wire::{
-    self, ActionView, FieldView, MatchView, ParamView, Scratch, TableEntryView,
-};
 use crate::registry::Registry;
+use crate::wire;
 
 /// Format version reported by Capabilities.
 pub const BULK_VERSION: &str = "1";

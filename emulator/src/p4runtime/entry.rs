@@ -6,24 +6,9 @@ use p4fleet_proto::p4info::action_ref::Scope;
 use p4fleet_proto::p4runtime::{self as p4, field_match::FieldMatchType};
 use tonic::Code;
 
-use crate::p4runtime::wire::{FieldView, MatchView, ParamView};
-
 use crate::p4runtime::schema::{MatchKind, Schema, TableInfo, nbytes};
-
-/// Why one update (or one read key) was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{code:?}: {message}")]
-pub struct UpdateError {
-    pub code: Code,
-    pub message: String,
-}
-
-pub fn err(code: Code, message: impl Into<String>) -> UpdateError {
-    UpdateError {
-        code,
-        message: message.into(),
-    }
-}
+use crate::p4runtime::wire::{FieldView, MatchView, ParamView};
+use crate::update_error::{UpdateError, err};
 
 /// Strips leading zero bytes (P4Runtime allows the client to pad) and checks
 /// that the value fits in `bitwidth` bits. Returns the significant bytes.

@@ -3,22 +3,15 @@
 //! applied per update and the Read filters. Pure logic; the caller holds
 //! the device's pipeline lock.
 
-use std::collections::HashMap;
-
 use p4fleet_proto::p4runtime::{self as p4, update::Type};
 use prost::Message;
 use tonic::Code;
 
-use crate::key::Key;
-use crate::p4runtime::entry::{
-    UpdateError, canonicalize_action, canonicalize_entry, check_action, encode_key, err,
-};
-use crate::p4runtime::schema::{IdMap, Schema, TableInfo};
+use crate::key::{Entries, IdMap, Key};
+use crate::p4runtime::entry::{canonicalize_action, canonicalize_entry, check_action, encode_key};
+use crate::p4runtime::schema::{Schema, TableInfo};
 use crate::p4runtime::wire::{self, ActionView, EntityView, Scratch, TableEntryView};
-
-/// Canonical key → the entry's encoded `TableEntry` (canonical byte
-/// strings): one allocation per entry, and Read copies it out as it is.
-type Entries = HashMap<Key, Box<[u8]>, foldhash::fast::RandomState>;
+use crate::update_error::{UpdateError, err};
 
 /// Encodes what a table keeps for an inserted or modified entry, from the
 /// entry's parsed views.
@@ -293,7 +286,7 @@ impl Pipeline {
     }
 }
 
-fn malformed(e: wire::WireError) -> UpdateError {
+fn malformed(e: crate::wire::WireError) -> UpdateError {
     err(Code::InvalidArgument, format!("update: {e}"))
 }
 

@@ -1,10 +1,10 @@
 //! What the emulator needs from a P4Info, checked once when a pipeline is set
 //! so that writes only do table lookups.
 
-use std::collections::HashMap;
-
 use p4fleet_proto::p4info::{self, P4Info, action_ref::Scope, match_field};
 use p4fleet_proto::p4runtime as p4;
+
+use crate::key::IdMap;
 
 /// A P4Info that cannot be realized.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -91,9 +91,6 @@ impl TableInfo {
         self.actions.iter().find(|(a, _)| *a == id).map(|(_, s)| *s)
     }
 }
-
-/// Maps keyed by P4Info ids, looked up per update: foldhash, not SipHash.
-pub type IdMap<T> = HashMap<u32, T, foldhash::fast::RandomState>;
 
 /// The parts of a P4Info the emulator enforces.
 #[derive(Debug, Clone, PartialEq)]

@@ -23,9 +23,9 @@ use tonic::{Code, Request, Response, Status, Streaming};
 
 use super::arbitration::{check_primary, from_uint128};
 use crate::device::Device;
-use crate::p4runtime::entry::UpdateError;
 use crate::p4runtime::wire;
 use crate::registry::Registry;
+use crate::update_error::UpdateError;
 
 /// P4Runtime API version this emulator reports.
 pub const P4RUNTIME_API_VERSION: &str = "1.4.0";
@@ -65,7 +65,7 @@ pub fn write_error_details(n: usize, errors: &[(usize, UpdateError)]) -> Vec<u8>
 
 impl P4RuntimeService {
     /// Write, from the encoded `WriteRequest`: updates are validated and
-    /// applied from borrowed views of the request bytes (crate::p4runtime::wire).
+    /// applied from borrowed views of the request bytes (`super::wire`).
     pub(crate) async fn write_raw(&self, body: Bytes) -> Result<(), Status> {
         let req = wire::parse_write(&body)
             .map_err(|e| Status::invalid_argument(format!("WriteRequest: {e}")))?;
