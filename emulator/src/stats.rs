@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
+use crate::Emulator;
 use crate::device::Device;
 
 /// Monotonic counters of one device.
@@ -101,5 +102,12 @@ impl Device {
             s.tables.insert(name, n);
         }
         s
+    }
+}
+
+impl Emulator {
+    /// Counters and contents of one device.
+    pub fn stats(&self, device_id: u64) -> Option<DeviceStats> {
+        self.registry.get(device_id).map(|d| d.stats())
     }
 }

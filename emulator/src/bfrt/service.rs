@@ -20,9 +20,10 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::codegen::BoxFuture;
 use tonic::{Code, Request, Response, Status, Streaming};
 
+use super::NON_P4_JSON;
+use super::device::{BfrtDevice, Client};
 use super::store::{Applied, Program, Scratch, Undo};
 use super::wire::{self, EntityView};
-use super::{BfrtDevice, Client, NON_P4_JSON};
 use crate::device::Device;
 use crate::registry::Registry;
 use crate::update_error::{UpdateError, err};
