@@ -9,7 +9,7 @@ use prost::Message;
 use tonic::Code;
 
 use crate::device::Device;
-use crate::key::Key;
+use crate::key::{Entries, IdMap, Key};
 use crate::p4runtime::pipeline::key_of;
 use crate::p4runtime::wire::Scratch;
 use crate::update_error::{UpdateError, err};
@@ -50,22 +50,7 @@ impl Device {
         let mut state = self.p4runtime.pipeline.lock().expect("pipeline lock");
         let mut removed = 0;
         if let Some(p) = state.pipeline.as_mut() {
-            let mut ids: Vec<u32> = p.tables.keys().copied().collect();
-            ids.sort_unstable();
-            for id in ids {
-                if removed >= count {
-                    break;
-                }
-                if table_id.is_some_and(|t| t != id) {
-                    continue;
-                }
-                let entries = &mut p.tables.get_mut(&id).expect("listed").entries;
-                let victims: Vec<Key> = entries.keys().take(count - removed).cloned().collect();
-                for k in victims {
-                    entries.remove(&k);
-                    removed += 1;
-                }
-            }
+            removed = drop_from_tables(&mut p.tables, |t| &mut t.entries, table_id, count);
         }
         drop(state);
         if removed < count {
@@ -100,6 +85,35 @@ impl Device {
         p.apply(&update, &mut Vec::new(), &mut Scratch::default())
             .map(|_| ())
     }
+}
+
+/// Removes up to `count` arbitrary entries from `tables` (all of them, or
+/// only `table_id`), in table id order; `entries` picks a table's entry
+/// map. Returns how many were removed. Shared by both front ends' stores.
+pub(crate) fn drop_from_tables<T>(
+    tables: &mut IdMap<T>,
+    entries: impl Fn(&mut T) -> &mut Entries,
+    table_id: Option<u32>,
+    count: usize,
+) -> usize {
+    let mut removed = 0;
+    let mut ids: Vec<u32> = tables.keys().copied().collect();
+    ids.sort_unstable();
+    for id in ids {
+        if removed >= count {
+            break;
+        }
+        if table_id.is_some_and(|t| t != id) {
+            continue;
+        }
+        let entries = entries(tables.get_mut(&id).expect("listed"));
+        let victims: Vec<Key> = entries.keys().take(count - removed).cloned().collect();
+        for k in victims {
+            entries.remove(&k);
+            removed += 1;
+        }
+    }
+    removed
 }
 
 impl Emulator {

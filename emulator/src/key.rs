@@ -11,6 +11,31 @@ pub(crate) type Entries = HashMap<Key, Box<[u8]>, foldhash::fast::RandomState>;
 /// foldhash, not SipHash.
 pub type IdMap<T> = HashMap<u32, T, foldhash::fast::RandomState>;
 
+/// Match kinds both front ends implement (P4Info and bfrt.json name the
+/// same five).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatchKind {
+    Exact,
+    Lpm,
+    Ternary,
+    Range,
+    Optional,
+}
+
+impl MatchKind {
+    /// Bytes a field of this kind takes in a canonical key: the value,
+    /// plus a 2-byte prefix length (LPM), a mask or high bound (ternary,
+    /// range) or a validity byte (optional).
+    pub fn key_len(self, nbytes: usize) -> usize {
+        match self {
+            MatchKind::Exact => nbytes,
+            MatchKind::Lpm => nbytes + 2,
+            MatchKind::Ternary | MatchKind::Range => 2 * nbytes,
+            MatchKind::Optional => 1 + nbytes,
+        }
+    }
+}
+
 const KEY_INLINE: usize = 22;
 
 /// A canonical key, stored inline when short (most tables' keys are a few

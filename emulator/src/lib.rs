@@ -34,8 +34,11 @@ mod registry;
 mod running;
 mod side_channel;
 mod stats;
+#[cfg(test)]
+mod testing;
 mod update_error;
 mod wire;
+mod write_batch;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

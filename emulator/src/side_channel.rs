@@ -66,18 +66,22 @@ fn parse_entry(body: &str) -> Result<p4::TableEntry, Box<Response>> {
         .map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, e)))
 }
 
+/// A drift helper's answer: `ok(value)` as JSON, or its error.
+fn reply<T>(r: Result<T, EmulatorError>, ok: impl FnOnce(T) -> serde_json::Value) -> Response {
+    match r {
+        Ok(v) => Json(ok(v)).into_response(),
+        Err(e) => emu_error(e),
+    }
+}
+
 async fn delete_entry(
     State(emu): State<Emulator>,
     Path(device): Path<u64>,
     body: String,
 ) -> Response {
-    let te = match parse_entry(&body) {
-        Ok(te) => te,
-        Err(r) => return *r,
-    };
-    match emu.delete_entry(device, &te) {
-        Ok(deleted) => Json(json!({ "deleted": deleted })).into_response(),
-        Err(e) => emu_error(e),
+    match parse_entry(&body) {
+        Ok(te) => reply(emu.delete_entry(device, &te), |d| json!({ "deleted": d })),
+        Err(r) => *r,
     }
 }
 
@@ -92,10 +96,8 @@ async fn drop_entries(
     Path(device): Path<u64>,
     Query(q): Query<DropQuery>,
 ) -> Response {
-    match emu.drop_entries(device, q.table_id, q.count.unwrap_or(1)) {
-        Ok(n) => Json(json!({ "deleted": n })).into_response(),
-        Err(e) => emu_error(e),
-    }
+    let r = emu.drop_entries(device, q.table_id, q.count.unwrap_or(1));
+    reply(r, |n| json!({ "deleted": n }))
 }
 
 async fn inject_entry(
@@ -103,12 +105,11 @@ async fn inject_entry(
     Path(device): Path<u64>,
     body: String,
 ) -> Response {
-    let te = match parse_entry(&body) {
-        Ok(te) => te,
-        Err(r) => return *r,
-    };
-    match emu.inject_entry(device, te) {
-        Ok(()) => Json(json!({ "inserted": true })).into_response(),
-        Err(e) => emu_error(e),
+    match parse_entry(&body) {
+        Ok(te) => reply(
+            emu.inject_entry(device, te),
+            |()| json!({ "inserted": true }),
+        ),
+        Err(r) => *r,
     }
 }

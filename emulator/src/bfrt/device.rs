@@ -8,7 +8,7 @@ use p4fleet_proto::bfrt;
 use super::NON_P4_JSON;
 use super::schema::BfrtSchema;
 use super::store::Program;
-use crate::key::Key;
+use crate::drift::drop_from_tables;
 
 /// A client registered by Subscribe on a stream.
 pub(crate) struct Client {
@@ -123,22 +123,8 @@ impl BfrtDevice {
     pub fn drop_entries(&mut self, table_id: Option<u32>, count: usize) -> usize {
         let mut removed = 0;
         for p in self.programs.values_mut() {
-            let mut ids: Vec<u32> = p.tables.keys().copied().collect();
-            ids.sort_unstable();
-            for id in ids {
-                if removed >= count {
-                    return removed;
-                }
-                if table_id.is_some_and(|t| t != id) {
-                    continue;
-                }
-                let entries = &mut p.tables.get_mut(&id).expect("listed").entries;
-                let victims: Vec<Key> = entries.keys().take(count - removed).cloned().collect();
-                for k in victims {
-                    entries.remove(k.as_slice());
-                    removed += 1;
-                }
-            }
+            removed +=
+                drop_from_tables(&mut p.tables, |t| &mut t.entries, table_id, count - removed);
         }
         removed
     }

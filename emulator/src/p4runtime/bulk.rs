@@ -19,8 +19,10 @@ use p4fleet_proto::p4runtime::update::Type;
 use tonic::{Request, Response, Status};
 
 use super::arbitration::{check_primary, from_uint128};
+use super::entry::{canonical, is_max};
 use super::wire::{ActionView, FieldView, MatchView, ParamView, Scratch, TableEntryView};
-use crate::p4runtime::schema::{MatchKind, TableInfo};
+use crate::key::MatchKind;
+use crate::p4runtime::schema::TableInfo;
 use crate::registry::Registry;
 use crate::wire;
 
@@ -60,15 +62,6 @@ impl<'a> Col<'a> {
     fn get(&self, i: usize) -> &'a [u8] {
         &self.values[i * self.width..(i + 1) * self.width]
     }
-}
-
-/// Canonical P4Runtime byte string (no leading zeros, at least one byte).
-fn canon(v: &[u8]) -> &[u8] {
-    let first = v
-        .iter()
-        .position(|b| *b != 0)
-        .unwrap_or(v.len().saturating_sub(1));
-    &v[first..]
 }
 
 /// Checks that a per-row fixed-size side column has `n` elements.
@@ -279,9 +272,9 @@ impl<'a> Plan<'a> {
             let fm = wire::begin(out, 2);
             wire::put_uint(out, 1, u64::from(f.field_id));
             let m = wire::begin(out, kind);
-            wire::put_bytes(out, 1, canon(a));
+            wire::put_bytes(out, 1, canonical(a));
             if let Some(b) = b {
-                wire::put_bytes(out, 2, canon(b));
+                wire::put_bytes(out, 2, canonical(b));
             }
             wire::put_uint(out, 2, prefix_len as u64);
             wire::end(out, m);
@@ -293,7 +286,7 @@ impl<'a> Plan<'a> {
         for p in &scratch.params {
             let pm = wire::begin(out, 4);
             wire::put_uint(out, 2, u64::from(p.param_id));
-            wire::put_bytes(out, 3, canon(p.value));
+            wire::put_bytes(out, 3, canonical(p.value));
             wire::end(out, pm);
         }
         wire::end(out, a);
@@ -306,18 +299,6 @@ impl<'a> Plan<'a> {
             wire::put_bytes(out, 11, &m[s[i]..s[i + 1]]);
         }
     }
-}
-
-/// Whether `v` is the largest value of `bits` bits (a full range's high).
-fn is_max(v: &[u8], bits: u32) -> bool {
-    let spare = (v.len() as u32 * 8).saturating_sub(bits);
-    v.iter().enumerate().all(|(i, b)| {
-        if i == 0 {
-            *b == 0xff >> spare.min(8)
-        } else {
-            *b == 0xff
-        }
-    })
 }
 
 #[tonic::async_trait]
@@ -409,8 +390,8 @@ mod tests {
 
     #[test]
     fn canonical_values_and_full_ranges() {
-        assert_eq!(canon(&[0, 0, 1, 0]), &[1, 0]);
-        assert_eq!(canon(&[0, 0]), &[0]);
+        assert_eq!(canonical(&[0, 0, 1, 0]), &[1, 0]);
+        assert_eq!(canonical(&[0, 0]), &[0]);
         assert!(is_max(&[0x01, 0xff], 9));
         assert!(!is_max(&[0x00, 0xff], 9));
         assert!(is_max(&[0xff], 8));

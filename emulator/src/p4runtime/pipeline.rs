@@ -11,7 +11,7 @@ use crate::key::{Entries, IdMap, Key};
 use crate::p4runtime::entry::{canonicalize_action, canonicalize_entry, check_action, encode_key};
 use crate::p4runtime::schema::{Schema, TableInfo};
 use crate::p4runtime::wire::{self, ActionView, EntityView, Scratch, TableEntryView};
-use crate::update_error::{UpdateError, err};
+use crate::update_error::{UpdateError, err, malformed};
 
 /// Encodes what a table keeps for an inserted or modified entry, from the
 /// entry's parsed views.
@@ -286,10 +286,6 @@ impl Pipeline {
     }
 }
 
-fn malformed(e: crate::wire::WireError) -> UpdateError {
-    err(Code::InvalidArgument, format!("update: {e}"))
-}
-
 /// The canonical key of a prost `TableEntry` (read filters and drift
 /// helpers, off the hot path: it goes through the wire form).
 pub(crate) fn key_of(
@@ -306,21 +302,10 @@ pub(crate) fn key_of(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const INFO: &str = r#"
-tables {
-  preamble { id: 1 name: "t" }
-  match_fields { id: 1 name: "a" bitwidth: 9 match_type: EXACT }
-  match_fields { id: 2 name: "b" bitwidth: 32 match_type: LPM }
-  match_fields { id: 3 name: "c" bitwidth: 8 match_type: TERNARY }
-  action_refs { id: 10 }
-  size: 0
-}
-actions { preamble { id: 10 name: "set" } params { id: 1 name: "p" bitwidth: 4 } }
-"#;
+    use crate::testing::{P4INFO, xorshift};
 
     fn pipeline() -> Pipeline {
-        let info = p4fleet_proto::p4info::parse_text(INFO).unwrap();
+        let info = p4fleet_proto::p4info::parse_text(P4INFO).unwrap();
         Pipeline::new(Schema::from_p4info(&info).unwrap(), Default::default())
     }
 
@@ -406,14 +391,7 @@ actions { preamble { id: 10 name: "set" } params { id: 1 name: "p" bitwidth: 4 }
     fn mutated_updates_are_refused_or_applied_never_a_panic() {
         let mut p = pipeline();
         let mut key = Vec::new();
-        // A small deterministic generator (no dependency): xorshift.
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         let mut applied = 0;
         for i in 0..3000u32 {
             let mut u = update(
