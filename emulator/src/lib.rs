@@ -19,9 +19,10 @@
 //! (the devices by id), `device` (one device: each front end's state and
 //! the shared counters of `stats`), `grpc` (the wire-level gRPC server),
 //! `wire` (the protobuf codec), `key` (canonical keys and entry maps),
-//! `update_error`, `profile` (added latency), `drift` (changes behind the
-//! clients' backs), `side_channel` (stats and drift over HTTP) and
-//! `running` (listeners and server tasks).
+//! `update_error`, `write_batch` (the end of a Write batch), `profile`
+//! (added latency), `drift` (changes behind the clients' backs),
+//! `side_channel` (stats and drift over HTTP) and `running` (listeners and
+//! server tasks). emulator/README.md has the table.
 
 pub mod bfrt;
 mod device;

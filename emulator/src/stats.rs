@@ -88,9 +88,9 @@ impl Device {
         if let Some(p) = &state.pipeline {
             s.pipeline_set = true;
             s.cookie = p.config.cookie.as_ref().map(|c| c.cookie);
-            for (id, t) in &p.tables {
-                s.entries += t.entries.len() as u64;
-                s.tables.insert(id.to_string(), t.entries.len() as u64);
+            for t in p.table_views() {
+                s.entries += t.len() as u64;
+                s.tables.insert(t.info.id.to_string(), t.len() as u64);
             }
         }
         drop(state);

@@ -26,6 +26,47 @@ pub(crate) struct TableState {
     pub default_action: Option<p4::Action>,
 }
 
+/// A read-only view of one table as installed, for whatever looks entries
+/// up rather than writing them (Read, stats, a data plane); writes go
+/// through [`Pipeline::apply`]. Take it under the device's pipeline lock.
+///
+/// Keys are canonical (see [`encode_key`]): each match field of
+/// `info.fields` at its `offset`, `kind.key_len(nbytes)` bytes (the value
+/// right-aligned in `nbytes`; then a 2-byte prefix length for LPM, the mask
+/// or high bound for ternary and range; optional fields start with a
+/// validity byte), omitted fields all zero, then the 4-byte big-endian
+/// priority when `info.needs_priority`.
+#[derive(Clone, Copy)]
+pub(crate) struct TableView<'a> {
+    pub info: &'a TableInfo,
+    state: &'a TableState,
+}
+
+impl<'a> TableView<'a> {
+    /// Installed entries as (canonical key, canonical encoded
+    /// `TableEntry`), in no particular order.
+    pub fn entries(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+        self.state
+            .entries
+            .iter()
+            .map(|(k, e)| (k.as_slice(), &e[..]))
+    }
+
+    /// The entry with this canonical key, as its encoded `TableEntry`.
+    pub fn get(&self, key: &[u8]) -> Option<&'a [u8]> {
+        self.state.entries.get(key).map(|e| &e[..])
+    }
+
+    pub fn len(&self) -> usize {
+        self.state.entries.len()
+    }
+
+    /// The action a miss takes (`None`: the table has no default action).
+    pub fn default_action(&self) -> Option<&'a p4::Action> {
+        self.state.default_action.as_ref()
+    }
+}
+
 pub(crate) struct Pipeline {
     pub schema: Schema,
     pub config: p4::ForwardingPipelineConfig,
@@ -57,6 +98,22 @@ impl Pipeline {
             config,
             tables,
         }
+    }
+
+    /// One table, by P4Info id.
+    pub fn table(&self, id: u32) -> Option<TableView<'_>> {
+        Some(TableView {
+            info: self.schema.tables.get(&id)?,
+            state: self.tables.get(&id)?,
+        })
+    }
+
+    /// Every table, in no particular order.
+    pub fn table_views(&self) -> impl Iterator<Item = TableView<'_>> {
+        self.schema.tables.values().map(|info| TableView {
+            info,
+            state: &self.tables[&info.id],
+        })
     }
 
     /// Applies one encoded `Update` of a Write batch. `key` and `scratch`
@@ -253,10 +310,9 @@ impl Pipeline {
         };
         ids.sort_unstable();
         for id in ids {
-            let table = &self.schema.tables[&id];
-            let state = &self.tables[&id];
+            let table = self.table(id).expect("one state per table");
             if filter.is_default_action {
-                if let Some(a) = &state.default_action {
+                if let Some(a) = table.default_action() {
                     emit(
                         &p4::TableEntry {
                             table_id: id,
@@ -264,7 +320,7 @@ impl Pipeline {
                                 r#type: Some(p4::table_action::Type::Action(a.clone())),
                             }),
                             is_default_action: true,
-                            r#const: table.const_default_action_id != 0,
+                            r#const: table.info.const_default_action_id != 0,
                             ..Default::default()
                         }
                         .encode_to_vec(),
@@ -272,12 +328,12 @@ impl Pipeline {
                 }
             } else if filter.table_id != 0 && !filter.r#match.is_empty() {
                 let mut key = Vec::new();
-                key_of(table, filter, &mut key)?;
-                if let Some(e) = state.entries.get(key.as_slice()) {
+                key_of(table.info, filter, &mut key)?;
+                if let Some(e) = table.get(&key) {
                     emit(e);
                 }
             } else {
-                for e in state.entries.values() {
+                for (_, e) in table.entries() {
                     emit(e);
                 }
             }
@@ -385,6 +441,38 @@ mod tests {
             Code::AlreadyExists
         );
         assert_eq!(stored_entries_decode(&p), 1);
+    }
+
+    #[test]
+    fn table_views_look_entries_up_by_canonical_key() {
+        let mut p = pipeline();
+        let mut key = Vec::new();
+        for a in 1..=3u8 {
+            let u = update(vec![0, a], 8, 5);
+            let mut scratch = Scratch::default();
+            assert_eq!(p.apply(&u, &mut key, &mut scratch), Ok(Type::Insert));
+        }
+        assert!(p.table(2).is_none());
+        assert_eq!(p.table_views().count(), 1);
+        let t = p.table(1).unwrap();
+        assert_eq!(t.len(), 3);
+        // NoAction, the first parameterless action that may be a default.
+        assert_eq!(t.default_action().map(|a| a.action_id), Some(11));
+        let mut seen = Vec::new();
+        for (k, e) in t.entries() {
+            let te = p4::TableEntry::decode(e).unwrap();
+            // The key is the entry's canonical key: field a (9 bits, two
+            // bytes) right-aligned at offset 0, priority last.
+            let mut expected = Vec::new();
+            key_of(t.info, &te, &mut expected).unwrap();
+            assert_eq!(k, expected.as_slice());
+            assert_eq!(&k[k.len() - 4..], &5i32.to_be_bytes());
+            assert_eq!(t.get(k), Some(e));
+            seen.push(k[1]);
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, [1, 2, 3]);
+        assert_eq!(t.get(&[0; 14]), None);
     }
 
     #[test]
