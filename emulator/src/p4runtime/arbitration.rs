@@ -1,6 +1,7 @@
 //! P4Runtime arbitration per (device, role): the stream with the highest
-//! election id is the primary; everyone is told on each change. Pure state;
-//! the caller holds the device's arbitration lock.
+//! election id is the primary; everyone is told on each change
+//! ([`Arbitration`], pure state: the caller holds the device's arbitration
+//! lock). [`check_primary`] is the rule every write-like call applies.
 
 use std::collections::HashMap;
 
