@@ -1,7 +1,8 @@
-//! Serving a generated tonic service with its Write and Read methods
-//! replaced by hand-written wire handlers ([`WireMethods`]): requests reach
-//! them as the encoded message bytes ([`RawCodec`], zero-copy) and answers
-//! leave as bytes the handler encoded itself.
+//! The gRPC serving both front ends share: a generated tonic service with
+//! its Write and Read methods replaced by hand-written wire handlers
+//! ([`WireMethods`]): requests reach them as the encoded message bytes
+//! ([`RawCodec`], zero-copy) and answers leave as bytes the handler encoded
+//! itself; and StreamChannel sessions run as tasks ([`session`]).
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -10,10 +11,12 @@ use std::task::{Context, Poll};
 use bytes::{Buf, BufMut, Bytes};
 use futures::Stream;
 use prost::Message;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::{Body, BoxFuture, Service, StdError, http};
 use tonic::server::NamedService;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
 /// A gRPC codec that passes encoded messages through.
 #[derive(Debug, Default, Clone, Copy)]
@@ -63,12 +66,29 @@ pub(crate) trait WireMethods: Clone + Send + Sync + 'static {
     /// Read requests are small: decoded with prost.
     type ReadRequest: prost::Message + Default;
     /// Applies one encoded `WriteRequest`.
-    fn write(&self, body: Bytes) -> BoxFuture<(), Status>;
+    fn write(&self, body: Bytes) -> impl Future<Output = Result<(), Status>> + Send;
     /// The encoded `ReadResponse` messages answering `req`.
     fn read(&self, req: &Self::ReadRequest) -> Result<Vec<Bytes>, Status>;
 }
 
-type BoxStream = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send + 'static>>;
+/// Serves a bidirectional stream: `session` runs on a task of its own over
+/// the inbound messages and sends its answers (or a final error) on `tx`;
+/// the call's response stream is what it sends.
+pub(crate) fn session<I, O, F>(
+    inbound: Streaming<I>,
+    session: impl FnOnce(Streaming<I>, mpsc::UnboundedSender<Result<O, Status>>) -> F,
+) -> Response<BoxStream<O>>
+where
+    O: Send + 'static,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(session(inbound, tx));
+    Response::new(Box::pin(UnboundedReceiverStream::new(rx)))
+}
+
+/// A boxed server stream of gRPC answers.
+pub(crate) type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 /// A generated server `G` whose Write and Read are served by `S`.
 #[derive(Clone)]
@@ -104,10 +124,14 @@ impl<S: WireMethods> tonic::server::UnaryService<Bytes> for WriteMethod<S> {
     type Future = BoxFuture<Response<Bytes>, Status>;
 
     fn call(&mut self, request: Request<Bytes>) -> Self::Future {
-        let fut = self.0.write(request.into_inner());
+        let svc = self.0.clone();
         // The P4Runtime and BFRT WriteResponses of a successful Write have
         // no field set: their encoding is empty.
-        Box::pin(async move { fut.await.map(|()| Response::new(Bytes::new())) })
+        Box::pin(async move {
+            svc.write(request.into_inner())
+                .await
+                .map(|()| Response::new(Bytes::new()))
+        })
     }
 }
 
@@ -115,15 +139,15 @@ struct ReadMethod<S>(S);
 
 impl<S: WireMethods> tonic::server::ServerStreamingService<Bytes> for ReadMethod<S> {
     type Response = Bytes;
-    type ResponseStream = BoxStream;
-    type Future = BoxFuture<Response<BoxStream>, Status>;
+    type ResponseStream = BoxStream<Bytes>;
+    type Future = BoxFuture<Response<BoxStream<Bytes>>, Status>;
 
     fn call(&mut self, request: Request<Bytes>) -> Self::Future {
         let res = S::ReadRequest::decode(request.into_inner())
             .map_err(|e| Status::invalid_argument(format!("ReadRequest: {e}")))
             .and_then(|req| self.0.read(&req));
         Box::pin(async move {
-            let stream: BoxStream = Box::pin(tokio_stream::iter(res?.into_iter().map(Ok)));
+            let stream: BoxStream<Bytes> = Box::pin(tokio_stream::iter(res?.into_iter().map(Ok)));
             Ok(Response::new(stream))
         })
     }

@@ -1,4 +1,40 @@
-//! Table keys as stored by both front ends.
+//! Table keys and the maps both front ends store entries in.
+
+use std::collections::HashMap;
+
+/// Canonical key → the entry as stored (P4Runtime: its canonical encoded
+/// `TableEntry`; BFRT: its encoded `TableData`): one allocation per entry,
+/// and Read copies it out as it is.
+pub(crate) type Entries = HashMap<Key, Box<[u8]>, foldhash::fast::RandomState>;
+
+/// Maps keyed by table, action or field ids, looked up per update:
+/// foldhash, not SipHash.
+pub type IdMap<T> = HashMap<u32, T, foldhash::fast::RandomState>;
+
+/// Match kinds both front ends implement (P4Info and bfrt.json name the
+/// same five).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatchKind {
+    Exact,
+    Lpm,
+    Ternary,
+    Range,
+    Optional,
+}
+
+impl MatchKind {
+    /// Bytes a field of this kind takes in a canonical key: the value,
+    /// plus a 2-byte prefix length (LPM), a mask or high bound (ternary,
+    /// range) or a validity byte (optional).
+    pub fn key_len(self, nbytes: usize) -> usize {
+        match self {
+            MatchKind::Exact => nbytes,
+            MatchKind::Lpm => nbytes + 2,
+            MatchKind::Ternary | MatchKind::Range => 2 * nbytes,
+            MatchKind::Optional => 1 + nbytes,
+        }
+    }
+}
 
 const KEY_INLINE: usize = 22;
 

@@ -1,114 +1,113 @@
-//! HTTP side channel: counters as JSON and drift helpers, for tests that run
-//! the emulator as another process.
-//!
-//! - `GET  /stats`                          -> `{"devices": [DeviceStats, ...]}`
-//! - `GET  /stats/{device}`                 -> `DeviceStats`
-//! - `POST /devices/{device}/delete-entry`  body: p4.v1.TableEntry text format
-//!   -> `{"deleted": bool}`
-//! - `POST /devices/{device}/drop-entries?table_id=T&count=N`
-//!   -> `{"deleted": n}`
-//! - `POST /devices/{device}/inject-entry`  body: p4.v1.TableEntry text format
-//!   -> `{"inserted": true}`
-//!
-//! Errors are `{"error": "..."}` with a 4xx status.
+//! Per-device counters (bumped by every front end) and the snapshot the
+//! stats side channel serves.
 
-use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
-use p4fleet_proto::p4runtime as p4;
-use serde::Deserialize;
-use serde_json::json;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::{Emulator, EmulatorError};
+use serde::Serialize;
 
-pub(crate) fn router(emu: Emulator) -> Router {
-    Router::new()
-        .route("/stats", get(all_stats))
-        .route("/stats/{device}", get(device_stats))
-        .route("/devices/{device}/delete-entry", post(delete_entry))
-        .route("/devices/{device}/drop-entries", post(drop_entries))
-        .route("/devices/{device}/inject-entry", post(inject_entry))
-        .with_state(emu)
+use crate::Emulator;
+use crate::device::Device;
+
+/// Monotonic counters of one device.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub write_rpcs: AtomicU64,
+    pub read_rpcs: AtomicU64,
+    pub set_pipeline_rpcs: AtomicU64,
+    pub get_pipeline_rpcs: AtomicU64,
+    pub stream_channels: AtomicU64,
+    pub inserts: AtomicU64,
+    pub modifies: AtomicU64,
+    pub deletes: AtomicU64,
+    pub failed_updates: AtomicU64,
+    pub entities_read: AtomicU64,
+    pub drift_deletes: AtomicU64,
 }
 
-fn error(code: StatusCode, msg: impl std::fmt::Display) -> Response {
-    (code, Json(json!({"error": msg.to_string()}))).into_response()
+/// Snapshot of a device's counters and contents (the stats JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct DeviceStats {
+    pub device_id: u64,
+    /// Successful Write RPCs and failed ones alike.
+    pub write_rpcs: u64,
+    pub read_rpcs: u64,
+    pub set_pipeline_rpcs: u64,
+    pub get_pipeline_rpcs: u64,
+    pub stream_channels: u64,
+    /// Successful updates by type.
+    pub inserts: u64,
+    pub modifies: u64,
+    pub deletes: u64,
+    /// Updates refused with a per-update error.
+    pub failed_updates: u64,
+    pub entities_read: u64,
+    /// Entries removed through the drift helpers.
+    pub drift_deletes: u64,
+    pub pipeline_set: bool,
+    /// Cookie of the committed pipeline config, if any.
+    pub cookie: Option<u64>,
+    /// Entries installed now, over all tables.
+    pub entries: u64,
+    /// Entries installed now per table id (as a decimal string).
+    pub tables: std::collections::BTreeMap<String, u64>,
+    /// Current primary election id (decimal u128) per role ("" = default role).
+    pub primaries: HashMap<String, String>,
+    /// BFRT programs loaded (their tables count in `entries` and appear in
+    /// `tables` under their bfrt.json names).
+    #[serde(default)]
+    pub bfrt_programs: Vec<String>,
 }
 
-fn emu_error(e: EmulatorError) -> Response {
-    let code = match e {
-        EmulatorError::UnknownDevice(_) => StatusCode::NOT_FOUND,
-        _ => StatusCode::BAD_REQUEST,
-    };
-    error(code, e)
-}
-
-async fn all_stats(State(emu): State<Emulator>) -> Response {
-    let devices: Vec<_> = emu
-        .device_ids()
-        .into_iter()
-        .filter_map(|id| emu.stats(id))
-        .collect();
-    Json(json!({ "devices": devices })).into_response()
-}
-
-async fn device_stats(State(emu): State<Emulator>, Path(device): Path<u64>) -> Response {
-    match emu.stats(device) {
-        Some(s) => Json(s).into_response(),
-        None => error(StatusCode::NOT_FOUND, format!("unknown device id {device}")),
+impl Device {
+    pub fn stats(&self) -> DeviceStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut s = DeviceStats {
+            device_id: self.id,
+            write_rpcs: get(&c.write_rpcs),
+            read_rpcs: get(&c.read_rpcs),
+            set_pipeline_rpcs: get(&c.set_pipeline_rpcs),
+            get_pipeline_rpcs: get(&c.get_pipeline_rpcs),
+            stream_channels: get(&c.stream_channels),
+            inserts: get(&c.inserts),
+            modifies: get(&c.modifies),
+            deletes: get(&c.deletes),
+            failed_updates: get(&c.failed_updates),
+            entities_read: get(&c.entities_read),
+            drift_deletes: get(&c.drift_deletes),
+            primaries: self
+                .p4runtime
+                .arbitration
+                .lock()
+                .expect("arbitration lock")
+                .primaries(),
+            ..Default::default()
+        };
+        let state = self.p4runtime.pipeline.lock().expect("pipeline lock");
+        if let Some(p) = &state.pipeline {
+            s.pipeline_set = true;
+            s.cookie = p.config.cookie.as_ref().map(|c| c.cookie);
+            for t in p.table_views() {
+                s.entries += t.len() as u64;
+                s.tables.insert(t.info.id.to_string(), t.len() as u64);
+            }
+        }
+        drop(state);
+        let bf = self.bfrt.lock().expect("bfrt lock");
+        s.bfrt_programs = bf.programs.keys().cloned().collect();
+        s.pipeline_set |= !bf.programs.is_empty();
+        for (name, n) in bf.table_counts() {
+            s.entries += n;
+            s.tables.insert(name, n);
+        }
+        s
     }
 }
 
-fn parse_entry(body: &str) -> Result<p4::TableEntry, Box<Response>> {
-    p4fleet_proto::text::parse::<p4::TableEntry>("p4.v1.TableEntry", body)
-        .map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, e)))
-}
-
-async fn delete_entry(
-    State(emu): State<Emulator>,
-    Path(device): Path<u64>,
-    body: String,
-) -> Response {
-    let te = match parse_entry(&body) {
-        Ok(te) => te,
-        Err(r) => return *r,
-    };
-    match emu.delete_entry(device, &te) {
-        Ok(deleted) => Json(json!({ "deleted": deleted })).into_response(),
-        Err(e) => emu_error(e),
-    }
-}
-
-#[derive(Deserialize)]
-struct DropQuery {
-    table_id: Option<u32>,
-    count: Option<usize>,
-}
-
-async fn drop_entries(
-    State(emu): State<Emulator>,
-    Path(device): Path<u64>,
-    Query(q): Query<DropQuery>,
-) -> Response {
-    match emu.drop_entries(device, q.table_id, q.count.unwrap_or(1)) {
-        Ok(n) => Json(json!({ "deleted": n })).into_response(),
-        Err(e) => emu_error(e),
-    }
-}
-
-async fn inject_entry(
-    State(emu): State<Emulator>,
-    Path(device): Path<u64>,
-    body: String,
-) -> Response {
-    let te = match parse_entry(&body) {
-        Ok(te) => te,
-        Err(r) => return *r,
-    };
-    match emu.inject_entry(device, te) {
-        Ok(()) => Json(json!({ "inserted": true })).into_response(),
-        Err(e) => emu_error(e),
+impl Emulator {
+    /// Counters and contents of one device.
+    pub fn stats(&self, device_id: u64) -> Option<DeviceStats> {
+        self.registry.get(device_id).map(|d| d.stats())
     }
 }

@@ -8,153 +8,55 @@
 //! (VERIFY_AND_WARM_INIT_BEGIN_AND_END, or BEGIN then WARM_INIT_END), BIND to
 //! one by name, then Write and Read. See docs/bfrt.md.
 
+mod device;
 mod schema;
 mod service;
 mod store;
 mod wire;
 
-use std::collections::{BTreeMap, HashMap};
+use p4fleet_proto::bfrt::bf_runtime_server::BfRuntimeServer;
 
-use p4fleet_proto::bfrt;
-
+pub(crate) use device::BfrtDevice;
 pub use schema::{BfrtSchemaError, NON_P4_JSON};
 pub use service::{BfrtGrpc, BfrtService, bfrt_write_error_details};
-
-use schema::BfrtSchema;
 pub(crate) use store::Applied;
-use store::Program;
 
-/// A client registered by Subscribe on a stream.
-pub(crate) struct Client {
-    pub stream_id: u64,
-    pub bound: Option<String>,
-}
+use crate::{BfrtProgram, Emulator, EmulatorError};
 
-/// BFRT state of one device: loaded programs, the fixed tables and the
-/// subscribed clients.
-pub(crate) struct BfrtDevice {
-    pub programs: BTreeMap<String, Program>,
-    /// Verified by VERIFY_AND_WARM_INIT_BEGIN, loaded by WARM_INIT_END.
-    pub pending: Option<Vec<(BfrtSchema, bfrt::ForwardingPipelineConfig)>>,
-    pub fixed: Program,
-    pub clients: HashMap<u32, Client>,
-}
-
-impl Default for BfrtDevice {
-    fn default() -> Self {
-        BfrtDevice {
-            programs: BTreeMap::new(),
-            pending: None,
-            fixed: Program::new(
-                BfrtSchema::from_json(NON_P4_JSON.as_bytes()).expect("fixed tables parse"),
-                bfrt::ForwardingPipelineConfig::default(),
-            ),
-            clients: HashMap::new(),
-        }
-    }
-}
-
-impl BfrtDevice {
-    /// Checks program configs (names, bfrt.json, context.json).
-    pub fn verify(
-        configs: Vec<bfrt::ForwardingPipelineConfig>,
-    ) -> Result<Vec<(BfrtSchema, bfrt::ForwardingPipelineConfig)>, String> {
-        if configs.is_empty() {
-            return Err("no program config given".into());
-        }
-        let mut out: Vec<(BfrtSchema, bfrt::ForwardingPipelineConfig)> = Vec::new();
-        for c in configs {
-            if c.p4_name.is_empty() {
-                return Err("program config without p4_name".into());
-            }
-            if out.iter().any(|(_, o)| o.p4_name == c.p4_name) {
-                return Err(format!("program {} given twice", c.p4_name));
-            }
-            let schema = BfrtSchema::from_json(&c.bfruntime_info)
-                .map_err(|e| format!("program {}: {e}", c.p4_name))?;
-            for p in &c.profiles {
-                if !p.context.is_empty()
-                    && serde_json::from_slice::<serde_json::Value>(&p.context).is_err()
-                {
-                    return Err(format!(
-                        "program {} profile {}: context is not JSON",
-                        c.p4_name, p.profile_name
-                    ));
-                }
-            }
-            out.push((schema, c));
-        }
-        Ok(out)
+impl Emulator {
+    /// The BFRT tonic service (with raised message size limits), to mount in
+    /// any tonic server.
+    pub fn bfrt_service(&self) -> BfrtGrpc {
+        let svc = BfrtService {
+            registry: self.registry.clone(),
+        };
+        let generated = BfRuntimeServer::new(svc.clone())
+            .max_decoding_message_size(self.max_message_size)
+            .max_encoding_message_size(self.max_message_size);
+        BfrtGrpc::new(svc, generated, self.max_message_size)
     }
 
-    /// Replaces the loaded programs (keeping the state of unchanged tables
-    /// when `reconcile`); bindings to programs that are gone are dropped.
-    pub fn load(
-        &mut self,
-        programs: Vec<(BfrtSchema, bfrt::ForwardingPipelineConfig)>,
-        reconcile: bool,
-    ) {
-        let mut old = std::mem::take(&mut self.programs);
-        for (schema, config) in programs {
-            let name = config.p4_name.clone();
-            let mut p = Program::new(schema, config);
-            if reconcile && let Some(o) = old.remove(&name) {
-                p.adopt(o);
-            }
-            self.programs.insert(name, p);
-        }
-        for c in self.clients.values_mut() {
-            if c.bound
-                .as_ref()
-                .is_some_and(|b| !self.programs.contains_key(b))
-            {
-                c.bound = None;
-            }
-        }
-    }
-
-    /// Entries per table name (program tables and non-empty fixed ones).
-    pub fn table_counts(&self) -> Vec<(String, u64)> {
-        let mut out = Vec::new();
-        for p in self.programs.values() {
-            for (id, t) in &p.tables {
-                out.push((p.schema.tables[id].name.clone(), t.entries.len() as u64));
-            }
-        }
-        for (id, t) in &self.fixed.tables {
-            if !t.entries.is_empty() {
-                out.push((
-                    self.fixed.schema.tables[id].name.clone(),
-                    t.entries.len() as u64,
-                ));
-            }
-        }
-        out
-    }
-
-    /// Drift helper: removes up to `count` entries of table `table_id` (any
-    /// table if `None`) of every program.
-    pub fn drop_entries(&mut self, table_id: Option<u32>, count: usize) -> usize {
-        let mut removed = 0;
-        for p in self.programs.values_mut() {
-            let mut ids: Vec<u32> = p.tables.keys().copied().collect();
-            ids.sort_unstable();
-            for id in ids {
-                if removed >= count {
-                    return removed;
-                }
-                if table_id.is_some_and(|t| t != id) {
-                    continue;
-                }
-                let entries = &mut p.tables.get_mut(&id).expect("listed").entries;
-                let victims: Vec<crate::key::Key> =
-                    entries.keys().take(count - removed).cloned().collect();
-                for k in victims {
-                    entries.remove(k.as_slice());
-                    removed += 1;
-                }
-            }
-        }
-        removed
+    /// Loads BFRT programs on a device, replacing the loaded ones (as
+    /// VERIFY_AND_WARM_INIT_BEGIN_AND_END does).
+    pub fn load_bfrt_programs(
+        &self,
+        device_id: u64,
+        programs: &[BfrtProgram],
+    ) -> Result<(), EmulatorError> {
+        let configs = programs
+            .iter()
+            .map(|p| p4fleet_proto::bfrt::ForwardingPipelineConfig {
+                p4_name: p.name.clone(),
+                bfruntime_info: p.bfrt_json.clone(),
+                profiles: vec![],
+            })
+            .collect();
+        let verified = BfrtDevice::verify(configs).map_err(EmulatorError::BfrtProgram)?;
+        self.device(device_id)?
+            .bfrt
+            .lock()
+            .expect("bfrt lock")
+            .load(verified, false);
+        Ok(())
     }
 }

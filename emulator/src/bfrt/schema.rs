@@ -3,6 +3,8 @@
 
 use serde::Deserialize;
 
+use crate::key::MatchKind;
+
 /// A bfrt.json that cannot be realized.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid bfrt.json: {0}")]
@@ -12,37 +14,16 @@ fn bad(msg: impl Into<String>) -> BfrtSchemaError {
     BfrtSchemaError(msg.into())
 }
 
-/// Match kinds of key fields.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyKind {
-    Exact,
-    Lpm,
-    Ternary,
-    Range,
-    Optional,
-}
-
-impl KeyKind {
-    fn parse(s: &str) -> Option<KeyKind> {
-        Some(match s {
-            "Exact" => KeyKind::Exact,
-            "LPM" => KeyKind::Lpm,
-            "Ternary" => KeyKind::Ternary,
-            "Range" => KeyKind::Range,
-            "Optional" => KeyKind::Optional,
-            _ => return None,
-        })
-    }
-
-    /// Bytes this field takes in the internal key.
-    pub fn key_len(self, nbytes: usize) -> usize {
-        match self {
-            KeyKind::Exact => nbytes,
-            KeyKind::Lpm => nbytes + 2,
-            KeyKind::Ternary | KeyKind::Range => 2 * nbytes,
-            KeyKind::Optional => 1 + nbytes,
-        }
-    }
+/// The match kind a bfrt.json `match_type` names.
+fn match_kind(s: &str) -> Option<MatchKind> {
+    Some(match s {
+        "Exact" => MatchKind::Exact,
+        "LPM" => MatchKind::Lpm,
+        "Ternary" => MatchKind::Ternary,
+        "Range" => MatchKind::Range,
+        "Optional" => MatchKind::Optional,
+        _ => return None,
+    })
 }
 
 /// Value types of key and data fields.
@@ -63,7 +44,7 @@ pub enum FieldType {
 pub struct KeyDef {
     pub id: u32,
     pub name: String,
-    pub kind: KeyKind,
+    pub kind: MatchKind,
     pub width: u32,
     pub nbytes: usize,
     /// Offset of this field in the internal key.
@@ -120,7 +101,7 @@ impl TableDef {
 /// Tables of one program (or the fixed tables), by id, plus names.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct BfrtSchema {
-    pub tables: crate::schema::IdMap<TableDef>,
+    pub tables: crate::key::IdMap<TableDef>,
 }
 
 #[derive(Deserialize)]
@@ -230,7 +211,7 @@ impl BfrtSchema {
     pub fn from_json(bytes: &[u8]) -> Result<BfrtSchema, BfrtSchemaError> {
         let info: JInfo = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
         let mut tables =
-            crate::schema::IdMap::with_capacity_and_hasher(info.tables.len(), Default::default());
+            crate::key::IdMap::with_capacity_and_hasher(info.tables.len(), Default::default());
         for t in info.tables {
             let def = table_def(t)?;
             let (id, name) = (def.id, def.name.clone());
@@ -250,7 +231,7 @@ fn table_def(t: JTable) -> Result<TableDef, BfrtSchemaError> {
     let mut offset = 0;
     let mut unsupported = None;
     for k in &t.key {
-        let kind = KeyKind::parse(&k.match_type).ok_or_else(|| {
+        let kind = match_kind(&k.match_type).ok_or_else(|| {
             bad(format!(
                 "table {} key {} has unknown match type {:?}",
                 t.name, k.name, k.match_type

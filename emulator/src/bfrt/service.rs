@@ -1,11 +1,11 @@
 //! The `bfrt_proto.BfRuntime` gRPC service over the emulated devices.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use crate::grpc::{self, BoxStream};
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use p4fleet_proto::bfrt::{
     self,
     bf_runtime_server::{BfRuntime, BfRuntimeServer},
@@ -15,26 +15,23 @@ use p4fleet_proto::bfrt::{
 };
 use p4fleet_proto::rpc;
 use prost::Message;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::UnboundedReceiverStream;
-use tonic::codegen::BoxFuture;
 use tonic::{Code, Request, Response, Status, Streaming};
 
+use super::NON_P4_JSON;
+use super::device::{BfrtDevice, Client};
 use super::store::{Applied, Program, Scratch, Undo};
 use super::wire::{self, EntityView};
-use super::{BfrtDevice, Client, NON_P4_JSON};
 use crate::device::Device;
-use crate::entry::{UpdateError, err};
-use crate::service::Inner;
+use crate::registry::Registry;
+use crate::update_error::{UpdateError, err, malformed};
 use crate::wire::{begin, end, put_bytes};
+use crate::write_batch::{self, Tally};
 
 /// The tonic service; build with [`crate::Emulator::bfrt_service`].
 #[derive(Clone)]
 pub struct BfrtService {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) registry: Arc<Registry>,
 }
-
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 /// The google.rpc.Status bytes of a failed batch: one `bfrt_proto.Error` per
 /// update, in order; `ok` is the code of the updates without an error of
@@ -55,20 +52,9 @@ pub fn bfrt_write_error_details(n: usize, errors: &[(usize, UpdateError)], ok: C
     } else {
         "not applied: the batch was rolled back".to_string()
     };
-    let mut details = vec![any(ok, ok_msg); n];
-    for (i, e) in errors {
-        details[*i] = any(e.code, e.message.clone());
-    }
-    rpc::Status {
-        code: Code::Unknown as i32,
-        message: format!("{} of {} updates failed", errors.len(), n),
-        details,
-    }
-    .encode_to_vec()
-}
-
-fn status(e: UpdateError) -> Status {
-    Status::new(e.code, e.message)
+    write_batch::error_details(n, errors, any(ok, ok_msg), |e| {
+        any(e.code, e.message.clone())
+    })
 }
 
 /// The program a Write/Read of `client` names (or the one it is bound to).
@@ -108,7 +94,7 @@ fn store_for<'a>(
 
 impl BfrtService {
     fn device(&self, id: u32) -> Result<&Arc<Device>, Status> {
-        self.inner.device(id as u64)
+        self.registry.device(id as u64)
     }
 
     /// Write, from the encoded `WriteRequest`: updates are validated and
@@ -117,8 +103,7 @@ impl BfrtService {
         let req = wire::parse_write(&body)
             .map_err(|e| Status::invalid_argument(format!("WriteRequest: {e}")))?;
         let dev = self.device(req.device_id)?;
-        let c = &dev.counters;
-        c.write_rpcs.fetch_add(1, Ordering::Relaxed);
+        dev.counters.write_rpcs.fetch_add(1, Ordering::Relaxed);
         let rollback = match Atomicity::try_from(req.atomicity) {
             Ok(Atomicity::ContinueOnError) => false,
             // The whole batch is applied under one lock, so readers never see
@@ -128,7 +113,7 @@ impl BfrtService {
         };
         let n = req.updates.len();
         let mut errors: Vec<(usize, UpdateError)> = Vec::new();
-        let (mut ins, mut modi, mut del) = (0u64, 0u64, 0u64);
+        let mut applied = Tally::default();
         {
             let mut guard = dev.bfrt.lock().expect("bfrt lock");
             let bf = &mut *guard;
@@ -143,7 +128,7 @@ impl BfrtService {
             let mut log_f: Vec<Undo> = Vec::new();
             for (i, u) in req.updates.iter().enumerate() {
                 let res = match wire::parse_update(u) {
-                    Err(e) => Err(err(Code::InvalidArgument, format!("update: {e}"))),
+                    Err(e) => Err(malformed(e)),
                     Ok((ty, entity)) => {
                         let ty = Type::try_from(ty).unwrap_or(Type::Unspecified);
                         apply_one(
@@ -159,9 +144,9 @@ impl BfrtService {
                     }
                 };
                 match res {
-                    Ok(Applied::Insert) => ins += 1,
-                    Ok(Applied::Modify) => modi += 1,
-                    Ok(Applied::Delete(k)) => del += k,
+                    Ok(Applied::Insert) => applied.inserts += 1,
+                    Ok(Applied::Modify) => applied.modifies += 1,
+                    Ok(Applied::Delete(k)) => applied.deletes += k,
                     Ok(Applied::Other) => {}
                     Err(e) => {
                         errors.push((i, e));
@@ -174,27 +159,14 @@ impl BfrtService {
             if rollback && !errors.is_empty() {
                 program.undo(log_p);
                 fixed.undo(log_f);
-                ins = 0;
-                modi = 0;
-                del = 0;
+                applied = Tally::default();
             }
         }
-        c.inserts.fetch_add(ins, Ordering::Relaxed);
-        c.modifies.fetch_add(modi, Ordering::Relaxed);
-        c.deletes.fetch_add(del, Ordering::Relaxed);
-        crate::profile::delay(self.inner.profile, &dev.busy, n).await;
-        if errors.is_empty() {
-            return Ok(());
-        }
-        c.failed_updates
-            .fetch_add(errors.len() as u64, Ordering::Relaxed);
         let ok = if rollback { Code::Aborted } else { Code::Ok };
-        let details = bfrt_write_error_details(n, &errors, ok);
-        Err(Status::with_details(
-            Code::Unknown,
-            format!("{} of {} updates failed", errors.len(), n),
-            details.into(),
-        ))
+        write_batch::finish(dev, self.registry.profile, n, applied, &errors, || {
+            bfrt_write_error_details(n, &errors, ok)
+        })
+        .await
     }
 
     /// Read, as one encoded `ReadResponse` (BFRT answers a Read with one
@@ -229,7 +201,7 @@ impl BfrtService {
                                 put_bytes(&mut out, 1, te);
                                 end(&mut out, e);
                             })
-                            .map_err(status)?;
+                            .map_err(Status::from)?;
                     }
                     Some(bfrt::entity::Entity::TableUsage(u)) => {
                         let usage = pick(u.table_id)?.usage(u.table_id).unwrap_or(0);
@@ -273,8 +245,7 @@ fn apply_one<'a>(
 ) -> Result<Applied, UpdateError> {
     match entity {
         EntityView::TableEntry(te) => {
-            let te = wire::parse_table_entry(te, &mut scratch.keys)
-                .map_err(|e| err(Code::InvalidArgument, format!("update: {e}")))?;
+            let te = wire::parse_table_entry(te, &mut scratch.keys).map_err(malformed)?;
             let table_id = te.table_id;
             match store_for(program, fixed, table_id) {
                 Some((store, is_fixed)) => {
@@ -309,9 +280,8 @@ impl crate::grpc::WireMethods for BfrtService {
     const READ: &'static str = "/bfrt_proto.BfRuntime/Read";
     type ReadRequest = bfrt::ReadRequest;
 
-    fn write(&self, body: Bytes) -> BoxFuture<(), Status> {
-        let svc = self.clone();
-        Box::pin(async move { svc.write_raw(body).await })
+    fn write(&self, body: Bytes) -> impl Future<Output = Result<(), Status>> + Send {
+        self.write_raw(body)
     }
 
     fn read(&self, req: &bfrt::ReadRequest) -> Result<Vec<Bytes>, Status> {
@@ -442,72 +412,72 @@ impl BfRuntime for BfrtService {
         &self,
         request: Request<Streaming<bfrt::StreamMessageRequest>>,
     ) -> Result<Response<Self::StreamChannelStream>, Status> {
-        let mut inbound = request.into_inner();
-        let (tx, rx) = mpsc::unbounded_channel();
-        let inner = self.inner.clone();
-        let stream_id = inner.next_stream_id.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(async move {
-            // (device, client id) registered by this stream.
-            let mut registered: Vec<(Arc<Device>, u32)> = Vec::new();
-            while let Some(msg) = inbound.next().await {
-                let Ok(msg) = msg else { break };
-                let Some(bfrt::stream_message_request::Update::Subscribe(mut sub)) = msg.update
-                else {
-                    // Digest acks: there is no data plane producing digests.
-                    continue;
-                };
-                let st = |code: Code, message: String| rpc::Status {
-                    code: code as i32,
-                    message,
-                    details: vec![],
-                };
-                let result = match inner.device(sub.device_id as u64) {
-                    Err(e) => st(Code::NotFound, e.message().to_string()),
-                    Ok(dev) => {
-                        let mut bf = dev.bfrt.lock().expect("bfrt lock");
-                        match bf.clients.get(&msg.client_id) {
-                            Some(c) if c.stream_id != stream_id => st(
-                                Code::AlreadyExists,
-                                format!(
-                                    "client id {} is in use on device {}",
-                                    msg.client_id, dev.id
+        let registry = self.registry.clone();
+        let stream_id = registry.next_stream_id();
+        Ok(grpc::session(
+            request.into_inner(),
+            move |mut inbound, tx| async move {
+                // (device, client id) registered by this stream.
+                let mut registered: Vec<(Arc<Device>, u32)> = Vec::new();
+                while let Some(msg) = inbound.next().await {
+                    let Ok(msg) = msg else { break };
+                    let Some(bfrt::stream_message_request::Update::Subscribe(mut sub)) = msg.update
+                    else {
+                        // Digest acks: there is no data plane producing digests.
+                        continue;
+                    };
+                    let st = |code: Code, message: String| rpc::Status {
+                        code: code as i32,
+                        message,
+                        details: vec![],
+                    };
+                    let result = match registry.device(sub.device_id as u64) {
+                        Err(e) => st(Code::NotFound, e.message().to_string()),
+                        Ok(dev) => {
+                            let mut bf = dev.bfrt.lock().expect("bfrt lock");
+                            match bf.clients.get(&msg.client_id) {
+                                Some(c) if c.stream_id != stream_id => st(
+                                    Code::AlreadyExists,
+                                    format!(
+                                        "client id {} is in use on device {}",
+                                        msg.client_id, dev.id
+                                    ),
                                 ),
-                            ),
-                            Some(_) => st(Code::Ok, "already subscribed".into()),
-                            None => {
-                                bf.clients.insert(
-                                    msg.client_id,
-                                    Client {
-                                        stream_id,
-                                        bound: None,
-                                    },
-                                );
-                                dev.counters.stream_channels.fetch_add(1, Ordering::Relaxed);
-                                registered.push((dev.clone(), msg.client_id));
-                                st(Code::Ok, "subscribed".into())
+                                Some(_) => st(Code::Ok, "already subscribed".into()),
+                                None => {
+                                    bf.clients.insert(
+                                        msg.client_id,
+                                        Client {
+                                            stream_id,
+                                            bound: None,
+                                        },
+                                    );
+                                    dev.counters.stream_channels.fetch_add(1, Ordering::Relaxed);
+                                    registered.push((dev.clone(), msg.client_id));
+                                    st(Code::Ok, "subscribed".into())
+                                }
                             }
                         }
+                    };
+                    sub.status = Some(result);
+                    let reply = bfrt::StreamMessageResponse {
+                        update: Some(bfrt::stream_message_response::Update::Subscribe(sub)),
+                    };
+                    if tx.send(Ok(reply)).is_err() {
+                        break;
                     }
-                };
-                sub.status = Some(result);
-                let reply = bfrt::StreamMessageResponse {
-                    update: Some(bfrt::stream_message_response::Update::Subscribe(sub)),
-                };
-                if tx.send(Ok(reply)).is_err() {
-                    break;
                 }
-            }
-            for (dev, client) in registered {
-                let mut bf = dev.bfrt.lock().expect("bfrt lock");
-                if bf
-                    .clients
-                    .get(&client)
-                    .is_some_and(|c| c.stream_id == stream_id)
-                {
-                    bf.clients.remove(&client);
+                for (dev, client) in registered {
+                    let mut bf = dev.bfrt.lock().expect("bfrt lock");
+                    if bf
+                        .clients
+                        .get(&client)
+                        .is_some_and(|c| c.stream_id == stream_id)
+                    {
+                        bf.clients.remove(&client);
+                    }
                 }
-            }
-        });
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+            },
+        ))
     }
 }

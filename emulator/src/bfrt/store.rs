@@ -2,21 +2,18 @@
 //! big-endian values, missing key fields are zero, per-update errors, undo
 //! for ROLLBACK_ON_ERROR. Pure logic; no locks or I/O here.
 
-use std::collections::HashMap;
-
 use p4fleet_proto::bfrt::{self, TableData, update::Type};
 use prost::Message;
 use tonic::Code;
 
-use super::schema::{BfrtSchema, DataDef, FieldType, KeyKind, TableDef};
+use super::schema::{BfrtSchema, DataDef, FieldType, TableDef};
 use super::wire::{self, DataValue, DataView, KeyMatch, KeyView};
-use crate::entry::{UpdateError, err};
-use crate::key::Key;
-use crate::wire::{WireError, begin, end, put_bytes, put_uint};
+use crate::key::{Entries, Key, MatchKind};
+use crate::update_error::{UpdateError, err, hex, malformed};
+use crate::wire::{begin, end, put_bytes, put_uint};
 
-/// Internal key → the entry's encoded `TableData`, kept as the client sent
-/// it (BFRT values are full width, so there is nothing to canonicalize).
-type Entries = HashMap<Key, Box<[u8]>, foldhash::fast::RandomState>;
+// `Entries` hold each entry's encoded `TableData` as the client sent it
+// (BFRT values are full width, so there is nothing to canonicalize).
 
 /// Reusable buffers for the key and data fields of the entry parsed last.
 #[derive(Default)]
@@ -24,10 +21,6 @@ pub(crate) struct Scratch<'a> {
     pub key: Vec<u8>,
     pub keys: Vec<KeyView<'a>>,
     pub data: Vec<DataView<'a>>,
-}
-
-fn malformed(e: WireError) -> UpdateError {
-    err(Code::InvalidArgument, format!("update: {e}"))
 }
 
 pub(crate) struct TableState {
@@ -39,7 +32,7 @@ pub(crate) struct TableState {
 pub(crate) struct Program {
     pub schema: BfrtSchema,
     pub config: bfrt::ForwardingPipelineConfig,
-    pub tables: crate::schema::IdMap<TableState>,
+    pub tables: crate::key::IdMap<TableState>,
 }
 
 /// How to take back one applied update.
@@ -330,10 +323,6 @@ impl Program {
     }
 }
 
-fn hex(v: &[u8]) -> String {
-    v.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Checks a full-width big-endian value: exactly `nbytes` bytes, no bits
 /// above `width`.
 fn check_width(v: &[u8], width: u32, what: &dyn Fn() -> String) -> Result<(), UpdateError> {
@@ -408,11 +397,11 @@ pub(crate) fn encode_key(
         let nb = k.nbytes;
         let slot = &mut key[k.offset..k.offset + k.kind.key_len(nb)];
         match (k.kind, f.m) {
-            (KeyKind::Exact, KeyMatch::Exact(value)) => {
+            (MatchKind::Exact, KeyMatch::Exact(value)) => {
                 check_width(value, k.width, &what)?;
                 slot.copy_from_slice(value);
             }
-            (KeyKind::Lpm, KeyMatch::Lpm(value, prefix_len)) => {
+            (MatchKind::Lpm, KeyMatch::Lpm(value, prefix_len)) => {
                 check_width(value, k.width, &what)?;
                 if prefix_len < 0 || prefix_len as u32 > k.width {
                     return Err(err(
@@ -433,7 +422,7 @@ pub(crate) fn encode_key(
                 );
                 slot[nb..].copy_from_slice(&(prefix_len as u16).to_be_bytes());
             }
-            (KeyKind::Ternary, KeyMatch::Ternary(value, mask)) => {
+            (MatchKind::Ternary, KeyMatch::Ternary(value, mask)) => {
                 check_width(value, k.width, &what)?;
                 check_width(mask, k.width, &|| format!("{} mask", what()))?;
                 let (v, m) = slot.split_at_mut(nb);
@@ -442,7 +431,7 @@ pub(crate) fn encode_key(
                     m[i] = mask[i];
                 }
             }
-            (KeyKind::Range, KeyMatch::Range(low, high)) => {
+            (MatchKind::Range, KeyMatch::Range(low, high)) => {
                 check_width(low, k.width, &|| format!("{} low", what()))?;
                 check_width(high, k.width, &|| format!("{} high", what()))?;
                 if low > high {
@@ -454,7 +443,7 @@ pub(crate) fn encode_key(
                 slot[..nb].copy_from_slice(low);
                 slot[nb..].copy_from_slice(high);
             }
-            (KeyKind::Optional, KeyMatch::Optional(value, is_valid)) => {
+            (MatchKind::Optional, KeyMatch::Optional(value, is_valid)) => {
                 check_width(value, k.width, &what)?;
                 slot[0] = is_valid as u8;
                 slot[1..].copy_from_slice(value);
@@ -481,24 +470,24 @@ fn entry_out(table: &TableDef, key: &[u8], data: &[u8], out: &mut Vec<u8>) {
         let kf = begin(out, 1);
         put_uint(out, 1, u64::from(k.id));
         match k.kind {
-            KeyKind::Exact => {
+            MatchKind::Exact => {
                 let m = begin(out, 2);
                 put_bytes(out, 1, s);
                 end(out, m);
             }
-            KeyKind::Lpm => {
+            MatchKind::Lpm => {
                 let m = begin(out, 4);
                 put_bytes(out, 1, &s[..nb]);
                 put_uint(out, 2, u64::from(u16::from_be_bytes([s[nb], s[nb + 1]])));
                 end(out, m);
             }
-            KeyKind::Ternary | KeyKind::Range => {
-                let m = begin(out, if k.kind == KeyKind::Ternary { 3 } else { 5 });
+            MatchKind::Ternary | MatchKind::Range => {
+                let m = begin(out, if k.kind == MatchKind::Ternary { 3 } else { 5 });
                 put_bytes(out, 1, &s[..nb]);
                 put_bytes(out, 2, &s[nb..]);
                 end(out, m);
             }
-            KeyKind::Optional => {
+            MatchKind::Optional => {
                 let m = begin(out, 6);
                 put_bytes(out, 1, &s[1..]);
                 put_uint(out, 2, u64::from(s[0] != 0));
@@ -828,13 +817,7 @@ mod tests {
     #[test]
     fn mutated_updates_are_refused_or_applied_never_a_panic() {
         let mut p = program();
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::testing::xorshift(0x2545_f491_4f6c_dd1d);
         let mut applied = 0;
         for i in 0..3000u32 {
             let mut raw = lpm_entry(&p, i.to_be_bytes(), 32, vec![0, 1]).encode_to_vec();

@@ -1,12 +1,11 @@
 //! The P4Runtime gRPC service over the emulated devices.
 
-use std::collections::HashMap;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
+use crate::grpc::{self, BoxStream};
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use p4fleet_proto::p4runtime::{
     self as p4,
     get_forwarding_pipeline_config_request::ResponseType,
@@ -15,92 +14,49 @@ use p4fleet_proto::p4runtime::{
     update::Type,
     write_request::Atomicity,
 };
-use p4fleet_proto::rpc;
 use prost::Message;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::UnboundedReceiverStream;
-use tonic::codegen::BoxFuture;
-use tonic::{Code, Request, Response, Status, Streaming};
+use tonic::{Request, Response, Status, Streaming};
 
-use crate::device::{Device, from_uint128};
-use crate::entry::UpdateError;
-use crate::wire;
+use super::arbitration::{check_primary, from_uint128};
+use crate::device::Device;
+use crate::p4runtime::wire;
+use crate::registry::Registry;
+use crate::update_error::UpdateError;
+use crate::write_batch::{self, Tally};
 
 /// P4Runtime API version this emulator reports.
 pub const P4RUNTIME_API_VERSION: &str = "1.4.0";
 
-pub(crate) struct Inner {
-    pub devices: HashMap<u64, Arc<Device>>,
-    pub next_stream_id: AtomicU64,
-    pub read_chunk: usize,
-    /// Added write latency (none by default).
-    pub profile: crate::profile::LatencyProfile,
-}
-
-impl Inner {
-    pub fn device(&self, id: u64) -> Result<&Arc<Device>, Status> {
-        self.devices
-            .get(&id)
-            .ok_or_else(|| Status::not_found(format!("unknown device id {id}")))
-    }
-}
-
 /// The tonic service; build with [`crate::Emulator::service`].
 #[derive(Clone)]
 pub struct P4RuntimeService {
-    pub(crate) inner: Arc<Inner>,
-}
-
-fn check_primary(dev: &Device, role: &str, election_id: Option<u128>) -> Result<(), Status> {
-    let primary = dev.arb.lock().expect("arb lock").primary_election(role);
-    match (primary, election_id) {
-        (Some(p), Some(e)) if p == e => Ok(()),
-        (None, _) => Err(Status::permission_denied(format!(
-            "no primary controller for role {role:?} of device {}",
-            dev.id
-        ))),
-        _ => Err(Status::permission_denied(
-            "election id is not the primary's",
-        )),
-    }
+    pub(crate) registry: Arc<Registry>,
 }
 
 /// The google.rpc.Status bytes for a failed batch: one p4.v1.Error per update,
 /// in order, OK for the ones that succeeded.
 pub fn write_error_details(n: usize, errors: &[(usize, UpdateError)]) -> Vec<u8> {
-    let ok_any = prost_types::Any {
-        type_url: p4fleet_proto::p4runtime::ERROR_TYPE_URL.to_string(),
-        value: p4::Error::default().encode_to_vec(),
+    let any = |error: p4::Error| prost_types::Any {
+        type_url: p4::ERROR_TYPE_URL.to_string(),
+        value: error.encode_to_vec(),
     };
-    let mut details = vec![ok_any; n];
-    for (i, e) in errors {
-        details[*i] = prost_types::Any {
-            type_url: p4fleet_proto::p4runtime::ERROR_TYPE_URL.to_string(),
-            value: p4::Error {
-                canonical_code: e.code as i32,
-                message: e.message.clone(),
-                ..Default::default()
-            }
-            .encode_to_vec(),
-        };
-    }
-    rpc::Status {
-        code: Code::Unknown as i32,
-        message: format!("{} of {} updates failed", errors.len(), n),
-        details,
-    }
-    .encode_to_vec()
+    write_batch::error_details(n, errors, any(p4::Error::default()), |e| {
+        any(p4::Error {
+            canonical_code: e.code as i32,
+            message: e.message.clone(),
+            ..Default::default()
+        })
+    })
 }
 
 impl P4RuntimeService {
     /// Write, from the encoded `WriteRequest`: updates are validated and
-    /// applied from borrowed views of the request bytes (crate::wire).
+    /// applied from borrowed views of the request bytes (`super::wire`).
     pub(crate) async fn write_raw(&self, body: Bytes) -> Result<(), Status> {
         let req = wire::parse_write(&body)
             .map_err(|e| Status::invalid_argument(format!("WriteRequest: {e}")))?;
-        let dev = self.inner.device(req.device_id)?;
-        let c = &dev.counters;
-        c.write_rpcs.fetch_add(1, Ordering::Relaxed);
+        let dev = self.registry.device(req.device_id)?;
+        dev.counters.write_rpcs.fetch_add(1, Ordering::Relaxed);
         if req.atomicity != Atomicity::ContinueOnError as i32 {
             return Err(Status::unimplemented(
                 "only CONTINUE_ON_ERROR atomicity is supported",
@@ -109,9 +65,9 @@ impl P4RuntimeService {
         check_primary(dev, req.role, req.election_id)?;
         let n = req.updates.len();
         let mut errors: Vec<(usize, UpdateError)> = Vec::new();
-        let (mut ins, mut modi, mut del) = (0u64, 0u64, 0u64);
+        let mut applied = Tally::default();
         {
-            let mut state = dev.state.lock().expect("state lock");
+            let mut state = dev.p4runtime.pipeline.lock().expect("pipeline lock");
             let pipeline = state
                 .pipeline
                 .as_mut()
@@ -120,43 +76,31 @@ impl P4RuntimeService {
             let mut scratch = wire::Scratch::default();
             for (i, u) in req.updates.iter().enumerate() {
                 match pipeline.apply(u, &mut key, &mut scratch) {
-                    Ok(Type::Insert) => ins += 1,
-                    Ok(Type::Modify) => modi += 1,
-                    Ok(_) => del += 1,
+                    Ok(Type::Insert) => applied.inserts += 1,
+                    Ok(Type::Modify) => applied.modifies += 1,
+                    Ok(_) => applied.deletes += 1,
                     Err(e) => errors.push((i, e)),
                 }
             }
         }
-        c.inserts.fetch_add(ins, Ordering::Relaxed);
-        c.modifies.fetch_add(modi, Ordering::Relaxed);
-        c.deletes.fetch_add(del, Ordering::Relaxed);
-        // State is already updated (reads see it); only the answer waits.
-        crate::profile::delay(self.inner.profile, &dev.busy, n).await;
-        if errors.is_empty() {
-            return Ok(());
-        }
-        c.failed_updates
-            .fetch_add(errors.len() as u64, Ordering::Relaxed);
-        let details = write_error_details(n, &errors);
-        Err(Status::with_details(
-            Code::Unknown,
-            format!("{} of {} updates failed", errors.len(), n),
-            details.into(),
-        ))
+        write_batch::finish(dev, self.registry.profile, n, applied, &errors, || {
+            write_error_details(n, &errors)
+        })
+        .await
     }
 
     /// Read, as encoded `ReadResponse`s of up to `read_chunk` entities:
     /// stored entries are copied out as they are, not re-encoded.
     pub(crate) fn read_raw(&self, req: &p4::ReadRequest) -> Result<Vec<Bytes>, Status> {
-        let dev = self.inner.device(req.device_id)?;
+        let dev = self.registry.device(req.device_id)?;
         dev.counters.read_rpcs.fetch_add(1, Ordering::Relaxed);
-        let chunk = self.inner.read_chunk.max(1);
+        let chunk = self.registry.read_chunk.max(1);
         let mut responses: Vec<Bytes> = Vec::new();
         let mut current: Vec<u8> = Vec::new();
         let mut in_current = 0usize;
         let mut total = 0u64;
         {
-            let state = dev.state.lock().expect("state lock");
+            let state = dev.p4runtime.pipeline.lock().expect("pipeline lock");
             let pipeline = state
                 .pipeline
                 .as_ref()
@@ -174,7 +118,7 @@ impl P4RuntimeService {
                                     in_current = 0;
                                 }
                             })
-                            .map_err(|e| Status::new(e.code, e.message))?;
+                            .map_err(Status::from)?;
                     }
                     Some(_) => {
                         return Err(Status::unimplemented(
@@ -200,9 +144,8 @@ impl crate::grpc::WireMethods for P4RuntimeService {
     const READ: &'static str = "/p4.v1.P4Runtime/Read";
     type ReadRequest = p4::ReadRequest;
 
-    fn write(&self, body: Bytes) -> BoxFuture<(), Status> {
-        let svc = self.clone();
-        Box::pin(async move { svc.write_raw(body).await })
+    fn write(&self, body: Bytes) -> impl Future<Output = Result<(), Status>> + Send {
+        self.write_raw(body)
     }
 
     fn read(&self, req: &p4::ReadRequest) -> Result<Vec<Bytes>, Status> {
@@ -214,8 +157,6 @@ impl crate::grpc::WireMethods for P4RuntimeService {
 /// methods through the generated server.
 pub type P4RuntimeGrpc =
     crate::grpc::WireServer<P4RuntimeService, P4RuntimeServer<P4RuntimeService>>;
-
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 #[tonic::async_trait]
 impl P4Runtime for P4RuntimeService {
@@ -251,15 +192,16 @@ impl P4Runtime for P4RuntimeService {
         request: Request<p4::SetForwardingPipelineConfigRequest>,
     ) -> Result<Response<p4::SetForwardingPipelineConfigResponse>, Status> {
         let req = request.into_inner();
-        let dev = self.inner.device(req.device_id)?;
+        let dev = self.registry.device(req.device_id)?;
         dev.counters
             .set_pipeline_rpcs
             .fetch_add(1, Ordering::Relaxed);
         check_primary(dev, &req.role, req.election_id.as_ref().map(from_uint128))?;
         let action = SetAction::try_from(req.action).unwrap_or(SetAction::Unspecified);
-        dev.state
+        dev.p4runtime
+            .pipeline
             .lock()
-            .expect("state lock")
+            .expect("pipeline lock")
             .set_pipeline(action, req.config)?;
         Ok(Response::new(p4::SetForwardingPipelineConfigResponse {}))
     }
@@ -269,13 +211,13 @@ impl P4Runtime for P4RuntimeService {
         request: Request<p4::GetForwardingPipelineConfigRequest>,
     ) -> Result<Response<p4::GetForwardingPipelineConfigResponse>, Status> {
         let req = request.into_inner();
-        let dev = self.inner.device(req.device_id)?;
+        let dev = self.registry.device(req.device_id)?;
         dev.counters
             .get_pipeline_rpcs
             .fetch_add(1, Ordering::Relaxed);
         let rt = ResponseType::try_from(req.response_type)
             .map_err(|_| Status::invalid_argument("unknown response_type"))?;
-        let state = dev.state.lock().expect("state lock");
+        let state = dev.p4runtime.pipeline.lock().expect("pipeline lock");
         let Some(p) = &state.pipeline else {
             return Ok(Response::new(p4::GetForwardingPipelineConfigResponse {
                 config: Some(p4::ForwardingPipelineConfig::default()),
@@ -306,67 +248,70 @@ impl P4Runtime for P4RuntimeService {
         &self,
         request: Request<Streaming<p4::StreamMessageRequest>>,
     ) -> Result<Response<Self::StreamChannelStream>, Status> {
-        let mut inbound = request.into_inner();
-        let (tx, rx) = mpsc::unbounded_channel();
-        let inner = self.inner.clone();
-        let stream_id = inner.next_stream_id.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(async move {
-            // (device, role) this stream is bound to after its first
-            // arbitration update.
-            let mut bound: Option<(Arc<Device>, String)> = None;
-            while let Some(msg) = inbound.next().await {
-                let Ok(msg) = msg else { break };
-                match msg.update {
-                    Some(p4::stream_message_request::Update::Arbitration(a)) => {
-                        let role_name = a.role.as_ref().map(|r| r.name.clone()).unwrap_or_default();
-                        let dev = match inner.device(a.device_id) {
-                            Ok(d) => d.clone(),
-                            Err(e) => {
+        let registry = self.registry.clone();
+        let stream_id = registry.next_stream_id();
+        Ok(grpc::session(
+            request.into_inner(),
+            move |mut inbound, tx| async move {
+                // (device, role) this stream is bound to after its first
+                // arbitration update.
+                let mut bound: Option<(Arc<Device>, String)> = None;
+                while let Some(msg) = inbound.next().await {
+                    let Ok(msg) = msg else { break };
+                    match msg.update {
+                        Some(p4::stream_message_request::Update::Arbitration(a)) => {
+                            let role_name =
+                                a.role.as_ref().map(|r| r.name.clone()).unwrap_or_default();
+                            let dev = match registry.device(a.device_id) {
+                                Ok(d) => d.clone(),
+                                Err(e) => {
+                                    let _ = tx.send(Err(e));
+                                    break;
+                                }
+                            };
+                            if let Some((d, r)) = &bound
+                                && (d.id != dev.id || *r != role_name)
+                            {
+                                let _ = tx.send(Err(Status::failed_precondition(
+                                    "a stream cannot change its device id or role",
+                                )));
+                                break;
+                            }
+                            if bound.is_none() {
+                                dev.counters.stream_channels.fetch_add(1, Ordering::Relaxed);
+                            }
+                            let eid = a.election_id.as_ref().map(from_uint128);
+                            let res = dev
+                                .p4runtime
+                                .arbitration
+                                .lock()
+                                .expect("arbitration lock")
+                                .arbitrate(dev.id, stream_id, a.role, eid, &tx);
+                            bound = Some((dev, role_name));
+                            if let Err(e) = res {
                                 let _ = tx.send(Err(e));
                                 break;
                             }
-                        };
-                        if let Some((d, r)) = &bound
-                            && (d.id != dev.id || *r != role_name)
-                        {
+                        }
+                        Some(_) if bound.is_none() => {
                             let _ = tx.send(Err(Status::failed_precondition(
-                                "a stream cannot change its device id or role",
+                                "send a MasterArbitrationUpdate first",
                             )));
                             break;
                         }
-                        if bound.is_none() {
-                            dev.counters.stream_channels.fetch_add(1, Ordering::Relaxed);
-                        }
-                        let eid = a.election_id.as_ref().map(from_uint128);
-                        let res = dev
-                            .arb
-                            .lock()
-                            .expect("arb lock")
-                            .arbitrate(dev.id, stream_id, a.role, eid, &tx);
-                        bound = Some((dev, role_name));
-                        if let Err(e) = res {
-                            let _ = tx.send(Err(e));
-                            break;
-                        }
+                        // Packet-out, digest acks: there is no data plane to feed.
+                        _ => {}
                     }
-                    Some(_) if bound.is_none() => {
-                        let _ = tx.send(Err(Status::failed_precondition(
-                            "send a MasterArbitrationUpdate first",
-                        )));
-                        break;
-                    }
-                    // Packet-out, digest acks: there is no data plane to feed.
-                    _ => {}
                 }
-            }
-            if let Some((dev, role)) = bound {
-                dev.arb
-                    .lock()
-                    .expect("arb lock")
-                    .remove(dev.id, &role, stream_id);
-            }
-        });
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+                if let Some((dev, role)) = bound {
+                    dev.p4runtime
+                        .arbitration
+                        .lock()
+                        .expect("arbitration lock")
+                        .remove(dev.id, &role, stream_id);
+                }
+            },
+        ))
     }
 
     async fn capabilities(

@@ -4,7 +4,7 @@
 //! A request carries one table batch as columns. Columns are cut into rows
 //! by slicing (no per-row protobuf decode); each row becomes the views a
 //! parsed standard `p4.v1.TableEntry` would give and goes through the same
-//! [`crate::device::Pipeline::apply_entry`], so validation, canonical keys,
+//! [`super::pipeline::Pipeline::apply_entry`], so validation, canonical keys,
 //! table sizes, error codes and what Read returns afterwards are the
 //! standard path's.
 
@@ -15,13 +15,16 @@ use p4fleet_proto::bulk::{
     self as bk, BulkCapabilitiesRequest, BulkCapabilitiesResponse, BulkWriteRequest,
     BulkWriteResponse, RowError, bulk_write_server::BulkWrite,
 };
-use p4fleet_proto::p4runtime::{self as p4, update::Type};
+use p4fleet_proto::p4runtime::update::Type;
 use tonic::{Request, Response, Status};
 
-use crate::device::{Device, from_uint128};
-use crate::schema::{MatchKind, TableInfo};
-use crate::service::Inner;
-use crate::wire::{self, ActionView, FieldView, MatchView, ParamView, Scratch, TableEntryView};
+use super::arbitration::{check_primary, from_uint128};
+use super::entry::{canonical, is_max};
+use super::wire::{ActionView, FieldView, MatchView, ParamView, Scratch, TableEntryView};
+use crate::key::MatchKind;
+use crate::p4runtime::schema::TableInfo;
+use crate::registry::Registry;
+use crate::wire;
 
 /// Format version reported by Capabilities.
 pub const BULK_VERSION: &str = "1";
@@ -29,26 +32,7 @@ pub const BULK_VERSION: &str = "1";
 /// The tonic service; build with [`crate::Emulator::bulk_service`].
 #[derive(Clone)]
 pub struct BulkService {
-    pub(crate) inner: Arc<Inner>,
-}
-
-/// Same rule as the P4Runtime Write: only the primary of the role writes.
-fn check_primary(
-    dev: &Device,
-    role: &str,
-    election_id: Option<&p4::Uint128>,
-) -> Result<(), Status> {
-    let primary = dev.arb.lock().expect("arb lock").primary_election(role);
-    match (primary, election_id.map(from_uint128)) {
-        (Some(p), Some(e)) if p == e => Ok(()),
-        (None, _) => Err(Status::permission_denied(format!(
-            "no primary controller for role {role:?} of device {}",
-            dev.id
-        ))),
-        _ => Err(Status::permission_denied(
-            "election id is not the primary's",
-        )),
-    }
+    pub(crate) registry: Arc<Registry>,
 }
 
 /// `count` fixed-width values back to back.
@@ -78,15 +62,6 @@ impl<'a> Col<'a> {
     fn get(&self, i: usize) -> &'a [u8] {
         &self.values[i * self.width..(i + 1) * self.width]
     }
-}
-
-/// Canonical P4Runtime byte string (no leading zeros, at least one byte).
-fn canon(v: &[u8]) -> &[u8] {
-    let first = v
-        .iter()
-        .position(|b| *b != 0)
-        .unwrap_or(v.len().saturating_sub(1));
-    &v[first..]
 }
 
 /// Checks that a per-row fixed-size side column has `n` elements.
@@ -255,7 +230,7 @@ impl<'a> Plan<'a> {
     }
 
     /// Row `i` as the views a parsed standard Write would give
-    /// ([`crate::device::Pipeline::apply_entry`]): no bytes copied.
+    /// ([`super::pipeline::Pipeline::apply_entry`]): no bytes copied.
     fn view(&self, i: usize, with_action: bool, scratch: &mut Scratch<'a>) -> TableEntryView {
         scratch.matches.clear();
         scratch.matches.extend(self.matches(i));
@@ -297,9 +272,9 @@ impl<'a> Plan<'a> {
             let fm = wire::begin(out, 2);
             wire::put_uint(out, 1, u64::from(f.field_id));
             let m = wire::begin(out, kind);
-            wire::put_bytes(out, 1, canon(a));
+            wire::put_bytes(out, 1, canonical(a));
             if let Some(b) = b {
-                wire::put_bytes(out, 2, canon(b));
+                wire::put_bytes(out, 2, canonical(b));
             }
             wire::put_uint(out, 2, prefix_len as u64);
             wire::end(out, m);
@@ -311,7 +286,7 @@ impl<'a> Plan<'a> {
         for p in &scratch.params {
             let pm = wire::begin(out, 4);
             wire::put_uint(out, 2, u64::from(p.param_id));
-            wire::put_bytes(out, 3, canon(p.value));
+            wire::put_bytes(out, 3, canonical(p.value));
             wire::end(out, pm);
         }
         wire::end(out, a);
@@ -326,18 +301,6 @@ impl<'a> Plan<'a> {
     }
 }
 
-/// Whether `v` is the largest value of `bits` bits (a full range's high).
-fn is_max(v: &[u8], bits: u32) -> bool {
-    let spare = (v.len() as u32 * 8).saturating_sub(bits);
-    v.iter().enumerate().all(|(i, b)| {
-        if i == 0 {
-            *b == 0xff >> spare.min(8)
-        } else {
-            *b == 0xff
-        }
-    })
-}
-
 #[tonic::async_trait]
 impl BulkWrite for BulkService {
     async fn write(
@@ -345,10 +308,10 @@ impl BulkWrite for BulkService {
         request: Request<BulkWriteRequest>,
     ) -> Result<Response<BulkWriteResponse>, Status> {
         let req = request.into_inner();
-        let dev = self.inner.device(req.device_id)?;
+        let dev = self.registry.device(req.device_id)?;
         let c = &dev.counters;
         c.write_rpcs.fetch_add(1, Ordering::Relaxed);
-        check_primary(dev, &req.role, req.election_id.as_ref())?;
+        check_primary(dev, &req.role, req.election_id.as_ref().map(from_uint128))?;
         let ty = match bk::UpdateType::try_from(req.r#type) {
             Ok(bk::UpdateType::Insert) => Type::Insert,
             Ok(bk::UpdateType::Modify) => Type::Modify,
@@ -360,7 +323,7 @@ impl BulkWrite for BulkService {
         let mut errors = Vec::new();
         let mut ok = 0u64;
         {
-            let mut state = dev.state.lock().expect("state lock");
+            let mut state = dev.p4runtime.pipeline.lock().expect("pipeline lock");
             let pipeline = state
                 .pipeline
                 .as_mut()
@@ -406,7 +369,7 @@ impl BulkWrite for BulkService {
         c.failed_updates
             .fetch_add(errors.len() as u64, Ordering::Relaxed);
         // The same added latency as a standard Write of n entries.
-        crate::profile::delay(self.inner.profile, &dev.busy, n).await;
+        crate::profile::delay(self.registry.profile, &dev.busy, n).await;
         Ok(Response::new(BulkWriteResponse { errors }))
     }
 
@@ -427,8 +390,8 @@ mod tests {
 
     #[test]
     fn canonical_values_and_full_ranges() {
-        assert_eq!(canon(&[0, 0, 1, 0]), &[1, 0]);
-        assert_eq!(canon(&[0, 0]), &[0]);
+        assert_eq!(canonical(&[0, 0, 1, 0]), &[1, 0]);
+        assert_eq!(canonical(&[0, 0]), &[0]);
         assert!(is_max(&[0x01, 0xff], 9));
         assert!(!is_max(&[0x00, 0xff], 9));
         assert!(is_max(&[0xff], 8));

@@ -6,24 +6,10 @@ use p4fleet_proto::p4info::action_ref::Scope;
 use p4fleet_proto::p4runtime::{self as p4, field_match::FieldMatchType};
 use tonic::Code;
 
-use crate::wire::{FieldView, MatchView, ParamView};
-
-use crate::schema::{MatchKind, Schema, TableInfo, nbytes};
-
-/// Why one update (or one read key) was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{code:?}: {message}")]
-pub struct UpdateError {
-    pub code: Code,
-    pub message: String,
-}
-
-pub fn err(code: Code, message: impl Into<String>) -> UpdateError {
-    UpdateError {
-        code,
-        message: message.into(),
-    }
-}
+use crate::key::MatchKind;
+use crate::p4runtime::schema::{Schema, TableInfo, nbytes};
+use crate::p4runtime::wire::{FieldView, MatchView, ParamView};
+use crate::update_error::{UpdateError, err, hex};
 
 /// Strips leading zero bytes (P4Runtime allows the client to pad) and checks
 /// that the value fits in `bitwidth` bits. Returns the significant bytes.
@@ -68,10 +54,6 @@ fn put(
     let n = dst.len();
     dst[n - sig.len()..].copy_from_slice(sig);
     Ok(())
-}
-
-fn hex(v: &[u8]) -> String {
-    v.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// True when all bits after the first `keep` bits of `buf` are zero.
@@ -244,11 +226,14 @@ pub fn encode_key(
     Ok(())
 }
 
-fn is_max(v: &[u8], bitwidth: u32) -> bool {
-    let spare = v.len() as u32 * 8 - bitwidth;
+/// Whether `v` is the largest value of `bitwidth` bits (a full range's
+/// high bound).
+#[inline]
+pub(crate) fn is_max(v: &[u8], bitwidth: u32) -> bool {
+    let spare = (v.len() as u32 * 8).saturating_sub(bitwidth);
     v.iter().enumerate().all(|(i, b)| {
         if i == 0 {
-            *b == 0xff >> spare
+            *b == 0xff >> spare.min(8)
         } else {
             *b == 0xff
         }
@@ -338,14 +323,20 @@ pub fn check_action(
     Ok(())
 }
 
-/// Drops leading zero bytes, keeping at least one: P4Runtime's canonical
-/// form, used for what Read returns.
-pub fn canonicalize(v: &mut Vec<u8>) {
-    let n = v
+/// `v` without its leading zero bytes, keeping at least one: P4Runtime's
+/// canonical form, used for what Read returns.
+#[inline]
+pub(crate) fn canonical(v: &[u8]) -> &[u8] {
+    let first = v
         .iter()
-        .take(v.len().saturating_sub(1))
-        .take_while(|b| **b == 0)
-        .count();
+        .position(|b| *b != 0)
+        .unwrap_or(v.len().saturating_sub(1));
+    &v[first..]
+}
+
+/// [`canonical`] in place.
+pub fn canonicalize(v: &mut Vec<u8>) {
+    let n = v.len() - canonical(v).len();
     if n > 0 {
         v.drain(..n);
     }

@@ -1,37 +1,15 @@
 //! What the emulator needs from a P4Info, checked once when a pipeline is set
 //! so that writes only do table lookups.
 
-use std::collections::HashMap;
-
 use p4fleet_proto::p4info::{self, P4Info, action_ref::Scope, match_field};
 use p4fleet_proto::p4runtime as p4;
+
+use crate::key::{IdMap, MatchKind};
 
 /// A P4Info that cannot be realized.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid P4Info: {0}")]
 pub struct SchemaError(pub String);
-
-/// Match kinds the emulator implements.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MatchKind {
-    Exact,
-    Lpm,
-    Ternary,
-    Range,
-    Optional,
-}
-
-impl MatchKind {
-    /// Bytes this field takes in the canonical key.
-    pub fn key_len(self, nbytes: usize) -> usize {
-        match self {
-            MatchKind::Exact => nbytes,
-            MatchKind::Lpm => nbytes + 2,
-            MatchKind::Ternary | MatchKind::Range => 2 * nbytes,
-            MatchKind::Optional => 1 + nbytes,
-        }
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldInfo {
@@ -91,9 +69,6 @@ impl TableInfo {
         self.actions.iter().find(|(a, _)| *a == id).map(|(_, s)| *s)
     }
 }
-
-/// Maps keyed by P4Info ids, looked up per update: foldhash, not SipHash.
-pub type IdMap<T> = HashMap<u32, T, foldhash::fast::RandomState>;
 
 /// The parts of a P4Info the emulator enforces.
 #[derive(Debug, Clone, PartialEq)]
@@ -288,19 +263,7 @@ fn table_info(t: &p4info::Table, actions: &IdMap<ActionInfo>) -> Result<TableInf
 mod tests {
     use super::*;
 
-    const INFO: &str = r#"
-tables {
-  preamble { id: 1 name: "t" }
-  match_fields { id: 1 name: "a" bitwidth: 9 match_type: EXACT }
-  match_fields { id: 2 name: "b" bitwidth: 32 match_type: LPM }
-  match_fields { id: 3 name: "c" bitwidth: 8 match_type: TERNARY }
-  action_refs { id: 10 scope: TABLE_ONLY }
-  action_refs { id: 11 }
-  size: 0
-}
-actions { preamble { id: 10 name: "set" } params { id: 1 name: "p" bitwidth: 4 } }
-actions { preamble { id: 11 name: "NoAction" } }
-"#;
+    use crate::testing::P4INFO as INFO;
 
     fn schema(text: &str) -> Result<Schema, SchemaError> {
         Schema::from_p4info(&p4fleet_proto::p4info::parse_text(text).unwrap())

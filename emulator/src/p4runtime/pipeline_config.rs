@@ -1,0 +1,109 @@
+//! SetForwardingPipelineConfig on one device: VERIFY, VERIFY_AND_SAVE,
+//! COMMIT, VERIFY_AND_COMMIT and RECONCILE_AND_COMMIT over the active and
+//! the saved pipeline. Pure logic; the caller holds the device's lock.
+
+use p4fleet_proto::p4runtime::{
+    self as p4, set_forwarding_pipeline_config_request::Action as SetAction,
+};
+use tonic::Status;
+
+use super::pipeline::Pipeline;
+use super::schema::Schema;
+
+/// The active pipeline (with its table contents) and the saved one.
+#[derive(Default)]
+pub(crate) struct PipelineState {
+    pub pipeline: Option<Pipeline>,
+    /// Saved by VERIFY_AND_SAVE, realized by COMMIT.
+    pub saved: Option<(Schema, p4::ForwardingPipelineConfig)>,
+}
+
+impl PipelineState {
+    pub fn set_pipeline(
+        &mut self,
+        action: SetAction,
+        config: Option<p4::ForwardingPipelineConfig>,
+    ) -> Result<(), Status> {
+        let verify = |config: Option<p4::ForwardingPipelineConfig>| {
+            let config = config.ok_or_else(|| Status::invalid_argument("config is required"))?;
+            let p4info = config
+                .p4info
+                .as_ref()
+                .ok_or_else(|| Status::invalid_argument("config has no p4info"))?;
+            let schema =
+                Schema::from_p4info(p4info).map_err(|e| Status::invalid_argument(e.to_string()))?;
+            Ok::<_, Status>((schema, config))
+        };
+        match action {
+            SetAction::Unspecified => {
+                return Err(Status::invalid_argument("action is UNSPECIFIED"));
+            }
+            SetAction::Verify => {
+                verify(config)?;
+            }
+            SetAction::VerifyAndSave => {
+                self.saved = Some(verify(config)?);
+            }
+            SetAction::VerifyAndCommit => {
+                let (schema, config) = verify(config)?;
+                self.pipeline = Some(Pipeline::new(schema, config));
+                self.saved = None;
+            }
+            SetAction::Commit => {
+                if config.is_some() {
+                    return Err(Status::invalid_argument(
+                        "COMMIT takes no config (it realizes the saved one)",
+                    ));
+                }
+                let (schema, config) = self
+                    .saved
+                    .take()
+                    .ok_or_else(|| Status::failed_precondition("no saved config to commit"))?;
+                self.pipeline = Some(Pipeline::new(schema, config));
+            }
+            SetAction::ReconcileAndCommit => {
+                let (schema, config) = verify(config)?;
+                let mut next = Pipeline::new(schema, config);
+                if let Some(old) = self.pipeline.take() {
+                    if let Err(e) = reconcile(&old, &mut next) {
+                        self.pipeline = Some(old);
+                        return Err(e);
+                    }
+                    let mut old = old;
+                    for (id, state) in old.tables.drain() {
+                        if let Some(slot) = next.tables.get_mut(&id) {
+                            *slot = state;
+                        }
+                    }
+                }
+                self.pipeline = Some(next);
+                self.saved = None;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks that every non-empty table of `old` survives unchanged in `next`.
+fn reconcile(old: &Pipeline, next: &mut Pipeline) -> Result<(), Status> {
+    for (id, state) in &old.tables {
+        let old_t = &old.schema.tables[id];
+        let modified = !state.entries.is_empty() || state.default_action != old_t.initial_default;
+        if !modified {
+            continue;
+        }
+        let same = next.schema.tables.get(id).is_some_and(|t| {
+            t == old_t
+                && t.actions
+                    .iter()
+                    .all(|(a, _)| old.schema.actions.get(a) == next.schema.actions.get(a))
+        });
+        if !same {
+            return Err(Status::invalid_argument(format!(
+                "cannot preserve the state of table {} under the new config",
+                old_t.name
+            )));
+        }
+    }
+    Ok(())
+}

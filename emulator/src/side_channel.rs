@@ -1,0 +1,115 @@
+//! HTTP side channel: counters as JSON and drift helpers, for tests that run
+//! the emulator as another process.
+//!
+//! - `GET  /stats`                          -> `{"devices": [DeviceStats, ...]}`
+//! - `GET  /stats/{device}`                 -> `DeviceStats`
+//! - `POST /devices/{device}/delete-entry`  body: p4.v1.TableEntry text format
+//!   -> `{"deleted": bool}`
+//! - `POST /devices/{device}/drop-entries?table_id=T&count=N`
+//!   -> `{"deleted": n}`
+//! - `POST /devices/{device}/inject-entry`  body: p4.v1.TableEntry text format
+//!   -> `{"inserted": true}`
+//!
+//! Errors are `{"error": "..."}` with a 4xx status.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use p4fleet_proto::p4runtime as p4;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::{Emulator, EmulatorError};
+
+pub(crate) fn router(emu: Emulator) -> Router {
+    Router::new()
+        .route("/stats", get(all_stats))
+        .route("/stats/{device}", get(device_stats))
+        .route("/devices/{device}/delete-entry", post(delete_entry))
+        .route("/devices/{device}/drop-entries", post(drop_entries))
+        .route("/devices/{device}/inject-entry", post(inject_entry))
+        .with_state(emu)
+}
+
+fn error(code: StatusCode, msg: impl std::fmt::Display) -> Response {
+    (code, Json(json!({"error": msg.to_string()}))).into_response()
+}
+
+fn emu_error(e: EmulatorError) -> Response {
+    let code = match e {
+        EmulatorError::UnknownDevice(_) => StatusCode::NOT_FOUND,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    error(code, e)
+}
+
+async fn all_stats(State(emu): State<Emulator>) -> Response {
+    let devices: Vec<_> = emu
+        .device_ids()
+        .into_iter()
+        .filter_map(|id| emu.stats(id))
+        .collect();
+    Json(json!({ "devices": devices })).into_response()
+}
+
+async fn device_stats(State(emu): State<Emulator>, Path(device): Path<u64>) -> Response {
+    match emu.stats(device) {
+        Some(s) => Json(s).into_response(),
+        None => error(StatusCode::NOT_FOUND, format!("unknown device id {device}")),
+    }
+}
+
+fn parse_entry(body: &str) -> Result<p4::TableEntry, Box<Response>> {
+    p4fleet_proto::text::parse::<p4::TableEntry>("p4.v1.TableEntry", body)
+        .map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, e)))
+}
+
+/// A drift helper's answer: `ok(value)` as JSON, or its error.
+fn reply<T>(r: Result<T, EmulatorError>, ok: impl FnOnce(T) -> serde_json::Value) -> Response {
+    match r {
+        Ok(v) => Json(ok(v)).into_response(),
+        Err(e) => emu_error(e),
+    }
+}
+
+async fn delete_entry(
+    State(emu): State<Emulator>,
+    Path(device): Path<u64>,
+    body: String,
+) -> Response {
+    match parse_entry(&body) {
+        Ok(te) => reply(emu.delete_entry(device, &te), |d| json!({ "deleted": d })),
+        Err(r) => *r,
+    }
+}
+
+#[derive(Deserialize)]
+struct DropQuery {
+    table_id: Option<u32>,
+    count: Option<usize>,
+}
+
+async fn drop_entries(
+    State(emu): State<Emulator>,
+    Path(device): Path<u64>,
+    Query(q): Query<DropQuery>,
+) -> Response {
+    let r = emu.drop_entries(device, q.table_id, q.count.unwrap_or(1));
+    reply(r, |n| json!({ "deleted": n }))
+}
+
+async fn inject_entry(
+    State(emu): State<Emulator>,
+    Path(device): Path<u64>,
+    body: String,
+) -> Response {
+    match parse_entry(&body) {
+        Ok(te) => reply(
+            emu.inject_entry(device, te),
+            |()| json!({ "inserted": true }),
+        ),
+        Err(r) => *r,
+    }
+}

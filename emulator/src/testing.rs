@@ -1,0 +1,27 @@
+//! Fixtures shared by the unit tests.
+
+/// One table with exact, LPM and ternary fields (so priorities are part of
+/// the key), a table-only action with a 4-bit param, and NoAction.
+pub const P4INFO: &str = r#"
+tables {
+  preamble { id: 1 name: "t" }
+  match_fields { id: 1 name: "a" bitwidth: 9 match_type: EXACT }
+  match_fields { id: 2 name: "b" bitwidth: 32 match_type: LPM }
+  match_fields { id: 3 name: "c" bitwidth: 8 match_type: TERNARY }
+  action_refs { id: 10 scope: TABLE_ONLY }
+  action_refs { id: 11 }
+  size: 0
+}
+actions { preamble { id: 10 name: "set" } params { id: 1 name: "p" bitwidth: 4 } }
+actions { preamble { id: 11 name: "NoAction" } }
+"#;
+
+/// A small deterministic generator (no dependency): xorshift64 from `seed`.
+pub fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
