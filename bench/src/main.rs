@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use p4fleet::entries::TableSchema;
+use p4fleet_model::entries::TableSchema;
 
 use crate::paths::{P4fleetBfrt, P4fleetP4rt, Python, Rbfrt};
 use crate::report::{Machine, PathResult, Results};
@@ -137,8 +137,8 @@ enum Client {
 /// `--encode-only`: the client-side cost per entry of the direct encoders
 /// and of the prost message paths they replaced, interleaved.
 fn encode_only(
-    entries: &[p4fleet::entries::Entry],
-    bfrt: &p4fleet::entries::bfrt::BfrtProgramMap,
+    entries: &[p4fleet_model::entries::Entry],
+    bfrt: &p4fleet_model::entries::bfrt::BfrtProgramMap,
     batches: &[usize],
     runs: usize,
 ) {

@@ -9,12 +9,12 @@ use std::time::Instant;
 use anyhow::{Context, anyhow, bail};
 use bytes::{BufMut, Bytes, BytesMut};
 use p4fleet::driver::{Device, DriverPool, WriteOptions};
-use p4fleet::entries::Entry;
-use p4fleet::entries::WriteOp;
-use p4fleet::entries::bfrt::{BfrtOp, BfrtProgramMap, BfrtWriteHeader, bfrt_write_request};
-use p4fleet::entries::wire::{P4rtWriteHeader, p4rt_write_request};
 use p4fleet_crds::entry_set::Atomicity;
 use p4fleet_crds::switch::{Switch, SwitchSpec};
+use p4fleet_model::entries::Entry;
+use p4fleet_model::entries::WriteOp;
+use p4fleet_model::entries::bfrt::{BfrtOp, BfrtProgramMap, BfrtWriteHeader, bfrt_write_request};
+use p4fleet_model::entries::wire::{P4rtWriteHeader, p4rt_write_request};
 use p4fleet_proto::p4info::P4Info;
 use rbfrt::SwitchConnection;
 use rbfrt::table::{MatchValue, Request};
@@ -488,7 +488,7 @@ mod tests {
     /// the prost Update path (`write`) on both protocols, refusals included.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn write_ops_answer_like_the_update_path() {
-        use p4fleet::entries::{ByteStr, MatchValue};
+        use p4fleet_model::entries::{ByteStr, MatchValue};
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let (info, ids) = workload::firewall(&root.join("examples/firewall/p4info.txt")).unwrap();
         let json = std::fs::read(root.join("examples/firewall/bfrt.json")).unwrap();
@@ -534,7 +534,7 @@ mod tests {
         for e in &mut moved {
             e.action.params[0].value = ByteStr::new(&[7]);
         }
-        let md = p4fleet::sync::tag_metadata(9);
+        let md = p4fleet_model::sync::tag_metadata(9);
         // (ops, batch size, indexes refused)
         let steps: Vec<(Vec<WriteOp>, usize, Vec<usize>)> = vec![
             (

@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use anyhow::bail;
 use p4fleet::driver::WriteOptions;
-use p4fleet::entries::{Entry, TableSchema};
-use p4fleet::sync::{self, DeviceEntry};
-use p4fleet_crds::entry_set::{Atomicity, Ownership};
+use p4fleet_crds::entry_set::Atomicity;
+use p4fleet_model::entries::{Entry, TableSchema};
+use p4fleet_model::sync::{self, DeviceEntry, Ownership};
 use serde::{Deserialize, Serialize};
 
 use crate::alloc;

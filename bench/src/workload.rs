@@ -3,8 +3,8 @@
 //! i mod 512). Every path (Rust, rbfrt, Python) writes exactly these.
 
 use anyhow::{Context, anyhow};
-use p4fleet::entries::bfrt::{BfrtInfo, BfrtProgramMap};
-use p4fleet::entries::{
+use p4fleet_model::entries::bfrt::{BfrtInfo, BfrtProgramMap};
+use p4fleet_model::entries::{
     ActionCall, ActionParam, ByteStr, Entry, EntryKey, FieldMatch, MatchValue, TableSchema, WriteOp,
 };
 use p4fleet_proto::p4info::{self, P4Info};

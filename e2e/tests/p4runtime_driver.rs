@@ -6,11 +6,11 @@
 use std::time::Instant;
 
 use p4fleet::driver::{DriverPool, WriteOptions};
-use p4fleet::entries::{Entry, LineParser, TableSchema};
-use p4fleet::sync::{self, DeviceEntry};
-use p4fleet_crds::entry_set::{Atomicity, Ownership};
+use p4fleet_crds::entry_set::Atomicity;
 use p4fleet_crds::switch::{Switch, SwitchSpec};
 use p4fleet_emulator::{Emulator, EmulatorConfig};
+use p4fleet_model::entries::{Entry, LineParser, TableSchema};
+use p4fleet_model::sync::{self, DeviceEntry, Ownership};
 use p4fleet_proto::p4info::{self, P4Info};
 
 fn firewall() -> (P4Info, TableSchema) {

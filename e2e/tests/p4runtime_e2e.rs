@@ -22,11 +22,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
-use p4fleet::entries::{Entry, LineParser, Style, TableSchema, format_entries};
 use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root};
+use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, format_entries};
 use serde_json::{Value, json};
 
 /// Addresses of the shared child processes.

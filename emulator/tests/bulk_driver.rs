@@ -183,7 +183,7 @@ async fn driver_falls_back_without_bulk() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_entries_goes_bulk_from_the_entry_model() {
-    use p4fleet::entries::{
+    use p4fleet_model::entries::{
         ActionCall, ActionParam, ByteStr, Entry, EntryKey, FieldMatch, MatchValue,
     };
     let (addr, calls) = serve(true).await;

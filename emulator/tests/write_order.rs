@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use p4fleet::driver::{Device, DriverPool, WriteOptions};
-use p4fleet::entries::{Entry, TableSchema, WriteOp, parse_text};
 use p4fleet_crds::entry_set::Atomicity;
 use p4fleet_crds::switch::{Switch, SwitchSpec};
 use p4fleet_emulator::{Emulator, EmulatorConfig, LatencyProfile};
+use p4fleet_model::entries::{Entry, TableSchema, WriteOp, parse_text};
 use tonic::codegen::{BoxFuture, Service, http};
 use tonic::server::NamedService;
 

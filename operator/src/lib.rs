@@ -8,11 +8,10 @@
 pub mod cli;
 pub mod context;
 pub mod controllers;
+pub mod convert;
 pub mod driver;
-pub mod entries;
 pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod status;
-pub mod sync;
 pub mod telemetry;

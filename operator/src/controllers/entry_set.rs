@@ -3,7 +3,7 @@
 //! write only the difference in batches, and report what was achieved.
 //!
 //! Choices worth knowing:
-//! - Ownership is recorded on the device (see [`crate::sync`]): entries carry
+//! - Ownership is recorded on the device (see [`p4fleet_model::sync`]): entries carry
 //!   the set's tag in their P4Runtime `metadata`, so Merge deletes survive
 //!   restarts.
 //! - While a required ConfigMap is missing, nothing is deleted (the
@@ -43,10 +43,11 @@ use p4fleet_proto::p4info;
 use super::{Error, object_key, referrers, scoped_api, watcher_config, write_status};
 use crate::context::Context;
 use crate::controllers::program;
+use crate::convert;
 use crate::driver::{Device, DriverError, WriteOptions, WriteReport};
-use crate::entries::{Entry, EntryKey, LineParser, TableSchema, format_key, parse_inline};
 use crate::status::{merge_conditions, now_rfc3339, ready_from};
-use crate::sync::{self, DeviceEntry, Origin};
+use p4fleet_model::entries::{Entry, EntryKey, LineParser, TableSchema, format_key, parse_inline};
+use p4fleet_model::sync::{self, DeviceEntry, Origin};
 
 /// Finalizer that removes a deleted set's entries from its devices.
 pub const FINALIZER: &str = "p4fleet.dev/table-entries";
@@ -478,7 +479,12 @@ async fn sync_target(
         );
         remember_owned(memo_key, d.entries.iter().map(|e| e.key.clone()).collect());
     }
-    let mut plan = sync::plan(&d.entries, &on_device, set.spec.ownership, tag);
+    let mut plan = sync::plan(
+        &d.entries,
+        &on_device,
+        convert::ownership(set.spec.ownership),
+        tag,
+    );
     if !allow_deletes {
         plan.deletes.clear();
     }

@@ -4,7 +4,7 @@
 //! writes with per-update results decoded from `grpc-status-details-bin`.
 //!
 //! The rest of p4fleet speaks canonical P4Runtime entries; this driver
-//! translates them with [`crate::entries::bfrt::BfrtProgramMap`] (built in
+//! translates them with [`p4fleet_model::entries::bfrt::BfrtProgramMap`] (built in
 //! [`BfrtDevice::set_pipeline`] from the P4Info and the bfrt.json), so
 //! [`BfrtDevice::write_ops`], [`BfrtDevice::write`] and
 //! [`BfrtDevice::read_table`] have the same shapes as the P4Runtime
@@ -39,9 +39,9 @@ use super::order::OrderKey;
 use super::pipeline::{self, UpdateErrors};
 use super::raw::{self, BFRT_WRITE};
 use super::{Capabilities, DriverError, UpdateFailure, WriteOptions, WriteReport};
-use crate::entries::EntryError;
-use crate::entries::bfrt::{BfrtInfo, BfrtProgramMap, BfrtWriteHeader, bfrt_write_request};
-use crate::entries::{TableSchema, WriteOp};
+use p4fleet_model::entries::EntryError;
+use p4fleet_model::entries::bfrt::{BfrtInfo, BfrtProgramMap, BfrtWriteHeader, bfrt_write_request};
+use p4fleet_model::entries::{TableSchema, WriteOp};
 
 const SUBSCRIBE_WAIT: Duration = Duration::from_secs(10);
 
@@ -81,7 +81,7 @@ pub struct BfrtDevice {
     base_device_id: u64,
     client_id: u32,
     client: BfRuntimeClient<Channel>,
-    /// Writes encoded by [`crate::entries::bfrt::bfrt_write_request`].
+    /// Writes encoded by [`p4fleet_model::entries::bfrt::bfrt_write_request`].
     raw: tonic::client::Grpc<Channel>,
     sessions: channel::Sessions<Sub>,
     loaded: Mutex<HashMap<u64, Arc<Mutex<Loaded>>>>,

@@ -27,7 +27,7 @@ use p4fleet_proto::p4runtime::{
 };
 use tonic::transport::Channel;
 
-use crate::entries::{ActionCall, EntryKey, MatchValue, WriteOp};
+use p4fleet_model::entries::{ActionCall, EntryKey, MatchValue, WriteOp};
 
 use super::order::{self, OrderKey};
 use super::{UpdateFailure, WriteOptions, WriteReport};
@@ -730,7 +730,7 @@ impl BulkState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entries::Entry;
+    use p4fleet_model::entries::Entry;
 
     const INFO: &str = r#"
 tables {
@@ -833,7 +833,7 @@ actions { preamble { id: 11 name: "NoAction" } }
 
     #[test]
     fn entries_encode_like_their_updates() {
-        use crate::entries::{ActionCall, ActionParam, ByteStr, EntryKey, FieldMatch};
+        use p4fleet_model::entries::{ActionCall, ActionParam, ByteStr, EntryKey, FieldMatch};
         let e = Entry {
             key: EntryKey {
                 table_id: 1,

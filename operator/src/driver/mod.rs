@@ -32,8 +32,8 @@ use p4fleet_crds::switch::{Switch, SwitchProtocol};
 use p4fleet_proto::p4info::P4Info;
 use p4fleet_proto::p4runtime::{TableEntry, Update, update};
 
-pub use crate::entries::WriteOp;
 pub use bfrt::{BfrtDevice, TofinoPipeline};
+pub use p4fleet_model::entries::WriteOp;
 pub use p4runtime::P4RuntimeDevice;
 
 /// Errors at the driver boundary.
@@ -281,7 +281,7 @@ impl Device {
         &self,
         slot: u32,
         ty: update::Type,
-        entries: &[crate::entries::Entry],
+        entries: &[p4fleet_model::entries::Entry],
         opts: WriteOptions,
     ) -> Result<WriteReport, DriverError> {
         let ops: Vec<WriteOp> = entries.iter().map(|e| WriteOp::new(ty, e)).collect();

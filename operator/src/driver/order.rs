@@ -14,8 +14,8 @@ use futures::stream::FuturesUnordered;
 use p4fleet_proto::{bfrt, p4runtime as p4rt};
 use prost::Message;
 
-use crate::entries::WriteOp;
-use crate::entries::bfrt::BfrtOp;
+use p4fleet_model::entries::WriteOp;
+use p4fleet_model::entries::bfrt::BfrtOp;
 
 /// What identifies the entry an update touches, hashed. Equal keys give
 /// equal values; a collision only costs a wait.
@@ -157,7 +157,7 @@ mod tests {
 
     #[test]
     fn distinct_keys_or_one_in_flight_have_no_dependencies() {
-        let schema = crate::entries::TableSchema::from_p4info(
+        let schema = p4fleet_model::entries::TableSchema::from_p4info(
             &p4fleet_proto::p4info::parse_text(include_str!(
                 "../../../examples/firewall/p4info.txt"
             ))
@@ -166,7 +166,7 @@ mod tests {
         )
         .unwrap();
         let text = include_str!("../../../examples/firewall/entries.txt");
-        let entries = crate::entries::parse_text(&schema, text).unwrap();
+        let entries = p4fleet_model::entries::parse_text(&schema, text).unwrap();
         let ins: Vec<WriteOp> = entries.iter().map(WriteOp::insert).collect();
         assert!(ins.len() > 2);
         assert_eq!(batch_dependencies(ins.chunks(1), 4), vec![None; ins.len()]);

@@ -25,8 +25,8 @@ use super::order::OrderKey;
 use super::pipeline::{self, UpdateErrors};
 use super::raw::{self, P4RT_WRITE};
 use super::{Capabilities, DriverError, Target, WriteOptions, WriteReport};
-use crate::entries::WriteOp;
-use crate::entries::wire::{P4rtWriteHeader, p4rt_write_request};
+use p4fleet_model::entries::WriteOp;
+use p4fleet_model::entries::wire::{P4rtWriteHeader, p4rt_write_request};
 
 /// How long a request waits for this client to become primary.
 const PRIMARY_WAIT: Duration = Duration::from_secs(10);
@@ -47,7 +47,7 @@ pub struct P4RuntimeDevice {
     target: Target,
     election_id: Uint128,
     client: P4RuntimeClient<Channel>,
-    /// Writes encoded by [`crate::entries::wire`], on the same channel.
+    /// Writes encoded by [`p4fleet_model::entries::wire`], on the same channel.
     raw: tonic::client::Grpc<Channel>,
     sessions: channel::Sessions<Arbitration>,
     /// p4fleet's columnar bulk write, used when the target has it.
@@ -246,7 +246,7 @@ impl P4RuntimeDevice {
     }
 
     /// Writes `ops` to `slot`, encoded straight from the entries
-    /// ([`crate::entries::wire`]); see [`Self::write_rows`].
+    /// ([`p4fleet_model::entries::wire`]); see [`Self::write_rows`].
     pub async fn write_ops<'o>(
         &self,
         slot: u32,
@@ -332,7 +332,7 @@ impl P4RuntimeDevice {
         &self,
         slot: u32,
         ty: p4rt::update::Type,
-        entries: &[crate::entries::Entry],
+        entries: &[p4fleet_model::entries::Entry],
         opts: WriteOptions,
     ) -> Result<WriteReport, DriverError> {
         let ops: Vec<WriteOp> = entries.iter().map(|e| WriteOp::new(ty, e)).collect();

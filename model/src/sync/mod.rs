@@ -30,11 +30,20 @@
 
 use std::collections::HashMap;
 
-use p4fleet_crds::entry_set::Ownership;
 use p4fleet_proto::p4runtime::Update;
 use sha2::{Digest, Sha256};
 
 use crate::entries::{Entry, EntryKey, WriteOp};
+
+/// How a set shares its table with other writers (see the module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Ownership {
+    /// Only the set's own entries are changed or removed.
+    #[default]
+    Merge,
+    /// The set owns the table: entries it does not desire are removed.
+    Exclusive,
+}
 
 /// The ownership tag of a set (never 0, which means "untagged").
 pub fn set_tag(namespace: &str, name: &str) -> u64 {
