@@ -1,84 +1,121 @@
-//! Device drivers: one long-lived connection per Switch, shared by all
-//! reconcilers.
+//! p4fleet-client: table writes to P4 devices over P4Runtime or BFRT
+//! (Tofino), batched and pipelined, with one result per update.
 //!
-//! [`DriverPool::connect`] hands out an `Arc<Device>` per Switch name and
-//! reuses it while the Switch's endpoint, protocol and device id stay the
-//! same. Connections are lazy: the gRPC channel reconnects by itself, and a
-//! background task per device id keeps the arbitration stream open
-//! (re-arbitrating with backoff after a disconnect), so a write simply waits
-//! until this client is primary again.
+//! [`Device::connect`] takes a plain [`Target`] (endpoint, device id,
+//! protocol) and who this client is ([`Identity`]); it does no network I/O
+//! until first use. A background session per device id keeps the P4Runtime
+//! arbitration or the BFRT subscription open and re-opens it with backoff,
+//! so a call simply waits (bounded) until the device accepts this client.
 //!
-//! [`Device`] is an enum rather than a trait object so a BFRT variant can be
-//! added next to P4Runtime without boxing futures.
+//! Writes take [`WriteOp`]s that borrow entries of p4fleet's entry model
+//! ([`p4fleet_model`], re-exported as [`model`]) and encode the requests
+//! straight from them (no message per entry): [`Device::write_ops`] splits
+//! them into requests of `batch_size`, keeps `max_in_flight` requests in
+//! flight (updates of one entry stay in order), and reports each refused
+//! update at its index. On P4Runtime targets that serve p4fleet's columnar
+//! bulk write (docs/bulk.md) it is used by itself when it applies. BFRT
+//! devices get the same entries, translated while encoding.
 //!
-//! Slots: on a P4Runtime Switch, slot `n` is device id `spec.deviceId + n`
-//! (the emulator hosts several devices per process, so one endpoint can host
-//! several VirtualSwitches).
+//! Slots: slot `n` of a target is device id `device_id + n` (one endpoint
+//! may host several devices).
+//!
+//! The crate knows nothing of Kubernetes; the p4fleet operator maps its
+//! Switch resources onto [`Target`]s.
 
-pub mod bfrt;
-pub mod bulk;
+mod bfrt;
+mod bulk;
 mod channel;
+mod error;
 mod order;
-pub mod p4runtime;
+mod p4runtime;
 mod pipeline;
 mod raw;
+mod session;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::fmt;
 use std::time::Duration;
 
-use p4fleet_crds::entry_set::Atomicity;
-use p4fleet_crds::switch::{Switch, SwitchProtocol};
 use p4fleet_proto::p4info::P4Info;
-use p4fleet_proto::p4runtime::{TableEntry, Update, update};
+use p4fleet_proto::p4runtime::TableEntry;
 
 pub use bfrt::{BfrtDevice, TofinoPipeline};
-pub use p4fleet_model::entries::WriteOp;
+pub use error::Error;
+pub use p4fleet_model as model;
+pub use p4fleet_model::entries::{Atomicity, WriteOp};
 pub use p4runtime::P4RuntimeDevice;
 
-/// Errors at the driver boundary.
-#[derive(Debug, thiserror::Error)]
-pub enum DriverError {
-    #[error("invalid endpoint {endpoint:?}: {reason}")]
-    InvalidEndpoint { endpoint: String, reason: String },
-    #[error("{0} is not supported yet")]
-    Unsupported(String),
-    #[error("device {device_id} at {endpoint} is unreachable: {reason}")]
-    Unreachable {
-        endpoint: String,
-        device_id: u64,
-        reason: String,
-    },
-    #[error("not primary for device {device_id}: {reason}")]
-    NotPrimary { device_id: u64, reason: String },
-    #[error("{rpc} on device {device_id} failed: {status}")]
-    Rpc {
-        rpc: &'static str,
-        device_id: u64,
-        status: Box<tonic::Status>,
-    },
-    #[error("device {device_id} sent an invalid answer: {reason}")]
-    Protocol { device_id: u64, reason: String },
+/// The protocol a device speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// P4Runtime (`p4.v1.P4Runtime`): bmv2, DPDK, FPGA targets, the emulator.
+    P4Runtime,
+    /// BFRT (`bfrt_proto.BfRuntime`): Tofino.
+    Bfrt,
 }
 
-impl DriverError {
-    /// Whether retrying later may help (connection or arbitration trouble),
-    /// as opposed to a request the device will always refuse.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            DriverError::Unreachable { .. } | DriverError::NotPrimary { .. } => true,
-            DriverError::Rpc { status, .. } => matches!(
-                status.code(),
-                tonic::Code::Unavailable
-                    | tonic::Code::DeadlineExceeded
-                    | tonic::Code::PermissionDenied
-                    | tonic::Code::Unknown
-                    | tonic::Code::Aborted
-                    | tonic::Code::ResourceExhausted
-            ),
-            _ => false,
+/// Mutual TLS material (PEM). Not implemented yet: a [`Target`] with TLS
+/// settings is refused with [`Error::TlsUnsupported`].
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct TlsSettings {
+    pub ca_pem: Vec<u8>,
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+}
+
+impl fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print the key.
+        f.debug_struct("TlsSettings")
+            .field("ca_pem", &format_args!("{} bytes", self.ca_pem.len()))
+            .field("cert_pem", &format_args!("{} bytes", self.cert_pem.len()))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a device is: what identifies a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// `host:port`.
+    pub endpoint: String,
+    /// Device id of slot 0.
+    pub device_id: u64,
+    pub protocol: Protocol,
+    /// None: plaintext.
+    pub tls: Option<TlsSettings>,
+}
+
+impl Target {
+    /// A plaintext P4Runtime target.
+    pub fn p4runtime(endpoint: impl Into<String>, device_id: u64) -> Target {
+        Target {
+            endpoint: endpoint.into(),
+            device_id,
+            protocol: Protocol::P4Runtime,
+            tls: None,
         }
     }
+
+    /// A plaintext BFRT target.
+    pub fn bfrt(endpoint: impl Into<String>, device_id: u64) -> Target {
+        Target {
+            protocol: Protocol::Bfrt,
+            ..Target::p4runtime(endpoint, device_id)
+        }
+    }
+
+    /// Device id of a slot.
+    pub fn device_id(&self, slot: u32) -> u64 {
+        self.device_id + u64::from(slot)
+    }
+}
+
+/// Who this client is to a device. P4Runtime makes the client with the
+/// highest election id primary (the only one allowed to write); BFRT tells
+/// clients apart by client id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    pub election_id: u128,
+    pub client_id: u32,
 }
 
 /// What a device reports about itself.
@@ -112,21 +149,10 @@ impl Default for WriteOptions {
     }
 }
 
-impl From<&p4fleet_crds::entry_set::WriteOptions> for WriteOptions {
-    fn from(w: &p4fleet_crds::entry_set::WriteOptions) -> Self {
-        WriteOptions {
-            batch_size: w.batch_size.max(1) as usize,
-            max_in_flight: w.max_in_flight.max(1) as usize,
-            atomicity: w.atomicity,
-        }
-    }
-}
-
 /// One update the device refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpdateFailure {
-    /// Index of the update in the ops (or `updates`) given to
-    /// [`Device::write_ops`] ([`Device::write`]).
+    /// Index of the update in the ops given to [`Device::write_ops`].
     pub index: usize,
     /// gRPC canonical code (`tonic::Code` as i32).
     pub code: i32,
@@ -183,23 +209,37 @@ impl WriteReport {
     }
 }
 
-/// A connection to one Switch.
+/// A connection to one device (all its slots).
+///
+/// An enum rather than a trait object, so its async methods need no boxing.
 pub enum Device {
     P4Runtime(P4RuntimeDevice),
     Bfrt(BfrtDevice),
 }
 
 impl Device {
-    /// The Switch name this device was connected for.
-    pub fn name(&self) -> &str {
+    /// A lazy connection to `target`: nothing is dialed until first use.
+    /// Must be called inside a tokio runtime. Refuses TLS settings (not
+    /// implemented yet) and endpoints that are not `host:port`.
+    pub fn connect(target: Target, identity: Identity) -> Result<Device, Error> {
+        Ok(match target.protocol {
+            Protocol::P4Runtime => {
+                Device::P4Runtime(P4RuntimeDevice::connect(target, identity.election_id)?)
+            }
+            Protocol::Bfrt => Device::Bfrt(BfrtDevice::connect(target, identity.client_id)?),
+        })
+    }
+
+    /// The target this connection was made for.
+    pub fn target(&self) -> &Target {
         match self {
-            Device::P4Runtime(d) => d.name(),
-            Device::Bfrt(d) => d.name(),
+            Device::P4Runtime(d) => d.target(),
+            Device::Bfrt(d) => d.target(),
         }
     }
 
     /// Asks the device what it supports; also the reachability probe.
-    pub async fn capabilities(&self) -> Result<Capabilities, DriverError> {
+    pub async fn capabilities(&self) -> Result<Capabilities, Error> {
         match self {
             Device::P4Runtime(d) => d.capabilities().await,
             Device::Bfrt(d) => d.capabilities().await,
@@ -215,11 +255,11 @@ impl Device {
         p4info: &P4Info,
         device_config: Vec<u8>,
         cookie: u64,
-    ) -> Result<bool, DriverError> {
+    ) -> Result<bool, Error> {
         match self {
             Device::P4Runtime(d) => d.set_pipeline(slot, p4info, device_config, cookie).await,
-            Device::Bfrt(_) => Err(DriverError::Unsupported(
-                "a P4Runtime device config on a BFRT switch (use the Tofino artifacts)".into(),
+            Device::Bfrt(_) => Err(Error::Unsupported(
+                "a P4Runtime device config on a BFRT device (use the Tofino artifacts)",
             )),
         }
     }
@@ -231,23 +271,23 @@ impl Device {
         slot: u32,
         p4info: &P4Info,
         pipeline: &TofinoPipeline,
-    ) -> Result<bool, DriverError> {
+    ) -> Result<bool, Error> {
         match self {
             Device::Bfrt(d) => d.set_pipeline(slot, p4info, pipeline).await,
-            Device::P4Runtime(_) => Err(DriverError::Unsupported(
-                "Tofino artifacts on a P4Runtime switch".into(),
-            )),
+            Device::P4Runtime(_) => {
+                Err(Error::Unsupported("Tofino artifacts on a P4Runtime device"))
+            }
         }
     }
 
-    /// Whether entries keep the `metadata` bytes p4fleet writes (and read
-    /// them back): TableEntrySet ownership relies on it where available.
+    /// Whether entries keep the `metadata` bytes a writer sets (and read
+    /// them back): P4Runtime does, BFRT does not.
     pub fn stores_entry_metadata(&self) -> bool {
         matches!(self, Device::P4Runtime(_))
     }
 
     /// The cookie of the pipeline loaded in `slot`, if any.
-    pub async fn pipeline_cookie(&self, slot: u32) -> Result<Option<u64>, DriverError> {
+    pub async fn pipeline_cookie(&self, slot: u32) -> Result<Option<u64>, Error> {
         match self {
             Device::P4Runtime(d) => d.pipeline_cookie(slot).await,
             // BFRT has no cookie; set_tofino_pipeline compares artifacts.
@@ -261,162 +301,68 @@ impl Device {
     /// request); partial failures are in the report. The requests are
     /// encoded straight from the borrowed entries (no prost message per
     /// entry); on P4Runtime, p4fleet's bulk write is used when the target
-    /// has it and the ops are of one table and update type. This is the
-    /// operator's write path.
+    /// has it and the ops are of one table and update type.
     pub async fn write_ops(
         &self,
         slot: u32,
         ops: &[WriteOp<'_>],
         opts: WriteOptions,
-    ) -> Result<WriteReport, DriverError> {
+    ) -> Result<WriteReport, Error> {
         match self {
             Device::P4Runtime(d) => d.write_ops(slot, ops, opts).await,
             Device::Bfrt(d) => d.write_ops(slot, ops, opts).await,
         }
     }
 
-    /// [`Device::write_ops`] for entries written with one update type
-    /// (DELETE sends only their keys).
-    pub async fn write_entries(
-        &self,
-        slot: u32,
-        ty: update::Type,
-        entries: &[p4fleet_model::entries::Entry],
-        opts: WriteOptions,
-    ) -> Result<WriteReport, DriverError> {
-        let ops: Vec<WriteOp> = entries.iter().map(|e| WriteOp::new(ty, e)).collect();
-        self.write_ops(slot, &ops, opts).await
-    }
-
-    /// Writes prost `updates` (anything P4Runtime can express, e.g. default
-    /// entries) in batches, pipelined; per-update results as
-    /// [`Device::write_ops`], which is the faster path for table entries.
-    pub async fn write(
-        &self,
-        slot: u32,
-        updates: Vec<Update>,
-        opts: WriteOptions,
-    ) -> Result<WriteReport, DriverError> {
-        match self {
-            Device::P4Runtime(d) => d.write(slot, updates, opts).await,
-            Device::Bfrt(d) => d.write(slot, updates, opts).await,
-        }
-    }
-
-    /// Every entry of one table (`table_id` 0: every table) in `slot`.
-    pub async fn read_table(
-        &self,
-        slot: u32,
-        table_id: u32,
-    ) -> Result<Vec<TableEntry>, DriverError> {
+    /// Every entry of one table (`table_id` 0: every table) in `slot`, in
+    /// canonical P4Runtime form (BFRT entries translated back).
+    pub async fn read_table(&self, slot: u32, table_id: u32) -> Result<Vec<TableEntry>, Error> {
         match self {
             Device::P4Runtime(d) => d.read_table(slot, table_id).await,
             Device::Bfrt(d) => d.read_table(slot, table_id).await,
         }
     }
-
-    /// Whether this connection was made for the same endpoint and identity.
-    fn same_target(&self, t: &Target) -> bool {
-        match self {
-            Device::P4Runtime(d) => d.target() == t,
-            Device::Bfrt(d) => {
-                t.protocol == SwitchProtocol::Bfrt
-                    && d.endpoint() == t.endpoint
-                    && d.device_id(0) == t.device_id
-            }
-        }
-    }
 }
 
-/// What identifies a connection: a change means a new one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Target {
-    pub endpoint: String,
-    pub device_id: u64,
-    pub protocol: SwitchProtocol,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Connections to devices, keyed by Switch name.
-pub struct DriverPool {
-    devices: Mutex<HashMap<String, Arc<Device>>>,
-    election_low: u64,
-}
-
-impl Default for DriverPool {
-    fn default() -> Self {
-        DriverPool::new()
-    }
-}
-
-impl DriverPool {
-    /// A pool whose connections claim primary with election id
-    /// `(0, unix seconds of start)`: a newer operator replica (after a
-    /// leader change) outranks the old one.
-    pub fn new() -> Self {
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(1);
-        DriverPool::with_election_id(secs.max(1))
-    }
-
-    /// A pool with an explicit election id low word (tests, tools).
-    pub fn with_election_id(low: u64) -> Self {
-        DriverPool {
-            devices: Mutex::new(HashMap::new()),
-            election_low: low,
-        }
-    }
-
-    /// The device for this Switch, connecting (lazily) on first use or when
-    /// its endpoint, protocol or device id changed. Does no network I/O;
-    /// call [`Device::capabilities`] to probe reachability.
-    pub fn connect(&self, sw: &Switch) -> Result<Arc<Device>, DriverError> {
-        let name = sw.metadata.name.clone().unwrap_or_default();
-        let target = Target {
-            endpoint: sw.spec.endpoint.clone(),
-            device_id: sw.spec.device_id,
-            protocol: sw.spec.effective_protocol(),
+    #[tokio::test]
+    async fn tls_and_bad_endpoints_are_refused_before_any_io() {
+        let id = Identity {
+            election_id: 1,
+            client_id: 1,
         };
-        let mut devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(d) = devices.get(&name)
-            && d.same_target(&target)
-        {
-            return Ok(d.clone());
+        for protocol in [Protocol::P4Runtime, Protocol::Bfrt] {
+            let mut t = Target {
+                protocol,
+                ..Target::p4runtime("127.0.0.1:9559", 1)
+            };
+            let d = Device::connect(t.clone(), id).unwrap();
+            assert_eq!(d.target(), &t);
+            assert_eq!(d.stores_entry_metadata(), protocol == Protocol::P4Runtime);
+            t.tls = Some(TlsSettings::default());
+            assert!(matches!(
+                Device::connect(t.clone(), id),
+                Err(Error::TlsUnsupported)
+            ));
+            t.tls = None;
+            t.endpoint = "not an endpoint".into();
+            assert!(matches!(
+                Device::connect(t, id),
+                Err(Error::InvalidEndpoint { .. })
+            ));
         }
-        if sw.spec.tls_secret_ref.is_some() {
-            return Err(DriverError::Unsupported("TLS to switches".into()));
-        }
-        let dev = match target.protocol {
-            SwitchProtocol::P4Runtime => Device::P4Runtime(P4RuntimeDevice::new(
-                name.clone(),
-                target,
-                self.election_low,
-            )?),
-            // BFRT client ids are small integers; keep the low bits of the
-            // election id so a newer operator still differs from an old one.
-            SwitchProtocol::Bfrt => Device::Bfrt(BfrtDevice::new(
-                name.clone(),
-                target.endpoint.clone(),
-                target.device_id,
-                (self.election_low & 0xffff) as u32,
-            )?),
+        assert_eq!(Target::bfrt("h:1", 4).device_id(2), 6);
+    }
+
+    #[test]
+    fn tls_keys_are_not_printed() {
+        let tls = TlsSettings {
+            key_pem: b"SECRET".to_vec(),
+            ..Default::default()
         };
-        let dev = Arc::new(dev);
-        devices.insert(name, dev.clone());
-        Ok(dev)
-    }
-
-    /// The existing device of a Switch, if connected.
-    pub fn get(&self, name: &str) -> Option<Arc<Device>> {
-        let devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
-        devices.get(name).cloned()
-    }
-
-    /// Drops the connection of a Switch (deleted or changed). Background
-    /// tasks end once the last `Arc<Device>` is gone.
-    pub fn forget(&self, name: &str) {
-        let mut devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
-        devices.remove(name);
+        assert!(!format!("{tls:?}").contains("SECRET"));
     }
 }

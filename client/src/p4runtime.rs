@@ -1,90 +1,125 @@
-//! P4Runtime driver: one tonic channel per Switch, one arbitration stream
-//! per device id (slot), batched and pipelined writes with per-update
-//! results decoded from the `grpc-status-details-bin` trailer.
+//! P4Runtime: one tonic channel per target, one arbitration stream per
+//! device id (slot), batched and pipelined writes with per-update results
+//! decoded from the `grpc-status-details-bin` trailer, and p4fleet's bulk
+//! write where the target serves it.
 
 use std::time::Duration;
 
-use p4fleet_crds::entry_set::Atomicity;
+use p4fleet_model::entries::WriteOp;
+use p4fleet_model::entries::wire::{P4rtWriteHeader, p4rt_write_request};
 use p4fleet_proto::p4info::P4Info;
 use p4fleet_proto::p4runtime::p4_runtime_client::P4RuntimeClient;
 use p4fleet_proto::p4runtime::{
     self as p4rt, CapabilitiesRequest, Entity, ForwardingPipelineConfig,
     GetForwardingPipelineConfigRequest, MasterArbitrationUpdate, ReadRequest,
-    SetForwardingPipelineConfigRequest, StreamMessageRequest, TableEntry, Uint128, Update,
-    WriteRequest, entity, forwarding_pipeline_config, get_forwarding_pipeline_config_request,
+    SetForwardingPipelineConfigRequest, StreamMessageRequest, StreamMessageResponse, TableEntry,
+    Uint128, entity, forwarding_pipeline_config, get_forwarding_pipeline_config_request,
     set_forwarding_pipeline_config_request, stream_message_request, stream_message_response,
-    write_request,
 };
-use prost::Message;
-use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
-use super::channel::{self, BACKOFF_MAX, BACKOFF_MIN, MAX_MESSAGE};
-use super::order::OrderKey;
-use super::pipeline::{self, UpdateErrors};
-use super::raw::{self, P4RT_WRITE};
-use super::{Capabilities, DriverError, Target, WriteOptions, WriteReport};
-use p4fleet_model::entries::WriteOp;
-use p4fleet_model::entries::wire::{P4rtWriteHeader, p4rt_write_request};
+use crate::bulk::BulkState;
+use crate::channel::{self, MAX_MESSAGE};
+use crate::pipeline::{self, UpdateErrors};
+use crate::raw::{self, P4RT_WRITE};
+use crate::session::{self, Sessions};
+use crate::{Capabilities, Error, Target, WriteOptions, WriteReport};
 
 /// How long a request waits for this client to become primary.
 const PRIMARY_WAIT: Duration = Duration::from_secs(10);
 
-/// Arbitration state of one device id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Arbitration {
-    /// Stream not (yet) established.
-    Connecting(String),
-    Primary,
-    /// Another controller is primary (or no primary and we are not it).
-    Backup(String),
+/// The arbitration stream of a device id: primary when the device answers
+/// with OK and this client's election id.
+#[derive(Clone)]
+struct Arbitration {
+    client: P4RuntimeClient<Channel>,
+    election_id: Uint128,
 }
 
-/// A P4Runtime connection to one Switch.
+impl session::Stream for Arbitration {
+    type Request = StreamMessageRequest;
+    type Response = StreamMessageResponse;
+    const NAME: &'static str = "arbitration";
+
+    fn hello(&self, device_id: u64) -> StreamMessageRequest {
+        StreamMessageRequest {
+            update: Some(stream_message_request::Update::Arbitration(
+                MasterArbitrationUpdate {
+                    device_id,
+                    role: None,
+                    election_id: Some(self.election_id),
+                    status: None,
+                },
+            )),
+        }
+    }
+
+    async fn open(
+        &self,
+        requests: ReceiverStream<StreamMessageRequest>,
+    ) -> Result<tonic::Streaming<StreamMessageResponse>, tonic::Status> {
+        let mut client = self.client.clone();
+        Ok(client.stream_channel(requests).await?.into_inner())
+    }
+
+    fn answer(&self, m: StreamMessageResponse) -> Option<Result<(), String>> {
+        let Some(stream_message_response::Update::Arbitration(a)) = m.update else {
+            return None;
+        };
+        let primary = a.status.as_ref().is_some_and(|s| s.code == 0)
+            && a.election_id == Some(self.election_id);
+        Some(if primary {
+            Ok(())
+        } else {
+            let msg = a.status.map(|s| s.message).unwrap_or_default();
+            Err(format!(
+                "primary has election id {:?}: {msg}",
+                a.election_id.map(|e| (e.high, e.low))
+            ))
+        })
+    }
+}
+
+/// A P4Runtime connection to one target.
 pub struct P4RuntimeDevice {
-    name: String,
     target: Target,
     election_id: Uint128,
     client: P4RuntimeClient<Channel>,
     /// Writes encoded by [`p4fleet_model::entries::wire`], on the same channel.
     raw: tonic::client::Grpc<Channel>,
-    sessions: channel::Sessions<Arbitration>,
+    sessions: Sessions<Arbitration>,
     /// p4fleet's columnar bulk write, used when the target has it.
-    bulk: Box<super::bulk::BulkState>,
+    bulk: Box<BulkState>,
 }
 
 impl P4RuntimeDevice {
     /// A lazy connection (must be called inside a tokio runtime).
-    pub(crate) fn new(
-        name: String,
-        target: Target,
-        election_low: u64,
-    ) -> Result<Self, DriverError> {
-        let channel = channel::connect_lazy(&target.endpoint)?;
-        let bulk = Box::new(super::bulk::BulkState::new(channel.clone(), MAX_MESSAGE));
+    pub(crate) fn connect(target: Target, election_id: u128) -> Result<Self, Error> {
+        let channel = channel::connect_lazy(&target)?;
+        let bulk = Box::new(BulkState::new(channel.clone(), MAX_MESSAGE));
         let raw = tonic::client::Grpc::new(channel.clone())
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
         let client = P4RuntimeClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
+        let election_id = Uint128 {
+            high: (election_id >> 64) as u64,
+            low: election_id as u64,
+        };
+        let arbitration = Arbitration {
+            client: client.clone(),
+            election_id,
+        };
         Ok(P4RuntimeDevice {
-            name,
+            sessions: Sessions::new(arbitration, &target.endpoint),
             target,
-            election_id: Uint128 {
-                high: 0,
-                low: election_low,
-            },
+            election_id,
             client,
             raw,
-            sessions: channel::Sessions::new(),
             bulk,
         })
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
     }
 
     /// Turns the automatic use of p4fleet's bulk write on (the default) or
@@ -93,32 +128,15 @@ impl P4RuntimeDevice {
         self.bulk.set_enabled(on);
     }
 
-    pub(crate) fn target(&self) -> &Target {
+    pub fn target(&self) -> &Target {
         &self.target
     }
 
-    /// Device id of a slot.
-    pub fn device_id(&self, slot: u32) -> u64 {
-        self.target.device_id + u64::from(slot)
+    fn rpc_error(&self, rpc: &'static str, device_id: u64, status: tonic::Status) -> Error {
+        Error::rpc(&self.target.endpoint, rpc, device_id, status)
     }
 
-    fn rpc_error(&self, rpc: &'static str, device_id: u64, status: tonic::Status) -> DriverError {
-        if status.code() == tonic::Code::Unavailable {
-            DriverError::Unreachable {
-                endpoint: self.target.endpoint.clone(),
-                device_id,
-                reason: status.message().to_string(),
-            }
-        } else {
-            DriverError::Rpc {
-                rpc,
-                device_id,
-                status: Box::new(status),
-            }
-        }
-    }
-
-    pub async fn capabilities(&self) -> Result<Capabilities, DriverError> {
+    pub async fn capabilities(&self) -> Result<Capabilities, Error> {
         let resp = self
             .client
             .clone()
@@ -132,35 +150,19 @@ impl P4RuntimeDevice {
         })
     }
 
-    /// Starts (once) the arbitration task of `device_id` and waits until
-    /// this client is primary there.
-    async fn wait_primary(&self, device_id: u64) -> Result<Uint128, DriverError> {
-        let mut rx = self.sessions.watch(
-            device_id,
-            Arbitration::Connecting("starting".into()),
-            |tx| arbitrate(self.client.clone(), device_id, self.election_id, tx),
-        );
-        let primary =
-            tokio::time::timeout(PRIMARY_WAIT, rx.wait_for(|a| *a == Arbitration::Primary))
-                .await
-                .is_ok_and(|r| r.is_ok());
-        if primary {
-            return Ok(self.election_id);
-        }
-        let last = rx.borrow().clone();
-        match last {
-            Arbitration::Primary => Ok(self.election_id),
-            Arbitration::Connecting(reason) => Err(DriverError::Unreachable {
-                endpoint: self.target.endpoint.clone(),
-                device_id,
-                reason,
-            }),
-            Arbitration::Backup(reason) => Err(DriverError::NotPrimary { device_id, reason }),
-        }
+    /// Starts (once) the arbitration of `device_id` and waits until this
+    /// client is primary there (a backup may become primary meanwhile).
+    async fn wait_primary(&self, device_id: u64) -> Result<Uint128, Error> {
+        self.sessions
+            .wait(device_id, PRIMARY_WAIT, |s| {
+                matches!(s, session::State::Accepted(_))
+            })
+            .await?;
+        Ok(self.election_id)
     }
 
-    pub async fn pipeline_cookie(&self, slot: u32) -> Result<Option<u64>, DriverError> {
-        let device_id = self.device_id(slot);
+    pub async fn pipeline_cookie(&self, slot: u32) -> Result<Option<u64>, Error> {
+        let device_id = self.target.device_id(slot);
         let req = GetForwardingPipelineConfigRequest {
             device_id,
             response_type: get_forwarding_pipeline_config_request::ResponseType::CookieOnly as i32,
@@ -195,8 +197,8 @@ impl P4RuntimeDevice {
         p4info: &P4Info,
         device_config: Vec<u8>,
         cookie: u64,
-    ) -> Result<bool, DriverError> {
-        let device_id = self.device_id(slot);
+    ) -> Result<bool, Error> {
+        let device_id = self.target.device_id(slot);
         self.bulk.set_schema(slot, p4info);
         if self.pipeline_cookie(slot).await? == Some(cookie) {
             return Ok(false);
@@ -221,67 +223,25 @@ impl P4RuntimeDevice {
         Ok(true)
     }
 
-    /// Writes prost `updates` to `slot` (anything P4Runtime can express),
-    /// in batches, pipelined; see [`Self::write_rows`].
-    pub async fn write(
+    /// Writes `ops` to `slot`: through p4fleet's bulk write when
+    /// [`BulkState::try_write`] applies (one table, one update type), else
+    /// as standard Write requests of `batch_size` ops, each encoded straight
+    /// from the entries ([`p4fleet_model::entries::wire`]) when the pipeline
+    /// pulls it (so encoding the next request overlaps the device's work on
+    /// this one) and sent pre-encoded, up to `max_in_flight` at once.
+    /// Per-update results as reported by the target, at the ops' indexes.
+    pub async fn write_ops(
         &self,
         slot: u32,
-        updates: Vec<Update>,
+        ops: &[WriteOp<'_>],
         opts: WriteOptions,
-    ) -> Result<WriteReport, DriverError> {
-        self.write_rows(slot, updates, opts, |h, batch| {
-            WriteRequest {
-                device_id: h.device_id,
-                election_id: Some(Uint128 {
-                    high: h.election_id.0,
-                    low: h.election_id.1,
-                }),
-                updates: batch,
-                atomicity: h.atomicity,
-                ..Default::default()
-            }
-            .encode_to_vec()
-        })
-        .await
-    }
-
-    /// Writes `ops` to `slot`, encoded straight from the entries
-    /// ([`p4fleet_model::entries::wire`]); see [`Self::write_rows`].
-    pub async fn write_ops<'o>(
-        &self,
-        slot: u32,
-        ops: &[WriteOp<'o>],
-        opts: WriteOptions,
-    ) -> Result<WriteReport, DriverError> {
-        self.write_rows(slot, ops.to_vec(), opts, |h, batch| {
-            p4rt_write_request(h, &batch)
-        })
-        .await
-    }
-
-    /// The one write path: through p4fleet's bulk write when
-    /// [`super::bulk`] applies (one table, one update type), else as
-    /// standard Write requests of `batch_size` rows, each encoded by
-    /// `encode` when the pipeline pulls it (so encoding the next request
-    /// overlaps the device's work on this one) and sent pre-encoded, up to
-    /// `max_in_flight` at once. Per-update results as reported by the
-    /// target, at the caller's indexes.
-    async fn write_rows<U>(
-        &self,
-        slot: u32,
-        rows: Vec<U>,
-        opts: WriteOptions,
-        encode: impl Fn(&P4rtWriteHeader, Vec<U>) -> Vec<u8>,
-    ) -> Result<WriteReport, DriverError>
-    where
-        U: super::bulk::Row + OrderKey,
-    {
-        let device_id = self.device_id(slot);
+    ) -> Result<WriteReport, Error> {
+        let device_id = self.target.device_id(slot);
         let mut report = WriteReport {
-            updates: rows.len(),
+            updates: ops.len(),
             ..Default::default()
         };
-        if rows.is_empty() {
+        if ops.is_empty() {
             return Ok(report);
         }
         let election_id = self.wait_primary(device_id).await?;
@@ -292,7 +252,7 @@ impl P4RuntimeDevice {
                 slot,
                 device_id,
                 election_id,
-                &rows,
+                ops,
                 opts,
                 &mut report,
             )
@@ -303,20 +263,20 @@ impl P4RuntimeDevice {
         let header = P4rtWriteHeader {
             device_id,
             election_id: (election_id.high, election_id.low),
-            atomicity: atomicity(opts.atomicity),
+            atomicity: opts.atomicity,
         };
-        let (grpc, header, encode) = (&self.raw, &header, &encode);
-        let send = |batch: Vec<U>| {
-            let body = encode(header, batch).into();
+        let (grpc, header) = (&self.raw, &header);
+        let send = |batch: Vec<WriteOp>| {
+            let body = p4rt_write_request(header, &batch).into();
             let mut grpc = grpc.clone();
             async move {
                 raw::unary::<p4rt::WriteResponse>(&mut grpc, P4RT_WRITE, body)
                     .await
-                    .map(drop)
+                    .map(|_| UpdateErrors::new())
             }
         };
         pipeline::write_pipelined(
-            rows.into_iter().enumerate(),
+            ops.iter().copied().enumerate(),
             opts,
             &mut report,
             send,
@@ -326,25 +286,8 @@ impl P4RuntimeDevice {
         Ok(report)
     }
 
-    /// Writes entries of p4fleet's entry model with one update type (see
-    /// [`Self::write_ops`]).
-    pub async fn write_entries(
-        &self,
-        slot: u32,
-        ty: p4rt::update::Type,
-        entries: &[p4fleet_model::entries::Entry],
-        opts: WriteOptions,
-    ) -> Result<WriteReport, DriverError> {
-        let ops: Vec<WriteOp> = entries.iter().map(|e| WriteOp::new(ty, e)).collect();
-        self.write_ops(slot, &ops, opts).await
-    }
-
-    pub async fn read_table(
-        &self,
-        slot: u32,
-        table_id: u32,
-    ) -> Result<Vec<TableEntry>, DriverError> {
-        let device_id = self.device_id(slot);
+    pub async fn read_table(&self, slot: u32, table_id: u32) -> Result<Vec<TableEntry>, Error> {
+        let device_id = self.target.device_id(slot);
         let req = ReadRequest {
             device_id,
             entities: vec![Entity {
@@ -377,82 +320,9 @@ impl P4RuntimeDevice {
     }
 }
 
-fn atomicity(a: Atomicity) -> i32 {
-    (match a {
-        Atomicity::ContinueOnError => write_request::Atomicity::ContinueOnError,
-        Atomicity::RollbackOnError => write_request::Atomicity::RollbackOnError,
-        Atomicity::DataplaneAtomic => write_request::Atomicity::DataplaneAtomic,
-    }) as i32
-}
-
 /// Per-update errors of a failed P4Runtime Write (`p4.v1.Error` details).
-pub fn decode_update_errors(status: &tonic::Status, n: usize) -> Option<UpdateErrors> {
+fn decode_update_errors(status: &tonic::Status, n: usize) -> Option<UpdateErrors> {
     pipeline::decode_update_errors::<p4rt::Error>(status, n)
-}
-
-/// Keeps the arbitration stream of one device id open, re-arbitrating with
-/// backoff after any disconnect, and publishes the state. Ends when every
-/// receiver is gone.
-async fn arbitrate(
-    client: P4RuntimeClient<Channel>,
-    device_id: u64,
-    election_id: Uint128,
-    state: watch::Sender<Arbitration>,
-) {
-    let mut backoff = BACKOFF_MIN;
-    loop {
-        let (tx, rx) = mpsc::channel(4);
-        let hello = StreamMessageRequest {
-            update: Some(stream_message_request::Update::Arbitration(
-                MasterArbitrationUpdate {
-                    device_id,
-                    role: None,
-                    election_id: Some(election_id),
-                    status: None,
-                },
-            )),
-        };
-        // Cannot fail: the receiver is alive and the buffer empty.
-        let _ = tx.send(hello).await;
-        let reason = match client.clone().stream_channel(ReceiverStream::new(rx)).await {
-            Err(s) => format!("{:?}: {}", s.code(), s.message()),
-            Ok(resp) => {
-                let mut stream = resp.into_inner();
-                loop {
-                    match stream.message().await {
-                        Ok(Some(m)) => {
-                            if let Some(stream_message_response::Update::Arbitration(a)) = m.update
-                            {
-                                let ok = a.status.as_ref().is_some_and(|s| s.code == 0)
-                                    && a.election_id == Some(election_id);
-                                let next = if ok {
-                                    backoff = BACKOFF_MIN;
-                                    Arbitration::Primary
-                                } else {
-                                    let msg = a.status.map(|s| s.message).unwrap_or_default();
-                                    Arbitration::Backup(format!(
-                                        "primary has election id {:?}: {msg}",
-                                        a.election_id.map(|e| (e.high, e.low))
-                                    ))
-                                };
-                                state.send_replace(next);
-                            }
-                        }
-                        Ok(None) => break "arbitration stream closed".to_string(),
-                        Err(s) => break format!("{:?}: {}", s.code(), s.message()),
-                    }
-                }
-            }
-        };
-        drop(tx);
-        state.send_replace(Arbitration::Connecting(reason.clone()));
-        if state.is_closed() {
-            return;
-        }
-        tracing::debug!(device_id, %reason, ?backoff, "re-arbitrating");
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(BACKOFF_MAX);
-    }
 }
 
 #[cfg(test)]

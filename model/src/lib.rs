@@ -13,5 +13,8 @@
 //! The crate knows nothing of Kubernetes, gRPC transports or async
 //! runtimes: its Cargo.toml lists none, so the compiler holds the line.
 //! p4fleet-client (device I/O) and the operator build on it.
+
+pub mod bulk;
 pub mod entries;
+pub mod p4info;
 pub mod sync;

@@ -73,7 +73,7 @@ pub struct TableSchema {
 }
 
 /// `full` is `name`, or ends with `.name`.
-fn name_matches(full: &str, name: &str) -> bool {
+pub(crate) fn name_matches(full: &str, name: &str) -> bool {
     full == name
         || (full.len() > name.len()
             && full.ends_with(name)

@@ -101,7 +101,7 @@ pub fn slots_in_use(switch: &str, vss: &[VirtualSwitch]) -> Vec<SlotUse> {
 }
 
 /// Outcome of probing the device.
-pub type Probe = Result<crate::driver::Capabilities, String>;
+pub type Probe = Result<p4fleet_client::Capabilities, String>;
 
 /// The pure middle: spec, probe result and VirtualSwitches in; status out
 /// (conditions not yet merged).
@@ -164,7 +164,7 @@ pub fn build_status(
 
 /// Connects (once, shared) and asks the device for its capabilities.
 async fn probe(ctx: &Context, sw: &Switch) -> Probe {
-    let dev = ctx.drivers.connect(sw).map_err(|e| e.to_string())?;
+    let dev = ctx.devices.connect(sw).map_err(|e| e.to_string())?;
     match tokio::time::timeout(PROBE_TIMEOUT, dev.capabilities()).await {
         Ok(Ok(c)) => Ok(c),
         Ok(Err(e)) => Err(e.to_string()),
@@ -269,7 +269,7 @@ mod tests {
             vs("b", "y", "sw1", 0),
             vs("a", "z", "other", 0),
         ];
-        let caps = crate::driver::Capabilities {
+        let caps = p4fleet_client::Capabilities {
             protocol: "P4Runtime",
             api_version: "1.4.0".into(),
             bulk_write: true,

@@ -18,8 +18,8 @@ use p4fleet_proto::p4info;
 use super::{Error, object_key, referrers, scoped_api, watcher_config, write_status};
 use crate::context::Context;
 use crate::controllers::program;
-use crate::driver::{Device, TofinoPipeline};
 use crate::status::{merge_conditions, now_rfc3339, ready_from};
+use p4fleet_client::{Device, TofinoPipeline};
 
 const RETRY: Duration = Duration::from_secs(10);
 
@@ -392,7 +392,7 @@ pub async fn reconcile(obj: Arc<VirtualSwitch>, ctx: Arc<Context>) -> Result<Act
                 }
                 Ok((digest, info, resolved)) => {
                     let started = Instant::now();
-                    let res = match ctx.drivers.connect(sw) {
+                    let res = match ctx.devices.connect(sw) {
                         Ok(dev) => {
                             let p = &obj.spec.program_ref;
                             load(&dev, sw, slot, p, &info, &digest, &resolved).await
