@@ -74,14 +74,6 @@ impl Context {
         })
     }
 
-    /// An Api for namespaced kind `K` in `ns`.
-    pub fn namespaced<K>(&self, ns: &str) -> kube::Api<K>
-    where
-        K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
-    {
-        kube::Api::namespaced(self.client.clone(), ns)
-    }
-
     /// An Api for kind `K` over all namespaces (or cluster-scoped).
     pub fn all<K>(&self) -> kube::Api<K>
     where

@@ -35,8 +35,7 @@ use kube::{Api, ResourceExt};
 use p4fleet_crds::condition_types::{PIPELINE_LOADED, RESOLVED_REFS, SYNCED, VALID};
 use p4fleet_crds::entry_set::{EntryError as StatusEntryError, TargetStatus};
 use p4fleet_crds::{
-    Condition, ConditionStatus, P4Program, Switch, TableEntrySet, TableEntrySetStatus,
-    VirtualSwitch, find_condition,
+    Condition, P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
 use p4fleet_proto::p4info;
 
@@ -256,7 +255,7 @@ fn parse_desired(set: &TableEntrySet, schema: &TableSchema, sources: &Sources) -
 }
 
 /// A VirtualSwitch the set fills, resolved down to a device slot.
-struct Target {
+struct ResolvedTarget {
     vs: String,
     switch: Switch,
     slot: u32,
@@ -270,7 +269,14 @@ async fn resolve_targets(
     ctx: &Context,
     ns: &str,
     set: &TableEntrySet,
-) -> Result<(Vec<Target>, Vec<(&'static str, String)>, Vec<String>), Error> {
+) -> Result<
+    (
+        Vec<ResolvedTarget>,
+        Vec<(&'static str, String)>,
+        Vec<String>,
+    ),
+    Error,
+> {
     let vs_api: Api<VirtualSwitch> = Api::namespaced(ctx.client.clone(), ns);
     let mut vss = Vec::new();
     let mut unresolved = Vec::new();
@@ -343,7 +349,7 @@ async fn resolve_targets(
             schemas.insert(prog.clone(), r);
         }
         match &schemas[&prog] {
-            Ok(schema) => targets.push(Target {
+            Ok(schema) => targets.push(ResolvedTarget {
                 vs: vs_name,
                 switch: sw,
                 slot,
@@ -400,7 +406,10 @@ fn remember_owned(memo_key: &str, keys: HashSet<EntryKey>) {
 }
 
 /// Reads a table back and converts it, with ownership tags.
-async fn read_back(dev: &Device, t: &Target) -> Result<Vec<DeviceEntry>, p4fleet_client::Error> {
+async fn read_back(
+    dev: &Device,
+    t: &ResolvedTarget,
+) -> Result<Vec<DeviceEntry>, p4fleet_client::Error> {
     let raw = dev.read_table(t.slot, t.schema.id).await?;
     let mut out = Vec::with_capacity(raw.len());
     for te in &raw {
@@ -421,7 +430,7 @@ async fn sync_target(
     ctx: &Context,
     set: &TableEntrySet,
     tag: u64,
-    t: &Target,
+    t: &ResolvedTarget,
     d: &Desired,
     allow_deletes: bool,
     memo_key: &str,
@@ -539,16 +548,6 @@ async fn sync_target(
     let failed: Vec<Origin> = failed_idx.iter().map(|(o, _, _)| *o).collect();
     r.tally = SyncTally::of(&plan, &failed, stats);
     r
-}
-
-fn unknown(type_: &str, reason: &str, message: impl Into<String>) -> Condition {
-    Condition {
-        type_: type_.into(),
-        status: ConditionStatus::Unknown,
-        reason: reason.into(),
-        message: message.into(),
-        ..Default::default()
-    }
 }
 
 /// Adds the finalizer (merge patch of the whole list, keeping others').
@@ -830,7 +829,7 @@ pub async fn reconcile(obj: Arc<TableEntrySet>, ctx: Arc<Context>) -> Result<Act
             ),
         )
     } else if targets.is_empty() {
-        unknown(
+        Condition::unknown(
             VALID,
             "NoTarget",
             "no resolved VirtualSwitch to validate against",
@@ -842,7 +841,7 @@ pub async fn reconcile(obj: Arc<TableEntrySet>, ctx: Arc<Context>) -> Result<Act
     let synced = if !device_errors.is_empty() {
         Condition::new(SYNCED, false, "DeviceUnavailable", device_errors.join("; "))
     } else if targets.is_empty() {
-        unknown(SYNCED, "NoTarget", "no resolved VirtualSwitch")
+        Condition::unknown(SYNCED, "NoTarget", "no resolved VirtualSwitch")
     } else if device_failed > 0 {
         let first = errors
             .iter()

@@ -237,12 +237,7 @@ pub fn build_status(spec: &P4ProgramSpec, resolved: &Resolved) -> P4ProgramStatu
                 }
             }
         },
-        _ => Condition {
-            type_: VALID.into(),
-            reason: "SourcesUnresolved".into(),
-            message: "spec.p4info could not be read".into(),
-            ..Default::default()
-        },
+        _ => Condition::unknown(VALID, "SourcesUnresolved", "spec.p4info could not be read"),
     };
     if refs.is_true() && valid.is_true() {
         let parts: Vec<(&str, &[u8])> = resolved

@@ -10,8 +10,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use p4fleet_crds::condition_types::{REACHABLE, VALID};
 use p4fleet_crds::{
-    Condition, ConditionStatus, SlotUse, Switch, SwitchCapabilities, SwitchProtocol, SwitchSpec,
-    SwitchStatus, SwitchTarget, VirtualSwitch,
+    Condition, SlotUse, Switch, SwitchCapabilities, SwitchProtocol, SwitchSpec, SwitchStatus,
+    SwitchTarget, VirtualSwitch,
 };
 
 use super::{Error, object_key, watcher_config, write_status};
@@ -119,13 +119,11 @@ pub fn build_status(
     };
     let (reachable, capabilities) = match probe {
         None => (
-            Condition {
-                type_: REACHABLE.into(),
-                status: ConditionStatus::Unknown,
-                reason: "NotProbed".into(),
-                message: "the spec is invalid, so the device was not contacted".into(),
-                ..Default::default()
-            },
+            Condition::unknown(
+                REACHABLE,
+                "NotProbed",
+                "the spec is invalid, so the device was not contacted",
+            ),
             None,
         ),
         Some(Ok(caps)) => (
