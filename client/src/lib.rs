@@ -8,7 +8,8 @@
 //! so a call simply waits (bounded) until the device accepts this client.
 //!
 //! Writes take [`WriteOp`]s that borrow entries of p4fleet's entry model
-//! ([`p4fleet_model`], re-exported as [`model`]) and encode the requests
+//! ([`p4fleet_model`], re-exported as [`model`]; the messages are
+//! [`proto`]) and encode the requests
 //! straight from them (no message per entry): [`Device::write_ops`] splits
 //! them into requests of `batch_size`, keeps `max_in_flight` requests in
 //! flight (updates of one entry stay in order), and reports each refused
@@ -40,8 +41,11 @@ use p4fleet_proto::p4runtime::TableEntry;
 
 pub use bfrt::{BfrtDevice, TofinoPipeline};
 pub use error::Error;
+/// The entry model the writes borrow from (p4fleet-model).
 pub use p4fleet_model as model;
 pub use p4fleet_model::entries::{Atomicity, WriteOp};
+/// The P4Runtime, BFRT and P4Info messages (p4fleet-proto).
+pub use p4fleet_proto as proto;
 pub use p4runtime::P4RuntimeDevice;
 
 /// The protocol a device speaks.
