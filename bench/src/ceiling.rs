@@ -73,7 +73,7 @@ where
 }
 
 /// The in-process emulator, primary taken and pipeline set through a real
-/// connection (the driver), writes then sent straight into the service.
+/// connection (p4fleet-client), writes then sent straight into the service.
 pub struct Ceiling {
     running: p4fleet_emulator::RunningEmulator,
     client: P4fleetP4rt,

@@ -1,5 +1,5 @@
 //! `p4fleet-bench`: the rbfrt paper's insertion experiment (Figure 3) against
-//! the p4fleet emulator, with p4fleet's drivers and peer clients side by
+//! the p4fleet emulator, with p4fleet-client and peer clients side by
 //! side in one run, plus the emulator's own ceiling and the reconcile cost.
 //! Writes docs/benchmarks.md, docs/benchmarks/{results.json,results.csv,
 //! insertion-rate.svg}. See docs/benchmarks.md for how to read them.

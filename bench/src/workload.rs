@@ -103,8 +103,8 @@ pub fn entry(ids: &Ids, i: usize) -> Entry {
     }
 }
 
-/// The BFRT translation of the firewall program (what the BFRT driver
-/// builds in `set_pipeline`).
+/// The BFRT translation of the firewall program (what the BFRT client
+/// builds in `set_tofino_pipeline`).
 pub fn bfrt_map(info: &P4Info, bfrt_json: &[u8]) -> anyhow::Result<BfrtProgramMap> {
     let tables = TableSchema::all_from_p4info(info)?;
     Ok(BfrtProgramMap::new(&tables, &BfrtInfo::parse(bfrt_json)?)?)
@@ -114,7 +114,7 @@ pub fn entries(ids: &Ids, n: usize) -> Vec<Entry> {
     (0..n).map(|i| entry(ids, i)).collect()
 }
 
-/// INSERTs of the entries, as the operator's sync hands them to the driver
+/// INSERTs of the entries, as the operator's sync hands them to the client
 /// (borrowed, no message built).
 pub fn insert_ops(entries: &[Entry]) -> Vec<WriteOp<'_>> {
     entries.iter().map(WriteOp::insert).collect()

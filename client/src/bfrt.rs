@@ -97,7 +97,7 @@ impl session::Stream for Subscription {
     }
 }
 
-/// The program of one device id, as this driver last set or found it.
+/// The program of one device id, as this client last set or found it.
 struct Loaded {
     p4_name: String,
     /// Shared with running writes (no copy per write).

@@ -489,7 +489,7 @@ async fn sync_target(
         }
     }
     // The ops borrow the desired and read-back entries: nothing per entry
-    // is cloned or built before the driver encodes the requests.
+    // is cloned or built before the client encodes the requests.
     let metadata = sync::tag_metadata(tag);
     let (deletes, rest) = sync::write_ops(&plan, &d.entries, &on_device, &metadata);
     let opts = convert::write_options(&set.spec.write);

@@ -1,4 +1,4 @@
-//! Switch reconciler: validate the spec, connect through the driver pool,
+//! Switch reconciler: validate the spec, connect through the device pool,
 //! probe capabilities (Reachable), and summarise slot usage from the
 //! VirtualSwitches placed on it.
 

@@ -1,5 +1,5 @@
 //! VirtualSwitch reconciler: place it on a Switch slot, push its program's
-//! pipeline through the driver (P4Runtime: the target's device config,
+//! pipeline through p4fleet-client (P4Runtime: the target's device config,
 //! cookie = program digest; BFRT: the Tofino artifacts), report where it
 //! runs and what is loaded.
 
