@@ -92,31 +92,47 @@ impl P4fleetP4rt {
         max_in_flight: usize,
     ) -> anyhow::Result<Sample> {
         self.clear().await?;
-        let opts = WriteOptions {
-            batch_size: batch,
-            max_in_flight,
-            atomicity: Atomicity::ContinueOnError,
-        };
-        let start = Instant::now();
         // The bulk switch is the client's (set in connect / use_bulk).
-        let ops = workload::insert_ops(entries);
-        let report = self.dev.write_ops(0, &ops, opts).await?;
-        let elapsed = start.elapsed();
-        if let Some(f) = report.failures.first() {
-            bail!(
-                "{} of {} updates failed, first: {}",
-                report.failures.len(),
-                entries.len(),
-                f.message
-            );
-        }
-        Ok(Sample {
-            entries: entries.len(),
-            requests: report.requests,
-            elapsed_s: elapsed.as_secs_f64(),
-            latency_sum_s: report.total_request_latency.as_secs_f64(),
-        })
+        insert_all(&self.dev, entries, batch, max_in_flight).await
     }
+}
+
+/// Inserts `entries` into slot 0 with one [`Device::write_ops`] (the
+/// operator's write path) and times it, first op built to last answer.
+async fn insert_all(
+    dev: &Device,
+    entries: &[Entry],
+    batch: usize,
+    max_in_flight: usize,
+) -> anyhow::Result<Sample> {
+    let opts = WriteOptions {
+        batch_size: batch,
+        max_in_flight,
+        atomicity: Atomicity::ContinueOnError,
+    };
+    let start = Instant::now();
+    let ops = workload::insert_ops(entries);
+    let report = dev.write_ops(0, &ops, opts).await?;
+    let elapsed = start.elapsed();
+    check(&report, entries.len())?;
+    Ok(Sample {
+        entries: entries.len(),
+        requests: report.requests,
+        elapsed_s: elapsed.as_secs_f64(),
+        latency_sum_s: report.total_request_latency.as_secs_f64(),
+    })
+}
+
+/// Fails on any refused update: every path must write everything.
+fn check(report: &WriteReport, total: usize) -> anyhow::Result<()> {
+    if let Some(f) = report.failures.first() {
+        bail!(
+            "{} of {total} updates failed, first: {}",
+            report.failures.len(),
+            f.message
+        );
+    }
+    Ok(())
 }
 
 /// rbfrt (crates.io) on BFRT, used as its README shows: one
@@ -281,17 +297,6 @@ impl P4fleetBfrt {
         Ok(P4fleetBfrt { dev, schema })
     }
 
-    fn check(report: WriteReport, total: usize) -> anyhow::Result<WriteReport> {
-        if let Some(f) = report.failures.first() {
-            bail!(
-                "{} of {total} updates failed, first: {}",
-                report.failures.len(),
-                f.message
-            );
-        }
-        Ok(report)
-    }
-
     /// Deletes every entry this bench writes (BFRT has no pipeline reset
     /// that keeps the binding).
     async fn clear(&self, entries: &[Entry]) -> anyhow::Result<()> {
@@ -312,7 +317,7 @@ impl P4fleetBfrt {
             max_in_flight: 4,
             atomicity: Atomicity::ContinueOnError,
         };
-        Self::check(self.dev.write_ops(0, &dels, opts).await?, dels.len()).map(|_| ())
+        check(&self.dev.write_ops(0, &dels, opts).await?, dels.len())
     }
 
     pub async fn run(
@@ -322,20 +327,7 @@ impl P4fleetBfrt {
         max_in_flight: usize,
     ) -> anyhow::Result<Sample> {
         self.clear(entries).await?;
-        let opts = WriteOptions {
-            batch_size: batch,
-            max_in_flight,
-            atomicity: Atomicity::ContinueOnError,
-        };
-        let start = Instant::now();
-        let ops = workload::insert_ops(entries);
-        let report = Self::check(self.dev.write_ops(0, &ops, opts).await?, entries.len())?;
-        Ok(Sample {
-            entries: entries.len(),
-            requests: report.requests,
-            elapsed_s: start.elapsed().as_secs_f64(),
-            latency_sum_s: report.total_request_latency.as_secs_f64(),
-        })
+        insert_all(&self.dev, entries, batch, max_in_flight).await
     }
 }
 

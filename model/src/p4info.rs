@@ -250,19 +250,22 @@ pub fn validate(p: &P4Info) -> Vec<Problem> {
         let action = name_of(&a.preamble);
         let mut seen = HashSet::new();
         for prm in &a.params {
-            if !seen.insert(prm.id) {
-                problems.push(Problem::DuplicateParam {
-                    action: action.into(),
-                    id: prm.id,
-                });
-            }
-            if prm.bitwidth <= 0 {
-                problems.push(Problem::ParamWidth {
-                    action: action.into(),
-                    param: prm.name.clone(),
-                    bitwidth: prm.bitwidth,
-                });
-            }
+            let duplicate = !seen.insert(prm.id);
+            problems.extend(
+                [
+                    duplicate.then(|| Problem::DuplicateParam {
+                        action: action.into(),
+                        id: prm.id,
+                    }),
+                    (prm.bitwidth <= 0).then(|| Problem::ParamWidth {
+                        action: action.into(),
+                        param: prm.name.clone(),
+                        bitwidth: prm.bitwidth,
+                    }),
+                ]
+                .into_iter()
+                .flatten(),
+            );
         }
     }
     let action_ids: HashSet<u32> = p
@@ -272,51 +275,50 @@ pub fn validate(p: &P4Info) -> Vec<Problem> {
         .collect();
     for (i, t) in p.tables.iter().enumerate() {
         check_preamble("table", i, &t.preamble, &mut problems);
-        let table = name_of(&t.preamble);
+        let table = || name_of(&t.preamble).to_string();
         let mut fids = HashSet::new();
         for f in &t.match_fields {
-            if !fids.insert(f.id) {
-                problems.push(Problem::DuplicateField {
-                    table: table.into(),
-                    id: f.id,
-                });
-            }
-            if f.name.is_empty() {
-                problems.push(Problem::FieldWithoutName {
-                    table: table.into(),
-                    id: f.id,
-                });
-            }
-            if f.bitwidth <= 0 {
-                problems.push(Problem::FieldWidth {
-                    table: table.into(),
-                    field: f.name.clone(),
-                    bitwidth: f.bitwidth,
-                });
-            }
-            if match_kind_name(f) == "unspecified" {
-                problems.push(Problem::NoMatchType {
-                    table: table.into(),
-                    field: f.name.clone(),
-                });
-            }
+            let duplicate = !fids.insert(f.id);
+            let field = || f.name.clone();
+            problems.extend(
+                [
+                    duplicate.then(|| Problem::DuplicateField {
+                        table: table(),
+                        id: f.id,
+                    }),
+                    f.name.is_empty().then(|| Problem::FieldWithoutName {
+                        table: table(),
+                        id: f.id,
+                    }),
+                    (f.bitwidth <= 0).then(|| Problem::FieldWidth {
+                        table: table(),
+                        field: field(),
+                        bitwidth: f.bitwidth,
+                    }),
+                    (match_kind_name(f) == "unspecified").then(|| Problem::NoMatchType {
+                        table: table(),
+                        field: field(),
+                    }),
+                ]
+                .into_iter()
+                .flatten(),
+            );
         }
         if t.action_refs.is_empty() {
-            problems.push(Problem::NoActions {
-                table: table.into(),
-            });
+            problems.push(Problem::NoActions { table: table() });
         }
-        for r in &t.action_refs {
-            if !action_ids.contains(&r.id) {
-                problems.push(Problem::UnknownAction {
-                    table: table.into(),
+        problems.extend(
+            t.action_refs
+                .iter()
+                .filter(|r| !action_ids.contains(&r.id))
+                .map(|r| Problem::UnknownAction {
+                    table: table(),
                     id: r.id,
-                });
-            }
-        }
+                }),
+        );
         if t.size < 0 {
             problems.push(Problem::NegativeSize {
-                table: table.into(),
+                table: table(),
                 size: t.size,
             });
         }
@@ -373,41 +375,22 @@ pub fn action_names(p: &P4Info) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entries::fixtures;
-
-    const FIREWALL: &str = include_str!("../../examples/firewall/p4info.txt");
-    const L2: &str = include_str!("../../examples/l2switch/p4info.txt");
-    const ROUTER: &str = include_str!("../../examples/router/p4info.txt");
-
-    fn p4i(text: &str) -> P4Info {
-        p4info::parse_text(text).unwrap()
-    }
+    use crate::entries::fixtures::{
+        self, FIREWALL_P4INFO as FIREWALL, L2_P4INFO as L2, ROUTER_P4INFO as ROUTER, p4info as p4i,
+    };
 
     #[test]
     fn example_p4infos_match_the_fixtures() {
-        let fw = p4i(FIREWALL);
-        assert_eq!(
-            TableSchema::from_p4info(&fw, "MyIngress.firewall").unwrap(),
-            fixtures::firewall()
-        );
-        assert_eq!(
-            TableSchema::from_p4info(&fw, "firewall").unwrap(),
-            fixtures::firewall()
-        );
-        let r = p4i(ROUTER);
-        assert_eq!(
-            TableSchema::from_p4info(&r, "ipv4_lpm").unwrap(),
-            fixtures::ipv4_lpm()
-        );
-        assert_eq!(
-            TableSchema::from_p4info(&r, "MyIngress.acl").unwrap(),
-            fixtures::acl()
-        );
-        let l2 = p4i(L2);
-        assert_eq!(
-            TableSchema::from_p4info(&l2, "dmac").unwrap(),
-            fixtures::dmac()
-        );
+        let (fw, r, l2) = (p4i(FIREWALL), p4i(ROUTER), p4i(L2));
+        for (p, table, want) in [
+            (&fw, "MyIngress.firewall", fixtures::firewall()),
+            (&fw, "firewall", fixtures::firewall()),
+            (&r, "ipv4_lpm", fixtures::ipv4_lpm()),
+            (&r, "MyIngress.acl", fixtures::acl()),
+            (&l2, "dmac", fixtures::dmac()),
+        ] {
+            assert_eq!(TableSchema::from_p4info(p, table).unwrap(), want, "{table}");
+        }
         let smac = TableSchema::from_p4info(&l2, "smac").unwrap();
         assert_eq!(smac.match_fields[0].bitwidth, 48);
         assert_eq!(TableSchema::all_from_p4info(&l2).unwrap().len(), 2);
@@ -430,18 +413,30 @@ mod tests {
     }
 
     #[test]
-    fn firewall_is_valid_and_summarised() {
-        let p = p4i(FIREWALL);
+    fn router_is_valid_and_summarised() {
+        let p = p4i(ROUTER);
         assert_eq!(validate(&p), vec![]);
-        let t = &tables(&p)[0];
-        assert_eq!(t.name, "MyIngress.firewall");
-        assert_eq!(t.size, 65536);
+        let acl = &tables(&p)[0];
         assert_eq!(
-            t.match_fields,
-            ["hdr.ipv4.srcAddr:exact:32", "hdr.ipv4.dstAddr:exact:32"]
+            (acl.name.as_str(), acl.id, acl.size),
+            ("MyIngress.acl", 47214355, 1024)
         );
-        assert_eq!(t.actions, ["MyIngress.allow", "MyIngress.drop"]);
-        assert_eq!(action_names(&p), ["MyIngress.drop", "MyIngress.allow"]);
+        assert_eq!(
+            acl.match_fields,
+            [
+                "hdr.ipv4.srcAddr:ternary:32",
+                "hdr.ipv4.dstAddr:ternary:32",
+                "hdr.ipv4.protocol:optional:8",
+                "meta.l4_dst_port:range:16"
+            ]
+        );
+        assert_eq!(
+            acl.actions,
+            ["MyIngress.permit", "MyIngress.deny", "NoAction"]
+        );
+        assert_eq!(tables(&p)[1].match_fields, ["hdr.ipv4.dstAddr:lpm:32"]);
+        assert_eq!(action_names(&p).len(), 5);
+        assert_eq!(action_names(&p)[0], "NoAction");
     }
 
     #[test]

@@ -582,9 +582,7 @@ mod tests {
     use super::*;
     use crate::entries::{ActionCall, ByteStr, Entry, EntryKey, FieldMatch, MatchValue, WriteOp};
 
-    const ROUTER_BFRT: &str = include_str!("../../../examples/router/bfrt.json");
-    const ROUTER_P4INFO: &str = include_str!("../../../examples/router/p4info.txt");
-    const FIREWALL_BFRT: &str = include_str!("../../../examples/firewall/bfrt.json");
+    use crate::entries::fixtures::{FIREWALL_BFRT, ROUTER_BFRT, ROUTER_P4INFO};
 
     fn router_tables() -> Vec<TableSchema> {
         let p4info = p4fleet_proto::p4info::parse_text(ROUTER_P4INFO).unwrap();

@@ -177,17 +177,11 @@ impl Entry {
 
 #[cfg(test)]
 mod tests {
+    use super::super::fixtures::{
+        FIREWALL_P4INFO as FIREWALL, L2_P4INFO as L2, ROUTER_P4INFO as ROUTER, p4info as p4i,
+    };
     use super::super::line::{Style, format_entries, parse_text};
     use super::*;
-    use p4fleet_proto::p4info::{self, P4Info};
-
-    const FIREWALL: &str = include_str!("../../../examples/firewall/p4info.txt");
-    const L2: &str = include_str!("../../../examples/l2switch/p4info.txt");
-    const ROUTER: &str = include_str!("../../../examples/router/p4info.txt");
-
-    fn p4i(text: &str) -> P4Info {
-        p4info::parse_text(text).unwrap()
-    }
 
     #[test]
     fn proto_round_trip_every_kind() {

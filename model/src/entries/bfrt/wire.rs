@@ -485,10 +485,7 @@ mod tests {
     use p4fleet_proto::bfrt::{self, key_field};
     use prost::Message;
 
-    const ROUTER_BFRT: &str = include_str!("../../../../examples/router/bfrt.json");
-    const ROUTER_P4INFO: &str = include_str!("../../../../examples/router/p4info.txt");
-    const FIREWALL_BFRT: &str = include_str!("../../../../examples/firewall/bfrt.json");
-    const FIREWALL_P4INFO: &str = include_str!("../../../../examples/firewall/p4info.txt");
+    use crate::entries::fixtures::{FIREWALL_BFRT, FIREWALL_P4INFO, ROUTER_BFRT, ROUTER_P4INFO};
 
     fn map(p4info: &str, json: &str) -> BfrtProgramMap {
         let p4info = p4fleet_proto::p4info::parse_text(p4info).unwrap();
