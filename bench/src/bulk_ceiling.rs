@@ -8,12 +8,12 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail};
 use bytes::{BufMut, Bytes, BytesMut};
-use p4fleet::driver::bulk::{BulkSchema, encode};
-use p4fleet::entries::Entry;
 use p4fleet_emulator::{Emulator, EmulatorConfig};
+use p4fleet_model::bulk::{BulkSchema, encode};
+use p4fleet_model::entries::Entry;
 use p4fleet_proto::bulk::BulkWriteResponse;
 use p4fleet_proto::p4info::P4Info;
-use p4fleet_proto::p4runtime::{Uint128, Update, update::Type};
+use p4fleet_proto::p4runtime::{Uint128, update::Type};
 use prost::Message;
 
 use crate::paths::P4fleetP4rt;
@@ -25,8 +25,8 @@ fn frames(schema: &BulkSchema, entries: &[Entry], batch: usize) -> anyhow::Resul
     entries
         .chunks(batch)
         .map(|c| {
-            let updates: Vec<Update> = c.iter().map(workload::insert).collect();
-            let mut req = encode(schema, table, Type::Insert, &updates)
+            let ops = workload::insert_ops(c);
+            let mut req = encode(schema, table, Type::Insert, &ops)
                 .ok_or_else(|| anyhow!("entries not representable in bulk"))?;
             req.device_id = 1;
             // The election id P4fleetP4rt's pool uses.
@@ -42,7 +42,7 @@ fn frames(schema: &BulkSchema, entries: &[Entry], batch: usize) -> anyhow::Resul
 }
 
 /// An in-process emulator with primary taken and pipeline set (through the
-/// driver); bulk writes go straight into its BulkWrite service.
+/// client); bulk writes go straight into its BulkWrite service.
 pub struct BulkCeiling {
     running: p4fleet_emulator::RunningEmulator,
     client: P4fleetP4rt,

@@ -9,8 +9,8 @@ use std::time::Instant;
 use anyhow::{anyhow, bail};
 use bytes::{BufMut, Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
-use p4fleet::entries::Entry;
 use p4fleet_emulator::{Emulator, EmulatorConfig};
+use p4fleet_model::entries::Entry;
 use p4fleet_proto::p4info::P4Info;
 use p4fleet_proto::p4runtime::{Uint128, WriteRequest};
 use prost::Message;
@@ -73,7 +73,7 @@ where
 }
 
 /// The in-process emulator, primary taken and pipeline set through a real
-/// connection (the driver), writes then sent straight into the service.
+/// connection (p4fleet-client), writes then sent straight into the service.
 pub struct Ceiling {
     running: p4fleet_emulator::RunningEmulator,
     client: P4fleetP4rt,

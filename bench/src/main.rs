@@ -1,5 +1,5 @@
 //! `p4fleet-bench`: the rbfrt paper's insertion experiment (Figure 3) against
-//! the p4fleet emulator, with p4fleet's drivers and peer clients side by
+//! the p4fleet emulator, with p4fleet-client and peer clients side by
 //! side in one run, plus the emulator's own ceiling and the reconcile cost.
 //! Writes docs/benchmarks.md, docs/benchmarks/{results.json,results.csv,
 //! insertion-rate.svg}. See docs/benchmarks.md for how to read them.
@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use p4fleet::entries::TableSchema;
+use p4fleet_model::entries::TableSchema;
 
 use crate::paths::{P4fleetBfrt, P4fleetP4rt, Python, Rbfrt};
 use crate::report::{Machine, PathResult, Results};
@@ -135,25 +135,23 @@ enum Client {
 }
 
 /// `--encode-only`: the client-side cost per entry of the direct encoders
-/// and of the prost message paths they replaced, interleaved.
+/// (and, for P4Runtime, of the prost message path they replaced),
+/// interleaved.
 fn encode_only(
-    entries: &[p4fleet::entries::Entry],
-    bfrt: &p4fleet::entries::bfrt::BfrtProgramMap,
+    entries: &[p4fleet_model::entries::Entry],
+    bfrt: &p4fleet_model::entries::bfrt::BfrtProgramMap,
     batches: &[usize],
     runs: usize,
 ) {
     let per_entry = |s: stats::Sample| s.elapsed_s * 1e9 / s.entries.max(1) as f64;
-    println!(
-        "| batch | P4Runtime direct, ns/entry | P4Runtime prost Update path | BFRT direct | BFRT prost translation path |"
-    );
-    println!("|---:|---:|---:|---:|---:|");
+    println!("| batch | P4Runtime direct, ns/entry | P4Runtime prost Update path | BFRT direct |");
+    println!("|---:|---:|---:|---:|");
     for &batch in batches {
-        let mut cols: [Vec<f64>; 4] = Default::default();
+        let mut cols: [Vec<f64>; 3] = Default::default();
         for _ in 0..runs.max(1) {
             cols[0].push(per_entry(paths::client_encode(entries, batch)));
             cols[1].push(per_entry(ceiling::client_encode(entries, batch)));
             cols[2].push(per_entry(paths::bfrt_client_encode(bfrt, entries, batch)));
-            cols[3].push(per_entry(paths::bfrt_prost_encode(bfrt, entries, batch)));
         }
         let m: Vec<String> = cols
             .iter_mut()

@@ -6,10 +6,9 @@
 use std::time::Instant;
 
 use anyhow::bail;
-use p4fleet::driver::WriteOptions;
-use p4fleet::entries::{Entry, TableSchema};
-use p4fleet::sync::{self, DeviceEntry};
-use p4fleet_crds::entry_set::{Atomicity, Ownership};
+use p4fleet_client::{Atomicity, WriteOptions};
+use p4fleet_model::entries::{Entry, TableSchema};
+use p4fleet_model::sync::{self, DeviceEntry, Ownership};
 use serde::{Deserialize, Serialize};
 
 use crate::alloc;
@@ -54,12 +53,13 @@ pub async fn run(
     let (b1, a1) = alloc::live();
     let tag = sync::set_tag("bench", "firewall");
     let plan = sync::plan(&desired, &[], Ownership::Merge, tag);
-    let (_, phase) = sync::updates(&plan, &desired, &[], tag);
+    let metadata = sync::tag_metadata(tag);
+    let (_, phase) = sync::write_ops(&plan, &desired, &[], &metadata);
     let report = client
         .dev
-        .write(
+        .write_ops(
             0,
-            phase.updates,
+            &phase.ops,
             WriteOptions {
                 batch_size: 10_000,
                 max_in_flight: 4,

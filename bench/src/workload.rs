@@ -3,8 +3,8 @@
 //! i mod 512). Every path (Rust, rbfrt, Python) writes exactly these.
 
 use anyhow::{Context, anyhow};
-use p4fleet::entries::bfrt::{BfrtInfo, BfrtProgramMap};
-use p4fleet::entries::{
+use p4fleet_model::entries::bfrt::{BfrtInfo, BfrtProgramMap};
+use p4fleet_model::entries::{
     ActionCall, ActionParam, ByteStr, Entry, EntryKey, FieldMatch, MatchValue, TableSchema, WriteOp,
 };
 use p4fleet_proto::p4info::{self, P4Info};
@@ -103,8 +103,8 @@ pub fn entry(ids: &Ids, i: usize) -> Entry {
     }
 }
 
-/// The BFRT translation of the firewall program (what the BFRT driver
-/// builds in `set_pipeline`).
+/// The BFRT translation of the firewall program (what the BFRT client
+/// builds in `set_tofino_pipeline`).
 pub fn bfrt_map(info: &P4Info, bfrt_json: &[u8]) -> anyhow::Result<BfrtProgramMap> {
     let tables = TableSchema::all_from_p4info(info)?;
     Ok(BfrtProgramMap::new(&tables, &BfrtInfo::parse(bfrt_json)?)?)
@@ -114,7 +114,7 @@ pub fn entries(ids: &Ids, n: usize) -> Vec<Entry> {
     (0..n).map(|i| entry(ids, i)).collect()
 }
 
-/// INSERTs of the entries, as the operator's sync hands them to the driver
+/// INSERTs of the entries, as the operator's sync hands them to the client
 /// (borrowed, no message built).
 pub fn insert_ops(entries: &[Entry]) -> Vec<WriteOp<'_>> {
     entries.iter().map(WriteOp::insert).collect()

@@ -71,6 +71,15 @@ impl Condition {
         }
     }
 
+    /// A condition whose status is not known yet (a prerequisite is
+    /// missing), with the reason and message saying which.
+    pub fn unknown(type_: &str, reason: &str, message: impl Into<String>) -> Self {
+        Condition {
+            status: ConditionStatus::Unknown,
+            ..Condition::new(type_, false, reason, message)
+        }
+    }
+
     /// Whether the condition is True.
     pub fn is_true(&self) -> bool {
         self.status == ConditionStatus::True

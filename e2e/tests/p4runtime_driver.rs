@@ -1,16 +1,17 @@
-//! The operator's P4Runtime driver and sync planner against an in-process
-//! emulator: pipeline push/skip by cookie, batched pipelined writes,
-//! per-update errors for a 30,000-update batch (big trailer), read-back,
-//! arbitration and the diff of a resync.
+//! The operator's device pool (p4fleet-client underneath) and sync planner
+//! against an in-process emulator: pipeline push/skip by cookie, batched
+//! pipelined writes of the sync's ops, per-update errors for a
+//! 30,000-update batch (big trailer), read-back, arbitration and the diff
+//! of a resync.
 
 use std::time::Instant;
 
-use p4fleet::driver::{DriverPool, WriteOptions};
-use p4fleet::entries::{Entry, LineParser, TableSchema};
-use p4fleet::sync::{self, DeviceEntry};
-use p4fleet_crds::entry_set::{Atomicity, Ownership};
+use p4fleet::devices::DevicePool;
+use p4fleet_client::{Atomicity, WriteOptions};
 use p4fleet_crds::switch::{Switch, SwitchSpec};
 use p4fleet_emulator::{Emulator, EmulatorConfig};
+use p4fleet_model::entries::{Entry, LineParser, TableSchema};
+use p4fleet_model::sync::{self, DeviceEntry, Ownership};
 use p4fleet_proto::p4info::{self, P4Info};
 
 fn firewall() -> (P4Info, TableSchema) {
@@ -61,7 +62,7 @@ async fn driver_writes_reads_and_reports_per_update_errors() {
     .await
     .unwrap();
     let (info, schema) = firewall();
-    let pool = DriverPool::with_election_id(10);
+    let pool = DevicePool::with_election_id(10);
     let dev = pool
         .connect(&switch(running.p4runtime_addr().to_string(), 7))
         .unwrap();
@@ -86,12 +87,13 @@ async fn driver_writes_reads_and_reports_per_update_errors() {
     let tag = sync::set_tag("ns", "fw");
     let plan = sync::plan(&desired, &[], Ownership::Merge, tag);
     assert_eq!(plan.inserts.len(), 30_000);
-    let (_, phase) = sync::updates(&plan, &desired, &[], tag);
+    let metadata = sync::tag_metadata(tag);
+    let (_, phase) = sync::write_ops(&plan, &desired, &[], &metadata);
     let t = Instant::now();
     let rep = dev
-        .write(
+        .write_ops(
             1,
-            phase.updates,
+            &phase.ops,
             WriteOptions {
                 batch_size: 1000,
                 max_in_flight: 4,
@@ -127,11 +129,11 @@ async fn driver_writes_reads_and_reports_per_update_errors() {
 
     // The same 30,000 inserts in ONE request: every update fails with
     // ALREADY_EXISTS, all reported through the status-details trailer.
-    let (_, phase) = sync::updates(&plan, &desired, &[], tag);
+    let (_, phase) = sync::write_ops(&plan, &desired, &[], &metadata);
     let rep = dev
-        .write(
+        .write_ops(
             1,
-            phase.updates,
+            &phase.ops,
             WriteOptions {
                 batch_size: 30_000,
                 max_in_flight: 1,
@@ -158,9 +160,9 @@ async fn driver_writes_reads_and_reports_per_update_errors() {
         (100, 0, 0)
     );
     let before = running.stats(8).unwrap();
-    let (_, phase) = sync::updates(&p, &changed, &on_device, tag);
+    let (_, phase) = sync::write_ops(&p, &changed, &on_device, &metadata);
     let rep = dev
-        .write(1, phase.updates, WriteOptions::default())
+        .write_ops(1, &phase.ops, WriteOptions::default())
         .await
         .unwrap();
     assert!(rep.failures.is_empty());

@@ -22,11 +22,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
-use p4fleet::entries::{Entry, LineParser, Style, TableSchema, format_entries};
 use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root};
+use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
 use serde_json::{Value, json};
 
 /// Addresses of the shared child processes.
@@ -790,32 +790,28 @@ async fn plant_foreign_entry(env: &Env, kind: Kind, dev: u64) {
                 .find_map(|l| p.parse_line(l).unwrap())
                 .unwrap();
             // The operator's BFRT client ids fit in 16 bits.
-            let foreign = p4fleet::driver::BfrtDevice::new(
-                "foreign".into(),
-                env.bfrt.to_string(),
-                dev,
-                0x1_0000 + dev as u32,
+            let foreign = p4fleet_client::Device::connect(
+                p4fleet_client::Target::bfrt(env.bfrt.to_string(), dev),
+                p4fleet_client::Identity {
+                    election_id: 1,
+                    client_id: 0x1_0000 + dev as u32,
+                },
             )
             .unwrap();
             let info = p4fleet_proto::p4info::parse_text(&firewall_p4info()).unwrap();
-            let pipeline = p4fleet::driver::TofinoPipeline {
+            let pipeline = p4fleet_client::TofinoPipeline {
                 p4_name: "firewall".into(),
                 bfrt_json: firewall_bfrt_json().into_bytes(),
                 context_json: b"{}".to_vec(),
                 binary: TOFINO_BIN.to_vec(),
             };
-            let pushed = foreign.set_pipeline(0, &info, &pipeline).await.unwrap();
+            let pushed = foreign
+                .set_tofino_pipeline(0, &info, &pipeline)
+                .await
+                .unwrap();
             assert!(!pushed, "the operator has loaded the same program");
-            let insert = p4fleet_proto::p4runtime::Update {
-                r#type: p4fleet_proto::p4runtime::update::Type::Insert as i32,
-                entity: Some(p4fleet_proto::p4runtime::Entity {
-                    entity: Some(p4fleet_proto::p4runtime::entity::Entity::TableEntry(
-                        e.to_proto(),
-                    )),
-                }),
-            };
             let r = foreign
-                .write(0, vec![insert], Default::default())
+                .write_ops(0, &[WriteOp::insert(&e)], Default::default())
                 .await
                 .unwrap();
             assert!(r.failures.is_empty(), "{:?}", r.failures);

@@ -1,63 +1,49 @@
-//! The operator's BFRT driver (operator/src/driver/bfrt.rs) against the
-//! emulator: push the firewall's Tofino artifacts (skipped the second time),
-//! write P4Runtime-form entries in batches, per-update errors, read back in
+//! p4fleet-client's BFRT device (client/src/bfrt.rs) against the emulator:
+//! push the firewall's Tofino artifacts (skipped the second time), write
+//! P4Runtime-form entries in batches, per-update errors, read back in
 //! canonical P4Runtime form, ROLLBACK_ON_ERROR.
 
-use p4fleet::driver::WriteOptions;
-use p4fleet::driver::bfrt::{BfrtDevice, TofinoPipeline};
-use p4fleet_crds::entry_set::Atomicity;
+use p4fleet_client::{Atomicity, Device, Identity, Target, TofinoPipeline, WriteOptions};
 use p4fleet_emulator::{Emulator, EmulatorConfig};
-use p4fleet_proto::p4runtime as p4rt;
+use p4fleet_model::entries::{
+    ActionCall, ActionParam, ByteStr, Entry, EntryKey, FieldMatch, MatchValue, WriteOp,
+};
+use p4fleet_proto::p4runtime::{self as p4rt, update::Type};
 
 const P4INFO: &str = include_str!("../../examples/firewall/p4info.txt");
 const BFRT_JSON: &str = include_str!("../../examples/firewall/bfrt.json");
 
-fn entry(i: u32, port: u32) -> p4rt::TableEntry {
-    let v = |x: u32| {
-        let b = x.to_be_bytes();
-        let first = b.iter().position(|c| *c != 0).unwrap_or(3);
-        b[first..].to_vec()
+/// Firewall entry `i` (src 10.0.0.0 + i, dst 192.168.0.1) -> allow(port);
+/// a port over 9 bits is the device's to refuse.
+fn entry(i: u32, port: u32) -> Entry {
+    let v = |x: u32| ByteStr::canonical(&x.to_be_bytes());
+    let exact = |field_id, value| FieldMatch {
+        field_id,
+        value: MatchValue::Exact(value),
     };
-    p4rt::TableEntry {
-        table_id: 49661089,
-        r#match: vec![
-            p4rt::FieldMatch {
-                field_id: 1,
-                field_match_type: Some(p4rt::field_match::FieldMatchType::Exact(
-                    p4rt::field_match::Exact {
-                        value: v(0x0a00_0000 + i),
-                    },
-                )),
-            },
-            p4rt::FieldMatch {
-                field_id: 2,
-                field_match_type: Some(p4rt::field_match::FieldMatchType::Exact(
-                    p4rt::field_match::Exact {
-                        value: v(0xc0a8_0001),
-                    },
-                )),
-            },
-        ],
-        action: Some(p4rt::TableAction {
-            r#type: Some(p4rt::table_action::Type::Action(p4rt::Action {
-                action_id: 27506658,
-                params: vec![p4rt::action::Param {
-                    param_id: 1,
-                    value: v(port),
-                }],
-            })),
-        }),
-        ..Default::default()
+    Entry {
+        key: EntryKey {
+            table_id: 49661089,
+            matches: vec![exact(1, v(0x0a00_0000 + i)), exact(2, v(0xc0a8_0001))],
+            priority: 0,
+        },
+        action: ActionCall {
+            action_id: 27506658,
+            params: vec![ActionParam {
+                param_id: 1,
+                value: v(port),
+            }],
+        },
     }
 }
 
-fn update(ty: p4rt::update::Type, te: p4rt::TableEntry) -> p4rt::Update {
-    p4rt::Update {
-        r#type: ty as i32,
-        entity: Some(p4rt::Entity {
-            entity: Some(p4rt::entity::Entity::TableEntry(te)),
-        }),
-    }
+/// The entry as read back over BFRT (canonical P4Runtime form).
+fn read_form(i: u32, port: u32) -> p4rt::TableEntry {
+    entry(i, port).to_proto()
+}
+
+fn ops(batch: &[(Type, Entry)]) -> Vec<WriteOp<'_>> {
+    batch.iter().map(|(ty, e)| WriteOp::new(*ty, e)).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -69,11 +55,12 @@ async fn bfrt_driver_pushes_writes_and_reads() {
     })
     .await
     .unwrap();
-    let dev = BfrtDevice::new(
-        "tofino-1".into(),
-        emu.bfrt_addr().unwrap().to_string(),
-        3,
-        7,
+    let dev = Device::connect(
+        Target::bfrt(emu.bfrt_addr().unwrap().to_string(), 3),
+        Identity {
+            election_id: 7,
+            client_id: 7,
+        },
     )
     .unwrap();
     let info = p4fleet_proto::p4info::parse_text(P4INFO).unwrap();
@@ -83,9 +70,9 @@ async fn bfrt_driver_pushes_writes_and_reads() {
         context_json: b"{}".to_vec(),
         binary: vec![1, 2, 3],
     };
-    assert!(dev.set_pipeline(0, &info, &pipeline).await.unwrap());
+    assert!(dev.set_tofino_pipeline(0, &info, &pipeline).await.unwrap());
     assert!(
-        !dev.set_pipeline(0, &info, &pipeline).await.unwrap(),
+        !dev.set_tofino_pipeline(0, &info, &pipeline).await.unwrap(),
         "already loaded"
     );
     assert!(
@@ -97,27 +84,27 @@ async fn bfrt_driver_pushes_writes_and_reads() {
     );
 
     let ins: Vec<_> = (0..3000)
-        .map(|i| update(p4rt::update::Type::Insert, entry(i, i % 512)))
+        .map(|i| (Type::Insert, entry(i, i % 512)))
         .collect();
     let opts = WriteOptions {
         batch_size: 700,
         max_in_flight: 3,
         atomicity: Atomicity::ContinueOnError,
     };
-    let r = dev.write(0, ins, opts).await.unwrap();
+    let r = dev.write_ops(0, &ops(&ins), opts).await.unwrap();
     assert_eq!(r.requests, 5);
     assert!(r.failures.is_empty(), "{:?}", r.failures.first());
     assert_eq!(emu.stats(3).unwrap().entries, 3000);
 
     // Per-update errors: a duplicate, a missing delete, a port too wide.
     let bad = vec![
-        update(p4rt::update::Type::Insert, entry(5000, 1)),
-        update(p4rt::update::Type::Insert, entry(1, 1)),
-        update(p4rt::update::Type::Delete, entry(9999, 1)),
-        update(p4rt::update::Type::Insert, entry(5001, 600)),
-        update(p4rt::update::Type::Modify, entry(2, 42)),
+        (Type::Insert, entry(5000, 1)),
+        (Type::Insert, entry(1, 1)),
+        (Type::Delete, entry(9999, 1)),
+        (Type::Insert, entry(5001, 600)),
+        (Type::Modify, entry(2, 42)),
     ];
-    let r = dev.write(0, bad, opts).await.unwrap();
+    let r = dev.write_ops(0, &ops(&bad), opts).await.unwrap();
     let idx: Vec<(usize, tonic::Code)> = r.failures.iter().map(|f| (f.index, f.code())).collect();
     assert_eq!(
         idx,
@@ -132,20 +119,20 @@ async fn bfrt_driver_pushes_writes_and_reads() {
     let mut got = dev.read_table(0, 49661089).await.unwrap();
     assert_eq!(got.len(), 3001);
     got.sort_by(|a, b| a.r#match[0].encode_key().cmp(&b.r#match[0].encode_key()));
-    assert!(got.contains(&entry(7, 7)));
-    assert!(got.contains(&entry(2, 42)));
-    assert!(got.contains(&entry(5000, 1)));
+    assert!(got.contains(&read_form(7, 7)));
+    assert!(got.contains(&read_form(2, 42)));
+    assert!(got.contains(&read_form(5000, 1)));
 
     // ROLLBACK_ON_ERROR: all or nothing.
     let batch = vec![
-        update(p4rt::update::Type::Insert, entry(6000, 1)),
-        update(p4rt::update::Type::Delete, entry(3, 3)),
-        update(p4rt::update::Type::Insert, entry(4, 4)),
+        (Type::Insert, entry(6000, 1)),
+        (Type::Delete, entry(3, 3)),
+        (Type::Insert, entry(4, 4)),
     ];
     let r = dev
-        .write(
+        .write_ops(
             0,
-            batch,
+            &ops(&batch),
             WriteOptions {
                 atomicity: Atomicity::RollbackOnError,
                 ..opts

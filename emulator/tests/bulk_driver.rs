@@ -1,14 +1,15 @@
-//! The operator's P4Runtime driver uses p4fleet's bulk write by itself when
-//! the emulator serves it, with the standard path's results; without it the
-//! driver falls back to standard writes.
+//! p4fleet-client's P4Runtime device uses p4fleet's bulk write by itself
+//! when the emulator serves it, with the standard path's results; without
+//! it the device falls back to standard writes.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use p4fleet::driver::{Device, DriverPool, UpdateFailure, WriteOptions};
-use p4fleet_crds::entry_set::Atomicity;
-use p4fleet_crds::switch::{Switch, SwitchSpec};
+use p4fleet_client::{Atomicity, Device, Identity, Target, UpdateFailure, WriteOp, WriteOptions};
 use p4fleet_emulator::{Emulator, EmulatorConfig};
+use p4fleet_model::entries::{
+    ActionCall, ActionParam, ByteStr, Entry, EntryKey, FieldMatch, MatchValue,
+};
 use p4fleet_proto::p4runtime::{self as p4rt, update::Type};
 use tonic::service::interceptor::InterceptedService;
 
@@ -41,12 +42,12 @@ async fn serve(bulk: bool) -> (String, Arc<AtomicUsize>) {
     (addr, calls)
 }
 
-fn switch(name: &str, endpoint: &str, device_id: u64) -> Switch {
-    let spec: SwitchSpec = serde_json::from_value(serde_json::json!({
-        "target": "Bmv2", "endpoint": endpoint, "deviceId": device_id, "slots": 1
-    }))
-    .unwrap();
-    Switch::new(name, spec)
+fn connect(endpoint: &str, device_id: u64) -> Device {
+    let id = Identity {
+        election_id: 5,
+        client_id: 5,
+    };
+    Device::connect(Target::p4runtime(endpoint, device_id), id).unwrap()
 }
 
 fn v(x: u32) -> Vec<u8> {
@@ -55,36 +56,48 @@ fn v(x: u32) -> Vec<u8> {
     b[first..].to_vec()
 }
 
-fn update(ty: Type, i: u32, port: Vec<u8>) -> p4rt::Update {
-    let exact = |id, value| p4rt::FieldMatch {
-        field_id: id,
-        field_match_type: Some(p4rt::field_match::FieldMatchType::Exact(
-            p4rt::field_match::Exact { value },
-        )),
+/// One update as the tests write it: firewall entry `i` with `port` as
+/// given (possibly empty or too wide), tagged `set-{i % 3}`.
+struct Update {
+    ty: Type,
+    entry: Entry,
+    metadata: Vec<u8>,
+}
+
+fn update(ty: Type, i: u32, port: Vec<u8>) -> Update {
+    let exact = |field_id, value: Vec<u8>| FieldMatch {
+        field_id,
+        value: MatchValue::Exact(ByteStr::new(&value)),
     };
-    p4rt::Update {
-        r#type: ty as i32,
-        entity: Some(p4rt::Entity {
-            entity: Some(p4rt::entity::Entity::TableEntry(p4rt::TableEntry {
+    Update {
+        ty,
+        entry: Entry {
+            key: EntryKey {
                 table_id: TABLE,
-                r#match: vec![
+                matches: vec![
                     exact(1, v(0x0a00_0000 + i)),
                     exact(2, v(0xc0a8_0000 + i % 7)),
                 ],
-                action: (ty != Type::Delete).then(|| p4rt::TableAction {
-                    r#type: Some(p4rt::table_action::Type::Action(p4rt::Action {
-                        action_id: ALLOW,
-                        params: vec![p4rt::action::Param {
-                            param_id: 1,
-                            value: port,
-                        }],
-                    })),
-                }),
-                metadata: format!("set-{}", i % 3).into_bytes(),
-                ..Default::default()
-            })),
-        }),
+                priority: 0,
+            },
+            action: ActionCall {
+                action_id: ALLOW,
+                params: vec![ActionParam {
+                    param_id: 1,
+                    value: ByteStr::new(&port),
+                }],
+            },
+        },
+        metadata: format!("set-{}", i % 3).into_bytes(),
     }
+}
+
+/// The ops of a batch (DELETE carries the key only).
+fn ops(batch: &[Update]) -> Vec<WriteOp<'_>> {
+    batch
+        .iter()
+        .map(|u| WriteOp::new(u.ty, &u.entry).with_metadata(&u.metadata))
+        .collect()
 }
 
 fn opts() -> WriteOptions {
@@ -109,10 +122,9 @@ async fn sorted(dev: &Device) -> Vec<p4rt::TableEntry> {
 async fn driver_uses_bulk_automatically_with_standard_results() {
     let (addr, calls) = serve(true).await;
     let info = p4fleet_proto::p4info::parse_text(P4INFO).unwrap();
-    let pool = DriverPool::with_election_id(5);
-    let bulk = pool.connect(&switch("bulk", &addr, 1)).unwrap();
-    let std = pool.connect(&switch("std", &addr, 2)).unwrap();
-    if let Device::P4Runtime(d) = &*std {
+    let bulk = connect(&addr, 1);
+    let std = connect(&addr, 2);
+    if let Device::P4Runtime(d) = &std {
         d.set_bulk_enabled(false);
     }
     assert!(bulk.capabilities().await.unwrap().bulk_write);
@@ -122,16 +134,16 @@ async fn driver_uses_bulk_automatically_with_standard_results() {
 
     // Inserts with duplicates (ALREADY_EXISTS) and a port too wide for its
     // 9 bits (OUT_OF_RANGE), then modifies and deletes with missing keys.
-    let mut ins: Vec<p4rt::Update> = (0..3000)
+    let mut ins: Vec<Update> = (0..3000)
         .map(|i| update(Type::Insert, i, v(i % 512)))
         .collect();
     ins.push(update(Type::Insert, 10, v(1)));
     ins.push(update(Type::Insert, 5000, vec![2, 0]));
     ins.push(update(Type::Insert, 2999, v(1)));
-    let modi: Vec<p4rt::Update> = (2990..3010)
+    let modi: Vec<Update> = (2990..3010)
         .map(|i| update(Type::Modify, i, v(3)))
         .collect();
-    let del: Vec<p4rt::Update> = (0..100)
+    let del: Vec<Update> = (0..100)
         .step_by(3)
         .chain(4000..4002)
         .map(|i| update(Type::Delete, i, vec![]))
@@ -139,9 +151,9 @@ async fn driver_uses_bulk_automatically_with_standard_results() {
 
     for batch in [ins, modi, del] {
         let before = calls.load(Ordering::Relaxed);
-        let a = bulk.write(0, batch.clone(), opts()).await.unwrap();
+        let a = bulk.write_ops(0, &ops(&batch), opts()).await.unwrap();
         assert!(calls.load(Ordering::Relaxed) > before, "bulk was not used");
-        let b = std.write(0, batch, opts()).await.unwrap();
+        let b = std.write_ops(0, &ops(&batch), opts()).await.unwrap();
         assert_eq!(codes(&a.failures), codes(&b.failures));
         assert_eq!(a.requests, b.requests);
         assert!(!a.failures.is_empty());
@@ -157,8 +169,8 @@ async fn driver_uses_bulk_automatically_with_standard_results() {
         update(Type::Insert, 7000, vec![]),
         update(Type::Insert, 7001, v(1)),
     ];
-    let a = bulk.write(0, odd.clone(), opts()).await.unwrap();
-    let b = std.write(0, odd, opts()).await.unwrap();
+    let a = bulk.write_ops(0, &ops(&odd), opts()).await.unwrap();
+    let b = std.write_ops(0, &ops(&odd), opts()).await.unwrap();
     assert_eq!(calls.load(Ordering::Relaxed), before);
     assert_eq!(codes(&a.failures), codes(&b.failures));
     assert_eq!(
@@ -171,27 +183,22 @@ async fn driver_uses_bulk_automatically_with_standard_results() {
 async fn driver_falls_back_without_bulk() {
     let (addr, _) = serve(false).await;
     let info = p4fleet_proto::p4info::parse_text(P4INFO).unwrap();
-    let pool = DriverPool::with_election_id(5);
-    let dev = pool.connect(&switch("plain", &addr, 1)).unwrap();
+    let dev = connect(&addr, 1);
     assert!(!dev.capabilities().await.unwrap().bulk_write);
     dev.set_pipeline(0, &info, b"x".to_vec(), 1).await.unwrap();
-    let ins: Vec<p4rt::Update> = (0..50).map(|i| update(Type::Insert, i, v(i))).collect();
-    let r = dev.write(0, ins, opts()).await.unwrap();
+    let ins: Vec<Update> = (0..50).map(|i| update(Type::Insert, i, v(i))).collect();
+    let r = dev.write_ops(0, &ops(&ins), opts()).await.unwrap();
     assert!(r.failures.is_empty(), "{:?}", r.failures);
     assert_eq!(dev.read_table(0, TABLE).await.unwrap().len(), 50);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn write_entries_goes_bulk_from_the_entry_model() {
-    use p4fleet::entries::{
-        ActionCall, ActionParam, ByteStr, Entry, EntryKey, FieldMatch, MatchValue,
-    };
+async fn canonical_entries_go_bulk_from_the_entry_model() {
     let (addr, calls) = serve(true).await;
     let info = p4fleet_proto::p4info::parse_text(P4INFO).unwrap();
-    let pool = DriverPool::with_election_id(5);
-    let bulk = pool.connect(&switch("bulk", &addr, 1)).unwrap();
-    let std = pool.connect(&switch("std", &addr, 2)).unwrap();
-    let (Device::P4Runtime(b), Device::P4Runtime(s)) = (&*bulk, &*std) else {
+    let bulk = connect(&addr, 1);
+    let std = connect(&addr, 2);
+    let (Device::P4Runtime(b), Device::P4Runtime(s)) = (&bulk, &std) else {
         panic!("P4Runtime devices");
     };
     s.set_bulk_enabled(false);
@@ -228,9 +235,10 @@ async fn write_entries_goes_bulk_from_the_entry_model() {
     for ty in [Type::Insert, Type::Insert, Type::Delete] {
         let n = if ty == Type::Delete { 100 } else { 500 };
         let before = calls.load(Ordering::Relaxed);
-        let a = b.write_entries(0, ty, &entries[..n], opts()).await.unwrap();
+        let ops: Vec<WriteOp> = entries[..n].iter().map(|e| WriteOp::new(ty, e)).collect();
+        let a = b.write_ops(0, &ops, opts()).await.unwrap();
         assert!(calls.load(Ordering::Relaxed) > before);
-        let r = s.write_entries(0, ty, &entries[..n], opts()).await.unwrap();
+        let r = s.write_ops(0, &ops, opts()).await.unwrap();
         assert_eq!(codes(&a.failures), codes(&r.failures));
     }
     let (x, y) = (sorted(&bulk).await, sorted(&std).await);

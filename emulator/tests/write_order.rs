@@ -1,4 +1,4 @@
-//! The driver keeps updates of one key in order with several Writes in
+//! p4fleet-client keeps updates of one key in order with several Writes in
 //! flight: a request that touches a key of a request still in flight is
 //! sent only after that one's answer. Observed at the server as the order
 //! of request starts and answers (the Tofino profile makes each answer wait,
@@ -7,11 +7,9 @@
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use p4fleet::driver::{Device, DriverPool, WriteOptions};
-use p4fleet::entries::{Entry, TableSchema, WriteOp, parse_text};
-use p4fleet_crds::entry_set::Atomicity;
-use p4fleet_crds::switch::{Switch, SwitchSpec};
+use p4fleet_client::{Atomicity, Device, Identity, Target, WriteOptions};
 use p4fleet_emulator::{Emulator, EmulatorConfig, LatencyProfile};
+use p4fleet_model::entries::{Entry, TableSchema, WriteOp, parse_text};
 use tonic::codegen::{BoxFuture, Service, http};
 use tonic::server::NamedService;
 
@@ -124,12 +122,11 @@ async fn same_key_updates_wait_for_each_other_distinct_keys_overlap() {
     let log = Arc::new(Mutex::new(Vec::new()));
     let addr = serve(log.clone()).await;
     let info = p4fleet_proto::p4info::parse_text(P4INFO).unwrap();
-    let pool = DriverPool::with_election_id(3);
-    let spec: SwitchSpec = serde_json::from_value(serde_json::json!({
-        "target": "Bmv2", "endpoint": addr, "deviceId": 1, "slots": 1
-    }))
-    .unwrap();
-    let dev = pool.connect(&Switch::new("sw", spec)).unwrap();
+    let id = Identity {
+        election_id: 3,
+        client_id: 3,
+    };
+    let dev = Device::connect(Target::p4runtime(addr, 1), id).unwrap();
     dev.set_pipeline(0, &info, b"x".to_vec(), 1).await.unwrap();
     let opts = WriteOptions {
         batch_size: 1,
@@ -141,7 +138,7 @@ async fn same_key_updates_wait_for_each_other_distinct_keys_overlap() {
     assert_eq!(e[0].key, e[2].key);
 
     for bulk in [false, true] {
-        if let Device::P4Runtime(d) = &*dev {
+        if let Device::P4Runtime(d) = &dev {
             d.set_bulk_enabled(bulk);
         }
         log.lock().unwrap().clear();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use kube::runtime::events::{Recorder, Reporter};
 
-use crate::driver::DriverPool;
+use crate::devices::DevicePool;
 use crate::metrics::Metrics;
 use crate::status::Events;
 
@@ -40,7 +40,7 @@ pub struct Context {
     pub config: OperatorConfig,
     pub metrics: Arc<Metrics>,
     /// One long-lived connection per Switch, shared by all reconcilers.
-    pub drivers: DriverPool,
+    pub devices: DevicePool,
     /// Kubernetes Events about p4fleet objects.
     pub events: Events,
     /// Which controllers have synced their watches (for /readyz).
@@ -54,7 +54,7 @@ impl Context {
         client: kube::Client,
         config: OperatorConfig,
         metrics: Arc<Metrics>,
-        drivers: DriverPool,
+        devices: DevicePool,
     ) -> Arc<Context> {
         let recorder = Recorder::new(
             client.clone(),
@@ -67,19 +67,11 @@ impl Context {
             client,
             config,
             metrics,
-            drivers,
+            devices,
             events: Events::new(recorder),
             readiness: Readiness::default(),
             backoff: Backoff::default(),
         })
-    }
-
-    /// An Api for namespaced kind `K` in `ns`.
-    pub fn namespaced<K>(&self, ns: &str) -> kube::Api<K>
-    where
-        K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
-    {
-        kube::Api::namespaced(self.client.clone(), ns)
     }
 
     /// An Api for kind `K` over all namespaces (or cluster-scoped).

@@ -1,18 +1,19 @@
 //! p4fleet: a Kubernetes operator for fleets of programmable P4 switches.
 //!
-//! Layout: `entries` (pure entry model and line format), `sync` (pure diffing and
-//! batching), `driver` (device connections: P4Runtime, later BFRT), `controllers`
-//! (one reconciler per resource kind), plus the runtime pieces (`context`,
-//! `status`, `metrics`, `http`, `telemetry`, `leader`, `cli`).
+//! Kubernetes only: the entry model and sync planning are p4fleet-model's,
+//! device I/O (P4Runtime, BFRT) is p4fleet-client's. Here: `controllers`
+//! (one reconciler per resource kind), `devices` (one client connection
+//! per Switch), `convert` (CRD enums in the model's and client's terms),
+//! plus the runtime pieces (`context`, `status`, `metrics`, `http`,
+//! `telemetry`, `leader`, `cli`).
 
 pub mod cli;
 pub mod context;
 pub mod controllers;
-pub mod driver;
-pub mod entries;
+pub mod convert;
+pub mod devices;
 pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod status;
-pub mod sync;
 pub mod telemetry;

@@ -8,7 +8,7 @@ use clap::Parser;
 use p4fleet::cli::{Cli, Command, OperatorArgs};
 use p4fleet::context::{Context, OperatorConfig};
 use p4fleet::controllers::{Shutdown, run_controllers, shutdown_on};
-use p4fleet::driver::DriverPool;
+use p4fleet::devices::DevicePool;
 use p4fleet::leader::{Elector, LeaderConfig};
 use p4fleet::metrics::Metrics;
 
@@ -74,7 +74,7 @@ async fn operator(args: OperatorArgs) -> anyhow::Result<()> {
         watch_namespace: args.watch_namespace.clone(),
     };
     let metrics = Arc::new(Metrics::new());
-    let ctx = Context::new(client.clone(), config, metrics.clone(), DriverPool::new());
+    let ctx = Context::new(client.clone(), config, metrics.clone(), DevicePool::new());
     let router = p4fleet::http::router(metrics.clone(), ctx.readiness.clone());
     let http = p4fleet::http::serve(args.listen_addr, router, shutdown.clone()).await?;
     tracing::info!(

@@ -3,7 +3,7 @@
 //! write only the difference in batches, and report what was achieved.
 //!
 //! Choices worth knowing:
-//! - Ownership is recorded on the device (see [`crate::sync`]): entries carry
+//! - Ownership is recorded on the device (see [`p4fleet_model::sync`]): entries carry
 //!   the set's tag in their P4Runtime `metadata`, so Merge deletes survive
 //!   restarts.
 //! - While a required ConfigMap is missing, nothing is deleted (the
@@ -35,18 +35,18 @@ use kube::{Api, ResourceExt};
 use p4fleet_crds::condition_types::{PIPELINE_LOADED, RESOLVED_REFS, SYNCED, VALID};
 use p4fleet_crds::entry_set::{EntryError as StatusEntryError, TargetStatus};
 use p4fleet_crds::{
-    Condition, ConditionStatus, P4Program, Switch, TableEntrySet, TableEntrySetStatus,
-    VirtualSwitch, find_condition,
+    Condition, P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
 use p4fleet_proto::p4info;
 
 use super::{Error, object_key, referrers, scoped_api, watcher_config, write_status};
 use crate::context::Context;
 use crate::controllers::program;
-use crate::driver::{Device, DriverError, WriteOptions, WriteReport};
-use crate::entries::{Entry, EntryKey, LineParser, TableSchema, format_key, parse_inline};
+use crate::convert;
 use crate::status::{merge_conditions, now_rfc3339, ready_from};
-use crate::sync::{self, DeviceEntry, Origin};
+use p4fleet_client::Device;
+use p4fleet_model::entries::{Entry, EntryKey, LineParser, TableSchema, format_key, parse_inline};
+use p4fleet_model::sync::{self, DeviceEntry, Origin, SyncTally, WriteStats};
 
 /// Finalizer that removes a deleted set's entries from its devices.
 pub const FINALIZER: &str = "p4fleet.dev/table-entries";
@@ -255,7 +255,7 @@ fn parse_desired(set: &TableEntrySet, schema: &TableSchema, sources: &Sources) -
 }
 
 /// A VirtualSwitch the set fills, resolved down to a device slot.
-struct Target {
+struct ResolvedTarget {
     vs: String,
     switch: Switch,
     slot: u32,
@@ -269,7 +269,14 @@ async fn resolve_targets(
     ctx: &Context,
     ns: &str,
     set: &TableEntrySet,
-) -> Result<(Vec<Target>, Vec<(&'static str, String)>, Vec<String>), Error> {
+) -> Result<
+    (
+        Vec<ResolvedTarget>,
+        Vec<(&'static str, String)>,
+        Vec<String>,
+    ),
+    Error,
+> {
     let vs_api: Api<VirtualSwitch> = Api::namespaced(ctx.client.clone(), ns);
     let mut vss = Vec::new();
     let mut unresolved = Vec::new();
@@ -342,7 +349,7 @@ async fn resolve_targets(
             schemas.insert(prog.clone(), r);
         }
         match &schemas[&prog] {
-            Ok(schema) => targets.push(Target {
+            Ok(schema) => targets.push(ResolvedTarget {
                 vs: vs_name,
                 switch: sw,
                 slot,
@@ -359,19 +366,8 @@ async fn resolve_targets(
 }
 
 /// What the sync of one target achieved.
-#[derive(Default)]
 struct TargetResult {
-    desired: u64,
-    applied: u64,
-    failed: u64,
-    /// Updates accepted by the device.
-    written: u64,
-    inserted: u64,
-    modified: u64,
-    deleted: u64,
-    report_elapsed: Duration,
-    requests: u64,
-    request_latency: Duration,
+    tally: SyncTally,
     /// Device-side errors (refused updates, conflicts).
     errors: Vec<StatusEntryError>,
     /// Connection-level failure (nothing or not everything was attempted).
@@ -410,7 +406,10 @@ fn remember_owned(memo_key: &str, keys: HashSet<EntryKey>) {
 }
 
 /// Reads a table back and converts it, with ownership tags.
-async fn read_back(dev: &Device, t: &Target) -> Result<Vec<DeviceEntry>, DriverError> {
+async fn read_back(
+    dev: &Device,
+    t: &ResolvedTarget,
+) -> Result<Vec<DeviceEntry>, p4fleet_client::Error> {
     let raw = dev.read_table(t.slot, t.schema.id).await?;
     let mut out = Vec::with_capacity(raw.len());
     for te in &raw {
@@ -427,29 +426,22 @@ async fn read_back(dev: &Device, t: &Target) -> Result<Vec<DeviceEntry>, DriverE
     Ok(out)
 }
 
-fn accumulate(into: &mut WriteReport, r: WriteReport) {
-    into.updates += r.updates;
-    into.requests += r.requests;
-    into.failed_requests += r.failed_requests;
-    into.elapsed += r.elapsed;
-    into.total_request_latency += r.total_request_latency;
-}
-
 async fn sync_target(
     ctx: &Context,
     set: &TableEntrySet,
     tag: u64,
-    t: &Target,
+    t: &ResolvedTarget,
     d: &Desired,
     allow_deletes: bool,
     memo_key: &str,
 ) -> TargetResult {
     let mut r = TargetResult {
-        desired: d.entries.len() as u64,
-        ..Default::default()
+        tally: SyncTally::unsynced(d.entries.len()),
+        errors: Vec::new(),
+        device_error: None,
     };
     let sw_name = t.switch.name_any();
-    let dev = match ctx.drivers.connect(&t.switch) {
+    let dev = match ctx.devices.connect(&t.switch) {
         Ok(dev) => dev,
         Err(e) => {
             r.device_error = Some(format!("Switch {sw_name}: {e}"));
@@ -478,12 +470,16 @@ async fn sync_target(
         );
         remember_owned(memo_key, d.entries.iter().map(|e| e.key.clone()).collect());
     }
-    let mut plan = sync::plan(&d.entries, &on_device, set.spec.ownership, tag);
+    let mut plan = sync::plan(
+        &d.entries,
+        &on_device,
+        convert::ownership(set.spec.ownership),
+        tag,
+    );
     if !allow_deletes {
         plan.deletes.clear();
     }
     for &(i, _) in &plan.conflicts {
-        r.failed += 1;
         if r.errors.len() < MAX_ERRORS {
             r.errors.push(StatusEntryError {
                 source: d.label(d.sources[i]),
@@ -493,11 +489,11 @@ async fn sync_target(
         }
     }
     // The ops borrow the desired and read-back entries: nothing per entry
-    // is cloned or built before the driver encodes the requests.
+    // is cloned or built before the client encodes the requests.
     let metadata = sync::tag_metadata(tag);
     let (deletes, rest) = sync::write_ops(&plan, &d.entries, &on_device, &metadata);
-    let opts = WriteOptions::from(&set.spec.write);
-    let mut total = WriteReport::default();
+    let opts = convert::write_options(&set.spec.write);
+    let mut stats = WriteStats::default();
     let mut failed_idx: Vec<(Origin, i32, String)> = Vec::new();
     for (op, phase) in [("delete", deletes), ("write", rest)] {
         if phase.ops.is_empty() {
@@ -516,28 +512,26 @@ async fn sync_target(
                 for f in &rep.failures {
                     failed_idx.push((phase.origins[f.index], f.code, f.message.clone()));
                 }
-                accumulate(&mut total, rep);
+                stats.add(WriteStats {
+                    requests: rep.requests as u64,
+                    elapsed: rep.elapsed,
+                    request_latency: rep.total_request_latency,
+                });
             }
             Err(e) => {
                 r.device_error = Some(format!("Switch {sw_name}: {e}"));
                 for &o in &phase.origins {
                     failed_idx.push((o, tonic::Code::Unavailable as i32, e.to_string()));
                 }
-                total.updates += n;
             }
         }
     }
-    let failed_writes = failed_idx.len() as u64;
-    let mut failed_desired = 0u64;
     for (o, code, msg) in &failed_idx {
         let (source, key) = match *o {
-            Origin::Insert(i) | Origin::Modify(i) => {
-                failed_desired += 1;
-                (
-                    d.label(d.sources[i]),
-                    format_key(&t.schema, &d.entries[i].key),
-                )
-            }
+            Origin::Insert(i) | Origin::Modify(i) => (
+                d.label(d.sources[i]),
+                format_key(&t.schema, &d.entries[i].key),
+            ),
             Origin::Delete(j) => (
                 "device".to_string(),
                 format_key(&t.schema, &on_device[j].entry.key),
@@ -551,47 +545,9 @@ async fn sync_target(
             });
         }
     }
-    let failed_set: std::collections::HashSet<Origin> =
-        failed_idx.iter().map(|(o, _, _)| *o).collect();
-    let ok_origin = |o: &Origin| !failed_set.contains(o);
-    if failed_idx.is_empty() {
-        r.inserted = plan.inserts.len() as u64;
-        r.modified = plan.modifies.len() as u64;
-        r.deleted = plan.deletes.len() as u64;
-    } else {
-        r.inserted = plan
-            .inserts
-            .iter()
-            .filter(|&&i| ok_origin(&Origin::Insert(i)))
-            .count() as u64;
-        r.modified = plan
-            .modifies
-            .iter()
-            .filter(|&&i| ok_origin(&Origin::Modify(i)))
-            .count() as u64;
-        r.deleted = plan
-            .deletes
-            .iter()
-            .filter(|&&j| ok_origin(&Origin::Delete(j)))
-            .count() as u64;
-    }
-    r.written = total.updates as u64 - failed_writes;
-    r.applied = plan.unchanged as u64 + r.inserted + r.modified;
-    r.failed += failed_desired;
-    r.report_elapsed = total.elapsed;
-    r.requests = total.requests as u64;
-    r.request_latency = total.total_request_latency;
+    let failed: Vec<Origin> = failed_idx.iter().map(|(o, _, _)| *o).collect();
+    r.tally = SyncTally::of(&plan, &failed, stats);
     r
-}
-
-fn unknown(type_: &str, reason: &str, message: impl Into<String>) -> Condition {
-    Condition {
-        type_: type_.into(),
-        status: ConditionStatus::Unknown,
-        reason: reason.into(),
-        message: message.into(),
-        ..Default::default()
-    }
 }
 
 /// Adds the finalizer (merge patch of the whole list, keeping others').
@@ -642,7 +598,7 @@ async fn cleanup(ctx: &Context, ns: &str, set: &TableEntrySet) -> Result<Action,
     let mut removed = 0usize;
     for t in &targets {
         let res: Result<usize, String> = async {
-            let dev = ctx.drivers.connect(&t.switch).map_err(|e| e.to_string())?;
+            let dev = ctx.devices.connect(&t.switch).map_err(|e| e.to_string())?;
             let mut on_device = read_back(&dev, t).await.map_err(|e| e.to_string())?;
             if !dev.stores_entry_metadata() {
                 // No tags on the device: what it desires now or desired at
@@ -661,7 +617,7 @@ async fn cleanup(ctx: &Context, ns: &str, set: &TableEntrySet) -> Result<Action,
             let n = which.len();
             let ops = sync::delete_ops(&on_device, &which);
             let rep = dev
-                .write_ops(t.slot, &ops, WriteOptions::from(&set.spec.write))
+                .write_ops(t.slot, &ops, convert::write_options(&set.spec.write))
                 .await
                 .map_err(|e| e.to_string())?;
             // NOT_FOUND: already gone, which is what we want.
@@ -752,15 +708,8 @@ pub async fn reconcile(obj: Arc<TableEntrySet>, ctx: Arc<Context>) -> Result<Act
     let sources = fetch_sources(&ctx, &ns, &obj).await?;
 
     let mut errors: Vec<StatusEntryError> = Vec::new();
-    let mut desired_total = 0u64;
-    let mut applied = 0u64;
-    let mut failed = 0u64;
+    let mut total = SyncTally::default();
     let mut invalid = 0usize;
-    let mut written = 0u64;
-    let (mut ins, mut modi, mut del) = (0u64, 0u64, 0u64);
-    let mut elapsed = Duration::ZERO;
-    let mut requests = 0u64;
-    let mut latency = Duration::ZERO;
     let mut drift = 0u64;
     let mut device_errors: Vec<String> = Vec::new();
     let mut target_status = Vec::new();
@@ -789,26 +738,17 @@ pub async fn reconcile(obj: Arc<TableEntrySet>, ctx: Arc<Context>) -> Result<Act
             .get(&memo_key)
             == Some(&digest);
         if was_synced {
-            drift += r.inserted + r.modified + r.deleted;
+            drift += r.tally.changes();
         }
         {
             let mut m = synced_digests().lock().unwrap_or_else(|e| e.into_inner());
-            if r.device_error.is_none() && r.applied == r.desired {
+            if r.device_error.is_none() && r.tally.applied == r.tally.desired {
                 m.insert(memo_key, digest);
             } else {
                 m.remove(&memo_key);
             }
         }
-        desired_total += r.desired;
-        applied += r.applied;
-        failed += r.failed;
-        written += r.written;
-        ins += r.inserted;
-        modi += r.modified;
-        del += r.deleted;
-        elapsed += r.report_elapsed;
-        requests += r.requests;
-        latency += r.request_latency;
+        total.add(&r.tally);
         for e in r.errors {
             if errors.len() < MAX_ERRORS {
                 errors.push(e);
@@ -817,17 +757,29 @@ pub async fn reconcile(obj: Arc<TableEntrySet>, ctx: Arc<Context>) -> Result<Act
         if let Some(e) = &r.device_error {
             device_errors.push(e.clone());
         }
-        let eps = (r.written > 0 && r.report_elapsed > Duration::ZERO)
-            .then(|| (r.written as f64 / r.report_elapsed.as_secs_f64()) as u64);
+        let (written, elapsed) = (r.tally.written, r.tally.writes.elapsed);
+        let eps = (written > 0 && elapsed > Duration::ZERO)
+            .then(|| (written as f64 / elapsed.as_secs_f64()) as u64);
         let old_t = old.and_then(|s| s.targets.iter().find(|x| x.virtual_switch == t.vs));
         target_status.push(TargetStatus {
             virtual_switch: t.vs.clone(),
             switch: Some(t.switch.name_any()),
-            applied: r.applied,
-            failed: r.failed,
+            applied: r.tally.applied,
+            failed: r.tally.failed,
             entries_per_second: eps.or(old_t.and_then(|o| o.entries_per_second)),
         });
     }
+    let SyncTally {
+        desired: desired_total,
+        applied,
+        mut failed,
+        written,
+        inserted: ins,
+        modified: modi,
+        deleted: del,
+        writes,
+    } = total;
+    let (elapsed, requests, latency) = (writes.elapsed, writes.requests, writes.request_latency);
     failed += invalid as u64 * targets.len().max(1) as u64;
     if targets.is_empty() {
         failed = invalid as u64;
@@ -877,7 +829,7 @@ pub async fn reconcile(obj: Arc<TableEntrySet>, ctx: Arc<Context>) -> Result<Act
             ),
         )
     } else if targets.is_empty() {
-        unknown(
+        Condition::unknown(
             VALID,
             "NoTarget",
             "no resolved VirtualSwitch to validate against",
@@ -889,7 +841,7 @@ pub async fn reconcile(obj: Arc<TableEntrySet>, ctx: Arc<Context>) -> Result<Act
     let synced = if !device_errors.is_empty() {
         Condition::new(SYNCED, false, "DeviceUnavailable", device_errors.join("; "))
     } else if targets.is_empty() {
-        unknown(SYNCED, "NoTarget", "no resolved VirtualSwitch")
+        Condition::unknown(SYNCED, "NoTarget", "no resolved VirtualSwitch")
     } else if device_failed > 0 {
         let first = errors
             .iter()

@@ -8,8 +8,8 @@ use kube::runtime::controller::{Action, Controller};
 use kube::{Api, ResourceExt};
 use p4fleet_crds::condition_types::{RESOLVED_REFS, VALID};
 use p4fleet_crds::{
-    AsyncExternPolicy, AsyncExternPolicySpec, AsyncExternPolicyStatus, Condition, ConditionStatus,
-    ExternMode, Switch, SwitchTarget, VirtualSwitch,
+    AsyncExternPolicy, AsyncExternPolicySpec, AsyncExternPolicyStatus, Condition, ExternMode,
+    Switch, SwitchTarget, VirtualSwitch,
 };
 
 use super::{Error, referrers, scoped_api, watcher_config, write_status};
@@ -31,7 +31,7 @@ pub fn controller(ctx: &Context) -> Controller<AsyncExternPolicy> {
 
 /// What the policy's references resolved to.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Target {
+pub enum Placement {
     VirtualSwitchNotFound,
     NotScheduled,
     SwitchNotFound(String),
@@ -59,28 +59,28 @@ pub fn validate(spec: &AsyncExternPolicySpec) -> Vec<String> {
 }
 
 /// The pure middle: spec and resolved target in, status out.
-pub fn build_status(spec: &AsyncExternPolicySpec, target: &Target) -> AsyncExternPolicyStatus {
+pub fn build_status(spec: &AsyncExternPolicySpec, target: &Placement) -> AsyncExternPolicyStatus {
     let vs = &spec.virtual_switch_ref;
     let refs = match target {
-        Target::VirtualSwitchNotFound => Condition::new(
+        Placement::VirtualSwitchNotFound => Condition::new(
             RESOLVED_REFS,
             false,
             "VirtualSwitchNotFound",
             format!("spec.virtualSwitchRef: VirtualSwitch {vs} not found"),
         ),
-        Target::NotScheduled => Condition::new(
+        Placement::NotScheduled => Condition::new(
             RESOLVED_REFS,
             false,
             "VirtualSwitchNotScheduled",
             format!("spec.virtualSwitchRef: VirtualSwitch {vs} is not placed on a Switch yet"),
         ),
-        Target::SwitchNotFound(s) => Condition::new(
+        Placement::SwitchNotFound(s) => Condition::new(
             RESOLVED_REFS,
             false,
             "SwitchNotFound",
             format!("Switch {s} of VirtualSwitch {vs} not found"),
         ),
-        Target::Switch { name, .. } => Condition::new(
+        Placement::Switch { name, .. } => Condition::new(
             RESOLVED_REFS,
             true,
             "Resolved",
@@ -88,7 +88,7 @@ pub fn build_status(spec: &AsyncExternPolicySpec, target: &Target) -> AsyncExter
         ),
     };
     let mut problems = validate(spec);
-    if let Target::Switch { name, target } = target
+    if let Placement::Switch { name, target } = target
         && *target != SwitchTarget::Dpdk
     {
         problems.insert(
@@ -108,13 +108,7 @@ pub fn build_status(spec: &AsyncExternPolicySpec, target: &Target) -> AsyncExter
     } else if refs.is_true() {
         Condition::new(VALID, true, "Valid", "policy is valid for its target")
     } else {
-        Condition {
-            type_: VALID.into(),
-            status: ConditionStatus::Unknown,
-            reason: "RefsUnresolved".into(),
-            message: "the target could not be checked".into(),
-            ..Default::default()
-        }
+        Condition::unknown(VALID, "RefsUnresolved", "the target could not be checked")
     };
     let ready = ready_from(&[&refs, &valid], "Configured", "policy accepted");
     AsyncExternPolicyStatus {
@@ -130,12 +124,12 @@ pub async fn reconcile(obj: Arc<AsyncExternPolicy>, ctx: Arc<Context>) -> Result
         .ok_or(Error::MissingObjectKey("namespace"))?;
     let vss: Api<VirtualSwitch> = Api::namespaced(ctx.client.clone(), &ns);
     let target = match vss.get_opt(&obj.spec.virtual_switch_ref).await? {
-        None => Target::VirtualSwitchNotFound,
+        None => Placement::VirtualSwitchNotFound,
         Some(vs) => match vs.status.and_then(|s| s.switch) {
-            None => Target::NotScheduled,
+            None => Placement::NotScheduled,
             Some(name) => match ctx.all::<Switch>().get_opt(&name).await? {
-                None => Target::SwitchNotFound(name),
-                Some(sw) => Target::Switch {
+                None => Placement::SwitchNotFound(name),
+                Some(sw) => Placement::Switch {
                     name,
                     target: sw.spec.target,
                 },
@@ -175,6 +169,7 @@ pub async fn reconcile(obj: Arc<AsyncExternPolicy>, ctx: Arc<Context>) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+    use p4fleet_crds::ConditionStatus;
 
     fn spec() -> AsyncExternPolicySpec {
         serde_json::from_value(serde_json::json!({
@@ -188,7 +183,7 @@ mod tests {
     fn dpdk_target_is_ready() {
         let st = build_status(
             &spec(),
-            &Target::Switch {
+            &Placement::Switch {
                 name: "dpdk-1".into(),
                 target: SwitchTarget::Dpdk,
             },
@@ -205,7 +200,7 @@ mod tests {
     fn non_dpdk_target_is_not_ready_with_a_clear_reason() {
         let st = build_status(
             &spec(),
-            &Target::Switch {
+            &Placement::Switch {
                 name: "tofino-1".into(),
                 target: SwitchTarget::Tofino,
             },
@@ -218,7 +213,7 @@ mod tests {
 
     #[test]
     fn missing_virtual_switch_names_the_field() {
-        let st = build_status(&spec(), &Target::VirtualSwitchNotFound);
+        let st = build_status(&spec(), &Placement::VirtualSwitchNotFound);
         let ready = p4fleet_crds::find_condition(&st.conditions, "Ready").unwrap();
         assert_eq!(ready.reason, "VirtualSwitchNotFound");
         assert!(ready.message.starts_with("spec.virtualSwitchRef"));

@@ -1,6 +1,6 @@
 //! P4Program reconciler: resolve the P4Info and artifacts (inline or
-//! ConfigMaps), validate the P4Info, compute the digest, list tables and
-//! actions in status.
+//! ConfigMaps), validate the P4Info and list its tables and actions in
+//! status (both [`p4fleet_model::p4info`]), compute the digest.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -12,7 +12,8 @@ use p4fleet_crds::condition_types::{RESOLVED_REFS, VALID};
 use p4fleet_crds::{
     ArtifactSource, Condition, P4Program, P4ProgramSpec, P4ProgramStatus, TableInfo,
 };
-use p4fleet_proto::p4info::{self, P4Info};
+use p4fleet_model::p4info as model_p4info;
+use p4fleet_proto::p4info;
 use sha2::{Digest, Sha256};
 
 use super::{Error, referrers, scoped_api, watcher_config, write_status};
@@ -161,138 +162,15 @@ pub fn short_digest(d: &str) -> String {
     d.chars().take(12).collect()
 }
 
-fn match_kind_name(f: &p4info::MatchField) -> String {
-    use p4info::match_field::{Match, MatchType};
-    match &f.r#match {
-        Some(Match::MatchType(t)) => match MatchType::try_from(*t) {
-            Ok(MatchType::Exact) => "exact".into(),
-            Ok(MatchType::Lpm) => "lpm".into(),
-            Ok(MatchType::Ternary) => "ternary".into(),
-            Ok(MatchType::Range) => "range".into(),
-            Ok(MatchType::Optional) => "optional".into(),
-            _ => "unspecified".into(),
-        },
-        Some(Match::OtherMatchType(s)) => s.clone(),
-        None => "unspecified".into(),
+/// A table of the model's P4Info summary as status lists it.
+fn table_info(t: p4fleet_model::p4info::TableSummary) -> TableInfo {
+    TableInfo {
+        name: t.name,
+        id: t.id,
+        size: t.size,
+        match_fields: t.match_fields,
+        actions: t.actions,
     }
-}
-
-fn name_of(p: &Option<p4info::Preamble>) -> &str {
-    p.as_ref().map(|p| p.name.as_str()).unwrap_or("")
-}
-
-/// Problems with a P4Info that would make every table write fail; each
-/// message names the table, field or action.
-pub fn validate_p4info(p: &P4Info) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut ids: BTreeMap<u32, String> = BTreeMap::new();
-    let mut check_preamble =
-        |what: &str, idx: usize, pre: &Option<p4info::Preamble>, problems: &mut Vec<String>| {
-            match pre {
-                None => problems.push(format!("{what}[{idx}] has no preamble")),
-                Some(pre) => {
-                    if pre.name.is_empty() {
-                        problems.push(format!("{what}[{idx}] has no name"));
-                    }
-                    if pre.id == 0 {
-                        problems.push(format!("{what} {} has id 0", pre.name));
-                    } else if let Some(prev) = ids.insert(pre.id, pre.name.clone()) {
-                        problems.push(format!(
-                            "id {} is used by both {prev} and {}",
-                            pre.id, pre.name
-                        ));
-                    }
-                }
-            }
-        };
-    for (i, a) in p.actions.iter().enumerate() {
-        check_preamble("action", i, &a.preamble, &mut problems);
-        let mut seen = HashSet::new();
-        for prm in &a.params {
-            if !seen.insert(prm.id) {
-                problems.push(format!(
-                    "action {}: param id {} is duplicated",
-                    name_of(&a.preamble),
-                    prm.id
-                ));
-            }
-            if prm.bitwidth <= 0 {
-                problems.push(format!(
-                    "action {}: param {} has bitwidth {}",
-                    name_of(&a.preamble),
-                    prm.name,
-                    prm.bitwidth
-                ));
-            }
-        }
-    }
-    let action_ids: HashSet<u32> = p
-        .actions
-        .iter()
-        .filter_map(|a| a.preamble.as_ref().map(|p| p.id))
-        .collect();
-    for (i, t) in p.tables.iter().enumerate() {
-        check_preamble("table", i, &t.preamble, &mut problems);
-        let tn = name_of(&t.preamble);
-        let mut fids = HashSet::new();
-        for f in &t.match_fields {
-            if !fids.insert(f.id) {
-                problems.push(format!("table {tn}: match field id {} is duplicated", f.id));
-            }
-            if f.name.is_empty() {
-                problems.push(format!("table {tn}: match field {} has no name", f.id));
-            }
-            if f.bitwidth <= 0 {
-                problems.push(format!(
-                    "table {tn}: match field {} has bitwidth {}",
-                    f.name, f.bitwidth
-                ));
-            }
-            if match_kind_name(f) == "unspecified" {
-                problems.push(format!(
-                    "table {tn}: match field {} has no match type",
-                    f.name
-                ));
-            }
-        }
-        if t.action_refs.is_empty() {
-            problems.push(format!("table {tn} has no actions"));
-        }
-        for r in &t.action_refs {
-            if !action_ids.contains(&r.id) {
-                problems.push(format!("table {tn} refers to unknown action id {}", r.id));
-            }
-        }
-        if t.size < 0 {
-            problems.push(format!("table {tn} has negative size {}", t.size));
-        }
-    }
-    problems
-}
-
-/// Tables as listed in status: name, id, size, `name:kind:bits` fields, action names.
-pub fn table_infos(p: &P4Info) -> Vec<TableInfo> {
-    let action_name = |id: u32| {
-        p.actions
-            .iter()
-            .find(|a| a.preamble.as_ref().is_some_and(|p| p.id == id))
-            .map(|a| name_of(&a.preamble).to_string())
-            .unwrap_or_else(|| format!("#{id}"))
-    };
-    p.tables
-        .iter()
-        .map(|t| TableInfo {
-            name: name_of(&t.preamble).to_string(),
-            id: t.preamble.as_ref().map(|p| p.id).unwrap_or(0),
-            size: t.size,
-            match_fields: t
-                .match_fields
-                .iter()
-                .map(|f| format!("{}:{}:{}", f.name, match_kind_name(f), f.bitwidth))
-                .collect(),
-            actions: t.action_refs.iter().map(|r| action_name(r.id)).collect(),
-        })
-        .collect()
 }
 
 /// The pure middle of a reconcile: resolved sources in, status body out
@@ -328,14 +206,13 @@ pub fn build_status(spec: &P4ProgramSpec, resolved: &Resolved) -> P4ProgramStatu
                 format!("spec.p4info: cannot parse: {e}"),
             ),
             Ok(p) => {
-                let problems = validate_p4info(&p);
-                st.tables = table_infos(&p);
-                st.table_count = Some(st.tables.len() as u32);
-                st.actions = p
-                    .actions
-                    .iter()
-                    .map(|a| name_of(&a.preamble).to_string())
+                let problems = model_p4info::validate(&p);
+                st.tables = model_p4info::tables(&p)
+                    .into_iter()
+                    .map(table_info)
                     .collect();
+                st.table_count = Some(st.tables.len() as u32);
+                st.actions = model_p4info::action_names(&p);
                 if problems.is_empty() {
                     Condition::new(
                         VALID,
@@ -348,17 +225,19 @@ pub fn build_status(spec: &P4ProgramSpec, resolved: &Resolved) -> P4ProgramStatu
                         VALID,
                         false,
                         "InvalidP4Info",
-                        format!("spec.p4info: {}", problems.join("; ")),
+                        format!(
+                            "spec.p4info: {}",
+                            problems
+                                .iter()
+                                .map(ToString::to_string)
+                                .collect::<Vec<_>>()
+                                .join("; ")
+                        ),
                     )
                 }
             }
         },
-        _ => Condition {
-            type_: VALID.into(),
-            reason: "SourcesUnresolved".into(),
-            message: "spec.p4info could not be read".into(),
-            ..Default::default()
-        },
+        _ => Condition::unknown(VALID, "SourcesUnresolved", "spec.p4info could not be read"),
     };
     if refs.is_true() && valid.is_true() {
         let parts: Vec<(&str, &[u8])> = resolved
@@ -488,7 +367,10 @@ mod tests {
                 "id: 49661089\n    name: \"MyIngress.allow\"",
             );
         let p = p4info::parse_text(&bad).unwrap();
-        let problems = validate_p4info(&p);
+        let problems: Vec<String> = model_p4info::validate(&p)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert!(
             problems
                 .iter()

@@ -1,4 +1,4 @@
-//! Switch reconciler: validate the spec, connect through the driver pool,
+//! Switch reconciler: validate the spec, connect through the device pool,
 //! probe capabilities (Reachable), and summarise slot usage from the
 //! VirtualSwitches placed on it.
 
@@ -10,8 +10,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use p4fleet_crds::condition_types::{REACHABLE, VALID};
 use p4fleet_crds::{
-    Condition, ConditionStatus, SlotUse, Switch, SwitchCapabilities, SwitchProtocol, SwitchSpec,
-    SwitchStatus, SwitchTarget, VirtualSwitch,
+    Condition, SlotUse, Switch, SwitchCapabilities, SwitchProtocol, SwitchSpec, SwitchStatus,
+    SwitchTarget, VirtualSwitch,
 };
 
 use super::{Error, object_key, watcher_config, write_status};
@@ -101,7 +101,7 @@ pub fn slots_in_use(switch: &str, vss: &[VirtualSwitch]) -> Vec<SlotUse> {
 }
 
 /// Outcome of probing the device.
-pub type Probe = Result<crate::driver::Capabilities, String>;
+pub type Probe = Result<p4fleet_client::Capabilities, String>;
 
 /// The pure middle: spec, probe result and VirtualSwitches in; status out
 /// (conditions not yet merged).
@@ -119,13 +119,11 @@ pub fn build_status(
     };
     let (reachable, capabilities) = match probe {
         None => (
-            Condition {
-                type_: REACHABLE.into(),
-                status: ConditionStatus::Unknown,
-                reason: "NotProbed".into(),
-                message: "the spec is invalid, so the device was not contacted".into(),
-                ..Default::default()
-            },
+            Condition::unknown(
+                REACHABLE,
+                "NotProbed",
+                "the spec is invalid, so the device was not contacted",
+            ),
             None,
         ),
         Some(Ok(caps)) => (
@@ -164,7 +162,7 @@ pub fn build_status(
 
 /// Connects (once, shared) and asks the device for its capabilities.
 async fn probe(ctx: &Context, sw: &Switch) -> Probe {
-    let dev = ctx.drivers.connect(sw).map_err(|e| e.to_string())?;
+    let dev = ctx.devices.connect(sw).map_err(|e| e.to_string())?;
     match tokio::time::timeout(PROBE_TIMEOUT, dev.capabilities()).await {
         Ok(Ok(c)) => Ok(c),
         Ok(Err(e)) => Err(e.to_string()),
@@ -269,7 +267,7 @@ mod tests {
             vs("b", "y", "sw1", 0),
             vs("a", "z", "other", 0),
         ];
-        let caps = crate::driver::Capabilities {
+        let caps = p4fleet_client::Capabilities {
             protocol: "P4Runtime",
             api_version: "1.4.0".into(),
             bulk_write: true,

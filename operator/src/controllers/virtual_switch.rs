@@ -1,5 +1,5 @@
 //! VirtualSwitch reconciler: place it on a Switch slot, push its program's
-//! pipeline through the driver (P4Runtime: the target's device config,
+//! pipeline through p4fleet-client (P4Runtime: the target's device config,
 //! cookie = program digest; BFRT: the Tofino artifacts), report where it
 //! runs and what is loaded.
 
@@ -10,16 +10,16 @@ use kube::runtime::controller::{Action, Controller};
 use kube::{Api, ResourceExt};
 use p4fleet_crds::condition_types::{PIPELINE_LOADED, SCHEDULED};
 use p4fleet_crds::{
-    Condition, ConditionStatus, P4Program, Switch, SwitchProtocol, SwitchTarget, VirtualSwitch,
-    VirtualSwitchSpec, VirtualSwitchStatus, find_condition,
+    Condition, P4Program, Switch, SwitchProtocol, SwitchTarget, VirtualSwitch, VirtualSwitchSpec,
+    VirtualSwitchStatus, find_condition,
 };
 use p4fleet_proto::p4info;
 
 use super::{Error, object_key, referrers, scoped_api, watcher_config, write_status};
 use crate::context::Context;
 use crate::controllers::program;
-use crate::driver::{Device, TofinoPipeline};
 use crate::status::{merge_conditions, now_rfc3339, ready_from};
+use p4fleet_client::{Device, TofinoPipeline};
 
 const RETRY: Duration = Duration::from_secs(10);
 
@@ -282,16 +282,6 @@ async fn load(
     }
 }
 
-fn unknown(type_: &str, reason: &str, message: impl Into<String>) -> Condition {
-    Condition {
-        type_: type_.into(),
-        status: ConditionStatus::Unknown,
-        reason: reason.into(),
-        message: message.into(),
-        ..Default::default()
-    }
-}
-
 /// The program's pipeline when it is Ready and its sources still match its digest.
 async fn ready_pipeline(
     ctx: &Context,
@@ -331,7 +321,7 @@ async fn ready_pipeline(
         Some(info) if program::digest(&parts) == digest => Ok(Ok((digest, info, resolved))),
         // The sources changed after the program was last reconciled; it will
         // be again, and that status change brings us back here.
-        _ => Ok(Err(unknown(
+        _ => Ok(Err(Condition::unknown(
             PIPELINE_LOADED,
             "ProgramChanging",
             format!("P4Program {program_ref} sources changed; waiting for its new digest"),
@@ -369,7 +359,7 @@ pub async fn reconcile(obj: Arc<VirtualSwitch>, ctx: Arc<Context>) -> Result<Act
             new.loaded_short_digest = None;
             (
                 Condition::new(SCHEDULED, false, e.reason(), e.to_string()),
-                unknown(PIPELINE_LOADED, "NotScheduled", "not placed on a Switch"),
+                Condition::unknown(PIPELINE_LOADED, "NotScheduled", "not placed on a Switch"),
             )
         }
         Ok((sw_name, slot)) => {
@@ -392,7 +382,7 @@ pub async fn reconcile(obj: Arc<VirtualSwitch>, ctx: Arc<Context>) -> Result<Act
                 }
                 Ok((digest, info, resolved)) => {
                     let started = Instant::now();
-                    let res = match ctx.drivers.connect(sw) {
+                    let res = match ctx.devices.connect(sw) {
                         Ok(dev) => {
                             let p = &obj.spec.program_ref;
                             load(&dev, sw, slot, p, &info, &digest, &resolved).await

@@ -1,5 +1,5 @@
 //! Unary gRPC calls with a request that is already protobuf bytes (see
-//! [`crate::entries::wire`]): the generated clients want a prost message,
+//! [`p4fleet_model::entries::wire`]): the generated clients want a prost message,
 //! which is exactly what the direct encoders avoid building. The answer is
 //! still decoded with prost; errors (and per-update details in
 //! `grpc-status-details-bin`) come back as a `tonic::Status` as usual.

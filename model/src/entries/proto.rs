@@ -1,151 +1,13 @@
-//! Conversions between the entry model and P4Info / P4Runtime messages.
+//! Conversions between the entry model and P4Runtime messages (the schema
+//! side of P4Info is [`crate::p4info`]).
 
-use p4fleet_proto::p4info::{self, P4Info, action_ref, match_field};
 use p4fleet_proto::p4runtime::{self as p4rt, TableEntry, field_match, table_action};
 
 use super::bytes::ByteStr;
 use super::entry::{ActionCall, ActionParam, Entry, EntryKey, FieldMatch, MatchValue, validate};
 use super::error::{EntryError, ValueError};
-use super::schema::{ActionSchema, ActionScope, FieldSchema, MatchKind, ParamSchema, TableSchema};
+use super::schema::TableSchema;
 use super::value::check_canonical;
-
-fn bad(msg: String) -> EntryError {
-    EntryError::BadP4Info(msg)
-}
-
-fn preamble<'a>(
-    p: &'a Option<p4info::Preamble>,
-    what: &str,
-) -> Result<&'a p4info::Preamble, EntryError> {
-    p.as_ref()
-        .ok_or_else(|| bad(format!("{what} without preamble")))
-}
-
-fn width(w: i32, what: &str) -> Result<u32, EntryError> {
-    u32::try_from(w)
-        .ok()
-        .filter(|w| *w > 0)
-        .ok_or_else(|| bad(format!("{what}: bitwidth {w}")))
-}
-
-impl TableSchema {
-    /// The schema of one table of a P4Info. `table` is the full name
-    /// (`MyIngress.firewall`), the alias (`firewall`) or a unique dotted
-    /// suffix of the full name.
-    pub fn from_p4info(p4info: &P4Info, table: &str) -> Result<TableSchema, EntryError> {
-        let named = |t: &&p4info::Table, f: &dyn Fn(&p4info::Preamble) -> bool| {
-            t.preamble.as_ref().is_some_and(f)
-        };
-        let mut found = p4info
-            .tables
-            .iter()
-            .find(|t| named(t, &|p| p.name == table))
-            .or_else(|| {
-                p4info
-                    .tables
-                    .iter()
-                    .find(|t| named(t, &|p| p.alias == table))
-            });
-        if found.is_none() {
-            let mut it = p4info.tables.iter().filter(|t| {
-                named(t, &|p| {
-                    p.name.len() > table.len()
-                        && p.name.ends_with(table)
-                        && p.name.as_bytes()[p.name.len() - table.len() - 1] == b'.'
-                })
-            });
-            found = it.next();
-            if let Some(other) = it.next() {
-                return Err(bad(format!(
-                    "table name {table:?} is ambiguous: {} and {}",
-                    found
-                        .and_then(|t| t.preamble.as_ref())
-                        .map_or("", |p| &p.name),
-                    other.preamble.as_ref().map_or("", |p| &p.name)
-                )));
-            }
-        }
-        let t = found.ok_or_else(|| EntryError::UnknownTable(table.to_string()))?;
-        table_schema(p4info, t)
-    }
-
-    /// Schemas of every table in a P4Info, in P4Info order.
-    pub fn all_from_p4info(p4info: &P4Info) -> Result<Vec<TableSchema>, EntryError> {
-        p4info
-            .tables
-            .iter()
-            .map(|t| table_schema(p4info, t))
-            .collect()
-    }
-}
-
-fn table_schema(p4info: &P4Info, t: &p4info::Table) -> Result<TableSchema, EntryError> {
-    let tp = preamble(&t.preamble, "table")?;
-    let mut match_fields = Vec::with_capacity(t.match_fields.len());
-    for f in &t.match_fields {
-        let what = format!("{}: match field {}", tp.name, f.name);
-        let kind = match &f.r#match {
-            Some(match_field::Match::MatchType(k)) => match match_field::MatchType::try_from(*k) {
-                Ok(match_field::MatchType::Exact) => MatchKind::Exact,
-                Ok(match_field::MatchType::Lpm) => MatchKind::Lpm,
-                Ok(match_field::MatchType::Ternary) => MatchKind::Ternary,
-                Ok(match_field::MatchType::Range) => MatchKind::Range,
-                Ok(match_field::MatchType::Optional) => MatchKind::Optional,
-                _ => return Err(bad(format!("{what}: match type {k} not supported"))),
-            },
-            Some(match_field::Match::OtherMatchType(o)) => {
-                return Err(EntryError::Unsupported(format!("{what}: match type {o:?}")));
-            }
-            None => return Err(bad(format!("{what}: no match type"))),
-        };
-        match_fields.push(FieldSchema {
-            name: f.name.clone(),
-            id: f.id,
-            bitwidth: width(f.bitwidth, &what)?,
-            kind,
-        });
-    }
-    match_fields.sort_by_key(|f| f.id);
-    let mut actions = Vec::with_capacity(t.action_refs.len());
-    for r in &t.action_refs {
-        let a = p4info
-            .actions
-            .iter()
-            .find(|a| a.preamble.as_ref().is_some_and(|p| p.id == r.id))
-            .ok_or_else(|| bad(format!("{}: action id {} not in P4Info", tp.name, r.id)))?;
-        let ap = preamble(&a.preamble, "action")?;
-        let scope = match action_ref::Scope::try_from(r.scope) {
-            Ok(action_ref::Scope::TableOnly) => ActionScope::TableOnly,
-            Ok(action_ref::Scope::DefaultOnly) => ActionScope::DefaultOnly,
-            _ => ActionScope::TableAndDefault,
-        };
-        let mut params = Vec::with_capacity(a.params.len());
-        for p in &a.params {
-            params.push(ParamSchema {
-                name: p.name.clone(),
-                id: p.id,
-                bitwidth: width(p.bitwidth, &format!("{}: param {}", ap.name, p.name))?,
-            });
-        }
-        params.sort_by_key(|p| p.id);
-        actions.push(ActionSchema {
-            name: ap.name.clone(),
-            alias: ap.alias.clone(),
-            id: ap.id,
-            params,
-            scope,
-        });
-    }
-    Ok(TableSchema {
-        name: tp.name.clone(),
-        alias: tp.alias.clone(),
-        id: tp.id,
-        size: u64::try_from(t.size).unwrap_or(0),
-        match_fields,
-        actions,
-        is_const: t.is_const_table,
-    })
-}
 
 impl MatchValue {
     fn to_proto(&self) -> field_match::FieldMatchType {
@@ -315,51 +177,11 @@ impl Entry {
 
 #[cfg(test)]
 mod tests {
+    use super::super::fixtures::{
+        FIREWALL_P4INFO as FIREWALL, L2_P4INFO as L2, ROUTER_P4INFO as ROUTER, p4info as p4i,
+    };
     use super::super::line::{Style, format_entries, parse_text};
     use super::*;
-
-    const FIREWALL: &str = include_str!("../../../examples/firewall/p4info.txt");
-    const L2: &str = include_str!("../../../examples/l2switch/p4info.txt");
-    const ROUTER: &str = include_str!("../../../examples/router/p4info.txt");
-
-    fn p4i(text: &str) -> P4Info {
-        p4info::parse_text(text).unwrap()
-    }
-
-    #[test]
-    fn example_p4infos_match_the_fixtures() {
-        use super::super::schema::fixtures;
-        let fw = p4i(FIREWALL);
-        assert_eq!(
-            TableSchema::from_p4info(&fw, "MyIngress.firewall").unwrap(),
-            fixtures::firewall()
-        );
-        assert_eq!(
-            TableSchema::from_p4info(&fw, "firewall").unwrap(),
-            fixtures::firewall()
-        );
-        let r = p4i(ROUTER);
-        assert_eq!(
-            TableSchema::from_p4info(&r, "ipv4_lpm").unwrap(),
-            fixtures::ipv4_lpm()
-        );
-        assert_eq!(
-            TableSchema::from_p4info(&r, "MyIngress.acl").unwrap(),
-            fixtures::acl()
-        );
-        let l2 = p4i(L2);
-        assert_eq!(
-            TableSchema::from_p4info(&l2, "dmac").unwrap(),
-            fixtures::dmac()
-        );
-        let smac = TableSchema::from_p4info(&l2, "smac").unwrap();
-        assert_eq!(smac.match_fields[0].bitwidth, 48);
-        assert_eq!(TableSchema::all_from_p4info(&l2).unwrap().len(), 2);
-        assert!(matches!(
-            TableSchema::from_p4info(&fw, "acl"),
-            Err(EntryError::UnknownTable(_))
-        ));
-    }
 
     #[test]
     fn proto_round_trip_every_kind() {

@@ -73,7 +73,7 @@ pub struct TableSchema {
 }
 
 /// `full` is `name`, or ends with `.name`.
-fn name_matches(full: &str, name: &str) -> bool {
+pub(crate) fn name_matches(full: &str, name: &str) -> bool {
     full == name
         || (full.len() > name.len()
             && full.ends_with(name)
@@ -179,8 +179,20 @@ impl TableSchema {
 
 #[cfg(test)]
 pub(crate) mod fixtures {
-    //! The example programs' tables, as from/p4info would build them.
+    //! The example programs' P4Infos, and their tables as
+    //! `TableSchema::from_p4info` builds them.
     use super::*;
+    use p4fleet_proto::p4info::{self, P4Info};
+
+    pub const FIREWALL_P4INFO: &str = include_str!("../../../examples/firewall/p4info.txt");
+    pub const L2_P4INFO: &str = include_str!("../../../examples/l2switch/p4info.txt");
+    pub const ROUTER_P4INFO: &str = include_str!("../../../examples/router/p4info.txt");
+    pub const FIREWALL_BFRT: &str = include_str!("../../../examples/firewall/bfrt.json");
+    pub const ROUTER_BFRT: &str = include_str!("../../../examples/router/bfrt.json");
+
+    pub fn p4info(text: &str) -> P4Info {
+        p4info::parse_text(text).unwrap()
+    }
 
     fn field(name: &str, id: u32, bitwidth: u32, kind: MatchKind) -> FieldSchema {
         FieldSchema {

@@ -14,7 +14,7 @@
 //! The BFRT encoder ([`super::bfrt::bfrt_write_request`]) uses the same
 //! primitives.
 
-use p4fleet_proto::p4runtime::{self as p4rt, Entity, Update, entity, update};
+use p4fleet_proto::p4runtime::{Entity, Update, entity, update, write_request};
 
 use super::bytes::ByteStr;
 use super::entry::{ActionCall, Entry, EntryKey, FieldMatch, MatchValue};
@@ -96,6 +96,40 @@ impl<'a> WriteOp<'a> {
                 entity: Some(entity::Entity::TableEntry(te)),
             }),
         }
+    }
+}
+
+/// What a refused update does to the rest of its request: P4Runtime's and
+/// BFRT's `WriteRequest.Atomicity`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Atomicity {
+    /// Apply what is valid, report each refused update.
+    #[default]
+    ContinueOnError,
+    /// Undo the request if any update is refused.
+    RollbackOnError,
+    /// The request takes effect in the data plane at once.
+    DataplaneAtomic,
+}
+
+impl Atomicity {
+    /// `p4.v1.WriteRequest.Atomicity`.
+    pub fn p4runtime(self) -> i32 {
+        (match self {
+            Atomicity::ContinueOnError => write_request::Atomicity::ContinueOnError,
+            Atomicity::RollbackOnError => write_request::Atomicity::RollbackOnError,
+            Atomicity::DataplaneAtomic => write_request::Atomicity::DataplaneAtomic,
+        }) as i32
+    }
+
+    /// `bfrt_proto.WriteRequest.Atomicity`.
+    pub fn bfrt(self) -> i32 {
+        use p4fleet_proto::bfrt::write_request::Atomicity as B;
+        (match self {
+            Atomicity::ContinueOnError => B::ContinueOnError,
+            Atomicity::RollbackOnError => B::RollbackOnError,
+            Atomicity::DataplaneAtomic => B::DataplaneAtomic,
+        }) as i32
     }
 }
 
@@ -199,8 +233,7 @@ pub struct P4rtWriteHeader {
     pub device_id: u64,
     /// `(high, low)`.
     pub election_id: (u64, u64),
-    /// `p4.v1.WriteRequest.Atomicity` as i32.
-    pub atomicity: i32,
+    pub atomicity: Atomicity,
 }
 
 /// `FieldMatch` oneof tag and content length of a match value.
@@ -261,7 +294,7 @@ pub fn p4rt_update_len(op: &WriteOp) -> usize {
     update_lens(op).0
 }
 
-fn write_match(o: &mut Out, m: &FieldMatch) {
+fn write_field_match(o: &mut Out, m: &FieldMatch) {
     let (tag, n) = match_value(&m.value);
     o.msg(2, field_match_len(m));
     o.uint(1, u64::from(m.field_id));
@@ -293,7 +326,7 @@ fn write_update(o: &mut Out, tag: u32, op: &WriteOp) {
     let k = op.key;
     o.uint(1, u64::from(k.table_id));
     for m in &k.matches {
-        write_match(o, m);
+        write_field_match(o, m);
     }
     if let Some(a) = op.action {
         let n = action_len(a);
@@ -322,7 +355,7 @@ pub fn p4rt_write_request(h: &P4rtWriteHeader, ops: &[WriteOp]) -> Vec<u8> {
     for op in ops {
         n += msg_len(4, p4rt_update_len(op));
     }
-    n += int32_len(5, h.atomicity);
+    n += int32_len(5, h.atomicity.p4runtime());
     let mut buf = Vec::with_capacity(n);
     let o = &mut Out(&mut buf);
     o.uint(1, h.device_id);
@@ -332,30 +365,31 @@ pub fn p4rt_write_request(h: &P4rtWriteHeader, ops: &[WriteOp]) -> Vec<u8> {
     for op in ops {
         write_update(o, 4, op);
     }
-    o.int32(5, h.atomicity);
+    o.int32(5, h.atomicity.p4runtime());
     debug_assert_eq!(buf.len(), n, "size pass and write pass disagree");
     buf
-}
-
-/// The prost `WriteRequest` [`p4rt_write_request`] encodes (tests, tools).
-pub fn p4rt_write_request_message(h: &P4rtWriteHeader, ops: &[WriteOp]) -> p4rt::WriteRequest {
-    p4rt::WriteRequest {
-        device_id: h.device_id,
-        election_id: Some(p4rt::Uint128 {
-            high: h.election_id.0,
-            low: h.election_id.1,
-        }),
-        updates: ops.iter().map(WriteOp::to_update).collect(),
-        atomicity: h.atomicity,
-        ..Default::default()
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::entries::{ActionParam, EntryKey, FieldMatch};
+    use p4fleet_proto::p4runtime as p4rt;
     use prost::Message;
+
+    /// The prost `WriteRequest` [`p4rt_write_request`] encodes.
+    fn p4rt_write_request_message(h: &P4rtWriteHeader, ops: &[WriteOp]) -> p4rt::WriteRequest {
+        p4rt::WriteRequest {
+            device_id: h.device_id,
+            election_id: Some(p4rt::Uint128 {
+                high: h.election_id.0,
+                low: h.election_id.1,
+            }),
+            updates: ops.iter().map(WriteOp::to_update).collect(),
+            atomicity: h.atomicity.p4runtime(),
+            ..Default::default()
+        }
+    }
 
     fn b(v: &[u8]) -> ByteStr {
         ByteStr::new(v)
@@ -487,7 +521,7 @@ mod tests {
         P4rtWriteHeader {
             device_id: 7,
             election_id: (1, 10),
-            atomicity: 0,
+            atomicity: Atomicity::ContinueOnError,
         }
     }
 
@@ -556,12 +590,12 @@ mod tests {
             P4rtWriteHeader {
                 device_id: 0,
                 election_id: (0, 0),
-                atomicity: 2,
+                atomicity: Atomicity::DataplaneAtomic,
             },
             P4rtWriteHeader {
                 device_id: u64::MAX,
                 election_id: (u64::MAX, 1 << 40),
-                atomicity: 1,
+                atomicity: Atomicity::RollbackOnError,
             },
         ];
         for h in headers {
@@ -571,6 +605,14 @@ mod tests {
                 assert_eq!(got, want.encode_to_vec());
                 assert_eq!(p4rt::WriteRequest::decode(got.as_slice()).unwrap(), want);
             }
+        }
+        // Both atomicity numberings agree on the values.
+        for a in [
+            Atomicity::ContinueOnError,
+            Atomicity::RollbackOnError,
+            Atomicity::DataplaneAtomic,
+        ] {
+            assert_eq!(a.p4runtime(), a.bfrt());
         }
     }
 

@@ -1,5 +1,6 @@
 //! Pure sync logic: what to write so a table holds a set's entries, how to
-//! split it, and how to report the rate. No I/O.
+//! split it, what it achieved ([`SyncTally`]) and how to report the rate.
+//! No I/O.
 //!
 //! # Ownership
 //!
@@ -30,11 +31,22 @@
 
 use std::collections::HashMap;
 
-use p4fleet_crds::entry_set::Ownership;
-use p4fleet_proto::p4runtime::Update;
 use sha2::{Digest, Sha256};
 
 use crate::entries::{Entry, EntryKey, WriteOp};
+
+mod tally;
+pub use tally::{SyncTally, WriteStats};
+
+/// How a set shares its table with other writers (see the module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Ownership {
+    /// Only the set's own entries are changed or removed.
+    #[default]
+    Merge,
+    /// The set owns the table: entries it does not desire are removed.
+    Exclusive,
+}
 
 /// The ownership tag of a set (never 0, which means "untagged").
 pub fn set_tag(namespace: &str, name: &str) -> u64 {
@@ -171,7 +183,7 @@ pub enum Origin {
 /// The ops of one write phase, borrowing the entries, and where each came
 /// from (`origins[i]` is the origin of `ops[i]`).
 #[derive(Debug, Clone, Default)]
-pub struct OpPhase<'a> {
+pub struct Phase<'a> {
     pub ops: Vec<WriteOp<'a>>,
     pub origins: Vec<Origin>,
 }
@@ -186,13 +198,13 @@ pub fn write_ops<'a>(
     desired: &'a [Entry],
     device: &'a [DeviceEntry],
     metadata: &'a [u8],
-) -> (OpPhase<'a>, OpPhase<'a>) {
-    let deletes = OpPhase {
+) -> (Phase<'a>, Phase<'a>) {
+    let deletes = Phase {
         ops: delete_ops(device, &plan.deletes),
         origins: plan.deletes.iter().map(|&j| Origin::Delete(j)).collect(),
     };
     let n = plan.modifies.len() + plan.inserts.len();
-    let mut rest = OpPhase {
+    let mut rest = Phase {
         ops: Vec::with_capacity(n),
         origins: Vec::with_capacity(n),
     };
@@ -214,33 +226,6 @@ pub fn delete_ops<'a>(device: &'a [DeviceEntry], which: &[usize]) -> Vec<WriteOp
     which
         .iter()
         .map(|&j| WriteOp::delete(&device[j].entry.key))
-        .collect()
-}
-
-/// [`write_ops`] as prost Updates, for callers that want messages (tests,
-/// tools using [`crate::driver::Device::write`]).
-#[derive(Debug, Clone, Default)]
-pub struct Phase {
-    pub updates: Vec<Update>,
-    pub origins: Vec<Origin>,
-}
-
-/// The Update form of [`write_ops`] with the tag's metadata.
-pub fn updates(plan: &Plan, desired: &[Entry], device: &[DeviceEntry], tag: u64) -> (Phase, Phase) {
-    let metadata = tag_metadata(tag);
-    let (deletes, rest) = write_ops(plan, desired, device, &metadata);
-    let phase = |p: OpPhase| Phase {
-        updates: p.ops.iter().map(WriteOp::to_update).collect(),
-        origins: p.origins,
-    };
-    (phase(deletes), phase(rest))
-}
-
-/// The Update form of [`delete_ops`].
-pub fn delete_updates(device: &[DeviceEntry], which: &[usize]) -> Vec<Update> {
-    delete_ops(device, which)
-        .iter()
-        .map(WriteOp::to_update)
         .collect()
 }
 
@@ -360,6 +345,9 @@ mod tests {
         assert_eq!(p.conflicts, vec![(2, other)]);
         assert_eq!(p.unchanged, 2);
         assert_eq!(p.writes(), 2);
+        // Every desired entry is in exactly one part of the plan.
+        let t = SyncTally::of(&p, &[], WriteStats::default());
+        assert_eq!(t.desired, desired.len() as u64);
     }
 
     #[test]
@@ -375,18 +363,18 @@ mod tests {
         assert_eq!(p.modifies, vec![1]);
         assert_eq!(p.deletes, vec![1, 2]);
         assert!(p.conflicts.is_empty());
-        let (dels, rest) = updates(&p, &desired, &device, me);
-        assert_eq!(dels.updates.len(), 2);
+        let md = tag_metadata(me);
+        let (dels, rest) = write_ops(&p, &desired, &device, &md);
+        assert_eq!(dels.ops.len(), 2);
         assert_eq!(dels.origins, vec![Origin::Delete(1), Origin::Delete(2)]);
         assert_eq!(rest.origins, vec![Origin::Modify(1), Origin::Insert(2)]);
-        let ups = rest.updates;
-        let Some(entity::Entity::TableEntry(t)) =
-            ups[1].entity.as_ref().and_then(|e| e.entity.as_ref())
+        let ups = rest.ops;
+        let Some(entity::Entity::TableEntry(t)) = ups[1].to_update().entity.and_then(|e| e.entity)
         else {
             panic!("table entry expected")
         };
         assert_eq!(tag_of(&t.metadata), me);
-        assert_eq!(ups[1].r#type, update::Type::Insert as i32);
+        assert_eq!(ups[1].ty(), update::Type::Insert);
     }
 
     #[test]
@@ -412,11 +400,6 @@ mod tests {
             assert!(std::ptr::eq(op.action().unwrap(), &desired[i].action));
             assert_eq!(tag_of(op.metadata()), me);
         }
-        // The Update form is the same writes.
-        let (ud, ur) = updates(&p, &desired, &device, me);
-        assert_eq!(ud.updates, vec![d.to_update()]);
-        let want: Vec<Update> = rest.ops.iter().map(WriteOp::to_update).collect();
-        assert_eq!(ur.updates, want);
         assert_eq!(delete_ops(&device, &[2, 0]).len(), 2);
         assert!(std::ptr::eq(
             delete_ops(&device, &[2])[0].key(),
@@ -442,7 +425,7 @@ mod tests {
         let mut device = dev(fw("10.0.0.1 10.0.0.2 1\n"), me);
         device.extend(dev(fw("10.0.0.6 10.0.0.6 1\n"), 0));
         assert_eq!(plan_removal(&device, me), vec![0]);
-        assert_eq!(delete_updates(&device, &[0]).len(), 1);
+        assert_eq!(delete_ops(&device, &[0]).len(), 1);
     }
 
     #[test]

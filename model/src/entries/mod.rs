@@ -2,7 +2,7 @@
 //! line format used in ConfigMaps. Pure logic, no I/O.
 //!
 //! - [`TableSchema`] describes one table (from P4Info via
-//!   [`TableSchema::from_p4info`]).
+//!   [`TableSchema::from_p4info`], see [`crate::p4info`]).
 //! - [`parse_inline`] builds an [`Entry`] from a TableEntrySet's inline form;
 //!   [`parse_text`] reads the line format (see docs/entries.md);
 //!   [`format_entries`] and [`split_entries`] write it.
@@ -29,9 +29,12 @@ pub use entry::{
 };
 pub use error::{EntryError, ValueError};
 pub use line::{
-    CONFIGMAP_TEXT_LIMIT, DEFAULT_CONFIGMAP_KEY, LineParser, ParseReport, Style, first_duplicate,
-    format_entries, format_entry, format_key, parse_text, parse_text_lossy, split_entries,
+    CONFIGMAP_TEXT_LIMIT, DEFAULT_CONFIGMAP_KEY, LineParser, ParseReport, Style, format_entries,
+    format_entry, format_key, parse_text, parse_text_lossy, split_entries,
 };
+#[cfg(test)]
+pub(crate) use schema::fixtures;
+pub(crate) use schema::name_matches;
 pub use schema::{ActionSchema, ActionScope, FieldSchema, MatchKind, ParamSchema, TableSchema};
-pub use value::{format_value, parse_match, parse_number, parse_value, write_match, write_value};
-pub use wire::WriteOp;
+pub use value::{format_value, parse_match, parse_number, parse_value, write_value};
+pub use wire::{Atomicity, WriteOp};

@@ -11,11 +11,8 @@ use std::hash::{BuildHasher, Hash};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use p4fleet_proto::{bfrt, p4runtime as p4rt};
-use prost::Message;
-
-use crate::entries::WriteOp;
-use crate::entries::bfrt::BfrtOp;
+use p4fleet_model::entries::WriteOp;
+use p4fleet_model::entries::bfrt::BfrtOp;
 
 /// What identifies the entry an update touches, hashed. Equal keys give
 /// equal values; a collision only costs a wait.
@@ -37,35 +34,6 @@ impl OrderKey for WriteOp<'_> {
 impl OrderKey for BfrtOp<'_> {
     fn order_key(&self) -> u64 {
         self.op().order_key()
-    }
-}
-
-/// Keys as written (a padded and a canonical value of one field count as
-/// different keys here).
-impl OrderKey for p4rt::Update {
-    fn order_key(&self) -> u64 {
-        match self.entity.as_ref().and_then(|e| e.entity.as_ref()) {
-            Some(p4rt::entity::Entity::TableEntry(t)) => {
-                hash_of((t.table_id, t.is_default_action, t.priority, &t.r#match))
-            }
-            _ => hash_of(self.entity.as_ref().map(Message::encode_to_vec)),
-        }
-    }
-}
-
-impl OrderKey for bfrt::Update {
-    fn order_key(&self) -> u64 {
-        match self.entity.as_ref().and_then(|e| e.entity.as_ref()) {
-            Some(bfrt::entity::Entity::TableEntry(t)) => {
-                let (fields, handle) = match &t.value {
-                    Some(bfrt::table_entry::Value::Key(k)) => (Some(&k.fields), None),
-                    Some(bfrt::table_entry::Value::HandleId(h)) => (None, Some(*h)),
-                    None => (None, None),
-                };
-                hash_of((t.table_id, t.is_default_entry, fields, handle))
-            }
-            _ => hash_of(self.entity.as_ref().map(Message::encode_to_vec)),
-        }
     }
 }
 
@@ -157,16 +125,14 @@ mod tests {
 
     #[test]
     fn distinct_keys_or_one_in_flight_have_no_dependencies() {
-        let schema = crate::entries::TableSchema::from_p4info(
-            &p4fleet_proto::p4info::parse_text(include_str!(
-                "../../../examples/firewall/p4info.txt"
-            ))
-            .unwrap(),
+        let schema = p4fleet_model::entries::TableSchema::from_p4info(
+            &p4fleet_proto::p4info::parse_text(include_str!("../../examples/firewall/p4info.txt"))
+                .unwrap(),
             "MyIngress.firewall",
         )
         .unwrap();
-        let text = include_str!("../../../examples/firewall/entries.txt");
-        let entries = crate::entries::parse_text(&schema, text).unwrap();
+        let text = include_str!("../../examples/firewall/entries.txt");
+        let entries = p4fleet_model::entries::parse_text(&schema, text).unwrap();
         let ins: Vec<WriteOp> = entries.iter().map(WriteOp::insert).collect();
         assert!(ins.len() > 2);
         assert_eq!(batch_dependencies(ins.chunks(1), 4), vec![None; ins.len()]);

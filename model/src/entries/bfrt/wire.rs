@@ -1,10 +1,11 @@
 //! BFRT `WriteRequest` bytes straight from the entry model (see
-//! [`crate::entries::wire`]): the translation of
-//! [`BfrtTableMap::to_bfrt`](super::BfrtTableMap::to_bfrt) (full-width
-//! values, explicit don't-cares, `$MATCH_PRIORITY`) done while encoding, so
-//! no P4Runtime message, BFRT message or padded value `Vec` is built per
-//! entry. Refusals are the translation's, word for word; the tests check
-//! the bytes against prost's encoding of the translated message.
+//! [`crate::entries::wire`]): p4fleet's one translation of entries into
+//! BFRT (full-width values, explicit don't-cares, `$MATCH_PRIORITY`; see
+//! the rules in [`super`]), done while encoding, so no P4Runtime message,
+//! BFRT message or padded value `Vec` is built per entry. Reads come back
+//! through [`BfrtTableMap::from_bfrt`](super::BfrtTableMap::from_bfrt); the
+//! tests check the bytes against prost's encoding of what they decode to
+//! and the round trip through it.
 
 use p4fleet_proto::bfrt::{TargetDevice, update::Type as BfrtType};
 use p4fleet_proto::p4runtime::update::Type as P4Type;
@@ -12,7 +13,7 @@ use p4fleet_proto::p4runtime::update::Type as P4Type;
 use super::super::entry::{EntryKey, MatchValue};
 use super::super::error::EntryError;
 use super::super::schema::MatchKind;
-use super::super::wire::{Out, WriteOp, bytes_len, int32_len, msg_len, uint_len};
+use super::super::wire::{Atomicity, Out, WriteOp, bytes_len, int32_len, msg_len, uint_len};
 use super::{ActionMap, BfrtProgramMap, BfrtTableMap, FieldMap, conv, nbytes};
 
 /// A BFRT value as written: exactly `ceil(width / 8)` bytes.
@@ -55,7 +56,8 @@ impl Val<'_> {
     }
 }
 
-/// Mirrors [`super::to_full_width`] without allocating.
+/// `v` (canonical or padded) as exactly `ceil(width / 8)` bytes, without
+/// allocating; refused when its significant bytes do not fit.
 fn padded(v: &[u8], width: u32) -> Result<Val<'_>, EntryError> {
     let first = v.iter().position(|b| *b != 0).unwrap_or(v.len());
     let sig = &v[first..];
@@ -118,7 +120,9 @@ impl Key<'_> {
     }
 }
 
-/// The BFRT key of one P4Info field, as `to_bfrt` translates it.
+/// The BFRT key of one P4Info field: omitted fields become explicit
+/// don't-cares (an omitted exact field is refused); a field id the table
+/// does not have is ignored.
 fn key_of<'e>(f: &FieldMap, k: &'e EntryKey) -> Result<Key<'e>, EntryError> {
     let w = f.key.width;
     let nb = nbytes(w);
@@ -200,8 +204,8 @@ impl BfrtProgramMap {
     }
 
     /// Checks that the op can be written over BFRT: the op with its encoded
-    /// length, or why not (the reasons [`BfrtProgramMap::update_to_bfrt`]
-    /// gives, word for word).
+    /// length, or why not (unknown table, action or param, a value too
+    /// wide, a missing exact field, a match of another kind).
     pub fn check<'a>(&self, op: WriteOp<'a>) -> Result<BfrtOp<'a>, EntryError> {
         let len = self.resolve(&op)?.lens(&op)?.update;
         Ok(BfrtOp { op, len })
@@ -298,7 +302,7 @@ impl<'m> Resolved<'m> {
 
     /// Lengths only (no scratch): the check of [`BfrtProgramMap::check`].
     fn lens(&self, op: &WriteOp) -> Result<Lens<'m>, EntryError> {
-        // Keys are checked before the action, as `to_bfrt` does.
+        // Keys are checked before the action (the order of the reasons).
         let key = self.key_len(op.key())?;
         let action = self.action(op)?;
         let mut data = 0;
@@ -371,7 +375,7 @@ impl<'m> Resolved<'m> {
 }
 
 /// The op's params with their BFRT data ids and full-width values, in the
-/// op's order (as `to_bfrt` writes them).
+/// op's order.
 fn params<'e>(
     am: &ActionMap,
     op: &WriteOp<'e>,
@@ -394,8 +398,7 @@ fn params<'e>(
 pub struct BfrtWriteHeader<'a> {
     pub target: TargetDevice,
     pub client_id: u32,
-    /// `bfrt_proto.WriteRequest.Atomicity` as i32.
-    pub atomicity: i32,
+    pub atomicity: Atomicity,
     pub p4_name: &'a str,
 }
 
@@ -420,7 +423,7 @@ pub fn bfrt_write_request(
     for op in ops {
         n += msg_len(3, op.len);
     }
-    n += int32_len(4, h.atomicity) + bytes_len(5, h.p4_name.len());
+    n += int32_len(4, h.atomicity.bfrt()) + bytes_len(5, h.p4_name.len());
     let mut buf = Vec::with_capacity(n);
     let o = &mut Out(&mut buf);
     o.msg(1, target_len(t));
@@ -447,10 +450,30 @@ pub fn bfrt_write_request(
         }
         r.write(o, 3, &l, &fields);
     }
-    o.int32(4, h.atomicity);
+    o.int32(4, h.atomicity.bfrt());
     o.bytes(5, h.p4_name.as_bytes());
     debug_assert_eq!(buf.len(), n, "size pass and write pass disagree");
     Ok(buf)
+}
+
+/// The BFRT update the write path sends for `op` (one-update request,
+/// decoded): what tests look at.
+#[cfg(test)]
+pub(super) fn sent(
+    map: &BfrtProgramMap,
+    op: WriteOp,
+) -> Result<p4fleet_proto::bfrt::Update, EntryError> {
+    use prost::Message;
+    let h = BfrtWriteHeader {
+        target: TargetDevice::default(),
+        client_id: 0,
+        atomicity: Atomicity::ContinueOnError,
+        p4_name: "",
+    };
+    let bytes = bfrt_write_request(map, &h, &[map.check(op)?])?;
+    let mut req = p4fleet_proto::bfrt::WriteRequest::decode(bytes.as_slice())
+        .map_err(|e| conv(e.to_string()))?;
+    Ok(req.updates.remove(0))
 }
 
 #[cfg(test)]
@@ -459,13 +482,10 @@ mod tests {
     use super::super::super::{ByteStr, TableSchema};
     use super::super::BfrtInfo;
     use super::*;
-    use p4fleet_proto::bfrt;
+    use p4fleet_proto::bfrt::{self, key_field};
     use prost::Message;
 
-    const ROUTER_BFRT: &str = include_str!("../../../../examples/router/bfrt.json");
-    const ROUTER_P4INFO: &str = include_str!("../../../../examples/router/p4info.txt");
-    const FIREWALL_BFRT: &str = include_str!("../../../../examples/firewall/bfrt.json");
-    const FIREWALL_P4INFO: &str = include_str!("../../../../examples/firewall/p4info.txt");
+    use crate::entries::fixtures::{FIREWALL_BFRT, FIREWALL_P4INFO, ROUTER_BFRT, ROUTER_P4INFO};
 
     fn map(p4info: &str, json: &str) -> BfrtProgramMap {
         let p4info = p4fleet_proto::p4info::parse_text(p4info).unwrap();
@@ -575,7 +595,7 @@ mod tests {
         let mut wrong_kind = fw_ok.clone();
         wrong_kind.key.matches[1].value = MatchValue::Optional(b(&[1]));
         let unknown_table = e(5, vec![], 0, 1);
-        // A field id the table does not have is ignored, as `to_bfrt` does.
+        // A field id the table does not have is ignored.
         let mut extra_field = fw_ok.clone();
         extra_field.key.matches.push(FieldMatch {
             field_id: 99,
@@ -598,20 +618,45 @@ mod tests {
         ]
     }
 
-    fn ops(es: &[Entry]) -> Vec<WriteOp<'_>> {
+    const TYPES: [P4Type; 4] = [
+        P4Type::Insert,
+        P4Type::Modify,
+        P4Type::Delete,
+        P4Type::Unspecified,
+    ];
+
+    /// Every update type of every entry (with metadata, which BFRT drops),
+    /// and each key alone as a DELETE.
+    fn ops(es: &[Entry]) -> Vec<(P4Type, WriteOp<'_>)> {
         let mut out = Vec::new();
         for e in es {
-            for ty in [
-                P4Type::Insert,
-                P4Type::Modify,
-                P4Type::Delete,
-                P4Type::Unspecified,
-            ] {
-                out.push(WriteOp::new(ty, e).with_metadata(b"p4f1tag"));
+            for ty in TYPES {
+                out.push((ty, WriteOp::new(ty, e).with_metadata(b"p4f1tag")));
             }
-            out.push(WriteOp::delete(&e.key));
+            out.push((P4Type::Delete, WriteOp::delete(&e.key)));
         }
         out
+    }
+
+    /// Why an op of `entries()[i]` with `ty` cannot be written, if it cannot.
+    fn refusal(i: usize, ty: P4Type) -> Option<&'static str> {
+        let key = match i {
+            5 => Some("value of 5 bytes does not fit in 32 bits"),
+            9 => Some("exact field hdr.ipv4.dstAddr is missing"),
+            10 => Some("field hdr.ipv4.dstAddr is a Exact match in bfrt.json"),
+            11 => return Some("table id 5 not in bfrt.json"),
+            _ => None,
+        };
+        if ty == P4Type::Unspecified {
+            return Some("update type is unspecified");
+        }
+        let with_data = ty != P4Type::Delete;
+        key.or(match (i, with_data) {
+            (6, true) => Some("action id 1 not in bfrt.json"),
+            (7, true) => Some("param id 9 not in bfrt.json"),
+            (8, true) => Some("value of 3 bytes does not fit in 9 bits"),
+            _ => None,
+        })
     }
 
     fn header() -> BfrtWriteHeader<'static> {
@@ -623,45 +668,128 @@ mod tests {
                 prsr_id: 0xff,
             },
             client_id: 2,
-            atomicity: 0,
+            atomicity: Atomicity::ContinueOnError,
             p4_name: "router",
         }
     }
 
+    fn entry_of(u: &bfrt::Update) -> (&bfrt::TableEntry, &[bfrt::KeyField]) {
+        let Some(bfrt::entity::Entity::TableEntry(t)) =
+            u.entity.as_ref().and_then(|e| e.entity.as_ref())
+        else {
+            panic!("table entry expected")
+        };
+        let Some(bfrt::table_entry::Value::Key(k)) = &t.value else {
+            panic!("key expected")
+        };
+        (t, &k.fields)
+    }
+
     #[test]
-    fn every_op_matches_the_translation() {
+    fn every_op_is_encoded_or_refused_with_its_reason() {
         let m = both();
         let es = entries();
         let (mut ok, mut refused) = (0, 0);
-        for op in ops(&es) {
-            let want = m.update_to_bfrt(&op.to_update());
-            match (m.check(op).map(|c| c.len()), &want) {
-                (Ok(n), Ok(u)) => {
+        for (n, (ty, op)) in ops(&es).into_iter().enumerate() {
+            let i = n / (TYPES.len() + 1);
+            match (m.check(op), refusal(i, ty)) {
+                (Ok(c), None) => {
                     ok += 1;
-                    let mut got = Vec::new();
                     let r = m.resolve(&op).unwrap();
                     let mut f = Fields::default();
                     let l = r.plan(&op, &mut f).unwrap();
-                    assert_eq!(l.update, n);
+                    assert_eq!(l.update, c.len());
+                    let mut got = Vec::new();
                     r.write(&mut Out(&mut got), 3, &l, &f);
-                    let body = &got[1 + super::super::super::wire::varint_len(n as u64)..];
+                    let body = &got[1 + super::super::super::wire::varint_len(c.len() as u64)..];
+                    // Exactly prost's bytes for what they decode to.
+                    let u = bfrt::Update::decode(body).unwrap();
                     assert_eq!(body, u.encode_to_vec(), "{op:?}");
-                    assert_eq!(bfrt::Update::decode(body).unwrap(), *u);
+                    assert_eq!(u, sent(&m, op).unwrap());
+                    let bty = match ty {
+                        P4Type::Insert => bfrt::update::Type::Insert,
+                        P4Type::Modify => bfrt::update::Type::Modify,
+                        _ => bfrt::update::Type::Delete,
+                    };
+                    assert_eq!(u.r#type, bty as i32);
+                    let (t, keys) = entry_of(&u);
+                    let tm = m.table(op.key().table_id).unwrap();
+                    assert_eq!(t.table_id, tm.bfrt_table_id);
+                    // Every key field explicit, $MATCH_PRIORITY included.
+                    let fields = tm.fields.len() + usize::from(tm.priority_id.is_some());
+                    assert_eq!(keys.len(), fields, "{op:?}");
+                    assert_eq!(t.data.is_some(), ty != P4Type::Delete, "{op:?}");
                 }
-                (Err(got), Err(want)) => {
+                (Err(got), Some(want)) => {
                     refused += 1;
-                    assert_eq!(got.to_string(), want.to_string(), "{op:?}");
+                    assert_eq!(got.to_string(), conv(want).to_string(), "{op:?}");
                     // The encoder's own translation refuses it the same way.
                     let planned = m
                         .resolve(&op)
                         .and_then(|r| r.plan(&op, &mut Fields::default()).map(|_| ()));
-                    assert_eq!(planned.unwrap_err().to_string(), want.to_string());
+                    assert_eq!(planned.unwrap_err().to_string(), got.to_string());
                 }
-                (got, want) => panic!("{op:?}: direct {got:?}, translated {want:?}"),
+                (got, want) => panic!("{op:?}: {got:?}, expected refusal {want:?}"),
             }
         }
         // Both outcomes are exercised.
         assert!(ok >= 20 && refused >= 20, "{ok} ok, {refused} refused");
+    }
+
+    #[test]
+    fn canonical_entries_read_back_as_written() {
+        let m = both();
+        let es = entries();
+        // route, acl_full, fw_ok: canonical values, non-negative priority.
+        for e in [&es[0], &es[2], &es[4]] {
+            let tm = m.table(e.key.table_id).unwrap();
+            for op in [WriteOp::insert(e), WriteOp::delete(&e.key)] {
+                let u = sent(&m, op).unwrap();
+                let (t, _) = entry_of(&u);
+                let Some(p4fleet_proto::p4runtime::entity::Entity::TableEntry(want)) =
+                    op.to_update().entity.and_then(|e| e.entity)
+                else {
+                    panic!("table entry expected")
+                };
+                assert_eq!(tm.from_bfrt(t).unwrap(), want, "{op:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn dont_cares_priorities_and_unknown_fields() {
+        let m = both();
+        let es = entries();
+        // An omitted LPM field is prefix 0 over a zero value; data is full
+        // width whatever the value's length.
+        let u = sent(&m, WriteOp::insert(&es[1])).unwrap();
+        let (t, keys) = entry_of(&u);
+        assert_eq!(
+            keys[0].match_type,
+            Some(key_field::MatchType::Lpm(key_field::Lpm {
+                value: vec![0; 4],
+                prefix_len: 0
+            }))
+        );
+        let d = t.data.as_ref().unwrap();
+        assert_eq!(
+            d.fields[0].value,
+            Some(bfrt::data_field::Value::Stream(vec![0; 6]))
+        );
+        // A negative priority is the lowest: $MATCH_PRIORITY i32::MAX.
+        let u = sent(&m, WriteOp::insert(&es[3])).unwrap();
+        let (_, keys) = entry_of(&u);
+        assert_eq!(
+            keys.last().unwrap().match_type,
+            Some(key_field::MatchType::Exact(key_field::Exact {
+                value: (i32::MAX as u32).to_be_bytes().to_vec()
+            }))
+        );
+        // A field id the table does not have changes nothing.
+        assert_eq!(
+            sent(&m, WriteOp::insert(&es[12])).unwrap(),
+            sent(&m, WriteOp::insert(&es[4])).unwrap()
+        );
     }
 
     #[test]
@@ -670,14 +798,14 @@ mod tests {
         let es = entries();
         let good: Vec<BfrtOp> = ops(&es)
             .into_iter()
-            .filter_map(|op| m.check(op).ok())
+            .filter_map(|(_, op)| m.check(op).ok())
             .collect();
         for h in [
             header(),
             BfrtWriteHeader {
                 target: TargetDevice::default(),
                 client_id: 0,
-                atomicity: 1,
+                atomicity: Atomicity::RollbackOnError,
                 p4_name: "",
             },
         ] {
@@ -686,11 +814,8 @@ mod tests {
                 let want = bfrt::WriteRequest {
                     target: Some(h.target),
                     client_id: h.client_id,
-                    updates: slice
-                        .iter()
-                        .map(|op| m.update_to_bfrt(&op.op().to_update()).unwrap())
-                        .collect(),
-                    atomicity: h.atomicity,
+                    updates: slice.iter().map(|op| sent(&m, *op.op()).unwrap()).collect(),
+                    atomicity: h.atomicity.bfrt(),
                     p4_name: h.p4_name.into(),
                 };
                 assert_eq!(got, want.encode_to_vec());
@@ -720,7 +845,17 @@ mod tests {
         assert_eq!(out, vec![1, 0xff, 0, 0, 7, 0, 0, 0, 0, 0, 1]);
         assert_eq!(Val::Max(0).len(), 0);
         assert!(padded(&[0, 0, 1, 2], 9).is_ok());
-        assert!(padded(&[2, 0], 9).is_ok()); // width is checked by bytes, as to_full_width does
+        assert!(padded(&[2, 0], 9).is_ok()); // width is checked by bytes
         assert!(padded(&[1, 2, 3], 16).is_err());
+        let full = |v: &[u8], w| {
+            padded(v, w).map(|v| {
+                let mut out = Vec::new();
+                v.write(&mut out);
+                out
+            })
+        };
+        assert_eq!(full(&[0, 0, 1], 9).unwrap(), vec![0, 1]);
+        assert_eq!(full(&[0], 32).unwrap(), vec![0, 0, 0, 0]);
+        assert!(full(&[1, 0, 0], 16).is_err());
     }
 }

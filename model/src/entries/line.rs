@@ -411,19 +411,6 @@ pub fn format_key(schema: &TableSchema, k: &EntryKey) -> String {
     out
 }
 
-/// The first two entries (by index) with the same key, e.g. across
-/// several ConfigMaps that were parsed one by one.
-pub fn first_duplicate(entries: &[Entry]) -> Option<(usize, usize)> {
-    let mut seen: HashMap<&EntryKey, usize> = HashMap::with_capacity(entries.len());
-    for (i, e) in entries.iter().enumerate() {
-        if let Some(&j) = seen.get(&e.key) {
-            return Some((j, i));
-        }
-        seen.insert(&e.key, i);
-    }
-    None
-}
-
 struct Formatter<'s> {
     schema: &'s TableSchema,
     style: Style,
@@ -844,10 +831,11 @@ srcAddr=10.1.0.0/16 => permit @20
         );
         let f = firewall();
         let es = parse_text(&f, "#! fields srcAddr dstAddr\n1 2 drop\n3 4 drop\n").unwrap();
-        assert_eq!(first_duplicate(&es), None);
+        // Across texts parsed one by one, sync::duplicates finds them.
+        assert_eq!(crate::sync::duplicates(&es), vec![]);
         let mut more = es.clone();
         more.extend(parse_text(&f, "#! fields srcAddr dstAddr\n3 4 allow 1\n").unwrap());
-        assert_eq!(first_duplicate(&more), Some((1, 2)));
+        assert_eq!(crate::sync::duplicates(&more), vec![(1, 2)]);
     }
 
     #[test]

@@ -358,7 +358,7 @@ pub fn format_value(value: &[u8], width: u32) -> String {
 }
 
 /// Appends a match in the syntax [`parse_match`] reads back.
-pub fn write_match(out: &mut String, m: Option<&MatchValue>, width: u32) {
+pub(crate) fn write_match(out: &mut String, m: Option<&MatchValue>, width: u32) {
     match m {
         None => out.push('*'),
         Some(MatchValue::Exact(v)) | Some(MatchValue::Optional(v)) => {

@@ -1,6 +1,9 @@
 //! BFRT (Tofino) forms of table entries: bfrt.json parsing, a [`TableSchema`]
-//! from bfrt.json, and the translation between canonical P4Runtime entries
-//! (what the rest of p4fleet uses) and BFRT entries. Pure logic, no I/O.
+//! from bfrt.json, and the one mapping between canonical P4Runtime entries
+//! (what the rest of p4fleet uses) and BFRT entries: [`BfrtTableMap`]
+//! matches ids by name, the write encoder ([`bfrt_write_request`]) applies
+//! the rules below while encoding, and [`BfrtTableMap::from_bfrt`] undoes
+//! them for reads. Pure logic, no I/O.
 //!
 //! BFRT differs from P4Runtime in ways the translation hides:
 //! - tables, fields, actions and data are looked up by name in bfrt.json
@@ -19,7 +22,9 @@ use p4fleet_proto::p4runtime::{self as p4rt, field_match, table_action};
 use serde::Deserialize;
 
 use super::error::EntryError;
-use super::schema::{ActionSchema, ActionScope, FieldSchema, MatchKind, ParamSchema, TableSchema};
+use super::schema::{
+    ActionSchema, ActionScope, FieldSchema, MatchKind, ParamSchema, TableSchema, name_matches,
+};
 
 mod wire;
 pub use wire::{BfrtOp, BfrtWriteHeader, bfrt_write_request};
@@ -237,12 +242,10 @@ impl TableSchema {
         let t = match info.table(table) {
             Some(t) => t,
             None => {
-                let mut it = info.tables.iter().filter(|t| {
-                    let n = t.p4_name();
-                    n.len() > table.len()
-                        && n.ends_with(table)
-                        && n.as_bytes()[n.len() - table.len() - 1] == b'.'
-                });
+                let mut it = info
+                    .tables
+                    .iter()
+                    .filter(|t| name_matches(t.p4_name(), table));
                 let first = it
                     .next()
                     .ok_or_else(|| EntryError::UnknownTable(table.to_string()))?;
@@ -305,22 +308,6 @@ fn conv(msg: impl Into<String>) -> EntryError {
 
 fn nbytes(width: u32) -> usize {
     width.div_ceil(8) as usize
-}
-
-/// Canonical (or padded) P4Runtime bytes -> exactly `ceil(width/8)` bytes.
-pub fn to_full_width(v: &[u8], width: u32) -> Result<Vec<u8>, EntryError> {
-    let first = v.iter().position(|b| *b != 0).unwrap_or(v.len());
-    let sig = &v[first..];
-    let nb = nbytes(width);
-    if sig.len() > nb {
-        return Err(conv(format!(
-            "value of {} bytes does not fit in {width} bits",
-            sig.len()
-        )));
-    }
-    let mut out = vec![0u8; nb];
-    out[nb - sig.len()..].copy_from_slice(sig);
-    Ok(out)
 }
 
 /// Full-width bytes -> P4Runtime's canonical form (no leading zeros, at
@@ -423,132 +410,6 @@ impl BfrtTableMap {
             priority_id: t.priority_id,
             actions,
         })
-    }
-
-    /// The BFRT form of a (canonical) P4Runtime entry. `with_data` = false
-    /// for deletes and keyed reads.
-    pub fn to_bfrt(
-        &self,
-        te: &p4rt::TableEntry,
-        with_data: bool,
-    ) -> Result<bfrt::TableEntry, EntryError> {
-        use field_match::FieldMatchType as F;
-        use key_field::MatchType as K;
-        let mut out = bfrt::TableEntry {
-            table_id: self.bfrt_table_id,
-            is_default_entry: te.is_default_action,
-            ..Default::default()
-        };
-        if !te.is_default_action {
-            let mut keys = Vec::with_capacity(self.fields.len() + 1);
-            for f in &self.fields {
-                let w = f.key.width;
-                let m = te.r#match.iter().find(|m| m.field_id == f.p4_id);
-                let mt = match (m.and_then(|m| m.field_match_type.as_ref()), f.key.kind) {
-                    (Some(F::Exact(e)), MatchKind::Exact) => K::Exact(key_field::Exact {
-                        value: to_full_width(&e.value, w)?,
-                    }),
-                    (Some(F::Lpm(l)), MatchKind::Lpm) => K::Lpm(key_field::Lpm {
-                        value: to_full_width(&l.value, w)?,
-                        prefix_len: l.prefix_len,
-                    }),
-                    (None, MatchKind::Lpm) => K::Lpm(key_field::Lpm {
-                        value: vec![0; nbytes(w)],
-                        prefix_len: 0,
-                    }),
-                    (Some(F::Ternary(t)), MatchKind::Ternary) => K::Ternary(key_field::Ternary {
-                        value: to_full_width(&t.value, w)?,
-                        mask: to_full_width(&t.mask, w)?,
-                    }),
-                    (Some(F::Optional(o)), MatchKind::Ternary) => K::Ternary(key_field::Ternary {
-                        value: to_full_width(&o.value, w)?,
-                        mask: max_value(w),
-                    }),
-                    (None, MatchKind::Ternary) => K::Ternary(key_field::Ternary {
-                        value: vec![0; nbytes(w)],
-                        mask: vec![0; nbytes(w)],
-                    }),
-                    (Some(F::Range(r)), MatchKind::Range) => K::Range(key_field::Range {
-                        low: to_full_width(&r.low, w)?,
-                        high: to_full_width(&r.high, w)?,
-                    }),
-                    (None, MatchKind::Range) => K::Range(key_field::Range {
-                        low: vec![0; nbytes(w)],
-                        high: max_value(w),
-                    }),
-                    (Some(F::Optional(o)), MatchKind::Optional) => {
-                        K::Optional(key_field::Optional {
-                            value: to_full_width(&o.value, w)?,
-                            is_valid: true,
-                        })
-                    }
-                    (None, MatchKind::Optional) => K::Optional(key_field::Optional {
-                        value: vec![0; nbytes(w)],
-                        is_valid: false,
-                    }),
-                    (None, MatchKind::Exact) => {
-                        return Err(conv(format!("exact field {} is missing", f.key.name)));
-                    }
-                    (Some(_), k) => {
-                        return Err(conv(format!(
-                            "field {} is a {k:?} match in bfrt.json",
-                            f.key.name
-                        )));
-                    }
-                };
-                keys.push(bfrt::KeyField {
-                    field_id: f.key.id,
-                    match_type: Some(mt),
-                });
-            }
-            if let Some(pid) = self.priority_id {
-                let prio = (i32::MAX - te.priority.max(0)) as u32;
-                keys.push(bfrt::KeyField {
-                    field_id: pid,
-                    match_type: Some(K::Exact(key_field::Exact {
-                        value: prio.to_be_bytes().to_vec(),
-                    })),
-                });
-            }
-            out.value = Some(bfrt::table_entry::Value::Key(bfrt::TableKey {
-                fields: keys,
-            }));
-        }
-        if with_data {
-            let action = match te.action.as_ref().and_then(|a| a.r#type.as_ref()) {
-                Some(table_action::Type::Action(a)) => a,
-                Some(_) => return Err(conv("action profiles are not supported over BFRT")),
-                None if te.is_default_action => {
-                    // Reset of the default entry: no data.
-                    return Ok(out);
-                }
-                None => return Err(EntryError::MissingAction),
-            };
-            let am = self
-                .actions
-                .iter()
-                .find(|a| a.p4_id == action.action_id)
-                .ok_or_else(|| conv(format!("action id {} not in bfrt.json", action.action_id)))?;
-            let mut fields = Vec::with_capacity(am.params.len());
-            for p in &action.params {
-                let (_, did, w) = am
-                    .params
-                    .iter()
-                    .find(|(pid, _, _)| *pid == p.param_id)
-                    .ok_or_else(|| conv(format!("param id {} not in bfrt.json", p.param_id)))?;
-                fields.push(bfrt::DataField {
-                    field_id: *did,
-                    value: Some(bfrt::data_field::Value::Stream(to_full_width(
-                        &p.value, *w,
-                    )?)),
-                });
-            }
-            out.data = Some(bfrt::TableData {
-                action_id: am.bfrt_id,
-                fields,
-            });
-        }
-        Ok(out)
     }
 
     /// The canonical P4Runtime form of an entry read over BFRT.
@@ -713,50 +574,42 @@ impl BfrtProgramMap {
             .get(&bfrt_table_id)
             .and_then(|id| self.by_p4.get(id))
     }
-
-    /// The BFRT update for a P4Runtime one (INSERT, MODIFY, DELETE).
-    pub fn update_to_bfrt(&self, u: &p4rt::Update) -> Result<bfrt::Update, EntryError> {
-        use p4rt::update::Type as P;
-        let te = match u.entity.as_ref().and_then(|e| e.entity.as_ref()) {
-            Some(p4rt::entity::Entity::TableEntry(te)) => te,
-            _ => return Err(conv("only table entries can be written over BFRT")),
-        };
-        let tm = self
-            .table(te.table_id)
-            .ok_or_else(|| conv(format!("table id {} not in bfrt.json", te.table_id)))?;
-        let (ty, with_data) = match P::try_from(u.r#type) {
-            Ok(P::Insert) => (bfrt::update::Type::Insert, true),
-            Ok(P::Modify) => (bfrt::update::Type::Modify, true),
-            Ok(P::Delete) => (bfrt::update::Type::Delete, false),
-            _ => return Err(conv("update type is unspecified")),
-        };
-        // Resetting a default action is a RESET of the default entry.
-        let reset = te.is_default_action && te.action.is_none();
-        Ok(bfrt::Update {
-            r#type: if reset { bfrt::update::Type::Reset } else { ty } as i32,
-            entity: Some(bfrt::Entity {
-                entity: Some(bfrt::entity::Entity::TableEntry(tm.to_bfrt(te, with_data)?)),
-            }),
-        })
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::wire::sent;
     use super::*;
+    use crate::entries::{ActionCall, ByteStr, Entry, EntryKey, FieldMatch, MatchValue, WriteOp};
 
-    const ROUTER_BFRT: &str = include_str!("../../../examples/router/bfrt.json");
-    const ROUTER_P4INFO: &str = include_str!("../../../examples/router/p4info.txt");
-    const FIREWALL_BFRT: &str = include_str!("../../../examples/firewall/bfrt.json");
+    use crate::entries::fixtures::{FIREWALL_BFRT, ROUTER_BFRT, ROUTER_P4INFO};
+
+    fn router_tables() -> Vec<TableSchema> {
+        let p4info = p4fleet_proto::p4info::parse_text(ROUTER_P4INFO).unwrap();
+        TableSchema::all_from_p4info(&p4info).unwrap()
+    }
 
     fn router() -> BfrtProgramMap {
-        let p4info = p4fleet_proto::p4info::parse_text(ROUTER_P4INFO).unwrap();
-        let tables = TableSchema::all_from_p4info(&p4info).unwrap();
+        let tables = router_tables();
         BfrtProgramMap::new(&tables, &BfrtInfo::parse(ROUTER_BFRT.as_bytes()).unwrap()).unwrap()
     }
 
     fn text(s: &str) -> p4rt::TableEntry {
         p4fleet_proto::text::parse("p4.v1.TableEntry", s).unwrap()
+    }
+
+    /// A router entry in the model, from its P4Runtime text.
+    fn entry(te: &p4rt::TableEntry) -> Entry {
+        let tables = router_tables();
+        let schema = tables.iter().find(|t| t.id == te.table_id).unwrap();
+        Entry::from_proto(schema, te).unwrap()
+    }
+
+    fn table_entry(u: &bfrt::Update) -> &bfrt::TableEntry {
+        match u.entity.as_ref().and_then(|e| e.entity.as_ref()) {
+            Some(bfrt::entity::Entity::TableEntry(t)) => t,
+            _ => panic!("table entry expected"),
+        }
     }
 
     #[test]
@@ -784,7 +637,9 @@ mod tests {
                  params { param_id: 2 value: "\005" } } }"#,
         );
         let tm = m.table(36161886).unwrap();
-        let b = tm.to_bfrt(&te, true).unwrap();
+        let e = entry(&te);
+        let u = sent(&m, WriteOp::insert(&e)).unwrap();
+        let b = table_entry(&u);
         let Some(bfrt::table_entry::Value::Key(k)) = &b.value else {
             panic!()
         };
@@ -804,7 +659,7 @@ mod tests {
             d.fields[1].value,
             Some(bfrt::data_field::Value::Stream(vec![0, 5]))
         );
-        assert_eq!(tm.from_bfrt(&b).unwrap(), te);
+        assert_eq!(tm.from_bfrt(b).unwrap(), te);
     }
 
     #[test]
@@ -819,7 +674,9 @@ mod tests {
                priority: 10"#,
         );
         let tm = m.table(47214355).unwrap();
-        let b = tm.to_bfrt(&te, true).unwrap();
+        let e = entry(&te);
+        let u = sent(&m, WriteOp::insert(&e)).unwrap();
+        let b = table_entry(&u);
         let Some(bfrt::table_entry::Value::Key(k)) = &b.value else {
             panic!()
         };
@@ -840,41 +697,41 @@ mod tests {
                 high: vec![0xff, 0xff]
             }))
         );
-        assert_eq!(tm.from_bfrt(&b).unwrap(), te);
+        assert_eq!(tm.from_bfrt(b).unwrap(), te);
     }
 
     #[test]
     fn values_too_wide_and_unknown_actions_fail() {
         let m = router();
-        let tm = m.table(36161886).unwrap();
-        let te = text(
-            r#"table_id: 36161886
-               match { field_id: 1 lpm { value: "\001\000\000\000\000" prefix_len: 8 } }
-               action { action { action_id: 29481460 } }"#,
-        );
-        assert!(tm.to_bfrt(&te, true).is_err());
-        let te = text(
-            r#"table_id: 36161886
-               match { field_id: 1 lpm { value: "\n" prefix_len: 8 } }
-               action { action { action_id: 1 } }"#,
-        );
-        assert!(tm.to_bfrt(&te, true).is_err());
-        // Deletes carry no data.
-        let u = p4rt::Update {
-            r#type: p4rt::update::Type::Delete as i32,
-            entity: Some(p4rt::Entity {
-                entity: Some(p4rt::entity::Entity::TableEntry(te)),
-            }),
+        let lpm = |value: &[u8], action_id| Entry {
+            key: EntryKey {
+                table_id: 36161886,
+                matches: vec![FieldMatch {
+                    field_id: 1,
+                    value: MatchValue::Lpm {
+                        value: ByteStr::new(value),
+                        prefix_len: 8,
+                    },
+                }],
+                priority: 0,
+            },
+            action: ActionCall {
+                action_id,
+                params: vec![],
+            },
         };
-        let b = m.update_to_bfrt(&u).unwrap();
-        assert_eq!(b.r#type, bfrt::update::Type::Delete as i32);
+        let wide = lpm(&[1, 0, 0, 0, 0], 29481460);
+        assert!(m.check(WriteOp::insert(&wide)).is_err());
+        let unknown = lpm(&[10], 1);
+        assert!(m.check(WriteOp::insert(&unknown)).is_err());
+        // Deletes carry no data.
+        let u = sent(&m, WriteOp::delete(&unknown.key)).unwrap();
+        assert_eq!(u.r#type, bfrt::update::Type::Delete as i32);
+        assert!(table_entry(&u).data.is_none());
     }
 
     #[test]
-    fn canonical_and_full_width() {
-        assert_eq!(to_full_width(&[0, 0, 1], 9).unwrap(), vec![0, 1]);
-        assert_eq!(to_full_width(&[0], 32).unwrap(), vec![0, 0, 0, 0]);
-        assert!(to_full_width(&[1, 0, 0], 16).is_err());
+    fn canonical_values() {
         assert_eq!(to_canonical(&[0, 0, 0]), vec![0]);
         assert_eq!(to_canonical(&[0, 1, 0]), vec![1, 0]);
         assert_eq!(max_value(9), vec![1, 0xff]);

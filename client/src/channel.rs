@@ -1,0 +1,40 @@
+//! The gRPC transport of every device: one lazily connected HTTP/2 channel
+//! per target, sized for large batches and their per-update error trailers.
+
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+
+use crate::{Error, Target};
+
+/// Largest message either way: a 1,000,000-update batch of firewall
+/// entries is ~40 MB.
+pub(crate) const MAX_MESSAGE: usize = 256 << 20;
+/// Per-update errors come back in a trailer; a 30,000-update batch with
+/// errors carries a few hundred KB there, far beyond h2's 16 KB default.
+const MAX_HEADER_LIST: u32 = 64 << 20;
+
+/// A channel to the target's endpoint (`host:port`); nothing is dialed
+/// until first use.
+pub(crate) fn connect_lazy(target: &Target) -> Result<Channel, Error> {
+    if target.tls.is_some() {
+        // TLS would switch the scheme and add `tls_config` here.
+        return Err(Error::TlsUnsupported);
+    }
+    let endpoint = &target.endpoint;
+    let ep = Endpoint::from_shared(format!("http://{endpoint}"))
+        .map_err(|e| Error::InvalidEndpoint {
+            endpoint: endpoint.clone(),
+            reason: e.to_string(),
+        })?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(20))
+        .keep_alive_timeout(Duration::from_secs(10))
+        .keep_alive_while_idle(true)
+        .http2_max_header_list_size(MAX_HEADER_LIST)
+        // Large windows: a big batch should not stall on flow control.
+        .initial_stream_window_size(Some(16 << 20))
+        .initial_connection_window_size(Some(32 << 20));
+    Ok(ep.connect_lazy())
+}

@@ -1,0 +1,82 @@
+//! The client's one error type, and how gRPC statuses map onto it.
+
+/// Why a device call could not be made or was refused as a whole.
+/// Refusals of single updates are not errors: they are in the
+/// [`WriteReport`](crate::WriteReport).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid endpoint {endpoint:?}: {reason}")]
+    InvalidEndpoint { endpoint: String, reason: String },
+    #[error("TLS to devices is not supported yet")]
+    TlsUnsupported,
+    #[error("{0} is not supported")]
+    Unsupported(&'static str),
+    #[error("device {device_id} at {endpoint} is unreachable: {reason}")]
+    Unreachable {
+        endpoint: String,
+        device_id: u64,
+        reason: String,
+    },
+    #[error("not primary for device {device_id}: {reason}")]
+    NotPrimary { device_id: u64, reason: String },
+    #[error("{rpc} on device {device_id} failed: {status}")]
+    Rpc {
+        rpc: &'static str,
+        device_id: u64,
+        status: Box<tonic::Status>,
+    },
+    #[error("device {device_id} sent an invalid answer: {reason}")]
+    Protocol { device_id: u64, reason: String },
+}
+
+impl Error {
+    /// The error of a failed call: UNAVAILABLE means the device could not
+    /// be reached, anything else is the device's answer.
+    pub(crate) fn rpc(
+        endpoint: &str,
+        rpc: &'static str,
+        device_id: u64,
+        status: tonic::Status,
+    ) -> Error {
+        if status.code() == tonic::Code::Unavailable {
+            Error::Unreachable {
+                endpoint: endpoint.to_string(),
+                device_id,
+                reason: status.message().to_string(),
+            }
+        } else {
+            Error::Rpc {
+                rpc,
+                device_id,
+                status: Box::new(status),
+            }
+        }
+    }
+}
+
+/// A status as one line: `Code: message`.
+pub(crate) fn status_line(status: &tonic::Status) -> String {
+    format!("{:?}: {}", status.code(), status.message())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unavailable_is_unreachable_the_rest_is_the_answer() {
+        let e = Error::rpc("h:1", "Read", 3, tonic::Status::unavailable("down"));
+        assert!(
+            matches!(&e, Error::Unreachable { device_id: 3, reason, .. } if reason == "down"),
+            "{e:?}"
+        );
+        let e = Error::rpc("h:1", "Read", 3, tonic::Status::not_found("x"));
+        assert!(
+            matches!(&e, Error::Rpc { rpc: "Read", status, .. } if status.code() == tonic::Code::NotFound)
+        );
+        assert_eq!(
+            status_line(&tonic::Status::aborted("no")),
+            "Aborted: no".to_string()
+        );
+    }
+}

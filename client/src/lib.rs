@@ -1,0 +1,372 @@
+//! p4fleet-client: table writes to P4 devices over P4Runtime or BFRT
+//! (Tofino), batched and pipelined, with one result per update.
+//!
+//! [`Device::connect`] takes a plain [`Target`] (endpoint, device id,
+//! protocol) and who this client is ([`Identity`]); it does no network I/O
+//! until first use. A background session per device id keeps the P4Runtime
+//! arbitration or the BFRT subscription open and re-opens it with backoff,
+//! so a call simply waits (bounded) until the device accepts this client.
+//!
+//! Writes take [`WriteOp`]s that borrow entries of p4fleet's entry model
+//! ([`p4fleet_model`], re-exported as [`model`]; the messages are
+//! [`proto`]) and encode the requests
+//! straight from them (no message per entry): [`Device::write_ops`] splits
+//! them into requests of `batch_size`, keeps `max_in_flight` requests in
+//! flight (updates of one entry stay in order), and reports each refused
+//! update at its index. On P4Runtime targets that serve p4fleet's columnar
+//! bulk write (docs/bulk.md) it is used by itself when it applies. BFRT
+//! devices get the same entries, translated while encoding.
+//!
+//! Slots: slot `n` of a target is device id `device_id + n` (one endpoint
+//! may host several devices).
+//!
+//! The crate knows nothing of Kubernetes; the p4fleet operator maps its
+//! Switch resources onto [`Target`]s.
+
+mod bfrt;
+mod bulk;
+mod channel;
+mod error;
+mod order;
+mod p4runtime;
+mod pipeline;
+mod raw;
+mod session;
+
+use std::fmt;
+use std::time::Duration;
+
+use p4fleet_proto::p4info::P4Info;
+use p4fleet_proto::p4runtime::TableEntry;
+
+pub use bfrt::{BfrtDevice, TofinoPipeline};
+pub use error::Error;
+/// The entry model the writes borrow from (p4fleet-model).
+pub use p4fleet_model as model;
+pub use p4fleet_model::entries::{Atomicity, WriteOp};
+/// The P4Runtime, BFRT and P4Info messages (p4fleet-proto).
+pub use p4fleet_proto as proto;
+pub use p4runtime::P4RuntimeDevice;
+
+/// The protocol a device speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// P4Runtime (`p4.v1.P4Runtime`): bmv2, DPDK, FPGA targets, the emulator.
+    P4Runtime,
+    /// BFRT (`bfrt_proto.BfRuntime`): Tofino.
+    Bfrt,
+}
+
+/// Mutual TLS material (PEM). Not implemented yet: a [`Target`] with TLS
+/// settings is refused with [`Error::TlsUnsupported`].
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct TlsSettings {
+    pub ca_pem: Vec<u8>,
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+}
+
+impl fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print the key.
+        f.debug_struct("TlsSettings")
+            .field("ca_pem", &format_args!("{} bytes", self.ca_pem.len()))
+            .field("cert_pem", &format_args!("{} bytes", self.cert_pem.len()))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a device is: what identifies a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// `host:port`.
+    pub endpoint: String,
+    /// Device id of slot 0.
+    pub device_id: u64,
+    pub protocol: Protocol,
+    /// None: plaintext.
+    pub tls: Option<TlsSettings>,
+}
+
+impl Target {
+    /// A plaintext P4Runtime target.
+    pub fn p4runtime(endpoint: impl Into<String>, device_id: u64) -> Target {
+        Target {
+            endpoint: endpoint.into(),
+            device_id,
+            protocol: Protocol::P4Runtime,
+            tls: None,
+        }
+    }
+
+    /// A plaintext BFRT target.
+    pub fn bfrt(endpoint: impl Into<String>, device_id: u64) -> Target {
+        Target {
+            protocol: Protocol::Bfrt,
+            ..Target::p4runtime(endpoint, device_id)
+        }
+    }
+
+    /// Device id of a slot.
+    pub fn device_id(&self, slot: u32) -> u64 {
+        self.device_id + u64::from(slot)
+    }
+}
+
+/// Who this client is to a device. P4Runtime makes the client with the
+/// highest election id primary (the only one allowed to write); BFRT tells
+/// clients apart by client id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    pub election_id: u128,
+    pub client_id: u32,
+}
+
+/// What a device reports about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Capabilities {
+    /// Protocol name, e.g. `P4Runtime`.
+    pub protocol: &'static str,
+    /// API version the device reported, e.g. `1.4.0`.
+    pub api_version: String,
+    /// The device serves p4fleet's columnar bulk write (docs/bulk.md).
+    pub bulk_write: bool,
+}
+
+/// How a [`Device::write_ops`] is split and pipelined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Updates per request (at least 1).
+    pub batch_size: usize,
+    /// Requests in flight at once (at least 1).
+    pub max_in_flight: usize,
+    pub atomicity: Atomicity,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions {
+            batch_size: 1000,
+            max_in_flight: 4,
+            atomicity: Atomicity::ContinueOnError,
+        }
+    }
+}
+
+/// One update the device refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpdateFailure {
+    /// Index of the update in the ops given to [`Device::write_ops`].
+    pub index: usize,
+    /// gRPC canonical code (`tonic::Code` as i32).
+    pub code: i32,
+    pub message: String,
+}
+
+impl UpdateFailure {
+    pub fn code(&self) -> tonic::Code {
+        tonic::Code::from_i32(self.code)
+    }
+}
+
+/// Outcome of a [`Device::write_ops`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteReport {
+    /// Updates sent.
+    pub updates: usize,
+    /// Write requests sent.
+    pub requests: usize,
+    /// Updates refused, sorted by index.
+    pub failures: Vec<UpdateFailure>,
+    /// Requests that failed as a whole (no per-update details), e.g.
+    /// UNAVAILABLE; their updates are also in `failures`.
+    pub failed_requests: usize,
+    /// Wall time of the whole write.
+    pub elapsed: Duration,
+    /// Sum of the per-request latencies (for the mean).
+    pub total_request_latency: Duration,
+}
+
+impl WriteReport {
+    /// Updates the device accepted.
+    pub fn succeeded(&self) -> usize {
+        self.updates - self.failures.len()
+    }
+
+    /// Mean latency of one Write request.
+    pub fn mean_request_latency(&self) -> Duration {
+        if self.requests == 0 {
+            Duration::ZERO
+        } else {
+            self.total_request_latency / self.requests as u32
+        }
+    }
+
+    /// Accepted updates per second of wall time.
+    pub fn updates_per_second(&self) -> f64 {
+        let s = self.elapsed.as_secs_f64();
+        if s <= 0.0 {
+            0.0
+        } else {
+            self.succeeded() as f64 / s
+        }
+    }
+}
+
+/// A connection to one device (all its slots).
+///
+/// An enum rather than a trait object, so its async methods need no boxing.
+pub enum Device {
+    P4Runtime(P4RuntimeDevice),
+    Bfrt(BfrtDevice),
+}
+
+impl Device {
+    /// A lazy connection to `target`: nothing is dialed until first use.
+    /// Must be called inside a tokio runtime. Refuses TLS settings (not
+    /// implemented yet) and endpoints that are not `host:port`.
+    pub fn connect(target: Target, identity: Identity) -> Result<Device, Error> {
+        Ok(match target.protocol {
+            Protocol::P4Runtime => {
+                Device::P4Runtime(P4RuntimeDevice::connect(target, identity.election_id)?)
+            }
+            Protocol::Bfrt => Device::Bfrt(BfrtDevice::connect(target, identity.client_id)?),
+        })
+    }
+
+    /// The target this connection was made for.
+    pub fn target(&self) -> &Target {
+        match self {
+            Device::P4Runtime(d) => d.target(),
+            Device::Bfrt(d) => d.target(),
+        }
+    }
+
+    /// Asks the device what it supports; also the reachability probe.
+    pub async fn capabilities(&self) -> Result<Capabilities, Error> {
+        match self {
+            Device::P4Runtime(d) => d.capabilities().await,
+            Device::Bfrt(d) => d.capabilities().await,
+        }
+    }
+
+    /// Loads a pipeline into `slot` unless the device already reports
+    /// `cookie`; returns whether it was pushed. BFRT devices need their
+    /// Tofino artifacts: see [`Device::set_tofino_pipeline`].
+    pub async fn set_pipeline(
+        &self,
+        slot: u32,
+        p4info: &P4Info,
+        device_config: Vec<u8>,
+        cookie: u64,
+    ) -> Result<bool, Error> {
+        match self {
+            Device::P4Runtime(d) => d.set_pipeline(slot, p4info, device_config, cookie).await,
+            Device::Bfrt(_) => Err(Error::Unsupported(
+                "a P4Runtime device config on a BFRT device (use the Tofino artifacts)",
+            )),
+        }
+    }
+
+    /// Loads Tofino artifacts into `slot` of a BFRT device unless it already
+    /// runs them (and binds); returns whether it was pushed.
+    pub async fn set_tofino_pipeline(
+        &self,
+        slot: u32,
+        p4info: &P4Info,
+        pipeline: &TofinoPipeline,
+    ) -> Result<bool, Error> {
+        match self {
+            Device::Bfrt(d) => d.set_pipeline(slot, p4info, pipeline).await,
+            Device::P4Runtime(_) => {
+                Err(Error::Unsupported("Tofino artifacts on a P4Runtime device"))
+            }
+        }
+    }
+
+    /// Whether entries keep the `metadata` bytes a writer sets (and read
+    /// them back): P4Runtime does, BFRT does not.
+    pub fn stores_entry_metadata(&self) -> bool {
+        matches!(self, Device::P4Runtime(_))
+    }
+
+    /// The cookie of the pipeline loaded in `slot`, if any.
+    pub async fn pipeline_cookie(&self, slot: u32) -> Result<Option<u64>, Error> {
+        match self {
+            Device::P4Runtime(d) => d.pipeline_cookie(slot).await,
+            // BFRT has no cookie; set_tofino_pipeline compares artifacts.
+            Device::Bfrt(_) => Ok(None),
+        }
+    }
+
+    /// Writes `ops` to `slot` in batches, pipelined; per-update results
+    /// (`UpdateFailure::index` is the op's index). Errors only when nothing
+    /// could be attempted (not primary, unreachable before the first
+    /// request); partial failures are in the report. The requests are
+    /// encoded straight from the borrowed entries (no prost message per
+    /// entry); on P4Runtime, p4fleet's bulk write is used when the target
+    /// has it and the ops are of one table and update type.
+    pub async fn write_ops(
+        &self,
+        slot: u32,
+        ops: &[WriteOp<'_>],
+        opts: WriteOptions,
+    ) -> Result<WriteReport, Error> {
+        match self {
+            Device::P4Runtime(d) => d.write_ops(slot, ops, opts).await,
+            Device::Bfrt(d) => d.write_ops(slot, ops, opts).await,
+        }
+    }
+
+    /// Every entry of one table (`table_id` 0: every table) in `slot`, in
+    /// canonical P4Runtime form (BFRT entries translated back).
+    pub async fn read_table(&self, slot: u32, table_id: u32) -> Result<Vec<TableEntry>, Error> {
+        match self {
+            Device::P4Runtime(d) => d.read_table(slot, table_id).await,
+            Device::Bfrt(d) => d.read_table(slot, table_id).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn tls_and_bad_endpoints_are_refused_before_any_io() {
+        let id = Identity {
+            election_id: 1,
+            client_id: 1,
+        };
+        for protocol in [Protocol::P4Runtime, Protocol::Bfrt] {
+            let mut t = Target {
+                protocol,
+                ..Target::p4runtime("127.0.0.1:9559", 1)
+            };
+            let d = Device::connect(t.clone(), id).unwrap();
+            assert_eq!(d.target(), &t);
+            assert_eq!(d.stores_entry_metadata(), protocol == Protocol::P4Runtime);
+            t.tls = Some(TlsSettings::default());
+            assert!(matches!(
+                Device::connect(t.clone(), id),
+                Err(Error::TlsUnsupported)
+            ));
+            t.tls = None;
+            t.endpoint = "not an endpoint".into();
+            assert!(matches!(
+                Device::connect(t, id),
+                Err(Error::InvalidEndpoint { .. })
+            ));
+        }
+        assert_eq!(Target::bfrt("h:1", 4).device_id(2), 6);
+    }
+
+    #[test]
+    fn tls_keys_are_not_printed() {
+        let tls = TlsSettings {
+            key_pem: b"SECRET".to_vec(),
+            ..Default::default()
+        };
+        assert!(!format!("{tls:?}").contains("SECRET"));
+    }
+}

@@ -1,0 +1,366 @@
+//! P4Runtime: one tonic channel per target, one arbitration stream per
+//! device id (slot), batched and pipelined writes with per-update results
+//! decoded from the `grpc-status-details-bin` trailer, and p4fleet's bulk
+//! write where the target serves it.
+
+use std::time::Duration;
+
+use p4fleet_model::entries::WriteOp;
+use p4fleet_model::entries::wire::{P4rtWriteHeader, p4rt_write_request};
+use p4fleet_proto::p4info::P4Info;
+use p4fleet_proto::p4runtime::p4_runtime_client::P4RuntimeClient;
+use p4fleet_proto::p4runtime::{
+    self as p4rt, CapabilitiesRequest, Entity, ForwardingPipelineConfig,
+    GetForwardingPipelineConfigRequest, MasterArbitrationUpdate, ReadRequest,
+    SetForwardingPipelineConfigRequest, StreamMessageRequest, StreamMessageResponse, TableEntry,
+    Uint128, entity, forwarding_pipeline_config, get_forwarding_pipeline_config_request,
+    set_forwarding_pipeline_config_request, stream_message_request, stream_message_response,
+};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+
+use crate::bulk::BulkState;
+use crate::channel::{self, MAX_MESSAGE};
+use crate::pipeline::{self, UpdateErrors};
+use crate::raw::{self, P4RT_WRITE};
+use crate::session::{self, Sessions};
+use crate::{Capabilities, Error, Target, WriteOptions, WriteReport};
+
+/// How long a request waits for this client to become primary.
+const PRIMARY_WAIT: Duration = Duration::from_secs(10);
+
+/// The arbitration stream of a device id: primary when the device answers
+/// with OK and this client's election id.
+#[derive(Clone)]
+struct Arbitration {
+    client: P4RuntimeClient<Channel>,
+    election_id: Uint128,
+}
+
+impl session::Stream for Arbitration {
+    type Request = StreamMessageRequest;
+    type Response = StreamMessageResponse;
+    const NAME: &'static str = "arbitration";
+
+    fn hello(&self, device_id: u64) -> StreamMessageRequest {
+        StreamMessageRequest {
+            update: Some(stream_message_request::Update::Arbitration(
+                MasterArbitrationUpdate {
+                    device_id,
+                    role: None,
+                    election_id: Some(self.election_id),
+                    status: None,
+                },
+            )),
+        }
+    }
+
+    async fn open(
+        &self,
+        requests: ReceiverStream<StreamMessageRequest>,
+    ) -> Result<tonic::Streaming<StreamMessageResponse>, tonic::Status> {
+        let mut client = self.client.clone();
+        Ok(client.stream_channel(requests).await?.into_inner())
+    }
+
+    fn answer(&self, m: StreamMessageResponse) -> Option<Result<(), String>> {
+        let Some(stream_message_response::Update::Arbitration(a)) = m.update else {
+            return None;
+        };
+        let primary = a.status.as_ref().is_some_and(|s| s.code == 0)
+            && a.election_id == Some(self.election_id);
+        Some(if primary {
+            Ok(())
+        } else {
+            let msg = a.status.map(|s| s.message).unwrap_or_default();
+            Err(format!(
+                "primary has election id {:?}: {msg}",
+                a.election_id.map(|e| (e.high, e.low))
+            ))
+        })
+    }
+}
+
+/// A P4Runtime connection to one target.
+pub struct P4RuntimeDevice {
+    target: Target,
+    election_id: Uint128,
+    client: P4RuntimeClient<Channel>,
+    /// Writes encoded by [`p4fleet_model::entries::wire`], on the same channel.
+    raw: tonic::client::Grpc<Channel>,
+    sessions: Sessions<Arbitration>,
+    /// p4fleet's columnar bulk write, used when the target has it.
+    bulk: Box<BulkState>,
+}
+
+impl P4RuntimeDevice {
+    /// A lazy connection (must be called inside a tokio runtime).
+    pub(crate) fn connect(target: Target, election_id: u128) -> Result<Self, Error> {
+        let channel = channel::connect_lazy(&target)?;
+        let bulk = Box::new(BulkState::new(channel.clone(), MAX_MESSAGE));
+        let raw = tonic::client::Grpc::new(channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
+        let client = P4RuntimeClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
+        let election_id = Uint128 {
+            high: (election_id >> 64) as u64,
+            low: election_id as u64,
+        };
+        let arbitration = Arbitration {
+            client: client.clone(),
+            election_id,
+        };
+        Ok(P4RuntimeDevice {
+            sessions: Sessions::new(arbitration, &target.endpoint),
+            target,
+            election_id,
+            client,
+            raw,
+            bulk,
+        })
+    }
+
+    /// Turns the automatic use of p4fleet's bulk write on (the default) or
+    /// off, e.g. to measure the standard path.
+    pub fn set_bulk_enabled(&self, on: bool) {
+        self.bulk.set_enabled(on);
+    }
+
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    fn rpc_error(&self, rpc: &'static str, device_id: u64, status: tonic::Status) -> Error {
+        Error::rpc(&self.target.endpoint, rpc, device_id, status)
+    }
+
+    pub async fn capabilities(&self) -> Result<Capabilities, Error> {
+        let resp = self
+            .client
+            .clone()
+            .capabilities(CapabilitiesRequest {})
+            .await
+            .map_err(|s| self.rpc_error("Capabilities", self.target.device_id, s))?;
+        Ok(Capabilities {
+            protocol: "P4Runtime",
+            api_version: resp.into_inner().p4runtime_api_version,
+            bulk_write: self.bulk.supported().await,
+        })
+    }
+
+    /// Starts (once) the arbitration of `device_id` and waits until this
+    /// client is primary there (a backup may become primary meanwhile).
+    async fn wait_primary(&self, device_id: u64) -> Result<Uint128, Error> {
+        self.sessions
+            .wait(device_id, PRIMARY_WAIT, |s| {
+                matches!(s, session::State::Accepted(_))
+            })
+            .await?;
+        Ok(self.election_id)
+    }
+
+    pub async fn pipeline_cookie(&self, slot: u32) -> Result<Option<u64>, Error> {
+        let device_id = self.target.device_id(slot);
+        let req = GetForwardingPipelineConfigRequest {
+            device_id,
+            response_type: get_forwarding_pipeline_config_request::ResponseType::CookieOnly as i32,
+        };
+        match self
+            .client
+            .clone()
+            .get_forwarding_pipeline_config(req)
+            .await
+        {
+            Ok(r) => Ok(r
+                .into_inner()
+                .config
+                .and_then(|c| c.cookie)
+                .map(|c| c.cookie)),
+            // No pipeline loaded yet.
+            Err(s)
+                if matches!(
+                    s.code(),
+                    tonic::Code::FailedPrecondition | tonic::Code::NotFound
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(s) => Err(self.rpc_error("GetForwardingPipelineConfig", device_id, s)),
+        }
+    }
+
+    pub async fn set_pipeline(
+        &self,
+        slot: u32,
+        p4info: &P4Info,
+        device_config: Vec<u8>,
+        cookie: u64,
+    ) -> Result<bool, Error> {
+        let device_id = self.target.device_id(slot);
+        self.bulk.set_schema(slot, p4info);
+        if self.pipeline_cookie(slot).await? == Some(cookie) {
+            return Ok(false);
+        }
+        let election_id = self.wait_primary(device_id).await?;
+        let req = SetForwardingPipelineConfigRequest {
+            device_id,
+            election_id: Some(election_id),
+            action: set_forwarding_pipeline_config_request::Action::VerifyAndCommit as i32,
+            config: Some(ForwardingPipelineConfig {
+                p4info: Some(p4info.clone()),
+                p4_device_config: device_config,
+                cookie: Some(forwarding_pipeline_config::Cookie { cookie }),
+            }),
+            ..Default::default()
+        };
+        self.client
+            .clone()
+            .set_forwarding_pipeline_config(req)
+            .await
+            .map_err(|s| self.rpc_error("SetForwardingPipelineConfig", device_id, s))?;
+        Ok(true)
+    }
+
+    /// Writes `ops` to `slot`: through p4fleet's bulk write when
+    /// [`BulkState::try_write`] applies (one table, one update type), else
+    /// as standard Write requests of `batch_size` ops, each encoded straight
+    /// from the entries ([`p4fleet_model::entries::wire`]) when the pipeline
+    /// pulls it (so encoding the next request overlaps the device's work on
+    /// this one) and sent pre-encoded, up to `max_in_flight` at once.
+    /// Per-update results as reported by the target, at the ops' indexes.
+    pub async fn write_ops(
+        &self,
+        slot: u32,
+        ops: &[WriteOp<'_>],
+        opts: WriteOptions,
+    ) -> Result<WriteReport, Error> {
+        let device_id = self.target.device_id(slot);
+        let mut report = WriteReport {
+            updates: ops.len(),
+            ..Default::default()
+        };
+        if ops.is_empty() {
+            return Ok(report);
+        }
+        let election_id = self.wait_primary(device_id).await?;
+        if self
+            .bulk
+            .try_write(
+                &self.client,
+                slot,
+                device_id,
+                election_id,
+                ops,
+                opts,
+                &mut report,
+            )
+            .await
+        {
+            return Ok(report);
+        }
+        let header = P4rtWriteHeader {
+            device_id,
+            election_id: (election_id.high, election_id.low),
+            atomicity: opts.atomicity,
+        };
+        let (grpc, header) = (&self.raw, &header);
+        let send = |batch: Vec<WriteOp>| {
+            let body = p4rt_write_request(header, &batch).into();
+            let mut grpc = grpc.clone();
+            async move {
+                raw::unary::<p4rt::WriteResponse>(&mut grpc, P4RT_WRITE, body)
+                    .await
+                    .map(|_| UpdateErrors::new())
+            }
+        };
+        pipeline::write_pipelined(
+            ops.iter().copied().enumerate(),
+            opts,
+            &mut report,
+            send,
+            decode_update_errors,
+        )
+        .await;
+        Ok(report)
+    }
+
+    pub async fn read_table(&self, slot: u32, table_id: u32) -> Result<Vec<TableEntry>, Error> {
+        let device_id = self.target.device_id(slot);
+        let req = ReadRequest {
+            device_id,
+            entities: vec![Entity {
+                entity: Some(entity::Entity::TableEntry(TableEntry {
+                    table_id,
+                    ..Default::default()
+                })),
+            }],
+            ..Default::default()
+        };
+        let mut stream = self
+            .client
+            .clone()
+            .read(req)
+            .await
+            .map_err(|s| self.rpc_error("Read", device_id, s))?
+            .into_inner();
+        let mut out = Vec::new();
+        while let Some(resp) = stream
+            .message()
+            .await
+            .map_err(|s| self.rpc_error("Read", device_id, s))?
+        {
+            out.extend(resp.entities.into_iter().filter_map(|e| match e.entity {
+                Some(entity::Entity::TableEntry(t)) => Some(t),
+                _ => None,
+            }));
+        }
+        Ok(out)
+    }
+}
+
+/// Per-update errors of a failed P4Runtime Write (`p4.v1.Error` details).
+fn decode_update_errors(status: &tonic::Status, n: usize) -> Option<UpdateErrors> {
+    pipeline::decode_update_errors::<p4rt::Error>(status, n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+
+    /// A Status whose details are p4.v1.Errors with these codes (the
+    /// Any type is named through the field, so no prost-types dependency).
+    fn status_with(codes: &[i32]) -> p4fleet_proto::rpc::Status {
+        let mut st = p4fleet_proto::rpc::Status {
+            code: 2,
+            message: "batch".into(),
+            ..Default::default()
+        };
+        for &code in codes {
+            st.details.push(Default::default());
+            let any = st.details.last_mut().unwrap();
+            any.type_url = p4rt::ERROR_TYPE_URL.into();
+            any.value = p4rt::Error {
+                canonical_code: code,
+                message: format!("m{code}"),
+                ..Default::default()
+            }
+            .encode_to_vec();
+        }
+        st
+    }
+
+    #[test]
+    fn decodes_per_update_errors() {
+        let st = status_with(&[0, 6, 0, 11]);
+        let status =
+            tonic::Status::with_details(tonic::Code::Unknown, "batch", st.encode_to_vec().into());
+        let got = decode_update_errors(&status, 4).unwrap();
+        assert_eq!(got, vec![(1, 6, "m6".into()), (3, 11, "m11".into())]);
+        assert!(decode_update_errors(&status, 3).is_none());
+        let plain = tonic::Status::unavailable("down");
+        assert!(decode_update_errors(&plain, 3).is_none());
+    }
+}

@@ -1,0 +1,181 @@
+//! The long-lived StreamChannel each protocol keeps per device id, in one
+//! loop: P4Runtime's arbitration (is this client primary?) and BFRT's
+//! subscription (is this client subscribed?) are the same shape. Open the
+//! stream with a hello, watch the device's answers, and re-open it with
+//! exponential backoff whenever it ends. The state is published on a watch
+//! channel that calls wait on; the task ends when its [`Sessions`] is
+//! dropped.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::Error;
+use crate::error::status_line;
+
+/// Backoff between re-opened streams: 100 ms doubling to 5 s, reset once
+/// the device accepts this client again.
+fn backoff() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_secs(5))
+        .without_max_times()
+        .build()
+}
+
+/// What a device thinks of this client on one device id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum State {
+    /// No stream (yet), and why.
+    Connecting(String),
+    /// Accepted (primary / subscribed). Counts acceptances, so per-stream
+    /// setup (BFRT's BIND) can tell a new stream from the one it set up.
+    Accepted(u64),
+    /// Refused (another client is primary / subscription refused).
+    Refused(String),
+}
+
+/// One protocol's stream: how to open it and read the device's answers.
+pub(crate) trait Stream: Clone + Send + Sync + 'static {
+    type Request: Send + 'static;
+    type Response: Send + 'static;
+    /// For logs and the reason a closed stream gives.
+    const NAME: &'static str;
+
+    /// The first message on a new stream (arbitration / subscribe).
+    fn hello(&self, device_id: u64) -> Self::Request;
+
+    fn open(
+        &self,
+        requests: ReceiverStream<Self::Request>,
+    ) -> impl Future<Output = Result<tonic::Streaming<Self::Response>, tonic::Status>> + Send;
+
+    /// What a message says about this client: accepted, refused (why), or
+    /// nothing (other notifications).
+    fn answer(&self, message: Self::Response) -> Option<Result<(), String>>;
+}
+
+struct Session {
+    state: watch::Receiver<State>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The sessions of one connection, one per device id, started on first use.
+pub(crate) struct Sessions<S: Stream> {
+    stream: S,
+    endpoint: String,
+    by_device: Mutex<HashMap<u64, Session>>,
+}
+
+impl<S: Stream> Sessions<S> {
+    pub(crate) fn new(stream: S, endpoint: &str) -> Self {
+        Sessions {
+            stream,
+            endpoint: endpoint.to_string(),
+            by_device: Default::default(),
+        }
+    }
+
+    /// The state of `device_id`'s session, starting it if needed.
+    fn watch(&self, device_id: u64) -> watch::Receiver<State> {
+        let mut sessions = self.by_device.lock().unwrap_or_else(|e| e.into_inner());
+        let s = sessions.entry(device_id).or_insert_with(|| {
+            let (tx, rx) = watch::channel(State::Connecting("starting".into()));
+            let task = tokio::spawn(run(self.stream.clone(), device_id, tx));
+            Session { state: rx, task }
+        });
+        s.state.clone()
+    }
+
+    /// Waits up to `timeout` until `settled` holds for the session of
+    /// `device_id`, then returns its acceptance count, or why the device
+    /// does not accept this client (unreachable / refused).
+    pub(crate) async fn wait(
+        &self,
+        device_id: u64,
+        timeout: Duration,
+        settled: impl Fn(&State) -> bool,
+    ) -> Result<u64, Error> {
+        let mut rx = self.watch(device_id);
+        let _ = tokio::time::timeout(timeout, rx.wait_for(|s| settled(s))).await;
+        let state = rx.borrow().clone();
+        match state {
+            State::Accepted(n) => Ok(n),
+            State::Connecting(reason) => Err(Error::Unreachable {
+                endpoint: self.endpoint.clone(),
+                device_id,
+                reason,
+            }),
+            State::Refused(reason) => Err(Error::NotPrimary { device_id, reason }),
+        }
+    }
+}
+
+/// Keeps the stream of one device id open, re-opening it with backoff after
+/// any end, and publishes the state. Ends when every receiver is gone.
+async fn run<S: Stream>(s: S, device_id: u64, state: watch::Sender<State>) {
+    let mut delays = backoff();
+    let mut accepted = 0u64;
+    loop {
+        let (tx, rx) = mpsc::channel(4);
+        // Cannot fail: the receiver is alive and the buffer empty.
+        let _ = tx.send(s.hello(device_id)).await;
+        let reason = match s.open(ReceiverStream::new(rx)).await {
+            Err(status) => status_line(&status),
+            Ok(mut stream) => loop {
+                match stream.message().await {
+                    Ok(Some(m)) => match s.answer(m) {
+                        Some(Ok(())) => {
+                            accepted += 1;
+                            delays = backoff();
+                            state.send_replace(State::Accepted(accepted));
+                        }
+                        Some(Err(why)) => {
+                            state.send_replace(State::Refused(why));
+                        }
+                        None => {}
+                    },
+                    Ok(None) => break format!("{} stream closed", S::NAME),
+                    Err(status) => break status_line(&status),
+                }
+            },
+        };
+        drop(tx);
+        state.send_replace(State::Connecting(reason.clone()));
+        if state.is_closed() {
+            return;
+        }
+        let delay = delays.next().unwrap_or(Duration::from_secs(5));
+        tracing::debug!(device_id, stream = S::NAME, %reason, ?delay, "re-opening");
+        tokio::time::sleep(delay).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_five_seconds_and_never_stops() {
+        let want = [100.0, 200.0, 400.0, 800.0, 1600.0, 3200.0, 5000.0, 5000.0];
+        for (d, ms) in backoff().zip(want) {
+            // backon multiplies in f32.
+            assert!(
+                (d.as_secs_f64() * 1e3 - ms).abs() < 0.01,
+                "{d:?} vs {ms} ms"
+            );
+        }
+        assert!(backoff().nth(1000).is_some());
+    }
+}

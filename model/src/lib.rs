@@ -1,0 +1,20 @@
+//! p4fleet's entry model: everything between a table entry as a user writes
+//! it and the bytes a device receives, with no I/O.
+//!
+//! - [`entries`]: table schemas (from P4Info and bfrt.json), values and
+//!   canonical entries, the line format, the P4Runtime wire encoder and the
+//!   one P4Runtime <-> BFRT mapping with its wire encoder.
+//! - [`bulk`]: the columnar form of p4fleet's bulk write (docs/bulk.md).
+//! - [`p4info`]: what a P4Info declares, checked and summarised (the one
+//!   place besides [`entries::TableSchema`] that walks a P4Info).
+//! - [`sync`]: what to write so a table holds a set's entries (ownership,
+//!   plan, write phases) and the tallies of what a sync did.
+//!
+//! The crate knows nothing of Kubernetes, gRPC transports or async
+//! runtimes: its Cargo.toml lists none, so the compiler holds the line.
+//! p4fleet-client (device I/O) and the operator build on it.
+
+pub mod bulk;
+pub mod entries;
+pub mod p4info;
+pub mod sync;

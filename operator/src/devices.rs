@@ -1,0 +1,157 @@
+//! One long-lived device connection per Switch, shared by all reconcilers.
+//!
+//! [`DevicePool::connect`] maps a Switch onto p4fleet-client's [`Target`]
+//! and hands out an `Arc<Device>` per Switch name, reused while the
+//! Switch's endpoint, protocol and device id stay the same. Connections are
+//! lazy: the gRPC channel reconnects by itself, and the client keeps the
+//! arbitration / subscription of each device id open in the background, so
+//! a write simply waits until this operator is accepted again.
+//!
+//! Slots: on a Switch, slot `n` is device id `spec.deviceId + n` (the
+//! emulator hosts several devices per process, so one endpoint can host
+//! several VirtualSwitches).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use kube::ResourceExt;
+use p4fleet_client::{Device, Error, Identity, Protocol, Target, TlsSettings};
+use p4fleet_crds::switch::{Switch, SwitchProtocol};
+
+/// The client's target of a Switch. A TLS Secret is passed on as (empty)
+/// TLS settings, which the client refuses until TLS is implemented.
+pub fn target(sw: &Switch) -> Target {
+    Target {
+        endpoint: sw.spec.endpoint.clone(),
+        device_id: sw.spec.device_id,
+        protocol: match sw.spec.effective_protocol() {
+            SwitchProtocol::P4Runtime => Protocol::P4Runtime,
+            SwitchProtocol::Bfrt => Protocol::Bfrt,
+        },
+        tls: sw
+            .spec
+            .tls_secret_ref
+            .as_ref()
+            .map(|_| TlsSettings::default()),
+    }
+}
+
+/// Connections to devices, keyed by Switch name.
+pub struct DevicePool {
+    devices: Mutex<HashMap<String, Arc<Device>>>,
+    identity: Identity,
+}
+
+impl Default for DevicePool {
+    fn default() -> Self {
+        DevicePool::new()
+    }
+}
+
+impl DevicePool {
+    /// A pool whose connections claim primary with election id
+    /// `(0, unix seconds of start)`: a newer operator replica (after a
+    /// leader change) outranks the old one.
+    pub fn new() -> Self {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(1);
+        DevicePool::with_election_id(secs.max(1))
+    }
+
+    /// A pool with an explicit election id (tests, tools).
+    pub fn with_election_id(election_id: u64) -> Self {
+        DevicePool {
+            devices: Mutex::new(HashMap::new()),
+            identity: Identity {
+                election_id: u128::from(election_id),
+                // BFRT client ids are small integers; keep the low bits of
+                // the election id so a newer operator still differs from
+                // an old one.
+                client_id: (election_id & 0xffff) as u32,
+            },
+        }
+    }
+
+    /// The device for this Switch, connecting (lazily) on first use or when
+    /// its endpoint, protocol or device id changed. Does no network I/O;
+    /// call [`Device::capabilities`] to probe reachability.
+    pub fn connect(&self, sw: &Switch) -> Result<Arc<Device>, Error> {
+        let name = sw.name_any();
+        let target = target(sw);
+        let mut devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = devices.get(&name)
+            && d.target() == &target
+        {
+            return Ok(d.clone());
+        }
+        let dev = Arc::new(Device::connect(target, self.identity)?);
+        devices.insert(name, dev.clone());
+        Ok(dev)
+    }
+
+    /// The existing device of a Switch, if connected.
+    pub fn get(&self, name: &str) -> Option<Arc<Device>> {
+        let devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        devices.get(name).cloned()
+    }
+
+    /// Drops the connection of a Switch (deleted or changed). Background
+    /// tasks end once the last `Arc<Device>` is gone.
+    pub fn forget(&self, name: &str) {
+        let mut devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        devices.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use p4fleet_crds::switch::SwitchSpec;
+
+    fn switch(name: &str, spec: serde_json::Value) -> Switch {
+        Switch::new(name, serde_json::from_value::<SwitchSpec>(spec).unwrap())
+    }
+
+    #[test]
+    fn a_switch_maps_to_its_target() {
+        let sw = switch(
+            "s",
+            serde_json::json!({"target": "Tofino", "endpoint": "h:50052", "deviceId": 3, "slots": 2}),
+        );
+        assert_eq!(target(&sw), Target::bfrt("h:50052", 3));
+        let sw = switch(
+            "s",
+            serde_json::json!({"target": "Bmv2", "endpoint": "h:9559", "deviceId": 1, "slots": 1,
+                "tlsSecretRef": {"name": "certs", "namespace": "ns"}}),
+        );
+        let t = target(&sw);
+        assert_eq!(t.protocol, Protocol::P4Runtime);
+        assert!(t.tls.is_some());
+    }
+
+    #[tokio::test]
+    async fn connections_are_reused_until_the_target_changes() {
+        let pool = DevicePool::with_election_id(0x1_0007);
+        assert_eq!(pool.identity.client_id, 7);
+        let spec = |port: u16| {
+            serde_json::json!({"target": "Bmv2", "endpoint": format!("127.0.0.1:{port}"),
+                "deviceId": 1, "slots": 1})
+        };
+        let a = pool.connect(&switch("a", spec(1))).unwrap();
+        let again = pool.connect(&switch("a", spec(1))).unwrap();
+        assert!(Arc::ptr_eq(&a, &again));
+        let moved = pool.connect(&switch("a", spec(2))).unwrap();
+        assert!(!Arc::ptr_eq(&a, &moved));
+        assert!(Arc::ptr_eq(&pool.get("a").unwrap(), &moved));
+        pool.forget("a");
+        assert!(pool.get("a").is_none());
+        let tls = switch(
+            "b",
+            serde_json::json!({"target": "Bmv2", "endpoint": "h:1", "deviceId": 1, "slots": 1,
+                "tlsSecretRef": {"name": "certs", "namespace": "ns"}}),
+        );
+        assert!(matches!(pool.connect(&tls), Err(Error::TlsUnsupported)));
+    }
+}
