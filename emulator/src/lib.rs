@@ -8,6 +8,7 @@
 
 pub mod bfrt;
 mod bulk;
+pub mod dataplane;
 mod device;
 mod entry;
 mod grpc;
