@@ -528,6 +528,13 @@ impl Engine {
             .clone()
     }
 
+    /// Forgets captured packets and captures the next ones.
+    pub fn clear_capture(&self) {
+        let mut items = self.shared.capture.items.lock().expect("capture lock");
+        items.clear();
+        self.shared.capture.taken.store(0, Ordering::Relaxed);
+    }
+
     /// All counters, summed over workers.
     pub fn stats(&self) -> EngineStats {
         let (running, workers, extern_cores, policies) = {
