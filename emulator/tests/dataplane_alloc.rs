@@ -3,37 +3,18 @@
 //! packets go through Sync and Async externs. Its own test binary, so the
 //! allocator counts only this.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use p4fleet_emulator::dataplane::alloc::CountingAllocator;
 use p4fleet_emulator::dataplane::packet::{self, TrafficConfig};
 use p4fleet_emulator::dataplane::{
     ActionCall, Engine, EngineConfig, Executor, ExternPolicy, FieldValue, MemoryTableSource,
     SnapshotEntry, SuspendMethod,
 };
 
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAllocator = CountingAllocator::new();
 
 #[test]
 fn no_allocation_per_packet() {
@@ -91,9 +72,9 @@ fn no_allocation_per_packet() {
     }
     let measure = || {
         let tx0 = engine.stats().tx_packets;
-        let a0 = ALLOCS.load(Ordering::Relaxed);
+        let a0 = GLOBAL.count();
         std::thread::sleep(Duration::from_millis(500));
-        let a1 = ALLOCS.load(Ordering::Relaxed);
+        let a1 = GLOBAL.count();
         let tx1 = engine.stats().tx_packets;
         (a1 - a0, tx1 - tx0)
     };

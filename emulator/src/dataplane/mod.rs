@@ -13,6 +13,7 @@
 //!
 //! See docs/dpdk.md for the model, its knobs and the benchmark.
 
+pub mod alloc;
 pub mod bind;
 pub mod context;
 pub mod engine;

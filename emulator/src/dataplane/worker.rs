@@ -231,17 +231,47 @@ impl ExtRt {
 /// Every this many sync calls, one is timed (two clock reads).
 const SYNC_SAMPLE: u32 = 32;
 
-fn backoff(idle: &mut u32) {
-    *idle += 1;
-    if *idle < 256 {
-        std::hint::spin_loop();
-    } else if *idle < 2048 {
-        std::thread::yield_now();
-    } else {
-        // Nothing to do for a while (no traffic): do not burn a core that
-        // other processes on this machine need. DPDK's power-aware loops
-        // (l3fwd-power) do the same.
-        std::thread::sleep(Duration::from_micros(100));
+/// How long a core busy-polls with nothing to do before it starts
+/// sleeping. DPDK lcores poll forever; this keeps an idle emulator from
+/// burning the machine's cores while staying a busy poller under traffic
+/// (yielding instead would hand the core to other processes for whole
+/// time slices on a loaded machine, while the rings fill).
+const IDLE_SPIN: Duration = Duration::from_millis(2);
+
+/// Idle-loop state of a polling core.
+struct Idle {
+    since: Option<Instant>,
+    polls: u32,
+}
+
+impl Idle {
+    fn new() -> Idle {
+        Idle {
+            since: None,
+            polls: 0,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.since = None;
+        self.polls = 0;
+    }
+
+    /// One empty poll: spin, or sleep once idle for [`IDLE_SPIN`].
+    fn wait(&mut self) {
+        self.polls += 1;
+        if !self.polls.is_multiple_of(256) {
+            std::hint::spin_loop();
+            return;
+        }
+        let since = *self.since.get_or_insert_with(Instant::now);
+        if since.elapsed() < IDLE_SPIN {
+            std::hint::spin_loop();
+        } else {
+            // No traffic for a while: DPDK's power-aware loops
+            // (l3fwd-power) sleep too.
+            std::thread::sleep(Duration::from_micros(100));
+        }
     }
 }
 
@@ -312,7 +342,7 @@ impl Worker {
     }
 
     pub fn run(mut self) {
-        let mut idle = 0u32;
+        let mut idle = Idle::new();
         loop {
             let stopping = self.stop.load(Ordering::Relaxed);
             let now = self.shared.now_ns();
@@ -366,13 +396,13 @@ impl Worker {
                 if stopping && self.in_flight() == 0 {
                     break;
                 }
-                if self.generator.done() || self.in_flight() == 0 {
-                    backoff(&mut idle);
+                if self.in_flight() == 0 {
+                    idle.wait();
                 } else {
                     std::hint::spin_loop();
                 }
             } else {
-                idle = 0;
+                idle.reset();
             }
         }
     }
@@ -726,7 +756,7 @@ pub(crate) struct ExternCore {
 
 impl ExternCore {
     pub fn run(mut self) {
-        let mut idle = 0u32;
+        let mut idle = Idle::new();
         loop {
             let mut work = 0;
             for port in &mut self.ports {
@@ -751,9 +781,9 @@ impl ExternCore {
                 if self.stop.load(Ordering::Relaxed) {
                     break;
                 }
-                backoff(&mut idle);
+                idle.wait();
             } else {
-                idle = 0;
+                idle.reset();
             }
         }
     }
