@@ -43,6 +43,8 @@ fn no_allocation_per_packet() {
                 flows: 8,
                 ..TrafficConfig::default()
             },
+            // No rate sampling (it allocates a little) during the test.
+            stats_interval: Duration::from_secs(3600),
             ..EngineConfig::default()
         },
     )
@@ -66,32 +68,37 @@ fn no_allocation_per_packet() {
         .unwrap();
     engine.start();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while engine.stats().tx_packets < 10_000 {
+    while engine.stats().tx_packets < 1_000 {
         assert!(Instant::now() < deadline, "no traffic");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let measure = || {
-        let tx0 = engine.stats().tx_packets;
-        let a0 = GLOBAL.count();
-        std::thread::sleep(Duration::from_millis(500));
-        let a1 = GLOBAL.count();
-        let tx1 = engine.stats().tx_packets;
-        (a1 - a0, tx1 - tx0)
-    };
-    let (allocs, packets) = measure();
-    // Only the control thread runs besides the cores: a rate sample (a
-    // few small vectors per second).
-    assert!(packets > 10_000, "{packets} packets");
-    assert!(allocs < 20, "{allocs} allocations for {packets} packets");
+    let (allocs, packets) = measure(&engine);
+    assert!(allocs < 10, "{allocs} allocations for {packets} packets");
 
     engine
         .set_policy(&[("async_decrypt".into(), ExternPolicy::default())])
         .unwrap();
-    let (allocs, packets) = measure();
-    assert!(packets > 10_000, "{packets} packets");
+    let (allocs, packets) = measure(&engine);
     assert!(
-        allocs < 20,
+        allocs < 10,
         "{allocs} allocations for {packets} packets (sync)"
     );
     engine.stop();
+}
+
+/// Allocations while at least 20,000 packets pass, however long that takes
+/// on this machine: 1 s windows that never call into the engine (reading
+/// stats allocates, so it happens between windows).
+fn measure(engine: &Engine) -> (u64, u64) {
+    let (mut allocs, mut packets) = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while packets < 20_000 {
+        assert!(Instant::now() < deadline, "only {packets} packets in 120 s");
+        let tx0 = engine.stats().tx_packets;
+        let a0 = GLOBAL.count();
+        std::thread::sleep(Duration::from_secs(1));
+        allocs += GLOBAL.count() - a0;
+        packets += engine.stats().tx_packets - tx0;
+    }
+    (allocs, packets)
 }
