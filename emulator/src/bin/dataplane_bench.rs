@@ -38,11 +38,11 @@ const FORWARD: u32 = 22605987;
     about = "T4P4S Figure 1 on the emulated DPDK data plane"
 )]
 struct Args {
-    /// Measured seconds per row.
-    #[arg(long, default_value_t = 2.0)]
+    /// Measured seconds per run.
+    #[arg(long, default_value_t = 1.0)]
     seconds: f64,
-    /// Warm-up seconds per row (not measured).
-    #[arg(long, default_value_t = 0.5)]
+    /// Warm-up seconds per run (not measured).
+    #[arg(long, default_value_t = 0.3)]
     warmup: f64,
     /// Frame size in bytes.
     #[arg(long, default_value_t = 64)]
@@ -53,7 +53,8 @@ struct Args {
     /// Worker core counts to run.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     workers: Vec<u32>,
-    /// Dedicated extern core counts to run (Async rows).
+    /// Dedicated extern core counts to run (Async rows; only those that fit
+    /// next to the workers unless --oversubscribe).
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     extern_cores: Vec<u32>,
     /// Packets per rx burst.
@@ -75,6 +76,12 @@ struct Args {
     /// Print the counters every 100 ms while measuring (stderr).
     #[arg(long)]
     verbose: bool,
+    /// Runs per row (interleaved rounds); the table shows the median.
+    #[arg(long, default_value_t = 3)]
+    repeat: u32,
+    /// Also run rows needing more threads than the machine has cores.
+    #[arg(long)]
+    oversubscribe: bool,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -196,6 +203,12 @@ struct Row {
     drops: u64,
     allocs_per_pkt: f64,
     threads: u32,
+    /// Worker-core CPU per forwarded packet.
+    worker_ns: f64,
+    /// Extern-core CPU per forwarded packet.
+    extern_ns: f64,
+    /// Cores' CPU seconds per wall second (what the scheduler gave).
+    cpu_share: f64,
 }
 
 fn source(flows: u32) -> Arc<MemoryTableSource> {
@@ -249,6 +262,7 @@ fn run(args: &Args, workload: Workload, variant: Variant, workers: u32) -> Row {
     engine.start();
     std::thread::sleep(Duration::from_secs_f64(args.warmup));
     let s0 = engine.stats();
+    let c0 = core_cpu_ns();
     let a0 = GLOBAL.count();
     let t0 = Instant::now();
     if args.verbose {
@@ -270,6 +284,7 @@ fn run(args: &Args, workload: Workload, variant: Variant, workers: u32) -> Row {
         std::thread::sleep(Duration::from_secs_f64(args.seconds));
     }
     let a1 = GLOBAL.count();
+    let c1 = core_cpu_ns();
     let s1 = engine.stats();
     let dt = t0.elapsed().as_secs_f64();
     engine.stop();
@@ -287,13 +302,78 @@ fn run(args: &Args, workload: Workload, variant: Variant, workers: u32) -> Row {
         ext_p99_us: us(ext.and_then(|e| e.latency_p99_ns)),
         drops: s1.drops.total() - s0.drops.total(),
         allocs_per_pkt: (a1 - a0) as f64 / packets.max(1) as f64,
+        worker_ns: (c1.0 - c0.0) as f64 / packets.max(1) as f64,
+        extern_ns: (c1.1 - c0.1) as f64 / packets.max(1) as f64,
+        cpu_share: (c1.0 - c0.0 + c1.1 - c0.1) as f64 / 1e9 / dt,
         threads: workers + s1.extern_cores,
     }
+}
+
+/// Median cross-thread round trip (two threads bouncing a counter), the
+/// floor under every handoff to an extern core. On a machine whose cores
+/// are busy with other work it is a scheduling delay, not a cache transfer.
+fn round_trip_ns() -> f64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const N: u64 = 20_000;
+    let flag = Arc::new(AtomicU64::new(0));
+    let f = flag.clone();
+    let pong = std::thread::spawn(move || {
+        for i in 0..N {
+            while f.load(Ordering::Acquire) != 2 * i + 1 {
+                std::hint::spin_loop();
+            }
+            f.store(2 * i + 2, Ordering::Release);
+        }
+    });
+    let t0 = Instant::now();
+    for i in 0..N {
+        flag.store(2 * i + 1, Ordering::Release);
+        while flag.load(Ordering::Acquire) != 2 * i + 2 {
+            std::hint::spin_loop();
+        }
+    }
+    let ns = t0.elapsed().as_nanos() as f64 / N as f64;
+    pong.join().expect("pong thread");
+    ns
+}
+
+/// On-CPU nanoseconds of this process's worker and extern-core threads
+/// (`/proc/self/task/*/schedstat`): what the cores actually got, whatever
+/// else the machine was running.
+fn core_cpu_ns() -> (u64, u64) {
+    let (mut workers, mut externs) = (0, 0);
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return (0, 0);
+    };
+    for t in tasks.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let ns: u64 = std::fs::read_to_string(t.path().join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+            .unwrap_or(0);
+        if comm.starts_with("dp-worker") {
+            workers += ns;
+        } else if comm.starts_with("dp-extern") {
+            externs += ns;
+        }
+    }
+    (workers, externs)
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
 }
 
 fn main() {
     let args = Args::parse();
     let machine_cores = available_cores();
+    println!(
+        "load average before: {}; cross-core round trip: {:.0} ns",
+        load_average(),
+        round_trip_ns()
+    );
     let variants_for = |w: Workload| -> Vec<Variant> {
         let sync = Variant {
             mode: Mode::Sync,
@@ -330,21 +410,20 @@ fn main() {
         Workload::EncDec,
     ];
     println!(
-        "machine: {machine_cores} cores; frame {} B, {} flows, rx burst {}, executor burst {}, context {} B; {} s per row after {} s warm-up\n",
+        "machine: {machine_cores} cores; frame {} B, {} flows, rx burst {}, executor burst {}, context {} B; median of {} runs of {} s per row, each after {} s warm-up\n",
         args.size,
         args.flows,
         args.rx_burst,
         args.burst,
         args.context_bytes,
+        args.repeat,
         args.seconds,
         args.warmup
     );
-    println!(
-        "| workload | mode | executor | workers | threads | Mpps | vs no extern | latency p50 / p99 (µs) | extern p50 / p99 (µs) | drops | allocs/pkt |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    // Every row once per round, rounds interleaved, so that load from
+    // other processes hits all rows alike; each row reports its median run.
+    let mut rows: Vec<(Workload, Variant, u32)> = Vec::new();
     for w in &args.workers {
-        let mut baseline = None;
         for wl in workloads {
             if let Some(only) = &args.only
                 && !wl.name().contains(only.as_str())
@@ -360,41 +439,81 @@ fn main() {
                 {
                     continue;
                 }
-                let r = run(&args, wl, v, *w);
-                if wl == Workload::NoExtern {
-                    baseline = Some(r.mpps);
+                if w + v.cores > machine_cores && !args.oversubscribe {
+                    continue;
                 }
-                let (mode, exec) = r.variant.label();
-                let vs = baseline
-                    .map(|b| format!("{:+.0} %", (r.mpps / b - 1.0) * 100.0))
-                    .unwrap_or_default();
-                let over = if r.threads > machine_cores {
-                    " (over)"
-                } else {
-                    ""
-                };
-                let ext = if r.workload == Workload::NoExtern {
-                    "-".to_string()
-                } else {
-                    format!("{:.1} / {:.1}", r.ext_p50_us, r.ext_p99_us)
-                };
-                println!(
-                    "| {} | {} | {} | {} | {}{} | {:.2} | {} | {:.1} / {:.1} | {} | {} | {:.4} |",
-                    r.workload.name(),
-                    mode,
-                    exec,
-                    r.workers,
-                    r.threads,
-                    over,
-                    r.mpps,
-                    vs,
-                    r.p50_us,
-                    r.p99_us,
-                    ext,
-                    r.drops,
-                    r.allocs_per_pkt
-                );
+                rows.push((wl, v, *w));
             }
         }
     }
+    let mut runs: Vec<Vec<Row>> = (0..rows.len()).map(|_| Vec::new()).collect();
+    for round in 0..args.repeat {
+        eprintln!("round {}/{}: {} rows", round + 1, args.repeat, rows.len());
+        for (i, (wl, v, w)) in rows.iter().enumerate() {
+            runs[i].push(run(&args, *wl, *v, *w));
+        }
+    }
+    println!(
+        "| workload | mode | executor | workers | threads | Mpps (median) | min..max | vs no extern | CPU got | worker ns/pkt | extern-core ns/pkt | Mpps per worker CPU | latency p50 / p99 (µs) | extern p50 / p99 (µs) | drops/s | allocs/pkt |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut baseline = None;
+    for mut rs in runs {
+        rs.sort_by(|a, b| a.mpps.total_cmp(&b.mpps));
+        let (lo, hi) = (rs[0].mpps, rs[rs.len() - 1].mpps);
+        let r = &rs[rs.len() / 2];
+        // The CPU-time figures are robust to what else the machine runs:
+        // their own medians.
+        let median = |f: fn(&Row) -> f64| {
+            let mut v: Vec<f64> = rs.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let worker_ns = median(|r| r.worker_ns);
+        let extern_ns = median(|r| r.extern_ns);
+        if r.workload == Workload::NoExtern {
+            baseline = Some(r.mpps);
+        }
+        let (mode, exec) = r.variant.label();
+        let vs = baseline
+            .map(|b| format!("{:+.0} %", (r.mpps / b - 1.0) * 100.0))
+            .unwrap_or_default();
+        let over = if r.threads > machine_cores {
+            " (over)"
+        } else {
+            ""
+        };
+        let ext = if r.workload == Workload::NoExtern {
+            "-".to_string()
+        } else {
+            format!("{:.1} / {:.1}", r.ext_p50_us, r.ext_p99_us)
+        };
+        println!(
+            "| {} | {} | {} | {} | {}{} | {:.2} | {:.2}..{:.2} | {} | {:.2} | {:.0} | {:.0} | {:.2} | {:.1} / {:.1} | {} | {:.0} | {:.4} |",
+            r.workload.name(),
+            mode,
+            exec,
+            r.workers,
+            r.threads,
+            over,
+            r.mpps,
+            lo,
+            hi,
+            vs,
+            r.cpu_share,
+            worker_ns,
+            extern_ns,
+            1e3 / worker_ns.max(1e-9),
+            r.p50_us,
+            r.p99_us,
+            ext,
+            r.drops as f64 / args.seconds,
+            r.allocs_per_pkt
+        );
+    }
+    println!(
+        "\nload average after: {}; cross-core round trip: {:.0} ns",
+        load_average(),
+        round_trip_ns()
+    );
 }

@@ -66,6 +66,12 @@ impl<T: Copy + Default> ContextPool<T> {
         &self.slots[i as usize]
     }
 
+    /// The parked value of slot `i`, to update it in place.
+    #[inline]
+    pub fn get_mut(&mut self, i: u32) -> &mut T {
+        &mut self.slots[i as usize]
+    }
+
     /// Takes the value out and frees the slot.
     #[inline]
     pub fn unpark(&mut self, i: u32) -> T {

@@ -379,7 +379,7 @@ impl Worker {
                         ..Pkt::default()
                     };
                     let exit = self.exec(&mut p);
-                    self.finish(p, exit, now);
+                    self.finish(&p, exit, now);
                 }
                 work += n;
             }
@@ -563,7 +563,7 @@ impl Worker {
     }
 
     #[inline]
-    fn finish(&mut self, p: Pkt, exit: Exit, now: u64) {
+    fn finish(&mut self, p: &Pkt, exit: Exit, now: u64) {
         match exit {
             Exit::Tx(port) => {
                 if self.tx.len() == self.tx.capacity() {
@@ -588,16 +588,16 @@ impl Worker {
 
     /// Parks `p` for an async call of extern `e`.
     #[inline]
-    fn suspend(&mut self, e: usize, mut p: Pkt, now: u64) {
-        p.ext_ns = now;
+    fn suspend(&mut self, e: usize, p: &Pkt, now: u64) {
         let c = &self.shared.counters[self.id];
         let x = &mut self.ext[e];
-        let Some(ctx) = x.pool.park(&p) else {
+        let Some(ctx) = x.pool.park(p) else {
             c.drop(DropCause::PoolExhausted);
             c.externs[e].drop_pool.inc();
             self.free.release(p.mbuf);
             return;
         };
+        x.pool.get_mut(ctx).ext_ns = now;
         if x.context {
             x.pool.save_context(ctx, &self.stack);
         }
@@ -706,7 +706,7 @@ impl Worker {
         c.completed.inc();
         c.latency.record(now.saturating_sub(p.ext_ns));
         let exit = self.exec(&mut p);
-        self.finish(p, exit, now);
+        self.finish(&p, exit, now);
     }
 
     /// Sends the tx burst: counts per port, records rx-to-tx latency,
