@@ -25,6 +25,7 @@
 //! server tasks). emulator/README.md has the table.
 
 pub mod bfrt;
+pub mod dataplane;
 mod device;
 mod drift;
 mod grpc;

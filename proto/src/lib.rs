@@ -60,12 +60,29 @@ pub mod p4fleet {
             include!(concat!(env!("OUT_DIR"), "/p4fleet.bulk.v1.rs"));
         }
     }
+    pub mod externs {
+        pub mod v1 {
+            #![allow(missing_docs, clippy::all)]
+            include!(concat!(env!("OUT_DIR"), "/p4fleet.externs.v1.rs"));
+        }
+    }
 }
 
 /// `p4fleet.bulk.v1`: the columnar `BulkWrite` service (`bulk_write_client`,
 /// `bulk_write_server`), see docs/bulk.md.
 pub mod bulk {
     pub use crate::p4fleet::bulk::v1::*;
+}
+
+/// `p4fleet.externs.v1`: the `ExternRuntime` service (`extern_runtime_client`,
+/// `extern_runtime_server`) for extern policies and data plane stats of
+/// software targets, see docs/dpdk.md.
+pub mod externs {
+    pub use crate::p4fleet::externs::v1::*;
+
+    /// `type_url` of a `p4fleet.externs.v1.PolicyError` packed in
+    /// `google.protobuf.Any`.
+    pub const POLICY_ERROR_TYPE_URL: &str = "type.googleapis.com/p4fleet.externs.v1.PolicyError";
 }
 
 /// Encoded `google.protobuf.FileDescriptorSet` of every .proto in this crate
