@@ -36,6 +36,8 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="$REPO/bin"
 DIR="${P4FLEET_CLUSTER_DIR:-$REPO/.local/cluster}"
 CP_DIR="$DIR/controlplane"
+# etcd fsyncs on every write; on tmpfs a loaded 2-core machine keeps up.
+ETCD_DIR=/dev/shm/p4fleet-cluster-etcd
 KUBECONFIG_OUT="$CP_DIR/kubeconfig"
 
 NODE_NAME=p4fleet-node
@@ -55,12 +57,17 @@ SYSCTLS=(net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables
   kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 # The machine-wide marker naming the state dir of the running cluster.
 OWNER_FILE=/run/p4fleet-cluster.owner
-NETNS_DIR=/var/run/netns
+# The CRI's network namespaces (/var/run/netns, which is /run/netns here;
+# mountinfo names the resolved path).
+NETNS_DIR="$(readlink -f /var/run)/netns"
 
 log() { echo "cluster: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# A process that exists and is not a zombie (our daemons are reparented to
+# PID 1, which may reap them late).
+running() { [[ -r "/proc/$1/stat" ]] && [[ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" != Z ]]; }
+alive() { [[ -f "$1" ]] && running "$(cat "$1")"; }
 
 free_port() { # [address]
   python3 -c 'import socket,sys; s=socket.socket(); s.bind((sys.argv[1],0)); print(s.getsockname()[1])' "${1:-127.0.0.1}"
@@ -89,14 +96,17 @@ start() {
   echo $! > "$DIR/$name.pid"
 }
 
-stop_pid() { # pidfile name [signal]
+stop_pid() { # pidfile name
   if alive "$1"; then
-    local pid
+    local pid start=$SECONDS how=SIGTERM
     pid="$(cat "$1")"
-    kill "-${3:-TERM}" "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-    log "stopped $2 (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do running "$pid" || break; sleep 0.1; done
+    if running "$pid"; then
+      kill -9 "$pid" 2>/dev/null || true
+      how=SIGKILL
+    fi
+    log "stopped $2 (pid $pid, $how, $((SECONDS - start))s)"
   fi
   rm -f "$1"
 }
@@ -225,6 +235,7 @@ start_control_plane() {
   P4FLEET_CONTROLPLANE_DIR="$CP_DIR" \
   P4FLEET_APISERVER_ADDRESS="$NODE_IP" \
   P4FLEET_APISERVER_TOKENS="$DIR/tokens.csv" \
+  P4FLEET_ETCD_DIR="$ETCD_DIR" \
   P4FLEET_APISERVER_ARGS="--kubelet-preferred-address-types=InternalIP
 --kubelet-client-certificate=$DIR/pki/apiserver-kubelet-client.crt
 --kubelet-client-key=$DIR/pki/apiserver-kubelet-client.key
@@ -268,6 +279,8 @@ EOF
 start_containerd() {
   alive "$DIR/containerd.pid" && return 0
   mkdir -p "$DIR/containerd/root" "$DIR/containerd/state" "$DIR/cni/net.d" "$DIR/cni/ipam"
+  # Pods get a route to the Service range only, no default route: nothing
+  # off this machine is reachable from a pod.
   cat > "$DIR/cni/net.d/10-p4fleet.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -282,6 +295,7 @@ start_containerd() {
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$NODE_IP"}]],
+        "routes": [{"dst": "$SERVICE_CIDR", "gw": "$NODE_IP"}],
         "dataDir": "$DIR/cni/ipam"
       }
     }
@@ -538,7 +552,7 @@ cmd_up() {
 # PID from containerd's own records), so that nothing outlives containerd.
 stop_containers() {
   alive "$DIR/containerd.pid" || return 0
-  local ids id
+  local ids id start=$SECONDS
   ids="$(ctr_ tasks list -q 2>/dev/null || true)"
   for id in $ids; do ctr_ tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true; done
   for id in $ids; do
@@ -549,6 +563,7 @@ stop_containers() {
   done
   ids="$(ctr_ containers list -q 2>/dev/null || true)"
   for id in $ids; do ctr_ containers delete "$id" >/dev/null 2>&1 || true; done
+  log "stopped $(wc -w <<< "$ids") containers ($((SECONDS - start))s)"
 }
 
 # Processes left behind under our state dir: shims (shim.pid) and container
@@ -634,6 +649,7 @@ restore_sysctls() {
 }
 
 cmd_down() {
+  local t0=$SECONDS
   [[ $EUID -eq 0 ]] || die "needs root"
   if [[ ! -d "$DIR" ]]; then
     log "nothing to stop ($DIR does not exist)"
@@ -665,12 +681,14 @@ cmd_down() {
     if [[ -f "$DIR/created-var-log-containers" ]]; then rmdir /var/log/containers 2>/dev/null || true; fi
   fi
   if [[ -f "$DIR/created-netns-dir" ]]; then rmdir "$NETNS_DIR" 2>/dev/null || true; fi
+  # containerd keeps its shims' sockets under /run/containerd/s whatever its
+  # state dir; all shims are gone by now.
   if [[ -f "$DIR/created-run-containerd" ]]; then
-    rmdir /run/containerd/s /run/containerd 2>/dev/null || true
+    rm -rf /run/containerd
   fi
-  rm -rf "$DIR"
+  rm -rf "$DIR" "$ETCD_DIR"
   [[ -f "$OWNER_FILE" && "$(cat "$OWNER_FILE")" == "$DIR" ]] && rm -f "$OWNER_FILE"
-  log "down: everything removed"
+  log "down: everything removed in $((SECONDS - t0))s"
 }
 
 # --- status / verify ----------------------------------------------------------------
@@ -710,13 +728,14 @@ cmd_verify_clean() {
   [[ -n "$rules" ]] && left+=("iptables: $(echo "$rules" | wc -l) KUBE-/CNI-/P4FLEET- rules or chains")
   compgen -G "/sys/fs/cgroup/*/$CGROUP_ROOT" >/dev/null && left+=("cgroups /sys/fs/cgroup/*/$CGROUP_ROOT")
   [[ -e "$DIR" ]] && left+=("state dir $DIR")
+  [[ -e "$ETCD_DIR" ]] && left+=("etcd data $ETCD_DIR")
   [[ -e "$OWNER_FILE" ]] && left+=("$OWNER_FILE")
   find /var/log/containers -maxdepth 1 -lname "$DIR/*" 2>/dev/null | grep -q . && left+=("log links in /var/log/containers")
   if (( ${#left[@]} )); then
     printf 'cluster: left behind: %s\n' "${left[@]}" >&2
     return 1
   fi
-  echo "cluster: nothing left behind (processes, mounts, bridge, veths, iptables, cgroups, state dir)"
+  echo "cluster: nothing left behind (processes, mounts, network namespaces, bridge, iptables, cgroups, state dirs)"
 }
 
 case "${1:-}" in

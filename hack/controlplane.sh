@@ -14,6 +14,7 @@
 #   P4FLEET_APISERVER_ADDRESS  bind/advertise address (default 127.0.0.1)
 #   P4FLEET_APISERVER_ARGS     extra kube-apiserver flags, one per line
 #   P4FLEET_APISERVER_TOKENS   file of extra token-auth lines (components)
+#   P4FLEET_ETCD_DIR           etcd data dir (default $DIR/etcd)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,6 +23,7 @@ KAS="${KUBE_APISERVER:-$REPO/bin/kube-apiserver}"
 ETCD="${ETCD:-$(command -v etcd || true)}"
 KUBECONFIG_OUT="$DIR/kubeconfig"
 ADDRESS="${P4FLEET_APISERVER_ADDRESS:-127.0.0.1}"
+ETCD_DIR="${P4FLEET_ETCD_DIR:-$DIR/etcd}"
 
 log() { echo "controlplane: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -102,7 +104,7 @@ cmd_up() {
   [[ -x "$KAS" ]] || die "$KAS not found; run hack/install-deps.sh"
   [[ -n "$ETCD" && -x "$ETCD" ]] || die "etcd not found in PATH; run hack/install-deps.sh"
   cmd_down
-  mkdir -p "$DIR/certs" "$DIR/etcd"
+  mkdir -p "$DIR/certs" "$ETCD_DIR"
 
   # Credentials are created once and kept, so kubeconfigs stay valid across restarts.
   [[ -f "$DIR/admin-token" ]] || head -c 24 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' > "$DIR/admin-token"
@@ -127,7 +129,7 @@ cmd_up() {
   # setsid: the processes outlive this script (and the terminal) until `down`.
   setsid "$ETCD" \
     --name p4fleet-local \
-    --data-dir "$DIR/etcd" \
+    --data-dir "$ETCD_DIR" \
     --listen-client-urls "http://127.0.0.1:$etcd_port" \
     --advertise-client-urls "http://127.0.0.1:$etcd_port" \
     --listen-peer-urls "http://127.0.0.1:$peer_port" \

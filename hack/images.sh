@@ -52,6 +52,9 @@ EOF
 
 add_binary() { # rootfs binary dest
   install -D -m 0755 "$2" "$1$3"
+  # Like the Dockerfiles' CARGO_PROFILE_RELEASE_DEBUG=0: symbols stay for
+  # backtraces, line tables go.
+  strip --strip-debug "$1$3"
   if ldd "$2" >/dev/null 2>&1; then
     local lib
     for lib in $(libs_of "$2"); do

@@ -9,7 +9,7 @@
 #   helm            bin/helm, `go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION`
 #   actionlint      bin/actionlint, `go install` (e2e/tests/workflows.rs lints
 #                   .github/workflows with it)
-#   shellcheck      apt (the same test checks hack/*.sh and e2e/kind/run.sh)
+#   ShellCheck      apt, package shellcheck (the same test checks hack/*.sh and e2e/kind/run.sh)
 #   p4runtime-shell .local/p4runtime-shell-venv from e2e/python/requirements.txt
 #                   (recreated when the requirements change; used by
 #                   e2e/tests/p4runtime_shell.rs)
