@@ -31,6 +31,13 @@ mkdir -p "$BIN"
 
 T0=$SECONDS
 step_start=0
+apt_updated=
+# apt_install PKG...: installs from Debian (one `apt-get update` per run).
+apt_install() {
+  export DEBIAN_FRONTEND=noninteractive
+  [[ -n "$apt_updated" ]] || { apt-get update -qq; apt_updated=1; }
+  apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
 begin() { step_start=$SECONDS; echo "install-deps: $*" >&2; }
 done_step() { echo "install-deps:   $1 ($((SECONDS - step_start))s)" >&2; }
 
@@ -43,9 +50,7 @@ begin "etcd"
 if command -v etcd >/dev/null; then
   done_step "present: $(etcd --version | head -1)"
 else
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq etcd-server >/dev/null
+  apt_install etcd-server
   # The package starts a system etcd on :2379; tests start their own.
   if command -v systemctl >/dev/null && systemctl is-active -q etcd 2>/dev/null; then
     systemctl disable --now etcd >/dev/null 2>&1 || true
@@ -103,9 +108,7 @@ begin "shellcheck"
 if command -v shellcheck >/dev/null; then
   done_step "present: $(shellcheck --version | sed -n 's/^version: //p')"
 else
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends shellcheck >/dev/null
+  apt_install shellcheck
   done_step "installed"
 fi
 
@@ -133,9 +136,7 @@ if [[ "${1:-}" == cluster ]]; then
   if (( ${#missing[@]} == 0 )); then
     done_step "present"
   else
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt_install "${missing[@]}"
     done_step "installed ${missing[*]}"
   fi
   for c in kubelet kube-scheduler kube-controller-manager kube-proxy; do

@@ -124,6 +124,21 @@ fn ok(out: std::process::Output, what: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `helm VERB p4fleet charts/p4fleet -n p4fleet-system ARGS --wait`.
+fn helm_chart(cp: &ControlPlane, verb: &str, args: &[&str]) {
+    let chart = repo_root().join("charts/p4fleet");
+    let mut full = vec![
+        verb,
+        RELEASE,
+        chart.to_str().expect("UTF-8 path"),
+        "--namespace",
+        NAMESPACE,
+    ];
+    full.extend(args);
+    full.extend(["--wait", "--timeout=5m"]);
+    ok(cp.helm(&full), &format!("helm {}", full.join(" ")));
+}
+
 fn kubectl_json(cp: &ControlPlane, args: &[&str]) -> Value {
     let mut full = args.to_vec();
     full.extend(["-o", "json"]);
@@ -187,13 +202,10 @@ async fn chart_installs_as_pods_and_drives_switches() {
 
     // --- helm install -------------------------------------------------------
     let start = Instant::now();
-    ok(
-        cp.helm([
-            "install",
-            RELEASE,
-            &repo_root().join("charts/p4fleet").to_string_lossy(),
-            "--namespace",
-            NAMESPACE,
+    helm_chart(
+        &cp,
+        "install",
+        &[
             "--create-namespace",
             "--set",
             &format!("image.repository={}", cfg.operator_repository),
@@ -201,10 +213,7 @@ async fn chart_installs_as_pods_and_drives_switches() {
             &format!("image.tag={}", cfg.operator_tag),
             "--set",
             &format!("image.pullPolicy={}", cfg.pull_policy),
-            "--wait",
-            "--timeout=5m",
-        ]),
-        "helm install",
+        ],
     );
     t.record(
         "helm install --wait (CRDs, RBAC, operator pod Ready)",
@@ -284,24 +293,14 @@ async fn chart_installs_as_pods_and_drives_switches() {
         start.elapsed(),
     );
     entries_are_on_the_devices(&cp, &client, &switch_deployments).await;
-    operator_pod_did_the_work(&cp, &client, &pods[0].name_any()).await;
+    operator_pod_did_the_work(&cp, &pods[0].name_any());
 
     // --- two replicas, leader deleted -----------------------------------------------
     let start = Instant::now();
-    ok(
-        cp.helm([
-            "upgrade",
-            RELEASE,
-            &repo_root().join("charts/p4fleet").to_string_lossy(),
-            "--namespace",
-            NAMESPACE,
-            "--reuse-values",
-            "--set",
-            "replicaCount=2",
-            "--wait",
-            "--timeout=5m",
-        ]),
-        "helm upgrade --set replicaCount=2",
+    helm_chart(
+        &cp,
+        "upgrade",
+        &["--reuse-values", "--set", "replicaCount=2"],
     );
     t.record("helm upgrade to 2 replicas --wait", start.elapsed());
     let leader = wait_for("a leader among 2 ready replicas", READY_TIMEOUT, || {
@@ -376,7 +375,7 @@ async fn chart_installs_as_pods_and_drives_switches() {
         "new leader applied a TableEntrySet change",
         changed_at.elapsed(),
     );
-    operator_pod_did_the_work(&cp, &client, &new_leader).await;
+    operator_pod_did_the_work(&cp, &new_leader);
     ok(
         cp.kubectl([
             "-n",
@@ -728,7 +727,7 @@ async fn entries_are_on_the_devices(cp: &ControlPlane, client: &Client, deployme
 
 /// Events about the samples come from this operator pod (reportingInstance),
 /// so they were written with its ServiceAccount token.
-async fn operator_pod_did_the_work(cp: &ControlPlane, _client: &Client, pod: &str) {
+fn operator_pod_did_the_work(cp: &ControlPlane, pod: &str) {
     let events = kubectl_json(cp, &["-n", SAMPLES_NS, "get", "events.events.k8s.io"]);
     let by_pod = events["items"]
         .as_array()
