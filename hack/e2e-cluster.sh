@@ -59,11 +59,15 @@ step "cluster up" hack/cluster.sh up
 step "load images (ctr import)" hack/cluster.sh load \
   "$IMAGES/p4fleet.tar" p4fleet.local/p4fleet \
   "$IMAGES/p4fleet-emulator.tar" p4fleet.local/p4fleet-emulator
-# The test binary is built in the dev profile, like `make test`'s, so after
-# `make test` only this one test target compiles.
+# All test targets with `make test`'s feature set plus the e2e crate's
+# `cluster` feature, and a filter running only the cluster test: after
+# `make test` only the e2e crate recompiles. (`--test cluster` alone would
+# leave out the other members' dev-dependencies and rebuild shared crates
+# with other features.)
 step "cluster e2e test" env \
   P4FLEET_KUBECONFIG="$CLUSTER_DIR/controlplane/kubeconfig" \
   P4FLEET_E2E_OPERATOR_IMAGE="p4fleet.local/p4fleet:$TAG" \
   P4FLEET_E2E_EMULATOR_IMAGE="p4fleet.local/p4fleet-emulator:$TAG" \
   P4FLEET_E2E_PULL_POLICY=Never \
-  "$CARGO" test --workspace --features p4fleet-e2e/cluster --test cluster -- --nocapture
+  "$CARGO" test --workspace --features p4fleet-e2e/cluster \
+    chart_installs_as_pods_and_drives_switches -- --exact --nocapture

@@ -113,4 +113,5 @@ P4FLEET_E2E_EMULATOR_IMAGE="$EMULATOR_IMAGE" \
 P4FLEET_E2E_PULL_POLICY=Never \
 P4FLEET_E2E_SWITCHES="$OUT/switches.yaml" \
 P4FLEET_E2E_PROGRAMS="$OUT/programs.yaml" \
-  cargo test --workspace --features p4fleet-e2e/cluster --test cluster -- --nocapture
+  cargo test --workspace --features p4fleet-e2e/cluster \
+    chart_installs_as_pods_and_drives_switches -- --exact --nocapture
