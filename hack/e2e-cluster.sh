@@ -51,6 +51,9 @@ finish() {
   exit "$rc"
 }
 trap finish EXIT
+# Interrupted: still tear down, and report the failure.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 step "install-deps cluster" hack/install-deps.sh cluster
 step "cargo build --release --workspace --bins" "$CARGO" build --release --workspace --bins
