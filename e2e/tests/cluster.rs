@@ -139,6 +139,20 @@ fn helm_chart(cp: &ControlPlane, verb: &str, args: &[&str]) {
     ok(cp.helm(&full), &format!("helm {}", full.join(" ")));
 }
 
+/// Waits until Deployment `name` in p4fleet-system has rolled out.
+fn rollout_status(cp: &ControlPlane, name: &str) {
+    let deployment = format!("deployment/{name}");
+    let args = [
+        "-n",
+        NAMESPACE,
+        "rollout",
+        "status",
+        deployment.as_str(),
+        "--timeout=4m",
+    ];
+    ok(cp.kubectl(args), &format!("kubectl {}", args.join(" ")));
+}
+
 fn kubectl_json(cp: &ControlPlane, args: &[&str]) -> Value {
     let mut full = args.to_vec();
     full.extend(["-o", "json"]);
@@ -248,17 +262,7 @@ async fn chart_installs_as_pods_and_drives_switches() {
     );
     let switch_deployments = names_of_kind(&manifest, "Deployment");
     for d in &switch_deployments {
-        ok(
-            cp.kubectl([
-                "-n",
-                NAMESPACE,
-                "rollout",
-                "status",
-                &format!("deployment/{d}"),
-                "--timeout=4m",
-            ]),
-            &format!("rollout of switch {d}"),
-        );
+        rollout_status(&cp, d);
     }
     t.record("switch pods Available", start.elapsed());
 
@@ -376,17 +380,8 @@ async fn chart_installs_as_pods_and_drives_switches() {
         changed_at.elapsed(),
     );
     operator_pod_did_the_work(&cp, &new_leader);
-    ok(
-        cp.kubectl([
-            "-n",
-            NAMESPACE,
-            "rollout",
-            "status",
-            "deployment/p4fleet",
-            "--timeout=4m",
-        ]),
-        "the Deployment replaced the deleted pod",
-    );
+    // The Deployment replaced the deleted pod.
+    rollout_status(&cp, "p4fleet");
     no_forbidden_in_operator_logs(&cp);
 
     // --- helm uninstall ----------------------------------------------------------------
