@@ -12,6 +12,7 @@ const PROTOS: &[&str] = &[
     "p4/v1/p4runtime.proto",
     "bfrt/bfruntime.proto",
     "p4fleet/bulk.proto",
+    "p4fleet/fpga.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
