@@ -71,6 +71,38 @@ impl Program {
     }
 }
 
+/// A number after `key: ` on a line of `yaml` (comments after it ignored).
+fn yaml_number(yaml: &str, key: &str) -> u64 {
+    yaml.lines()
+        .find_map(|l| l.trim().strip_prefix(key)?.strip_prefix(": "))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{key} in {yaml}"))
+}
+
+#[test]
+fn example_fpga_artifacts_match_table_one_and_the_generator() {
+    for p in [&L2, &ROUTER, &FIREWALL] {
+        let path = format!(
+            "{}/../examples/{}/fpga.yaml",
+            env!("CARGO_MANIFEST_DIR"),
+            p.name
+        );
+        let yaml = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(yaml_number(&yaml, "luts"), p.luts, "{path}");
+        assert_eq!(yaml_number(&yaml, "ffs"), p.ffs, "{path}");
+        let bits = yaml_number(&yaml, "bits");
+        assert_eq!(bits, 2_800_000, "{path}");
+        let sha = bitstream::hex(&bitstream::sha256(
+            &bitstream::synthetic(bits, p.name).unwrap(),
+        ));
+        assert!(
+            yaml.contains(&format!("--bits {bits} --seed {} ", p.name)),
+            "{path}"
+        );
+        assert!(yaml.contains(&format!("(sha256 {sha})")), "{path}: {sha}");
+    }
+}
+
 /// The SUME preset with its configuration port at `bps`.
 fn sume_at(bps: u64) -> FpgaConfig {
     let mut b = BoardSpec::netfpga_sume();
