@@ -309,14 +309,9 @@ impl BoardState {
     fn advance(&mut self, now: Instant) {
         let slots = &self.slots;
         let spec = &self.spec;
+        // While the board configures, every Sid is cleared: nothing matches.
         let view = isolation_view(slots);
-        let configuring = self.configuring;
-        self.traffic.advance(now, |f| {
-            if configuring {
-                return Fate::Unmatched;
-            }
-            fate(f, slots, &view, spec)
-        });
+        self.traffic.advance(now, |f| fate(f, slots, &view, spec));
     }
 
     /// Every counter, up to `now`.
@@ -371,7 +366,7 @@ fn fate(f: &FlowSpec, slots: &[Slot], view: &[SlotIsolation<'_>], spec: &BoardSp
         Target::Slot(s) => {
             let slot = &slots[s as usize];
             let Some(sid) = slot.sid else {
-                return Fate::Unmatched;
+                return Fate::Silent;
             };
             let port = slot.port_map.first_physical(spec).unwrap_or(0);
             (sid, port)

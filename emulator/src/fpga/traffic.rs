@@ -18,9 +18,9 @@ use super::isolation::Sid;
 /// Where a flow's frames go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
-    /// Frames carrying whatever Sid the slot has (none: untagged, so they
-    /// match nothing), entering on the slot's first mapped physical port:
-    /// a host of that virtual switch.
+    /// Frames carrying whatever Sid the slot has, entering on the slot's
+    /// first mapped physical port: the hosts of that virtual switch. They
+    /// send nothing while the slot has no Sid.
     Slot(u32),
     /// Frames with a fixed Sid entering on `port`.
     Sid { sid: Sid, port: u32 },
@@ -45,6 +45,8 @@ pub(crate) enum Fate {
     Dropped(u32),
     /// No slot has the frames' Sid.
     Unmatched,
+    /// The flow sends nothing (a slot flow whose slot has no Sid).
+    Silent,
 }
 
 /// Packet and byte counters of one slot (monotonic).
@@ -64,7 +66,7 @@ pub struct Counters {
     pub slots: Vec<PacketCounters>,
     pub unmatched_packets: u64,
     pub unmatched_bytes: u64,
-    /// Packets offered by all flows so far (= forwarded + dropped +
+    /// Packets sent by all flows so far (= forwarded + dropped +
     /// unmatched).
     pub offered_packets: u64,
 }
@@ -116,8 +118,11 @@ impl Traffic {
             f.counted = offered;
             let bytes = n * u64::from(f.spec.packet_bytes);
             let c = &mut self.counters;
-            c.offered_packets += n;
-            match fate(&f.spec) {
+            let fate = fate(&f.spec);
+            if fate != Fate::Silent {
+                c.offered_packets += n;
+            }
+            match fate {
                 Fate::Forwarded(s) => {
                     let s = &mut c.slots[s as usize];
                     s.rx_packets += n;
@@ -134,6 +139,7 @@ impl Traffic {
                     c.unmatched_packets += n;
                     c.unmatched_bytes += bytes;
                 }
+                Fate::Silent => {}
             }
         }
     }
@@ -243,6 +249,9 @@ mod tests {
         t.advance(s(3), |_| Fate::Unmatched);
         assert_eq!(t.counters().unmatched_packets, 120);
         assert_eq!(t.counters().unmatched_bytes, 12_000);
+        // Silent intervals send nothing.
+        t.advance(s(4), |_| Fate::Silent);
+        assert_eq!(t.counters().offered_packets, 120);
         // Time going backwards (or not at all) counts nothing.
         t.advance(s(1), |_| Fate::Unmatched);
         assert_eq!(t.counters().offered_packets, 120);
