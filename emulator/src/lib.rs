@@ -177,7 +177,8 @@ impl Emulator {
         }
         let emu = Emulator::new(&config);
         if !config.bfrt_programs.is_empty() {
-            for id in emu.device_ids() {
+            // Plain devices only: FPGA slots get their programs from LoadSlot.
+            for &id in &config.device_ids {
                 emu.load_bfrt_programs(id, &config.bfrt_programs)?;
             }
         }

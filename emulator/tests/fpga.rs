@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use p4fleet_emulator::fpga::p4vbox::{FIREWALL, L2SWITCH, Program, ROUTER};
 use p4fleet_emulator::fpga::{BoardSpec, FpgaConfig, bitstream, upload};
 use p4fleet_emulator::{Emulator, EmulatorConfig, RunningEmulator};
 use p4fleet_proto::fpga::{self as pb, slot_service_client::SlotServiceClient};
@@ -18,34 +19,16 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-/// A P4VBox program: its P4Info and its Table I resources.
-struct Program {
-    name: &'static str,
-    p4info: &'static str,
-    luts: u64,
-    ffs: u64,
+const L2: Program = L2SWITCH;
+
+/// Test-side lookups in a program's P4Info.
+trait P4InfoIds {
+    fn p4info(&self) -> P4Info;
+    fn table(&self, name: &str) -> u32;
+    fn action(&self, name: &str) -> u32;
 }
 
-const L2: Program = Program {
-    name: "l2switch",
-    p4info: include_str!("../../examples/l2switch/p4info.txt"),
-    luts: 28_096,
-    ffs: 40_506,
-};
-const ROUTER: Program = Program {
-    name: "router",
-    p4info: include_str!("../../examples/router/p4info.txt"),
-    luts: 57_704,
-    ffs: 84_149,
-};
-const FIREWALL: Program = Program {
-    name: "firewall",
-    p4info: include_str!("../../examples/firewall/p4info.txt"),
-    luts: 45_683,
-    ffs: 74_344,
-};
-
-impl Program {
+impl P4InfoIds for Program {
     fn p4info(&self) -> P4Info {
         p4info::parse_text(self.p4info).unwrap()
     }
@@ -146,7 +129,7 @@ fn header(slot: u32, p: &Program, bytes: &[u8]) -> pb::LoadSlotHeader {
         program_digest: format!("sha256:{}", bitstream::hex(&bitstream::sha256(bytes))),
         size_bits: 8 * bytes.len() as u64,
         sha256: bitstream::sha256(bytes).to_vec(),
-        resources: [("luts".to_string(), p.luts), ("ffs".to_string(), p.ffs)].into(),
+        resources: p.resources(),
         p4info: Some(p.p4info()),
     }
 }
@@ -173,6 +156,28 @@ impl Board {
     ) -> Result<pb::LoadSlotResponse, Status> {
         let bytes = bitstream::synthetic(bits, p.name).unwrap();
         self.upload(header(slot, p, &bytes), &bytes).await
+    }
+
+    /// Loads `programs` into slots 0.., then refuses `refused` in the next
+    /// slot with RESOURCE_EXHAUSTED and `message`.
+    async fn pack(&mut self, programs: &[&Program], refused: &Program, message: &str) -> Status {
+        for (slot, p) in programs.iter().enumerate() {
+            self.load(slot as u32, p, 1024).await.unwrap();
+        }
+        let next = programs.len() as u32;
+        let s = assert_refused(
+            self.load(next, refused, 1024).await,
+            Code::ResourceExhausted,
+            pb::Reason::InsufficientResources,
+        );
+        assert_eq!(s.message(), message);
+        s
+    }
+
+    async fn unload_all(&mut self, slots: u32) {
+        for slot in 0..slots {
+            self.unload(slot).await;
+        }
     }
 
     async fn unload(&mut self, slot: u32) {
@@ -404,6 +409,19 @@ async fn read_all(
     Ok(out)
 }
 
+async fn pipeline(
+    c: &mut P4RuntimeClient<Channel>,
+    device: u64,
+) -> Result<p4::ForwardingPipelineConfig, Status> {
+    let r = c
+        .get_forwarding_pipeline_config(p4::GetForwardingPipelineConfigRequest {
+            device_id: device,
+            response_type: 0,
+        })
+        .await?;
+    Ok(r.into_inner().config.unwrap_or_default())
+}
+
 fn sorted(mut v: Vec<p4::TableEntry>) -> Vec<p4::TableEntry> {
     v.sort_by_key(|e| e.encode_to_vec());
     v
@@ -464,13 +482,7 @@ async fn board_info_matches_the_sume_preset() {
     assert!(states.iter().all(|s| s.phase() == pb::SlotPhase::Empty));
     assert_eq!(states[15].device_id, 16);
     for (device, code) in [(1, Code::Ok), (16, Code::Ok), (17, Code::NotFound)] {
-        let r = b
-            .p4rt
-            .get_forwarding_pipeline_config(p4::GetForwardingPipelineConfigRequest {
-                device_id: device,
-                response_type: 0,
-            })
-            .await;
+        let r = pipeline(&mut b.p4rt, device).await;
         assert_eq!(
             r.err().map_or(Code::Ok, |e| e.code()),
             code,
@@ -491,18 +503,13 @@ async fn board_info_matches_the_sume_preset() {
 async fn p4vbox_packing_with_table_one_figures() {
     let mut b = start(sume_at(FAST)).await;
     // Thirteen L2 switches fit; the fourteenth does not.
-    for slot in 0..13 {
-        b.load(slot, &L2, 1024).await.unwrap();
-    }
-    let s = assert_refused(
-        b.load(13, &L2, 1024).await,
-        Code::ResourceExhausted,
-        pb::Reason::InsufficientResources,
-    );
-    assert_eq!(
-        s.message(),
-        "slot 13: insufficient luts (need 28096, free 15253)"
-    );
+    let s = b
+        .pack(
+            &[&L2; 13],
+            &L2,
+            "slot 13: insufficient luts (need 28096, free 15253)",
+        )
+        .await;
     let d = detail(&s);
     assert_eq!(d.slot, Some(13));
     assert_eq!(
@@ -516,63 +523,37 @@ async fn p4vbox_packing_with_table_one_figures() {
     assert_eq!(b.free("luts").await, 15_253);
     assert_eq!(b.state(13).await.phase(), pb::SlotPhase::Empty);
     // Unloading frees what they held.
-    for slot in 0..13 {
-        b.unload(slot).await;
-    }
+    b.unload_all(13).await;
     assert_eq!(b.free("luts").await, 380_501);
     assert_eq!(b.free("ffs").await, 790_159);
 
-    // Six routers, then the seventh is refused.
-    for slot in 0..6 {
-        b.load(slot, &ROUTER, 1024).await.unwrap();
-    }
-    let s = assert_refused(
-        b.load(6, &ROUTER, 1024).await,
-        Code::ResourceExhausted,
-        pb::Reason::InsufficientResources,
-    );
-    assert_eq!(
-        s.message(),
-        "slot 6: insufficient luts (need 57704, free 34277)"
-    );
-    for slot in 0..6 {
-        b.unload(slot).await;
-    }
-
-    // Eight firewalls, then the ninth is refused.
-    for slot in 0..8 {
-        b.load(slot, &FIREWALL, 1024).await.unwrap();
-    }
-    let s = assert_refused(
-        b.load(8, &FIREWALL, 1024).await,
-        Code::ResourceExhausted,
-        pb::Reason::InsufficientResources,
-    );
-    assert_eq!(
-        s.message(),
-        "slot 8: insufficient luts (need 45683, free 15037)"
-    );
-    for slot in 0..8 {
-        b.unload(slot).await;
-    }
+    // Six routers, then the seventh is refused; eight firewalls, then the ninth.
+    b.pack(
+        &[&ROUTER; 6],
+        &ROUTER,
+        "slot 6: insufficient luts (need 57704, free 34277)",
+    )
+    .await;
+    b.unload_all(6).await;
+    b.pack(
+        &[&FIREWALL; 8],
+        &FIREWALL,
+        "slot 8: insufficient luts (need 45683, free 15037)",
+    )
+    .await;
+    b.unload_all(8).await;
 
     // A mix: 4 L2 + 2 routers + 3 firewalls = 364,841 LUTs.
     let mix = [
         &L2, &L2, &L2, &L2, &ROUTER, &ROUTER, &FIREWALL, &FIREWALL, &FIREWALL,
     ];
-    for (slot, p) in mix.iter().enumerate() {
-        b.load(slot as u32, p, 1024).await.unwrap();
-    }
+    b.pack(
+        &mix,
+        &ROUTER,
+        "slot 9: insufficient luts (need 57704, free 15660)",
+    )
+    .await;
     assert_eq!(b.free("luts").await, 15_660);
-    let s = assert_refused(
-        b.load(9, &ROUTER, 1024).await,
-        Code::ResourceExhausted,
-        pb::Reason::InsufficientResources,
-    );
-    assert_eq!(
-        s.message(),
-        "slot 9: insufficient luts (need 57704, free 15660)"
-    );
     // Swapping a firewall for a router in place counts the firewall's share
     // as free: 15,660 + 45,683 >= 57,704.
     b.load(8, &ROUTER, 1024).await.unwrap();
@@ -832,16 +813,7 @@ async fn a_hot_swap_keeps_other_slots_entries_and_traffic() {
     assert_eq!(read_all(&mut c, 1).await.unwrap(), sorted(l2));
     assert_eq!(read_all(&mut c, 3).await.unwrap(), sorted(fw));
     assert!(read_all(&mut c, 2).await.unwrap().is_empty());
-    let cfg = c
-        .get_forwarding_pipeline_config(p4::GetForwardingPipelineConfigRequest {
-            device_id: 2,
-            response_type: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .config
-        .unwrap();
+    let cfg = pipeline(&mut c, 2).await.unwrap();
     assert_eq!(cfg.p4info.unwrap(), FIREWALL.p4info());
     write(&mut c, 2, &[firewall_entry(7)]).await.unwrap();
     assert_eq!(read_all(&mut c, 2).await.unwrap(), vec![firewall_entry(7)]);
@@ -984,16 +956,7 @@ async fn slot_devices_take_entries_only_while_loaded() {
 
     let bytes = bitstream::synthetic(2048, "l2switch").unwrap();
     b.upload(header(4, &L2, &bytes), &bytes).await.unwrap();
-    let cfg = c
-        .get_forwarding_pipeline_config(p4::GetForwardingPipelineConfigRequest {
-            device_id: 5,
-            response_type: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .config
-        .unwrap();
+    let cfg = pipeline(&mut c, 5).await.unwrap();
     assert_eq!(cfg.p4info.unwrap(), L2.p4info());
     let sha = bitstream::sha256(&bytes);
     assert_eq!(

@@ -14,6 +14,7 @@ use p4fleet_proto::p4info::{self, P4Info};
 use tonic::transport::Channel;
 
 use super::bitstream;
+use super::p4vbox::{BITSTREAM_BITS as P4VBOX_BITS, FIREWALL, L2SWITCH, Program, ROUTER};
 use super::spec::{BoardSpec, ConfigPort, FpgaConfig};
 use super::upload::{configure_board_messages, load_slot_messages};
 use crate::{Emulator, EmulatorConfig};
@@ -44,36 +45,6 @@ pub struct BenchArgs {
     pub command: Option<String>,
 }
 
-/// A P4VBox program: name, P4Info, Table I resources.
-struct Program {
-    name: &'static str,
-    p4info: &'static str,
-    luts: u64,
-    ffs: u64,
-}
-
-const L2SWITCH: Program = Program {
-    name: "l2switch",
-    p4info: include_str!("../../../examples/l2switch/p4info.txt"),
-    luts: 28_096,
-    ffs: 40_506,
-};
-const ROUTER: Program = Program {
-    name: "router",
-    p4info: include_str!("../../../examples/router/p4info.txt"),
-    luts: 57_704,
-    ffs: 84_149,
-};
-const FIREWALL: Program = Program {
-    name: "firewall",
-    p4info: include_str!("../../../examples/firewall/p4info.txt"),
-    luts: 45_683,
-    ffs: 74_344,
-};
-
-/// P4VBox's partial bitstream size.
-const P4VBOX_BITS: u64 = 2_800_000;
-
 type BoxError = Box<dyn std::error::Error>;
 
 fn p4info_of(p: &Program) -> Result<P4Info, BoxError> {
@@ -95,11 +66,7 @@ async fn load(
         program_digest: format!("{}-{seed}", program.name),
         size_bits: bits,
         sha256: bitstream::sha256(&bytes).to_vec(),
-        resources: [
-            ("luts".to_string(), program.luts),
-            ("ffs".to_string(), program.ffs),
-        ]
-        .into(),
+        resources: program.resources(),
         p4info: Some(p4info_of(program)?),
     };
     let messages = load_slot_messages(header, &bytes);

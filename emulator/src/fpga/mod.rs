@@ -19,6 +19,7 @@
 //! | `error` | why a call is refused: gRPC code plus typed detail |
 //! | `http` | board, slots, counters and traffic on the side channel |
 //! | `cli` | the binary's `--fpga*` flags and `fpga-*` subcommands |
+//! | `p4vbox` | P4VBox's programs: example P4Info and Table I resources |
 //! | `bench` | the swap benchmark (`p4fleet-emulator fpga-bench`) |
 //! | `upload` | the messages of an upload stream (client side) |
 
@@ -29,6 +30,7 @@ pub mod cli;
 mod error;
 mod http;
 mod isolation;
+pub mod p4vbox;
 mod resources;
 mod service;
 mod slot_link;
