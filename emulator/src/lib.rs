@@ -22,7 +22,8 @@
 //! `update_error`, `write_batch` (the end of a Write batch), `profile`
 //! (added latency), `drift` (changes behind the clients' backs),
 //! `side_channel` (stats and drift over HTTP) and `running` (listeners and
-//! server tasks). emulator/README.md has the table.
+//! server tasks). `fpga` is an FPGA board: its slot service, its slots as
+//! P4Runtime devices, its traffic model. emulator/README.md has the table.
 
 pub mod bfrt;
 mod device;

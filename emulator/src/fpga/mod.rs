@@ -44,14 +44,14 @@ use std::sync::Arc;
 use p4fleet_proto::fpga::slot_service_server::SlotServiceServer;
 
 pub(crate) use board::Board;
-pub use isolation::{Sid, format_mac, parse_mac};
+pub use isolation::Sid;
 pub use service::BoardService;
 pub(crate) use slot_link::SlotLink;
 pub use spec::{
     BoardSpec, ConfigPort, EthernetPort, FpgaConfig, JTAG_NOMINAL_BPS, P4VBOX_JTAG_BPS,
     ResourceSpec, UnknownPreset, XC7VX690T_FULL_BITS, p4vbox_effective,
 };
-pub use traffic::{Counters, FlowSpec, PacketCounters, Target};
+pub use traffic::{FlowSpec, Target};
 
 use crate::Emulator;
 use crate::device::Device;
@@ -125,12 +125,6 @@ impl Emulator {
     /// The FPGA board's spec, if the emulator has one.
     pub fn fpga_board(&self) -> Option<&BoardSpec> {
         self.fpga.as_deref().map(|b| &*b.spec)
-    }
-
-    /// Replaces the traffic offered to the FPGA board.
-    pub fn set_fpga_traffic(&self, flows: Vec<FlowSpec>) -> Result<(), String> {
-        let board = self.fpga.as_ref().ok_or("no FPGA board")?;
-        board.set_flows(flows).map_err(|e| e.to_string())
     }
 
     /// Routes of the FPGA side channel (empty without a board).

@@ -22,8 +22,8 @@ use super::spec::BoardSpec;
 use super::traffic::{Counters, Fate, FlowSpec, Target, Traffic};
 
 /// Phase of a slot, as `p4fleet.fpga.v1.SlotPhase`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum Phase {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
     Empty,
     Loading,
     Loaded,

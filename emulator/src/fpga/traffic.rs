@@ -50,8 +50,8 @@ pub(crate) enum Fate {
 }
 
 /// Packet and byte counters of one slot (monotonic).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct PacketCounters {
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PacketCounters {
     pub rx_packets: u64,
     pub rx_bytes: u64,
     pub tx_packets: u64,
@@ -61,8 +61,8 @@ pub struct PacketCounters {
 }
 
 /// Every counter of the board.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Counters {
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Counters {
     pub slots: Vec<PacketCounters>,
     pub unmatched_packets: u64,
     pub unmatched_bytes: u64,
