@@ -22,12 +22,14 @@
 //! `update_error`, `write_batch` (the end of a Write batch), `profile`
 //! (added latency), `drift` (changes behind the clients' backs),
 //! `side_channel` (stats and drift over HTTP) and `running` (listeners and
-//! server tasks). emulator/README.md has the table.
+//! server tasks). `fpga` is an FPGA board: its slot service, its slots as
+//! P4Runtime devices, its traffic model. emulator/README.md has the table.
 
 pub mod bfrt;
 pub mod dataplane;
 mod device;
 mod drift;
+pub mod fpga;
 mod grpc;
 mod key;
 mod p4runtime;
@@ -77,6 +79,8 @@ pub enum EmulatorError {
     Server(String),
     #[error("bfrt program: {0}")]
     BfrtProgram(String),
+    #[error(transparent)]
+    Fpga(#[from] fpga::FpgaConfigError),
 }
 
 /// A BFRT program loaded on every device at start (as if a client had sent
@@ -108,6 +112,9 @@ pub struct EmulatorConfig {
     pub bfrt_programs: Vec<BfrtProgram>,
     /// Added write latency (P4Runtime and BFRT); `None` for benchmarks.
     pub profile: LatencyProfile,
+    /// An FPGA board (`fpga`): its slots are devices too, and its slot
+    /// service shares the P4Runtime port.
+    pub fpga: Option<fpga::FpgaConfig>,
 }
 
 impl Default for EmulatorConfig {
@@ -121,6 +128,7 @@ impl Default for EmulatorConfig {
             bfrt_addr: None,
             bfrt_programs: Vec::new(),
             profile: LatencyProfile::None,
+            fpga: None,
         }
     }
 }
@@ -130,39 +138,64 @@ impl Default for EmulatorConfig {
 pub struct Emulator {
     registry: Arc<Registry>,
     max_message_size: usize,
+    fpga: Option<Arc<fpga::Board>>,
 }
 
 impl Emulator {
     /// Devices without any listener; serve them with [`Emulator::service`].
+    /// Device ids must be distinct ([`Emulator::start`] checks).
     pub fn new(config: &EmulatorConfig) -> Emulator {
+        let slots = config.fpga.iter().flat_map(fpga::slot_devices);
+        let registry = Arc::new(Registry::new(
+            config
+                .device_ids
+                .iter()
+                .map(|id| Device::new(*id))
+                .chain(slots),
+            config.read_chunk_size,
+            config.profile,
+        ));
+        let fpga = config.fpga.as_ref().map(|f| {
+            let devices = f
+                .board
+                .device_ids()
+                .filter_map(|id| registry.get(id).cloned());
+            Arc::new(fpga::Board::new(f, devices.collect()))
+        });
         Emulator {
-            registry: Arc::new(Registry::new(
-                config.device_ids.iter().map(|id| Device::new(*id)),
-                config.read_chunk_size,
-                config.profile,
-            )),
+            registry,
             max_message_size: config.max_message_size,
+            fpga,
         }
     }
 
     /// Binds the listeners and serves until [`RunningEmulator::shutdown`].
     pub async fn start(config: EmulatorConfig) -> Result<RunningEmulator, EmulatorError> {
-        if config.device_ids.is_empty() {
+        if config.device_ids.is_empty() && config.fpga.is_none() {
             return Err(EmulatorError::NoDevices);
+        }
+        if let Some(f) = &config.fpga {
+            f.validate(&config.device_ids)?;
         }
         let emu = Emulator::new(&config);
         if !config.bfrt_programs.is_empty() {
-            for id in emu.device_ids() {
+            // Plain devices only: FPGA slots get their programs from LoadSlot.
+            for &id in &config.device_ids {
                 emu.load_bfrt_programs(id, &config.bfrt_programs)?;
             }
         }
-        // p4fleet's bulk extension shares the P4Runtime port.
+        // p4fleet's bulk extension and FPGA slot service share the
+        // P4Runtime port.
         let p4runtime = running::tuned_server()
             .add_service(emu.service())
-            .add_service(emu.bulk_service());
+            .add_service(emu.bulk_service())
+            .add_optional_service(emu.slot_service());
         let p4runtime = Server::grpc(config.p4runtime_addr, p4runtime).await?;
         let stats = match config.stats_addr {
-            Some(addr) => Some(Server::http(addr, side_channel::router(emu.clone())).await?),
+            Some(addr) => {
+                let app = side_channel::router(emu.clone()).merge(emu.fpga_routes());
+                Some(Server::http(addr, app).await?)
+            }
             None => None,
         };
         let bfrt = match config.bfrt_addr {

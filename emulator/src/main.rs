@@ -1,12 +1,14 @@
 //! `p4fleet-emulator`: serves emulated P4Runtime (and, with `--bfrt-addr`,
-//! BFRT) devices until SIGTERM or ctrl-c. Prints `p4runtime listening on
-//! ADDR`, `stats listening on ADDR` and `bfrt listening on ADDR` on stdout
-//! once bound.
+//! BFRT; with `--fpga`, an FPGA board's slot service) devices until SIGTERM
+//! or ctrl-c. Prints `p4runtime listening on ADDR`, `stats listening on
+//! ADDR`, `bfrt listening on ADDR` and `fpga ...` on stdout once bound.
+//! `fpga-bitstream` and `fpga-bench` are subcommands (`fpga::cli`).
 
 use std::io::Write;
 use std::net::SocketAddr;
 
 use clap::Parser;
+use p4fleet_emulator::fpga::cli::{Command, FpgaArgs};
 use p4fleet_emulator::{BfrtProgram, Emulator, EmulatorConfig, LatencyProfile};
 
 #[global_allocator]
@@ -21,9 +23,10 @@ struct Args {
     /// Stats/drift HTTP listen address (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     stats_addr: SocketAddr,
-    /// Serve devices 1..=N (ignored when --device-ids is given).
-    #[arg(long, default_value_t = 1)]
-    devices: u64,
+    /// Serve devices 1..=N (ignored when --device-ids is given; default 1,
+    /// or 0 with --fpga).
+    #[arg(long)]
+    devices: Option<u64>,
     /// Explicit comma-separated device ids, e.g. 1,2,7.
     #[arg(long, value_delimiter = ',')]
     device_ids: Vec<u64>,
@@ -41,6 +44,10 @@ struct Args {
     /// request + 19 µs per entry, the rbfrt paper's Tofino figures).
     #[arg(long, default_value = "none")]
     profile: LatencyProfile,
+    #[command(flatten)]
+    fpga: FpgaArgs,
+    #[command(subcommand)]
+    command: Option<Command>,
 }
 
 fn parse_program(s: &str) -> Result<BfrtProgram, String> {
@@ -63,8 +70,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    if let Some(command) = args.command {
+        return p4fleet_emulator::fpga::cli::run(command).await;
+    }
+    let fpga = args.fpga.config()?;
     let device_ids = if args.device_ids.is_empty() {
-        (1..=args.devices).collect()
+        let default = if fpga.is_some() { 0 } else { 1 };
+        (1..=args.devices.unwrap_or(default)).collect()
     } else {
         args.device_ids
     };
@@ -76,6 +88,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         bfrt_addr: args.bfrt_addr,
         bfrt_programs: args.bfrt_programs,
         profile: args.profile,
+        fpga,
         ..Default::default()
     };
     let running = Emulator::start(config).await?;
@@ -87,6 +100,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         if let Some(a) = running.bfrt_addr() {
             writeln!(out, "bfrt listening on {a}")?;
+        }
+        if let Some(b) = running.emulator().fpga_board() {
+            let ids: Vec<u64> = b.device_ids().collect();
+            writeln!(
+                out,
+                "fpga {} ({}): {} slots, devices {}-{}, slot service on the p4runtime port",
+                b.board,
+                b.part,
+                b.slots,
+                ids[0],
+                ids[ids.len() - 1]
+            )?;
         }
         out.flush()?;
     }
