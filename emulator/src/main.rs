@@ -91,6 +91,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         fpga,
         ..Default::default()
     };
+    // Listen for SIGTERM before announcing the addresses: a supervisor (or a
+    // test) may stop us as soon as it has read them.
+    let shutdown = shutdown_signal()?;
     let running = Emulator::start(config).await?;
     {
         let mut out = std::io::stdout().lock();
@@ -116,24 +119,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         out.flush()?;
     }
     tracing::info!(devices = ?running.emulator().device_ids(), "emulator started");
-    shutdown_signal().await;
+    shutdown.await;
     tracing::info!("shutting down");
     running.shutdown().await?;
     Ok(())
 }
 
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler");
+/// Registers the SIGTERM handler now and resolves on SIGTERM or Ctrl-C.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    Ok(async move {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
+    })
 }
