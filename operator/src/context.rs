@@ -8,6 +8,7 @@ use kube::runtime::events::{Recorder, Reporter};
 
 use crate::devices::DevicePool;
 use crate::metrics::Metrics;
+use crate::reads::ApiReads;
 use crate::status::Events;
 
 /// Operator-wide settings from the command line.
@@ -37,6 +38,8 @@ impl Default for OperatorConfig {
 /// Everything a reconcile needs; shared behind an Arc.
 pub struct Context {
     pub client: kube::Client,
+    /// Every read of a dereference stage goes through here.
+    pub reads: ApiReads,
     pub config: OperatorConfig,
     pub metrics: Arc<Metrics>,
     /// One long-lived connection per Switch, shared by all reconcilers.
@@ -64,6 +67,7 @@ impl Context {
             },
         );
         Arc::new(Context {
+            reads: ApiReads::new(client.clone(), config.watch_namespace.clone()),
             client,
             config,
             metrics,

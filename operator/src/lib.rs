@@ -7,6 +7,7 @@
 //! plus the runtime pieces (`context`, `status`, `metrics`, `http`,
 //! `telemetry`, `leader`, `cli`).
 
+pub mod artifacts;
 pub mod cli;
 pub mod context;
 pub mod controllers;
@@ -15,5 +16,6 @@ pub mod devices;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod reads;
 pub mod status;
 pub mod telemetry;

@@ -37,11 +37,10 @@ use p4fleet_crds::entry_set::{EntryError as StatusEntryError, TargetStatus};
 use p4fleet_crds::{
     Condition, P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
-use p4fleet_proto::p4info;
 
 use super::{Error, object_key, referrers, scoped_api, watcher_config, write_status};
+use crate::artifacts;
 use crate::context::Context;
-use crate::controllers::program;
 use crate::convert;
 use crate::status::{merge_conditions, now_rfc3339, ready_from};
 use p4fleet_client::Device;
@@ -330,21 +329,13 @@ async fn resolve_targets(
         if !schemas.contains_key(&prog) {
             let r = match prog_api.get_opt(&prog).await? {
                 None => Err(format!("P4Program {prog} not found")),
-                Some(p) => {
-                    let resolved = program::resolve(&ctx.client, ns, &p.spec).await?;
-                    match resolved.get("spec.p4info") {
-                        Some(Ok(bytes)) => std::str::from_utf8(bytes)
-                            .map_err(|e| e.to_string())
-                            .and_then(|t| p4info::parse_text(t).map_err(|e| e.to_string()))
-                            .map_err(|e| format!("P4Program {prog}: invalid P4Info: {e}"))
-                            .and_then(|info| {
-                                TableSchema::from_p4info(&info, &set.spec.table)
-                                    .map_err(|e| format!("P4Program {prog}: {e}"))
-                            }),
-                        Some(Err(e)) => Err(format!("P4Program {prog}: {e}")),
-                        None => Err(format!("P4Program {prog} has no P4Info")),
-                    }
-                }
+                Some(p) => artifacts::p4info(&ctx.reads, ns, &p.spec)
+                    .await?
+                    .map_err(|e| format!("P4Program {prog}: {e}"))
+                    .and_then(|info| {
+                        TableSchema::from_p4info(&info, &set.spec.table)
+                            .map_err(|e| format!("P4Program {prog}: {e}"))
+                    }),
             };
             schemas.insert(prog.clone(), r);
         }
@@ -975,6 +966,7 @@ mod tests {
     use super::*;
     use p4fleet_crds::TableEntrySetSpec;
     use p4fleet_crds::entry_set::TableEntry as SpecEntry;
+    use p4fleet_proto::p4info;
     use std::collections::BTreeMap;
 
     fn firewall() -> TableSchema {

@@ -16,8 +16,8 @@ use p4fleet_crds::{
 use p4fleet_proto::p4info;
 
 use super::{Error, object_key, referrers, scoped_api, watcher_config, write_status};
+use crate::artifacts::{self, Resolved, field};
 use crate::context::Context;
-use crate::controllers::program;
 use crate::status::{merge_conditions, now_rfc3339, ready_from};
 use p4fleet_client::{Device, TofinoPipeline};
 
@@ -189,12 +189,12 @@ pub fn occupied(vss: &[VirtualSwitch]) -> Vec<Occupied> {
 
 /// The device config the target loads: its artifact for the Switch's kind
 /// (bmv2 JSON, DPDK spec, FPGA bitstream), empty when the program has none.
-fn device_config(target: SwitchTarget, resolved: &program::Resolved) -> Vec<u8> {
+fn device_config(target: SwitchTarget, resolved: &Resolved) -> Vec<u8> {
     let key = match target {
-        SwitchTarget::Bmv2 => "spec.artifacts.bmv2.json",
-        SwitchTarget::Dpdk => "spec.artifacts.dpdk.spec",
-        SwitchTarget::Fpga => "spec.artifacts.fpga.bitstream",
-        SwitchTarget::Tofino => "spec.artifacts.tofino.binary",
+        SwitchTarget::Bmv2 => field::BMV2_JSON,
+        SwitchTarget::Dpdk => field::DPDK_SPEC,
+        SwitchTarget::Fpga => field::FPGA_BITSTREAM,
+        SwitchTarget::Tofino => field::TOFINO_BINARY,
     };
     resolved
         .get(key)
@@ -203,21 +203,17 @@ fn device_config(target: SwitchTarget, resolved: &program::Resolved) -> Vec<u8> 
         .unwrap_or_default()
 }
 
-/// Field paths of the Tofino artifacts in [`program::Resolved`].
-const TOFINO_BFRT_JSON: &str = "spec.artifacts.tofino.bfrtJson";
-const TOFINO_CONTEXT_JSON: &str = "spec.artifacts.tofino.contextJson";
-const TOFINO_BINARY: &str = "spec.artifacts.tofino.binary";
-
 /// Why a program cannot be loaded on a BFRT Switch; the message names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TofinoArtifactError {
     #[error(
-        "{TOFINO_BFRT_JSON}: P4Program {program} has no Tofino artifacts, which Switch {switch} (Tofino, BFRT) needs"
+        "{}: P4Program {program} has no Tofino artifacts, which Switch {switch} (Tofino, BFRT) needs",
+        field::TOFINO_BFRT_JSON
     )]
     Missing { program: String, switch: String },
-    /// The artifact could not be read (the resolver's message names the field).
-    #[error("{0}")]
-    Unreadable(String),
+    /// The artifact could not be read (the error names the field).
+    #[error(transparent)]
+    Unreadable(#[from] artifacts::SourceError),
 }
 
 /// The Tofino pipeline a BFRT Switch loads: bfrt.json (required),
@@ -226,27 +222,29 @@ pub enum TofinoArtifactError {
 pub fn tofino_pipeline(
     program: &str,
     switch: &str,
-    resolved: &program::Resolved,
+    resolved: &Resolved,
 ) -> Result<TofinoPipeline, TofinoArtifactError> {
-    let optional = |key: &str| match resolved.get(key) {
-        None => Ok(Vec::new()),
-        Some(Ok(b)) => Ok(b.clone()),
-        Some(Err(e)) => Err(TofinoArtifactError::Unreadable(e.clone())),
+    let optional = |key: &str| -> Result<Vec<u8>, TofinoArtifactError> {
+        match resolved.get(key) {
+            None => Ok(Vec::new()),
+            Some(Ok(b)) => Ok(b.clone()),
+            Some(Err(e)) => Err(e.clone().into()),
+        }
     };
-    let bfrt_json = match resolved.get(TOFINO_BFRT_JSON) {
+    let bfrt_json = match resolved.get(field::TOFINO_BFRT_JSON) {
         None => {
             return Err(TofinoArtifactError::Missing {
                 program: program.into(),
                 switch: switch.into(),
             });
         }
-        Some(r) => r.clone().map_err(TofinoArtifactError::Unreadable)?,
+        Some(r) => r.clone()?,
     };
     Ok(TofinoPipeline {
         p4_name: program.into(),
         bfrt_json,
-        context_json: optional(TOFINO_CONTEXT_JSON)?,
-        binary: optional(TOFINO_BINARY)?,
+        context_json: optional(field::TOFINO_CONTEXT_JSON)?,
+        binary: optional(field::TOFINO_BINARY)?,
     })
 }
 
@@ -260,7 +258,7 @@ async fn load(
     program_ref: &str,
     info: &p4info::P4Info,
     digest: &str,
-    resolved: &program::Resolved,
+    resolved: &Resolved,
 ) -> Result<bool, (&'static str, String)> {
     match sw.spec.effective_protocol() {
         SwitchProtocol::Bfrt => {
@@ -275,7 +273,7 @@ async fn load(
                 slot,
                 info,
                 device_config(sw.spec.target, resolved),
-                program::cookie(digest),
+                artifacts::cookie(digest),
             )
             .await
             .map_err(|e| ("LoadFailed", e.to_string())),
@@ -287,7 +285,7 @@ async fn ready_pipeline(
     ctx: &Context,
     ns: &str,
     program_ref: &str,
-) -> Result<Result<(String, p4info::P4Info, program::Resolved), Condition>, Error> {
+) -> Result<Result<(String, p4info::P4Info, Resolved), Condition>, Error> {
     let api: Api<P4Program> = Api::namespaced(ctx.client.clone(), ns);
     let Some(p) = api.get_opt(program_ref).await? else {
         return Ok(Err(Condition::new(
@@ -307,18 +305,9 @@ async fn ready_pipeline(
             format!("spec.programRef: P4Program {program_ref} is not Ready"),
         )));
     };
-    let resolved = program::resolve(&ctx.client, ns, &p.spec).await?;
-    let parts: Vec<(&str, &[u8])> = resolved
-        .iter()
-        .filter_map(|(k, v)| v.as_ref().ok().map(|b| (*k, b.as_slice())))
-        .collect();
-    let text = resolved
-        .get("spec.p4info")
-        .and_then(|r| r.as_ref().ok())
-        .and_then(|b| std::str::from_utf8(b).ok())
-        .and_then(|t| p4info::parse_text(t).ok());
-    match text {
-        Some(info) if program::digest(&parts) == digest => Ok(Ok((digest, info, resolved))),
+    let resolved = artifacts::resolve(&ctx.reads, ns, &p.spec).await?;
+    match resolved.p4info() {
+        Ok(info) if resolved.digest() == digest => Ok(Ok((digest, info, resolved))),
         // The sources changed after the program was last reconciled; it will
         // be again, and that status change brings us back here.
         _ => Ok(Err(Condition::unknown(
@@ -402,7 +391,7 @@ pub async fn reconcile(obj: Arc<VirtualSwitch>, ctx: Arc<Context>) -> Result<Act
                                     .inc();
                                 pushed = Some(ms);
                             }
-                            new.loaded_short_digest = Some(program::short_digest(&digest));
+                            new.loaded_short_digest = Some(artifacts::short_digest(&digest));
                             new.loaded_digest = Some(digest.clone());
                             Condition::new(
                                 PIPELINE_LOADED,
@@ -512,27 +501,33 @@ mod tests {
 
     #[test]
     fn tofino_pipeline_needs_bfrt_json_and_defaults_the_rest() {
-        let mut r = program::Resolved::new();
-        r.insert("spec.p4info", Ok(b"p4info".to_vec()));
+        let mut r = Resolved::default();
+        r.insert(field::P4INFO, Ok(b"p4info".to_vec()));
         let e = tofino_pipeline("fw", "tofino-1", &r).unwrap_err();
         assert!(matches!(e, TofinoArtifactError::Missing { .. }));
         let msg = e.to_string();
         assert!(msg.starts_with("spec.artifacts.tofino.bfrtJson:"), "{msg}");
         assert!(msg.contains("fw") && msg.contains("tofino-1"), "{msg}");
 
-        r.insert(TOFINO_BFRT_JSON, Ok(b"{}".to_vec()));
+        r.insert(field::TOFINO_BFRT_JSON, Ok(b"{}".to_vec()));
         let p = tofino_pipeline("fw", "tofino-1", &r).unwrap();
         assert_eq!(p.p4_name, "fw");
         assert_eq!(p.bfrt_json, b"{}");
         assert!(p.context_json.is_empty() && p.binary.is_empty());
 
-        r.insert(TOFINO_CONTEXT_JSON, Ok(b"{\"c\":1}".to_vec()));
-        r.insert(TOFINO_BINARY, Ok(vec![0, 1, 2]));
+        r.insert(field::TOFINO_CONTEXT_JSON, Ok(b"{\"c\":1}".to_vec()));
+        r.insert(field::TOFINO_BINARY, Ok(vec![0, 1, 2]));
         let p = tofino_pipeline("fw", "tofino-1", &r).unwrap();
         assert_eq!((p.context_json.len(), p.binary), (7, vec![0, 1, 2]));
 
         let gone = "spec.artifacts.tofino.binary: ConfigMap fw-bin not found";
-        r.insert(TOFINO_BINARY, Err(gone.into()));
+        r.insert(
+            field::TOFINO_BINARY,
+            Err(artifacts::SourceError::ConfigMapNotFound {
+                field: field::TOFINO_BINARY,
+                name: "fw-bin".into(),
+            }),
+        );
         assert_eq!(
             tofino_pipeline("fw", "tofino-1", &r)
                 .unwrap_err()
