@@ -3,7 +3,9 @@
 //!
 //! A status that changes on every reconcile re-triggers the controller
 //! (the status write is a watch event), so reconcilers compute the new status,
-//! compare it with the old one ([`unchanged`]) and only write real changes.
+//! [`settle`] it against the old one and only write real changes
+//! ([`unchanged`]); `controllers::update_status` does all of that for
+//! every controller.
 
 use std::fmt::Debug;
 
@@ -11,7 +13,10 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
-use p4fleet_crds::{Condition, ConditionStatus};
+use p4fleet_crds::{
+    AsyncExternPolicyStatus, Condition, ConditionStatus, P4ProgramStatus, SwitchStatus,
+    TableEntrySetStatus, VirtualSwitchStatus,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -44,6 +49,42 @@ where
         &Patch::Apply(&patch),
     )
     .await
+}
+
+/// A status that carries conditions (every p4fleet status does).
+pub trait WithConditions {
+    fn conditions(&self) -> &[Condition];
+    fn conditions_mut(&mut self) -> &mut Vec<Condition>;
+}
+
+macro_rules! with_conditions {
+    ($($status:ty),*) => {$(
+        impl WithConditions for $status {
+            fn conditions(&self) -> &[Condition] {
+                &self.conditions
+            }
+            fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+                &mut self.conditions
+            }
+        }
+    )*};
+}
+
+with_conditions!(
+    SwitchStatus,
+    P4ProgramStatus,
+    VirtualSwitchStatus,
+    TableEntrySetStatus,
+    AsyncExternPolicyStatus
+);
+
+/// Readies a freshly computed status for comparison and writing: its
+/// conditions are merged with the old ones ([`merge_conditions`]) for
+/// `generation`. Everything else is the builder's.
+pub fn settle<S: WithConditions>(old: Option<&S>, new: &mut S, generation: Option<i64>, now: &str) {
+    let old = old.map(|s| s.conditions()).unwrap_or_default();
+    let fresh = std::mem::take(new.conditions_mut());
+    *new.conditions_mut() = merge_conditions(old, fresh, generation, now);
 }
 
 /// Whether `new` equals the status the object already has (no write needed).

@@ -38,11 +38,11 @@ use p4fleet_crds::{
     Condition, P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
 
-use super::{Error, object_key, referrers, scoped_api, watcher_config, write_status};
+use super::{Error, object_key, referrers, scoped_api, update_status, watcher_config};
 use crate::artifacts;
 use crate::context::Context;
 use crate::convert;
-use crate::status::{merge_conditions, now_rfc3339, ready_from};
+use crate::status::{now_rfc3339, ready_from};
 use p4fleet_client::Device;
 use p4fleet_model::entries::{Entry, EntryKey, LineParser, TableSchema, format_key, parse_inline};
 use p4fleet_model::sync::{self, DeviceEntry, Origin, SyncTally, WriteStats};
@@ -893,23 +893,8 @@ pub async fn reconcile(obj: Arc<TableEntrySet>, ctx: Arc<Context>) -> Result<Act
         new.last_sync_updates = Some(written);
         new.last_sync_time = Some(now_rfc3339());
     }
-    let old_conditions = old.map(|s| s.conditions.as_slice()).unwrap_or_default();
-    new.conditions = merge_conditions(
-        old_conditions,
-        vec![resolved, valid, synced, ready],
-        obj.metadata.generation,
-        &now_rfc3339(),
-    );
-    write_status(
-        &ctx,
-        &api,
-        obj.as_ref(),
-        old,
-        &new,
-        old_conditions,
-        &new.conditions,
-    )
-    .await?;
+    new.conditions = vec![resolved, valid, synced, ready];
+    update_status(&ctx, &api, obj.as_ref(), &mut new).await?;
     if written > 0 {
         let mut note = format!(
             "Synced {written} entries at {} ({ins} inserted, {modi} modified, {del} deleted; {requests} requests, mean {} us)",

@@ -18,12 +18,14 @@ use std::time::Duration;
 
 use futures::future::{BoxFuture, Shared};
 use futures::{FutureExt, StreamExt};
+use kube::core::object::HasStatus;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use crate::context::Context;
+use crate::status::{WithConditions, apply_status, now_rfc3339, settle, unchanged};
 
 /// Resolves once the process should stop; cheap to clone.
 pub type Shutdown = Shared<BoxFuture<'static, ()>>;
@@ -53,6 +55,11 @@ impl Error {
             Error::Device { .. } => "device",
         }
     }
+}
+
+/// The namespace of a namespaced object.
+pub fn namespace<K: Resource>(obj: &K) -> Result<String, Error> {
+    obj.namespace().ok_or(Error::MissingObjectKey("namespace"))
 }
 
 /// `namespace/name` (or `name`) of an object, for logs, backoff and slot owners.
@@ -214,28 +221,30 @@ pub async fn run_controllers(ctx: Arc<Context>, shutdown: Shutdown) {
     );
 }
 
-/// Writes `new` as the status of `obj` unless it equals `old`, then
-/// publishes an Event for each condition that changed. Returns whether it wrote.
-pub async fn write_status<K, S>(
+/// The update-status stage of every controller: settles `new` against the
+/// object's current status ([`crate::status::settle`]), writes it by
+/// server-side apply unless nothing changed, and publishes an Event per
+/// condition that changed. Returns whether it wrote.
+pub async fn update_status<K>(
     ctx: &Context,
     api: &Api<K>,
     obj: &K,
-    old: Option<&S>,
-    new: &S,
-    old_conditions: &[p4fleet_crds::Condition],
-    new_conditions: &[p4fleet_crds::Condition],
+    new: &mut K::Status,
 ) -> Result<bool, Error>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
-    S: PartialEq + serde::Serialize,
+    K: HasStatus + Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    K::Status: WithConditions + PartialEq + serde::Serialize,
 {
-    if crate::status::unchanged(old, new) {
+    let old = obj.status();
+    settle(old, new, obj.meta().generation, &now_rfc3339());
+    if unchanged(old, new) {
         return Ok(false);
     }
-    crate::status::apply_status(api, &obj.name_any(), new).await?;
+    apply_status(api, &obj.name_any(), &*new).await?;
     ctx.metrics.status_write(&K::kind(&()));
+    let old_conditions = old.map(|s| s.conditions()).unwrap_or_default();
     ctx.events
-        .condition_changes(obj, old_conditions, new_conditions)
+        .condition_changes(obj, old_conditions, new.conditions())
         .await;
     Ok(true)
 }

@@ -14,10 +14,10 @@ use p4fleet_crds::condition_types::{RESOLVED_REFS, VALID};
 use p4fleet_crds::{Condition, P4Program, P4ProgramSpec, P4ProgramStatus, TableInfo};
 use p4fleet_model::p4info as model_p4info;
 
-use super::{Error, referrers, scoped_api, watcher_config, write_status};
+use super::{Error, namespace, referrers, scoped_api, update_status, watcher_config};
 use crate::artifacts::{self, P4InfoError, Resolved};
 use crate::context::Context;
-use crate::status::{merge_conditions, now_rfc3339, ready_from};
+use crate::status::ready_from;
 
 /// Watches P4Programs and the ConfigMaps they reference.
 pub fn controller(ctx: &Context) -> Controller<P4Program> {
@@ -44,10 +44,16 @@ fn table_info(t: p4fleet_model::p4info::TableSummary) -> TableInfo {
     }
 }
 
-/// The pure middle of a reconcile: resolved sources in, status body out
-/// (conditions not yet merged with the old ones).
-pub fn build_status(spec: &P4ProgramSpec, resolved: &Resolved) -> P4ProgramStatus {
+/// The pure middle of a reconcile (validate and build): resolved sources
+/// of generation `generation` in, status out (conditions not yet merged
+/// with the old ones).
+pub fn build_status(
+    spec: &P4ProgramSpec,
+    resolved: &Resolved,
+    generation: Option<i64>,
+) -> P4ProgramStatus {
     let mut st = P4ProgramStatus {
+        observed_generation: generation,
         targets: Some(artifacts::target_kinds(spec)),
         ..Default::default()
     };
@@ -116,45 +122,20 @@ pub fn build_status(spec: &P4ProgramSpec, resolved: &Resolved) -> P4ProgramStatu
 }
 
 pub async fn reconcile(obj: Arc<P4Program>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let ns = obj
-        .namespace()
-        .ok_or(Error::MissingObjectKey("namespace"))?;
+    let ns = namespace(obj.as_ref())?;
     let resolved = artifacts::resolve(&ctx.reads, &ns, &obj.spec).await?;
-    let mut new = build_status(&obj.spec, &resolved);
-    let old = obj.status.as_ref();
-    let old_conditions = old.map(|s| s.conditions.as_slice()).unwrap_or_default();
-    new.observed_generation = obj.metadata.generation;
-    new.conditions = merge_conditions(
-        old_conditions,
-        new.conditions,
-        obj.metadata.generation,
-        &now_rfc3339(),
-    );
+    let mut new = build_status(&obj.spec, &resolved, obj.metadata.generation);
+    let old_digest = obj.status.as_ref().and_then(|s| s.digest.clone());
     let api: Api<P4Program> = Api::namespaced(ctx.client.clone(), &ns);
-    let old_digest = old.and_then(|s| s.digest.clone());
-    let wrote = write_status(
-        &ctx,
-        &api,
-        obj.as_ref(),
-        old,
-        &new,
-        old_conditions,
-        &new.conditions,
-    )
-    .await?;
+    let wrote = update_status(&ctx, &api, obj.as_ref(), &mut new).await?;
     if wrote && new.digest.is_some() && new.digest != old_digest {
+        let note = format!(
+            "pipeline digest is now {} ({} tables)",
+            new.short_digest.clone().unwrap_or_default(),
+            new.table_count.unwrap_or(0)
+        );
         ctx.events
-            .publish(
-                obj.as_ref(),
-                false,
-                "DigestChanged",
-                "Digest",
-                format!(
-                    "pipeline digest is now {} ({} tables)",
-                    new.short_digest.clone().unwrap_or_default(),
-                    new.table_count.unwrap_or(0)
-                ),
-            )
+            .publish(obj.as_ref(), false, "DigestChanged", "Digest", note)
             .await;
     }
     Ok(Action::requeue(ctx.config.resync))
@@ -199,7 +180,7 @@ mod tests {
     #[test]
     fn firewall_is_valid_and_lists_its_table() {
         let spec = spec_inline(FIREWALL);
-        let st = build_status(&spec, &resolved_of(&spec));
+        let st = build_status(&spec, &resolved_of(&spec), Some(1));
         assert!(
             st.conditions.iter().all(|c| c.is_true()),
             "{:?}",
@@ -245,7 +226,7 @@ mod tests {
             "{problems:?}"
         );
         let spec = spec_inline(&bad);
-        let st = build_status(&spec, &resolved_of(&spec));
+        let st = build_status(&spec, &resolved_of(&spec), Some(1));
         let valid = p4fleet_crds::find_condition(&st.conditions, VALID).unwrap();
         assert!(!valid.is_true());
         assert!(valid.message.starts_with("spec.p4info:"));
@@ -260,7 +241,7 @@ mod tests {
     #[test]
     fn unparsable_p4info_is_invalid() {
         let spec = spec_inline("tables { preamble { id: oops } }");
-        let st = build_status(&spec, &resolved_of(&spec));
+        let st = build_status(&spec, &resolved_of(&spec), Some(1));
         let valid = p4fleet_crds::find_condition(&st.conditions, VALID).unwrap();
         assert_eq!(valid.reason, "InvalidP4Info");
     }
@@ -285,7 +266,7 @@ mod tests {
                 name: "fw".into(),
             }),
         );
-        let st = build_status(&spec, &r);
+        let st = build_status(&spec, &r, Some(1));
         let refs = p4fleet_crds::find_condition(&st.conditions, RESOLVED_REFS).unwrap();
         assert!(!refs.is_true());
         assert!(refs.message.contains("ConfigMap fw not found"));

@@ -15,10 +15,10 @@ use p4fleet_crds::{
 };
 use p4fleet_proto::p4info;
 
-use super::{Error, object_key, referrers, scoped_api, watcher_config, write_status};
+use super::{Error, object_key, referrers, scoped_api, update_status, watcher_config};
 use crate::artifacts::{self, Resolved, field};
 use crate::context::Context;
-use crate::status::{merge_conditions, now_rfc3339, ready_from};
+use crate::status::ready_from;
 use p4fleet_client::{Device, TofinoPipeline};
 
 const RETRY: Duration = Duration::from_secs(10);
@@ -411,25 +411,10 @@ pub async fn reconcile(obj: Arc<VirtualSwitch>, ctx: Arc<Context>) -> Result<Act
         }
     };
     let ready = ready_from(&[&scheduled, &loaded], "Ready", "pipeline loaded");
-    let old_conditions = old.map(|s| s.conditions.as_slice()).unwrap_or_default();
     new.observed_generation = obj.metadata.generation;
-    new.conditions = merge_conditions(
-        old_conditions,
-        vec![scheduled, loaded, ready],
-        obj.metadata.generation,
-        &now_rfc3339(),
-    );
+    new.conditions = vec![scheduled, loaded, ready];
     let api: Api<VirtualSwitch> = Api::namespaced(ctx.client.clone(), &ns);
-    write_status(
-        &ctx,
-        &api,
-        obj.as_ref(),
-        old,
-        &new,
-        old_conditions,
-        &new.conditions,
-    )
-    .await?;
+    update_status(&ctx, &api, obj.as_ref(), &mut new).await?;
     if let Some(ms) = pushed {
         ctx.events
             .publish(
