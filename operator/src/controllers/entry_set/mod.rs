@@ -956,7 +956,7 @@ mod tests {
 
     fn firewall() -> TableSchema {
         let p4info =
-            p4info::parse_text(include_str!("../../../examples/firewall/p4info.txt")).unwrap();
+            p4info::parse_text(include_str!("../../../../examples/firewall/p4info.txt")).unwrap();
         TableSchema::from_p4info(&p4info, "firewall").unwrap()
     }
 
