@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use kube::runtime::events::{Recorder, Reporter};
 
+use crate::controllers::entry_set::SyncMemory;
 use crate::devices::DevicePool;
 use crate::metrics::Metrics;
 use crate::reads::ApiReads;
@@ -50,6 +51,8 @@ pub struct Context {
     pub readiness: Readiness,
     /// Per-object consecutive failures, for error backoff.
     pub backoff: Backoff,
+    /// What TableEntrySet syncs remember between runs (drift, BFRT ownership).
+    pub sync_memory: SyncMemory,
 }
 
 impl Context {
@@ -75,6 +78,7 @@ impl Context {
             events: Events::new(recorder),
             readiness: Readiness::default(),
             backoff: Backoff::default(),
+            sync_memory: SyncMemory::default(),
         })
     }
 

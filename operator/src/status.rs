@@ -157,6 +157,34 @@ pub fn transitions<'a>(old: &[Condition], new: &'a [Condition]) -> Vec<&'a Condi
         .collect()
 }
 
+/// One Event to publish about an object: computed by the pure stages,
+/// published after the status write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventNote {
+    pub warning: bool,
+    pub reason: String,
+    pub action: String,
+    pub note: String,
+}
+
+impl EventNote {
+    pub fn normal(reason: &str, action: &str, note: String) -> Self {
+        EventNote {
+            warning: false,
+            reason: reason.into(),
+            action: action.into(),
+            note,
+        }
+    }
+
+    pub fn warning(reason: &str, action: &str, note: String) -> Self {
+        EventNote {
+            warning: true,
+            ..EventNote::normal(reason, action, note)
+        }
+    }
+}
+
 /// Publishes Kubernetes Events about objects. Failures are logged, never
 /// returned: an Event is a courtesy, not part of reconciling.
 #[derive(Clone)]
@@ -170,24 +198,24 @@ impl Events {
     }
 
     /// Publishes one Event regarding `obj`.
-    pub async fn publish<K>(&self, obj: &K, warning: bool, reason: &str, action: &str, note: String)
+    pub async fn publish<K>(&self, obj: &K, ev: &EventNote)
     where
         K: Resource<DynamicType = ()>,
     {
         let reference: ObjectReference = obj.object_ref(&());
-        let ev = Event {
-            type_: if warning {
+        let event = Event {
+            type_: if ev.warning {
                 EventType::Warning
             } else {
                 EventType::Normal
             },
-            reason: truncate(reason, 128),
-            note: Some(truncate(&note, 1000)),
-            action: truncate(action, 128),
+            reason: truncate(&ev.reason, 128),
+            note: Some(truncate(&ev.note, 1000)),
+            action: truncate(&ev.action, 128),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&ev, &reference).await {
-            tracing::warn!(object = %obj.name_any(), reason, error = %e, "publishing event failed");
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(object = %obj.name_any(), reason = %ev.reason, error = %e, "publishing event failed");
         }
     }
 
@@ -208,8 +236,13 @@ impl Events {
             } else {
                 format!("{}: {}", c.type_, c.message)
             };
-            self.publish(obj, !c.is_true(), &reason, &c.type_, note)
-                .await;
+            let ev = EventNote {
+                warning: !c.is_true(),
+                reason,
+                action: c.type_.clone(),
+                note,
+            };
+            self.publish(obj, &ev).await;
         }
     }
 }

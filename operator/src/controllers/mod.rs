@@ -20,6 +20,7 @@ use futures::future::{BoxFuture, Shared};
 use futures::{FutureExt, StreamExt};
 use kube::core::object::HasStatus;
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -35,15 +36,21 @@ pub fn shutdown_on(fut: impl Future<Output = ()> + Send + 'static) -> Shutdown {
     fut.boxed().shared()
 }
 
-/// Why a reconcile failed (it is retried with backoff).
+/// Why a reconcile failed (it is retried with backoff). What a resource
+/// gets wrong, or a device cannot do, is status, not an error: these are
+/// the failures of reconciling itself.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
     #[error("object has no {0}")]
     MissingObjectKey(&'static str),
-    #[error("device {switch}: {message}")]
-    Device { switch: String, message: String },
+    /// Adding or removing a finalizer failed (e.g. a concurrent change).
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] kube::Error),
+    /// A deleted TableEntrySet's entries are still on a device.
+    #[error("removing entries: {0}")]
+    EntriesNotRemoved(entry_set::cleanup::RemovalFailures),
 }
 
 impl Error {
@@ -52,8 +59,27 @@ impl Error {
         match self {
             Error::Kube(_) => "kube",
             Error::MissingObjectKey(_) => "invalid_object",
-            Error::Device { .. } => "device",
+            Error::Finalizer(_) => "finalizer",
+            Error::EntriesNotRemoved(_) => "device",
         }
+    }
+}
+
+/// The outcome of `kube::runtime::finalizer` in this crate's terms: a
+/// stage's own error as it is; removing the finalizer from an object that
+/// is already gone is done, not an error.
+pub fn finalized(res: Result<Action, finalizer::Error<Error>>) -> Result<Action, Error> {
+    use finalizer::Error as F;
+    match res {
+        Ok(action) => Ok(action),
+        Err(F::ApplyFailed(e) | F::CleanupFailed(e)) => Err(e),
+        Err(F::RemoveFinalizer(kube::Error::Api(s))) if s.is_not_found() => {
+            Ok(Action::await_change())
+        }
+        Err(F::AddFinalizer(e) | F::RemoveFinalizer(e)) => Err(Error::Finalizer(e)),
+        Err(F::UnnamedObject) => Err(Error::MissingObjectKey("name")),
+        // The finalizer names are constants that are valid JSON pointers.
+        Err(F::InvalidFinalizer) => Err(Error::MissingObjectKey("valid finalizer name")),
     }
 }
 

@@ -17,7 +17,7 @@ use p4fleet_model::p4info as model_p4info;
 use super::{Error, namespace, referrers, scoped_api, update_status, watcher_config};
 use crate::artifacts::{self, P4InfoError, Resolved};
 use crate::context::Context;
-use crate::status::ready_from;
+use crate::status::{EventNote, ready_from};
 
 /// Watches P4Programs and the ConfigMaps they reference.
 pub fn controller(ctx: &Context) -> Controller<P4Program> {
@@ -134,9 +134,8 @@ pub async fn reconcile(obj: Arc<P4Program>, ctx: Arc<Context>) -> Result<Action,
             new.short_digest.clone().unwrap_or_default(),
             new.table_count.unwrap_or(0)
         );
-        ctx.events
-            .publish(obj.as_ref(), false, "DigestChanged", "Digest", note)
-            .await;
+        let ev = EventNote::normal("DigestChanged", "Digest", note);
+        ctx.events.publish(obj.as_ref(), &ev).await;
     }
     Ok(Action::requeue(ctx.config.resync))
 }
