@@ -4,6 +4,12 @@
 //! Each kind's module exposes `controller(&Context) -> Controller<K>` (the
 //! watches it needs) and `reconcile(Arc<K>, Arc<Context>) -> Result<Action, Error>`;
 //! [`run_controllers`] drives them all until shutdown.
+//!
+//! Every reconcile runs the same stages (docs/architecture.md, "Controller
+//! shape"): dereference (reads through [`crate::reads::Reads`] only),
+//! validate and build (pure), apply (device I/O only), update status
+//! ([`update_status`], the one status write). No controller imports
+//! another controller's module.
 
 pub mod entry_set;
 pub mod extern_policy;

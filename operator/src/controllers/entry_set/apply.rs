@@ -79,10 +79,7 @@ pub async fn sync_target(ctx: &Context, job: Job<'_>) -> Outcome {
         switch: switch.clone(),
         error,
     };
-    let tag = sync::set_tag(
-        set.namespace().as_deref().unwrap_or_default(),
-        &set.name_any(),
-    );
+    let tag = tag(set);
     let key = t.key(set_key);
     let (dev, mut on_device) = match connect_and_read(ctx, t).await {
         Ok(r) => r,
@@ -174,6 +171,14 @@ pub async fn sync_target(ctx: &Context, job: Job<'_>) -> Outcome {
         out.drift = out.tally.changes();
     }
     out
+}
+
+/// The set's ownership tag (see [`p4fleet_model::sync`]).
+pub fn tag(set: &TableEntrySet) -> u64 {
+    sync::set_tag(
+        set.namespace().as_deref().unwrap_or_default(),
+        &set.name_any(),
+    )
 }
 
 fn push_capped(errors: &mut Vec<StatusEntryError>, e: StatusEntryError) {

@@ -13,7 +13,7 @@ use kube::runtime::controller::Action;
 use p4fleet_crds::TableEntrySet;
 use p4fleet_model::sync;
 
-use super::apply::{connect_and_read, infer_ownership};
+use super::apply::{connect_and_read, infer_ownership, tag};
 use super::dereference::{Sources, Target, dereference};
 use super::desired;
 use crate::context::Context;
@@ -100,10 +100,7 @@ async fn remove_entries(
     t: &Target,
     sources: &Sources,
 ) -> Result<usize, RemovalError> {
-    let tag = sync::set_tag(
-        set.namespace().as_deref().unwrap_or_default(),
-        &set.name_any(),
-    );
+    let tag = tag(set);
     let (dev, mut on_device) = connect_and_read(ctx, t).await?;
     if !dev.stores_entry_metadata() {
         let before = ctx.sync_memory.owned_keys(&t.key(me));

@@ -325,14 +325,12 @@ pub(crate) mod tests {
     }
 
     fn program(name: &str, p4info: &str) -> P4Program {
-        let mut p: P4Program = serde_json::from_value(serde_json::json!({
+        serde_json::from_value(serde_json::json!({
             "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
             "metadata": {"name": name, "namespace": "ns"},
             "spec": {"p4info": {"inline": p4info}}
         }))
-        .unwrap();
-        p.metadata.namespace = Some("ns".into());
-        p
+        .unwrap()
     }
 
     fn switch(name: &str) -> Switch {
