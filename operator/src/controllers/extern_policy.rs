@@ -15,22 +15,17 @@ use p4fleet_crds::{
     SwitchTarget, VirtualSwitch,
 };
 
-use super::{Error, namespace, referrers, scoped_api, update_status, watcher_config};
+use super::{Error, namespace, primary, scoped_api, update_status, watch_related};
 use crate::context::Context;
 use crate::reads::Reads;
 use crate::status::ready_from;
 
 /// Watches policies and the VirtualSwitches they name.
 pub fn controller(ctx: &Context) -> Controller<AsyncExternPolicy> {
-    let c = Controller::new(scoped_api::<AsyncExternPolicy>(ctx), watcher_config());
-    let store = c.store();
-    c.watches(
-        scoped_api::<VirtualSwitch>(ctx),
-        watcher_config(),
-        referrers(store, |p: &AsyncExternPolicy, vs: &VirtualSwitch| {
-            p.namespace() == vs.namespace() && p.spec.virtual_switch_ref == vs.name_any()
-        }),
-    )
+    let names = |p: &AsyncExternPolicy, vs: &VirtualSwitch| {
+        p.namespace() == vs.namespace() && p.spec.virtual_switch_ref == vs.name_any()
+    };
+    watch_related(primary(ctx), scoped_api(ctx), names)
 }
 
 /// What the policy's references resolved to.

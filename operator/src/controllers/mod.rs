@@ -128,7 +128,7 @@ where
 
 /// A watch mapper: when a related object changes, requeue the cached
 /// objects that `refers(obj, related)` says depend on it.
-pub fn referrers<K, R>(
+fn referrers<K, R>(
     store: kube::runtime::reflector::Store<K>,
     refers: impl Fn(&K, &R) -> bool + Send + Sync + 'static,
 ) -> impl Fn(R) -> Vec<kube::runtime::reflector::ObjectRef<K>> + Send + Sync + 'static
@@ -143,6 +143,35 @@ where
             .map(|obj| kube::runtime::reflector::ObjectRef::from_obj(obj.as_ref()))
             .collect()
     }
+}
+
+/// A controller of the namespaced kind `K` in the watched namespaces.
+pub fn primary<K>(ctx: &Context) -> Controller<K>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    Controller::new(scoped_api::<K>(ctx), watcher_config())
+}
+
+/// Adds a watch of `api` to `c`: when an `R` changes, the cached objects
+/// that `refers(obj, related)` says depend on it are reconciled.
+pub fn watch_related<K, R>(
+    c: Controller<K>,
+    api: Api<R>,
+    refers: impl Fn(&K, &R) -> bool + Send + Sync + 'static,
+) -> Controller<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    R: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let store = c.store();
+    c.watches(api, watcher_config(), referrers(store, refers))
 }
 
 /// Default watcher configuration for primary resources.
@@ -219,37 +248,23 @@ pub async fn drive<K, F, Fut>(
 
 /// Starts every controller and returns when all have shut down.
 pub async fn run_controllers(ctx: Arc<Context>, shutdown: Shutdown) {
+    // One `drive` per kind module (its `controller` and `reconcile`).
+    macro_rules! drive {
+        ($kind:ident) => {
+            drive(
+                $kind::controller(&ctx),
+                $kind::reconcile,
+                ctx.clone(),
+                shutdown.clone(),
+            )
+        };
+    }
     tokio::join!(
-        drive(
-            switch::controller(&ctx),
-            switch::reconcile,
-            ctx.clone(),
-            shutdown.clone()
-        ),
-        drive(
-            program::controller(&ctx),
-            program::reconcile,
-            ctx.clone(),
-            shutdown.clone()
-        ),
-        drive(
-            virtual_switch::controller(&ctx),
-            virtual_switch::reconcile,
-            ctx.clone(),
-            shutdown.clone()
-        ),
-        drive(
-            entry_set::controller(&ctx),
-            entry_set::reconcile,
-            ctx.clone(),
-            shutdown.clone()
-        ),
-        drive(
-            extern_policy::controller(&ctx),
-            extern_policy::reconcile,
-            ctx.clone(),
-            shutdown.clone()
-        ),
+        drive!(switch),
+        drive!(program),
+        drive!(virtual_switch),
+        drive!(entry_set),
+        drive!(extern_policy),
     );
 }
 

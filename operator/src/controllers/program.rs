@@ -14,23 +14,18 @@ use p4fleet_crds::condition_types::{RESOLVED_REFS, VALID};
 use p4fleet_crds::{Condition, P4Program, P4ProgramSpec, P4ProgramStatus, TableInfo};
 use p4fleet_model::p4info as model_p4info;
 
-use super::{Error, namespace, referrers, scoped_api, update_status, watcher_config};
+use super::{Error, namespace, primary, scoped_api, update_status, watch_related};
 use crate::artifacts::{self, P4InfoError, Resolved};
 use crate::context::Context;
 use crate::status::{EventNote, ready_from};
 
 /// Watches P4Programs and the ConfigMaps they reference.
 pub fn controller(ctx: &Context) -> Controller<P4Program> {
-    let c = Controller::new(scoped_api::<P4Program>(ctx), watcher_config());
-    let store = c.store();
-    c.watches(
-        scoped_api::<ConfigMap>(ctx),
-        watcher_config(),
-        referrers(store, |p: &P4Program, cm: &ConfigMap| {
-            p.namespace() == cm.namespace()
-                && artifacts::referenced_config_maps(&p.spec).contains(&cm.name_any())
-        }),
-    )
+    let uses = |p: &P4Program, cm: &ConfigMap| {
+        p.namespace() == cm.namespace()
+            && artifacts::referenced_config_maps(&p.spec).contains(&cm.name_any())
+    };
+    watch_related(primary(ctx), scoped_api(ctx), uses)
 }
 
 /// A table of the model's P4Info summary as status lists it.

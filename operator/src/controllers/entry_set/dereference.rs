@@ -144,159 +144,156 @@ pub async fn dereference(
     ns: &str,
     set: &TableEntrySet,
 ) -> Result<Dereferenced, kube::Error> {
-    let mut problems = Vec::new();
-    let targets = targets(reads, ns, set, &mut problems).await?;
-    let sources = sources(reads, ns, set, &mut problems).await?;
+    let mut lookup = Lookup {
+        reads,
+        ns,
+        set,
+        problems: Vec::new(),
+    };
+    let targets = lookup.targets().await?;
+    let sources = lookup.sources().await?;
     Ok(Dereferenced {
         targets,
-        problems,
+        problems: lookup.problems,
         sources,
     })
 }
 
-async fn virtual_switches(
-    reads: &impl Reads,
-    ns: &str,
-    set: &TableEntrySet,
-    problems: &mut Vec<Problem>,
-) -> Result<Vec<VirtualSwitch>, kube::Error> {
-    if let Some(name) = &set.spec.virtual_switch_ref {
-        let found = reads.virtual_switch(ns, name).await?;
-        if found.is_none() {
-            problems.push(Problem::VirtualSwitchNotFound(name.clone()));
-        }
-        return Ok(found.into_iter().collect());
-    }
-    let Some(selector) = &set.spec.virtual_switch_selector else {
-        return Ok(Vec::new());
-    };
-    let vss: Vec<VirtualSwitch> = reads
-        .virtual_switches(Some(ns))
-        .await?
-        .into_iter()
-        .filter(|v| selector.matches(v.labels()))
-        .collect();
-    if vss.is_empty() {
-        problems.push(Problem::NoVirtualSwitch);
-    }
-    Ok(vss)
+/// One dereference: where it reads, and what it found unresolved so far.
+struct Lookup<'a, R> {
+    reads: &'a R,
+    ns: &'a str,
+    set: &'a TableEntrySet,
+    problems: Vec<Problem>,
 }
 
-async fn targets(
-    reads: &impl Reads,
-    ns: &str,
-    set: &TableEntrySet,
-    problems: &mut Vec<Problem>,
-) -> Result<Vec<Target>, kube::Error> {
-    let table = &set.spec.table;
-    // VirtualSwitches running the same program share one read of it.
-    let mut schemas: HashMap<String, Result<TableSchema, ProgramError>> = HashMap::new();
-    let mut targets = Vec::new();
-    for vs in virtual_switches(reads, ns, set, problems).await? {
-        let vs_name = vs.name_any();
-        let st = vs.status.clone().unwrap_or_default();
-        let loaded = find_condition(&st.conditions, PIPELINE_LOADED).is_some_and(|c| c.is_true());
-        let (Some(sw_name), Some(slot), true) = (st.switch, st.slot, loaded) else {
-            problems.push(Problem::VirtualSwitchNotReady(vs_name));
-            continue;
-        };
-        let Some(switch) = reads.switch(&sw_name).await? else {
-            problems.push(Problem::SwitchNotFound {
-                virtual_switch: vs_name,
-                switch: sw_name,
-            });
-            continue;
-        };
-        let program = vs.spec.program_ref.clone();
-        if !schemas.contains_key(&program) {
-            let schema = schema(reads, ns, &program, table).await?;
-            schemas.insert(program.clone(), schema);
+impl<R: Reads> Lookup<'_, R> {
+    async fn virtual_switches(&mut self) -> Result<Vec<VirtualSwitch>, kube::Error> {
+        let spec = &self.set.spec;
+        if let Some(name) = &spec.virtual_switch_ref {
+            let found = self.reads.virtual_switch(self.ns, name).await?;
+            if found.is_none() {
+                self.problems
+                    .push(Problem::VirtualSwitchNotFound(name.clone()));
+            }
+            return Ok(found.into_iter().collect());
         }
-        match &schemas[&program] {
-            Ok(schema) => targets.push(Target {
-                virtual_switch: vs_name,
-                switch,
-                slot,
-                schema: schema.clone(),
-            }),
-            Err(
-                error @ ProgramError::Table {
-                    error: EntryError::UnknownTable(_),
-                    ..
-                },
-            ) => problems.push(Problem::UnknownTable {
-                table: table.clone(),
-                virtual_switch: vs_name,
-                error: error.clone(),
-            }),
-            Err(error) => problems.push(Problem::ProgramNotUsable(error.clone())),
+        let Some(selector) = &spec.virtual_switch_selector else {
+            return Ok(Vec::new());
+        };
+        let mut vss = self.reads.virtual_switches(Some(self.ns)).await?;
+        vss.retain(|v| selector.matches(v.labels()));
+        if vss.is_empty() {
+            self.problems.push(Problem::NoVirtualSwitch);
         }
+        Ok(vss)
     }
-    Ok(targets)
-}
 
-/// The schema of `table` in program `ns/program`.
-async fn schema(
-    reads: &impl Reads,
-    ns: &str,
-    program: &str,
-    table: &str,
-) -> Result<Result<TableSchema, ProgramError>, kube::Error> {
-    let Some(p) = reads.program(ns, program).await? else {
-        return Ok(Err(ProgramError::NotFound(program.to_string())));
-    };
-    let info = match artifacts::p4info(reads, ns, &p.spec).await? {
-        Ok(info) => info,
-        Err(error) => {
-            return Ok(Err(ProgramError::P4Info {
+    async fn targets(&mut self) -> Result<Vec<Target>, kube::Error> {
+        let table = &self.set.spec.table;
+        // VirtualSwitches running the same program share one read of it.
+        let mut schemas: HashMap<String, Result<TableSchema, ProgramError>> = HashMap::new();
+        let mut targets = Vec::new();
+        for vs in self.virtual_switches().await? {
+            let vs_name = vs.name_any();
+            let st = vs.status.clone().unwrap_or_default();
+            let loaded =
+                find_condition(&st.conditions, PIPELINE_LOADED).is_some_and(|c| c.is_true());
+            let (Some(sw_name), Some(slot), true) = (st.switch, st.slot, loaded) else {
+                self.problems.push(Problem::VirtualSwitchNotReady(vs_name));
+                continue;
+            };
+            let Some(switch) = self.reads.switch(&sw_name).await? else {
+                self.problems.push(Problem::SwitchNotFound {
+                    virtual_switch: vs_name,
+                    switch: sw_name,
+                });
+                continue;
+            };
+            let program = vs.spec.program_ref.clone();
+            if !schemas.contains_key(&program) {
+                let schema = self.schema(&program, table).await?;
+                schemas.insert(program.clone(), schema);
+            }
+            match &schemas[&program] {
+                Ok(schema) => targets.push(Target {
+                    virtual_switch: vs_name,
+                    switch,
+                    slot,
+                    schema: schema.clone(),
+                }),
+                Err(
+                    error @ ProgramError::Table {
+                        error: EntryError::UnknownTable(_),
+                        ..
+                    },
+                ) => self.problems.push(Problem::UnknownTable {
+                    table: table.clone(),
+                    virtual_switch: vs_name,
+                    error: error.clone(),
+                }),
+                Err(error) => self.problems.push(Problem::ProgramNotUsable(error.clone())),
+            }
+        }
+        Ok(targets)
+    }
+
+    /// The schema of `table` in program `program`.
+    async fn schema(
+        &self,
+        program: &str,
+        table: &str,
+    ) -> Result<Result<TableSchema, ProgramError>, kube::Error> {
+        let Some(p) = self.reads.program(self.ns, program).await? else {
+            return Ok(Err(ProgramError::NotFound(program.to_string())));
+        };
+        let info = match artifacts::p4info(self.reads, self.ns, &p.spec).await? {
+            Ok(info) => info,
+            Err(error) => {
+                let program = program.to_string();
+                return Ok(Err(ProgramError::P4Info { program, error }));
+            }
+        };
+        Ok(
+            TableSchema::from_p4info(&info, table).map_err(|error| ProgramError::Table {
                 program: program.to_string(),
                 error,
-            }));
-        }
-    };
-    Ok(
-        TableSchema::from_p4info(&info, table).map_err(|error| ProgramError::Table {
-            program: program.to_string(),
-            error,
-        }),
-    )
-}
-
-async fn sources(
-    reads: &impl Reads,
-    ns: &str,
-    set: &TableEntrySet,
-    problems: &mut Vec<Problem>,
-) -> Result<Sources, kube::Error> {
-    let mut out = Sources::default();
-    for src in &set.spec.entries_from {
-        let required = !src.optional.unwrap_or(false);
-        let Some(cm) = reads.config_map(ns, &src.config_map).await? else {
-            if required {
-                problems.push(Problem::ConfigMapNotFound(src.config_map.clone()));
-            }
-            continue;
-        };
-        let mut data = cm.data.unwrap_or_default();
-        let texts: Vec<(String, String)> = match &src.key {
-            Some(k) => match data.remove(k) {
-                Some(t) => vec![(k.clone(), t)],
-                None => {
-                    if required {
-                        problems.push(Problem::ConfigMapKeyNotFound {
-                            config_map: src.config_map.clone(),
-                            key: k.clone(),
-                        });
-                    }
-                    continue;
-                }
-            },
-            // A BTreeMap: keys in sorted order.
-            None => data.into_iter().collect(),
-        };
-        out.config_maps.push((src.config_map.clone(), texts));
+            }),
+        )
     }
-    Ok(out)
+
+    async fn sources(&mut self) -> Result<Sources, kube::Error> {
+        let mut out = Sources::default();
+        for src in &self.set.spec.entries_from {
+            let required = !src.optional.unwrap_or(false);
+            let Some(cm) = self.reads.config_map(self.ns, &src.config_map).await? else {
+                if required {
+                    self.problems
+                        .push(Problem::ConfigMapNotFound(src.config_map.clone()));
+                }
+                continue;
+            };
+            let mut data = cm.data.unwrap_or_default();
+            let texts: Vec<(String, String)> = match &src.key {
+                Some(k) => match data.remove(k) {
+                    Some(t) => vec![(k.clone(), t)],
+                    None => {
+                        if required {
+                            self.problems.push(Problem::ConfigMapKeyNotFound {
+                                config_map: src.config_map.clone(),
+                                key: k.clone(),
+                            });
+                        }
+                        continue;
+                    }
+                },
+                // A BTreeMap: keys in sorted order.
+                None => data.into_iter().collect(),
+            };
+            out.config_maps.push((src.config_map.clone(), texts));
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]
@@ -411,6 +408,15 @@ pub(crate) mod tests {
         dereference(&cluster(), "ns", &set(spec)).await.unwrap()
     }
 
+    /// A set for the VirtualSwitches labelled `pool`.
+    async fn select(pool: &str, table: &str) -> Dereferenced {
+        run(
+            serde_json::json!({"virtualSwitchSelector": {"matchLabels": {"pool": pool}},
+            "table": table}),
+        )
+        .await
+    }
+
     fn reasons(d: &Dereferenced) -> Vec<&'static str> {
         d.problems.iter().map(Problem::reason).collect()
     }
@@ -440,11 +446,7 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn every_unresolved_virtual_switch_is_a_problem_with_its_reason() {
-        let d = run(
-            serde_json::json!({"virtualSwitchSelector": {"matchLabels": {"pool": "y"}},
-            "table": "firewall"}),
-        )
-        .await;
+        let d = select("y", "firewall").await;
         assert!(d.targets.is_empty());
         assert_eq!(
             reasons(&d),
@@ -475,21 +477,13 @@ pub(crate) mod tests {
             d.problems[0].to_string(),
             "spec.virtualSwitchRef: VirtualSwitch nope not found"
         );
-        let d = run(
-            serde_json::json!({"virtualSwitchSelector": {"matchLabels": {"pool": "z"}},
-            "table": "firewall"}),
-        )
-        .await;
+        let d = select("z", "firewall").await;
         assert_eq!(d.problems, [Problem::NoVirtualSwitch]);
     }
 
     #[tokio::test]
     async fn an_unknown_table_invalidates_the_spec_by_its_variant() {
-        let d = run(
-            serde_json::json!({"virtualSwitchSelector": {"matchLabels": {"pool": "x"}},
-            "table": "MyIngress.dmac"}),
-        )
-        .await;
+        let d = select("x", "MyIngress.dmac").await;
         assert!(d.targets.is_empty());
         assert_eq!(reasons(&d), ["UnknownTable", "UnknownTable"]);
         assert!(d.problems[0].invalidates_spec() && !d.problems[0].polls());

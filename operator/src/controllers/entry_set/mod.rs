@@ -38,7 +38,7 @@ use kube::{Api, ResourceExt};
 use p4fleet_crds::{TableEntrySet, VirtualSwitch};
 
 use super::{
-    Error, finalized, namespace, object_key, referrers, scoped_api, update_status, watcher_config,
+    Error, finalized, namespace, object_key, primary, scoped_api, update_status, watch_related,
 };
 use crate::context::Context;
 use crate::status::now_rfc3339;
@@ -52,32 +52,23 @@ pub const MAX_ERRORS: usize = 10;
 
 /// Watches TableEntrySets, the ConfigMaps and VirtualSwitches they use.
 pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
-    let c = Controller::new(scoped_api::<TableEntrySet>(ctx), watcher_config());
-    let by_cm = c.store();
-    let by_vs = c.store();
-    c.watches(
-        scoped_api::<ConfigMap>(ctx),
-        watcher_config(),
-        referrers(by_cm, |s: &TableEntrySet, cm: &ConfigMap| {
-            s.namespace() == cm.namespace()
-                && s.spec
-                    .entries_from
-                    .iter()
-                    .any(|f| f.config_map == cm.name_any())
-        }),
-    )
-    .watches(
-        scoped_api::<VirtualSwitch>(ctx),
-        watcher_config(),
-        referrers(by_vs, |s: &TableEntrySet, vs: &VirtualSwitch| {
-            s.namespace() == vs.namespace()
-                && (s.spec.virtual_switch_ref.as_deref() == Some(vs.name_any().as_str())
-                    || s.spec
-                        .virtual_switch_selector
-                        .as_ref()
-                        .is_some_and(|sel| sel.matches(vs.labels())))
-        }),
-    )
+    let reads = |s: &TableEntrySet, cm: &ConfigMap| {
+        s.namespace() == cm.namespace()
+            && s.spec
+                .entries_from
+                .iter()
+                .any(|f| f.config_map == cm.name_any())
+    };
+    let fills = |s: &TableEntrySet, vs: &VirtualSwitch| {
+        s.namespace() == vs.namespace()
+            && (s.spec.virtual_switch_ref.as_deref() == Some(vs.name_any().as_str())
+                || s.spec
+                    .virtual_switch_selector
+                    .as_ref()
+                    .is_some_and(|sel| sel.matches(vs.labels())))
+    };
+    let c = watch_related(primary(ctx), scoped_api(ctx), reads);
+    watch_related(c, scoped_api(ctx), fills)
 }
 
 /// Reconciles one TableEntrySet: sync it, or clean up after it.

@@ -441,6 +441,11 @@ mod tests {
         (c.status, c.reason.clone())
     }
 
+    fn assert_message_starts(r: &Report, t: &str, prefix: &str) {
+        let message = &cond(r, t).message;
+        assert!(message.starts_with(prefix), "{t}: {message}");
+    }
+
     fn is(status: ConditionStatus, reason: &str) -> (ConditionStatus, String) {
         (status, reason.to_string())
     }
@@ -539,13 +544,8 @@ mod tests {
             &[outcome("a", tally(3, 3, 0)), outcome("b", tally(3, 3, 0))],
         );
         assert_eq!(state(&r, VALID), is(False, "InvalidEntries"));
-        assert!(
-            cond(&r, VALID)
-                .message
-                .starts_with("TableEntrySet ns/s: 2 invalid entries skipped: entries[3]: "),
-            "{}",
-            cond(&r, VALID).message
-        );
+        let skipped = "TableEntrySet ns/s: 2 invalid entries skipped: entries[3]: ";
+        assert_message_starts(&r, VALID, skipped);
         // The devices took every valid entry: Synced stays True.
         assert_eq!(state(&r, SYNCED), is(True, "Synced"));
         assert_eq!(state(&r, READY), is(False, "InvalidEntries"));
@@ -588,13 +588,7 @@ mod tests {
         let (s, d) = with_entries(false);
         let r = run(&s, &[], Some(&d), &[unreachable("vs")]);
         assert_eq!(state(&r, SYNCED), is(False, "DeviceUnavailable"));
-        assert!(
-            cond(&r, SYNCED)
-                .message
-                .starts_with("Switch sw: device 1 at h:1 is unreachable"),
-            "{}",
-            cond(&r, SYNCED).message
-        );
+        assert_message_starts(&r, SYNCED, "Switch sw: device 1 at h:1 is unreachable");
         assert_eq!(state(&r, VALID), is(True, "Valid"));
         assert_eq!(state(&r, READY), is(False, "DeviceUnavailable"));
         assert_eq!((r.status.desired, r.status.applied), (3, 0));

@@ -18,7 +18,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::{Api, ResourceExt};
 use p4fleet_crds::{P4Program, Switch, VirtualSwitch};
 
-use super::{Error, namespace, object_key, referrers, scoped_api, update_status, watcher_config};
+use super::{Error, namespace, object_key, primary, scoped_api, update_status, watch_related};
 use crate::context::Context;
 use crate::reads::Reads;
 use placement::{PlacementError, occupied, place};
@@ -26,29 +26,20 @@ use status::{Outcome, Pipeline};
 
 /// Watches VirtualSwitches, the P4Programs they run and the Switches they run on.
 pub fn controller(ctx: &Context) -> Controller<VirtualSwitch> {
-    let c = Controller::new(scoped_api::<VirtualSwitch>(ctx), watcher_config());
-    let by_program = c.store();
-    let by_switch = c.store();
-    c.watches(
-        scoped_api::<P4Program>(ctx),
-        watcher_config(),
-        referrers(by_program, |v: &VirtualSwitch, p: &P4Program| {
-            v.namespace() == p.namespace() && v.spec.program_ref == p.name_any()
-        }),
-    )
-    .watches(
-        ctx.all::<Switch>(),
-        watcher_config(),
-        referrers(by_switch, |v: &VirtualSwitch, sw: &Switch| {
-            let name = sw.name_any();
-            v.spec.switch_ref.as_deref() == Some(name.as_str())
-                || v.status.as_ref().and_then(|s| s.switch.as_deref()) == Some(name.as_str())
-                || v.spec
-                    .switch_selector
-                    .as_ref()
-                    .is_some_and(|s| s.matches(sw.labels()))
-        }),
-    )
+    let runs = |v: &VirtualSwitch, p: &P4Program| {
+        v.namespace() == p.namespace() && v.spec.program_ref == p.name_any()
+    };
+    let runs_on = |v: &VirtualSwitch, sw: &Switch| {
+        let name = sw.name_any();
+        v.spec.switch_ref.as_deref() == Some(name.as_str())
+            || v.status.as_ref().and_then(|s| s.switch.as_deref()) == Some(name.as_str())
+            || v.spec
+                .switch_selector
+                .as_ref()
+                .is_some_and(|s| s.matches(sw.labels()))
+    };
+    let c = watch_related(primary(ctx), scoped_api(ctx), runs);
+    watch_related(c, ctx.all(), runs_on)
 }
 
 /// Reconciles one VirtualSwitch: place it, load its program, report.

@@ -122,7 +122,8 @@ pub fn report(vs: &VirtualSwitch, outcome: &Outcome, resync: Duration) -> Report
 #[cfg(test)]
 mod tests {
     use super::*;
-    use p4fleet_crds::{ConditionStatus, VirtualSwitchSpec, find_condition};
+    use p4fleet_crds::ConditionStatus::{self, False, True, Unknown};
+    use p4fleet_crds::{VirtualSwitchSpec, find_condition};
 
     const RESYNC: Duration = Duration::from_secs(60);
     const DIGEST: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -145,9 +146,14 @@ mod tests {
         }
     }
 
-    fn state(r: &Report, t: &str) -> (ConditionStatus, String) {
+    fn state<'a>(r: &'a Report, t: &str) -> (ConditionStatus, &'a str) {
         let c = find_condition(&r.status.conditions, t).unwrap();
-        (c.status, c.reason.clone())
+        (c.status, c.reason.as_str())
+    }
+
+    /// The report for a VirtualSwitch without status placed on sw slot 1.
+    fn fresh(pipeline: Pipeline) -> Report {
+        report(&vs(None), &placed(pipeline), RESYNC)
     }
 
     fn loaded_before() -> VirtualSwitchStatus {
@@ -203,18 +209,9 @@ mod tests {
     fn unplaced_clears_what_was_loaded_and_retries() {
         let e = PlacementError::NoFreeSlot("sw".into());
         let r = report(&vs(Some(loaded_before())), &Outcome::Unplaced(e), RESYNC);
-        assert_eq!(
-            state(&r, SCHEDULED),
-            (ConditionStatus::False, "NoFreeSlot".into())
-        );
-        assert_eq!(
-            state(&r, PIPELINE_LOADED),
-            (ConditionStatus::Unknown, "NotScheduled".into())
-        );
-        assert_eq!(
-            state(&r, READY),
-            (ConditionStatus::False, "NoFreeSlot".into())
-        );
+        assert_eq!(state(&r, SCHEDULED), (False, "NoFreeSlot"));
+        assert_eq!(state(&r, PIPELINE_LOADED), (Unknown, "NotScheduled"));
+        assert_eq!(state(&r, READY), (False, "NoFreeSlot"));
         assert_eq!(r.status.loaded_digest, None);
         assert_eq!(r.status.switch, None);
         assert_eq!(r.requeue, RETRY);
@@ -222,44 +219,20 @@ mod tests {
 
     #[test]
     fn a_program_not_ready_or_a_failed_load_is_retried() {
-        let r = report(
-            &vs(None),
-            &placed(Pipeline::NotReady(NotReady::NotReady("fw".into()))),
-            RESYNC,
-        );
-        assert_eq!(
-            state(&r, PIPELINE_LOADED),
-            (ConditionStatus::False, "ProgramNotReady".into())
-        );
-        assert_eq!(
-            state(&r, SCHEDULED),
-            (ConditionStatus::True, "Scheduled".into())
-        );
+        let r = fresh(Pipeline::NotReady(NotReady::NotReady("fw".into())));
+        assert_eq!(state(&r, PIPELINE_LOADED), (False, "ProgramNotReady"));
+        assert_eq!(state(&r, SCHEDULED), (True, "Scheduled"));
         assert_eq!(r.requeue, RETRY);
 
         let missing = super::super::pipeline::TofinoArtifactError::Missing {
             program: "fw".into(),
             switch: "sw".into(),
         };
-        let r = report(
-            &vs(None),
-            &placed(Pipeline::Failed(LoadError::MissingTofinoArtifacts(missing))),
-            RESYNC,
-        );
-        assert_eq!(
-            state(&r, READY),
-            (ConditionStatus::False, "MissingTofinoArtifacts".into())
-        );
+        let r = fresh(Pipeline::Failed(LoadError::MissingTofinoArtifacts(missing)));
+        assert_eq!(state(&r, READY), (False, "MissingTofinoArtifacts"));
         let unreachable = p4fleet_client::Error::TlsUnsupported;
-        let r = report(
-            &vs(None),
-            &placed(Pipeline::Failed(LoadError::Device(unreachable))),
-            RESYNC,
-        );
-        assert_eq!(
-            state(&r, PIPELINE_LOADED),
-            (ConditionStatus::False, "LoadFailed".into())
-        );
+        let r = fresh(Pipeline::Failed(LoadError::Device(unreachable)));
+        assert_eq!(state(&r, PIPELINE_LOADED), (False, "LoadFailed"));
         assert_eq!(r.requeue, RETRY);
     }
 }
