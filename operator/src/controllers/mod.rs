@@ -54,6 +54,10 @@ pub enum Error {
     /// Adding or removing a finalizer failed (e.g. a concurrent change).
     #[error("finalizer: {0}")]
     Finalizer(#[source] kube::Error),
+    /// kube's finalizer helper could not use the name as a JSON pointer
+    /// (the names are constants, so this is a bug).
+    #[error("finalizer name is not a valid JSON pointer")]
+    InvalidFinalizer,
     /// A deleted TableEntrySet's entries are still on a device.
     #[error("removing entries: {0}")]
     EntriesNotRemoved(entry_set::cleanup::RemovalFailures),
@@ -65,7 +69,7 @@ impl Error {
         match self {
             Error::Kube(_) => "kube",
             Error::MissingObjectKey(_) => "invalid_object",
-            Error::Finalizer(_) => "finalizer",
+            Error::Finalizer(_) | Error::InvalidFinalizer => "finalizer",
             Error::EntriesNotRemoved(_) => "device",
         }
     }
@@ -84,8 +88,7 @@ pub fn finalized(res: Result<Action, finalizer::Error<Error>>) -> Result<Action,
         }
         Err(F::AddFinalizer(e) | F::RemoveFinalizer(e)) => Err(Error::Finalizer(e)),
         Err(F::UnnamedObject) => Err(Error::MissingObjectKey("name")),
-        // The finalizer names are constants that are valid JSON pointers.
-        Err(F::InvalidFinalizer) => Err(Error::MissingObjectKey("valid finalizer name")),
+        Err(F::InvalidFinalizer) => Err(Error::InvalidFinalizer),
     }
 }
 
@@ -294,4 +297,32 @@ where
         .condition_changes(obj, old_conditions, new.conditions())
         .await;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    fn api(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(Status::failure("x", reason).with_code(code).boxed())
+    }
+
+    #[test]
+    fn finalizer_outcomes_map_onto_the_reconcile_error() {
+        use finalizer::Error as F;
+        let done = Action::await_change();
+        assert_eq!(finalized(Ok(done.clone())).unwrap(), done);
+        // The object is gone: nothing left to do.
+        let gone = finalized(Err(F::RemoveFinalizer(api(404, "NotFound"))));
+        assert_eq!(gone.unwrap(), done);
+        let conflict = finalized(Err(F::AddFinalizer(api(422, "Invalid")))).unwrap_err();
+        assert_eq!(conflict.metric_label(), "finalizer");
+        let stage = finalized(Err(F::CleanupFailed(Error::MissingObjectKey("namespace"))));
+        assert!(matches!(stage, Err(Error::MissingObjectKey("namespace"))));
+        assert!(matches!(
+            finalized(Err(F::UnnamedObject)),
+            Err(Error::MissingObjectKey("name"))
+        ));
+    }
 }

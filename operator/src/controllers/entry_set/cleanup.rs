@@ -133,3 +133,51 @@ fn since_deletion(set: &TableEntrySet) -> Duration {
     let secs = chrono::Utc::now().timestamp() - t.0.as_second();
     Duration::from_secs(secs.max(0) as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::entry_set::desired::tests::set;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+    #[test]
+    fn the_grace_counts_from_the_deletion_request() {
+        let mut s = set(vec![]);
+        assert_eq!(since_deletion(&s), Duration::ZERO);
+        let requested = Timestamp::now() - SignedDuration::from_secs(200);
+        s.metadata.deletion_timestamp = Some(Time(requested));
+        let since = since_deletion(&s);
+        assert!(
+            since > DELETE_GRACE && since < Duration::from_secs(300),
+            "{since:?}"
+        );
+        // A clock behind the API server's is no negative time.
+        s.metadata.deletion_timestamp =
+            Some(Time(Timestamp::now() + SignedDuration::from_secs(60)));
+        assert_eq!(since_deletion(&s), Duration::ZERO);
+    }
+
+    #[test]
+    fn removal_failures_name_each_target() {
+        let f = RemovalFailures(vec![
+            RemovalFailure {
+                virtual_switch: "a".into(),
+                switch: "sw1".into(),
+                error: RemovalError::Refused {
+                    count: 2,
+                    first: "busy".into(),
+                },
+            },
+            RemovalFailure {
+                virtual_switch: "b".into(),
+                switch: "sw2".into(),
+                error: p4fleet_client::Error::TlsUnsupported.into(),
+            },
+        ]);
+        assert_eq!(
+            Error::EntriesNotRemoved(f).to_string(),
+            "removing entries: a (sw1): 2 deletes failed: busy; b (sw2): TLS to devices is not supported yet"
+        );
+    }
+}
