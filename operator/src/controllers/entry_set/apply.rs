@@ -9,11 +9,11 @@
 use std::collections::{HashMap, HashSet};
 
 use kube::ResourceExt;
-use p4fleet_client::Device;
+use p4fleet_client::{Device, WriteOptions};
 use p4fleet_crds::TableEntrySet;
 use p4fleet_crds::entry_set::EntryError as StatusEntryError;
 use p4fleet_model::entries::{Entry, EntryKey, format_key};
-use p4fleet_model::sync::{self, DeviceEntry, Origin, SyncTally, WriteStats};
+use p4fleet_model::sync::{self, DeviceEntry, Origin, Phase, SyncTally, WriteStats};
 
 use super::MAX_ERRORS;
 use super::dereference::Target;
@@ -66,25 +66,22 @@ pub async fn sync_target(ctx: &Context, job: Job<'_>) -> Outcome {
         desired: d,
         deletes,
     } = job;
-    let switch = t.switch.name_any();
     let mut out = Outcome {
         virtual_switch: t.virtual_switch.clone(),
-        switch: switch.clone(),
+        switch: t.switch.name_any(),
         tally: SyncTally::unsynced(d.entries.len()),
         errors: Vec::new(),
         device_error: None,
         drift: 0,
     };
-    let device_error = |error| DeviceError {
-        switch: switch.clone(),
-        error,
-    };
-    let tag = tag(set);
-    let key = t.key(set_key);
+    let (tag, key) = (tag(set), t.key(set_key));
     let (dev, mut on_device) = match connect_and_read(ctx, t).await {
         Ok(r) => r,
-        Err(e) => {
-            out.device_error = Some(device_error(e));
+        Err(error) => {
+            out.device_error = Some(DeviceError {
+                switch: out.switch.clone(),
+                error,
+            });
             return out;
         }
     };
@@ -100,77 +97,94 @@ pub async fn sync_target(ctx: &Context, job: Job<'_>) -> Outcome {
         plan.deletes.clear();
     }
     for &(i, _) in &plan.conflicts {
-        push_capped(
-            &mut out.errors,
-            StatusEntryError {
-                source: d.label(i),
-                key: Some(d.key(i)),
-                reason: "owned by another TableEntrySet with a different action".into(),
-            },
-        );
+        let reason = "owned by another TableEntrySet with a different action";
+        push_capped(&mut out.errors, d.error(i, reason.into()));
     }
     // The ops borrow the desired and read-back entries: nothing per entry
     // is cloned or built before the client encodes the requests.
     let metadata = sync::tag_metadata(tag);
-    let (delete_phase, write_phase) = sync::write_ops(&plan, &d.entries, &on_device, &metadata);
+    let phases = sync::write_ops(&plan, &d.entries, &on_device, &metadata);
     let opts = convert::write_options(&set.spec.write);
-    let mut stats = WriteStats::default();
-    let mut failed: Vec<(Origin, i32, String)> = Vec::new();
-    for (op, phase) in [("delete", delete_phase), ("write", write_phase)] {
-        if phase.ops.is_empty() {
-            continue;
-        }
-        match dev.write_ops(t.slot, &phase.ops, opts).await {
-            Ok(rep) => {
-                let refused = rep.failures.len();
-                let accepted = (phase.ops.len() - refused) as u64;
-                ctx.metrics
-                    .write_request(&switch, op, accepted, refused as u64, rep.elapsed);
-                for f in &rep.failures {
-                    failed.push((phase.origins[f.index], f.code, f.message.clone()));
-                }
-                stats.add(WriteStats {
-                    requests: rep.requests as u64,
-                    elapsed: rep.elapsed,
-                    request_latency: rep.total_request_latency,
-                });
-            }
-            Err(e) => {
-                let unavailable = tonic::Code::Unavailable as i32;
-                for &o in &phase.origins {
-                    failed.push((o, unavailable, e.to_string()));
-                }
-                out.device_error = Some(device_error(e));
-            }
-        }
-    }
-    if out.device_error.is_none() {
-        for (o, code, msg) in &failed {
-            let (source, key) = match *o {
-                Origin::Insert(i) | Origin::Modify(i) => (d.label(i), d.key(i)),
-                Origin::Delete(j) => (
-                    "device".to_string(),
-                    format_key(&t.schema, &on_device[j].entry.key),
-                ),
-            };
-            push_capped(
-                &mut out.errors,
-                StatusEntryError {
-                    source,
-                    key: Some(key),
-                    reason: format!("{:?}: {msg}", tonic::Code::from_i32(*code)),
+    let w = write(ctx, &dev, t.slot, &out.switch, phases, opts).await;
+    if w.device_error.is_none() {
+        for (o, code, msg) in &w.failed {
+            let reason = format!("{:?}: {msg}", tonic::Code::from_i32(*code));
+            let e = match *o {
+                Origin::Insert(i) | Origin::Modify(i) => d.error(i, reason),
+                Origin::Delete(j) => StatusEntryError {
+                    source: "device".into(),
+                    key: Some(format_key(&t.schema, &on_device[j].entry.key)),
+                    reason,
                 },
-            );
+            };
+            push_capped(&mut out.errors, e);
         }
     }
-    let failed: Vec<Origin> = failed.iter().map(|(o, _, _)| *o).collect();
-    out.tally = SyncTally::of(&plan, &failed, stats);
+    out.device_error = w.device_error;
+    let failed: Vec<Origin> = w.failed.iter().map(|(o, _, _)| *o).collect();
+    out.tally = SyncTally::of(&plan, &failed, w.stats);
     let complete = out.device_error.is_none() && out.tally.applied == out.tally.desired;
     let digest = sync::desired_digest(&d.entries);
     if ctx.sync_memory.record_sync(&key, digest, complete) {
         out.drift = out.tally.changes();
     }
     out
+}
+
+/// What writing the phases of a plan did.
+struct Written {
+    stats: WriteStats,
+    /// The updates refused or not sent: origin, gRPC code, message.
+    failed: Vec<(Origin, i32, String)>,
+    device_error: Option<DeviceError>,
+}
+
+/// Writes the delete phase, then the modify/insert phase (each whole even
+/// if the other failed), recording metrics per phase.
+async fn write(
+    ctx: &Context,
+    dev: &Device,
+    slot: u32,
+    switch: &str,
+    (deletes, rest): (Phase<'_>, Phase<'_>),
+    opts: WriteOptions,
+) -> Written {
+    let mut w = Written {
+        stats: WriteStats::default(),
+        failed: Vec::new(),
+        device_error: None,
+    };
+    for (op, phase) in [("delete", deletes), ("write", rest)] {
+        if phase.ops.is_empty() {
+            continue;
+        }
+        match dev.write_ops(slot, &phase.ops, opts).await {
+            Ok(rep) => {
+                let refused = rep.failures.len();
+                let accepted = (phase.ops.len() - refused) as u64;
+                ctx.metrics
+                    .write_request(switch, op, accepted, refused as u64, rep.elapsed);
+                for f in &rep.failures {
+                    w.failed
+                        .push((phase.origins[f.index], f.code, f.message.clone()));
+                }
+                w.stats.add(WriteStats {
+                    requests: rep.requests as u64,
+                    elapsed: rep.elapsed,
+                    request_latency: rep.total_request_latency,
+                });
+            }
+            Err(error) => {
+                let unavailable = tonic::Code::Unavailable as i32;
+                for &o in &phase.origins {
+                    w.failed.push((o, unavailable, error.to_string()));
+                }
+                let switch = switch.to_string();
+                w.device_error = Some(DeviceError { switch, error });
+            }
+        }
+    }
+    w
 }
 
 /// The set's ownership tag (see [`p4fleet_model::sync`]).

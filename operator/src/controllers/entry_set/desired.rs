@@ -46,6 +46,15 @@ impl Desired {
         format_key(&self.schema, &self.entries[i].key)
     }
 
+    /// A status error about entry `i`.
+    pub fn error(&self, i: usize, reason: String) -> StatusEntryError {
+        StatusEntryError {
+            source: self.label(i),
+            key: Some(self.key(i)),
+            reason,
+        }
+    }
+
     fn source_label(&self, s: Source) -> String {
         match s {
             Source::Inline(i) => format!("entries[{i}]"),
