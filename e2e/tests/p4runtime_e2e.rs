@@ -51,28 +51,9 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| repo_root().join("target"))
 }
 
-/// Builds the emulator and operator binaries (debug) once per test binary;
-/// `cargo test --workspace` has released the build lock by the time tests run.
+/// The emulator and operator binaries, built with the workspace.
 fn build_binaries() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let st = Command::new(cargo)
-        .current_dir(repo_root())
-        .args([
-            "build",
-            "-q",
-            "-p",
-            "p4fleet-emulator",
-            "-p",
-            "p4fleet",
-            "--bins",
-        ])
-        .status()
-        .expect("run cargo build");
-    assert!(
-        st.success(),
-        "cargo build of the emulator and operator failed"
-    );
-    target_dir().join("debug")
+    p4fleet_e2e::workspace_binaries().to_path_buf()
 }
 
 fn with_pdeathsig(cmd: &mut Command) {
