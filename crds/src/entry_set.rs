@@ -84,7 +84,7 @@ pub struct TableEntry {
     #[schemars(extend(
         "minProperties" = 1,
         "maxProperties" = 16,
-        "additionalProperties" = {"x-kubernetes-int-or-string": true, "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "minLength": 1, "maxLength": 128}]}
+        "additionalProperties" = {"x-kubernetes-int-or-string": true, "maxLength": 128, "anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]}
     ))]
     pub match_: BTreeMap<String, String>,
     /// Action name, e.g. `MyIngress.allow` or `allow`.
@@ -98,7 +98,7 @@ pub struct TableEntry {
     )]
     #[schemars(extend(
         "maxProperties" = 64,
-        "additionalProperties" = {"x-kubernetes-int-or-string": true, "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "minLength": 1, "maxLength": 256}]}
+        "additionalProperties" = {"x-kubernetes-int-or-string": true, "maxLength": 256, "anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]}
     ))]
     pub params: BTreeMap<String, String>,
     /// Priority, required for ternary, range and optional matches (higher wins).
@@ -125,7 +125,7 @@ mod int_or_string {
             impl Visitor<'_> for V {
                 type Value = Text;
                 fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                    f.write_str("a string or a non-negative integer")
+                    f.write_str("a string or a number")
                 }
                 fn visit_str<E: de::Error>(self, v: &str) -> Result<Text, E> {
                     Ok(Text(v.to_string()))
@@ -139,10 +139,14 @@ mod int_or_string {
                 fn visit_u128<E: de::Error>(self, v: u128) -> Result<Text, E> {
                     Ok(Text(v.to_string()))
                 }
+                // Kept as text so that the entry parser rejects it with an
+                // error naming the entry and field (a set that failed to
+                // deserialize would get no status at all).
                 fn visit_i64<E: de::Error>(self, v: i64) -> Result<Text, E> {
-                    u64::try_from(v)
-                        .map(|v| Text(v.to_string()))
-                        .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+                    Ok(Text(v.to_string()))
+                }
+                fn visit_f64<E: de::Error>(self, v: f64) -> Result<Text, E> {
+                    Ok(Text(v.to_string()))
                 }
             }
             d.deserialize_any(V)
@@ -348,16 +352,18 @@ mod tests {
             (e.match_["a"].as_str(), e.params["p"].as_str()),
             ("7", "0x10")
         );
-        for bad in [
-            serde_json::json!({"match": {"a": -1}, "action": "x"}),
-            serde_json::json!({"match": {"a": 1.5}, "action": "x"}),
-            serde_json::json!({"match": {"a": true}, "action": "x"}),
-        ] {
-            assert!(
-                serde_json::from_value::<TableEntry>(bad.clone()).is_err(),
-                "{bad}"
-            );
-        }
+        // Numbers that are no value stay text, for the entry parser to
+        // reject with the field's name; other types do not deserialize.
+        let e: TableEntry = serde_json::from_value(serde_json::json!({
+            "match": {"a": -1, "b": 1.5}, "action": "x"
+        }))
+        .unwrap();
+        assert_eq!(
+            (e.match_["a"].as_str(), e.match_["b"].as_str()),
+            ("-1", "1.5")
+        );
+        let bad = serde_json::json!({"match": {"a": true}, "action": "x"});
+        assert!(serde_json::from_value::<TableEntry>(bad).is_err());
     }
 
     #[test]
