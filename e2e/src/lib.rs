@@ -115,6 +115,26 @@ pub fn workspace_binaries() -> &'static Path {
         cmd.current_dir(repo_root())
             .args(["build", "--workspace", "--all-targets"])
             .env("CARGO_TARGET_DIR", target_dir);
+        // Cargo runs tests with their package's CARGO_MANIFEST_DIR, CARGO_PKG_*
+        // ...; passed on, they change build-script inputs (ring reruns on
+        // CARGO_MANIFEST_DIR) and rebuild ring, rustls and kube both here and
+        // in the next `cargo build` from a shell.
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy();
+            if [
+                "CARGO_MANIFEST_",
+                "CARGO_PKG_",
+                "CARGO_CRATE_",
+                "CARGO_BIN_",
+            ]
+            .iter()
+            .any(|p| k.starts_with(p))
+                || k == "CARGO_TARGET_TMPDIR"
+                || k == "CARGO_PRIMARY_PACKAGE"
+            {
+                cmd.env_remove(k.as_ref());
+            }
+        }
         if profile_dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
