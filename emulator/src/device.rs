@@ -22,6 +22,9 @@ pub(crate) struct Device {
     pub counters: Counters,
     /// Serialized write work under a latency profile (`crate::profile`).
     pub busy: BusyUntil,
+    /// A DPDK target's data plane settings and pipeline state
+    /// (`crate::dpdk`); `None` for other devices.
+    pub dpdk: Option<crate::dpdk::DpdkDevice>,
 }
 
 impl Device {
@@ -33,6 +36,7 @@ impl Device {
             bfrt: Mutex::new(BfrtDevice::default()),
             counters: Counters::default(),
             busy: BusyUntil::default(),
+            dpdk: None,
         }
     }
 }

@@ -22,11 +22,15 @@
 //! `update_error`, `write_batch` (the end of a Write batch), `profile`
 //! (added latency), `drift` (changes behind the clients' backs),
 //! `side_channel` (stats and drift over HTTP) and `running` (listeners and
-//! server tasks). emulator/README.md has the table.
+//! server tasks). `dataplane` is the software data plane of DPDK targets
+//! and `dpdk` makes devices DPDK targets (packed pipeline configs, the
+//! data plane following the P4Runtime tables, the extern runtime).
+//! emulator/README.md has the table.
 
 pub mod bfrt;
 pub mod dataplane;
 mod device;
+mod dpdk;
 mod drift;
 mod grpc;
 mod key;
@@ -45,6 +49,7 @@ mod write_batch;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+pub use dpdk::{DEFAULT_RATE_PPS, DeviceConfigError, DpdkConfig};
 pub use p4runtime::bulk::{BULK_VERSION, BulkService};
 pub use p4runtime::schema::SchemaError;
 pub use p4runtime::service::{
@@ -77,6 +82,8 @@ pub enum EmulatorError {
     Server(String),
     #[error("bfrt program: {0}")]
     BfrtProgram(String),
+    #[error("dpdk: {0}")]
+    Dpdk(String),
 }
 
 /// A BFRT program loaded on every device at start (as if a client had sent
@@ -108,6 +115,9 @@ pub struct EmulatorConfig {
     pub bfrt_programs: Vec<BfrtProgram>,
     /// Added write latency (P4Runtime and BFRT); `None` for benchmarks.
     pub profile: LatencyProfile,
+    /// DPDK targets (all devices, or those listed) and their data planes;
+    /// `None` = no DPDK devices.
+    pub dpdk: Option<DpdkConfig>,
 }
 
 impl Default for EmulatorConfig {
@@ -121,6 +131,7 @@ impl Default for EmulatorConfig {
             bfrt_addr: None,
             bfrt_programs: Vec::new(),
             profile: LatencyProfile::None,
+            dpdk: None,
         }
     }
 }
@@ -135,9 +146,14 @@ pub struct Emulator {
 impl Emulator {
     /// Devices without any listener; serve them with [`Emulator::service`].
     pub fn new(config: &EmulatorConfig) -> Emulator {
+        let dpdk = config.dpdk.clone().map(Arc::new);
+        let device = |id: u64| match &dpdk {
+            Some(d) if d.covers(id) => Device::new(id).with_dpdk(d.clone()),
+            _ => Device::new(id),
+        };
         Emulator {
             registry: Arc::new(Registry::new(
-                config.device_ids.iter().map(|id| Device::new(*id)),
+                config.device_ids.iter().map(|id| device(*id)),
                 config.read_chunk_size,
                 config.profile,
             )),
@@ -150,16 +166,23 @@ impl Emulator {
         if config.device_ids.is_empty() {
             return Err(EmulatorError::NoDevices);
         }
+        if let Some(d) = &config.dpdk {
+            d.validate(&config.device_ids)
+                .map_err(EmulatorError::Dpdk)?;
+        }
         let emu = Emulator::new(&config);
         if !config.bfrt_programs.is_empty() {
             for id in emu.device_ids() {
                 emu.load_bfrt_programs(id, &config.bfrt_programs)?;
             }
         }
-        // p4fleet's bulk extension shares the P4Runtime port.
+        // p4fleet's bulk extension and extern runtime share the P4Runtime
+        // port (the extern runtime answers UNIMPLEMENTED for devices that
+        // are not DPDK targets).
         let p4runtime = running::tuned_server()
             .add_service(emu.service())
-            .add_service(emu.bulk_service());
+            .add_service(emu.bulk_service())
+            .add_service(emu.extern_runtime_service());
         let p4runtime = Server::grpc(config.p4runtime_addr, p4runtime).await?;
         let stats = match config.stats_addr {
             Some(addr) => Some(Server::http(addr, side_channel::router(emu.clone())).await?),
