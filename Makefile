@@ -1,9 +1,10 @@
-# Entry points; see README.md. Everything runs on the host (no containers).
+# Entry points; see README.md. Everything but e2e-cluster runs on the host
+# (no containers); e2e-cluster runs pods on a node it sets up (hack/cluster.sh).
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: deps build test crds demo lint clean-local bench
+.PHONY: deps build test crds demo lint clean-local bench e2e-cluster
 
 deps:
 	hack/install-deps.sh
@@ -25,9 +26,19 @@ crds:
 demo: deps
 	hack/demo.sh
 
+# The cluster test (e2e/tests/cluster.rs) is only built with its feature;
+# linting it adds nothing but the e2e crate's own recompile.
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --features p4fleet-e2e/cluster -- -D warnings
+
+# Real pods: a one-node cluster on this machine (hack/cluster.sh; needs root),
+# the chart installed by Helm with images built here, e2e/tests/cluster.rs,
+# then `hack/cluster.sh down` and a check that nothing is left behind.
+# KEEP_CLUSTER=1 keeps the cluster up. See docs/testing.md.
+e2e-cluster:
+	hack/e2e-cluster.sh
 
 clean-local:
 	-for p in .local/operator.pid .local/emulator.pid; do [[ -f $$p ]] && kill -9 "$$(cat $$p)" 2>/dev/null; done; true

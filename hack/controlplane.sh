@@ -9,6 +9,12 @@
 #
 # State lives in $P4FLEET_CONTROLPLANE_DIR (default .local/controlplane).
 # Ports are picked free on 127.0.0.1 at each start.
+#
+# hack/cluster.sh runs this with its own directory and:
+#   P4FLEET_APISERVER_ADDRESS  bind/advertise address (default 127.0.0.1)
+#   P4FLEET_APISERVER_ARGS     extra kube-apiserver flags, one per line
+#   P4FLEET_APISERVER_TOKENS   file of extra token-auth lines (components)
+#   P4FLEET_ETCD_DIR           etcd data dir (default $DIR/etcd)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,6 +22,8 @@ DIR="${P4FLEET_CONTROLPLANE_DIR:-$REPO/.local/controlplane}"
 KAS="${KUBE_APISERVER:-$REPO/bin/kube-apiserver}"
 ETCD="${ETCD:-$(command -v etcd || true)}"
 KUBECONFIG_OUT="$DIR/kubeconfig"
+ADDRESS="${P4FLEET_APISERVER_ADDRESS:-127.0.0.1}"
+ETCD_DIR="${P4FLEET_ETCD_DIR:-$DIR/etcd}"
 
 log() { echo "controlplane: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -24,8 +32,8 @@ alive() { # pidfile
   [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null
 }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+free_port() { # [address]
+  python3 -c 'import socket,sys; s=socket.socket(); s.bind((sys.argv[1],0)); print(s.getsockname()[1])' "${1:-127.0.0.1}"
 }
 
 ready() {
@@ -96,25 +104,32 @@ cmd_up() {
   [[ -x "$KAS" ]] || die "$KAS not found; run hack/install-deps.sh"
   [[ -n "$ETCD" && -x "$ETCD" ]] || die "etcd not found in PATH; run hack/install-deps.sh"
   cmd_down
-  mkdir -p "$DIR/certs" "$DIR/etcd"
+  mkdir -p "$DIR/certs" "$ETCD_DIR"
 
   # Credentials are created once and kept, so kubeconfigs stay valid across restarts.
   [[ -f "$DIR/admin-token" ]] || head -c 24 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' > "$DIR/admin-token"
   printf '%s,admin,admin,"system:masters"\n' "$(cat "$DIR/admin-token")" > "$DIR/tokens.csv"
+  if [[ -n "${P4FLEET_APISERVER_TOKENS:-}" ]]; then
+    cat "$P4FLEET_APISERVER_TOKENS" >> "$DIR/tokens.csv"
+  fi
+  local extra_args=()
+  if [[ -n "${P4FLEET_APISERVER_ARGS:-}" ]]; then
+    mapfile -t extra_args <<< "$P4FLEET_APISERVER_ARGS"
+  fi
   if [[ ! -f "$DIR/sa.key" ]]; then
     openssl genrsa -out "$DIR/sa.key" 2048 2>/dev/null
     openssl rsa -in "$DIR/sa.key" -pubout -out "$DIR/sa.pub" 2>/dev/null
   fi
 
   local etcd_port peer_port kas_port
-  etcd_port="$(free_port)"; peer_port="$(free_port)"; kas_port="$(free_port)"
+  etcd_port="$(free_port)"; peer_port="$(free_port)"; kas_port="$(free_port "$ADDRESS")"
   while [[ "$peer_port" == "$etcd_port" ]]; do peer_port="$(free_port)"; done
-  while [[ "$kas_port" == "$etcd_port" || "$kas_port" == "$peer_port" ]]; do kas_port="$(free_port)"; done
+  while [[ "$kas_port" == "$etcd_port" || "$kas_port" == "$peer_port" ]]; do kas_port="$(free_port "$ADDRESS")"; done
 
   # setsid: the processes outlive this script (and the terminal) until `down`.
   setsid "$ETCD" \
     --name p4fleet-local \
-    --data-dir "$DIR/etcd" \
+    --data-dir "$ETCD_DIR" \
     --listen-client-urls "http://127.0.0.1:$etcd_port" \
     --advertise-client-urls "http://127.0.0.1:$etcd_port" \
     --listen-peer-urls "http://127.0.0.1:$peer_port" \
@@ -132,21 +147,22 @@ cmd_up() {
 
   setsid "$KAS" \
     --etcd-servers "http://127.0.0.1:$etcd_port" \
-    --bind-address 127.0.0.1 \
-    --advertise-address 127.0.0.1 \
+    --bind-address "$ADDRESS" \
+    --advertise-address "$ADDRESS" \
     --secure-port "$kas_port" \
     --cert-dir "$DIR/certs" \
     --token-auth-file "$DIR/tokens.csv" \
-    --authorization-mode RBAC \
+    --authorization-mode Node,RBAC \
     --service-account-issuer https://kubernetes.default.svc \
     --service-account-key-file "$DIR/sa.pub" \
     --service-account-signing-key-file "$DIR/sa.key" \
     --service-cluster-ip-range 10.96.0.0/16 \
     --allow-privileged=true \
     --v=1 \
+    "${extra_args[@]}" \
     >"$DIR/kube-apiserver.log" 2>&1 < /dev/null &
   echo $! > "$DIR/kube-apiserver.pid"
-  echo "https://127.0.0.1:$kas_port" > "$DIR/server"
+  echo "https://$ADDRESS:$kas_port" > "$DIR/server"
 
   local start=$SECONDS
   until ready; do
@@ -154,8 +170,8 @@ cmd_up() {
     (( SECONDS - start < 120 )) || die "kube-apiserver not ready after 120s; see $DIR/kube-apiserver.log"
     sleep 0.2
   done
-  write_kubeconfig "https://127.0.0.1:$kas_port"
-  log "ready at https://127.0.0.1:$kas_port in $((SECONDS - start))s; kubeconfig $KUBECONFIG_OUT"
+  write_kubeconfig "https://$ADDRESS:$kas_port"
+  log "ready at https://$ADDRESS:$kas_port in $((SECONDS - start))s; kubeconfig $KUBECONFIG_OUT"
 }
 
 case "${1:-}" in

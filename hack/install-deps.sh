@@ -4,21 +4,40 @@
 # step is skipped when its result is already there and up to date.
 #
 #   etcd            apt package etcd-server (only when `etcd` is not in PATH)
-#   kube-apiserver  bin/kube-apiserver, built from hack/kube-apiserver (rebuilt
-#                   when its go.mod/go.sum/main.go change; stamp file in bin/)
+#   kube-apiserver  bin/kube-apiserver, built from hack/kubernetes (rebuilt
+#                   when go.mod/go.sum/its main.go change; stamp file in bin/)
 #   helm            bin/helm, `go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION`
+#   actionlint      bin/actionlint, `go install` (e2e/tests/workflows.rs lints
+#                   .github/workflows with it)
+#   ShellCheck      apt, package shellcheck (the same test checks hack/*.sh and e2e/kind/run.sh)
 #   p4runtime-shell .local/p4runtime-shell-venv from e2e/python/requirements.txt
 #                   (recreated when the requirements change; used by
 #                   e2e/tests/p4runtime_shell.rs)
+#
+# `hack/install-deps.sh cluster` adds what hack/cluster.sh (a real node) needs:
+#   apt             containerd, runc, containernetworking-plugins, umoci,
+#                   iptables, nftables, conntrack
+#   bin/kubelet, bin/kube-scheduler, bin/kube-controller-manager,
+#   bin/kube-proxy  from hack/kubernetes, same module and version as kube-apiserver
+#   bin/coredns     from hack/coredns (cluster DNS, only the plugins used)
+#   bin/pause       from hack/pause (the pod sandbox image's one binary)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="$REPO/bin"
 HELM_VERSION="${HELM_VERSION:-v3.20.2}"
+ACTIONLINT_VERSION="${ACTIONLINT_VERSION:-v1.7.12}"
 mkdir -p "$BIN"
 
 T0=$SECONDS
 step_start=0
+apt_updated=
+# apt_install PKG...: installs from Debian (one `apt-get update` per run).
+apt_install() {
+  export DEBIAN_FRONTEND=noninteractive
+  [[ -n "$apt_updated" ]] || { apt-get update -qq; apt_updated=1; }
+  apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
 begin() { step_start=$SECONDS; echo "install-deps: $*" >&2; }
 done_step() { echo "install-deps:   $1 ($((SECONDS - step_start))s)" >&2; }
 
@@ -31,9 +50,7 @@ begin "etcd"
 if command -v etcd >/dev/null; then
   done_step "present: $(etcd --version | head -1)"
 else
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq etcd-server >/dev/null
+  apt_install etcd-server
   # The package starts a system etcd on :2379; tests start their own.
   if command -v systemctl >/dev/null && systemctl is-active -q etcd 2>/dev/null; then
     systemctl disable --now etcd >/dev/null 2>&1 || true
@@ -41,23 +58,32 @@ else
   done_step "installed: $(etcd --version | head -1)"
 fi
 
-# --- kube-apiserver -----------------------------------------------------
-begin "kube-apiserver"
-KAS_SRC="$REPO/hack/kube-apiserver"
-K8S_VERSION="$(cd "$KAS_SRC" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
-# The -X flags give the binary its real version (otherwise v0.0.0-master),
-# which /version reports and tests print.
+# --- Go binaries ------------------------------------------------------------
+# go_bin NAME MODULE_DIR PKG LDFLAGS: builds bin/NAME from PKG (relative to
+# MODULE_DIR) unless the stamp (module files, the package's sources, flags, Go
+# version) is unchanged.
+go_bin() {
+  local name="$1" mod="$2" pkg="$3" ldflags="$4" stamp
+  begin "$name"
+  stamp="$(cat "$mod"/go.* "$mod/$pkg"/*.go <(echo "$ldflags") <(go env GOVERSION) | sha256sum | cut -d' ' -f1)"
+  if [[ -x "$BIN/$name" && "$(cat "$BIN/.$name.stamp" 2>/dev/null)" == "$stamp" ]]; then
+    done_step "up to date"
+  else
+    (cd "$mod" && CGO_ENABLED="${CGO:-1}" go build -trimpath -ldflags="$ldflags" -o "$BIN/$name.tmp" "./$pkg")
+    mv "$BIN/$name.tmp" "$BIN/$name"
+    echo "$stamp" > "$BIN/.$name.stamp"
+    done_step "built"
+  fi
+}
+
+K8S_SRC="$REPO/hack/kubernetes"
+K8S_VERSION="$(cd "$K8S_SRC" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
+# The -X flags give the binaries their real version (otherwise v0.0.0-master),
+# which /version reports, tests print and kubelet registers the node with.
 K8S_MINOR="$(echo "$K8S_VERSION" | cut -d. -f2)"
-LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$K8S_MINOR -X k8s.io/component-base/version.gitTreeState=clean"
-KAS_STAMP="$(cat "$KAS_SRC/go.mod" "$KAS_SRC/go.sum" "$KAS_SRC/main.go" <(echo "$LDFLAGS") <(go env GOVERSION) | sha256sum | cut -d' ' -f1)"
-if [[ -x "$BIN/kube-apiserver" && "$(cat "$BIN/.kube-apiserver.stamp" 2>/dev/null)" == "$KAS_STAMP" ]]; then
-  done_step "up to date ($K8S_VERSION)"
-else
-  (cd "$KAS_SRC" && go build -trimpath -ldflags="$LDFLAGS" -o "$BIN/kube-apiserver.tmp" .)
-  mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
-  echo "$KAS_STAMP" > "$BIN/.kube-apiserver.stamp"
-  done_step "built $K8S_VERSION"
-fi
+K8S_LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$K8S_MINOR -X k8s.io/component-base/version.gitTreeState=clean"
+
+go_bin kube-apiserver "$K8S_SRC" kube-apiserver "$K8S_LDFLAGS"
 
 # --- helm ---------------------------------------------------------------
 begin "helm"
@@ -67,6 +93,23 @@ else
   GOBIN="$BIN" go install -trimpath -ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
     "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
   done_step "built $HELM_VERSION"
+fi
+
+# --- actionlint, shellcheck ---------------------------------------------------
+begin "actionlint"
+if [[ -x "$BIN/actionlint" ]] && "$BIN/actionlint" -version 2>/dev/null | head -1 | grep -qx "$ACTIONLINT_VERSION"; then
+  done_step "up to date ($ACTIONLINT_VERSION)"
+else
+  GOBIN="$BIN" go install -trimpath -ldflags="-s -w -X main.version=$ACTIONLINT_VERSION" \
+    "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION"
+  done_step "built $ACTIONLINT_VERSION"
+fi
+begin "shellcheck"
+if command -v shellcheck >/dev/null; then
+  done_step "present: $(shellcheck --version | sed -n 's/^version: //p')"
+else
+  apt_install shellcheck
+  done_step "installed"
 fi
 
 # --- p4runtime-shell venv ---------------------------------------------------
@@ -80,6 +123,27 @@ else
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ"
   cp "$REQ" "$VENV/requirements.txt"
   done_step "installed $(grep -i '^p4runtime-shell==' "$REQ")"
+fi
+
+# --- cluster (hack/cluster.sh) ----------------------------------------------
+if [[ "${1:-}" == cluster ]]; then
+  begin "cluster packages"
+  CLUSTER_PKGS=(containerd runc containernetworking-plugins umoci iptables nftables conntrack)
+  missing=()
+  for p in "${CLUSTER_PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  done
+  if (( ${#missing[@]} == 0 )); then
+    done_step "present"
+  else
+    apt_install "${missing[@]}"
+    done_step "installed ${missing[*]}"
+  fi
+  for c in kubelet kube-scheduler kube-controller-manager kube-proxy; do
+    go_bin "$c" "$K8S_SRC" "$c" "$K8S_LDFLAGS"
+  done
+  CGO=0 go_bin coredns "$REPO/hack/coredns" . "-s -w"
+  CGO=0 go_bin pause "$REPO/hack/pause" . "-s -w"
 fi
 
 echo "install-deps: done in $((SECONDS - T0))s" >&2

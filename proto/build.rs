@@ -13,6 +13,7 @@ const PROTOS: &[&str] = &[
     "bfrt/bfruntime.proto",
     "p4fleet/bulk.proto",
     "p4fleet/externs.proto",
+    "p4fleet/fpga.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

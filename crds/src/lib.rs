@@ -25,15 +25,34 @@ pub const GROUP: &str = "p4fleet.dev";
 /// API version of every p4fleet resource.
 pub const VERSION: &str = "v1alpha1";
 
+/// Annotations on every CRD: deleting a CRD deletes every resource of its
+/// kind, so neither `helm uninstall` nor an Argo CD prune or Application
+/// deletion may take them away (docs/install.md, "CRD policy").
+pub const CRD_ANNOTATIONS: [(&str, &str); 2] = [
+    ("helm.sh/resource-policy", "keep"),
+    (
+        "argocd.argoproj.io/sync-options",
+        "Prune=false,Delete=false",
+    ),
+];
+
 /// All CustomResourceDefinitions, in a stable order.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![
+    let mut crds = vec![
         Switch::crd(),
         P4Program::crd(),
         VirtualSwitch::crd(),
         TableEntrySet::crd(),
         AsyncExternPolicy::crd(),
-    ]
+    ];
+    for crd in &mut crds {
+        crd.metadata.annotations.get_or_insert_default().extend(
+            CRD_ANNOTATIONS
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+        );
+    }
+    crds
 }
 
 /// All CRDs as one multi-document YAML stream, as committed under charts/ and config/.

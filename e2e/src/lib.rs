@@ -1,5 +1,5 @@
 //! Test harness: a real Kubernetes control plane (etcd + kube-apiserver built
-//! from hack/kube-apiserver) per test binary, with the p4fleet CRDs installed.
+//! from hack/kubernetes) per test binary, with the p4fleet CRDs installed.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -103,9 +103,12 @@ pub fn path_bin(name: &str) -> Result<PathBuf, HarnessError> {
         .ok_or_else(|| HarnessError::MissingBinary(format!("{name} (in PATH)")))
 }
 
-/// Path of `bin/helm`; panics with the install hint when missing.
+/// `bin/helm` (hack/install-deps.sh), else `helm` from PATH (hosted CI
+/// runners have one); panics with the install hint when neither exists.
 pub fn helm_bin() -> PathBuf {
-    repo_bin("helm").unwrap_or_else(|e| panic!("{e}"))
+    repo_bin("helm")
+        .or_else(|_| path_bin("helm"))
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The cluster tests run against.
@@ -132,6 +135,20 @@ impl ControlPlane {
             Ok(cp) => cp,
             Err(e) => panic!("p4fleet-e2e control plane: {e}"),
         }
+    }
+
+    /// Attaches to the cluster of `kubeconfig` as it is: no CRDs installed,
+    /// nothing started (for tests that install p4fleet themselves, e.g. with
+    /// Helm). Independent of [`ControlPlane::shared`].
+    pub async fn attach(kubeconfig: &Path) -> Result<ControlPlane, HarnessError> {
+        let client = client_from_kubeconfig(kubeconfig).await?;
+        let version = client.apiserver_version().await?.git_version;
+        Ok(ControlPlane {
+            kubeconfig: kubeconfig.to_path_buf(),
+            server: client_from_kubeconfig_url(kubeconfig).await?,
+            version,
+            work_dir: None,
+        })
     }
 
     pub fn kubeconfig_path(&self) -> &Path {
@@ -194,6 +211,60 @@ impl ControlPlane {
         let mut cmd = Command::new(helm_bin());
         cmd.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
         run_with_stdin(cmd, &[])
+    }
+}
+
+/// Exit status, stdout and stderr of a finished command, for assertion messages.
+pub fn output_text(out: &Output) -> String {
+    format!(
+        "exit {}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Where `got` lacks or differs from something in `want` (objects compared
+/// key by key, arrays element by element, numbers by value); None when
+/// `want` is a subset of `got`.
+pub fn json_subset_mismatch(
+    want: &serde_json::Value,
+    got: &serde_json::Value,
+    path: &str,
+) -> Option<String> {
+    use serde_json::Value;
+    match (want, got) {
+        (Value::Object(w), Value::Object(g)) => w.iter().find_map(|(k, v)| match g.get(k) {
+            Some(gv) => json_subset_mismatch(v, gv, &format!("{path}.{k}")),
+            None => Some(format!("{path}.{k} missing after round trip (pruned?)")),
+        }),
+        (Value::Array(w), Value::Array(g)) if w.len() == g.len() => w
+            .iter()
+            .zip(g)
+            .enumerate()
+            .find_map(|(i, (a, b))| json_subset_mismatch(a, b, &format!("{path}[{i}]"))),
+        (Value::Number(a), Value::Number(b)) if a.as_f64() == b.as_f64() => None,
+        _ if want == got => None,
+        _ => Some(format!("{path}: want {want} != got {got}")),
+    }
+}
+
+/// Polls `f` every 200 ms until it returns Ok; panics with `what` and the
+/// last error after `timeout`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(last) if Instant::now() > deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}: {last}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
-use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root};
+use p4fleet_e2e::{ControlPlane, TestNamespace, json_subset_mismatch, output_text, repo_root};
 use serde_json::Value;
 
 const MIN_SAMPLES: usize = 5;
@@ -33,15 +33,6 @@ fn yaml_files(dir: &Path) -> Vec<PathBuf> {
         .collect();
     files.sort();
     files
-}
-
-fn text(out: &std::process::Output) -> String {
-    format!(
-        "exit {}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 #[tokio::test]
@@ -111,29 +102,16 @@ async fn all_crds_established_with_expected_names() {
         }
         // The short name resolves through discovery, as users will type it.
         let out = cp.kubectl(["get", short, "-A", "-o", "name"]);
-        assert!(out.status.success(), "kubectl get {short}: {}", text(&out));
+        assert!(
+            out.status.success(),
+            "kubectl get {short}: {}",
+            output_text(&out)
+        );
     }
 }
 
 /// Every value in `want` is present and equal in `got` (the server may add
 /// defaults; a missing key means the schema pruned a field the sample sets).
-fn subset_mismatch(want: &Value, got: &Value, path: &str) -> Option<String> {
-    match (want, got) {
-        (Value::Object(w), Value::Object(g)) => w.iter().find_map(|(k, v)| match g.get(k) {
-            Some(gv) => subset_mismatch(v, gv, &format!("{path}.{k}")),
-            None => Some(format!("{path}.{k} missing after round trip (pruned?)")),
-        }),
-        (Value::Array(w), Value::Array(g)) if w.len() == g.len() => w
-            .iter()
-            .zip(g)
-            .enumerate()
-            .find_map(|(i, (a, b))| subset_mismatch(a, b, &format!("{path}[{i}]"))),
-        (Value::Number(a), Value::Number(b)) if a.as_f64() == b.as_f64() => None,
-        _ if want == got => None,
-        _ => Some(format!("{path}: sample {want} != server {got}")),
-    }
-}
-
 #[tokio::test]
 async fn samples_apply_and_read_back() {
     let cp = ControlPlane::shared().await;
@@ -162,7 +140,7 @@ async fn samples_apply_and_read_back() {
             &file.to_string_lossy(),
         ]);
         if !out.status.success() {
-            failures.push(format!("{display}: apply failed: {}", text(&out)));
+            failures.push(format!("{display}: apply failed: {}", output_text(&out)));
             continue;
         }
         let raw = std::fs::read_to_string(file).expect("read sample");
@@ -184,12 +162,15 @@ async fn samples_apply_and_read_back() {
             };
             let out = cp.kubectl(["get", &resource, name, "-n", ns.name(), "-o", "json"]);
             if !out.status.success() {
-                failures.push(format!("{display}: get {resource}/{name}: {}", text(&out)));
+                failures.push(format!(
+                    "{display}: get {resource}/{name}: {}",
+                    output_text(&out)
+                ));
                 continue;
             }
             let got: Value = serde_json::from_slice(&out.stdout).expect("kubectl json");
             if let Some(spec) = doc.get("spec")
-                && let Some(m) = subset_mismatch(spec, &got["spec"], "spec")
+                && let Some(m) = json_subset_mismatch(spec, &got["spec"], "spec")
             {
                 failures.push(format!("{display}: {kind}/{name}: {m}"));
             }
@@ -243,7 +224,7 @@ async fn invalid_objects_are_rejected_by_the_server() {
         if out.status.success() {
             failures.push(format!(
                 "{display}: accepted, expected rejection: {}",
-                text(&out)
+                output_text(&out)
             ));
         } else if !(stderr.contains("Error from server") || stderr.contains(" is invalid")) {
             // kubectl prints API errors as "Error from server ..." or "The <Kind>
@@ -251,10 +232,13 @@ async fn invalid_objects_are_rejected_by_the_server() {
             // refusing it locally (parse error, unknown kind): not a schema test.
             failures.push(format!(
                 "{display}: not rejected by the API server: {}",
-                text(&out)
+                output_text(&out)
             ));
         } else if !stderr.contains(expect) {
-            failures.push(format!("{display}: error lacks {expect:?}: {}", text(&out)));
+            failures.push(format!(
+                "{display}: error lacks {expect:?}: {}",
+                output_text(&out)
+            ));
         }
     }
     assert!(

@@ -2,18 +2,9 @@
 
 use std::process::Command;
 
-use p4fleet_e2e::{ControlPlane, helm_bin, repo_root};
+use p4fleet_e2e::{ControlPlane, helm_bin, output_text, repo_root};
 
 const NAMESPACE: &str = "p4fleet-system";
-
-fn text(out: &std::process::Output) -> String {
-    format!(
-        "exit {}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 #[test]
 fn chart_lints() {
@@ -22,7 +13,7 @@ fn chart_lints() {
         .arg(repo_root().join("charts/p4fleet"))
         .output()
         .expect("run helm");
-    assert!(out.status.success(), "helm lint: {}", text(&out));
+    assert!(out.status.success(), "helm lint: {}", output_text(&out));
 }
 
 #[tokio::test]
@@ -32,7 +23,7 @@ async fn rendered_chart_passes_server_dry_run() {
     assert!(
         ns.status.success() || String::from_utf8_lossy(&ns.stderr).contains("AlreadyExists"),
         "create namespace: {}",
-        text(&ns)
+        output_text(&ns)
     );
 
     let rendered = Command::new(helm_bin())
@@ -44,7 +35,7 @@ async fn rendered_chart_passes_server_dry_run() {
     assert!(
         rendered.status.success(),
         "helm template: {}",
-        text(&rendered)
+        output_text(&rendered)
     );
     assert!(
         !rendered.stdout.is_empty(),
@@ -55,6 +46,6 @@ async fn rendered_chart_passes_server_dry_run() {
     assert!(
         out.status.success(),
         "kubectl apply --dry-run=server: {}",
-        text(&out)
+        output_text(&out)
     );
 }

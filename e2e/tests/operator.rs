@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use p4fleet_crds::{P4Program, find_condition};
-use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root};
+use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
 
 /// Builds the operator binary (a no-op when up to date) and returns its path
 /// next to this test's own target directory.
@@ -68,23 +68,6 @@ impl Drop for Operator {
         if let Some(c) = self.0.as_mut() {
             let _ = c.kill();
             let _ = c.wait();
-        }
-    }
-}
-
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        match f().await {
-            Ok(v) => return v,
-            Err(last) if Instant::now() > deadline => {
-                panic!("timed out waiting for {what}: {last}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
 }

@@ -25,7 +25,7 @@ use kube::{Client, ResourceExt};
 use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
-use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root};
+use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
 use serde_json::{Value, json};
 
@@ -338,21 +338,6 @@ fn entries(schema: &TableSchema, start: usize, n: usize, shift: usize) -> Vec<En
 
 fn format(schema: &TableSchema, es: &[Entry]) -> String {
     format_entries(schema, es, Style::Compact).unwrap()
-}
-
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        match f().await {
-            Ok(v) => return v,
-            Err(e) if Instant::now() > deadline => panic!("timed out waiting for {what}: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
 }
 
 async fn status_where(

@@ -5,9 +5,12 @@
 //! A new kind of device part (e.g. an FPGA board's slots) goes here beside
 //! the others, with the front end serving it in a module of its own.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use tonic::Status;
 
 use crate::bfrt::BfrtDevice;
+use crate::fpga::SlotLink;
 use crate::p4runtime::P4RuntimeDevice;
 use crate::profile::BusyUntil;
 use crate::stats::Counters;
@@ -25,6 +28,9 @@ pub(crate) struct Device {
     /// A DPDK target's data plane settings and pipeline state
     /// (`crate::dpdk`); `None` for other devices.
     pub dpdk: Option<crate::dpdk::DpdkDevice>,
+    /// The FPGA slot this device is, if it is one (`crate::fpga`): the
+    /// board installs and removes its pipeline.
+    pub fpga_slot: Option<Arc<SlotLink>>,
 }
 
 impl Device {
@@ -37,6 +43,32 @@ impl Device {
             counters: Counters::default(),
             busy: BusyUntil::default(),
             dpdk: None,
+            fpga_slot: None,
+        }
+    }
+
+    /// The P4Runtime device of an FPGA slot.
+    pub fn fpga_slot(id: u64, link: Arc<SlotLink>) -> Device {
+        Device {
+            fpga_slot: Some(link),
+            ..Device::new(id)
+        }
+    }
+
+    /// Why a Write or Read finds no pipeline.
+    pub fn no_pipeline(&self) -> Status {
+        match &self.fpga_slot {
+            Some(link) => link.no_pipeline(self.id),
+            None => Status::failed_precondition("no forwarding pipeline config"),
+        }
+    }
+
+    /// SetForwardingPipelineConfig is refused on FPGA slots: their
+    /// pipeline comes with their bitstream.
+    pub fn check_pipeline_settable(&self) -> Result<(), Status> {
+        match &self.fpga_slot {
+            Some(link) => Err(link.pipeline_is_fixed(self.id)),
+            None => Ok(()),
         }
     }
 }

@@ -25,13 +25,15 @@
 //! server tasks). `dataplane` is the software data plane of DPDK targets
 //! and `dpdk` makes devices DPDK targets (packed pipeline configs, the
 //! data plane following the P4Runtime tables, the extern runtime).
-//! emulator/README.md has the table.
+//! `fpga` is an FPGA board: its slot service, its slots as P4Runtime
+//! devices, its traffic model. emulator/README.md has the table.
 
 pub mod bfrt;
 pub mod dataplane;
 mod device;
 mod dpdk;
 mod drift;
+pub mod fpga;
 mod grpc;
 mod key;
 mod p4runtime;
@@ -84,6 +86,8 @@ pub enum EmulatorError {
     BfrtProgram(String),
     #[error("dpdk: {0}")]
     Dpdk(String),
+    #[error(transparent)]
+    Fpga(#[from] fpga::FpgaConfigError),
 }
 
 /// A BFRT program loaded on every device at start (as if a client had sent
@@ -118,6 +122,9 @@ pub struct EmulatorConfig {
     /// DPDK targets (all devices, or those listed) and their data planes;
     /// `None` = no DPDK devices.
     pub dpdk: Option<DpdkConfig>,
+    /// An FPGA board (`fpga`): its slots are devices too, and its slot
+    /// service shares the P4Runtime port.
+    pub fpga: Option<fpga::FpgaConfig>,
 }
 
 impl Default for EmulatorConfig {
@@ -132,6 +139,7 @@ impl Default for EmulatorConfig {
             bfrt_programs: Vec::new(),
             profile: LatencyProfile::None,
             dpdk: None,
+            fpga: None,
         }
     }
 }
@@ -141,51 +149,71 @@ impl Default for EmulatorConfig {
 pub struct Emulator {
     registry: Arc<Registry>,
     max_message_size: usize,
+    fpga: Option<Arc<fpga::Board>>,
 }
 
 impl Emulator {
     /// Devices without any listener; serve them with [`Emulator::service`].
+    /// Device ids must be distinct ([`Emulator::start`] checks).
     pub fn new(config: &EmulatorConfig) -> Emulator {
         let dpdk = config.dpdk.clone().map(Arc::new);
         let device = |id: u64| match &dpdk {
             Some(d) if d.covers(id) => Device::new(id).with_dpdk(d.clone()),
             _ => Device::new(id),
         };
+        let slots = config.fpga.iter().flat_map(fpga::slot_devices);
+        let registry = Arc::new(Registry::new(
+            config.device_ids.iter().map(|id| device(*id)).chain(slots),
+            config.read_chunk_size,
+            config.profile,
+        ));
+        let fpga = config.fpga.as_ref().map(|f| {
+            let devices = f
+                .board
+                .device_ids()
+                .filter_map(|id| registry.get(id).cloned());
+            Arc::new(fpga::Board::new(f, devices.collect()))
+        });
         Emulator {
-            registry: Arc::new(Registry::new(
-                config.device_ids.iter().map(|id| device(*id)),
-                config.read_chunk_size,
-                config.profile,
-            )),
+            registry,
             max_message_size: config.max_message_size,
+            fpga,
         }
     }
 
     /// Binds the listeners and serves until [`RunningEmulator::shutdown`].
     pub async fn start(config: EmulatorConfig) -> Result<RunningEmulator, EmulatorError> {
-        if config.device_ids.is_empty() {
+        if config.device_ids.is_empty() && config.fpga.is_none() {
             return Err(EmulatorError::NoDevices);
         }
         if let Some(d) = &config.dpdk {
             d.validate(&config.device_ids)
                 .map_err(EmulatorError::Dpdk)?;
         }
+        if let Some(f) = &config.fpga {
+            f.validate(&config.device_ids)?;
+        }
         let emu = Emulator::new(&config);
         if !config.bfrt_programs.is_empty() {
-            for id in emu.device_ids() {
+            // Plain devices only: FPGA slots get their programs from LoadSlot.
+            for &id in &config.device_ids {
                 emu.load_bfrt_programs(id, &config.bfrt_programs)?;
             }
         }
-        // p4fleet's bulk extension and extern runtime share the P4Runtime
-        // port (the extern runtime answers UNIMPLEMENTED for devices that
-        // are not DPDK targets).
+        // p4fleet's bulk extension, extern runtime and FPGA slot service
+        // share the P4Runtime port (the extern runtime answers
+        // UNIMPLEMENTED for devices that are not DPDK targets).
         let p4runtime = running::tuned_server()
             .add_service(emu.service())
             .add_service(emu.bulk_service())
-            .add_service(emu.extern_runtime_service());
+            .add_service(emu.extern_runtime_service())
+            .add_optional_service(emu.slot_service());
         let p4runtime = Server::grpc(config.p4runtime_addr, p4runtime).await?;
         let stats = match config.stats_addr {
-            Some(addr) => Some(Server::http(addr, side_channel::router(emu.clone())).await?),
+            Some(addr) => {
+                let app = side_channel::router(emu.clone()).merge(emu.fpga_routes());
+                Some(Server::http(addr, app).await?)
+            }
             None => None,
         };
         let bfrt = match config.bfrt_addr {

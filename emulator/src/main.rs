@@ -1,13 +1,15 @@
 //! `p4fleet-emulator`: serves emulated P4Runtime (and, with `--bfrt-addr`,
-//! BFRT) devices until SIGTERM or ctrl-c. Prints `p4runtime listening on
-//! ADDR`, `stats listening on ADDR` and `bfrt listening on ADDR` on stdout
-//! once bound.
+//! BFRT; with `--fpga`, an FPGA board's slot service) devices until SIGTERM
+//! or ctrl-c. Prints `p4runtime listening on ADDR`, `stats listening on
+//! ADDR`, `bfrt listening on ADDR` and `fpga ...` on stdout once bound.
+//! `fpga-bitstream` and `fpga-bench` are subcommands (`fpga::cli`).
 
 use std::io::Write;
 use std::net::SocketAddr;
 
 use clap::Parser;
 use p4fleet_emulator::dataplane::packet::TrafficConfig;
+use p4fleet_emulator::fpga::cli::{Command, FpgaArgs};
 use p4fleet_emulator::{
     BfrtProgram, DEFAULT_RATE_PPS, DpdkConfig, Emulator, EmulatorConfig, LatencyProfile,
 };
@@ -24,9 +26,10 @@ struct Args {
     /// Stats/drift HTTP listen address (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     stats_addr: SocketAddr,
-    /// Serve devices 1..=N (ignored when --device-ids is given).
-    #[arg(long, default_value_t = 1)]
-    devices: u64,
+    /// Serve devices 1..=N (ignored when --device-ids is given; default 1,
+    /// or 0 with --fpga).
+    #[arg(long)]
+    devices: Option<u64>,
     /// Explicit comma-separated device ids, e.g. 1,2,7.
     #[arg(long, value_delimiter = ',')]
     device_ids: Vec<u64>,
@@ -44,6 +47,10 @@ struct Args {
     /// request + 19 µs per entry, the rbfrt paper's Tofino figures).
     #[arg(long, default_value = "none")]
     profile: LatencyProfile,
+    #[command(flatten)]
+    fpga: FpgaArgs,
+    #[command(subcommand)]
+    command: Option<Command>,
     #[command(flatten)]
     dpdk: DpdkArgs,
 }
@@ -125,8 +132,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    if let Some(command) = args.command {
+        return p4fleet_emulator::fpga::cli::run(command).await;
+    }
+    let fpga = args.fpga.config()?;
     let device_ids = if args.device_ids.is_empty() {
-        (1..=args.devices).collect()
+        let default = if fpga.is_some() { 0 } else { 1 };
+        (1..=args.devices.unwrap_or(default)).collect()
     } else {
         args.device_ids
     };
@@ -139,8 +151,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         bfrt_programs: args.bfrt_programs,
         profile: args.profile,
         dpdk: args.dpdk.config(),
+        fpga,
         ..Default::default()
     };
+    // Listen for SIGTERM before announcing the addresses: a supervisor (or a
+    // test) may stop us as soon as it has read them.
+    let shutdown = shutdown_signal()?;
     let running = Emulator::start(config).await?;
     {
         let mut out = std::io::stdout().lock();
@@ -151,27 +167,34 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         if let Some(a) = running.bfrt_addr() {
             writeln!(out, "bfrt listening on {a}")?;
         }
+        if let Some(b) = running.emulator().fpga_board() {
+            let ids: Vec<u64> = b.device_ids().collect();
+            writeln!(
+                out,
+                "fpga {} ({}): {} slots, devices {}-{}, slot service on the p4runtime port",
+                b.board,
+                b.part,
+                b.slots,
+                ids[0],
+                ids[ids.len() - 1]
+            )?;
+        }
         out.flush()?;
     }
     tracing::info!(devices = ?running.emulator().device_ids(), "emulator started");
-    shutdown_signal().await;
+    shutdown.await;
     tracing::info!("shutting down");
     running.shutdown().await?;
     Ok(())
 }
 
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler");
+/// Registers the SIGTERM handler now and resolves on SIGTERM or Ctrl-C.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    Ok(async move {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
+    })
 }

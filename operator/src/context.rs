@@ -4,10 +4,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use kube::runtime::events::{Recorder, Reporter};
 
+use crate::controllers::entry_set::SyncMemory;
 use crate::devices::DevicePool;
 use crate::metrics::Metrics;
+use crate::reads::ApiReads;
 use crate::status::Events;
 
 /// Operator-wide settings from the command line.
@@ -37,6 +40,8 @@ impl Default for OperatorConfig {
 /// Everything a reconcile needs; shared behind an Arc.
 pub struct Context {
     pub client: kube::Client,
+    /// Every read of a dereference stage goes through here.
+    pub reads: ApiReads,
     pub config: OperatorConfig,
     pub metrics: Arc<Metrics>,
     /// One long-lived connection per Switch, shared by all reconcilers.
@@ -47,6 +52,8 @@ pub struct Context {
     pub readiness: Readiness,
     /// Per-object consecutive failures, for error backoff.
     pub backoff: Backoff,
+    /// What TableEntrySet syncs remember between runs (drift, BFRT ownership).
+    pub sync_memory: SyncMemory,
 }
 
 impl Context {
@@ -64,6 +71,7 @@ impl Context {
             },
         );
         Arc::new(Context {
+            reads: ApiReads::new(client.clone(), config.watch_namespace.clone()),
             client,
             config,
             metrics,
@@ -71,6 +79,7 @@ impl Context {
             events: Events::new(recorder),
             readiness: Readiness::default(),
             backoff: Backoff::default(),
+            sync_memory: SyncMemory::default(),
         })
     }
 
@@ -145,34 +154,39 @@ impl Readiness {
     }
 }
 
-/// Exponential per-object backoff for failed reconciles (1 s doubling to 5 min).
+/// Exponential per-object backoff for failed reconciles (1 s doubling to
+/// 5 min): one backon schedule per failing object, dropped on success.
 #[derive(Default)]
 pub struct Backoff {
-    failures: Mutex<HashMap<String, u32>>,
+    failing: Mutex<HashMap<String, ExponentialBackoff>>,
 }
 
 impl Backoff {
+    pub const MIN: Duration = Duration::from_secs(1);
     pub const MAX: Duration = Duration::from_secs(300);
+
+    fn schedule() -> ExponentialBackoff {
+        ExponentialBuilder::default()
+            .with_min_delay(Backoff::MIN)
+            .with_max_delay(Backoff::MAX)
+            .without_max_times()
+            .build()
+    }
 
     /// Records a failure of `key` and returns how long to wait before retrying.
     pub fn failed(&self, key: &str) -> Duration {
-        let mut g = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let n = g.entry(key.to_string()).or_insert(0);
-        *n = n.saturating_add(1);
-        delay(*n)
+        let mut g = self.failing.lock().unwrap_or_else(|p| p.into_inner());
+        g.entry(key.to_string())
+            .or_insert_with(Backoff::schedule)
+            .next()
+            .unwrap_or(Backoff::MAX)
     }
 
     /// Forgets the failures of `key` after a successful reconcile.
     pub fn succeeded(&self, key: &str) {
-        let mut g = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = self.failing.lock().unwrap_or_else(|p| p.into_inner());
         g.remove(key);
     }
-}
-
-/// Delay after `n` consecutive failures.
-pub fn delay(n: u32) -> Duration {
-    let secs = 1u64 << n.saturating_sub(1).min(16);
-    Duration::from_secs(secs).min(Backoff::MAX)
 }
 
 #[cfg(test)]
@@ -187,7 +201,9 @@ mod tests {
         assert_eq!(b.failed("a"), Duration::from_secs(4));
         b.succeeded("a");
         assert_eq!(b.failed("a"), Duration::from_secs(1));
-        assert_eq!(delay(40), Backoff::MAX);
+        let forty = (0..40).map(|_| b.failed("b")).last();
+        assert_eq!(forty, Some(Backoff::MAX));
+        assert_eq!(b.failed("a"), Duration::from_secs(2), "per object");
     }
 
     #[test]

@@ -2,11 +2,14 @@
 //!
 //! Kubernetes only: the entry model and sync planning are p4fleet-model's,
 //! device I/O (P4Runtime, BFRT) is p4fleet-client's. Here: `controllers`
-//! (one reconciler per resource kind), `devices` (one client connection
-//! per Switch), `convert` (CRD enums in the model's and client's terms),
-//! plus the runtime pieces (`context`, `status`, `metrics`, `http`,
-//! `telemetry`, `leader`, `cli`).
+//! (one reconciler per resource kind, each dereference → validate → build
+//! → apply → update status), `reads` (the one interface dereference stages
+//! read the cluster through), `artifacts` (P4Program sources, P4Info,
+//! digest), `devices` (one client connection per Switch), `convert` (CRD
+//! enums in the model's and client's terms), plus the runtime pieces
+//! (`context`, `status`, `metrics`, `http`, `telemetry`, `leader`, `cli`).
 
+pub mod artifacts;
 pub mod cli;
 pub mod context;
 pub mod controllers;
@@ -15,5 +18,6 @@ pub mod devices;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod reads;
 pub mod status;
 pub mod telemetry;

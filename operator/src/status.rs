@@ -3,7 +3,9 @@
 //!
 //! A status that changes on every reconcile re-triggers the controller
 //! (the status write is a watch event), so reconcilers compute the new status,
-//! compare it with the old one ([`unchanged`]) and only write real changes.
+//! [`settle`] it against the old one and only write real changes
+//! ([`unchanged`]); `controllers::update_status` does all of that for
+//! every controller.
 
 use std::fmt::Debug;
 
@@ -11,7 +13,10 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
-use p4fleet_crds::{Condition, ConditionStatus};
+use p4fleet_crds::{
+    AsyncExternPolicyStatus, Condition, ConditionStatus, P4ProgramStatus, SwitchStatus,
+    TableEntrySetStatus, VirtualSwitchStatus,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -44,6 +49,42 @@ where
         &Patch::Apply(&patch),
     )
     .await
+}
+
+/// A status that carries conditions (every p4fleet status does).
+pub trait WithConditions {
+    fn conditions(&self) -> &[Condition];
+    fn conditions_mut(&mut self) -> &mut Vec<Condition>;
+}
+
+macro_rules! with_conditions {
+    ($($status:ty),*) => {$(
+        impl WithConditions for $status {
+            fn conditions(&self) -> &[Condition] {
+                &self.conditions
+            }
+            fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+                &mut self.conditions
+            }
+        }
+    )*};
+}
+
+with_conditions!(
+    SwitchStatus,
+    P4ProgramStatus,
+    VirtualSwitchStatus,
+    TableEntrySetStatus,
+    AsyncExternPolicyStatus
+);
+
+/// Readies a freshly computed status for comparison and writing: its
+/// conditions are merged with the old ones ([`merge_conditions`]) for
+/// `generation`. Everything else is the builder's.
+pub fn settle<S: WithConditions>(old: Option<&S>, new: &mut S, generation: Option<i64>, now: &str) {
+    let old = old.map(|s| s.conditions()).unwrap_or_default();
+    let fresh = std::mem::take(new.conditions_mut());
+    *new.conditions_mut() = merge_conditions(old, fresh, generation, now);
 }
 
 /// Whether `new` equals the status the object already has (no write needed).
@@ -116,6 +157,34 @@ pub fn transitions<'a>(old: &[Condition], new: &'a [Condition]) -> Vec<&'a Condi
         .collect()
 }
 
+/// One Event to publish about an object: computed by the pure stages,
+/// published after the status write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventNote {
+    pub warning: bool,
+    pub reason: String,
+    pub action: String,
+    pub note: String,
+}
+
+impl EventNote {
+    pub fn normal(reason: &str, action: &str, note: String) -> Self {
+        EventNote {
+            warning: false,
+            reason: reason.into(),
+            action: action.into(),
+            note,
+        }
+    }
+
+    pub fn warning(reason: &str, action: &str, note: String) -> Self {
+        EventNote {
+            warning: true,
+            ..EventNote::normal(reason, action, note)
+        }
+    }
+}
+
 /// Publishes Kubernetes Events about objects. Failures are logged, never
 /// returned: an Event is a courtesy, not part of reconciling.
 #[derive(Clone)]
@@ -129,24 +198,24 @@ impl Events {
     }
 
     /// Publishes one Event regarding `obj`.
-    pub async fn publish<K>(&self, obj: &K, warning: bool, reason: &str, action: &str, note: String)
+    pub async fn publish<K>(&self, obj: &K, ev: &EventNote)
     where
         K: Resource<DynamicType = ()>,
     {
         let reference: ObjectReference = obj.object_ref(&());
-        let ev = Event {
-            type_: if warning {
+        let event = Event {
+            type_: if ev.warning {
                 EventType::Warning
             } else {
                 EventType::Normal
             },
-            reason: truncate(reason, 128),
-            note: Some(truncate(&note, 1000)),
-            action: truncate(action, 128),
+            reason: truncate(&ev.reason, 128),
+            note: Some(truncate(&ev.note, 1000)),
+            action: truncate(&ev.action, 128),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&ev, &reference).await {
-            tracing::warn!(object = %obj.name_any(), reason, error = %e, "publishing event failed");
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(object = %obj.name_any(), reason = %ev.reason, error = %e, "publishing event failed");
         }
     }
 
@@ -167,8 +236,13 @@ impl Events {
             } else {
                 format!("{}: {}", c.type_, c.message)
             };
-            self.publish(obj, !c.is_true(), &reason, &c.type_, note)
-                .await;
+            let ev = EventNote {
+                warning: !c.is_true(),
+                reason,
+                action: c.type_.clone(),
+                note,
+            };
+            self.publish(obj, &ev).await;
         }
     }
 }

@@ -66,6 +66,12 @@ pub mod p4fleet {
             include!(concat!(env!("OUT_DIR"), "/p4fleet.externs.v1.rs"));
         }
     }
+    pub mod fpga {
+        pub mod v1 {
+            #![allow(missing_docs, clippy::all)]
+            include!(concat!(env!("OUT_DIR"), "/p4fleet.fpga.v1.rs"));
+        }
+    }
 }
 
 /// `p4fleet.bulk.v1`: the columnar `BulkWrite` service (`bulk_write_client`,
@@ -83,6 +89,15 @@ pub mod externs {
     /// `type_url` of a `p4fleet.externs.v1.PolicyError` packed in
     /// `google.protobuf.Any`.
     pub const POLICY_ERROR_TYPE_URL: &str = "type.googleapis.com/p4fleet.externs.v1.PolicyError";
+}
+
+/// `p4fleet.fpga.v1`: the FPGA slot service (`slot_service_client`,
+/// `slot_service_server`), see docs/fpga.md.
+pub mod fpga {
+    pub use crate::p4fleet::fpga::v1::*;
+
+    /// `type_url` of a [`SlotError`] packed in `google.protobuf.Any`.
+    pub const SLOT_ERROR_TYPE_URL: &str = "type.googleapis.com/p4fleet.fpga.v1.SlotError";
 }
 
 /// Encoded `google.protobuf.FileDescriptorSet` of every .proto in this crate

@@ -324,10 +324,7 @@ impl BulkWrite for BulkService {
         let mut ok = 0u64;
         {
             let mut state = dev.p4runtime.pipeline.lock().expect("pipeline lock");
-            let pipeline = state
-                .pipeline
-                .as_mut()
-                .ok_or_else(|| Status::failed_precondition("no forwarding pipeline config"))?;
+            let pipeline = state.pipeline.as_mut().ok_or_else(|| dev.no_pipeline())?;
             let table =
                 pipeline.schema.tables.get(&req.table_id).ok_or_else(|| {
                     Status::not_found(format!("unknown table id {}", req.table_id))

@@ -68,10 +68,7 @@ impl P4RuntimeService {
         let mut applied = Tally::default();
         {
             let mut state = dev.p4runtime.pipeline.lock().expect("pipeline lock");
-            let pipeline = state
-                .pipeline
-                .as_mut()
-                .ok_or_else(|| Status::failed_precondition("no forwarding pipeline config"))?;
+            let pipeline = state.pipeline.as_mut().ok_or_else(|| dev.no_pipeline())?;
             let mut key = Vec::with_capacity(64);
             let mut scratch = wire::Scratch::default();
             for (i, u) in req.updates.iter().enumerate() {
@@ -101,10 +98,7 @@ impl P4RuntimeService {
         let mut total = 0u64;
         {
             let state = dev.p4runtime.pipeline.lock().expect("pipeline lock");
-            let pipeline = state
-                .pipeline
-                .as_ref()
-                .ok_or_else(|| Status::failed_precondition("no forwarding pipeline config"))?;
+            let pipeline = state.pipeline.as_ref().ok_or_else(|| dev.no_pipeline())?;
             for ent in &req.entities {
                 match &ent.entity {
                     Some(p4::entity::Entity::TableEntry(filter)) => {
@@ -196,6 +190,7 @@ impl P4Runtime for P4RuntimeService {
         dev.counters
             .set_pipeline_rpcs
             .fetch_add(1, Ordering::Relaxed);
+        dev.check_pipeline_settable()?;
         check_primary(dev, &req.role, req.election_id.as_ref().map(from_uint128))?;
         let action = SetAction::try_from(req.action).unwrap_or(SetAction::Unspecified);
         if dev.dpdk.is_some() {

@@ -1,6 +1,9 @@
-//! AsyncExternPolicy reconciler: validate the policy against its
-//! VirtualSwitch and Switch (async externs exist only on Dpdk targets).
-//! Conditions only for now: the extern runtime is not driven yet.
+//! AsyncExternPolicy reconciler. Dereference the VirtualSwitch and the
+//! Switch it runs on ([`dereference`]); validate the policy against them
+//! ([`validate`], pure: async externs exist only on Dpdk targets) and build
+//! the status ([`build_status`], pure); update status. Nothing is applied
+//! yet: the extern runtime is not driven, so the status has conditions
+//! only.
 
 use std::sync::Arc;
 
@@ -9,24 +12,20 @@ use kube::{Api, ResourceExt};
 use p4fleet_crds::condition_types::{RESOLVED_REFS, VALID};
 use p4fleet_crds::{
     AsyncExternPolicy, AsyncExternPolicySpec, AsyncExternPolicyStatus, Condition, ExternMode,
-    Switch, SwitchTarget, VirtualSwitch,
+    SwitchTarget, VirtualSwitch,
 };
 
-use super::{Error, referrers, scoped_api, watcher_config, write_status};
+use super::{Error, namespace, primary, scoped_api, update_status, watch_related};
 use crate::context::Context;
-use crate::status::{merge_conditions, now_rfc3339, ready_from};
+use crate::reads::Reads;
+use crate::status::ready_from;
 
 /// Watches policies and the VirtualSwitches they name.
 pub fn controller(ctx: &Context) -> Controller<AsyncExternPolicy> {
-    let c = Controller::new(scoped_api::<AsyncExternPolicy>(ctx), watcher_config());
-    let store = c.store();
-    c.watches(
-        scoped_api::<VirtualSwitch>(ctx),
-        watcher_config(),
-        referrers(store, |p: &AsyncExternPolicy, vs: &VirtualSwitch| {
-            p.namespace() == vs.namespace() && p.spec.virtual_switch_ref == vs.name_any()
-        }),
-    )
+    let names = |p: &AsyncExternPolicy, vs: &VirtualSwitch| {
+        p.namespace() == vs.namespace() && p.spec.virtual_switch_ref == vs.name_any()
+    };
+    watch_related(primary(ctx), scoped_api(ctx), names)
 }
 
 /// What the policy's references resolved to.
@@ -38,28 +37,98 @@ pub enum Placement {
     Switch { name: String, target: SwitchTarget },
 }
 
-/// Spec problems the schema cannot express.
-pub fn validate(spec: &AsyncExternPolicySpec) -> Vec<String> {
+/// Reads what the policy refers to: its VirtualSwitch and that one's Switch.
+pub async fn dereference(
+    reads: &impl Reads,
+    ns: &str,
+    spec: &AsyncExternPolicySpec,
+) -> Result<Placement, kube::Error> {
+    let Some(vs) = reads.virtual_switch(ns, &spec.virtual_switch_ref).await? else {
+        return Ok(Placement::VirtualSwitchNotFound);
+    };
+    let Some(name) = vs.status.and_then(|s| s.switch) else {
+        return Ok(Placement::NotScheduled);
+    };
+    Ok(match reads.switch(&name).await? {
+        None => Placement::SwitchNotFound(name),
+        Some(sw) => Placement::Switch {
+            name,
+            target: sw.spec.target,
+        },
+    })
+}
+
+/// What is wrong with a policy; the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    #[error(
+        "spec.virtualSwitchRef: VirtualSwitch {vs} runs on {switch}, a {target:?} Switch; async externs need a Dpdk Switch"
+    )]
+    NotDpdkTarget {
+        vs: String,
+        switch: String,
+        target: SwitchTarget,
+    },
+    #[error("spec.externs[{index}] ({name}): executor and suspend only apply to mode Async")]
+    AsyncOnlySettings { index: usize, name: String },
+    #[error("spec.externs[{index}] ({name}): burstSize {burst} exceeds queueDepth {depth}")]
+    BurstExceedsQueue {
+        index: usize,
+        name: String,
+        burst: u32,
+        depth: u32,
+    },
+}
+
+impl Problem {
+    /// The `Valid` condition's reason when this is the first problem.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Problem::NotDpdkTarget { .. } => "NotDpdkTarget",
+            Problem::AsyncOnlySettings { .. } | Problem::BurstExceedsQueue { .. } => "InvalidSpec",
+        }
+    }
+}
+
+/// Problems of the policy against its target (when resolved) and those of
+/// the spec the schema cannot express, the target's first.
+pub fn validate(spec: &AsyncExternPolicySpec, target: &Placement) -> Vec<Problem> {
     let mut problems = Vec::new();
-    for (i, e) in spec.externs.iter().enumerate() {
+    if let Placement::Switch { name, target } = target
+        && *target != SwitchTarget::Dpdk
+    {
+        problems.push(Problem::NotDpdkTarget {
+            vs: spec.virtual_switch_ref.clone(),
+            switch: name.clone(),
+            target: *target,
+        });
+    }
+    for (index, e) in spec.externs.iter().enumerate() {
         if e.mode != ExternMode::Async && (e.executor.is_some() || e.suspend.is_some()) {
-            problems.push(format!(
-                "spec.externs[{i}] ({}): executor and suspend only apply to mode Async",
-                e.name
-            ));
+            problems.push(Problem::AsyncOnlySettings {
+                index,
+                name: e.name.clone(),
+            });
         }
         if e.burst_size > e.queue_depth {
-            problems.push(format!(
-                "spec.externs[{i}] ({}): burstSize {} exceeds queueDepth {}",
-                e.name, e.burst_size, e.queue_depth
-            ));
+            problems.push(Problem::BurstExceedsQueue {
+                index,
+                name: e.name.clone(),
+                burst: e.burst_size,
+                depth: e.queue_depth,
+            });
         }
     }
     problems
 }
 
-/// The pure middle: spec and resolved target in, status out.
-pub fn build_status(spec: &AsyncExternPolicySpec, target: &Placement) -> AsyncExternPolicyStatus {
+/// The pure middle: spec of generation `generation` and resolved target
+/// in, status out (conditions not yet merged).
+pub fn build_status(
+    spec: &AsyncExternPolicySpec,
+    generation: Option<i64>,
+    target: &Placement,
+) -> AsyncExternPolicyStatus {
     let vs = &spec.virtual_switch_ref;
     let refs = match target {
         Placement::VirtualSwitchNotFound => Condition::new(
@@ -87,24 +156,10 @@ pub fn build_status(spec: &AsyncExternPolicySpec, target: &Placement) -> AsyncEx
             format!("VirtualSwitch {vs} runs on {name}"),
         ),
     };
-    let mut problems = validate(spec);
-    if let Placement::Switch { name, target } = target
-        && *target != SwitchTarget::Dpdk
-    {
-        problems.insert(
-            0,
-            format!(
-                "spec.virtualSwitchRef: VirtualSwitch {vs} runs on {name}, a {target:?} Switch; async externs need a Dpdk Switch"
-            ),
-        );
-    }
-    let valid = if !problems.is_empty() {
-        let reason = if problems[0].contains("need a Dpdk") {
-            "NotDpdkTarget"
-        } else {
-            "InvalidSpec"
-        };
-        Condition::new(VALID, false, reason, problems.join("; "))
+    let problems = validate(spec, target);
+    let valid = if let Some(first) = problems.first() {
+        let all: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        Condition::new(VALID, false, first.reason(), all.join("; "))
     } else if refs.is_true() {
         Condition::new(VALID, true, "Valid", "policy is valid for its target")
     } else {
@@ -112,6 +167,7 @@ pub fn build_status(spec: &AsyncExternPolicySpec, target: &Placement) -> AsyncEx
     };
     let ready = ready_from(&[&refs, &valid], "Configured", "policy accepted");
     AsyncExternPolicyStatus {
+        observed_generation: generation,
         conditions: vec![valid, refs, ready],
         extern_count: Some(spec.externs.len() as u32),
         ..Default::default()
@@ -119,50 +175,17 @@ pub fn build_status(spec: &AsyncExternPolicySpec, target: &Placement) -> AsyncEx
 }
 
 pub async fn reconcile(obj: Arc<AsyncExternPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let ns = obj
-        .namespace()
-        .ok_or(Error::MissingObjectKey("namespace"))?;
-    let vss: Api<VirtualSwitch> = Api::namespaced(ctx.client.clone(), &ns);
-    let target = match vss.get_opt(&obj.spec.virtual_switch_ref).await? {
-        None => Placement::VirtualSwitchNotFound,
-        Some(vs) => match vs.status.and_then(|s| s.switch) {
-            None => Placement::NotScheduled,
-            Some(name) => match ctx.all::<Switch>().get_opt(&name).await? {
-                None => Placement::SwitchNotFound(name),
-                Some(sw) => Placement::Switch {
-                    name,
-                    target: sw.spec.target,
-                },
-            },
-        },
-    };
-    let mut new = build_status(&obj.spec, &target);
-    let old = obj.status.as_ref();
+    let ns = namespace(obj.as_ref())?;
+    let target = dereference(&ctx.reads, &ns, &obj.spec).await?;
+    let mut new = build_status(&obj.spec, obj.metadata.generation, &target);
     // Measurements are not taken yet; keep whatever a future writer set.
-    if let Some(o) = old {
+    if let Some(o) = obj.status.as_ref() {
         new.packets_per_second = o.packets_per_second;
         new.async_ops_per_second = o.async_ops_per_second;
         new.drops = o.drops;
     }
-    let old_conditions = old.map(|s| s.conditions.as_slice()).unwrap_or_default();
-    new.observed_generation = obj.metadata.generation;
-    new.conditions = merge_conditions(
-        old_conditions,
-        new.conditions,
-        obj.metadata.generation,
-        &now_rfc3339(),
-    );
     let api: Api<AsyncExternPolicy> = Api::namespaced(ctx.client.clone(), &ns);
-    write_status(
-        &ctx,
-        &api,
-        obj.as_ref(),
-        old,
-        &new,
-        old_conditions,
-        &new.conditions,
-    )
-    .await?;
+    update_status(&ctx, &api, obj.as_ref(), &mut new).await?;
     Ok(Action::requeue(ctx.config.resync))
 }
 
@@ -183,6 +206,7 @@ mod tests {
     fn dpdk_target_is_ready() {
         let st = build_status(
             &spec(),
+            Some(1),
             &Placement::Switch {
                 name: "dpdk-1".into(),
                 target: SwitchTarget::Dpdk,
@@ -200,6 +224,7 @@ mod tests {
     fn non_dpdk_target_is_not_ready_with_a_clear_reason() {
         let st = build_status(
             &spec(),
+            Some(1),
             &Placement::Switch {
                 name: "tofino-1".into(),
                 target: SwitchTarget::Tofino,
@@ -213,7 +238,7 @@ mod tests {
 
     #[test]
     fn missing_virtual_switch_names_the_field() {
-        let st = build_status(&spec(), &Placement::VirtualSwitchNotFound);
+        let st = build_status(&spec(), Some(1), &Placement::VirtualSwitchNotFound);
         let ready = p4fleet_crds::find_condition(&st.conditions, "Ready").unwrap();
         assert_eq!(ready.reason, "VirtualSwitchNotFound");
         assert!(ready.message.starts_with("spec.virtualSwitchRef"));
@@ -224,6 +249,8 @@ mod tests {
         let mut s = spec();
         s.externs[0].burst_size = 512;
         s.externs[0].queue_depth = 256;
-        assert!(validate(&s)[0].contains("burstSize 512"));
+        let problems = validate(&s, &Placement::NotScheduled);
+        assert!(problems[0].to_string().contains("burstSize 512"));
+        assert_eq!(problems[0].reason(), "InvalidSpec");
     }
 }

@@ -4,6 +4,12 @@
 //! Each kind's module exposes `controller(&Context) -> Controller<K>` (the
 //! watches it needs) and `reconcile(Arc<K>, Arc<Context>) -> Result<Action, Error>`;
 //! [`run_controllers`] drives them all until shutdown.
+//!
+//! Every reconcile runs the same stages (docs/architecture.md, "Controller
+//! shape"): dereference (reads through [`crate::reads::Reads`] only),
+//! validate and build (pure), apply (device I/O only), update status
+//! ([`update_status`], the one status write). No controller imports
+//! another controller's module.
 
 pub mod entry_set;
 pub mod extern_policy;
@@ -18,12 +24,15 @@ use std::time::Duration;
 
 use futures::future::{BoxFuture, Shared};
 use futures::{FutureExt, StreamExt};
+use kube::core::object::HasStatus;
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use crate::context::Context;
+use crate::status::{WithConditions, apply_status, now_rfc3339, settle, unchanged};
 
 /// Resolves once the process should stop; cheap to clone.
 pub type Shutdown = Shared<BoxFuture<'static, ()>>;
@@ -33,15 +42,25 @@ pub fn shutdown_on(fut: impl Future<Output = ()> + Send + 'static) -> Shutdown {
     fut.boxed().shared()
 }
 
-/// Why a reconcile failed (it is retried with backoff).
+/// Why a reconcile failed (it is retried with backoff). What a resource
+/// gets wrong, or a device cannot do, is status, not an error: these are
+/// the failures of reconciling itself.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
     #[error("object has no {0}")]
     MissingObjectKey(&'static str),
-    #[error("device {switch}: {message}")]
-    Device { switch: String, message: String },
+    /// Adding or removing a finalizer failed (e.g. a concurrent change).
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] kube::Error),
+    /// kube's finalizer helper could not use the name as a JSON pointer
+    /// (the names are constants, so this is a bug).
+    #[error("finalizer name is not a valid JSON pointer")]
+    InvalidFinalizer,
+    /// A deleted TableEntrySet's entries are still on a device.
+    #[error("removing entries: {0}")]
+    EntriesNotRemoved(entry_set::cleanup::RemovalFailures),
 }
 
 impl Error {
@@ -50,9 +69,32 @@ impl Error {
         match self {
             Error::Kube(_) => "kube",
             Error::MissingObjectKey(_) => "invalid_object",
-            Error::Device { .. } => "device",
+            Error::Finalizer(_) | Error::InvalidFinalizer => "finalizer",
+            Error::EntriesNotRemoved(_) => "device",
         }
     }
+}
+
+/// The outcome of `kube::runtime::finalizer` in this crate's terms: a
+/// stage's own error as it is; removing the finalizer from an object that
+/// is already gone is done, not an error.
+pub fn finalized(res: Result<Action, finalizer::Error<Error>>) -> Result<Action, Error> {
+    use finalizer::Error as F;
+    match res {
+        Ok(action) => Ok(action),
+        Err(F::ApplyFailed(e) | F::CleanupFailed(e)) => Err(e),
+        Err(F::RemoveFinalizer(kube::Error::Api(s))) if s.is_not_found() => {
+            Ok(Action::await_change())
+        }
+        Err(F::AddFinalizer(e) | F::RemoveFinalizer(e)) => Err(Error::Finalizer(e)),
+        Err(F::UnnamedObject) => Err(Error::MissingObjectKey("name")),
+        Err(F::InvalidFinalizer) => Err(Error::InvalidFinalizer),
+    }
+}
+
+/// The namespace of a namespaced object.
+pub fn namespace<K: Resource>(obj: &K) -> Result<String, Error> {
+    obj.namespace().ok_or(Error::MissingObjectKey("namespace"))
 }
 
 /// `namespace/name` (or `name`) of an object, for logs, backoff and slot owners.
@@ -89,7 +131,7 @@ where
 
 /// A watch mapper: when a related object changes, requeue the cached
 /// objects that `refers(obj, related)` says depend on it.
-pub fn referrers<K, R>(
+fn referrers<K, R>(
     store: kube::runtime::reflector::Store<K>,
     refers: impl Fn(&K, &R) -> bool + Send + Sync + 'static,
 ) -> impl Fn(R) -> Vec<kube::runtime::reflector::ObjectRef<K>> + Send + Sync + 'static
@@ -104,6 +146,35 @@ where
             .map(|obj| kube::runtime::reflector::ObjectRef::from_obj(obj.as_ref()))
             .collect()
     }
+}
+
+/// A controller of the namespaced kind `K` in the watched namespaces.
+pub fn primary<K>(ctx: &Context) -> Controller<K>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    Controller::new(scoped_api::<K>(ctx), watcher_config())
+}
+
+/// Adds a watch of `api` to `c`: when an `R` changes, the cached objects
+/// that `refers(obj, related)` says depend on it are reconciled.
+pub fn watch_related<K, R>(
+    c: Controller<K>,
+    api: Api<R>,
+    refers: impl Fn(&K, &R) -> bool + Send + Sync + 'static,
+) -> Controller<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    R: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let store = c.store();
+    c.watches(api, watcher_config(), referrers(store, refers))
 }
 
 /// Default watcher configuration for primary resources.
@@ -180,62 +251,78 @@ pub async fn drive<K, F, Fut>(
 
 /// Starts every controller and returns when all have shut down.
 pub async fn run_controllers(ctx: Arc<Context>, shutdown: Shutdown) {
+    // One `drive` per kind module (its `controller` and `reconcile`).
+    macro_rules! drive {
+        ($kind:ident) => {
+            drive(
+                $kind::controller(&ctx),
+                $kind::reconcile,
+                ctx.clone(),
+                shutdown.clone(),
+            )
+        };
+    }
     tokio::join!(
-        drive(
-            switch::controller(&ctx),
-            switch::reconcile,
-            ctx.clone(),
-            shutdown.clone()
-        ),
-        drive(
-            program::controller(&ctx),
-            program::reconcile,
-            ctx.clone(),
-            shutdown.clone()
-        ),
-        drive(
-            virtual_switch::controller(&ctx),
-            virtual_switch::reconcile,
-            ctx.clone(),
-            shutdown.clone()
-        ),
-        drive(
-            entry_set::controller(&ctx),
-            entry_set::reconcile,
-            ctx.clone(),
-            shutdown.clone()
-        ),
-        drive(
-            extern_policy::controller(&ctx),
-            extern_policy::reconcile,
-            ctx.clone(),
-            shutdown.clone()
-        ),
+        drive!(switch),
+        drive!(program),
+        drive!(virtual_switch),
+        drive!(entry_set),
+        drive!(extern_policy),
     );
 }
 
-/// Writes `new` as the status of `obj` unless it equals `old`, then
-/// publishes an Event for each condition that changed. Returns whether it wrote.
-pub async fn write_status<K, S>(
+/// The update-status stage of every controller: settles `new` against the
+/// object's current status ([`crate::status::settle`]), writes it by
+/// server-side apply unless nothing changed, and publishes an Event per
+/// condition that changed. Returns whether it wrote.
+pub async fn update_status<K>(
     ctx: &Context,
     api: &Api<K>,
     obj: &K,
-    old: Option<&S>,
-    new: &S,
-    old_conditions: &[p4fleet_crds::Condition],
-    new_conditions: &[p4fleet_crds::Condition],
+    new: &mut K::Status,
 ) -> Result<bool, Error>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
-    S: PartialEq + serde::Serialize,
+    K: HasStatus + Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    K::Status: WithConditions + PartialEq + serde::Serialize,
 {
-    if crate::status::unchanged(old, new) {
+    let old = obj.status();
+    settle(old, new, obj.meta().generation, &now_rfc3339());
+    if unchanged(old, new) {
         return Ok(false);
     }
-    crate::status::apply_status(api, &obj.name_any(), new).await?;
+    apply_status(api, &obj.name_any(), &*new).await?;
     ctx.metrics.status_write(&K::kind(&()));
+    let old_conditions = old.map(|s| s.conditions()).unwrap_or_default();
     ctx.events
-        .condition_changes(obj, old_conditions, new_conditions)
+        .condition_changes(obj, old_conditions, new.conditions())
         .await;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    fn api(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(Status::failure("x", reason).with_code(code).boxed())
+    }
+
+    #[test]
+    fn finalizer_outcomes_map_onto_the_reconcile_error() {
+        use finalizer::Error as F;
+        let done = Action::await_change();
+        assert_eq!(finalized(Ok(done.clone())).unwrap(), done);
+        // The object is gone: nothing left to do.
+        let gone = finalized(Err(F::RemoveFinalizer(api(404, "NotFound"))));
+        assert_eq!(gone.unwrap(), done);
+        let conflict = finalized(Err(F::AddFinalizer(api(422, "Invalid")))).unwrap_err();
+        assert_eq!(conflict.metric_label(), "finalizer");
+        let stage = finalized(Err(F::CleanupFailed(Error::MissingObjectKey("namespace"))));
+        assert!(matches!(stage, Err(Error::MissingObjectKey("namespace"))));
+        assert!(matches!(
+            finalized(Err(F::UnnamedObject)),
+            Err(Error::MissingObjectKey("name"))
+        ));
+    }
 }

@@ -1,23 +1,26 @@
-//! Switch reconciler: validate the spec, connect through the device pool,
-//! probe capabilities (Reachable), and summarise slot usage from the
-//! VirtualSwitches placed on it.
+//! Switch reconciler. Validate the spec ([`validate`], pure); apply:
+//! connect through the device pool and probe capabilities (only for a
+//! valid spec); dereference the VirtualSwitches placed on it; build the
+//! status ([`build_status`], pure: Valid, Reachable, slot usage); update
+//! status.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use kube::ResourceExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, ResourceExt};
 use p4fleet_crds::condition_types::{REACHABLE, VALID};
 use p4fleet_crds::{
     Condition, SlotUse, Switch, SwitchCapabilities, SwitchProtocol, SwitchSpec, SwitchStatus,
     SwitchTarget, VirtualSwitch,
 };
 
-use super::{Error, object_key, watcher_config, write_status};
+use super::{Error, object_key, update_status, watcher_config};
 use crate::context::Context;
 use crate::metrics::SwitchLabel;
-use crate::status::{merge_conditions, now_rfc3339, ready_from};
+use crate::reads::Reads;
+use crate::status::ready_from;
 
 /// How long a capabilities probe may take before the Switch counts as unreachable.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -100,14 +103,24 @@ pub fn slots_in_use(switch: &str, vss: &[VirtualSwitch]) -> Vec<SlotUse> {
     out
 }
 
-/// Outcome of probing the device.
-pub type Probe = Result<p4fleet_client::Capabilities, String>;
+/// Why a probe found the device unreachable.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(transparent)]
+    Device(#[from] p4fleet_client::Error),
+    #[error("no answer from {endpoint} within {after:?}")]
+    Timeout { endpoint: String, after: Duration },
+}
 
-/// The pure middle: spec, probe result and VirtualSwitches in; status out
-/// (conditions not yet merged).
+/// Outcome of probing the device.
+pub type Probe = Result<p4fleet_client::Capabilities, ProbeError>;
+
+/// The pure middle: spec of generation `generation`, probe result and
+/// VirtualSwitches in; status out (conditions not yet merged).
 pub fn build_status(
     name: &str,
     spec: &SwitchSpec,
+    generation: Option<i64>,
     probe: Option<&Probe>,
     vss: &[VirtualSwitch],
 ) -> SwitchStatus {
@@ -144,7 +157,7 @@ pub fn build_status(
             }),
         ),
         Some(Err(e)) => (
-            Condition::new(REACHABLE, false, "Unreachable", e.clone()),
+            Condition::new(REACHABLE, false, "Unreachable", e.to_string()),
             None,
         ),
     };
@@ -152,7 +165,7 @@ pub fn build_status(
     let distinct: std::collections::BTreeSet<u32> = used.iter().map(|u| u.slot).collect();
     let ready = ready_from(&[&valid, &reachable], "Ready", "device is reachable");
     SwitchStatus {
-        observed_generation: None,
+        observed_generation: generation,
         conditions: vec![valid, reachable, ready],
         capabilities,
         slot_summary: Some(format!("{}/{}", distinct.len(), spec.slots)),
@@ -162,23 +175,22 @@ pub fn build_status(
 
 /// Connects (once, shared) and asks the device for its capabilities.
 async fn probe(ctx: &Context, sw: &Switch) -> Probe {
-    let dev = ctx.devices.connect(sw).map_err(|e| e.to_string())?;
+    let dev = ctx.devices.connect(sw)?;
     match tokio::time::timeout(PROBE_TIMEOUT, dev.capabilities()).await {
-        Ok(Ok(c)) => Ok(c),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!(
-            "no answer from {} within {PROBE_TIMEOUT:?}",
-            sw.spec.endpoint
-        )),
+        Ok(res) => Ok(res?),
+        Err(_) => Err(ProbeError::Timeout {
+            endpoint: sw.spec.endpoint.clone(),
+            after: PROBE_TIMEOUT,
+        }),
     }
 }
 
 pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Error> {
     let name = obj.name_any();
-    let probe = if validate(&obj.spec).is_empty() {
-        Some(probe(&ctx, &obj).await)
-    } else {
-        None
+    // A device is contacted only for a valid spec.
+    let probe = match validate(&obj.spec).is_empty() {
+        true => Some(probe(&ctx, &obj).await),
+        false => None,
     };
     ctx.metrics
         .switch_connected
@@ -186,31 +198,10 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
             switch: name.clone(),
         })
         .set(i64::from(matches!(probe, Some(Ok(_)))));
-    let vss = super::scoped_api::<VirtualSwitch>(&ctx)
-        .list(&Default::default())
-        .await?
-        .items;
-    let mut new = build_status(&name, &obj.spec, probe.as_ref(), &vss);
-    let old = obj.status.as_ref();
-    let old_conditions = old.map(|s| s.conditions.as_slice()).unwrap_or_default();
-    new.observed_generation = obj.metadata.generation;
-    new.conditions = merge_conditions(
-        old_conditions,
-        new.conditions,
-        obj.metadata.generation,
-        &now_rfc3339(),
-    );
-    let api: Api<Switch> = ctx.all();
-    write_status(
-        &ctx,
-        &api,
-        obj.as_ref(),
-        old,
-        &new,
-        old_conditions,
-        &new.conditions,
-    )
-    .await?;
+    let vss = ctx.reads.virtual_switches(None).await?;
+    let generation = obj.metadata.generation;
+    let mut new = build_status(&name, &obj.spec, generation, probe.as_ref(), &vss);
+    update_status(&ctx, &ctx.all(), obj.as_ref(), &mut new).await?;
     Ok(match probe {
         Some(Ok(_)) | None => Action::requeue(ctx.config.resync),
         Some(Err(_)) => Action::requeue(UNREACHABLE_RETRY.min(ctx.config.resync)),
@@ -272,7 +263,7 @@ mod tests {
             api_version: "1.4.0".into(),
             bulk_write: true,
         };
-        let st = build_status("sw1", &s, Some(&Ok(caps)), &vss);
+        let st = build_status("sw1", &s, Some(1), Some(&Ok(caps)), &vss);
         assert_eq!(st.slot_summary.as_deref(), Some("2/4"));
         assert_eq!(st.slots_in_use[0].virtual_switch, "b/y");
         assert_eq!(st.slots_in_use[1].slot, 2);
@@ -281,7 +272,11 @@ mod tests {
         assert!(caps.slot_service);
         assert!(caps.bulk_write);
 
-        let st = build_status("sw1", &s, Some(&Err("refused".into())), &[]);
+        let refused = ProbeError::Timeout {
+            endpoint: s.endpoint.clone(),
+            after: PROBE_TIMEOUT,
+        };
+        let st = build_status("sw1", &s, Some(1), Some(&Err(refused)), &[]);
         let ready = p4fleet_crds::find_condition(&st.conditions, "Ready").unwrap();
         assert_eq!(ready.reason, "Unreachable");
         assert_eq!(st.slot_summary.as_deref(), Some("0/4"));

@@ -1,0 +1,55 @@
+-- Argo CD health of a p4fleet AsyncExternPolicy (API group p4fleet.dev).
+-- Healthy only when the operator has seen the current spec (observedGeneration
+-- = metadata.generation) and says Ready=True; Progressing while it has not
+-- reported yet or has not caught up with the spec, or while it waits for its VirtualSwitch;
+-- Degraded with the Ready condition's message otherwise.
+-- Argo CD runs health scripts with the base and table libraries only.
+local hs = {}
+-- Ready=False reasons that mean waiting for another object, not a fault.
+local waiting = {
+  VirtualSwitchNotScheduled = true, -- the VirtualSwitch has no slot yet
+  VirtualSwitchNotReady = true, -- its pipeline is not loaded yet
+}
+
+local function find(conditions, wanted)
+  for _, c in ipairs(conditions) do
+    if c.type == wanted then
+      return c
+    end
+  end
+  return nil
+end
+
+local gen = obj.metadata.generation
+local st = obj.status
+if st == nil or st.conditions == nil then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the p4fleet operator to report status"
+  return hs
+end
+if gen ~= nil and st.observedGeneration ~= gen then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the p4fleet operator to observe generation " .. gen
+  return hs
+end
+local ready = find(st.conditions, "Ready")
+if ready == nil or (gen ~= nil and ready.observedGeneration ~= nil and ready.observedGeneration ~= gen) then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the Ready condition of generation " .. (gen or "?")
+  return hs
+end
+local message = ready.message
+if message == nil or message == "" then
+  message = ready.reason or ""
+end
+if ready.status == "True" then
+  hs.status = "Healthy"
+  hs.message = message
+elseif ready.status == "False" and not waiting[ready.reason or ""] then
+  hs.status = "Degraded"
+  hs.message = message
+else
+  hs.status = "Progressing"
+  hs.message = message
+end
+return hs

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The cluster e2e test (e2e/tests/cluster.rs) on kind, for machines with
+# docker (hosted CI: .github/workflows/e2e-kind.yml):
+#   1. docker build the operator (Dockerfile) and emulator (emulator/Dockerfile)
+#   2. p4c (in its container) compiles examples/*/ *.p4 for bmv2 (v1model):
+#      JSON + P4Info, turned into ConfigMaps and P4Programs
+#   3. kind create cluster; kind load the two images and the bmv2 image
+#   4. the test: helm install of charts/p4fleet with those images, a real
+#      bmv2 (simple_switch_grpc --no-p4) and the emulator's Tofino as
+#      Deployments + Services, the samples Ready through them (the firewall
+#      P4Program replaced by p4c's), leader failover, helm uninstall
+#   5. kind delete cluster (KEEP_CLUSTER=1 keeps it)
+#
+# Needs: docker, kind, kubectl, helm (bin/helm or PATH), cargo, python3 (with
+# PyYAML, as on hosted runners), network access to Docker Hub.
+# Images: P4C_IMAGE, BMV2_IMAGE (defaults below); KIND_NODE_IMAGE optional.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$REPO"
+CLUSTER="${KIND_CLUSTER_NAME:-p4fleet-e2e}"
+OUT="$REPO/.local/kind"
+TAG="${P4FLEET_IMAGE_TAG:-e2e}"
+OPERATOR_IMAGE="p4fleet.local/p4fleet:$TAG"
+EMULATOR_IMAGE="p4fleet.local/p4fleet-emulator:$TAG"
+P4C_IMAGE="${P4C_IMAGE:-docker.io/p4lang/p4c:latest}"
+BMV2_IMAGE="${BMV2_IMAGE:-docker.io/p4lang/behavioral-model:latest}"
+EXAMPLES=(firewall l2switch router)
+
+log() { echo "kind-e2e: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+for tool in docker kind kubectl cargo python3; do
+  command -v "$tool" >/dev/null || die "$tool not in PATH"
+done
+command -v helm >/dev/null || [[ -x "$REPO/bin/helm" ]] || die "helm not in PATH or bin/"
+mkdir -p "$OUT"
+
+T0=$SECONDS
+step() { log "== $1 ($((SECONDS - T0))s)"; }
+
+step "images"
+docker build -t "$OPERATOR_IMAGE" -f Dockerfile .
+docker build -t "$EMULATOR_IMAGE" -f emulator/Dockerfile .
+docker pull -q "$BMV2_IMAGE" >/dev/null
+
+step "p4c: ${EXAMPLES[*]}"
+for ex in "${EXAMPLES[@]}"; do
+  mkdir -p "$OUT/p4c/$ex"
+  docker run --rm --user "$(id -u):$(id -g)" \
+    -v "$REPO/examples/$ex:/src:ro" -v "$OUT/p4c/$ex:/out" "$P4C_IMAGE" \
+    p4c --target bmv2 --arch v1model --std p4-16 \
+      --p4runtime-files "/out/$ex.p4info.txt" -o /out "/src/$ex.p4"
+  [[ -s "$OUT/p4c/$ex/$ex.json" && -s "$OUT/p4c/$ex/$ex.p4info.txt" ]] || die "p4c produced no JSON/P4Info for $ex"
+done
+
+# P4Programs with p4c's P4Info and bmv2 JSON from ConfigMaps; `firewall`
+# replaces the sample of that name (whose P4Info is hand-written).
+python3 - "$OUT" "${EXAMPLES[@]}" > "$OUT/programs.yaml" <<'PY'
+import sys, yaml
+out, examples = sys.argv[1], sys.argv[2:]
+docs = []
+for ex in examples:
+    p4info = open(f"{out}/p4c/{ex}/{ex}.p4info.txt").read()
+    bmv2 = open(f"{out}/p4c/{ex}/{ex}.json").read()
+    docs.append({"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": f"{ex}-p4c"},
+                 "data": {"p4info.txt": p4info, f"{ex}.json": bmv2}})
+    docs.append({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
+                 "metadata": {"name": ex if ex == "firewall" else f"{ex}-p4c"},
+                 "spec": {"p4info": {"configMapKeyRef": {"name": f"{ex}-p4c", "key": "p4info.txt"}},
+                          "artifacts": {"bmv2": {"json": {"configMapKeyRef": {"name": f"{ex}-p4c", "key": f"{ex}.json"}}}}}})
+yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
+PY
+
+# Switches: the real bmv2 plus the emulator's Tofino from config/emulator.
+python3 - "$REPO" "$BMV2_IMAGE" > "$OUT/switches.yaml" <<'PY'
+import sys, yaml
+repo, bmv2_image = sys.argv[1], sys.argv[2]
+emulated = [d for d in yaml.safe_load_all(open(f"{repo}/config/emulator/emulated-switches.yaml")) if d]
+tofino = [d for d in emulated if d["metadata"]["name"] == "tofino-1"]
+assert len(tofino) == 2, "config/emulator must define Deployment and Service tofino-1"
+bmv2 = [d for d in yaml.safe_load_all(open(f"{repo}/e2e/kind/bmv2.yaml").read().replace("BMV2_IMAGE", bmv2_image)) if d]
+yaml.safe_dump_all(bmv2 + tofino, sys.stdout, sort_keys=False)
+PY
+
+step "kind cluster $CLUSTER"
+if ! kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
+  kind create cluster --name "$CLUSTER" --config e2e/kind/kind-config.yaml \
+    ${KIND_NODE_IMAGE:+--image "$KIND_NODE_IMAGE"} --wait 3m
+fi
+cleanup() {
+  local rc=$?
+  if (( rc != 0 )); then
+    kind export logs --name "$CLUSTER" "$OUT/logs" >/dev/null 2>&1 || true
+    log "failed; kind logs in $OUT/logs"
+  fi
+  if [[ -z "${KEEP_CLUSTER:-}" ]]; then
+    kind delete cluster --name "$CLUSTER"
+  fi
+  log "total $((SECONDS - T0))s"
+  exit "$rc"
+}
+trap cleanup EXIT
+kind get kubeconfig --name "$CLUSTER" > "$OUT/kubeconfig"
+kind load docker-image --name "$CLUSTER" "$OPERATOR_IMAGE" "$EMULATOR_IMAGE" "$BMV2_IMAGE"
+
+step "cluster e2e test"
+# The images are in the node already; nothing is pulled.
+P4FLEET_KUBECONFIG="$OUT/kubeconfig" \
+P4FLEET_E2E_OPERATOR_IMAGE="$OPERATOR_IMAGE" \
+P4FLEET_E2E_EMULATOR_IMAGE="$EMULATOR_IMAGE" \
+P4FLEET_E2E_PULL_POLICY=Never \
+P4FLEET_E2E_SWITCHES="$OUT/switches.yaml" \
+P4FLEET_E2E_PROGRAMS="$OUT/programs.yaml" \
+  cargo test --workspace --features p4fleet-e2e/cluster \
+    chart_installs_as_pods_and_drives_switches -- --exact --nocapture

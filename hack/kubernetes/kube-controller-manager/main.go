@@ -1,0 +1,18 @@
+// Command kube-controller-manager builds the upstream controller manager from
+// the k8s.io/kubernetes module pinned in ../go.mod, for hack/cluster.sh.
+package main
+
+import (
+	"os"
+	_ "time/tzdata" // CronJob time zones, as upstream
+
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	"k8s.io/kubernetes/cmd/kube-controller-manager/app"
+)
+
+func main() {
+	os.Exit(cli.Run(app.NewControllerManagerCommand()))
+}

@@ -1,0 +1,398 @@
+//! P4Program artifacts: where each source is (inline or a ConfigMap key),
+//! reading them ([`resolve`]), the one place a program's P4Info is parsed
+//! ([`Resolved::p4info`], [`p4info`]), and the program's identity derived
+//! from its bytes ([`Resolved::digest`], [`cookie`], [`short_digest`]).
+//!
+//! Sources are keyed by their field path ([`field`]), so every message
+//! about one names the field a user has to fix.
+
+use std::collections::{BTreeMap, HashSet};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use p4fleet_crds::{ArtifactSource, P4ProgramSpec};
+use p4fleet_proto::p4info::{self, P4Info};
+use sha2::{Digest, Sha256};
+
+use crate::reads::Reads;
+
+/// Field paths of a P4Program's sources.
+pub mod field {
+    pub const P4INFO: &str = "spec.p4info";
+    pub const BMV2_JSON: &str = "spec.artifacts.bmv2.json";
+    pub const TOFINO_BFRT_JSON: &str = "spec.artifacts.tofino.bfrtJson";
+    pub const TOFINO_CONTEXT_JSON: &str = "spec.artifacts.tofino.contextJson";
+    pub const TOFINO_BINARY: &str = "spec.artifacts.tofino.binary";
+    pub const DPDK_SPEC: &str = "spec.artifacts.dpdk.spec";
+    pub const DPDK_CONTEXT: &str = "spec.artifacts.dpdk.context";
+    pub const FPGA_BITSTREAM: &str = "spec.artifacts.fpga.bitstream";
+}
+
+/// Every artifact source of a spec with the field path that names it, P4Info first.
+pub fn sources(spec: &P4ProgramSpec) -> Vec<(&'static str, &ArtifactSource)> {
+    let a = &spec.artifacts;
+    let mut out = vec![(field::P4INFO, &spec.p4info)];
+    if let Some(b) = &a.bmv2 {
+        out.push((field::BMV2_JSON, &b.json));
+    }
+    if let Some(t) = &a.tofino {
+        out.push((field::TOFINO_BFRT_JSON, &t.bfrt_json));
+        if let Some(c) = &t.context_json {
+            out.push((field::TOFINO_CONTEXT_JSON, c));
+        }
+        if let Some(b) = &t.binary {
+            out.push((field::TOFINO_BINARY, b));
+        }
+    }
+    if let Some(d) = &a.dpdk {
+        out.push((field::DPDK_SPEC, &d.spec));
+        if let Some(c) = &d.context {
+            out.push((field::DPDK_CONTEXT, c));
+        }
+    }
+    if let Some(f) = &a.fpga {
+        out.push((field::FPGA_BITSTREAM, &f.bitstream));
+    }
+    out
+}
+
+/// Names of the ConfigMaps a program reads.
+pub fn referenced_config_maps(spec: &P4ProgramSpec) -> HashSet<String> {
+    sources(spec)
+        .into_iter()
+        .filter_map(|(_, s)| s.config_map_key_ref.as_ref().map(|r| r.name.clone()))
+        .collect()
+}
+
+/// Target kinds a program has artifacts for, e.g. `Bmv2,Dpdk` (P4Info only: `P4Info`).
+pub fn target_kinds(spec: &P4ProgramSpec) -> String {
+    let a = &spec.artifacts;
+    let t: Vec<&str> = [
+        (a.bmv2.is_some(), "Bmv2"),
+        (a.tofino.is_some(), "Tofino"),
+        (a.dpdk.is_some(), "Dpdk"),
+        (a.fpga.is_some(), "Fpga"),
+    ]
+    .into_iter()
+    .filter_map(|(has, n)| has.then_some(n))
+    .collect();
+    if t.is_empty() {
+        "P4Info".into()
+    } else {
+        t.join(",")
+    }
+}
+
+/// Why a source could not be read; the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SourceError {
+    #[error("{field}: ConfigMap {name} not found")]
+    ConfigMapNotFound { field: &'static str, name: String },
+    #[error("{field}: ConfigMap {name} has no key {key:?}")]
+    KeyNotFound {
+        field: &'static str,
+        name: String,
+        key: String,
+    },
+    #[error("{field}: neither inline nor configMapKeyRef is set")]
+    NoSource { field: &'static str },
+}
+
+/// Why a program's P4Info is not usable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum P4InfoError {
+    /// The source could not be read (a reference problem, not a bad P4Info).
+    #[error(transparent)]
+    Unreadable(#[from] SourceError),
+    /// The sources were resolved without it (a caller's mistake).
+    #[error("{}: not resolved", field::P4INFO)]
+    NotResolved,
+    #[error("{}: cannot parse: {reason}", field::P4INFO)]
+    Unparsable { reason: String },
+}
+
+/// A program's sources, read: field path → content, or why it could not be read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resolved(BTreeMap<&'static str, Result<Vec<u8>, SourceError>>);
+
+impl Resolved {
+    pub fn insert(&mut self, field: &'static str, value: Result<Vec<u8>, SourceError>) {
+        self.0.insert(field, value);
+    }
+
+    /// The source at `field`: None when the program has no such source.
+    pub fn get(&self, field: &str) -> Option<&Result<Vec<u8>, SourceError>> {
+        self.0.get(field)
+    }
+
+    /// The sources that could not be read, in field order.
+    pub fn problems(&self) -> impl Iterator<Item = &SourceError> {
+        self.0.values().filter_map(|r| r.as_ref().err())
+    }
+
+    /// The digest of the sources that could be read (see [`digest`]).
+    pub fn digest(&self) -> String {
+        let parts: Vec<(&str, &[u8])> = self
+            .0
+            .iter()
+            .filter_map(|(k, v)| v.as_ref().ok().map(|b| (*k, b.as_slice())))
+            .collect();
+        digest(&parts)
+    }
+
+    /// The P4Info, parsed from its text format. The one place p4fleet
+    /// turns a program's P4Info bytes into a P4Info.
+    pub fn p4info(&self) -> Result<P4Info, P4InfoError> {
+        let bytes = match self.get(field::P4INFO) {
+            None => return Err(P4InfoError::NotResolved),
+            Some(Err(e)) => return Err(e.clone().into()),
+            Some(Ok(b)) => b,
+        };
+        let text = std::str::from_utf8(bytes).map_err(|e| P4InfoError::Unparsable {
+            reason: e.to_string(),
+        })?;
+        p4info::parse_text(text).map_err(|e| P4InfoError::Unparsable {
+            reason: e.to_string(),
+        })
+    }
+}
+
+impl FromIterator<(&'static str, Result<Vec<u8>, SourceError>)> for Resolved {
+    fn from_iter<I: IntoIterator<Item = (&'static str, Result<Vec<u8>, SourceError>)>>(
+        iter: I,
+    ) -> Self {
+        Resolved(iter.into_iter().collect())
+    }
+}
+
+/// Reads every source of `spec`, inline or from ConfigMaps in `ns`
+/// (`data` first, then `binaryData`).
+pub async fn resolve(
+    reads: &impl Reads,
+    ns: &str,
+    spec: &P4ProgramSpec,
+) -> Result<Resolved, kube::Error> {
+    resolve_sources(reads, ns, sources(spec)).await
+}
+
+/// Reads and parses only the P4Info of `spec` (for users of a program's
+/// tables, which need none of its other artifacts).
+pub async fn p4info(
+    reads: &impl Reads,
+    ns: &str,
+    spec: &P4ProgramSpec,
+) -> Result<Result<P4Info, P4InfoError>, kube::Error> {
+    let only = vec![(field::P4INFO, &spec.p4info)];
+    Ok(resolve_sources(reads, ns, only).await?.p4info())
+}
+
+async fn resolve_sources(
+    reads: &impl Reads,
+    ns: &str,
+    sources: Vec<(&'static str, &ArtifactSource)>,
+) -> Result<Resolved, kube::Error> {
+    // One read per ConfigMap, however many sources it holds.
+    let mut cms: BTreeMap<String, Option<ConfigMap>> = BTreeMap::new();
+    let mut out = Resolved::default();
+    for (field, src) in sources {
+        let value = match (&src.inline, &src.config_map_key_ref) {
+            (Some(text), _) => Ok(text.clone().into_bytes()),
+            (None, Some(r)) => {
+                if !cms.contains_key(&r.name) {
+                    cms.insert(r.name.clone(), reads.config_map(ns, &r.name).await?);
+                }
+                match &cms[&r.name] {
+                    None => Err(SourceError::ConfigMapNotFound {
+                        field,
+                        name: r.name.clone(),
+                    }),
+                    Some(cm) => {
+                        config_map_key(cm, &r.key).ok_or_else(|| SourceError::KeyNotFound {
+                            field,
+                            name: r.name.clone(),
+                            key: r.key.clone(),
+                        })
+                    }
+                }
+            }
+            (None, None) => Err(SourceError::NoSource { field }),
+        };
+        out.insert(field, value);
+    }
+    Ok(out)
+}
+
+fn config_map_key(cm: &ConfigMap, key: &str) -> Option<Vec<u8>> {
+    if let Some(v) = cm.data.as_ref().and_then(|d| d.get(key)) {
+        return Some(v.clone().into_bytes());
+    }
+    cm.binary_data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| b.0.clone())
+}
+
+/// sha256 (hex) over every source, each framed by its field path and length,
+/// so moving bytes between artifacts changes the digest.
+pub fn digest(parts: &[(&str, &[u8])]) -> String {
+    let mut h = Sha256::new();
+    for (field, bytes) in parts {
+        h.update((field.len() as u64).to_be_bytes());
+        h.update(field.as_bytes());
+        h.update((bytes.len() as u64).to_be_bytes());
+        h.update(bytes);
+    }
+    hex::encode(h.finalize())
+}
+
+/// The pipeline cookie for a digest: its first 8 bytes, big-endian.
+pub fn cookie(digest_hex: &str) -> u64 {
+    let mut b = [0u8; 8];
+    if let Some(Ok(bytes)) = digest_hex.get(..16).map(hex::decode) {
+        b.copy_from_slice(&bytes);
+    }
+    u64::from_be_bytes(b)
+}
+
+/// First 12 hex digits of a digest.
+pub fn short_digest(d: &str) -> String {
+    d.chars().take(12).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reads::fixture::Cluster;
+    use p4fleet_crds::ConfigMapKeyRef;
+    use p4fleet_crds::{ProgramArtifacts, TofinoArtifacts};
+
+    const FIREWALL: &str = include_str!("../../examples/firewall/p4info.txt");
+
+    fn from_cm(name: &str, key: &str) -> ArtifactSource {
+        ArtifactSource {
+            inline: None,
+            config_map_key_ref: Some(ConfigMapKeyRef {
+                name: name.into(),
+                key: key.into(),
+            }),
+        }
+    }
+
+    fn config_map(name: &str, data: &[(&str, &str)]) -> ConfigMap {
+        ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            data: Some(
+                data.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn sources_resolve_inline_and_from_config_maps_naming_the_field() {
+        let spec = P4ProgramSpec {
+            p4info: from_cm("fw", "p4info.txt"),
+            artifacts: ProgramArtifacts {
+                tofino: Some(TofinoArtifacts {
+                    bfrt_json: from_cm("fw", "bfrt.json"),
+                    context_json: Some(from_cm("gone", "context.json")),
+                    binary: Some(ArtifactSource {
+                        inline: Some("bin".into()),
+                        config_map_key_ref: None,
+                    }),
+                    pipes: vec![],
+                }),
+                ..Default::default()
+            },
+        };
+        let cluster = Cluster {
+            config_maps: vec![config_map("fw", &[("p4info.txt", FIREWALL)])],
+            ..Default::default()
+        };
+        let r = resolve(&cluster, "ns", &spec).await.unwrap();
+        assert!(r.p4info().is_ok());
+        assert_eq!(
+            r.get(field::TOFINO_BINARY),
+            Some(&Ok(b"bin".to_vec())),
+            "inline sources need no ConfigMap"
+        );
+        let problems: Vec<String> = r.problems().map(ToString::to_string).collect();
+        assert_eq!(
+            problems,
+            [
+                "spec.artifacts.tofino.bfrtJson: ConfigMap fw has no key \"bfrt.json\"",
+                "spec.artifacts.tofino.contextJson: ConfigMap gone not found",
+            ]
+        );
+        assert_eq!(
+            referenced_config_maps(&spec),
+            HashSet::from(["fw".to_string(), "gone".to_string()])
+        );
+        assert_eq!(target_kinds(&spec), "Tofino");
+
+        // The P4Info alone needs only its own ConfigMap.
+        let empty = Cluster::default();
+        assert_eq!(
+            p4info(&empty, "ns", &spec).await.unwrap().unwrap_err(),
+            P4InfoError::Unreadable(SourceError::ConfigMapNotFound {
+                field: field::P4INFO,
+                name: "fw".into()
+            })
+        );
+        assert!(p4info(&cluster, "ns", &spec).await.unwrap().is_ok());
+    }
+
+    #[test]
+    fn p4info_errors_say_what_is_wrong() {
+        let mut r = Resolved::default();
+        assert_eq!(r.p4info().unwrap_err(), P4InfoError::NotResolved);
+        r.insert(field::P4INFO, Ok(vec![0xff, 0xfe]));
+        assert!(matches!(r.p4info(), Err(P4InfoError::Unparsable { .. })));
+        r.insert(
+            field::P4INFO,
+            Ok(b"tables { preamble { id: oops } }".to_vec()),
+        );
+        let e = r.p4info().unwrap_err();
+        assert!(
+            e.to_string().starts_with("spec.p4info: cannot parse: "),
+            "{e}"
+        );
+        r.insert(
+            field::P4INFO,
+            Err(SourceError::NoSource {
+                field: field::P4INFO,
+            }),
+        );
+        assert_eq!(
+            r.p4info().unwrap_err().to_string(),
+            "spec.p4info: neither inline nor configMapKeyRef is set"
+        );
+    }
+
+    #[test]
+    fn digest_frames_parts_and_cookie_takes_its_prefix() {
+        let a = digest(&[("spec.p4info", b"ab"), ("x", b"c")]);
+        let b = digest(&[("spec.p4info", b"a"), ("x", b"bc")]);
+        assert_ne!(a, b);
+        assert_eq!(a, digest(&[("spec.p4info", b"ab"), ("x", b"c")]));
+        assert_eq!(cookie("0000000000000102ffff"), 0x0102);
+        assert_eq!(cookie("zz"), 0);
+        assert_eq!(short_digest(&a).len(), 12);
+
+        // Unreadable sources are left out of a Resolved's digest.
+        let mut r = Resolved::default();
+        r.insert(field::P4INFO, Ok(b"ab".to_vec()));
+        r.insert(
+            field::BMV2_JSON,
+            Err(SourceError::NoSource {
+                field: field::BMV2_JSON,
+            }),
+        );
+        assert_eq!(r.digest(), digest(&[("spec.p4info", b"ab")]));
+    }
+}

@@ -1,0 +1,306 @@
+//! Apply stage: the sync of one target. Read the table back, infer
+//! ownership where the device keeps no tags, plan the difference
+//! ([`p4fleet_model::sync::plan`]), write it in two phases (deletes, then
+//! modifies and inserts) and tally what the device accepted into an
+//! [`Outcome`]. Targets are independent of each other: each sync needs
+//! only the shared [`Context`] (device pool, metrics, sync memory), so
+//! several may run at once.
+
+use std::collections::{HashMap, HashSet};
+
+use kube::ResourceExt;
+use p4fleet_client::{Device, WriteOptions};
+use p4fleet_crds::TableEntrySet;
+use p4fleet_crds::entry_set::EntryError as StatusEntryError;
+use p4fleet_model::entries::{Entry, EntryKey, format_key};
+use p4fleet_model::sync::{self, DeviceEntry, Origin, Phase, SyncTally, WriteStats};
+
+use super::MAX_ERRORS;
+use super::dereference::Target;
+use super::desired::Desired;
+use crate::context::Context;
+use crate::convert;
+
+/// A device that could not be used (nothing, or not everything, was attempted).
+#[derive(Debug, thiserror::Error)]
+#[error("Switch {switch}: {error}")]
+pub struct DeviceError {
+    pub switch: String,
+    #[source]
+    pub error: p4fleet_client::Error,
+}
+
+/// What the sync of one target achieved.
+#[derive(Debug)]
+pub struct Outcome {
+    pub virtual_switch: String,
+    pub switch: String,
+    pub tally: SyncTally,
+    /// Entries the device refused and conflicts with other sets (at most
+    /// [`MAX_ERRORS`]; none when the device failed as a whole).
+    pub errors: Vec<StatusEntryError>,
+    pub device_error: Option<DeviceError>,
+    /// Updates that repaired drift: the desired entries were those of the
+    /// previous complete sync, so every change was to the device's side.
+    pub drift: u64,
+}
+
+/// One target's sync: which set, where, what it desires.
+pub struct Job<'a> {
+    pub set: &'a TableEntrySet,
+    /// The set's `namespace/name`.
+    pub set_key: &'a str,
+    pub target: &'a Target,
+    pub desired: &'a Desired,
+    /// False while a required entry source is missing: the entries it held
+    /// are unknown, not undesired, so nothing is deleted.
+    pub deletes: bool,
+}
+
+/// Syncs one target; failures are in the outcome, never an error.
+pub async fn sync_target(ctx: &Context, job: Job<'_>) -> Outcome {
+    let Job {
+        set,
+        set_key,
+        target: t,
+        desired: d,
+        deletes,
+    } = job;
+    let mut out = Outcome {
+        virtual_switch: t.virtual_switch.clone(),
+        switch: t.switch.name_any(),
+        tally: SyncTally::unsynced(d.entries.len()),
+        errors: Vec::new(),
+        device_error: None,
+        drift: 0,
+    };
+    let (tag, key) = (tag(set), t.key(set_key));
+    let (dev, mut on_device) = match connect_and_read(ctx, t).await {
+        Ok(r) => r,
+        Err(error) => {
+            out.device_error = Some(DeviceError {
+                switch: out.switch.clone(),
+                error,
+            });
+            return out;
+        }
+    };
+    if !dev.stores_entry_metadata() {
+        let before = ctx.sync_memory.owned_keys(&key);
+        infer_ownership(&mut on_device, tag, &before, &d.entries);
+        let now = d.entries.iter().map(|e| e.key.clone()).collect();
+        ctx.sync_memory.remember_owned(&key, now);
+    }
+    let ownership = convert::ownership(set.spec.ownership);
+    let mut plan = sync::plan(&d.entries, &on_device, ownership, tag);
+    if !deletes {
+        plan.deletes.clear();
+    }
+    for &(i, _) in &plan.conflicts {
+        let reason = "owned by another TableEntrySet with a different action";
+        push_capped(&mut out.errors, d.error(i, reason.into()));
+    }
+    // The ops borrow the desired and read-back entries: nothing per entry
+    // is cloned or built before the client encodes the requests.
+    let metadata = sync::tag_metadata(tag);
+    let phases = sync::write_ops(&plan, &d.entries, &on_device, &metadata);
+    let opts = convert::write_options(&set.spec.write);
+    let w = write(ctx, &dev, t.slot, &out.switch, phases, opts).await;
+    if w.device_error.is_none() {
+        for (o, code, msg) in &w.failed {
+            let reason = format!("{:?}: {msg}", tonic::Code::from_i32(*code));
+            let e = match *o {
+                Origin::Insert(i) | Origin::Modify(i) => d.error(i, reason),
+                Origin::Delete(j) => StatusEntryError {
+                    source: "device".into(),
+                    key: Some(format_key(&t.schema, &on_device[j].entry.key)),
+                    reason,
+                },
+            };
+            push_capped(&mut out.errors, e);
+        }
+    }
+    out.device_error = w.device_error;
+    let failed: Vec<Origin> = w.failed.iter().map(|(o, _, _)| *o).collect();
+    out.tally = SyncTally::of(&plan, &failed, w.stats);
+    let complete = out.device_error.is_none() && out.tally.applied == out.tally.desired;
+    let digest = sync::desired_digest(&d.entries);
+    if ctx.sync_memory.record_sync(&key, digest, complete) {
+        out.drift = out.tally.changes();
+    }
+    out
+}
+
+/// What writing the phases of a plan did.
+struct Written {
+    stats: WriteStats,
+    /// The updates refused or not sent: origin, gRPC code, message.
+    failed: Vec<(Origin, i32, String)>,
+    device_error: Option<DeviceError>,
+}
+
+/// Writes the delete phase, then the modify/insert phase (each whole even
+/// if the other failed), recording metrics per phase.
+async fn write(
+    ctx: &Context,
+    dev: &Device,
+    slot: u32,
+    switch: &str,
+    (deletes, rest): (Phase<'_>, Phase<'_>),
+    opts: WriteOptions,
+) -> Written {
+    let mut w = Written {
+        stats: WriteStats::default(),
+        failed: Vec::new(),
+        device_error: None,
+    };
+    for (op, phase) in [("delete", deletes), ("write", rest)] {
+        if phase.ops.is_empty() {
+            continue;
+        }
+        match dev.write_ops(slot, &phase.ops, opts).await {
+            Ok(rep) => {
+                let refused = rep.failures.len();
+                let accepted = (phase.ops.len() - refused) as u64;
+                ctx.metrics
+                    .write_request(switch, op, accepted, refused as u64, rep.elapsed);
+                for f in &rep.failures {
+                    w.failed
+                        .push((phase.origins[f.index], f.code, f.message.clone()));
+                }
+                w.stats.add(WriteStats {
+                    requests: rep.requests as u64,
+                    elapsed: rep.elapsed,
+                    request_latency: rep.total_request_latency,
+                });
+            }
+            Err(error) => {
+                let unavailable = tonic::Code::Unavailable as i32;
+                for &o in &phase.origins {
+                    w.failed.push((o, unavailable, error.to_string()));
+                }
+                let switch = switch.to_string();
+                w.device_error = Some(DeviceError { switch, error });
+            }
+        }
+    }
+    w
+}
+
+/// The set's ownership tag (see [`p4fleet_model::sync`]).
+pub fn tag(set: &TableEntrySet) -> u64 {
+    sync::set_tag(
+        set.namespace().as_deref().unwrap_or_default(),
+        &set.name_any(),
+    )
+}
+
+fn push_capped(errors: &mut Vec<StatusEntryError>, e: StatusEntryError) {
+    if errors.len() < MAX_ERRORS {
+        errors.push(e);
+    }
+}
+
+/// The target's device (connected through the pool) and its table, read back.
+pub async fn connect_and_read(
+    ctx: &Context,
+    t: &Target,
+) -> Result<(std::sync::Arc<Device>, Vec<DeviceEntry>), p4fleet_client::Error> {
+    let dev = ctx.devices.connect(&t.switch)?;
+    let on_device = read_back(&dev, t).await?;
+    Ok((dev, on_device))
+}
+
+/// Reads a table back and converts it, with ownership tags. Entries the
+/// schema cannot read are logged and left out (a sync neither counts nor
+/// touches them).
+async fn read_back(dev: &Device, t: &Target) -> Result<Vec<DeviceEntry>, p4fleet_client::Error> {
+    let raw = dev.read_table(t.slot, t.schema.id).await?;
+    let mut out = Vec::with_capacity(raw.len());
+    for te in &raw {
+        match Entry::from_proto(&t.schema, te) {
+            Ok(entry) => out.push(DeviceEntry {
+                entry,
+                tag: sync::tag_of(&te.metadata),
+            }),
+            Err(e) => {
+                tracing::warn!(table = %t.schema.name, error = %e, "unreadable entry on device")
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// For devices that keep no entry metadata (BFRT): gives `tag` to the
+/// untagged device entries this set owns, for the sync and for cleanup
+/// alike. An entry is the set's when its key was desired at the set's
+/// previous sync in this process (`owned_before`), or when it *equals* a
+/// desired entry: same key and same action.
+///
+/// Why key and action, not the key alone (which cleanup used to take):
+/// in a sync the two give the same plan (a desired key is never deleted,
+/// and an untagged entry at a desired key is modified whether or not it is
+/// tagged ours), so the predicate only matters at cleanup, where every
+/// entry tagged ours is deleted. There, an entry at a desired key holding
+/// another action is no evidence this set wrote it (it would hold the
+/// set's action): taking it deleted another writer's entry on BFRT that
+/// the same set leaves alone on P4Runtime, where tags are real.
+pub fn infer_ownership(
+    on_device: &mut [DeviceEntry],
+    tag: u64,
+    owned_before: &HashSet<EntryKey>,
+    desired: &[Entry],
+) {
+    let desired: HashMap<&EntryKey, &Entry> = desired.iter().map(|e| (&e.key, e)).collect();
+    sync::infer_tags(
+        on_device,
+        tag,
+        |k| owned_before.contains(k),
+        |de| {
+            desired
+                .get(&de.entry.key)
+                .is_some_and(|e| e.action == de.entry.action)
+        },
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::entry_set::desired::tests::firewall;
+    use p4fleet_model::entries::LineParser;
+
+    fn entries(lines: &str) -> Vec<Entry> {
+        let schema = firewall();
+        let mut p = LineParser::new(&schema);
+        format!("#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n{lines}")
+            .lines()
+            .filter_map(|l| p.parse_line(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn ownership_is_inferred_from_equal_entries_and_earlier_keys_only() {
+        let desired = entries("#! action allow\n10.0.0.1 10.0.0.2 1\n10.0.0.1 10.0.0.3 1\n");
+        let device = entries(
+            "#! action allow\n10.0.0.1 10.0.0.2 1\n#! action drop\n10.0.0.1 10.0.0.3\n10.0.0.9 10.0.0.9\n10.0.0.8 10.0.0.8\n",
+        );
+        let mut on_device: Vec<DeviceEntry> = device
+            .into_iter()
+            .map(|entry| DeviceEntry { entry, tag: 0 })
+            .collect();
+        // Tagged by another set: never re-tagged.
+        on_device[3].tag = 9;
+        let before = HashSet::from([
+            on_device[2].entry.key.clone(),
+            on_device[3].entry.key.clone(),
+        ]);
+        infer_ownership(&mut on_device, 7, &before, &desired);
+        let tags: Vec<u64> = on_device.iter().map(|d| d.tag).collect();
+        // Equal to a desired entry; desired key with another action (not
+        // ours); written at an earlier sync; another set's.
+        assert_eq!(tags, [7, 0, 7, 9]);
+        // So a deleted set removes what it wrote, not the other action.
+        assert_eq!(sync::plan_removal(&on_device, 7), [0, 2]);
+    }
+}

@@ -1,0 +1,521 @@
+//! Dereference stage: everything a TableEntrySet refers to, read through
+//! [`Reads`]. Its VirtualSwitches down to a Switch, a slot and the table's
+//! schema from the program's P4Info; the texts of its ConfigMaps. What
+//! cannot be resolved is a [`Problem`], never an error: the set still
+//! syncs what did resolve. Only failed reads are errors.
+
+use std::collections::HashMap;
+
+use kube::ResourceExt;
+use p4fleet_crds::condition_types::PIPELINE_LOADED;
+use p4fleet_crds::{Switch, TableEntrySet, VirtualSwitch, find_condition};
+use p4fleet_model::entries::{EntryError, TableSchema};
+
+use super::memory::TargetKey;
+use crate::artifacts::{self, P4InfoError};
+use crate::reads::Reads;
+
+/// A VirtualSwitch the set fills, resolved down to a device slot.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub virtual_switch: String,
+    pub switch: Switch,
+    pub slot: u32,
+    pub schema: TableSchema,
+}
+
+impl Target {
+    /// The key of this target of set `set` (`namespace/name`) in the sync memory.
+    pub fn key(&self, set: &str) -> TargetKey {
+        TargetKey {
+            set: set.to_string(),
+            virtual_switch: self.virtual_switch.clone(),
+        }
+    }
+}
+
+/// Why the program of a VirtualSwitch gives no schema for the set's table.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProgramError {
+    #[error("P4Program {0} not found")]
+    NotFound(String),
+    #[error("P4Program {program}: {error}")]
+    P4Info { program: String, error: P4InfoError },
+    #[error("P4Program {program}: {error}")]
+    Table { program: String, error: EntryError },
+}
+
+/// Something the set refers to that could not be resolved; the message
+/// names the field or object.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    #[error("spec.virtualSwitchRef: VirtualSwitch {0} not found")]
+    VirtualSwitchNotFound(String),
+    #[error("spec.virtualSwitchSelector matches no VirtualSwitch")]
+    NoVirtualSwitch,
+    #[error("VirtualSwitch {0} has no pipeline loaded yet")]
+    VirtualSwitchNotReady(String),
+    #[error("VirtualSwitch {virtual_switch}: Switch {switch} not found")]
+    SwitchNotFound {
+        virtual_switch: String,
+        switch: String,
+    },
+    #[error(transparent)]
+    ProgramNotUsable(ProgramError),
+    /// The program has no such table: the spec is wrong, not a reference.
+    #[error("table {table:?} is not in the program of VirtualSwitch {virtual_switch}: {error}")]
+    UnknownTable {
+        table: String,
+        virtual_switch: String,
+        error: ProgramError,
+    },
+    #[error("ConfigMap {0} not found")]
+    ConfigMapNotFound(String),
+    #[error("ConfigMap {config_map} has no key {key:?}")]
+    ConfigMapKeyNotFound { config_map: String, key: String },
+}
+
+impl Problem {
+    /// The condition reason this problem reports.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Problem::VirtualSwitchNotFound(_) => "VirtualSwitchNotFound",
+            Problem::NoVirtualSwitch => "NoVirtualSwitch",
+            Problem::VirtualSwitchNotReady(_) => "VirtualSwitchNotReady",
+            Problem::SwitchNotFound { .. } => "SwitchNotFound",
+            Problem::ProgramNotUsable(_) => "ProgramNotUsable",
+            Problem::UnknownTable { .. } => "UnknownTable",
+            Problem::ConfigMapNotFound(_) | Problem::ConfigMapKeyNotFound { .. } => {
+                "ConfigMapNotFound"
+            }
+        }
+    }
+
+    /// Whether it makes the spec invalid (`Valid`) rather than a reference
+    /// unresolved (`ResolvedRefs`).
+    pub fn invalidates_spec(&self) -> bool {
+        matches!(self, Problem::UnknownTable { .. })
+    }
+
+    /// Whether it concerns an entry source (ConfigMaps): while one is
+    /// missing, the entries it held are unknown, so nothing is deleted.
+    pub fn is_source(&self) -> bool {
+        matches!(
+            self,
+            Problem::ConfigMapNotFound(_) | Problem::ConfigMapKeyNotFound { .. }
+        )
+    }
+
+    /// Whether the set should poll until it resolves. ConfigMap changes
+    /// and VirtualSwitch changes bring the set back through its watches,
+    /// but a VirtualSwitch's Switch and program are not watched here.
+    pub fn polls(&self) -> bool {
+        !self.is_source() && !self.invalidates_spec()
+    }
+}
+
+/// The ConfigMap texts of `entriesFrom`: `(name, [(key, text)])` of each
+/// one found, keys in sorted order so entry sources are stable.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sources {
+    pub config_maps: Vec<(String, Vec<(String, String)>)>,
+}
+
+/// What a set refers to, resolved.
+#[derive(Debug, Clone, Default)]
+pub struct Dereferenced {
+    pub targets: Vec<Target>,
+    /// Unresolved references and unknown tables, VirtualSwitches' first,
+    /// then ConfigMaps'.
+    pub problems: Vec<Problem>,
+    pub sources: Sources,
+}
+
+impl Dereferenced {
+    /// Whether every required entry source was read (deletes are allowed).
+    pub fn sources_complete(&self) -> bool {
+        !self.problems.iter().any(Problem::is_source)
+    }
+}
+
+/// Resolves the set's VirtualSwitches and reads its ConfigMaps in `ns`.
+pub async fn dereference(
+    reads: &impl Reads,
+    ns: &str,
+    set: &TableEntrySet,
+) -> Result<Dereferenced, kube::Error> {
+    let mut lookup = Lookup {
+        reads,
+        ns,
+        set,
+        problems: Vec::new(),
+    };
+    let targets = lookup.targets().await?;
+    let sources = lookup.sources().await?;
+    Ok(Dereferenced {
+        targets,
+        problems: lookup.problems,
+        sources,
+    })
+}
+
+/// One dereference: where it reads, and what it found unresolved so far.
+struct Lookup<'a, R> {
+    reads: &'a R,
+    ns: &'a str,
+    set: &'a TableEntrySet,
+    problems: Vec<Problem>,
+}
+
+impl<R: Reads> Lookup<'_, R> {
+    async fn virtual_switches(&mut self) -> Result<Vec<VirtualSwitch>, kube::Error> {
+        let spec = &self.set.spec;
+        if let Some(name) = &spec.virtual_switch_ref {
+            let found = self.reads.virtual_switch(self.ns, name).await?;
+            if found.is_none() {
+                self.problems
+                    .push(Problem::VirtualSwitchNotFound(name.clone()));
+            }
+            return Ok(found.into_iter().collect());
+        }
+        let Some(selector) = &spec.virtual_switch_selector else {
+            return Ok(Vec::new());
+        };
+        let mut vss = self.reads.virtual_switches(Some(self.ns)).await?;
+        vss.retain(|v| selector.matches(v.labels()));
+        if vss.is_empty() {
+            self.problems.push(Problem::NoVirtualSwitch);
+        }
+        Ok(vss)
+    }
+
+    async fn targets(&mut self) -> Result<Vec<Target>, kube::Error> {
+        let table = &self.set.spec.table;
+        // VirtualSwitches running the same program share one read of it.
+        let mut schemas: HashMap<String, Result<TableSchema, ProgramError>> = HashMap::new();
+        let mut targets = Vec::new();
+        for vs in self.virtual_switches().await? {
+            let vs_name = vs.name_any();
+            let st = vs.status.clone().unwrap_or_default();
+            let loaded =
+                find_condition(&st.conditions, PIPELINE_LOADED).is_some_and(|c| c.is_true());
+            let (Some(sw_name), Some(slot), true) = (st.switch, st.slot, loaded) else {
+                self.problems.push(Problem::VirtualSwitchNotReady(vs_name));
+                continue;
+            };
+            let Some(switch) = self.reads.switch(&sw_name).await? else {
+                self.problems.push(Problem::SwitchNotFound {
+                    virtual_switch: vs_name,
+                    switch: sw_name,
+                });
+                continue;
+            };
+            let program = vs.spec.program_ref.clone();
+            if !schemas.contains_key(&program) {
+                let schema = self.schema(&program, table).await?;
+                schemas.insert(program.clone(), schema);
+            }
+            match &schemas[&program] {
+                Ok(schema) => targets.push(Target {
+                    virtual_switch: vs_name,
+                    switch,
+                    slot,
+                    schema: schema.clone(),
+                }),
+                Err(
+                    error @ ProgramError::Table {
+                        error: EntryError::UnknownTable(_),
+                        ..
+                    },
+                ) => self.problems.push(Problem::UnknownTable {
+                    table: table.clone(),
+                    virtual_switch: vs_name,
+                    error: error.clone(),
+                }),
+                Err(error) => self.problems.push(Problem::ProgramNotUsable(error.clone())),
+            }
+        }
+        Ok(targets)
+    }
+
+    /// The schema of `table` in program `program`.
+    async fn schema(
+        &self,
+        program: &str,
+        table: &str,
+    ) -> Result<Result<TableSchema, ProgramError>, kube::Error> {
+        let Some(p) = self.reads.program(self.ns, program).await? else {
+            return Ok(Err(ProgramError::NotFound(program.to_string())));
+        };
+        let info = match artifacts::p4info(self.reads, self.ns, &p.spec).await? {
+            Ok(info) => info,
+            Err(error) => {
+                let program = program.to_string();
+                return Ok(Err(ProgramError::P4Info { program, error }));
+            }
+        };
+        Ok(
+            TableSchema::from_p4info(&info, table).map_err(|error| ProgramError::Table {
+                program: program.to_string(),
+                error,
+            }),
+        )
+    }
+
+    async fn sources(&mut self) -> Result<Sources, kube::Error> {
+        let mut out = Sources::default();
+        for src in &self.set.spec.entries_from {
+            let required = !src.optional.unwrap_or(false);
+            let Some(cm) = self.reads.config_map(self.ns, &src.config_map).await? else {
+                if required {
+                    self.problems
+                        .push(Problem::ConfigMapNotFound(src.config_map.clone()));
+                }
+                continue;
+            };
+            let mut data = cm.data.unwrap_or_default();
+            let texts: Vec<(String, String)> = match &src.key {
+                Some(k) => match data.remove(k) {
+                    Some(t) => vec![(k.clone(), t)],
+                    None => {
+                        if required {
+                            self.problems.push(Problem::ConfigMapKeyNotFound {
+                                config_map: src.config_map.clone(),
+                                key: k.clone(),
+                            });
+                        }
+                        continue;
+                    }
+                },
+                // A BTreeMap: keys in sorted order.
+                None => data.into_iter().collect(),
+            };
+            out.config_maps.push((src.config_map.clone(), texts));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::reads::fixture::Cluster;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use p4fleet_crds::{
+        Condition, P4Program, SwitchSpec, TableEntrySetSpec, VirtualSwitchSpec, VirtualSwitchStatus,
+    };
+
+    pub const FIREWALL: &str = include_str!("../../../../examples/firewall/p4info.txt");
+
+    fn meta(name: &str, ns: Option<&str>, labels: &[(&str, &str)]) -> kube::api::ObjectMeta {
+        kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: ns.map(Into::into),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn program(name: &str, p4info: &str) -> P4Program {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"p4info": {"inline": p4info}}
+        }))
+        .unwrap()
+    }
+
+    fn switch(name: &str) -> Switch {
+        let spec: SwitchSpec =
+            serde_json::from_value(serde_json::json!({"target": "Bmv2", "endpoint": "h:1"}))
+                .unwrap();
+        Switch {
+            metadata: meta(name, None, &[]),
+            spec,
+            status: None,
+        }
+    }
+
+    /// A VirtualSwitch running `program`, placed on `switch` slot 0 with
+    /// its pipeline loaded when `switch` is given.
+    fn vs(
+        name: &str,
+        program: &str,
+        switch: Option<&str>,
+        labels: &[(&str, &str)],
+    ) -> VirtualSwitch {
+        VirtualSwitch {
+            metadata: meta(name, Some("ns"), labels),
+            spec: VirtualSwitchSpec {
+                program_ref: program.into(),
+                switch_ref: switch.map(Into::into),
+                switch_selector: None,
+                slot: None,
+                isolation: None,
+                port_map: vec![],
+                update_strategy: Default::default(),
+            },
+            status: switch.map(|s| VirtualSwitchStatus {
+                switch: Some(s.into()),
+                slot: Some(0),
+                conditions: vec![Condition::new(PIPELINE_LOADED, true, "Loaded", "")],
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn set(spec: serde_json::Value) -> TableEntrySet {
+        let spec: TableEntrySetSpec = serde_json::from_value(spec).unwrap();
+        let mut s = TableEntrySet::new("s", spec);
+        s.metadata.namespace = Some("ns".into());
+        s
+    }
+
+    fn config_map(name: &str, data: &[(&str, &str)]) -> ConfigMap {
+        ConfigMap {
+            metadata: meta(name, Some("ns"), &[]),
+            data: Some(
+                data.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn cluster() -> Cluster {
+        Cluster {
+            switches: vec![switch("sw")],
+            programs: vec![program("fw", FIREWALL), program("broken", "tables {")],
+            virtual_switches: vec![
+                vs("a", "fw", Some("sw"), &[("pool", "x")]),
+                vs("b", "fw", Some("sw"), &[("pool", "x")]),
+                vs("pending", "fw", None, &[("pool", "y")]),
+                vs("lost", "fw", Some("gone"), &[("pool", "y")]),
+                vs("bad", "broken", Some("sw"), &[("pool", "y")]),
+                vs("nofw", "missing", Some("sw"), &[("pool", "y")]),
+            ],
+            config_maps: vec![config_map("cm", &[("b", "2"), ("a", "1")])],
+        }
+    }
+
+    async fn run(spec: serde_json::Value) -> Dereferenced {
+        dereference(&cluster(), "ns", &set(spec)).await.unwrap()
+    }
+
+    /// A set for the VirtualSwitches labelled `pool`.
+    async fn select(pool: &str, table: &str) -> Dereferenced {
+        run(
+            serde_json::json!({"virtualSwitchSelector": {"matchLabels": {"pool": pool}},
+            "table": table}),
+        )
+        .await
+    }
+
+    fn reasons(d: &Dereferenced) -> Vec<&'static str> {
+        d.problems.iter().map(Problem::reason).collect()
+    }
+
+    #[tokio::test]
+    async fn a_loaded_virtual_switch_resolves_to_its_switch_slot_and_schema() {
+        let d = run(
+            serde_json::json!({"virtualSwitchRef": "a", "table": "firewall",
+            "entriesFrom": [{"configMap": "cm"}]}),
+        )
+        .await;
+        assert!(d.problems.is_empty(), "{:?}", d.problems);
+        assert_eq!(d.targets.len(), 1);
+        let t = &d.targets[0];
+        assert_eq!((t.virtual_switch.as_str(), t.slot), ("a", 0));
+        assert_eq!(t.switch.name_any(), "sw");
+        assert_eq!(t.schema.name, "MyIngress.firewall");
+        assert_eq!(
+            d.sources.config_maps,
+            [(
+                "cm".to_string(),
+                vec![("a".into(), "1".into()), ("b".into(), "2".into())]
+            )]
+        );
+        assert!(d.sources_complete());
+    }
+
+    #[tokio::test]
+    async fn every_unresolved_virtual_switch_is_a_problem_with_its_reason() {
+        let d = select("y", "firewall").await;
+        assert!(d.targets.is_empty());
+        assert_eq!(
+            reasons(&d),
+            [
+                "VirtualSwitchNotReady",
+                "SwitchNotFound",
+                "ProgramNotUsable",
+                "ProgramNotUsable"
+            ]
+        );
+        let messages: Vec<String> = d.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            messages[0],
+            "VirtualSwitch pending has no pipeline loaded yet"
+        );
+        assert_eq!(messages[1], "VirtualSwitch lost: Switch gone not found");
+        assert!(
+            messages[2].starts_with("P4Program broken: spec.p4info: cannot parse:"),
+            "{}",
+            messages[2]
+        );
+        assert_eq!(messages[3], "P4Program missing not found");
+        assert!(d.problems.iter().all(Problem::polls));
+
+        let d = run(serde_json::json!({"virtualSwitchRef": "nope", "table": "firewall"})).await;
+        assert_eq!(d.problems, [Problem::VirtualSwitchNotFound("nope".into())]);
+        assert_eq!(
+            d.problems[0].to_string(),
+            "spec.virtualSwitchRef: VirtualSwitch nope not found"
+        );
+        let d = select("z", "firewall").await;
+        assert_eq!(d.problems, [Problem::NoVirtualSwitch]);
+    }
+
+    #[tokio::test]
+    async fn an_unknown_table_invalidates_the_spec_by_its_variant() {
+        let d = select("x", "MyIngress.dmac").await;
+        assert!(d.targets.is_empty());
+        assert_eq!(reasons(&d), ["UnknownTable", "UnknownTable"]);
+        assert!(d.problems[0].invalidates_spec() && !d.problems[0].polls());
+        assert_eq!(
+            d.problems[0].to_string(),
+            "table \"MyIngress.dmac\" is not in the program of VirtualSwitch a: P4Program fw: table \"MyIngress.dmac\" not found in P4Info"
+        );
+    }
+
+    #[tokio::test]
+    async fn missing_config_maps_and_keys_are_named_unless_optional() {
+        let d = run(
+            serde_json::json!({"virtualSwitchRef": "a", "table": "firewall",
+            "entriesFrom": [
+                {"configMap": "nope"}, {"configMap": "maybe", "optional": true},
+                {"configMap": "cm", "key": "c"}, {"configMap": "cm", "key": "d", "optional": true},
+                {"configMap": "cm", "key": "b"}
+            ]}),
+        )
+        .await;
+        assert_eq!(d.targets.len(), 1);
+        let messages: Vec<String> = d.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            messages,
+            ["ConfigMap nope not found", "ConfigMap cm has no key \"c\""]
+        );
+        assert_eq!(reasons(&d), ["ConfigMapNotFound", "ConfigMapNotFound"]);
+        assert!(!d.sources_complete());
+        assert!(!d.problems[0].polls());
+        assert_eq!(
+            d.sources.config_maps,
+            [("cm".to_string(), vec![("b".into(), "2".into())])]
+        );
+    }
+}

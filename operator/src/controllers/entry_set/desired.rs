@@ -1,0 +1,292 @@
+//! Validate and build: the set's inline entries and ConfigMap texts (the
+//! line format) parsed against a table schema into the desired entries,
+//! each with where it came from, and the bad ones reported with their
+//! source. Pure.
+
+use p4fleet_crds::TableEntrySet;
+use p4fleet_crds::entry_set::EntryError as StatusEntryError;
+use p4fleet_model::entries::{Entry, LineParser, TableSchema, format_key, parse_inline};
+use p4fleet_model::sync;
+
+use super::MAX_ERRORS;
+use super::dereference::{Sources, Target};
+
+/// Where a desired entry came from, rendered lazily for status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Inline(usize),
+    Line { cm: usize, key: usize, line: u32 },
+}
+
+/// The desired entries of one table schema, with their sources and the
+/// entries that were skipped.
+#[derive(Debug, Clone)]
+pub struct Desired {
+    pub schema: TableSchema,
+    pub entries: Vec<Entry>,
+    /// `sources[i]` is where `entries[i]` came from.
+    pub sources: Vec<Source>,
+    /// The first [`MAX_ERRORS`] skipped entries, with source, key and reason.
+    pub errors: Vec<StatusEntryError>,
+    /// How many entries were skipped.
+    pub invalid: usize,
+    /// ConfigMap names and keys, indexed by [`Source::Line`].
+    cms: Vec<(String, Vec<String>)>,
+}
+
+impl Desired {
+    /// Where entry `i` came from: `entries[3]`, `configmap/fw:line 7` or,
+    /// for a ConfigMap read with several keys, `configmap/fw/key:line 7`.
+    pub fn label(&self, i: usize) -> String {
+        self.source_label(self.sources[i])
+    }
+
+    /// The key of entry `i` as status shows it.
+    pub fn key(&self, i: usize) -> String {
+        format_key(&self.schema, &self.entries[i].key)
+    }
+
+    /// A status error about entry `i`.
+    pub fn error(&self, i: usize, reason: String) -> StatusEntryError {
+        StatusEntryError {
+            source: self.label(i),
+            key: Some(self.key(i)),
+            reason,
+        }
+    }
+
+    fn source_label(&self, s: Source) -> String {
+        match s {
+            Source::Inline(i) => format!("entries[{i}]"),
+            Source::Line { cm, key, line } => {
+                let (name, keys) = &self.cms[cm];
+                if keys.len() == 1 {
+                    format!("configmap/{name}:line {line}")
+                } else {
+                    format!("configmap/{name}/{}:line {line}", keys[key])
+                }
+            }
+        }
+    }
+
+    fn push_error(&mut self, source: String, key: Option<String>, reason: String) {
+        self.invalid += 1;
+        if self.errors.len() < MAX_ERRORS {
+            self.errors.push(StatusEntryError {
+                source,
+                key,
+                reason,
+            });
+        }
+    }
+}
+
+/// Parses inline entries and ConfigMap texts against one table schema,
+/// skipping (and reporting) bad entries and later duplicates.
+pub fn parse(set: &TableEntrySet, schema: &TableSchema, sources: &Sources) -> Desired {
+    let mut d = Desired {
+        schema: schema.clone(),
+        entries: Vec::new(),
+        sources: Vec::new(),
+        errors: Vec::new(),
+        invalid: 0,
+        cms: sources
+            .config_maps
+            .iter()
+            .map(|(n, ks)| (n.clone(), ks.iter().map(|(k, _)| k.clone()).collect()))
+            .collect(),
+    };
+    for (i, te) in set.spec.entries.iter().enumerate() {
+        match parse_inline(schema, &te.match_, &te.action, &te.params, te.priority) {
+            Ok(e) => {
+                d.entries.push(e);
+                d.sources.push(Source::Inline(i));
+            }
+            Err(e) => {
+                let key = te
+                    .match_
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                d.push_error(format!("entries[{i}]"), Some(key), e.to_string());
+            }
+        }
+    }
+    for (ci, (_, texts)) in sources.config_maps.iter().enumerate() {
+        for (ki, (_, text)) in texts.iter().enumerate() {
+            let mut p = LineParser::new(schema);
+            d.entries.reserve(text.len() / 32);
+            for (li, line) in text.lines().enumerate() {
+                let src = Source::Line {
+                    cm: ci,
+                    key: ki,
+                    line: li as u32 + 1,
+                };
+                match p.parse_line(line) {
+                    Ok(Some(e)) => {
+                        d.entries.push(e);
+                        d.sources.push(src);
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        let label = d.source_label(src);
+                        d.push_error(label, None, e.to_string());
+                    }
+                }
+            }
+        }
+    }
+    drop_duplicates(&mut d);
+    d
+}
+
+/// Keeps the first of entries with equal keys; reports the others.
+fn drop_duplicates(d: &mut Desired) {
+    let dups = sync::duplicates(&d.entries);
+    if dups.is_empty() {
+        return;
+    }
+    let mut drop = vec![false; d.entries.len()];
+    for &(first, dup) in &dups {
+        drop[dup] = true;
+        let reason = format!("duplicate key: also at {}", d.label(first));
+        let (label, key) = (d.label(dup), d.key(dup));
+        d.push_error(label, Some(key), reason);
+    }
+    let mut keep = drop.iter().map(|d| !d);
+    d.entries.retain(|_| keep.next().unwrap_or(true));
+    let mut keep = drop.iter().map(|d| !d);
+    d.sources.retain(|_| keep.next().unwrap_or(true));
+}
+
+/// The desired entries of every target: one parse per distinct schema, so
+/// targets running the same program share it.
+#[derive(Debug, Clone, Default)]
+pub struct PerTarget {
+    parses: Vec<Desired>,
+    /// `parses[of_target[i]]` is target `i`'s.
+    of_target: Vec<usize>,
+}
+
+impl PerTarget {
+    pub fn new(set: &TableEntrySet, targets: &[Target], sources: &Sources) -> PerTarget {
+        let mut out = PerTarget::default();
+        for t in targets {
+            let i = match out.parses.iter().position(|d| d.schema == t.schema) {
+                Some(i) => i,
+                None => {
+                    out.parses.push(parse(set, &t.schema, sources));
+                    out.parses.len() - 1
+                }
+            };
+            out.of_target.push(i);
+        }
+        out
+    }
+
+    /// Target `i`'s desired entries.
+    pub fn of(&self, i: usize) -> &Desired {
+        &self.parses[self.of_target[i]]
+    }
+
+    /// The first parse, whose problems status reports (None without targets).
+    pub fn first(&self) -> Option<&Desired> {
+        self.parses.first()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::controllers::entry_set::dereference::tests::FIREWALL;
+    use p4fleet_crds::TableEntrySetSpec;
+    use p4fleet_crds::entry_set::TableEntry as SpecEntry;
+    use p4fleet_proto::p4info;
+    use std::collections::BTreeMap;
+
+    pub fn firewall() -> TableSchema {
+        let p4info = p4info::parse_text(FIREWALL).unwrap();
+        TableSchema::from_p4info(&p4info, "firewall").unwrap()
+    }
+
+    pub fn set(entries: Vec<SpecEntry>) -> TableEntrySet {
+        let spec: TableEntrySetSpec = serde_json::from_value(serde_json::json!({
+            "virtualSwitchRef": "vs", "table": "firewall"
+        }))
+        .unwrap();
+        let mut s = TableEntrySet::new("s", TableEntrySetSpec { entries, ..spec });
+        s.metadata.namespace = Some("ns".into());
+        s
+    }
+
+    pub fn fw(src: &str, dst: &str, action: &str, params: &[(&str, &str)]) -> SpecEntry {
+        SpecEntry {
+            match_: BTreeMap::from([
+                ("hdr.ipv4.srcAddr".to_string(), src.to_string()),
+                ("hdr.ipv4.dstAddr".to_string(), dst.to_string()),
+            ]),
+            action: action.into(),
+            params: params
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            priority: None,
+        }
+    }
+
+    #[test]
+    fn bad_entries_are_reported_with_their_source_and_others_kept() {
+        let s = set(vec![
+            fw("10.0.0.1", "10.0.0.2", "allow", &[("port", "1")]),
+            fw("10.0.0.1", "10.0.0.3", "allow", &[("port", "4096")]),
+            fw("10.0.0.1", "10.0.0.4", "jump", &[]),
+        ]);
+        let sources = Sources {
+            config_maps: vec![(
+                "fw-1".into(),
+                vec![(
+                    "entries".into(),
+                    "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n10.0.0.9 10.0.0.9 1\n10.0.0.1 10.0.0.2 3\n10.0.0.300 10.0.0.1 1\n".into(),
+                )],
+            )],
+        };
+        let d = parse(&s, &firewall(), &sources);
+        assert_eq!(d.entries.len(), 2);
+        assert_eq!(d.invalid, 4);
+        let srcs: Vec<&str> = d.errors.iter().map(|e| e.source.as_str()).collect();
+        assert_eq!(
+            srcs,
+            [
+                "entries[1]",
+                "entries[2]",
+                "configmap/fw-1:line 5",
+                "configmap/fw-1:line 4"
+            ]
+        );
+        assert!(
+            d.errors[3].reason.contains("entries[0]"),
+            "{:?}",
+            d.errors[3]
+        );
+    }
+
+    #[test]
+    fn several_keys_of_a_config_map_are_named_and_errors_capped() {
+        let bad: String = (0..15).map(|i| format!("junk{i}\n")).collect();
+        let sources = Sources {
+            config_maps: vec![(
+                "fw".into(),
+                vec![
+                    ("a".into(), "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action drop\n10.0.0.1 10.0.0.2\n".into()),
+                    ("b".into(), bad),
+                ],
+            )],
+        };
+        let d = parse(&set(vec![]), &firewall(), &sources);
+        assert_eq!((d.entries.len(), d.invalid), (1, 15));
+        assert_eq!(d.errors.len(), MAX_ERRORS);
+        assert_eq!(d.label(0), "configmap/fw/a:line 3");
+        assert_eq!(d.errors[0].source, "configmap/fw/b:line 1");
+    }
+}

@@ -1,0 +1,131 @@
+//! What the TableEntrySet controller remembers between syncs of a target,
+//! held in the [`Context`](crate::context::Context) (no process-wide
+//! state). In memory only: after an operator restart the first sync of a
+//! target counts no drift, and on BFRT a set owns just what it desires
+//! (see [`super::apply::infer_ownership`]).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use p4fleet_model::entries::EntryKey;
+
+/// One target of one set: the set's `namespace/name` and the VirtualSwitch.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TargetKey {
+    pub set: String,
+    pub virtual_switch: String,
+}
+
+#[derive(Default)]
+struct Remembered {
+    /// Digest of the desired entries at the last sync that ended with all
+    /// of them applied.
+    synced: Option<[u8; 32]>,
+    /// For devices that keep no entry metadata (BFRT): the keys the set
+    /// desired at its last sync, standing in for ownership tags.
+    owned: Option<Arc<HashSet<EntryKey>>>,
+}
+
+/// Per-target memory of every TableEntrySet in this process.
+#[derive(Default)]
+pub struct SyncMemory {
+    targets: Mutex<HashMap<TargetKey, Remembered>>,
+}
+
+impl SyncMemory {
+    fn with<T>(&self, f: impl FnOnce(&mut HashMap<TargetKey, Remembered>) -> T) -> T {
+        f(&mut self.targets.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The keys the target's set desired at its last sync (empty if none).
+    pub fn owned_keys(&self, key: &TargetKey) -> Arc<HashSet<EntryKey>> {
+        self.with(|m| m.get(key).and_then(|r| r.owned.clone()))
+            .unwrap_or_default()
+    }
+
+    /// Remembers the keys the set desires now, for its next sync or cleanup.
+    pub fn remember_owned(&self, key: &TargetKey, keys: HashSet<EntryKey>) {
+        self.with(|m| m.entry(key.clone()).or_default().owned = Some(Arc::new(keys)));
+    }
+
+    /// Records the end of a sync of desired entries with `digest`,
+    /// `complete` when all of them were applied. Returns whether the
+    /// previous sync had completed the same desired entries, so that the
+    /// updates of this one repaired drift.
+    pub fn record_sync(&self, key: &TargetKey, digest: [u8; 32], complete: bool) -> bool {
+        self.with(|m| {
+            let r = m.entry(key.clone()).or_default();
+            let same = r.synced == Some(digest);
+            r.synced = complete.then_some(digest);
+            same
+        })
+    }
+
+    /// Forgets a deleted set: what it synced, and with `owned` also what it
+    /// owned (kept while entries may still be on a device, so a retried
+    /// cleanup still finds them).
+    pub fn forget_set(&self, set: &str, owned: bool) {
+        self.with(|m| {
+            m.retain(|k, r| {
+                if k.set != set {
+                    return true;
+                }
+                r.synced = None;
+                if owned {
+                    r.owned = None;
+                }
+                r.owned.is_some()
+            })
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(set: &str, vs: &str) -> TargetKey {
+        TargetKey {
+            set: set.into(),
+            virtual_switch: vs.into(),
+        }
+    }
+
+    fn entry_key(priority: i32) -> EntryKey {
+        EntryKey {
+            table_id: 1,
+            matches: vec![],
+            priority,
+        }
+    }
+
+    #[test]
+    fn drift_counts_only_after_a_complete_sync_of_the_same_entries() {
+        let m = SyncMemory::default();
+        let a = key("ns/s", "vs");
+        assert!(!m.record_sync(&a, [1; 32], true), "first sync");
+        assert!(m.record_sync(&a, [1; 32], true), "same entries again");
+        assert!(!m.record_sync(&a, [2; 32], false), "spec changed");
+        assert!(
+            !m.record_sync(&a, [2; 32], true),
+            "the previous sync was incomplete"
+        );
+        assert!(m.record_sync(&a, [2; 32], true));
+        assert!(!m.record_sync(&key("ns/s", "other"), [2; 32], true));
+    }
+
+    #[test]
+    fn forgetting_a_set_keeps_what_it_owned_until_told() {
+        let m = SyncMemory::default();
+        let (a, b) = (key("ns/s", "vs"), key("ns/t", "vs"));
+        m.record_sync(&a, [1; 32], true);
+        m.remember_owned(&a, HashSet::from([entry_key(1)]));
+        m.remember_owned(&b, HashSet::from([entry_key(2)]));
+        m.forget_set("ns/s", false);
+        assert!(!m.record_sync(&a, [1; 32], true), "synced digest forgotten");
+        assert!(m.owned_keys(&a).contains(&entry_key(1)));
+        m.forget_set("ns/s", true);
+        assert!(m.owned_keys(&a).is_empty());
+        assert!(m.owned_keys(&b).contains(&entry_key(2)), "other sets stay");
+    }
+}

@@ -1,0 +1,121 @@
+//! TableEntrySet reconciler, one stage per file:
+//!
+//! - [`dereference`]: the VirtualSwitches down to Switch, slot and table
+//!   schema; the ConfigMap texts. Reads only, through [`crate::reads`].
+//! - [`desired`]: inline entries and the line format parsed into the
+//!   desired entries, with sources and errors. Pure.
+//! - [`apply`]: per target, read back, infer ownership, plan, write, tally.
+//!   Device I/O only; targets are independent of each other.
+//! - [`status`]: conditions, counts, rates, per-target status, Events and
+//!   the requeue, from the tallies and what dereference found. Pure.
+//! - [`cleanup`]: on deletion, remove the set's entries (finalizer).
+//!
+//! Choices worth knowing:
+//! - Ownership is recorded on the device (see [`p4fleet_model::sync`]):
+//!   entries carry the set's tag in their P4Runtime `metadata`, so Merge
+//!   deletes survive restarts. BFRT keeps no metadata: ownership is
+//!   inferred ([`apply::infer_ownership`]) from the [`SyncMemory`].
+//! - While a required ConfigMap is missing, nothing is deleted (the
+//!   entries it held are unknown, not undesired); inserts and modifies of
+//!   the entries that did resolve still go out.
+//! - Bad entries are reported (Valid=False, Event) and skipped; the others
+//!   are written under the set's atomicity.
+//! - Deletion goes through `kube::runtime::finalizer` with [`FINALIZER`].
+
+pub mod apply;
+pub mod cleanup;
+pub mod dereference;
+pub mod desired;
+pub mod memory;
+pub mod status;
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{Event, finalizer};
+use kube::{Api, ResourceExt};
+use p4fleet_crds::{TableEntrySet, VirtualSwitch};
+
+use super::{
+    Error, finalized, namespace, object_key, primary, scoped_api, update_status, watch_related,
+};
+use crate::context::Context;
+use crate::status::now_rfc3339;
+pub use cleanup::DELETE_GRACE;
+pub use memory::SyncMemory;
+
+/// Finalizer that removes a deleted set's entries from its devices.
+pub const FINALIZER: &str = "p4fleet.dev/table-entries";
+/// Per-entry errors kept in status.
+pub const MAX_ERRORS: usize = 10;
+
+/// Watches TableEntrySets, the ConfigMaps and VirtualSwitches they use.
+pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
+    let reads = |s: &TableEntrySet, cm: &ConfigMap| {
+        s.namespace() == cm.namespace()
+            && s.spec
+                .entries_from
+                .iter()
+                .any(|f| f.config_map == cm.name_any())
+    };
+    let fills = |s: &TableEntrySet, vs: &VirtualSwitch| {
+        s.namespace() == vs.namespace()
+            && (s.spec.virtual_switch_ref.as_deref() == Some(vs.name_any().as_str())
+                || s.spec
+                    .virtual_switch_selector
+                    .as_ref()
+                    .is_some_and(|sel| sel.matches(vs.labels())))
+    };
+    let c = watch_related(primary(ctx), scoped_api(ctx), reads);
+    watch_related(c, scoped_api(ctx), fills)
+}
+
+/// Reconciles one TableEntrySet: sync it, or clean up after it.
+pub async fn reconcile(set: Arc<TableEntrySet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let api: Api<TableEntrySet> = Api::namespaced(ctx.client.clone(), &namespace(set.as_ref())?);
+    let res = finalizer(&api, FINALIZER, set, |event| async {
+        match event {
+            Event::Apply(set) => sync(&ctx, &api, &set).await,
+            Event::Cleanup(set) => cleanup::cleanup(&ctx, &set).await,
+        }
+    })
+    .await;
+    finalized(res)
+}
+
+/// One sync: dereference → desired → apply per target → status.
+async fn sync(
+    ctx: &Context,
+    api: &Api<TableEntrySet>,
+    set: &TableEntrySet,
+) -> Result<Action, Error> {
+    let me = object_key(set);
+    let refs = dereference::dereference(&ctx.reads, &namespace(set)?, set).await?;
+    let desired = desired::PerTarget::new(set, &refs.targets, &refs.sources);
+    let mut outcomes = Vec::with_capacity(refs.targets.len());
+    for (i, target) in refs.targets.iter().enumerate() {
+        let job = apply::Job {
+            set,
+            set_key: &me,
+            target,
+            desired: desired.of(i),
+            deletes: refs.sources_complete(),
+        };
+        outcomes.push(apply::sync_target(ctx, job).await);
+    }
+    let report = status::report(&status::Input {
+        set,
+        problems: &refs.problems,
+        parse: desired.first(),
+        outcomes: &outcomes,
+        default_resync: ctx.config.resync,
+        now: &now_rfc3339(),
+    });
+    let mut new = report.status;
+    update_status(ctx, api, set, &mut new).await?;
+    for ev in &report.events {
+        ctx.events.publish(set, ev).await;
+    }
+    Ok(report.action)
+}

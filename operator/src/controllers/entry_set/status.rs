@@ -1,0 +1,663 @@
+//! Status stage, pure: from what dereference found, the first parse and
+//! each target's [`Outcome`], the new status (counts, rates, per-target
+//! status, errors, conditions), the Events to publish after writing it and
+//! when to come back.
+//!
+//! - The rate fields and `lastSyncTime` describe the last sync that wrote
+//!   something: an idle resync computes the old status again, so nothing
+//!   is written and the controller is not re-triggered.
+//! - `driftCorrected` adds each target's [`Outcome::drift`].
+//! - `failed` counts each invalid entry once per target (it is missing on
+//!   each) plus what the devices refused or conflicts kept out.
+
+use std::time::Duration;
+
+use kube::runtime::controller::Action;
+use p4fleet_crds::condition_types::{READY, RESOLVED_REFS, SYNCED, VALID};
+use p4fleet_crds::entry_set::{EntryError as StatusEntryError, TargetStatus};
+use p4fleet_crds::{Condition, TableEntrySet, TableEntrySetStatus};
+use p4fleet_model::sync::{self, SyncTally};
+
+use super::MAX_ERRORS;
+use super::apply::Outcome;
+use super::dereference::Problem;
+use super::desired::Desired;
+use crate::controllers::object_key;
+use crate::status::{EventNote, ready_from};
+
+/// Requeue while waiting for a dependency or an unreachable device.
+pub const RETRY: Duration = Duration::from_secs(5);
+
+/// Everything the status is computed from.
+pub struct Input<'a> {
+    pub set: &'a TableEntrySet,
+    pub problems: &'a [Problem],
+    /// The first parse of the desired entries (None without targets): its
+    /// invalid entries are reported.
+    pub parse: Option<&'a Desired>,
+    pub outcomes: &'a [Outcome],
+    /// The operator's resync period, for sets that set none.
+    pub default_resync: Duration,
+    /// The time a sync that wrote something is stamped with.
+    pub now: &'a str,
+}
+
+/// The status to write, the Events to publish after it, when to come back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    pub status: TableEntrySetStatus,
+    pub events: Vec<EventNote>,
+    pub action: Action,
+}
+
+/// Computes the [`Report`] of one sync.
+pub fn report(input: &Input) -> Report {
+    let set = input.set;
+    let me = object_key(set);
+    let old = set.status.as_ref();
+    let mut total = SyncTally::default();
+    for o in input.outcomes {
+        total.add(&o.tally);
+    }
+    let invalid = input.parse.map_or(0, |d| d.invalid) as u64;
+    let targets = input.outcomes.len() as u64;
+    let counts = Counts {
+        total,
+        invalid,
+        failed: total.failed + invalid * targets,
+        drift: input.outcomes.iter().map(|o| o.drift).sum(),
+    };
+    let device_errors: Vec<&StatusEntryError> =
+        input.outcomes.iter().flat_map(|o| &o.errors).collect();
+    let mut errors: Vec<StatusEntryError> =
+        input.parse.map(|d| d.errors.clone()).unwrap_or_default();
+    errors.extend(device_errors.iter().map(|e| (*e).clone()));
+    errors.truncate(MAX_ERRORS);
+
+    let resolved = resolved_refs(&me, input.problems);
+    let valid = valid(&me, input.problems, &counts, &errors, input.outcomes);
+    let synced = synced(&counts, device_errors.first().copied(), input.outcomes);
+    let ready = ready_from(&[&resolved, &valid, &synced], READY, "all entries applied");
+
+    let mut status = TableEntrySetStatus {
+        observed_generation: set.metadata.generation,
+        desired: total.desired,
+        applied: total.applied,
+        failed: counts.failed,
+        drift_corrected: old.map_or(0, |s| s.drift_corrected) + counts.drift,
+        errors,
+        targets: target_statuses(old, input.outcomes),
+        conditions: vec![resolved, valid, synced, ready],
+        ..Default::default()
+    };
+    rates(&mut status, old, &total, input.now);
+    let events = events(&status, old, &counts, device_errors.first().copied());
+    Report {
+        status,
+        events,
+        action: action(input),
+    }
+}
+
+/// What the status counts, summed over targets.
+struct Counts {
+    total: SyncTally,
+    /// Entries skipped as invalid (of the first parse).
+    invalid: u64,
+    /// Desired entries not on some target: invalid ones once per target,
+    /// plus refusals and conflicts.
+    failed: u64,
+    drift: u64,
+}
+
+impl Counts {
+    /// Entries that failed on a device (not for being invalid).
+    fn on_devices(&self) -> u64 {
+        self.total.failed
+    }
+}
+
+fn resolved_refs(me: &str, problems: &[Problem]) -> Condition {
+    let refs: Vec<&Problem> = problems.iter().filter(|p| !p.invalidates_spec()).collect();
+    match refs.first() {
+        None => Condition::new(RESOLVED_REFS, true, "Resolved", "all references resolved"),
+        Some(first) => Condition::new(
+            RESOLVED_REFS,
+            false,
+            first.reason(),
+            format!("TableEntrySet {me}: {}", join(&refs)),
+        ),
+    }
+}
+
+fn valid(
+    me: &str,
+    problems: &[Problem],
+    counts: &Counts,
+    errors: &[StatusEntryError],
+    outcomes: &[Outcome],
+) -> Condition {
+    let spec: Vec<&Problem> = problems.iter().filter(|p| p.invalidates_spec()).collect();
+    if let Some(first) = spec.first() {
+        return Condition::new(
+            VALID,
+            false,
+            first.reason(),
+            format!("TableEntrySet {me}: {}", join(&spec)),
+        );
+    }
+    if counts.invalid > 0 {
+        let first: Vec<String> = errors
+            .iter()
+            .take(3)
+            .map(|e| format!("{}: {}", e.source, e.reason))
+            .collect();
+        let message = format!(
+            "TableEntrySet {me}: {} invalid entries skipped: {}",
+            counts.invalid,
+            first.join("; ")
+        );
+        return Condition::new(VALID, false, "InvalidEntries", message);
+    }
+    if outcomes.is_empty() {
+        return Condition::unknown(
+            VALID,
+            "NoTarget",
+            "no resolved VirtualSwitch to validate against",
+        );
+    }
+    Condition::new(
+        VALID,
+        true,
+        "Valid",
+        format!("{} entries", counts.total.desired),
+    )
+}
+
+fn synced(counts: &Counts, first: Option<&StatusEntryError>, outcomes: &[Outcome]) -> Condition {
+    let unavailable: Vec<String> = outcomes
+        .iter()
+        .filter_map(|o| o.device_error.as_ref().map(ToString::to_string))
+        .collect();
+    if !unavailable.is_empty() {
+        return Condition::new(SYNCED, false, "DeviceUnavailable", unavailable.join("; "));
+    }
+    if outcomes.is_empty() {
+        return Condition::unknown(SYNCED, "NoTarget", "no resolved VirtualSwitch");
+    }
+    if counts.on_devices() > 0 {
+        let message = format!(
+            "{} entries failed on the device: {}",
+            counts.on_devices(),
+            first.map(describe).unwrap_or_default()
+        );
+        return Condition::new(SYNCED, false, "EntriesFailed", message);
+    }
+    Condition::new(
+        SYNCED,
+        true,
+        "Synced",
+        format!(
+            "{} entries applied on {} target(s)",
+            counts.total.applied,
+            outcomes.len()
+        ),
+    )
+}
+
+/// `source key: reason` of an entry error.
+fn describe(e: &StatusEntryError) -> String {
+    format!(
+        "{} {}: {}",
+        e.source,
+        e.key.as_deref().unwrap_or_default(),
+        e.reason
+    )
+}
+
+fn join(problems: &[&Problem]) -> String {
+    let all: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    all.join("; ")
+}
+
+/// Entries per second of a tally, when it wrote something.
+fn entries_per_second(t: &SyncTally) -> Option<f64> {
+    (t.written > 0 && t.writes.elapsed > Duration::ZERO)
+        .then(|| t.written as f64 / t.writes.elapsed.as_secs_f64())
+}
+
+fn target_statuses(old: Option<&TableEntrySetStatus>, outcomes: &[Outcome]) -> Vec<TargetStatus> {
+    outcomes
+        .iter()
+        .map(|o| {
+            let before = old
+                .and_then(|s| {
+                    s.targets
+                        .iter()
+                        .find(|x| x.virtual_switch == o.virtual_switch)
+                })
+                .and_then(|t| t.entries_per_second);
+            TargetStatus {
+                virtual_switch: o.virtual_switch.clone(),
+                switch: Some(o.switch.clone()),
+                applied: o.tally.applied,
+                failed: o.tally.failed,
+                entries_per_second: entries_per_second(&o.tally).map(|r| r as u64).or(before),
+            }
+        })
+        .collect()
+}
+
+/// The rate fields: of this sync when it wrote something, else the old ones.
+fn rates(
+    status: &mut TableEntrySetStatus,
+    old: Option<&TableEntrySetStatus>,
+    total: &SyncTally,
+    now: &str,
+) {
+    if total.written == 0 {
+        status.rate = old.and_then(|s| s.rate.clone());
+        status.entries_per_second = old.and_then(|s| s.entries_per_second);
+        status.mean_request_latency_micros = old.and_then(|s| s.mean_request_latency_micros);
+        status.last_sync_updates = old.and_then(|s| s.last_sync_updates);
+        status.last_sync_time = old.and_then(|s| s.last_sync_time.clone());
+        return;
+    }
+    let w = &total.writes;
+    let eps = total.written as f64 / w.elapsed.as_secs_f64().max(1e-9);
+    status.rate = Some(sync::format_rate(eps));
+    status.entries_per_second = Some(eps as u64);
+    status.mean_request_latency_micros = Some(
+        (w.request_latency.as_micros() as u64)
+            .checked_div(w.requests)
+            .unwrap_or(0),
+    );
+    status.last_sync_updates = Some(total.written);
+    status.last_sync_time = Some(now.to_string());
+}
+
+/// `Synced` after a sync that wrote something; `EntriesFailed` when
+/// devices refused entries and something changed (a write, or the count).
+fn events(
+    new: &TableEntrySetStatus,
+    old: Option<&TableEntrySetStatus>,
+    counts: &Counts,
+    first: Option<&StatusEntryError>,
+) -> Vec<EventNote> {
+    let mut out = Vec::new();
+    let t = &counts.total;
+    if t.written > 0 {
+        let mut note = format!(
+            "Synced {} entries at {} ({} inserted, {} modified, {} deleted; {} requests, mean {} us)",
+            t.written,
+            new.rate.as_deref().unwrap_or_default(),
+            t.inserted,
+            t.modified,
+            t.deleted,
+            t.writes.requests,
+            new.mean_request_latency_micros.unwrap_or(0)
+        );
+        if counts.drift > 0 {
+            note.push_str(&format!("; {} drifted entries repaired", counts.drift));
+        }
+        out.push(EventNote::normal("Synced", "Write", note));
+    }
+    let failed = counts.on_devices();
+    if failed > 0 && (t.written > 0 || old.map(|s| s.failed) != Some(new.failed)) {
+        let note = format!(
+            "{failed} entries failed: {}",
+            first.map(describe).unwrap_or_default()
+        );
+        out.push(EventNote::warning("EntriesFailed", "Write", note));
+    }
+    out
+}
+
+/// The set's resync period (`resyncSeconds`, 0 disables), shortened to
+/// [`RETRY`] while a device is unavailable or a reference is polled for.
+fn action(input: &Input) -> Action {
+    let resync = match input.set.spec.resync_seconds {
+        Some(0) => None,
+        Some(s) => Some(Duration::from_secs(u64::from(s))),
+        None => Some(input.default_resync),
+    };
+    let retry = input.outcomes.iter().any(|o| o.device_error.is_some())
+        || input.problems.iter().any(Problem::polls);
+    match (retry, resync) {
+        (true, Some(r)) => Action::requeue(r.min(RETRY)),
+        (true, None) => Action::requeue(RETRY),
+        (false, Some(r)) => Action::requeue(r),
+        (false, None) => Action::await_change(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::entry_set::apply::DeviceError;
+    use crate::controllers::entry_set::dereference::Sources;
+    use crate::controllers::entry_set::desired::tests::{firewall, fw, set};
+    use crate::controllers::entry_set::desired::{self};
+    use crate::status::{settle, unchanged};
+    use p4fleet_crds::{ConditionStatus, find_condition};
+    use p4fleet_model::sync::WriteStats;
+
+    const RESYNC: Duration = Duration::from_secs(60);
+
+    /// A tally of a sync of `desired` entries that wrote `written` of them
+    /// in 10 ms with 2 requests and had `failed` refused.
+    fn tally(desired: u64, written: u64, failed: u64) -> SyncTally {
+        SyncTally {
+            desired,
+            applied: desired - failed,
+            failed,
+            written,
+            inserted: written,
+            modified: 0,
+            deleted: 0,
+            writes: if written > 0 {
+                WriteStats {
+                    requests: 2,
+                    elapsed: Duration::from_millis(10),
+                    request_latency: Duration::from_millis(8),
+                }
+            } else {
+                WriteStats::default()
+            },
+        }
+    }
+
+    fn outcome(vs: &str, tally: SyncTally) -> Outcome {
+        Outcome {
+            virtual_switch: vs.into(),
+            switch: "sw".into(),
+            tally,
+            errors: vec![],
+            device_error: None,
+            drift: 0,
+        }
+    }
+
+    fn refused(key: &str) -> StatusEntryError {
+        StatusEntryError {
+            source: "configmap/fw:line 3".into(),
+            key: Some(key.into()),
+            reason: "ResourceExhausted: table full".into(),
+        }
+    }
+
+    fn unreachable(vs: &str) -> Outcome {
+        Outcome {
+            device_error: Some(DeviceError {
+                switch: "sw".into(),
+                error: p4fleet_client::Error::Unreachable {
+                    endpoint: "h:1".into(),
+                    device_id: 1,
+                    reason: "connection refused".into(),
+                },
+            }),
+            ..outcome(vs, SyncTally::unsynced(3))
+        }
+    }
+
+    /// A set with three valid entries, or with bad ones among them.
+    fn with_entries(bad: bool) -> (TableEntrySet, Desired) {
+        let mut entries = vec![
+            fw("10.0.0.1", "10.0.0.2", "allow", &[("port", "1")]),
+            fw("10.0.0.1", "10.0.0.3", "drop", &[]),
+            fw("10.0.0.1", "10.0.0.4", "drop", &[]),
+        ];
+        if bad {
+            entries.push(fw("10.0.0.1", "10.0.0.5", "allow", &[("port", "4096")]));
+            entries.push(fw("10.0.0.1", "10.0.0.6", "jump", &[]));
+        }
+        let s = set(entries);
+        let d = desired::parse(&s, &firewall(), &Sources::default());
+        (s, d)
+    }
+
+    fn run(
+        set: &TableEntrySet,
+        problems: &[Problem],
+        parse: Option<&Desired>,
+        outcomes: &[Outcome],
+    ) -> Report {
+        report(&Input {
+            set,
+            problems,
+            parse,
+            outcomes,
+            default_resync: RESYNC,
+            now: "2025-01-01T00:00:00Z",
+        })
+    }
+
+    fn cond<'a>(r: &'a Report, t: &str) -> &'a Condition {
+        find_condition(&r.status.conditions, t).unwrap()
+    }
+
+    fn state(r: &Report, t: &str) -> (ConditionStatus, String) {
+        let c = cond(r, t);
+        (c.status, c.reason.clone())
+    }
+
+    fn assert_message_starts(r: &Report, t: &str, prefix: &str) {
+        let message = &cond(r, t).message;
+        assert!(message.starts_with(prefix), "{t}: {message}");
+    }
+
+    fn is(status: ConditionStatus, reason: &str) -> (ConditionStatus, String) {
+        (status, reason.to_string())
+    }
+
+    use ConditionStatus::{False, True, Unknown};
+
+    #[test]
+    fn a_complete_sync_is_ready_with_its_rate_and_one_event() {
+        let (s, d) = with_entries(false);
+        let r = run(&s, &[], Some(&d), &[outcome("vs", tally(3, 3, 0))]);
+        for t in [RESOLVED_REFS, VALID, SYNCED, READY] {
+            assert!(cond(&r, t).is_true(), "{t}: {:?}", cond(&r, t));
+        }
+        assert_eq!(cond(&r, VALID).message, "3 entries");
+        assert_eq!(cond(&r, SYNCED).message, "3 entries applied on 1 target(s)");
+        let st = &r.status;
+        assert_eq!((st.desired, st.applied, st.failed), (3, 3, 0));
+        assert_eq!(st.rate.as_deref(), Some("300/s"));
+        assert_eq!(st.entries_per_second, Some(300));
+        assert_eq!(st.mean_request_latency_micros, Some(4000));
+        assert_eq!(st.last_sync_updates, Some(3));
+        assert_eq!(st.last_sync_time.as_deref(), Some("2025-01-01T00:00:00Z"));
+        assert_eq!(st.targets[0].entries_per_second, Some(300));
+        assert_eq!(st.targets[0].switch.as_deref(), Some("sw"));
+        assert_eq!(r.events.len(), 1);
+        assert_eq!(
+            r.events[0].note,
+            "Synced 3 entries at 300/s (3 inserted, 0 modified, 0 deleted; 2 requests, mean 4000 us)"
+        );
+        assert!(!r.events[0].warning);
+        assert_eq!(r.action, Action::requeue(RESYNC));
+    }
+
+    #[test]
+    fn an_idle_resync_changes_no_status_and_publishes_nothing() {
+        let (mut s, d) = with_entries(false);
+        let first = run(&s, &[], Some(&d), &[outcome("vs", tally(3, 3, 0))]);
+        let mut written = first.status.clone();
+        settle(None, &mut written, Some(1), "t1");
+        s.status = Some(written.clone());
+        // The next resync finds everything in place and writes nothing.
+        let idle = run(&s, &[], Some(&d), &[outcome("vs", tally(3, 0, 0))]);
+        let mut again = idle.status.clone();
+        settle(Some(&written), &mut again, Some(1), "t2");
+        assert!(unchanged(Some(&written), &again), "{again:#?}");
+        assert!(idle.events.is_empty());
+        // Rates and lastSyncTime describe the last sync that wrote.
+        assert_eq!(
+            again.last_sync_time.as_deref(),
+            Some("2025-01-01T00:00:00Z")
+        );
+        assert_eq!(again.targets[0].entries_per_second, Some(300));
+    }
+
+    #[test]
+    fn rates_only_when_something_was_written() {
+        let (s, d) = with_entries(false);
+        let r = run(&s, &[], Some(&d), &[outcome("vs", tally(3, 0, 0))]);
+        let st = &r.status;
+        assert_eq!(st.rate, None);
+        assert_eq!(st.entries_per_second, None);
+        assert_eq!(st.last_sync_updates, None);
+        assert_eq!(st.last_sync_time, None);
+        assert_eq!(st.targets[0].entries_per_second, None);
+        assert!(r.events.is_empty());
+    }
+
+    #[test]
+    fn drift_repairs_are_added_up_and_named_in_the_event() {
+        let (mut s, d) = with_entries(false);
+        s.status = Some(TableEntrySetStatus {
+            drift_corrected: 7,
+            ..Default::default()
+        });
+        let mut a = outcome("a", tally(3, 2, 0));
+        a.drift = 2;
+        let mut b = outcome("b", tally(3, 1, 0));
+        b.drift = 1;
+        let r = run(&s, &[], Some(&d), &[a, b]);
+        assert_eq!(r.status.drift_corrected, 10);
+        assert!(
+            r.events[0].note.ends_with("; 3 drifted entries repaired"),
+            "{}",
+            r.events[0].note
+        );
+        assert_eq!(cond(&r, SYNCED).message, "6 entries applied on 2 target(s)");
+    }
+
+    #[test]
+    fn invalid_entries_make_it_invalid_but_synced_and_count_once_per_target() {
+        let (s, d) = with_entries(true);
+        let r = run(
+            &s,
+            &[],
+            Some(&d),
+            &[outcome("a", tally(3, 3, 0)), outcome("b", tally(3, 3, 0))],
+        );
+        assert_eq!(state(&r, VALID), is(False, "InvalidEntries"));
+        let skipped = "TableEntrySet ns/s: 2 invalid entries skipped: entries[3]: ";
+        assert_message_starts(&r, VALID, skipped);
+        // The devices took every valid entry: Synced stays True.
+        assert_eq!(state(&r, SYNCED), is(True, "Synced"));
+        assert_eq!(state(&r, READY), is(False, "InvalidEntries"));
+        assert_eq!((r.status.desired, r.status.failed), (6, 4));
+        assert_eq!(r.status.errors.len(), 2);
+        assert!(r.events.iter().all(|e| e.reason == "Synced"));
+    }
+
+    #[test]
+    fn refused_entries_fail_sync_and_warn_when_something_changed() {
+        let (mut s, d) = with_entries(false);
+        let mut o = outcome("vs", tally(3, 2, 1));
+        o.errors.push(refused("10.0.0.4 10.0.0.1"));
+        let r = run(&s, &[], Some(&d), &[o]);
+        assert_eq!(state(&r, SYNCED), is(False, "EntriesFailed"));
+        assert_eq!(
+            cond(&r, SYNCED).message,
+            "1 entries failed on the device: configmap/fw:line 3 10.0.0.4 10.0.0.1: ResourceExhausted: table full"
+        );
+        assert_eq!(state(&r, READY), is(False, "EntriesFailed"));
+        assert_eq!(r.status.failed, 1);
+        let warn: Vec<&EventNote> = r.events.iter().filter(|e| e.warning).collect();
+        assert_eq!(warn.len(), 1);
+        assert_eq!(warn[0].reason, "EntriesFailed");
+        assert!(
+            warn[0]
+                .note
+                .starts_with("1 entries failed: configmap/fw:line 3")
+        );
+
+        // The same failure on an idle resync is not announced again.
+        s.status = Some(r.status.clone());
+        let mut o = outcome("vs", tally(3, 0, 1));
+        o.errors.push(refused("10.0.0.4 10.0.0.1"));
+        assert!(run(&s, &[], Some(&d), &[o]).events.is_empty());
+    }
+
+    #[test]
+    fn an_unavailable_device_is_not_synced_and_retried_soon() {
+        let (s, d) = with_entries(false);
+        let r = run(&s, &[], Some(&d), &[unreachable("vs")]);
+        assert_eq!(state(&r, SYNCED), is(False, "DeviceUnavailable"));
+        assert_message_starts(&r, SYNCED, "Switch sw: device 1 at h:1 is unreachable");
+        assert_eq!(state(&r, VALID), is(True, "Valid"));
+        assert_eq!(state(&r, READY), is(False, "DeviceUnavailable"));
+        assert_eq!((r.status.desired, r.status.applied), (3, 0));
+        assert_eq!(r.action, Action::requeue(RETRY));
+    }
+
+    #[test]
+    fn unresolved_references_name_every_problem_the_first_gives_the_reason() {
+        let (s, d) = with_entries(false);
+        let problems = [
+            Problem::VirtualSwitchNotFound("vs".into()),
+            Problem::ConfigMapNotFound("fw".into()),
+        ];
+        let r = run(&s, &problems, None, &[]);
+        assert_eq!(state(&r, RESOLVED_REFS), is(False, "VirtualSwitchNotFound"));
+        assert_eq!(
+            cond(&r, RESOLVED_REFS).message,
+            "TableEntrySet ns/s: spec.virtualSwitchRef: VirtualSwitch vs not found; ConfigMap fw not found"
+        );
+        assert_eq!(state(&r, VALID), is(Unknown, "NoTarget"));
+        assert_eq!(state(&r, SYNCED), is(Unknown, "NoTarget"));
+        assert_eq!(state(&r, READY), is(False, "VirtualSwitchNotFound"));
+        assert_eq!(r.status.failed, 0);
+        assert_eq!(
+            r.action,
+            Action::requeue(RETRY),
+            "a VirtualSwitch is polled for"
+        );
+
+        // A missing ConfigMap alone: the inline entries still apply; the
+        // ConfigMap's watch brings the set back.
+        let problems = [Problem::ConfigMapNotFound("fw".into())];
+        let r = run(&s, &problems, Some(&d), &[outcome("vs", tally(3, 3, 0))]);
+        assert_eq!(state(&r, RESOLVED_REFS), is(False, "ConfigMapNotFound"));
+        assert_eq!(state(&r, SYNCED), is(True, "Synced"));
+        assert_eq!(state(&r, READY), is(False, "ConfigMapNotFound"));
+        assert_eq!(r.action, Action::requeue(RESYNC));
+    }
+
+    #[test]
+    fn an_unknown_table_is_invalid_not_unresolved() {
+        let (s, _) = with_entries(false);
+        let p = [Problem::UnknownTable {
+            table: "MyIngress.dmac".into(),
+            virtual_switch: "vs".into(),
+            error: super::super::dereference::ProgramError::NotFound("fw".into()),
+        }];
+        let r = run(&s, &p, None, &[]);
+        assert_eq!(state(&r, RESOLVED_REFS), is(True, "Resolved"));
+        assert_eq!(state(&r, VALID), is(False, "UnknownTable"));
+        assert!(cond(&r, VALID).message.contains("MyIngress.dmac"));
+        assert_eq!(state(&r, READY), is(False, "UnknownTable"));
+        assert_eq!(r.action, Action::requeue(RESYNC));
+    }
+
+    #[test]
+    fn resync_seconds_set_the_requeue_and_zero_disables_it() {
+        let (mut s, d) = with_entries(false);
+        s.spec.resync_seconds = Some(3);
+        let ok = [outcome("vs", tally(3, 0, 0))];
+        assert_eq!(
+            run(&s, &[], Some(&d), &ok).action,
+            Action::requeue(Duration::from_secs(3))
+        );
+        s.spec.resync_seconds = Some(0);
+        assert_eq!(run(&s, &[], Some(&d), &ok).action, Action::await_change());
+        assert_eq!(
+            run(&s, &[], Some(&d), &[unreachable("vs")]).action,
+            Action::requeue(RETRY)
+        );
+    }
+}

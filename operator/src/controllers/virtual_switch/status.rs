@@ -1,0 +1,238 @@
+//! Status, pure: where the VirtualSwitch runs and what is loaded, the
+//! Event of a push, and when to come back.
+
+use std::time::Duration;
+
+use p4fleet_crds::condition_types::{PIPELINE_LOADED, READY, SCHEDULED};
+use p4fleet_crds::{Condition, VirtualSwitch, VirtualSwitchStatus};
+
+use super::pipeline::{LoadError, NotReady};
+use super::placement::PlacementError;
+use crate::artifacts;
+use crate::status::{EventNote, ready_from};
+
+/// Requeue while not placed or not loaded.
+pub const RETRY: Duration = Duration::from_secs(10);
+
+/// What placing and loading achieved.
+#[derive(Debug)]
+pub enum Outcome {
+    Unplaced(PlacementError),
+    Placed {
+        switch: String,
+        slot: u32,
+        pipeline: Pipeline,
+    },
+}
+
+/// What became of the program on a placed VirtualSwitch.
+#[derive(Debug)]
+pub enum Pipeline {
+    NotReady(NotReady),
+    Failed(LoadError),
+    /// Running `digest`; `pushed` is how long the push took when this
+    /// reconcile pushed it (None: the device already ran it).
+    Loaded {
+        digest: String,
+        pushed: Option<Duration>,
+    },
+}
+
+/// The status to write, the Event to publish after it, when to come back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    pub status: VirtualSwitchStatus,
+    pub event: Option<EventNote>,
+    pub requeue: Duration,
+}
+
+/// Computes the [`Report`] of one reconcile of `vs`.
+pub fn report(vs: &VirtualSwitch, outcome: &Outcome, resync: Duration) -> Report {
+    let old = vs.status.as_ref();
+    let mut st = VirtualSwitchStatus {
+        observed_generation: vs.metadata.generation,
+        loaded_digest: old.and_then(|s| s.loaded_digest.clone()),
+        loaded_short_digest: old.and_then(|s| s.loaded_short_digest.clone()),
+        last_swap_millis: old.and_then(|s| s.last_swap_millis),
+        ..Default::default()
+    };
+    let mut requeue = resync;
+    let mut event = None;
+    let (scheduled, loaded) = match outcome {
+        Outcome::Unplaced(e) => {
+            requeue = RETRY;
+            st.loaded_digest = None;
+            st.loaded_short_digest = None;
+            (
+                Condition::new(SCHEDULED, false, e.reason(), e.to_string()),
+                Condition::unknown(PIPELINE_LOADED, "NotScheduled", "not placed on a Switch"),
+            )
+        }
+        Outcome::Placed {
+            switch,
+            slot,
+            pipeline,
+        } => {
+            st.switch = Some(switch.clone());
+            st.slot = Some(*slot);
+            let scheduled = Condition::new(
+                SCHEDULED,
+                true,
+                "Scheduled",
+                format!("{switch} slot {slot}"),
+            );
+            let program = &vs.spec.program_ref;
+            let loaded = match pipeline {
+                Pipeline::NotReady(n) => {
+                    requeue = RETRY;
+                    n.condition()
+                }
+                Pipeline::Failed(e) => {
+                    requeue = RETRY;
+                    Condition::new(PIPELINE_LOADED, false, e.reason(), e.to_string())
+                }
+                Pipeline::Loaded { digest, pushed } => {
+                    let short = artifacts::short_digest(digest);
+                    if let Some(took) = pushed {
+                        let ms = took.as_millis() as u64;
+                        st.last_swap_millis = Some(ms);
+                        let note = format!(
+                            "loaded {program} ({short}) on {switch} slot {slot} in {ms} ms"
+                        );
+                        event = Some(EventNote::normal("PipelineLoaded", "SetPipeline", note));
+                    }
+                    st.loaded_short_digest = Some(short);
+                    st.loaded_digest = Some(digest.clone());
+                    let message = format!("{program} loaded on {switch} slot {slot}");
+                    Condition::new(PIPELINE_LOADED, true, "Loaded", message)
+                }
+            };
+            (scheduled, loaded)
+        }
+    };
+    let ready = ready_from(&[&scheduled, &loaded], READY, "pipeline loaded");
+    st.conditions = vec![scheduled, loaded, ready];
+    Report {
+        status: st,
+        event,
+        requeue,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use p4fleet_crds::ConditionStatus::{self, False, True, Unknown};
+    use p4fleet_crds::{VirtualSwitchSpec, find_condition};
+
+    const RESYNC: Duration = Duration::from_secs(60);
+    const DIGEST: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    fn vs(old: Option<VirtualSwitchStatus>) -> VirtualSwitch {
+        let spec: VirtualSwitchSpec =
+            serde_json::from_value(serde_json::json!({"programRef": "fw", "switchRef": "sw"}))
+                .unwrap();
+        let mut v = VirtualSwitch::new("v", spec);
+        v.metadata.generation = Some(2);
+        v.status = old;
+        v
+    }
+
+    fn placed(pipeline: Pipeline) -> Outcome {
+        Outcome::Placed {
+            switch: "sw".into(),
+            slot: 1,
+            pipeline,
+        }
+    }
+
+    fn state<'a>(r: &'a Report, t: &str) -> (ConditionStatus, &'a str) {
+        let c = find_condition(&r.status.conditions, t).unwrap();
+        (c.status, c.reason.as_str())
+    }
+
+    /// The report for a VirtualSwitch without status placed on sw slot 1.
+    fn fresh(pipeline: Pipeline) -> Report {
+        report(&vs(None), &placed(pipeline), RESYNC)
+    }
+
+    fn loaded_before() -> VirtualSwitchStatus {
+        VirtualSwitchStatus {
+            loaded_digest: Some("old".into()),
+            loaded_short_digest: Some("old".into()),
+            last_swap_millis: Some(7),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_push_is_reported_with_its_duration_and_an_event() {
+        let pushed = Some(Duration::from_millis(42));
+        let r = report(
+            &vs(Some(loaded_before())),
+            &placed(Pipeline::Loaded {
+                digest: DIGEST.into(),
+                pushed,
+            }),
+            RESYNC,
+        );
+        let st = &r.status;
+        assert_eq!((st.switch.as_deref(), st.slot), (Some("sw"), Some(1)));
+        assert_eq!(st.loaded_digest.as_deref(), Some(DIGEST));
+        assert_eq!(st.loaded_short_digest.as_deref(), Some("0123456789ab"));
+        assert_eq!(st.last_swap_millis, Some(42));
+        assert_eq!(st.observed_generation, Some(2));
+        assert!(
+            st.conditions.iter().all(|c| c.is_true()),
+            "{:?}",
+            st.conditions
+        );
+        let ev = r.event.unwrap();
+        assert_eq!(ev.reason, "PipelineLoaded");
+        assert_eq!(ev.note, "loaded fw (0123456789ab) on sw slot 1 in 42 ms");
+        assert_eq!(r.requeue, RESYNC);
+
+        // Already running: no push, no Event, the last swap time stays.
+        let r = report(
+            &vs(Some(loaded_before())),
+            &placed(Pipeline::Loaded {
+                digest: DIGEST.into(),
+                pushed: None,
+            }),
+            RESYNC,
+        );
+        assert_eq!(r.status.last_swap_millis, Some(7));
+        assert!(r.event.is_none());
+    }
+
+    #[test]
+    fn unplaced_clears_what_was_loaded_and_retries() {
+        let e = PlacementError::NoFreeSlot("sw".into());
+        let r = report(&vs(Some(loaded_before())), &Outcome::Unplaced(e), RESYNC);
+        assert_eq!(state(&r, SCHEDULED), (False, "NoFreeSlot"));
+        assert_eq!(state(&r, PIPELINE_LOADED), (Unknown, "NotScheduled"));
+        assert_eq!(state(&r, READY), (False, "NoFreeSlot"));
+        assert_eq!(r.status.loaded_digest, None);
+        assert_eq!(r.status.switch, None);
+        assert_eq!(r.requeue, RETRY);
+    }
+
+    #[test]
+    fn a_program_not_ready_or_a_failed_load_is_retried() {
+        let r = fresh(Pipeline::NotReady(NotReady::NotReady("fw".into())));
+        assert_eq!(state(&r, PIPELINE_LOADED), (False, "ProgramNotReady"));
+        assert_eq!(state(&r, SCHEDULED), (True, "Scheduled"));
+        assert_eq!(r.requeue, RETRY);
+
+        let missing = super::super::pipeline::TofinoArtifactError::Missing {
+            program: "fw".into(),
+            switch: "sw".into(),
+        };
+        let r = fresh(Pipeline::Failed(LoadError::MissingTofinoArtifacts(missing)));
+        assert_eq!(state(&r, READY), (False, "MissingTofinoArtifacts"));
+        let unreachable = p4fleet_client::Error::TlsUnsupported;
+        let r = fresh(Pipeline::Failed(LoadError::Device(unreachable)));
+        assert_eq!(state(&r, PIPELINE_LOADED), (False, "LoadFailed"));
+        assert_eq!(r.requeue, RETRY);
+    }
+}
