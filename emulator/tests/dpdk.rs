@@ -232,6 +232,8 @@ async fn packed_config_loads_and_entries_steer_the_data_plane() {
     assert!(dmac.hits > 0, "{dmac:?}");
     let fwd = dmac.actions.iter().find(|a| a.0 == "forward").unwrap();
     assert!(fwd.2 > 0, "{dmac:?}");
+    // The rate is sampled (every 100 ms here) while traffic flows.
+    wait(&emu, "a forwarding rate", |s| s.packets_per_second > 0.0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
