@@ -923,6 +923,17 @@ async fn dpdk_switch_entries_steer_the_data_plane_and_policies_change_what_runs(
     })
     .await;
     assert_eq!(tx_port(&s, 1), 0);
+    // The Switch's asyncExterns capability is the device's answer.
+    let sws: Api<Switch> = Api::all(client.clone());
+    wait_for("asyncExterns reported", Duration::from_secs(60), || async {
+        let sw = sws.get(&sw_name).await.map_err(|e| e.to_string())?;
+        let caps = sw.status.and_then(|s| s.capabilities);
+        match &caps {
+            Some(c) if c.async_externs => Ok(()),
+            _ => Err(format!("{caps:?}")),
+        }
+    })
+    .await;
 
     // An entry through a TableEntrySet changes what it forwards.
     let mac = p4fleet_emulator::dataplane::packet::dst_mac(0);

@@ -162,3 +162,21 @@ pub async fn restore_defaults(t: &RuntimeTarget) -> Result<(), tonic::Status> {
         Err(s) => Err(s),
     }
 }
+
+/// Whether the device at `t` serves an extern runtime (the Switch
+/// capability `asyncExterns`): it answers ListExterns, or says it has no
+/// pipeline yet (a Dpdk target before its first program). UNIMPLEMENTED
+/// (no such service, or not a Dpdk device) and any failure are `false`:
+/// status never claims what the device did not confirm.
+pub async fn serves_extern_runtime(t: &RuntimeTarget) -> bool {
+    let Ok(ch) = channel(&t.endpoint) else {
+        return false;
+    };
+    let mut client = ExternRuntimeClient::new(ch);
+    let probe = client.list_externs(pb::ListExternsRequest { target: target(t) });
+    match tokio::time::timeout(Duration::from_secs(5), probe).await {
+        Ok(Ok(_)) => true,
+        Ok(Err(s)) => s.code() == tonic::Code::FailedPrecondition,
+        Err(_) => false,
+    }
+}
