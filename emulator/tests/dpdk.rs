@@ -3,6 +3,8 @@
 //! data plane following what P4Runtime Writes install, and the extern
 //! runtime served for Dpdk devices only.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use p4fleet_emulator::dataplane::EngineStats;
@@ -14,9 +16,6 @@ use p4fleet_proto::p4info;
 use p4fleet_proto::p4runtime::{
     self as p4, field_match::FieldMatchType, p4_runtime_client::P4RuntimeClient,
 };
-use tokio::sync::mpsc;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -44,43 +43,6 @@ async fn start() -> RunningEmulator {
     .unwrap()
 }
 
-fn eid(v: u64) -> Option<p4::Uint128> {
-    Some(p4::Uint128 { high: 0, low: v })
-}
-
-/// Becomes primary on `device`; the stream must stay open.
-async fn primary(
-    c: &mut P4RuntimeClient<Channel>,
-    device: u64,
-) -> (
-    mpsc::Sender<p4::StreamMessageRequest>,
-    tonic::Streaming<p4::StreamMessageResponse>,
-) {
-    let (tx, rx) = mpsc::channel(4);
-    tx.send(p4::StreamMessageRequest {
-        update: Some(p4::stream_message_request::Update::Arbitration(
-            p4::MasterArbitrationUpdate {
-                device_id: device,
-                election_id: eid(10),
-                ..Default::default()
-            },
-        )),
-    })
-    .await
-    .unwrap();
-    let mut stream = c
-        .stream_channel(ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
-    tokio::time::timeout(Duration::from_secs(5), stream.next())
-        .await
-        .expect("arbitration reply")
-        .expect("stream open")
-        .unwrap();
-    (tx, stream)
-}
-
 async fn set_pipeline(
     c: &mut P4RuntimeClient<Channel>,
     device: u64,
@@ -88,7 +50,7 @@ async fn set_pipeline(
 ) -> Result<(), tonic::Status> {
     c.set_forwarding_pipeline_config(p4::SetForwardingPipelineConfigRequest {
         device_id: device,
-        election_id: eid(10),
+        election_id: common::eid(10),
         action: p4::set_forwarding_pipeline_config_request::Action::VerifyAndCommit as i32,
         config: Some(p4::ForwardingPipelineConfig {
             p4info: Some(p4info::parse_text(P4INFO).unwrap()),
@@ -179,7 +141,7 @@ async fn packed_config_loads_and_entries_steer_the_data_plane() {
     let mut ext = ExternRuntimeClient::connect(emu.p4runtime_url())
         .await
         .unwrap();
-    let _stream = primary(&mut c, 1).await;
+    let _stream = common::arbitrate(&mut c, 1).await;
 
     // Before a pipeline: the extern runtime says why there is nothing.
     let err = ext
@@ -215,7 +177,7 @@ async fn packed_config_loads_and_entries_steer_the_data_plane() {
     // What P4Runtime installs is what the data plane forwards with.
     c.write(p4::WriteRequest {
         device_id: 1,
-        election_id: eid(10),
+        election_id: common::eid(10),
         updates: vec![forward(packet::dst_mac(0), 1)],
         atomicity: 0,
         ..Default::default()
@@ -261,7 +223,7 @@ async fn only_dpdk_devices_have_an_extern_runtime() {
 
     // A plain device keeps taking any device config.
     let mut c = P4RuntimeClient::connect(emu.p4runtime_url()).await.unwrap();
-    let _stream = primary(&mut c, 2).await;
+    let _stream = common::arbitrate(&mut c, 2).await;
     set_pipeline(&mut c, 2, SPEC.as_bytes().to_vec())
         .await
         .unwrap();
