@@ -61,6 +61,9 @@ pub enum Error {
     /// A deleted TableEntrySet's entries are still on a device.
     #[error("removing entries: {0}")]
     EntriesNotRemoved(entry_set::cleanup::RemovalFailures),
+    /// A deleted AsyncExternPolicy's target still runs it.
+    #[error("restoring the extern defaults: {0}")]
+    PolicyNotRestored(String),
 }
 
 impl Error {
@@ -70,7 +73,7 @@ impl Error {
             Error::Kube(_) => "kube",
             Error::MissingObjectKey(_) => "invalid_object",
             Error::Finalizer(_) | Error::InvalidFinalizer => "finalizer",
-            Error::EntriesNotRemoved(_) => "device",
+            Error::EntriesNotRemoved(_) | Error::PolicyNotRestored(_) => "device",
         }
     }
 }

@@ -185,6 +185,20 @@ async fn probe(ctx: &Context, sw: &Switch) -> Probe {
     }
 }
 
+/// The `asyncExterns` capability, asked of the device (its extern
+/// runtime), never inferred from the target kind. BFRT endpoints do not
+/// serve it.
+async fn probe_async_externs(sw: &Switch) -> bool {
+    if sw.spec.effective_protocol() != p4fleet_crds::SwitchProtocol::P4Runtime {
+        return false;
+    }
+    let target = super::extern_policy::runtime::RuntimeTarget {
+        endpoint: sw.spec.endpoint.clone(),
+        device_id: sw.spec.device_id,
+    };
+    super::extern_policy::runtime::serves_extern_runtime(&target).await
+}
+
 pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Error> {
     let name = obj.name_any();
     // A device is contacted only for a valid spec.
@@ -201,6 +215,9 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
     let vss = ctx.reads.virtual_switches(None).await?;
     let generation = obj.metadata.generation;
     let mut new = build_status(&name, &obj.spec, generation, probe.as_ref(), &vss);
+    if let Some(caps) = new.capabilities.as_mut() {
+        caps.async_externs = probe_async_externs(&obj).await;
+    }
     update_status(&ctx, &ctx.all(), obj.as_ref(), &mut new).await?;
     Ok(match probe {
         Some(Ok(_)) | None => Action::requeue(ctx.config.resync),

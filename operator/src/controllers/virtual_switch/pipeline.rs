@@ -10,6 +10,7 @@ use kube::ResourceExt;
 use p4fleet_client::TofinoPipeline;
 use p4fleet_crds::condition_types::{PIPELINE_LOADED, READY};
 use p4fleet_crds::{Condition, Switch, SwitchProtocol, SwitchTarget, find_condition};
+use p4fleet_model::pipeline_config::BfPipelineConfig;
 use p4fleet_proto::p4info::P4Info;
 
 use crate::artifacts::{self, Resolved, field};
@@ -84,19 +85,63 @@ pub async fn ready_program(
 }
 
 /// The device config the target loads: its artifact for the Switch's kind
-/// (bmv2 JSON, DPDK spec, FPGA bitstream), empty when the program has none.
-pub fn device_config(target: SwitchTarget, resolved: &Resolved) -> Vec<u8> {
+/// (bmv2 JSON, FPGA bitstream; empty when the program has none), or for
+/// Dpdk the packed config infrap4d takes ([`dpdk_device_config`]).
+pub fn device_config(
+    program: &str,
+    switch: &str,
+    target: SwitchTarget,
+    resolved: &Resolved,
+) -> Result<Vec<u8>, DpdkArtifactError> {
     let key = match target {
         SwitchTarget::Bmv2 => field::BMV2_JSON,
-        SwitchTarget::Dpdk => field::DPDK_SPEC,
+        SwitchTarget::Dpdk => return dpdk_device_config(program, switch, resolved),
         SwitchTarget::Fpga => field::FPGA_BITSTREAM,
         SwitchTarget::Tofino => field::TOFINO_BINARY,
     };
-    resolved
+    Ok(resolved
         .get(key)
         .and_then(|r| r.as_ref().ok())
         .cloned()
-        .unwrap_or_default()
+        .unwrap_or_default())
+}
+
+/// Why a program cannot be loaded on a Dpdk Switch; the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DpdkArtifactError {
+    #[error(
+        "{field}: P4Program {program} has none, and Switch {switch} (Dpdk, infrap4d) needs it in its pipeline config"
+    )]
+    Missing {
+        field: &'static str,
+        program: String,
+        switch: String,
+    },
+    /// The artifact could not be read (the error names the field).
+    #[error(transparent)]
+    Unreadable(#[from] artifacts::SourceError),
+}
+
+/// The `p4_device_config` of a Dpdk Switch: the `.spec`, bfrt.json and
+/// context.json packed as infrap4d's `BfPipelineConfig` under the
+/// program's name (docs/dpdk.md). All three are required.
+pub fn dpdk_device_config(
+    program: &str,
+    switch: &str,
+    resolved: &Resolved,
+) -> Result<Vec<u8>, DpdkArtifactError> {
+    let required = |key: &'static str| match resolved.get(key) {
+        None => Err(DpdkArtifactError::Missing {
+            field: key,
+            program: program.into(),
+            switch: switch.into(),
+        }),
+        Some(r) => Ok(r.clone()?),
+    };
+    let spec = required(field::DPDK_SPEC)?;
+    let bfrt_json = required(field::DPDK_BFRT_JSON)?;
+    let context = required(field::DPDK_CONTEXT)?;
+    Ok(BfPipelineConfig::dpdk(program, bfrt_json, context, spec).pack())
 }
 
 /// Why a program cannot be loaded on a BFRT Switch; the message names the field.
@@ -150,6 +195,8 @@ pub enum LoadError {
     #[error(transparent)]
     MissingTofinoArtifacts(#[from] TofinoArtifactError),
     #[error(transparent)]
+    MissingDpdkArtifacts(#[from] DpdkArtifactError),
+    #[error(transparent)]
     Device(#[from] p4fleet_client::Error),
 }
 
@@ -158,6 +205,7 @@ impl LoadError {
     pub fn reason(&self) -> &'static str {
         match self {
             LoadError::MissingTofinoArtifacts(_) => "MissingTofinoArtifacts",
+            LoadError::MissingDpdkArtifacts(_) => "MissingDpdkArtifacts",
             LoadError::Device(_) => "LoadFailed",
         }
     }
@@ -181,7 +229,12 @@ pub async fn load(
             dev.set_tofino_pipeline(slot, info, &pipeline).await?
         }
         SwitchProtocol::P4Runtime => {
-            let config = device_config(sw.spec.target, &program.resolved);
+            let config = device_config(
+                &program.name,
+                &sw.name_any(),
+                sw.spec.target,
+                &program.resolved,
+            )?;
             let cookie = artifacts::cookie(&program.digest);
             dev.set_pipeline(slot, info, config, cookie).await?
         }
@@ -246,9 +299,44 @@ mod tests {
         let mut r = Resolved::default();
         r.insert(field::BMV2_JSON, Ok(b"{}".to_vec()));
         r.insert(field::FPGA_BITSTREAM, Ok(vec![1, 2]));
-        assert_eq!(device_config(SwitchTarget::Bmv2, &r), b"{}");
-        assert_eq!(device_config(SwitchTarget::Fpga, &r), [1, 2]);
-        assert!(device_config(SwitchTarget::Dpdk, &r).is_empty());
+        let config = |t| device_config("fw", "sw-1", t, &r).unwrap();
+        assert_eq!(config(SwitchTarget::Bmv2), b"{}");
+        assert_eq!(config(SwitchTarget::Fpga), [1, 2]);
+        assert!(config(SwitchTarget::Tofino).is_empty());
+    }
+
+    #[test]
+    fn a_dpdk_switch_gets_the_packed_config_and_each_missing_part_is_named() {
+        let mut r = Resolved::default();
+        let missing = |r: &Resolved| {
+            device_config("l2crypt", "dpdk-1", SwitchTarget::Dpdk, r)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(missing(&r).starts_with("spec.artifacts.dpdk.spec: P4Program l2crypt has none"));
+        r.insert(field::DPDK_SPEC, Ok(b"apply {\n}\n".to_vec()));
+        assert!(missing(&r).starts_with("spec.artifacts.dpdk.bfrtJson:"));
+        r.insert(field::DPDK_BFRT_JSON, Ok(b"{\"tables\":[]}".to_vec()));
+        assert!(missing(&r).starts_with("spec.artifacts.dpdk.context:"));
+        assert!(missing(&r).contains("dpdk-1"));
+        r.insert(
+            field::DPDK_CONTEXT,
+            Err(artifacts::SourceError::ConfigMapNotFound {
+                field: field::DPDK_CONTEXT,
+                name: "ctx".into(),
+            }),
+        );
+        assert_eq!(
+            missing(&r),
+            "spec.artifacts.dpdk.context: ConfigMap ctx not found"
+        );
+        r.insert(field::DPDK_CONTEXT, Ok(b"{}".to_vec()));
+        let bytes = device_config("l2crypt", "dpdk-1", SwitchTarget::Dpdk, &r).unwrap();
+        let back = BfPipelineConfig::unpack_dpdk(&bytes).unwrap();
+        assert_eq!(back.p4_name, "l2crypt");
+        assert_eq!(back.bfruntime_info, b"{\"tables\":[]}");
+        assert_eq!(back.profiles[0].context, b"{}");
+        assert_eq!(back.spec(), Some("apply {\n}\n"));
     }
 
     const FIREWALL: &str = include_str!("../../../../examples/firewall/p4info.txt");
