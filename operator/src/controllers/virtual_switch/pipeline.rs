@@ -24,6 +24,8 @@ pub struct ReadyProgram {
     pub digest: String,
     pub p4info: P4Info,
     pub resolved: Resolved,
+    /// What one instance occupies on an FPGA board (`spec.artifacts.fpga.resources`).
+    pub fpga_resources: std::collections::BTreeMap<String, u64>,
 }
 
 /// Why the program cannot be loaded yet.
@@ -78,9 +80,20 @@ pub async fn ready_program(
             digest,
             p4info,
             resolved,
+            fpga_resources: fpga_resources(&p),
         }),
         _ => Err(NotReady::Changing(name.into())),
     })
+}
+
+/// What one instance of `p` occupies on an FPGA board.
+pub fn fpga_resources(p: &p4fleet_crds::P4Program) -> std::collections::BTreeMap<String, u64> {
+    p.spec
+        .artifacts
+        .fpga
+        .as_ref()
+        .map(|f| f.resources.clone())
+        .unwrap_or_default()
 }
 
 /// The device config the target loads: its artifact for the Switch's kind
@@ -151,6 +164,9 @@ pub enum LoadError {
     MissingTofinoArtifacts(#[from] TofinoArtifactError),
     #[error(transparent)]
     Device(#[from] p4fleet_client::Error),
+    /// FPGA boards: the slot service refused or did not confirm the load.
+    #[error(transparent)]
+    Slot(#[from] super::slot_load::SlotLoadError),
 }
 
 impl LoadError {
@@ -159,6 +175,7 @@ impl LoadError {
         match self {
             LoadError::MissingTofinoArtifacts(_) => "MissingTofinoArtifacts",
             LoadError::Device(_) => "LoadFailed",
+            LoadError::Slot(e) => e.reason(),
         }
     }
 }
