@@ -152,6 +152,9 @@ async fn load_program(
         Ok(p) => p,
         Err(not_ready) => return Ok(Pipeline::NotReady(not_ready)),
     };
+    if let Some(u) = pipeline::unsupported(&obj.spec, sw) {
+        return Ok(Pipeline::Failed(u.into()));
+    }
     if sw.spec.target == SwitchTarget::Fpga {
         return Ok(match slot_load::load(sw, slot, &obj.spec, &program).await {
             Ok(l) => Pipeline::Loaded {

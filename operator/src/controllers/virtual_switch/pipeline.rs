@@ -157,9 +157,44 @@ pub fn tofino_pipeline(
     })
 }
 
+/// What a VirtualSwitch asks of its Switch that the Switch's kind cannot
+/// do: reported as a condition, never silently ignored.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unsupported {
+    #[error(
+        "spec.{field}: Switch {switch} is a {target:?} target; isolation and port maps need an Fpga Switch (slot service)"
+    )]
+    NeedsSlotService {
+        field: &'static str,
+        switch: String,
+        target: SwitchTarget,
+    },
+}
+
+/// The first thing `spec` asks that `sw` cannot do, if any.
+pub fn unsupported(spec: &p4fleet_crds::VirtualSwitchSpec, sw: &Switch) -> Option<Unsupported> {
+    if sw.spec.target == SwitchTarget::Fpga {
+        return None;
+    }
+    let field = if spec.isolation.is_some() {
+        "isolation"
+    } else if !spec.port_map.is_empty() {
+        "portMap"
+    } else {
+        return None;
+    };
+    Some(Unsupported::NeedsSlotService {
+        field,
+        switch: sw.name_any(),
+        target: sw.spec.target,
+    })
+}
+
 /// Why loading failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    #[error(transparent)]
+    Unsupported(#[from] Unsupported),
     #[error(transparent)]
     MissingTofinoArtifacts(#[from] TofinoArtifactError),
     #[error(transparent)]
@@ -176,6 +211,7 @@ impl LoadError {
             LoadError::MissingTofinoArtifacts(_) => "MissingTofinoArtifacts",
             LoadError::Device(_) => "LoadFailed",
             LoadError::Slot(e) => e.reason(),
+            LoadError::Unsupported(_) => "UnsupportedOnTarget",
         }
     }
 }
@@ -255,6 +291,37 @@ mod tests {
                 .unwrap_err()
                 .to_string(),
             gone
+        );
+    }
+
+    #[test]
+    fn isolation_off_an_fpga_is_a_condition_not_a_no_op() {
+        let sw = |target: &str| {
+            let spec: p4fleet_crds::SwitchSpec =
+                serde_json::from_value(serde_json::json!({"target": target, "endpoint": "h:1"}))
+                    .unwrap();
+            Switch::new("s1", spec)
+        };
+        let spec = |v: serde_json::Value| -> p4fleet_crds::VirtualSwitchSpec {
+            serde_json::from_value(v).unwrap()
+        };
+        let iso = spec(serde_json::json!({"programRef": "p", "switchRef": "s1",
+            "isolation": {"vlan": 10}}));
+        let ports = spec(serde_json::json!({"programRef": "p", "switchRef": "s1",
+            "portMap": [{"physical": 1, "virtual": 0}]}));
+        let plain = spec(serde_json::json!({"programRef": "p", "switchRef": "s1"}));
+        assert_eq!(unsupported(&iso, &sw("Fpga")), None);
+        assert_eq!(unsupported(&plain, &sw("Bmv2")), None);
+        let e = LoadError::from(unsupported(&iso, &sw("Bmv2")).unwrap());
+        assert_eq!(e.reason(), "UnsupportedOnTarget");
+        assert_eq!(
+            e.to_string(),
+            "spec.isolation: Switch s1 is a Bmv2 target; isolation and port maps need an Fpga Switch (slot service)"
+        );
+        let e = unsupported(&ports, &sw("Tofino")).unwrap().to_string();
+        assert!(
+            e.starts_with("spec.portMap: Switch s1 is a Tofino target"),
+            "{e}"
         );
     }
 
