@@ -24,7 +24,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use p4fleet_client::{SlotClient, Target};
 use p4fleet_crds::{
-    P4Program, SLOT_CLAIMS_ANNOTATION, SlotClaim, Switch, VirtualSwitch, find_condition,
+    P4Program, SLOT_CLAIMS_ANNOTATION, SlotClaim, Switch, TableEntrySet, VirtualSwitch,
+    find_condition,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, unique_name, wait_for};
 use p4fleet_proto::fpga as pb;
@@ -131,8 +132,9 @@ async fn operator(cp: &ControlPlane) {
     .unwrap();
 }
 
-/// A new emulated NetFPGA-SUME (ICAP); its P4Runtime/slot-service address.
-async fn board(extra: &'static [&'static str]) -> SocketAddr {
+/// A new emulated NetFPGA-SUME (ICAP): its P4Runtime/slot-service address
+/// and its stats side channel.
+async fn board(extra: &'static [&'static str]) -> (SocketAddr, SocketAddr) {
     tokio::task::spawn_blocking(move || {
         on_parked_thread(move || {
             let bin = build_binaries();
@@ -145,16 +147,20 @@ async fn board(extra: &'static [&'static str]) -> SocketAddr {
             with_pdeathsig(&mut emu);
             let mut emu = emu.spawn().expect("spawn p4fleet-emulator");
             let mut out = BufReader::new(emu.stdout.take().unwrap());
-            let addr = loop {
+            let (mut addr, mut stats) = (None, None);
+            while addr.is_none() || stats.is_none() {
                 let mut line = String::new();
                 assert!(out.read_line(&mut line).unwrap() > 0, "emulator exited");
                 if let Some(a) = line.trim().strip_prefix("p4runtime listening on ") {
-                    break a.parse::<SocketAddr>().unwrap();
+                    addr = Some(a.parse::<SocketAddr>().unwrap());
                 }
-            };
+                if let Some(a) = line.trim().strip_prefix("stats listening on ") {
+                    stats = Some(a.parse::<SocketAddr>().unwrap());
+                }
+            }
             std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
             std::mem::forget(emu);
-            addr
+            (addr.unwrap(), stats.unwrap())
         })
     })
     .await
@@ -260,6 +266,18 @@ async fn board_luts_used(addr: SocketAddr) -> u64 {
         .used
 }
 
+/// Entries held by P4Runtime device `device` (the emulator's side channel).
+fn entries(stats: SocketAddr, device: u64) -> u64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(stats).unwrap();
+    write!(s, "GET /stats/{device} HTTP/1.0\r\nHost: {stats}\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    v["entries"].as_u64().unwrap_or(0)
+}
+
 fn claims(sw: &Switch) -> Vec<SlotClaim> {
     sw.annotations()
         .get(SLOT_CLAIMS_ANNOTATION)
@@ -278,7 +296,7 @@ async fn setup() -> (Client, TestNamespace) {
 #[tokio::test]
 async fn thirteen_l2_switches_fit_the_fourteenth_is_unschedulable_until_one_is_deleted() {
     let (client, ns) = setup().await;
-    let addr = board(&[]).await;
+    let (addr, _) = board(&[]).await;
     let digest = program(&client, ns.name(), L2).await;
     let sw = fpga_switch(&client, addr).await;
     let api = Api::<VirtualSwitch>::namespaced(client.clone(), ns.name());
@@ -344,7 +362,7 @@ async fn thirteen_l2_switches_fit_the_fourteenth_is_unschedulable_until_one_is_d
 #[tokio::test]
 async fn twenty_created_at_once_never_share_a_slot_or_overbook() {
     let (client, ns) = setup().await;
-    let addr = board(&[]).await;
+    let (addr, _) = board(&[]).await;
     program(&client, ns.name(), FIREWALL).await;
     let sw = fpga_switch(&client, addr).await;
     let api = Api::<VirtualSwitch>::namespaced(client.clone(), ns.name());
@@ -379,7 +397,7 @@ async fn twenty_created_at_once_never_share_a_slot_or_overbook() {
 #[tokio::test]
 async fn isolation_clashes_are_named_and_a_hot_swap_leaves_other_slots_forwarding() {
     let (client, ns) = setup().await;
-    let addr = board(&["--fpga-traffic-pps", "20000"]).await;
+    let (addr, stats) = board(&["--fpga-traffic-pps", "20000"]).await;
     program(&client, ns.name(), L2).await;
     let router = program(&client, ns.name(), ROUTER).await;
     let firewall = program(&client, ns.name(), FIREWALL).await;
@@ -422,6 +440,25 @@ async fn isolation_clashes_are_named_and_a_hot_swap_leaves_other_slots_forwardin
         api.get("b").await.unwrap(),
         api.get("c").await.unwrap(),
     );
+    // Entries of "a" (another slot) survive the swap of "b".
+    let set: TableEntrySet = serde_json::from_value(json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+        "metadata": {"name": "a-dmac"},
+        "spec": {"virtualSwitchRef": "a", "table": "MyIngress.dmac", "entries": [
+            {"match": {"hdr.ethernet.dstAddr": "00:00:00:00:00:01"}, "action": "forward", "params": {"port": "1"}},
+            {"match": {"hdr.ethernet.dstAddr": "00:00:00:00:00:02"}, "action": "forward", "params": {"port": "2"}}
+        ]}
+    }))
+    .unwrap();
+    Api::<TableEntrySet>::namespaced(client.clone(), ns.name())
+        .create(&PostParams::default(), &set)
+        .await
+        .unwrap();
+    let device_a = 1 + u64::from(slot_of(&a));
+    until("a's entries on its slot device", || async {
+        (entries(stats, device_a) == 2).then_some(())
+    })
+    .await;
     let board = slots(addr);
     let before = board.counters(vec![]).await.unwrap();
     let patch = json!({"spec": {"programRef": "firewall"}});
@@ -451,6 +488,7 @@ async fn isolation_clashes_are_named_and_a_hot_swap_leaves_other_slots_forwardin
         assert!(rx1 > rx0, "slot {other} kept forwarding ({rx0} -> {rx1})");
         assert_eq!(drop1, drop0, "slot {other} lost nothing during the swap");
     }
+    assert_eq!(entries(stats, device_a), 2, "a's entries are still there");
     let st = board.slot_state(slot_of(&b)).await.unwrap();
     assert_eq!(
         (st.phase(), st.program_digest.as_str()),
