@@ -12,8 +12,6 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -27,6 +25,7 @@ use p4fleet_crds::{
     P4Program, SLOT_CLAIMS_ANNOTATION, SlotClaim, Switch, TableEntrySet, VirtualSwitch,
     find_condition,
 };
+use p4fleet_e2e::children::{build_binaries, target_dir, with_pdeathsig};
 use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, unique_name, wait_for};
 use p4fleet_proto::fpga as pb;
 use serde_json::json;
@@ -44,46 +43,6 @@ where
         async move { fut.await.ok_or_else(|| "not yet".to_string()) }
     })
     .await
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target"))
-}
-
-fn build_binaries() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let st = Command::new(cargo)
-        .current_dir(repo_root())
-        .args([
-            "build",
-            "-q",
-            "-p",
-            "p4fleet-emulator",
-            "-p",
-            "p4fleet",
-            "--bins",
-        ])
-        .status()
-        .expect("run cargo build");
-    assert!(
-        st.success(),
-        "cargo build of the emulator and operator failed"
-    );
-    target_dir().join("debug")
-}
-
-fn with_pdeathsig(cmd: &mut Command) {
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
 }
 
 /// Runs `f` on a thread that lives as long as the test process, so the
