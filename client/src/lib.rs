@@ -27,6 +27,7 @@ mod bfrt;
 mod bulk;
 mod channel;
 mod error;
+pub mod fpga;
 mod order;
 mod p4runtime;
 mod pipeline;
@@ -41,6 +42,7 @@ use p4fleet_proto::p4runtime::TableEntry;
 
 pub use bfrt::{BfrtDevice, TofinoPipeline};
 pub use error::Error;
+pub use fpga::{SlotCallError, SlotClient};
 /// The entry model the writes borrow from (p4fleet-model).
 pub use p4fleet_model as model;
 pub use p4fleet_model::entries::{Atomicity, WriteOp};

@@ -15,6 +15,7 @@ pub mod entry_set;
 pub mod extern_policy;
 pub mod program;
 pub mod switch;
+pub mod switch_probe;
 pub mod virtual_switch;
 
 use std::fmt::Debug;

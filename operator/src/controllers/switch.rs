@@ -153,7 +153,8 @@ pub fn build_status(
                 api_version: Some(caps.api_version.clone()),
                 bulk_write: caps.bulk_write,
                 async_externs: false,
-                slot_service: spec.target == SwitchTarget::Fpga,
+                // Only the board probe (switch_probe) may say so.
+                slot_service: false,
             }),
         ),
         Some(Err(e)) => (
@@ -170,6 +171,7 @@ pub fn build_status(
         capabilities,
         slot_summary: Some(format!("{}/{}", distinct.len(), spec.slots)),
         slots_in_use: used,
+        ..Default::default()
     }
 }
 
@@ -218,6 +220,12 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
     if let Some(caps) = new.capabilities.as_mut() {
         caps.async_externs = probe_async_externs(&obj).await;
     }
+    let board = match probe {
+        Some(_) => super::switch_probe::probe(&obj, PROBE_TIMEOUT).await,
+        None => None,
+    };
+    let claims = super::switch_probe::claims_of(&obj);
+    super::switch_probe::complete(&mut new, &obj, board.as_ref(), &claims);
     update_status(&ctx, &ctx.all(), obj.as_ref(), &mut new).await?;
     Ok(match probe {
         Some(Ok(_)) | None => Action::requeue(ctx.config.resync),
@@ -286,7 +294,7 @@ mod tests {
         assert_eq!(st.slots_in_use[1].slot, 2);
         assert!(st.conditions.iter().all(|c| c.is_true()));
         let caps = st.capabilities.unwrap();
-        assert!(caps.slot_service);
+        assert!(!caps.slot_service, "only the board probe says so");
         assert!(caps.bulk_write);
 
         let refused = ProbeError::Timeout {

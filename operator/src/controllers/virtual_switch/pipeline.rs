@@ -25,6 +25,8 @@ pub struct ReadyProgram {
     pub digest: String,
     pub p4info: P4Info,
     pub resolved: Resolved,
+    /// What one instance occupies on an FPGA board (`spec.artifacts.fpga.resources`).
+    pub fpga_resources: std::collections::BTreeMap<String, u64>,
 }
 
 /// Why the program cannot be loaded yet.
@@ -79,9 +81,20 @@ pub async fn ready_program(
             digest,
             p4info,
             resolved,
+            fpga_resources: fpga_resources(&p),
         }),
         _ => Err(NotReady::Changing(name.into())),
     })
+}
+
+/// What one instance of `p` occupies on an FPGA board.
+pub fn fpga_resources(p: &p4fleet_crds::P4Program) -> std::collections::BTreeMap<String, u64> {
+    p.spec
+        .artifacts
+        .fpga
+        .as_ref()
+        .map(|f| f.resources.clone())
+        .unwrap_or_default()
 }
 
 /// The device config the target loads: its artifact for the Switch's kind
@@ -189,15 +202,53 @@ pub fn tofino_pipeline(
     })
 }
 
+/// What a VirtualSwitch asks of its Switch that the Switch's kind cannot
+/// do: reported as a condition, never silently ignored.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unsupported {
+    #[error(
+        "spec.{field}: Switch {switch} is a {target:?} target; isolation and port maps need an Fpga Switch (slot service)"
+    )]
+    NeedsSlotService {
+        field: &'static str,
+        switch: String,
+        target: SwitchTarget,
+    },
+}
+
+/// The first thing `spec` asks that `sw` cannot do, if any.
+pub fn unsupported(spec: &p4fleet_crds::VirtualSwitchSpec, sw: &Switch) -> Option<Unsupported> {
+    if sw.spec.target == SwitchTarget::Fpga {
+        return None;
+    }
+    let field = if spec.isolation.is_some() {
+        "isolation"
+    } else if !spec.port_map.is_empty() {
+        "portMap"
+    } else {
+        return None;
+    };
+    Some(Unsupported::NeedsSlotService {
+        field,
+        switch: sw.name_any(),
+        target: sw.spec.target,
+    })
+}
+
 /// Why loading failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    #[error(transparent)]
+    Unsupported(#[from] Unsupported),
     #[error(transparent)]
     MissingTofinoArtifacts(#[from] TofinoArtifactError),
     #[error(transparent)]
     MissingDpdkArtifacts(#[from] DpdkArtifactError),
     #[error(transparent)]
     Device(#[from] p4fleet_client::Error),
+    /// FPGA boards: the slot service refused or did not confirm the load.
+    #[error(transparent)]
+    Slot(#[from] super::slot_load::SlotLoadError),
 }
 
 impl LoadError {
@@ -207,6 +258,8 @@ impl LoadError {
             LoadError::MissingTofinoArtifacts(_) => "MissingTofinoArtifacts",
             LoadError::MissingDpdkArtifacts(_) => "MissingDpdkArtifacts",
             LoadError::Device(_) => "LoadFailed",
+            LoadError::Slot(e) => e.reason(),
+            LoadError::Unsupported(_) => "UnsupportedOnTarget",
         }
     }
 }
@@ -291,6 +344,37 @@ mod tests {
                 .unwrap_err()
                 .to_string(),
             gone
+        );
+    }
+
+    #[test]
+    fn isolation_off_an_fpga_is_a_condition_not_a_no_op() {
+        let sw = |target: &str| {
+            let spec: p4fleet_crds::SwitchSpec =
+                serde_json::from_value(serde_json::json!({"target": target, "endpoint": "h:1"}))
+                    .unwrap();
+            Switch::new("s1", spec)
+        };
+        let spec = |v: serde_json::Value| -> p4fleet_crds::VirtualSwitchSpec {
+            serde_json::from_value(v).unwrap()
+        };
+        let iso = spec(serde_json::json!({"programRef": "p", "switchRef": "s1",
+            "isolation": {"vlan": 10}}));
+        let ports = spec(serde_json::json!({"programRef": "p", "switchRef": "s1",
+            "portMap": [{"physical": 1, "virtual": 0}]}));
+        let plain = spec(serde_json::json!({"programRef": "p", "switchRef": "s1"}));
+        assert_eq!(unsupported(&iso, &sw("Fpga")), None);
+        assert_eq!(unsupported(&plain, &sw("Bmv2")), None);
+        let e = LoadError::from(unsupported(&iso, &sw("Bmv2")).unwrap());
+        assert_eq!(e.reason(), "UnsupportedOnTarget");
+        assert_eq!(
+            e.to_string(),
+            "spec.isolation: Switch s1 is a Bmv2 target; isolation and port maps need an Fpga Switch (slot service)"
+        );
+        let e = unsupported(&ports, &sw("Tofino")).unwrap().to_string();
+        assert!(
+            e.starts_with("spec.portMap: Switch s1 is a Tofino target"),
+            "{e}"
         );
     }
 
