@@ -18,13 +18,17 @@ use kube::runtime::controller::{Action, Controller};
 use kube::{Api, ResourceExt};
 use p4fleet_crds::{P4Program, Switch, VirtualSwitch};
 
-use super::{Error, namespace, object_key, primary, scoped_api, update_status, watch_related};
+use super::{
+    Error, namespace, object_key, on_device_changes, primary, scoped_api, update_status,
+    watch_related,
+};
 use crate::context::Context;
 use crate::reads::Reads;
 use placement::{PlacementError, occupied, place};
 use status::{Outcome, Pipeline};
 
-/// Watches VirtualSwitches, the P4Programs they run and the Switches they run on.
+/// Watches VirtualSwitches, the P4Programs they run, the Switches they run
+/// on and those Switches' devices.
 pub fn controller(ctx: &Context) -> Controller<VirtualSwitch> {
     let runs = |v: &VirtualSwitch, p: &P4Program| {
         v.namespace() == p.namespace() && v.spec.program_ref == p.name_any()
@@ -39,7 +43,12 @@ pub fn controller(ctx: &Context) -> Controller<VirtualSwitch> {
                 .is_some_and(|s| s.matches(sw.labels()))
     };
     let c = watch_related(primary(ctx), scoped_api(ctx), runs);
-    watch_related(c, ctx.all(), runs_on)
+    let c = watch_related(c, ctx.all(), runs_on);
+    // A device that went away or came back (maybe empty, maybe running
+    // another pipeline): check and re-push now.
+    on_device_changes(c, ctx, |v: &VirtualSwitch, switch| {
+        v.status.as_ref().and_then(|s| s.switch.as_deref()) == Some(switch)
+    })
 }
 
 /// Reconciles one VirtualSwitch: place it, load its program, report.
@@ -62,7 +71,7 @@ pub async fn reconcile(obj: Arc<VirtualSwitch>, ctx: Arc<Context>) -> Result<Act
             pipeline: load_program(&ctx, &ns, &obj.spec.program_ref, sw, slot).await?,
         },
     };
-    let report = status::report(&obj, &outcome, ctx.config.resync);
+    let report = status::report(&obj, &outcome, ctx.config.drift);
     let mut new = report.status;
     let api: Api<VirtualSwitch> = Api::namespaced(ctx.client.clone(), &ns);
     update_status(&ctx, &api, obj.as_ref(), &mut new).await?;
