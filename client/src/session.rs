@@ -231,7 +231,10 @@ mod tests {
         let c = |r: &str| State::Connecting(r.into());
         assert!(!c("refused").differs(&c("timed out")));
         assert!(c("x").differs(&State::Accepted(1)));
-        assert!(State::Accepted(1).differs(&State::Accepted(2)), "new stream");
+        assert!(
+            State::Accepted(1).differs(&State::Accepted(2)),
+            "new stream"
+        );
         assert!(State::Accepted(2).differs(&c("stream closed")));
         assert!(State::Refused("a".into()).differs(&State::Refused("b".into())));
         assert!(!State::Refused("a".into()).differs(&State::Refused("a".into())));

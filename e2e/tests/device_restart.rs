@@ -20,8 +20,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use p4fleet_crds::{
-    Condition, P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch,
-    find_condition,
+    Condition, P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
 use serde_json::{Value, json};
@@ -98,7 +97,10 @@ fn emulator(addrs: Option<Addrs>) -> (Proc, Addrs) {
         bfrt: any,
         stats: any,
     });
-    let log = target_dir().join(format!("e2e-logs/restart-emulator-{}.log", std::process::id()));
+    let log = target_dir().join(format!(
+        "e2e-logs/restart-emulator-{}.log",
+        std::process::id()
+    ));
     std::fs::create_dir_all(log.parent().unwrap()).unwrap();
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -135,7 +137,11 @@ fn emulator(addrs: Option<Addrs>) -> (Proc, Addrs) {
 }
 
 fn operator(kubeconfig: PathBuf) -> Proc {
-    let log = target_dir().join(format!("e2e-logs/restart-operator-{}.log", std::process::id()));
+    let log = target_dir().join(format!(
+        "e2e-logs/restart-operator-{}.log",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(log.parent().unwrap()).unwrap();
     let log = std::fs::File::create(log).unwrap();
     let mut cmd = Command::new(bin("p4fleet"));
     cmd.args(["operator", "--listen-addr", "127.0.0.1:0"])
@@ -249,16 +255,19 @@ fn ready(st: &TableEntrySetStatus) -> bool {
     is_true(&st.conditions, "Ready") && st.applied == ENTRIES as u64
 }
 
-/// Polls the set's status every 50 ms until `done` is set and returns every
-/// moment it said Ready while the emulator did not hold all entries.
+/// Polls the set's status every 50 ms until `done` is set. Returns when the
+/// set was first seen not Ready (the operator noticed the loss; before that
+/// it cannot know) and, from then on, every moment it said Ready while the
+/// emulator did not hold all entries.
 fn watch_for_lies(
     sets: Api<TableEntrySet>,
     stats: SocketAddr,
     device: u64,
     done: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> tokio::task::JoinHandle<(usize, Vec<String>)> {
+) -> tokio::task::JoinHandle<(usize, Option<Duration>, Vec<String>)> {
     tokio::spawn(async move {
-        let (mut polls, mut lies) = (0, Vec::new());
+        let started = Instant::now();
+        let (mut polls, mut noticed, mut lies) = (0, None, Vec::new());
         while !done.load(std::sync::atomic::Ordering::SeqCst) {
             if let Ok(set) = sets.get("fw").await {
                 let st = set.status.unwrap_or_default();
@@ -269,13 +278,20 @@ fn watch_for_lies(
                     .await
                     .unwrap();
                 polls += 1;
-                if said_ready && held != Some(ENTRIES as u64) {
-                    lies.push(format!("Ready while the device held {held:?}"));
+                if !said_ready && noticed.is_none() {
+                    noticed = Some(started.elapsed());
+                }
+                if noticed.is_some() && said_ready && held != Some(ENTRIES as u64) {
+                    let ready = find_condition(&st.conditions, "Ready");
+                    lies.push(format!(
+                        "{:?}: Ready while the device held {held:?}: {ready:?}",
+                        started.elapsed()
+                    ));
                 }
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        (polls, lies)
+        (polls, noticed, lies)
     })
 }
 
@@ -321,39 +337,62 @@ async fn restarted_empty_device(kind: Kind, device: u64) {
     // kill -9: no goodbye on any stream.
     drop(emu);
     let killed = Instant::now();
-    wait_for("Switch Reachable=False", Duration::from_secs(30), || async {
-        let s = switches.get(&sw).await.map_err(|e| e.to_string())?;
-        let c = s.status.unwrap_or_default().conditions;
-        let unreachable = find_condition(&c, "Reachable").is_some_and(|c| !c.is_true());
-        unreachable.then_some(()).ok_or(format!("{c:?}"))
-    })
+    wait_for(
+        "Switch Reachable=False",
+        Duration::from_secs(30),
+        || async {
+            let s = switches.get(&sw).await.map_err(|e| e.to_string())?;
+            let c = s.status.unwrap_or_default().conditions;
+            let unreachable = find_condition(&c, "Reachable").is_some_and(|c| !c.is_true());
+            unreachable.then_some(()).ok_or(format!("{c:?}"))
+        },
+    )
     .await;
     let noticed = killed.elapsed();
     status_where("set not Ready", |st| !is_true(&st.conditions, "Ready")).await;
-    wait_for("VirtualSwitch not Ready", Duration::from_secs(30), || async {
-        let v = vss.get("fw").await.map_err(|e| e.to_string())?;
-        let c = v.status.unwrap_or_default().conditions;
-        (!is_true(&c, "Ready")).then_some(()).ok_or(format!("{c:?}"))
-    })
+    wait_for(
+        "VirtualSwitch not Ready",
+        Duration::from_secs(30),
+        || async {
+            let v = vss.get("fw").await.map_err(|e| e.to_string())?;
+            let c = v.status.unwrap_or_default().conditions;
+            (!is_true(&c, "Ready"))
+                .then_some(())
+                .ok_or(format!("{c:?}"))
+        },
+    )
     .await;
     // Away a while (the session backs off meanwhile), then back empty.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (_emu, again) = emulator(Some(addrs));
     let restarted = Instant::now();
-    assert_eq!(device_entries(again.stats, device), Some(0), "restarted empty");
+    assert_eq!(
+        device_entries(again.stats, device),
+        Some(0),
+        "restarted empty"
+    );
     status_where("Ready again with 30000 applied", ready).await;
     let recovered = restarted.elapsed();
     done.store(true, std::sync::atomic::Ordering::SeqCst);
-    let (polls, lies) = watcher.await.unwrap();
+    let (polls, not_ready, lies) = watcher.await.unwrap();
     eprintln!(
-        "{kind:?}: Reachable=False {noticed:?} after kill -9; pipeline + {ENTRIES} entries Ready {recovered:?} after the restart; {polls} status polls"
+        "{kind:?}: after kill -9, Switch Reachable=False seen {noticed:?}, set not Ready seen {not_ready:?}; \
+         pipeline + {ENTRIES} entries Ready {recovered:?} after the restart; {polls} status polls"
     );
-    assert!(lies.is_empty(), "{} lies: {:?}", lies.len(), &lies[..lies.len().min(5)]);
+    assert!(
+        lies.is_empty(),
+        "{} lies: {:#?}",
+        lies.len(),
+        &lies[..lies.len().min(3)]
+    );
     assert!(polls > 10, "the outage was watched ({polls} polls)");
     // Independently: the emulator holds exactly the set's entries.
     assert_eq!(device_entries(again.stats, device), Some(ENTRIES as u64));
     let s = switches.get(&sw).await.unwrap();
-    assert!(is_true(&s.status.unwrap_or_default().conditions, "Reachable"));
+    assert!(is_true(
+        &s.status.unwrap_or_default().conditions,
+        "Reachable"
+    ));
 }
 
 /// One operator for the tests of this binary (they share a control plane).

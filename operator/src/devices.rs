@@ -232,6 +232,9 @@ mod tests {
             while epochs.changed().await.is_ok() {}
         })
         .await;
-        assert!(ended.is_ok(), "the session of a forgotten Switch still runs");
+        assert!(
+            ended.is_ok(),
+            "the session of a forgotten Switch still runs"
+        );
     }
 }

@@ -295,6 +295,9 @@ mod tests {
         m.forget_switch("sw1");
         let text = m.encode();
         assert!(!text.contains("switch=\"sw1\""), "{text}");
-        assert!(text.contains("p4fleet_switch_connected{switch=\"sw2\"} 1"), "{text}");
+        assert!(
+            text.contains("p4fleet_switch_connected{switch=\"sw2\"} 1"),
+            "{text}"
+        );
     }
 }

@@ -38,8 +38,8 @@ use kube::{Api, ResourceExt};
 use p4fleet_crds::{TableEntrySet, VirtualSwitch};
 
 use super::{
-    Error, finalized, namespace, object_key, on_device_changes, primary, scoped_api,
-    update_status, watch_related,
+    Error, finalized, namespace, object_key, on_device_changes, primary, scoped_api, update_status,
+    watch_related,
 };
 use crate::context::Context;
 use crate::status::now_rfc3339;
@@ -71,12 +71,12 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
     };
     let c = watch_related(primary(ctx), scoped_api(ctx), reads);
     let c = watch_related(c, scoped_api(ctx), fills);
-    // A device lost, back (maybe empty) or given its pipeline again.
+    // A device lost, back (maybe empty) or given its pipeline again. A set
+    // whose cached status names no target yet (never synced, or the first
+    // sync's status not yet seen by the cache) may run there too.
     on_device_changes(c, ctx, |s: &TableEntrySet, switch| {
-        s.status
-            .iter()
-            .flat_map(|st| &st.targets)
-            .any(|t| t.switch.as_deref() == Some(switch))
+        let targets = s.status.as_ref().map(|st| &st.targets[..]).unwrap_or(&[]);
+        targets.is_empty() || targets.iter().any(|t| t.switch.as_deref() == Some(switch))
     })
 }
 

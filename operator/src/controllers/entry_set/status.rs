@@ -15,7 +15,9 @@ use std::time::Duration;
 use kube::runtime::controller::Action;
 use p4fleet_crds::condition_types::{READY, RESOLVED_REFS, SYNCED, VALID};
 use p4fleet_crds::entry_set::{EntryError as StatusEntryError, TargetStatus};
-use p4fleet_crds::{Condition, ConditionStatus, TableEntrySet, TableEntrySetStatus, find_condition};
+use p4fleet_crds::{
+    Condition, ConditionStatus, TableEntrySet, TableEntrySetStatus, find_condition,
+};
 use p4fleet_model::sync::{self, SyncTally};
 
 use super::MAX_ERRORS;
@@ -66,10 +68,7 @@ pub enum Pending {
 /// Synced no longer claiming that the device is exact (everything else,
 /// `observedGeneration` included, as it was). None when it need not
 /// change: an Unconfirmed mark only replaces a Ready that is True.
-pub fn pending(
-    old: Option<&TableEntrySetStatus>,
-    why: Pending,
-) -> Option<TableEntrySetStatus> {
+pub fn pending(old: Option<&TableEntrySetStatus>, why: Pending) -> Option<TableEntrySetStatus> {
     let ready = old.and_then(|s| find_condition(&s.conditions, READY));
     let (status, reason, message) = match why {
         Pending::Unconfirmed => {
@@ -709,20 +708,25 @@ mod tests {
         let ready = find_condition(&st.conditions, READY).unwrap();
         assert_eq!((ready.status, ready.reason.as_str()), (False, "Syncing"));
         assert_eq!(ready.message, "writing 3 updates to the device");
-        assert_eq!(find_condition(&st.conditions, SYNCED).unwrap().status, False);
         assert_eq!(
-            pending(None, Pending::Unconfirmed),
-            None,
-            "nothing claimed"
+            find_condition(&st.conditions, SYNCED).unwrap().status,
+            False
         );
+        assert_eq!(pending(None, Pending::Unconfirmed), None, "nothing claimed");
 
         // A Ready set of generation 1.
         let done = run(&s, &[], Some(&d), &[outcome("vs", tally(3, 3, 0))]).status;
         assert_eq!(done.observed_generation, Some(1));
         let restarted = pending(Some(&done), Pending::Unconfirmed).unwrap();
         let ready = find_condition(&restarted.conditions, READY).unwrap();
-        assert_eq!((ready.status, ready.reason.as_str()), (Unknown, "Unconfirmed"));
-        assert_eq!((restarted.applied, restarted.observed_generation), (3, Some(1)));
+        assert_eq!(
+            (ready.status, ready.reason.as_str()),
+            (Unknown, "Unconfirmed")
+        );
+        assert_eq!(
+            (restarted.applied, restarted.observed_generation),
+            (3, Some(1))
+        );
         assert_eq!(
             pending(Some(&restarted), Pending::Unconfirmed),
             None,
