@@ -42,9 +42,17 @@ pub struct OperatorArgs {
     /// $POD_NAMESPACE (identity $POD_NAME), so several replicas can run.
     #[arg(long)]
     pub leader_election: bool,
-    /// Seconds between periodic re-reconciles (drift checks, probes).
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    /// Seconds between full resyncs: every TableEntrySet reads its tables
+    /// back and repairs what differs.
+    #[arg(long, default_value_t = 60, env = "P4FLEET_RESYNC_SECONDS",
+        value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub resync_seconds: u64,
+    /// Seconds between cheap drift checks: Switch probes and pipeline
+    /// cookies (a lost or restarted device is noticed at once anyway, by
+    /// its broken stream).
+    #[arg(long, default_value_t = 10, env = "P4FLEET_DRIFT_SECONDS",
+        value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub drift_seconds: u64,
     /// Watch namespaced resources only in this namespace (Switches are cluster-scoped).
     #[arg(long)]
     pub watch_namespace: Option<String>,
@@ -69,6 +77,7 @@ mod tests {
             "--log-format=json",
             "--log-level=info",
             "--resync-seconds=60",
+            "--drift-seconds=5",
             "--leader-election",
             "--watch-namespace=team-a",
         ])
@@ -78,6 +87,7 @@ mod tests {
         };
         assert_eq!(a.log_format, LogFormat::Json);
         assert!(a.leader_election);
+        assert_eq!((a.resync_seconds, a.drift_seconds), (60, 5));
         assert_eq!(a.watch_namespace.as_deref(), Some("team-a"));
         assert!(Cli::try_parse_from(["p4fleet", "operator", "--resync-seconds=0"]).is_err());
     }

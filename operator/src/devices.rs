@@ -7,12 +7,21 @@
 //! arbitration / subscription of each device id open in the background, so
 //! a write simply waits until this operator is accepted again.
 //!
+//! Device changes: each connection's [`Device::changes`] is forwarded,
+//! as the Switch's name, to every [`DevicePool::subscribe`]r (the
+//! controllers turn it into reconciles of what runs on that Switch), and
+//! [`DevicePool::notify`] adds changes the pool cannot see (a pipeline
+//! pushed). A device that restarts is so re-pushed at once, not at the
+//! next resync.
+//!
 //! Slots: on a Switch, slot `n` is device id `spec.deviceId + n` (the
 //! emulator hosts several devices per process, so one endpoint can host
 //! several VirtualSwitches).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+use tokio::sync::broadcast;
 
 use kube::ResourceExt;
 use p4fleet_client::{Device, Error, Identity, Protocol, Target, TlsSettings};
@@ -40,7 +49,13 @@ pub fn target(sw: &Switch) -> Target {
 pub struct DevicePool {
     devices: Mutex<HashMap<String, Arc<Device>>>,
     identity: Identity,
+    /// Names of Switches whose device changed (see the module docs).
+    changes: broadcast::Sender<String>,
 }
+
+/// Buffered device changes per subscriber; a subscriber that falls further
+/// behind is told it lagged (and then reconciles everything).
+const CHANGES: usize = 1024;
 
 impl Default for DevicePool {
     fn default() -> Self {
@@ -64,6 +79,7 @@ impl DevicePool {
     pub fn with_election_id(election_id: u64) -> Self {
         DevicePool {
             devices: Mutex::new(HashMap::new()),
+            changes: broadcast::Sender::new(CHANGES),
             identity: Identity {
                 election_id: u128::from(election_id),
                 // BFRT client ids are small integers; keep the low bits of
@@ -87,8 +103,25 @@ impl DevicePool {
             return Ok(d.clone());
         }
         let dev = Arc::new(Device::connect(target, self.identity)?);
+        tokio::spawn(forward_changes(
+            dev.changes(),
+            self.changes.clone(),
+            name.clone(),
+        ));
         devices.insert(name, dev.clone());
         Ok(dev)
+    }
+
+    /// Names of Switches whose device changed, from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<String> {
+        self.changes.subscribe()
+    }
+
+    /// Tells subscribers that the device of Switch `name` changed in a way
+    /// only its caller knows (e.g. a pipeline was pushed).
+    pub fn notify(&self, name: &str) {
+        // No subscriber (tests, tools) is fine.
+        let _ = self.changes.send(name.to_string());
     }
 
     /// The existing device of a Switch, if connected.
@@ -97,11 +130,30 @@ impl DevicePool {
         devices.get(name).cloned()
     }
 
+    /// The Switches with a connection.
+    pub fn names(&self) -> Vec<String> {
+        let devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        devices.keys().cloned().collect()
+    }
+
     /// Drops the connection of a Switch (deleted or changed). Background
     /// tasks end once the last `Arc<Device>` is gone.
     pub fn forget(&self, name: &str) {
         let mut devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
         devices.remove(name);
+    }
+}
+
+/// Sends `name` on `to` whenever the device's epoch changes; ends with the
+/// device.
+async fn forward_changes(
+    mut epochs: tokio::sync::watch::Receiver<u64>,
+    to: broadcast::Sender<String>,
+    name: String,
+) {
+    while epochs.changed().await.is_ok() {
+        tracing::debug!(switch = %name, "device changed");
+        let _ = to.send(name.clone());
     }
 }
 
@@ -153,5 +205,36 @@ mod tests {
                 "tlsSecretRef": {"name": "certs", "namespace": "ns"}}),
         );
         assert!(matches!(pool.connect(&tls), Err(Error::TlsUnsupported)));
+    }
+
+    #[tokio::test]
+    async fn a_forgotten_switch_ends_its_tasks_and_device_changes_are_named() {
+        let pool = DevicePool::with_election_id(1);
+        let mut changes = pool.subscribe();
+        // Nothing listens there: the session keeps re-connecting.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let spec = serde_json::json!({"target": "Bmv2", "endpoint": format!("127.0.0.1:{port}"),
+            "deviceId": 1, "slots": 1});
+        let dev = pool.connect(&switch("gone", spec)).unwrap();
+        dev.observe(0);
+        let mut epochs = dev.changes();
+        pool.notify("gone");
+        assert_eq!(changes.recv().await.unwrap(), "gone");
+        assert_eq!(pool.names(), ["gone"]);
+        drop(dev);
+        pool.forget("gone");
+        assert!(pool.names().is_empty());
+        // Its session task is gone with it: the epoch sender is dropped.
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            while epochs.changed().await.is_ok() {}
+        })
+        .await;
+        assert!(
+            ended.is_ok(),
+            "the session of a forgotten Switch still runs"
+        );
     }
 }

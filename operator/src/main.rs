@@ -69,6 +69,7 @@ async fn operator(args: OperatorArgs) -> anyhow::Result<()> {
     let client = kube::Client::try_default().await?;
     let config = OperatorConfig {
         resync: Duration::from_secs(args.resync_seconds),
+        drift: Duration::from_secs(args.drift_seconds),
         reporter: "p4fleet".into(),
         instance: std::env::var("POD_NAME").ok(),
         watch_namespace: args.watch_namespace.clone(),

@@ -27,9 +27,12 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Retry period while unreachable (shorter than the resync).
 const UNREACHABLE_RETRY: Duration = Duration::from_secs(10);
 
-/// Watches Switches and the VirtualSwitches placed on them (slot usage).
+/// Watches Switches, the VirtualSwitches placed on them (slot usage) and
+/// their devices (a lost device is Reachable=False at once).
 pub fn controller(ctx: &Context) -> Controller<Switch> {
-    Controller::new(ctx.all::<Switch>(), watcher_config()).watches(
+    let c = Controller::new(ctx.all::<Switch>(), watcher_config());
+    let c = super::on_device_changes(c, ctx, |sw: &Switch, name| sw.name_any() == name);
+    c.watches(
         super::scoped_api::<VirtualSwitch>(ctx),
         watcher_config(),
         |vs: VirtualSwitch| {
@@ -201,6 +204,41 @@ async fn probe_async_externs(sw: &Switch) -> bool {
     super::extern_policy::runtime::serves_extern_runtime(&target).await
 }
 
+/// Closes the connection (and its background tasks) and removes the metric
+/// series of every Switch that is deleted, including Switches deleted while
+/// the watch was down (not in a relist). Runs until `shutdown`.
+pub async fn forget_deleted(ctx: Arc<Context>, shutdown: super::Shutdown) {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let events = watcher(ctx.all::<Switch>(), watcher::Config::default()).default_backoff();
+    let mut events = std::pin::pin!(events.take_until(shutdown));
+    let mut listed = std::collections::HashSet::new();
+    while let Some(ev) = events.next().await {
+        match ev {
+            Ok(watcher::Event::Delete(sw)) => forget(&ctx, &sw.name_any()),
+            Ok(watcher::Event::Init) => listed.clear(),
+            Ok(watcher::Event::InitApply(sw)) => {
+                listed.insert(sw.name_any());
+            }
+            Ok(watcher::Event::InitDone) => {
+                for name in ctx.devices.names() {
+                    if !listed.contains(&name) {
+                        forget(&ctx, &name);
+                    }
+                }
+            }
+            Ok(watcher::Event::Apply(_)) => {}
+            Err(e) => tracing::warn!(error = %e, "watching Switch deletions"),
+        }
+    }
+}
+
+fn forget(ctx: &Context, name: &str) {
+    tracing::info!(switch = %name, "Switch deleted: closing its connection");
+    ctx.devices.forget(name);
+    ctx.metrics.forget_switch(name);
+}
+
 pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Error> {
     let name = obj.name_any();
     // A device is contacted only for a valid spec.
@@ -228,8 +266,8 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
     super::switch_probe::complete(&mut new, &obj, board.as_ref(), &claims);
     update_status(&ctx, &ctx.all(), obj.as_ref(), &mut new).await?;
     Ok(match probe {
-        Some(Ok(_)) | None => Action::requeue(ctx.config.resync),
-        Some(Err(_)) => Action::requeue(UNREACHABLE_RETRY.min(ctx.config.resync)),
+        Some(Ok(_)) | None => Action::requeue(ctx.config.drift),
+        Some(Err(_)) => Action::requeue(UNREACHABLE_RETRY.min(ctx.config.drift)),
     })
 }
 

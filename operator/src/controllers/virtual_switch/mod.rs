@@ -28,7 +28,8 @@ use kube::{Api, ResourceExt};
 use p4fleet_crds::{P4Program, Switch, SwitchTarget, VirtualSwitch};
 
 use super::{
-    Error, finalized, namespace, object_key, primary, scoped_api, update_status, watch_related,
+    Error, finalized, namespace, object_key, on_device_changes, primary, scoped_api,
+    update_status, watch_related,
 };
 use crate::context::Context;
 use crate::reads::Reads;
@@ -40,7 +41,8 @@ use status::{Outcome, Pipeline, Swap};
 /// and releases the claim first.
 pub const FINALIZER: &str = "p4fleet.dev/slot";
 
-/// Watches VirtualSwitches, the P4Programs they run and the Switches they run on.
+/// Watches VirtualSwitches, the P4Programs they run, the Switches they run
+/// on and those Switches' devices.
 pub fn controller(ctx: &Context) -> Controller<VirtualSwitch> {
     let runs = |v: &VirtualSwitch, p: &P4Program| {
         v.namespace() == p.namespace() && v.spec.program_ref == p.name_any()
@@ -55,7 +57,12 @@ pub fn controller(ctx: &Context) -> Controller<VirtualSwitch> {
                 .is_some_and(|s| s.matches(sw.labels()))
     };
     let c = watch_related(primary(ctx), scoped_api(ctx), runs);
-    watch_related(c, ctx.all(), runs_on)
+    let c = watch_related(c, ctx.all(), runs_on);
+    // A device that went away or came back (maybe empty, maybe running
+    // another pipeline): check and re-push now.
+    on_device_changes(c, ctx, |v: &VirtualSwitch, switch| {
+        v.status.as_ref().and_then(|s| s.switch.as_deref()) == Some(switch)
+    })
 }
 
 /// Reconciles one VirtualSwitch: place and load it, or unload and release it.
@@ -100,7 +107,7 @@ async fn apply(
             pipeline: load_program(ctx, &ns, obj, &held.switch, held.claim.slot).await?,
         },
     };
-    let report = status::report(obj, &outcome, ctx.config.resync);
+    let report = status::report(obj, &outcome, ctx.config.drift);
     let mut new = report.status;
     update_status(ctx, api, obj, &mut new).await?;
     if let Some(ev) = &report.event {

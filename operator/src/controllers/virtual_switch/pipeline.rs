@@ -292,9 +292,13 @@ pub async fn load(
             dev.set_pipeline(slot, info, config, cookie).await?
         }
     };
+    // From now on a lost or restarted device is seen at once.
+    dev.observe(slot);
     if !pushed {
         return Ok(None);
     }
+    // What ran on the old pipeline (TableEntrySets) must be written again.
+    ctx.devices.notify(&sw.name_any());
     ctx.metrics
         .pipeline_loads
         .get_or_create(&SwitchLabel {
