@@ -47,6 +47,7 @@ mod write_batch;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+pub use p4runtime::arbitration::ArbitrationMode;
 pub use p4runtime::bulk::{BULK_VERSION, BulkService};
 pub use p4runtime::schema::SchemaError;
 pub use p4runtime::service::{
@@ -115,6 +116,9 @@ pub struct EmulatorConfig {
     /// An FPGA board (`fpga`): its slots are devices too, and its slot
     /// service shares the P4Runtime port.
     pub fpga: Option<fpga::FpgaConfig>,
+    /// Which P4Runtime stream may be primary (lenient by default; the
+    /// spec's "highest election id ever seen" fences stale controllers).
+    pub arbitration: ArbitrationMode,
 }
 
 impl Default for EmulatorConfig {
@@ -129,6 +133,7 @@ impl Default for EmulatorConfig {
             bfrt_programs: Vec::new(),
             profile: LatencyProfile::None,
             fpga: None,
+            arbitration: ArbitrationMode::default(),
         }
     }
 }
@@ -151,7 +156,8 @@ impl Emulator {
                 .device_ids
                 .iter()
                 .map(|id| Device::new(*id))
-                .chain(slots),
+                .chain(slots)
+                .map(|d| d.with_arbitration(config.arbitration)),
             config.read_chunk_size,
             config.profile,
         ));

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 
 use clap::Parser;
 use p4fleet_emulator::fpga::cli::{Command, FpgaArgs};
-use p4fleet_emulator::{BfrtProgram, Emulator, EmulatorConfig, LatencyProfile};
+use p4fleet_emulator::{ArbitrationMode, BfrtProgram, Emulator, EmulatorConfig, LatencyProfile};
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -41,13 +41,29 @@ struct Args {
     #[arg(long = "bfrt-program", value_parser = parse_program)]
     bfrt_programs: Vec<BfrtProgram>,
     /// Added write latency: `none` (default) or `tofino` (≈ 0.88 ms per
-    /// request + 19 µs per entry, the rbfrt paper's Tofino figures).
+    /// request + 19 µs per entry, the rbfrt paper's Tofino figures) or
+    /// `custom:PER_REQUEST_US:PER_ENTRY_US`.
     #[arg(long, default_value = "none")]
     profile: LatencyProfile,
+    /// P4Runtime arbitration: `highest-live` (the open stream with the
+    /// highest election id is primary) or `highest-ever-seen` (the spec's
+    /// rule: only the highest id the device has ever seen is primary).
+    #[arg(long, default_value = "highest-live", value_parser = parse_arbitration)]
+    arbitration: ArbitrationMode,
     #[command(flatten)]
     fpga: FpgaArgs,
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+fn parse_arbitration(s: &str) -> Result<ArbitrationMode, String> {
+    match s {
+        "highest-live" => Ok(ArbitrationMode::HighestLive),
+        "highest-ever-seen" => Ok(ArbitrationMode::HighestEverSeen),
+        _ => Err(format!(
+            "expected highest-live or highest-ever-seen, got {s:?}"
+        )),
+    }
 }
 
 fn parse_program(s: &str) -> Result<BfrtProgram, String> {
@@ -89,6 +105,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         bfrt_programs: args.bfrt_programs,
         profile: args.profile,
         fpga,
+        arbitration: args.arbitration,
         ..Default::default()
     };
     // Listen for SIGTERM before announcing the addresses: a supervisor (or a
