@@ -25,6 +25,7 @@ use kube::{Client, ResourceExt};
 use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
+use p4fleet_e2e::processes::{build_binaries, target_dir};
 use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
 use serde_json::{Value, json};
@@ -43,36 +44,6 @@ enum Kind {
     Bmv2,
     /// Tofino target over BFRT.
     Tofino,
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target"))
-}
-
-/// Builds the emulator and operator binaries (debug) once per test binary;
-/// `cargo test --workspace` has released the build lock by the time tests run.
-fn build_binaries() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let st = Command::new(cargo)
-        .current_dir(repo_root())
-        .args([
-            "build",
-            "-q",
-            "-p",
-            "p4fleet-emulator",
-            "-p",
-            "p4fleet",
-            "--bins",
-        ])
-        .status()
-        .expect("run cargo build");
-    assert!(
-        st.success(),
-        "cargo build of the emulator and operator failed"
-    );
-    target_dir().join("debug")
 }
 
 fn with_pdeathsig(cmd: &mut Command) {
