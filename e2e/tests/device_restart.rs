@@ -9,11 +9,10 @@
 //! refilled, status is polled against the emulator's own entry count.
 //! The times printed are those in docs/reliability.md.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -22,6 +21,7 @@ use kube::api::{Api, PostParams};
 use p4fleet_crds::{
     Condition, P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
+use p4fleet_e2e::processes::{Proc, build_binaries, log_file, spawn_emulator};
 use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
 use serde_json::{Value, json};
 
@@ -35,49 +35,10 @@ enum Kind {
     Tofino,
 }
 
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target"))
-}
-
-/// A binary of the emulator or operator, built (debug) once per test binary.
+/// The emulator and operator binaries, built (debug) once per test binary.
 fn bin(name: &str) -> PathBuf {
-    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    BUILT.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let built = Command::new(cargo)
-            .current_dir(repo_root())
-            .args(["build", "-q", "-p", "p4fleet-emulator", "-p", "p4fleet"])
-            .arg("--bins")
-            .status()
-            .expect("run cargo build");
-        assert!(built.success(), "cargo build failed");
-    });
-    target_dir().join("debug").join(name)
-}
-
-/// A child killed with the test (and on drop).
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn(mut cmd: Command) -> Proc {
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    Proc(cmd.spawn().expect("spawn"))
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_binaries).join(name)
 }
 
 /// The emulator's three listen addresses.
@@ -97,61 +58,43 @@ fn emulator(addrs: Option<Addrs>) -> (Proc, Addrs) {
         bfrt: any,
         stats: any,
     });
-    let log = target_dir().join(format!(
-        "e2e-logs/restart-emulator-{}.log",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(log.parent().unwrap()).unwrap();
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
-    let mut cmd = Command::new(bin("p4fleet-emulator"));
-    cmd.args(["--device-ids", "1,11"])
-        .arg(format!("--p4runtime-addr={}", a.p4runtime))
-        .arg(format!("--bfrt-addr={}", a.bfrt))
-        .arg(format!("--stats-addr={}", a.stats))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log);
-    let mut p = spawn(cmd);
-    let mut out = BufReader::new(p.0.stdout.take().unwrap());
-    let (mut p4runtime, mut bfrt, mut stats) = (None, None, None);
-    while p4runtime.is_none() || bfrt.is_none() || stats.is_none() {
-        let mut line = String::new();
-        assert!(out.read_line(&mut line).unwrap() > 0, "emulator exited");
-        let line = line.trim();
-        let addr = |prefix: &str| line.strip_prefix(prefix).map(|a| a.parse().unwrap());
-        p4runtime = p4runtime.or(addr("p4runtime listening on "));
-        bfrt = bfrt.or(addr("bfrt listening on "));
-        stats = stats.or(addr("stats listening on "));
-    }
-    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    let (p4runtime, bfrt, stats) = (
+        a.p4runtime.to_string(),
+        a.bfrt.to_string(),
+        a.stats.to_string(),
+    );
+    let bin = bin("p4fleet-emulator");
+    let emu = spawn_emulator(
+        bin.parent().unwrap(),
+        &[
+            "--device-ids",
+            "1,11",
+            "--p4runtime-addr",
+            &p4runtime,
+            "--bfrt-addr",
+            &bfrt,
+            "--stats-addr",
+            &stats,
+        ],
+    );
     let addrs = Addrs {
-        p4runtime: p4runtime.unwrap(),
-        bfrt: bfrt.unwrap(),
-        stats: stats.unwrap(),
+        p4runtime: emu.p4runtime,
+        bfrt: emu.bfrt.expect("bfrt address"),
+        stats: emu.stats,
     };
-    (p, addrs)
+    (emu.proc, addrs)
 }
 
 fn operator(kubeconfig: PathBuf) -> Proc {
-    let log = target_dir().join(format!(
-        "e2e-logs/restart-operator-{}.log",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(log.parent().unwrap()).unwrap();
-    let log = std::fs::File::create(log).unwrap();
+    let (log, file) = log_file("restart-operator");
     let mut cmd = Command::new(bin("p4fleet"));
     cmd.args(["operator", "--listen-addr", "127.0.0.1:0"])
         .args(["--resync-seconds", PERIODS, "--drift-seconds", PERIODS])
         .args(["--log-level", "info,p4fleet=debug"])
         .env("KUBECONFIG", kubeconfig)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log);
-    spawn(cmd)
+        .stdout(file.try_clone().unwrap())
+        .stderr(file);
+    Proc::spawn(cmd, log)
 }
 
 /// The emulator's entry count of `device`, None while it does not answer.

@@ -24,7 +24,7 @@ use kube::{Client, ResourceExt};
 use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
-use p4fleet_e2e::children::{build_binaries, target_dir, with_pdeathsig};
+use p4fleet_e2e::processes::{build_binaries, target_dir, with_pdeathsig};
 use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
 use serde_json::{Value, json};

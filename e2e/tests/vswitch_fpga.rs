@@ -25,7 +25,7 @@ use p4fleet_crds::{
     P4Program, SLOT_CLAIMS_ANNOTATION, SlotClaim, Switch, TableEntrySet, VirtualSwitch,
     find_condition,
 };
-use p4fleet_e2e::children::{build_binaries, target_dir, with_pdeathsig};
+use p4fleet_e2e::processes::{build_binaries, target_dir, with_pdeathsig};
 use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, unique_name, wait_for};
 use p4fleet_proto::fpga as pb;
 use serde_json::json;

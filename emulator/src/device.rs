@@ -55,6 +55,13 @@ impl Device {
         }
     }
 
+    /// The device with P4Runtime arbitration under `mode`.
+    pub fn with_arbitration(self, mode: crate::ArbitrationMode) -> Device {
+        *self.p4runtime.arbitration.lock().expect("arbitration lock") =
+            crate::p4runtime::arbitration::Arbitration::with_mode(mode);
+        self
+    }
+
     /// Why a Write or Read finds no pipeline.
     pub fn no_pipeline(&self) -> Status {
         match &self.fpga_slot {

@@ -52,6 +52,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use dpdk::{DEFAULT_RATE_PPS, DeviceConfigError, DpdkConfig};
+pub use p4runtime::arbitration::ArbitrationMode;
 pub use p4runtime::bulk::{BULK_VERSION, BulkService};
 pub use p4runtime::schema::SchemaError;
 pub use p4runtime::service::{
@@ -125,6 +126,9 @@ pub struct EmulatorConfig {
     /// An FPGA board (`fpga`): its slots are devices too, and its slot
     /// service shares the P4Runtime port.
     pub fpga: Option<fpga::FpgaConfig>,
+    /// Which P4Runtime stream may be primary (lenient by default; the
+    /// spec's "highest election id ever seen" fences stale controllers).
+    pub arbitration: ArbitrationMode,
 }
 
 impl Default for EmulatorConfig {
@@ -140,6 +144,7 @@ impl Default for EmulatorConfig {
             profile: LatencyProfile::None,
             dpdk: None,
             fpga: None,
+            arbitration: ArbitrationMode::default(),
         }
     }
 }
@@ -163,7 +168,12 @@ impl Emulator {
         };
         let slots = config.fpga.iter().flat_map(fpga::slot_devices);
         let registry = Arc::new(Registry::new(
-            config.device_ids.iter().map(|id| device(*id)).chain(slots),
+            config
+                .device_ids
+                .iter()
+                .map(|id| device(*id))
+                .chain(slots)
+                .map(|d| d.with_arbitration(config.arbitration)),
             config.read_chunk_size,
             config.profile,
         ));

@@ -11,7 +11,8 @@ use clap::Parser;
 use p4fleet_emulator::dataplane::packet::TrafficConfig;
 use p4fleet_emulator::fpga::cli::{Command, FpgaArgs};
 use p4fleet_emulator::{
-    BfrtProgram, DEFAULT_RATE_PPS, DpdkConfig, Emulator, EmulatorConfig, LatencyProfile,
+    ArbitrationMode, BfrtProgram, DEFAULT_RATE_PPS, DpdkConfig, Emulator, EmulatorConfig,
+    LatencyProfile,
 };
 
 #[global_allocator]
@@ -44,9 +45,15 @@ struct Args {
     #[arg(long = "bfrt-program", value_parser = parse_program)]
     bfrt_programs: Vec<BfrtProgram>,
     /// Added write latency: `none` (default) or `tofino` (≈ 0.88 ms per
-    /// request + 19 µs per entry, the rbfrt paper's Tofino figures).
+    /// request + 19 µs per entry, the rbfrt paper's Tofino figures) or
+    /// `custom:PER_REQUEST_US:PER_ENTRY_US`.
     #[arg(long, default_value = "none")]
     profile: LatencyProfile,
+    /// P4Runtime arbitration: `highest-live` (the open stream with the
+    /// highest election id is primary) or `highest-ever-seen` (the spec's
+    /// rule: only the highest id the device has ever seen is primary).
+    #[arg(long, default_value = "highest-live", value_parser = parse_arbitration)]
+    arbitration: ArbitrationMode,
     #[command(flatten)]
     fpga: FpgaArgs,
     #[command(subcommand)]
@@ -112,6 +119,16 @@ impl DpdkArgs {
     }
 }
 
+fn parse_arbitration(s: &str) -> Result<ArbitrationMode, String> {
+    match s {
+        "highest-live" => Ok(ArbitrationMode::HighestLive),
+        "highest-ever-seen" => Ok(ArbitrationMode::HighestEverSeen),
+        _ => Err(format!(
+            "expected highest-live or highest-ever-seen, got {s:?}"
+        )),
+    }
+}
+
 fn parse_program(s: &str) -> Result<BfrtProgram, String> {
     let (name, path) = s
         .split_once('=')
@@ -152,6 +169,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         profile: args.profile,
         dpdk: args.dpdk.config(),
         fpga,
+        arbitration: args.arbitration,
         ..Default::default()
     };
     // Listen for SIGTERM before announcing the addresses: a supervisor (or a

@@ -42,6 +42,16 @@ pub struct OperatorArgs {
     /// $POD_NAMESPACE (identity $POD_NAME), so several replicas can run.
     #[arg(long)]
     pub leader_election: bool,
+    /// Leader election: seconds a Lease stays valid without renewal.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub lease_duration_seconds: u64,
+    /// Leader election: the leader stops its controllers when it could not
+    /// renew for this long (must be below the lease duration).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub renew_deadline_seconds: u64,
+    /// Leader election: seconds between renewals (and candidate retries).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub retry_period_seconds: u64,
     /// Seconds between full resyncs: every TableEntrySet reads its tables
     /// back and repairs what differs.
     #[arg(long, default_value_t = 60, env = "P4FLEET_RESYNC_SECONDS",

@@ -48,7 +48,8 @@ pub fn target(sw: &Switch) -> Target {
 /// Connections to devices, keyed by Switch name.
 pub struct DevicePool {
     devices: Mutex<HashMap<String, Arc<Device>>>,
-    identity: Identity,
+    /// Who this replica says it is to devices (`crate::fencing`).
+    identity: Mutex<Identity>,
     /// Names of Switches whose device changed (see the module docs).
     changes: broadcast::Sender<String>,
 }
@@ -64,30 +65,40 @@ impl Default for DevicePool {
 }
 
 impl DevicePool {
-    /// A pool whose connections claim primary with election id
-    /// `(0, unix seconds of start)`: a newer operator replica (after a
-    /// leader change) outranks the old one.
+    /// A pool for a replica without leader election
+    /// ([`crate::fencing::identity_without_lease`]); a leader sets its
+    /// term's identity with [`DevicePool::set_identity`].
     pub fn new() -> Self {
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(1);
-        DevicePool::with_election_id(secs.max(1))
+        DevicePool::with_identity(crate::fencing::identity_without_lease())
     }
 
     /// A pool with an explicit election id (tests, tools).
     pub fn with_election_id(election_id: u64) -> Self {
+        DevicePool::with_identity(Identity {
+            election_id: u128::from(election_id),
+            // BFRT client ids are small integers; keep the low bits of
+            // the election id so a newer operator still differs from
+            // an old one.
+            client_id: (election_id & 0xffff) as u32,
+        })
+    }
+
+    pub fn with_identity(identity: Identity) -> Self {
         DevicePool {
             devices: Mutex::new(HashMap::new()),
             changes: broadcast::Sender::new(CHANGES),
-            identity: Identity {
-                election_id: u128::from(election_id),
-                // BFRT client ids are small integers; keep the low bits of
-                // the election id so a newer operator still differs from
-                // an old one.
-                client_id: (election_id & 0xffff) as u32,
-            },
+            identity: Mutex::new(identity),
         }
+    }
+
+    /// The identity for connections made from now on (set by the leader
+    /// before its controllers start, so before the first connection).
+    pub fn set_identity(&self, identity: Identity) {
+        *self.identity.lock().unwrap_or_else(|e| e.into_inner()) = identity;
+    }
+
+    pub fn identity(&self) -> Identity {
+        *self.identity.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The device for this Switch, connecting (lazily) on first use or when
@@ -102,7 +113,7 @@ impl DevicePool {
         {
             return Ok(d.clone());
         }
-        let dev = Arc::new(Device::connect(target, self.identity)?);
+        let dev = Arc::new(Device::connect(target, self.identity())?);
         tokio::spawn(forward_changes(
             dev.changes(),
             self.changes.clone(),
@@ -186,7 +197,7 @@ mod tests {
     #[tokio::test]
     async fn connections_are_reused_until_the_target_changes() {
         let pool = DevicePool::with_election_id(0x1_0007);
-        assert_eq!(pool.identity.client_id, 7);
+        assert_eq!(pool.identity().client_id, 7);
         let spec = |port: u16| {
             serde_json::json!({"target": "Bmv2", "endpoint": format!("127.0.0.1:{port}"),
                 "deviceId": 1, "slots": 1})

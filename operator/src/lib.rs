@@ -7,7 +7,8 @@
 //! read the cluster through), `artifacts` (P4Program sources, P4Info,
 //! digest), `devices` (one client connection per Switch), `convert` (CRD
 //! enums in the model's and client's terms), plus the runtime pieces
-//! (`context`, `status`, `metrics`, `http`, `telemetry`, `leader`, `cli`).
+//! (`context`, `status`, `metrics`, `http`, `telemetry`, `leader`, `cli`)
+//! and `fencing` (the device identity a leader's term gives it).
 
 pub mod artifacts;
 pub mod cli;
@@ -15,6 +16,7 @@ pub mod context;
 pub mod controllers;
 pub mod convert;
 pub mod devices;
+pub mod fencing;
 pub mod http;
 pub mod leader;
 pub mod metrics;
