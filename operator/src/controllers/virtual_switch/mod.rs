@@ -28,8 +28,8 @@ use kube::{Api, ResourceExt};
 use p4fleet_crds::{P4Program, Switch, SwitchTarget, VirtualSwitch};
 
 use super::{
-    Error, finalized, namespace, object_key, on_device_changes, primary, scoped_api,
-    update_status, watch_related,
+    Error, finalized, namespace, object_key, on_device_changes, primary, scoped_api, update_status,
+    watch_related,
 };
 use crate::context::Context;
 use crate::reads::Reads;
