@@ -4,7 +4,7 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: deps build test crds demo lint clean-local bench e2e-cluster
+.PHONY: deps build test crds demo lint clean-local bench bench-dataplane e2e-cluster
 
 deps:
 	hack/install-deps.sh
@@ -53,3 +53,11 @@ BENCH_ARGS ?=
 bench: deps
 	$(CARGO) build --release -p p4fleet-bench -p p4fleet-emulator
 	target/release/p4fleet-bench --command "make bench $(BENCH_ARGS)" $(BENCH_ARGS)
+
+# The T4P4S Figure 1 shape on this machine (docs/dpdk.md): no extern, empty,
+# encrypt, encrypt+decrypt, Sync vs Async, per core count. Takes minutes.
+# E.g. make bench-dataplane DATAPLANE_BENCH_ARGS="--size 1024 --only encrypt".
+DATAPLANE_BENCH_ARGS ?=
+bench-dataplane:
+	$(CARGO) build --release -p p4fleet-bench -p p4fleet-emulator
+	target/release/p4fleet-dataplane-bench $(DATAPLANE_BENCH_ARGS)

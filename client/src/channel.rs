@@ -13,6 +13,9 @@ pub(crate) const MAX_MESSAGE: usize = 256 << 20;
 /// Per-update errors come back in a trailer; a 30,000-update batch with
 /// errors carries a few hundred KB there, far beyond h2's 16 KB default.
 const MAX_HEADER_LIST: u32 = 64 << 20;
+/// HTTP/2 keepalive period: gRPC C++'s default
+/// `GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS`.
+pub(crate) const KEEPALIVE: Duration = Duration::from_secs(300);
 
 /// A channel to the target's endpoint (`host:port`); nothing is dialed
 /// until first use.
@@ -29,9 +32,13 @@ pub(crate) fn connect_lazy(target: &Target) -> Result<Channel, Error> {
         })?
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(20))
-        .keep_alive_timeout(Duration::from_secs(10))
-        .keep_alive_while_idle(true)
+        // gRPC C++ servers (bmv2, Stratum) by default accept a ping without
+        // data in between at most every 5 minutes and answer more with
+        // GOAWAY "too_many_pings"; a lost device is noticed by its broken
+        // arbitration stream, not by pings.
+        .http2_keep_alive_interval(KEEPALIVE)
+        .keep_alive_timeout(Duration::from_secs(20))
+        .keep_alive_while_idle(false)
         .http2_max_header_list_size(MAX_HEADER_LIST)
         // Large windows: a big batch should not stall on flow control.
         .initial_stream_window_size(Some(16 << 20))

@@ -27,6 +27,7 @@ mod bfrt;
 mod bulk;
 mod channel;
 mod error;
+pub mod fpga;
 mod order;
 mod p4runtime;
 mod pipeline;
@@ -41,6 +42,7 @@ use p4fleet_proto::p4runtime::TableEntry;
 
 pub use bfrt::{BfrtDevice, TofinoPipeline};
 pub use error::Error;
+pub use fpga::{SlotCallError, SlotClient};
 /// The entry model the writes borrow from (p4fleet-model).
 pub use p4fleet_model as model;
 pub use p4fleet_model::entries::{Atomicity, WriteOp};
@@ -239,6 +241,29 @@ impl Device {
         match self {
             Device::P4Runtime(d) => d.target(),
             Device::Bfrt(d) => d.target(),
+        }
+    }
+
+    /// A counter that changes whenever this client's standing on any
+    /// device id it keeps a stream to changes: the stream was lost (the
+    /// device went away), a new stream was accepted (it came back, maybe
+    /// empty), or the device refused this client. Watch it to react at once
+    /// instead of at the next periodic check; `changed` fails once the
+    /// `Device` is dropped.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        match self {
+            Device::P4Runtime(d) => d.changes(),
+            Device::Bfrt(d) => d.changes(),
+        }
+    }
+
+    /// Keeps the stream of `slot` (arbitration / subscription) open from
+    /// now on, without waiting for it, so that [`Device::changes`] sees
+    /// that device id come and go even while nothing is written.
+    pub fn observe(&self, slot: u32) {
+        match self {
+            Device::P4Runtime(d) => d.observe(slot),
+            Device::Bfrt(d) => d.observe(slot),
         }
     }
 

@@ -132,6 +132,16 @@ impl P4RuntimeDevice {
         &self.target
     }
 
+    /// See [`crate::Device::changes`].
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.sessions.epochs()
+    }
+
+    /// See [`crate::Device::observe`].
+    pub fn observe(&self, slot: u32) {
+        self.sessions.observe(self.target.device_id(slot));
+    }
+
     fn rpc_error(&self, rpc: &'static str, device_id: u64, status: tonic::Status) -> Error {
         Error::rpc(&self.target.endpoint, rpc, device_id, status)
     }

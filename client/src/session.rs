@@ -5,6 +5,12 @@
 //! exponential backoff whenever it ends. The state is published on a watch
 //! channel that calls wait on; the task ends when its [`Sessions`] is
 //! dropped.
+//!
+//! Every change of acceptance (a stream lost, a new stream accepted, a
+//! refusal) also bumps one epoch counter per connection
+//! ([`Sessions::epochs`]): a device that restarted answers on a new
+//! stream, so whoever watches the epoch learns of it at once instead of at
+//! its next periodic check.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -18,12 +24,14 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::Error;
 use crate::error::status_line;
 
-/// Backoff between re-opened streams: 100 ms doubling to 5 s, reset once
-/// the device accepts this client again.
+/// Backoff between re-opened streams: 100 ms doubling to 1 s, reset once
+/// the device accepts this client again. The cap bounds how long a device
+/// that came back waits for this client (a re-opened stream is one cheap
+/// connect attempt).
 fn backoff() -> impl Iterator<Item = Duration> {
     ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(100))
-        .with_max_delay(Duration::from_secs(5))
+        .with_max_delay(Duration::from_secs(1))
         .without_max_times()
         .build()
 }
@@ -38,6 +46,18 @@ pub(crate) enum State {
     Accepted(u64),
     /// Refused (another client is primary / subscription refused).
     Refused(String),
+}
+
+impl State {
+    /// Whether going from `self` to `next` changes what the device thinks
+    /// of this client (a new reason to keep connecting does not).
+    fn differs(&self, next: &State) -> bool {
+        match (self, next) {
+            (State::Connecting(_), State::Connecting(_)) => false,
+            (State::Refused(a), State::Refused(b)) => a != b,
+            (a, b) => a != b,
+        }
+    }
 }
 
 /// One protocol's stream: how to open it and read the device's answers.
@@ -76,6 +96,8 @@ pub(crate) struct Sessions<S: Stream> {
     stream: S,
     endpoint: String,
     by_device: Mutex<HashMap<u64, Session>>,
+    /// Bumped on every change of any session's state.
+    epoch: watch::Sender<u64>,
 }
 
 impl<S: Stream> Sessions<S> {
@@ -84,7 +106,20 @@ impl<S: Stream> Sessions<S> {
             stream,
             endpoint: endpoint.to_string(),
             by_device: Default::default(),
+            epoch: watch::Sender::new(0),
         }
+    }
+
+    /// The connection's epoch: it changes whenever a session is lost,
+    /// accepted again or refused. Ends (`changed` fails) when the
+    /// sessions are dropped.
+    pub(crate) fn epochs(&self) -> watch::Receiver<u64> {
+        self.epoch.subscribe()
+    }
+
+    /// Starts the session of `device_id` (if not running) without waiting.
+    pub(crate) fn observe(&self, device_id: u64) {
+        drop(self.watch(device_id));
     }
 
     /// The state of `device_id`'s session, starting it if needed.
@@ -92,7 +127,8 @@ impl<S: Stream> Sessions<S> {
         let mut sessions = self.by_device.lock().unwrap_or_else(|e| e.into_inner());
         let s = sessions.entry(device_id).or_insert_with(|| {
             let (tx, rx) = watch::channel(State::Connecting("starting".into()));
-            let task = tokio::spawn(run(self.stream.clone(), device_id, tx));
+            let epoch = self.epoch.clone();
+            let task = tokio::spawn(run(self.stream.clone(), device_id, tx, epoch));
             Session { state: rx, task }
         });
         s.state.clone()
@@ -123,8 +159,19 @@ impl<S: Stream> Sessions<S> {
 }
 
 /// Keeps the stream of one device id open, re-opening it with backoff after
-/// any end, and publishes the state. Ends when every receiver is gone.
-async fn run<S: Stream>(s: S, device_id: u64, state: watch::Sender<State>) {
+/// any end, and publishes the state (and bumps `epoch` when it changes).
+/// Ends when every receiver is gone.
+async fn run<S: Stream>(
+    s: S,
+    device_id: u64,
+    state: watch::Sender<State>,
+    epoch: watch::Sender<u64>,
+) {
+    let publish = |next: State| {
+        if state.send_replace(next.clone()).differs(&next) {
+            epoch.send_modify(|e| *e += 1);
+        }
+    };
     let mut delays = backoff();
     let mut accepted = 0u64;
     loop {
@@ -139,10 +186,10 @@ async fn run<S: Stream>(s: S, device_id: u64, state: watch::Sender<State>) {
                         Some(Ok(())) => {
                             accepted += 1;
                             delays = backoff();
-                            state.send_replace(State::Accepted(accepted));
+                            publish(State::Accepted(accepted));
                         }
                         Some(Err(why)) => {
-                            state.send_replace(State::Refused(why));
+                            publish(State::Refused(why));
                         }
                         None => {}
                     },
@@ -152,7 +199,7 @@ async fn run<S: Stream>(s: S, device_id: u64, state: watch::Sender<State>) {
             },
         };
         drop(tx);
-        state.send_replace(State::Connecting(reason.clone()));
+        publish(State::Connecting(reason.clone()));
         if state.is_closed() {
             return;
         }
@@ -167,8 +214,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_to_five_seconds_and_never_stops() {
-        let want = [100.0, 200.0, 400.0, 800.0, 1600.0, 3200.0, 5000.0, 5000.0];
+    fn backoff_doubles_to_one_second_and_never_stops() {
+        let want = [100.0, 200.0, 400.0, 800.0, 1000.0, 1000.0];
         for (d, ms) in backoff().zip(want) {
             // backon multiplies in f32.
             assert!(
@@ -177,5 +224,19 @@ mod tests {
             );
         }
         assert!(backoff().nth(1000).is_some());
+    }
+
+    #[test]
+    fn only_a_change_of_acceptance_is_an_epoch() {
+        let c = |r: &str| State::Connecting(r.into());
+        assert!(!c("refused").differs(&c("timed out")));
+        assert!(c("x").differs(&State::Accepted(1)));
+        assert!(
+            State::Accepted(1).differs(&State::Accepted(2)),
+            "new stream"
+        );
+        assert!(State::Accepted(2).differs(&c("stream closed")));
+        assert!(State::Refused("a".into()).differs(&State::Refused("b".into())));
+        assert!(!State::Refused("a".into()).differs(&State::Refused("a".into())));
     }
 }

@@ -20,6 +20,7 @@ use crate::common::{Condition, conditions_schema};
     category = "p4fleet",
     printcolumn = r#"{"name":"VirtualSwitch","type":"string","jsonPath":".spec.virtualSwitchRef"}"#,
     printcolumn = r#"{"name":"Externs","type":"integer","jsonPath":".status.externCount"}"#,
+    printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".status.mode"}"#,
     printcolumn = r#"{"name":"PPS","type":"integer","jsonPath":".status.packetsPerSecond"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -128,13 +129,22 @@ pub struct AsyncExternPolicyStatus {
     /// Number of externs configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extern_count: Option<u32>,
-    /// Achieved packets per second.
+    /// The mode every extern runs in as the device reports it (`Sync`,
+    /// `Async`, `Skip`), or `Mixed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Per extern, the mode the device reports, e.g.
+    /// `async_encrypt=Async,async_decrypt=Sync`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modes: Option<String>,
+    /// Packets per second the data plane forwards (two significant digits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packets_per_second: Option<u64>,
-    /// Achieved async operations per second.
+    /// Async extern operations per second (two significant digits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub async_ops_per_second: Option<u64>,
-    /// Packets dropped because a queue or context pool was full.
+    /// Packets dropped because an extern's queue or context pool was full,
+    /// since the data plane started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drops: Option<u64>,
 }

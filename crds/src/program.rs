@@ -84,9 +84,14 @@ pub struct TofinoArtifacts {
 pub struct DpdkArtifacts {
     /// The `.spec` pipeline description.
     pub spec: ArtifactSource,
-    /// The context JSON.
+    /// The context JSON (p4c-dpdk's `--context`); a P4Runtime Dpdk Switch
+    /// (infrap4d) needs it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<ArtifactSource>,
+    /// The bfrt.json (p4c-dpdk's `--bf-rt-schema`); a P4Runtime Dpdk
+    /// Switch (infrap4d) needs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bfrt_json: Option<ArtifactSource>,
 }
 
 /// FPGA artifacts.

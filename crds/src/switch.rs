@@ -22,6 +22,7 @@ use crate::common::{Condition, SecretRef, conditions_schema};
     printcolumn = r#"{"name":"Target","type":"string","jsonPath":".spec.target"}"#,
     printcolumn = r#"{"name":"Endpoint","type":"string","jsonPath":".spec.endpoint"}"#,
     printcolumn = r#"{"name":"Slots","type":"string","jsonPath":".status.slotSummary"}"#,
+    printcolumn = r#"{"name":"Free","type":"string","jsonPath":".status.freeSummary"}"#,
     printcolumn = r#"{"name":"Reachable","type":"string","jsonPath":".status.conditions[?(@.type==\"Reachable\")].status"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -126,6 +127,67 @@ pub struct SwitchStatus {
     /// `used/total` slots, for printing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slot_summary: Option<String>,
+    /// Slots VirtualSwitches can use: what the device reported, else `spec.slots`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots: Option<u32>,
+    /// Resources VirtualSwitches can use (static region excluded): what the
+    /// device reported, else `spec.capacity`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub capacity: BTreeMap<String, u64>,
+    /// Where `slots` and `capacity` come from: `Device` or `Spec`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_source: Option<String>,
+    /// `capacity` minus what the slot claims hold.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub free: BTreeMap<String, u64>,
+    /// `free` as `name=value,...`, for printing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free_summary: Option<String>,
+    /// The board's configuration port, as the device reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_port: Option<ConfigPortStatus>,
+}
+
+/// A configuration port (FPGA boards).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigPortStatus {
+    /// `jtag`, `icap`, `selectmap`, `serial`.
+    pub name: String,
+    /// What loads achieve, bits/s (a load of B bits takes B / this).
+    pub bits_per_second: u64,
+    /// The interface's maximum, bits/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nominal_bits_per_second: Option<u64>,
+}
+
+/// Annotation on a Switch holding its slot claims (a JSON list of
+/// [`SlotClaim`]). It is written only with the Switch's resourceVersion as
+/// a precondition, so concurrent claims never share a slot or overbook a
+/// resource; it lives in metadata so that the status writes (server-side
+/// apply) never carry a stale copy of it.
+pub const SLOT_CLAIMS_ANNOTATION: &str = "p4fleet.dev/slot-claims";
+
+/// A slot, the resources and the traffic a VirtualSwitch holds on a Switch.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SlotClaim {
+    /// Slot index.
+    pub slot: u32,
+    /// `namespace/name` of the VirtualSwitch.
+    pub virtual_switch: String,
+    /// Resources its program occupies.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resources: BTreeMap<String, u64>,
+    /// VLAN id of its isolation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
+    /// Destination MAC of its isolation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst_mac: Option<String>,
+    /// Physical ports it uses (empty: every port).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u32>,
 }
 
 /// Capabilities a device advertises.

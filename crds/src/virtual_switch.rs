@@ -22,6 +22,7 @@ use crate::common::{Condition, Selector, conditions_schema};
     printcolumn = r#"{"name":"Switch","type":"string","jsonPath":".status.switch"}"#,
     printcolumn = r#"{"name":"Slot","type":"integer","jsonPath":".status.slot"}"#,
     printcolumn = r#"{"name":"Pipeline","type":"string","jsonPath":".status.loadedShortDigest"}"#,
+    printcolumn = r#"{"name":"Last Swap","type":"date","jsonPath":".status.lastSwap.at"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -128,4 +129,27 @@ pub struct VirtualSwitchStatus {
     /// Duration of the last pipeline load or slot swap, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_swap_millis: Option<u64>,
+    /// The last program change of a running slot (hot swap or recreate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_swap: Option<LastSwap>,
+}
+
+/// A program change of a running VirtualSwitch, as the device confirmed it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastSwap {
+    /// When the device reported the new program loaded (RFC 3339).
+    pub at: String,
+    /// Digest of the program it replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_digest: Option<String>,
+    /// Digest of the program now loaded.
+    pub to_digest: String,
+    /// HotSwap or Recreate.
+    pub strategy: UpdateStrategyType,
+    /// How long the device took to load it, in milliseconds.
+    pub duration_millis: u64,
+    /// Table entries re-applied to the new program, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries_reapplied: Option<u64>,
 }

@@ -16,6 +16,8 @@
 //! own runtime, so the shared state holds no runtime-bound objects (only paths,
 //! URL and token); every test builds its own `kube::Client`.
 
+pub mod processes;
+
 use std::ffi::OsStr;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -58,8 +58,10 @@ const SAMPLES_HERE: [&str; 8] = [
     "tableentryset-from-configmap.yaml",
 ];
 /// Samples for targets without a device service yet (DPDK, FPGA): not applied.
-const SAMPLES_ELSEWHERE: [&str; 5] = [
+const SAMPLES_ELSEWHERE: [&str; 7] = [
     "switch-dpdk.yaml",
+    "p4program-l2crypt.yaml",
+    "asyncexternpolicy-l2crypt.yaml",
     "switch-fpga.yaml",
     "asyncexternpolicy-ipsec.yaml",
     "p4program-router-configmap.yaml",

@@ -13,7 +13,6 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -25,6 +24,7 @@ use kube::{Client, ResourceExt};
 use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
+use p4fleet_e2e::processes::{build_binaries, target_dir, with_pdeathsig};
 use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
 use serde_json::{Value, json};
@@ -45,29 +45,6 @@ enum Kind {
     Tofino,
 }
 
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target"))
-}
-
-/// The emulator and operator binaries, built with the workspace.
-fn build_binaries() -> PathBuf {
-    p4fleet_e2e::workspace_binaries().to_path_buf()
-}
-
-fn with_pdeathsig(cmd: &mut Command) {
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}
-
 fn start(kubeconfig: PathBuf) -> Env {
     let bin = build_binaries();
     let logs = target_dir().join("e2e-logs");
@@ -75,8 +52,12 @@ fn start(kubeconfig: PathBuf) -> Env {
     let tag = std::process::id();
 
     let mut emu = Command::new(bin.join("p4fleet-emulator"));
-    emu.args(["--device-ids", "1,2,3,4,5,11,12,13,14"])
+    emu.args(["--device-ids", "1,2,3,4,5,11,12,13,14,21"])
         .args(["--bfrt-addr", "127.0.0.1:0"])
+        // Device 21 is a Dpdk target (tests/p4runtime_e2e.rs's Dpdk
+        // scenario): a bounded traffic rate and one extern core.
+        .args(["--dpdk-device-ids", "21", "--dpdk-extern-cores", "1"])
+        .args(["--dpdk-rate-pps", "20000", "--dpdk-flows", "4"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(logs.join(format!("emulator-{tag}.log"))).unwrap());
@@ -783,4 +764,318 @@ async fn plant_foreign_entry(env: &Env, kind: Kind, dev: u64) {
             assert!(r.failures.is_empty(), "{:?}", r.failures);
         }
     }
+}
+
+// --- a Dpdk Switch: the packed pipeline, its data plane, extern policies ----
+
+/// The Dpdk device's data plane stats (`/stats/21/dataplane`); `None`
+/// until it runs a pipeline.
+fn dataplane(env: &Env, device: u64) -> Option<Value> {
+    let v = http(env.stats, "GET", &format!("/stats/{device}/dataplane"), "");
+    v.get("stats").cloned()
+}
+
+fn l2crypt(file: &str) -> String {
+    std::fs::read_to_string(repo_root().join("examples/l2crypt").join(file)).unwrap()
+}
+
+fn tx_port(stats: &Value, port: u64) -> u64 {
+    stats["tx_per_port"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p[0].as_u64() == Some(port))
+        .and_then(|p| p[1].as_u64())
+        .unwrap_or(0)
+}
+
+/// The data plane's mode of each extern, by name.
+fn extern_modes(stats: &Value) -> Vec<(String, String)> {
+    stats["externs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|x| {
+            (
+                x["name"].as_str().unwrap_or("").to_string(),
+                x["policy"]["mode"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+async fn policy_where(
+    api: &Api<p4fleet_crds::AsyncExternPolicy>,
+    what: &str,
+    pred: impl Fn(&p4fleet_crds::AsyncExternPolicyStatus) -> bool,
+) -> p4fleet_crds::AsyncExternPolicyStatus {
+    wait_for(what, Duration::from_secs(60), || async {
+        let p = api.get("l2").await.map_err(|e| e.to_string())?;
+        let st = p.status.unwrap_or_default();
+        if pred(&st) {
+            Ok(st)
+        } else {
+            Err(format!("{st:?}"))
+        }
+    })
+    .await
+}
+
+fn ready_reason(st: &p4fleet_crds::AsyncExternPolicyStatus) -> (bool, String) {
+    find_condition(&st.conditions, "Ready")
+        .map(|c| (c.is_true(), c.reason.clone()))
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dpdk_switch_entries_steer_the_data_plane_and_policies_change_what_runs() {
+    const DEV: u64 = 21;
+    let (cp, env) = env().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    let sw_name = format!("{ns}-dpdk");
+
+    // The l2crypt program with its DPDK artifacts, a Dpdk Switch, a
+    // VirtualSwitch on it.
+    let progs: Api<P4Program> = Api::namespaced(client.clone(), &ns);
+    let p: P4Program = serde_json::from_value(json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
+        "metadata": {"name": "l2crypt"},
+        "spec": {"p4info": {"inline": l2crypt("p4info.txt")}, "artifacts": {"dpdk": {
+            "spec": {"inline": l2crypt("l2crypt.spec")},
+            "context": {"inline": l2crypt("context.json")},
+            "bfrtJson": {"inline": l2crypt("bfrt.json")}
+        }}}
+    }))
+    .unwrap();
+    progs.create(&PostParams::default(), &p).await.unwrap();
+    let sw: Switch = serde_json::from_value(json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
+        "metadata": {"name": sw_name},
+        "spec": {"target": "Dpdk", "endpoint": env.p4runtime.to_string(), "deviceId": DEV, "slots": 1}
+    }))
+    .unwrap();
+    Api::<Switch>::all(client.clone())
+        .create(&PostParams::default(), &sw)
+        .await
+        .unwrap();
+    let vs: VirtualSwitch = serde_json::from_value(json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
+        "metadata": {"name": "l2"},
+        "spec": {"programRef": "l2crypt", "switchRef": sw_name, "slot": 0}
+    }))
+    .unwrap();
+    Api::<VirtualSwitch>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &vs)
+        .await
+        .unwrap();
+
+    // The packed config was accepted: the data plane runs and, without
+    // entries, floods.
+    let s = wait_for("the Dpdk data plane", Duration::from_secs(60), || async {
+        match dataplane(env, DEV) {
+            Some(s) if tx_port(&s, 255) > 0 => Ok(s),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(tx_port(&s, 1), 0);
+    // The Switch's asyncExterns capability is the device's answer.
+    let sws: Api<Switch> = Api::all(client.clone());
+    wait_for("asyncExterns reported", Duration::from_secs(60), || async {
+        let sw = sws.get(&sw_name).await.map_err(|e| e.to_string())?;
+        let caps = sw.status.and_then(|s| s.capabilities);
+        match &caps {
+            Some(c) if c.async_externs => Ok(()),
+            _ => Err(format!("{caps:?}")),
+        }
+    })
+    .await;
+
+    // An entry through a TableEntrySet changes what it forwards.
+    let mac = p4fleet_emulator::dataplane::packet::dst_mac(0);
+    let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
+    let sets = create_set(
+        &client,
+        &ns,
+        json!({
+            "name": "dmac", "virtualSwitchRef": "l2", "table": "MyIngress.dmac",
+            "entries": [{"match": {"hdr.ethernet.dstAddr": format!("0x{hex}")},
+                         "action": "forward", "params": {"port": "1"}}]
+        }),
+    )
+    .await;
+    status_where(
+        &sets,
+        "dmac",
+        "dmac entry Ready",
+        Duration::from_secs(60),
+        |s| is(s, "Ready", true),
+    )
+    .await;
+    let s = wait_for(
+        "flow 0 forwarded to port 1",
+        Duration::from_secs(30),
+        || async {
+            match dataplane(env, DEV) {
+                Some(s) if tx_port(&s, 1) > 0 => Ok(s),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let dmac = s["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "MyIngress.dmac")
+        .unwrap()
+        .clone();
+    assert_eq!(dmac["entries"], 1);
+    let forward = dmac["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a[0] == "forward")
+        .unwrap();
+    assert!(forward[2].as_u64().unwrap() > 0, "{dmac}");
+
+    // Sync -> Async -> Skip: the device runs it, status shows it.
+    let policies: Api<p4fleet_crds::AsyncExternPolicy> = Api::namespaced(client.clone(), &ns);
+    let policy = |externs: Value| -> p4fleet_crds::AsyncExternPolicy {
+        serde_json::from_value(json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "AsyncExternPolicy",
+            "metadata": {"name": "l2"},
+            "spec": {"virtualSwitchRef": "l2", "externs": externs}
+        }))
+        .unwrap()
+    };
+    // A merge patch of the spec: no conflict with the operator's status writes.
+    let replace = |externs: Value| {
+        let policies = policies.clone();
+        async move {
+            policies
+                .patch(
+                    "l2",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"spec": {"externs": externs}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    policies
+        .create(
+            &PostParams::default(),
+            &policy(json!([{"name": "async_encrypt", "mode": "Sync"}])),
+        )
+        .await
+        .unwrap();
+    // The first rate sample comes a second after the data plane starts,
+    // the next poll brings it.
+    policy_where(&policies, "Sync in force and packets/s measured", |s| {
+        ready_reason(s) == (true, "InForce".into())
+            && s.mode.as_deref() == Some("Sync")
+            && s.packets_per_second.is_some_and(|p| p > 0)
+    })
+    .await;
+
+    replace(json!([
+        {"name": "async_encrypt", "mode": "Async", "executor": "DedicatedCores", "cores": 1},
+        {"name": "async_decrypt", "mode": "Async", "executor": "InlineCryptoDevice"}
+    ]))
+    .await;
+    let st = policy_where(&policies, "Async in force and measured", |s| {
+        ready_reason(s).0
+            && s.mode.as_deref() == Some("Async")
+            && s.async_ops_per_second.is_some_and(|o| o > 0)
+    })
+    .await;
+    assert_eq!(
+        st.modes.as_deref(),
+        Some("async_encrypt=Async,async_decrypt=Async")
+    );
+    let modes = extern_modes(&dataplane(env, DEV).unwrap());
+    assert!(modes.iter().all(|(_, m)| m == "Async"), "{modes:?}");
+
+    replace(json!([
+        {"name": "async_encrypt", "mode": "Skip"},
+        {"name": "async_decrypt", "mode": "Skip"}
+    ]))
+    .await;
+    policy_where(&policies, "Skip in force", |s| {
+        ready_reason(s).0 && s.mode.as_deref() == Some("Skip")
+    })
+    .await;
+    let modes = extern_modes(&dataplane(env, DEV).unwrap());
+    assert!(modes.iter().all(|(_, m)| m == "Skip"), "{modes:?}");
+
+    // A context pool of one: packets that find it taken are dropped and
+    // counted, and status shows it.
+    replace(json!([{
+        "name": "async_encrypt", "mode": "Async", "executor": "DedicatedCores",
+        "burstSize": 1, "contextPool": 1, "queueDepth": 1
+    }]))
+    .await;
+    policy_where(&policies, "context-pool drops in status", |s| {
+        ready_reason(s).0 && s.drops.is_some_and(|d| d > 0)
+    })
+    .await;
+
+    // An extern the program does not have: refused, named, nothing changes
+    // on the device.
+    replace(json!([{"name": "ipsec_encrypt", "mode": "Skip"}])).await;
+    let st = policy_where(&policies, "ExternNotFound", |s| {
+        ready_reason(s) == (false, "ExternNotFound".into())
+    })
+    .await;
+    let msg = &find_condition(&st.conditions, "Ready").unwrap().message;
+    assert!(msg.contains("ipsec_encrypt"), "{msg}");
+    let modes = extern_modes(&dataplane(env, DEV).unwrap());
+    assert!(
+        modes.contains(&("async_encrypt".into(), "Async".into())),
+        "{modes:?}"
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    wait_for(
+        "an ExternNotFound Event",
+        Duration::from_secs(30),
+        || async {
+            let list = events
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            list.items
+                .iter()
+                .find(|e| {
+                    e.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("ipsec_encrypt"))
+                })
+                .map(|_| ())
+                .ok_or_else(|| format!("{} events", list.items.len()))
+        },
+    )
+    .await;
+
+    // Deleting the policy restores the defaults (every extern Sync).
+    policies
+        .delete("l2", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the defaults restored", Duration::from_secs(60), || async {
+        let modes = extern_modes(&dataplane(env, DEV).unwrap());
+        let gone = policies
+            .get_opt("l2")
+            .await
+            .map_err(|e| e.to_string())?
+            .is_none();
+        if gone && modes.iter().all(|(_, m)| m == "Sync") {
+            Ok(())
+        } else {
+            Err(format!("{modes:?}, policy gone: {gone}"))
+        }
+    })
+    .await;
 }

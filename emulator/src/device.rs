@@ -25,6 +25,9 @@ pub(crate) struct Device {
     pub counters: Counters,
     /// Serialized write work under a latency profile (`crate::profile`).
     pub busy: BusyUntil,
+    /// A DPDK target's data plane settings and pipeline state
+    /// (`crate::dpdk`); `None` for other devices.
+    pub dpdk: Option<crate::dpdk::DpdkDevice>,
     /// The FPGA slot this device is, if it is one (`crate::fpga`): the
     /// board installs and removes its pipeline.
     pub fpga_slot: Option<Arc<SlotLink>>,
@@ -39,6 +42,7 @@ impl Device {
             bfrt: Mutex::new(BfrtDevice::default()),
             counters: Counters::default(),
             busy: BusyUntil::default(),
+            dpdk: None,
             fpga_slot: None,
         }
     }
@@ -49,6 +53,13 @@ impl Device {
             fpga_slot: Some(link),
             ..Device::new(id)
         }
+    }
+
+    /// The device with P4Runtime arbitration under `mode`.
+    pub fn with_arbitration(self, mode: crate::ArbitrationMode) -> Device {
+        *self.p4runtime.arbitration.lock().expect("arbitration lock") =
+            crate::p4runtime::arbitration::Arbitration::with_mode(mode);
+        self
     }
 
     /// Why a Write or Read finds no pipeline.

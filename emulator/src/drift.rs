@@ -31,14 +31,10 @@ impl Device {
             .ok_or_else(|| err(Code::NotFound, format!("unknown table {}", te.table_id)))?;
         let mut key = Vec::new();
         key_of(table, te, &mut key)?;
-        let removed = p
-            .tables
-            .get_mut(&te.table_id)
-            .expect("state per table")
-            .entries
-            .remove(key.as_slice())
-            .is_some();
+        let state = p.tables.get_mut(&te.table_id).expect("state per table");
+        let removed = state.entries.remove(key.as_slice()).is_some();
         if removed {
+            state.touch();
             self.counters.drift_deletes.fetch_add(1, Ordering::Relaxed);
         }
         Ok(removed)
@@ -50,7 +46,16 @@ impl Device {
         let mut state = self.p4runtime.pipeline.lock().expect("pipeline lock");
         let mut removed = 0;
         if let Some(p) = state.pipeline.as_mut() {
-            removed = drop_from_tables(&mut p.tables, |t| &mut t.entries, table_id, count);
+            // Every table it may take entries from counts as changed.
+            removed = drop_from_tables(
+                &mut p.tables,
+                |t| {
+                    t.touch();
+                    &mut t.entries
+                },
+                table_id,
+                count,
+            );
         }
         drop(state);
         if removed < count {

@@ -22,12 +22,16 @@
 //! `update_error`, `write_batch` (the end of a Write batch), `profile`
 //! (added latency), `drift` (changes behind the clients' backs),
 //! `side_channel` (stats and drift over HTTP) and `running` (listeners and
-//! server tasks). `fpga` is an FPGA board: its slot service, its slots as
-//! P4Runtime devices, its traffic model. emulator/README.md has the table.
+//! server tasks). `dataplane` is the software data plane of DPDK targets
+//! and `dpdk` makes devices DPDK targets (packed pipeline configs, the
+//! data plane following the P4Runtime tables, the extern runtime).
+//! `fpga` is an FPGA board: its slot service, its slots as P4Runtime
+//! devices, its traffic model. emulator/README.md has the table.
 
 pub mod bfrt;
 pub mod dataplane;
 mod device;
+mod dpdk;
 mod drift;
 pub mod fpga;
 mod grpc;
@@ -47,6 +51,8 @@ mod write_batch;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+pub use dpdk::{DEFAULT_RATE_PPS, DeviceConfigError, DpdkConfig};
+pub use p4runtime::arbitration::ArbitrationMode;
 pub use p4runtime::bulk::{BULK_VERSION, BulkService};
 pub use p4runtime::schema::SchemaError;
 pub use p4runtime::service::{
@@ -79,6 +85,8 @@ pub enum EmulatorError {
     Server(String),
     #[error("bfrt program: {0}")]
     BfrtProgram(String),
+    #[error("dpdk: {0}")]
+    Dpdk(String),
     #[error(transparent)]
     Fpga(#[from] fpga::FpgaConfigError),
 }
@@ -112,9 +120,15 @@ pub struct EmulatorConfig {
     pub bfrt_programs: Vec<BfrtProgram>,
     /// Added write latency (P4Runtime and BFRT); `None` for benchmarks.
     pub profile: LatencyProfile,
+    /// DPDK targets (all devices, or those listed) and their data planes;
+    /// `None` = no DPDK devices.
+    pub dpdk: Option<DpdkConfig>,
     /// An FPGA board (`fpga`): its slots are devices too, and its slot
     /// service shares the P4Runtime port.
     pub fpga: Option<fpga::FpgaConfig>,
+    /// Which P4Runtime stream may be primary (lenient by default; the
+    /// spec's "highest election id ever seen" fences stale controllers).
+    pub arbitration: ArbitrationMode,
 }
 
 impl Default for EmulatorConfig {
@@ -128,7 +142,9 @@ impl Default for EmulatorConfig {
             bfrt_addr: None,
             bfrt_programs: Vec::new(),
             profile: LatencyProfile::None,
+            dpdk: None,
             fpga: None,
+            arbitration: ArbitrationMode::default(),
         }
     }
 }
@@ -145,13 +161,19 @@ impl Emulator {
     /// Devices without any listener; serve them with [`Emulator::service`].
     /// Device ids must be distinct ([`Emulator::start`] checks).
     pub fn new(config: &EmulatorConfig) -> Emulator {
+        let dpdk = config.dpdk.clone().map(Arc::new);
+        let device = |id: u64| match &dpdk {
+            Some(d) if d.covers(id) => Device::new(id).with_dpdk(d.clone()),
+            _ => Device::new(id),
+        };
         let slots = config.fpga.iter().flat_map(fpga::slot_devices);
         let registry = Arc::new(Registry::new(
             config
                 .device_ids
                 .iter()
-                .map(|id| Device::new(*id))
-                .chain(slots),
+                .map(|id| device(*id))
+                .chain(slots)
+                .map(|d| d.with_arbitration(config.arbitration)),
             config.read_chunk_size,
             config.profile,
         ));
@@ -174,6 +196,10 @@ impl Emulator {
         if config.device_ids.is_empty() && config.fpga.is_none() {
             return Err(EmulatorError::NoDevices);
         }
+        if let Some(d) = &config.dpdk {
+            d.validate(&config.device_ids)
+                .map_err(EmulatorError::Dpdk)?;
+        }
         if let Some(f) = &config.fpga {
             f.validate(&config.device_ids)?;
         }
@@ -184,11 +210,13 @@ impl Emulator {
                 emu.load_bfrt_programs(id, &config.bfrt_programs)?;
             }
         }
-        // p4fleet's bulk extension and FPGA slot service share the
-        // P4Runtime port.
+        // p4fleet's bulk extension, extern runtime and FPGA slot service
+        // share the P4Runtime port (the extern runtime answers
+        // UNIMPLEMENTED for devices that are not DPDK targets).
         let p4runtime = running::tuned_server()
             .add_service(emu.service())
             .add_service(emu.bulk_service())
+            .add_service(emu.extern_runtime_service())
             .add_optional_service(emu.slot_service());
         let p4runtime = Server::grpc(config.p4runtime_addr, p4runtime).await?;
         let stats = match config.stats_addr {

@@ -8,8 +8,12 @@ use std::io::Write;
 use std::net::SocketAddr;
 
 use clap::Parser;
+use p4fleet_emulator::dataplane::packet::TrafficConfig;
 use p4fleet_emulator::fpga::cli::{Command, FpgaArgs};
-use p4fleet_emulator::{BfrtProgram, Emulator, EmulatorConfig, LatencyProfile};
+use p4fleet_emulator::{
+    ArbitrationMode, BfrtProgram, DEFAULT_RATE_PPS, DpdkConfig, Emulator, EmulatorConfig,
+    LatencyProfile,
+};
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -41,13 +45,88 @@ struct Args {
     #[arg(long = "bfrt-program", value_parser = parse_program)]
     bfrt_programs: Vec<BfrtProgram>,
     /// Added write latency: `none` (default) or `tofino` (≈ 0.88 ms per
-    /// request + 19 µs per entry, the rbfrt paper's Tofino figures).
+    /// request + 19 µs per entry, the rbfrt paper's Tofino figures) or
+    /// `custom:PER_REQUEST_US:PER_ENTRY_US`.
     #[arg(long, default_value = "none")]
     profile: LatencyProfile,
+    /// P4Runtime arbitration: `highest-live` (the open stream with the
+    /// highest election id is primary) or `highest-ever-seen` (the spec's
+    /// rule: only the highest id the device has ever seen is primary).
+    #[arg(long, default_value = "highest-live", value_parser = parse_arbitration)]
+    arbitration: ArbitrationMode,
     #[command(flatten)]
     fpga: FpgaArgs,
     #[command(subcommand)]
     command: Option<Command>,
+    #[command(flatten)]
+    dpdk: DpdkArgs,
+}
+
+/// DPDK targets (docs/dpdk.md): a software data plane per device, loaded
+/// from the packed pipeline config, forwarding generated traffic.
+#[derive(clap::Args, Debug)]
+struct DpdkArgs {
+    /// Every served device is a DPDK target.
+    #[arg(long)]
+    dpdk: bool,
+    /// Only these devices are DPDK targets (implies --dpdk for them).
+    #[arg(long, value_delimiter = ',')]
+    dpdk_device_ids: Vec<u64>,
+    /// Worker cores per DPDK device.
+    #[arg(long, default_value_t = 1)]
+    dpdk_workers: u32,
+    /// Cores per DPDK device set aside for extern work: the most dedicated
+    /// cores one extern may get (0 = none); default: the machine's cores.
+    #[arg(long)]
+    dpdk_extern_cores: Option<u32>,
+    /// Packets per rx burst.
+    #[arg(long, default_value_t = 32)]
+    dpdk_rx_burst: u32,
+    /// Generated packets/s per DPDK device (0 = line rate: as fast as the
+    /// workers poll, a busy core per worker).
+    #[arg(long, default_value_t = DEFAULT_RATE_PPS)]
+    dpdk_rate_pps: u64,
+    /// Distinct flows (MAC pairs) in the generated traffic.
+    #[arg(long, default_value_t = 16)]
+    dpdk_flows: u32,
+    /// Frame sizes in bytes, used in turn (e.g. 64,128,1024).
+    #[arg(long, value_delimiter = ',', default_value = "64")]
+    dpdk_sizes: Vec<u16>,
+    /// Tag generated frames with 802.1Q.
+    #[arg(long)]
+    dpdk_vlan: bool,
+}
+
+impl DpdkArgs {
+    fn config(self) -> Option<DpdkConfig> {
+        if !self.dpdk && self.dpdk_device_ids.is_empty() {
+            return None;
+        }
+        Some(DpdkConfig {
+            device_ids: self.dpdk_device_ids,
+            workers: self.dpdk_workers,
+            extern_cores: self.dpdk_extern_cores,
+            rx_burst: self.dpdk_rx_burst,
+            traffic: TrafficConfig {
+                rate_pps: (self.dpdk_rate_pps > 0).then_some(self.dpdk_rate_pps),
+                total_packets: None,
+                sizes: self.dpdk_sizes,
+                flows: self.dpdk_flows,
+                vlan: self.dpdk_vlan,
+            },
+            ..DpdkConfig::default()
+        })
+    }
+}
+
+fn parse_arbitration(s: &str) -> Result<ArbitrationMode, String> {
+    match s {
+        "highest-live" => Ok(ArbitrationMode::HighestLive),
+        "highest-ever-seen" => Ok(ArbitrationMode::HighestEverSeen),
+        _ => Err(format!(
+            "expected highest-live or highest-ever-seen, got {s:?}"
+        )),
+    }
 }
 
 fn parse_program(s: &str) -> Result<BfrtProgram, String> {
@@ -88,7 +167,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         bfrt_addr: args.bfrt_addr,
         bfrt_programs: args.bfrt_programs,
         profile: args.profile,
+        dpdk: args.dpdk.config(),
         fpga,
+        arbitration: args.arbitration,
         ..Default::default()
     };
     // Listen for SIGTERM before announcing the addresses: a supervisor (or a

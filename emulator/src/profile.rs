@@ -55,7 +55,9 @@ impl LatencyProfile {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown latency profile {0:?} (expected none or tofino)")]
+#[error(
+    "unknown latency profile {0:?} (expected none, tofino or custom:PER_REQUEST_US:PER_ENTRY_US)"
+)]
 pub struct UnknownProfile(pub String);
 
 impl FromStr for LatencyProfile {
@@ -64,7 +66,24 @@ impl FromStr for LatencyProfile {
         match s.to_ascii_lowercase().as_str() {
             "none" | "" => Ok(LatencyProfile::None),
             "tofino" => Ok(LatencyProfile::Tofino),
-            _ => Err(UnknownProfile(s.to_string())),
+            custom => {
+                // custom:PER_REQUEST_US:PER_ENTRY_US (tests that need a
+                // slow sync, e.g. to stop a leader in the middle of one).
+                let us = |v: &str| v.parse::<u64>().map(Duration::from_micros);
+                match custom
+                    .strip_prefix("custom:")
+                    .and_then(|r| r.split_once(':'))
+                {
+                    Some((req, entry)) => match (us(req), us(entry)) {
+                        (Ok(per_request), Ok(per_entry)) => Ok(LatencyProfile::Custom {
+                            per_request,
+                            per_entry,
+                        }),
+                        _ => Err(UnknownProfile(s.to_string())),
+                    },
+                    None => Err(UnknownProfile(s.to_string())),
+                }
+            }
         }
     }
 }
@@ -107,6 +126,15 @@ mod tests {
         assert_eq!("none".parse(), Ok(LatencyProfile::None));
         assert_eq!("Tofino".parse(), Ok(LatencyProfile::Tofino));
         assert!("asic".parse::<LatencyProfile>().is_err());
+        assert_eq!(
+            "custom:100:250".parse(),
+            Ok(LatencyProfile::Custom {
+                per_request: Duration::from_micros(100),
+                per_entry: Duration::from_micros(250),
+            })
+        );
+        assert!("custom:100".parse::<LatencyProfile>().is_err());
+        assert!("custom:x:1".parse::<LatencyProfile>().is_err());
     }
 
     #[test]

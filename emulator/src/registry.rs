@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tonic::Status;
 
+use crate::dataplane::EngineRegistry;
 use crate::device::Device;
 use crate::profile::LatencyProfile;
 
@@ -18,6 +19,8 @@ pub(crate) struct Registry {
     pub read_chunk: usize,
     /// Added write latency (none by default).
     pub profile: LatencyProfile,
+    /// The data planes of the DPDK devices (`crate::dpdk`).
+    pub engines: EngineRegistry,
 }
 
 impl Registry {
@@ -26,11 +29,18 @@ impl Registry {
         read_chunk: usize,
         profile: LatencyProfile,
     ) -> Registry {
+        let devices: HashMap<u64, Arc<Device>> =
+            devices.into_iter().map(|d| (d.id, Arc::new(d))).collect();
+        let engines = EngineRegistry::new();
+        for d in devices.values() {
+            engines.add_device(d.id, d.dpdk.is_some());
+        }
         Registry {
-            devices: devices.into_iter().map(|d| (d.id, Arc::new(d))).collect(),
+            devices,
             next_stream_id: AtomicU64::new(1),
             read_chunk,
             profile,
+            engines,
         }
     }
 

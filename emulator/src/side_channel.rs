@@ -3,6 +3,8 @@
 //!
 //! - `GET  /stats`                          -> `{"devices": [DeviceStats, ...]}`
 //! - `GET  /stats/{device}`                 -> `DeviceStats`
+//! - `GET  /stats/{device}/dataplane`       -> a DPDK device's data plane:
+//!   `{"device_id", "pipeline", "stats": EngineStats}`
 //! - `POST /devices/{device}/delete-entry`  body: p4.v1.TableEntry text format
 //!   -> `{"deleted": bool}`
 //! - `POST /devices/{device}/drop-entries?table_id=T&count=N`
@@ -27,6 +29,7 @@ pub(crate) fn router(emu: Emulator) -> Router {
     Router::new()
         .route("/stats", get(all_stats))
         .route("/stats/{device}", get(device_stats))
+        .route("/stats/{device}/dataplane", get(dataplane_stats))
         .route("/devices/{device}/delete-entry", post(delete_entry))
         .route("/devices/{device}/drop-entries", post(drop_entries))
         .route("/devices/{device}/inject-entry", post(inject_entry))
@@ -58,6 +61,19 @@ async fn device_stats(State(emu): State<Emulator>, Path(device): Path<u64>) -> R
     match emu.stats(device) {
         Some(s) => Json(s).into_response(),
         None => error(StatusCode::NOT_FOUND, format!("unknown device id {device}")),
+    }
+}
+
+async fn dataplane_stats(State(emu): State<Emulator>, Path(device): Path<u64>) -> Response {
+    match emu.registry.engines.engine(device) {
+        Ok(e) => Json(json!({
+            "device_id": device,
+            "pipeline": e.pipeline(),
+            "stats": e.stats(),
+        }))
+        .into_response(),
+        // Unknown device, not a DPDK target, or no pipeline yet.
+        Err(s) => error(StatusCode::NOT_FOUND, s.message()),
     }
 }
 

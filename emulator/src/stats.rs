@@ -23,6 +23,7 @@ pub(crate) struct Counters {
     pub failed_updates: AtomicU64,
     pub entities_read: AtomicU64,
     pub drift_deletes: AtomicU64,
+    pub refused_writes: AtomicU64,
 }
 
 /// Snapshot of a device's counters and contents (the stats JSON).
@@ -44,6 +45,10 @@ pub struct DeviceStats {
     pub entities_read: u64,
     /// Entries removed through the drift helpers.
     pub drift_deletes: u64,
+    /// Write-like P4Runtime calls refused PERMISSION_DENIED because the
+    /// caller was not the primary.
+    #[serde(default)]
+    pub refused_writes: u64,
     pub pipeline_set: bool,
     /// Cookie of the committed pipeline config, if any.
     pub cookie: Option<u64>,
@@ -76,6 +81,7 @@ impl Device {
             failed_updates: get(&c.failed_updates),
             entities_read: get(&c.entities_read),
             drift_deletes: get(&c.drift_deletes),
+            refused_writes: get(&c.refused_writes),
             primaries: self
                 .p4runtime
                 .arbitration

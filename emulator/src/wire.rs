@@ -79,6 +79,18 @@ impl<'a> Reader<'a> {
         Err(WireError("varint longer than 10 bytes"))
     }
 
+    /// Whether every field has been read.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// The next bare varint (an element of a packed repeated field).
+    #[inline]
+    pub fn varint_value(&mut self) -> Result<u64, WireError> {
+        self.varint()
+    }
+
     #[inline]
     fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
         if n > self.buf.len() {

@@ -1,7 +1,7 @@
 //! p4fleet's columnar BulkWrite on the emulator, through real tonic clients:
 //! what it writes reads back through P4Runtime exactly as standard writes.
 
-use std::time::Duration;
+mod common;
 
 use p4fleet_emulator::{Emulator, EmulatorConfig, RunningEmulator};
 use p4fleet_proto::bulk::{self as bk, bulk_write_client::BulkWriteClient};
@@ -9,9 +9,7 @@ use p4fleet_proto::p4info;
 use p4fleet_proto::p4runtime::{
     self as p4, field_match::FieldMatchType, p4_runtime_client::P4RuntimeClient,
 };
-use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -44,44 +42,13 @@ async fn start() -> (
     )
 }
 
-fn eid(v: u64) -> Option<p4::Uint128> {
-    Some(p4::Uint128 { high: 0, low: v })
-}
-
 /// Becomes primary (election 10) on `device` and sets the test pipeline;
-/// keep the returned sender alive to stay primary.
-async fn primary(
-    c: &mut P4RuntimeClient<Channel>,
-    device: u64,
-) -> (
-    mpsc::Sender<p4::StreamMessageRequest>,
-    tonic::Streaming<p4::StreamMessageResponse>,
-) {
-    let (tx, rx) = mpsc::channel(4);
-    tx.send(p4::StreamMessageRequest {
-        update: Some(p4::stream_message_request::Update::Arbitration(
-            p4::MasterArbitrationUpdate {
-                device_id: device,
-                election_id: eid(10),
-                ..Default::default()
-            },
-        )),
-    })
-    .await
-    .unwrap();
-    let mut stream = c
-        .stream_channel(ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
-    tokio::time::timeout(Duration::from_secs(5), stream.next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+/// keep the returned stream alive to stay primary.
+async fn primary(c: &mut P4RuntimeClient<Channel>, device: u64) -> common::Primary {
+    let primary = common::arbitrate(c, device).await;
     c.set_forwarding_pipeline_config(p4::SetForwardingPipelineConfigRequest {
         device_id: device,
-        election_id: eid(10),
+        election_id: common::eid(10),
         action: p4::set_forwarding_pipeline_config_request::Action::VerifyAndCommit as i32,
         config: Some(p4::ForwardingPipelineConfig {
             p4info: Some(p4info::parse_text(include_str!("data/test.p4info.txt")).unwrap()),
@@ -92,7 +59,7 @@ async fn primary(
     })
     .await
     .unwrap();
-    (tx, stream)
+    primary
 }
 
 fn col(width: u32, values: Vec<u8>) -> Option<bk::Column> {
@@ -123,7 +90,7 @@ fn fw_bulk(device: u64, ty: bk::UpdateType, ids: &[u32]) -> bk::BulkWriteRequest
         .collect();
     bk::BulkWriteRequest {
         device_id: device,
-        election_id: eid(10),
+        election_id: common::eid(10),
         table_id: FIREWALL,
         r#type: ty as i32,
         count: ids.len() as u64,
@@ -179,7 +146,7 @@ fn exact(id: u32, v: &[u8]) -> p4::FieldMatch {
 async fn write_std(c: &mut P4RuntimeClient<Channel>, device: u64, entries: Vec<p4::TableEntry>) {
     c.write(p4::WriteRequest {
         device_id: device,
-        election_id: eid(10),
+        election_id: common::eid(10),
         updates: entries
             .into_iter()
             .map(|te| p4::Update {
@@ -303,7 +270,7 @@ async fn arbitration_is_enforced() {
     assert_eq!(e.code(), Code::PermissionDenied);
     let _p = primary(&mut c, 1).await;
     let mut req = fw_bulk(1, bk::UpdateType::Insert, &[1]);
-    req.election_id = eid(9);
+    req.election_id = common::eid(9);
     let e = b.write(req).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied);
     let e = b
@@ -322,7 +289,7 @@ async fn lpm_ternary_range_optional_priorities_and_table_size() {
     // Route (LPM, size 3): the 4th row does not fit.
     let req = bk::BulkWriteRequest {
         device_id: 1,
-        election_id: eid(10),
+        election_id: common::eid(10),
         table_id: ROUTE,
         r#type: bk::UpdateType::Insert as i32,
         count: 4,
@@ -348,7 +315,7 @@ async fn lpm_ternary_range_optional_priorities_and_table_size() {
     // fields per row (zero mask, full range, not present).
     let req = bk::BulkWriteRequest {
         device_id: 1,
-        election_id: eid(10),
+        election_id: common::eid(10),
         table_id: ACL,
         r#type: bk::UpdateType::Insert as i32,
         count: 3,

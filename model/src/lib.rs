@@ -9,6 +9,9 @@
 //!   place besides [`entries::TableSchema`] that walks a P4Info).
 //! - [`sync`]: what to write so a table holds a set's entries (ownership,
 //!   plan, write phases) and the tallies of what a sync did.
+//! - [`pipeline_config`]: the packed device config a DPDK target
+//!   (infrap4d) takes: `BfPipelineConfig` with bfrt.json, context.json and
+//!   the `.spec`.
 //!
 //! The crate knows nothing of Kubernetes, gRPC transports or async
 //! runtimes: its Cargo.toml lists none, so the compiler holds the line.
@@ -17,4 +20,5 @@
 pub mod bulk;
 pub mod entries;
 pub mod p4info;
+pub mod pipeline_config;
 pub mod sync;

@@ -156,6 +156,10 @@ fn table_schema(p4info: &P4Info, t: &p4info::Table) -> Result<TableSchema, Entry
 /// each names the table, field or action.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Problem {
+    /// Empty, or tables only elsewhere: loading it removes every table
+    /// (and entry) from the switches that run it.
+    #[error("has no tables (an empty P4Info would remove every table from its switches)")]
+    NoTables,
     #[error("{kind}[{index}] has no preamble")]
     NoPreamble { kind: &'static str, index: usize },
     #[error("{kind}[{index}] has no name")]
@@ -221,6 +225,9 @@ fn name_of(p: &Option<p4info::Preamble>) -> &str {
 /// What in a P4Info would make table writes fail, in P4Info order.
 pub fn validate(p: &P4Info) -> Vec<Problem> {
     let mut problems = Vec::new();
+    if p.tables.is_empty() {
+        problems.push(Problem::NoTables);
+    }
     let mut ids: BTreeMap<u32, String> = BTreeMap::new();
     let mut check_preamble = |kind: &'static str,
                               index: usize,
@@ -437,6 +444,15 @@ mod tests {
         assert_eq!(tables(&p)[1].match_fields, ["hdr.ipv4.dstAddr:lpm:32"]);
         assert_eq!(action_names(&p).len(), 5);
         assert_eq!(action_names(&p)[0], "NoAction");
+    }
+
+    #[test]
+    fn an_empty_or_table_less_p4info_is_a_problem() {
+        assert_eq!(validate(&P4Info::default()), vec![Problem::NoTables]);
+        let mut p = p4i(FIREWALL);
+        p.tables.clear();
+        assert_eq!(validate(&p), vec![Problem::NoTables]);
+        assert!(Problem::NoTables.to_string().starts_with("has no tables"));
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod field {
     pub const TOFINO_BINARY: &str = "spec.artifacts.tofino.binary";
     pub const DPDK_SPEC: &str = "spec.artifacts.dpdk.spec";
     pub const DPDK_CONTEXT: &str = "spec.artifacts.dpdk.context";
+    pub const DPDK_BFRT_JSON: &str = "spec.artifacts.dpdk.bfrtJson";
     pub const FPGA_BITSTREAM: &str = "spec.artifacts.fpga.bitstream";
 }
 
@@ -47,6 +48,9 @@ pub fn sources(spec: &P4ProgramSpec) -> Vec<(&'static str, &ArtifactSource)> {
         out.push((field::DPDK_SPEC, &d.spec));
         if let Some(c) = &d.context {
             out.push((field::DPDK_CONTEXT, c));
+        }
+        if let Some(b) = &d.bfrt_json {
+            out.push((field::DPDK_BFRT_JSON, b));
         }
     }
     if let Some(f) = &a.fpga {

@@ -47,7 +47,33 @@ pub struct OperatorArgs {
     /// $POD_NAMESPACE (identity $POD_NAME), so several replicas can run.
     #[arg(long, env = "P4FLEET_LEADER_ELECTION")]
     pub leader_election: bool,
-    /// Seconds between periodic re-reconciles (drift checks, probes).
+    /// Leader election: seconds a Lease stays valid without renewal.
+    #[arg(
+        long,
+        default_value_t = 15,
+        env = "P4FLEET_LEASE_DURATION_SECONDS",
+        value_parser = clap::value_parser!(u64).range(1..=3600)
+    )]
+    pub lease_duration_seconds: u64,
+    /// Leader election: the leader stops its controllers when it could not
+    /// renew for this long (must be below the lease duration).
+    #[arg(
+        long,
+        default_value_t = 10,
+        env = "P4FLEET_RENEW_DEADLINE_SECONDS",
+        value_parser = clap::value_parser!(u64).range(1..=3600)
+    )]
+    pub renew_deadline_seconds: u64,
+    /// Leader election: seconds between renewals (and candidate retries).
+    #[arg(
+        long,
+        default_value_t = 2,
+        env = "P4FLEET_RETRY_PERIOD_SECONDS",
+        value_parser = clap::value_parser!(u64).range(1..=3600)
+    )]
+    pub retry_period_seconds: u64,
+    /// Seconds between full resyncs: every TableEntrySet reads its tables
+    /// back and repairs what differs.
     #[arg(
         long,
         default_value_t = 60,
@@ -55,6 +81,12 @@ pub struct OperatorArgs {
         value_parser = clap::value_parser!(u64).range(1..=86400)
     )]
     pub resync_seconds: u64,
+    /// Seconds between cheap drift checks: Switch probes and pipeline
+    /// cookies (a lost or restarted device is noticed at once anyway, by
+    /// its broken stream).
+    #[arg(long, default_value_t = 10, env = "P4FLEET_DRIFT_SECONDS",
+        value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub drift_seconds: u64,
     /// Watch namespaced resources only in this namespace (Switches are cluster-scoped).
     #[arg(long, env = "P4FLEET_WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
@@ -187,6 +219,7 @@ mod tests {
             "--log-format=json",
             "--log-level=info",
             "--resync-seconds=60",
+            "--drift-seconds=5",
             "--leader-election",
             "--watch-namespace=team-a",
         ])
@@ -196,6 +229,7 @@ mod tests {
         };
         assert_eq!(a.log_format, LogFormat::Json);
         assert!(a.leader_election);
+        assert_eq!((a.resync_seconds, a.drift_seconds), (60, 5));
         assert_eq!(a.watch_namespace.as_deref(), Some("team-a"));
         assert!(Cli::try_parse_from(["p4fleet", "operator", "--resync-seconds=0"]).is_err());
     }

@@ -16,8 +16,12 @@ use crate::status::Events;
 /// Operator-wide settings from the command line.
 #[derive(Clone, Debug)]
 pub struct OperatorConfig {
-    /// Default period of drift checks and idle requeues.
+    /// Default period of full resyncs: TableEntrySets read their tables
+    /// back and repair what differs.
     pub resync: Duration,
+    /// Period of the cheap checks between resyncs: Switch probes and the
+    /// pipeline cookie of each VirtualSwitch (one small RPC each).
+    pub drift: Duration,
     /// Controller name written into Events.
     pub reporter: String,
     /// This replica's identity (pod name) for Events and the leader lease.
@@ -30,6 +34,7 @@ impl Default for OperatorConfig {
     fn default() -> Self {
         OperatorConfig {
             resync: Duration::from_secs(60),
+            drift: Duration::from_secs(10),
             reporter: "p4fleet".into(),
             instance: None,
             watch_namespace: None,

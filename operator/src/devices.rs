@@ -7,12 +7,21 @@
 //! arbitration / subscription of each device id open in the background, so
 //! a write simply waits until this operator is accepted again.
 //!
+//! Device changes: each connection's [`Device::changes`] is forwarded,
+//! as the Switch's name, to every [`DevicePool::subscribe`]r (the
+//! controllers turn it into reconciles of what runs on that Switch), and
+//! [`DevicePool::notify`] adds changes the pool cannot see (a pipeline
+//! pushed). A device that restarts is so re-pushed at once, not at the
+//! next resync.
+//!
 //! Slots: on a Switch, slot `n` is device id `spec.deviceId + n` (the
 //! emulator hosts several devices per process, so one endpoint can host
 //! several VirtualSwitches).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+use tokio::sync::broadcast;
 
 use kube::ResourceExt;
 use p4fleet_client::{Device, Error, Identity, Protocol, Target, TlsSettings};
@@ -39,8 +48,15 @@ pub fn target(sw: &Switch) -> Target {
 /// Connections to devices, keyed by Switch name.
 pub struct DevicePool {
     devices: Mutex<HashMap<String, Arc<Device>>>,
-    identity: Identity,
+    /// Who this replica says it is to devices (`crate::fencing`).
+    identity: Mutex<Identity>,
+    /// Names of Switches whose device changed (see the module docs).
+    changes: broadcast::Sender<String>,
 }
+
+/// Buffered device changes per subscriber; a subscriber that falls further
+/// behind is told it lagged (and then reconciles everything).
+const CHANGES: usize = 1024;
 
 impl Default for DevicePool {
     fn default() -> Self {
@@ -49,29 +65,40 @@ impl Default for DevicePool {
 }
 
 impl DevicePool {
-    /// A pool whose connections claim primary with election id
-    /// `(0, unix seconds of start)`: a newer operator replica (after a
-    /// leader change) outranks the old one.
+    /// A pool for a replica without leader election
+    /// ([`crate::fencing::identity_without_lease`]); a leader sets its
+    /// term's identity with [`DevicePool::set_identity`].
     pub fn new() -> Self {
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(1);
-        DevicePool::with_election_id(secs.max(1))
+        DevicePool::with_identity(crate::fencing::identity_without_lease())
     }
 
     /// A pool with an explicit election id (tests, tools).
     pub fn with_election_id(election_id: u64) -> Self {
+        DevicePool::with_identity(Identity {
+            election_id: u128::from(election_id),
+            // BFRT client ids are small integers; keep the low bits of
+            // the election id so a newer operator still differs from
+            // an old one.
+            client_id: (election_id & 0xffff) as u32,
+        })
+    }
+
+    pub fn with_identity(identity: Identity) -> Self {
         DevicePool {
             devices: Mutex::new(HashMap::new()),
-            identity: Identity {
-                election_id: u128::from(election_id),
-                // BFRT client ids are small integers; keep the low bits of
-                // the election id so a newer operator still differs from
-                // an old one.
-                client_id: (election_id & 0xffff) as u32,
-            },
+            changes: broadcast::Sender::new(CHANGES),
+            identity: Mutex::new(identity),
         }
+    }
+
+    /// The identity for connections made from now on (set by the leader
+    /// before its controllers start, so before the first connection).
+    pub fn set_identity(&self, identity: Identity) {
+        *self.identity.lock().unwrap_or_else(|e| e.into_inner()) = identity;
+    }
+
+    pub fn identity(&self) -> Identity {
+        *self.identity.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The device for this Switch, connecting (lazily) on first use or when
@@ -86,9 +113,26 @@ impl DevicePool {
         {
             return Ok(d.clone());
         }
-        let dev = Arc::new(Device::connect(target, self.identity)?);
+        let dev = Arc::new(Device::connect(target, self.identity())?);
+        tokio::spawn(forward_changes(
+            dev.changes(),
+            self.changes.clone(),
+            name.clone(),
+        ));
         devices.insert(name, dev.clone());
         Ok(dev)
+    }
+
+    /// Names of Switches whose device changed, from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<String> {
+        self.changes.subscribe()
+    }
+
+    /// Tells subscribers that the device of Switch `name` changed in a way
+    /// only its caller knows (e.g. a pipeline was pushed).
+    pub fn notify(&self, name: &str) {
+        // No subscriber (tests, tools) is fine.
+        let _ = self.changes.send(name.to_string());
     }
 
     /// The existing device of a Switch, if connected.
@@ -97,11 +141,30 @@ impl DevicePool {
         devices.get(name).cloned()
     }
 
+    /// The Switches with a connection.
+    pub fn names(&self) -> Vec<String> {
+        let devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        devices.keys().cloned().collect()
+    }
+
     /// Drops the connection of a Switch (deleted or changed). Background
     /// tasks end once the last `Arc<Device>` is gone.
     pub fn forget(&self, name: &str) {
         let mut devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
         devices.remove(name);
+    }
+}
+
+/// Sends `name` on `to` whenever the device's epoch changes; ends with the
+/// device.
+async fn forward_changes(
+    mut epochs: tokio::sync::watch::Receiver<u64>,
+    to: broadcast::Sender<String>,
+    name: String,
+) {
+    while epochs.changed().await.is_ok() {
+        tracing::debug!(switch = %name, "device changed");
+        let _ = to.send(name.clone());
     }
 }
 
@@ -134,7 +197,7 @@ mod tests {
     #[tokio::test]
     async fn connections_are_reused_until_the_target_changes() {
         let pool = DevicePool::with_election_id(0x1_0007);
-        assert_eq!(pool.identity.client_id, 7);
+        assert_eq!(pool.identity().client_id, 7);
         let spec = |port: u16| {
             serde_json::json!({"target": "Bmv2", "endpoint": format!("127.0.0.1:{port}"),
                 "deviceId": 1, "slots": 1})
@@ -153,5 +216,36 @@ mod tests {
                 "tlsSecretRef": {"name": "certs", "namespace": "ns"}}),
         );
         assert!(matches!(pool.connect(&tls), Err(Error::TlsUnsupported)));
+    }
+
+    #[tokio::test]
+    async fn a_forgotten_switch_ends_its_tasks_and_device_changes_are_named() {
+        let pool = DevicePool::with_election_id(1);
+        let mut changes = pool.subscribe();
+        // Nothing listens there: the session keeps re-connecting.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let spec = serde_json::json!({"target": "Bmv2", "endpoint": format!("127.0.0.1:{port}"),
+            "deviceId": 1, "slots": 1});
+        let dev = pool.connect(&switch("gone", spec)).unwrap();
+        dev.observe(0);
+        let mut epochs = dev.changes();
+        pool.notify("gone");
+        assert_eq!(changes.recv().await.unwrap(), "gone");
+        assert_eq!(pool.names(), ["gone"]);
+        drop(dev);
+        pool.forget("gone");
+        assert!(pool.names().is_empty());
+        // Its session task is gone with it: the epoch sender is dropped.
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            while epochs.changed().await.is_ok() {}
+        })
+        .await;
+        assert!(
+            ended.is_ok(),
+            "the session of a forgotten Switch still runs"
+        );
     }
 }

@@ -8,7 +8,8 @@
 //! digest), `devices` (one client connection per Switch), `convert` (CRD
 //! enums in the model's and client's terms), plus the runtime pieces
 //! (`context`, `status`, `metrics`, `http`, `telemetry`, `leader`, `cli`),
-//! and `entries_cli` (the offline `p4fleet entries` tools).
+//! `fencing` (the device identity a leader's term gives it) and
+//! `entries_cli` (the offline `p4fleet entries` tools).
 
 pub mod artifacts;
 pub mod cli;
@@ -17,6 +18,7 @@ pub mod controllers;
 pub mod convert;
 pub mod devices;
 pub mod entries_cli;
+pub mod fencing;
 pub mod http;
 pub mod leader;
 pub mod metrics;

@@ -81,6 +81,7 @@ async fn operator(args: OperatorArgs) -> anyhow::Result<()> {
     let client = kube::Client::try_default().await?;
     let config = OperatorConfig {
         resync: Duration::from_secs(args.resync_seconds),
+        drift: Duration::from_secs(args.drift_seconds),
         reporter: "p4fleet".into(),
         instance: std::env::var("POD_NAME").ok(),
         watch_namespace: args.watch_namespace.clone(),
@@ -105,15 +106,31 @@ async fn operator(args: OperatorArgs) -> anyhow::Result<()> {
                 std::process::id()
             )
         });
-        let elector = Elector::new(client.clone(), LeaderConfig::new(namespace, identity));
+        let cfg = LeaderConfig {
+            lease_duration: Duration::from_secs(args.lease_duration_seconds),
+            renew_deadline: Duration::from_secs(args.renew_deadline_seconds),
+            retry_period: Duration::from_secs(args.retry_period_seconds),
+            ..LeaderConfig::new(namespace, identity)
+        };
+        let elector = Elector::new(client.clone(), cfg)?;
         ctx.readiness.set_standby(true);
-        tokio::select! {
-            _ = elector.acquire() => {}
+        let term = tokio::select! {
+            term = elector.acquire() => term,
             _ = shutdown.clone() => {
                 let _ = http.await;
                 return Ok(());
             }
-        }
+        };
+        // Before any controller connects: devices see this term's
+        // election id, above every earlier leader's.
+        let identity = p4fleet::fencing::identity_for_term(term);
+        ctx.devices.set_identity(identity);
+        tracing::info!(
+            term = term.0,
+            election_id = %identity.election_id,
+            client_id = identity.client_id,
+            "device identity from the lease term"
+        );
         ctx.readiness.set_standby(false);
         Some(elector)
     } else {

@@ -195,6 +195,26 @@ impl Metrics {
     }
 
     /// Records one Write RPC: its latency and the accepted/refused updates.
+    /// Removes every series of a Switch (deleted): a gone Switch is not
+    /// "disconnected", it has no series at all.
+    pub fn forget_switch(&self, switch: &str) {
+        let s = SwitchLabel {
+            switch: switch.into(),
+        };
+        self.write_requests.remove(&s);
+        self.write_request_duration.remove(&s);
+        self.pipeline_loads.remove(&s);
+        self.switch_connected.remove(&s);
+        for op in ["delete", "write"] {
+            let w = WriteLabels {
+                switch: switch.into(),
+                op: op.into(),
+            };
+            self.entries_written.remove(&w);
+            self.entries_failed.remove(&w);
+        }
+    }
+
     pub fn write_request(&self, switch: &str, op: &str, ok: u64, failed: u64, took: Duration) {
         let s = SwitchLabel {
             switch: switch.into(),
@@ -261,5 +281,23 @@ mod tests {
         assert!(text.contains("p4fleet_entries_written_total{switch=\"sw1\",op=\"insert\"} 10"));
         assert!(text.contains("p4fleet_reconcile_duration_seconds_count{kind=\"Switch\"} 1"));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn a_forgotten_switch_has_no_series() {
+        let m = Metrics::new();
+        m.write_request("sw1", "write", 10, 0, Duration::from_millis(2));
+        m.write_request("sw2", "write", 1, 0, Duration::from_millis(2));
+        for sw in ["sw1", "sw2"] {
+            let s = SwitchLabel { switch: sw.into() };
+            m.switch_connected.get_or_create(&s).set(1);
+        }
+        m.forget_switch("sw1");
+        let text = m.encode();
+        assert!(!text.contains("switch=\"sw1\""), "{text}");
+        assert!(
+            text.contains("p4fleet_switch_connected{switch=\"sw2\"} 1"),
+            "{text}"
+        );
     }
 }

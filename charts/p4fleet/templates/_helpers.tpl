@@ -70,11 +70,3 @@ Container image reference: digest wins over tag; tag defaults to appVersion.
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
 {{- end }}
-
-{{/*
-Whether leader election is on: by value, or forced by more than one replica.
-Returns "true" or "".
-*/}}
-{{- define "p4fleet.leaderElection" -}}
-{{- if or .Values.operator.leaderElection.enabled (gt (int .Values.replicaCount) 1) }}true{{- end }}
-{{- end }}

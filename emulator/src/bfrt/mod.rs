@@ -9,7 +9,7 @@
 //! one by name, then Write and Read. See docs/bfrt.md.
 
 mod device;
-mod schema;
+pub(crate) mod schema;
 mod service;
 mod store;
 mod wire;

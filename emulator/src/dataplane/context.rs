@@ -1,12 +1,15 @@
-//! Where a packet waits while its async extern call runs: a per-worker
-//! pool of preallocated contexts (T4P4S's context pool). Exhaustion is an
-//! answer (`None`: the caller drops the packet and counts it), never a
-//! wait.
+//! What a packet holds while its async extern call runs: a reservation
+//! in its extern's per-worker context pool (T4P4S's context pool), which
+//! bounds how many packets may wait. Exhaustion is an answer (`None`: the
+//! caller drops the packet and counts it), never a wait.
 //!
-//! The two suspend methods cost what they cost in T4P4S:
+//! The packet itself does not move: it runs in its descriptor slot from rx
+//! on (`worker.rs`), so the two suspend methods cost what they cost in
+//! T4P4S on top of that:
 //!
-//! - PacketDescriptor: the packet's descriptor (program counter, metadata,
-//!   header offsets: a few cache lines) is copied into the slot and back.
+//! - PacketDescriptor: nothing more. The descriptor (program counter,
+//!   metadata, header offsets) already is the packet's saved state, and
+//!   resuming continues at its program counter.
 //! - Context: T4P4S turns packet handlers into ucontext coroutines. What
 //!   that costs per call and is modelled here: glibc's `getcontext` and
 //!   `swapcontext` each make an `rt_sigprocmask` system call (save / restore
@@ -23,61 +26,63 @@
 /// changes it.
 pub const DEFAULT_CONTEXT_BYTES: usize = 8192;
 
-/// Fixed-capacity pool of `T` slots with optional coroutine images.
-pub struct ContextPool<T> {
-    slots: Box<[T]>,
+/// A fixed number of contexts, with a coroutine image each for the
+/// Context method.
+pub struct ContextPool {
+    capacity: u32,
+    in_use: u32,
+    /// Context method: free image slots.
     free: Vec<u32>,
     /// Context method: one `context_bytes` image per slot.
     images: Box<[u8]>,
     context_bytes: usize,
 }
 
-impl<T: Copy + Default> ContextPool<T> {
-    /// `capacity` slots; `context_bytes` > 0 allocates the images of the
+impl ContextPool {
+    /// `capacity` contexts; `context_bytes` > 0 allocates the images of the
     /// Context method.
-    pub fn new(capacity: u32, context_bytes: usize) -> ContextPool<T> {
+    pub fn new(capacity: u32, context_bytes: usize) -> ContextPool {
+        let images = if context_bytes > 0 { capacity } else { 0 };
         ContextPool {
-            slots: vec![T::default(); capacity as usize].into_boxed_slice(),
-            free: (0..capacity).rev().collect(),
-            images: vec![0u8; capacity as usize * context_bytes].into_boxed_slice(),
+            capacity,
+            in_use: 0,
+            free: (0..images).rev().collect(),
+            images: vec![0u8; images as usize * context_bytes].into_boxed_slice(),
             context_bytes,
         }
     }
 
     pub fn capacity(&self) -> u32 {
-        self.slots.len() as u32
+        self.capacity
     }
 
     pub fn in_use(&self) -> u32 {
-        (self.slots.len() - self.free.len()) as u32
+        self.in_use
     }
 
-    /// Parks `value`; `None` when every slot is taken.
+    /// Takes a context; `None` when all are taken. The answer is the image
+    /// slot (Context method; 0 otherwise).
     #[inline]
-    pub fn park(&mut self, value: &T) -> Option<u32> {
-        let i = self.free.pop()?;
-        self.slots[i as usize] = *value;
-        Some(i)
+    pub fn acquire(&mut self) -> Option<u32> {
+        if self.in_use == self.capacity {
+            return None;
+        }
+        self.in_use += 1;
+        if self.context_bytes == 0 {
+            return Some(0);
+        }
+        self.free.pop()
     }
 
-    /// The parked value of slot `i` (still owned by the pool).
+    /// Gives back a context [`ContextPool::acquire`] returned.
     #[inline]
-    pub fn get(&self, i: u32) -> &T {
-        &self.slots[i as usize]
-    }
-
-    /// The parked value of slot `i`, to update it in place.
-    #[inline]
-    pub fn get_mut(&mut self, i: u32) -> &mut T {
-        &mut self.slots[i as usize]
-    }
-
-    /// Takes the value out and frees the slot.
-    #[inline]
-    pub fn unpark(&mut self, i: u32) -> T {
-        debug_assert!(!self.free.contains(&i), "slot {i} freed twice");
-        self.free.push(i);
-        self.slots[i as usize]
+    pub fn release(&mut self, slot: u32) {
+        debug_assert!(self.in_use > 0, "context released twice");
+        self.in_use -= 1;
+        if self.context_bytes > 0 {
+            debug_assert!(!self.free.contains(&slot), "slot {slot} freed twice");
+            self.free.push(slot);
+        }
     }
 
     /// Context method, suspend: saves the signal mask (as getcontext does)
@@ -116,31 +121,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn exhaustion_is_an_answer_and_slots_come_back() {
-        let mut p: ContextPool<u64> = ContextPool::new(2, 0);
-        let a = p.park(&10).unwrap();
-        let b = p.park(&20).unwrap();
-        assert_eq!(p.park(&30), None);
+    fn exhaustion_is_an_answer_and_contexts_come_back() {
+        let mut p = ContextPool::new(2, 0);
+        let a = p.acquire().unwrap();
+        let b = p.acquire().unwrap();
+        assert_eq!(p.acquire(), None);
         assert_eq!(p.in_use(), 2);
-        assert_eq!(*p.get(b), 20);
-        assert_eq!(p.unpark(a), 10);
+        p.release(a);
         assert_eq!(p.in_use(), 1);
-        let c = p.park(&40).unwrap();
-        assert_eq!(c, a);
-        assert_eq!(p.unpark(c), 40);
-        assert_eq!(p.unpark(b), 20);
+        assert!(p.acquire().is_some());
+        p.release(b);
+        p.release(a);
         assert_eq!(p.in_use(), 0);
         assert_eq!(p.capacity(), 2);
     }
 
     #[test]
-    fn context_images_round_trip() {
-        let mut p: ContextPool<u8> = ContextPool::new(3, 64);
-        let mut stack = [7u8; 64];
-        let i = p.park(&1).unwrap();
-        p.save_context(i, &stack);
-        stack.fill(0);
-        p.restore_context(i, &mut stack);
+    fn context_images_round_trip_per_slot() {
+        let mut p = ContextPool::new(3, 64);
+        let (a, b) = (p.acquire().unwrap(), p.acquire().unwrap());
+        assert_ne!(a, b);
+        p.save_context(a, &[7u8; 64]);
+        p.save_context(b, &[9u8; 64]);
+        let mut stack = [0u8; 64];
+        p.restore_context(a, &mut stack);
         assert_eq!(stack, [7u8; 64]);
+        p.restore_context(b, &mut stack);
+        assert_eq!(stack, [9u8; 64]);
+        p.release(a);
+        assert_eq!(p.acquire(), Some(a));
     }
 }

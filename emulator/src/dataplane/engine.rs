@@ -69,6 +69,10 @@ pub struct EngineConfig {
     /// Copy the first N transmitted packets for inspection (tests); 0 = off.
     /// Capturing allocates per captured packet.
     pub capture: usize,
+    /// Cores this target sets aside for extern work: the most dedicated
+    /// cores one extern may get (0 = none, so no DedicatedCores executor).
+    /// `None` = the machine's cores.
+    pub extern_cores: Option<u32>,
 }
 
 impl Default for EngineConfig {
@@ -83,6 +87,7 @@ impl Default for EngineConfig {
             table_sync_interval: Duration::from_millis(1),
             stats_interval: Duration::from_secs(1),
             capture: 0,
+            extern_cores: None,
         }
     }
 }
@@ -95,6 +100,51 @@ pub struct ExternInfo {
     pub p4info_id: u32,
     pub kind: ExternKind,
     pub capabilities: Capabilities,
+}
+
+/// A program loaded from its `.spec`, bound to its P4Info, with every
+/// extern implemented and the configuration checked: everything that can
+/// refuse a pipeline, before any thread starts.
+pub struct LoadedProgram {
+    program: Program,
+    binding: Binding,
+    kinds: Vec<ExternKind>,
+    config: EngineConfig,
+}
+
+impl LoadedProgram {
+    pub fn load(
+        spec_text: &str,
+        p4info: &P4Info,
+        config: EngineConfig,
+    ) -> Result<LoadedProgram, EngineError> {
+        let program = spec::load(spec_text)?;
+        let binding = bind::bind(&program, p4info)?;
+        LoadedProgram::new(program, binding, config)
+    }
+
+    pub fn new(
+        program: Program,
+        binding: Binding,
+        config: EngineConfig,
+    ) -> Result<LoadedProgram, EngineError> {
+        check_config(&config)?;
+        let kinds = program
+            .externs
+            .iter()
+            .map(|n| ExternKind::from_name(n).ok_or_else(|| EngineError::UnknownExtern(n.clone())))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(LoadedProgram {
+            program,
+            binding,
+            kinds,
+            config,
+        })
+    }
+
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
 }
 
 /// Transmitted packets copied for inspection.
@@ -206,9 +256,7 @@ impl Engine {
         source: Arc<dyn TableSource>,
         config: EngineConfig,
     ) -> Result<Engine, EngineError> {
-        let program = spec::load(spec_text)?;
-        let binding = bind::bind(&program, p4info)?;
-        Engine::new(program, binding, source, config)
+        Engine::from_program(LoadedProgram::load(spec_text, p4info, config)?, source)
     }
 
     pub fn new(
@@ -217,12 +265,21 @@ impl Engine {
         source: Arc<dyn TableSource>,
         config: EngineConfig,
     ) -> Result<Engine, EngineError> {
-        check_config(&config)?;
-        let kinds = program
-            .externs
-            .iter()
-            .map(|n| ExternKind::from_name(n).ok_or_else(|| EngineError::UnknownExtern(n.clone())))
-            .collect::<Result<Vec<_>, _>>()?;
+        Engine::from_program(LoadedProgram::new(program, binding, config)?, source)
+    }
+
+    /// The data plane of a loaded program, following `source`'s tables
+    /// (synced once before this returns); stopped.
+    pub fn from_program(
+        loaded: LoadedProgram,
+        source: Arc<dyn TableSource>,
+    ) -> Result<Engine, EngineError> {
+        let LoadedProgram {
+            program,
+            binding,
+            kinds,
+            config,
+        } = loaded;
         let fns = kinds
             .iter()
             .map(|k| ExternFn::new(*k, &config.keys))
@@ -272,7 +329,7 @@ impl Engine {
             source,
             bg,
             kinds,
-            caps: Capabilities::emulated(available_cores()),
+            caps: Capabilities::emulated(config.extern_cores.unwrap_or_else(available_cores)),
             pipeline: config.pipeline,
             bg_stop,
             bg_thread: Some(bg_thread),

@@ -26,7 +26,7 @@ pub mod stats;
 pub mod table;
 mod worker;
 
-pub use engine::{Engine, EngineConfig, EngineError, ExternInfo};
+pub use engine::{Engine, EngineConfig, EngineError, ExternInfo, LoadedProgram};
 pub use policy::{Capabilities, Executor, ExternPolicy, Mode, PolicyError, SuspendMethod};
 pub use service::{EngineRegistry, ExternRuntimeService};
 pub use stats::EngineStats;

@@ -269,6 +269,21 @@ impl Generator {
         self.remaining == Some(0)
     }
 
+    /// Under a rate: nanoseconds from `now_ns` until `n` more packets
+    /// are due (0 when they already are). `None` at line rate, before the
+    /// first poll, and when a finite source is done.
+    pub fn ns_until_due(&self, n: u64, now_ns: u64) -> Option<u64> {
+        let rate = self.rate?;
+        let start = self.start_ns?;
+        let n = match self.remaining {
+            Some(0) => return None,
+            Some(r) => n.min(r),
+            None => n,
+        };
+        let due = (self.generated + n) as u128 * 1_000_000_000 / rate as u128;
+        Some((start + due as u64).saturating_sub(now_ns))
+    }
+
     /// Fills up to `out.len()` buffers; returns how many. Takes buffers from
     /// `free`; stops early when it runs out (the NIC's "no mbuf").
     #[inline]
@@ -412,8 +427,14 @@ mod tests {
         };
         let mut free = pool.free_list();
         let mut g = Generator::new(&cfg, 0, 1);
+        assert_eq!(g.ns_until_due(1, 0), None, "before the first poll");
         assert_eq!(g.rx_burst(&pool, &mut free, &mut out, 1_000_000), 0);
+        // Started at 1 ms: the 4th packet is due at 5 ms.
+        assert_eq!(g.ns_until_due(4, 2_000_000), Some(3_000_000));
         assert_eq!(g.rx_burst(&pool, &mut free, &mut out, 4_000_000), 3);
+        assert_eq!(g.ns_until_due(1, 5_000_000), Some(0));
+        let line = Generator::new(&TrafficConfig::default(), 0, 1);
+        assert_eq!(line.ns_until_due(32, 0), None);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! (normalized) policy reported back. Pure.
 
 /// Execution mode of an extern.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum Mode {
     /// Inline on the worker, the packet waits.
     Sync,
@@ -16,7 +16,7 @@ pub enum Mode {
 }
 
 /// How a packet waits for an async call (T4P4S's two methods).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum SuspendMethod {
     /// Park the packet descriptor (program counter, metadata, header
     /// offsets); resume from the saved program counter. Cheap.
@@ -27,7 +27,7 @@ pub enum SuspendMethod {
 }
 
 /// Where async calls run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum Executor {
     /// An emulated crypto device whose queue the worker polls: the work is
     /// done on the worker's core in bursts (like DPDK's software crypto
@@ -53,7 +53,7 @@ pub const MAX_CONTEXT_POOL: u32 = 1 << 20;
 pub const MAX_QUEUE_DEPTH: u32 = 1 << 16;
 
 /// The settings of one extern.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct ExternPolicy {
     pub mode: Mode,
     /// Async only.
@@ -114,13 +114,17 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
-    /// The emulated DPDK target: no accelerator; dedicated cores up to the
-    /// machine's parallelism.
+    /// The emulated DPDK target: no accelerator; up to `max_cores`
+    /// dedicated extern cores (none: no DedicatedCores executor).
     pub fn emulated(max_cores: u32) -> Capabilities {
+        let mut executors = vec![Executor::InlineCryptoDevice];
+        if max_cores > 0 {
+            executors.push(Executor::DedicatedCores);
+        }
         Capabilities {
             modes: vec![Mode::Sync, Mode::Async, Mode::Skip],
             suspend_methods: vec![SuspendMethod::PacketDescriptor, SuspendMethod::Context],
-            executors: vec![Executor::InlineCryptoDevice, Executor::DedicatedCores],
+            executors,
             max_cores,
         }
     }

@@ -1,6 +1,12 @@
 //! `p4fleet.externs.v1.ExternRuntime` over the emulated data planes: one
 //! [`Engine`] per device, found in an [`EngineRegistry`] (the device
 //! registry registers a device's engine when its pipeline is loaded).
+//!
+//! What a caller probing for the capability gets: an unknown device is
+//! NOT_FOUND; a device that is not a DPDK target (no extern runtime) is
+//! UNIMPLEMENTED, as a target without this service would answer; a DPDK
+//! target without a pipeline is FAILED_PRECONDITION; another pipeline than
+//! the one named is NOT_FOUND.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -14,10 +20,19 @@ use super::engine::Engine;
 use super::policy::{Executor, ExternPolicy, Mode, PolicyError, SuspendMethod};
 use super::stats::{EngineStats, ExternStats};
 
+/// What a device is, for the extern runtime.
+#[derive(Clone)]
+enum Slot {
+    /// Served, but not a DPDK target: it has no extern runtime.
+    Other,
+    /// A DPDK target; its data plane once a pipeline is loaded.
+    Dpdk(Option<Arc<Engine>>),
+}
+
 /// Device id -> data plane.
 #[derive(Clone, Default)]
 pub struct EngineRegistry {
-    engines: Arc<RwLock<HashMap<u64, Arc<Engine>>>>,
+    devices: Arc<RwLock<HashMap<u64, Slot>>>,
 }
 
 impl EngineRegistry {
@@ -25,27 +40,63 @@ impl EngineRegistry {
         EngineRegistry::default()
     }
 
-    /// Registers (or replaces) a device's data plane; returns the old one.
-    pub fn insert(&self, device_id: u64, engine: Arc<Engine>) -> Option<Arc<Engine>> {
-        self.engines
+    /// Declares a served device: a DPDK target (no pipeline yet) or not.
+    pub fn add_device(&self, device_id: u64, dpdk: bool) {
+        let slot = if dpdk { Slot::Dpdk(None) } else { Slot::Other };
+        self.devices
             .write()
             .expect("registry lock")
-            .insert(device_id, engine)
+            .insert(device_id, slot);
     }
 
-    pub fn remove(&self, device_id: u64) -> Option<Arc<Engine>> {
-        self.engines
+    /// Registers (or replaces) a DPDK device's data plane; returns the
+    /// old one.
+    pub fn insert(&self, device_id: u64, engine: Arc<Engine>) -> Option<Arc<Engine>> {
+        match self
+            .devices
             .write()
             .expect("registry lock")
-            .remove(&device_id)
+            .insert(device_id, Slot::Dpdk(Some(engine)))
+        {
+            Some(Slot::Dpdk(old)) => old,
+            _ => None,
+        }
+    }
+
+    /// Takes a DPDK device's data plane away (it has no pipeline now).
+    pub fn remove(&self, device_id: u64) -> Option<Arc<Engine>> {
+        match self
+            .devices
+            .write()
+            .expect("registry lock")
+            .get_mut(&device_id)
+        {
+            Some(Slot::Dpdk(e)) => e.take(),
+            _ => None,
+        }
     }
 
     pub fn get(&self, device_id: u64) -> Option<Arc<Engine>> {
-        self.engines
-            .read()
-            .expect("registry lock")
-            .get(&device_id)
-            .cloned()
+        match self.devices.read().expect("registry lock").get(&device_id) {
+            Some(Slot::Dpdk(e)) => e.clone(),
+            _ => None,
+        }
+    }
+
+    /// The device's data plane, or the gRPC status that says why there is
+    /// none (see the module documentation).
+    pub fn engine(&self, device_id: u64) -> Result<Arc<Engine>, Status> {
+        match self.devices.read().expect("registry lock").get(&device_id) {
+            Some(Slot::Dpdk(Some(e))) => Ok(e.clone()),
+            Some(Slot::Dpdk(None)) => Err(Status::failed_precondition(format!(
+                "device {device_id} has no forwarding pipeline config: its data plane runs once \
+                 a pipeline is set"
+            ))),
+            Some(Slot::Other) => Err(Status::unimplemented(format!(
+                "device {device_id} is not a DPDK target: it has no extern runtime"
+            ))),
+            None => Err(Status::not_found(format!("unknown device id {device_id}"))),
+        }
     }
 }
 
@@ -67,9 +118,7 @@ impl ExternRuntimeService {
 
     fn engine(&self, target: Option<&pb::Target>) -> Result<Arc<Engine>, Status> {
         let t = target.ok_or_else(|| Status::invalid_argument("target is required"))?;
-        let e = self.registry.get(t.device_id).ok_or_else(|| {
-            Status::not_found(format!("device {} has no software data plane", t.device_id))
-        })?;
+        let e = self.registry.engine(t.device_id)?;
         if !t.pipeline.is_empty() && t.pipeline != e.pipeline() {
             return Err(Status::not_found(format!(
                 "device {} runs pipeline {:?}, not {:?}",

@@ -182,7 +182,7 @@ impl WorkerCounters {
 }
 
 /// Drops by cause.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DropCounts {
     pub program: u64,
     pub truncated: u64,
@@ -198,7 +198,7 @@ impl DropCounts {
 }
 
 /// Counters of one table.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct TableStats {
     pub name: String,
     pub table_id: u32,
@@ -214,7 +214,7 @@ pub struct TableStats {
 }
 
 /// Counters of one extern.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ExternStats {
     pub name: String,
     pub policy: ExternPolicy,
@@ -232,7 +232,7 @@ pub struct ExternStats {
 }
 
 /// Everything the data plane counts, summed over workers.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct EngineStats {
     pub running: bool,
     pub workers: u32,

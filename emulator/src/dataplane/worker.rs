@@ -8,6 +8,13 @@
 //! workers it serves, runs the extern on each packet's payload and rings
 //! the completion back. Nothing here locks or allocates: buffers, contexts,
 //! rings and bursts are sized when the run starts.
+//!
+//! Every packet runs in its own descriptor slot from rx on (one slot per
+//! buffer, indexed like the buffer): suspending a packet copies nothing,
+//! the slot simply stays put with its program counter, and resuming
+//! continues there. What a suspended packet holds is a context-pool
+//! reservation of its extern (the pool bounds how many may wait) and, with
+//! the Context method, a coroutine image.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -105,11 +112,19 @@ pub(crate) struct Plan {
 }
 
 /// The packet descriptor: everything the program needs to continue a
-/// packet, and all that PacketDescriptor suspension saves.
+/// packet. It lives in the worker's slot for the packet's buffer from rx
+/// to tx, suspended or not.
+///
+/// The fields every packet touches come first (one cache line), then the
+/// metadata slots (only the program's are reset at rx).
 #[derive(Clone, Copy)]
+#[repr(C)]
 pub(crate) struct Pkt {
     ptr: *mut u8,
-    mbuf: u32,
+    rx_ns: u64,
+    ext_ns: u64,
+    /// Context method: the coroutine image slot while suspended.
+    ctx: u32,
     len: u16,
     cursor: u16,
     pc: u16,
@@ -117,15 +132,13 @@ pub(crate) struct Pkt {
     valid: u8,
     hdr_off: [u16; MAX_HEADERS],
     meta: [u64; MAX_META],
-    rx_ns: u64,
-    ext_ns: u64,
 }
 
 impl Default for Pkt {
     fn default() -> Self {
         Pkt {
             ptr: std::ptr::null_mut(),
-            mbuf: 0,
+            ctx: 0,
             len: 0,
             cursor: 0,
             pc: 0,
@@ -151,12 +164,15 @@ impl Pkt {
     }
 }
 
-/// An async call on its way to an extern core.
+/// An async call on its way to an extern core: the payload, and the
+/// buffer (= descriptor slot) to resume.
 #[derive(Clone, Copy)]
 pub(crate) struct Req {
     ptr: *mut u8,
     len: u32,
-    ctx: u32,
+    mbuf: u32,
+    /// Its context-pool slot (released if the call cannot be queued).
+    slot: u32,
 }
 
 // SAFETY: the buffer behind `ptr` is owned by whoever holds the request
@@ -185,11 +201,12 @@ pub(crate) struct ExtRt {
     inline_device: bool,
     burst: usize,
     queue_depth: usize,
-    pool: ContextPool<Pkt>,
+    pool: ContextPool,
     req: Vec<Producer<Req>>,
     comp: Vec<Consumer<u32>>,
     staged: Vec<Req>,
     next_core: usize,
+    /// The inline crypto device's queue (buffers of submitted calls).
     device: VecDeque<u32>,
     sample: Cell<u32>,
 }
@@ -230,6 +247,10 @@ impl ExtRt {
 
 /// Every this many sync calls, one is timed (two clock reads).
 const SYNC_SAMPLE: u32 = 32;
+/// Every this many async completions, one submit-to-resume time is
+/// recorded (the timestamps are taken anyway; the histogram write is what
+/// sampling saves).
+const ASYNC_SAMPLE: u32 = 8;
 
 /// How long a core busy-polls with nothing to do before it starts
 /// sleeping. DPDK lcores poll forever; this keeps an idle emulator from
@@ -286,6 +307,8 @@ pub(crate) struct Worker {
     epoch: u64,
     ext: Vec<ExtRt>,
     rx: Box<[RxPacket]>,
+    /// One descriptor per buffer of `pool` (same index).
+    descs: Box<[Pkt]>,
     tx: Vec<TxItem>,
     done: Vec<u32>,
     stack: Box<[u8]>,
@@ -325,6 +348,7 @@ impl Worker {
                 plan.rx_burst
             ]
             .into_boxed_slice(),
+            descs: vec![Pkt::default(); plan.mbufs_per_worker as usize].into_boxed_slice(),
             tx: Vec::with_capacity(plan.rx_burst * 2),
             done: Vec::with_capacity(max_done),
             stack: vec![0x5a; plan.context_bytes].into_boxed_slice(),
@@ -343,6 +367,9 @@ impl Worker {
 
     pub fn run(mut self) {
         let mut idle = Idle::new();
+        // Apart from `self`, so that a packet's slot and the worker's other
+        // state can be borrowed together.
+        let mut descs = std::mem::take(&mut self.descs);
         loop {
             let stopping = self.stop.load(Ordering::Relaxed);
             let now = self.shared.now_ns();
@@ -354,11 +381,7 @@ impl Worker {
                 self.epoch = epoch;
             }
             let mut work = 0;
-            for e in 0..self.ext.len() {
-                if self.ext[e].mode == Mode::Async {
-                    work += self.poll(e, now);
-                }
-            }
+            let mut received = 0;
             if !stopping {
                 let n = self
                     .generator
@@ -368,24 +391,45 @@ impl Worker {
                 } else if self.free.available() == 0 {
                     self.counters().rx_nombuf.inc();
                 }
+                let n_meta = self.shared.program.meta.len();
                 for i in 0..n {
                     let r = self.rx[i];
-                    let mut p = Pkt {
-                        ptr: r.ptr,
-                        mbuf: r.mbuf,
-                        len: r.len,
-                        port_in: self.port_in,
-                        rx_ns: now,
-                        ..Pkt::default()
-                    };
-                    let exit = self.exec(&mut p);
-                    self.finish(&p, exit, now);
+                    let p = &mut descs[r.mbuf as usize];
+                    // A fresh packet: no header valid, metadata zero, at
+                    // the first instruction (the rest is written before
+                    // it is read).
+                    p.ptr = r.ptr;
+                    p.len = r.len;
+                    p.cursor = 0;
+                    p.pc = 0;
+                    p.valid = 0;
+                    p.port_in = self.port_in;
+                    p.rx_ns = now;
+                    // (A loop: `fill` calls memset for these few slots.)
+                    for m in &mut p.meta[..n_meta] {
+                        *m = 0;
+                    }
+                    let exit = self.exec(p);
+                    self.finish(r.mbuf, p, exit, now);
                 }
+                received = n;
                 work += n;
             }
+            // Submit, then take what completed (l2fwd-crypto's enqueue
+            // burst, dequeue burst): the inline device completes this
+            // burst's calls now; extern cores' completions arrive by the
+            // next round.
+            let mut polled_at = None;
             for e in 0..self.ext.len() {
                 if !self.ext[e].staged.is_empty() {
                     self.flush(e);
+                }
+                if self.ext[e].mode == Mode::Async {
+                    let at = match polled_at {
+                        Some(t) => t,
+                        None => *polled_at.insert(self.shared.now_ns()),
+                    };
+                    work += self.poll(e, at, &mut descs);
                 }
             }
             if !self.tx.is_empty() {
@@ -403,7 +447,24 @@ impl Worker {
                 }
             } else {
                 idle.reset();
+                if received < self.rx.len() && !stopping && self.in_flight() == 0 {
+                    self.pace(now);
+                }
             }
+        }
+        self.descs = descs;
+    }
+
+    /// Under a packet rate below what the core can do, sleeps until the
+    /// next full rx burst is due (at most 1 ms) instead of spinning on one
+    /// packet at a time: an emulated target at a modest rate then costs
+    /// its host little CPU. At line rate it never sleeps.
+    fn pace(&self, now: u64) {
+        const MIN_SLEEP_NS: u64 = 50_000;
+        if let Some(wait) = self.generator.ns_until_due(self.rx.len() as u64, now)
+            && wait >= MIN_SLEEP_NS
+        {
+            std::thread::sleep(Duration::from_nanos(wait.min(1_000_000)));
         }
     }
 
@@ -562,8 +623,8 @@ impl Worker {
         dropped
     }
 
-    #[inline]
-    fn finish(&mut self, p: &Pkt, exit: Exit, now: u64) {
+    #[inline(always)]
+    fn finish(&mut self, mbuf: u32, p: &mut Pkt, exit: Exit, now: u64) {
         match exit {
             Exit::Tx(port) => {
                 if self.tx.len() == self.tx.capacity() {
@@ -572,7 +633,7 @@ impl Worker {
                 }
                 self.tx.push(TxItem {
                     ptr: p.ptr,
-                    mbuf: p.mbuf,
+                    mbuf,
                     len: p.len,
                     port,
                     rx_ns: p.rx_ns,
@@ -580,35 +641,37 @@ impl Worker {
             }
             Exit::Drop(cause) => {
                 self.counters().drop(cause);
-                self.free.release(p.mbuf);
+                self.free.release(mbuf);
             }
-            Exit::Suspend(e) => self.suspend(e, p, now),
+            Exit::Suspend(e) => self.suspend(e, mbuf, p, now),
         }
     }
 
-    /// Parks `p` for an async call of extern `e`.
-    #[inline]
-    fn suspend(&mut self, e: usize, p: &Pkt, now: u64) {
+    /// Suspends packet `mbuf` (its descriptor `p` stays in its slot) for an
+    /// async call of extern `e`.
+    #[inline(always)]
+    fn suspend(&mut self, e: usize, mbuf: u32, p: &mut Pkt, now: u64) {
         let c = &self.shared.counters[self.id];
         let x = &mut self.ext[e];
-        let Some(ctx) = x.pool.park(p) else {
+        let Some(slot) = x.pool.acquire() else {
             c.drop(DropCause::PoolExhausted);
             c.externs[e].drop_pool.inc();
-            self.free.release(p.mbuf);
+            self.free.release(mbuf);
             return;
         };
-        x.pool.get_mut(ctx).ext_ns = now;
+        p.ext_ns = now;
         if x.context {
-            x.pool.save_context(ctx, &self.stack);
+            p.ctx = slot;
+            x.pool.save_context(slot, &self.stack);
         }
         if x.inline_device {
             if x.device.len() == x.queue_depth {
-                x.pool.unpark(ctx);
+                x.pool.release(slot);
                 c.drop(DropCause::QueueFull);
                 c.externs[e].drop_queue.inc();
-                self.free.release(p.mbuf);
+                self.free.release(mbuf);
             } else {
-                x.device.push_back(ctx);
+                x.device.push_back(mbuf);
                 c.externs[e].submitted.inc();
             }
             return;
@@ -617,7 +680,8 @@ impl Worker {
         x.staged.push(Req {
             ptr,
             len: len as u32,
-            ctx,
+            mbuf,
+            slot,
         });
         if x.staged.len() == x.burst {
             self.flush(e);
@@ -641,37 +705,36 @@ impl Worker {
             c.externs[e].submitted.add(n as u64);
         }
         for r in &x.staged[n..] {
-            let p = x.pool.unpark(r.ctx);
+            x.pool.release(r.slot);
             c.drop(DropCause::QueueFull);
             c.externs[e].drop_queue.inc();
-            self.free.release(p.mbuf);
+            self.free.release(r.mbuf);
         }
         x.staged.clear();
     }
 
     /// Resumes extern `e`'s completed calls (at most one burst per core).
-    fn poll(&mut self, e: usize, now: u64) -> usize {
+    fn poll(&mut self, e: usize, now: u64, descs: &mut [Pkt]) -> usize {
         let mut work = 0;
         if self.ext[e].inline_device {
             // The emulated device completes what it holds, in a burst, on
             // this core (a software crypto PMD's dequeue).
-            let f = &self.shared.ext_fns[e];
+            let shared = self.shared.clone();
+            let f = &shared.ext_fns[e];
             let x = &mut self.ext[e];
             let n = x.device.len().min(x.burst);
-            self.done.clear();
+            if n == 0 {
+                return 0;
+            }
+            self.completed(e, n);
             for _ in 0..n {
-                let ctx = x.device.pop_front().expect("n <= len");
-                let (ptr, len) = x.pool.get(ctx).payload();
-                // SAFETY: the parked packet's buffer belongs to this worker.
+                let mbuf = self.ext[e].device.pop_front().expect("n <= len");
+                let (ptr, len) = descs[mbuf as usize].payload();
+                // SAFETY: the suspended packet's buffer belongs to this worker.
                 f.call(unsafe { std::slice::from_raw_parts_mut(ptr, len) });
-                self.done.push(ctx);
+                self.resume(e, mbuf, now, descs);
             }
-            work += n;
-            for i in 0..n {
-                let ctx = self.done[i];
-                self.resume(e, ctx, now);
-            }
-            return work;
+            return n;
         }
         for core in 0..self.ext[e].comp.len() {
             self.done.clear();
@@ -686,9 +749,10 @@ impl Worker {
             self.done.extend_from_slice(a);
             self.done.extend_from_slice(b);
             chunk.commit_all();
+            self.completed(e, n);
             for i in 0..n {
-                let ctx = self.done[i];
-                self.resume(e, ctx, now);
+                let mbuf = self.done[i];
+                self.resume(e, mbuf, now, descs);
             }
             work += n;
         }
@@ -696,17 +760,31 @@ impl Worker {
     }
 
     #[inline]
-    fn resume(&mut self, e: usize, ctx: u32, now: u64) {
+    fn completed(&self, e: usize, n: usize) {
+        self.counters().externs[e].completed.add(n as u64);
+    }
+
+    /// Continues packet `mbuf` after its async call of extern `e`, at the
+    /// program counter its slot kept.
+    #[inline(always)]
+    fn resume(&mut self, e: usize, mbuf: u32, now: u64, descs: &mut [Pkt]) {
+        let p = &mut descs[mbuf as usize];
         let x = &mut self.ext[e];
         if x.context {
-            x.pool.restore_context(ctx, &mut self.stack);
+            x.pool.restore_context(p.ctx, &mut self.stack);
         }
-        let mut p = x.pool.unpark(ctx);
-        let c = &self.shared.counters[self.id].externs[e];
-        c.completed.inc();
-        c.latency.record(now.saturating_sub(p.ext_ns));
-        let exit = self.exec(&mut p);
-        self.finish(&p, exit, now);
+        x.pool.release(p.ctx);
+        let s = x.sample.get();
+        if s == 0 {
+            x.sample.set(ASYNC_SAMPLE - 1);
+            self.shared.counters[self.id].externs[e]
+                .latency
+                .record(now.saturating_sub(p.ext_ns));
+        } else {
+            x.sample.set(s - 1);
+        }
+        let exit = self.exec(p);
+        self.finish(mbuf, p, exit, now);
     }
 
     /// Sends the tx burst: counts per port, records rx-to-tx latency,
@@ -772,7 +850,7 @@ impl ExternCore {
                     // SAFETY: the request carries ownership of the buffer
                     // until its completion is pushed.
                     f.call(unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len as usize) });
-                    r.ctx
+                    r.mbuf
                 }));
                 chunk.commit_all();
                 work += n;

@@ -2,6 +2,13 @@
 //! election id is the primary; everyone is told on each change
 //! ([`Arbitration`], pure state: the caller holds the device's arbitration
 //! lock). [`check_primary`] is the rule every write-like call applies.
+//!
+//! Two rules for "highest" ([`ArbitrationMode`]): the highest id among the
+//! open streams (lenient, the default), or the spec's rule: the primary is
+//! the stream holding the highest id the device has *ever* seen for the
+//! role, so after the primary goes away a controller with a lower id stays
+//! a backup (Stratum behaves this way). The second is what fences a stale
+//! leader, so the failover tests run with it.
 
 use std::collections::HashMap;
 
@@ -21,6 +28,18 @@ struct StreamSlot {
     tx: StreamTx,
 }
 
+/// Which stream may be primary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ArbitrationMode {
+    /// The open stream with the highest election id.
+    #[default]
+    HighestLive,
+    /// Only a stream holding the highest election id ever seen for the
+    /// role (P4Runtime spec, "Mastership arbitration"): no primary while
+    /// that controller is away.
+    HighestEverSeen,
+}
+
 #[derive(Default)]
 struct RoleState {
     streams: Vec<StreamSlot>,
@@ -29,12 +48,18 @@ struct RoleState {
 }
 
 impl RoleState {
-    fn elect(&self) -> Option<u64> {
-        self.streams
+    fn elect(&self, mode: ArbitrationMode) -> Option<u64> {
+        let live = self
+            .streams
             .iter()
             .filter(|s| s.election_id.is_some())
-            .max_by_key(|s| s.election_id)
-            .map(|s| s.stream_id)
+            .max_by_key(|s| s.election_id)?;
+        match mode {
+            ArbitrationMode::HighestLive => Some(live.stream_id),
+            ArbitrationMode::HighestEverSeen => {
+                (live.election_id >= self.highest).then_some(live.stream_id)
+            }
+        }
     }
 
     fn primary_election(&self) -> Option<u128> {
@@ -103,9 +128,17 @@ pub fn from_uint128(v: &p4::Uint128) -> u128 {
 #[derive(Default)]
 pub(crate) struct Arbitration {
     roles: HashMap<String, RoleState>,
+    mode: ArbitrationMode,
 }
 
 impl Arbitration {
+    pub fn with_mode(mode: ArbitrationMode) -> Self {
+        Arbitration {
+            roles: HashMap::new(),
+            mode,
+        }
+    }
+
     /// Handles a MasterArbitrationUpdate from stream `stream_id`.
     pub fn arbitrate(
         &mut self,
@@ -142,7 +175,7 @@ impl Arbitration {
         if election_id > rs.highest {
             rs.highest = election_id;
         }
-        let elected = rs.elect();
+        let elected = rs.elect(self.mode);
         if elected != rs.primary {
             rs.primary = elected;
             rs.notify(device_id, None);
@@ -158,7 +191,7 @@ impl Arbitration {
             return;
         };
         rs.streams.retain(|s| s.stream_id != stream_id);
-        let elected = rs.elect();
+        let elected = rs.elect(self.mode);
         if elected != rs.primary {
             rs.primary = elected;
             rs.notify(device_id, None);
@@ -191,14 +224,67 @@ pub(crate) fn check_primary(
         .lock()
         .expect("arbitration lock")
         .primary_election(role);
+    let refused = |status| {
+        dev.counters
+            .refused_writes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Err(status)
+    };
     match (primary, election_id) {
         (Some(p), Some(e)) if p == e => Ok(()),
-        (None, _) => Err(Status::permission_denied(format!(
+        (None, _) => refused(Status::permission_denied(format!(
             "no primary controller for role {role:?} of device {}",
             dev.id
         ))),
-        _ => Err(Status::permission_denied(
+        _ => refused(Status::permission_denied(
             "election id is not the primary's",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::mpsc::unbounded_channel;
+
+    /// Arbitrates `(stream, id)` pairs in order; returns the primary's id.
+    fn run(mode: ArbitrationMode, steps: &[(u64, Option<u128>)], closed: &[u64]) -> Option<u128> {
+        let mut a = Arbitration::with_mode(mode);
+        let (tx, _rx) = unbounded_channel();
+        for &(stream, id) in steps {
+            a.arbitrate(1, stream, None, id, &tx).unwrap();
+        }
+        for &stream in closed {
+            a.remove(1, "", stream);
+        }
+        a.primary_election("")
+    }
+
+    #[test]
+    fn the_highest_open_stream_is_primary_in_both_modes() {
+        for mode in [
+            ArbitrationMode::HighestLive,
+            ArbitrationMode::HighestEverSeen,
+        ] {
+            assert_eq!(run(mode, &[(1, Some(5)), (2, Some(9))], &[]), Some(9));
+            assert_eq!(run(mode, &[(1, Some(9)), (2, Some(5))], &[]), Some(9));
+        }
+    }
+
+    #[test]
+    fn a_lower_id_stays_backup_after_the_highest_leaves_only_in_spec_mode() {
+        let steps = [(1, Some(5)), (2, Some(9))];
+        assert_eq!(run(ArbitrationMode::HighestLive, &steps, &[2]), Some(5));
+        assert_eq!(run(ArbitrationMode::HighestEverSeen, &steps, &[2]), None);
+        // A controller that comes back with the highest id (or higher) is primary again.
+        let back = [(1, Some(5)), (2, Some(9)), (3, Some(10))];
+        assert_eq!(run(ArbitrationMode::HighestEverSeen, &back, &[2]), Some(10));
+    }
+
+    #[test]
+    fn a_newer_process_with_a_lower_id_never_becomes_primary_in_spec_mode() {
+        // The start-time bug: the new leader started before the old one.
+        let steps = [(1, Some(200)), (2, Some(100))];
+        assert_eq!(run(ArbitrationMode::HighestEverSeen, &steps, &[1]), None);
     }
 }

@@ -230,14 +230,13 @@ pub fn encode_key(
 /// high bound).
 #[inline]
 pub(crate) fn is_max(v: &[u8], bitwidth: u32) -> bool {
-    let spare = (v.len() as u32 * 8).saturating_sub(bitwidth);
-    v.iter().enumerate().all(|(i, b)| {
-        if i == 0 {
-            *b == 0xff >> spare.min(8)
-        } else {
-            *b == 0xff
-        }
-    })
+    // Byte i (from the end) holds value bits [8i, 8i+8); a column wider than
+    // the field (bulk writes carry the client's width) has zero bytes on top.
+    v.len() as u64 * 8 >= u64::from(bitwidth)
+        && v.iter().rev().enumerate().all(|(i, b)| {
+            let bits = bitwidth.saturating_sub(i as u32 * 8).min(8);
+            *b == if bits == 0 { 0 } else { 0xff >> (8 - bits) }
+        })
 }
 
 /// Checks a direct action of a table entry (`for_default` = as the table's
@@ -415,6 +414,12 @@ mod tests {
         assert!(is_max(&[0x01, 0xff], 9));
         assert!(!is_max(&[0x00, 0xff], 9));
         assert!(is_max(&[0xff, 0xff], 16));
+        // Wider than the field: the top bytes must be zero (and no shift
+        // overflow on the way).
+        assert!(is_max(&[0x00, 0x00, 0x01, 0xff], 9));
+        assert!(!is_max(&[0xff, 0xff, 0xff, 0xff], 9));
+        assert!(!is_max(&[0x01], 9));
+        assert!(!is_max(&[0xff], 9));
     }
 
     #[test]

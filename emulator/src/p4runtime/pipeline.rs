@@ -3,6 +3,9 @@
 //! applied per update and the Read filters. Pure logic; the caller holds
 //! the device's pipeline lock.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use p4fleet_proto::p4runtime::{self as p4, update::Type};
 use prost::Message;
 use tonic::Code;
@@ -24,7 +27,24 @@ const PRESIZE_MAX: usize = 1 << 15;
 pub(crate) struct TableState {
     pub entries: Entries,
     pub default_action: Option<p4::Action>,
+    /// Bumped (under the device's pipeline lock) whenever the entries or
+    /// the default action change, so a data plane following the table
+    /// (`crate::dpdk`) can poll it without the lock.
+    version: Arc<AtomicU64>,
 }
+
+impl TableState {
+    /// Records a change of the entries or the default action.
+    #[inline]
+    pub fn touch(&self) {
+        // Only the lock holder writes: no locked instruction needed.
+        let v = self.version.load(Ordering::Relaxed);
+        self.version.store(v + 1, Ordering::Release);
+    }
+}
+
+/// Distinguishes committed pipelines (a data plane follows one).
+static GENERATION: AtomicU64 = AtomicU64::new(1);
 
 /// A read-only view of one table as installed, for whatever looks entries
 /// up rather than writing them (Read, stats, a data plane); writes go
@@ -65,12 +85,20 @@ impl<'a> TableView<'a> {
     pub fn default_action(&self) -> Option<&'a p4::Action> {
         self.state.default_action.as_ref()
     }
+
+    /// The table's change counter (see `TableState::touch`), to read
+    /// without the lock.
+    pub fn version_counter(&self) -> Arc<AtomicU64> {
+        self.state.version.clone()
+    }
 }
 
 pub(crate) struct Pipeline {
     pub schema: Schema,
     pub config: p4::ForwardingPipelineConfig,
     pub tables: IdMap<TableState>,
+    /// Unique per committed pipeline in this process.
+    pub generation: u64,
 }
 
 impl Pipeline {
@@ -89,6 +117,7 @@ impl Pipeline {
                             Default::default(),
                         ),
                         default_action: t.initial_default.clone(),
+                        version: Arc::default(),
                     },
                 )
             })
@@ -97,6 +126,7 @@ impl Pipeline {
             schema,
             config,
             tables,
+            generation: GENERATION.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -227,6 +257,7 @@ impl Pipeline {
                     ));
                 }
             };
+            state.touch();
             return Ok(Type::Modify);
         }
 
@@ -288,6 +319,7 @@ impl Pipeline {
             }
             Type::Unspecified => unreachable!("checked above"),
         }
+        state.touch();
         Ok(ty)
     }
 

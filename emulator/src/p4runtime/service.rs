@@ -193,6 +193,15 @@ impl P4Runtime for P4RuntimeService {
         dev.check_pipeline_settable()?;
         check_primary(dev, &req.role, req.election_id.as_ref().map(from_uint128))?;
         let action = SetAction::try_from(req.action).unwrap_or(SetAction::Unspecified);
+        if dev.dpdk.is_some() {
+            let (dev, engines) = (dev.clone(), self.registry.engines.clone());
+            tokio::task::spawn_blocking(move || {
+                crate::dpdk::set_pipeline(&dev, &engines, action, req.config)
+            })
+            .await
+            .map_err(|e| Status::internal(e.to_string()))??;
+            return Ok(Response::new(p4::SetForwardingPipelineConfigResponse {}));
+        }
         dev.p4runtime
             .pipeline
             .lock()

@@ -15,6 +15,7 @@ pub mod entry_set;
 pub mod extern_policy;
 pub mod program;
 pub mod switch;
+pub mod switch_probe;
 pub mod virtual_switch;
 
 use std::fmt::Debug;
@@ -61,6 +62,9 @@ pub enum Error {
     /// A deleted TableEntrySet's entries are still on a device.
     #[error("removing entries: {0}")]
     EntriesNotRemoved(entry_set::cleanup::RemovalFailures),
+    /// A deleted AsyncExternPolicy's target still runs it.
+    #[error("restoring the extern defaults: {0}")]
+    PolicyNotRestored(String),
 }
 
 impl Error {
@@ -70,7 +74,7 @@ impl Error {
             Error::Kube(_) => "kube",
             Error::MissingObjectKey(_) => "invalid_object",
             Error::Finalizer(_) | Error::InvalidFinalizer => "finalizer",
-            Error::EntriesNotRemoved(_) => "device",
+            Error::EntriesNotRemoved(_) | Error::PolicyNotRestored(_) => "device",
         }
     }
 }
@@ -177,6 +181,35 @@ where
     c.watches(api, watcher_config(), referrers(store, refers))
 }
 
+/// Adds device changes to `c`: whenever the device of a Switch changes
+/// ([`crate::devices::DevicePool::subscribe`]: lost, back, refused, a
+/// pipeline pushed), the cached objects that `runs_on(obj, switch)` says
+/// depend on that Switch are reconciled; all of them if changes were missed.
+pub fn on_device_changes<K>(
+    c: Controller<K>,
+    ctx: &Context,
+    runs_on: impl Fn(&K, &str) -> bool + Send + Sync + 'static,
+) -> Controller<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let store = c.store();
+    let changes = tokio_stream::wrappers::BroadcastStream::new(ctx.devices.subscribe());
+    let trigger = changes.flat_map(move |change| {
+        let refs: Vec<_> = store
+            .state()
+            .into_iter()
+            .filter(|obj| match &change {
+                Ok(switch) => runs_on(obj, switch),
+                Err(_lagged) => true,
+            })
+            .map(|obj| kube::runtime::reflector::ObjectRef::from_obj(obj.as_ref()))
+            .collect();
+        futures::stream::iter(refs)
+    });
+    c.reconcile_on(trigger)
+}
+
 /// Default watcher configuration for primary resources.
 pub fn watcher_config() -> watcher::Config {
     watcher::Config::default().any_semantic()
@@ -263,6 +296,7 @@ pub async fn run_controllers(ctx: Arc<Context>, shutdown: Shutdown) {
         };
     }
     tokio::join!(
+        switch::forget_deleted(ctx.clone(), shutdown.clone()),
         drive!(switch),
         drive!(program),
         drive!(virtual_switch),

@@ -27,9 +27,12 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Retry period while unreachable (shorter than the resync).
 const UNREACHABLE_RETRY: Duration = Duration::from_secs(10);
 
-/// Watches Switches and the VirtualSwitches placed on them (slot usage).
+/// Watches Switches, the VirtualSwitches placed on them (slot usage) and
+/// their devices (a lost device is Reachable=False at once).
 pub fn controller(ctx: &Context) -> Controller<Switch> {
-    Controller::new(ctx.all::<Switch>(), watcher_config()).watches(
+    let c = Controller::new(ctx.all::<Switch>(), watcher_config());
+    let c = super::on_device_changes(c, ctx, |sw: &Switch, name| sw.name_any() == name);
+    c.watches(
         super::scoped_api::<VirtualSwitch>(ctx),
         watcher_config(),
         |vs: VirtualSwitch| {
@@ -153,7 +156,8 @@ pub fn build_status(
                 api_version: Some(caps.api_version.clone()),
                 bulk_write: caps.bulk_write,
                 async_externs: false,
-                slot_service: spec.target == SwitchTarget::Fpga,
+                // Only the board probe (switch_probe) may say so.
+                slot_service: false,
             }),
         ),
         Some(Err(e)) => (
@@ -170,6 +174,7 @@ pub fn build_status(
         capabilities,
         slot_summary: Some(format!("{}/{}", distinct.len(), spec.slots)),
         slots_in_use: used,
+        ..Default::default()
     }
 }
 
@@ -183,6 +188,55 @@ async fn probe(ctx: &Context, sw: &Switch) -> Probe {
             after: PROBE_TIMEOUT,
         }),
     }
+}
+
+/// The `asyncExterns` capability, asked of the device (its extern
+/// runtime), never inferred from the target kind. BFRT endpoints do not
+/// serve it.
+async fn probe_async_externs(sw: &Switch) -> bool {
+    if sw.spec.effective_protocol() != p4fleet_crds::SwitchProtocol::P4Runtime {
+        return false;
+    }
+    let target = super::extern_policy::runtime::RuntimeTarget {
+        endpoint: sw.spec.endpoint.clone(),
+        device_id: sw.spec.device_id,
+    };
+    super::extern_policy::runtime::serves_extern_runtime(&target).await
+}
+
+/// Closes the connection (and its background tasks) and removes the metric
+/// series of every Switch that is deleted, including Switches deleted while
+/// the watch was down (not in a relist). Runs until `shutdown`.
+pub async fn forget_deleted(ctx: Arc<Context>, shutdown: super::Shutdown) {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let events = watcher(ctx.all::<Switch>(), watcher::Config::default()).default_backoff();
+    let mut events = std::pin::pin!(events.take_until(shutdown));
+    let mut listed = std::collections::HashSet::new();
+    while let Some(ev) = events.next().await {
+        match ev {
+            Ok(watcher::Event::Delete(sw)) => forget(&ctx, &sw.name_any()),
+            Ok(watcher::Event::Init) => listed.clear(),
+            Ok(watcher::Event::InitApply(sw)) => {
+                listed.insert(sw.name_any());
+            }
+            Ok(watcher::Event::InitDone) => {
+                for name in ctx.devices.names() {
+                    if !listed.contains(&name) {
+                        forget(&ctx, &name);
+                    }
+                }
+            }
+            Ok(watcher::Event::Apply(_)) => {}
+            Err(e) => tracing::warn!(error = %e, "watching Switch deletions"),
+        }
+    }
+}
+
+fn forget(ctx: &Context, name: &str) {
+    tracing::info!(switch = %name, "Switch deleted: closing its connection");
+    ctx.devices.forget(name);
+    ctx.metrics.forget_switch(name);
 }
 
 pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -201,10 +255,19 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
     let vss = ctx.reads.virtual_switches(None).await?;
     let generation = obj.metadata.generation;
     let mut new = build_status(&name, &obj.spec, generation, probe.as_ref(), &vss);
+    if let Some(caps) = new.capabilities.as_mut() {
+        caps.async_externs = probe_async_externs(&obj).await;
+    }
+    let board = match probe {
+        Some(_) => super::switch_probe::probe(&obj, PROBE_TIMEOUT).await,
+        None => None,
+    };
+    let claims = super::switch_probe::claims_of(&obj);
+    super::switch_probe::complete(&mut new, &obj, board.as_ref(), &claims);
     update_status(&ctx, &ctx.all(), obj.as_ref(), &mut new).await?;
     Ok(match probe {
-        Some(Ok(_)) | None => Action::requeue(ctx.config.resync),
-        Some(Err(_)) => Action::requeue(UNREACHABLE_RETRY.min(ctx.config.resync)),
+        Some(Ok(_)) | None => Action::requeue(ctx.config.drift),
+        Some(Err(_)) => Action::requeue(UNREACHABLE_RETRY.min(ctx.config.drift)),
     })
 }
 
@@ -269,7 +332,7 @@ mod tests {
         assert_eq!(st.slots_in_use[1].slot, 2);
         assert!(st.conditions.iter().all(|c| c.is_true()));
         let caps = st.capabilities.unwrap();
-        assert!(caps.slot_service);
+        assert!(!caps.slot_service, "only the board probe says so");
         assert!(caps.bulk_write);
 
         let refused = ProbeError::Timeout {

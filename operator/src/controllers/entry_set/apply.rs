@@ -1,6 +1,7 @@
-//! Apply stage: the sync of one target. Read the table back, infer
-//! ownership where the device keeps no tags, plan the difference
-//! ([`p4fleet_model::sync::plan`]), write it in two phases (deletes, then
+//! Apply stage: the sync of one target, in two steps so that status can
+//! say "Syncing" in between ([`plan_target`], [`write_target`]). Read the
+//! table back, infer ownership where the device keeps no tags, plan the
+//! difference ([`p4fleet_model::sync::plan`]); write it in two phases (deletes, then
 //! modifies and inserts) and tally what the device accepted into an
 //! [`Outcome`]. Targets are independent of each other: each sync needs
 //! only the shared [`Context`] (device pool, metrics, sync memory), so
@@ -46,6 +47,7 @@ pub struct Outcome {
 }
 
 /// One target's sync: which set, where, what it desires.
+#[derive(Clone, Copy)]
 pub struct Job<'a> {
     pub set: &'a TableEntrySet,
     /// The set's `namespace/name`.
@@ -57,8 +59,26 @@ pub struct Job<'a> {
     pub deletes: bool,
 }
 
-/// Syncs one target; failures are in the outcome, never an error.
-pub async fn sync_target(ctx: &Context, job: Job<'_>) -> Outcome {
+/// A target read back and planned, not yet written.
+pub struct Planned<'a> {
+    job: Job<'a>,
+    out: Outcome,
+    dev: std::sync::Arc<Device>,
+    on_device: Vec<DeviceEntry>,
+    plan: sync::Plan,
+    key: super::memory::TargetKey,
+}
+
+impl Planned<'_> {
+    /// Updates the plan will write.
+    pub fn writes(&self) -> usize {
+        self.plan.writes()
+    }
+}
+
+/// Reads one target back and plans its sync. A device that cannot be
+/// read is the outcome (`Err`), never an error.
+pub async fn plan_target<'a>(ctx: &Context, job: Job<'a>) -> Result<Planned<'a>, Outcome> {
     let Job {
         set,
         set_key,
@@ -82,7 +102,7 @@ pub async fn sync_target(ctx: &Context, job: Job<'_>) -> Outcome {
                 switch: out.switch.clone(),
                 error,
             });
-            return out;
+            return Err(out);
         }
     };
     if !dev.stores_entry_metadata() {
@@ -100,6 +120,28 @@ pub async fn sync_target(ctx: &Context, job: Job<'_>) -> Outcome {
         let reason = "owned by another TableEntrySet with a different action";
         push_capped(&mut out.errors, d.error(i, reason.into()));
     }
+    Ok(Planned {
+        job,
+        out,
+        dev,
+        on_device,
+        plan,
+        key,
+    })
+}
+
+/// Writes a planned target and tallies what the device accepted.
+pub async fn write_target(ctx: &Context, planned: Planned<'_>) -> Outcome {
+    let Planned {
+        job,
+        mut out,
+        dev,
+        on_device,
+        plan,
+        key,
+    } = planned;
+    let (set, t, d) = (job.set, job.target, job.desired);
+    let tag = tag(set);
     // The ops borrow the desired and read-back entries: nothing per entry
     // is cloned or built before the client encodes the requests.
     let metadata = sync::tag_metadata(tag);

@@ -30,6 +30,8 @@ struct Remembered {
 #[derive(Default)]
 pub struct SyncMemory {
     targets: Mutex<HashMap<TargetKey, Remembered>>,
+    /// Sets (`namespace/name`) reconciled by this process.
+    seen: Mutex<HashSet<String>>,
 }
 
 impl SyncMemory {
@@ -61,10 +63,22 @@ impl SyncMemory {
         })
     }
 
+    /// Whether this is the first time this process reconciles `set`: its
+    /// status was written by an earlier process (or none) and is not
+    /// confirmed yet.
+    pub fn first_sight(&self, set: &str) -> bool {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.insert(set.to_string())
+    }
+
     /// Forgets a deleted set: what it synced, and with `owned` also what it
     /// owned (kept while entries may still be on a device, so a retried
     /// cleanup still finds them).
     pub fn forget_set(&self, set: &str, owned: bool) {
+        self.seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(set);
         self.with(|m| {
             m.retain(|k, r| {
                 if k.set != set {
@@ -112,6 +126,16 @@ mod tests {
         );
         assert!(m.record_sync(&a, [2; 32], true));
         assert!(!m.record_sync(&key("ns/s", "other"), [2; 32], true));
+    }
+
+    #[test]
+    fn a_set_is_seen_first_once_per_process_and_again_after_it_is_forgotten() {
+        let m = SyncMemory::default();
+        assert!(m.first_sight("ns/s"));
+        assert!(!m.first_sight("ns/s"));
+        assert!(m.first_sight("ns/t"));
+        m.forget_set("ns/s", true);
+        assert!(m.first_sight("ns/s"));
     }
 
     #[test]

@@ -38,7 +38,8 @@ use kube::{Api, ResourceExt};
 use p4fleet_crds::{TableEntrySet, VirtualSwitch};
 
 use super::{
-    Error, finalized, namespace, object_key, primary, scoped_api, update_status, watch_related,
+    Error, finalized, namespace, object_key, on_device_changes, primary, scoped_api, update_status,
+    watch_related,
 };
 use crate::context::Context;
 use crate::status::now_rfc3339;
@@ -50,7 +51,8 @@ pub const FINALIZER: &str = "p4fleet.dev/table-entries";
 /// Per-entry errors kept in status.
 pub const MAX_ERRORS: usize = 10;
 
-/// Watches TableEntrySets, the ConfigMaps and VirtualSwitches they use.
+/// Watches TableEntrySets, the ConfigMaps and VirtualSwitches they use and
+/// the devices they were synced to.
 pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
     let reads = |s: &TableEntrySet, cm: &ConfigMap| {
         s.namespace() == cm.namespace()
@@ -68,7 +70,14 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
                     .is_some_and(|sel| sel.matches(vs.labels())))
     };
     let c = watch_related(primary(ctx), scoped_api(ctx), reads);
-    watch_related(c, scoped_api(ctx), fills)
+    let c = watch_related(c, scoped_api(ctx), fills);
+    // A device lost, back (maybe empty) or given its pipeline again. A set
+    // whose cached status names no target yet (never synced, or the first
+    // sync's status not yet seen by the cache) may run there too.
+    on_device_changes(c, ctx, |s: &TableEntrySet, switch| {
+        let targets = s.status.as_ref().map(|st| &st.targets[..]).unwrap_or(&[]);
+        targets.is_empty() || targets.iter().any(|t| t.switch.as_deref() == Some(switch))
+    })
 }
 
 /// Reconciles one TableEntrySet: sync it, or clean up after it.
@@ -84,16 +93,28 @@ pub async fn reconcile(set: Arc<TableEntrySet>, ctx: Arc<Context>) -> Result<Act
     finalized(res)
 }
 
-/// One sync: dereference → desired → apply per target → status.
+/// One sync: dereference → desired → plan per target → (status says
+/// Syncing) → write per target → status.
+///
+/// Status never claims more than this process confirmed: a set first seen
+/// by this process (operator restart) with an old Ready is marked
+/// Unconfirmed before anything else, and a sync that is about to write
+/// turns Ready False (Syncing) before its first write.
 async fn sync(
     ctx: &Context,
     api: &Api<TableEntrySet>,
     set: &TableEntrySet,
 ) -> Result<Action, Error> {
     let me = object_key(set);
+    // The set as last written by this sync (its status is what the next
+    // write is compared with).
+    let mut written: Option<TableEntrySet> = None;
+    if ctx.sync_memory.first_sight(&me) {
+        mark(ctx, api, set, &mut written, status::Pending::Unconfirmed).await?;
+    }
     let refs = dereference::dereference(&ctx.reads, &namespace(set)?, set).await?;
     let desired = desired::PerTarget::new(set, &refs.targets, &refs.sources);
-    let mut outcomes = Vec::with_capacity(refs.targets.len());
+    let mut planned = Vec::with_capacity(refs.targets.len());
     for (i, target) in refs.targets.iter().enumerate() {
         let job = apply::Job {
             set,
@@ -102,8 +123,21 @@ async fn sync(
             desired: desired.of(i),
             deletes: refs.sources_complete(),
         };
-        outcomes.push(apply::sync_target(ctx, job).await);
+        planned.push(apply::plan_target(ctx, job).await);
     }
+    let updates: usize = planned.iter().flatten().map(apply::Planned::writes).sum();
+    if updates > 0 {
+        let syncing = status::Pending::Syncing { updates };
+        mark(ctx, api, set, &mut written, syncing).await?;
+    }
+    let mut outcomes = Vec::with_capacity(planned.len());
+    for p in planned {
+        outcomes.push(match p {
+            Ok(p) => apply::write_target(ctx, p).await,
+            Err(outcome) => outcome,
+        });
+    }
+    let set = written.as_ref().unwrap_or(set);
     let report = status::report(&status::Input {
         set,
         problems: &refs.problems,
@@ -118,4 +152,24 @@ async fn sync(
         ctx.events.publish(set, ev).await;
     }
     Ok(report.action)
+}
+
+/// Writes the status [`status::pending`] gives (if any) and keeps the set
+/// with it in `written`.
+async fn mark(
+    ctx: &Context,
+    api: &Api<TableEntrySet>,
+    set: &TableEntrySet,
+    written: &mut Option<TableEntrySet>,
+    pending: status::Pending,
+) -> Result<(), Error> {
+    let current = written.as_ref().unwrap_or(set);
+    let Some(mut new) = status::pending(current.status.as_ref(), pending) else {
+        return Ok(());
+    };
+    update_status(ctx, api, current, &mut new).await?;
+    let mut next = current.clone();
+    next.status = Some(new);
+    *written = Some(next);
+    Ok(())
 }

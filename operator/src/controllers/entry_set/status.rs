@@ -15,7 +15,9 @@ use std::time::Duration;
 use kube::runtime::controller::Action;
 use p4fleet_crds::condition_types::{READY, RESOLVED_REFS, SYNCED, VALID};
 use p4fleet_crds::entry_set::{EntryError as StatusEntryError, TargetStatus};
-use p4fleet_crds::{Condition, TableEntrySet, TableEntrySetStatus};
+use p4fleet_crds::{
+    Condition, ConditionStatus, TableEntrySet, TableEntrySetStatus, find_condition,
+};
 use p4fleet_model::sync::{self, SyncTally};
 
 use super::MAX_ERRORS;
@@ -50,6 +52,53 @@ pub struct Report {
     pub action: Action,
 }
 
+/// Why the device is not (yet) known to hold the desired entries, said
+/// before a sync finds out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pending {
+    /// This process has not synced the set yet (operator restart): an old
+    /// Ready was confirmed by another process, against a device that may
+    /// have changed since.
+    Unconfirmed,
+    /// A sync is about to write `updates` updates.
+    Syncing { updates: usize },
+}
+
+/// The status to write before a sync goes on: the old one with Ready and
+/// Synced no longer claiming that the device is exact (everything else,
+/// `observedGeneration` included, as it was). None when it need not
+/// change: an Unconfirmed mark only replaces a Ready that is True.
+pub fn pending(old: Option<&TableEntrySetStatus>, why: Pending) -> Option<TableEntrySetStatus> {
+    let ready = old.and_then(|s| find_condition(&s.conditions, READY));
+    let (status, reason, message) = match why {
+        Pending::Unconfirmed => {
+            if !ready.is_some_and(Condition::is_true) {
+                return None;
+            }
+            (
+                ConditionStatus::Unknown,
+                "Unconfirmed",
+                "not yet confirmed against the device by this operator process".to_string(),
+            )
+        }
+        Pending::Syncing { updates } => (
+            ConditionStatus::False,
+            "Syncing",
+            format!("writing {updates} updates to the device"),
+        ),
+    };
+    let mut new = old.cloned().unwrap_or_default();
+    for type_ in [SYNCED, READY] {
+        let c = Condition {
+            status,
+            ..Condition::new(type_, false, reason, message.clone())
+        };
+        new.conditions.retain(|c| c.type_ != type_);
+        new.conditions.push(c);
+    }
+    Some(new)
+}
+
 /// Computes the [`Report`] of one sync.
 pub fn report(input: &Input) -> Report {
     let set = input.set;
@@ -79,8 +128,14 @@ pub fn report(input: &Input) -> Report {
     let synced = synced(&counts, device_errors.first().copied(), input.outcomes);
     let ready = ready_from(&[&resolved, &valid, &synced], READY, "all entries applied");
 
+    // The generation counts as observed once it was applied: a target whose
+    // device could not be written leaves the old one.
+    let applied = input.outcomes.iter().all(|o| o.device_error.is_none());
     let mut status = TableEntrySetStatus {
-        observed_generation: set.metadata.generation,
+        observed_generation: match applied {
+            true => set.metadata.generation,
+            false => old.and_then(|s| s.observed_generation),
+        },
         desired: total.desired,
         applied: total.applied,
         failed: counts.failed,
@@ -642,6 +697,58 @@ mod tests {
         assert!(cond(&r, VALID).message.contains("MyIngress.dmac"));
         assert_eq!(state(&r, READY), is(False, "UnknownTable"));
         assert_eq!(r.action, Action::requeue(RESYNC));
+    }
+
+    #[test]
+    fn pending_syncs_and_restarts_never_leave_an_old_ready() {
+        let (mut s, d) = with_entries(false);
+        s.metadata.generation = Some(1);
+        // A new set says Syncing before its first write.
+        let st = pending(None, Pending::Syncing { updates: 3 }).unwrap();
+        let ready = find_condition(&st.conditions, READY).unwrap();
+        assert_eq!((ready.status, ready.reason.as_str()), (False, "Syncing"));
+        assert_eq!(ready.message, "writing 3 updates to the device");
+        assert_eq!(
+            find_condition(&st.conditions, SYNCED).unwrap().status,
+            False
+        );
+        assert_eq!(pending(None, Pending::Unconfirmed), None, "nothing claimed");
+
+        // A Ready set of generation 1.
+        let done = run(&s, &[], Some(&d), &[outcome("vs", tally(3, 3, 0))]).status;
+        assert_eq!(done.observed_generation, Some(1));
+        let restarted = pending(Some(&done), Pending::Unconfirmed).unwrap();
+        let ready = find_condition(&restarted.conditions, READY).unwrap();
+        assert_eq!(
+            (ready.status, ready.reason.as_str()),
+            (Unknown, "Unconfirmed")
+        );
+        assert_eq!(
+            (restarted.applied, restarted.observed_generation),
+            (3, Some(1))
+        );
+        assert_eq!(
+            pending(Some(&restarted), Pending::Unconfirmed),
+            None,
+            "only a True Ready is marked"
+        );
+        let syncing = pending(Some(&done), Pending::Syncing { updates: 1 }).unwrap();
+        assert_eq!(syncing.conditions.len(), done.conditions.len());
+        assert_eq!(
+            find_condition(&syncing.conditions, READY).unwrap().reason,
+            "Syncing"
+        );
+
+        // Generation 2 whose device is unavailable: observedGeneration stays.
+        s.metadata.generation = Some(2);
+        s.status = Some(syncing);
+        let r = run(&s, &[], Some(&d), &[unreachable("vs")]);
+        assert_eq!(r.status.observed_generation, Some(1));
+        assert_eq!(state(&r, READY), is(False, "DeviceUnavailable"));
+        // Once applied it follows.
+        let r = run(&s, &[], Some(&d), &[outcome("vs", tally(3, 3, 0))]);
+        assert_eq!(r.status.observed_generation, Some(2));
+        assert_eq!(state(&r, READY), is(True, "Ready"));
     }
 
     #[test]

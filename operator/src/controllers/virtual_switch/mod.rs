@@ -1,30 +1,48 @@
 //! VirtualSwitch reconciler, one stage per file:
 //!
-//! - dereference: the Switches and the slots other VirtualSwitches hold
-//!   (here), the program ([`pipeline::ready_program`]);
-//! - validate: [`placement`], pure: which Switch slot it runs on;
-//! - build and apply: [`pipeline`]: what the Switch loads (pure) and the
-//!   push through p4fleet-client (P4Runtime: the target's device config,
-//!   cookie = program digest; BFRT: the Tofino artifacts);
-//! - [`status`], pure: where it runs, what is loaded, the push's Event.
+//! - dereference: the program's FPGA resources (here), the program
+//!   ([`pipeline::ready_program`]);
+//! - validate: [`placement`], pure: filter and score the Switches like
+//!   kube-scheduler;
+//! - claim: [`claims`]: the chosen slot recorded on the Switch with its
+//!   resourceVersion as a precondition (race-free, retried on 409);
+//! - build and apply: [`slot_load`] for FPGA boards (LoadSlot streamed,
+//!   isolation, port map, read-back of the digest), [`pipeline`] for the
+//!   others (P4Runtime device config, cookie = digest; BFRT artifacts);
+//! - [`status`], pure: where it runs, what is loaded, the last swap.
+//!
+//! Deletion goes through the [`FINALIZER`]: the slot is unloaded, then
+//! the claim released.
 
+pub mod claims;
 pub mod pipeline;
 pub mod placement;
+pub mod slot_load;
 pub mod status;
 
 use std::sync::Arc;
 
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Api, ResourceExt};
-use p4fleet_crds::{P4Program, Switch, VirtualSwitch};
+use p4fleet_crds::{P4Program, Switch, SwitchTarget, VirtualSwitch};
 
-use super::{Error, namespace, object_key, primary, scoped_api, update_status, watch_related};
+use super::{
+    Error, finalized, namespace, object_key, on_device_changes, primary, scoped_api, update_status,
+    watch_related,
+};
 use crate::context::Context;
 use crate::reads::Reads;
-use placement::{PlacementError, occupied, place};
-use status::{Outcome, Pipeline};
+use crate::status::now_rfc3339;
+use placement::{PlacementError, Request};
+use status::{Outcome, Pipeline, Swap};
 
-/// Watches VirtualSwitches, the P4Programs they run and the Switches they run on.
+/// Held while a VirtualSwitch holds a slot: deleting it unloads the slot
+/// and releases the claim first.
+pub const FINALIZER: &str = "p4fleet.dev/slot";
+
+/// Watches VirtualSwitches, the P4Programs they run, the Switches they run
+/// on and those Switches' devices.
 pub fn controller(ctx: &Context) -> Controller<VirtualSwitch> {
     let runs = |v: &VirtualSwitch, p: &P4Program| {
         v.namespace() == p.namespace() && v.spec.program_ref == p.name_any()
@@ -39,63 +57,130 @@ pub fn controller(ctx: &Context) -> Controller<VirtualSwitch> {
                 .is_some_and(|s| s.matches(sw.labels()))
     };
     let c = watch_related(primary(ctx), scoped_api(ctx), runs);
-    watch_related(c, ctx.all(), runs_on)
+    let c = watch_related(c, ctx.all(), runs_on);
+    // A device that went away or came back (maybe empty, maybe running
+    // another pipeline): check and re-push now.
+    on_device_changes(c, ctx, |v: &VirtualSwitch, switch| {
+        v.status.as_ref().and_then(|s| s.switch.as_deref()) == Some(switch)
+    })
 }
 
-/// Reconciles one VirtualSwitch: place it, load its program, report.
+/// Reconciles one VirtualSwitch: place and load it, or unload and release it.
 pub async fn reconcile(obj: Arc<VirtualSwitch>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let ns = namespace(obj.as_ref())?;
-    let me = object_key(obj.as_ref());
-    let switches = ctx.reads.switches().await?;
-    let mut others = ctx.reads.virtual_switches(None).await?;
-    others.retain(|v| object_key(v) != me);
-    let current = obj
-        .status
-        .as_ref()
-        .and_then(|s| Some((s.switch.as_deref()?, s.slot?)));
-    let placed = place(&me, &obj.spec, current, &switches, &occupied(&others));
-    let outcome = match placed.and_then(|(name, slot)| Ok((placed_on(&switches, name)?, slot))) {
+    let api: Api<VirtualSwitch> = Api::namespaced(ctx.client.clone(), &namespace(obj.as_ref())?);
+    let res = finalizer(&api, FINALIZER, obj, |event| async {
+        match event {
+            Event::Apply(vs) => apply(&ctx, &api, &vs).await,
+            Event::Cleanup(vs) => cleanup(&ctx, &vs).await,
+        }
+    })
+    .await;
+    finalized(res)
+}
+
+/// Claim a slot (placement with a resourceVersion precondition), load the
+/// program into it, report.
+async fn apply(
+    ctx: &Context,
+    api: &Api<VirtualSwitch>,
+    obj: &VirtualSwitch,
+) -> Result<Action, Error> {
+    let ns = namespace(obj)?;
+    let me = object_key(obj);
+    let resources = ctx
+        .reads
+        .program(&ns, &obj.spec.program_ref)
+        .await?
+        .map(|p| pipeline::fpga_resources(&p))
+        .unwrap_or_default();
+    let req = Request::new(&me, &obj.spec, resources);
+    let held = match claims::claim(&ctx.all(), &req).await {
+        Ok(h) => h,
+        Err(claims::ClaimError::Kube(e)) => return Err(e.into()),
+        Err(e) => Err(PlacementError::ClaimFailed(e.to_string())),
+    };
+    let outcome = match held {
         Err(e) => Outcome::Unplaced(e),
-        Ok((sw, slot)) => Outcome::Placed {
-            switch: sw.name_any(),
-            slot,
-            pipeline: load_program(&ctx, &ns, &obj.spec.program_ref, sw, slot).await?,
+        Ok(held) => Outcome::Placed {
+            switch: held.switch.name_any(),
+            slot: held.claim.slot,
+            pipeline: load_program(ctx, &ns, obj, &held.switch, held.claim.slot).await?,
         },
     };
-    let report = status::report(&obj, &outcome, ctx.config.resync);
+    let report = status::report(obj, &outcome, ctx.config.drift);
     let mut new = report.status;
-    let api: Api<VirtualSwitch> = Api::namespaced(ctx.client.clone(), &ns);
-    update_status(&ctx, &api, obj.as_ref(), &mut new).await?;
+    update_status(ctx, api, obj, &mut new).await?;
     if let Some(ev) = &report.event {
-        ctx.events.publish(obj.as_ref(), ev).await;
+        ctx.events.publish(obj, ev).await;
     }
     Ok(Action::requeue(report.requeue))
 }
 
-/// The Switch `place` chose (one of `switches`).
-fn placed_on(switches: &[Switch], name: String) -> Result<&Switch, PlacementError> {
-    switches
-        .iter()
-        .find(|s| s.name_any() == name)
-        .ok_or(PlacementError::SwitchNotFound(name))
+/// A deleted VirtualSwitch: empty its FPGA slots, then release its claims
+/// (in that order, so no one else is loaded into a slot it still runs).
+async fn cleanup(ctx: &Context, obj: &VirtualSwitch) -> Result<Action, Error> {
+    let me = object_key(obj);
+    let api: Api<Switch> = ctx.all();
+    for sw in api.list(&Default::default()).await?.items {
+        if sw.spec.target != SwitchTarget::Fpga {
+            continue;
+        }
+        let mine = claims::read(&sw)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| c.virtual_switch == me);
+        for c in mine {
+            if let Err(e) = slot_load::unload(&sw, c.slot).await {
+                tracing::warn!(virtual_switch = %me, switch = %sw.name_any(), slot = c.slot,
+                    error = %e, "could not unload the slot; releasing the claim anyway");
+            }
+        }
+    }
+    match claims::release(&api, &me).await {
+        Ok(_) => Ok(Action::await_change()),
+        Err(claims::ClaimError::Kube(e)) => Err(e.into()),
+        Err(e) => {
+            tracing::warn!(virtual_switch = %me, error = %e, "slot claims not released");
+            Ok(Action::await_change())
+        }
+    }
 }
 
-/// Dereferences the program and, once it is ready, loads it into `slot`.
+/// Dereferences the program and, once it is ready, loads it into `slot`
+/// (FPGA boards: through the slot service).
 async fn load_program(
     ctx: &Context,
     ns: &str,
-    program: &str,
+    obj: &VirtualSwitch,
     sw: &Switch,
     slot: u32,
 ) -> Result<Pipeline, Error> {
-    let program = match pipeline::ready_program(&ctx.reads, ns, program).await? {
+    let program = match pipeline::ready_program(&ctx.reads, ns, &obj.spec.program_ref).await? {
         Ok(p) => p,
         Err(not_ready) => return Ok(Pipeline::NotReady(not_ready)),
     };
+    if let Some(u) = pipeline::unsupported(&obj.spec, sw) {
+        return Ok(Pipeline::Failed(u.into()));
+    }
+    if sw.spec.target == SwitchTarget::Fpga {
+        return Ok(match slot_load::load(sw, slot, &obj.spec, &program).await {
+            Ok(l) => Pipeline::Loaded {
+                digest: program.digest,
+                pushed: l.loaded.as_ref().map(|l| l.total),
+                swap: l.loaded.map(|l| Swap {
+                    from_digest: l.from_digest,
+                    device: l.device,
+                    at: now_rfc3339(),
+                }),
+            },
+            Err(e) => Pipeline::Failed(e.into()),
+        });
+    }
     Ok(match pipeline::load(ctx, sw, slot, &program).await {
         Ok(pushed) => Pipeline::Loaded {
             digest: program.digest,
             pushed,
+            swap: None,
         },
         Err(e) => Pipeline::Failed(e),
     })

@@ -10,6 +10,7 @@ use kube::ResourceExt;
 use p4fleet_client::TofinoPipeline;
 use p4fleet_crds::condition_types::{PIPELINE_LOADED, READY};
 use p4fleet_crds::{Condition, Switch, SwitchProtocol, SwitchTarget, find_condition};
+use p4fleet_model::pipeline_config::BfPipelineConfig;
 use p4fleet_proto::p4info::P4Info;
 
 use crate::artifacts::{self, Resolved, field};
@@ -24,6 +25,8 @@ pub struct ReadyProgram {
     pub digest: String,
     pub p4info: P4Info,
     pub resolved: Resolved,
+    /// What one instance occupies on an FPGA board (`spec.artifacts.fpga.resources`).
+    pub fpga_resources: std::collections::BTreeMap<String, u64>,
 }
 
 /// Why the program cannot be loaded yet.
@@ -78,25 +81,80 @@ pub async fn ready_program(
             digest,
             p4info,
             resolved,
+            fpga_resources: fpga_resources(&p),
         }),
         _ => Err(NotReady::Changing(name.into())),
     })
 }
 
+/// What one instance of `p` occupies on an FPGA board.
+pub fn fpga_resources(p: &p4fleet_crds::P4Program) -> std::collections::BTreeMap<String, u64> {
+    p.spec
+        .artifacts
+        .fpga
+        .as_ref()
+        .map(|f| f.resources.clone())
+        .unwrap_or_default()
+}
+
 /// The device config the target loads: its artifact for the Switch's kind
-/// (bmv2 JSON, DPDK spec, FPGA bitstream), empty when the program has none.
-pub fn device_config(target: SwitchTarget, resolved: &Resolved) -> Vec<u8> {
+/// (bmv2 JSON, FPGA bitstream; empty when the program has none), or for
+/// Dpdk the packed config infrap4d takes ([`dpdk_device_config`]).
+pub fn device_config(
+    program: &str,
+    switch: &str,
+    target: SwitchTarget,
+    resolved: &Resolved,
+) -> Result<Vec<u8>, DpdkArtifactError> {
     let key = match target {
         SwitchTarget::Bmv2 => field::BMV2_JSON,
-        SwitchTarget::Dpdk => field::DPDK_SPEC,
+        SwitchTarget::Dpdk => return dpdk_device_config(program, switch, resolved),
         SwitchTarget::Fpga => field::FPGA_BITSTREAM,
         SwitchTarget::Tofino => field::TOFINO_BINARY,
     };
-    resolved
+    Ok(resolved
         .get(key)
         .and_then(|r| r.as_ref().ok())
         .cloned()
-        .unwrap_or_default()
+        .unwrap_or_default())
+}
+
+/// Why a program cannot be loaded on a Dpdk Switch; the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DpdkArtifactError {
+    #[error(
+        "{field}: P4Program {program} has none, and Switch {switch} (Dpdk, infrap4d) needs it in its pipeline config"
+    )]
+    Missing {
+        field: &'static str,
+        program: String,
+        switch: String,
+    },
+    /// The artifact could not be read (the error names the field).
+    #[error(transparent)]
+    Unreadable(#[from] artifacts::SourceError),
+}
+
+/// The `p4_device_config` of a Dpdk Switch: the `.spec`, bfrt.json and
+/// context.json packed as infrap4d's `BfPipelineConfig` under the
+/// program's name (docs/dpdk.md). All three are required.
+pub fn dpdk_device_config(
+    program: &str,
+    switch: &str,
+    resolved: &Resolved,
+) -> Result<Vec<u8>, DpdkArtifactError> {
+    let required = |key: &'static str| match resolved.get(key) {
+        None => Err(DpdkArtifactError::Missing {
+            field: key,
+            program: program.into(),
+            switch: switch.into(),
+        }),
+        Some(r) => Ok(r.clone()?),
+    };
+    let spec = required(field::DPDK_SPEC)?;
+    let bfrt_json = required(field::DPDK_BFRT_JSON)?;
+    let context = required(field::DPDK_CONTEXT)?;
+    Ok(BfPipelineConfig::dpdk(program, bfrt_json, context, spec).pack())
 }
 
 /// Why a program cannot be loaded on a BFRT Switch; the message names the field.
@@ -144,13 +202,53 @@ pub fn tofino_pipeline(
     })
 }
 
+/// What a VirtualSwitch asks of its Switch that the Switch's kind cannot
+/// do: reported as a condition, never silently ignored.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unsupported {
+    #[error(
+        "spec.{field}: Switch {switch} is a {target:?} target; isolation and port maps need an Fpga Switch (slot service)"
+    )]
+    NeedsSlotService {
+        field: &'static str,
+        switch: String,
+        target: SwitchTarget,
+    },
+}
+
+/// The first thing `spec` asks that `sw` cannot do, if any.
+pub fn unsupported(spec: &p4fleet_crds::VirtualSwitchSpec, sw: &Switch) -> Option<Unsupported> {
+    if sw.spec.target == SwitchTarget::Fpga {
+        return None;
+    }
+    let field = if spec.isolation.is_some() {
+        "isolation"
+    } else if !spec.port_map.is_empty() {
+        "portMap"
+    } else {
+        return None;
+    };
+    Some(Unsupported::NeedsSlotService {
+        field,
+        switch: sw.name_any(),
+        target: sw.spec.target,
+    })
+}
+
 /// Why loading failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error(transparent)]
+    Unsupported(#[from] Unsupported),
+    #[error(transparent)]
     MissingTofinoArtifacts(#[from] TofinoArtifactError),
     #[error(transparent)]
+    MissingDpdkArtifacts(#[from] DpdkArtifactError),
+    #[error(transparent)]
     Device(#[from] p4fleet_client::Error),
+    /// FPGA boards: the slot service refused or did not confirm the load.
+    #[error(transparent)]
+    Slot(#[from] super::slot_load::SlotLoadError),
 }
 
 impl LoadError {
@@ -158,7 +256,10 @@ impl LoadError {
     pub fn reason(&self) -> &'static str {
         match self {
             LoadError::MissingTofinoArtifacts(_) => "MissingTofinoArtifacts",
+            LoadError::MissingDpdkArtifacts(_) => "MissingDpdkArtifacts",
             LoadError::Device(_) => "LoadFailed",
+            LoadError::Slot(e) => e.reason(),
+            LoadError::Unsupported(_) => "UnsupportedOnTarget",
         }
     }
 }
@@ -181,14 +282,23 @@ pub async fn load(
             dev.set_tofino_pipeline(slot, info, &pipeline).await?
         }
         SwitchProtocol::P4Runtime => {
-            let config = device_config(sw.spec.target, &program.resolved);
+            let config = device_config(
+                &program.name,
+                &sw.name_any(),
+                sw.spec.target,
+                &program.resolved,
+            )?;
             let cookie = artifacts::cookie(&program.digest);
             dev.set_pipeline(slot, info, config, cookie).await?
         }
     };
+    // From now on a lost or restarted device is seen at once.
+    dev.observe(slot);
     if !pushed {
         return Ok(None);
     }
+    // What ran on the old pipeline (TableEntrySets) must be written again.
+    ctx.devices.notify(&sw.name_any());
     ctx.metrics
         .pipeline_loads
         .get_or_create(&SwitchLabel {
@@ -242,13 +352,79 @@ mod tests {
     }
 
     #[test]
+    fn isolation_off_an_fpga_is_a_condition_not_a_no_op() {
+        let sw = |target: &str| {
+            let spec: p4fleet_crds::SwitchSpec =
+                serde_json::from_value(serde_json::json!({"target": target, "endpoint": "h:1"}))
+                    .unwrap();
+            Switch::new("s1", spec)
+        };
+        let spec = |v: serde_json::Value| -> p4fleet_crds::VirtualSwitchSpec {
+            serde_json::from_value(v).unwrap()
+        };
+        let iso = spec(serde_json::json!({"programRef": "p", "switchRef": "s1",
+            "isolation": {"vlan": 10}}));
+        let ports = spec(serde_json::json!({"programRef": "p", "switchRef": "s1",
+            "portMap": [{"physical": 1, "virtual": 0}]}));
+        let plain = spec(serde_json::json!({"programRef": "p", "switchRef": "s1"}));
+        assert_eq!(unsupported(&iso, &sw("Fpga")), None);
+        assert_eq!(unsupported(&plain, &sw("Bmv2")), None);
+        let e = LoadError::from(unsupported(&iso, &sw("Bmv2")).unwrap());
+        assert_eq!(e.reason(), "UnsupportedOnTarget");
+        assert_eq!(
+            e.to_string(),
+            "spec.isolation: Switch s1 is a Bmv2 target; isolation and port maps need an Fpga Switch (slot service)"
+        );
+        let e = unsupported(&ports, &sw("Tofino")).unwrap().to_string();
+        assert!(
+            e.starts_with("spec.portMap: Switch s1 is a Tofino target"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn the_device_config_is_the_targets_artifact_or_empty() {
         let mut r = Resolved::default();
         r.insert(field::BMV2_JSON, Ok(b"{}".to_vec()));
         r.insert(field::FPGA_BITSTREAM, Ok(vec![1, 2]));
-        assert_eq!(device_config(SwitchTarget::Bmv2, &r), b"{}");
-        assert_eq!(device_config(SwitchTarget::Fpga, &r), [1, 2]);
-        assert!(device_config(SwitchTarget::Dpdk, &r).is_empty());
+        let config = |t| device_config("fw", "sw-1", t, &r).unwrap();
+        assert_eq!(config(SwitchTarget::Bmv2), b"{}");
+        assert_eq!(config(SwitchTarget::Fpga), [1, 2]);
+        assert!(config(SwitchTarget::Tofino).is_empty());
+    }
+
+    #[test]
+    fn a_dpdk_switch_gets_the_packed_config_and_each_missing_part_is_named() {
+        let mut r = Resolved::default();
+        let missing = |r: &Resolved| {
+            device_config("l2crypt", "dpdk-1", SwitchTarget::Dpdk, r)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(missing(&r).starts_with("spec.artifacts.dpdk.spec: P4Program l2crypt has none"));
+        r.insert(field::DPDK_SPEC, Ok(b"apply {\n}\n".to_vec()));
+        assert!(missing(&r).starts_with("spec.artifacts.dpdk.bfrtJson:"));
+        r.insert(field::DPDK_BFRT_JSON, Ok(b"{\"tables\":[]}".to_vec()));
+        assert!(missing(&r).starts_with("spec.artifacts.dpdk.context:"));
+        assert!(missing(&r).contains("dpdk-1"));
+        r.insert(
+            field::DPDK_CONTEXT,
+            Err(artifacts::SourceError::ConfigMapNotFound {
+                field: field::DPDK_CONTEXT,
+                name: "ctx".into(),
+            }),
+        );
+        assert_eq!(
+            missing(&r),
+            "spec.artifacts.dpdk.context: ConfigMap ctx not found"
+        );
+        r.insert(field::DPDK_CONTEXT, Ok(b"{}".to_vec()));
+        let bytes = device_config("l2crypt", "dpdk-1", SwitchTarget::Dpdk, &r).unwrap();
+        let back = BfPipelineConfig::unpack_dpdk(&bytes).unwrap();
+        assert_eq!(back.p4_name, "l2crypt");
+        assert_eq!(back.bfruntime_info, b"{\"tables\":[]}");
+        assert_eq!(back.profiles[0].context, b"{}");
+        assert_eq!(back.spec(), Some("apply {\n}\n"));
     }
 
     const FIREWALL: &str = include_str!("../../../../examples/firewall/p4info.txt");

@@ -1,288 +1,608 @@
-//! Placement, pure: which Switch slot a VirtualSwitch runs on, from the
-//! Switches and the slots other VirtualSwitches hold. A placed
-//! VirtualSwitch keeps its slot (a re-reconcile never moves a running
-//! instance); a fixed `spec.slot` is checked, not searched.
+//! Placement, pure, in the manner of kube-scheduler: **filter** the
+//! Switches a VirtualSwitch may run on (a free slot, every resource fits,
+//! its isolation is unique, its VLAN shares no physical port with another
+//! of the same VLAN, its port map is within the Switch's ports), then
+//! **score** the rest (best fit: the Switch left with the least free
+//! capacity wins, so boards fill up one by one). When none fits, the
+//! error says why per Switch, as a scheduler does:
+//! `0/3 switches: 2 insufficient luts (need 28158, free 12000), 1 no free slot`.
+//!
+//! The inputs are the Switches with their slot claims ([`SlotClaim`],
+//! recorded on each Switch, see `claims`); placement only decides, the
+//! claim is written with the Switch's resourceVersion as a precondition.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 
 use kube::ResourceExt;
-use p4fleet_crds::{Switch, VirtualSwitch, VirtualSwitchSpec};
+use p4fleet_crds::{Isolation, SlotClaim, Switch, SwitchTarget, VirtualSwitchSpec};
 
-use crate::controllers::object_key;
-
-/// A slot held by some VirtualSwitch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Occupied {
-    pub switch: String,
-    pub slot: u32,
-    /// `namespace/name` of the holder.
-    pub owner: String,
+/// What one Switch offers, with the claims already on it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub slots: u32,
+    /// Resources VirtualSwitches can use; None when unknown.
+    pub capacity: Option<BTreeMap<String, u64>>,
+    /// Physical ports (`spec.ports`); empty when the Switch lists none.
+    pub ports: BTreeSet<u32>,
+    pub claims: Vec<SlotClaim>,
+    /// Whether programs on it occupy resources (FPGA boards).
+    pub counts_resources: bool,
 }
 
-/// Why a VirtualSwitch could not be placed; the message names the field.
+impl Candidate {
+    /// A Switch as placement sees it: slots and capacity from its status
+    /// (what the device reported) or else its spec.
+    pub fn of(sw: &Switch, claims: Vec<SlotClaim>) -> Candidate {
+        let st = sw.status.as_ref();
+        let capacity = match st.map(|s| &s.capacity).filter(|c| !c.is_empty()) {
+            Some(c) => Some(c.clone()),
+            None if !sw.spec.capacity.is_empty() => Some(sw.spec.capacity.clone()),
+            None => None,
+        };
+        Candidate {
+            name: sw.name_any(),
+            labels: sw.labels().clone(),
+            slots: st.and_then(|s| s.slots).unwrap_or(sw.spec.slots),
+            capacity,
+            ports: sw.spec.ports.iter().map(|p| p.id).collect(),
+            claims,
+            counts_resources: sw.spec.target == SwitchTarget::Fpga,
+        }
+    }
+
+    fn others<'a>(&'a self, me: &'a str) -> impl Iterator<Item = &'a SlotClaim> + 'a {
+        self.claims.iter().filter(move |c| c.virtual_switch != me)
+    }
+
+    /// Capacity minus what other VirtualSwitches' claims hold.
+    pub fn free(&self, me: &str) -> BTreeMap<String, u64> {
+        let mut free = self.capacity.clone().unwrap_or_default();
+        for c in self.others(me) {
+            for (r, n) in &c.resources {
+                if let Some(f) = free.get_mut(r) {
+                    *f = f.saturating_sub(*n);
+                }
+            }
+        }
+        free
+    }
+}
+
+/// What a VirtualSwitch asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// `namespace/name`.
+    pub me: String,
+    pub switch_ref: Option<String>,
+    pub selector: BTreeMap<String, String>,
+    pub slot: Option<u32>,
+    /// Resources one instance of its program occupies (FPGA artifacts).
+    pub resources: BTreeMap<String, u64>,
+    pub isolation: Option<Isolation>,
+    /// Physical ports of its port map (empty: every port).
+    pub ports: BTreeSet<u32>,
+}
+
+impl Request {
+    pub fn new(me: &str, spec: &VirtualSwitchSpec, resources: BTreeMap<String, u64>) -> Request {
+        Request {
+            me: me.into(),
+            switch_ref: spec.switch_ref.clone(),
+            selector: spec
+                .switch_selector
+                .as_ref()
+                .map(|s| s.match_labels.clone())
+                .unwrap_or_default(),
+            slot: spec.slot,
+            resources,
+            isolation: spec.isolation.clone(),
+            ports: spec.port_map.iter().map(|m| m.physical).collect(),
+        }
+    }
+
+    /// The claim this request makes on `slot`.
+    pub fn claim(&self, slot: u32, counts_resources: bool) -> SlotClaim {
+        SlotClaim {
+            slot,
+            virtual_switch: self.me.clone(),
+            resources: if counts_resources {
+                self.resources.clone()
+            } else {
+                BTreeMap::new()
+            },
+            vlan: self.isolation.as_ref().map(|i| i.vlan),
+            dst_mac: self
+                .isolation
+                .as_ref()
+                .and_then(|i| i.dst_mac.as_ref().map(|m| m.to_ascii_lowercase())),
+            ports: self.ports.iter().copied().collect(),
+        }
+    }
+}
+
+/// Why one Switch does not fit (a filter's verdict).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Unfit {
+    NoFreeSlot,
+    SlotOutOfRange {
+        slot: u32,
+        slots: u32,
+    },
+    SlotTaken {
+        slot: u32,
+        owner: String,
+    },
+    CapacityUnknown,
+    Insufficient {
+        resource: String,
+        need: u64,
+        free: u64,
+    },
+    IsolationInUse {
+        vlan: u16,
+        dst_mac: Option<String>,
+        owner: String,
+    },
+    VlanPortsShared {
+        vlan: u16,
+        ports: Vec<u32>,
+        owner: String,
+    },
+    PortNotOnSwitch {
+        port: u32,
+    },
+}
+
+fn ports_text(ports: &[u32]) -> String {
+    if ports.is_empty() {
+        return "every port".into();
+    }
+    let p: Vec<String> = ports.iter().map(u32::to_string).collect();
+    format!("ports {}", p.join(","))
+}
+
+impl fmt::Display for Unfit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unfit::NoFreeSlot => write!(f, "no free slot"),
+            Unfit::SlotOutOfRange { slot, slots } => {
+                write!(f, "slot {slot} out of range ({slots} slots)")
+            }
+            Unfit::SlotTaken { slot, owner } => write!(f, "slot {slot} held by {owner}"),
+            Unfit::CapacityUnknown => write!(
+                f,
+                "capacity unknown (the device did not report it and spec.capacity is empty)"
+            ),
+            Unfit::Insufficient {
+                resource,
+                need,
+                free,
+            } => write!(f, "insufficient {resource} (need {need}, free {free})"),
+            Unfit::IsolationInUse {
+                vlan,
+                dst_mac,
+                owner,
+            } => write!(
+                f,
+                "isolation vlan {vlan} dst {} held by {owner}",
+                dst_mac.as_deref().unwrap_or("any")
+            ),
+            Unfit::VlanPortsShared { vlan, ports, owner } => {
+                write!(f, "vlan {vlan} shares {} with {owner}", ports_text(ports))
+            }
+            Unfit::PortNotOnSwitch { port } => {
+                write!(
+                    f,
+                    "spec.portMap: port {port} is not in the Switch's spec.ports"
+                )
+            }
+        }
+    }
+}
+
+/// Why a VirtualSwitch could not be placed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlacementError {
     #[error("spec.switchRef: Switch {0} not found")]
     SwitchNotFound(String),
-    #[error("spec.slot: slot {slot} is out of range, Switch {switch} has {slots} slots")]
-    SlotOutOfRange {
-        switch: String,
-        slot: u32,
-        slots: u32,
+    /// Every candidate was filtered out: `(switch, why)` for each.
+    #[error("{}", unschedulable_message(.candidates, .unfit))]
+    Unschedulable {
+        candidates: usize,
+        unfit: Vec<(String, Vec<Unfit>)>,
     },
-    #[error("spec.slot: slot {slot} of Switch {switch} is held by {owner}")]
-    SlotTaken {
-        switch: String,
-        slot: u32,
-        owner: String,
-    },
-    #[error("Switch {0} has no free slot")]
-    NoFreeSlot(String),
-    #[error("spec.switchSelector: no Switch matches with a free slot")]
-    NoMatchingSwitch,
+    /// The claim could not be recorded (malformed claims, endless conflicts).
+    #[error("{0}")]
+    ClaimFailed(String),
 }
 
 impl PlacementError {
     pub fn reason(&self) -> &'static str {
         match self {
             PlacementError::SwitchNotFound(_) => "SwitchNotFound",
-            PlacementError::SlotOutOfRange { .. } => "SlotOutOfRange",
-            PlacementError::SlotTaken { .. } => "SlotTaken",
-            PlacementError::NoFreeSlot(_) => "NoFreeSlot",
-            PlacementError::NoMatchingSwitch => "NoMatchingSwitch",
+            PlacementError::Unschedulable { .. } => "Unschedulable",
+            PlacementError::ClaimFailed(_) => "ClaimFailed",
         }
     }
 }
 
-fn free_slot(sw: &Switch, me: &str, current: Option<u32>, used: &[Occupied]) -> Option<u32> {
-    let name = sw.name_any();
-    let taken = |s: u32| {
-        used.iter()
-            .any(|o| o.switch == name && o.slot == s && o.owner != me)
-    };
-    // Keep the slot we already hold, so a re-reconcile never moves a running instance.
-    if let Some(c) = current
-        && c < sw.spec.slots
-        && !taken(c)
-    {
-        return Some(c);
+/// `0/N switches: 2 <why>, 1 <why>`: each distinct reason with how many
+/// Switches it ruled out, most frequent first.
+fn unschedulable_message(candidates: &usize, unfit: &[(String, Vec<Unfit>)]) -> String {
+    if *candidates == 0 {
+        return "0/0 switches: no Switch matches spec.switchSelector".into();
     }
-    (0..sw.spec.slots).find(|s| !taken(*s))
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, why) in unfit {
+        for w in why {
+            *counts.entry(w.to_string()).or_default() += 1;
+        }
+    }
+    let mut by: Vec<(String, usize)> = counts.into_iter().collect();
+    by.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let parts: Vec<String> = by.iter().map(|(w, n)| format!("{n} {w}")).collect();
+    format!("0/{candidates} switches: {}", parts.join(", "))
 }
 
-/// Chooses `(switch, slot)` for VirtualSwitch `me` (`namespace/name`).
-/// `current` is where it runs now (from status); `used` are the slots other
-/// VirtualSwitches hold. With a selector, Switches are tried by name order
-/// (the current one first).
-pub fn place(
-    me: &str,
-    spec: &VirtualSwitchSpec,
-    current: Option<(&str, u32)>,
-    switches: &[Switch],
-    used: &[Occupied],
-) -> Result<(String, u32), PlacementError> {
-    if let Some(name) = &spec.switch_ref {
-        let sw = switches
-            .iter()
-            .find(|s| s.name_any() == *name)
-            .ok_or_else(|| PlacementError::SwitchNotFound(name.clone()))?;
-        if let Some(slot) = spec.slot {
-            if slot >= sw.spec.slots {
-                return Err(PlacementError::SlotOutOfRange {
-                    switch: name.clone(),
-                    slot,
-                    slots: sw.spec.slots,
-                });
-            }
-            if let Some(o) = used
-                .iter()
-                .find(|o| o.switch == *name && o.slot == slot && o.owner != me)
-            {
-                return Err(PlacementError::SlotTaken {
-                    switch: name.clone(),
-                    slot,
-                    owner: o.owner.clone(),
-                });
-            }
-            return Ok((name.clone(), slot));
+/// Whether two port sets meet; an empty set is every port.
+fn shared_ports(a: &BTreeSet<u32>, b: &BTreeSet<u32>, all: &BTreeSet<u32>) -> Option<Vec<u32>> {
+    let expand = |s: &BTreeSet<u32>| if s.is_empty() { all.clone() } else { s.clone() };
+    match (
+        a.is_empty() && all.is_empty(),
+        b.is_empty() && all.is_empty(),
+    ) {
+        // The Switch lists no ports: "every port" meets anything.
+        (true, _) => Some(b.iter().copied().collect()),
+        (_, true) => Some(a.iter().copied().collect()),
+        _ => {
+            let shared: Vec<u32> = expand(a).intersection(&expand(b)).copied().collect();
+            (!shared.is_empty()).then_some(shared)
         }
-        let cur = current.filter(|(s, _)| s == name).map(|(_, slot)| slot);
-        return free_slot(sw, me, cur, used)
-            .map(|slot| (name.clone(), slot))
-            .ok_or_else(|| PlacementError::NoFreeSlot(name.clone()));
     }
-    let selector = spec.switch_selector.clone().unwrap_or_default();
-    let mut candidates: Vec<&Switch> = switches
+}
+
+/// The filters: the slot `req` gets on `c`, or every reason it does not fit.
+pub fn filter(req: &Request, c: &Candidate) -> Result<u32, Vec<Unfit>> {
+    let mut why = Vec::new();
+    let taken = |s: u32| c.others(&req.me).find(|o| o.slot == s);
+    let mine = c
+        .claims
         .iter()
-        .filter(|s| selector.matches(s.labels()))
-        .collect();
-    candidates.sort_by_key(|s| {
-        (
-            Some(s.name_any().as_str()) != current.map(|c| c.0),
-            s.name_any(),
-        )
-    });
-    candidates
-        .into_iter()
-        .find_map(|sw| {
-            let cur = current
-                .filter(|(s, _)| *s == sw.name_any())
-                .map(|(_, slot)| slot);
-            free_slot(sw, me, cur, used).map(|slot| (sw.name_any(), slot))
-        })
-        .ok_or(PlacementError::NoMatchingSwitch)
+        .find(|o| o.virtual_switch == req.me)
+        .map(|o| o.slot);
+    let slot = match req.slot.or(mine) {
+        Some(s) if s >= c.slots => {
+            why.push(Unfit::SlotOutOfRange {
+                slot: s,
+                slots: c.slots,
+            });
+            None
+        }
+        Some(s) => match taken(s) {
+            Some(o) => {
+                why.push(Unfit::SlotTaken {
+                    slot: s,
+                    owner: o.virtual_switch.clone(),
+                });
+                None
+            }
+            None => Some(s),
+        },
+        None => {
+            let free = (0..c.slots).find(|s| taken(*s).is_none());
+            if free.is_none() {
+                why.push(Unfit::NoFreeSlot);
+            }
+            free
+        }
+    };
+    if c.counts_resources && !req.resources.is_empty() {
+        match &c.capacity {
+            None => why.push(Unfit::CapacityUnknown),
+            Some(_) => {
+                let free = c.free(&req.me);
+                for (r, need) in &req.resources {
+                    let f = free.get(r).copied().unwrap_or(0);
+                    if *need > f {
+                        why.push(Unfit::Insufficient {
+                            resource: r.clone(),
+                            need: *need,
+                            free: f,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    for p in &req.ports {
+        if !c.ports.is_empty() && !c.ports.contains(p) {
+            why.push(Unfit::PortNotOnSwitch { port: *p });
+        }
+    }
+    if let Some(iso) = &req.isolation {
+        let mac = iso.dst_mac.as_ref().map(|m| m.to_ascii_lowercase());
+        for o in c.others(&req.me).filter(|o| o.vlan == Some(iso.vlan)) {
+            if o.dst_mac == mac {
+                why.push(Unfit::IsolationInUse {
+                    vlan: iso.vlan,
+                    dst_mac: mac.clone(),
+                    owner: o.virtual_switch.clone(),
+                });
+                continue;
+            }
+            let theirs: BTreeSet<u32> = o.ports.iter().copied().collect();
+            if let Some(ports) = shared_ports(&req.ports, &theirs, &c.ports) {
+                why.push(Unfit::VlanPortsShared {
+                    vlan: iso.vlan,
+                    ports,
+                    owner: o.virtual_switch.clone(),
+                });
+            }
+        }
+    }
+    match slot {
+        Some(s) if why.is_empty() => Ok(s),
+        _ => Err(why),
+    }
 }
 
-/// Slots other VirtualSwitches hold (from their status).
-pub fn occupied(vss: &[VirtualSwitch]) -> Vec<Occupied> {
-    vss.iter()
-        .filter_map(|v| {
-            let st = v.status.as_ref()?;
-            Some(Occupied {
-                switch: st.switch.clone()?,
-                slot: st.slot?,
-                owner: object_key(v),
-            })
+/// Best fit: the fraction of its capacity a Switch has left once `req`
+/// runs there, summed over the resources `req` needs (lower is better);
+/// without resources, the share of slots left free.
+fn score(req: &Request, c: &Candidate) -> f64 {
+    let free = c.free(&req.me);
+    let cap = c.capacity.clone().unwrap_or_default();
+    let counted: Vec<f64> = req
+        .resources
+        .iter()
+        .filter(|_| c.counts_resources)
+        .filter_map(|(r, need)| {
+            let total = *cap.get(r)? as f64;
+            let left = free.get(r).copied().unwrap_or(0).saturating_sub(*need) as f64;
+            (total > 0.0).then_some(left / total)
         })
-        .collect()
+        .collect();
+    if !counted.is_empty() {
+        return counted.iter().sum();
+    }
+    let used = c.others(&req.me).count() as f64 + 1.0;
+    1.0 - used / f64::from(c.slots.max(1))
+}
+
+/// Chooses `(switch, slot)` for `req` among `switches`: the referenced
+/// Switch, or those matching the selector, filtered then scored (best
+/// fit, then name).
+pub fn place(req: &Request, switches: &[Candidate]) -> Result<(String, u32), PlacementError> {
+    let candidates: Vec<&Candidate> = match &req.switch_ref {
+        Some(name) => vec![
+            switches
+                .iter()
+                .find(|c| c.name == *name)
+                .ok_or_else(|| PlacementError::SwitchNotFound(name.clone()))?,
+        ],
+        None => switches
+            .iter()
+            .filter(|c| req.selector.iter().all(|(k, v)| c.labels.get(k) == Some(v)))
+            .collect(),
+    };
+    let mut feasible = Vec::new();
+    let mut unfit = Vec::new();
+    for c in &candidates {
+        match filter(req, c) {
+            Ok(slot) => feasible.push((score(req, c), c.name.clone(), slot)),
+            Err(why) => unfit.push((c.name.clone(), why)),
+        }
+    }
+    feasible.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+    match feasible.into_iter().next() {
+        Some((_, name, slot)) => Ok((name, slot)),
+        None => Err(PlacementError::Unschedulable {
+            candidates: candidates.len(),
+            unfit,
+        }),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use p4fleet_crds::{Selector, SwitchSpec};
 
-    fn sw(name: &str, slots: u32, labels: &[(&str, &str)]) -> Switch {
-        let spec: SwitchSpec = serde_json::from_value(
-            serde_json::json!({"target": "Fpga", "endpoint": "h:1", "slots": slots}),
-        )
-        .unwrap();
-        let mut s = Switch::new(name, spec);
-        s.metadata.labels = Some(
-            labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        );
-        s
+    /// P4VBox's Table I on a NetFPGA-SUME: what slots can use, and the programs.
+    const SUME_LUTS: u64 = 380_501;
+    const SUME_FFS: u64 = 790_159;
+    const L2: [(&str, u64); 2] = [("ffs", 40_506), ("luts", 28_096)];
+    const ROUTER: [(&str, u64); 2] = [("ffs", 84_149), ("luts", 57_704)];
+    const FIREWALL: [(&str, u64); 2] = [("ffs", 74_344), ("luts", 45_683)];
+
+    fn board(name: &str, slots: u32) -> Candidate {
+        Candidate {
+            name: name.into(),
+            labels: [("kind".to_string(), "sume".to_string())].into(),
+            slots,
+            capacity: Some([("luts".into(), SUME_LUTS), ("ffs".into(), SUME_FFS)].into()),
+            ports: [0, 1, 2, 3].into(),
+            claims: vec![],
+            counts_resources: true,
+        }
     }
 
-    fn spec(
-        switch_ref: Option<&str>,
-        slot: Option<u32>,
-        selector: Option<&[(&str, &str)]>,
-    ) -> VirtualSwitchSpec {
-        VirtualSwitchSpec {
-            program_ref: "fw".into(),
-            switch_ref: switch_ref.map(Into::into),
-            switch_selector: selector.map(|l| Selector {
-                match_labels: l
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            }),
-            slot,
+    fn req(me: &str, program: &[(&str, u64)]) -> Request {
+        Request {
+            me: me.into(),
+            switch_ref: None,
+            selector: [("kind".to_string(), "sume".to_string())].into(),
+            slot: None,
+            resources: program.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             isolation: None,
-            port_map: vec![],
-            update_strategy: Default::default(),
+            ports: BTreeSet::new(),
         }
     }
 
-    fn occ(switch: &str, slot: u32, owner: &str) -> Occupied {
-        Occupied {
-            switch: switch.into(),
-            slot,
-            owner: owner.into(),
+    /// Places `n` instances one after the other, recording each claim.
+    fn pack(boards: &mut [Candidate], program: &[(&str, u64)], n: usize) -> Vec<String> {
+        let mut errors = Vec::new();
+        for i in 0..n {
+            let r = req(&format!("ns/v{i}"), program);
+            match place(&r, boards) {
+                Ok((name, slot)) => {
+                    let b = boards.iter_mut().find(|b| b.name == name).unwrap();
+                    b.claims.push(r.claim(slot, true));
+                }
+                Err(e) => errors.push(e.to_string()),
+            }
         }
+        errors
     }
 
     #[test]
-    fn switch_ref_takes_the_first_free_slot_or_the_given_one() {
-        let sws = [sw("a", 3, &[])];
-        let used = [occ("a", 0, "ns/x")];
+    fn p4vbox_packing_13_l2_6_routers_8_firewalls() {
+        for (program, fits) in [(&L2, 13), (&ROUTER, 6), (&FIREWALL, 8)] {
+            let mut b = [board("sume", 16)];
+            let errors = pack(&mut b, program, fits + 1);
+            assert_eq!(b[0].claims.len(), fits);
+            let slots: BTreeSet<u32> = b[0].claims.iter().map(|c| c.slot).collect();
+            assert_eq!(slots.len(), fits, "no slot shared");
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            let luts = program.iter().find(|p| p.0 == "luts").unwrap().1;
+            let free = SUME_LUTS - luts * fits as u64;
+            assert_eq!(
+                errors[0],
+                format!("0/1 switches: 1 insufficient luts (need {luts}, free {free})")
+            );
+        }
+        let mut b = [board("sume", 16)];
         assert_eq!(
-            place("ns/me", &spec(Some("a"), None, None), None, &sws, &used),
+            pack(&mut b, &L2, 14)[0],
+            "0/1 switches: 1 insufficient luts (need 28096, free 15253)",
+            "the board's own figure"
+        );
+    }
+
+    #[test]
+    fn the_message_counts_each_reason_like_a_scheduler() {
+        let mut a = board("a", 16);
+        let mut b = board("b", 16);
+        let mut c = board("c", 1);
+        let big = |luts| SlotClaim {
+            slot: 0,
+            virtual_switch: "ns/big".into(),
+            resources: [("luts".into(), luts)].into(),
+            ..Default::default()
+        };
+        a.claims.push(big(SUME_LUTS - 12_000));
+        b.claims.push(big(SUME_LUTS - 12_000));
+        c.claims.push(big(0));
+        let e = place(&req("ns/me", &[("luts", 28_158)]), &[a, b, c]).unwrap_err();
+        assert_eq!(e.reason(), "Unschedulable");
+        assert_eq!(
+            e.to_string(),
+            "0/3 switches: 2 insufficient luts (need 28158, free 12000), 1 no free slot"
+        );
+    }
+
+    #[test]
+    fn best_fit_fills_the_fuller_board_first() {
+        let mut a = board("a", 16);
+        let b = board("b", 16);
+        a.claims.push(req("ns/x", &ROUTER).claim(0, true));
+        assert_eq!(
+            place(&req("ns/me", &L2), &[b.clone(), a.clone()]),
             Ok(("a".into(), 1))
         );
+        // Once the program no longer fits the fuller board, the emptier one.
+        for i in 1..6 {
+            a.claims
+                .push(req(&format!("ns/r{i}"), &ROUTER).claim(i, true));
+        }
+        assert_eq!(place(&req("ns/me", &ROUTER), &[a, b]), Ok(("b".into(), 0)));
+    }
+
+    #[test]
+    fn fixed_slots_and_kept_claims() {
+        let mut a = board("a", 4);
+        a.claims.push(req("ns/x", &L2).claim(0, true));
+        let mut r = req("ns/me", &L2);
+        r.switch_ref = Some("a".into());
+        assert_eq!(place(&r, std::slice::from_ref(&a)), Ok(("a".into(), 1)));
+        r.slot = Some(0);
         assert_eq!(
-            place("ns/me", &spec(Some("a"), Some(2), None), None, &sws, &used),
-            Ok(("a".into(), 2))
+            place(&r, std::slice::from_ref(&a)).unwrap_err().to_string(),
+            "0/1 switches: 1 slot 0 held by ns/x"
+        );
+        r.slot = Some(4);
+        assert_eq!(
+            place(&r, std::slice::from_ref(&a)).unwrap_err().to_string(),
+            "0/1 switches: 1 slot 4 out of range (4 slots)"
+        );
+        // Its own claim is kept (and its resources are not counted twice).
+        r.slot = None;
+        a.claims.push(r.claim(3, true));
+        assert_eq!(place(&r, std::slice::from_ref(&a)), Ok(("a".into(), 3)));
+        r.switch_ref = Some("zz".into());
+        assert_eq!(
+            place(&r, &[a]),
+            Err(PlacementError::SwitchNotFound("zz".into()))
+        );
+    }
+
+    fn isolated(me: &str, vlan: u16, mac: Option<&str>, ports: &[u32]) -> Request {
+        let mut r = req(me, &L2);
+        r.isolation = Some(Isolation {
+            vlan,
+            dst_mac: mac.map(Into::into),
+        });
+        r.ports = ports.iter().copied().collect();
+        r
+    }
+
+    #[test]
+    fn isolation_is_unique_and_a_vlan_shares_no_port() {
+        let mut a = board("a", 16);
+        a.claims
+            .push(isolated("ns/x", 10, Some("02:00:00:00:00:01"), &[0]).claim(0, true));
+        a.claims
+            .push(isolated("ns/y", 20, None, &[]).claim(1, true));
+        let one = |r: &Request| place(r, std::slice::from_ref(&a)).map_err(|e| e.to_string());
+        assert_eq!(
+            one(&isolated("ns/me", 10, Some("02:00:00:00:00:01"), &[1])),
+            Err("0/1 switches: 1 isolation vlan 10 dst 02:00:00:00:00:01 held by ns/x".into())
+        );
+        // Same VLAN, another MAC: only disjoint ports.
+        assert_eq!(
+            one(&isolated("ns/me", 10, Some("02:00:00:00:00:02"), &[0, 1])),
+            Err("0/1 switches: 1 vlan 10 shares ports 0 with ns/x".into())
+        );
+        assert!(one(&isolated("ns/me", 10, Some("02:00:00:00:00:02"), &[1, 2])).is_ok());
+        // ns/y uses every port of VLAN 20.
+        assert_eq!(
+            one(&isolated("ns/me", 20, Some("02:00:00:00:00:09"), &[3])),
+            Err("0/1 switches: 1 vlan 20 shares ports 3 with ns/y".into())
         );
         assert_eq!(
-            place("ns/me", &spec(Some("a"), Some(0), None), None, &sws, &used)
-                .unwrap_err()
-                .reason(),
-            "SlotTaken"
-        );
-        assert_eq!(
-            place("ns/me", &spec(Some("a"), Some(3), None), None, &sws, &used)
-                .unwrap_err()
-                .reason(),
-            "SlotOutOfRange"
-        );
-        assert_eq!(
-            place("ns/me", &spec(Some("b"), None, None), None, &sws, &used).unwrap_err(),
-            PlacementError::SwitchNotFound("b".into())
+            one(&isolated("ns/me", 30, None, &[7])),
+            Err("0/1 switches: 1 spec.portMap: port 7 is not in the Switch's spec.ports".into())
         );
     }
 
     #[test]
-    fn keeps_its_current_slot() {
-        let sws = [sw("a", 3, &[])];
+    fn switches_without_resources_or_capacity() {
+        let mut bmv2 = board("bmv2", 2);
+        bmv2.counts_resources = false;
+        bmv2.capacity = None;
+        // Not an FPGA: the program's FPGA resources do not apply.
+        assert_eq!(place(&req("ns/me", &L2), &[bmv2]), Ok(("bmv2".into(), 0)));
+        let mut fpga = board("fpga", 2);
+        fpga.capacity = None;
         assert_eq!(
-            place(
-                "ns/me",
-                &spec(Some("a"), None, None),
-                Some(("a", 2)),
-                &sws,
-                &[]
-            ),
-            Ok(("a".into(), 2))
+            place(&req("ns/me", &L2), &[fpga]).unwrap_err().to_string(),
+            "0/1 switches: 1 capacity unknown (the device did not report it and spec.capacity is empty)"
         );
-    }
-
-    #[test]
-    fn full_switch_has_no_free_slot() {
-        let sws = [sw("a", 1, &[])];
-        let used = [occ("a", 0, "ns/x")];
         assert_eq!(
-            place("ns/me", &spec(Some("a"), None, None), None, &sws, &used)
-                .unwrap_err()
-                .reason(),
-            "NoFreeSlot"
-        );
-    }
-
-    #[test]
-    fn selector_picks_first_matching_switch_with_room() {
-        let sws = [
-            sw("c", 1, &[("pool", "edge")]),
-            sw("b", 1, &[("pool", "edge")]),
-            sw("a", 4, &[("pool", "core")]),
-        ];
-        let sel: &[(&str, &str)] = &[("pool", "edge")];
-        assert_eq!(
-            place("ns/me", &spec(None, None, Some(sel)), None, &sws, &[]),
-            Ok(("b".into(), 0))
-        );
-        let used = [occ("b", 0, "ns/x")];
-        assert_eq!(
-            place("ns/me", &spec(None, None, Some(sel)), None, &sws, &used),
-            Ok(("c".into(), 0))
-        );
-        let used = [occ("b", 0, "ns/x"), occ("c", 0, "ns/y")];
-        assert_eq!(
-            place("ns/me", &spec(None, None, Some(sel)), None, &sws, &used),
-            Err(PlacementError::NoMatchingSwitch)
-        );
-        // Stays where it is even when an earlier switch has room.
-        assert_eq!(
-            place(
-                "ns/me",
-                &spec(None, None, Some(sel)),
-                Some(("c", 0)),
-                &sws,
-                &[]
-            ),
-            Ok(("c".into(), 0))
+            place(&req("ns/me", &L2), &[]).unwrap_err().to_string(),
+            "0/0 switches: no Switch matches spec.switchSelector"
         );
     }
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use p4fleet_crds::condition_types::{PIPELINE_LOADED, READY, SCHEDULED};
-use p4fleet_crds::{Condition, VirtualSwitch, VirtualSwitchStatus};
+use p4fleet_crds::{Condition, LastSwap, VirtualSwitch, VirtualSwitchStatus};
 
 use super::pipeline::{LoadError, NotReady};
 use super::placement::PlacementError;
@@ -35,7 +35,18 @@ pub enum Pipeline {
     Loaded {
         digest: String,
         pushed: Option<Duration>,
+        /// A program change of a running slot the device confirmed.
+        swap: Option<Swap>,
     },
+}
+
+/// A swap the device confirmed: from which digest, how long the device
+/// took, when it was read back (RFC 3339).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Swap {
+    pub from_digest: Option<String>,
+    pub device: Duration,
+    pub at: String,
 }
 
 /// The status to write, the Event to publish after it, when to come back.
@@ -54,6 +65,7 @@ pub fn report(vs: &VirtualSwitch, outcome: &Outcome, resync: Duration) -> Report
         loaded_digest: old.and_then(|s| s.loaded_digest.clone()),
         loaded_short_digest: old.and_then(|s| s.loaded_short_digest.clone()),
         last_swap_millis: old.and_then(|s| s.last_swap_millis),
+        last_swap: old.and_then(|s| s.last_swap.clone()),
         ..Default::default()
     };
     let mut requeue = resync;
@@ -91,8 +103,22 @@ pub fn report(vs: &VirtualSwitch, outcome: &Outcome, resync: Duration) -> Report
                     requeue = RETRY;
                     Condition::new(PIPELINE_LOADED, false, e.reason(), e.to_string())
                 }
-                Pipeline::Loaded { digest, pushed } => {
+                Pipeline::Loaded {
+                    digest,
+                    pushed,
+                    swap,
+                } => {
                     let short = artifacts::short_digest(digest);
+                    if let Some(sw) = swap {
+                        st.last_swap = Some(LastSwap {
+                            at: sw.at.clone(),
+                            from_digest: sw.from_digest.clone(),
+                            to_digest: digest.clone(),
+                            strategy: vs.spec.update_strategy.type_,
+                            duration_millis: sw.device.as_millis() as u64,
+                            entries_reapplied: None,
+                        });
+                    }
                     if let Some(took) = pushed {
                         let ms = took.as_millis() as u64;
                         st.last_swap_millis = Some(ms);
@@ -173,6 +199,11 @@ mod tests {
             &placed(Pipeline::Loaded {
                 digest: DIGEST.into(),
                 pushed,
+                swap: Some(Swap {
+                    from_digest: Some("old".into()),
+                    device: Duration::from_millis(30),
+                    at: "2026-11-22T21:00:00Z".into(),
+                }),
             }),
             RESYNC,
         );
@@ -181,6 +212,12 @@ mod tests {
         assert_eq!(st.loaded_digest.as_deref(), Some(DIGEST));
         assert_eq!(st.loaded_short_digest.as_deref(), Some("0123456789ab"));
         assert_eq!(st.last_swap_millis, Some(42));
+        let swap = st.last_swap.as_ref().unwrap();
+        assert_eq!(
+            (swap.from_digest.as_deref(), swap.to_digest.as_str()),
+            (Some("old"), DIGEST)
+        );
+        assert_eq!(swap.duration_millis, 30);
         assert_eq!(st.observed_generation, Some(2));
         assert!(
             st.conditions.iter().all(|c| c.is_true()),
@@ -198,6 +235,7 @@ mod tests {
             &placed(Pipeline::Loaded {
                 digest: DIGEST.into(),
                 pushed: None,
+                swap: None,
             }),
             RESYNC,
         );
@@ -207,11 +245,23 @@ mod tests {
 
     #[test]
     fn unplaced_clears_what_was_loaded_and_retries() {
-        let e = PlacementError::NoFreeSlot("sw".into());
+        let e = PlacementError::Unschedulable {
+            candidates: 1,
+            unfit: vec![(
+                "sw".into(),
+                vec![super::super::placement::Unfit::NoFreeSlot],
+            )],
+        };
         let r = report(&vs(Some(loaded_before())), &Outcome::Unplaced(e), RESYNC);
-        assert_eq!(state(&r, SCHEDULED), (False, "NoFreeSlot"));
+        assert_eq!(state(&r, SCHEDULED), (False, "Unschedulable"));
+        assert_eq!(
+            find_condition(&r.status.conditions, SCHEDULED)
+                .unwrap()
+                .message,
+            "0/1 switches: 1 no free slot"
+        );
         assert_eq!(state(&r, PIPELINE_LOADED), (Unknown, "NotScheduled"));
-        assert_eq!(state(&r, READY), (False, "NoFreeSlot"));
+        assert_eq!(state(&r, READY), (False, "Unschedulable"));
         assert_eq!(r.status.loaded_digest, None);
         assert_eq!(r.status.switch, None);
         assert_eq!(r.requeue, RETRY);

@@ -1,0 +1,148 @@
+//! The emulator and operator binaries as child processes of a test: built
+//! once, killed when their handle drops (and by PDEATHSIG if the test
+//! process dies first), logs under `target/e2e-logs/`.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::repo_root;
+
+/// `target/` of this workspace (or `$CARGO_TARGET_DIR`).
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"))
+}
+
+/// The directory holding `p4fleet-emulator` and `p4fleet`, built with the
+/// workspace's one feature set ([`crate::workspace_binaries`]).
+pub fn build_binaries() -> PathBuf {
+    crate::workspace_binaries().to_path_buf()
+}
+
+/// Makes the child die (SIGKILL) when the thread that spawned it exits.
+pub fn with_pdeathsig(cmd: &mut Command) {
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and
+    // exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// A log file `target/e2e-logs/<name>-<pid>.log` (created or truncated).
+pub fn log_file(name: &str) -> (PathBuf, std::fs::File) {
+    let dir = target_dir().join("e2e-logs");
+    std::fs::create_dir_all(&dir).expect("create e2e-logs");
+    let path = dir.join(format!("{name}-{}.log", std::process::id()));
+    let f = std::fs::File::create(&path).expect("create log file");
+    (path, f)
+}
+
+/// A child process killed (SIGKILL) when this handle drops.
+pub struct Proc {
+    child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    /// Spawns `cmd` with stdin closed and SIGKILL on the death of the
+    /// spawning thread (PDEATHSIG).
+    pub fn spawn(mut cmd: Command, log: PathBuf) -> Proc {
+        with_pdeathsig(&mut cmd);
+        let child = cmd
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn child process");
+        Proc {
+            child: Some(child),
+            log,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map(|c| c.id() as i32).unwrap_or(0)
+    }
+
+    /// Sends `signal` (e.g. `libc::SIGSTOP`) to the process.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        let rc = unsafe { libc::kill(self.pid(), signal) };
+        assert_eq!(rc, 0, "kill({}, {signal})", self.pid());
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let child = self.child.as_mut()?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(st) = child.try_wait().expect("try_wait") {
+                return Some(st);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn stdout(&mut self) -> Option<std::process::ChildStdout> {
+        self.child.as_mut()?.stdout.take()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A running emulator and the addresses it printed.
+pub struct EmulatorProc {
+    pub proc: Proc,
+    pub p4runtime: SocketAddr,
+    pub stats: SocketAddr,
+    pub bfrt: Option<SocketAddr>,
+}
+
+/// Starts `p4fleet-emulator` from `bin` with `args`; returns once it has
+/// printed its listen addresses.
+pub fn spawn_emulator(bin: &std::path::Path, args: &[&str]) -> EmulatorProc {
+    let (log, file) = log_file("emulator");
+    let mut cmd = Command::new(bin.join("p4fleet-emulator"));
+    cmd.args(args).stdout(Stdio::piped()).stderr(file);
+    let mut proc = Proc::spawn(cmd, log);
+    let mut out = BufReader::new(proc.stdout().expect("emulator stdout"));
+    let (mut p4runtime, mut stats, mut bfrt) = (None, None, None);
+    let wants_bfrt = args.contains(&"--bfrt-addr");
+    while p4runtime.is_none() || stats.is_none() || (wants_bfrt && bfrt.is_none()) {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).unwrap() > 0, "emulator exited");
+        let line = line.trim();
+        if let Some(a) = line.strip_prefix("p4runtime listening on ") {
+            p4runtime = a.parse().ok();
+        } else if let Some(a) = line.strip_prefix("stats listening on ") {
+            stats = a.parse().ok();
+        } else if let Some(a) = line.strip_prefix("bfrt listening on ") {
+            bfrt = a.parse().ok();
+        }
+    }
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    EmulatorProc {
+        proc,
+        p4runtime: p4runtime.expect("p4runtime address"),
+        stats: stats.expect("stats address"),
+        bfrt,
+    }
+}

@@ -1,0 +1,358 @@
+//! A device that restarts empty is noticed at once and made exact again,
+//! and status never says Ready while it is not: the emulator (its own
+//! process, so it can be killed) is `kill -9`ed under a Ready
+//! 30,000-entry TableEntrySet and restarted empty on the same ports.
+//!
+//! The operator runs with resync and drift periods far longer than the
+//! test, so recovery can only come from the broken and re-opened
+//! arbitration / subscription stream. While the device is away or being
+//! refilled, status is polled against the emulator's own entry count.
+//! The times printed are those in docs/reliability.md.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use p4fleet_crds::{
+    Condition, P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
+};
+use p4fleet_e2e::processes::{Proc, build_binaries, log_file, spawn_emulator};
+use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
+use serde_json::{Value, json};
+
+const ENTRIES: usize = 30_000;
+/// Longer than the test: nothing is repaired by a periodic pass.
+const PERIODS: &str = "3600";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Bmv2,
+    Tofino,
+}
+
+/// The emulator and operator binaries, built (debug) once per test binary.
+fn bin(name: &str) -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_binaries).join(name)
+}
+
+/// The emulator's three listen addresses.
+#[derive(Debug, Clone, Copy)]
+struct Addrs {
+    p4runtime: SocketAddr,
+    bfrt: SocketAddr,
+    stats: SocketAddr,
+}
+
+/// Starts the emulator (devices 1 and 11) on `addrs` (port 0: any) and
+/// waits until it listens.
+fn emulator(addrs: Option<Addrs>) -> (Proc, Addrs) {
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let a = addrs.unwrap_or(Addrs {
+        p4runtime: any,
+        bfrt: any,
+        stats: any,
+    });
+    let (p4runtime, bfrt, stats) = (
+        a.p4runtime.to_string(),
+        a.bfrt.to_string(),
+        a.stats.to_string(),
+    );
+    let bin = bin("p4fleet-emulator");
+    let emu = spawn_emulator(
+        bin.parent().unwrap(),
+        &[
+            "--device-ids",
+            "1,11",
+            "--p4runtime-addr",
+            &p4runtime,
+            "--bfrt-addr",
+            &bfrt,
+            "--stats-addr",
+            &stats,
+        ],
+    );
+    let addrs = Addrs {
+        p4runtime: emu.p4runtime,
+        bfrt: emu.bfrt.expect("bfrt address"),
+        stats: emu.stats,
+    };
+    (emu.proc, addrs)
+}
+
+fn operator(kubeconfig: PathBuf) -> Proc {
+    let (log, file) = log_file("restart-operator");
+    let mut cmd = Command::new(bin("p4fleet"));
+    cmd.args(["operator", "--listen-addr", "127.0.0.1:0"])
+        .args(["--resync-seconds", PERIODS, "--drift-seconds", PERIODS])
+        .args(["--log-level", "info,p4fleet=debug"])
+        .env("KUBECONFIG", kubeconfig)
+        .stdout(file.try_clone().unwrap())
+        .stderr(file);
+    Proc::spawn(cmd, log)
+}
+
+/// The emulator's entry count of `device`, None while it does not answer.
+fn device_entries(stats: SocketAddr, device: u64) -> Option<u64> {
+    let mut s = TcpStream::connect_timeout(&stats, Duration::from_secs(1)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        s,
+        "GET /stats/{device} HTTP/1.1\r\nHost: {stats}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).ok()?;
+    let body: Value = serde_json::from_str(resp.split_once("\r\n\r\n")?.1).ok()?;
+    body["entries"].as_u64()
+}
+
+fn entries_text() -> String {
+    let mut text = String::from("#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n");
+    for i in 0..ENTRIES {
+        text.push_str(&format!(
+            "10.{}.{}.{} 172.16.0.1 {}\n",
+            (i >> 16) & 255,
+            (i >> 8) & 255,
+            i & 255,
+            i % 500
+        ));
+    }
+    text
+}
+
+async fn create<K>(api: &Api<K>, obj: Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let obj: K = serde_json::from_value(obj).unwrap();
+    api.create(&PostParams::default(), &obj).await.unwrap();
+}
+
+/// Program, Switch, VirtualSwitch and a 30,000-entry TableEntrySet.
+async fn setup(client: &Client, ns: &str, kind: Kind, addrs: Addrs, device: u64) -> String {
+    let read = |p: &str| std::fs::read_to_string(repo_root().join(p)).unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let mut spec = json!({"p4info": {"inline": read("examples/firewall/p4info.txt")}});
+    if kind == Kind::Tofino {
+        create(
+            &cms,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "tofino"},
+                "data": {"bfrt.json": read("examples/firewall/bfrt.json"), "tofino.bin": "bin"}}),
+        )
+        .await;
+        let key = |k: &str| json!({"configMapKeyRef": {"name": "tofino", "key": k}});
+        spec["artifacts"] = json!({"tofino": {"bfrtJson": key("bfrt.json"),
+            "contextJson": {"inline": "{}"}, "binary": key("tofino.bin")}});
+    }
+    let sw = format!("{ns}-sw");
+    let (target, endpoint) = match kind {
+        Kind::Bmv2 => ("Bmv2", addrs.p4runtime),
+        Kind::Tofino => ("Tofino", addrs.bfrt),
+    };
+    let v1 = "p4fleet.dev/v1alpha1";
+    create(
+        &Api::<P4Program>::namespaced(client.clone(), ns),
+        json!({"apiVersion": v1, "kind": "P4Program", "metadata": {"name": "firewall"}, "spec": spec}),
+    )
+    .await;
+    create(
+        &Api::<Switch>::all(client.clone()),
+        json!({"apiVersion": v1, "kind": "Switch", "metadata": {"name": sw},
+            "spec": {"target": target, "endpoint": endpoint.to_string(), "deviceId": device, "slots": 1}}),
+    )
+    .await;
+    create(
+        &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
+        json!({"apiVersion": v1, "kind": "VirtualSwitch", "metadata": {"name": "fw"},
+            "spec": {"programRef": "firewall", "switchRef": sw, "slot": 0}}),
+    )
+    .await;
+    create(
+        &cms,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw"},
+            "data": {"entries": entries_text()}}),
+    )
+    .await;
+    create(
+        &Api::<TableEntrySet>::namespaced(client.clone(), ns),
+        json!({"apiVersion": v1, "kind": "TableEntrySet", "metadata": {"name": "fw"},
+            "spec": {"virtualSwitchRef": "fw", "table": "MyIngress.firewall",
+                "entriesFrom": [{"configMap": "fw"}],
+                "write": {"batchSize": 1000, "maxInFlight": 4}}}),
+    )
+    .await;
+    sw
+}
+
+fn is_true(conditions: &[Condition], t: &str) -> bool {
+    find_condition(conditions, t).is_some_and(Condition::is_true)
+}
+
+fn ready(st: &TableEntrySetStatus) -> bool {
+    is_true(&st.conditions, "Ready") && st.applied == ENTRIES as u64
+}
+
+/// Polls the set's status every 50 ms until `done` is set. Returns when the
+/// set was first seen not Ready (the operator noticed the loss; before that
+/// it cannot know) and, from then on, every moment it said Ready while the
+/// emulator did not hold all entries.
+fn watch_for_lies(
+    sets: Api<TableEntrySet>,
+    stats: SocketAddr,
+    device: u64,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<(usize, Option<Duration>, Vec<String>)> {
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let (mut polls, mut noticed, mut lies) = (0, None, Vec::new());
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            if let Ok(set) = sets.get("fw").await {
+                let st = set.status.unwrap_or_default();
+                let said_ready = is_true(&st.conditions, "Ready");
+                // Read after status: a count only grows while refilling,
+                // so a Ready read first cannot be excused by a later fill.
+                let held = tokio::task::spawn_blocking(move || device_entries(stats, device))
+                    .await
+                    .unwrap();
+                polls += 1;
+                if !said_ready && noticed.is_none() {
+                    noticed = Some(started.elapsed());
+                }
+                if noticed.is_some() && said_ready && held != Some(ENTRIES as u64) {
+                    let ready = find_condition(&st.conditions, "Ready");
+                    lies.push(format!(
+                        "{:?}: Ready while the device held {held:?}: {ready:?}",
+                        started.elapsed()
+                    ));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        (polls, noticed, lies)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_empty_device_is_refilled_at_once_bmv2() {
+    restarted_empty_device(Kind::Bmv2, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_empty_device_is_refilled_at_once_tofino() {
+    restarted_empty_device(Kind::Tofino, 11).await;
+}
+
+/// One emulator per test: killing it must not disturb the other test.
+async fn restarted_empty_device(kind: Kind, device: u64) {
+    let cp = ControlPlane::shared().await;
+    let client = cp.client().await;
+    let kubeconfig = cp.kubeconfig_path().to_path_buf();
+    let _operator = shared_operator(kubeconfig);
+    let (emu, addrs) = emulator(None);
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    let sw = setup(&client, &ns, kind, addrs, device).await;
+    let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
+    let switches: Api<Switch> = Api::all(client.clone());
+    let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), &ns);
+    let status_where = |what: &'static str, pred: fn(&TableEntrySetStatus) -> bool| {
+        let sets = sets.clone();
+        async move {
+            wait_for(what, Duration::from_secs(120), || async {
+                let st = sets.get("fw").await.map_err(|e| e.to_string())?;
+                let st = st.status.unwrap_or_default();
+                pred(&st).then_some(()).ok_or(format!("{st:?}"))
+            })
+            .await
+        }
+    };
+    status_where("Ready with 30000 applied", ready).await;
+    assert_eq!(device_entries(addrs.stats, device), Some(ENTRIES as u64));
+
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = watch_for_lies(sets.clone(), addrs.stats, device, done.clone());
+    // kill -9: no goodbye on any stream.
+    drop(emu);
+    let killed = Instant::now();
+    wait_for(
+        "Switch Reachable=False",
+        Duration::from_secs(30),
+        || async {
+            let s = switches.get(&sw).await.map_err(|e| e.to_string())?;
+            let c = s.status.unwrap_or_default().conditions;
+            let unreachable = find_condition(&c, "Reachable").is_some_and(|c| !c.is_true());
+            unreachable.then_some(()).ok_or(format!("{c:?}"))
+        },
+    )
+    .await;
+    let noticed = killed.elapsed();
+    status_where("set not Ready", |st| !is_true(&st.conditions, "Ready")).await;
+    wait_for(
+        "VirtualSwitch not Ready",
+        Duration::from_secs(30),
+        || async {
+            let v = vss.get("fw").await.map_err(|e| e.to_string())?;
+            let c = v.status.unwrap_or_default().conditions;
+            (!is_true(&c, "Ready"))
+                .then_some(())
+                .ok_or(format!("{c:?}"))
+        },
+    )
+    .await;
+    // Away a while (the session backs off meanwhile), then back empty.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_emu, again) = emulator(Some(addrs));
+    let restarted = Instant::now();
+    assert_eq!(
+        device_entries(again.stats, device),
+        Some(0),
+        "restarted empty"
+    );
+    status_where("Ready again with 30000 applied", ready).await;
+    let recovered = restarted.elapsed();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (polls, not_ready, lies) = watcher.await.unwrap();
+    eprintln!(
+        "{kind:?}: after kill -9, Switch Reachable=False seen {noticed:?}, set not Ready seen {not_ready:?}; \
+         pipeline + {ENTRIES} entries Ready {recovered:?} after the restart; {polls} status polls"
+    );
+    assert!(
+        lies.is_empty(),
+        "{} lies: {:#?}",
+        lies.len(),
+        &lies[..lies.len().min(3)]
+    );
+    assert!(polls > 10, "the outage was watched ({polls} polls)");
+    // Independently: the emulator holds exactly the set's entries.
+    assert_eq!(device_entries(again.stats, device), Some(ENTRIES as u64));
+    let s = switches.get(&sw).await.unwrap();
+    assert!(is_true(
+        &s.status.unwrap_or_default().conditions,
+        "Reachable"
+    ));
+}
+
+/// One operator for the tests of this binary (they share a control plane).
+fn shared_operator(kubeconfig: PathBuf) -> &'static () {
+    static OPERATOR: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    OPERATOR.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        // PDEATHSIG follows the spawning thread: spawn from one that lives
+        // as long as the process.
+        std::thread::spawn(move || {
+            let op = operator(kubeconfig);
+            tx.send(()).unwrap();
+            let _keep = op;
+            loop {
+                std::thread::park();
+            }
+        });
+        rx.recv().unwrap()
+    })
+}

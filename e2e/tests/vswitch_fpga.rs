@@ -1,0 +1,457 @@
+//! VirtualSwitches on an emulated NetFPGA-SUME, end to end: a real
+//! kube-apiserver + etcd, the operator and one emulator per test as child
+//! processes (`--fpga netfpga-sume --fpga-port icap`, so a 2.8 Mb load
+//! takes ~15 ms), P4VBox's programs with synthetic bitstreams.
+//!
+//! - P4VBox's packing: 13 L2 switches Scheduled and loaded, the 14th
+//!   Unschedulable with the scheduler-style message; deleting one unloads
+//!   its slot and lets the 14th in.
+//! - 20 firewalls created at once: 8 fit, no slot shared, nothing overbooked.
+//! - Isolation clashes name the other VirtualSwitch; a hot swap router →
+//!   firewall reloads one slot while the others keep counting packets.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use p4fleet_client::{SlotClient, Target};
+use p4fleet_crds::{
+    P4Program, SLOT_CLAIMS_ANNOTATION, SlotClaim, Switch, TableEntrySet, VirtualSwitch,
+    find_condition,
+};
+use p4fleet_e2e::processes::{build_binaries, target_dir, with_pdeathsig};
+use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, unique_name, wait_for};
+use p4fleet_proto::fpga as pb;
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// Polls `f` until it answers Some (within [`WAIT`]).
+async fn until<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    wait_for(what, WAIT, || {
+        let fut = f();
+        async move { fut.await.ok_or_else(|| "not yet".to_string()) }
+    })
+    .await
+}
+
+/// Runs `f` on a thread that lives as long as the test process, so the
+/// children it spawns (PDEATHSIG) outlive the test that started them.
+fn on_parked_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+        loop {
+            std::thread::park();
+        }
+    });
+    rx.recv().expect("child started")
+}
+
+/// The shared operator (one per test binary).
+async fn operator(cp: &ControlPlane) {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    let kubeconfig = cp.kubeconfig_path().to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        STARTED.get_or_init(|| {
+            on_parked_thread(move || {
+                let bin = build_binaries();
+                let logs = target_dir().join("e2e-logs");
+                std::fs::create_dir_all(&logs).unwrap();
+                let log = logs.join(format!("operator-vswitch-{}.log", std::process::id()));
+                let log = std::fs::File::create(log).unwrap();
+                let mut op = Command::new(bin.join("p4fleet"));
+                op.args(["operator", "--listen-addr", "127.0.0.1:0"])
+                    .args([
+                        "--resync-seconds",
+                        "30",
+                        "--log-level",
+                        "info,p4fleet=debug",
+                    ])
+                    .env("KUBECONFIG", kubeconfig)
+                    .stdin(Stdio::null())
+                    .stdout(log.try_clone().unwrap())
+                    .stderr(log);
+                with_pdeathsig(&mut op);
+                std::mem::forget(op.spawn().expect("spawn p4fleet operator"));
+            })
+        });
+    })
+    .await
+    .unwrap();
+}
+
+/// A new emulated NetFPGA-SUME (ICAP): its P4Runtime/slot-service address
+/// and its stats side channel.
+async fn board(extra: &'static [&'static str]) -> (SocketAddr, SocketAddr) {
+    tokio::task::spawn_blocking(move || {
+        on_parked_thread(move || {
+            let bin = build_binaries();
+            let mut emu = Command::new(bin.join("p4fleet-emulator"));
+            emu.args(["--fpga", "netfpga-sume", "--fpga-port", "icap"])
+                .args(extra)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null());
+            with_pdeathsig(&mut emu);
+            let mut emu = emu.spawn().expect("spawn p4fleet-emulator");
+            let mut out = BufReader::new(emu.stdout.take().unwrap());
+            let (mut addr, mut stats) = (None, None);
+            while addr.is_none() || stats.is_none() {
+                let mut line = String::new();
+                assert!(out.read_line(&mut line).unwrap() > 0, "emulator exited");
+                if let Some(a) = line.trim().strip_prefix("p4runtime listening on ") {
+                    addr = Some(a.parse::<SocketAddr>().unwrap());
+                }
+                if let Some(a) = line.trim().strip_prefix("stats listening on ") {
+                    stats = Some(a.parse::<SocketAddr>().unwrap());
+                }
+            }
+            std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+            std::mem::forget(emu);
+            (addr.unwrap(), stats.unwrap())
+        })
+    })
+    .await
+    .unwrap()
+}
+
+/// P4VBox's programs: (name, seed of the synthetic bitstream, luts, ffs).
+const L2: (&str, u64, u64) = ("l2switch", 28_096, 40_506);
+const ROUTER: (&str, u64, u64) = ("router", 57_704, 84_149);
+const FIREWALL: (&str, u64, u64) = ("firewall", 45_683, 74_344);
+
+/// A P4Program with FPGA artifacts (bitstream in a ConfigMap's binaryData).
+async fn program(client: &Client, ns: &str, (name, luts, ffs): (&str, u64, u64)) -> String {
+    let bits = p4fleet_emulator::fpga::bitstream::synthetic(2_800_000, name).unwrap();
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": format!("{name}-fpga")},
+    }))
+    .unwrap();
+    let mut cm = cm;
+    cm.binary_data = Some([("bitstream".to_string(), ByteString(bits))].into());
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let p4info =
+        std::fs::read_to_string(repo_root().join(format!("examples/{name}/p4info.txt"))).unwrap();
+    let p: P4Program = serde_json::from_value(json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
+        "metadata": {"name": name},
+        "spec": {"p4info": {"inline": p4info}, "artifacts": {"fpga": {
+            "bitstream": {"configMapKeyRef": {"name": format!("{name}-fpga"), "key": "bitstream"}},
+            "bits": 2_800_000,
+            "resources": {"luts": luts, "ffs": ffs},
+        }}}
+    }))
+    .unwrap();
+    let api = Api::<P4Program>::namespaced(client.clone(), ns);
+    api.create(&PostParams::default(), &p).await.unwrap();
+    until(&format!("P4Program {name} Ready"), || async {
+        let p = api.get(name).await.ok()?;
+        let st = p.status?;
+        find_condition(&st.conditions, "Ready")
+            .filter(|c| c.is_true())
+            .and(st.digest)
+    })
+    .await
+}
+
+/// A Switch for the board at `addr`, once the operator has read its board info.
+async fn fpga_switch(client: &Client, addr: SocketAddr) -> String {
+    let name = unique_name("sume");
+    let sw: Switch = serde_json::from_value(json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
+        "metadata": {"name": name},
+        "spec": {"target": "Fpga", "endpoint": addr.to_string(), "deviceId": 1,
+                 "ports": [{"id": 0}, {"id": 1}, {"id": 2}, {"id": 3}]}
+    }))
+    .unwrap();
+    let api = Api::<Switch>::all(client.clone());
+    api.create(&PostParams::default(), &sw).await.unwrap();
+    until(&format!("Switch {name} probed"), || async {
+        let st = api.get(&name).await.ok()?.status?;
+        (st.slots == Some(16) && st.capacity_source.as_deref() == Some("Device")).then_some(())
+    })
+    .await;
+    name
+}
+
+fn vs(name: &str, program: &str, switch: &str, vlan: u16) -> VirtualSwitch {
+    serde_json::from_value(json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
+        "metadata": {"name": name},
+        "spec": {"programRef": program, "switchRef": switch, "isolation": {"vlan": vlan}}
+    }))
+    .unwrap()
+}
+
+fn condition(v: &VirtualSwitch, t: &str) -> Option<(bool, String, String)> {
+    let c = find_condition(&v.status.as_ref()?.conditions, t)?;
+    Some((c.is_true(), c.reason.clone(), c.message.clone()))
+}
+
+fn ready(v: &VirtualSwitch) -> bool {
+    condition(v, "Ready").is_some_and(|c| c.0)
+}
+
+fn unschedulable(v: &VirtualSwitch) -> Option<String> {
+    condition(v, "Scheduled")
+        .filter(|c| !c.0 && c.1 == "Unschedulable")
+        .map(|c| c.2)
+}
+
+fn slots(addr: SocketAddr) -> SlotClient {
+    SlotClient::connect(&Target::p4runtime(addr.to_string(), 1)).unwrap()
+}
+
+async fn board_luts_used(addr: SocketAddr) -> u64 {
+    let info = slots(addr).board_info().await.unwrap();
+    info.resources
+        .iter()
+        .find(|r| r.name == "luts")
+        .unwrap()
+        .used
+}
+
+/// Entries held by P4Runtime device `device` (the emulator's side channel).
+fn entries(stats: SocketAddr, device: u64) -> u64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(stats).unwrap();
+    write!(s, "GET /stats/{device} HTTP/1.0\r\nHost: {stats}\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    v["entries"].as_u64().unwrap_or(0)
+}
+
+fn claims(sw: &Switch) -> Vec<SlotClaim> {
+    sw.annotations()
+        .get(SLOT_CLAIMS_ANNOTATION)
+        .map(|s| serde_json::from_str(s).unwrap())
+        .unwrap_or_default()
+}
+
+async fn setup() -> (Client, TestNamespace) {
+    let cp = ControlPlane::shared().await;
+    operator(cp).await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    (client, ns)
+}
+
+#[tokio::test]
+async fn thirteen_l2_switches_fit_the_fourteenth_is_unschedulable_until_one_is_deleted() {
+    let (client, ns) = setup().await;
+    let (addr, _) = board(&[]).await;
+    let digest = program(&client, ns.name(), L2).await;
+    let sw = fpga_switch(&client, addr).await;
+    let api = Api::<VirtualSwitch>::namespaced(client.clone(), ns.name());
+    for i in 0..14u16 {
+        let v = vs(&format!("l2-{i:02}"), "l2switch", &sw, 100 + i);
+        api.create(&PostParams::default(), &v).await.unwrap();
+        // One after the other, so the 14th is the one left out.
+        let name = v.name_any();
+        if i < 13 {
+            until(&format!("{name} Ready"), || async {
+                ready(&api.get(&name).await.ok()?).then_some(())
+            })
+            .await;
+        }
+    }
+    let msg = until("l2-13 Unschedulable", || async {
+        unschedulable(&api.get("l2-13").await.ok()?)
+    })
+    .await;
+    assert_eq!(
+        msg,
+        "0/1 switches: 1 insufficient luts (need 28096, free 15253)"
+    );
+    // The device confirms what status says: 13 slots Loaded with the L2 digest.
+    let c = slots(addr);
+    let mut loaded = 0;
+    for s in 0..16 {
+        let st = c.slot_state(s).await.unwrap();
+        if st.phase() == pb::SlotPhase::Loaded {
+            assert_eq!(st.program_digest, digest);
+            loaded += 1;
+        }
+    }
+    assert_eq!(loaded, 13);
+    assert_eq!(board_luts_used(addr).await, 13 * 28_096);
+    let swo = Api::<Switch>::all(client.clone()).get(&sw).await.unwrap();
+    let st = swo.status.clone().unwrap();
+    assert_eq!(st.free["luts"], 15_253);
+    assert_eq!(claims(&swo).len(), 13);
+
+    // Deleting one unloads its slot and frees it for the 14th.
+    let gone = api.get("l2-03").await.unwrap();
+    let freed = gone.status.unwrap().slot.unwrap();
+    api.delete("l2-03", &DeleteParams::default()).await.unwrap();
+    until("l2-03 deleted", || async {
+        api.get_opt("l2-03").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let v = until("l2-13 Ready", || async {
+        let v = api.get("l2-13").await.ok()?;
+        ready(&v).then_some(v)
+    })
+    .await;
+    assert_eq!(
+        v.status.unwrap().slot,
+        Some(freed),
+        "the freed slot is reused"
+    );
+    assert_eq!(board_luts_used(addr).await, 13 * 28_096);
+    ns.delete(&client).await.unwrap();
+}
+
+#[tokio::test]
+async fn twenty_created_at_once_never_share_a_slot_or_overbook() {
+    let (client, ns) = setup().await;
+    let (addr, _) = board(&[]).await;
+    program(&client, ns.name(), FIREWALL).await;
+    let sw = fpga_switch(&client, addr).await;
+    let api = Api::<VirtualSwitch>::namespaced(client.clone(), ns.name());
+    let creates = (0..20u16).map(|i| {
+        let api = api.clone();
+        let v = vs(&format!("fw-{i:02}"), "firewall", &sw, 200 + i);
+        async move { api.create(&PostParams::default(), &v).await.unwrap() }
+    });
+    futures::future::join_all(creates).await;
+    let (ready_n, refused) = until("all 20 decided", || async {
+        let list = api.list(&Default::default()).await.ok()?.items;
+        let r = list.iter().filter(|v| ready(v)).count();
+        let u = list.iter().filter_map(unschedulable).collect::<Vec<_>>();
+        (r + u.len() == 20).then_some((r, u))
+    })
+    .await;
+    assert_eq!(ready_n, 8, "P4VBox: 8 firewalls per board");
+    let swo = Api::<Switch>::all(client.clone()).get(&sw).await.unwrap();
+    let held = claims(&swo);
+    let distinct: std::collections::BTreeSet<u32> = held.iter().map(|c| c.slot).collect();
+    assert_eq!((held.len(), distinct.len()), (8, 8), "{held:?}");
+    assert_eq!(board_luts_used(addr).await, 8 * 45_683);
+    for m in refused {
+        assert_eq!(
+            m,
+            "0/1 switches: 1 insufficient luts (need 45683, free 15037)"
+        );
+    }
+    ns.delete(&client).await.unwrap();
+}
+
+#[tokio::test]
+async fn isolation_clashes_are_named_and_a_hot_swap_leaves_other_slots_forwarding() {
+    let (client, ns) = setup().await;
+    let (addr, stats) = board(&["--fpga-traffic-pps", "20000"]).await;
+    program(&client, ns.name(), L2).await;
+    let router = program(&client, ns.name(), ROUTER).await;
+    let firewall = program(&client, ns.name(), FIREWALL).await;
+    let sw = fpga_switch(&client, addr).await;
+    let api = Api::<VirtualSwitch>::namespaced(client.clone(), ns.name());
+    for (name, program, vlan) in [
+        ("a", "l2switch", 10),
+        ("b", "router", 20),
+        ("c", "l2switch", 30),
+    ] {
+        api.create(&PostParams::default(), &vs(name, program, &sw, vlan))
+            .await
+            .unwrap();
+    }
+    for name in ["a", "b", "c"] {
+        until(&format!("{name} Ready"), || async {
+            ready(&api.get(name).await.ok()?).then_some(())
+        })
+        .await;
+    }
+    // Same Sid as "a": refused, naming it.
+    api.create(&PostParams::default(), &vs("clash", "l2switch", &sw, 10))
+        .await
+        .unwrap();
+    let msg = until("clash Unschedulable", || async {
+        unschedulable(&api.get("clash").await.ok()?)
+    })
+    .await;
+    assert_eq!(
+        msg,
+        format!(
+            "0/1 switches: 1 isolation vlan 10 dst any held by {}/a",
+            ns.name()
+        )
+    );
+
+    let slot_of = |v: &VirtualSwitch| v.status.as_ref().unwrap().slot.unwrap();
+    let (a, b, c) = (
+        api.get("a").await.unwrap(),
+        api.get("b").await.unwrap(),
+        api.get("c").await.unwrap(),
+    );
+    // Entries of "a" (another slot) survive the swap of "b".
+    let set: TableEntrySet = serde_json::from_value(json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+        "metadata": {"name": "a-dmac"},
+        "spec": {"virtualSwitchRef": "a", "table": "MyIngress.dmac", "entries": [
+            {"match": {"hdr.ethernet.dstAddr": "00:00:00:00:00:01"}, "action": "forward", "params": {"port": "1"}},
+            {"match": {"hdr.ethernet.dstAddr": "00:00:00:00:00:02"}, "action": "forward", "params": {"port": "2"}}
+        ]}
+    }))
+    .unwrap();
+    Api::<TableEntrySet>::namespaced(client.clone(), ns.name())
+        .create(&PostParams::default(), &set)
+        .await
+        .unwrap();
+    let device_a = 1 + u64::from(slot_of(&a));
+    until("a's entries on its slot device", || async {
+        (entries(stats, device_a) == 2).then_some(())
+    })
+    .await;
+    let board = slots(addr);
+    let before = board.counters(vec![]).await.unwrap();
+    let patch = json!({"spec": {"programRef": "firewall"}});
+    api.patch("b", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let swapped = until("b swapped to the firewall", || async {
+        let v = api.get("b").await.ok()?;
+        let swap = v.status.as_ref()?.last_swap.clone()?;
+        (swap.to_digest == firewall && ready(&v)).then_some(swap)
+    })
+    .await;
+    assert_eq!(swapped.from_digest.as_deref(), Some(router.as_str()));
+    assert_eq!(
+        slot_of(&api.get("b").await.unwrap()),
+        slot_of(&b),
+        "same slot"
+    );
+    let after = board.counters(vec![]).await.unwrap();
+    let count = |r: &pb::GetSlotCountersResponse, s: u32| {
+        let c = r.slots.iter().find(|c| c.slot == s).unwrap();
+        (c.rx_packets, c.dropped_packets)
+    };
+    for other in [slot_of(&a), slot_of(&c)] {
+        let (rx0, drop0) = count(&before, other);
+        let (rx1, drop1) = count(&after, other);
+        assert!(rx1 > rx0, "slot {other} kept forwarding ({rx0} -> {rx1})");
+        assert_eq!(drop1, drop0, "slot {other} lost nothing during the swap");
+    }
+    assert_eq!(entries(stats, device_a), 2, "a's entries are still there");
+    let st = board.slot_state(slot_of(&b)).await.unwrap();
+    assert_eq!(
+        (st.phase(), st.program_digest.as_str()),
+        (pb::SlotPhase::Loaded, firewall.as_str())
+    );
+    ns.delete(&client).await.unwrap();
+}

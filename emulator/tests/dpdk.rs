@@ -1,0 +1,231 @@
+//! Dpdk devices through the emulator's gRPC port: the packed pipeline
+//! config (`BfPipelineConfig`) checked by SetForwardingPipelineConfig, the
+//! data plane following what P4Runtime Writes install, and the extern
+//! runtime served for Dpdk devices only.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use p4fleet_emulator::dataplane::EngineStats;
+use p4fleet_emulator::dataplane::packet;
+use p4fleet_emulator::{DpdkConfig, Emulator, EmulatorConfig, RunningEmulator};
+use p4fleet_model::pipeline_config::BfPipelineConfig;
+use p4fleet_proto::externs::{self as pb, extern_runtime_client::ExternRuntimeClient};
+use p4fleet_proto::p4info;
+use p4fleet_proto::p4runtime::{
+    self as p4, field_match::FieldMatchType, p4_runtime_client::P4RuntimeClient,
+};
+use tonic::Code;
+use tonic::transport::Channel;
+
+const SPEC: &str = include_str!("../../examples/l2crypt/l2crypt.spec");
+const P4INFO: &str = include_str!("../../examples/l2crypt/p4info.txt");
+const BFRT: &str = include_str!("../../examples/l2crypt/bfrt.json");
+const CONTEXT: &str = include_str!("../../examples/l2crypt/context.json");
+const DMAC: u32 = 45321753;
+const FORWARD: u32 = 22605987;
+const FLOOD: u32 = 255;
+
+/// Device 1 is a Dpdk target, device 2 is not.
+async fn start() -> RunningEmulator {
+    Emulator::start(EmulatorConfig {
+        device_ids: vec![1, 2],
+        dpdk: Some(DpdkConfig {
+            device_ids: vec![1],
+            extern_cores: Some(1),
+            stats_interval: Duration::from_millis(100),
+            ..DpdkConfig::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+async fn set_pipeline(
+    c: &mut P4RuntimeClient<Channel>,
+    device: u64,
+    device_config: Vec<u8>,
+) -> Result<(), tonic::Status> {
+    c.set_forwarding_pipeline_config(p4::SetForwardingPipelineConfigRequest {
+        device_id: device,
+        election_id: common::eid(10),
+        action: p4::set_forwarding_pipeline_config_request::Action::VerifyAndCommit as i32,
+        config: Some(p4::ForwardingPipelineConfig {
+            p4info: Some(p4info::parse_text(P4INFO).unwrap()),
+            p4_device_config: device_config,
+            cookie: None,
+        }),
+        ..Default::default()
+    })
+    .await
+    .map(|_| ())
+}
+
+fn packed() -> Vec<u8> {
+    BfPipelineConfig::dpdk(
+        "l2crypt",
+        BFRT.as_bytes().to_vec(),
+        CONTEXT.as_bytes().to_vec(),
+        SPEC.as_bytes().to_vec(),
+    )
+    .pack()
+}
+
+fn forward(mac: [u8; 6], port: u8) -> p4::Update {
+    p4::Update {
+        r#type: p4::update::Type::Insert as i32,
+        entity: Some(p4::Entity {
+            entity: Some(p4::entity::Entity::TableEntry(p4::TableEntry {
+                table_id: DMAC,
+                r#match: vec![p4::FieldMatch {
+                    field_id: 1,
+                    field_match_type: Some(FieldMatchType::Exact(p4::field_match::Exact {
+                        value: mac.to_vec(),
+                    })),
+                }],
+                action: Some(p4::TableAction {
+                    r#type: Some(p4::table_action::Type::Action(p4::Action {
+                        action_id: FORWARD,
+                        params: vec![p4::action::Param {
+                            param_id: 1,
+                            value: vec![port],
+                        }],
+                    })),
+                }),
+                ..Default::default()
+            })),
+        }),
+    }
+}
+
+fn port(s: &EngineStats, p: u32) -> u64 {
+    s.tx_per_port
+        .iter()
+        .find(|(q, _)| *q == p)
+        .map_or(0, |(_, n)| *n)
+}
+
+/// Polls the device's data plane stats until `done`; panics after 30 s.
+async fn wait(
+    emu: &RunningEmulator,
+    what: &str,
+    done: impl Fn(&EngineStats) -> bool,
+) -> EngineStats {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = emu.emulator().dataplane(1).expect("a data plane").stats();
+        if done(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {s:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn target(device: u64) -> Option<pb::Target> {
+    Some(pb::Target {
+        device_id: device,
+        pipeline: String::new(),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn packed_config_loads_and_entries_steer_the_data_plane() {
+    let emu = start().await;
+    let mut c = P4RuntimeClient::connect(emu.p4runtime_url()).await.unwrap();
+    let mut ext = ExternRuntimeClient::connect(emu.p4runtime_url())
+        .await
+        .unwrap();
+    let _stream = common::arbitrate(&mut c, 1).await;
+
+    // Before a pipeline: the extern runtime says why there is nothing.
+    let err = ext
+        .list_externs(pb::ListExternsRequest { target: target(1) })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+
+    // The raw .spec is what infrap4d would refuse.
+    let err = set_pipeline(&mut c, 1, SPEC.as_bytes().to_vec())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("BfPipelineConfig"), "{err:?}");
+    assert!(emu.emulator().dataplane(1).is_none());
+
+    set_pipeline(&mut c, 1, packed()).await.unwrap();
+    let list = ext
+        .list_externs(pb::ListExternsRequest { target: target(1) })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(list.pipeline, "l2crypt");
+    let names: Vec<_> = list.externs.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(names, ["async_encrypt", "async_decrypt"]);
+    let caps = list.externs[0].capabilities.as_ref().unwrap();
+    assert_eq!(caps.max_cores, 1, "--dpdk-extern-cores bounds the cores");
+
+    // No entries: every packet floods.
+    let s = wait(&emu, "flooded traffic", |s| port(s, FLOOD) > 50).await;
+    assert_eq!(port(&s, 1), 0);
+
+    // What P4Runtime installs is what the data plane forwards with.
+    c.write(p4::WriteRequest {
+        device_id: 1,
+        election_id: common::eid(10),
+        updates: vec![forward(packet::dst_mac(0), 1)],
+        atomicity: 0,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let s = wait(&emu, "flow 0 forwarded to port 1", |s| port(s, 1) > 10).await;
+    let dmac = s
+        .tables
+        .iter()
+        .find(|t| t.name == "MyIngress.dmac")
+        .unwrap();
+    assert_eq!(dmac.entries, 1);
+    assert!(dmac.hits > 0, "{dmac:?}");
+    let fwd = dmac.actions.iter().find(|a| a.0 == "forward").unwrap();
+    assert!(fwd.2 > 0, "{dmac:?}");
+    // The rate is sampled (every 100 ms here) while traffic flows.
+    wait(&emu, "a forwarding rate", |s| s.packets_per_second > 0.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_dpdk_devices_have_an_extern_runtime() {
+    let emu = start().await;
+    let mut ext = ExternRuntimeClient::connect(emu.p4runtime_url())
+        .await
+        .unwrap();
+    let code =
+        |r: Result<tonic::Response<pb::ListExternsResponse>, tonic::Status>| r.unwrap_err().code();
+    assert_eq!(
+        code(
+            ext.list_externs(pb::ListExternsRequest { target: target(2) })
+                .await
+        ),
+        Code::Unimplemented
+    );
+    assert_eq!(
+        code(
+            ext.list_externs(pb::ListExternsRequest { target: target(9) })
+                .await
+        ),
+        Code::NotFound
+    );
+
+    // A plain device keeps taking any device config.
+    let mut c = P4RuntimeClient::connect(emu.p4runtime_url()).await.unwrap();
+    let _stream = common::arbitrate(&mut c, 2).await;
+    set_pipeline(&mut c, 2, SPEC.as_bytes().to_vec())
+        .await
+        .unwrap();
+    assert!(emu.emulator().dataplane(2).is_none());
+}

@@ -1,0 +1,493 @@
+//! AsyncExternPolicy reconciler, in stages: dereference the VirtualSwitch
+//! and the Switch it runs on ([`dereference`]); validate the policy
+//! against them ([`validate`], pure: async externs exist only on Dpdk
+//! targets); build the request ([`desired`], pure); apply it through the
+//! target's extern runtime ([`runtime`]: the named externs must exist, the
+//! policy is set and read back, stats are taken); build the status
+//! ([`build_status`], pure: Ready only when the device reports the policy
+//! in force). Requeued every [`STATS_POLL`] to refresh the measurements
+//! (rounded, so steady traffic does not rewrite status) and to re-apply
+//! after a device restart. Deleting a policy restores the target's
+//! defaults (every extern Sync) before the finalizer goes.
+
+pub mod desired;
+pub mod runtime;
+
+use std::sync::Arc;
+
+use std::time::Duration;
+
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{Event, finalizer};
+use kube::{Api, ResourceExt};
+use p4fleet_crds::condition_types::{RESOLVED_REFS, VALID};
+use p4fleet_crds::{
+    AsyncExternPolicy, AsyncExternPolicySpec, AsyncExternPolicyStatus, Condition, ExternMode,
+    SwitchTarget, VirtualSwitch,
+};
+
+use super::{Error, finalized, namespace, primary, scoped_api, update_status, watch_related};
+use crate::context::Context;
+use crate::reads::Reads;
+use crate::status::ready_from;
+use runtime::{Applied, RuntimeTarget};
+
+/// Finalizer: the target's externs go back to Sync before the policy goes.
+pub const FINALIZER: &str = "p4fleet.dev/extern-policy";
+
+/// How often an applied policy's stats are read (and the policy checked).
+pub const STATS_POLL: Duration = Duration::from_secs(5);
+
+/// Condition type: the device reports the policy in force.
+pub const APPLIED: &str = "Applied";
+
+/// Watches policies and the VirtualSwitches they name.
+pub fn controller(ctx: &Context) -> Controller<AsyncExternPolicy> {
+    let names = |p: &AsyncExternPolicy, vs: &VirtualSwitch| {
+        p.namespace() == vs.namespace() && p.spec.virtual_switch_ref == vs.name_any()
+    };
+    watch_related(primary(ctx), scoped_api(ctx), names)
+}
+
+/// What the policy's references resolved to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Placement {
+    VirtualSwitchNotFound,
+    NotScheduled,
+    SwitchNotFound(String),
+    Switch {
+        name: String,
+        target: SwitchTarget,
+        /// Where its extern runtime is (Switch endpoint, the
+        /// VirtualSwitch's slot's device id).
+        runtime: RuntimeTarget,
+    },
+}
+
+impl Placement {
+    /// The extern runtime to apply to, once resolved to a Dpdk Switch.
+    pub fn runtime(&self) -> Option<&RuntimeTarget> {
+        match self {
+            Placement::Switch {
+                target: SwitchTarget::Dpdk,
+                runtime,
+                ..
+            } => Some(runtime),
+            _ => None,
+        }
+    }
+}
+
+/// Reads what the policy refers to: its VirtualSwitch and that one's Switch.
+pub async fn dereference(
+    reads: &impl Reads,
+    ns: &str,
+    spec: &AsyncExternPolicySpec,
+) -> Result<Placement, kube::Error> {
+    let Some(vs) = reads.virtual_switch(ns, &spec.virtual_switch_ref).await? else {
+        return Ok(Placement::VirtualSwitchNotFound);
+    };
+    let st = vs.status.unwrap_or_default();
+    let Some(name) = st.switch else {
+        return Ok(Placement::NotScheduled);
+    };
+    Ok(match reads.switch(&name).await? {
+        None => Placement::SwitchNotFound(name),
+        Some(sw) => Placement::Switch {
+            name,
+            target: sw.spec.target,
+            runtime: RuntimeTarget {
+                endpoint: sw.spec.endpoint.clone(),
+                device_id: sw.spec.device_id + u64::from(st.slot.unwrap_or(0)),
+            },
+        },
+    })
+}
+
+/// What is wrong with a policy; the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    #[error(
+        "spec.virtualSwitchRef: VirtualSwitch {vs} runs on {switch}, a {target:?} Switch; async externs need a Dpdk Switch"
+    )]
+    NotDpdkTarget {
+        vs: String,
+        switch: String,
+        target: SwitchTarget,
+    },
+    #[error("spec.externs[{index}] ({name}): executor and suspend only apply to mode Async")]
+    AsyncOnlySettings { index: usize, name: String },
+    #[error("spec.externs[{index}] ({name}): burstSize {burst} exceeds queueDepth {depth}")]
+    BurstExceedsQueue {
+        index: usize,
+        name: String,
+        burst: u32,
+        depth: u32,
+    },
+}
+
+impl Problem {
+    /// The `Valid` condition's reason when this is the first problem.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Problem::NotDpdkTarget { .. } => "NotDpdkTarget",
+            Problem::AsyncOnlySettings { .. } | Problem::BurstExceedsQueue { .. } => "InvalidSpec",
+        }
+    }
+}
+
+/// Problems of the policy against its target (when resolved) and those of
+/// the spec the schema cannot express, the target's first.
+pub fn validate(spec: &AsyncExternPolicySpec, target: &Placement) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    if let Placement::Switch { name, target, .. } = target
+        && *target != SwitchTarget::Dpdk
+    {
+        problems.push(Problem::NotDpdkTarget {
+            vs: spec.virtual_switch_ref.clone(),
+            switch: name.clone(),
+            target: *target,
+        });
+    }
+    for (index, e) in spec.externs.iter().enumerate() {
+        if e.mode != ExternMode::Async && (e.executor.is_some() || e.suspend.is_some()) {
+            problems.push(Problem::AsyncOnlySettings {
+                index,
+                name: e.name.clone(),
+            });
+        }
+        if e.burst_size > e.queue_depth {
+            problems.push(Problem::BurstExceedsQueue {
+                index,
+                name: e.name.clone(),
+                burst: e.burst_size,
+                depth: e.queue_depth,
+            });
+        }
+    }
+    problems
+}
+
+/// The `Applied` condition and the measured fields for what applying found.
+fn applied_condition(applied: &Applied) -> Condition {
+    match applied {
+        Applied::MissingExterns { missing, available } => Condition::new(
+            APPLIED,
+            false,
+            "ExternNotFound",
+            format!(
+                "spec.externs: the target has no extern {} (it has: {})",
+                missing.join(", "),
+                if available.is_empty() {
+                    "none".to_string()
+                } else {
+                    available.join(", ")
+                }
+            ),
+        ),
+        Applied::Refused(m) => Condition::new(
+            APPLIED,
+            false,
+            "PolicyRefused",
+            format!("the target refused the policy: {m}"),
+        ),
+        Applied::Unavailable { code, message } => Condition::new(
+            APPLIED,
+            false,
+            "ExternRuntimeUnavailable",
+            format!("extern runtime: {code:?}: {message}"),
+        ),
+        Applied::Reported { in_force: true, .. } => Condition::new(
+            APPLIED,
+            true,
+            "InForce",
+            "the device reports the policy in force",
+        ),
+        Applied::Reported { effective, .. } => Condition::new(
+            APPLIED,
+            false,
+            "NotInForce",
+            format!(
+                "the device reports another policy: {}",
+                desired::mode_summary(effective).1
+            ),
+        ),
+    }
+}
+
+/// The pure end: spec of generation `generation`, resolved target and
+/// what applying found (None: not applied, refs or spec are wrong) in,
+/// status out (conditions not yet merged).
+pub fn build_status(
+    spec: &AsyncExternPolicySpec,
+    generation: Option<i64>,
+    target: &Placement,
+    applied: Option<&Applied>,
+) -> AsyncExternPolicyStatus {
+    let vs = &spec.virtual_switch_ref;
+    let refs = match target {
+        Placement::VirtualSwitchNotFound => Condition::new(
+            RESOLVED_REFS,
+            false,
+            "VirtualSwitchNotFound",
+            format!("spec.virtualSwitchRef: VirtualSwitch {vs} not found"),
+        ),
+        Placement::NotScheduled => Condition::new(
+            RESOLVED_REFS,
+            false,
+            "VirtualSwitchNotScheduled",
+            format!("spec.virtualSwitchRef: VirtualSwitch {vs} is not placed on a Switch yet"),
+        ),
+        Placement::SwitchNotFound(s) => Condition::new(
+            RESOLVED_REFS,
+            false,
+            "SwitchNotFound",
+            format!("Switch {s} of VirtualSwitch {vs} not found"),
+        ),
+        Placement::Switch { name, .. } => Condition::new(
+            RESOLVED_REFS,
+            true,
+            "Resolved",
+            format!("VirtualSwitch {vs} runs on {name}"),
+        ),
+    };
+    let problems = validate(spec, target);
+    let valid = if let Some(first) = problems.first() {
+        let all: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        Condition::new(VALID, false, first.reason(), all.join("; "))
+    } else if refs.is_true() {
+        Condition::new(VALID, true, "Valid", "policy is valid for its target")
+    } else {
+        Condition::unknown(VALID, "RefsUnresolved", "the target could not be checked")
+    };
+    let applied_cond = match applied {
+        Some(a) => applied_condition(a),
+        None => Condition::unknown(
+            APPLIED,
+            "NotApplied",
+            "not applied: see the other conditions",
+        ),
+    };
+    let ready = ready_from(
+        &[&refs, &valid, &applied_cond],
+        "InForce",
+        "the device reports the policy in force",
+    );
+    let mut st = AsyncExternPolicyStatus {
+        observed_generation: generation,
+        conditions: vec![valid, refs, applied_cond, ready],
+        extern_count: Some(spec.externs.len() as u32),
+        ..Default::default()
+    };
+    if let Some(Applied::Reported {
+        effective,
+        measured,
+        ..
+    }) = applied
+    {
+        let (mode, modes) = desired::mode_summary(effective);
+        st.mode = Some(mode);
+        st.modes = Some(modes);
+        if let Some(m) = measured {
+            st.packets_per_second = Some(m.packets_per_second);
+            st.async_ops_per_second = Some(m.async_ops_per_second);
+            st.drops = Some(m.drops);
+        }
+    }
+    st
+}
+
+/// Reconciles one policy: apply it, or restore the defaults after it.
+pub async fn reconcile(obj: Arc<AsyncExternPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = namespace(obj.as_ref())?;
+    let api: Api<AsyncExternPolicy> = Api::namespaced(ctx.client.clone(), &ns);
+    let res = finalizer(&api, FINALIZER, obj, |event| async {
+        match event {
+            Event::Apply(p) => sync(&ctx, &api, &ns, &p).await,
+            Event::Cleanup(p) => cleanup(&ctx, &ns, &p).await,
+        }
+    })
+    .await;
+    finalized(res)
+}
+
+async fn sync(
+    ctx: &Context,
+    api: &Api<AsyncExternPolicy>,
+    ns: &str,
+    obj: &AsyncExternPolicy,
+) -> Result<Action, Error> {
+    let target = dereference(&ctx.reads, ns, &obj.spec).await?;
+    let applied = match target.runtime() {
+        Some(rt) if validate(&obj.spec, &target).is_empty() => {
+            Some(runtime::apply(rt, &desired::desired(&obj.spec)).await)
+        }
+        _ => None,
+    };
+    let mut new = build_status(
+        &obj.spec,
+        obj.metadata.generation,
+        &target,
+        applied.as_ref(),
+    );
+    update_status(ctx, api, obj, &mut new).await?;
+    Ok(match applied {
+        Some(_) => Action::requeue(STATS_POLL),
+        None => Action::requeue(ctx.config.resync),
+    })
+}
+
+/// Restores the target's defaults. A policy whose target is gone (or
+/// never resolved) has nothing to restore.
+async fn cleanup(ctx: &Context, ns: &str, obj: &AsyncExternPolicy) -> Result<Action, Error> {
+    let target = dereference(&ctx.reads, ns, &obj.spec).await?;
+    if let Some(rt) = target.runtime() {
+        runtime::restore_defaults(rt)
+            .await
+            .map_err(|s| Error::PolicyNotRestored(format!("{}: {}", rt.endpoint, s.message())))?;
+    }
+    Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use p4fleet_crds::ConditionStatus;
+
+    fn spec() -> AsyncExternPolicySpec {
+        serde_json::from_value(serde_json::json!({
+            "virtualSwitchRef": "ipsec",
+            "externs": [{"name": "ipsec_encrypt", "mode": "Async", "executor": "InlineCryptoDevice"}]
+        }))
+        .unwrap()
+    }
+
+    fn on(target: SwitchTarget) -> Placement {
+        Placement::Switch {
+            name: "dpdk-1".into(),
+            target,
+            runtime: RuntimeTarget {
+                endpoint: "127.0.0.1:9559".into(),
+                device_id: 1,
+            },
+        }
+    }
+
+    fn reported(in_force: bool) -> Applied {
+        Applied::Reported {
+            effective: vec![p4fleet_proto::externs::ExternPolicy {
+                name: "ipsec_encrypt".into(),
+                mode: p4fleet_proto::externs::Mode::Async as i32,
+                ..Default::default()
+            }],
+            in_force,
+            measured: Some(desired::Measured {
+                packets_per_second: 99_000,
+                async_ops_per_second: 98_000,
+                drops: 3,
+            }),
+        }
+    }
+
+    fn ready(st: &AsyncExternPolicyStatus) -> &Condition {
+        p4fleet_crds::find_condition(&st.conditions, "Ready").unwrap()
+    }
+
+    #[test]
+    fn ready_only_when_the_device_reports_the_policy_in_force() {
+        let st = build_status(
+            &spec(),
+            Some(1),
+            &on(SwitchTarget::Dpdk),
+            Some(&reported(true)),
+        );
+        assert!(
+            st.conditions.iter().all(|c| c.is_true()),
+            "{:?}",
+            st.conditions
+        );
+        assert_eq!(ready(&st).reason, "InForce");
+        assert_eq!(st.extern_count, Some(1));
+        assert_eq!(st.mode.as_deref(), Some("Async"));
+        assert_eq!(st.modes.as_deref(), Some("ipsec_encrypt=Async"));
+        assert_eq!(
+            (st.packets_per_second, st.async_ops_per_second, st.drops),
+            (Some(99_000), Some(98_000), Some(3))
+        );
+
+        // Resolved and valid, but nothing confirmed: not Ready.
+        let st = build_status(&spec(), Some(1), &on(SwitchTarget::Dpdk), None);
+        assert_ne!(ready(&st).status, ConditionStatus::True);
+        let st = build_status(
+            &spec(),
+            Some(1),
+            &on(SwitchTarget::Dpdk),
+            Some(&reported(false)),
+        );
+        assert_eq!(ready(&st).status, ConditionStatus::False);
+        assert_eq!(ready(&st).reason, "NotInForce");
+        let down = Applied::Unavailable {
+            code: tonic::Code::Unavailable,
+            message: "connection refused".into(),
+        };
+        let st = build_status(&spec(), Some(1), &on(SwitchTarget::Dpdk), Some(&down));
+        assert_eq!(ready(&st).reason, "ExternRuntimeUnavailable");
+        assert_eq!(st.packets_per_second, None);
+    }
+
+    #[test]
+    fn a_missing_extern_is_named() {
+        let missing = Applied::MissingExterns {
+            missing: vec!["ipsec_encrypt".into()],
+            available: vec!["async_encrypt".into(), "async_decrypt".into()],
+        };
+        let st = build_status(&spec(), Some(1), &on(SwitchTarget::Dpdk), Some(&missing));
+        let r = ready(&st);
+        assert_eq!(
+            (r.status, r.reason.as_str()),
+            (ConditionStatus::False, "ExternNotFound")
+        );
+        assert!(
+            r.message.contains("no extern ipsec_encrypt"),
+            "{}",
+            r.message
+        );
+        assert!(
+            r.message.contains("async_encrypt, async_decrypt"),
+            "{}",
+            r.message
+        );
+    }
+
+    #[test]
+    fn non_dpdk_target_is_not_ready_with_a_clear_reason() {
+        let mut tofino = on(SwitchTarget::Tofino);
+        if let Placement::Switch { name, .. } = &mut tofino {
+            *name = "tofino-1".into();
+        }
+        assert!(tofino.runtime().is_none());
+        let st = build_status(&spec(), Some(1), &tofino, None);
+        let ready = p4fleet_crds::find_condition(&st.conditions, "Ready").unwrap();
+        assert_eq!(ready.status, ConditionStatus::False);
+        assert_eq!(ready.reason, "NotDpdkTarget");
+        assert!(ready.message.contains("tofino-1"));
+    }
+
+    #[test]
+    fn missing_virtual_switch_names_the_field() {
+        let st = build_status(&spec(), Some(1), &Placement::VirtualSwitchNotFound, None);
+        let ready = p4fleet_crds::find_condition(&st.conditions, "Ready").unwrap();
+        assert_eq!(ready.reason, "VirtualSwitchNotFound");
+        assert!(ready.message.starts_with("spec.virtualSwitchRef"));
+    }
+
+    #[test]
+    fn burst_larger_than_queue_is_invalid() {
+        let mut s = spec();
+        s.externs[0].burst_size = 512;
+        s.externs[0].queue_depth = 256;
+        let problems = validate(&s, &Placement::NotScheduled);
+        assert!(problems[0].to_string().contains("burstSize 512"));
+        assert_eq!(problems[0].reason(), "InvalidSpec");
+    }
+}

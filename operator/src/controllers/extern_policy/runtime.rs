@@ -1,0 +1,182 @@
+//! The apply stage: talk to the target's extern runtime
+//! (`p4fleet.externs.v1.ExternRuntime`, docs/dpdk.md) on the Switch's
+//! endpoint. [`apply`] checks the externs exist (ListExterns), sets the
+//! policy only when the effective one differs (SetPolicy), reads it back
+//! (GetPolicy) and takes the stats (GetStats); [`restore_defaults`] is the
+//! finalizer's: every extern back to Sync.
+
+use std::time::Duration;
+
+use p4fleet_proto::externs::{self as pb, extern_runtime_client::ExternRuntimeClient};
+use tonic::transport::{Channel, Endpoint};
+
+use super::desired::{Measured, in_force, missing};
+
+/// Where the extern runtime of a VirtualSwitch is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeTarget {
+    pub endpoint: String,
+    pub device_id: u64,
+}
+
+/// What applying found; each becomes status.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Applied {
+    /// The target has no extern of these names (the spec is wrong for
+    /// this program); nothing was set.
+    MissingExterns {
+        missing: Vec<String>,
+        available: Vec<String>,
+    },
+    /// The target refused the policy (its PolicyError's message).
+    Refused(String),
+    /// The target could not be asked (unreachable, no pipeline, no extern
+    /// runtime).
+    Unavailable { code: tonic::Code, message: String },
+    /// The policy as the target reports it after applying, and whether it
+    /// is the wanted one.
+    Reported {
+        effective: Vec<pb::ExternPolicy>,
+        in_force: bool,
+        measured: Option<Measured>,
+    },
+}
+
+fn channel(endpoint: &str) -> Result<Channel, tonic::Status> {
+    let uri = if endpoint.contains("://") {
+        endpoint.to_string()
+    } else {
+        format!("http://{endpoint}")
+    };
+    Ok(Endpoint::from_shared(uri)
+        .map_err(|e| tonic::Status::invalid_argument(format!("spec.endpoint: {e}")))?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(10))
+        .connect_lazy())
+}
+
+fn unavailable(s: tonic::Status) -> Applied {
+    Applied::Unavailable {
+        code: s.code(),
+        message: s.message().to_string(),
+    }
+}
+
+fn target(t: &RuntimeTarget) -> Option<pb::Target> {
+    Some(pb::Target {
+        device_id: t.device_id,
+        pipeline: String::new(),
+    })
+}
+
+/// Applies `wanted` on `t` and reads back what is in force.
+pub async fn apply(t: &RuntimeTarget, wanted: &[pb::ExternPolicy]) -> Applied {
+    let mut c = match channel(&t.endpoint) {
+        Ok(ch) => ExternRuntimeClient::new(ch),
+        Err(s) => return unavailable(s),
+    };
+    let list = match c
+        .list_externs(pb::ListExternsRequest { target: target(t) })
+        .await
+    {
+        Ok(r) => r.into_inner(),
+        Err(s) => return unavailable(s),
+    };
+    let absent = missing(wanted, &list.externs);
+    if !absent.is_empty() {
+        return Applied::MissingExterns {
+            missing: absent,
+            available: list.externs.into_iter().map(|x| x.name).collect(),
+        };
+    }
+    let current = match c
+        .get_policy(pb::GetPolicyRequest { target: target(t) })
+        .await
+    {
+        Ok(r) => r.into_inner().externs,
+        Err(s) => return unavailable(s),
+    };
+    // Set only when it differs: a poll of a steady policy changes nothing
+    // on the device.
+    if !in_force(wanted, &current) {
+        let set = c
+            .set_policy(pb::SetPolicyRequest {
+                target: target(t),
+                externs: wanted.to_vec(),
+            })
+            .await;
+        if let Err(s) = set {
+            return match s.code() {
+                tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition
+                    if !s.message().is_empty() =>
+                {
+                    Applied::Refused(s.message().to_string())
+                }
+                _ => unavailable(s),
+            };
+        }
+    }
+    // Read back: status reports the device's word, not the request.
+    let effective = match c
+        .get_policy(pb::GetPolicyRequest { target: target(t) })
+        .await
+    {
+        Ok(r) => r.into_inner().externs,
+        Err(s) => return unavailable(s),
+    };
+    let measured = c
+        .get_stats(pb::GetStatsRequest { target: target(t) })
+        .await
+        .ok()
+        .map(|r| Measured::from_stats(&r.into_inner()));
+    Applied::Reported {
+        in_force: in_force(wanted, &effective),
+        effective,
+        measured,
+    }
+}
+
+/// Every extern of `t` back to its default (Sync): SetPolicy with none
+/// listed. A target without a pipeline or extern runtime has nothing to
+/// restore.
+pub async fn restore_defaults(t: &RuntimeTarget) -> Result<(), tonic::Status> {
+    let mut c = ExternRuntimeClient::new(channel(&t.endpoint)?);
+    match c
+        .set_policy(pb::SetPolicyRequest {
+            target: target(t),
+            externs: Vec::new(),
+        })
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(s)
+            if matches!(
+                s.code(),
+                tonic::Code::FailedPrecondition
+                    | tonic::Code::Unimplemented
+                    | tonic::Code::NotFound
+            ) =>
+        {
+            Ok(())
+        }
+        Err(s) => Err(s),
+    }
+}
+
+/// Whether the device at `t` serves an extern runtime (the Switch
+/// capability `asyncExterns`): it answers ListExterns, or says it has no
+/// pipeline yet (a Dpdk target before its first program). UNIMPLEMENTED
+/// (no such service, or not a Dpdk device) and any failure are `false`:
+/// status never claims what the device did not confirm.
+pub async fn serves_extern_runtime(t: &RuntimeTarget) -> bool {
+    let Ok(ch) = channel(&t.endpoint) else {
+        return false;
+    };
+    let mut client = ExternRuntimeClient::new(ch);
+    let probe = client.list_externs(pb::ListExternsRequest { target: target(t) });
+    match tokio::time::timeout(Duration::from_secs(5), probe).await {
+        Ok(Ok(_)) => true,
+        Ok(Err(s)) => s.code() == tonic::Code::FailedPrecondition,
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,211 @@
+//! The Switch's board probe stage: an FPGA Switch is asked what it is
+//! (`GetBoardInfo` of the slot service) and its status records slots,
+//! capacity (static region excluded) and configuration port as the device
+//! reported them; `spec.slots`/`spec.capacity` count only when the device
+//! does not say. Free resources and slot usage come from the slot claims
+//! recorded on the Switch. [`complete`] is pure.
+
+use std::collections::BTreeMap;
+
+use p4fleet_client::{SlotCallError, SlotClient};
+use p4fleet_crds::{Condition, ConfigPortStatus, SlotClaim, Switch, SwitchStatus, SwitchTarget};
+use p4fleet_proto::fpga as pb;
+
+use super::virtual_switch::claims;
+use crate::devices;
+
+/// Condition type of an FPGA Switch: the slot service answered.
+pub const SLOT_SERVICE: &str = "SlotService";
+
+/// What the board said, or why it did not.
+pub type BoardProbe = Result<pb::BoardInfo, SlotCallError>;
+
+/// Asks an FPGA Switch's slot service for its board info (None for other kinds).
+pub async fn probe(sw: &Switch, timeout: std::time::Duration) -> Option<BoardProbe> {
+    if sw.spec.target != SwitchTarget::Fpga {
+        return None;
+    }
+    let client = match SlotClient::connect(&devices::target(sw)) {
+        Ok(c) => c,
+        Err(e) => return Some(Err(e.into())),
+    };
+    Some(
+        match tokio::time::timeout(timeout, client.board_info()).await {
+            Ok(r) => r,
+            Err(_) => Err(SlotCallError::Unreachable {
+                endpoint: sw.spec.endpoint.clone(),
+                reason: format!("no answer within {timeout:?}"),
+            }),
+        },
+    )
+}
+
+/// `name=value,...` of a resource map.
+pub fn summary(m: &BTreeMap<String, u64>) -> String {
+    m.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Fills in what the board reported and what the claims hold: slots,
+/// capacity and its source, free resources, the configuration port, the
+/// slot-service capability and condition, the slot summary.
+pub fn complete(
+    st: &mut SwitchStatus,
+    sw: &Switch,
+    board: Option<&BoardProbe>,
+    claims: &[SlotClaim],
+) {
+    let spec = &sw.spec;
+    let (slots, capacity, source) = match board {
+        Some(Ok(info)) => {
+            let capacity: BTreeMap<String, u64> = info
+                .resources
+                .iter()
+                .map(|r| (r.name.clone(), r.capacity.saturating_sub(r.static_region)))
+                .collect();
+            st.config_port = info.config_port.as_ref().map(|p| ConfigPortStatus {
+                name: p.name.clone(),
+                bits_per_second: p.bits_per_second,
+                nominal_bits_per_second: Some(p.nominal_bits_per_second),
+            });
+            let capacity = if capacity.is_empty() {
+                spec.capacity.clone()
+            } else {
+                capacity
+            };
+            (info.slot_count, capacity, "Device")
+        }
+        _ => (spec.slots, spec.capacity.clone(), "Spec"),
+    };
+    let mut free = capacity.clone();
+    for c in claims {
+        for (r, n) in &c.resources {
+            if let Some(f) = free.get_mut(r) {
+                *f = f.saturating_sub(*n);
+            }
+        }
+    }
+    st.slots = Some(slots);
+    st.capacity_source = Some(source.into());
+    st.free_summary = (!free.is_empty()).then(|| summary(&free));
+    st.capacity = capacity;
+    st.free = free;
+    let used: std::collections::BTreeSet<u32> = claims.iter().map(|c| c.slot).collect();
+    let used = used.len().max(st.slots_in_use.len());
+    st.slot_summary = Some(format!("{used}/{slots}"));
+    if let Some(board) = board {
+        let cond = match board {
+            Ok(info) => Condition::new(
+                SLOT_SERVICE,
+                true,
+                "BoardInfo",
+                format!(
+                    "{} {}: {} slots, {} at {} bit/s",
+                    info.board,
+                    info.part,
+                    info.slot_count,
+                    info.config_port
+                        .as_ref()
+                        .map(|p| p.name.as_str())
+                        .unwrap_or("?"),
+                    info.config_port
+                        .as_ref()
+                        .map(|p| p.bits_per_second)
+                        .unwrap_or(0)
+                ),
+            ),
+            Err(e) => {
+                let reason = match e {
+                    SlotCallError::NotServed { .. } => "NotServed",
+                    _ => "Unavailable",
+                };
+                Condition::new(SLOT_SERVICE, false, reason, e.to_string())
+            }
+        };
+        if let Some(caps) = st.capabilities.as_mut() {
+            caps.slot_service = cond.is_true();
+        }
+        st.conditions.push(cond);
+    }
+}
+
+/// The claims on `sw`, or none (with a warning) when the annotation is malformed.
+pub fn claims_of(sw: &Switch) -> Vec<SlotClaim> {
+    claims::read(sw).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "ignoring slot claims");
+        Vec::new()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use p4fleet_crds::{SwitchCapabilities, SwitchSpec};
+
+    fn sume() -> pb::BoardInfo {
+        pb::BoardInfo {
+            board: "netfpga-sume".into(),
+            part: "xc7vx690tffg1761-3".into(),
+            slot_count: 16,
+            resources: vec![pb::Resource {
+                name: "luts".into(),
+                capacity: 433_200,
+                static_region: 52_699,
+                ..Default::default()
+            }],
+            config_port: Some(pb::ConfigPort {
+                name: "jtag".into(),
+                nominal_bits_per_second: 66_000_000,
+                bits_per_second: 3_888_889,
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn switch(capacity: u64) -> Switch {
+        let spec: SwitchSpec = serde_json::from_value(serde_json::json!({
+            "target": "Fpga", "endpoint": "h:1", "slots": 4, "capacity": {"luts": capacity}
+        }))
+        .unwrap();
+        Switch::new("b", spec)
+    }
+
+    #[test]
+    fn the_device_says_slots_and_capacity_the_spec_only_when_it_does_not() {
+        let claims = [SlotClaim {
+            slot: 2,
+            virtual_switch: "ns/a".into(),
+            resources: [("luts".into(), 28_096)].into(),
+            ..Default::default()
+        }];
+        let mut st = SwitchStatus {
+            capabilities: Some(SwitchCapabilities::default()),
+            ..Default::default()
+        };
+        complete(&mut st, &switch(1000), Some(&Ok(sume())), &claims);
+        assert_eq!(st.slots, Some(16));
+        assert_eq!(st.capacity["luts"], 380_501);
+        assert_eq!(st.free["luts"], 380_501 - 28_096);
+        assert_eq!(st.free_summary.as_deref(), Some("luts=352405"));
+        assert_eq!(st.slot_summary.as_deref(), Some("1/16"));
+        assert_eq!(st.capacity_source.as_deref(), Some("Device"));
+        assert_eq!(st.config_port.as_ref().unwrap().bits_per_second, 3_888_889);
+        assert!(st.capabilities.as_ref().unwrap().slot_service);
+        assert!(st.conditions[0].is_true());
+
+        let mut st = SwitchStatus {
+            capabilities: Some(SwitchCapabilities::default()),
+            ..Default::default()
+        };
+        let err = SlotCallError::NotServed {
+            endpoint: "h:1".into(),
+        };
+        complete(&mut st, &switch(1000), Some(&Err(err)), &[]);
+        assert_eq!((st.slots, st.capacity["luts"]), (Some(4), 1000));
+        assert_eq!(st.capacity_source.as_deref(), Some("Spec"));
+        assert!(!st.capabilities.as_ref().unwrap().slot_service);
+        assert_eq!(st.conditions[0].reason, "NotServed");
+    }
+}
