@@ -18,6 +18,11 @@ ENV CARGO_TERM_COLOR=never \
 
 COPY . .
 
+# .git is not in the build context: `p4fleet version` takes the commit from
+# here (docker build --build-arg P4FLEET_COMMIT=$(git rev-parse --short=12 HEAD)).
+ARG P4FLEET_COMMIT=unknown
+ENV P4FLEET_COMMIT=$P4FLEET_COMMIT
+
 # Cache mounts keep the registry and target dir across builds; the binary is
 # copied out of the cached target dir in the same step.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

@@ -19,7 +19,8 @@ test: deps
 
 # Regenerate the committed CRD manifests from the crds crate.
 crds:
-	$(CARGO) run -q -p p4fleet -- crds > charts/p4fleet/crds/crds.yaml.tmp
+	$(CARGO) build --workspace --all-targets
+	target/debug/p4fleet crds > charts/p4fleet/crds/crds.yaml.tmp
 	mv charts/p4fleet/crds/crds.yaml.tmp charts/p4fleet/crds/crds.yaml
 	cp charts/p4fleet/crds/crds.yaml config/crd/crds.yaml
 

@@ -21,8 +21,10 @@ control_plane() {
 }
 
 build() {
-  say "build operator"
-  cargo build -q -p p4fleet --bin p4fleet
+  # Every binary in one build with one feature set (a `-p` build per binary
+  # unifies features differently and rebuilds tonic and all above it).
+  say "build p4fleet and p4fleet-emulator (cargo build --workspace --bins)"
+  cargo build --workspace --bins
 }
 
 crds() {
@@ -76,7 +78,6 @@ EMU_ENTRIES="${DEMO_ENTRIES:-30000}"
 
 emulator() {
   say "emulated switches (p4fleet-emulator: devices 1-2 bmv2-like over P4Runtime, device 3 Tofino-like over BFRT; logs: .local/emulator.log)"
-  cargo build -q -p p4fleet-emulator --bin p4fleet-emulator
   if [[ -f "$LOCAL/emulator.pid" ]] && kill -0 "$(cat "$LOCAL/emulator.pid")" 2>/dev/null; then
     kill "$(cat "$LOCAL/emulator.pid")" 2>/dev/null || true
     sleep 0.5

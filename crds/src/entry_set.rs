@@ -14,6 +14,7 @@ use crate::common::{Condition, Selector, conditions_schema};
     group = "p4fleet.dev",
     version = "v1alpha1",
     kind = "TableEntrySet",
+    doc = "Entries of one table of a VirtualSwitch (or of every VirtualSwitch a selector matches), inline or in ConfigMaps in the line format; p4fleet writes them in batches, repairs drift and reports desired, applied and failed entries.",
     plural = "tableentrysets",
     shortname = "tes",
     namespaced,
@@ -59,6 +60,11 @@ pub struct TableEntrySetSpec {
     /// Whether this set merges with others or owns the table.
     #[serde(default)]
     pub ownership: Ownership,
+    /// Clear LPM host bits and ternary value bits outside the mask
+    /// (`10.0.0.1/24` becomes `10.0.0.0/24`), as p4runtime-shell does,
+    /// instead of reporting them as invalid entries (the default).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mask_host_bits: bool,
     /// Seconds between drift checks (read-back and repair); 0 disables them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 86400))]
@@ -69,32 +75,103 @@ pub struct TableEntrySetSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
-    {"rule": "!self.match.exists(k, self.match[k].contains('&&&') || self.match[k].contains('..')) || has(self.priority)",
+    {"rule": "!self.match.exists(k, type(self.match[k]) == string && (self.match[k].contains('&&&') || self.match[k].contains('..'))) || has(self.priority)",
      "message": "ternary (value&&&mask) and range (lo..hi) entries need a priority"}
 ]))]
 pub struct TableEntry {
-    /// Match field name to value: `10.0.0.1`, `10.0.0.0/24`, `0x0a000000&&&0xff000000`, `1000..2000`, `aa:bb:cc:dd:ee:ff`.
-    #[serde(rename = "match")]
+    /// Match field name to value: `10.0.0.1`, `10.0.0.0/24`, `0x0a000000&&&0xff000000`, `1000..2000`, `aa:bb:cc:dd:ee:ff`; integers may be written unquoted (`3`).
+    #[serde(rename = "match", deserialize_with = "int_or_string::map")]
     #[schemars(extend(
         "minProperties" = 1,
         "maxProperties" = 16,
-        "additionalProperties" = {"type": "string", "minLength": 1, "maxLength": 128}
+        "additionalProperties" = {"x-kubernetes-int-or-string": true, "maxLength": 128, "anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]}
     ))]
     pub match_: BTreeMap<String, String>,
     /// Action name, e.g. `MyIngress.allow` or `allow`.
     #[schemars(length(min = 1, max = 255))]
     pub action: String,
-    /// Action parameter name to value.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    /// Action parameter name to value; integers may be written unquoted (`port: 3`).
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "int_or_string::map"
+    )]
     #[schemars(extend(
         "maxProperties" = 64,
-        "additionalProperties" = {"type": "string", "minLength": 1, "maxLength": 256}
+        "additionalProperties" = {"x-kubernetes-int-or-string": true, "maxLength": 256, "anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]}
     ))]
     pub params: BTreeMap<String, String>,
     /// Priority, required for ternary, range and optional matches (higher wins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 2147483647))]
     pub priority: Option<i32>,
+}
+
+/// Values as people write them in YAML: `port: 3` as well as `port: "3"`
+/// (p4runtime-shell and the P4 tutorials take both). Integers are kept as
+/// their decimal text, which the entry parser reads like any other value.
+mod int_or_string {
+    use std::collections::BTreeMap;
+    use std::fmt;
+
+    use serde::Deserializer;
+    use serde::de::{self, MapAccess, Visitor};
+
+    struct Text(String);
+
+    impl<'de> de::Deserialize<'de> for Text {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl Visitor<'_> for V {
+                type Value = Text;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a string or a number")
+                }
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<Text, E> {
+                    Ok(Text(v.to_string()))
+                }
+                fn visit_string<E: de::Error>(self, v: String) -> Result<Text, E> {
+                    Ok(Text(v))
+                }
+                fn visit_u64<E: de::Error>(self, v: u64) -> Result<Text, E> {
+                    Ok(Text(v.to_string()))
+                }
+                fn visit_u128<E: de::Error>(self, v: u128) -> Result<Text, E> {
+                    Ok(Text(v.to_string()))
+                }
+                // Kept as text so that the entry parser rejects it with an
+                // error naming the entry and field (a set that failed to
+                // deserialize would get no status at all).
+                fn visit_i64<E: de::Error>(self, v: i64) -> Result<Text, E> {
+                    Ok(Text(v.to_string()))
+                }
+                fn visit_f64<E: de::Error>(self, v: f64) -> Result<Text, E> {
+                    Ok(Text(v.to_string()))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    pub(super) fn map<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<String, String>, D::Error> {
+        struct M;
+        impl<'de> Visitor<'de> for M {
+            type Value = BTreeMap<String, String>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map of names to strings or integers")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+                let mut out = BTreeMap::new();
+                while let Some((k, Text(v))) = a.next_entry::<String, Text>()? {
+                    out.insert(k, v);
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(M)
+    }
 }
 
 /// A ConfigMap with entries in the line format.
@@ -248,4 +325,53 @@ pub struct TargetStatus {
     /// Achieved rate there in the last sync that wrote something.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entries_per_second: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_may_be_unquoted_integers() {
+        let e: TableEntry = serde_yaml::from_str(
+            "match: {hdr.ipv4.dstAddr: 10.0.0.1, meta.port: 3, big: 340282366920938463463374607431768211455}\n\
+             action: forward\n\
+             params: {port: 3, mac: \"aa:bb:cc:dd:ee:ff\"}\n",
+        )
+        .unwrap();
+        assert_eq!(e.match_["meta.port"], "3");
+        assert_eq!(e.match_["hdr.ipv4.dstAddr"], "10.0.0.1");
+        assert_eq!(e.params["port"], "3");
+        assert_eq!(e.params["mac"], "aa:bb:cc:dd:ee:ff");
+        // What the API server stores (JSON) reads the same.
+        let e: TableEntry = serde_json::from_value(serde_json::json!({
+            "match": {"a": 7}, "action": "x", "params": {"p": "0x10"}
+        }))
+        .unwrap();
+        assert_eq!(
+            (e.match_["a"].as_str(), e.params["p"].as_str()),
+            ("7", "0x10")
+        );
+        // Numbers that are no value stay text, for the entry parser to
+        // reject with the field's name; other types do not deserialize.
+        let e: TableEntry = serde_json::from_value(serde_json::json!({
+            "match": {"a": -1, "b": 1.5}, "action": "x"
+        }))
+        .unwrap();
+        assert_eq!(
+            (e.match_["a"].as_str(), e.match_["b"].as_str()),
+            ("-1", "1.5")
+        );
+        let bad = serde_json::json!({"match": {"a": true}, "action": "x"});
+        assert!(serde_json::from_value::<TableEntry>(bad).is_err());
+    }
+
+    #[test]
+    fn schema_says_int_or_string() {
+        let s = serde_json::to_value(schemars::schema_for!(TableEntry)).unwrap();
+        for field in ["match", "params"] {
+            let v = &s["properties"][field]["additionalProperties"];
+            assert_eq!(v["x-kubernetes-int-or-string"], true, "{field}: {v}");
+        }
+    }
 }

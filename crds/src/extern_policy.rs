@@ -12,6 +12,7 @@ use crate::common::{Condition, conditions_schema};
     group = "p4fleet.dev",
     version = "v1alpha1",
     kind = "AsyncExternPolicy",
+    doc = "How the extern calls (e.g. encrypt/decrypt) of a VirtualSwitch on a DPDK Switch execute: inline (Sync), on an executor with dedicated cores (Async) or not at all (Skip); status reports whether the policy applies.",
     plural = "asyncexternpolicies",
     shortname = "aep",
     namespaced,

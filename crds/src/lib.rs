@@ -65,3 +65,31 @@ pub fn all_yaml() -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod description_tests {
+    use super::*;
+
+    /// `kubectl explain KIND` prints the schema's top description.
+    #[test]
+    fn every_kind_has_a_real_description() {
+        for crd in all() {
+            let kind = &crd.spec.names.kind;
+            let schema = crd.spec.versions[0]
+                .schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.as_ref())
+                .expect("schema");
+            let d = schema.description.as_deref().unwrap_or("");
+            assert!(d.len() > 40, "{kind}: {d:?}");
+            assert!(!d.contains("Auto-generated"), "{kind}: {d:?}");
+            for field in ["spec", "status"] {
+                let p = &schema.properties.as_ref().expect("properties")[field];
+                assert!(
+                    p.description.as_deref().is_some_and(|d| !d.is_empty()),
+                    "{kind}.{field} has no description"
+                );
+            }
+        }
+    }
+}

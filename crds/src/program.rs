@@ -14,6 +14,7 @@ use crate::common::{ArtifactSource, Condition, conditions_schema};
     group = "p4fleet.dev",
     version = "v1alpha1",
     kind = "P4Program",
+    doc = "A compiled P4 program: its P4Info and the artifacts each kind of target loads (bmv2 JSON, Tofino binary and bfrt.json, ...), inline or from ConfigMaps; status reports the tables it declares and its digest.",
     plural = "p4programs",
     shortname = "p4p",
     namespaced,

@@ -14,6 +14,7 @@ use crate::common::{Condition, SecretRef, conditions_schema};
     group = "p4fleet.dev",
     version = "v1alpha1",
     kind = "Switch",
+    doc = "A programmable switch p4fleet manages (bmv2, Tofino, DPDK, FPGA): where its P4Runtime or BFRT server is, its device id and slots, TLS; status reports whether it is reachable and what it runs.",
     plural = "switches",
     shortname = "sw",
     status = "SwitchStatus",

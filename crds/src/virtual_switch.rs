@@ -12,6 +12,7 @@ use crate::common::{Condition, Selector, conditions_schema};
     group = "p4fleet.dev",
     version = "v1alpha1",
     kind = "VirtualSwitch",
+    doc = "One instance of a P4Program running in a slot of a Switch (chosen by name or selector); p4fleet loads the pipeline and reports where it runs.",
     plural = "virtualswitches",
     shortname = "vsw",
     namespaced,

@@ -95,6 +95,60 @@ pub fn repo_bin(name: &str) -> Result<PathBuf, HarnessError> {
     }
 }
 
+/// The directory of the workspace's binaries (`target/debug` or
+/// `target/release`, next to the running test), after building them once
+/// per test process with `cargo build --workspace --all-targets`: the
+/// workspace's one feature set, so it is a no-op under `cargo test
+/// --workspace` (a `-p` build unifies features differently and rebuilds
+/// tonic and everything above it). Cargo's progress shows on stderr.
+pub fn workspace_binaries() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test exe path");
+        // target/<profile>/deps/<test>-<hash>
+        let profile_dir = exe
+            .parent()
+            .and_then(|d| d.parent())
+            .expect("target/<profile>")
+            .to_path_buf();
+        let target_dir = profile_dir.parent().expect("target dir");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = std::process::Command::new(cargo);
+        cmd.current_dir(repo_root())
+            .args(["build", "--workspace", "--all-targets"])
+            .env("CARGO_TARGET_DIR", target_dir);
+        // Cargo runs tests with their package's CARGO_MANIFEST_DIR, CARGO_PKG_*
+        // ...; passed on, they change build-script inputs (ring reruns on
+        // CARGO_MANIFEST_DIR) and rebuild ring, rustls and kube both here and
+        // in the next `cargo build` from a shell.
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy();
+            if [
+                "CARGO_MANIFEST_",
+                "CARGO_PKG_",
+                "CARGO_CRATE_",
+                "CARGO_BIN_",
+            ]
+            .iter()
+            .any(|p| k.starts_with(p))
+                || k == "CARGO_TARGET_TMPDIR"
+                || k == "CARGO_PRIMARY_PACKAGE"
+            {
+                cmd.env_remove(k.as_ref());
+            }
+        }
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("run cargo build");
+        assert!(
+            status.success(),
+            "cargo build --workspace --all-targets failed"
+        );
+        profile_dir
+    })
+}
+
 /// A binary from PATH.
 pub fn path_bin(name: &str) -> Result<PathBuf, HarnessError> {
     std::env::var_os("PATH")

@@ -18,28 +18,10 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| repo_root().join("target"))
 }
 
-/// Builds `p4fleet-emulator` and `p4fleet` (debug; a no-op when up to
-/// date) and returns the directory holding them.
+/// The directory holding `p4fleet-emulator` and `p4fleet`, built with the
+/// workspace's one feature set ([`crate::workspace_binaries`]).
 pub fn build_binaries() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let st = Command::new(cargo)
-        .current_dir(repo_root())
-        .args([
-            "build",
-            "-q",
-            "-p",
-            "p4fleet-emulator",
-            "-p",
-            "p4fleet",
-            "--bins",
-        ])
-        .status()
-        .expect("run cargo build");
-    assert!(
-        st.success(),
-        "cargo build of the emulator and operator failed"
-    );
-    target_dir().join("debug")
+    crate::workspace_binaries().to_path_buf()
 }
 
 /// Makes the child die (SIGKILL) when the thread that spawned it exits.

@@ -15,28 +15,9 @@ use kube::api::{ObjectMeta, PostParams};
 use p4fleet_crds::{P4Program, find_condition};
 use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
 
-/// Builds the operator binary (a no-op when up to date) and returns its path
-/// next to this test's own target directory.
+/// The operator binary, built with the workspace (a no-op when up to date).
 fn operator_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe path");
-    // target/<profile>/deps/operator-<hash>
-    let profile_dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>")
-        .to_path_buf();
-    let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(repo_root())
-        .args(["build", "-q", "-p", "p4fleet", "--bin", "p4fleet"])
-        .env("CARGO_TARGET_DIR", &target_dir);
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    let status = cmd.status().expect("run cargo build");
-    assert!(status.success(), "cargo build -p p4fleet failed");
-    let bin = profile_dir.join("p4fleet");
+    let bin = p4fleet_e2e::workspace_binaries().join("p4fleet");
     assert!(bin.is_file(), "{} missing after build", bin.display());
     bin
 }

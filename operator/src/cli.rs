@@ -1,8 +1,9 @@
-//! Command line: `p4fleet operator | crds | version`.
+//! Command line: `p4fleet operator | entries | crds | version`.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::telemetry::LogFormat;
 
@@ -20,10 +21,14 @@ pub enum Command {
     /// TableEntrySets and AsyncExternPolicies, push pipelines and entries to
     /// the devices, write status; serve /metrics, /livez and /readyz.
     Operator(OperatorArgs),
+    /// Work with table entries offline (CI in a GitOps repository) or read
+    /// them back from a device: validate, fmt, convert, export.
+    #[command(subcommand)]
+    Entries(EntriesCommand),
     /// Print the CustomResourceDefinitions of all p4fleet resources as YAML
     /// (what charts/p4fleet/crds and config/crd hold).
     Crds,
-    /// Print the version.
+    /// Print the version, the commit it was built from and the build date.
     Version,
 }
 
@@ -40,22 +45,41 @@ pub struct OperatorArgs {
     pub log_level: String,
     /// Run the controllers only while holding the Lease `p4fleet-leader` in
     /// $POD_NAMESPACE (identity $POD_NAME), so several replicas can run.
-    #[arg(long)]
+    #[arg(long, env = "P4FLEET_LEADER_ELECTION")]
     pub leader_election: bool,
     /// Leader election: seconds a Lease stays valid without renewal.
-    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    #[arg(
+        long,
+        default_value_t = 15,
+        env = "P4FLEET_LEASE_DURATION_SECONDS",
+        value_parser = clap::value_parser!(u64).range(1..=3600)
+    )]
     pub lease_duration_seconds: u64,
     /// Leader election: the leader stops its controllers when it could not
     /// renew for this long (must be below the lease duration).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    #[arg(
+        long,
+        default_value_t = 10,
+        env = "P4FLEET_RENEW_DEADLINE_SECONDS",
+        value_parser = clap::value_parser!(u64).range(1..=3600)
+    )]
     pub renew_deadline_seconds: u64,
     /// Leader election: seconds between renewals (and candidate retries).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    #[arg(
+        long,
+        default_value_t = 2,
+        env = "P4FLEET_RETRY_PERIOD_SECONDS",
+        value_parser = clap::value_parser!(u64).range(1..=3600)
+    )]
     pub retry_period_seconds: u64,
     /// Seconds between full resyncs: every TableEntrySet reads its tables
     /// back and repairs what differs.
-    #[arg(long, default_value_t = 60, env = "P4FLEET_RESYNC_SECONDS",
-        value_parser = clap::value_parser!(u64).range(1..=86400))]
+    #[arg(
+        long,
+        default_value_t = 60,
+        env = "P4FLEET_RESYNC_SECONDS",
+        value_parser = clap::value_parser!(u64).range(1..=86400)
+    )]
     pub resync_seconds: u64,
     /// Seconds between cheap drift checks: Switch probes and pipeline
     /// cookies (a lost or restarted device is noticed at once anyway, by
@@ -64,8 +88,116 @@ pub struct OperatorArgs {
         value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub drift_seconds: u64,
     /// Watch namespaced resources only in this namespace (Switches are cluster-scoped).
-    #[arg(long)]
+    #[arg(long, env = "P4FLEET_WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
+}
+
+/// What `p4fleet version` prints: version, commit and build date (set by
+/// build.rs).
+pub fn version_text() -> String {
+    format!(
+        "p4fleet {}\ncommit: {}\nbuilt: {}\n",
+        env!("CARGO_PKG_VERSION"),
+        env!("P4FLEET_COMMIT"),
+        env!("P4FLEET_BUILD_DATE")
+    )
+}
+
+/// `p4fleet entries ...` (docs/entries.md, "Tools").
+#[derive(Debug, Subcommand)]
+pub enum EntriesCommand {
+    /// Check line-format files against a P4Info with the operator's parser;
+    /// prints `FILE:LINE: reason` per error, exits 1 if any.
+    Validate(EntriesFiles),
+    /// Rewrite line-format files in canonical form (comments are not
+    /// kept); with --check, only list files that would change (exit 1).
+    Fmt {
+        #[command(flatten)]
+        files: EntriesFiles,
+        /// Change nothing; exit 1 if a file is not in canonical form.
+        #[arg(long)]
+        check: bool,
+        #[arg(long, value_enum, default_value = "compact")]
+        style: TextStyle,
+    },
+    /// Convert simple_switch_CLI scripts or P4 tutorials runtime.json files
+    /// to the line format on stdout, one `#! table` section per table.
+    Convert {
+        /// The program's P4Info (protobuf text format).
+        #[arg(long)]
+        p4info: PathBuf,
+        /// The input format.
+        #[arg(long, value_enum)]
+        from: ConvertFrom,
+        /// Print only this table's section (what one ConfigMap key holds).
+        #[arg(long)]
+        table: Option<String>,
+        #[arg(long, value_enum, default_value = "compact")]
+        style: TextStyle,
+        /// Clear LPM host bits and ternary bits outside the mask instead of
+        /// failing (a TableEntrySet's `spec.maskHostBits`).
+        #[arg(long)]
+        mask_host_bits: bool,
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Read one table of a live P4Runtime device and print it in the line
+    /// format (sorted, so two exports diff cleanly).
+    Export {
+        /// The program's P4Info (protobuf text format).
+        #[arg(long)]
+        p4info: PathBuf,
+        /// Table name (full, alias or unique dotted suffix).
+        #[arg(long)]
+        table: String,
+        /// The device's P4Runtime address, `host:port`.
+        #[arg(long)]
+        address: String,
+        /// P4Runtime device id.
+        #[arg(long, default_value_t = 1)]
+        device_id: u64,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 10)]
+        timeout_seconds: u64,
+        #[arg(long, value_enum, default_value = "compact")]
+        style: TextStyle,
+    },
+}
+
+/// The P4Info, table and files of `validate` and `fmt`.
+#[derive(Debug, Args)]
+pub struct EntriesFiles {
+    /// The program's P4Info (protobuf text format).
+    #[arg(long)]
+    pub p4info: PathBuf,
+    /// Table of every file; without it each file's `#! table` header names it.
+    #[arg(long)]
+    pub table: Option<String>,
+    /// Clear LPM host bits and ternary bits outside the mask instead of
+    /// reporting them (a TableEntrySet's `spec.maskHostBits`).
+    #[arg(long)]
+    pub mask_host_bits: bool,
+    /// Line-format files.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+}
+
+/// Input formats of `p4fleet entries convert`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ConvertFrom {
+    /// simple_switch_CLI / runtime_CLI scripts (`table_add ...`).
+    SimpleSwitchCli,
+    /// The P4 tutorials' runtime.json (`table_entries`).
+    RuntimeJson,
+}
+
+/// How entries are written (docs/entries.md, "The line format").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TextStyle {
+    /// `#! fields` / `#! action` headers and positional lines.
+    Compact,
+    /// `field=value ... => action param=value` lines.
+    Named,
 }
 
 #[cfg(test)]
@@ -100,5 +232,39 @@ mod tests {
         assert_eq!((a.resync_seconds, a.drift_seconds), (60, 5));
         assert_eq!(a.watch_namespace.as_deref(), Some("team-a"));
         assert!(Cli::try_parse_from(["p4fleet", "operator", "--resync-seconds=0"]).is_err());
+    }
+
+    #[test]
+    fn every_operator_flag_has_an_env_variable() {
+        let cmd = Cli::command();
+        let op = cmd.find_subcommand("operator").unwrap();
+        for arg in op.get_arguments() {
+            if matches!(arg.get_id().as_str(), "help" | "version") {
+                continue;
+            }
+            let want = format!(
+                "P4FLEET_{}",
+                arg.get_id().as_str().to_uppercase().replace('-', "_")
+            );
+            assert_eq!(
+                arg.get_env().and_then(|e| e.to_str()),
+                Some(want.as_str()),
+                "--{}",
+                arg.get_id()
+            );
+        }
+    }
+
+    #[test]
+    fn version_names_commit_and_date() {
+        let v = version_text();
+        assert!(v.starts_with(&format!("p4fleet {}\n", env!("CARGO_PKG_VERSION"))));
+        let commit = v.lines().nth(1).unwrap().strip_prefix("commit: ").unwrap();
+        assert!(!commit.is_empty());
+        let date = v.lines().nth(2).unwrap().strip_prefix("built: ").unwrap();
+        // 2026-11-22T21:00:00Z
+        assert_eq!(date.len(), 20, "{date}");
+        assert_eq!(&date[4..5], "-");
+        assert!(date.ends_with('Z'));
     }
 }

@@ -7,8 +7,9 @@
 //! read the cluster through), `artifacts` (P4Program sources, P4Info,
 //! digest), `devices` (one client connection per Switch), `convert` (CRD
 //! enums in the model's and client's terms), plus the runtime pieces
-//! (`context`, `status`, `metrics`, `http`, `telemetry`, `leader`, `cli`)
-//! and `fencing` (the device identity a leader's term gives it).
+//! (`context`, `status`, `metrics`, `http`, `telemetry`, `leader`, `cli`),
+//! `fencing` (the device identity a leader's term gives it) and
+//! `entries_cli` (the offline `p4fleet entries` tools).
 
 pub mod artifacts;
 pub mod cli;
@@ -16,6 +17,7 @@ pub mod context;
 pub mod controllers;
 pub mod convert;
 pub mod devices;
+pub mod entries_cli;
 pub mod fencing;
 pub mod http;
 pub mod leader;

@@ -1,5 +1,6 @@
 //! `p4fleet` binary: thin wiring over the library.
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,8 +20,19 @@ fn main() -> ExitCode {
             print!("{}", p4fleet_crds::all_yaml());
             ExitCode::SUCCESS
         }
+        Command::Entries(cmd) => {
+            let (mut out, mut diag) = (std::io::stdout().lock(), std::io::stderr().lock());
+            match p4fleet::entries_cli::run(cmd, &mut out, &mut diag) {
+                Ok(p4fleet::entries_cli::Outcome::Clean) => ExitCode::SUCCESS,
+                Ok(p4fleet::entries_cli::Outcome::Findings) => ExitCode::from(1),
+                Err(e) => {
+                    let _ = writeln!(diag, "p4fleet: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Version => {
-            println!("p4fleet {}", env!("CARGO_PKG_VERSION"));
+            print!("{}", p4fleet::cli::version_text());
             ExitCode::SUCCESS
         }
         Command::Operator(args) => {
@@ -80,6 +92,7 @@ async fn operator(args: OperatorArgs) -> anyhow::Result<()> {
     let http = p4fleet::http::serve(args.listen_addr, router, shutdown.clone()).await?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
+        commit = env!("P4FLEET_COMMIT"),
         "p4fleet operator starting"
     );
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use super::bytes::ByteStr;
 use super::error::{EntryError, ValueError};
 use super::schema::{ActionScope, MatchKind, TableSchema};
-use super::value::{self, parse_match, parse_value};
+use super::value::{self, parse_match, parse_match_masking_host_bits, parse_value};
 
 /// One match field's value, canonical. Don't-care fields are absent from
 /// the entry altogether (P4Runtime forbids sending them).
@@ -86,6 +86,16 @@ pub(crate) struct Builder<'s> {
     action: Option<usize>,
     params: Vec<Option<ByteStr>>,
     priority: Option<i64>,
+    options: ParseOptions,
+}
+
+/// How leniently entries are read. The default is strict: what P4Runtime
+/// would refuse is an error that names the field.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ParseOptions {
+    /// Clear LPM host bits and ternary bits outside the mask instead of
+    /// rejecting them, as p4runtime-shell does (`spec.maskHostBits`).
+    pub mask_host_bits: bool,
 }
 
 impl<'s> Builder<'s> {
@@ -97,6 +107,14 @@ impl<'s> Builder<'s> {
             action: None,
             params: vec![None; schema.max_params()],
             priority: None,
+            options: ParseOptions::default(),
+        }
+    }
+
+    pub(crate) fn with_options(schema: &'s TableSchema, options: ParseOptions) -> Self {
+        Builder {
+            options,
+            ..Builder::new(schema)
         }
     }
 
@@ -116,11 +134,15 @@ impl<'s> Builder<'s> {
             });
         }
         self.field_set[idx] = true;
-        self.fields[idx] =
-            parse_match(f.kind, text, f.bitwidth).map_err(|reason| EntryError::InvalidMatch {
-                field: f.name.clone(),
-                reason,
-            })?;
+        let parsed = if self.options.mask_host_bits {
+            parse_match_masking_host_bits(f.kind, text, f.bitwidth)
+        } else {
+            parse_match(f.kind, text, f.bitwidth)
+        };
+        self.fields[idx] = parsed.map_err(|reason| EntryError::InvalidMatch {
+            field: f.name.clone(),
+            reason,
+        })?;
         Ok(())
     }
 
@@ -274,7 +296,26 @@ pub fn parse_inline(
     params: &BTreeMap<String, String>,
     priority: Option<i32>,
 ) -> Result<Entry, EntryError> {
-    let mut b = Builder::new(schema);
+    parse_inline_with(
+        schema,
+        matches,
+        action,
+        params,
+        priority,
+        ParseOptions::default(),
+    )
+}
+
+/// [`parse_inline`] with [`ParseOptions`].
+pub fn parse_inline_with(
+    schema: &TableSchema,
+    matches: &BTreeMap<String, String>,
+    action: &str,
+    params: &BTreeMap<String, String>,
+    priority: Option<i32>,
+    options: ParseOptions,
+) -> Result<Entry, EntryError> {
+    let mut b = Builder::with_options(schema, options);
     for (name, text) in matches {
         b.set_field_by_name(name, text)?;
     }

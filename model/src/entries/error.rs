@@ -89,6 +89,12 @@ pub enum EntryError {
     LineTooLong { needed: usize, limit: usize },
     #[error("unsupported: {0}")]
     Unsupported(String),
+    #[error("table_entries[{index}]: {source}")]
+    AtEntry {
+        index: usize,
+        #[source]
+        source: Box<EntryError>,
+    },
     #[error("line {line}: {source}")]
     AtLine {
         line: usize,
@@ -106,10 +112,20 @@ impl EntryError {
         }
     }
 
-    /// The error without its line number.
+    /// Attaches the 0-based index of a runtime.json `table_entries` object.
+    pub fn at_entry(self, index: usize) -> Self {
+        EntryError::AtEntry {
+            index,
+            source: Box::new(self),
+        }
+    }
+
+    /// The error without its line number (or entry index).
     pub fn reason(&self) -> &EntryError {
         match self {
-            EntryError::AtLine { source, .. } => source.reason(),
+            EntryError::AtLine { source, .. } | EntryError::AtEntry { source, .. } => {
+                source.reason()
+            }
             e => e,
         }
     }

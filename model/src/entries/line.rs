@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry as MapEntry;
 use std::fmt::Write as _;
 
-use super::entry::{Builder, Entry, EntryKey};
+use super::entry::{Builder, Entry, EntryKey, ParseOptions};
 use super::error::EntryError;
 use super::schema::TableSchema;
 use super::value::{write_match, write_value};
@@ -37,8 +37,12 @@ pub struct LineParser<'s> {
 
 impl<'s> LineParser<'s> {
     pub fn new(schema: &'s TableSchema) -> Self {
+        Self::with_options(schema, ParseOptions::default())
+    }
+
+    pub fn with_options(schema: &'s TableSchema, options: ParseOptions) -> Self {
         LineParser {
-            builder: Builder::new(schema),
+            builder: Builder::with_options(schema, options),
             positional: Vec::new(),
             default_action: None,
         }
@@ -243,7 +247,17 @@ pub struct ParseReport {
 /// Parses a whole text, skipping bad lines. With `max_errors == 1` it
 /// stops at the first bad line (what [`parse_text`] needs).
 pub fn parse_text_lossy(schema: &TableSchema, text: &str, max_errors: usize) -> ParseReport {
-    let mut p = LineParser::new(schema);
+    parse_text_lossy_with(schema, text, max_errors, ParseOptions::default())
+}
+
+/// [`parse_text_lossy`] with [`ParseOptions`].
+pub fn parse_text_lossy_with(
+    schema: &TableSchema,
+    text: &str,
+    max_errors: usize,
+    options: ParseOptions,
+) -> ParseReport {
+    let mut p = LineParser::with_options(schema, options);
     // A rough guess (about 30 bytes per compact line) saves regrowth.
     let mut entries = Vec::with_capacity(text.len() / 32);
     let mut lines: Vec<u32> = Vec::with_capacity(text.len() / 32);

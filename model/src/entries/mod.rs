@@ -15,6 +15,7 @@
 
 pub mod bfrt;
 mod bytes;
+pub mod convert;
 mod entry;
 mod error;
 mod line;
@@ -25,16 +26,20 @@ pub mod wire;
 
 pub use bytes::ByteStr;
 pub use entry::{
-    ActionCall, ActionParam, Entry, EntryKey, FieldMatch, MatchValue, parse_inline, validate,
+    ActionCall, ActionParam, Entry, EntryKey, FieldMatch, MatchValue, ParseOptions, parse_inline,
+    parse_inline_with, validate,
 };
 pub use error::{EntryError, ValueError};
 pub use line::{
     CONFIGMAP_TEXT_LIMIT, DEFAULT_CONFIGMAP_KEY, LineParser, ParseReport, Style, format_entries,
-    format_entry, format_key, parse_text, parse_text_lossy, split_entries,
+    format_entry, format_key, parse_text, parse_text_lossy, parse_text_lossy_with, split_entries,
 };
 #[cfg(test)]
 pub(crate) use schema::fixtures;
 pub(crate) use schema::name_matches;
 pub use schema::{ActionSchema, ActionScope, FieldSchema, MatchKind, ParamSchema, TableSchema};
-pub use value::{format_value, parse_match, parse_number, parse_value, write_value};
+pub use value::{
+    format_value, parse_match, parse_match_masking_host_bits, parse_number, parse_value,
+    write_value,
+};
 pub use wire::{Atomicity, WriteOp};

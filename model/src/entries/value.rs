@@ -280,6 +280,48 @@ pub fn parse_match(kind: MatchKind, s: &str, width: u32) -> Result<Option<MatchV
     }
 }
 
+/// [`parse_match`] for users who opted in to p4runtime-shell's leniency
+/// (`spec.maskHostBits`): an LPM value's bits after the prefix and a
+/// ternary value's bits outside its mask are cleared instead of rejected
+/// (`10.0.0.1/24` reads as `10.0.0.0/24`). Every other check stays.
+pub fn parse_match_masking_host_bits(
+    kind: MatchKind,
+    s: &str,
+    width: u32,
+) -> Result<Option<MatchValue>, ValueError> {
+    match parse_match(kind, s, width) {
+        Err(ValueError::HostBitsSet { .. } | ValueError::BitsOutsideMask { .. }) => {}
+        r => return r,
+    }
+    let (v, mask, rest) = if let Some((v, m)) = s.split_once("&&&") {
+        (v, parse_value(m, width)?, format!("&&&{m}"))
+    } else if let Some((v, l)) = s.split_once('/') {
+        (
+            v,
+            prefix_mask(parse_prefix_len(l, width)?, width),
+            format!("/{l}"),
+        )
+    } else {
+        return parse_match(kind, s, width);
+    };
+    let value = parse_value(v, width)?;
+    let mut masked = String::new();
+    write_hex(&mut masked, &and(value.as_slice(), mask.as_slice()));
+    masked.push_str(&rest);
+    parse_match(kind, &masked, width)
+}
+
+/// `value & mask`, canonical.
+fn and(value: &[u8], mask: &[u8]) -> Vec<u8> {
+    let (lv, lm) = (value.len(), mask.len());
+    (0..lv)
+        .map(|i| {
+            let m = if i + lm >= lv { mask[i + lm - lv] } else { 0 };
+            value[i] & m
+        })
+        .collect()
+}
+
 fn parse_prefix_len(l: &str, width: u32) -> Result<u32, ValueError> {
     if l.is_empty() || !l.bytes().all(|c| c.is_ascii_digit()) {
         return Err(ValueError::BadPrefixLength(l.to_string()));
@@ -426,6 +468,41 @@ pub(crate) fn num_le(a: &ByteStr, b: &ByteStr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn masking_host_bits_is_opt_in_and_clears_only_those() {
+        use MatchKind::*;
+        assert!(matches!(
+            parse_match(Lpm, "10.0.0.1/24", 32),
+            Err(ValueError::HostBitsSet { .. })
+        ));
+        let m = |k, s| parse_match_masking_host_bits(k, s, 32).unwrap();
+        assert_eq!(m(Lpm, "10.0.0.1/24"), m(Lpm, "10.0.0.0/24"));
+        assert_eq!(
+            m(Lpm, "10.0.0.1/24"),
+            Some(MatchValue::Lpm {
+                value: ByteStr::new(&[10, 0, 0, 0]),
+                prefix_len: 24
+            })
+        );
+        // A prefix of 0 is don't care, whatever the value.
+        assert_eq!(m(Lpm, "10.0.0.1/0"), None);
+        assert_eq!(
+            m(Ternary, "10.1.2.3&&&255.255.0.0"),
+            m(Ternary, "10.1.0.0/16")
+        );
+        assert_eq!(
+            m(Ternary, "0x1ff&&&0xf0"),
+            Some(MatchValue::Ternary {
+                value: ByteStr::new(&[0xf0]),
+                mask: ByteStr::new(&[0xf0])
+            })
+        );
+        // Everything else is still checked.
+        assert!(parse_match_masking_host_bits(Lpm, "10.0.0.1/33", 32).is_err());
+        assert!(parse_match_masking_host_bits(Lpm, "1.2.3.4.5/8", 32).is_err());
+        assert!(parse_match_masking_host_bits(Exact, "0x1ff", 8).is_err());
+    }
 
     fn num(s: &str, w: u32) -> Vec<u8> {
         parse_value(s, w).unwrap().to_vec()

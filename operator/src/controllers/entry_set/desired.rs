@@ -5,7 +5,9 @@
 
 use p4fleet_crds::TableEntrySet;
 use p4fleet_crds::entry_set::EntryError as StatusEntryError;
-use p4fleet_model::entries::{Entry, LineParser, TableSchema, format_key, parse_inline};
+use p4fleet_model::entries::{
+    Entry, LineParser, ParseOptions, TableSchema, format_key, parse_inline_with,
+};
 use p4fleet_model::sync;
 
 use super::MAX_ERRORS;
@@ -96,8 +98,18 @@ pub fn parse(set: &TableEntrySet, schema: &TableSchema, sources: &Sources) -> De
             .map(|(n, ks)| (n.clone(), ks.iter().map(|(k, _)| k.clone()).collect()))
             .collect(),
     };
+    let options = ParseOptions {
+        mask_host_bits: set.spec.mask_host_bits,
+    };
     for (i, te) in set.spec.entries.iter().enumerate() {
-        match parse_inline(schema, &te.match_, &te.action, &te.params, te.priority) {
+        match parse_inline_with(
+            schema,
+            &te.match_,
+            &te.action,
+            &te.params,
+            te.priority,
+            options,
+        ) {
             Ok(e) => {
                 d.entries.push(e);
                 d.sources.push(Source::Inline(i));
@@ -115,7 +127,7 @@ pub fn parse(set: &TableEntrySet, schema: &TableSchema, sources: &Sources) -> De
     }
     for (ci, (_, texts)) in sources.config_maps.iter().enumerate() {
         for (ki, (_, text)) in texts.iter().enumerate() {
-            let mut p = LineParser::new(schema);
+            let mut p = LineParser::with_options(schema, options);
             d.entries.reserve(text.len() / 32);
             for (li, line) in text.lines().enumerate() {
                 let src = Source::Line {
