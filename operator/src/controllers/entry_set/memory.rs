@@ -7,6 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use p4fleet_crds::TableEntrySetStatus;
 use p4fleet_model::entries::EntryKey;
 
 /// One target of one set: the set's `namespace/name` and the VirtualSwitch.
@@ -32,6 +33,11 @@ pub struct SyncMemory {
     targets: Mutex<HashMap<TargetKey, Remembered>>,
     /// Sets (`namespace/name`) reconciled by this process.
     seen: Mutex<HashSet<String>>,
+    /// Per set: the resourceVersion a sync started from and the status it
+    /// wrote. A reconcile that starts from that same version again (the
+    /// cache has not seen the write yet, e.g. right after a device-change
+    /// trigger) builds on the written status instead of the stale one.
+    written: Mutex<HashMap<String, (String, TableEntrySetStatus)>>,
 }
 
 impl SyncMemory {
@@ -71,11 +77,33 @@ impl SyncMemory {
         seen.insert(set.to_string())
     }
 
+    /// Remembers that a sync which started from `resource_version` wrote
+    /// `status`.
+    pub fn remember_written(&self, set: &str, resource_version: &str, status: TableEntrySetStatus) {
+        self.written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(set.to_string(), (resource_version.to_string(), status));
+    }
+
+    /// The status this process wrote for `set` if the object at hand is
+    /// still the version that write started from (so its status is stale).
+    pub fn written_over(&self, set: &str, resource_version: &str) -> Option<TableEntrySetStatus> {
+        let w = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        w.get(set)
+            .filter(|(rv, _)| rv == resource_version)
+            .map(|(_, st)| st.clone())
+    }
+
     /// Forgets a deleted set: what it synced, and with `owned` also what it
     /// owned (kept while entries may still be on a device, so a retried
     /// cleanup still finds them).
     pub fn forget_set(&self, set: &str, owned: bool) {
         self.seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(set);
+        self.written
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(set);
@@ -111,6 +139,22 @@ mod tests {
             matches: vec![],
             priority,
         }
+    }
+
+    #[test]
+    fn a_status_written_over_a_version_replaces_only_that_version() {
+        let m = SyncMemory::default();
+        let st = TableEntrySetStatus {
+            last_sync_updates: Some(3),
+            ..Default::default()
+        };
+        assert_eq!(m.written_over("ns/s", "10"), None);
+        m.remember_written("ns/s", "10", st.clone());
+        assert_eq!(m.written_over("ns/s", "10"), Some(st));
+        // The cache has caught up (or someone else wrote): trust it.
+        assert_eq!(m.written_over("ns/s", "11"), None);
+        m.forget_set("ns/s", true);
+        assert_eq!(m.written_over("ns/s", "10"), None);
     }
 
     #[test]

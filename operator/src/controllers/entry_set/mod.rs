@@ -106,9 +106,17 @@ async fn sync(
     set: &TableEntrySet,
 ) -> Result<Action, Error> {
     let me = object_key(set);
+    let start_version = set.resource_version().unwrap_or_default();
     // The set as last written by this sync (its status is what the next
-    // write is compared with).
-    let mut written: Option<TableEntrySet> = None;
+    // write is compared with), starting from what this process last wrote
+    // when the cached object predates that write.
+    let mut written: Option<TableEntrySet> =
+        ctx.sync_memory
+            .written_over(&me, &start_version)
+            .map(|status| TableEntrySet {
+                status: Some(status),
+                ..set.clone()
+            });
     if ctx.sync_memory.first_sight(&me) {
         mark(ctx, api, set, &mut written, status::Pending::Unconfirmed).await?;
     }
@@ -148,6 +156,8 @@ async fn sync(
     });
     let mut new = report.status;
     update_status(ctx, api, set, &mut new).await?;
+    ctx.sync_memory
+        .remember_written(&me, &start_version, new.clone());
     for ev in &report.events {
         ctx.events.publish(set, ev).await;
     }
