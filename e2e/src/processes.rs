@@ -108,6 +108,26 @@ impl Drop for Proc {
     }
 }
 
+/// Starts the operator (`p4fleet operator`) from `bin` against
+/// `kubeconfig`, on any free port, logging to `target/e2e-logs/<log>-…`,
+/// with `args` after the common ones (resync, drift, leader election …).
+pub fn spawn_operator(
+    bin: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    log: &str,
+    args: &[&str],
+) -> Proc {
+    let (log, file) = log_file(log);
+    let mut cmd = Command::new(bin.join("p4fleet"));
+    cmd.args(["operator", "--listen-addr", "127.0.0.1:0"])
+        .args(["--log-level", "info,p4fleet=debug"])
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .stdout(file.try_clone().expect("clone log file"))
+        .stderr(file);
+    Proc::spawn(cmd, log)
+}
+
 /// A running emulator and the addresses it printed.
 pub struct EmulatorProc {
     pub proc: Proc,

@@ -12,7 +12,6 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -21,7 +20,7 @@ use kube::api::{Api, PostParams};
 use p4fleet_crds::{
     Condition, P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
-use p4fleet_e2e::processes::{Proc, build_binaries, log_file, spawn_emulator};
+use p4fleet_e2e::processes::{Proc, build_binaries, spawn_emulator, spawn_operator};
 use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
 use serde_json::{Value, json};
 
@@ -86,15 +85,13 @@ fn emulator(addrs: Option<Addrs>) -> (Proc, Addrs) {
 }
 
 fn operator(kubeconfig: PathBuf) -> Proc {
-    let (log, file) = log_file("restart-operator");
-    let mut cmd = Command::new(bin("p4fleet"));
-    cmd.args(["operator", "--listen-addr", "127.0.0.1:0"])
-        .args(["--resync-seconds", PERIODS, "--drift-seconds", PERIODS])
-        .args(["--log-level", "info,p4fleet=debug"])
-        .env("KUBECONFIG", kubeconfig)
-        .stdout(file.try_clone().unwrap())
-        .stderr(file);
-    Proc::spawn(cmd, log)
+    let bin = bin("p4fleet");
+    spawn_operator(
+        bin.parent().unwrap(),
+        &kubeconfig,
+        "restart-operator",
+        &["--resync-seconds", PERIODS, "--drift-seconds", PERIODS],
+    )
 }
 
 /// The emulator's entry count of `device`, None while it does not answer.

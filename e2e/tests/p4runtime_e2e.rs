@@ -24,7 +24,7 @@ use kube::{Client, ResourceExt};
 use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
-use p4fleet_e2e::processes::{build_binaries, target_dir, with_pdeathsig};
+use p4fleet_e2e::processes::{build_binaries, spawn_operator, target_dir, with_pdeathsig};
 use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
 use serde_json::{Value, json};
@@ -80,23 +80,7 @@ fn start(kubeconfig: PathBuf) -> Env {
     }
     std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
 
-    let log = std::fs::File::create(logs.join(format!("operator-{tag}.log"))).unwrap();
-    let mut op = Command::new(bin.join("p4fleet"));
-    op.args([
-        "operator",
-        "--listen-addr",
-        "127.0.0.1:0",
-        "--resync-seconds",
-        "30",
-        "--log-level",
-        "info,p4fleet=debug",
-    ])
-    .env("KUBECONFIG", kubeconfig)
-    .stdin(Stdio::null())
-    .stdout(log.try_clone().unwrap())
-    .stderr(log);
-    with_pdeathsig(&mut op);
-    let op = op.spawn().expect("spawn p4fleet operator");
+    let op = spawn_operator(&bin, &kubeconfig, "operator", &["--resync-seconds", "30"]);
     // Keep the children owned by this (parked) thread for PDEATHSIG.
     std::mem::forget((emu, op));
     Env {

@@ -25,7 +25,7 @@ use p4fleet_crds::{
     P4Program, SLOT_CLAIMS_ANNOTATION, SlotClaim, Switch, TableEntrySet, VirtualSwitch,
     find_condition,
 };
-use p4fleet_e2e::processes::{build_binaries, target_dir, with_pdeathsig};
+use p4fleet_e2e::processes::{build_binaries, spawn_operator, with_pdeathsig};
 use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, unique_name, wait_for};
 use p4fleet_proto::fpga as pb;
 use serde_json::json;
@@ -66,24 +66,14 @@ async fn operator(cp: &ControlPlane) {
         STARTED.get_or_init(|| {
             on_parked_thread(move || {
                 let bin = build_binaries();
-                let logs = target_dir().join("e2e-logs");
-                std::fs::create_dir_all(&logs).unwrap();
-                let log = logs.join(format!("operator-vswitch-{}.log", std::process::id()));
-                let log = std::fs::File::create(log).unwrap();
-                let mut op = Command::new(bin.join("p4fleet"));
-                op.args(["operator", "--listen-addr", "127.0.0.1:0"])
-                    .args([
-                        "--resync-seconds",
-                        "30",
-                        "--log-level",
-                        "info,p4fleet=debug",
-                    ])
-                    .env("KUBECONFIG", kubeconfig)
-                    .stdin(Stdio::null())
-                    .stdout(log.try_clone().unwrap())
-                    .stderr(log);
-                with_pdeathsig(&mut op);
-                std::mem::forget(op.spawn().expect("spawn p4fleet operator"));
+                let op = spawn_operator(
+                    &bin,
+                    &kubeconfig,
+                    "operator-vswitch",
+                    &["--resync-seconds", "30"],
+                );
+                // Owned by this parked thread for PDEATHSIG, never dropped.
+                std::mem::forget(op);
             })
         });
     })
