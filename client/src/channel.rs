@@ -18,8 +18,10 @@ const MAX_HEADER_LIST: u32 = 64 << 20;
 pub(crate) const KEEPALIVE: Duration = Duration::from_secs(300);
 
 /// A channel to the target's endpoint (`host:port`); nothing is dialed
-/// until first use.
-pub(crate) fn connect_lazy(target: &Target) -> Result<Channel, Error> {
+/// until first use. Every gRPC service of a target (P4Runtime, BFRT, the
+/// slot service, the extern runtime) goes through here, so keepalive, TLS
+/// and window settings are the same for all of them.
+pub fn connect_lazy(target: &Target) -> Result<Channel, Error> {
     if target.tls.is_some() {
         // TLS would switch the scheme and add `tls_config` here.
         return Err(Error::TlsUnsupported);

@@ -41,6 +41,7 @@ use p4fleet_proto::p4info::P4Info;
 use p4fleet_proto::p4runtime::TableEntry;
 
 pub use bfrt::{BfrtDevice, TofinoPipeline};
+pub use channel::connect_lazy;
 pub use error::Error;
 pub use fpga::{SlotCallError, SlotClient};
 /// The entry model the writes borrow from (p4fleet-model).

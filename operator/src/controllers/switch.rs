@@ -197,11 +197,7 @@ async fn probe_async_externs(sw: &Switch) -> bool {
     if sw.spec.effective_protocol() != p4fleet_crds::SwitchProtocol::P4Runtime {
         return false;
     }
-    let target = super::extern_policy::runtime::RuntimeTarget {
-        endpoint: sw.spec.endpoint.clone(),
-        device_id: sw.spec.device_id,
-    };
-    super::extern_policy::runtime::serves_extern_runtime(&target).await
+    super::extern_policy::runtime::serves_extern_runtime(&crate::devices::target(sw)).await
 }
 
 /// Closes the connection (and its background tasks) and removes the metric

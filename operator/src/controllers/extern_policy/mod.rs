@@ -97,8 +97,8 @@ pub async fn dereference(
             name,
             target: sw.spec.target,
             runtime: RuntimeTarget {
-                endpoint: sw.spec.endpoint.clone(),
                 device_id: sw.spec.device_id + u64::from(st.slot.unwrap_or(0)),
+                ..crate::devices::target(&sw)
             },
         },
     })
@@ -366,10 +366,7 @@ mod tests {
         Placement::Switch {
             name: "dpdk-1".into(),
             target,
-            runtime: RuntimeTarget {
-                endpoint: "127.0.0.1:9559".into(),
-                device_id: 1,
-            },
+            runtime: RuntimeTarget::p4runtime("127.0.0.1:9559", 1),
         }
     }
 

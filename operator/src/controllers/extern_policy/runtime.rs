@@ -8,16 +8,17 @@
 use std::time::Duration;
 
 use p4fleet_proto::externs::{self as pb, extern_runtime_client::ExternRuntimeClient};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use super::desired::{Measured, in_force, missing};
 
-/// Where the extern runtime of a VirtualSwitch is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuntimeTarget {
-    pub endpoint: String,
-    pub device_id: u64,
-}
+/// Where the extern runtime of a VirtualSwitch is: its Switch's target
+/// with the VirtualSwitch's device id.
+pub type RuntimeTarget = p4fleet_client::Target;
+
+/// The longest [`apply`] or [`restore_defaults`] waits for the target (a
+/// stalled target must not hold the reconcile).
+const CALL_DEADLINE: Duration = Duration::from_secs(30);
 
 /// What applying found; each becomes status.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,17 +43,9 @@ pub enum Applied {
     },
 }
 
-fn channel(endpoint: &str) -> Result<Channel, tonic::Status> {
-    let uri = if endpoint.contains("://") {
-        endpoint.to_string()
-    } else {
-        format!("http://{endpoint}")
-    };
-    Ok(Endpoint::from_shared(uri)
-        .map_err(|e| tonic::Status::invalid_argument(format!("spec.endpoint: {e}")))?
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(10))
-        .connect_lazy())
+/// The Switch's channel settings (keepalive, TLS) from the client crate.
+fn channel(t: &RuntimeTarget) -> Result<Channel, tonic::Status> {
+    p4fleet_client::connect_lazy(t).map_err(|e| tonic::Status::unavailable(e.to_string()))
 }
 
 fn unavailable(s: tonic::Status) -> Applied {
@@ -71,7 +64,16 @@ fn target(t: &RuntimeTarget) -> Option<pb::Target> {
 
 /// Applies `wanted` on `t` and reads back what is in force.
 pub async fn apply(t: &RuntimeTarget, wanted: &[pb::ExternPolicy]) -> Applied {
-    let mut c = match channel(&t.endpoint) {
+    tokio::time::timeout(CALL_DEADLINE, apply_now(t, wanted))
+        .await
+        .unwrap_or_else(|_| Applied::Unavailable {
+            code: tonic::Code::DeadlineExceeded,
+            message: format!("no answer within {} s", CALL_DEADLINE.as_secs()),
+        })
+}
+
+async fn apply_now(t: &RuntimeTarget, wanted: &[pb::ExternPolicy]) -> Applied {
+    let mut c = match channel(t) {
         Ok(ch) => ExternRuntimeClient::new(ch),
         Err(s) => return unavailable(s),
     };
@@ -140,14 +142,15 @@ pub async fn apply(t: &RuntimeTarget, wanted: &[pb::ExternPolicy]) -> Applied {
 /// listed. A target without a pipeline or extern runtime has nothing to
 /// restore.
 pub async fn restore_defaults(t: &RuntimeTarget) -> Result<(), tonic::Status> {
-    let mut c = ExternRuntimeClient::new(channel(&t.endpoint)?);
-    match c
-        .set_policy(pb::SetPolicyRequest {
-            target: target(t),
-            externs: Vec::new(),
-        })
+    let mut c = ExternRuntimeClient::new(channel(t)?);
+    let call = c.set_policy(pb::SetPolicyRequest {
+        target: target(t),
+        externs: Vec::new(),
+    });
+    let answer = tokio::time::timeout(CALL_DEADLINE, call)
         .await
-    {
+        .map_err(|_| tonic::Status::deadline_exceeded("no answer from the extern runtime"))?;
+    match answer {
         Ok(_) => Ok(()),
         Err(s)
             if matches!(
@@ -169,7 +172,7 @@ pub async fn restore_defaults(t: &RuntimeTarget) -> Result<(), tonic::Status> {
 /// (no such service, or not a Dpdk device) and any failure are `false`:
 /// status never claims what the device did not confirm.
 pub async fn serves_extern_runtime(t: &RuntimeTarget) -> bool {
-    let Ok(ch) = channel(&t.endpoint) else {
+    let Ok(ch) = channel(t) else {
         return false;
     };
     let mut client = ExternRuntimeClient::new(ch);
