@@ -34,6 +34,9 @@ pub struct SyncTally {
     /// Desired entries that are not: refused by the device, not written
     /// (device unreachable), or held by another set (conflicts).
     pub failed: u64,
+    /// Entries the set wanted gone that the device still holds: their
+    /// delete was refused or not sent (the device is not exact).
+    pub stale: u64,
     /// Updates the device accepted.
     pub written: u64,
     pub inserted: u64,
@@ -78,11 +81,16 @@ impl SyncTally {
             .iter()
             .filter(|o| matches!(o, Origin::Insert(_) | Origin::Modify(_)))
             .count() as u64;
+        let stale = failed
+            .iter()
+            .filter(|o| matches!(o, Origin::Delete(_)))
+            .count() as u64;
         let desired = plan.inserts.len() + plan.modifies.len() + plan.conflicts.len();
         SyncTally {
             desired: (desired + plan.unchanged) as u64,
             applied: plan.unchanged as u64 + inserted + modified,
             failed: plan.conflicts.len() as u64 + failed_desired,
+            stale,
             written: (plan.writes() as u64).saturating_sub(failed.len() as u64),
             inserted,
             modified,
@@ -96,6 +104,7 @@ impl SyncTally {
         self.desired += other.desired;
         self.applied += other.applied;
         self.failed += other.failed;
+        self.stale += other.stale;
         self.written += other.written;
         self.inserted += other.inserted;
         self.modified += other.modified;
@@ -140,6 +149,7 @@ mod tests {
                 desired: 10,
                 applied: 9,
                 failed: 1,
+                stale: 0,
                 written: 7,
                 inserted: 3,
                 modified: 2,
@@ -159,6 +169,8 @@ mod tests {
         assert_eq!(t.applied, 4 + 2 + 1);
         // A failed delete is no desired entry: only the insert and modify.
         assert_eq!(t.failed, 1 + 2);
+        // ... but the entry it should have removed is still there.
+        assert_eq!(t.stale, 1);
         assert_eq!(t.desired, 10);
     }
 

@@ -166,9 +166,10 @@ struct Counts {
 }
 
 impl Counts {
-    /// Entries that failed on a device (not for being invalid).
+    /// Entries that failed on a device (not for being invalid), and
+    /// entries a refused delete left behind.
     fn on_devices(&self) -> u64 {
-        self.total.failed
+        self.total.failed + self.total.stale
     }
 }
 
@@ -406,6 +407,7 @@ mod tests {
             desired,
             applied: desired - failed,
             failed,
+            stale: 0,
             written,
             inserted: written,
             modified: 0,
@@ -636,6 +638,18 @@ mod tests {
         let mut o = outcome("vs", tally(3, 0, 1));
         o.errors.push(refused("10.0.0.4 10.0.0.1"));
         assert!(run(&s, &[], Some(&d), &[o]).events.is_empty());
+    }
+
+    #[test]
+    fn a_refused_delete_leaves_the_set_not_ready() {
+        let (s, d) = with_entries(false);
+        let mut t = tally(3, 0, 0);
+        t.stale = 1;
+        let mut o = outcome("vs", t);
+        o.errors.push(refused("10.0.0.9 10.0.0.1"));
+        let r = run(&s, &[], Some(&d), &[o]);
+        assert_eq!(state(&r, SYNCED), is(False, "EntriesFailed"));
+        assert_eq!(state(&r, READY), is(False, "EntriesFailed"));
     }
 
     #[test]
