@@ -197,12 +197,14 @@ fn ready(st: &TableEntrySetStatus) -> bool {
 
 /// Polls the set's status every 50 ms until `done` is set. Returns when the
 /// set was first seen not Ready (the operator noticed the loss; before that
-/// it cannot know) and, from then on, every moment it said Ready while the
-/// emulator did not hold all entries.
+/// it cannot know) and, from then on (or from when `armed` is set: the test
+/// saw it not Ready itself, so a missed poll cannot excuse anything), every
+/// moment it said Ready while the emulator did not hold all entries.
 fn watch_for_lies(
     sets: Api<TableEntrySet>,
     stats: SocketAddr,
     device: u64,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
     done: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> tokio::task::JoinHandle<(usize, Option<Duration>, Vec<String>)> {
     tokio::spawn(async move {
@@ -221,7 +223,8 @@ fn watch_for_lies(
                 if !said_ready && noticed.is_none() {
                     noticed = Some(started.elapsed());
                 }
-                if noticed.is_some() && said_ready && held != Some(ENTRIES as u64) {
+                let watching = noticed.is_some() || armed.load(std::sync::atomic::Ordering::SeqCst);
+                if watching && said_ready && held != Some(ENTRIES as u64) {
                     let ready = find_condition(&st.conditions, "Ready");
                     lies.push(format!(
                         "{:?}: Ready while the device held {held:?}: {ready:?}",
@@ -273,7 +276,14 @@ async fn restarted_empty_device(kind: Kind, device: u64) {
     assert_eq!(device_entries(addrs.stats, device), Some(ENTRIES as u64));
 
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watcher = watch_for_lies(sets.clone(), addrs.stats, device, done.clone());
+    let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = watch_for_lies(
+        sets.clone(),
+        addrs.stats,
+        device,
+        armed.clone(),
+        done.clone(),
+    );
     // kill -9: no goodbye on any stream.
     drop(emu);
     let killed = Instant::now();
@@ -290,6 +300,7 @@ async fn restarted_empty_device(kind: Kind, device: u64) {
     .await;
     let noticed = killed.elapsed();
     status_where("set not Ready", |st| !is_true(&st.conditions, "Ready")).await;
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
     wait_for(
         "VirtualSwitch not Ready",
         Duration::from_secs(30),
