@@ -7,7 +7,8 @@
 //! open streams (lenient, the default), or the spec's rule: the primary is
 //! the stream holding the highest id the device has *ever* seen for the
 //! role, so after the primary goes away a controller with a lower id stays
-//! a backup (Stratum behaves this way). The second is what fences a stale
+//! a backup (the spec's wording; bmv2's PI server uses the first rule,
+//! and we have not checked Stratum). The second is what fences a stale
 //! leader, so the failover tests run with it.
 
 use std::collections::HashMap;

@@ -166,8 +166,7 @@ pub async fn write_target(ctx: &Context, planned: Planned<'_>) -> Outcome {
     let failed: Vec<Origin> = w.failed.iter().map(|(o, _, _)| *o).collect();
     out.tally = SyncTally::of(&plan, &failed, w.stats);
     let complete = out.device_error.is_none() && out.tally.applied == out.tally.desired;
-    let digest = sync::desired_digest(&d.entries);
-    if ctx.sync_memory.record_sync(&key, digest, complete) {
+    if ctx.sync_memory.record_sync(&key, d.digest, complete) {
         out.drift = out.tally.changes();
     }
     out

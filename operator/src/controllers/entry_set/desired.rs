@@ -32,6 +32,9 @@ pub struct Desired {
     pub errors: Vec<StatusEntryError>,
     /// How many entries were skipped.
     pub invalid: usize,
+    /// [`sync::desired_digest`] of `entries`, taken once: targets that
+    /// share this parse share it too.
+    pub digest: [u8; 32],
     /// ConfigMap names and keys, indexed by [`Source::Line`].
     cms: Vec<(String, Vec<String>)>,
 }
@@ -92,6 +95,7 @@ pub fn parse(set: &TableEntrySet, schema: &TableSchema, sources: &Sources) -> De
         sources: Vec::new(),
         errors: Vec::new(),
         invalid: 0,
+        digest: [0; 32],
         cms: sources
             .config_maps
             .iter()
@@ -150,6 +154,7 @@ pub fn parse(set: &TableEntrySet, schema: &TableSchema, sources: &Sources) -> De
         }
     }
     drop_duplicates(&mut d);
+    d.digest = sync::desired_digest(&d.entries);
     d
 }
 
