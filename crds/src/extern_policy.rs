@@ -149,4 +149,8 @@ pub struct AsyncExternPolicyStatus {
     /// since the data plane started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drops: Option<u64>,
+    /// The ConfigMap (same namespace) that holds the policy rendered as
+    /// T4P4S launch options, while the policy renders (docs/dpdk.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t4p4s_config_map: Option<String>,
 }
