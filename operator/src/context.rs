@@ -9,6 +9,7 @@ use kube::runtime::events::{Recorder, Reporter};
 
 use crate::controllers::entry_set::SyncMemory;
 use crate::devices::DevicePool;
+use crate::entry_sources::EntrySources;
 use crate::metrics::Metrics;
 use crate::reads::ApiReads;
 use crate::status::Events;
@@ -59,6 +60,8 @@ pub struct Context {
     pub backoff: Backoff,
     /// What TableEntrySet syncs remember between runs (drift, BFRT ownership).
     pub sync_memory: SyncMemory,
+    /// TableEntrySets' ConfigMap sources: watched, fetched and parsed once.
+    pub entry_sources: EntrySources,
 }
 
 impl Context {
@@ -79,12 +82,13 @@ impl Context {
             reads: ApiReads::new(client.clone(), config.watch_namespace.clone()),
             client,
             config,
-            metrics,
+            metrics: metrics.clone(),
             devices,
             events: Events::new(recorder),
             readiness: Readiness::default(),
             backoff: Backoff::default(),
             sync_memory: SyncMemory::default(),
+            entry_sources: EntrySources::new(metrics.entry_sources.clone()),
         })
     }
 

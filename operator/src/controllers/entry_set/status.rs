@@ -391,7 +391,7 @@ fn action(input: &Input) -> Action {
 mod tests {
     use super::*;
     use crate::controllers::entry_set::apply::DeviceError;
-    use crate::controllers::entry_set::dereference::Sources;
+    use crate::controllers::entry_set::dereference::{SourceProblem, Sources};
     use crate::controllers::entry_set::desired::tests::{firewall, fw, set};
     use crate::controllers::entry_set::desired::{self};
     use crate::status::{settle, unchanged};
@@ -669,7 +669,7 @@ mod tests {
         let (s, d) = with_entries(false);
         let problems = [
             Problem::VirtualSwitchNotFound("vs".into()),
-            Problem::ConfigMapNotFound("fw".into()),
+            Problem::Source(SourceProblem::NotFound("fw".into())),
         ];
         let r = run(&s, &problems, None, &[]);
         assert_eq!(state(&r, RESOLVED_REFS), is(False, "VirtualSwitchNotFound"));
@@ -689,7 +689,7 @@ mod tests {
 
         // A missing ConfigMap alone: the inline entries still apply; the
         // ConfigMap's watch brings the set back.
-        let problems = [Problem::ConfigMapNotFound("fw".into())];
+        let problems = [Problem::Source(SourceProblem::NotFound("fw".into()))];
         let r = run(&s, &problems, Some(&d), &[outcome("vs", tally(3, 3, 0))]);
         assert_eq!(state(&r, RESOLVED_REFS), is(False, "ConfigMapNotFound"));
         assert_eq!(state(&r, SYNCED), is(True, "Synced"));
