@@ -71,20 +71,19 @@ impl Context {
         metrics: Arc<Metrics>,
         devices: DevicePool,
     ) -> Arc<Context> {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: config.reporter.clone(),
-                instance: config.instance.clone(),
-            },
-        );
+        let reporter = Reporter {
+            controller: config.reporter.clone(),
+            instance: config.instance.clone(),
+        };
+        let recorder = Recorder::new(client.clone(), reporter.clone());
+        let events = Events::new(recorder).with_long_names(client.clone(), reporter);
         Arc::new(Context {
             reads: ApiReads::new(client.clone(), config.watch_namespace.clone()),
             client,
             config,
             metrics: metrics.clone(),
             devices,
-            events: Events::new(recorder),
+            events,
             readiness: Readiness::default(),
             backoff: Backoff::default(),
             sync_memory: SyncMemory::default(),

@@ -19,6 +19,7 @@ pub mod convert;
 pub mod devices;
 pub mod entries_cli;
 pub mod entry_sources;
+pub mod event_names;
 pub mod fencing;
 pub mod http;
 pub mod leader;

@@ -25,6 +25,7 @@ use super::apply::Outcome;
 use super::dereference::Problem;
 use super::desired::Desired;
 use crate::controllers::object_key;
+use crate::entry_sources::parsed::excerpt_reason;
 use crate::status::{EventNote, ready_from};
 
 /// Requeue while waiting for a dependency or an unreachable device.
@@ -122,6 +123,12 @@ pub fn report(input: &Input) -> Report {
         input.parse.map(|d| d.errors.clone()).unwrap_or_default();
     errors.extend(device_errors.iter().map(|e| (*e).clone()));
     errors.truncate(MAX_ERRORS);
+    // Whatever a device or a source said, status stays far below the API
+    // server's request limit: MAX_ERRORS reasons and keys of at most 512 bytes.
+    for e in &mut errors {
+        e.reason = excerpt_reason(&e.reason);
+        e.key = e.key.as_deref().map(excerpt_reason);
+    }
 
     let resolved = resolved_refs(&me, input.problems);
     let valid = valid(&me, input.problems, &counts, &errors, input.outcomes);
@@ -208,8 +215,17 @@ fn valid(
             .take(3)
             .map(|e| format!("{}: {}", e.source, e.reason))
             .collect();
+        let more = match counts.invalid as usize {
+            n if n > first.len() => {
+                format!(
+                    " (and {} more; status.errors lists the first)",
+                    n - first.len()
+                )
+            }
+            _ => String::new(),
+        };
         let message = format!(
-            "TableEntrySet {me}: {} invalid entries skipped: {}",
+            "TableEntrySet {me}: {} invalid entries skipped: {}{more}",
             counts.invalid,
             first.join("; ")
         );
@@ -271,8 +287,19 @@ fn describe(e: &StatusEntryError) -> String {
     )
 }
 
+/// Problems shown in a condition message; the rest are counted, so the
+/// message stays short however many sources or targets fail.
+const MAX_PROBLEMS_SHOWN: usize = 5;
+
 fn join(problems: &[&Problem]) -> String {
-    let all: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    let mut all: Vec<String> = problems
+        .iter()
+        .take(MAX_PROBLEMS_SHOWN)
+        .map(|p| excerpt_reason(&p.to_string()))
+        .collect();
+    if problems.len() > MAX_PROBLEMS_SHOWN {
+        all.push(format!("and {} more", problems.len() - MAX_PROBLEMS_SHOWN));
+    }
     all.join("; ")
 }
 
