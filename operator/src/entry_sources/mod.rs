@@ -264,13 +264,20 @@ struct ParseKey {
 
 type ParseSlot = Arc<OnceCell<Arc<ParsedText>>>;
 
+/// What one set used in its last sync: kept while it does.
+#[derive(Default)]
+struct Uses {
+    config_maps: HashSet<(String, String)>,
+    parses: HashSet<ParseKey>,
+}
+
 /// The entry-source cache: the index, the fetched texts, the parses.
 pub struct EntrySources {
     pub index: ConfigMapIndex,
     fetched: Mutex<HashMap<(String, String), Arc<Fetched>>>,
     parsed: Mutex<HashMap<ParseKey, ParseSlot>>,
-    /// The parse keys each set (`namespace/name`) used in its last sync.
-    users: Mutex<HashMap<String, HashSet<ParseKey>>>,
+    /// What each set (`namespace/name`) used in its last sync.
+    users: Mutex<HashMap<String, Uses>>,
     permits: Arc<Semaphore>,
     metrics: SourceMetrics,
 }
@@ -319,13 +326,30 @@ impl EntrySources {
         }
     }
 
-    /// The texts of `sources` in `ns`, and what could not be read.
-    /// Only a failed request is an error.
+    /// The texts of `sources` in `ns` for set `set` (`namespace/name`),
+    /// and what could not be read. Only a failed request is an error.
     pub async fn read(
+        &self,
+        reads: &impl Reads,
+        set: &str,
+        ns: &str,
+        sources: &[EntriesSource],
+    ) -> Result<(Sources, Vec<SourceProblem>), kube::Error> {
+        let mut used = HashSet::new();
+        let r = self.read_into(reads, ns, sources, &mut used).await;
+        self.lock_users()
+            .entry(set.to_string())
+            .or_default()
+            .config_maps = used;
+        r
+    }
+
+    async fn read_into(
         &self,
         reads: &impl Reads,
         ns: &str,
         sources: &[EntriesSource],
+        used: &mut HashSet<(String, String)>,
     ) -> Result<(Sources, Vec<SourceProblem>), kube::Error> {
         let mut out = Sources::default();
         let mut problems = Vec::new();
@@ -366,6 +390,7 @@ impl EntrySources {
                 } else {
                     None
                 };
+                used.insert((ns.to_string(), name.clone()));
                 let Some(fetched) = self.fetch(reads, ns, &name, version).await? else {
                     if required {
                         problems.push(SourceProblem::NotFound(name));
@@ -472,6 +497,7 @@ impl EntrySources {
         self.lock_users()
             .entry(set.to_string())
             .or_default()
+            .parses
             .insert(key.clone());
         let slot = self.lock_parsed().entry(key).or_default().clone();
         slot.get_or_init(|| async {
@@ -495,7 +521,11 @@ impl EntrySources {
     /// [`EntrySources::parsed`] calls); [`EntrySources::retain`] then
     /// evicts what no set uses.
     pub fn begin(&self, set: &str) {
-        self.lock_users().insert(set.to_string(), HashSet::new());
+        self.lock_users()
+            .entry(set.to_string())
+            .or_default()
+            .parses
+            .clear();
     }
 
     /// Forgets set `set` (deleted) and evicts what no set uses.
@@ -504,10 +534,21 @@ impl EntrySources {
         self.retain();
     }
 
-    /// Drops the parses no set used in its last sync, and the fetched
-    /// ConfigMaps no remaining parse comes from.
+    /// Drops the parses and fetched ConfigMaps no set used in its last sync.
     pub fn retain(&self) {
-        let used: HashSet<ParseKey> = self.lock_users().values().flatten().cloned().collect();
+        let (used, read): (HashSet<ParseKey>, HashSet<(String, String)>) = {
+            let users = self.lock_users();
+            (
+                users
+                    .values()
+                    .flat_map(|u| u.parses.iter().cloned())
+                    .collect(),
+                users
+                    .values()
+                    .flat_map(|u| u.config_maps.iter().cloned())
+                    .collect(),
+            )
+        };
         let mut parsed = self.lock_parsed();
         parsed.retain(|k, _| used.contains(k));
         let (mut n, mut bytes) = (0i64, 0i64);
@@ -519,12 +560,8 @@ impl EntrySources {
         }
         self.metrics.cached_texts.set(n);
         self.metrics.cached_bytes.set(bytes);
-        let sources: HashSet<(String, String)> = parsed
-            .keys()
-            .map(|k| (k.namespace.clone(), k.config_map.clone()))
-            .collect();
         drop(parsed);
-        self.lock_fetched().retain(|id, _| sources.contains(id));
+        self.lock_fetched().retain(|id, _| read.contains(id));
     }
 
     /// How many parsed texts and fetched ConfigMaps are held.
@@ -540,7 +577,7 @@ impl EntrySources {
         self.parsed.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn lock_users(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashSet<ParseKey>>> {
+    fn lock_users(&self) -> std::sync::MutexGuard<'_, HashMap<String, Uses>> {
         self.users.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

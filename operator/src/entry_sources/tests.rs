@@ -109,7 +109,7 @@ async fn selectors_read_labelled_config_maps_of_the_namespace_in_name_order() {
         {"configMap": "other"},
         {"configMapSelector": {"matchLabels": {"t": "fw"}}}
     ]));
-    let (s, problems) = c.read(&reads, "ns", &src).await.unwrap();
+    let (s, problems) = c.read(&reads, "ns/s", "ns", &src).await.unwrap();
     assert!(problems.is_empty(), "{problems:?}");
     assert_eq!(
         names(&s),
@@ -118,7 +118,7 @@ async fn selectors_read_labelled_config_maps_of_the_namespace_in_name_order() {
 
     // A selector matching none is a problem naming the field, unless optional.
     let none = from(serde_json::json!([{"configMapSelector": {"matchLabels": {"t": "y"}}}]));
-    let (_, problems) = c.read(&reads, "ns", &none).await.unwrap();
+    let (_, problems) = c.read(&reads, "ns/s", "ns", &none).await.unwrap();
     assert_eq!(problems, [SourceProblem::NoneSelected { index: 0 }]);
     assert_eq!(
         problems[0].to_string(),
@@ -127,11 +127,17 @@ async fn selectors_read_labelled_config_maps_of_the_namespace_in_name_order() {
     let optional = from(
         serde_json::json!([{"configMapSelector": {"matchLabels": {"t": "y"}}, "optional": true}]),
     );
-    assert!(c.read(&reads, "ns", &optional).await.unwrap().1.is_empty());
+    assert!(
+        c.read(&reads, "ns/s", "ns", &optional)
+            .await
+            .unwrap()
+            .1
+            .is_empty()
+    );
     // Named but absent from the index: not found, without a request.
     let gets = reads.gets.load(Ordering::Relaxed);
     let missing = from(serde_json::json!([{"configMap": "nope"}]));
-    let (_, problems) = c.read(&reads, "ns", &missing).await.unwrap();
+    let (_, problems) = c.read(&reads, "ns/s", "ns", &missing).await.unwrap();
     assert_eq!(problems, [SourceProblem::NotFound("nope".into())]);
     assert_eq!(reads.gets.load(Ordering::Relaxed), gets);
 }
@@ -155,7 +161,7 @@ async fn gzip_binary_data_is_read_and_bad_keys_are_named() {
     );
     let (c, reads) = cache(vec![packed]);
     let src = from(serde_json::json!([{"configMap": "packed"}]));
-    let (s, problems) = c.read(&reads, "ns", &src).await.unwrap();
+    let (s, problems) = c.read(&reads, "ns/s", "ns", &src).await.unwrap();
     assert_eq!(names(&s), ["packed/a.entries.txt.gz"]);
     assert!(s.texts[0].text.contains("10.0.0.1 10.0.0.2"));
     assert_eq!(problems.len(), 1);
@@ -180,7 +186,7 @@ async fn a_config_map_is_fetched_and_parsed_once_per_resource_version_and_shared
     for _ in 0..3 {
         for set in ["ns/a", "ns/b"] {
             c.begin(set);
-            let (s, _) = c.read(&reads, "ns", &src).await.unwrap();
+            let (s, _) = c.read(&reads, set, "ns", &src).await.unwrap();
             seen.push(
                 c.parsed(set, "ns", &s.texts[0], &schema, digest, opts)
                     .await,
@@ -216,7 +222,7 @@ async fn a_config_map_is_fetched_and_parsed_once_per_resource_version_and_shared
     }
     for set in ["ns/a", "ns/b"] {
         c2.begin(set);
-        let (s, _) = c2.read(&reads2, "ns", &src).await.unwrap();
+        let (s, _) = c2.read(&reads2, set, "ns", &src).await.unwrap();
         let p = c2
             .parsed(set, "ns", &s.texts[0], &schema, digest, opts)
             .await;

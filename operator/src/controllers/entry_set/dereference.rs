@@ -146,7 +146,12 @@ pub async fn dereference(
     };
     let targets = lookup.targets().await?;
     let (sources, source_problems) = entry_sources
-        .read(reads, ns, &set.spec.entries_from)
+        .read(
+            reads,
+            &crate::controllers::object_key(set),
+            ns,
+            &set.spec.entries_from,
+        )
         .await?;
     let mut problems = lookup.problems;
     problems.extend(source_problems.into_iter().map(Problem::Source));
