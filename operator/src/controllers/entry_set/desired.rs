@@ -12,7 +12,7 @@ use p4fleet_model::entries::{Entry, ParseOptions, TableSchema, format_key, parse
 use p4fleet_model::sync;
 
 use super::MAX_ERRORS;
-use super::dereference::{Sources, Target};
+use super::dereference::Sources;
 use crate::entry_sources::ParsedText;
 use crate::entry_sources::parsed::{self, excerpt_reason};
 
@@ -204,21 +204,6 @@ pub struct PerTarget {
 }
 
 impl PerTarget {
-    pub fn new(set: &TableEntrySet, targets: &[Target], sources: &Sources) -> PerTarget {
-        let mut out = PerTarget::default();
-        for t in targets {
-            let i = match out.parses.iter().position(|d| d.schema == t.schema) {
-                Some(i) => i,
-                None => {
-                    out.parses.push(parse(set, &t.schema, sources));
-                    out.parses.len() - 1
-                }
-            };
-            out.of_target.push(i);
-        }
-        out
-    }
-
     /// Built from one desired per distinct schema and, per target, the
     /// index of its own.
     pub fn from_parts(parses: Vec<Desired>, of_target: Vec<usize>) -> PerTarget {
