@@ -23,7 +23,7 @@ use kube::{Client, ResourceExt};
 use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
-use p4fleet_e2e::processes::{Proc, build_binaries, log_file, spawn_emulator};
+use p4fleet_e2e::processes::{Proc, build_binaries, log_file, once_per_binary, spawn_emulator};
 use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
 use serde_json::{Value, json};
 
@@ -67,21 +67,7 @@ async fn env() -> (&'static ControlPlane, &'static Env) {
     static ENV: OnceLock<Env> = OnceLock::new();
     let cp = ControlPlane::shared().await;
     let kubeconfig = cp.kubeconfig_path().to_path_buf();
-    let env = tokio::task::spawn_blocking(move || {
-        ENV.get_or_init(|| {
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                let _ = tx.send(start(kubeconfig));
-                loop {
-                    std::thread::park();
-                }
-            });
-            rx.recv().expect("emulator and operator started")
-        })
-    })
-    .await
-    .unwrap();
-    (cp, env)
+    (cp, once_per_binary(&ENV, move || start(kubeconfig)).await)
 }
 
 /// GET over HTTP/1.0 with a deadline: (status, body).
@@ -256,6 +242,29 @@ async fn status_where(
     .await
 }
 
+/// Waits for an Event regarding object `name` (with `reason`, if given).
+async fn event_about(client: &Client, ns: &str, name: &str, reason: Option<&str>) -> Event {
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    wait_for(
+        &format!("an Event about {name}"),
+        Duration::from_secs(60),
+        || async {
+            let evs = events
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            evs.items
+                .into_iter()
+                .find(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                        && reason.is_none_or(|r| e.reason.as_deref() == Some(r))
+                })
+                .ok_or_else(|| "none yet".to_string())
+        },
+    )
+    .await
+}
+
 fn ready(st: &TableEntrySetStatus) -> bool {
     find_condition(&st.conditions, "Ready").is_some_and(|c| c.is_true())
 }
@@ -269,24 +278,10 @@ async fn sources_by_list_selector_and_gzip_are_parsed_once_per_version() {
     setup_target(&client, env, &ns, 1).await;
     put_config_map(&client, &ns, "fw-list", &[], Some(&lines(0, 1000)), None).await;
     let sel = [("p4fleet.dev/set", "fw")];
-    put_config_map(
-        &client,
-        &ns,
-        "part-1",
-        &sel,
-        None,
-        Some(gzip(&lines(1000, 1000))),
-    )
-    .await;
-    put_config_map(
-        &client,
-        &ns,
-        "part-2",
-        &sel,
-        None,
-        Some(gzip(&lines(2000, 1000))),
-    )
-    .await;
+    for (name, start) in [("part-1", 1000), ("part-2", 2000)] {
+        let gz = gzip(&lines(start, 1000));
+        put_config_map(&client, &ns, name, &sel, None, Some(gz)).await;
+    }
     // Not selected: another label.
     put_config_map(
         &client,
@@ -448,26 +443,7 @@ async fn livez_answers_while_a_large_source_parses_and_a_malformed_one_is_reject
     let valid = find_condition(&st.conditions, "Valid").unwrap();
     assert!(!valid.is_true() && valid.message.len() < 2000, "{valid:?}");
     // And it has its Event.
-    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-    wait_for(
-        "an InvalidEntries Event",
-        Duration::from_secs(30),
-        || async {
-            let evs = events
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            evs.items
-                .iter()
-                .find(|e| {
-                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("bad")
-                        && e.reason.as_deref() == Some("InvalidEntries")
-                })
-                .map(|_| ())
-                .ok_or_else(|| format!("{} events", evs.items.len()))
-        },
-    )
-    .await;
+    event_about(&client, &ns, "bad", Some("InvalidEntries")).await;
 
     stop.store(true, Ordering::Relaxed);
     poller.join().unwrap();
@@ -500,23 +476,6 @@ async fn objects_with_names_too_long_for_the_recorder_get_events() {
         ]}),
     )
     .await;
-    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-    let ev = wait_for(
-        "an Event about the long-named set",
-        Duration::from_secs(60),
-        || async {
-            let evs = events
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            evs.items
-                .into_iter()
-                .find(|e| {
-                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str())
-                })
-                .ok_or_else(|| "none yet".to_string())
-        },
-    )
-    .await;
+    let ev = event_about(&client, &ns, &name, None).await;
     assert!(ev.name_any().len() <= 253, "{}", ev.name_any());
 }
