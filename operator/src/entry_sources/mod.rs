@@ -26,7 +26,7 @@ use futures::{FutureExt, Stream};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use p4fleet_crds::entry_set::EntriesSource;
 use p4fleet_model::entries::{ParseOptions, TableSchema};
@@ -152,8 +152,11 @@ impl SourceMetrics {
 
 /// Which ConfigMaps exist, from a metadata-only watch.
 pub struct ConfigMapIndex {
-    store: Store<Meta>,
-    writer: Mutex<Option<Writer<Meta>>>,
+    /// The store of the current watch (a new one per [`ConfigMapIndex::watch`]).
+    store: Mutex<Store<Meta>>,
+    /// Feeds the store by hand in unit tests.
+    #[cfg(test)]
+    writer: Mutex<Option<reflector::store::Writer<Meta>>>,
     /// Whether a watch feeds the store; without one, names are looked up
     /// with a GET (unit tests, the offline CLI).
     watched: AtomicBool,
@@ -161,29 +164,27 @@ pub struct ConfigMapIndex {
 
 impl Default for ConfigMapIndex {
     fn default() -> Self {
-        let (store, writer) = reflector::store();
+        let (store, _writer) = reflector::store();
         ConfigMapIndex {
-            store,
-            writer: Mutex::new(Some(writer)),
+            store: Mutex::new(store),
+            #[cfg(test)]
+            writer: Mutex::new(None),
             watched: AtomicBool::new(false),
         }
     }
 }
 
 impl ConfigMapIndex {
-    /// The metadata watch of `api`, feeding this index; its items (every
-    /// ConfigMap touched) are what requeues the sets. Call once.
+    /// The metadata watch of `api`, feeding this index from a fresh store
+    /// (controllers started again get a consistent one); its items (every
+    /// ConfigMap touched) are what requeues the sets.
     pub fn watch(
         &self,
         api: Api<Meta>,
         config: watcher::Config,
     ) -> impl Stream<Item = Result<Meta, watcher::Error>> + Send + 'static {
-        let writer = self
-            .writer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-            .expect("ConfigMapIndex::watch is called once");
+        let (store, writer) = reflector::store();
+        *self.store.lock().unwrap_or_else(|p| p.into_inner()) = store;
         self.watched.store(true, Ordering::Relaxed);
         // An Api of PartialObjectMeta lists and watches metadata only.
         let stream = watcher(api, config)
@@ -193,16 +194,21 @@ impl ConfigMapIndex {
         reflector::reflector(writer, stream).touched_objects()
     }
 
+    fn store(&self) -> Store<Meta> {
+        self.store.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// Fills the index by hand (unit tests).
     #[cfg(test)]
     pub fn insert_for_tests(&self, metas: &[Meta]) {
-        let mut g = self.writer.lock().unwrap();
-        let w = g.as_mut().expect("not watched");
+        let (store, mut w) = reflector::store();
         w.apply_watcher_event(&watcher::Event::Init);
         for m in metas {
             w.apply_watcher_event(&watcher::Event::InitApply(m.clone()));
         }
         w.apply_watcher_event(&watcher::Event::InitDone);
+        *self.store.lock().unwrap() = store;
+        *self.writer.lock().unwrap() = Some(w);
         self.watched.store(true, Ordering::Relaxed);
     }
 
@@ -212,23 +218,24 @@ impl ConfigMapIndex {
         if !self.watched.load(Ordering::Relaxed) {
             return Ok(false);
         }
-        if self.store.wait_until_ready().now_or_never().is_some() {
+        let store = self.store();
+        if store.wait_until_ready().now_or_never().is_some() {
             return Ok(true);
         }
-        match tokio::time::timeout(INDEX_WAIT, self.store.wait_until_ready()).await {
+        match tokio::time::timeout(INDEX_WAIT, store.wait_until_ready()).await {
             Ok(Ok(())) => Ok(true),
             _ => Err(SourceProblem::IndexNotReady),
         }
     }
 
     fn get(&self, ns: &str, name: &str) -> Option<Arc<Meta>> {
-        self.store.get(&ObjectRef::new(name).within(ns))
+        self.store().get(&ObjectRef::new(name).within(ns))
     }
 
     /// Names of the ConfigMaps in `ns` that `src` selects, in name order.
     fn select(&self, ns: &str, src: &EntriesSource) -> Vec<String> {
         let mut names: Vec<String> = self
-            .store
+            .store()
             .state_filter(|m| {
                 m.metadata.namespace.as_deref() == Some(ns)
                     && src.selects(
@@ -277,7 +284,7 @@ pub struct EntrySources {
     fetched: Mutex<HashMap<(String, String), Arc<Fetched>>>,
     parsed: Mutex<HashMap<ParseKey, ParseSlot>>,
     /// What each set (`namespace/name`) used in its last sync.
-    users: Mutex<HashMap<String, Uses>>,
+    users: Arc<Mutex<HashMap<String, Uses>>>,
     permits: Arc<Semaphore>,
     metrics: SourceMetrics,
 }
@@ -300,7 +307,7 @@ impl EntrySources {
             index: ConfigMapIndex::default(),
             fetched: Mutex::default(),
             parsed: Mutex::default(),
-            users: Mutex::default(),
+            users: Arc::default(),
             permits: Arc::new(Semaphore::new(MAX_PARSES)),
             metrics,
         }
@@ -579,6 +586,26 @@ impl EntrySources {
 
     fn lock_users(&self) -> std::sync::MutexGuard<'_, HashMap<String, Uses>> {
         self.users.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Which sets read which ConfigMaps in their last sync, for the watch's
+    /// mapper: a ConfigMap whose labels no longer match a selector still
+    /// requeues the sets that read it.
+    pub fn readers(&self) -> Readers {
+        Readers(self.users.clone())
+    }
+}
+
+/// A handle on which ConfigMaps each set read last ([`EntrySources::readers`]).
+#[derive(Clone)]
+pub struct Readers(Arc<Mutex<HashMap<String, Uses>>>);
+
+impl Readers {
+    /// Whether set `set` (`namespace/name`) read ConfigMap `ns/name` in its last sync.
+    pub fn read_by(&self, set: &str, ns: &str, name: &str) -> bool {
+        let g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        g.get(set)
+            .is_some_and(|u| u.config_maps.contains(&(ns.to_string(), name.to_string())))
     }
 }
 

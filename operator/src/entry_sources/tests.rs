@@ -140,6 +140,12 @@ async fn selectors_read_labelled_config_maps_of_the_namespace_in_name_order() {
     let (_, problems) = c.read(&reads, "ns/s", "ns", &missing).await.unwrap();
     assert_eq!(problems, [SourceProblem::NotFound("nope".into())]);
     assert_eq!(reads.gets.load(Ordering::Relaxed), gets);
+    // What each set read is known to the watch's mapper.
+    let readers = c.readers();
+    assert!(!readers.read_by("ns/s", "ns", "part-1"));
+    c.read(&reads, "ns/s", "ns", &src).await.unwrap();
+    assert!(readers.read_by("ns/s", "ns", "part-1"));
+    assert!(!readers.read_by("ns/s", "ns", "nope"));
 }
 
 #[tokio::test]

@@ -74,10 +74,15 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
         .entry_sources
         .index
         .watch(scoped_api(ctx), watcher_config());
+    let readers = ctx.entry_sources.readers();
     let c = c.watches_stream(config_maps, move |cm| {
+        let (ns, name) = (cm.namespace().unwrap_or_default(), cm.name_any());
         sets.state()
             .into_iter()
-            .filter(|s| entry_sources::reads_config_map(s, &cm))
+            .filter(|s| {
+                entry_sources::reads_config_map(s, &cm)
+                    || readers.read_by(&object_key(s.as_ref()), &ns, &name)
+            })
             .map(|s| ObjectRef::from_obj(s.as_ref()))
             .collect::<Vec<_>>()
     });
