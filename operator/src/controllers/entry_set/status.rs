@@ -725,6 +725,34 @@ mod tests {
     }
 
     #[test]
+    fn many_problems_and_long_reasons_keep_status_small() {
+        let (s, d) = with_entries(false);
+        // A selector over 1000 ConfigMaps, each unreadable.
+        let problems: Vec<Problem> = (0..1000)
+            .map(|i| {
+                Problem::Source(SourceProblem::Unreadable {
+                    config_map: format!("part-{i}"),
+                    key: "entries.txt.gz".into(),
+                    error: crate::entry_sources::DecodeError::TooLarge { limit: 1 },
+                })
+            })
+            .collect();
+        let mut o = outcome("vs", tally(3, 3, 0));
+        o.errors.push(StatusEntryError {
+            source: "configmap/fw/entries:line 3".into(),
+            key: Some("k".repeat(100_000)),
+            reason: "r".repeat(700_000),
+        });
+        let r = run(&s, &problems, Some(&d), &[o]);
+        let refs = cond(&r, RESOLVED_REFS);
+        assert_eq!(refs.reason, "SourceUnreadable");
+        assert!(refs.message.ends_with("and 995 more"), "{}", refs.message);
+        assert!(refs.message.len() < 2000, "{}", refs.message.len());
+        let size = serde_json::to_string(&r.status).unwrap().len();
+        assert!(size < 20_000, "status of {size} bytes");
+    }
+
+    #[test]
     fn an_unknown_table_is_invalid_not_unresolved() {
         let (s, _) = with_entries(false);
         let p = [Problem::UnknownTable {
