@@ -360,6 +360,9 @@ impl EntrySources {
     ) -> Result<(Sources, Vec<SourceProblem>), kube::Error> {
         let mut out = Sources::default();
         let mut problems = Vec::new();
+        if sources.is_empty() {
+            return Ok((out, problems));
+        }
         let indexed = match self.index.ready().await {
             Ok(i) => i,
             Err(p) => return Ok((out, vec![p])),
