@@ -457,6 +457,7 @@ async fn livez_answers_while_a_large_source_parses_and_a_malformed_one_is_reject
     stop.store(true, Ordering::Relaxed);
     poller.join().unwrap();
     let (max, polls, failures) = slowest.lock().unwrap().clone();
+    eprintln!("probes: {polls} answers, the slowest in {max:?} (limit {timeout:?})");
     assert!(failures.is_empty(), "probes failed: {failures:?}");
     assert!(polls > 10, "{polls} polls");
     assert!(
