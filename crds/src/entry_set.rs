@@ -52,7 +52,10 @@ pub struct TableEntrySetSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 5000))]
     pub entries: Vec<TableEntry>,
-    /// ConfigMaps holding entries in the compact line format (docs/entries.md).
+    /// ConfigMaps holding entries in the compact line format
+    /// (docs/entries.md), by name or by label selector, plain or
+    /// gzip-compressed; an entry given twice across them is an error that
+    /// names both places.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 1000))]
     pub entries_from: Vec<EntriesSource>,
@@ -176,19 +179,45 @@ mod int_or_string {
     }
 }
 
-/// A ConfigMap with entries in the line format.
+/// ConfigMaps with entries in the line format: one by name, or every one
+/// in the set's namespace whose labels match. Keys of `data` hold text;
+/// keys of `binaryData` ending in `.gz` hold gzip-compressed text (other
+/// `binaryData` keys are read as UTF-8 text). See docs/entries.md.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.configMap) != has(self.configMapSelector)",
+     "message": "exactly one of configMap or configMapSelector must be set"}
+]))]
 pub struct EntriesSource {
     /// ConfigMap name (same namespace).
-    #[schemars(length(min = 1, max = 253))]
-    pub config_map: String,
-    /// Key in the ConfigMap; every key is read when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub config_map: Option<String>,
+    /// Every ConfigMap of the set's namespace with these labels, read in
+    /// name order. Matching none is an error unless `optional`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_selector: Option<Selector>,
+    /// Key in each ConfigMap (in `data` or `binaryData`); every key is
+    /// read when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
     pub key: Option<String>,
-    /// Whether a missing ConfigMap is an error (default) or an empty source.
+    /// Whether a missing ConfigMap or key (or a selector matching none)
+    /// is an error (default) or an empty source.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optional: Option<bool>,
+}
+
+impl EntriesSource {
+    /// Whether the ConfigMap `name` with `labels` is one this source reads.
+    pub fn selects(&self, name: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.config_map.as_deref() == Some(name)
+            || self
+                .config_map_selector
+                .as_ref()
+                .is_some_and(|s| s.matches(labels))
+    }
 }
 
 /// Write options.

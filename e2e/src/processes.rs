@@ -166,3 +166,27 @@ pub fn spawn_emulator(bin: &std::path::Path, args: &[&str]) -> EmulatorProc {
         bfrt,
     }
 }
+
+/// `start()`'s value, made once per test binary: concurrent tests wait for
+/// the first. `start` runs on a thread that lives as long as the process,
+/// so the children it spawns (PDEATHSIG: killed when their spawning thread
+/// exits) outlive every test; keep them with `std::mem::forget`.
+pub async fn once_per_binary<T: Send + Sync + 'static>(
+    cell: &'static std::sync::OnceLock<T>,
+    start: impl FnOnce() -> T + Send + 'static,
+) -> &'static T {
+    tokio::task::spawn_blocking(move || {
+        cell.get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = tx.send(start());
+                loop {
+                    std::thread::park();
+                }
+            });
+            rx.recv().expect("children started")
+        })
+    })
+    .await
+    .expect("start children")
+}

@@ -24,7 +24,9 @@ use kube::{Client, ResourceExt};
 use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
-use p4fleet_e2e::processes::{build_binaries, spawn_operator, target_dir, with_pdeathsig};
+use p4fleet_e2e::processes::{
+    build_binaries, once_per_binary, spawn_operator, target_dir, with_pdeathsig,
+};
 use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
 use serde_json::{Value, json};
@@ -94,24 +96,7 @@ async fn env() -> (&'static ControlPlane, &'static Env) {
     static ENV: OnceLock<Env> = OnceLock::new();
     let cp = ControlPlane::shared().await;
     let kubeconfig = cp.kubeconfig_path().to_path_buf();
-    // get_or_init blocks concurrent tests until the first has started the
-    // children, so there is exactly one emulator and one operator.
-    let env = tokio::task::spawn_blocking(move || {
-        ENV.get_or_init(|| {
-            let (tx, rx) = std::sync::mpsc::channel();
-            // Children get PDEATHSIG when their spawning thread exits: spawn
-            // them from a thread that lives as long as the process.
-            std::thread::spawn(move || {
-                let _ = tx.send(start(kubeconfig));
-                loop {
-                    std::thread::park();
-                }
-            });
-            rx.recv().expect("emulator and operator started")
-        })
-    })
-    .await
-    .unwrap();
+    let env = once_per_binary(&ENV, move || start(kubeconfig)).await;
     (cp, env)
 }
 

@@ -9,6 +9,7 @@ use kube::runtime::events::{Recorder, Reporter};
 
 use crate::controllers::entry_set::SyncMemory;
 use crate::devices::DevicePool;
+use crate::entry_sources::EntrySources;
 use crate::metrics::Metrics;
 use crate::reads::ApiReads;
 use crate::status::Events;
@@ -62,6 +63,8 @@ pub struct Context {
     pub backoff: Backoff,
     /// What TableEntrySet syncs remember between runs (drift, BFRT ownership).
     pub sync_memory: SyncMemory,
+    /// TableEntrySets' ConfigMap sources: watched, fetched and parsed once.
+    pub entry_sources: EntrySources,
 }
 
 impl Context {
@@ -71,23 +74,23 @@ impl Context {
         metrics: Arc<Metrics>,
         devices: DevicePool,
     ) -> Arc<Context> {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: config.reporter.clone(),
-                instance: config.instance.clone(),
-            },
-        );
+        let reporter = Reporter {
+            controller: config.reporter.clone(),
+            instance: config.instance.clone(),
+        };
+        let recorder = Recorder::new(client.clone(), reporter.clone());
+        let events = Events::new(recorder).with_long_names(client.clone(), reporter);
         Arc::new(Context {
             reads: ApiReads::new(client.clone(), config.watch_namespace.clone()),
             client,
             config,
-            metrics,
+            metrics: metrics.clone(),
             devices,
-            events: Events::new(recorder),
+            events,
             readiness: Readiness::default(),
             backoff: Backoff::default(),
             sync_memory: SyncMemory::default(),
+            entry_sources: EntrySources::new(metrics.entry_sources.clone()),
         })
     }
 

@@ -18,6 +18,8 @@ pub mod controllers;
 pub mod convert;
 pub mod devices;
 pub mod entries_cli;
+pub mod entry_sources;
+pub mod event_names;
 pub mod fencing;
 pub mod http;
 pub mod leader;

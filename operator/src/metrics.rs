@@ -76,6 +76,8 @@ pub struct Metrics {
     pub switch_connected: Family<SwitchLabel, Gauge>,
     /// 1 while this replica holds the leader lease (or runs without election).
     pub leader: Gauge,
+    /// TableEntrySet ConfigMap sources: fetches, parses, cache size.
+    pub entry_sources: crate::entry_sources::SourceMetrics,
 }
 
 impl Default for Metrics {
@@ -99,8 +101,10 @@ impl Metrics {
             pipeline_loads: Family::default(),
             switch_connected: Family::default(),
             leader: Gauge::default(),
+            entry_sources: Default::default(),
             registry: Registry::default(),
         };
+        m.entry_sources.register(&mut registry);
         registry.register("reconciles", "Reconciles started", m.reconciles.clone());
         registry.register(
             "reconcile_errors",

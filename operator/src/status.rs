@@ -190,11 +190,27 @@ impl EventNote {
 #[derive(Clone)]
 pub struct Events {
     recorder: Recorder,
+    /// For objects whose names are too long for the Recorder.
+    long_names: Option<(kube::Client, kube::runtime::events::Reporter)>,
 }
 
 impl Events {
     pub fn new(recorder: Recorder) -> Self {
-        Events { recorder }
+        Events {
+            recorder,
+            long_names: None,
+        }
+    }
+
+    /// Events about objects with names past
+    /// [`crate::event_names::RECORDER_NAME_MAX`] are created directly.
+    pub fn with_long_names(
+        mut self,
+        client: kube::Client,
+        reporter: kube::runtime::events::Reporter,
+    ) -> Self {
+        self.long_names = Some((client, reporter));
+        self
     }
 
     /// Publishes one Event regarding `obj`.
@@ -214,7 +230,17 @@ impl Events {
             action: truncate(&ev.action, 128),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
+        let long = reference
+            .name
+            .as_ref()
+            .is_some_and(|n| n.len() > crate::event_names::RECORDER_NAME_MAX);
+        let res = match (&self.long_names, long) {
+            (Some((client, reporter)), true) => {
+                crate::event_names::publish(client, reporter, &event, &reference).await
+            }
+            _ => self.recorder.publish(&event, &reference).await,
+        };
+        if let Err(e) = res {
             tracing::warn!(object = %obj.name_any(), reason = %ev.reason, error = %e, "publishing event failed");
         }
     }

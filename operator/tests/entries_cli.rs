@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use p4fleet::controllers::entry_set::dereference::Sources;
+use p4fleet::controllers::entry_set::dereference::{SourceText, Sources};
 use p4fleet::controllers::entry_set::desired;
 use p4fleet_crds::{TableEntrySet, TableEntrySetSpec};
 use p4fleet_model::entries::{TableSchema, WriteOp, parse_text};
@@ -185,7 +185,12 @@ fn converted_simple_switch_cli_script_is_accepted_by_a_table_entry_set() {
     .unwrap();
     let set = TableEntrySet::new("routes", spec);
     let sources = Sources {
-        config_maps: vec![("routes".into(), vec![("entries".into(), converted.clone())])],
+        texts: vec![SourceText {
+            config_map: "routes".into(),
+            key: "entries".into(),
+            resource_version: "1".into(),
+            text: converted.as_str().into(),
+        }],
     };
     let d = desired::parse(&set, &schema, &sources);
     assert!(d.errors.is_empty(), "{:?}", d.errors);

@@ -196,7 +196,7 @@ impl<'s> Builder<'s> {
             .param_index(name)
             .ok_or_else(|| EntryError::UnknownParam {
                 action: a.name.clone(),
-                param: name.to_string(),
+                param: value::excerpt(name),
             })?;
         self.set_param(idx, text)
     }

@@ -18,6 +18,12 @@ pub enum ValueError {
         needed: u32,
         width: u32,
     },
+    #[error("number {value:?} of {len} characters is wider than any field ({max_bits} bits)")]
+    LiteralTooLong {
+        value: String,
+        len: usize,
+        max_bits: u32,
+    },
     #[error("prefix length {len} is longer than the field's {width} bits")]
     PrefixTooLong { len: u32, width: u32 },
     #[error("bad prefix length {0:?}")]

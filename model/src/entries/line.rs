@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 use super::entry::{Builder, Entry, EntryKey, ParseOptions};
 use super::error::EntryError;
 use super::schema::TableSchema;
-use super::value::{write_match, write_value};
+use super::value::{excerpt, write_match, write_value};
 
 /// The ConfigMap data key read when a TableEntrySet names none.
 pub const DEFAULT_CONFIGMAP_KEY: &str = "entries";
@@ -109,7 +109,8 @@ impl<'s> LineParser<'s> {
                 };
                 if let Some(extra) = words.next() {
                     return Err(EntryError::Syntax(format!(
-                        "`#! action` takes one name, got also {extra:?}"
+                        "`#! action` takes one name, got also {:?}",
+                        excerpt(extra)
                     )));
                 }
             }
@@ -120,13 +121,14 @@ impl<'s> LineParser<'s> {
                 if !schema.is_named(name) {
                     return Err(EntryError::WrongTable {
                         expected: schema.name.clone(),
-                        found: name.to_string(),
+                        found: excerpt(name),
                     });
                 }
             }
             Some(other) => {
                 return Err(EntryError::Syntax(format!(
-                    "unknown header `#! {other}` (known: fields, action, table)"
+                    "unknown header `#! {}` (known: fields, action, table)",
+                    excerpt(other)
                 )));
             }
             None => {}
@@ -138,7 +140,7 @@ impl<'s> LineParser<'s> {
         let n = tok.strip_prefix("priority=").unwrap_or(tok);
         let p: i64 = n
             .parse()
-            .map_err(|_| EntryError::Syntax(format!("bad priority {tok:?}")))?;
+            .map_err(|_| EntryError::Syntax(format!("bad priority {:?}", excerpt(tok))))?;
         self.builder.set_priority(p);
         Ok(())
     }
@@ -156,7 +158,10 @@ impl<'s> LineParser<'s> {
                 after_arrow = true;
             } else if !after_arrow {
                 let (name, value) = tok.split_once('=').ok_or_else(|| {
-                    EntryError::Syntax(format!("expected field=value before `=>`, got {tok:?}"))
+                    EntryError::Syntax(format!(
+                        "expected field=value before `=>`, got {:?}",
+                        excerpt(tok)
+                    ))
                 })?;
                 self.builder.set_field_by_name(name, value)?;
             } else if !self.builder.has_action() {

@@ -18,6 +18,8 @@ mod bytes;
 pub mod convert;
 mod entry;
 mod error;
+#[cfg(test)]
+mod fuzz;
 mod line;
 mod proto;
 mod schema;
@@ -39,7 +41,7 @@ pub(crate) use schema::fixtures;
 pub(crate) use schema::name_matches;
 pub use schema::{ActionSchema, ActionScope, FieldSchema, MatchKind, ParamSchema, TableSchema};
 pub use value::{
-    format_value, parse_match, parse_match_masking_host_bits, parse_number, parse_value,
-    write_value,
+    MAX_VALUE_BITS, QUOTE_LIMIT, excerpt, format_value, parse_match, parse_match_masking_host_bits,
+    parse_number, parse_value, write_value,
 };
 pub use wire::{Atomicity, WriteOp};

@@ -2,6 +2,7 @@
 //! where it came from (P4Info today; BFRT's bfrt.json could fill it too).
 
 use super::error::EntryError;
+use super::value::excerpt;
 
 /// P4Runtime match kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -122,7 +123,7 @@ impl TableSchema {
                 if let Some(j) = found {
                     let j: usize = j;
                     return Err(EntryError::AmbiguousField {
-                        field: name.to_string(),
+                        field: excerpt(name),
                         candidates: format!("{}, {}", self.match_fields[j].name, f.name),
                     });
                 }
@@ -131,7 +132,7 @@ impl TableSchema {
         }
         found.ok_or_else(|| EntryError::UnknownField {
             table: self.name.clone(),
-            field: name.to_string(),
+            field: excerpt(name),
         })
     }
 
@@ -150,7 +151,7 @@ impl TableSchema {
             .or_else(|| self.actions.iter().position(|a| a.is_named(name)))
             .ok_or_else(|| EntryError::UnknownAction {
                 table: self.name.clone(),
-                action: name.to_string(),
+                action: excerpt(name),
             })
     }
 

@@ -13,13 +13,71 @@ use super::entry::MatchValue;
 use super::error::ValueError;
 use super::schema::MatchKind;
 
+/// The widest value any literal may denote. P4Runtime bitstrings in real
+/// programs stay far below this; the bound makes the cost of one value
+/// constant, so a text parses in time linear in its length, and a
+/// 300,000-digit literal is refused before any arithmetic.
+pub const MAX_VALUE_BITS: u32 = 4096;
+
+/// Characters of a bad value that error messages quote: status and
+/// Events must fit whatever the input (a 700 kB value once made every
+/// status write of its set fail).
+pub const QUOTE_LIMIT: usize = 48;
+
+/// `s`, or its first [`QUOTE_LIMIT`] characters and its length in bytes
+/// when longer, for error messages.
+pub fn excerpt(s: &str) -> String {
+    if s.len() <= QUOTE_LIMIT {
+        return s.to_string();
+    }
+    let mut end = QUOTE_LIMIT;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &s[..end], s.len())
+}
+
+/// Refuses a digit string (after its radix prefix) that cannot fit in
+/// [`MAX_VALUE_BITS`]: checked on its length alone, before converting.
+fn check_literal_length(s: &str, digits: &[u8], bits_per_digit: f64) -> Result<(), ValueError> {
+    let first = digits
+        .iter()
+        .position(|&d| d != b'0')
+        .unwrap_or(digits.len());
+    let significant = digits.len() - first;
+    // A number with n significant digits needs more than (n-1)·log2(radix) bits.
+    let at_least = significant.saturating_sub(1) as f64 * bits_per_digit;
+    if at_least >= MAX_VALUE_BITS as f64 {
+        return Err(ValueError::LiteralTooLong {
+            value: excerpt(s),
+            len: s.len(),
+            max_bits: MAX_VALUE_BITS,
+        });
+    }
+    Ok(())
+}
+
 /// Parses a number or address into canonical bytes, without width check.
+/// Numbers denoting more than [`MAX_VALUE_BITS`] bits are refused from
+/// their length, before any conversion.
 pub fn parse_number(s: &str) -> Result<ByteStr, ValueError> {
     let b = s.as_bytes();
     if b.is_empty() {
         return Err(ValueError::Empty);
     }
-    if b.len() > 2 && b[0] == b'0' {
+    // `0b:d2:…` is a MAC address (and `0b::1` IPv6), not binary.
+    let radix_prefix = b.len() > 2 && b[0] == b'0' && !b.contains(&b':');
+    if radix_prefix {
+        match b[1] {
+            b'x' | b'X' => check_literal_length(s, &b[2..], 4.0)?,
+            b'b' | b'B' => check_literal_length(s, &b[2..], 1.0)?,
+            _ => {}
+        }
+    }
+    if b.iter().all(u8::is_ascii_digit) {
+        check_literal_length(s, b, std::f64::consts::LOG2_10)?;
+    }
+    if radix_prefix {
         match b[1] {
             b'x' | b'X' => return parse_radix_pow2(&b[2..], 4).ok_or_else(|| syntax(s)),
             b'b' | b'B' => return parse_radix_pow2(&b[2..], 1).ok_or_else(|| syntax(s)),
@@ -58,7 +116,7 @@ fn check_width(s: &str, v: &ByteStr, width: u32) -> Result<(), ValueError> {
     let needed = v.bit_len();
     if needed > width {
         return Err(ValueError::TooWide {
-            value: s.to_string(),
+            value: excerpt(s),
             needed,
             width,
         });
@@ -67,7 +125,7 @@ fn check_width(s: &str, v: &ByteStr, width: u32) -> Result<(), ValueError> {
 }
 
 fn syntax(s: &str) -> ValueError {
-    ValueError::Syntax(s.to_string())
+    ValueError::Syntax(excerpt(s))
 }
 
 /// Hex (4 bits per digit) or binary (1 bit per digit), any length.
@@ -103,22 +161,28 @@ fn parse_decimal(s: &str) -> Result<ByteStr, ValueError> {
     if let Ok(v) = s.parse::<u128>() {
         return Ok(ByteStr::canonical(&v.to_be_bytes()));
     }
-    // Wider than 128 bits: schoolbook multiply-add, little-endian limbs.
-    let mut le: Vec<u8> = vec![0];
-    for d in s.bytes() {
-        let mut carry = (d - b'0') as u32;
-        for limb in le.iter_mut() {
-            let v = *limb as u32 * 10 + carry;
-            *limb = v as u8;
-            carry = v >> 8;
+    // Wider than 128 bits: multiply-add nine digits at a time into
+    // little-endian u32 limbs. The length check in `parse_number` bounds
+    // the limbs to MAX_VALUE_BITS / 32, so this is linear in the digits.
+    let mut le: Vec<u32> = vec![0];
+    for chunk in s.as_bytes().chunks(9) {
+        let mut chunk_value = 0u64;
+        for &d in chunk {
+            chunk_value = chunk_value * 10 + (d - b'0') as u64;
         }
-        while carry > 0 {
-            le.push(carry as u8);
-            carry >>= 8;
+        let scale = 10u64.pow(chunk.len() as u32);
+        let mut carry = chunk_value;
+        for limb in le.iter_mut() {
+            let v = *limb as u64 * scale + carry;
+            *limb = v as u32;
+            carry = v >> 32;
+        }
+        if carry > 0 {
+            le.push(carry as u32);
         }
     }
-    le.reverse();
-    Ok(ByteStr::canonical(&le))
+    let be: Vec<u8> = le.iter().rev().flat_map(|l| l.to_be_bytes()).collect();
+    Ok(ByteStr::canonical(&be))
 }
 
 /// `aa:bb:cc:dd:ee:ff` (one or two hex digits per group).
@@ -246,8 +310,8 @@ pub fn parse_match(kind: MatchKind, s: &str, width: u32) -> Result<Option<MatchV
             let value = parse_value(v, width)?;
             if has_bits_outside(value.as_slice(), mask.as_slice()) {
                 return Err(ValueError::BitsOutsideMask {
-                    value: v.to_string(),
-                    mask: format_value(mask.as_slice(), width),
+                    value: excerpt(v),
+                    mask: excerpt(&format_value(mask.as_slice(), width)),
                 });
             }
             if mask.is_zero() {
@@ -268,8 +332,8 @@ pub fn parse_match(kind: MatchKind, s: &str, width: u32) -> Result<Option<MatchV
             };
             if cmp_num(low.as_slice(), high.as_slice()).is_gt() {
                 return Err(ValueError::RangeReversed {
-                    low: format_value(low.as_slice(), width),
-                    high: format_value(high.as_slice(), width),
+                    low: excerpt(&format_value(low.as_slice(), width)),
+                    high: excerpt(&format_value(high.as_slice(), width)),
                 });
             }
             if low.is_zero() && high == all_ones(width) {
@@ -324,11 +388,11 @@ fn and(value: &[u8], mask: &[u8]) -> Vec<u8> {
 
 fn parse_prefix_len(l: &str, width: u32) -> Result<u32, ValueError> {
     if l.is_empty() || !l.bytes().all(|c| c.is_ascii_digit()) {
-        return Err(ValueError::BadPrefixLength(l.to_string()));
+        return Err(ValueError::BadPrefixLength(excerpt(l)));
     }
     let len: u32 = l
         .parse()
-        .map_err(|_| ValueError::BadPrefixLength(l.to_string()))?;
+        .map_err(|_| ValueError::BadPrefixLength(excerpt(l)))?;
     if len > width {
         return Err(ValueError::PrefixTooLong { len, width });
     }
@@ -338,7 +402,7 @@ fn parse_prefix_len(l: &str, width: u32) -> Result<u32, ValueError> {
 fn check_host_bits(text: &str, v: &ByteStr, len: u32, width: u32) -> Result<(), ValueError> {
     if !v.is_zero() && trailing_zero_bits(v.as_slice()) < width - len {
         return Err(ValueError::HostBitsSet {
-            value: text.to_string(),
+            value: excerpt(text),
             len,
         });
     }
@@ -544,6 +608,9 @@ mod tests {
             vec![0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff]
         );
         assert_eq!(num("0:0:0:0:0:1", 48), vec![1]);
+        // A MAC or IPv6 address whose first group is `0b` is no binary number.
+        assert_eq!(num("0b:d2:fd:d6:8a:5c", 48)[0], 0x0b);
+        assert_eq!(num("0b::1", 128)[0], 0x0b);
         assert_eq!(
             num("00:11:22:33:44:55", 48),
             vec![0x11, 0x22, 0x33, 0x44, 0x55]
@@ -605,6 +672,85 @@ mod tests {
         let h = num(&format!("0x1{}", "0".repeat(64)), 257);
         assert_eq!(h.len(), 33);
         assert!(parse_value("340282366920938463463374607431768211456", 128).is_err());
+    }
+
+    /// Decimal text of a big-endian number, by repeated division (a slow
+    /// reference for the chunked parser).
+    fn to_decimal(be: &[u8]) -> String {
+        let mut n = be.to_vec();
+        let mut digits = Vec::new();
+        while n.iter().any(|&b| b != 0) {
+            let mut rem = 0u32;
+            for b in n.iter_mut() {
+                let cur = (rem << 8) | *b as u32;
+                *b = (cur / 10) as u8;
+                rem = cur % 10;
+            }
+            digits.push(b'0' + rem as u8);
+        }
+        if digits.is_empty() {
+            digits.push(b'0');
+        }
+        digits.reverse();
+        String::from_utf8(digits).unwrap()
+    }
+
+    #[test]
+    fn chunked_decimal_matches_hex_at_every_length() {
+        // Numbers of 1..=512 bytes with a varied bit pattern, written in
+        // decimal and parsed back: the nine-digit chunks and their carries
+        // must agree with the hex reading at every length.
+        for len in (1..=512usize).step_by(7) {
+            let be: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8 | 1).collect();
+            let dec = to_decimal(&be);
+            let mut hex = String::new();
+            write_hex(&mut hex, &be);
+            assert_eq!(
+                parse_number(&dec).unwrap(),
+                parse_number(&hex).unwrap(),
+                "{len} bytes"
+            );
+        }
+    }
+
+    #[test]
+    fn literals_wider_than_any_field_are_refused_from_their_length() {
+        for s in [
+            "9".repeat(300_000),
+            format!("0x{}", "f".repeat(2000)),
+            format!("0b{}", "1".repeat(5000)),
+        ] {
+            let err = parse_number(&s).unwrap_err();
+            assert!(
+                matches!(err, ValueError::LiteralTooLong { len, max_bits: MAX_VALUE_BITS, .. } if len == s.len()),
+                "{err:?}"
+            );
+            // The message quotes a short prefix, not the value.
+            assert!(err.to_string().len() < 200, "{err}");
+        }
+        // Leading zeros do not count: this is 1.
+        let padded = format!("{}1", "0".repeat(100_000));
+        assert_eq!(parse_value(&padded, 1).unwrap().as_slice(), [1]);
+        // The widest value allowed still parses (and is too wide for a field).
+        let widest = to_decimal(&[0xff; (MAX_VALUE_BITS / 8) as usize]);
+        assert_eq!(parse_number(&widest).unwrap().bit_len(), MAX_VALUE_BITS);
+        assert!(matches!(
+            parse_value(&widest, 32),
+            Err(ValueError::TooWide { .. })
+        ));
+    }
+
+    #[test]
+    fn errors_quote_a_short_prefix_of_long_values() {
+        let long = format!("10.0.0.{}", "x".repeat(700_000));
+        let msg = parse_value(&long, 32).unwrap_err().to_string();
+        assert!(msg.contains("10.0.0.xx"), "{msg}");
+        assert!(msg.contains("(700007 bytes)"), "{msg}");
+        assert!(msg.len() < 250, "{msg}");
+        // Multi-byte characters are cut at a character boundary.
+        let e = excerpt(&"é".repeat(100));
+        assert!(e.ends_with("(200 bytes)"), "{e}");
+        assert_eq!(excerpt("short"), "short");
     }
 
     #[test]

@@ -14,8 +14,9 @@ use p4fleet_crds::TableEntrySet;
 use p4fleet_model::sync;
 
 use super::apply::{connect_and_read, infer_ownership, tag};
-use super::dereference::{Sources, Target, dereference};
-use super::desired;
+use super::dereference::{Target, dereference};
+use super::desired::Desired;
+use super::parse;
 use crate::context::Context;
 use crate::controllers::{Error, namespace, object_key};
 use crate::convert;
@@ -59,11 +60,13 @@ impl std::fmt::Display for RemovalFailures {
 pub async fn cleanup(ctx: &Context, set: &TableEntrySet) -> Result<Action, Error> {
     let ns = namespace(set)?;
     let me = object_key(set);
-    let refs = dereference(&ctx.reads, &ns, set).await?;
+    let refs = dereference(&ctx.reads, &ctx.entry_sources, &ns, set).await?;
+    let desired =
+        parse::per_target(&ctx.entry_sources, &me, set, &refs.targets, &refs.sources).await;
     let mut failures = Vec::new();
     let mut removed = 0;
-    for t in &refs.targets {
-        match remove_entries(ctx, set, &me, t, &refs.sources).await {
+    for (i, t) in refs.targets.iter().enumerate() {
+        match remove_entries(ctx, set, &me, t, desired.of(i)).await {
             Ok(n) => removed += n,
             Err(error) => failures.push(RemovalFailure {
                 virtual_switch: t.virtual_switch.clone(),
@@ -73,6 +76,9 @@ pub async fn cleanup(ctx: &Context, set: &TableEntrySet) -> Result<Action, Error
         }
     }
     ctx.sync_memory.forget_set(&me, failures.is_empty());
+    if failures.is_empty() {
+        ctx.entry_sources.release(&me);
+    }
     if failures.is_empty() {
         tracing::info!(set = %me, removed, "removed entries of deleted set");
         return Ok(Action::await_change());
@@ -98,13 +104,12 @@ async fn remove_entries(
     set: &TableEntrySet,
     me: &str,
     t: &Target,
-    sources: &Sources,
+    desired: &Desired,
 ) -> Result<usize, RemovalError> {
     let tag = tag(set);
     let (dev, mut on_device) = connect_and_read(ctx, t).await?;
     if !dev.stores_entry_metadata() {
         let before = ctx.sync_memory.owned_keys(&t.key(me));
-        let desired = desired::parse(set, &t.schema, sources);
         infer_ownership(&mut on_device, tag, &before, &desired.entries);
     }
     let which = sync::plan_removal(&on_device, tag);

@@ -13,6 +13,8 @@ use p4fleet_model::entries::{EntryError, TableSchema};
 
 use super::memory::TargetKey;
 use crate::artifacts::{self, P4InfoError};
+use crate::entry_sources::EntrySources;
+pub use crate::entry_sources::{SourceProblem, SourceText, Sources};
 use crate::reads::Reads;
 
 /// A VirtualSwitch the set fills, resolved down to a device slot.
@@ -69,10 +71,9 @@ pub enum Problem {
         virtual_switch: String,
         error: ProgramError,
     },
-    #[error("ConfigMap {0} not found")]
-    ConfigMapNotFound(String),
-    #[error("ConfigMap {config_map} has no key {key:?}")]
-    ConfigMapKeyNotFound { config_map: String, key: String },
+    /// An entry source (ConfigMap) that could not be read.
+    #[error(transparent)]
+    Source(SourceProblem),
 }
 
 impl Problem {
@@ -85,9 +86,7 @@ impl Problem {
             Problem::SwitchNotFound { .. } => "SwitchNotFound",
             Problem::ProgramNotUsable(_) => "ProgramNotUsable",
             Problem::UnknownTable { .. } => "UnknownTable",
-            Problem::ConfigMapNotFound(_) | Problem::ConfigMapKeyNotFound { .. } => {
-                "ConfigMapNotFound"
-            }
+            Problem::Source(p) => p.reason(),
         }
     }
 
@@ -100,25 +99,18 @@ impl Problem {
     /// Whether it concerns an entry source (ConfigMaps): while one is
     /// missing, the entries it held are unknown, so nothing is deleted.
     pub fn is_source(&self) -> bool {
-        matches!(
-            self,
-            Problem::ConfigMapNotFound(_) | Problem::ConfigMapKeyNotFound { .. }
-        )
+        matches!(self, Problem::Source(_))
     }
 
     /// Whether the set should poll until it resolves. ConfigMap changes
     /// and VirtualSwitch changes bring the set back through its watches,
     /// but a VirtualSwitch's Switch and program are not watched here.
     pub fn polls(&self) -> bool {
-        !self.is_source() && !self.invalidates_spec()
+        match self {
+            Problem::Source(p) => p.polls(),
+            p => !p.invalidates_spec(),
+        }
     }
-}
-
-/// The ConfigMap texts of `entriesFrom`: `(name, [(key, text)])` of each
-/// one found, keys in sorted order so entry sources are stable.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Sources {
-    pub config_maps: Vec<(String, Vec<(String, String)>)>,
 }
 
 /// What a set refers to, resolved.
@@ -138,9 +130,11 @@ impl Dereferenced {
     }
 }
 
-/// Resolves the set's VirtualSwitches and reads its ConfigMaps in `ns`.
+/// Resolves the set's VirtualSwitches and reads its ConfigMaps in `ns`
+/// (through `entry_sources`, which fetches only what changed).
 pub async fn dereference(
     reads: &impl Reads,
+    entry_sources: &EntrySources,
     ns: &str,
     set: &TableEntrySet,
 ) -> Result<Dereferenced, kube::Error> {
@@ -151,10 +145,19 @@ pub async fn dereference(
         problems: Vec::new(),
     };
     let targets = lookup.targets().await?;
-    let sources = lookup.sources().await?;
+    let (sources, source_problems) = entry_sources
+        .read(
+            reads,
+            &crate::controllers::object_key(set),
+            ns,
+            &set.spec.entries_from,
+        )
+        .await?;
+    let mut problems = lookup.problems;
+    problems.extend(source_problems.into_iter().map(Problem::Source));
     Ok(Dereferenced {
         targets,
-        problems: lookup.problems,
+        problems,
         sources,
     })
 }
@@ -260,39 +263,6 @@ impl<R: Reads> Lookup<'_, R> {
                 error,
             }),
         )
-    }
-
-    async fn sources(&mut self) -> Result<Sources, kube::Error> {
-        let mut out = Sources::default();
-        for src in &self.set.spec.entries_from {
-            let required = !src.optional.unwrap_or(false);
-            let Some(cm) = self.reads.config_map(self.ns, &src.config_map).await? else {
-                if required {
-                    self.problems
-                        .push(Problem::ConfigMapNotFound(src.config_map.clone()));
-                }
-                continue;
-            };
-            let mut data = cm.data.unwrap_or_default();
-            let texts: Vec<(String, String)> = match &src.key {
-                Some(k) => match data.remove(k) {
-                    Some(t) => vec![(k.clone(), t)],
-                    None => {
-                        if required {
-                            self.problems.push(Problem::ConfigMapKeyNotFound {
-                                config_map: src.config_map.clone(),
-                                key: k.clone(),
-                            });
-                        }
-                        continue;
-                    }
-                },
-                // A BTreeMap: keys in sorted order.
-                None => data.into_iter().collect(),
-            };
-            out.config_maps.push((src.config_map.clone(), texts));
-        }
-        Ok(out)
     }
 }
 
@@ -405,7 +375,9 @@ pub(crate) mod tests {
     }
 
     async fn run(spec: serde_json::Value) -> Dereferenced {
-        dereference(&cluster(), "ns", &set(spec)).await.unwrap()
+        dereference(&cluster(), &EntrySources::default(), "ns", &set(spec))
+            .await
+            .unwrap()
     }
 
     /// A set for the VirtualSwitches labelled `pool`.
@@ -415,6 +387,14 @@ pub(crate) mod tests {
             "table": table}),
         )
         .await
+    }
+
+    fn texts(d: &Dereferenced) -> Vec<(&str, &str, &str)> {
+        d.sources
+            .texts
+            .iter()
+            .map(|t| (t.config_map.as_str(), t.key.as_str(), &*t.text))
+            .collect()
     }
 
     fn reasons(d: &Dereferenced) -> Vec<&'static str> {
@@ -434,13 +414,7 @@ pub(crate) mod tests {
         assert_eq!((t.virtual_switch.as_str(), t.slot), ("a", 0));
         assert_eq!(t.switch.name_any(), "sw");
         assert_eq!(t.schema.name, "MyIngress.firewall");
-        assert_eq!(
-            d.sources.config_maps,
-            [(
-                "cm".to_string(),
-                vec![("a".into(), "1".into()), ("b".into(), "2".into())]
-            )]
-        );
+        assert_eq!(texts(&d), [("cm", "a", "1"), ("cm", "b", "2")]);
         assert!(d.sources_complete());
     }
 
@@ -513,9 +487,6 @@ pub(crate) mod tests {
         assert_eq!(reasons(&d), ["ConfigMapNotFound", "ConfigMapNotFound"]);
         assert!(!d.sources_complete());
         assert!(!d.problems[0].polls());
-        assert_eq!(
-            d.sources.config_maps,
-            [("cm".to_string(), vec![("b".into(), "2".into())])]
-        );
+        assert_eq!(texts(&d), [("cm", "b", "2")]);
     }
 }

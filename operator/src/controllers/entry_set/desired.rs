@@ -1,23 +1,30 @@
-//! Validate and build: the set's inline entries and ConfigMap texts (the
-//! line format) parsed against a table schema into the desired entries,
-//! each with where it came from, and the bad ones reported with their
-//! source. Pure.
+//! Validate and build: the set's inline entries and its parsed ConfigMap
+//! texts (the line format, parsed once per text by
+//! [`crate::entry_sources`]) assembled into the desired entries of a
+//! table schema, each with where it came from, and the bad ones reported
+//! with their source. Pure.
+
+use std::sync::Arc;
 
 use p4fleet_crds::TableEntrySet;
 use p4fleet_crds::entry_set::EntryError as StatusEntryError;
-use p4fleet_model::entries::{
-    Entry, LineParser, ParseOptions, TableSchema, format_key, parse_inline_with,
-};
+use p4fleet_model::entries::{Entry, ParseOptions, TableSchema, format_key, parse_inline_with};
 use p4fleet_model::sync;
 
 use super::MAX_ERRORS;
-use super::dereference::{Sources, Target};
+use super::dereference::Sources;
+use crate::entry_sources::ParsedText;
+use crate::entry_sources::parsed::{self, excerpt_reason};
 
 /// Where a desired entry came from, rendered lazily for status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
     Inline(usize),
-    Line { cm: usize, key: usize, line: u32 },
+    /// Line `line` of `Sources::texts[text]`.
+    Line {
+        text: usize,
+        line: u32,
+    },
 }
 
 /// The desired entries of one table schema, with their sources and the
@@ -36,12 +43,12 @@ pub struct Desired {
     /// share this parse share it too.
     pub digest: [u8; 32],
     /// ConfigMap names and keys, indexed by [`Source::Line`].
-    cms: Vec<(String, Vec<String>)>,
+    texts: Vec<(String, String)>,
 }
 
 impl Desired {
-    /// Where entry `i` came from: `entries[3]`, `configmap/fw:line 7` or,
-    /// for a ConfigMap read with several keys, `configmap/fw/key:line 7`.
+    /// Where entry `i` came from: `entries[3]` or
+    /// `configmap/fw/entries:line 7` (ConfigMap, key, line).
     pub fn label(&self, i: usize) -> String {
         self.source_label(self.sources[i])
     }
@@ -63,13 +70,9 @@ impl Desired {
     fn source_label(&self, s: Source) -> String {
         match s {
             Source::Inline(i) => format!("entries[{i}]"),
-            Source::Line { cm, key, line } => {
-                let (name, keys) = &self.cms[cm];
-                if keys.len() == 1 {
-                    format!("configmap/{name}:line {line}")
-                } else {
-                    format!("configmap/{name}/{}:line {line}", keys[key])
-                }
+            Source::Line { text, line } => {
+                let (name, key) = &self.texts[text];
+                format!("configmap/{name}/{key}:line {line}")
             }
         }
     }
@@ -80,15 +83,39 @@ impl Desired {
             self.errors.push(StatusEntryError {
                 source,
                 key,
-                reason,
+                reason: excerpt_reason(&reason),
             });
         }
     }
 }
 
+/// The parse options of `set`.
+pub fn options(set: &TableEntrySet) -> ParseOptions {
+    ParseOptions {
+        mask_host_bits: set.spec.mask_host_bits,
+    }
+}
+
 /// Parses inline entries and ConfigMap texts against one table schema,
-/// skipping (and reporting) bad entries and later duplicates.
+/// skipping (and reporting) bad entries and later duplicates. Each text
+/// is parsed here; [`assemble`] takes texts parsed already.
 pub fn parse(set: &TableEntrySet, schema: &TableSchema, sources: &Sources) -> Desired {
+    let parsed: Vec<Arc<ParsedText>> = sources
+        .texts
+        .iter()
+        .map(|t| Arc::new(parsed::parse(schema, options(set), &t.text)))
+        .collect();
+    assemble(set, schema, sources, &parsed)
+}
+
+/// The desired entries from the inline entries and the parsed texts
+/// (`parsed[i]` of `sources.texts[i]`, against `schema`).
+pub fn assemble(
+    set: &TableEntrySet,
+    schema: &TableSchema,
+    sources: &Sources,
+    parsed: &[Arc<ParsedText>],
+) -> Desired {
     let mut d = Desired {
         schema: schema.clone(),
         entries: Vec::new(),
@@ -96,14 +123,11 @@ pub fn parse(set: &TableEntrySet, schema: &TableSchema, sources: &Sources) -> De
         errors: Vec::new(),
         invalid: 0,
         digest: [0; 32],
-        cms: sources
-            .config_maps
+        texts: sources
+            .texts
             .iter()
-            .map(|(n, ks)| (n.clone(), ks.iter().map(|(k, _)| k.clone()).collect()))
+            .map(|t| (t.config_map.clone(), t.key.clone()))
             .collect(),
-    };
-    let options = ParseOptions {
-        mask_host_bits: set.spec.mask_host_bits,
     };
     for (i, te) in set.spec.entries.iter().enumerate() {
         match parse_inline_with(
@@ -112,7 +136,7 @@ pub fn parse(set: &TableEntrySet, schema: &TableSchema, sources: &Sources) -> De
             &te.action,
             &te.params,
             te.priority,
-            options,
+            options(set),
         ) {
             Ok(e) => {
                 d.entries.push(e);
@@ -129,29 +153,22 @@ pub fn parse(set: &TableEntrySet, schema: &TableSchema, sources: &Sources) -> De
             }
         }
     }
-    for (ci, (_, texts)) in sources.config_maps.iter().enumerate() {
-        for (ki, (_, text)) in texts.iter().enumerate() {
-            let mut p = LineParser::with_options(schema, options);
-            d.entries.reserve(text.len() / 32);
-            for (li, line) in text.lines().enumerate() {
-                let src = Source::Line {
-                    cm: ci,
-                    key: ki,
-                    line: li as u32 + 1,
-                };
-                match p.parse_line(line) {
-                    Ok(Some(e)) => {
-                        d.entries.push(e);
-                        d.sources.push(src);
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        let label = d.source_label(src);
-                        d.push_error(label, None, e.to_string());
-                    }
-                }
-            }
+    let total: usize = parsed.iter().map(|p| p.entries.len()).sum();
+    d.entries.reserve(total);
+    d.sources.reserve(total);
+    for (ti, p) in parsed.iter().enumerate() {
+        d.entries.extend(p.entries.iter().cloned());
+        d.sources
+            .extend(p.lines.iter().map(|&line| Source::Line { text: ti, line }));
+        for (line, reason) in &p.errors {
+            let label = d.source_label(Source::Line {
+                text: ti,
+                line: *line,
+            });
+            d.push_error(label, None, reason.clone());
         }
+        // Bad lines beyond the ones kept still count.
+        d.invalid += p.invalid - p.errors.len();
     }
     drop_duplicates(&mut d);
     d.digest = sync::desired_digest(&d.entries);
@@ -167,7 +184,7 @@ fn drop_duplicates(d: &mut Desired) {
     let mut drop = vec![false; d.entries.len()];
     for &(first, dup) in &dups {
         drop[dup] = true;
-        let reason = format!("duplicate key: also at {}", d.label(first));
+        let reason = format!("duplicate entry: same key as {}", d.label(first));
         let (label, key) = (d.label(dup), d.key(dup));
         d.push_error(label, Some(key), reason);
     }
@@ -187,19 +204,10 @@ pub struct PerTarget {
 }
 
 impl PerTarget {
-    pub fn new(set: &TableEntrySet, targets: &[Target], sources: &Sources) -> PerTarget {
-        let mut out = PerTarget::default();
-        for t in targets {
-            let i = match out.parses.iter().position(|d| d.schema == t.schema) {
-                Some(i) => i,
-                None => {
-                    out.parses.push(parse(set, &t.schema, sources));
-                    out.parses.len() - 1
-                }
-            };
-            out.of_target.push(i);
-        }
-        out
+    /// Built from one desired per distinct schema and, per target, the
+    /// index of its own.
+    pub fn from_parts(parses: Vec<Desired>, of_target: Vec<usize>) -> PerTarget {
+        PerTarget { parses, of_target }
     }
 
     /// Target `i`'s desired entries.
@@ -252,6 +260,48 @@ pub(crate) mod tests {
         }
     }
 
+    /// Sources of `(configmap, key, text)`.
+    pub fn texts(t: &[(&str, &str, &str)]) -> Sources {
+        Sources {
+            texts: t
+                .iter()
+                .map(|(cm, key, text)| crate::entry_sources::SourceText {
+                    config_map: cm.to_string(),
+                    key: key.to_string(),
+                    resource_version: "1".into(),
+                    text: (*text).into(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn duplicates_across_config_maps_name_both_places() {
+        let header = "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action drop\n";
+        let sources = texts(&[
+            (
+                "fw-a",
+                "entries",
+                &format!("{header}10.0.0.1 10.0.0.2\n10.0.0.1 10.0.0.3\n"),
+            ),
+            ("fw-b", "part.gz", &format!("{header}\n10.0.0.1 10.0.0.3\n")),
+        ]);
+        let d = parse(&set(vec![]), &firewall(), &sources);
+        assert_eq!((d.entries.len(), d.invalid), (2, 1));
+        assert_eq!(d.errors[0].source, "configmap/fw-b/part.gz:line 4");
+        assert_eq!(
+            d.errors[0].reason,
+            "duplicate entry: same key as configmap/fw-a/entries:line 4"
+        );
+    }
+
+    #[test]
+    fn bad_lines_beyond_the_kept_errors_still_count() {
+        let bad: String = (0..25).map(|i| format!("junk{i}\n")).collect();
+        let d = parse(&set(vec![]), &firewall(), &texts(&[("fw", "k", &bad)]));
+        assert_eq!((d.invalid, d.errors.len()), (25, MAX_ERRORS));
+    }
+
     #[test]
     fn bad_entries_are_reported_with_their_source_and_others_kept() {
         let s = set(vec![
@@ -259,15 +309,11 @@ pub(crate) mod tests {
             fw("10.0.0.1", "10.0.0.3", "allow", &[("port", "4096")]),
             fw("10.0.0.1", "10.0.0.4", "jump", &[]),
         ]);
-        let sources = Sources {
-            config_maps: vec![(
-                "fw-1".into(),
-                vec![(
-                    "entries".into(),
-                    "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n10.0.0.9 10.0.0.9 1\n10.0.0.1 10.0.0.2 3\n10.0.0.300 10.0.0.1 1\n".into(),
-                )],
-            )],
-        };
+        let sources = texts(&[(
+            "fw-1",
+            "entries",
+            "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n10.0.0.9 10.0.0.9 1\n10.0.0.1 10.0.0.2 3\n10.0.0.300 10.0.0.1 1\n",
+        )]);
         let d = parse(&s, &firewall(), &sources);
         assert_eq!(d.entries.len(), 2);
         assert_eq!(d.invalid, 4);
@@ -277,8 +323,8 @@ pub(crate) mod tests {
             [
                 "entries[1]",
                 "entries[2]",
-                "configmap/fw-1:line 5",
-                "configmap/fw-1:line 4"
+                "configmap/fw-1/entries:line 5",
+                "configmap/fw-1/entries:line 4"
             ]
         );
         assert!(
@@ -291,15 +337,14 @@ pub(crate) mod tests {
     #[test]
     fn several_keys_of_a_config_map_are_named_and_errors_capped() {
         let bad: String = (0..15).map(|i| format!("junk{i}\n")).collect();
-        let sources = Sources {
-            config_maps: vec![(
-                "fw".into(),
-                vec![
-                    ("a".into(), "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action drop\n10.0.0.1 10.0.0.2\n".into()),
-                    ("b".into(), bad),
-                ],
-            )],
-        };
+        let sources = texts(&[
+            (
+                "fw",
+                "a",
+                "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action drop\n10.0.0.1 10.0.0.2\n",
+            ),
+            ("fw", "b", &bad),
+        ]);
         let d = parse(&set(vec![]), &firewall(), &sources);
         assert_eq!((d.entries.len(), d.invalid), (1, 15));
         assert_eq!(d.errors.len(), MAX_ERRORS);

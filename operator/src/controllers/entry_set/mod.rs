@@ -4,6 +4,8 @@
 //!   schema; the ConfigMap texts. Reads only, through [`crate::reads`].
 //! - [`desired`]: inline entries and the line format parsed into the
 //!   desired entries, with sources and errors. Pure.
+//! - [`parse`]: runs [`desired`] per schema off the async runtime, each
+//!   ConfigMap text parsed once through [`crate::entry_sources`].
 //! - [`apply`]: per target, read back, infer ownership, plan, write, tally.
 //!   Device I/O only; targets are independent of each other.
 //! - [`status`]: conditions, counts, rates, per-target status, Events and
@@ -27,21 +29,23 @@ pub mod cleanup;
 pub mod dereference;
 pub mod desired;
 pub mod memory;
+pub mod parse;
 pub mod status;
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{Event, finalizer};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use p4fleet_crds::{TableEntrySet, VirtualSwitch};
 
 use super::{
     Error, finalized, namespace, object_key, on_device_changes, primary, scoped_api, update_status,
-    watch_related,
+    watch_related, watcher_config,
 };
 use crate::context::Context;
+use crate::entry_sources;
 use crate::status::now_rfc3339;
 pub use cleanup::DELETE_GRACE;
 pub use memory::SyncMemory;
@@ -54,13 +58,6 @@ pub const MAX_ERRORS: usize = 10;
 /// Watches TableEntrySets, the ConfigMaps and VirtualSwitches they use and
 /// the devices they were synced to.
 pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
-    let reads = |s: &TableEntrySet, cm: &ConfigMap| {
-        s.namespace() == cm.namespace()
-            && s.spec
-                .entries_from
-                .iter()
-                .any(|f| f.config_map == cm.name_any())
-    };
     let fills = |s: &TableEntrySet, vs: &VirtualSwitch| {
         s.namespace() == vs.namespace()
             && (s.spec.virtual_switch_ref.as_deref() == Some(vs.name_any().as_str())
@@ -69,7 +66,26 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
                     .as_ref()
                     .is_some_and(|sel| sel.matches(vs.labels())))
     };
-    let c = watch_related(primary(ctx), scoped_api(ctx), reads);
+    // ConfigMaps: one metadata-only watch feeds the entry-source index and
+    // requeues the sets reading what changed (by name or selector).
+    let c = primary(ctx);
+    let sets = c.store();
+    let config_maps = ctx
+        .entry_sources
+        .index
+        .watch(scoped_api(ctx), watcher_config());
+    let readers = ctx.entry_sources.readers();
+    let c = c.watches_stream(config_maps, move |cm| {
+        let (ns, name) = (cm.namespace().unwrap_or_default(), cm.name_any());
+        sets.state()
+            .into_iter()
+            .filter(|s| {
+                entry_sources::reads_config_map(s, &cm)
+                    || readers.read_by(&object_key(s.as_ref()), &ns, &name)
+            })
+            .map(|s| ObjectRef::from_obj(s.as_ref()))
+            .collect::<Vec<_>>()
+    });
     let c = watch_related(c, scoped_api(ctx), fills);
     // A device lost, back (maybe empty) or given its pipeline again. A set
     // whose cached status names no target yet (never synced, or the first
@@ -120,8 +136,10 @@ async fn sync(
     if ctx.sync_memory.first_sight(&me) {
         mark(ctx, api, set, &mut written, status::Pending::Unconfirmed).await?;
     }
-    let refs = dereference::dereference(&ctx.reads, &namespace(set)?, set).await?;
-    let desired = desired::PerTarget::new(set, &refs.targets, &refs.sources);
+    let ns = namespace(set)?;
+    let refs = dereference::dereference(&ctx.reads, &ctx.entry_sources, &ns, set).await?;
+    let desired =
+        parse::per_target(&ctx.entry_sources, &me, set, &refs.targets, &refs.sources).await;
     let mut planned = Vec::with_capacity(refs.targets.len());
     for (i, target) in refs.targets.iter().enumerate() {
         let job = apply::Job {

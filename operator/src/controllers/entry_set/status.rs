@@ -25,6 +25,7 @@ use super::apply::Outcome;
 use super::dereference::Problem;
 use super::desired::Desired;
 use crate::controllers::object_key;
+use crate::entry_sources::parsed::excerpt_reason;
 use crate::status::{EventNote, ready_from};
 
 /// Requeue while waiting for a dependency or an unreachable device.
@@ -122,6 +123,12 @@ pub fn report(input: &Input) -> Report {
         input.parse.map(|d| d.errors.clone()).unwrap_or_default();
     errors.extend(device_errors.iter().map(|e| (*e).clone()));
     errors.truncate(MAX_ERRORS);
+    // Whatever a device or a source said, status stays far below the API
+    // server's request limit: MAX_ERRORS reasons and keys of at most 512 bytes.
+    for e in &mut errors {
+        e.reason = excerpt_reason(&e.reason);
+        e.key = e.key.as_deref().map(excerpt_reason);
+    }
 
     let resolved = resolved_refs(&me, input.problems);
     let valid = valid(&me, input.problems, &counts, &errors, input.outcomes);
@@ -208,8 +215,17 @@ fn valid(
             .take(3)
             .map(|e| format!("{}: {}", e.source, e.reason))
             .collect();
+        let more = match counts.invalid as usize {
+            n if n > first.len() => {
+                format!(
+                    " (and {} more; status.errors lists the first)",
+                    n - first.len()
+                )
+            }
+            _ => String::new(),
+        };
         let message = format!(
-            "TableEntrySet {me}: {} invalid entries skipped: {}",
+            "TableEntrySet {me}: {} invalid entries skipped: {}{more}",
             counts.invalid,
             first.join("; ")
         );
@@ -271,8 +287,19 @@ fn describe(e: &StatusEntryError) -> String {
     )
 }
 
+/// Problems shown in a condition message; the rest are counted, so the
+/// message stays short however many sources or targets fail.
+const MAX_PROBLEMS_SHOWN: usize = 5;
+
 fn join(problems: &[&Problem]) -> String {
-    let all: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    let mut all: Vec<String> = problems
+        .iter()
+        .take(MAX_PROBLEMS_SHOWN)
+        .map(|p| excerpt_reason(&p.to_string()))
+        .collect();
+    if problems.len() > MAX_PROBLEMS_SHOWN {
+        all.push(format!("and {} more", problems.len() - MAX_PROBLEMS_SHOWN));
+    }
     all.join("; ")
 }
 
@@ -391,7 +418,7 @@ fn action(input: &Input) -> Action {
 mod tests {
     use super::*;
     use crate::controllers::entry_set::apply::DeviceError;
-    use crate::controllers::entry_set::dereference::Sources;
+    use crate::controllers::entry_set::dereference::{SourceProblem, Sources};
     use crate::controllers::entry_set::desired::tests::{firewall, fw, set};
     use crate::controllers::entry_set::desired::{self};
     use crate::status::{settle, unchanged};
@@ -669,7 +696,7 @@ mod tests {
         let (s, d) = with_entries(false);
         let problems = [
             Problem::VirtualSwitchNotFound("vs".into()),
-            Problem::ConfigMapNotFound("fw".into()),
+            Problem::Source(SourceProblem::NotFound("fw".into())),
         ];
         let r = run(&s, &problems, None, &[]);
         assert_eq!(state(&r, RESOLVED_REFS), is(False, "VirtualSwitchNotFound"));
@@ -689,12 +716,40 @@ mod tests {
 
         // A missing ConfigMap alone: the inline entries still apply; the
         // ConfigMap's watch brings the set back.
-        let problems = [Problem::ConfigMapNotFound("fw".into())];
+        let problems = [Problem::Source(SourceProblem::NotFound("fw".into()))];
         let r = run(&s, &problems, Some(&d), &[outcome("vs", tally(3, 3, 0))]);
         assert_eq!(state(&r, RESOLVED_REFS), is(False, "ConfigMapNotFound"));
         assert_eq!(state(&r, SYNCED), is(True, "Synced"));
         assert_eq!(state(&r, READY), is(False, "ConfigMapNotFound"));
         assert_eq!(r.action, Action::requeue(RESYNC));
+    }
+
+    #[test]
+    fn many_problems_and_long_reasons_keep_status_small() {
+        let (s, d) = with_entries(false);
+        // A selector over 1000 ConfigMaps, each unreadable.
+        let problems: Vec<Problem> = (0..1000)
+            .map(|i| {
+                Problem::Source(SourceProblem::Unreadable {
+                    config_map: format!("part-{i}"),
+                    key: "entries.txt.gz".into(),
+                    error: crate::entry_sources::DecodeError::TooLarge { limit: 1 },
+                })
+            })
+            .collect();
+        let mut o = outcome("vs", tally(3, 3, 0));
+        o.errors.push(StatusEntryError {
+            source: "configmap/fw/entries:line 3".into(),
+            key: Some("k".repeat(100_000)),
+            reason: "r".repeat(700_000),
+        });
+        let r = run(&s, &problems, Some(&d), &[o]);
+        let refs = cond(&r, RESOLVED_REFS);
+        assert_eq!(refs.reason, "SourceUnreadable");
+        assert!(refs.message.ends_with("and 995 more"), "{}", refs.message);
+        assert!(refs.message.len() < 2000, "{}", refs.message.len());
+        let size = serde_json::to_string(&r.status).unwrap().len();
+        assert!(size < 20_000, "status of {size} bytes");
     }
 
     #[test]

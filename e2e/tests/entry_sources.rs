@@ -1,0 +1,491 @@
+//! TableEntrySet entry sources against a real kube-apiserver, the operator
+//! binary and an emulated bmv2: ConfigMaps by list and by label selector,
+//! gzip-compressed `binaryData`, a source change fetched and parsed once,
+//! duplicates across sources, and the operator's /livez answering within
+//! the chart's probe timeout while a ~1 MiB source is parsed and a
+//! malformed one (a 300,000-digit value) is rejected. Events for objects
+//! with names too long for kube's Recorder.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use kube::{Client, ResourceExt};
+use p4fleet_crds::{
+    P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
+};
+use p4fleet_e2e::processes::{Proc, build_binaries, log_file, once_per_binary, spawn_emulator};
+use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
+use serde_json::{Value, json};
+
+struct Env {
+    p4runtime: SocketAddr,
+    stats: SocketAddr,
+    /// The operator's HTTP port (/livez, /metrics).
+    http: u16,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+fn start(kubeconfig: PathBuf) -> Env {
+    let bin = build_binaries();
+    let emu = spawn_emulator(&bin, &["--device-ids", "1,2,3,4"]);
+    let http = free_port();
+    let (log, file) = log_file("operator-entry-sources");
+    let mut cmd = Command::new(bin.join("p4fleet"));
+    cmd.args(["operator", &format!("--listen-addr=127.0.0.1:{http}")])
+        .args(["--log-level", "info", "--resync-seconds", "3"])
+        .env("KUBECONFIG", kubeconfig)
+        .stdout(file.try_clone().unwrap())
+        .stderr(file);
+    let op = Proc::spawn(cmd, log);
+    let env = Env {
+        p4runtime: emu.p4runtime,
+        stats: emu.stats,
+        http,
+    };
+    // Owned by the parked thread that spawned them (PDEATHSIG).
+    std::mem::forget((emu, op));
+    env
+}
+
+async fn env() -> (&'static ControlPlane, &'static Env) {
+    static ENV: OnceLock<Env> = OnceLock::new();
+    let cp = ControlPlane::shared().await;
+    let kubeconfig = cp.kubeconfig_path().to_path_buf();
+    (cp, once_per_binary(&ENV, move || start(kubeconfig)).await)
+}
+
+/// GET over HTTP/1.0 with a deadline: (status, body).
+fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<(u16, String), String> {
+    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).map_err(|e| e.to_string())?;
+    let code = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("bad response {resp:?}"))?;
+    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    Ok((code, body.to_string()))
+}
+
+fn operator_addr(env: &Env) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], env.http))
+}
+
+/// A counter of the operator's /metrics for namespace `ns`.
+fn metric(env: &Env, name: &str, ns: &str) -> u64 {
+    let (_, body) = http_get(operator_addr(env), "/metrics", Duration::from_secs(5)).unwrap();
+    let prefix = format!("{name}{{namespace=\"{ns}\"}} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or(0)
+}
+
+fn device_entries(env: &Env, device: u64) -> u64 {
+    let (_, body) = http_get(
+        env.stats,
+        &format!("/stats/{device}"),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let v: Value = serde_json::from_str(&body).unwrap();
+    v["entries"].as_u64().unwrap_or(0)
+}
+
+/// A firewall P4Program, a Switch on emulator device `device` and a
+/// VirtualSwitch `fw` on it.
+async fn setup_target(client: &Client, env: &Env, ns: &str, device: u64) {
+    let p4info = std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt")).unwrap();
+    let p: P4Program = serde_json::from_value(json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
+        "metadata": {"name": "firewall"}, "spec": {"p4info": {"inline": p4info}}
+    }))
+    .unwrap();
+    Api::<P4Program>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap();
+    let sw: Switch = serde_json::from_value(json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
+        "metadata": {"name": format!("{ns}-sw")},
+        "spec": {"target": "Bmv2", "endpoint": env.p4runtime.to_string(), "deviceId": device, "slots": 1}
+    }))
+    .unwrap();
+    Api::<Switch>::all(client.clone())
+        .create(&PostParams::default(), &sw)
+        .await
+        .unwrap();
+    let vs: VirtualSwitch = serde_json::from_value(json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
+        "metadata": {"name": "fw"},
+        "spec": {"programRef": "firewall", "switchRef": format!("{ns}-sw"), "slot": 0}
+    }))
+    .unwrap();
+    Api::<VirtualSwitch>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &vs)
+        .await
+        .unwrap();
+}
+
+/// Firewall lines for entries `start..start + n` (distinct keys).
+fn lines(start: usize, n: usize) -> String {
+    let mut s = String::from("#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n");
+    for i in start..start + n {
+        s.push_str(&format!(
+            "10.{}.{}.{} 172.16.0.1 {}\n",
+            (i >> 16) & 255,
+            (i >> 8) & 255,
+            i & 255,
+            i % 500
+        ));
+    }
+    s
+}
+
+fn gzip(text: &str) -> Vec<u8> {
+    let mut e = GzEncoder::new(Vec::new(), Compression::default());
+    e.write_all(text.as_bytes()).unwrap();
+    e.finish().unwrap()
+}
+
+/// Creates or replaces ConfigMap `name`.
+async fn put_config_map(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    labels: &[(&str, &str)],
+    data: Option<&str>,
+    gz: Option<Vec<u8>>,
+) {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let mut cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+        data: data.map(|d| [("entries".to_string(), d.to_string())].into()),
+        binary_data: gz
+            .map(|b| [("entries.txt.gz".to_string(), k8s_openapi::ByteString(b))].into()),
+        ..Default::default()
+    };
+    match api.get_opt(name).await.unwrap() {
+        None => {
+            api.create(&PostParams::default(), &cm).await.unwrap();
+        }
+        Some(old) => {
+            cm.metadata.resource_version = old.resource_version();
+            api.replace(name, &PostParams::default(), &cm)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+async fn create_set(client: &Client, ns: &str, name: &str, spec: Value) -> Api<TableEntrySet> {
+    let api: Api<TableEntrySet> = Api::namespaced(client.clone(), ns);
+    let s: TableEntrySet = serde_json::from_value(json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+        "metadata": {"name": name}, "spec": spec
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &s)
+        .await
+        .unwrap_or_else(|e| panic!("create TableEntrySet {name}: {e}"));
+    api
+}
+
+async fn status_where(
+    api: &Api<TableEntrySet>,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&TableEntrySetStatus) -> bool,
+) -> TableEntrySetStatus {
+    wait_for(what, Duration::from_secs(120), || async {
+        let st = api
+            .get(name)
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        if pred(&st) {
+            Ok(st)
+        } else {
+            Err(format!("{st:?}"))
+        }
+    })
+    .await
+}
+
+/// Waits for an Event regarding object `name` (with `reason`, if given).
+async fn event_about(client: &Client, ns: &str, name: &str, reason: Option<&str>) -> Event {
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    wait_for(
+        &format!("an Event about {name}"),
+        Duration::from_secs(60),
+        || async {
+            let evs = events
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            evs.items
+                .into_iter()
+                .find(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                        && reason.is_none_or(|r| e.reason.as_deref() == Some(r))
+                })
+                .ok_or_else(|| "none yet".to_string())
+        },
+    )
+    .await
+}
+
+fn ready(st: &TableEntrySetStatus) -> bool {
+    find_condition(&st.conditions, "Ready").is_some_and(|c| c.is_true())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sources_by_list_selector_and_gzip_are_parsed_once_per_version() {
+    let (cp, env) = env().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    setup_target(&client, env, &ns, 1).await;
+    put_config_map(&client, &ns, "fw-list", &[], Some(&lines(0, 1000)), None).await;
+    let sel = [("p4fleet.dev/set", "fw")];
+    for (name, start) in [("part-1", 1000), ("part-2", 2000)] {
+        let gz = gzip(&lines(start, 1000));
+        put_config_map(&client, &ns, name, &sel, None, Some(gz)).await;
+    }
+    // Not selected: another label.
+    put_config_map(
+        &client,
+        &ns,
+        "other",
+        &[("p4fleet.dev/set", "x")],
+        Some(&lines(9000, 10)),
+        None,
+    )
+    .await;
+    let api = create_set(
+        &client,
+        &ns,
+        "fw",
+        json!({"virtualSwitchRef": "fw", "table": "firewall", "entriesFrom": [
+            {"configMap": "fw-list"},
+            {"configMapSelector": {"matchLabels": {"p4fleet.dev/set": "fw"}}}
+        ]}),
+    )
+    .await;
+    let st = status_where(&api, "fw", "3,000 entries Ready", |st| {
+        ready(st) && st.applied == 3000
+    })
+    .await;
+    assert_eq!((st.desired, st.failed), (3000, 0));
+    assert_eq!(device_entries(env, 1), 3000);
+    let parses = |env| metric(env, "p4fleet_entry_source_parses_total", &ns);
+    let fetches = |env| metric(env, "p4fleet_entry_source_fetches_total", &ns);
+    assert_eq!((fetches(env), parses(env)), (3, 3));
+
+    // Resyncs (every 3 s) read the cached parses: no fetch, no parse.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!((fetches(env), parses(env)), (3, 3));
+
+    // One source changes: that one is fetched and parsed again, once.
+    put_config_map(
+        &client,
+        &ns,
+        "part-2",
+        &sel,
+        None,
+        Some(gzip(&lines(2000, 1500))),
+    )
+    .await;
+    status_where(&api, "fw", "3,500 entries Ready", |st| {
+        ready(st) && st.applied == 3500
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!((fetches(env), parses(env)), (4, 4));
+    assert_eq!(device_entries(env, 1), 3500);
+
+    // A new labelled ConfigMap is selected; an entry it repeats is an
+    // error naming both places, and the rest still applies.
+    let mut dup = lines(5000, 100);
+    dup.push_str("10.0.0.7 172.16.0.1 7\n");
+    put_config_map(&client, &ns, "part-3", &sel, None, Some(gzip(&dup))).await;
+    let st = status_where(&api, "fw", "3,600 entries and a duplicate", |st| {
+        st.applied == 3600 && !st.errors.is_empty()
+    })
+    .await;
+    assert_eq!(
+        st.errors[0].source,
+        "configmap/part-3/entries.txt.gz:line 103"
+    );
+    assert_eq!(
+        st.errors[0].reason,
+        "duplicate entry: same key as configmap/fw-list/entries:line 10"
+    );
+    let valid = find_condition(&st.conditions, "Valid").unwrap();
+    assert_eq!(valid.reason, "InvalidEntries");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn livez_answers_while_a_large_source_parses_and_a_malformed_one_is_rejected() {
+    let (cp, env) = env().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    setup_target(&client, env, &ns, 2).await;
+
+    // The chart's liveness probe timeout is the bound.
+    let values: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(repo_root().join("charts/p4fleet/values.yaml")).unwrap(),
+    )
+    .unwrap();
+    let timeout = Duration::from_secs(values["livenessProbe"]["timeoutSeconds"].as_u64().unwrap());
+
+    // Once the operator is ready, poll /livez and /readyz every 50 ms from
+    // a thread of its own until told to stop.
+    wait_for("/readyz", Duration::from_secs(60), || async {
+        match http_get(operator_addr(env), "/readyz", timeout) {
+            Ok((200, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let slowest = Arc::new(Mutex::new((Duration::ZERO, 0usize, Vec::<String>::new())));
+    let poller = {
+        let (stop, slowest, addr) = (stop.clone(), slowest.clone(), operator_addr(env));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                for probe in ["/livez", "/readyz"] {
+                    let t = Instant::now();
+                    let r = http_get(addr, probe, timeout);
+                    let took = t.elapsed();
+                    let mut g = slowest.lock().unwrap();
+                    g.0 = g.0.max(took);
+                    g.1 += 1;
+                    match r {
+                        Ok((200, _)) => {}
+                        other => g.2.push(format!("{probe}: {other:?} after {took:?}")),
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+
+    // ~1 MiB of entries (the most one ConfigMap holds).
+    let big = lines(0, 36_000);
+    assert!(
+        big.len() > 900_000 && big.len() < 1_000_000,
+        "{}",
+        big.len()
+    );
+    put_config_map(&client, &ns, "big", &[], Some(&big), None).await;
+    let api = create_set(
+        &client,
+        &ns,
+        "big",
+        json!({"virtualSwitchRef": "fw", "table": "firewall", "entriesFrom": [{"configMap": "big"}]}),
+    )
+    .await;
+    status_where(&api, "big", "36,000 entries Ready", |st| {
+        ready(st) && st.applied == 36_000
+    })
+    .await;
+
+    // A 300,000-digit value (and a 700 kB one) among good lines: refused
+    // early, with short messages, and the good lines still apply.
+    let mut bad = lines(100_000, 100);
+    bad.push_str(&format!("10.9.9.9 172.16.0.1 {}\n", "9".repeat(300_000)));
+    bad.push_str(&format!("10.9.9.8 172.16.0.{} 1\n", "7".repeat(500_000)));
+    put_config_map(&client, &ns, "bad", &[], Some(&bad), None).await;
+    create_set(
+        &client,
+        &ns,
+        "bad",
+        json!({"virtualSwitchRef": "fw", "table": "firewall", "entriesFrom": [{"configMap": "bad"}]}),
+    )
+    .await;
+    let st = status_where(&api, "bad", "the malformed set reported", |st| {
+        st.applied == 100 && st.errors.len() == 2
+    })
+    .await;
+    assert_eq!(st.failed, 2);
+    assert_eq!(st.errors[0].source, "configmap/bad/entries:line 103");
+    for e in &st.errors {
+        assert!(e.reason.len() < 300, "{}", e.reason);
+    }
+    assert!(
+        st.errors[0].reason.contains("300000 characters"),
+        "{}",
+        st.errors[0].reason
+    );
+    let valid = find_condition(&st.conditions, "Valid").unwrap();
+    assert!(!valid.is_true() && valid.message.len() < 2000, "{valid:?}");
+    // And it has its Event.
+    event_about(&client, &ns, "bad", Some("InvalidEntries")).await;
+
+    stop.store(true, Ordering::Relaxed);
+    poller.join().unwrap();
+    let (max, polls, failures) = slowest.lock().unwrap().clone();
+    eprintln!("probes: {polls} answers, the slowest in {max:?} (limit {timeout:?})");
+    assert!(failures.is_empty(), "probes failed: {failures:?}");
+    assert!(polls > 10, "{polls} polls");
+    assert!(
+        max < timeout,
+        "a probe took {max:?}, the kubelet gives up after {timeout:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_with_names_too_long_for_the_recorder_get_events() {
+    let (cp, env) = env().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    let _ = env;
+    // 250 characters: labels of 62 joined by dots.
+    let label = "a".repeat(62);
+    let name = format!("{label}.{label}.{label}.{}", "b".repeat(61));
+    assert_eq!(name.len(), 250);
+    create_set(
+        &client,
+        &ns,
+        &name,
+        json!({"virtualSwitchRef": "missing", "table": "firewall", "entries": [
+            {"match": {"hdr.ipv4.srcAddr": "10.0.0.1", "hdr.ipv4.dstAddr": "10.0.0.2"}, "action": "drop"}
+        ]}),
+    )
+    .await;
+    let ev = event_about(&client, &ns, &name, None).await;
+    assert!(ev.name_any().len() <= 253, "{}", ev.name_any());
+}

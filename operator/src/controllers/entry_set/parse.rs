@@ -1,0 +1,57 @@
+//! The desired entries of every target, built off the async runtime: each
+//! ConfigMap text parsed once per schema through the shared cache
+//! ([`crate::entry_sources`]: on the blocking pool, shared between sets
+//! and resyncs), then assembled per schema on the blocking pool too, so a
+//! large or malformed source never holds up the runtime's threads.
+
+use kube::ResourceExt;
+use p4fleet_crds::TableEntrySet;
+use p4fleet_model::entries::TableSchema;
+
+use super::dereference::{Sources, Target};
+use super::desired::{self, PerTarget};
+use crate::entry_sources::{EntrySources, schema_digest};
+
+/// The desired entries of each target of set `set_key` (`namespace/name`);
+/// afterwards the cache holds only what some set used in its last sync.
+pub async fn per_target(
+    cache: &EntrySources,
+    set_key: &str,
+    set: &TableEntrySet,
+    targets: &[Target],
+    sources: &Sources,
+) -> PerTarget {
+    cache.begin(set_key);
+    let ns = set.namespace().unwrap_or_default();
+    let mut schemas: Vec<&TableSchema> = Vec::new();
+    let mut of_target = Vec::with_capacity(targets.len());
+    for t in targets {
+        let i = match schemas.iter().position(|s| **s == t.schema) {
+            Some(i) => i,
+            None => {
+                schemas.push(&t.schema);
+                schemas.len() - 1
+            }
+        };
+        of_target.push(i);
+    }
+    let options = desired::options(set);
+    let mut parses = Vec::with_capacity(schemas.len());
+    for schema in schemas {
+        let digest = schema_digest(schema);
+        let parsed = futures::future::join_all(
+            sources
+                .texts
+                .iter()
+                .map(|text| cache.parsed(set_key, &ns, text, schema, digest, options)),
+        )
+        .await;
+        let (set, schema, sources) = (set.clone(), schema.clone(), sources.clone());
+        let d = cache
+            .blocking(move || desired::assemble(&set, &schema, &sources, &parsed))
+            .await;
+        parses.push(d);
+    }
+    cache.retain();
+    PerTarget::from_parts(parses, of_target)
+}

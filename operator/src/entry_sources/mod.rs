@@ -1,0 +1,634 @@
+//! ConfigMap entry sources of TableEntrySets, read once and shared.
+//!
+//! - Which ConfigMaps exist, with their labels and resourceVersions: a
+//!   metadata-only watch ([`ConfigMapIndex`]), the same stream that
+//!   requeues the sets reading them (docs/architecture.md says why
+//!   metadata and not a label-selected watch of whole objects).
+//! - A ConfigMap's texts: fetched (one GET) and decoded ([`decode`]:
+//!   gzip `binaryData`, size limits) only when its resourceVersion
+//!   changed.
+//! - A text parsed against a table schema ([`parsed`]): once per
+//!   (ConfigMap, key, resourceVersion, schema, options), on the blocking
+//!   pool with at most [`MAX_PARSES`] at once, so the async runtime (and
+//!   /livez) never waits on it; the result is shared (`Arc`) by every set
+//!   and resync that reads it.
+//! - What no set uses any more is evicted after each sync ([`EntrySources::retain`]).
+
+pub mod decode;
+pub mod parsed;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{FutureExt, Stream};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use p4fleet_crds::entry_set::EntriesSource;
+use p4fleet_model::entries::{ParseOptions, TableSchema};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use sha2::{Digest, Sha256};
+use tokio::sync::{OnceCell, Semaphore};
+
+pub use decode::{DecodeError, GZIP_SUFFIX, MAX_TEXT_BYTES};
+pub use parsed::ParsedText;
+
+use crate::reads::Reads;
+
+/// Parses (and decodes) running at once on the blocking pool: the
+/// machine's other cores stay free for the runtime and the device writes.
+pub const MAX_PARSES: usize = 2;
+
+/// How long a sync waits for the ConfigMap watch's first list.
+const INDEX_WAIT: Duration = Duration::from_secs(30);
+
+/// What the index keeps of a ConfigMap.
+pub type Meta = PartialObjectMeta<ConfigMap>;
+
+/// One text of an entry source: a key of a ConfigMap at a resourceVersion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceText {
+    pub config_map: String,
+    pub key: String,
+    pub resource_version: String,
+    pub text: Arc<str>,
+}
+
+/// The texts of a set's `entriesFrom`, in order: per source, its
+/// ConfigMaps in name order, per ConfigMap its keys in key order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sources {
+    pub texts: Vec<SourceText>,
+}
+
+/// An entry source that could not be read; the message names the field,
+/// ConfigMap and key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SourceProblem {
+    #[error("ConfigMap {0} not found")]
+    NotFound(String),
+    #[error("ConfigMap {config_map} has no key {key:?}")]
+    KeyNotFound { config_map: String, key: String },
+    #[error("spec.entriesFrom[{index}].configMapSelector matches no ConfigMap")]
+    NoneSelected { index: usize },
+    #[error("ConfigMap {config_map} key {key:?}: {error}")]
+    Unreadable {
+        config_map: String,
+        key: String,
+        error: DecodeError,
+    },
+    #[error("the ConfigMap watch has not listed ConfigMaps yet")]
+    IndexNotReady,
+}
+
+impl SourceProblem {
+    /// The condition reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SourceProblem::NotFound(_)
+            | SourceProblem::KeyNotFound { .. }
+            | SourceProblem::NoneSelected { .. } => "ConfigMapNotFound",
+            SourceProblem::Unreadable { .. } => "SourceUnreadable",
+            SourceProblem::IndexNotReady => "SourcesNotListed",
+        }
+    }
+
+    /// Whether the set should poll: every other problem clears through
+    /// the ConfigMap watch.
+    pub fn polls(&self) -> bool {
+        matches!(self, SourceProblem::IndexNotReady)
+    }
+}
+
+/// Label: the namespace whose sets a fetch or parse served.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NamespaceLabel {
+    pub namespace: String,
+}
+
+/// What the cache does, for /metrics.
+#[derive(Clone, Default)]
+pub struct SourceMetrics {
+    /// ConfigMaps fetched (GET) because their resourceVersion was new.
+    pub fetches: Family<NamespaceLabel, Counter>,
+    /// Texts parsed against a schema (a cache miss).
+    pub parses: Family<NamespaceLabel, Counter>,
+    /// Parsed texts held, and roughly how many bytes they take.
+    pub cached_texts: Gauge,
+    pub cached_bytes: Gauge,
+}
+
+impl SourceMetrics {
+    pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        registry.register(
+            "entry_source_fetches",
+            "ConfigMaps fetched because their resourceVersion changed, by namespace",
+            self.fetches.clone(),
+        );
+        registry.register(
+            "entry_source_parses",
+            "Entry texts parsed (cache misses), by namespace",
+            self.parses.clone(),
+        );
+        registry.register(
+            "entry_source_cached_texts",
+            "Parsed entry texts held in the cache",
+            self.cached_texts.clone(),
+        );
+        registry.register(
+            "entry_source_cached_bytes",
+            "Approximate bytes of the parsed entry texts held",
+            self.cached_bytes.clone(),
+        );
+    }
+}
+
+/// Which ConfigMaps exist, from a metadata-only watch.
+pub struct ConfigMapIndex {
+    /// The store of the current watch (a new one per [`ConfigMapIndex::watch`]).
+    store: Mutex<Store<Meta>>,
+    /// Feeds the store by hand in unit tests.
+    #[cfg(test)]
+    writer: Mutex<Option<reflector::store::Writer<Meta>>>,
+    /// Whether a watch feeds the store; without one, names are looked up
+    /// with a GET (unit tests, the offline CLI).
+    watched: AtomicBool,
+}
+
+impl Default for ConfigMapIndex {
+    fn default() -> Self {
+        let (store, _writer) = reflector::store();
+        ConfigMapIndex {
+            store: Mutex::new(store),
+            #[cfg(test)]
+            writer: Mutex::new(None),
+            watched: AtomicBool::new(false),
+        }
+    }
+}
+
+impl ConfigMapIndex {
+    /// The metadata watch of `api`, feeding this index from a fresh store
+    /// (controllers started again get a consistent one); its items (every
+    /// ConfigMap touched) are what requeues the sets.
+    pub fn watch(
+        &self,
+        api: Api<Meta>,
+        config: watcher::Config,
+    ) -> impl Stream<Item = Result<Meta, watcher::Error>> + Send + 'static {
+        let (store, writer) = reflector::store();
+        *self.store.lock().unwrap_or_else(|p| p.into_inner()) = store;
+        self.watched.store(true, Ordering::Relaxed);
+        // An Api of PartialObjectMeta lists and watches metadata only.
+        let stream = watcher(api, config)
+            .default_backoff()
+            // managedFields are most of a ConfigMap's metadata and unused.
+            .modify(|m: &mut Meta| m.metadata.managed_fields = None);
+        reflector::reflector(writer, stream).touched_objects()
+    }
+
+    fn store(&self) -> Store<Meta> {
+        self.store.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Fills the index by hand (unit tests).
+    #[cfg(test)]
+    pub fn insert_for_tests(&self, metas: &[Meta]) {
+        let (store, mut w) = reflector::store();
+        w.apply_watcher_event(&watcher::Event::Init);
+        for m in metas {
+            w.apply_watcher_event(&watcher::Event::InitApply(m.clone()));
+        }
+        w.apply_watcher_event(&watcher::Event::InitDone);
+        *self.store.lock().unwrap() = store;
+        *self.writer.lock().unwrap() = Some(w);
+        self.watched.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether lookups can use the store: Ok(true) when it is listed,
+    /// Ok(false) when no watch feeds it, Err when it is not listed in time.
+    async fn ready(&self) -> Result<bool, SourceProblem> {
+        if !self.watched.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        let store = self.store();
+        if store.wait_until_ready().now_or_never().is_some() {
+            return Ok(true);
+        }
+        match tokio::time::timeout(INDEX_WAIT, store.wait_until_ready()).await {
+            Ok(Ok(())) => Ok(true),
+            _ => Err(SourceProblem::IndexNotReady),
+        }
+    }
+
+    fn get(&self, ns: &str, name: &str) -> Option<Arc<Meta>> {
+        self.store().get(&ObjectRef::new(name).within(ns))
+    }
+
+    /// Names of the ConfigMaps in `ns` that `src` selects, in name order.
+    fn select(&self, ns: &str, src: &EntriesSource) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .store()
+            .state_filter(|m| {
+                m.metadata.namespace.as_deref() == Some(ns)
+                    && src.selects(
+                        m.metadata.name.as_deref().unwrap_or_default(),
+                        m.metadata.labels.as_ref().unwrap_or(&Default::default()),
+                    )
+            })
+            .iter()
+            .filter_map(|m| m.metadata.name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+/// A ConfigMap's texts at one resourceVersion.
+struct Fetched {
+    resource_version: String,
+    /// Every key, decoded.
+    keys: Vec<decode::Decoded>,
+}
+
+/// What a parse depends on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ParseKey {
+    namespace: String,
+    config_map: String,
+    key: String,
+    resource_version: String,
+    schema: [u8; 32],
+    mask_host_bits: bool,
+}
+
+type ParseSlot = Arc<OnceCell<Arc<ParsedText>>>;
+
+/// What one set used in its last sync: kept while it does.
+#[derive(Default)]
+struct Uses {
+    config_maps: HashSet<(String, String)>,
+    parses: HashSet<ParseKey>,
+}
+
+/// The entry-source cache: the index, the fetched texts, the parses.
+pub struct EntrySources {
+    pub index: ConfigMapIndex,
+    fetched: Mutex<HashMap<(String, String), Arc<Fetched>>>,
+    parsed: Mutex<HashMap<ParseKey, ParseSlot>>,
+    /// What each set (`namespace/name`) used in its last sync.
+    users: Arc<Mutex<HashMap<String, Uses>>>,
+    permits: Arc<Semaphore>,
+    metrics: SourceMetrics,
+}
+
+impl Default for EntrySources {
+    fn default() -> Self {
+        EntrySources::new(SourceMetrics::default())
+    }
+}
+
+/// The digest of a schema: parses are shared between sets whose tables
+/// have the same schema, whatever program they come from.
+pub fn schema_digest(schema: &TableSchema) -> [u8; 32] {
+    Sha256::digest(format!("{schema:?}").as_bytes()).into()
+}
+
+impl EntrySources {
+    pub fn new(metrics: SourceMetrics) -> Self {
+        EntrySources {
+            index: ConfigMapIndex::default(),
+            fetched: Mutex::default(),
+            parsed: Mutex::default(),
+            users: Arc::default(),
+            permits: Arc::new(Semaphore::new(MAX_PARSES)),
+            metrics,
+        }
+    }
+
+    /// Runs `f` on the blocking pool under a parse permit.
+    pub async fn blocking<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let r = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            f()
+        })
+        .await;
+        match r {
+            Ok(v) => v,
+            // A panic in a parse is a bug; surface it where it happened.
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+
+    /// The texts of `sources` in `ns` for set `set` (`namespace/name`),
+    /// and what could not be read. Only a failed request is an error.
+    pub async fn read(
+        &self,
+        reads: &impl Reads,
+        set: &str,
+        ns: &str,
+        sources: &[EntriesSource],
+    ) -> Result<(Sources, Vec<SourceProblem>), kube::Error> {
+        let mut used = HashSet::new();
+        let r = self.read_into(reads, ns, sources, &mut used).await;
+        self.lock_users()
+            .entry(set.to_string())
+            .or_default()
+            .config_maps = used;
+        r
+    }
+
+    async fn read_into(
+        &self,
+        reads: &impl Reads,
+        ns: &str,
+        sources: &[EntriesSource],
+        used: &mut HashSet<(String, String)>,
+    ) -> Result<(Sources, Vec<SourceProblem>), kube::Error> {
+        let mut out = Sources::default();
+        let mut problems = Vec::new();
+        if sources.is_empty() {
+            return Ok((out, problems));
+        }
+        let indexed = match self.index.ready().await {
+            Ok(i) => i,
+            Err(p) => return Ok((out, vec![p])),
+        };
+        for (index, src) in sources.iter().enumerate() {
+            let required = !src.optional.unwrap_or(false);
+            let names = match (&src.config_map, &src.config_map_selector) {
+                (Some(name), _) => vec![name.clone()],
+                (None, Some(_)) if indexed => {
+                    let names = self.index.select(ns, src);
+                    if names.is_empty() && required {
+                        problems.push(SourceProblem::NoneSelected { index });
+                    }
+                    names
+                }
+                // Without a watch there is nothing to select from.
+                (None, _) => {
+                    if required {
+                        problems.push(SourceProblem::NoneSelected { index });
+                    }
+                    Vec::new()
+                }
+            };
+            for name in names {
+                let version = if indexed {
+                    match self.index.get(ns, &name) {
+                        Some(m) => m.metadata.resource_version.clone(),
+                        None => {
+                            if required {
+                                problems.push(SourceProblem::NotFound(name));
+                            }
+                            continue;
+                        }
+                    }
+                } else {
+                    None
+                };
+                used.insert((ns.to_string(), name.clone()));
+                let Some(fetched) = self.fetch(reads, ns, &name, version).await? else {
+                    if required {
+                        problems.push(SourceProblem::NotFound(name));
+                    }
+                    continue;
+                };
+                let keys: Vec<&decode::Decoded> = match &src.key {
+                    Some(k) => fetched.keys.iter().filter(|(kk, _)| kk == k).collect(),
+                    None => fetched.keys.iter().collect(),
+                };
+                if keys.is_empty()
+                    && let (Some(k), true) = (&src.key, required)
+                {
+                    problems.push(SourceProblem::KeyNotFound {
+                        config_map: name.clone(),
+                        key: k.clone(),
+                    });
+                }
+                for (key, text) in keys {
+                    match text {
+                        Ok(text) => out.texts.push(SourceText {
+                            config_map: name.clone(),
+                            key: key.clone(),
+                            resource_version: fetched.resource_version.clone(),
+                            text: text.clone(),
+                        }),
+                        Err(error) => problems.push(SourceProblem::Unreadable {
+                            config_map: name.clone(),
+                            key: key.clone(),
+                            error: error.clone(),
+                        }),
+                    }
+                }
+            }
+        }
+        Ok((out, problems))
+    }
+
+    /// The ConfigMap `ns/name`, fetched unless the cached copy has
+    /// `version` (None: unknown, always fetch); None if it does not exist.
+    async fn fetch(
+        &self,
+        reads: &impl Reads,
+        ns: &str,
+        name: &str,
+        version: Option<String>,
+    ) -> Result<Option<Arc<Fetched>>, kube::Error> {
+        let id = (ns.to_string(), name.to_string());
+        if let Some(v) = &version {
+            let cached = self.lock_fetched().get(&id).cloned();
+            if let Some(f) = cached.filter(|f| &f.resource_version == v) {
+                return Ok(Some(f));
+            }
+        }
+        let Some(cm) = reads.config_map(ns, name).await? else {
+            self.lock_fetched().remove(&id);
+            return Ok(None);
+        };
+        let rv = cm.metadata.resource_version.clone().unwrap_or_default();
+        if let Some(f) = self
+            .lock_fetched()
+            .get(&id)
+            .filter(|f| f.resource_version == rv)
+        {
+            return Ok(Some(f.clone()));
+        }
+        self.metrics
+            .fetches
+            .get_or_create(&NamespaceLabel {
+                namespace: ns.to_string(),
+            })
+            .inc();
+        let keys = self
+            .blocking(move || decode::decode(&cm, None, MAX_TEXT_BYTES).unwrap_or_default())
+            .await;
+        let f = Arc::new(Fetched {
+            resource_version: rv,
+            keys,
+        });
+        self.lock_fetched().insert(id, f.clone());
+        Ok(Some(f))
+    }
+
+    /// The parse of `text` against `schema`: cached, or parsed now on the
+    /// blocking pool (concurrent callers of one key wait for one parse).
+    pub async fn parsed(
+        &self,
+        set: &str,
+        ns: &str,
+        text: &SourceText,
+        schema: &TableSchema,
+        schema_digest: [u8; 32],
+        options: ParseOptions,
+    ) -> Arc<ParsedText> {
+        let key = ParseKey {
+            namespace: ns.to_string(),
+            config_map: text.config_map.clone(),
+            key: text.key.clone(),
+            resource_version: text.resource_version.clone(),
+            schema: schema_digest,
+            mask_host_bits: options.mask_host_bits,
+        };
+        // Used before looked up, so a concurrent `retain` keeps it.
+        self.lock_users()
+            .entry(set.to_string())
+            .or_default()
+            .parses
+            .insert(key.clone());
+        let slot = self.lock_parsed().entry(key).or_default().clone();
+        slot.get_or_init(|| async {
+            self.metrics
+                .parses
+                .get_or_create(&NamespaceLabel {
+                    namespace: ns.to_string(),
+                })
+                .inc();
+            let (schema, body) = (schema.clone(), text.text.clone());
+            let p = self
+                .blocking(move || parsed::parse(&schema, options, &body))
+                .await;
+            Arc::new(p)
+        })
+        .await
+        .clone()
+    }
+
+    /// Starts recording which parses set `set` uses (call before its
+    /// [`EntrySources::parsed`] calls); [`EntrySources::retain`] then
+    /// evicts what no set uses.
+    pub fn begin(&self, set: &str) {
+        self.lock_users()
+            .entry(set.to_string())
+            .or_default()
+            .parses
+            .clear();
+    }
+
+    /// Forgets set `set` (deleted) and evicts what no set uses.
+    pub fn release(&self, set: &str) {
+        self.lock_users().remove(set);
+        self.retain();
+    }
+
+    /// Drops the parses and fetched ConfigMaps no set used in its last sync.
+    pub fn retain(&self) {
+        let (used, read): (HashSet<ParseKey>, HashSet<(String, String)>) = {
+            let users = self.lock_users();
+            (
+                users
+                    .values()
+                    .flat_map(|u| u.parses.iter().cloned())
+                    .collect(),
+                users
+                    .values()
+                    .flat_map(|u| u.config_maps.iter().cloned())
+                    .collect(),
+            )
+        };
+        let mut parsed = self.lock_parsed();
+        parsed.retain(|k, _| used.contains(k));
+        let (mut n, mut bytes) = (0i64, 0i64);
+        for slot in parsed.values() {
+            if let Some(p) = slot.get() {
+                n += 1;
+                bytes += p.approx_bytes() as i64;
+            }
+        }
+        self.metrics.cached_texts.set(n);
+        self.metrics.cached_bytes.set(bytes);
+        drop(parsed);
+        self.lock_fetched().retain(|id, _| read.contains(id));
+    }
+
+    /// How many parsed texts and fetched ConfigMaps are held.
+    pub fn held(&self) -> (usize, usize) {
+        (self.lock_parsed().len(), self.lock_fetched().len())
+    }
+
+    fn lock_fetched(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<Fetched>>> {
+        self.fetched.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_parsed(&self) -> std::sync::MutexGuard<'_, HashMap<ParseKey, ParseSlot>> {
+        self.parsed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_users(&self) -> std::sync::MutexGuard<'_, HashMap<String, Uses>> {
+        self.users.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Which sets read which ConfigMaps in their last sync, for the watch's
+    /// mapper: a ConfigMap whose labels no longer match a selector still
+    /// requeues the sets that read it.
+    pub fn readers(&self) -> Readers {
+        Readers(self.users.clone())
+    }
+}
+
+/// A handle on which ConfigMaps each set read last ([`EntrySources::readers`]).
+#[derive(Clone)]
+pub struct Readers(Arc<Mutex<HashMap<String, Uses>>>);
+
+impl Readers {
+    /// Whether set `set` (`namespace/name`) read ConfigMap `ns/name` in its last sync.
+    pub fn read_by(&self, set: &str, ns: &str, name: &str) -> bool {
+        let g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        g.get(set)
+            .is_some_and(|u| u.config_maps.contains(&(ns.to_string(), name.to_string())))
+    }
+}
+
+/// Requeues sets when a ConfigMap they read (by name or selector) changes.
+pub fn reads_config_map(set: &p4fleet_crds::TableEntrySet, cm: &Meta) -> bool {
+    let (Some(name), ns) = (
+        cm.metadata.name.as_deref(),
+        cm.metadata.namespace.as_deref(),
+    ) else {
+        return false;
+    };
+    let empty = Default::default();
+    let labels = cm.metadata.labels.as_ref().unwrap_or(&empty);
+    set.metadata.namespace.as_deref() == ns
+        && set
+            .spec
+            .entries_from
+            .iter()
+            .any(|s| s.selects(name, labels))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,265 @@
+use std::sync::atomic::AtomicUsize;
+
+use k8s_openapi::ByteString;
+use kube::api::ObjectMeta;
+use p4fleet_crds::{P4Program, Switch, VirtualSwitch};
+
+use super::decode::tests::gzip;
+use super::*;
+use crate::controllers::entry_set::desired::tests::firewall;
+use crate::reads::fixture::Cluster;
+
+/// A cluster of ConfigMaps that counts GETs.
+#[derive(Default)]
+struct Counting {
+    cluster: Cluster,
+    gets: AtomicUsize,
+}
+
+impl Reads for Counting {
+    async fn switch(&self, n: &str) -> Result<Option<Switch>, kube::Error> {
+        self.cluster.switch(n).await
+    }
+    async fn switches(&self) -> Result<Vec<Switch>, kube::Error> {
+        self.cluster.switches().await
+    }
+    async fn program(&self, ns: &str, n: &str) -> Result<Option<P4Program>, kube::Error> {
+        self.cluster.program(ns, n).await
+    }
+    async fn virtual_switch(
+        &self,
+        ns: &str,
+        n: &str,
+    ) -> Result<Option<VirtualSwitch>, kube::Error> {
+        self.cluster.virtual_switch(ns, n).await
+    }
+    async fn virtual_switches(&self, ns: Option<&str>) -> Result<Vec<VirtualSwitch>, kube::Error> {
+        self.cluster.virtual_switches(ns).await
+    }
+    async fn config_map(&self, ns: &str, n: &str) -> Result<Option<ConfigMap>, kube::Error> {
+        self.gets.fetch_add(1, Ordering::Relaxed);
+        self.cluster.config_map(ns, n).await
+    }
+}
+
+const HEADER: &str = "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action drop\n";
+
+fn cm(ns: &str, name: &str, rv: &str, labels: &[(&str, &str)], text: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            resource_version: Some(rv.into()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+        data: Some([("entries".to_string(), text.to_string())].into()),
+        ..Default::default()
+    }
+}
+
+fn meta(c: &ConfigMap) -> Meta {
+    PartialObjectMeta {
+        metadata: c.metadata.clone(),
+        ..Default::default()
+    }
+}
+
+/// A cache whose index holds `cms`, over a counting cluster holding them.
+fn cache(cms: Vec<ConfigMap>) -> (EntrySources, Counting) {
+    let sources = EntrySources::default();
+    sources
+        .index
+        .insert_for_tests(&cms.iter().map(meta).collect::<Vec<_>>());
+    let reads = Counting {
+        cluster: Cluster {
+            config_maps: cms,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    (sources, reads)
+}
+
+fn from(json: serde_json::Value) -> Vec<EntriesSource> {
+    serde_json::from_value(json).unwrap()
+}
+
+fn names(s: &Sources) -> Vec<String> {
+    s.texts
+        .iter()
+        .map(|t| format!("{}/{}", t.config_map, t.key))
+        .collect()
+}
+
+#[tokio::test]
+async fn selectors_read_labelled_config_maps_of_the_namespace_in_name_order() {
+    let (c, reads) = cache(vec![
+        cm("ns", "part-2", "1", &[("t", "fw")], ""),
+        cm("ns", "part-1", "1", &[("t", "fw")], ""),
+        cm("ns", "other", "1", &[("t", "x")], ""),
+        cm("elsewhere", "part-0", "1", &[("t", "fw")], ""),
+    ]);
+    let src = from(serde_json::json!([
+        {"configMap": "other"},
+        {"configMapSelector": {"matchLabels": {"t": "fw"}}}
+    ]));
+    let (s, problems) = c.read(&reads, "ns/s", "ns", &src).await.unwrap();
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(
+        names(&s),
+        ["other/entries", "part-1/entries", "part-2/entries"]
+    );
+
+    // A selector matching none is a problem naming the field, unless optional.
+    let none = from(serde_json::json!([{"configMapSelector": {"matchLabels": {"t": "y"}}}]));
+    let (_, problems) = c.read(&reads, "ns/s", "ns", &none).await.unwrap();
+    assert_eq!(problems, [SourceProblem::NoneSelected { index: 0 }]);
+    assert_eq!(
+        problems[0].to_string(),
+        "spec.entriesFrom[0].configMapSelector matches no ConfigMap"
+    );
+    let optional = from(
+        serde_json::json!([{"configMapSelector": {"matchLabels": {"t": "y"}}, "optional": true}]),
+    );
+    assert!(
+        c.read(&reads, "ns/s", "ns", &optional)
+            .await
+            .unwrap()
+            .1
+            .is_empty()
+    );
+    // Named but absent from the index: not found, without a request.
+    let gets = reads.gets.load(Ordering::Relaxed);
+    let missing = from(serde_json::json!([{"configMap": "nope"}]));
+    let (_, problems) = c.read(&reads, "ns/s", "ns", &missing).await.unwrap();
+    assert_eq!(problems, [SourceProblem::NotFound("nope".into())]);
+    assert_eq!(reads.gets.load(Ordering::Relaxed), gets);
+    // What each set read is known to the watch's mapper.
+    let readers = c.readers();
+    assert!(!readers.read_by("ns/s", "ns", "part-1"));
+    c.read(&reads, "ns/s", "ns", &src).await.unwrap();
+    assert!(readers.read_by("ns/s", "ns", "part-1"));
+    assert!(!readers.read_by("ns/s", "ns", "nope"));
+}
+
+#[tokio::test]
+async fn gzip_binary_data_is_read_and_bad_keys_are_named() {
+    let mut packed = cm("ns", "packed", "1", &[], "");
+    packed.data = None;
+    packed.binary_data = Some(
+        [
+            (
+                "a.entries.txt.gz".to_string(),
+                ByteString(gzip(format!("{HEADER}10.0.0.1 10.0.0.2\n").as_bytes())),
+            ),
+            (
+                "b.entries.txt.gz".to_string(),
+                ByteString(b"garbage".to_vec()),
+            ),
+        ]
+        .into(),
+    );
+    let (c, reads) = cache(vec![packed]);
+    let src = from(serde_json::json!([{"configMap": "packed"}]));
+    let (s, problems) = c.read(&reads, "ns/s", "ns", &src).await.unwrap();
+    assert_eq!(names(&s), ["packed/a.entries.txt.gz"]);
+    assert!(s.texts[0].text.contains("10.0.0.1 10.0.0.2"));
+    assert_eq!(problems.len(), 1);
+    assert!(
+        matches!(&problems[0], SourceProblem::Unreadable { config_map, key, error: DecodeError::Gzip(_) }
+            if config_map == "packed" && key == "b.entries.txt.gz"),
+        "{problems:?}"
+    );
+    assert_eq!(problems[0].reason(), "SourceUnreadable");
+}
+
+#[tokio::test]
+async fn a_config_map_is_fetched_and_parsed_once_per_resource_version_and_shared() {
+    let text = format!("{HEADER}10.0.0.1 10.0.0.2\n10.0.0.3 10.0.0.4\n");
+    let (c, reads) = cache(vec![cm("ns", "fw", "7", &[], &text)]);
+    let src = from(serde_json::json!([{"configMap": "fw"}]));
+    let schema = firewall();
+    let digest = schema_digest(&schema);
+    let opts = ParseOptions::default();
+    let mut seen = Vec::new();
+    // Two sets, three syncs each: one GET, one parse, one shared result.
+    for _ in 0..3 {
+        for set in ["ns/a", "ns/b"] {
+            c.begin(set);
+            let (s, _) = c.read(&reads, set, "ns", &src).await.unwrap();
+            seen.push(
+                c.parsed(set, "ns", &s.texts[0], &schema, digest, opts)
+                    .await,
+            );
+            c.retain();
+        }
+    }
+    let parses = |c: &EntrySources| {
+        c.metrics
+            .parses
+            .get_or_create(&NamespaceLabel {
+                namespace: "ns".into(),
+            })
+            .get()
+    };
+    assert_eq!(reads.gets.load(Ordering::Relaxed), 1);
+    assert_eq!(parses(&c), 1);
+    assert!(seen.iter().all(|p| Arc::ptr_eq(p, &seen[0])));
+    assert_eq!(seen[0].entries.len(), 2);
+
+    // A new resourceVersion: fetched and parsed once more, for both sets.
+    let changed = cm("ns", "fw", "8", &[], &format!("{text}10.0.0.5 10.0.0.6\n"));
+    let (c2, reads2) = (c, {
+        let mut r = reads;
+        r.cluster.config_maps = vec![changed.clone()];
+        r
+    });
+    {
+        let mut w = c2.index.writer.lock().unwrap();
+        w.as_mut()
+            .unwrap()
+            .apply_watcher_event(&watcher::Event::Apply(meta(&changed)));
+    }
+    for set in ["ns/a", "ns/b"] {
+        c2.begin(set);
+        let (s, _) = c2.read(&reads2, set, "ns", &src).await.unwrap();
+        let p = c2
+            .parsed(set, "ns", &s.texts[0], &schema, digest, opts)
+            .await;
+        assert_eq!(p.entries.len(), 3);
+        c2.retain();
+    }
+    assert_eq!(reads2.gets.load(Ordering::Relaxed), 2);
+    assert_eq!(parses(&c2), 2);
+    // The old version's parse is gone; deleting both sets empties the cache.
+    assert_eq!(c2.held(), (1, 1));
+    c2.release("ns/a");
+    assert_eq!(c2.held(), (1, 1));
+    c2.release("ns/b");
+    assert_eq!(c2.held(), (0, 0));
+}
+
+#[test]
+fn sets_are_requeued_by_name_or_selector_in_their_namespace() {
+    let set: p4fleet_crds::TableEntrySet = serde_json::from_value(serde_json::json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+        "metadata": {"name": "s", "namespace": "ns"},
+        "spec": {"virtualSwitchRef": "vs", "table": "t", "entriesFrom": [
+            {"configMap": "one"}, {"configMapSelector": {"matchLabels": {"t": "fw"}}}
+        ]}
+    }))
+    .unwrap();
+    let yes = |ns, name, labels: &[(&str, &str)]| {
+        reads_config_map(&set, &meta(&cm(ns, name, "1", labels, "")))
+    };
+    assert!(yes("ns", "one", &[]));
+    assert!(yes("ns", "two", &[("t", "fw")]));
+    assert!(!yes("ns", "two", &[("t", "x")]));
+    assert!(!yes("other", "one", &[]));
+}
