@@ -7,8 +7,10 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use kube::runtime::events::{Recorder, Reporter};
 
+use crate::cache::Caches;
 use crate::controllers::entry_set::SyncMemory;
 use crate::devices::DevicePool;
+use crate::limits::{DevicePermits, Limits};
 use crate::metrics::Metrics;
 use crate::reads::ApiReads;
 use crate::status::Events;
@@ -28,6 +30,8 @@ pub struct OperatorConfig {
     pub instance: Option<String>,
     /// Watch only this namespace (namespaced kinds); all namespaces when None.
     pub watch_namespace: Option<String>,
+    /// Reconciles per kind, targets per set, syncs per device.
+    pub limits: Limits,
 }
 
 impl Default for OperatorConfig {
@@ -38,6 +42,7 @@ impl Default for OperatorConfig {
             reporter: "p4fleet".into(),
             instance: None,
             watch_namespace: None,
+            limits: Limits::default(),
         }
     }
 }
@@ -47,6 +52,11 @@ pub struct Context {
     pub client: kube::Client,
     /// Every read of a dereference stage goes through here.
     pub reads: ApiReads,
+    /// The watched Switches, VirtualSwitches and P4Programs that `reads`
+    /// answers from and the controllers trigger on.
+    pub caches: Caches,
+    /// Entry syncs in flight per device.
+    pub permits: DevicePermits,
     pub config: OperatorConfig,
     pub metrics: Arc<Metrics>,
     /// One long-lived connection per Switch, shared by all reconcilers.
@@ -75,8 +85,11 @@ impl Context {
                 instance: config.instance.clone(),
             },
         );
+        let caches = Caches::default();
         Arc::new(Context {
-            reads: ApiReads::new(client.clone(), config.watch_namespace.clone()),
+            reads: ApiReads::new(client.clone(), &caches),
+            caches,
+            permits: DevicePermits::new(config.limits.syncs_per_device),
             client,
             config,
             metrics,

@@ -16,7 +16,7 @@ use p4fleet_crds::{
     SwitchTarget, VirtualSwitch,
 };
 
-use super::{Error, object_key, update_status, watcher_config};
+use super::{Error, object_key, update_status};
 use crate::context::Context;
 use crate::metrics::SwitchLabel;
 use crate::reads::Reads;
@@ -30,12 +30,11 @@ const UNREACHABLE_RETRY: Duration = Duration::from_secs(10);
 /// Watches Switches, the VirtualSwitches placed on them (slot usage) and
 /// their devices (a lost device is Reachable=False at once).
 pub fn controller(ctx: &Context) -> Controller<Switch> {
-    let c = Controller::new(ctx.all::<Switch>(), watcher_config());
+    let c = ctx.caches.switches.controller();
     let c = super::on_device_changes(c, ctx, |sw: &Switch, name| sw.name_any() == name);
-    c.watches(
-        super::scoped_api::<VirtualSwitch>(ctx),
-        watcher_config(),
-        |vs: VirtualSwitch| {
+    c.watches_shared_stream(
+        ctx.caches.virtual_switches.touched(),
+        |vs: Arc<VirtualSwitch>| {
             let mut names: Vec<String> = Vec::new();
             if let Some(s) = vs.status.as_ref().and_then(|s| s.switch.clone()) {
                 names.push(s);

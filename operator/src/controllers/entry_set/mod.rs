@@ -70,7 +70,7 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
                     .is_some_and(|sel| sel.matches(vs.labels())))
     };
     let c = watch_related(primary(ctx), scoped_api(ctx), reads);
-    let c = watch_related(c, scoped_api(ctx), fills);
+    let c = ctx.caches.virtual_switches.watched_by(c, fills);
     // A device lost, back (maybe empty) or given its pipeline again. A set
     // whose cached status names no target yet (never synced, or the first
     // sync's status not yet seen by the cache) may run there too.
@@ -122,8 +122,11 @@ async fn sync(
     }
     let refs = dereference::dereference(&ctx.reads, &namespace(set)?, set).await?;
     let desired = desired::PerTarget::new(set, &refs.targets, &refs.sources);
-    let mut planned = Vec::with_capacity(refs.targets.len());
-    for (i, target) in refs.targets.iter().enumerate() {
+    // Targets in parallel, at most `syncs_per_device` per device over all
+    // sets (`crate::limits`): a slow device delays only its own targets.
+    let parallel = ctx.config.limits.targets_per_set;
+    let switch_of = |t: &dereference::Target| t.switch.name_any();
+    let jobs = refs.targets.iter().enumerate().map(|(i, target)| {
         let job = apply::Job {
             set,
             set_key: &me,
@@ -131,20 +134,17 @@ async fn sync(
             desired: desired.of(i),
             deletes: refs.sources_complete(),
         };
-        planned.push(apply::plan_target(ctx, job).await);
-    }
+        (switch_of(target), apply::plan_target(ctx, job))
+    });
+    let planned = ctx.permits.each(parallel, jobs).await;
     let updates: usize = planned.iter().flatten().map(apply::Planned::writes).sum();
     if updates > 0 {
         let syncing = status::Pending::Syncing { updates };
         mark(ctx, api, set, &mut written, syncing).await?;
     }
-    let mut outcomes = Vec::with_capacity(planned.len());
-    for p in planned {
-        outcomes.push(match p {
-            Ok(p) => apply::write_target(ctx, p).await,
-            Err(outcome) => outcome,
-        });
-    }
+    let writes = refs.targets.iter().map(switch_of).zip(planned);
+    let writes = writes.map(|(switch, p)| (switch, write_planned(ctx, p)));
+    let outcomes = ctx.permits.each(parallel, writes).await;
     let set = written.as_ref().unwrap_or(set);
     let report = status::report(&status::Input {
         set,
@@ -162,6 +162,17 @@ async fn sync(
         ctx.events.publish(set, ev).await;
     }
     Ok(report.action)
+}
+
+/// Writes a planned target; one that could not be planned is its outcome.
+async fn write_planned(
+    ctx: &Context,
+    p: Result<apply::Planned<'_>, apply::Outcome>,
+) -> apply::Outcome {
+    match p {
+        Ok(p) => apply::write_target(ctx, p).await,
+        Err(outcome) => outcome,
+    }
 }
 
 /// Writes the status [`status::pending`] gives (if any) and keeps the set
