@@ -312,6 +312,51 @@ mod tests {
         assert_eq!(names(first), vec!["s0", "s1", "s2"]);
     }
 
+    /// Reconcilers read through `Reads` (the caches) only: a LIST or a
+    /// GET of an `Api` under `controllers/` fails this scan. ConfigMaps are
+    /// read by `ApiReads` in reads.rs, outside it.
+    #[test]
+    fn controllers_do_not_read_the_api() {
+        fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for e in std::fs::read_dir(dir).unwrap() {
+                let path = e.unwrap().path();
+                if path.is_dir() {
+                    rust_files(&path, out);
+                } else if path.extension().is_some_and(|x| x == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/controllers");
+        let mut files = Vec::new();
+        rust_files(&root, &mut files);
+        assert!(files.len() > 10, "scanned {}", root.display());
+        let forbidden = [
+            ".list(",
+            ".get_opt(",
+            "list_metadata(",
+            "get_metadata(",
+            "watch(",
+        ];
+        let mut found = Vec::new();
+        for f in &files {
+            let text = std::fs::read_to_string(f).unwrap();
+            for (i, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                for pat in forbidden {
+                    if code.contains(pat) {
+                        found.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+                    }
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "API reads in controllers:\n{}",
+            found.join("\n")
+        );
+    }
+
     #[tokio::test]
     async fn newer_than_waits_for_the_store_to_move() {
         let cache = Cache::<Switch>::default();

@@ -94,7 +94,7 @@ pub struct OperatorArgs {
     pub concurrency: ConcurrencyArgs,
 }
 
-/// How much the operator does at once (docs/install.md, "Concurrency").
+/// How much the operator does at once (docs/resources.md, "Operator").
 /// Reconciles: 0 means unbounded; one object never reconciles twice at once.
 #[derive(Debug, Args)]
 pub struct ConcurrencyArgs {

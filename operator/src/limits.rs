@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// The limits (`p4fleet operator --*-concurrency`, docs/install.md).
+/// The limits (`p4fleet operator --*-concurrency`, docs/resources.md, "Operator").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Concurrent reconciles per kind; 0 is unbounded.
