@@ -16,11 +16,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
 use p4fleet_crds::{P4Program, Switch, TableEntrySet, VirtualSwitch, find_condition};
 use p4fleet_e2e::processes::{Proc, build_binaries, log_file, spawn_emulator};
-use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
+use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, firewall_lines, repo_root, wait_for};
 use serde_json::json;
 
 /// Entries per target of the selector set.
@@ -90,31 +90,6 @@ fn reconciles(metrics: SocketAddr, kind: &str) -> f64 {
     sample_sum(&text, "p4fleet_reconciles_total", &[("kind", kind)])
 }
 
-/// `n` firewall entries in the line format, starting at `start`.
-fn entries(start: usize, n: usize) -> String {
-    let mut text = String::from("#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n");
-    for i in start..start + n {
-        text.push_str(&format!(
-            "10.{}.{}.{} 172.16.0.1 {}\n",
-            (i >> 16) & 255,
-            (i >> 8) & 255,
-            i & 255,
-            i % 500
-        ));
-    }
-    text
-}
-
-async fn create<K>(api: &Api<K>, obj: serde_json::Value)
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let obj: K = serde_json::from_value(obj).unwrap();
-    api.create(&PostParams::default(), &obj)
-        .await
-        .unwrap_or_else(|e| panic!("create {}: {e}", obj.name_any()));
-}
-
 /// Ready condition of a set: (status, reason).
 async fn ready(api: &Api<TableEntrySet>, name: &str) -> (bool, String) {
     let Ok(s) = api.get(name).await else {
@@ -159,7 +134,7 @@ async fn selector_sets_sync_in_parallel_past_a_slow_device_without_listing() {
     // each, all labelled for the selector.
     let progs: Api<P4Program> = Api::namespaced(client.clone(), &ns_name);
     let p4info = std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt")).unwrap();
-    create(
+    create_json(
         &progs,
         json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
             "metadata": {"name": "firewall"}, "spec": {"p4info": {"inline": p4info}}}),
@@ -175,14 +150,14 @@ async fn selector_sets_sync_in_parallel_past_a_slow_device_without_listing() {
     ];
     for (name, endpoint, device) in targets {
         let sw = format!("{ns_name}-{name}");
-        create(
+        create_json(
             &sws,
             json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
                 "metadata": {"name": sw},
                 "spec": {"target": "Bmv2", "endpoint": endpoint.to_string(), "deviceId": device}}),
         )
         .await;
-        create(
+        create_json(
             &vss,
             json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
                 "metadata": {"name": name, "labels": {"fleet": "all"}},
@@ -191,7 +166,10 @@ async fn selector_sets_sync_in_parallel_past_a_slow_device_without_listing() {
         .await;
     }
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns_name);
-    for (name, text) in [("spread", entries(0, N)), ("solo", entries(100_000, 50))] {
+    for (name, text) in [
+        ("spread", firewall_lines(0, N)),
+        ("solo", firewall_lines(100_000, 50)),
+    ] {
         let cm = ConfigMap {
             metadata: ObjectMeta {
                 name: Some(name.into()),
@@ -203,7 +181,7 @@ async fn selector_sets_sync_in_parallel_past_a_slow_device_without_listing() {
         cms.create(&PostParams::default(), &cm).await.unwrap();
     }
     let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns_name);
-    create(
+    create_json(
         &sets,
         json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
             "metadata": {"name": "spread"},
@@ -231,7 +209,7 @@ async fn selector_sets_sync_in_parallel_past_a_slow_device_without_listing() {
     )
     .await;
     // Another set on a fast device becomes Ready meanwhile.
-    create(
+    create_json(
         &sets,
         json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
             "metadata": {"name": "solo"},
@@ -302,6 +280,10 @@ async fn selector_sets_sync_in_parallel_past_a_slow_device_without_listing() {
     // Let the burst's follow-up reconciles (status writes) settle.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after = cached_kind_reads(cp);
+    let now: Vec<f64> = kinds.iter().map(|k| reconciles(metrics, k)).collect();
+    eprintln!(
+        "reconciles during the burst {kinds:?}: {reconciled:?} -> {now:?}; API reads of cached kinds: {before:?} -> {after:?}"
+    );
     assert_eq!(before, after, "GET/LIST of cached kinds during reconciles");
 
     ns.delete(&client).await.ok();
