@@ -61,7 +61,9 @@ fn sample_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
                 .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
         })
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum()
+        .sum::<f64>()
+        // An empty f64 sum is -0.0; print 0.
+        + 0.0
 }
 
 /// GETs and LISTs of the cached kinds the API server has answered, by
