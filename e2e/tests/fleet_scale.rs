@@ -2,7 +2,8 @@
 //! TableEntrySet syncs its targets in parallel, a slow device stalls
 //! neither the other targets of its set nor other sets, and reconciles read
 //! Switches, VirtualSwitches and P4Programs from the shared caches (the API
-//! server counts no LIST or GET of them during a burst of reconciles).
+//! server counts no LIST or GET of them during a burst of reconciles); a
+//! deleted Switch's connection is forgotten.
 //!
 //! Two emulator processes: three fast devices, and one whose Writes answer
 //! only after 12 s (`--profile custom:12000000:0`; a Write is applied at
@@ -167,6 +168,28 @@ async fn selector_sets_sync_in_parallel_past_a_slow_device_without_listing() {
         )
         .await;
     }
+    // Every target loaded first: a set created earlier could start a
+    // sync with only some of them, and that sync may be the slow one.
+    wait_for(
+        "the four pipelines loaded",
+        Duration::from_secs(90),
+        || async {
+            let mut waiting = Vec::new();
+            for (name, _, _) in targets {
+                let vs = vss.get(name).await.map_err(|e| e.to_string())?;
+                let st = vs.status.unwrap_or_default();
+                match find_condition(&st.conditions, "PipelineLoaded") {
+                    Some(c) if c.is_true() => {}
+                    _ => waiting.push(name),
+                }
+            }
+            match waiting.is_empty() {
+                true => Ok(()),
+                false => Err(format!("not loaded: {waiting:?}")),
+            }
+        },
+    )
+    .await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns_name);
     for (name, text) in [
         ("spread", firewall_lines(0, N)),
@@ -287,6 +310,29 @@ async fn selector_sets_sync_in_parallel_past_a_slow_device_without_listing() {
         "reconciles during the burst {kinds:?}: {reconciled:?} -> {now:?}; API reads of cached kinds: {before:?} -> {after:?}"
     );
     assert_eq!(before, after, "GET/LIST of cached kinds during reconciles");
+
+    // A deleted Switch's connection is closed and its metric series
+    // dropped (forget_deleted reads the Switch cache's feed).
+    let gone = format!("{ns_name}-d");
+    let connected = || {
+        let text = http_get(metrics, "/metrics").unwrap_or_default();
+        let label = format!("switch=\"{gone}\"");
+        text.lines()
+            .any(|l| l.starts_with("p4fleet_switch_connected{") && l.contains(&label))
+    };
+    assert!(connected(), "a series for {gone} before its deletion");
+    sws.delete(&gone, &Default::default()).await.unwrap();
+    wait_for(
+        "the deleted Switch forgotten",
+        Duration::from_secs(30),
+        || async {
+            match connected() {
+                false => Ok(()),
+                true => Err("p4fleet_switch_connected still has it".to_string()),
+            }
+        },
+    )
+    .await;
 
     ns.delete(&client).await.ok();
 }

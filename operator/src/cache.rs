@@ -11,6 +11,9 @@
 //! ([`Cache::newer_than`]) before they read again: a stale read costs a
 //! retry, never a wrong write.
 //!
+//! `switch::forget_deleted` reads the same feed ([`Cache::events`]) for
+//! deletions, so each kind is watched once.
+//!
 //! kube-runtime's own shared streams (`store_shared`) dispatch only
 //! applied objects and apply back-pressure from the slowest subscriber; this
 //! feed is a broadcast channel instead: related watches also see deletions,
@@ -39,7 +42,7 @@ const FEED: usize = 4096;
 
 /// What the watch saw, as the feed passes it on.
 #[derive(Clone)]
-enum Seen<K> {
+pub enum Seen<K> {
     Applied(Arc<K>),
     Deleted(Arc<K>),
     /// A (re)list finished: every cached object may have changed.
@@ -126,17 +129,26 @@ where
 
     /// Objects as they are applied, and all of them after a relist or a
     /// lag: the trigger of a controller whose primary kind this is.
-    pub fn applied(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
+    pub fn applied(&self) -> impl Stream<Item = Arc<K>> + Send + use<K> {
         self.subscribe(false)
     }
 
     /// Like [`Cache::applied`], plus deleted objects: the trigger of a
     /// controller that watches this kind as a related one.
-    pub fn touched(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
+    pub fn touched(&self) -> impl Stream<Item = Arc<K>> + Send + use<K> {
         self.subscribe(true)
     }
 
-    fn subscribe(&self, deletes: bool) -> impl Stream<Item = Arc<K>> + Send + 'static {
+    /// The feed itself; a subscriber that lags gets [`Seen::Relisted`]
+    /// (compare with the store: deletions may have been missed).
+    pub fn events(&self) -> impl Stream<Item = Seen<K>> + Send + use<K> {
+        BroadcastStream::new(self.feed.subscribe()).map(|seen| match seen {
+            Ok(seen) => seen,
+            Err(BroadcastStreamRecvError::Lagged(_)) => Seen::Relisted,
+        })
+    }
+
+    fn subscribe(&self, deletes: bool) -> impl Stream<Item = Arc<K>> + Send + use<K> {
         let store = self.store.clone();
         BroadcastStream::new(self.feed.subscribe()).flat_map(move |seen| {
             let objs = match seen {
@@ -297,6 +309,16 @@ mod tests {
         assert_eq!(names(a), vec!["a", "a"]);
         let t = take(Box::pin(touched), 3).await;
         assert_eq!(names(t), vec!["a", "a", "b"]);
+    }
+
+    #[tokio::test]
+    async fn the_raw_feed_turns_a_lag_into_a_relist() {
+        let cache = Cache::<Switch>::default();
+        let events = cache.events();
+        let applies = (0..FEED + 1).map(|i| watcher::Event::Apply(switch("a", &i.to_string())));
+        feed(&cache, applies.collect());
+        let first = Box::pin(events).next().await;
+        assert!(matches!(first, Some(Seen::Relisted)));
     }
 
     #[tokio::test]

@@ -307,16 +307,13 @@ pub async fn run_controllers(ctx: Arc<Context>, shutdown: Shutdown) {
         drive!(entry_set),
         drive!(extern_policy),
     );
+    let forget = switch::forget_deleted(ctx.clone(), shutdown.clone());
     let caches = ctx.caches.run(
         ctx.client.clone(),
         ctx.config.watch_namespace.as_deref(),
         shutdown.clone(),
     );
-    tokio::join!(
-        caches,
-        switch::forget_deleted(ctx.clone(), shutdown.clone()),
-        controllers,
-    );
+    tokio::join!(caches, forget, controllers);
 }
 
 /// The update-status stage of every controller: settles `new` against the

@@ -201,29 +201,31 @@ async fn probe_async_externs(sw: &Switch) -> bool {
 
 /// Closes the connection (and its background tasks) and removes the metric
 /// series of every Switch that is deleted, including Switches deleted while
-/// the watch was down (not in a relist). Runs until `shutdown`.
-pub async fn forget_deleted(ctx: Arc<Context>, shutdown: super::Shutdown) {
+/// the watch was down (gone from the cache after a relist). Reads the
+/// Switch cache's feed, subscribed now (before the caches start); runs
+/// until `shutdown`.
+pub fn forget_deleted(
+    ctx: Arc<Context>,
+    shutdown: super::Shutdown,
+) -> impl std::future::Future<Output = ()> + Send {
+    use crate::cache::Seen;
     use futures::StreamExt;
-    use kube::runtime::{WatchStreamExt, watcher};
-    let events = watcher(ctx.all::<Switch>(), watcher::Config::default()).default_backoff();
-    let mut events = std::pin::pin!(events.take_until(shutdown));
-    let mut listed = std::collections::HashSet::new();
-    while let Some(ev) = events.next().await {
-        match ev {
-            Ok(watcher::Event::Delete(sw)) => forget(&ctx, &sw.name_any()),
-            Ok(watcher::Event::Init) => listed.clear(),
-            Ok(watcher::Event::InitApply(sw)) => {
-                listed.insert(sw.name_any());
-            }
-            Ok(watcher::Event::InitDone) => {
-                for name in ctx.devices.names() {
-                    if !listed.contains(&name) {
-                        forget(&ctx, &name);
+    let events = ctx.caches.switches.events().take_until(shutdown);
+    async move {
+        let mut events = std::pin::pin!(events);
+        while let Some(seen) = events.next().await {
+            match seen {
+                Seen::Deleted(sw) => forget(&ctx, &sw.name_any()),
+                Seen::Relisted => {
+                    let store = ctx.caches.switches.store();
+                    for name in ctx.devices.names() {
+                        if store.get(&ObjectRef::new(&name)).is_none() {
+                            forget(&ctx, &name);
+                        }
                     }
                 }
+                Seen::Applied(_) => {}
             }
-            Ok(watcher::Event::Apply(_)) => {}
-            Err(e) => tracing::warn!(error = %e, "watching Switch deletions"),
         }
     }
 }
