@@ -800,6 +800,37 @@ fn base64(data: &[u8]) -> String {
 }
 
 // ---------------------------------------------------------------------------
+// Test objects
+
+/// `n` distinct entries of the firewall example's table in the line
+/// format (`hdr.ipv4.srcAddr hdr.ipv4.dstAddr`, action `allow`), source
+/// addresses counting up from `start`.
+pub fn firewall_lines(start: usize, n: usize) -> String {
+    let mut text = String::from("#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n");
+    for i in start..start + n {
+        text.push_str(&format!(
+            "10.{}.{}.{} 172.16.0.1 {}\n",
+            (i >> 16) & 255,
+            (i >> 8) & 255,
+            i & 255,
+            i % 500
+        ));
+    }
+    text
+}
+
+/// Creates the object `obj` (JSON with apiVersion, kind, metadata, spec).
+pub async fn create_json<K>(api: &Api<K>, obj: serde_json::Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let obj: K = serde_json::from_value(obj).expect("object of the kind");
+    if let Err(e) = api.create(&PostParams::default(), &obj).await {
+        panic!("create {:?}: {e}", obj.meta().name);
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Namespaces
 
 static NS_COUNTER: AtomicU64 = AtomicU64::new(0);

@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use p4fleet_crds::{
     Condition, P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
 use p4fleet_e2e::processes::{Proc, build_binaries, spawn_emulator, spawn_operator};
-use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
+use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
 use serde_json::{Value, json};
 
 const ENTRIES: usize = 30_000;
@@ -109,35 +109,13 @@ fn device_entries(stats: SocketAddr, device: u64) -> Option<u64> {
     body["entries"].as_u64()
 }
 
-fn entries_text() -> String {
-    let mut text = String::from("#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n");
-    for i in 0..ENTRIES {
-        text.push_str(&format!(
-            "10.{}.{}.{} 172.16.0.1 {}\n",
-            (i >> 16) & 255,
-            (i >> 8) & 255,
-            i & 255,
-            i % 500
-        ));
-    }
-    text
-}
-
-async fn create<K>(api: &Api<K>, obj: Value)
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let obj: K = serde_json::from_value(obj).unwrap();
-    api.create(&PostParams::default(), &obj).await.unwrap();
-}
-
 /// Program, Switch, VirtualSwitch and a 30,000-entry TableEntrySet.
 async fn setup(client: &Client, ns: &str, kind: Kind, addrs: Addrs, device: u64) -> String {
     let read = |p: &str| std::fs::read_to_string(repo_root().join(p)).unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let mut spec = json!({"p4info": {"inline": read("examples/firewall/p4info.txt")}});
     if kind == Kind::Tofino {
-        create(
+        create_json(
             &cms,
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "tofino"},
                 "data": {"bfrt.json": read("examples/firewall/bfrt.json"), "tofino.bin": "bin"}}),
@@ -153,30 +131,30 @@ async fn setup(client: &Client, ns: &str, kind: Kind, addrs: Addrs, device: u64)
         Kind::Tofino => ("Tofino", addrs.bfrt),
     };
     let v1 = "p4fleet.dev/v1alpha1";
-    create(
+    create_json(
         &Api::<P4Program>::namespaced(client.clone(), ns),
         json!({"apiVersion": v1, "kind": "P4Program", "metadata": {"name": "firewall"}, "spec": spec}),
     )
     .await;
-    create(
+    create_json(
         &Api::<Switch>::all(client.clone()),
         json!({"apiVersion": v1, "kind": "Switch", "metadata": {"name": sw},
             "spec": {"target": target, "endpoint": endpoint.to_string(), "deviceId": device, "slots": 1}}),
     )
     .await;
-    create(
+    create_json(
         &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
         json!({"apiVersion": v1, "kind": "VirtualSwitch", "metadata": {"name": "fw"},
             "spec": {"programRef": "firewall", "switchRef": sw, "slot": 0}}),
     )
     .await;
-    create(
+    create_json(
         &cms,
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw"},
-            "data": {"entries": entries_text()}}),
+            "data": {"entries": p4fleet_e2e::firewall_lines(0, ENTRIES)}}),
     )
     .await;
-    create(
+    create_json(
         &Api::<TableEntrySet>::namespaced(client.clone(), ns),
         json!({"apiVersion": v1, "kind": "TableEntrySet", "metadata": {"name": "fw"},
             "spec": {"virtualSwitchRef": "fw", "table": "MyIngress.firewall",

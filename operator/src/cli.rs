@@ -96,6 +96,52 @@ pub struct OperatorArgs {
     /// Watch namespaced resources only in this namespace (Switches are cluster-scoped).
     #[arg(long, env = "P4FLEET_WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
+    #[command(flatten)]
+    pub concurrency: ConcurrencyArgs,
+}
+
+/// How much the operator does at once (docs/resources.md, "Operator").
+/// Reconciles: 0 means unbounded; one object never reconciles twice at once.
+#[derive(Debug, Args)]
+pub struct ConcurrencyArgs {
+    /// Switch reconciles at once (each probes its device).
+    #[arg(long, default_value_t = 32, env = "P4FLEET_SWITCH_CONCURRENCY")]
+    pub switch_concurrency: u16,
+    /// P4Program reconciles at once (each parses its P4Info).
+    #[arg(long, default_value_t = 8, env = "P4FLEET_PROGRAM_CONCURRENCY")]
+    pub program_concurrency: u16,
+    /// VirtualSwitch reconciles at once (each may push a pipeline).
+    #[arg(long, default_value_t = 16, env = "P4FLEET_VIRTUAL_SWITCH_CONCURRENCY")]
+    pub virtual_switch_concurrency: u16,
+    /// TableEntrySet reconciles at once (each syncs its targets).
+    #[arg(long, default_value_t = 16, env = "P4FLEET_ENTRY_SET_CONCURRENCY")]
+    pub entry_set_concurrency: u16,
+    /// AsyncExternPolicy reconciles at once.
+    #[arg(long, default_value_t = 8, env = "P4FLEET_EXTERN_POLICY_CONCURRENCY")]
+    pub extern_policy_concurrency: u16,
+    /// Targets of one selector TableEntrySet synced in parallel.
+    #[arg(long, default_value_t = 32, env = "P4FLEET_SET_TARGET_CONCURRENCY",
+        value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub set_target_concurrency: u64,
+    /// Entry syncs (read-back or write) in flight per device, over all
+    /// sets; a slow device holds only its own.
+    #[arg(long, default_value_t = 2, env = "P4FLEET_DEVICE_SYNC_CONCURRENCY",
+        value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub device_sync_concurrency: u64,
+}
+
+impl ConcurrencyArgs {
+    pub fn limits(&self) -> crate::limits::Limits {
+        crate::limits::Limits {
+            switch: self.switch_concurrency,
+            program: self.program_concurrency,
+            virtual_switch: self.virtual_switch_concurrency,
+            entry_set: self.entry_set_concurrency,
+            extern_policy: self.extern_policy_concurrency,
+            targets_per_set: self.set_target_concurrency as usize,
+            syncs_per_device: self.device_sync_concurrency as usize,
+        }
+    }
 }
 
 /// What `p4fleet version` prints: version, commit and build date (set by
@@ -241,6 +287,23 @@ mod tests {
         assert!(Cli::try_parse_from(["p4fleet", "operator", "--extern-stats-seconds=0"]).is_err());
         assert_eq!(a.watch_namespace.as_deref(), Some("team-a"));
         assert!(Cli::try_parse_from(["p4fleet", "operator", "--resync-seconds=0"]).is_err());
+    }
+
+    #[test]
+    fn concurrency_defaults_are_the_limits_defaults() {
+        let cli = Cli::try_parse_from(["p4fleet", "operator"]).unwrap();
+        let Command::Operator(a) = cli.command else {
+            panic!("operator subcommand")
+        };
+        assert_eq!(a.concurrency.limits(), crate::limits::Limits::default());
+        let cli = Cli::try_parse_from(["p4fleet", "operator", "--entry-set-concurrency=3"]);
+        let Command::Operator(a) = cli.unwrap().command else {
+            panic!("operator subcommand")
+        };
+        assert_eq!(a.concurrency.limits().entry_set, 3);
+        assert!(
+            Cli::try_parse_from(["p4fleet", "operator", "--device-sync-concurrency=0"]).is_err()
+        );
     }
 
     #[test]

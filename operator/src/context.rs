@@ -7,9 +7,11 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use kube::runtime::events::{Recorder, Reporter};
 
+use crate::cache::Caches;
 use crate::controllers::entry_set::SyncMemory;
 use crate::devices::DevicePool;
 use crate::entry_sources::EntrySources;
+use crate::limits::{DevicePermits, Limits};
 use crate::metrics::Metrics;
 use crate::reads::ApiReads;
 use crate::status::Events;
@@ -31,6 +33,8 @@ pub struct OperatorConfig {
     pub instance: Option<String>,
     /// Watch only this namespace (namespaced kinds); all namespaces when None.
     pub watch_namespace: Option<String>,
+    /// Reconciles per kind, targets per set, syncs per device.
+    pub limits: Limits,
 }
 
 impl Default for OperatorConfig {
@@ -42,6 +46,7 @@ impl Default for OperatorConfig {
             reporter: "p4fleet".into(),
             instance: None,
             watch_namespace: None,
+            limits: Limits::default(),
         }
     }
 }
@@ -51,6 +56,11 @@ pub struct Context {
     pub client: kube::Client,
     /// Every read of a dereference stage goes through here.
     pub reads: ApiReads,
+    /// The watched Switches, VirtualSwitches and P4Programs that `reads`
+    /// answers from and the controllers trigger on.
+    pub caches: Caches,
+    /// Entry syncs in flight per device.
+    pub permits: DevicePermits,
     pub config: OperatorConfig,
     pub metrics: Arc<Metrics>,
     /// One long-lived connection per Switch, shared by all reconcilers.
@@ -80,8 +90,11 @@ impl Context {
         };
         let recorder = Recorder::new(client.clone(), reporter.clone());
         let events = Events::new(recorder).with_long_names(client.clone(), reporter);
+        let caches = Caches::default();
         Arc::new(Context {
-            reads: ApiReads::new(client.clone(), config.watch_namespace.clone()),
+            reads: ApiReads::new(client.clone(), &caches),
+            caches,
+            permits: DevicePermits::new(config.limits.syncs_per_device),
             client,
             config,
             metrics: metrics.clone(),

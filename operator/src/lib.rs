@@ -4,7 +4,8 @@
 //! device I/O (P4Runtime, BFRT) is p4fleet-client's. Here: `controllers`
 //! (one reconciler per resource kind, each dereference → validate → build
 //! → apply → update status), `reads` (the one interface dereference stages
-//! read the cluster through), `artifacts` (P4Program sources, P4Info,
+//! read the cluster through), `cache` (the shared reflector stores behind
+//! `reads`), `limits` (concurrency per kind, per set, per device), `artifacts` (P4Program sources, P4Info,
 //! digest), `devices` (one client connection per Switch), `convert` (CRD
 //! enums in the model's and client's terms), plus the runtime pieces
 //! (`context`, `status`, `metrics`, `http`, `telemetry`, `leader`, `cli`),
@@ -12,6 +13,7 @@
 //! `entries_cli` (the offline `p4fleet entries` tools).
 
 pub mod artifacts;
+pub mod cache;
 pub mod cli;
 pub mod context;
 pub mod controllers;
@@ -23,6 +25,7 @@ pub mod event_names;
 pub mod fencing;
 pub mod http;
 pub mod leader;
+pub mod limits;
 pub mod metrics;
 pub mod reads;
 pub mod status;

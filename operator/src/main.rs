@@ -86,6 +86,7 @@ async fn operator(args: OperatorArgs) -> anyhow::Result<()> {
         reporter: "p4fleet".into(),
         instance: std::env::var("POD_NAME").ok(),
         watch_namespace: args.watch_namespace.clone(),
+        limits: args.concurrency.limits(),
     };
     let metrics = Arc::new(Metrics::new());
     let ctx = Context::new(client.clone(), config, metrics.clone(), DevicePool::new());

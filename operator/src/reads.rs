@@ -1,17 +1,21 @@
 //! What reconcilers read from the cluster, behind one small interface.
 //!
 //! Every dereference stage reads through [`Reads`], never through an `Api`
-//! of its own. Today [`ApiReads`] answers each call with a GET or a LIST;
-//! the reflector caches the controllers keep anyway can answer the same
-//! calls without a request, and unit tests answer them from memory
-//! ([`fixture::Cluster`]). Writes (status, finalizers) are not reads and
-//! stay with the reconcilers.
+//! of its own. [`ApiReads`] answers Switches, VirtualSwitches and
+//! P4Programs from the reflector caches the controllers share
+//! ([`crate::cache`]: no request, as fresh as the watch) and ConfigMaps with
+//! a GET; unit tests answer from memory ([`fixture::Cluster`]). Writes
+//! (status, finalizers, slot claims) are not reads and stay with the
+//! reconcilers.
 
 use std::future::Future;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
+use kube::runtime::reflector::{ObjectRef, Store};
 use p4fleet_crds::{P4Program, Switch, VirtualSwitch};
+
+use crate::cache::Caches;
 
 /// Lookups of the objects p4fleet's controllers depend on. `Ok(None)` is
 /// "does not exist"; `Err` is a failed request (retried with backoff).
@@ -48,37 +52,63 @@ pub trait Reads: Send + Sync {
     ) -> impl Future<Output = Result<Option<ConfigMap>, kube::Error>> + Send;
 }
 
-/// [`Reads`] by API requests.
+/// [`Reads`] from the shared caches (Switch, VirtualSwitch, P4Program)
+/// and by GET (ConfigMap).
 #[derive(Clone)]
 pub struct ApiReads {
     client: kube::Client,
-    /// `--watch-namespace`: what "every watched namespace" means.
-    watch_namespace: Option<String>,
+    switches: Store<Switch>,
+    virtual_switches: Store<VirtualSwitch>,
+    programs: Store<P4Program>,
 }
 
 impl ApiReads {
-    pub fn new(client: kube::Client, watch_namespace: Option<String>) -> Self {
+    /// Reads from `caches`, whose watches cover the watched namespaces.
+    pub fn new(client: kube::Client, caches: &Caches) -> Self {
         ApiReads {
             client,
-            watch_namespace,
+            switches: caches.switches.store(),
+            virtual_switches: caches.virtual_switches.store(),
+            programs: caches.programs.store(),
         }
     }
 }
 
+/// A cached object, cloned out of the store.
+fn cached<K: kube::Resource<DynamicType = ()> + Clone>(
+    store: &Store<K>,
+    key: ObjectRef<K>,
+) -> Option<K> {
+    store.get(&key).map(|o| K::clone(&o))
+}
+
+/// Objects in the API server's LIST order (namespace, name): a store is a
+/// hash map, and placement ties and status target lists must not depend
+/// on its order.
+fn sorted<K: kube::Resource>(mut objs: Vec<K>) -> Vec<K> {
+    objs.sort_by(|a, b| {
+        (&a.meta().namespace, &a.meta().name).cmp(&(&b.meta().namespace, &b.meta().name))
+    });
+    objs
+}
+
 impl Reads for ApiReads {
     async fn switch(&self, name: &str) -> Result<Option<Switch>, kube::Error> {
-        Api::<Switch>::all(self.client.clone()).get_opt(name).await
+        Ok(cached(&self.switches, ObjectRef::new(name)))
     }
 
     async fn switches(&self) -> Result<Vec<Switch>, kube::Error> {
-        let api = Api::<Switch>::all(self.client.clone());
-        Ok(api.list(&Default::default()).await?.items)
+        Ok(sorted(
+            self.switches
+                .state()
+                .iter()
+                .map(|o| Switch::clone(o))
+                .collect(),
+        ))
     }
 
     async fn program(&self, ns: &str, name: &str) -> Result<Option<P4Program>, kube::Error> {
-        Api::<P4Program>::namespaced(self.client.clone(), ns)
-            .get_opt(name)
-            .await
+        Ok(cached(&self.programs, ObjectRef::new(name).within(ns)))
     }
 
     async fn virtual_switch(
@@ -86,17 +116,22 @@ impl Reads for ApiReads {
         ns: &str,
         name: &str,
     ) -> Result<Option<VirtualSwitch>, kube::Error> {
-        Api::<VirtualSwitch>::namespaced(self.client.clone(), ns)
-            .get_opt(name)
-            .await
+        Ok(cached(
+            &self.virtual_switches,
+            ObjectRef::new(name).within(ns),
+        ))
     }
 
     async fn virtual_switches(&self, ns: Option<&str>) -> Result<Vec<VirtualSwitch>, kube::Error> {
-        let api = match ns.or(self.watch_namespace.as_deref()) {
-            Some(ns) => Api::<VirtualSwitch>::namespaced(self.client.clone(), ns),
-            None => Api::all(self.client.clone()),
-        };
-        Ok(api.list(&Default::default()).await?.items)
+        // The store holds the watched namespaces only.
+        Ok(sorted(
+            self.virtual_switches
+                .state()
+                .iter()
+                .filter(|v| ns.is_none() || v.metadata.namespace.as_deref() == ns)
+                .map(|v| VirtualSwitch::clone(v))
+                .collect(),
+        ))
     }
 
     async fn config_map(&self, ns: &str, name: &str) -> Result<Option<ConfigMap>, kube::Error> {

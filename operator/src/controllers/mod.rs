@@ -229,6 +229,9 @@ pub async fn drive<K, F, Fut>(
 {
     let kind = K::kind(&()).to_string();
     ctx.readiness.register(&kind);
+    let concurrency = ctx.config.limits.reconciles(&kind);
+    let controller = controller
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency));
     let store = controller.store();
     let readiness = ctx.readiness.clone();
     let synced_kind = kind.clone();
@@ -258,6 +261,9 @@ pub async fn drive<K, F, Fut>(
                 let kind = kind.clone();
                 async move {
                     let key = format!("{kind}/{}", object_key(obj.as_ref()));
+                    // Reads answer from the shared caches: none may be
+                    // used before its first list is in.
+                    ctx.caches.ready().await;
                     let _timer = ctx.metrics.reconcile(&kind);
                     let res = reconcile(obj, ctx.clone()).await;
                     if res.is_ok() {
@@ -282,27 +288,32 @@ pub async fn drive<K, F, Fut>(
     tracing::info!(kind = %K::kind(&()), "controller stopped");
 }
 
-/// Starts every controller and returns when all have shut down.
+/// Starts the shared caches and every controller and returns when all
+/// have shut down.
 pub async fn run_controllers(ctx: Arc<Context>, shutdown: Shutdown) {
-    // One `drive` per kind module (its `controller` and `reconcile`).
+    // One `drive` per kind module (its `controller` and `reconcile`). The
+    // controllers subscribe to the caches' feeds when built, so they are
+    // built before the caches' watches start.
     macro_rules! drive {
-        ($kind:ident) => {
-            drive(
-                $kind::controller(&ctx),
-                $kind::reconcile,
-                ctx.clone(),
-                shutdown.clone(),
-            )
-        };
+        ($kind:ident) => {{
+            let c = $kind::controller(&ctx);
+            drive(c, $kind::reconcile, ctx.clone(), shutdown.clone())
+        }};
     }
-    tokio::join!(
-        switch::forget_deleted(ctx.clone(), shutdown.clone()),
+    let controllers = futures::future::join5(
         drive!(switch),
         drive!(program),
         drive!(virtual_switch),
         drive!(entry_set),
         drive!(extern_policy),
     );
+    let forget = switch::forget_deleted(ctx.clone(), shutdown.clone());
+    let caches = ctx.caches.run(
+        ctx.client.clone(),
+        ctx.config.watch_namespace.as_deref(),
+        shutdown.clone(),
+    );
+    tokio::join!(caches, forget, controllers);
 }
 
 /// The update-status stage of every controller: settles `new` against the

@@ -14,7 +14,7 @@ use p4fleet_crds::condition_types::{RESOLVED_REFS, VALID};
 use p4fleet_crds::{Condition, P4Program, P4ProgramSpec, P4ProgramStatus, TableInfo};
 use p4fleet_model::p4info as model_p4info;
 
-use super::{Error, namespace, primary, scoped_api, update_status, watch_related};
+use super::{Error, namespace, scoped_api, update_status, watch_related};
 use crate::artifacts::{self, P4InfoError, Resolved};
 use crate::context::Context;
 use crate::status::{EventNote, ready_from};
@@ -25,7 +25,7 @@ pub fn controller(ctx: &Context) -> Controller<P4Program> {
         p.namespace() == cm.namespace()
             && artifacts::referenced_config_maps(&p.spec).contains(&cm.name_any())
     };
-    watch_related(primary(ctx), scoped_api(ctx), uses)
+    watch_related(ctx.caches.programs.controller(), scoped_api(ctx), uses)
 }
 
 /// A table of the model's P4Info summary as status lists it.

@@ -16,7 +16,7 @@ use p4fleet_crds::{
     SwitchTarget, VirtualSwitch,
 };
 
-use super::{Error, object_key, update_status, watcher_config};
+use super::{Error, object_key, update_status};
 use crate::context::Context;
 use crate::metrics::SwitchLabel;
 use crate::reads::Reads;
@@ -30,12 +30,11 @@ const UNREACHABLE_RETRY: Duration = Duration::from_secs(10);
 /// Watches Switches, the VirtualSwitches placed on them (slot usage) and
 /// their devices (a lost device is Reachable=False at once).
 pub fn controller(ctx: &Context) -> Controller<Switch> {
-    let c = Controller::new(ctx.all::<Switch>(), watcher_config());
+    let c = ctx.caches.switches.controller();
     let c = super::on_device_changes(c, ctx, |sw: &Switch, name| sw.name_any() == name);
-    c.watches(
-        super::scoped_api::<VirtualSwitch>(ctx),
-        watcher_config(),
-        |vs: VirtualSwitch| {
+    c.watches_shared_stream(
+        ctx.caches.virtual_switches.touched(),
+        |vs: Arc<VirtualSwitch>| {
             let mut names: Vec<String> = Vec::new();
             if let Some(s) = vs.status.as_ref().and_then(|s| s.switch.clone()) {
                 names.push(s);
@@ -202,29 +201,31 @@ async fn probe_async_externs(sw: &Switch) -> bool {
 
 /// Closes the connection (and its background tasks) and removes the metric
 /// series of every Switch that is deleted, including Switches deleted while
-/// the watch was down (not in a relist). Runs until `shutdown`.
-pub async fn forget_deleted(ctx: Arc<Context>, shutdown: super::Shutdown) {
+/// the watch was down (gone from the cache after a relist). Reads the
+/// Switch cache's feed, subscribed now (before the caches start); runs
+/// until `shutdown`.
+pub fn forget_deleted(
+    ctx: Arc<Context>,
+    shutdown: super::Shutdown,
+) -> impl std::future::Future<Output = ()> + Send {
+    use crate::cache::Seen;
     use futures::StreamExt;
-    use kube::runtime::{WatchStreamExt, watcher};
-    let events = watcher(ctx.all::<Switch>(), watcher::Config::default()).default_backoff();
-    let mut events = std::pin::pin!(events.take_until(shutdown));
-    let mut listed = std::collections::HashSet::new();
-    while let Some(ev) = events.next().await {
-        match ev {
-            Ok(watcher::Event::Delete(sw)) => forget(&ctx, &sw.name_any()),
-            Ok(watcher::Event::Init) => listed.clear(),
-            Ok(watcher::Event::InitApply(sw)) => {
-                listed.insert(sw.name_any());
-            }
-            Ok(watcher::Event::InitDone) => {
-                for name in ctx.devices.names() {
-                    if !listed.contains(&name) {
-                        forget(&ctx, &name);
+    let events = ctx.caches.switches.events().take_until(shutdown);
+    async move {
+        let mut events = std::pin::pin!(events);
+        while let Some(seen) = events.next().await {
+            match seen {
+                Seen::Deleted(sw) => forget(&ctx, &sw.name_any()),
+                Seen::Relisted => {
+                    let store = ctx.caches.switches.store();
+                    for name in ctx.devices.names() {
+                        if store.get(&ObjectRef::new(&name)).is_none() {
+                            forget(&ctx, &name);
+                        }
                     }
                 }
+                Seen::Applied(_) => {}
             }
-            Ok(watcher::Event::Apply(_)) => {}
-            Err(e) => tracing::warn!(error = %e, "watching Switch deletions"),
         }
     }
 }

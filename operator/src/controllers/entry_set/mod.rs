@@ -42,7 +42,7 @@ use p4fleet_crds::{TableEntrySet, VirtualSwitch};
 
 use super::{
     Error, finalized, namespace, object_key, on_device_changes, primary, scoped_api, update_status,
-    watch_related, watcher_config,
+    watcher_config,
 };
 use crate::context::Context;
 use crate::entry_sources;
@@ -86,7 +86,7 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
             .map(|s| ObjectRef::from_obj(s.as_ref()))
             .collect::<Vec<_>>()
     });
-    let c = watch_related(c, scoped_api(ctx), fills);
+    let c = ctx.caches.virtual_switches.watched_by(c, fills);
     // A device lost, back (maybe empty) or given its pipeline again. A set
     // whose cached status names no target yet (never synced, or the first
     // sync's status not yet seen by the cache) may run there too.
@@ -140,8 +140,11 @@ async fn sync(
     let refs = dereference::dereference(&ctx.reads, &ctx.entry_sources, &ns, set).await?;
     let desired =
         parse::per_target(&ctx.entry_sources, &me, set, &refs.targets, &refs.sources).await;
-    let mut planned = Vec::with_capacity(refs.targets.len());
-    for (i, target) in refs.targets.iter().enumerate() {
+    // Targets in parallel, at most `syncs_per_device` per device over all
+    // sets (`crate::limits`): a slow device delays only its own targets.
+    let parallel = ctx.config.limits.targets_per_set;
+    let switch_of = |t: &dereference::Target| t.switch.name_any();
+    let jobs = refs.targets.iter().enumerate().map(|(i, target)| {
         let job = apply::Job {
             set,
             set_key: &me,
@@ -149,20 +152,17 @@ async fn sync(
             desired: desired.of(i),
             deletes: refs.sources_complete(),
         };
-        planned.push(apply::plan_target(ctx, job).await);
-    }
+        (switch_of(target), apply::plan_target(ctx, job))
+    });
+    let planned = ctx.permits.each(parallel, jobs).await;
     let updates: usize = planned.iter().flatten().map(apply::Planned::writes).sum();
     if updates > 0 {
         let syncing = status::Pending::Syncing { updates };
         mark(ctx, api, set, &mut written, syncing).await?;
     }
-    let mut outcomes = Vec::with_capacity(planned.len());
-    for p in planned {
-        outcomes.push(match p {
-            Ok(p) => apply::write_target(ctx, p).await,
-            Err(outcome) => outcome,
-        });
-    }
+    let writes = refs.targets.iter().map(switch_of).zip(planned);
+    let writes = writes.map(|(switch, p)| (switch, write_planned(ctx, p)));
+    let outcomes = ctx.permits.each(parallel, writes).await;
     let set = written.as_ref().unwrap_or(set);
     let report = status::report(&status::Input {
         set,
@@ -180,6 +180,17 @@ async fn sync(
         ctx.events.publish(set, ev).await;
     }
     Ok(report.action)
+}
+
+/// Writes a planned target; one that could not be planned is its outcome.
+async fn write_planned(
+    ctx: &Context,
+    p: Result<apply::Planned<'_>, apply::Outcome>,
+) -> apply::Outcome {
+    match p {
+        Ok(p) => apply::write_target(ctx, p).await,
+        Err(outcome) => outcome,
+    }
 }
 
 /// Writes the status [`status::pending`] gives (if any) and keeps the set

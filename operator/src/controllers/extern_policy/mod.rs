@@ -28,7 +28,7 @@ use p4fleet_crds::{
     SwitchTarget, VirtualSwitch,
 };
 
-use super::{Error, finalized, namespace, primary, scoped_api, update_status, watch_related};
+use super::{Error, finalized, namespace, primary, update_status};
 use crate::context::Context;
 use crate::reads::Reads;
 use crate::status::ready_from;
@@ -50,7 +50,7 @@ pub fn controller(ctx: &Context) -> Controller<AsyncExternPolicy> {
     let names = |p: &AsyncExternPolicy, vs: &VirtualSwitch| {
         p.namespace() == vs.namespace() && p.spec.virtual_switch_ref == vs.name_any()
     };
-    watch_related(primary(ctx), scoped_api(ctx), names)
+    ctx.caches.virtual_switches.watched_by(primary(ctx), names)
 }
 
 /// What the policy's references resolved to.

@@ -5,15 +5,43 @@
 //! slot cannot both win; the loser gets 409 Conflict, reads again and
 //! places again. No state is kept in memory, so this holds across
 //! replicas and restarts.
+//!
+//! Switches are read from the shared cache ([`crate::cache`]), which may
+//! lag: a write based on a stale Switch fails its precondition, and the
+//! next attempt first waits for the cache to show a newer version.
 
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use p4fleet_crds::{SLOT_CLAIMS_ANNOTATION, SlotClaim, Switch};
 
 use super::placement::{Candidate, PlacementError, Request, place};
+use crate::cache::Cache;
 
 /// How many times a claim is retried after losing a race (409).
 const ATTEMPTS: usize = 32;
+/// How long a retry waits for the cache to show the Switch that won.
+const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The cached Switches, in LIST order.
+fn cached(cache: &Cache<Switch>) -> Vec<Switch> {
+    let mut switches: Vec<Switch> = cache
+        .store()
+        .state()
+        .iter()
+        .map(|s| Switch::clone(s))
+        .collect();
+    switches.sort_by_key(|s| s.name_any());
+    switches
+}
+
+/// After a lost write on `sw`: waits until the cache has moved past it.
+async fn catch_up(cache: &Cache<Switch>, sw: &Switch) {
+    let rv = sw.resource_version().unwrap_or_default();
+    let obj_ref = kube::runtime::reflector::ObjectRef::from_obj(sw);
+    if !cache.newer_than(&obj_ref, &rv, CATCH_UP).await {
+        tracing::debug!(switch = %sw.name_any(), "cache did not move after a conflict");
+    }
+}
 
 /// The claims recorded on a Switch. A malformed annotation counts as no
 /// claims only when absent; otherwise it is an error, since ignoring it
@@ -87,10 +115,11 @@ pub struct Held {
 /// writer got there first.
 pub async fn claim(
     api: &Api<Switch>,
+    cache: &Cache<Switch>,
     req: &Request,
 ) -> Result<Result<Held, PlacementError>, ClaimError> {
     for _ in 0..ATTEMPTS {
-        let switches = api.list(&Default::default()).await?.items;
+        let switches = cached(cache);
         let mut candidates = Vec::with_capacity(switches.len());
         for sw in &switches {
             candidates.push(Candidate::of(sw, read(sw)?));
@@ -103,6 +132,7 @@ pub async fn claim(
             let sw = switches.iter().find(|s| s.name_any() == held.name);
             if let Some(sw) = sw {
                 write(api, sw, &with_claim(&held.claims, &req.me, None)).await?;
+                catch_up(cache, sw).await;
             }
             continue;
         }
@@ -145,15 +175,20 @@ pub async fn claim(
                 claim: mine,
             }));
         }
+        catch_up(cache, sw).await;
     }
     Err(ClaimError::Contended(req.me.clone()))
 }
 
 /// Removes `me`'s claims from every Switch. Returns the claims it held.
-pub async fn release(api: &Api<Switch>, me: &str) -> Result<Vec<(String, SlotClaim)>, ClaimError> {
+pub async fn release(
+    api: &Api<Switch>,
+    cache: &Cache<Switch>,
+    me: &str,
+) -> Result<Vec<(String, SlotClaim)>, ClaimError> {
     let mut released = Vec::new();
     for _ in 0..ATTEMPTS {
-        let switches = api.list(&Default::default()).await?.items;
+        let switches = cached(cache);
         let mut pending = false;
         for sw in &switches {
             let claims = read(sw)?;
@@ -163,6 +198,7 @@ pub async fn release(api: &Api<Switch>, me: &str) -> Result<Vec<(String, SlotCla
             if write(api, sw, &with_claim(&claims, me, None)).await? {
                 released.push((sw.name_any(), mine));
             } else {
+                catch_up(cache, sw).await;
                 pending = true;
             }
         }

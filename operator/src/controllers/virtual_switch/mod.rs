@@ -27,10 +27,7 @@ use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Api, ResourceExt};
 use p4fleet_crds::{P4Program, Switch, SwitchTarget, VirtualSwitch};
 
-use super::{
-    Error, finalized, namespace, object_key, on_device_changes, primary, scoped_api, update_status,
-    watch_related,
-};
+use super::{Error, finalized, namespace, object_key, on_device_changes, update_status};
 use crate::context::Context;
 use crate::reads::Reads;
 use crate::status::now_rfc3339;
@@ -56,8 +53,11 @@ pub fn controller(ctx: &Context) -> Controller<VirtualSwitch> {
                 .as_ref()
                 .is_some_and(|s| s.matches(sw.labels()))
     };
-    let c = watch_related(primary(ctx), scoped_api(ctx), runs);
-    let c = watch_related(c, ctx.all(), runs_on);
+    let c = ctx
+        .caches
+        .programs
+        .watched_by(ctx.caches.virtual_switches.controller(), runs);
+    let c = ctx.caches.switches.watched_by(c, runs_on);
     // A device that went away or came back (maybe empty, maybe running
     // another pipeline): check and re-push now.
     on_device_changes(c, ctx, |v: &VirtualSwitch, switch| {
@@ -94,7 +94,7 @@ async fn apply(
         .map(|p| pipeline::fpga_resources(&p))
         .unwrap_or_default();
     let req = Request::new(&me, &obj.spec, resources);
-    let held = match claims::claim(&ctx.all(), &req).await {
+    let held = match claims::claim(&ctx.all(), &ctx.caches.switches, &req).await {
         Ok(h) => h,
         Err(claims::ClaimError::Kube(e)) => return Err(e.into()),
         Err(e) => Err(PlacementError::ClaimFailed(e.to_string())),
@@ -121,7 +121,7 @@ async fn apply(
 async fn cleanup(ctx: &Context, obj: &VirtualSwitch) -> Result<Action, Error> {
     let me = object_key(obj);
     let api: Api<Switch> = ctx.all();
-    for sw in api.list(&Default::default()).await?.items {
+    for sw in ctx.reads.switches().await? {
         if sw.spec.target != SwitchTarget::Fpga {
             continue;
         }
@@ -136,7 +136,7 @@ async fn cleanup(ctx: &Context, obj: &VirtualSwitch) -> Result<Action, Error> {
             }
         }
     }
-    match claims::release(&api, &me).await {
+    match claims::release(&api, &ctx.caches.switches, &me).await {
         Ok(_) => Ok(Action::await_change()),
         Err(claims::ClaimError::Kube(e)) => Err(e.into()),
         Err(e) => {

@@ -1,0 +1,405 @@
+//! Reflector caches of the kinds reconcilers read: Switches,
+//! VirtualSwitches and P4Programs. One watch per kind feeds one
+//! [`Store`]; every controller that triggers on that kind subscribes to the
+//! same feed ([`Cache::controller`], [`Cache::watched_by`]) and
+//! [`crate::reads::ApiReads`] answers lookups from the stores, so no
+//! reconcile LISTs or GETs these kinds.
+//!
+//! A store lags the API server by the watch's latency. Decisions that need
+//! the current object write with its resourceVersion as a precondition
+//! (slot claims) and, after a 409, wait for the store to catch up
+//! ([`Cache::newer_than`]) before they read again: a stale read costs a
+//! retry, never a wrong write.
+//!
+//! `switch::forget_deleted` reads the same feed ([`Cache::events`]) for
+//! deletions, so each kind is watched once.
+//!
+//! kube-runtime's own shared streams (`store_shared`) dispatch only
+//! applied objects and apply back-pressure from the slowest subscriber; this
+//! feed is a broadcast channel instead: related watches also see deletions,
+//! and a subscriber that lags behind gets every cached object again rather
+//! than stalling the watch.
+
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use p4fleet_crds::{P4Program, Switch, VirtualSwitch};
+use serde::de::DeserializeOwned;
+use tokio::sync::{broadcast, watch};
+use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+
+use crate::controllers::{Shutdown, watcher_config};
+
+/// Events buffered per subscriber before it counts as lagged.
+const FEED: usize = 4096;
+
+/// What the watch saw, as the feed passes it on.
+#[derive(Clone)]
+pub enum Seen<K> {
+    Applied(Arc<K>),
+    Deleted(Arc<K>),
+    /// A (re)list finished: every cached object may have changed.
+    Relisted,
+}
+
+/// One kind's store and the feed of its watch.
+pub struct Cache<K: Resource<DynamicType = ()> + Clone + 'static> {
+    store: Store<K>,
+    /// Taken by [`Cache::run`] (one watch per cache).
+    writer: Mutex<Option<Writer<K>>>,
+    feed: broadcast::Sender<Seen<K>>,
+    /// True once the first list is in the store.
+    ready: watch::Sender<bool>,
+}
+
+impl<K> Default for Cache<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    fn default() -> Self {
+        let (store, writer) = reflector::store();
+        Cache {
+            store,
+            writer: Mutex::new(Some(writer)),
+            feed: broadcast::Sender::new(FEED),
+            ready: watch::Sender::new(false),
+        }
+    }
+}
+
+impl<K> Cache<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// The store (a cheap handle; reads never hit the API server).
+    pub fn store(&self) -> Store<K> {
+        self.store.clone()
+    }
+
+    /// Watches `api` into the store and the feed until `shutdown`. Runs
+    /// once per cache: a second call returns at once.
+    pub async fn run(&self, api: Api<K>, shutdown: Shutdown) {
+        let taken = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(mut writer) = taken else { return };
+        let kind = K::kind(&());
+        let events = watcher(api, watcher_config()).default_backoff();
+        let mut events = std::pin::pin!(events.take_until(shutdown));
+        while let Some(ev) = events.next().await {
+            let ev = match ev {
+                Ok(ev) => ev,
+                Err(e) => {
+                    tracing::warn!(%kind, error = %e, "cache watch");
+                    continue;
+                }
+            };
+            writer.apply_watcher_event(&ev);
+            // Send errors only mean that no one subscribes yet.
+            let _ = match ev {
+                watcher::Event::Apply(obj) => {
+                    let cached = self.store.get(&ObjectRef::from_obj(&obj));
+                    self.feed
+                        .send(Seen::Applied(cached.unwrap_or_else(|| Arc::new(obj))))
+                }
+                watcher::Event::Delete(obj) => self.feed.send(Seen::Deleted(Arc::new(obj))),
+                watcher::Event::InitDone => {
+                    if !*self.ready.borrow() {
+                        tracing::info!(%kind, objects = self.store.state().len(), "cache synced");
+                    }
+                    self.ready.send_replace(true);
+                    self.feed.send(Seen::Relisted)
+                }
+                watcher::Event::Init | watcher::Event::InitApply(_) => Ok(0),
+            };
+        }
+    }
+
+    /// Resolves once the first list is in the store (at once after that).
+    pub async fn ready(&self) {
+        let mut rx = self.ready.subscribe();
+        // Err: the sender is gone, which cannot happen while `self` lives.
+        let _ = rx.wait_for(|r| *r).await;
+    }
+
+    /// Objects as they are applied, and all of them after a relist or a
+    /// lag: the trigger of a controller whose primary kind this is.
+    pub fn applied(&self) -> impl Stream<Item = Arc<K>> + Send + use<K> {
+        self.subscribe(false)
+    }
+
+    /// Like [`Cache::applied`], plus deleted objects: the trigger of a
+    /// controller that watches this kind as a related one.
+    pub fn touched(&self) -> impl Stream<Item = Arc<K>> + Send + use<K> {
+        self.subscribe(true)
+    }
+
+    /// The feed itself; a subscriber that lags gets [`Seen::Relisted`]
+    /// (compare with the store: deletions may have been missed).
+    pub fn events(&self) -> impl Stream<Item = Seen<K>> + Send + use<K> {
+        BroadcastStream::new(self.feed.subscribe()).map(|seen| match seen {
+            Ok(seen) => seen,
+            Err(BroadcastStreamRecvError::Lagged(_)) => Seen::Relisted,
+        })
+    }
+
+    fn subscribe(&self, deletes: bool) -> impl Stream<Item = Arc<K>> + Send + use<K> {
+        let store = self.store.clone();
+        BroadcastStream::new(self.feed.subscribe()).flat_map(move |seen| {
+            let objs = match seen {
+                Ok(Seen::Applied(obj)) => vec![obj],
+                Ok(Seen::Deleted(obj)) if deletes => vec![obj],
+                Ok(Seen::Deleted(_)) => Vec::new(),
+                Ok(Seen::Relisted) | Err(BroadcastStreamRecvError::Lagged(_)) => store.state(),
+            };
+            futures::stream::iter(objs)
+        })
+    }
+
+    /// A controller of this kind, triggered by this cache's feed and
+    /// reading its store (no watch of its own).
+    pub fn controller(&self) -> Controller<K> {
+        Controller::for_shared_stream(self.applied(), self.store())
+    }
+
+    /// Adds this kind to `c` as a related kind: when an object changes or
+    /// goes, the objects of `c`'s store that `refers(obj, related)` says
+    /// depend on it are reconciled.
+    pub fn watched_by<P>(
+        &self,
+        c: Controller<P>,
+        refers: impl Fn(&P, &K) -> bool + Send + Sync + 'static,
+    ) -> Controller<P>
+    where
+        P: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let store = c.store();
+        c.watches_shared_stream(self.touched(), move |related: Arc<K>| {
+            store
+                .state()
+                .into_iter()
+                .filter(|obj| refers(obj, &related))
+                .map(|obj| ObjectRef::from_obj(obj.as_ref()))
+                .collect::<Vec<_>>()
+        })
+    }
+
+    /// Waits (up to `timeout`) until the cached `obj_ref` is no longer at
+    /// resourceVersion `stale` (changed or gone). False on timeout.
+    pub async fn newer_than(&self, obj_ref: &ObjectRef<K>, stale: &str, timeout: Duration) -> bool {
+        let moved = || {
+            self.store
+                .get(obj_ref)
+                .is_none_or(|o| o.resource_version().as_deref() != Some(stale))
+        };
+        let poll = async {
+            while !moved() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(timeout, poll).await.is_ok()
+    }
+}
+
+/// The caches of every kind reconcilers read (ConfigMaps are read by GET;
+/// see [`crate::reads`]).
+#[derive(Default)]
+pub struct Caches {
+    pub switches: Cache<Switch>,
+    pub virtual_switches: Cache<VirtualSwitch>,
+    pub programs: Cache<P4Program>,
+}
+
+impl Caches {
+    /// Runs the three watches until `shutdown`: Switches cluster-wide,
+    /// the namespaced kinds in `watch_namespace` (all when None).
+    pub async fn run(
+        &self,
+        client: kube::Client,
+        watch_namespace: Option<&str>,
+        shutdown: Shutdown,
+    ) {
+        let vss = match watch_namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        let programs = match watch_namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        tokio::join!(
+            self.switches
+                .run(Api::all(client.clone()), shutdown.clone()),
+            self.virtual_switches.run(vss, shutdown.clone()),
+            self.programs.run(programs, shutdown.clone()),
+        );
+    }
+
+    /// Resolves once every cache holds its first list.
+    pub async fn ready(&self) {
+        tokio::join!(
+            self.switches.ready(),
+            self.virtual_switches.ready(),
+            self.programs.ready()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use p4fleet_crds::SwitchSpec;
+
+    fn switch(name: &str, rv: &str) -> Switch {
+        let spec: SwitchSpec =
+            serde_json::from_value(serde_json::json!({"target": "Bmv2", "endpoint": "h:1"}))
+                .unwrap();
+        let mut sw = Switch::new(name, spec);
+        sw.metadata.resource_version = Some(rv.into());
+        sw
+    }
+
+    /// Feeds `events` through the cache's writer as its watch would.
+    fn feed(cache: &Cache<Switch>, events: Vec<watcher::Event<Switch>>) {
+        let mut w = cache.writer.lock().unwrap().take().unwrap();
+        for ev in events {
+            w.apply_watcher_event(&ev);
+            let _ = match ev {
+                watcher::Event::Apply(o) => cache.feed.send(Seen::Applied(Arc::new(o))),
+                watcher::Event::Delete(o) => cache.feed.send(Seen::Deleted(Arc::new(o))),
+                watcher::Event::InitDone => cache.feed.send(Seen::Relisted),
+                _ => Ok(0),
+            };
+        }
+        *cache.writer.lock().unwrap() = Some(w);
+    }
+
+    fn names(objs: Vec<Arc<Switch>>) -> Vec<String> {
+        let mut n: Vec<String> = objs.iter().map(|o| o.name_any()).collect();
+        n.sort();
+        n
+    }
+
+    #[tokio::test]
+    async fn related_watches_see_deletions_primaries_do_not() {
+        let cache = Cache::<Switch>::default();
+        let applied = cache.applied();
+        let touched = cache.touched();
+        feed(
+            &cache,
+            vec![
+                watcher::Event::Init,
+                watcher::Event::InitApply(switch("a", "1")),
+                watcher::Event::InitApply(switch("b", "1")),
+                watcher::Event::InitDone,
+                watcher::Event::Apply(switch("a", "2")),
+                watcher::Event::Delete(switch("b", "1")),
+            ],
+        );
+        let take = |s: std::pin::Pin<Box<dyn Stream<Item = Arc<Switch>> + Send>>, n| async move {
+            s.take(n).collect::<Vec<_>>().await
+        };
+        // The relist emits the store as it is when the subscriber reads it.
+        let a = take(Box::pin(applied), 2).await;
+        assert_eq!(names(a), vec!["a", "a"]);
+        let t = take(Box::pin(touched), 3).await;
+        assert_eq!(names(t), vec!["a", "a", "b"]);
+    }
+
+    #[tokio::test]
+    async fn the_raw_feed_turns_a_lag_into_a_relist() {
+        let cache = Cache::<Switch>::default();
+        let events = cache.events();
+        let applies = (0..FEED + 1).map(|i| watcher::Event::Apply(switch("a", &i.to_string())));
+        feed(&cache, applies.collect());
+        let first = Box::pin(events).next().await;
+        assert!(matches!(first, Some(Seen::Relisted)));
+    }
+
+    #[tokio::test]
+    async fn a_lagging_subscriber_gets_everything_again() {
+        let cache = Cache::<Switch>::default();
+        let applied = cache.applied();
+        let mut events = vec![watcher::Event::Init];
+        events.extend((0..3).map(|i| watcher::Event::InitApply(switch(&format!("s{i}"), "1"))));
+        events.push(watcher::Event::InitDone);
+        events.extend((0..FEED + 1).map(|i| watcher::Event::Apply(switch("s0", &i.to_string()))));
+        feed(&cache, events);
+        let first: Vec<_> = Box::pin(applied).take(3).collect().await;
+        assert_eq!(names(first), vec!["s0", "s1", "s2"]);
+    }
+
+    /// Reconcilers read through `Reads` (the caches) only: a LIST or a
+    /// GET of an `Api` under `controllers/` fails this scan. ConfigMaps are
+    /// read by `ApiReads` in reads.rs, outside it.
+    #[test]
+    fn controllers_do_not_read_the_api() {
+        fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for e in std::fs::read_dir(dir).unwrap() {
+                let path = e.unwrap().path();
+                if path.is_dir() {
+                    rust_files(&path, out);
+                } else if path.extension().is_some_and(|x| x == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/controllers");
+        let mut files = Vec::new();
+        rust_files(&root, &mut files);
+        assert!(files.len() > 10, "scanned {}", root.display());
+        let forbidden = [
+            ".list(",
+            ".get_opt(",
+            "list_metadata(",
+            "get_metadata(",
+            "watch(",
+        ];
+        let mut found = Vec::new();
+        for f in &files {
+            let text = std::fs::read_to_string(f).unwrap();
+            for (i, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                for pat in forbidden {
+                    if code.contains(pat) {
+                        found.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+                    }
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "API reads in controllers:\n{}",
+            found.join("\n")
+        );
+    }
+
+    #[tokio::test]
+    async fn newer_than_waits_for_the_store_to_move() {
+        let cache = Cache::<Switch>::default();
+        feed(
+            &cache,
+            vec![
+                watcher::Event::Init,
+                watcher::Event::InitApply(switch("a", "5")),
+                watcher::Event::InitDone,
+            ],
+        );
+        let a = ObjectRef::new("a");
+        let short = Duration::from_millis(50);
+        assert!(!cache.newer_than(&a, "5", short).await, "still at 5");
+        assert!(cache.newer_than(&a, "4", short).await, "already past 4");
+        feed(&cache, vec![watcher::Event::Apply(switch("a", "6"))]);
+        assert!(cache.newer_than(&a, "5", short).await);
+        feed(&cache, vec![watcher::Event::Delete(switch("a", "6"))]);
+        assert!(
+            cache.newer_than(&a, "6", short).await,
+            "gone counts as moved"
+        );
+    }
+}
