@@ -36,6 +36,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
 use crate::channel::{self, MAX_MESSAGE};
+use crate::observe::{Observe, WriteObserver};
 use crate::pipeline::{self, UpdateErrors};
 use crate::raw::{self, BFRT_WRITE};
 use crate::session::{self, Sessions};
@@ -115,6 +116,8 @@ pub struct BfrtDevice {
     raw: tonic::client::Grpc<Channel>,
     sessions: Sessions<Subscription>,
     loaded: Mutex<HashMap<u64, Arc<Mutex<Loaded>>>>,
+    /// Hears of every Write RPC ([`crate::Device::with_write_observer`]).
+    pub(crate) observer: Option<WriteObserver>,
 }
 
 impl BfrtDevice {
@@ -138,6 +141,7 @@ impl BfrtDevice {
             client,
             raw,
             loaded: Mutex::new(HashMap::new()),
+            observer: None,
         })
     }
 
@@ -358,7 +362,20 @@ impl BfrtDevice {
                     .map(|_| UpdateErrors::new())
             }
         };
-        pipeline::write_pipelined(sendable, opts, &mut report, send, decode_update_errors).await;
+        let observe = Observe {
+            observer: self.observer.as_ref(),
+            device_id,
+            ops,
+        };
+        pipeline::write_pipelined(
+            sendable,
+            opts,
+            &mut report,
+            send,
+            decode_update_errors,
+            observe,
+        )
+        .await;
         Ok(report)
     }
 

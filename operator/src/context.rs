@@ -75,6 +75,8 @@ impl Context {
                 instance: config.instance.clone(),
             },
         );
+        let m = metrics.clone();
+        devices.observe_writes(Arc::new(move |switch, rpc| m.write_rpc(switch, rpc)));
         Arc::new(Context {
             reads: ApiReads::new(client.clone(), config.watch_namespace.clone()),
             client,

@@ -7,7 +7,7 @@
 //! read the cluster through), `artifacts` (P4Program sources, P4Info,
 //! digest), `devices` (one client connection per Switch), `convert` (CRD
 //! enums in the model's and client's terms), plus the runtime pieces
-//! (`context`, `status`, `metrics`, `http`, `telemetry`, `leader`, `cli`),
+//! (`context`, `status`, `metrics`, `process_metrics`, `http`, `telemetry`, `leader`, `cli`),
 //! `fencing` (the device identity a leader's term gives it) and
 //! `entries_cli` (the offline `p4fleet entries` tools).
 
@@ -22,6 +22,7 @@ pub mod fencing;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod process_metrics;
 pub mod reads;
 pub mod status;
 pub mod telemetry;

@@ -68,6 +68,9 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every [`Error::metric_label`] (their series start at zero).
+    pub const METRIC_LABELS: &[&str] = &["kube", "invalid_object", "finalizer", "device"];
+
     /// Short label for the `reconcile_errors` metric.
     pub fn metric_label(&self) -> &'static str {
         match self {
@@ -229,6 +232,7 @@ pub async fn drive<K, F, Fut>(
 {
     let kind = K::kind(&()).to_string();
     ctx.readiness.register(&kind);
+    ctx.metrics.kind_known(&kind, Error::METRIC_LABELS);
     let store = controller.store();
     let readiness = ctx.readiness.clone();
     let synced_kind = kind.clone();

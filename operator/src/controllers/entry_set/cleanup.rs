@@ -74,6 +74,7 @@ pub async fn cleanup(ctx: &Context, set: &TableEntrySet) -> Result<Action, Error
     }
     ctx.sync_memory.forget_set(&me, failures.is_empty());
     if failures.is_empty() {
+        ctx.metrics.forget_entry_set(&ns, &set.name_any());
         tracing::info!(set = %me, removed, "removed entries of deleted set");
         return Ok(Action::await_change());
     }
@@ -85,6 +86,7 @@ pub async fn cleanup(ctx: &Context, set: &TableEntrySet) -> Result<Action, Error
         );
         let ev = EventNote::warning("CleanupAbandoned", "Delete", note);
         ctx.events.publish(set, &ev).await;
+        ctx.metrics.forget_entry_set(&ns, &set.name_any());
         return Ok(Action::await_change());
     }
     Err(Error::EntriesNotRemoved(failures))

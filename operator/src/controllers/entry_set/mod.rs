@@ -156,6 +156,8 @@ async fn sync(
     });
     let mut new = report.status;
     update_status(ctx, api, set, &mut new).await?;
+    ctx.metrics
+        .entry_set(&namespace(set)?, &set.name_any(), &new);
     ctx.sync_memory
         .remember_written(&me, &start_version, new.clone());
     for ev in &report.events {
