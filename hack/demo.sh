@@ -36,9 +36,13 @@ crds() {
 }
 
 samples() {
-  say "samples into namespace $DEMO_NS"
+  # The samples describe real hardware (DNS names and addresses this
+  # machine does not have): created, they could only report Unreachable
+  # and its Warnings. The API server checks them against the CRDs instead;
+  # the emulated step below creates working objects of every kind.
+  say "samples checked by the API server (server-side dry run, namespace $DEMO_NS)"
   kubectl create namespace "$DEMO_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-  kubectl apply --server-side --force-conflicts --field-manager=p4fleet-demo \
+  kubectl apply --server-side --force-conflicts --field-manager=p4fleet-demo --dry-run=server \
     -n "$DEMO_NS" -f "$REPO/config/samples/"
 }
 
@@ -70,6 +74,15 @@ operator() {
 show() {
   say "p4fleet resources"
   kubectl get "$KINDS" -A -o wide
+}
+
+warnings() {
+  # A fully successful demo publishes none: waiting and syncing are Normal
+  # Events, and each root cause is one Event (docs/troubleshooting.md).
+  say "Warning events"
+  local w
+  w="$(kubectl get events -A --field-selector type=Warning --no-headers 2>/dev/null || true)"
+  if [[ -z "$w" ]]; then echo "none"; else echo "$w"; fi
 }
 
 # --- emulated switches: the whole write path ---------------------------------
@@ -260,6 +273,7 @@ emulator
 operator
 emulated
 show
+warnings
 
 cat <<MSG
 

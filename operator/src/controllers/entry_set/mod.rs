@@ -39,7 +39,7 @@ use p4fleet_crds::{TableEntrySet, VirtualSwitch};
 
 use super::{
     Error, finalized, namespace, object_key, on_device_changes, primary, scoped_api, update_status,
-    watch_related,
+    update_status_noting, watch_related,
 };
 use crate::context::Context;
 use crate::status::now_rfc3339;
@@ -155,7 +155,7 @@ async fn sync(
         now: &now_rfc3339(),
     });
     let mut new = report.status;
-    update_status(ctx, api, set, &mut new).await?;
+    update_status_noting(ctx, api, set, &mut new, &report.events).await?;
     ctx.metrics
         .entry_set(&namespace(set)?, &set.name_any(), &new);
     ctx.sync_memory
