@@ -267,6 +267,50 @@ impl BfrtDevice {
         Ok(!loaded)
     }
 
+    /// Binds this client to a program the device already runs in `slot`
+    /// (named `p4_name`, or its only one), learning the table translation
+    /// from the device's bfrt.json and `p4info`: for a reader (such as
+    /// `p4fleet entries export`) that did not load the program. Returns
+    /// the program's name. The client id must differ from the writer's.
+    pub async fn attach(
+        &self,
+        slot: u32,
+        p4info: &P4Info,
+        p4_name: Option<&str>,
+    ) -> Result<String, Error> {
+        let device_id = self.target.device_id(slot);
+        let protocol = |reason: String| Error::Protocol { device_id, reason };
+        let current = self.get_config(device_id).await?;
+        let names: Vec<&str> = current.config.iter().map(|c| c.p4_name.as_str()).collect();
+        let config = match p4_name {
+            Some(n) => current.config.iter().find(|c| c.p4_name == n),
+            None if current.config.len() == 1 => current.config.first(),
+            None => None,
+        }
+        .ok_or_else(|| {
+            protocol(format!(
+                "the device runs programs [{}]; name one of them",
+                names.join(",")
+            ))
+        })?;
+        let tables = TableSchema::all_from_p4info(p4info).map_err(|e| protocol(e.to_string()))?;
+        let info = BfrtInfo::parse(&config.bfruntime_info).map_err(|e| protocol(e.to_string()))?;
+        let map = BfrtProgramMap::new(&tables, &info).map_err(|e| protocol(e.to_string()))?;
+        self.loaded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                device_id,
+                Arc::new(Mutex::new(Loaded {
+                    p4_name: config.p4_name.clone(),
+                    map: Arc::new(map),
+                    bound_on: None,
+                })),
+            );
+        self.bind(slot).await?;
+        Ok(config.p4_name.clone())
+    }
+
     /// The program set for `slot`, bound on the current subscription.
     async fn bound(&self, device_id: u64) -> Result<(String, Arc<BfrtProgramMap>), Error> {
         let loaded = self

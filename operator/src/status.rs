@@ -265,7 +265,9 @@ pub const DERIVED_REASONS: &[&str] =
 /// - When Ready turns True, the other conditions that turned True with it
 ///   are that same success: one Normal Event, Ready's.
 /// - A reason the stage reports itself (`notes`, e.g. `Synced` with the
-///   counts and rate) gets no second Event from its condition.
+///   counts and rate) gets no second Event from its condition, and a
+///   Ready turning True gets none when the stage reports the success
+///   (a Normal note: `Synced`, `PipelineLoaded`, `DigestChanged`).
 /// - [`DERIVED_REASONS`] get none when another condition changed too.
 /// - Warning only for a condition that is not True for a reason that is
 ///   not [`WAITING_REASONS`].
@@ -303,9 +305,16 @@ pub fn condition_events(
         }
     }
     let several = groups.len() > 1;
+    let success_noted = ready_now && notes.iter().any(|n| !n.warning);
     groups
         .into_iter()
         .filter(|(reason, _)| !notes.iter().any(|n| n.reason == *reason))
+        .filter(|(_, group)| {
+            !(success_noted
+                && group
+                    .iter()
+                    .any(|c| c.type_ == p4fleet_crds::condition_types::READY && c.is_true()))
+        })
         .filter(|(reason, _)| !(several && DERIVED_REASONS.contains(&reason.as_str())))
         .map(|(reason, group)| {
             // The cause speaks for the group; Ready only when alone (or
@@ -483,10 +492,19 @@ mod tests {
         assert!(evs[0].warning);
         assert_eq!(evs[0].reason, "VirtualSwitchNotFound");
 
-        // The stage's own Synced note replaces the condition's Event.
+        // The stage's own Synced note replaces the condition's Event, and
+        // the Ready that success brings.
         let synced = vec![with("Synced", Some(true), "Synced", "")];
         let note = EventNote::normal("Synced", "Write", "Synced 3 entries".into());
-        assert!(condition_events(&[], &synced, &[note]).is_empty());
+        assert!(condition_events(&[], &synced, std::slice::from_ref(&note)).is_empty());
+        let ready = vec![
+            with("Synced", Some(true), "Synced", ""),
+            with("Ready", Some(true), "Ready", "all entries applied"),
+        ];
+        assert!(condition_events(&[], &ready, &[note]).is_empty());
+        // A Warning note (EntriesFailed) is no success: Ready keeps its Event.
+        let warn = EventNote::warning("EntriesFailed", "Write", "1 failed".into());
+        assert_eq!(condition_events(&[], &ready, &[warn]).len(), 1);
     }
 
     #[test]
