@@ -107,6 +107,14 @@ struct Loaded {
     bound_on: Option<u64>,
 }
 
+/// The translation between `p4info`'s tables and a program's bfrt.json.
+fn program_map(device_id: u64, p4info: &P4Info, bfrt_json: &[u8]) -> Result<BfrtProgramMap, Error> {
+    let protocol = |reason: String| Error::Protocol { device_id, reason };
+    let tables = TableSchema::all_from_p4info(p4info).map_err(|e| protocol(e.to_string()))?;
+    let info = BfrtInfo::parse(bfrt_json).map_err(|e| protocol(e.to_string()))?;
+    BfrtProgramMap::new(&tables, &info).map_err(|e| protocol(e.to_string()))
+}
+
 /// A BFRT connection to one target.
 pub struct BfrtDevice {
     target: Target,
@@ -219,10 +227,7 @@ impl BfrtDevice {
         pipeline: &TofinoPipeline,
     ) -> Result<bool, Error> {
         let device_id = self.target.device_id(slot);
-        let protocol = |reason: String| Error::Protocol { device_id, reason };
-        let tables = TableSchema::all_from_p4info(p4info).map_err(|e| protocol(e.to_string()))?;
-        let info = BfrtInfo::parse(&pipeline.bfrt_json).map_err(|e| protocol(e.to_string()))?;
-        let map = BfrtProgramMap::new(&tables, &info).map_err(|e| protocol(e.to_string()))?;
+        let map = program_map(device_id, p4info, &pipeline.bfrt_json)?;
         let want = Sha256::digest(&pipeline.bfrt_json);
         let current = self.get_config(device_id).await?;
         let loaded = current
@@ -252,17 +257,7 @@ impl BfrtDevice {
                 .await
                 .map_err(|s| self.rpc_error("SetForwardingPipelineConfig", device_id, s))?;
         }
-        self.loaded
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                device_id,
-                Arc::new(Mutex::new(Loaded {
-                    p4_name: pipeline.p4_name.clone(),
-                    map: Arc::new(map),
-                    bound_on: None,
-                })),
-            );
+        self.remember(device_id, &pipeline.p4_name, map);
         self.bind(slot).await?;
         Ok(!loaded)
     }
@@ -293,22 +288,23 @@ impl BfrtDevice {
                 names.join(",")
             ))
         })?;
-        let tables = TableSchema::all_from_p4info(p4info).map_err(|e| protocol(e.to_string()))?;
-        let info = BfrtInfo::parse(&config.bfruntime_info).map_err(|e| protocol(e.to_string()))?;
-        let map = BfrtProgramMap::new(&tables, &info).map_err(|e| protocol(e.to_string()))?;
+        let map = program_map(device_id, p4info, &config.bfruntime_info)?;
+        self.remember(device_id, &config.p4_name, map);
+        self.bind(slot).await?;
+        Ok(config.p4_name.clone())
+    }
+
+    /// Keeps the program of `device_id` (not yet bound) for writes and reads.
+    fn remember(&self, device_id: u64, p4_name: &str, map: BfrtProgramMap) {
+        let loaded = Loaded {
+            p4_name: p4_name.to_string(),
+            map: Arc::new(map),
+            bound_on: None,
+        };
         self.loaded
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                device_id,
-                Arc::new(Mutex::new(Loaded {
-                    p4_name: config.p4_name.clone(),
-                    map: Arc::new(map),
-                    bound_on: None,
-                })),
-            );
-        self.bind(slot).await?;
-        Ok(config.p4_name.clone())
+            .insert(device_id, Arc::new(Mutex::new(loaded)));
     }
 
     /// The program set for `slot`, bound on the current subscription.
