@@ -36,6 +36,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
 use crate::channel::{self, MAX_MESSAGE};
+use crate::observe::{Observe, WriteObserver};
 use crate::pipeline::{self, UpdateErrors};
 use crate::raw::{self, BFRT_WRITE};
 use crate::session::{self, Sessions};
@@ -106,6 +107,14 @@ struct Loaded {
     bound_on: Option<u64>,
 }
 
+/// The translation between `p4info`'s tables and a program's bfrt.json.
+fn program_map(device_id: u64, p4info: &P4Info, bfrt_json: &[u8]) -> Result<BfrtProgramMap, Error> {
+    let protocol = |reason: String| Error::Protocol { device_id, reason };
+    let tables = TableSchema::all_from_p4info(p4info).map_err(|e| protocol(e.to_string()))?;
+    let info = BfrtInfo::parse(bfrt_json).map_err(|e| protocol(e.to_string()))?;
+    BfrtProgramMap::new(&tables, &info).map_err(|e| protocol(e.to_string()))
+}
+
 /// A BFRT connection to one target.
 pub struct BfrtDevice {
     target: Target,
@@ -115,6 +124,8 @@ pub struct BfrtDevice {
     raw: tonic::client::Grpc<Channel>,
     sessions: Sessions<Subscription>,
     loaded: Mutex<HashMap<u64, Arc<Mutex<Loaded>>>>,
+    /// Hears of every Write RPC ([`crate::Device::with_write_observer`]).
+    pub(crate) observer: Option<WriteObserver>,
 }
 
 impl BfrtDevice {
@@ -138,6 +149,7 @@ impl BfrtDevice {
             client,
             raw,
             loaded: Mutex::new(HashMap::new()),
+            observer: None,
         })
     }
 
@@ -215,10 +227,7 @@ impl BfrtDevice {
         pipeline: &TofinoPipeline,
     ) -> Result<bool, Error> {
         let device_id = self.target.device_id(slot);
-        let protocol = |reason: String| Error::Protocol { device_id, reason };
-        let tables = TableSchema::all_from_p4info(p4info).map_err(|e| protocol(e.to_string()))?;
-        let info = BfrtInfo::parse(&pipeline.bfrt_json).map_err(|e| protocol(e.to_string()))?;
-        let map = BfrtProgramMap::new(&tables, &info).map_err(|e| protocol(e.to_string()))?;
+        let map = program_map(device_id, p4info, &pipeline.bfrt_json)?;
         let want = Sha256::digest(&pipeline.bfrt_json);
         let current = self.get_config(device_id).await?;
         let loaded = current
@@ -248,19 +257,54 @@ impl BfrtDevice {
                 .await
                 .map_err(|s| self.rpc_error("SetForwardingPipelineConfig", device_id, s))?;
         }
+        self.remember(device_id, &pipeline.p4_name, map);
+        self.bind(slot).await?;
+        Ok(!loaded)
+    }
+
+    /// Binds this client to a program the device already runs in `slot`
+    /// (named `p4_name`, or its only one), learning the table translation
+    /// from the device's bfrt.json and `p4info`: for a reader (such as
+    /// `p4fleet entries export`) that did not load the program. Returns
+    /// the program's name. The client id must differ from the writer's.
+    pub async fn attach(
+        &self,
+        slot: u32,
+        p4info: &P4Info,
+        p4_name: Option<&str>,
+    ) -> Result<String, Error> {
+        let device_id = self.target.device_id(slot);
+        let protocol = |reason: String| Error::Protocol { device_id, reason };
+        let current = self.get_config(device_id).await?;
+        let names: Vec<&str> = current.config.iter().map(|c| c.p4_name.as_str()).collect();
+        let config = match p4_name {
+            Some(n) => current.config.iter().find(|c| c.p4_name == n),
+            None if current.config.len() == 1 => current.config.first(),
+            None => None,
+        }
+        .ok_or_else(|| {
+            protocol(format!(
+                "the device runs programs [{}]; name one of them",
+                names.join(",")
+            ))
+        })?;
+        let map = program_map(device_id, p4info, &config.bfruntime_info)?;
+        self.remember(device_id, &config.p4_name, map);
+        self.bind(slot).await?;
+        Ok(config.p4_name.clone())
+    }
+
+    /// Keeps the program of `device_id` (not yet bound) for writes and reads.
+    fn remember(&self, device_id: u64, p4_name: &str, map: BfrtProgramMap) {
+        let loaded = Loaded {
+            p4_name: p4_name.to_string(),
+            map: Arc::new(map),
+            bound_on: None,
+        };
         self.loaded
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                device_id,
-                Arc::new(Mutex::new(Loaded {
-                    p4_name: pipeline.p4_name.clone(),
-                    map: Arc::new(map),
-                    bound_on: None,
-                })),
-            );
-        self.bind(slot).await?;
-        Ok(!loaded)
+            .insert(device_id, Arc::new(Mutex::new(loaded)));
     }
 
     /// The program set for `slot`, bound on the current subscription.
@@ -358,7 +402,20 @@ impl BfrtDevice {
                     .map(|_| UpdateErrors::new())
             }
         };
-        pipeline::write_pipelined(sendable, opts, &mut report, send, decode_update_errors).await;
+        let observe = Observe {
+            observer: self.observer.as_ref(),
+            device_id,
+            ops,
+        };
+        pipeline::write_pipelined(
+            sendable,
+            opts,
+            &mut report,
+            send,
+            decode_update_errors,
+            observe,
+        )
+        .await;
         Ok(report)
     }
 

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use p4fleet_model::bulk::{self, BulkSchema};
-use p4fleet_model::entries::{Atomicity, WriteOp};
+use p4fleet_model::entries::Atomicity;
 use p4fleet_proto::bulk::{self as bk, bulk_write_client::BulkWriteClient};
 use p4fleet_proto::p4info::P4Info;
 use p4fleet_proto::p4runtime::{
@@ -26,6 +26,7 @@ use p4fleet_proto::p4runtime::{
 };
 use tonic::transport::Channel;
 
+use crate::observe::Observe;
 use crate::{WriteOptions, WriteReport, order, pipeline};
 
 /// Bulk state of one P4Runtime connection.
@@ -131,17 +132,16 @@ impl BulkState {
     /// Writes `ops` with BulkWrite when it applies (see the module docs)
     /// and returns true; false means nothing was sent and the caller takes
     /// the standard path.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn try_write(
         &self,
         p4: &P4RuntimeClient<Channel>,
         slot: u32,
-        device_id: u64,
         election_id: Uint128,
-        ops: &[WriteOp<'_>],
+        observe: Observe<'_>,
         opts: WriteOptions,
         report: &mut WriteReport,
     ) -> bool {
+        let (device_id, ops) = (observe.device_id, observe.ops);
         if !self.enabled() || opts.atomicity != Atomicity::ContinueOnError {
             return false;
         }
@@ -192,7 +192,7 @@ impl BulkState {
             }
         };
         // A failed BulkWrite carries no per-row details: all its rows fail.
-        pipeline::run(reqs, deps, opts, report, send, |_, _| None).await;
+        pipeline::run(reqs, deps, opts, report, send, |_, _| None, observe).await;
         true
     }
 }

@@ -28,6 +28,7 @@ mod bulk;
 mod channel;
 mod error;
 pub mod fpga;
+mod observe;
 mod order;
 mod p4runtime;
 mod pipeline;
@@ -44,6 +45,7 @@ pub use bfrt::{BfrtDevice, TofinoPipeline};
 pub use channel::connect_lazy;
 pub use error::Error;
 pub use fpga::{SlotCallError, SlotClient};
+pub use observe::{UpdateCounts, WriteObserver, WriteRpc};
 /// The entry model the writes borrow from (p4fleet-model).
 pub use p4fleet_model as model;
 pub use p4fleet_model::entries::{Atomicity, WriteOp};
@@ -235,6 +237,16 @@ impl Device {
             }
             Protocol::Bfrt => Device::Bfrt(BfrtDevice::connect(target, identity.client_id)?),
         })
+    }
+
+    /// Calls `observer` once per Write RPC this device sends from now on
+    /// (see [`WriteRpc`]), e.g. to count requests and their latency.
+    pub fn with_write_observer(mut self, observer: WriteObserver) -> Device {
+        match &mut self {
+            Device::P4Runtime(d) => d.observer = Some(observer),
+            Device::Bfrt(d) => d.observer = Some(observer),
+        }
+        self
     }
 
     /// The target this connection was made for.

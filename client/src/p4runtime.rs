@@ -21,6 +21,7 @@ use tonic::transport::Channel;
 
 use crate::bulk::BulkState;
 use crate::channel::{self, MAX_MESSAGE};
+use crate::observe::{Observe, WriteObserver};
 use crate::pipeline::{self, UpdateErrors};
 use crate::raw::{self, P4RT_WRITE};
 use crate::session::{self, Sessions};
@@ -91,6 +92,8 @@ pub struct P4RuntimeDevice {
     sessions: Sessions<Arbitration>,
     /// p4fleet's columnar bulk write, used when the target has it.
     bulk: Box<BulkState>,
+    /// Hears of every Write RPC ([`crate::Device::with_write_observer`]).
+    pub(crate) observer: Option<WriteObserver>,
 }
 
 impl P4RuntimeDevice {
@@ -119,6 +122,7 @@ impl P4RuntimeDevice {
             client,
             raw,
             bulk,
+            observer: None,
         })
     }
 
@@ -255,17 +259,14 @@ impl P4RuntimeDevice {
             return Ok(report);
         }
         let election_id = self.wait_primary(device_id).await?;
+        let observe = Observe {
+            observer: self.observer.as_ref(),
+            device_id,
+            ops,
+        };
         if self
             .bulk
-            .try_write(
-                &self.client,
-                slot,
-                device_id,
-                election_id,
-                ops,
-                opts,
-                &mut report,
-            )
+            .try_write(&self.client, slot, election_id, observe, opts, &mut report)
             .await
         {
             return Ok(report);
@@ -291,6 +292,7 @@ impl P4RuntimeDevice {
             &mut report,
             send,
             decode_update_errors,
+            observe,
         )
         .await;
         Ok(report)

@@ -9,6 +9,7 @@ use std::time::Instant;
 use prost::Message;
 
 use crate::error::status_line;
+use crate::observe::Observe;
 use crate::order::{self, OrderKey};
 use crate::{UpdateFailure, WriteOptions, WriteReport};
 
@@ -86,6 +87,7 @@ pub(crate) fn write_pipelined<U, F, Fut>(
     report: &mut WriteReport,
     send: F,
     decode: Decode,
+    observe: Observe<'_>,
 ) -> impl Future<Output = ()>
 where
     U: OrderKey,
@@ -102,14 +104,15 @@ where
     }
     let deps =
         order::batch_dependencies(batches.iter().map(|b| b.1.as_slice()), opts.max_in_flight);
-    run(batches, deps, opts, report, send, decode)
+    run(batches, deps, opts, report, send, decode, observe)
 }
 
 /// Sends the `batches` in order, at most `opts.max_in_flight` at once,
 /// batch `i` only after batch `deps[i]` has its answer, and records
 /// latencies and failures in `report`: per-update errors of an answer
 /// (bulk) or of a failed status (`decode`), or every update of a request
-/// that failed as a whole.
+/// that failed as a whole. `observe` hears of each request as it is
+/// answered.
 pub(crate) async fn run<P, F, Fut>(
     batches: Vec<Batch<P>>,
     deps: Vec<Option<usize>>,
@@ -117,6 +120,7 @@ pub(crate) async fn run<P, F, Fut>(
     report: &mut WriteReport,
     send: F,
     decode: Decode,
+    observe: Observe<'_>,
 ) where
     F: Fn(P) -> Fut,
     Fut: Future<Output = Result<UpdateErrors, tonic::Status>>,
@@ -135,39 +139,54 @@ pub(crate) async fn run<P, F, Fut>(
         },
         |(indexes, latency, r)| {
             report.total_request_latency += latency;
-            let errors = match r {
-                Ok(errors) => errors,
-                Err(status) => match decode(&status, indexes.len()) {
-                    Some(errors) => errors,
-                    None => {
-                        report.failed_requests += 1;
-                        let msg = status_line(&status);
-                        report
-                            .failures
-                            .extend(indexes.iter().map(|&index| UpdateFailure {
-                                index,
-                                code: status.code() as i32,
-                                message: msg.clone(),
-                            }));
-                        return;
-                    }
-                },
-            };
-            // Indexes are within the request: `decode` and the bulk
-            // answer's check make sure.
-            report
-                .failures
-                .extend(errors.into_iter().filter_map(|(i, code, message)| {
-                    let index = *indexes.get(i)?;
-                    Some(UpdateFailure {
-                        index,
-                        code,
-                        message,
-                    })
-                }));
+            let first = report.failures.len();
+            let failed = record_answer(report, &indexes, r, decode);
+            observe.answered(&indexes, latency, &report.failures[first..], failed);
         },
     )
     .await;
     report.elapsed = start.elapsed();
     report.failures.sort_by_key(|f| f.index);
+}
+
+/// Adds the refused updates of one answered request to `report`: its
+/// per-update errors (of the answer, or decoded from a failed status), or
+/// every update when it failed as a whole; returns that whole failure's code.
+fn record_answer(
+    report: &mut WriteReport,
+    indexes: &[usize],
+    r: Result<UpdateErrors, tonic::Status>,
+    decode: Decode,
+) -> Option<tonic::Code> {
+    let errors = match r {
+        Ok(errors) => errors,
+        Err(status) => match decode(&status, indexes.len()) {
+            Some(errors) => errors,
+            None => {
+                report.failed_requests += 1;
+                let msg = status_line(&status);
+                report
+                    .failures
+                    .extend(indexes.iter().map(|&index| UpdateFailure {
+                        index,
+                        code: status.code() as i32,
+                        message: msg.clone(),
+                    }));
+                return Some(status.code());
+            }
+        },
+    };
+    // Indexes are within the request: `decode` and the bulk answer's
+    // check make sure.
+    report
+        .failures
+        .extend(errors.into_iter().filter_map(|(i, code, message)| {
+            let index = *indexes.get(i)?;
+            Some(UpdateFailure {
+                index,
+                code,
+                message,
+            })
+        }));
+    None
 }

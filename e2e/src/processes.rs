@@ -128,6 +128,57 @@ pub fn spawn_operator(
     Proc::spawn(cmd, log)
 }
 
+/// The address the operator logging to `log` serves /metrics on (it logs
+/// `serving /metrics, … addr=HOST:PORT` once listening, with `--listen-addr
+/// 127.0.0.1:0` a port of its choosing). Waits up to `timeout`.
+pub fn operator_http_addr(log: &std::path::Path, timeout: Duration) -> SocketAddr {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let found = text
+            .lines()
+            .find(|l| l.contains("serving /metrics"))
+            .and_then(|l| {
+                // Text logs colour the field name: drop the escapes.
+                let plain = strip_ansi(l);
+                plain
+                    .split_once("addr=")?
+                    .1
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            });
+        if let Some(addr) = found {
+            return addr;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no metrics address in {}",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `s` without ANSI colour sequences (`ESC [ … m`).
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// A running emulator and the addresses it printed.
 pub struct EmulatorProc {
     pub proc: Proc,

@@ -4,10 +4,11 @@
 //! 30,000-update batch (big trailer), read-back, arbitration and the diff
 //! of a resync.
 
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use p4fleet::devices::DevicePool;
-use p4fleet_client::{Atomicity, WriteOptions};
+use p4fleet_client::{Atomicity, WriteOptions, WriteRpc};
 use p4fleet_crds::switch::{Switch, SwitchSpec};
 use p4fleet_emulator::{Emulator, EmulatorConfig};
 use p4fleet_model::entries::{Entry, LineParser, TableSchema};
@@ -63,6 +64,12 @@ async fn driver_writes_reads_and_reports_per_update_errors() {
     .unwrap();
     let (info, schema) = firewall();
     let pool = DevicePool::with_election_id(10);
+    // Every Write RPC is observed once, named by its Switch.
+    let seen: Arc<Mutex<Vec<(String, WriteRpc)>>> = Arc::default();
+    let log = seen.clone();
+    pool.observe_writes(Arc::new(move |sw, rpc| {
+        log.lock().unwrap().push((sw.to_string(), rpc.clone()))
+    }));
     let dev = pool
         .connect(&switch(running.p4runtime_addr().to_string(), 7))
         .unwrap();
@@ -172,5 +179,19 @@ async fn driver_writes_reads_and_reports_per_update_errors() {
 
     // Slot 0 (device 7) is separate and has no pipeline: writes fail per update.
     assert_eq!(running.stats(7).unwrap().entries, 0);
+
+    // One observation per Write RPC the device received, with its updates:
+    // 30 + 1 + 1 requests; 30,000 + 30,000 inserts (the second all
+    // refused) and 100 modifies.
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    assert_eq!(seen.len() as u64, running.stats(8).unwrap().write_rpcs);
+    assert_eq!(seen.len(), 32);
+    assert!(seen.iter().all(|(sw, r)| sw == "sw" && r.device_id == 8));
+    let sum = |f: fn(&WriteRpc) -> u64| seen.iter().map(|(_, r)| f(r)).sum::<u64>();
+    assert_eq!(sum(|r| r.sent.insert), 60_000);
+    assert_eq!(sum(|r| r.refused.insert), 30_000);
+    assert_eq!(sum(|r| r.sent.modify), 100);
+    assert_eq!(sum(|r| r.sent.delete + r.refused.modify), 0);
+    assert!(seen.iter().all(|(_, r)| r.failed.is_none()));
     running.shutdown().await.unwrap();
 }

@@ -25,7 +25,8 @@ use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
 use p4fleet_e2e::processes::{
-    build_binaries, once_per_binary, spawn_operator, target_dir, with_pdeathsig,
+    build_binaries, once_per_binary, operator_http_addr, spawn_operator, target_dir,
+    with_pdeathsig,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
@@ -36,6 +37,8 @@ struct Env {
     p4runtime: SocketAddr,
     bfrt: SocketAddr,
     stats: SocketAddr,
+    /// The operator's /metrics.
+    metrics: SocketAddr,
 }
 
 /// The kind of Switch a scenario runs on.
@@ -83,12 +86,14 @@ fn start(kubeconfig: PathBuf) -> Env {
     std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
 
     let op = spawn_operator(&bin, &kubeconfig, "operator", &["--resync-seconds", "30"]);
+    let metrics = operator_http_addr(&op.log, Duration::from_secs(60));
     // Keep the children owned by this (parked) thread for PDEATHSIG.
     std::mem::forget((emu, op));
     Env {
         p4runtime: p4runtime.unwrap(),
         bfrt: bfrt.unwrap(),
         stats: stats.unwrap(),
+        metrics,
     }
 }
 
@@ -122,6 +127,62 @@ fn stats(env: &Env, device: u64) -> Value {
 
 fn stat(env: &Env, device: u64, field: &str) -> u64 {
     stats(env, device)[field].as_u64().unwrap_or(0)
+}
+
+/// The operator's /metrics text.
+fn scrape(env: &Env) -> String {
+    let mut s = TcpStream::connect(env.metrics).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    resp.split_once("\r\n\r\n")
+        .map(|x| x.1.to_string())
+        .unwrap_or_default()
+}
+
+/// The value of the series `name{labels}` (labels as exposed, in order),
+/// None when the series does not exist.
+fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
+    let series = format!("{name}{{{labels}}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .map(|v| v.trim().parse().unwrap())
+}
+
+/// The operator counted one Write RPC for each the emulator received on
+/// the Switch's slot 0 (device id `dev`).
+fn write_requests_match_the_device(env: &Env, ns: &str, dev: u64) {
+    let text = scrape(env);
+    let counted = sample(
+        &text,
+        "p4fleet_write_requests_total",
+        &format!("switch=\"{ns}-sw\""),
+    );
+    // Only slot 0 is used: slot 1 (device `dev + 1`) is another test's device.
+    let received = stat(env, dev, "write_rpcs");
+    assert!(received > 0);
+    assert_eq!(counted, Some(received as f64), "{text}");
+    let latencies = "p4fleet_write_request_duration_seconds_count";
+    let samples = sample(&text, latencies, &format!("switch=\"{ns}-sw\""));
+    assert_eq!(samples, Some(received as f64));
+}
+
+/// The set's gauges say what its status says.
+fn set_gauges_match(env: &Env, ns: &str, name: &str, st: &TableEntrySetStatus) {
+    let text = scrape(env);
+    let labels = format!("namespace=\"{ns}\",name=\"{name}\"");
+    let g = |what: &str| sample(&text, &format!("p4fleet_table_entry_set_{what}"), &labels);
+    assert_eq!(g("desired_entries"), Some(st.desired as f64), "{text}");
+    assert_eq!(g("applied_entries"), Some(st.applied as f64));
+    assert_eq!(g("failed_entries"), Some(st.failed as f64));
+    assert_eq!(g("ready"), Some(1.0));
+}
+
+/// A deleted set has no series left.
+fn set_series_gone(env: &Env, ns: &str, name: &str) {
+    let text = scrape(env);
+    let labels = format!("namespace=\"{ns}\",name=\"{name}\"");
+    assert!(!text.contains(&labels), "{text}");
 }
 
 // --- resources --------------------------------------------------------------
@@ -375,6 +436,8 @@ async fn thirty_thousand_entries_sync_change_repair_and_delete(kind: Kind, dev: 
     assert_eq!(st.last_sync_updates, Some(30_000));
     assert_eq!(stat(env, dev, "entries"), 30_000);
     assert_eq!(stat(env, dev, "inserts"), 30_000);
+    set_gauges_match(env, &ns, "fw30k", &st);
+    write_requests_match_the_device(env, &ns, dev);
     let sync_time = st.last_sync_time.clone();
 
     // Idle resyncs (3 s) leave the status alone.
@@ -436,6 +499,9 @@ async fn thirty_thousand_entries_sync_change_repair_and_delete(kind: Kind, dev: 
     })
     .await;
     assert_eq!(stat(env, dev, "entries"), 0);
+    // The cleanup's deletes were counted too, and the set's series are gone.
+    write_requests_match_the_device(env, &ns, dev);
+    set_series_gone(env, &ns, "fw30k");
 
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
     let evs = events.list(&ListParams::default()).await.unwrap();

@@ -193,8 +193,8 @@ pub enum EntriesCommand {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
-    /// Read one table of a live P4Runtime device and print it in the line
-    /// format (sorted, so two exports diff cleanly).
+    /// Read one table of a live P4Runtime or BFRT device and print it in
+    /// the line format (sorted, so two exports diff cleanly).
     Export {
         /// The program's P4Info (protobuf text format).
         #[arg(long)]
@@ -202,10 +202,20 @@ pub enum EntriesCommand {
         /// Table name (full, alias or unique dotted suffix).
         #[arg(long)]
         table: String,
-        /// The device's P4Runtime address, `host:port`.
+        /// The device's protocol: P4Runtime (bmv2, DPDK, Stratum) or BFRT (Tofino).
+        #[arg(long, value_enum, default_value = "p4runtime")]
+        protocol: ExportProtocol,
+        /// BFRT: the program to read (default: the only one the device runs).
+        #[arg(long)]
+        program: Option<String>,
+        /// BFRT: this reader's client id. BFRT tells clients apart by it; the
+        /// default is above every id the operator uses (1..=65535).
+        #[arg(long, default_value_t = 65536)]
+        client_id: u32,
+        /// The device's P4Runtime (or BFRT) address, `host:port`.
         #[arg(long)]
         address: String,
-        /// P4Runtime device id.
+        /// Device id.
         #[arg(long, default_value_t = 1)]
         device_id: u64,
         /// Give up after this many seconds.
@@ -232,6 +242,13 @@ pub struct EntriesFiles {
     /// Line-format files.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
+}
+
+/// Protocols `p4fleet entries export` reads over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExportProtocol {
+    P4runtime,
+    Bfrt,
 }
 
 /// Input formats of `p4fleet entries convert`.

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast;
 
 use kube::ResourceExt;
-use p4fleet_client::{Device, Error, Identity, Protocol, Target, TlsSettings};
+use p4fleet_client::{Device, Error, Identity, Protocol, Target, TlsSettings, WriteRpc};
 use p4fleet_crds::switch::{Switch, SwitchProtocol};
 
 /// The client's target of a Switch. A TLS Secret is passed on as (empty)
@@ -52,7 +52,12 @@ pub struct DevicePool {
     identity: Mutex<Identity>,
     /// Names of Switches whose device changed (see the module docs).
     changes: broadcast::Sender<String>,
+    /// Hears of every Write RPC, with the Switch's name ([`DevicePool::observe_writes`]).
+    writes: Mutex<Option<WritesObserver>>,
 }
+
+/// Called once per Write RPC of any device of the pool, with its Switch's name.
+pub type WritesObserver = Arc<dyn Fn(&str, &WriteRpc) + Send + Sync>;
 
 /// Buffered device changes per subscriber; a subscriber that falls further
 /// behind is told it lagged (and then reconciles everything).
@@ -88,7 +93,14 @@ impl DevicePool {
             devices: Mutex::new(HashMap::new()),
             changes: broadcast::Sender::new(CHANGES),
             identity: Mutex::new(identity),
+            writes: Mutex::new(None),
         }
+    }
+
+    /// Calls `observer` for every Write RPC of the connections made from
+    /// now on (the operator counts them in its metrics).
+    pub fn observe_writes(&self, observer: WritesObserver) {
+        *self.writes.lock().unwrap_or_else(|e| e.into_inner()) = Some(observer);
     }
 
     /// The identity for connections made from now on (set by the leader
@@ -113,7 +125,17 @@ impl DevicePool {
         {
             return Ok(d.clone());
         }
-        let dev = Arc::new(Device::connect(target, self.identity())?);
+        let mut dev = Device::connect(target, self.identity())?;
+        if let Some(observer) = self
+            .writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            let switch = name.clone();
+            dev = dev.with_write_observer(Arc::new(move |rpc| observer(&switch, rpc)));
+        }
+        let dev = Arc::new(dev);
         tokio::spawn(forward_changes(
             dev.changes(),
             self.changes.clone(),

@@ -16,7 +16,7 @@ use p4fleet_model::entries::{
 use p4fleet_model::sync;
 use p4fleet_proto::p4info::{self, P4Info};
 
-use crate::cli::{ConvertFrom, EntriesCommand, EntriesFiles, TextStyle};
+use crate::cli::{ConvertFrom, EntriesCommand, EntriesFiles, ExportProtocol, TextStyle};
 
 /// What stops a command before it can judge its input (exit code 2); bad
 /// entries are findings (exit code 1), printed as they are found.
@@ -84,20 +84,31 @@ pub fn run(
         EntriesCommand::Export {
             p4info,
             table,
+            protocol,
+            program,
+            client_id,
             address,
             device_id,
             timeout_seconds,
             style,
         } => {
-            let schema =
-                TableSchema::from_p4info(&read_p4info(&p4info)?, &table).map_err(Error::Schema)?;
+            let info = read_p4info(&p4info)?;
+            let schema = TableSchema::from_p4info(&info, &table).map_err(Error::Schema)?;
+            let source = Source {
+                address: &address,
+                device_id,
+                protocol,
+                program: program.as_deref(),
+                client_id,
+                p4info: &info,
+            };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .map_err(Error::Output)?;
             let timeout = Duration::from_secs(timeout_seconds);
             let entries = rt.block_on(async {
-                tokio::time::timeout(timeout, export(&schema, &address, device_id))
+                tokio::time::timeout(timeout, export(&schema, source))
                     .await
                     .map_err(|_| Error::Timeout(timeout))?
             })?;
@@ -326,17 +337,38 @@ impl Convert<'_> {
     }
 }
 
-/// Reads the table back over P4Runtime (a Read needs no arbitration, so
-/// this never competes with the operator for primary).
-async fn export(schema: &TableSchema, address: &str, device_id: u64) -> Result<Vec<Entry>, Error> {
+/// Where `export` reads from.
+struct Source<'a> {
+    address: &'a str,
+    device_id: u64,
+    protocol: ExportProtocol,
+    /// BFRT: the program (default: the device's only one).
+    program: Option<&'a str>,
+    /// BFRT: this reader's client id.
+    client_id: u32,
+    /// BFRT: maps the device's bfrt.json onto P4Info tables.
+    p4info: &'a P4Info,
+}
+
+/// Reads the table back. P4Runtime: a Read needs no arbitration, so this
+/// never competes with the operator for primary. BFRT: a Read needs a
+/// subscribed client bound to the program, so this one subscribes under
+/// its own client id and binds to the program the device runs (its
+/// bfrt.json comes from the device); entries come back in P4Runtime form.
+async fn export(schema: &TableSchema, src: Source<'_>) -> Result<Vec<Entry>, Error> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let device = Device::connect(
-        Target::p4runtime(address, device_id),
-        Identity {
-            election_id: 0,
-            client_id: 0,
-        },
-    )?;
+    let target = match src.protocol {
+        ExportProtocol::P4runtime => Target::p4runtime(src.address, src.device_id),
+        ExportProtocol::Bfrt => Target::bfrt(src.address, src.device_id),
+    };
+    let identity = Identity {
+        election_id: 0,
+        client_id: src.client_id,
+    };
+    let device = Device::connect(target, identity)?;
+    if let Device::Bfrt(d) = &device {
+        d.attach(0, src.p4info, src.program).await?;
+    }
     let read = device.read_table(0, schema.id).await?;
     let mut entries = read
         .iter()

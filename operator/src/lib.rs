@@ -8,7 +8,7 @@
 //! `reads`), `limits` (concurrency per kind, per set, per device), `artifacts` (P4Program sources, P4Info,
 //! digest), `devices` (one client connection per Switch), `convert` (CRD
 //! enums in the model's and client's terms), plus the runtime pieces
-//! (`context`, `status`, `metrics`, `http`, `telemetry`, `leader`, `cli`),
+//! (`context`, `status`, `metrics`, `process_metrics`, `http`, `telemetry`, `leader`, `cli`),
 //! `fencing` (the device identity a leader's term gives it) and
 //! `entries_cli` (the offline `p4fleet entries` tools).
 
@@ -27,6 +27,7 @@ pub mod http;
 pub mod leader;
 pub mod limits;
 pub mod metrics;
+pub mod process_metrics;
 pub mod reads;
 pub mod status;
 pub mod telemetry;

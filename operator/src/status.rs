@@ -245,32 +245,131 @@ impl Events {
         }
     }
 
-    /// Publishes one Event per condition that changed between `old` and `new`:
-    /// Normal for True, Warning otherwise; the reason is the condition's reason.
-    pub async fn condition_changes<K>(&self, obj: &K, old: &[Condition], new: &[Condition])
-    where
+    /// Publishes the Events of a status change ([`condition_events`]).
+    pub async fn condition_changes<K>(
+        &self,
+        obj: &K,
+        old: &[Condition],
+        new: &[Condition],
+        notes: &[EventNote],
+    ) where
         K: Resource<DynamicType = ()>,
     {
-        for c in transitions(old, new) {
-            let reason = if c.reason.is_empty() {
-                c.type_.clone()
-            } else {
-                c.reason.clone()
-            };
-            let note = if c.message.is_empty() {
-                format!("{} is {:?}", c.type_, c.status)
-            } else {
-                format!("{}: {}", c.type_, c.message)
-            };
-            let ev = EventNote {
-                warning: !c.is_true(),
-                reason,
-                action: c.type_.clone(),
-                note,
-            };
+        for ev in condition_events(old, new, notes) {
             self.publish(obj, &ev).await;
         }
     }
+}
+
+/// Reasons of a condition that waits: for progress (a sync writing, a
+/// pipeline being pushed, an unconfirmed status after a restart) or for
+/// another object that reports its own cause (a VirtualSwitch or program
+/// not ready yet). Their Events are Normal: nothing is wrong here, and the
+/// other object's Warning names the cause once.
+pub const WAITING_REASONS: &[&str] = &[
+    "Syncing",
+    "Unconfirmed",
+    "ProgramChanging",
+    "ProgramNotReady",
+    "VirtualSwitchNotReady",
+    "VirtualSwitchNotScheduled",
+];
+
+/// Reasons of a condition that only follows from another condition of the
+/// same object (nothing to validate without a target, no probe of an
+/// invalid spec, …): no Event of their own when that other condition
+/// changed too.
+pub const DERIVED_REASONS: &[&str] =
+    &["NoTarget", "SourcesUnresolved", "NotProbed", "NotScheduled"];
+
+/// The Events of a status change: one per root cause, not one per
+/// condition.
+///
+/// - The changed conditions ([`transitions`]) are grouped by reason: Ready
+///   takes the reason of the condition that makes it not Ready
+///   ([`ready_from`]), so a cause and the Ready it breaks are one Event.
+/// - When Ready turns True, the other conditions that turned True with it
+///   are that same success: one Normal Event, Ready's.
+/// - A reason the stage reports itself (`notes`, e.g. `Synced` with the
+///   counts and rate) gets no second Event from its condition, and a
+///   Ready turning True gets none when the stage reports the success
+///   (a Normal note: `Synced`, `PipelineLoaded`, `DigestChanged`).
+/// - [`DERIVED_REASONS`] get none when another condition changed too.
+/// - Warning only for a condition that is not True for a reason that is
+///   not [`WAITING_REASONS`].
+pub fn condition_events(
+    old: &[Condition],
+    new: &[Condition],
+    notes: &[EventNote],
+) -> Vec<EventNote> {
+    let changed = transitions(old, new);
+    let ready_now = changed
+        .iter()
+        .any(|c| c.type_ == p4fleet_crds::condition_types::READY && c.is_true());
+    let reason_of = |c: &Condition| {
+        if c.reason.is_empty() {
+            c.type_.clone()
+        } else {
+            c.reason.clone()
+        }
+    };
+    // Groups in the order of their first condition: (reason, conditions).
+    let mut groups: Vec<(String, Vec<&Condition>)> = Vec::new();
+    for c in changed {
+        let key = if ready_now && c.is_true() {
+            // Folded into Ready's success.
+            new.iter()
+                .find(|r| r.type_ == p4fleet_crds::condition_types::READY)
+                .map(reason_of)
+                .unwrap_or_else(|| reason_of(c))
+        } else {
+            reason_of(c)
+        };
+        match groups.iter_mut().find(|(r, _)| *r == key) {
+            Some((_, g)) => g.push(c),
+            None => groups.push((key, vec![c])),
+        }
+    }
+    let several = groups.len() > 1;
+    let success_noted = ready_now && notes.iter().any(|n| !n.warning);
+    groups
+        .into_iter()
+        .filter(|(reason, _)| !notes.iter().any(|n| n.reason == *reason))
+        .filter(|(_, group)| {
+            !(success_noted
+                && group
+                    .iter()
+                    .any(|c| c.type_ == p4fleet_crds::condition_types::READY && c.is_true()))
+        })
+        .filter(|(reason, _)| !(several && DERIVED_REASONS.contains(&reason.as_str())))
+        .map(|(reason, group)| {
+            // The cause speaks for the group; Ready only when alone (or
+            // when it is the success the others folded into).
+            let lead = if ready_now {
+                group
+                    .iter()
+                    .find(|c| c.type_ == p4fleet_crds::condition_types::READY)
+                    .unwrap_or(&group[0])
+            } else {
+                group
+                    .iter()
+                    .find(|c| c.type_ != p4fleet_crds::condition_types::READY)
+                    .unwrap_or(&group[0])
+            };
+            let note = if lead.message.is_empty() {
+                format!("{} is {:?}", lead.type_, lead.status)
+            } else {
+                format!("{}: {}", lead.type_, lead.message)
+            };
+            let bad = group.iter().any(|c| !c.is_true());
+            EventNote {
+                warning: bad && !WAITING_REASONS.contains(&reason.as_str()),
+                action: lead.type_.clone(),
+                reason,
+                note,
+            }
+        })
+        .collect()
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -336,6 +435,102 @@ mod tests {
         let t = transitions(&old, &new);
         assert_eq!(t.len(), 1);
         assert_eq!(t[0].type_, "Ready");
+    }
+
+    fn with(t: &str, ok: Option<bool>, reason: &str, message: &str) -> Condition {
+        let mut c = Condition::new(t, ok.unwrap_or(false), reason, message);
+        if ok.is_none() {
+            c.status = ConditionStatus::Unknown;
+        }
+        c
+    }
+
+    #[test]
+    fn one_event_per_root_cause() {
+        // A device goes away: Synced and Ready turn False for one reason.
+        let old = vec![
+            with("Valid", Some(true), "Valid", ""),
+            with("Synced", Some(true), "Synced", ""),
+            with("Ready", Some(true), "Ready", ""),
+        ];
+        let down = vec![
+            with("Valid", Some(true), "Valid", ""),
+            with(
+                "Synced",
+                Some(false),
+                "DeviceUnavailable",
+                "Switch sw: refused",
+            ),
+            with(
+                "Ready",
+                Some(false),
+                "DeviceUnavailable",
+                "Switch sw: refused",
+            ),
+        ];
+        let evs = condition_events(&old, &down, &[]);
+        assert_eq!(evs.len(), 1, "{evs:?}");
+        assert!(evs[0].warning);
+        assert_eq!(evs[0].reason, "DeviceUnavailable");
+        assert_eq!(evs[0].action, "Synced");
+        assert_eq!(evs[0].note, "Synced: Switch sw: refused");
+
+        // It comes back: every condition turns True, one Normal Event.
+        let evs = condition_events(&down, &old, &[]);
+        assert_eq!(evs.len(), 1, "{evs:?}");
+        assert!(!evs[0].warning);
+        assert_eq!(
+            (evs[0].reason.as_str(), evs[0].action.as_str()),
+            ("Ready", "Ready")
+        );
+
+        // The first sync of a new object: one Event, Ready's.
+        let evs = condition_events(&[], &old, &[]);
+        assert_eq!(evs.len(), 1, "{evs:?}");
+    }
+
+    #[test]
+    fn waiting_is_normal_derived_is_folded_and_notes_win() {
+        // A sync about to write: progress, not a problem.
+        let syncing = vec![
+            with("Synced", Some(false), "Syncing", "writing 10 updates"),
+            with("Ready", Some(false), "Syncing", "writing 10 updates"),
+        ];
+        let evs = condition_events(&[], &syncing, &[]);
+        assert_eq!(evs.len(), 1);
+        assert!(!evs[0].warning, "{evs:?}");
+
+        // A missing VirtualSwitch: its ResolvedRefs reason is the cause;
+        // NoTarget on Valid and Synced follows from it.
+        let missing = vec![
+            with(
+                "ResolvedRefs",
+                Some(false),
+                "VirtualSwitchNotFound",
+                "no vs",
+            ),
+            with("Valid", None, "NoTarget", ""),
+            with("Synced", None, "NoTarget", ""),
+            with("Ready", Some(false), "VirtualSwitchNotFound", "no vs"),
+        ];
+        let evs = condition_events(&[], &missing, &[]);
+        assert_eq!(evs.len(), 1, "{evs:?}");
+        assert!(evs[0].warning);
+        assert_eq!(evs[0].reason, "VirtualSwitchNotFound");
+
+        // The stage's own Synced note replaces the condition's Event, and
+        // the Ready that success brings.
+        let synced = vec![with("Synced", Some(true), "Synced", "")];
+        let note = EventNote::normal("Synced", "Write", "Synced 3 entries".into());
+        assert!(condition_events(&[], &synced, std::slice::from_ref(&note)).is_empty());
+        let ready = vec![
+            with("Synced", Some(true), "Synced", ""),
+            with("Ready", Some(true), "Ready", "all entries applied"),
+        ];
+        assert!(condition_events(&[], &ready, &[note]).is_empty());
+        // A Warning note (EntriesFailed) is no success: Ready keeps its Event.
+        let warn = EventNote::warning("EntriesFailed", "Write", "1 failed".into());
+        assert_eq!(condition_events(&[], &ready, &[warn]).len(), 1);
     }
 
     #[test]

@@ -403,3 +403,107 @@ async fn export_reads_a_device_table_back_in_the_line_format() {
         text(&out.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_reads_a_bfrt_table_back_next_to_the_writer() {
+    let running = p4fleet_emulator::Emulator::start(p4fleet_emulator::EmulatorConfig {
+        device_ids: vec![3],
+        bfrt_addr: Some(([127, 0, 0, 1], 0).into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let p4info_path = repo("examples/firewall/p4info.txt");
+    let info = p4info::parse_text(&std::fs::read_to_string(&p4info_path).unwrap()).unwrap();
+    let schema = TableSchema::from_p4info(&info, "firewall").unwrap();
+    let mut file = String::from("#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n");
+    for i in 1..=20 {
+        file.push_str(&format!("10.0.0.{i} 192.168.0.1 {i}\n"));
+    }
+    file.push_str("#! action drop\n10.0.1.1 192.168.0.1\n");
+    let entries = parse_text(&schema, &file).unwrap();
+
+    // A writer (as the operator: its own client id) loads the program and
+    // writes the entries.
+    let addr = running.bfrt_addr().unwrap().to_string();
+    let writer = p4fleet_client::Device::connect(
+        p4fleet_client::Target::bfrt(addr.clone(), 3),
+        p4fleet_client::Identity {
+            election_id: 1,
+            client_id: 1,
+        },
+    )
+    .unwrap();
+    let pipeline = p4fleet_client::TofinoPipeline {
+        p4_name: "firewall".into(),
+        bfrt_json: std::fs::read(repo("examples/firewall/bfrt.json")).unwrap(),
+        ..Default::default()
+    };
+    writer
+        .set_tofino_pipeline(0, &info, &pipeline)
+        .await
+        .unwrap();
+    let ops: Vec<WriteOp> = entries.iter().map(WriteOp::insert).collect();
+    let rep = writer
+        .write_ops(0, &ops, p4fleet_client::WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(rep.failures, vec![]);
+
+    let export = |addr: String, extra: &'static [&'static str]| {
+        let p4info = p4info_path.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut args = vec![
+                "entries",
+                "export",
+                "--protocol",
+                "bfrt",
+                "--p4info",
+                p4info.to_str().unwrap(),
+                "--table",
+                "MyIngress.firewall",
+                "--address",
+                &addr,
+                "--device-id",
+                "3",
+            ];
+            args.extend_from_slice(extra);
+            p4fleet(&args)
+        })
+    };
+    let out = export(addr.clone(), &[]).await.unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let exported = text(&out.stdout);
+    assert!(
+        exported.starts_with("#! table MyIngress.firewall\n"),
+        "{exported}"
+    );
+    let mut back = parse_text(&schema, &exported).unwrap();
+    let mut want = entries.clone();
+    back.sort();
+    want.sort();
+    assert_eq!(back, want);
+
+    // The reader's own client id left the writer bound: it still writes.
+    let more = parse_text(
+        &schema,
+        "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action drop\n10.0.2.1 192.168.0.1\n",
+    )
+    .unwrap();
+    let ops: Vec<WriteOp> = more.iter().map(WriteOp::insert).collect();
+    let rep = writer
+        .write_ops(0, &ops, p4fleet_client::WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(rep.failures, vec![]);
+
+    // A program the device does not run is exit code 2, naming what runs.
+    let out = export(addr, &["--program", "router"]).await.unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("[firewall]"),
+        "{}",
+        text(&out.stderr)
+    );
+    running.shutdown().await.unwrap();
+}

@@ -68,6 +68,9 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every [`Error::metric_label`] (their series start at zero).
+    pub const METRIC_LABELS: &[&str] = &["kube", "invalid_object", "finalizer", "device"];
+
     /// Short label for the `reconcile_errors` metric.
     pub fn metric_label(&self) -> &'static str {
         match self {
@@ -232,6 +235,7 @@ pub async fn drive<K, F, Fut>(
     let concurrency = ctx.config.limits.reconciles(&kind);
     let controller = controller
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency));
+    ctx.metrics.kind_known(&kind, Error::METRIC_LABELS);
     let store = controller.store();
     let readiness = ctx.readiness.clone();
     let synced_kind = kind.clone();
@@ -318,13 +322,30 @@ pub async fn run_controllers(ctx: Arc<Context>, shutdown: Shutdown) {
 
 /// The update-status stage of every controller: settles `new` against the
 /// object's current status ([`crate::status::settle`]), writes it by
-/// server-side apply unless nothing changed, and publishes an Event per
-/// condition that changed. Returns whether it wrote.
+/// server-side apply unless nothing changed, and publishes the Events of
+/// the conditions that changed, one per root cause
+/// ([`crate::status::condition_events`]). Returns whether it wrote.
 pub async fn update_status<K>(
     ctx: &Context,
     api: &Api<K>,
     obj: &K,
     new: &mut K::Status,
+) -> Result<bool, Error>
+where
+    K: HasStatus + Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    K::Status: WithConditions + PartialEq + serde::Serialize,
+{
+    update_status_noting(ctx, api, obj, new, &[]).await
+}
+
+/// [`update_status`] for a stage that publishes `notes` of its own after
+/// it: a condition whose reason a note has gets no second Event.
+pub async fn update_status_noting<K>(
+    ctx: &Context,
+    api: &Api<K>,
+    obj: &K,
+    new: &mut K::Status,
+    notes: &[crate::status::EventNote],
 ) -> Result<bool, Error>
 where
     K: HasStatus + Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
@@ -339,7 +360,7 @@ where
     ctx.metrics.status_write(&K::kind(&()));
     let old_conditions = old.map(|s| s.conditions()).unwrap_or_default();
     ctx.events
-        .condition_changes(obj, old_conditions, new.conditions())
+        .condition_changes(obj, old_conditions, new.conditions(), notes)
         .await;
     Ok(true)
 }

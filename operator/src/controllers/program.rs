@@ -14,7 +14,7 @@ use p4fleet_crds::condition_types::{RESOLVED_REFS, VALID};
 use p4fleet_crds::{Condition, P4Program, P4ProgramSpec, P4ProgramStatus, TableInfo};
 use p4fleet_model::p4info as model_p4info;
 
-use super::{Error, namespace, scoped_api, update_status, watch_related};
+use super::{Error, namespace, scoped_api, update_status_noting, watch_related};
 use crate::artifacts::{self, P4InfoError, Resolved};
 use crate::context::Context;
 use crate::status::{EventNote, ready_from};
@@ -122,14 +122,16 @@ pub async fn reconcile(obj: Arc<P4Program>, ctx: Arc<Context>) -> Result<Action,
     let mut new = build_status(&obj.spec, &resolved, obj.metadata.generation);
     let old_digest = obj.status.as_ref().and_then(|s| s.digest.clone());
     let api: Api<P4Program> = Api::namespaced(ctx.client.clone(), &ns);
-    let wrote = update_status(&ctx, &api, obj.as_ref(), &mut new).await?;
-    if wrote && new.digest.is_some() && new.digest != old_digest {
+    let digest = (new.digest.is_some() && new.digest != old_digest).then(|| {
         let note = format!(
             "pipeline digest is now {} ({} tables)",
             new.short_digest.clone().unwrap_or_default(),
             new.table_count.unwrap_or(0)
         );
-        let ev = EventNote::normal("DigestChanged", "Digest", note);
+        EventNote::normal("DigestChanged", "Digest", note)
+    });
+    let wrote = update_status_noting(&ctx, &api, obj.as_ref(), &mut new, digest.as_slice()).await?;
+    if let Some(ev) = digest.filter(|_| wrote) {
         ctx.events.publish(obj.as_ref(), &ev).await;
     }
     Ok(Action::requeue(ctx.config.resync))

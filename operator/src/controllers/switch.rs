@@ -18,7 +18,6 @@ use p4fleet_crds::{
 
 use super::{Error, object_key, update_status};
 use crate::context::Context;
-use crate::metrics::SwitchLabel;
 use crate::reads::Reads;
 use crate::status::ready_from;
 
@@ -243,12 +242,7 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
         true => Some(probe(&ctx, &obj).await),
         false => None,
     };
-    ctx.metrics
-        .switch_connected
-        .get_or_create(&SwitchLabel {
-            switch: name.clone(),
-        })
-        .set(i64::from(matches!(probe, Some(Ok(_)))));
+    ctx.metrics.switch_seen(&name, matches!(probe, Some(Ok(_))));
     let vss = ctx.reads.virtual_switches(None).await?;
     let generation = obj.metadata.generation;
     let mut new = build_status(&name, &obj.spec, generation, probe.as_ref(), &vss);

@@ -147,7 +147,7 @@ pub async fn write_target(ctx: &Context, planned: Planned<'_>) -> Outcome {
     let metadata = sync::tag_metadata(tag);
     let phases = sync::write_ops(&plan, &d.entries, &on_device, &metadata);
     let opts = convert::write_options(&set.spec.write);
-    let w = write(ctx, &dev, t.slot, &out.switch, phases, opts).await;
+    let w = write(&dev, t.slot, &out.switch, phases, opts).await;
     if w.device_error.is_none() {
         for (o, code, msg) in &w.failed {
             let reason = format!("{:?}: {msg}", tonic::Code::from_i32(*code));
@@ -181,9 +181,8 @@ struct Written {
 }
 
 /// Writes the delete phase, then the modify/insert phase (each whole even
-/// if the other failed), recording metrics per phase.
+/// if the other failed).
 async fn write(
-    ctx: &Context,
     dev: &Device,
     slot: u32,
     switch: &str,
@@ -195,16 +194,13 @@ async fn write(
         failed: Vec::new(),
         device_error: None,
     };
-    for (op, phase) in [("delete", deletes), ("write", rest)] {
+    // Metrics are per Write RPC, recorded by the device pool's observer.
+    for phase in [deletes, rest] {
         if phase.ops.is_empty() {
             continue;
         }
         match dev.write_ops(slot, &phase.ops, opts).await {
             Ok(rep) => {
-                let refused = rep.failures.len();
-                let accepted = (phase.ops.len() - refused) as u64;
-                ctx.metrics
-                    .write_request(switch, op, accepted, refused as u64, rep.elapsed);
                 for f in &rep.failures {
                     w.failed
                         .push((phase.origins[f.index], f.code, f.message.clone()));

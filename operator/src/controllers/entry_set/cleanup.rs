@@ -80,6 +80,7 @@ pub async fn cleanup(ctx: &Context, set: &TableEntrySet) -> Result<Action, Error
         ctx.entry_sources.release(&me);
     }
     if failures.is_empty() {
+        ctx.metrics.forget_entry_set(&ns, &set.name_any());
         tracing::info!(set = %me, removed, "removed entries of deleted set");
         return Ok(Action::await_change());
     }
@@ -91,6 +92,7 @@ pub async fn cleanup(ctx: &Context, set: &TableEntrySet) -> Result<Action, Error
         );
         let ev = EventNote::warning("CleanupAbandoned", "Delete", note);
         ctx.events.publish(set, &ev).await;
+        ctx.metrics.forget_entry_set(&ns, &set.name_any());
         return Ok(Action::await_change());
     }
     Err(Error::EntriesNotRemoved(failures))

@@ -42,7 +42,7 @@ use p4fleet_crds::{TableEntrySet, VirtualSwitch};
 
 use super::{
     Error, finalized, namespace, object_key, on_device_changes, primary, scoped_api, update_status,
-    watcher_config,
+    update_status_noting, watcher_config,
 };
 use crate::context::Context;
 use crate::entry_sources;
@@ -173,7 +173,9 @@ async fn sync(
         now: &now_rfc3339(),
     });
     let mut new = report.status;
-    update_status(ctx, api, set, &mut new).await?;
+    update_status_noting(ctx, api, set, &mut new, &report.events).await?;
+    ctx.metrics
+        .entry_set(&namespace(set)?, &set.name_any(), &new);
     ctx.sync_memory
         .remember_written(&me, &start_version, new.clone());
     for ev in &report.events {

@@ -27,7 +27,7 @@ use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Api, ResourceExt};
 use p4fleet_crds::{P4Program, Switch, SwitchTarget, VirtualSwitch};
 
-use super::{Error, finalized, namespace, object_key, on_device_changes, update_status};
+use super::{Error, finalized, namespace, object_key, on_device_changes, update_status_noting};
 use crate::context::Context;
 use crate::reads::Reads;
 use crate::status::now_rfc3339;
@@ -109,7 +109,7 @@ async fn apply(
     };
     let report = status::report(obj, &outcome, ctx.config.drift);
     let mut new = report.status;
-    update_status(ctx, api, obj, &mut new).await?;
+    update_status_noting(ctx, api, obj, &mut new, report.event.as_slice()).await?;
     if let Some(ev) = &report.event {
         ctx.events.publish(obj, ev).await;
     }
