@@ -61,14 +61,6 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
                 .iter()
                 .any(|f| f.config_map == cm.name_any())
     };
-    let fills = |s: &TableEntrySet, vs: &VirtualSwitch| {
-        s.namespace() == vs.namespace()
-            && (s.spec.virtual_switch_ref.as_deref() == Some(vs.name_any().as_str())
-                || s.spec
-                    .virtual_switch_selector
-                    .as_ref()
-                    .is_some_and(|sel| sel.matches(vs.labels())))
-    };
     let c = watch_related(primary(ctx), scoped_api(ctx), reads);
     let c = watch_related(c, scoped_api(ctx), fills);
     // A device lost, back (maybe empty) or given its pipeline again. A set
@@ -78,6 +70,16 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
         let targets = s.status.as_ref().map(|st| &st.targets[..]).unwrap_or(&[]);
         targets.is_empty() || targets.iter().any(|t| t.switch.as_deref() == Some(switch))
     })
+}
+
+/// Whether set `s` fills VirtualSwitch `vs` (by reference or selector).
+pub fn fills(s: &TableEntrySet, vs: &VirtualSwitch) -> bool {
+    s.namespace() == vs.namespace()
+        && (s.spec.virtual_switch_ref.as_deref() == Some(vs.name_any().as_str())
+            || s.spec
+                .virtual_switch_selector
+                .as_ref()
+                .is_some_and(|sel| sel.matches(vs.labels())))
 }
 
 /// Reconciles one TableEntrySet: sync it, or clean up after it.

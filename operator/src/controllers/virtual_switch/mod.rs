@@ -17,6 +17,7 @@
 pub mod claims;
 pub mod pipeline;
 pub mod placement;
+pub mod reapplied;
 pub mod slot_load;
 pub mod status;
 
@@ -99,21 +100,62 @@ async fn apply(
         Err(claims::ClaimError::Kube(e)) => return Err(e.into()),
         Err(e) => Err(PlacementError::ClaimFailed(e.to_string())),
     };
-    let outcome = match held {
-        Err(e) => Outcome::Unplaced(e),
-        Ok(held) => Outcome::Placed {
-            switch: held.switch.name_any(),
-            slot: held.claim.slot,
-            pipeline: load_program(ctx, &ns, obj, &held.switch, held.claim.slot).await?,
-        },
+    let (outcome, placed_on) = match held {
+        Err(e) => (Outcome::Unplaced(e), None),
+        Ok(held) => (
+            Outcome::Placed {
+                switch: held.switch.name_any(),
+                slot: held.claim.slot,
+                pipeline: load_program(ctx, &ns, obj, &held.switch, held.claim.slot).await?,
+            },
+            Some((held.switch, held.claim.slot)),
+        ),
     };
     let report = status::report(obj, &outcome, ctx.config.drift);
     let mut new = report.status;
+    let mut requeue = report.requeue;
+    if let (
+        Outcome::Placed {
+            pipeline: Pipeline::Loaded { .. },
+            ..
+        },
+        Some((sw, slot)),
+    ) = (&outcome, &placed_on)
+        && reapplied::waiting(new.last_swap.as_ref(), chrono::Utc::now())
+    {
+        match count_reapplied(ctx, &ns, obj, sw, *slot, new.last_swap.as_ref()).await? {
+            Some(n) => new
+                .last_swap
+                .iter_mut()
+                .for_each(|s| s.entries_reapplied = Some(n)),
+            None => requeue = requeue.min(reapplied::POLL),
+        }
+    }
     update_status(ctx, api, obj, &mut new).await?;
     if let Some(ev) = &report.event {
         ctx.events.publish(obj, ev).await;
     }
-    Ok(Action::requeue(report.requeue))
+    Ok(Action::requeue(requeue))
+}
+
+/// After a swap, the entries re-applied to the new program once its
+/// TableEntrySets are done ([`reapplied`]).
+async fn count_reapplied(
+    ctx: &Context,
+    ns: &str,
+    obj: &VirtualSwitch,
+    sw: &Switch,
+    slot: u32,
+    swap: Option<&p4fleet_crds::LastSwap>,
+) -> Result<Option<u64>, Error> {
+    let Some(swap) = swap else { return Ok(None) };
+    let Ok(program) = pipeline::ready_program(&ctx.reads, ns, &obj.spec.program_ref).await? else {
+        return Ok(None);
+    };
+    if program.digest != swap.to_digest {
+        return Ok(None);
+    }
+    Ok(reapplied::count(ctx, obj, sw, slot, &program.p4info, &swap.at).await?)
 }
 
 /// A deleted VirtualSwitch: empty its FPGA slots, then release its claims
@@ -167,7 +209,8 @@ async fn load_program(
             Ok(l) => Pipeline::Loaded {
                 digest: program.digest,
                 pushed: l.loaded.as_ref().map(|l| l.total),
-                swap: l.loaded.map(|l| Swap {
+                // A first load is not a swap.
+                swap: l.loaded.filter(|l| l.from_digest.is_some()).map(|l| Swap {
                     from_digest: l.from_digest,
                     device: l.device,
                     at: now_rfc3339(),
