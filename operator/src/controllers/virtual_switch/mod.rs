@@ -20,6 +20,7 @@ pub mod placement;
 pub mod reapplied;
 pub mod slot_load;
 pub mod status;
+pub mod triggers;
 
 use std::sync::Arc;
 
@@ -58,7 +59,9 @@ pub fn controller(ctx: &Context) -> Controller<VirtualSwitch> {
                 .is_some_and(|s| s.matches(sw.labels()))
     };
     let c = watch_related(primary(ctx), scoped_api(ctx), runs);
-    let c = watch_related(c, ctx.all(), runs_on);
+    // Claim writes on a Switch bring back only the unplaced (triggers.rs).
+    let mapper = triggers::mapper(c.store(), runs_on);
+    let c = c.watches(ctx.all(), super::watcher_config(), mapper);
     // A device that went away or came back (maybe empty, maybe running
     // another pipeline): check and re-push now.
     on_device_changes(c, ctx, |v: &VirtualSwitch, switch| {
