@@ -105,14 +105,16 @@ async fn apply(
     };
     let (outcome, placed_on) = match held {
         Err(e) => (Outcome::Unplaced(e), None),
-        Ok(held) => (
-            Outcome::Placed {
+        Ok(held) => {
+            let (pipeline, program) =
+                load_program(ctx, &ns, obj, &held.switch, held.claim.slot).await?;
+            let outcome = Outcome::Placed {
                 switch: held.switch.name_any(),
                 slot: held.claim.slot,
-                pipeline: load_program(ctx, &ns, obj, &held.switch, held.claim.slot).await?,
-            },
-            Some((held.switch, held.claim.slot)),
-        ),
+                pipeline,
+            };
+            (outcome, program.map(|p| (held.switch, held.claim.slot, p)))
+        }
     };
     let report = status::report(obj, &outcome, ctx.config.drift);
     let mut new = report.status;
@@ -122,11 +124,14 @@ async fn apply(
             pipeline: Pipeline::Loaded { .. },
             ..
         },
-        Some((sw, slot)),
+        Some((sw, slot, program)),
     ) = (&outcome, &placed_on)
-        && reapplied::waiting(new.last_swap.as_ref(), chrono::Utc::now())
+        && let Some(swap) = new.last_swap.as_ref()
+        && swap.to_digest == program.digest
+        && reapplied::waiting(Some(swap), chrono::Utc::now())
     {
-        match count_reapplied(ctx, &ns, obj, sw, *slot, new.last_swap.as_ref()).await? {
+        let counted = reapplied::count(ctx, obj, sw, *slot, &program.p4info, &swap.at).await?;
+        match counted {
             Some(n) => new
                 .last_swap
                 .iter_mut()
@@ -139,26 +144,6 @@ async fn apply(
         ctx.events.publish(obj, ev).await;
     }
     Ok(Action::requeue(requeue))
-}
-
-/// After a swap, the entries re-applied to the new program once its
-/// TableEntrySets are done ([`reapplied`]).
-async fn count_reapplied(
-    ctx: &Context,
-    ns: &str,
-    obj: &VirtualSwitch,
-    sw: &Switch,
-    slot: u32,
-    swap: Option<&p4fleet_crds::LastSwap>,
-) -> Result<Option<u64>, Error> {
-    let Some(swap) = swap else { return Ok(None) };
-    let Ok(program) = pipeline::ready_program(&ctx.reads, ns, &obj.spec.program_ref).await? else {
-        return Ok(None);
-    };
-    if program.digest != swap.to_digest {
-        return Ok(None);
-    }
-    Ok(reapplied::count(ctx, obj, sw, slot, &program.p4info, &swap.at).await?)
 }
 
 /// A deleted VirtualSwitch: empty its FPGA slots, then release its claims
@@ -192,25 +177,38 @@ async fn cleanup(ctx: &Context, obj: &VirtualSwitch) -> Result<Action, Error> {
 }
 
 /// Dereferences the program and, once it is ready, loads it into `slot`
-/// (FPGA boards: through the slot service).
+/// (FPGA boards: through the slot service). Returns the program too when
+/// it was ready.
 async fn load_program(
     ctx: &Context,
     ns: &str,
     obj: &VirtualSwitch,
     sw: &Switch,
     slot: u32,
-) -> Result<Pipeline, Error> {
+) -> Result<(Pipeline, Option<pipeline::ReadyProgram>), Error> {
     let program = match pipeline::ready_program(&ctx.reads, ns, &obj.spec.program_ref).await? {
         Ok(p) => p,
-        Err(not_ready) => return Ok(Pipeline::NotReady(not_ready)),
+        Err(not_ready) => return Ok((Pipeline::NotReady(not_ready), None)),
     };
+    let pipeline = push(ctx, obj, sw, slot, &program).await;
+    Ok((pipeline, Some(program)))
+}
+
+/// Pushes a ready program into `slot` of `sw`.
+async fn push(
+    ctx: &Context,
+    obj: &VirtualSwitch,
+    sw: &Switch,
+    slot: u32,
+    program: &pipeline::ReadyProgram,
+) -> Pipeline {
     if let Some(u) = pipeline::unsupported(&obj.spec, sw) {
-        return Ok(Pipeline::Failed(u.into()));
+        return Pipeline::Failed(u.into());
     }
     if sw.spec.target == SwitchTarget::Fpga {
-        return Ok(match slot_load::load(sw, slot, &obj.spec, &program).await {
+        return match slot_load::load(sw, slot, &obj.spec, program).await {
             Ok(l) => Pipeline::Loaded {
-                digest: program.digest,
+                digest: program.digest.clone(),
                 pushed: l.loaded.as_ref().map(|l| l.total),
                 // A first load is not a swap.
                 swap: l.loaded.filter(|l| l.from_digest.is_some()).map(|l| Swap {
@@ -220,14 +218,14 @@ async fn load_program(
                 }),
             },
             Err(e) => Pipeline::Failed(e.into()),
-        });
+        };
     }
-    Ok(match pipeline::load(ctx, sw, slot, &program).await {
+    match pipeline::load(ctx, sw, slot, program).await {
         Ok(pushed) => Pipeline::Loaded {
-            digest: program.digest,
+            digest: program.digest.clone(),
             pushed,
             swap: None,
         },
         Err(e) => Pipeline::Failed(e),
-    })
+    }
 }
