@@ -202,7 +202,8 @@ async fn push(
     slot: u32,
     program: &pipeline::ReadyProgram,
 ) -> Pipeline {
-    if let Some(u) = pipeline::unsupported(&obj.spec, sw) {
+    let unsupported = pipeline::unsupported(&obj.spec, sw);
+    if let Some(u) = unsupported.or_else(|| pipeline::unsupported_pipes(program, sw)) {
         return Pipeline::Failed(u.into());
     }
     if sw.spec.target == SwitchTarget::Fpga {
