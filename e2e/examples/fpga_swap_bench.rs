@@ -28,10 +28,9 @@ mod fpga_common;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher;
 use p4fleet_client::{SlotClient, Target};
-use p4fleet_crds::VirtualSwitch;
 use p4fleet_e2e::processes::{build_binaries, spawn_emulator, spawn_operator};
 use p4fleet_e2e::{ControlPlane, TestNamespace};
 use p4fleet_proto::fpga as pb;
@@ -114,20 +113,12 @@ async fn run_port(cp: &ControlPlane, port: &str, a: &Args) -> Vec<Swap> {
     );
     let client = cp.client().await;
     let ns = TestNamespace::new(&client).await;
-    program(&client, ns.name(), L2).await;
-    let router = program(&client, ns.name(), ROUTER).await;
-    let firewall = program(&client, ns.name(), FIREWALL).await;
-    let sw = fpga_switch(&client, emu.p4runtime).await;
-    let api = Api::<VirtualSwitch>::namespaced(client.clone(), ns.name());
-    for (name, program, vlan) in [
-        ("a", "l2switch", 10),
-        ("b", "router", 20),
-        ("c", "l2switch", 30),
-    ] {
-        api.create(&PostParams::default(), &vs(name, program, &sw, vlan))
-            .await
-            .unwrap();
-    }
+    let Three {
+        router,
+        firewall,
+        api,
+        ..
+    } = three(&client, ns.name(), emu.p4runtime).await;
     let mut slots = Vec::new();
     for name in ["a", "c"] {
         let v = until(&format!("{name} Ready"), || async {

@@ -360,20 +360,12 @@ async fn six_routers_fit_deleting_frees_everything_and_a_mixed_set_packs() {
 async fn isolation_clashes_are_named_and_a_hot_swap_leaves_other_slots_forwarding() {
     let (client, ns) = setup().await;
     let (addr, stats) = board(&["--fpga-traffic-pps", "20000"]).await;
-    program(&client, ns.name(), L2).await;
-    let router = program(&client, ns.name(), ROUTER).await;
-    let firewall = program(&client, ns.name(), FIREWALL).await;
-    let sw = fpga_switch(&client, addr).await;
-    let api = Api::<VirtualSwitch>::namespaced(client.clone(), ns.name());
-    for (name, program, vlan) in [
-        ("a", "l2switch", 10),
-        ("b", "router", 20),
-        ("c", "l2switch", 30),
-    ] {
-        api.create(&PostParams::default(), &vs(name, program, &sw, vlan))
-            .await
-            .unwrap();
-    }
+    let Three {
+        router,
+        firewall,
+        switch: sw,
+        api,
+    } = three(&client, ns.name(), addr).await;
     for name in ["a", "b", "c"] {
         until(&format!("{name} Ready"), || async {
             ready(&api.get(name).await.ok()?).then_some(())

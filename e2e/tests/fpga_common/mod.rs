@@ -145,3 +145,35 @@ pub fn vs(name: &str, program: &str, switch: &str, vlan: u16) -> VirtualSwitch {
     }))
     .unwrap()
 }
+
+/// P4VBox's three programs and, on a new Switch for the board at `addr`,
+/// VirtualSwitches "a" (L2, VLAN 10), "b" (router, 20), "c" (L2, 30).
+pub struct Three {
+    pub router: String,
+    pub firewall: String,
+    pub switch: String,
+    pub api: Api<VirtualSwitch>,
+}
+
+pub async fn three(client: &Client, ns: &str, addr: SocketAddr) -> Three {
+    program(client, ns, L2).await;
+    let router = program(client, ns, ROUTER).await;
+    let firewall = program(client, ns, FIREWALL).await;
+    let switch = fpga_switch(client, addr).await;
+    let api = Api::<VirtualSwitch>::namespaced(client.clone(), ns);
+    for (name, program, vlan) in [
+        ("a", "l2switch", 10),
+        ("b", "router", 20),
+        ("c", "l2switch", 30),
+    ] {
+        api.create(&PostParams::default(), &vs(name, program, &switch, vlan))
+            .await
+            .unwrap();
+    }
+    Three {
+        router,
+        firewall,
+        switch,
+        api,
+    }
+}
