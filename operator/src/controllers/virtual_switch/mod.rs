@@ -91,6 +91,8 @@ async fn apply(
 ) -> Result<Action, Error> {
     let ns = namespace(obj)?;
     let me = object_key(obj);
+    // Phase times, logged at debug (the swap benchmark's breakdown).
+    let started = std::time::Instant::now();
     let resources = ctx
         .reads
         .program(&ns, &obj.spec.program_ref)
@@ -103,6 +105,7 @@ async fn apply(
         Err(claims::ClaimError::Kube(e)) => return Err(e.into()),
         Err(e) => Err(PlacementError::ClaimFailed(e.to_string())),
     };
+    let claimed = started.elapsed();
     let (outcome, placed_on) = match held {
         Err(e) => (Outcome::Unplaced(e), None),
         Ok(held) => {
@@ -116,6 +119,7 @@ async fn apply(
             (outcome, program.map(|p| (held.switch, held.claim.slot, p)))
         }
     };
+    let loaded = started.elapsed();
     let report = status::report(obj, &outcome, ctx.config.drift);
     let mut new = report.status;
     let mut requeue = report.requeue;
@@ -139,7 +143,12 @@ async fn apply(
             None => requeue = requeue.min(reapplied::POLL),
         }
     }
+    let counted = started.elapsed();
     update_status(ctx, api, obj, &mut new).await?;
+    tracing::debug!(virtual_switch = %me, claim_ms = claimed.as_millis() as u64,
+        program_and_load_ms = (loaded - claimed).as_millis() as u64,
+        reapplied_ms = (counted - loaded).as_millis() as u64,
+        status_ms = (started.elapsed() - counted).as_millis() as u64, "virtual switch phases");
     if let Some(ev) = &report.event {
         ctx.events.publish(obj, ev).await;
     }
