@@ -34,8 +34,10 @@ pub fn waiting(swap: Option<&LastSwap>, now: DateTime<Utc>) -> bool {
 
 /// The entries the sets filling `vs` have confirmed since a swap at
 /// `at` into a program described by `p4info`, once every set whose table
-/// it has has synced since then (or wants no entries); None while one has
-/// not. Pure.
+/// it has has synced on `vs` since then (or has synced there wanting and
+/// holding no entries); None while one has not. A set with no status for
+/// `vs` yet has not synced there (before the swap its table may have been
+/// missing), whatever its `desired` says. Pure.
 pub fn expected(sets: &[TableEntrySet], vs: &str, p4info: &P4Info, at: &str) -> Option<u64> {
     let at = DateTime::parse_from_rfc3339(at).ok()?;
     let mut total = 0;
@@ -44,19 +46,16 @@ pub fn expected(sets: &[TableEntrySet], vs: &str, p4info: &P4Info, at: &str) -> 
             continue;
         }
         let st = set.status.clone().unwrap_or_default();
-        if st.desired == 0 {
-            continue;
-        }
         let since = st
             .last_sync_time
             .as_deref()
             .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
             .is_some_and(|t| t >= at);
-        let target = st.targets.iter().find(|t| t.virtual_switch == vs)?;
-        if !since {
-            return None;
+        match st.targets.iter().find(|t| t.virtual_switch == vs) {
+            Some(t) if since => total += t.applied,
+            Some(t) if st.desired == 0 && t.applied == 0 => {}
+            _ => return None,
         }
-        total += target.applied;
     }
     Some(total)
 }
@@ -139,7 +138,7 @@ mod tests {
         let acl = set("acl", 2, Some("2026-11-23T00:00:10Z"), Some(2));
         // Not in the router: reports TableNotInProgram itself.
         let fw = set("MyIngress.firewall", 5, None, None);
-        let empty = set("MyIngress.acl", 0, None, None);
+        let empty = set("MyIngress.acl", 0, None, Some(0));
         let all = [lpm.clone(), acl.clone(), fw, empty];
         assert_eq!(expected(&all, "b", &p4info, AT), Some(5));
         // A set last synced before the swap, or not yet on this target.
@@ -148,6 +147,10 @@ mod tests {
         let elsewhere = set("acl", 2, Some("2026-11-23T00:00:12Z"), None);
         assert_eq!(expected(&[lpm, elsewhere], "b", &p4info, AT), None);
         assert_eq!(expected(&[], "b", &p4info, AT), Some(0));
+        // Not synced on "b" yet (its table was not in the old program):
+        // its desired 0 is stale, not "wants nothing".
+        let unsynced = set("MyIngress.ipv4_lpm", 0, None, None);
+        assert_eq!(expected(&[unsynced], "b", &p4info, AT), None);
     }
 
     #[test]
