@@ -4,7 +4,7 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: deps build test crds demo lint clean-local bench bench-dataplane e2e-cluster
+.PHONY: deps build test crds demo lint clean-local bench bench-dataplane bench-fpga e2e-cluster
 
 deps:
 	hack/install-deps.sh
@@ -42,7 +42,7 @@ e2e-cluster:
 	hack/e2e-cluster.sh
 
 clean-local:
-	-for p in .local/operator.pid .local/emulator.pid; do [[ -f $$p ]] && kill -9 "$$(cat $$p)" 2>/dev/null; done; true
+	-for p in .local/operator.pid .local/emulator.pid .local/fpga-emulator.pid; do [[ -f $$p ]] && kill -9 "$$(cat $$p)" 2>/dev/null; done; true
 	hack/controlplane.sh down
 	rm -rf .local
 
@@ -61,3 +61,15 @@ DATAPLANE_BENCH_ARGS ?=
 bench-dataplane:
 	$(CARGO) build --release -p p4fleet-bench -p p4fleet-emulator
 	target/release/p4fleet-dataplane-bench $(DATAPLANE_BENCH_ARGS)
+
+# FPGA swaps (docs/fpga.md, "Swap benchmark"): the device side (load time
+# vs bitstream size, JTAG and ICAP, packets lost on other slots), then the
+# operator's overhead on top of the device's load time against a real
+# kube-apiserver (release operator and emulator; the bench driver itself
+# is an e2e example built with the workspace's debug profile).
+# E.g. make bench-fpga FPGA_BENCH_ARGS="--runs 1 --skip-full" FPGA_SWAP_ARGS="--swaps 4".
+bench-fpga: deps
+	$(CARGO) build --release -p p4fleet -p p4fleet-emulator
+	target/release/p4fleet-emulator fpga-bench $(FPGA_BENCH_ARGS)
+	$(CARGO) build --workspace --all-targets
+	target/debug/examples/fpga_swap_bench --bin-dir target/release $(FPGA_SWAP_ARGS)

@@ -325,8 +325,99 @@ YAML
   echo
 }
 
+# --- FPGA board: three virtual switches and one hot swap (docs/fpga.md) -------
+FPGA_NS="${DEMO_FPGA_NS:-p4fleet-fpga}"
+
+stop_fpga_emulator() {
+  [[ -f "$LOCAL/fpga-emulator.pid" ]] || return 0
+  kill "$(cat "$LOCAL/fpga-emulator.pid")" 2>/dev/null || true
+  rm -f "$LOCAL/fpga-emulator.pid"
+}
+
+# $1 program (examples/$1): a synthetic 2.8 Mb bitstream and the P4Info in
+# ConfigMaps, and the P4Program with P4VBox's Table I resources.
+fpga_program() {
+  local name="$1"
+  "$REPO/target/debug/p4fleet-emulator" fpga-bitstream --bits 2800000 --seed "$name" \
+    >"$LOCAL/$name.bit" 2>/dev/null
+  kubectl create configmap "$name-fpga" -n "$FPGA_NS" \
+    --from-file=bitstream="$LOCAL/$name.bit" --from-file=p4info="$REPO/examples/$name/p4info.txt" \
+    --dry-run=client -o yaml | kubectl apply --server-side --force-conflicts --field-manager=p4fleet-demo -f - >/dev/null
+  {
+    printf 'apiVersion: p4fleet.dev/v1alpha1\nkind: P4Program\nmetadata:\n  name: %s\nspec:\n' "$name"
+    printf '  p4info:\n    configMapKeyRef: {name: %s-fpga, key: p4info}\n  artifacts:\n    fpga:\n' "$name"
+    grep -v '^#' "$REPO/examples/$name/fpga.yaml" | sed 's/^/      /'
+  } | kubectl apply --server-side --force-conflicts --field-manager=p4fleet-demo -n "$FPGA_NS" -f - >/dev/null
+}
+
+fpga_board() {
+  say "FPGA board: an emulated NetFPGA-SUME (ICAP, 10k packets/s per slot; logs: .local/fpga-emulator.log), three VirtualSwitches, one hot swap (namespace $FPGA_NS)"
+  stop_fpga_emulator
+  local port stats
+  port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  stats="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  nohup "$REPO/target/debug/p4fleet-emulator" --fpga netfpga-sume --fpga-port icap \
+    --fpga-traffic-pps 10000 --p4runtime-addr "127.0.0.1:$port" --stats-addr "127.0.0.1:$stats" \
+    >"$LOCAL/fpga-emulator.log" 2>&1 </dev/null &
+  echo $! > "$LOCAL/fpga-emulator.pid"
+  kubectl create namespace "$FPGA_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  for p in l2switch router firewall; do fpga_program "$p"; done
+  kubectl apply --server-side --force-conflicts --field-manager=p4fleet-demo -n "$FPGA_NS" -f - <<YAML
+apiVersion: p4fleet.dev/v1alpha1
+kind: Switch
+metadata:
+  name: netfpga-sume
+spec:
+  target: Fpga
+  endpoint: 127.0.0.1:$port
+  deviceId: 1
+  ports: [{id: 0}, {id: 1}, {id: 2}, {id: 3}]
+---
+apiVersion: p4fleet.dev/v1alpha1
+kind: VirtualSwitch
+metadata:
+  name: vsw-l2
+spec: {programRef: l2switch, switchRef: netfpga-sume, isolation: {vlan: 10}}
+---
+apiVersion: p4fleet.dev/v1alpha1
+kind: VirtualSwitch
+metadata:
+  name: vsw-router
+spec: {programRef: router, switchRef: netfpga-sume, isolation: {vlan: 20}}
+---
+apiVersion: p4fleet.dev/v1alpha1
+kind: VirtualSwitch
+metadata:
+  name: vsw-edge
+spec: {programRef: l2switch, switchRef: netfpga-sume, isolation: {vlan: 30}}
+YAML
+  kubectl wait -n "$FPGA_NS" --for=condition=Ready --timeout=120s \
+    virtualswitches/vsw-l2 virtualswitches/vsw-router virtualswitches/vsw-edge || true
+  say "hot swap: vsw-router router -> firewall (its slot only)"
+  kubectl patch virtualswitch vsw-router -n "$FPGA_NS" --type merge -p '{"spec":{"programRef":"firewall"}}'
+  for _ in $(seq 100); do
+    [[ -n "$(kubectl get virtualswitch vsw-router -n "$FPGA_NS" -o jsonpath='{.status.lastSwap.at}')" ]] && break
+    sleep 0.2
+  done
+  kubectl get switch netfpga-sume
+  kubectl get virtualswitches -n "$FPGA_NS"
+  kubectl get virtualswitch vsw-router -n "$FPGA_NS" \
+    -o jsonpath='  last swap: {.status.lastSwap.fromDigest} -> {.status.lastSwap.toDigest}, {.status.lastSwap.durationMillis} ms on the device{"\n"}'
+  echo "slot counters (emulator):"
+  curl -s "http://127.0.0.1:$stats/fpga" | python3 -c 'import json,sys
+try:
+    b = json.load(sys.stdin)
+except ValueError:
+    sys.exit(0)
+for s in b.get("slots", []):
+    if s.get("program_digest"):
+        c = s["counters"]
+        print("  slot %s (vlan %s): rx %s, dropped %s" % (s["slot"], (s.get("isolation") or {}).get("vlan"), c["rx_packets"], c["dropped_packets"]))' || true
+}
+
 if [[ "${1:-}" == stop ]]; then
   stop_operator
+  stop_fpga_emulator
   if [[ -f "$LOCAL/emulator.pid" ]]; then
     kill "$(cat "$LOCAL/emulator.pid")" 2>/dev/null || true
     rm -f "$LOCAL/emulator.pid"
@@ -344,6 +435,7 @@ emulator
 operator
 emulated
 dpdk
+fpga_board
 show
 warnings
 

@@ -7,43 +7,35 @@
 //!   Unschedulable with the scheduler-style message; deleting one unloads
 //!   its slot and lets the 14th in.
 //! - 20 firewalls created at once: 8 fit, no slot shared, nothing overbooked.
-//! - Isolation clashes name the other VirtualSwitch; a hot swap router →
-//!   firewall reloads one slot while the others keep counting packets.
+//! - 6 routers fit, the 7th is Unschedulable; deleting them frees slots
+//!   and resources; a mixed set (4 routers + 3 firewalls) leaves no room
+//!   for an L2 switch.
+//! - Isolation and port-map clashes name the other VirtualSwitch; a hot
+//!   swap router → firewall reloads one slot while the others keep
+//!   counting packets and keep their entries; the swapped slot's
+//!   TableEntrySets are re-applied where the new program has their table
+//!   (`lastSwap.entriesReapplied`) and report `TableNotInProgram` where
+//!   not; a Recreate swap back does the same.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::Duration;
 
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use p4fleet_client::{SlotClient, Target};
 use p4fleet_crds::{
-    P4Program, SLOT_CLAIMS_ANNOTATION, SlotClaim, Switch, TableEntrySet, VirtualSwitch,
-    find_condition,
+    SLOT_CLAIMS_ANNOTATION, SlotClaim, Switch, TableEntrySet, VirtualSwitch, find_condition,
 };
 use p4fleet_e2e::processes::{build_binaries, spawn_operator, with_pdeathsig};
-use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, unique_name, wait_for};
+use p4fleet_e2e::{ControlPlane, TestNamespace};
 use p4fleet_proto::fpga as pb;
 use serde_json::json;
 
-const WAIT: Duration = Duration::from_secs(120);
-
-/// Polls `f` until it answers Some (within [`WAIT`]).
-async fn until<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    wait_for(what, WAIT, || {
-        let fut = f();
-        async move { fut.await.ok_or_else(|| "not yet".to_string()) }
-    })
-    .await
-}
+#[path = "fpga_common/mod.rs"]
+mod fpga_common;
+use fpga_common::*;
 
 /// Runs `f` on a thread that lives as long as the test process, so the
 /// children it spawns (PDEATHSIG) outlive the test that started them.
@@ -113,77 +105,6 @@ async fn board(extra: &'static [&'static str]) -> (SocketAddr, SocketAddr) {
         })
     })
     .await
-    .unwrap()
-}
-
-/// P4VBox's programs: (name, seed of the synthetic bitstream, luts, ffs).
-const L2: (&str, u64, u64) = ("l2switch", 28_096, 40_506);
-const ROUTER: (&str, u64, u64) = ("router", 57_704, 84_149);
-const FIREWALL: (&str, u64, u64) = ("firewall", 45_683, 74_344);
-
-/// A P4Program with FPGA artifacts (bitstream in a ConfigMap's binaryData).
-async fn program(client: &Client, ns: &str, (name, luts, ffs): (&str, u64, u64)) -> String {
-    let bits = p4fleet_emulator::fpga::bitstream::synthetic(2_800_000, name).unwrap();
-    let cm: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": format!("{name}-fpga")},
-    }))
-    .unwrap();
-    let mut cm = cm;
-    cm.binary_data = Some([("bitstream".to_string(), ByteString(bits))].into());
-    Api::<ConfigMap>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &cm)
-        .await
-        .unwrap();
-    let p4info =
-        std::fs::read_to_string(repo_root().join(format!("examples/{name}/p4info.txt"))).unwrap();
-    let p: P4Program = serde_json::from_value(json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
-        "metadata": {"name": name},
-        "spec": {"p4info": {"inline": p4info}, "artifacts": {"fpga": {
-            "bitstream": {"configMapKeyRef": {"name": format!("{name}-fpga"), "key": "bitstream"}},
-            "bits": 2_800_000,
-            "resources": {"luts": luts, "ffs": ffs},
-        }}}
-    }))
-    .unwrap();
-    let api = Api::<P4Program>::namespaced(client.clone(), ns);
-    api.create(&PostParams::default(), &p).await.unwrap();
-    until(&format!("P4Program {name} Ready"), || async {
-        let p = api.get(name).await.ok()?;
-        let st = p.status?;
-        find_condition(&st.conditions, "Ready")
-            .filter(|c| c.is_true())
-            .and(st.digest)
-    })
-    .await
-}
-
-/// A Switch for the board at `addr`, once the operator has read its board info.
-async fn fpga_switch(client: &Client, addr: SocketAddr) -> String {
-    let name = unique_name("sume");
-    let sw: Switch = serde_json::from_value(json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
-        "metadata": {"name": name},
-        "spec": {"target": "Fpga", "endpoint": addr.to_string(), "deviceId": 1,
-                 "ports": [{"id": 0}, {"id": 1}, {"id": 2}, {"id": 3}]}
-    }))
-    .unwrap();
-    let api = Api::<Switch>::all(client.clone());
-    api.create(&PostParams::default(), &sw).await.unwrap();
-    until(&format!("Switch {name} probed"), || async {
-        let st = api.get(&name).await.ok()?.status?;
-        (st.slots == Some(16) && st.capacity_source.as_deref() == Some("Device")).then_some(())
-    })
-    .await;
-    name
-}
-
-fn vs(name: &str, program: &str, switch: &str, vlan: u16) -> VirtualSwitch {
-    serde_json::from_value(json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
-        "metadata": {"name": name},
-        "spec": {"programRef": program, "switchRef": switch, "isolation": {"vlan": vlan}}
-    }))
     .unwrap()
 }
 
@@ -343,24 +264,108 @@ async fn twenty_created_at_once_never_share_a_slot_or_overbook() {
     ns.delete(&client).await.unwrap();
 }
 
+/// Creates VirtualSwitches one after the other, each Ready before the next.
+async fn create_ready(api: &Api<VirtualSwitch>, list: &[VirtualSwitch]) {
+    for v in list {
+        api.create(&PostParams::default(), v).await.unwrap();
+        let name = v.name_any();
+        until(&format!("{name} Ready"), || async {
+            ready(&api.get(&name).await.ok()?).then_some(())
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn six_routers_fit_deleting_frees_everything_and_a_mixed_set_packs() {
+    let (client, ns) = setup().await;
+    let (addr, _) = board(&[]).await;
+    program(&client, ns.name(), ROUTER).await;
+    program(&client, ns.name(), FIREWALL).await;
+    program(&client, ns.name(), L2).await;
+    let sw = fpga_switch(&client, addr).await;
+    let api = Api::<VirtualSwitch>::namespaced(client.clone(), ns.name());
+    let switches = Api::<Switch>::all(client.clone());
+    let routers: Vec<_> = (0..6u16)
+        .map(|i| vs(&format!("r-{i}"), "router", &sw, 300 + i))
+        .collect();
+    create_ready(&api, &routers).await;
+    api.create(&PostParams::default(), &vs("r-6", "router", &sw, 306))
+        .await
+        .unwrap();
+    let msg = until("r-6 Unschedulable", || async {
+        unschedulable(&api.get("r-6").await.ok()?)
+    })
+    .await;
+    // P4VBox: 6 routers (13.3 % of the LUTs each) per board.
+    assert_eq!(
+        msg,
+        "0/1 switches: 1 insufficient luts (need 57704, free 34277)"
+    );
+    assert_eq!(board_luts_used(addr).await, 6 * 57_704);
+
+    // Deleting them empties their slots and releases every resource.
+    for i in 0..7 {
+        api.delete(&format!("r-{i}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    until("routers deleted", || async {
+        api.list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(board_luts_used(addr).await, 0);
+    let c = slots(addr);
+    for s in 0..16 {
+        let st = c.slot_state(s).await.unwrap();
+        assert_ne!(st.phase(), pb::SlotPhase::Loaded, "slot {s} emptied");
+    }
+    until("Switch free again", || async {
+        let swo = switches.get(&sw).await.ok()?;
+        let free = swo.status.clone()?.free;
+        (claims(&swo).is_empty() && free.get("luts") == Some(&380_501)).then_some(())
+    })
+    .await;
+
+    // Mixed: 4 routers + 3 firewalls leave 12,636 LUTs, not enough for an L2 switch.
+    let mut mixed: Vec<_> = (0..4u16)
+        .map(|i| vs(&format!("mr-{i}"), "router", &sw, 400 + i))
+        .collect();
+    mixed.extend((0..3u16).map(|i| vs(&format!("mf-{i}"), "firewall", &sw, 410 + i)));
+    create_ready(&api, &mixed).await;
+    api.create(&PostParams::default(), &vs("ml", "l2switch", &sw, 420))
+        .await
+        .unwrap();
+    let msg = until("ml Unschedulable", || async {
+        unschedulable(&api.get("ml").await.ok()?)
+    })
+    .await;
+    assert_eq!(
+        msg,
+        "0/1 switches: 1 insufficient luts (need 28096, free 12636)"
+    );
+    assert_eq!(board_luts_used(addr).await, 4 * 57_704 + 3 * 45_683);
+    let held = claims(&switches.get(&sw).await.unwrap());
+    let distinct: std::collections::BTreeSet<u32> = held.iter().map(|c| c.slot).collect();
+    assert_eq!((held.len(), distinct.len()), (7, 7), "{held:?}");
+    ns.delete(&client).await.unwrap();
+}
+
 #[tokio::test]
 async fn isolation_clashes_are_named_and_a_hot_swap_leaves_other_slots_forwarding() {
     let (client, ns) = setup().await;
     let (addr, stats) = board(&["--fpga-traffic-pps", "20000"]).await;
-    program(&client, ns.name(), L2).await;
-    let router = program(&client, ns.name(), ROUTER).await;
-    let firewall = program(&client, ns.name(), FIREWALL).await;
-    let sw = fpga_switch(&client, addr).await;
-    let api = Api::<VirtualSwitch>::namespaced(client.clone(), ns.name());
-    for (name, program, vlan) in [
-        ("a", "l2switch", 10),
-        ("b", "router", 20),
-        ("c", "l2switch", 30),
-    ] {
-        api.create(&PostParams::default(), &vs(name, program, &sw, vlan))
-            .await
-            .unwrap();
-    }
+    let Three {
+        router,
+        firewall,
+        switch: sw,
+        api,
+    } = three(&client, ns.name(), addr).await;
     for name in ["a", "b", "c"] {
         until(&format!("{name} Ready"), || async {
             ready(&api.get(name).await.ok()?).then_some(())
@@ -381,6 +386,35 @@ async fn isolation_clashes_are_named_and_a_hot_swap_leaves_other_slots_forwardin
             "0/1 switches: 1 isolation vlan 10 dst any held by {}/a",
             ns.name()
         )
+    );
+    // Another Sid of VLAN 10 on a physical port "a" (no port map: every
+    // port) uses; and a port the Switch does not have.
+    let mut shares = vs("shares", "l2switch", &sw, 10);
+    shares.spec.isolation.as_mut().unwrap().dst_mac = Some("02:00:00:00:00:0b".into());
+    shares.spec.port_map = serde_json::from_value(json!([{"physical": 1, "virtual": 0}])).unwrap();
+    let mut off = vs("off", "l2switch", &sw, 40);
+    off.spec.port_map = serde_json::from_value(json!([{"physical": 7, "virtual": 0}])).unwrap();
+    for v in [&shares, &off] {
+        api.create(&PostParams::default(), v).await.unwrap();
+    }
+    let msg = until("shares Unschedulable", || async {
+        unschedulable(&api.get("shares").await.ok()?)
+    })
+    .await;
+    assert_eq!(
+        msg,
+        format!(
+            "0/1 switches: 1 vlan 10 shares ports 1 with {}/a",
+            ns.name()
+        )
+    );
+    let msg = until("off Unschedulable", || async {
+        unschedulable(&api.get("off").await.ok()?)
+    })
+    .await;
+    assert_eq!(
+        msg,
+        "0/1 switches: 1 spec.portMap: port 7 is not in the Switch's spec.ports"
     );
 
     let slot_of = |v: &VirtualSwitch| v.status.as_ref().unwrap().slot.unwrap();
@@ -408,6 +442,39 @@ async fn isolation_clashes_are_named_and_a_hot_swap_leaves_other_slots_forwardin
         (entries(stats, device_a) == 2).then_some(())
     })
     .await;
+    // "b" runs the router: its ipv4_lpm set applies (5 entries); its
+    // firewall set names a table of no program running here (a typo, as
+    // far as anyone can tell).
+    let sets = Api::<TableEntrySet>::namespaced(client.clone(), ns.name());
+    let lpm_file = "examples/router/ipv4_lpm.entries.txt";
+    entry_set(
+        &client,
+        ns.name(),
+        "b-lpm",
+        "b",
+        "MyIngress.ipv4_lpm",
+        lpm_file,
+    )
+    .await;
+    let fw_file = "examples/firewall/entries.txt";
+    entry_set(
+        &client,
+        ns.name(),
+        "b-fw",
+        "b",
+        "MyIngress.firewall",
+        fw_file,
+    )
+    .await;
+    until("b's router entries on its slot", || async {
+        (read_back(addr, slot_of(&b)).await.len() == 5).then_some(())
+    })
+    .await;
+    let (reason, _) = until("b-fw refused", || async {
+        set_problem(&sets.get("b-fw").await.ok()?)
+    })
+    .await;
+    assert_eq!(reason, "UnknownTable");
     let board = slots(addr);
     let before = board.counters(vec![]).await.unwrap();
     let patch = json!({"spec": {"programRef": "firewall"}});
@@ -438,10 +505,68 @@ async fn isolation_clashes_are_named_and_a_hot_swap_leaves_other_slots_forwardin
         assert_eq!(drop1, drop0, "slot {other} lost nothing during the swap");
     }
     assert_eq!(entries(stats, device_a), 2, "a's entries are still there");
+    assert_eq!(
+        read_back(addr, slot_of(&a)).await.len(),
+        2,
+        "a's entries read back"
+    );
     let st = board.slot_state(slot_of(&b)).await.unwrap();
     assert_eq!(
         (st.phase(), st.program_digest.as_str()),
         (pb::SlotPhase::Loaded, firewall.as_str())
+    );
+    // The firewall's set is re-applied, counted from the device; the
+    // router's table is not in the firewall.
+    let reapplied = until("b's entries re-applied", || async {
+        api.get("b")
+            .await
+            .ok()?
+            .status?
+            .last_swap?
+            .entries_reapplied
+    })
+    .await;
+    assert_eq!(reapplied, 8, "examples/firewall/entries.txt");
+    assert_eq!(read_back(addr, slot_of(&b)).await.len(), 8);
+    let (reason, message) = until("b-lpm not in the program", || async {
+        set_problem(&sets.get("b-lpm").await.ok()?).filter(|p| p.0 == "TableNotInProgram")
+    })
+    .await;
+    assert_eq!(reason, "TableNotInProgram");
+    assert_eq!(
+        message,
+        format!(
+            "TableEntrySet {}/b-lpm: table \"MyIngress.ipv4_lpm\" is not in P4Program firewall, which VirtualSwitch b runs",
+            ns.name()
+        )
+    );
+
+    // Recreate back to the router: the slot is emptied and loaded again,
+    // the router's set re-applied, the firewall's now not in the program.
+    let patch = json!({"spec": {"programRef": "router", "updateStrategy": {"type": "Recreate"}}});
+    api.patch("b", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let swap = until("b recreated with the router, entries counted", || async {
+        let swap = api.get("b").await.ok()?.status?.last_swap?;
+        (swap.to_digest == router && swap.entries_reapplied.is_some()).then_some(swap)
+    })
+    .await;
+    assert_eq!(swap.from_digest.as_deref(), Some(firewall.as_str()));
+    assert_eq!(swap.strategy, p4fleet_crds::UpdateStrategyType::Recreate);
+    assert_eq!(swap.entries_reapplied, Some(5));
+    assert_eq!(read_back(addr, slot_of(&b)).await.len(), 5);
+    let (reason, _) = until("b-fw not in the program", || async {
+        set_problem(&sets.get("b-fw").await.ok()?).filter(|p| p.0 == "TableNotInProgram")
+    })
+    .await;
+    assert_eq!(reason, "TableNotInProgram");
+    assert_eq!(read_back(addr, slot_of(&a)).await.len(), 2, "a untouched");
+    let st = board.slot_state(slot_of(&b)).await.unwrap();
+    assert_eq!(
+        st.isolation.map(|i| i.vlan_id),
+        Some(20),
+        "isolation set again"
     );
     ns.delete(&client).await.unwrap();
 }

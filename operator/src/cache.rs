@@ -29,7 +29,7 @@ use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
-use p4fleet_crds::{P4Program, Switch, VirtualSwitch};
+use p4fleet_crds::{P4Program, Switch, TableEntrySet, VirtualSwitch};
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 use tokio_stream::wrappers::BroadcastStream;
@@ -213,10 +213,13 @@ pub struct Caches {
     pub switches: Cache<Switch>,
     pub virtual_switches: Cache<VirtualSwitch>,
     pub programs: Cache<P4Program>,
+    /// The TableEntrySet controller's own objects, also read by the
+    /// VirtualSwitch controller (entries re-applied after a swap).
+    pub entry_sets: Cache<TableEntrySet>,
 }
 
 impl Caches {
-    /// Runs the three watches until `shutdown`: Switches cluster-wide,
+    /// Runs the four watches until `shutdown`: Switches cluster-wide,
     /// the namespaced kinds in `watch_namespace` (all when None).
     pub async fn run(
         &self,
@@ -232,11 +235,16 @@ impl Caches {
             Some(ns) => Api::namespaced(client.clone(), ns),
             None => Api::all(client.clone()),
         };
+        let sets = match watch_namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
         tokio::join!(
             self.switches
                 .run(Api::all(client.clone()), shutdown.clone()),
             self.virtual_switches.run(vss, shutdown.clone()),
             self.programs.run(programs, shutdown.clone()),
+            self.entry_sets.run(sets, shutdown.clone()),
         );
     }
 
@@ -245,7 +253,8 @@ impl Caches {
         tokio::join!(
             self.switches.ready(),
             self.virtual_switches.ready(),
-            self.programs.ready()
+            self.programs.ready(),
+            self.entry_sets.ready()
         );
     }
 }

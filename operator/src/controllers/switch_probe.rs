@@ -97,6 +97,7 @@ pub fn complete(
     st.slot_summary = Some(format!("{used}/{slots}"));
     if let Some(board) = board {
         let cond = match board {
+            Ok(info) if info.base_device_id != spec.device_id => device_id_mismatch(spec, info),
             Ok(info) => Condition::new(
                 SLOT_SERVICE,
                 true,
@@ -125,10 +126,25 @@ pub fn complete(
             }
         };
         if let Some(caps) = st.capabilities.as_mut() {
-            caps.slot_service = cond.is_true();
+            caps.slot_service = board.is_ok();
         }
         st.conditions.push(cond);
     }
+}
+
+/// Slot `s` is P4Runtime device `base_device_id + s`, and the operator
+/// writes a slot's entries to `spec.deviceId + s`: any other deviceId
+/// sends them to the wrong device (or none), so it is a condition.
+fn device_id_mismatch(spec: &p4fleet_crds::SwitchSpec, info: &pb::BoardInfo) -> Condition {
+    Condition::new(
+        SLOT_SERVICE,
+        false,
+        "DeviceIdMismatch",
+        format!(
+            "spec.deviceId {} is not the board's base device id {} (slot s is P4Runtime device {} + s); set spec.deviceId to {}",
+            spec.device_id, info.base_device_id, info.base_device_id, info.base_device_id
+        ),
+    )
 }
 
 /// The claims on `sw`, or none (with a warning) when the annotation is malformed.
@@ -149,6 +165,7 @@ mod tests {
             board: "netfpga-sume".into(),
             part: "xc7vx690tffg1761-3".into(),
             slot_count: 16,
+            base_device_id: 1,
             resources: vec![pb::Resource {
                 name: "luts".into(),
                 capacity: 433_200,
@@ -207,5 +224,28 @@ mod tests {
         assert_eq!(st.capacity_source.as_deref(), Some("Spec"));
         assert!(!st.capabilities.as_ref().unwrap().slot_service);
         assert_eq!(st.conditions[0].reason, "NotServed");
+    }
+
+    #[test]
+    fn a_device_id_other_than_the_boards_base_is_a_condition() {
+        let mut st = SwitchStatus {
+            capabilities: Some(SwitchCapabilities::default()),
+            ..Default::default()
+        };
+        let mut sw = switch(1000);
+        sw.spec.device_id = 5;
+        complete(&mut st, &sw, Some(&Ok(sume())), &[]);
+        let c = &st.conditions[0];
+        assert_eq!(
+            (c.is_true(), c.reason.as_str()),
+            (false, "DeviceIdMismatch")
+        );
+        assert_eq!(
+            c.message,
+            "spec.deviceId 5 is not the board's base device id 1 (slot s is P4Runtime device 1 + s); set spec.deviceId to 1"
+        );
+        // The board answered; what it said is still recorded.
+        assert!(st.capabilities.as_ref().unwrap().slot_service);
+        assert_eq!(st.slots, Some(16));
     }
 }

@@ -178,7 +178,7 @@ impl ConfigMapIndex {
     /// The metadata watch of `api`, feeding this index from a fresh store
     /// (controllers started again get a consistent one); its items (every
     /// ConfigMap touched) are what requeues the sets.
-    pub fn watch(
+    pub fn metadata_feed(
         &self,
         api: Api<Meta>,
         config: watcher::Config,

@@ -74,6 +74,17 @@ pub enum Problem {
     /// An entry source (ConfigMap) that could not be read.
     #[error(transparent)]
     Source(SourceProblem),
+    /// The table exists, but not in the program this VirtualSwitch runs
+    /// now (it swapped programs, or other VirtualSwitches run one that has
+    /// it): not a typo, and the set comes back when the VirtualSwitch does.
+    #[error(
+        "table {table:?} is not in P4Program {program}, which VirtualSwitch {virtual_switch} runs"
+    )]
+    TableNotInProgram {
+        table: String,
+        virtual_switch: String,
+        program: String,
+    },
 }
 
 impl Problem {
@@ -87,6 +98,7 @@ impl Problem {
             Problem::ProgramNotUsable(_) => "ProgramNotUsable",
             Problem::UnknownTable { .. } => "UnknownTable",
             Problem::Source(p) => p.reason(),
+            Problem::TableNotInProgram { .. } => "TableNotInProgram",
         }
     }
 
@@ -108,6 +120,8 @@ impl Problem {
     pub fn polls(&self) -> bool {
         match self {
             Problem::Source(p) => p.polls(),
+            // The VirtualSwitch's watch brings the set back when it changes.
+            Problem::TableNotInProgram { .. } => false,
             p => !p.invalidates_spec(),
         }
     }
@@ -230,15 +244,53 @@ impl<R: Reads> Lookup<'_, R> {
                         error: EntryError::UnknownTable(_),
                         ..
                     },
-                ) => self.problems.push(Problem::UnknownTable {
-                    table: table.clone(),
-                    virtual_switch: vs_name,
-                    error: error.clone(),
-                }),
+                ) => {
+                    let problem = if self.table_elsewhere(&vs, table).await? {
+                        Problem::TableNotInProgram {
+                            table: table.clone(),
+                            virtual_switch: vs_name,
+                            program: program.clone(),
+                        }
+                    } else {
+                        Problem::UnknownTable {
+                            table: table.clone(),
+                            virtual_switch: vs_name,
+                            error: error.clone(),
+                        }
+                    };
+                    self.problems.push(problem);
+                }
                 Err(error) => self.problems.push(Problem::ProgramNotUsable(error.clone())),
             }
         }
         Ok(targets)
+    }
+
+    /// Whether `table`, missing from the program `vs` runs, is a table of
+    /// some program rather than a typo: `vs` has swapped programs (status
+    /// `lastSwap`), or another VirtualSwitch of the namespace runs a
+    /// program that has it.
+    async fn table_elsewhere(&self, vs: &VirtualSwitch, table: &str) -> Result<bool, kube::Error> {
+        let swapped = vs.status.as_ref().and_then(|s| s.last_swap.as_ref());
+        if swapped.is_some_and(|s| s.from_digest.is_some()) {
+            return Ok(true);
+        }
+        let mut programs: Vec<String> = self
+            .reads
+            .virtual_switches(Some(self.ns))
+            .await?
+            .into_iter()
+            .map(|v| v.spec.program_ref)
+            .filter(|p| *p != vs.spec.program_ref)
+            .collect();
+        programs.sort();
+        programs.dedup();
+        for p in programs {
+            if self.schema(&p, table).await?.is_ok() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// The schema of `table` in program `program`.
@@ -276,6 +328,7 @@ pub(crate) mod tests {
     };
 
     pub const FIREWALL: &str = include_str!("../../../../examples/firewall/p4info.txt");
+    const ROUTER: &str = include_str!("../../../../examples/router/p4info.txt");
 
     fn meta(name: &str, ns: Option<&str>, labels: &[(&str, &str)]) -> kube::api::ObjectMeta {
         kube::api::ObjectMeta {
@@ -361,7 +414,11 @@ pub(crate) mod tests {
     fn cluster() -> Cluster {
         Cluster {
             switches: vec![switch("sw")],
-            programs: vec![program("fw", FIREWALL), program("broken", "tables {")],
+            programs: vec![
+                program("fw", FIREWALL),
+                program("broken", "tables {"),
+                program("router", ROUTER),
+            ],
             virtual_switches: vec![
                 vs("a", "fw", Some("sw"), &[("pool", "x")]),
                 vs("b", "fw", Some("sw"), &[("pool", "x")]),
@@ -369,6 +426,7 @@ pub(crate) mod tests {
                 vs("lost", "fw", Some("gone"), &[("pool", "y")]),
                 vs("bad", "broken", Some("sw"), &[("pool", "y")]),
                 vs("nofw", "missing", Some("sw"), &[("pool", "y")]),
+                vs("r", "router", Some("sw"), &[("pool", "r")]),
             ],
             config_maps: vec![config_map("cm", &[("b", "2"), ("a", "1")])],
         }
@@ -465,6 +523,40 @@ pub(crate) mod tests {
             d.problems[0].to_string(),
             "table \"MyIngress.dmac\" is not in the program of VirtualSwitch a: P4Program fw: table \"MyIngress.dmac\" not found in P4Info"
         );
+    }
+
+    #[tokio::test]
+    async fn a_table_of_another_program_is_not_in_this_one_rather_than_unknown() {
+        // "MyIngress.ipv4_lpm" is the router's (VirtualSwitch r runs it).
+        let d = select("x", "MyIngress.ipv4_lpm").await;
+        assert!(d.targets.is_empty());
+        assert_eq!(reasons(&d), ["TableNotInProgram", "TableNotInProgram"]);
+        let p = &d.problems[0];
+        assert!(!p.invalidates_spec() && !p.polls() && !p.is_source());
+        assert_eq!(
+            p.to_string(),
+            "table \"MyIngress.ipv4_lpm\" is not in P4Program fw, which VirtualSwitch a runs"
+        );
+        // The router's own VirtualSwitch resolves it.
+        let d = select("r", "MyIngress.ipv4_lpm").await;
+        assert_eq!((d.targets.len(), d.problems.len()), (1, 0));
+
+        // A VirtualSwitch that swapped programs: its old tables are not typos.
+        let mut c = cluster();
+        c.virtual_switches.retain(|v| v.name_any() != "r");
+        let swapped = c.virtual_switches.iter_mut().find(|v| v.name_any() == "a");
+        swapped.unwrap().status.as_mut().unwrap().last_swap = Some(p4fleet_crds::LastSwap {
+            from_digest: Some("old".into()),
+            ..Default::default()
+        });
+        let set = set(
+            serde_json::json!({"virtualSwitchSelector": {"matchLabels": {"pool": "x"}},
+            "table": "MyIngress.ipv4_lpm"}),
+        );
+        let d = dereference(&c, &EntrySources::default(), "ns", &set)
+            .await
+            .unwrap();
+        assert_eq!(reasons(&d), ["TableNotInProgram", "UnknownTable"]);
     }
 
     #[tokio::test]

@@ -41,7 +41,7 @@ use kube::{Api, ResourceExt};
 use p4fleet_crds::{TableEntrySet, VirtualSwitch};
 
 use super::{
-    Error, finalized, namespace, object_key, on_device_changes, primary, scoped_api, update_status,
+    Error, finalized, namespace, object_key, on_device_changes, scoped_api, update_status,
     update_status_noting, watcher_config,
 };
 use crate::context::Context;
@@ -58,22 +58,14 @@ pub const MAX_ERRORS: usize = 10;
 /// Watches TableEntrySets, the ConfigMaps and VirtualSwitches they use and
 /// the devices they were synced to.
 pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
-    let fills = |s: &TableEntrySet, vs: &VirtualSwitch| {
-        s.namespace() == vs.namespace()
-            && (s.spec.virtual_switch_ref.as_deref() == Some(vs.name_any().as_str())
-                || s.spec
-                    .virtual_switch_selector
-                    .as_ref()
-                    .is_some_and(|sel| sel.matches(vs.labels())))
-    };
     // ConfigMaps: one metadata-only watch feeds the entry-source index and
     // requeues the sets reading what changed (by name or selector).
-    let c = primary(ctx);
+    let c = ctx.caches.entry_sets.controller();
     let sets = c.store();
     let config_maps = ctx
         .entry_sources
         .index
-        .watch(scoped_api(ctx), watcher_config());
+        .metadata_feed(scoped_api(ctx), watcher_config());
     let readers = ctx.entry_sources.readers();
     let c = c.watches_stream(config_maps, move |cm| {
         let (ns, name) = (cm.namespace().unwrap_or_default(), cm.name_any());
@@ -94,6 +86,16 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
         let targets = s.status.as_ref().map(|st| &st.targets[..]).unwrap_or(&[]);
         targets.is_empty() || targets.iter().any(|t| t.switch.as_deref() == Some(switch))
     })
+}
+
+/// Whether set `s` fills VirtualSwitch `vs` (by reference or selector).
+pub fn fills(s: &TableEntrySet, vs: &VirtualSwitch) -> bool {
+    s.namespace() == vs.namespace()
+        && (s.spec.virtual_switch_ref.as_deref() == Some(vs.name_any().as_str())
+            || s.spec
+                .virtual_switch_selector
+                .as_ref()
+                .is_some_and(|sel| sel.matches(vs.labels())))
 }
 
 /// Reconciles one TableEntrySet: sync it, or clean up after it.

@@ -17,8 +17,10 @@
 pub mod claims;
 pub mod pipeline;
 pub mod placement;
+pub mod reapplied;
 pub mod slot_load;
 pub mod status;
+pub mod triggers;
 
 use std::sync::Arc;
 
@@ -57,7 +59,11 @@ pub fn controller(ctx: &Context) -> Controller<VirtualSwitch> {
         .caches
         .programs
         .watched_by(ctx.caches.virtual_switches.controller(), runs);
-    let c = ctx.caches.switches.watched_by(c, runs_on);
+    // Claim writes on a Switch bring back only the unplaced (triggers.rs).
+    let mapper = triggers::mapper(c.store(), runs_on);
+    let c = c.watches_shared_stream(ctx.caches.switches.touched(), move |sw: Arc<Switch>| {
+        mapper(Switch::clone(&sw))
+    });
     // A device that went away or came back (maybe empty, maybe running
     // another pipeline): check and re-push now.
     on_device_changes(c, ctx, |v: &VirtualSwitch, switch| {
@@ -87,6 +93,8 @@ async fn apply(
 ) -> Result<Action, Error> {
     let ns = namespace(obj)?;
     let me = object_key(obj);
+    // Phase times, logged at debug (the swap benchmark's breakdown).
+    let started = std::time::Instant::now();
     let resources = ctx
         .reads
         .program(&ns, &obj.spec.program_ref)
@@ -99,21 +107,54 @@ async fn apply(
         Err(claims::ClaimError::Kube(e)) => return Err(e.into()),
         Err(e) => Err(PlacementError::ClaimFailed(e.to_string())),
     };
-    let outcome = match held {
-        Err(e) => Outcome::Unplaced(e),
-        Ok(held) => Outcome::Placed {
-            switch: held.switch.name_any(),
-            slot: held.claim.slot,
-            pipeline: load_program(ctx, &ns, obj, &held.switch, held.claim.slot).await?,
-        },
+    let claimed = started.elapsed();
+    let (outcome, placed_on) = match held {
+        Err(e) => (Outcome::Unplaced(e), None),
+        Ok(held) => {
+            let (pipeline, program) =
+                load_program(ctx, &ns, obj, &held.switch, held.claim.slot).await?;
+            let outcome = Outcome::Placed {
+                switch: held.switch.name_any(),
+                slot: held.claim.slot,
+                pipeline,
+            };
+            (outcome, program.map(|p| (held.switch, held.claim.slot, p)))
+        }
     };
+    let loaded = started.elapsed();
     let report = status::report(obj, &outcome, ctx.config.drift);
     let mut new = report.status;
+    let mut requeue = report.requeue;
+    if let (
+        Outcome::Placed {
+            pipeline: Pipeline::Loaded { .. },
+            ..
+        },
+        Some((sw, slot, program)),
+    ) = (&outcome, &placed_on)
+        && let Some(swap) = new.last_swap.as_ref()
+        && swap.to_digest == program.digest
+        && reapplied::waiting(Some(swap), chrono::Utc::now())
+    {
+        let counted = reapplied::count(ctx, obj, sw, *slot, &program.p4info, &swap.at).await?;
+        match counted {
+            Some(n) => new
+                .last_swap
+                .iter_mut()
+                .for_each(|s| s.entries_reapplied = Some(n)),
+            None => requeue = requeue.min(reapplied::POLL),
+        }
+    }
+    let counted = started.elapsed();
     update_status_noting(ctx, api, obj, &mut new, report.event.as_slice()).await?;
+    tracing::debug!(virtual_switch = %me, claim_ms = claimed.as_millis() as u64,
+        program_and_load_ms = (loaded - claimed).as_millis() as u64,
+        reapplied_ms = (counted - loaded).as_millis() as u64,
+        status_ms = (started.elapsed() - counted).as_millis() as u64, "virtual switch phases");
     if let Some(ev) = &report.event {
         ctx.events.publish(obj, ev).await;
     }
-    Ok(Action::requeue(report.requeue))
+    Ok(Action::requeue(requeue))
 }
 
 /// A deleted VirtualSwitch: empty its FPGA slots, then release its claims
@@ -147,41 +188,56 @@ async fn cleanup(ctx: &Context, obj: &VirtualSwitch) -> Result<Action, Error> {
 }
 
 /// Dereferences the program and, once it is ready, loads it into `slot`
-/// (FPGA boards: through the slot service).
+/// (FPGA boards: through the slot service). Returns the program too when
+/// it was ready.
 async fn load_program(
     ctx: &Context,
     ns: &str,
     obj: &VirtualSwitch,
     sw: &Switch,
     slot: u32,
-) -> Result<Pipeline, Error> {
+) -> Result<(Pipeline, Option<pipeline::ReadyProgram>), Error> {
     let program = match pipeline::ready_program(&ctx.reads, ns, &obj.spec.program_ref).await? {
         Ok(p) => p,
-        Err(not_ready) => return Ok(Pipeline::NotReady(not_ready)),
+        Err(not_ready) => return Ok((Pipeline::NotReady(not_ready), None)),
     };
-    if let Some(u) = pipeline::unsupported(&obj.spec, sw) {
-        return Ok(Pipeline::Failed(u.into()));
+    let pipeline = push(ctx, obj, sw, slot, &program).await;
+    Ok((pipeline, Some(program)))
+}
+
+/// Pushes a ready program into `slot` of `sw`.
+async fn push(
+    ctx: &Context,
+    obj: &VirtualSwitch,
+    sw: &Switch,
+    slot: u32,
+    program: &pipeline::ReadyProgram,
+) -> Pipeline {
+    let unsupported = pipeline::unsupported(&obj.spec, sw);
+    if let Some(u) = unsupported.or_else(|| pipeline::unsupported_pipes(program, sw)) {
+        return Pipeline::Failed(u.into());
     }
     if sw.spec.target == SwitchTarget::Fpga {
-        return Ok(match slot_load::load(sw, slot, &obj.spec, &program).await {
+        return match slot_load::load(sw, slot, &obj.spec, program).await {
             Ok(l) => Pipeline::Loaded {
-                digest: program.digest,
+                digest: program.digest.clone(),
                 pushed: l.loaded.as_ref().map(|l| l.total),
-                swap: l.loaded.map(|l| Swap {
+                // A first load is not a swap.
+                swap: l.loaded.filter(|l| l.from_digest.is_some()).map(|l| Swap {
                     from_digest: l.from_digest,
                     device: l.device,
                     at: now_rfc3339(),
                 }),
             },
             Err(e) => Pipeline::Failed(e.into()),
-        });
+        };
     }
-    Ok(match pipeline::load(ctx, sw, slot, &program).await {
+    match pipeline::load(ctx, sw, slot, program).await {
         Ok(pushed) => Pipeline::Loaded {
-            digest: program.digest,
+            digest: program.digest.clone(),
             pushed,
             swap: None,
         },
         Err(e) => Pipeline::Failed(e),
-    })
+    }
 }

@@ -27,6 +27,8 @@ pub struct ReadyProgram {
     pub resolved: Resolved,
     /// What one instance occupies on an FPGA board (`spec.artifacts.fpga.resources`).
     pub fpga_resources: std::collections::BTreeMap<String, u64>,
+    /// `spec.artifacts.tofino.pipes` (empty: the default, every pipe).
+    pub tofino_pipes: Vec<String>,
 }
 
 /// Why the program cannot be loaded yet.
@@ -82,6 +84,13 @@ pub async fn ready_program(
             p4info,
             resolved,
             fpga_resources: fpga_resources(&p),
+            tofino_pipes: p
+                .spec
+                .artifacts
+                .tofino
+                .as_ref()
+                .map(|t| t.pipes.clone())
+                .unwrap_or_default(),
         }),
         _ => Err(NotReady::Changing(name.into())),
     })
@@ -214,6 +223,29 @@ pub enum Unsupported {
         switch: String,
         target: SwitchTarget,
     },
+    /// Pipe sets (BFRT `pipe_scope`) are not implemented: a Tofino program
+    /// is bound as profile `pipe` on every pipe of its device.
+    #[error(
+        "spec.artifacts.tofino.pipes {pipes:?} of P4Program {program}: Switch {switch} loads a program into every pipe of its device (profile \"pipe\"); pipe sets are not supported yet"
+    )]
+    PipeSets {
+        program: String,
+        pipes: Vec<String>,
+        switch: String,
+    },
+}
+
+/// Whether `program` asks `sw` for pipe sets, which no target honours yet
+/// (only the default, one profile `pipe` on every pipe, is loaded).
+pub fn unsupported_pipes(program: &ReadyProgram, sw: &Switch) -> Option<Unsupported> {
+    let default = program.tofino_pipes.is_empty() || program.tofino_pipes == ["pipe"];
+    (sw.spec.effective_protocol() == SwitchProtocol::Bfrt && !default).then(|| {
+        Unsupported::PipeSets {
+            program: program.name.clone(),
+            pipes: program.tofino_pipes.clone(),
+            switch: sw.name_any(),
+        }
+    })
 }
 
 /// The first thing `spec` asks that `sw` cannot do, if any.
@@ -374,6 +406,25 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "spec.isolation: Switch s1 is a Bmv2 target; isolation and port maps need an Fpga Switch (slot service)"
+        );
+        let program = |pipes: &[&str]| ReadyProgram {
+            name: "fw".into(),
+            digest: "d".into(),
+            p4info: Default::default(),
+            resolved: Resolved::default(),
+            fpga_resources: Default::default(),
+            tofino_pipes: pipes.iter().map(|p| p.to_string()).collect(),
+        };
+        assert_eq!(unsupported_pipes(&program(&[]), &sw("Tofino")), None);
+        assert_eq!(unsupported_pipes(&program(&["pipe"]), &sw("Tofino")), None);
+        assert_eq!(unsupported_pipes(&program(&["pipe0"]), &sw("Bmv2")), None);
+        let e = LoadError::from(
+            unsupported_pipes(&program(&["pipe0", "pipe1"]), &sw("Tofino")).unwrap(),
+        );
+        assert_eq!(e.reason(), "UnsupportedOnTarget");
+        assert_eq!(
+            e.to_string(),
+            "spec.artifacts.tofino.pipes [\"pipe0\", \"pipe1\"] of P4Program fw: Switch s1 loads a program into every pipe of its device (profile \"pipe\"); pipe sets are not supported yet"
         );
         let e = unsupported(&ports, &sw("Tofino")).unwrap().to_string();
         assert!(
