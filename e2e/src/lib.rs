@@ -16,6 +16,7 @@
 //! own runtime, so the shared state holds no runtime-bound objects (only paths,
 //! URL and token); every test builds its own `kube::Client`.
 
+pub mod certs;
 pub mod processes;
 
 use std::ffi::OsStr;

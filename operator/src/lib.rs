@@ -25,3 +25,4 @@ pub mod metrics;
 pub mod reads;
 pub mod status;
 pub mod telemetry;
+pub mod tls_secrets;
