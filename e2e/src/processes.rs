@@ -166,3 +166,20 @@ pub fn spawn_emulator(bin: &std::path::Path, args: &[&str]) -> EmulatorProc {
         bfrt,
     }
 }
+
+/// The emulator's entry count of `device` (its stats side channel at
+/// `stats`), None while it does not answer.
+pub fn device_entries(stats: SocketAddr, device: u64) -> Option<u64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&stats, Duration::from_secs(1)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        s,
+        "GET /stats/{device} HTTP/1.1\r\nHost: {stats}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).ok()?;
+    let body: serde_json::Value = serde_json::from_str(resp.split_once("\r\n\r\n")?.1).ok()?;
+    body["entries"].as_u64()
+}
