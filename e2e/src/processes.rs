@@ -183,3 +183,38 @@ pub fn device_entries(stats: SocketAddr, device: u64) -> Option<u64> {
     let body: serde_json::Value = serde_json::from_str(resp.split_once("\r\n\r\n")?.1).ok()?;
     body["entries"].as_u64()
 }
+
+/// Starts `p4fleet-emulator` from `bin` serving TLS on `addr` (None: any
+/// port) with `server` (written to `dir`, file names prefixed `tag`),
+/// requiring client certificates signed by `client_ca`.
+pub fn spawn_tls_emulator(
+    bin: &std::path::Path,
+    dir: &std::path::Path,
+    tag: &str,
+    server: &crate::certs::Pair,
+    client_ca: &crate::certs::TestCa,
+    addr: Option<SocketAddr>,
+) -> EmulatorProc {
+    let file = |name: &str, body: &str| {
+        let p = dir.join(format!("{tag}-{name}"));
+        std::fs::write(&p, body).expect("write certificate file");
+        p.to_string_lossy().into_owned()
+    };
+    let cert = file("tls.crt", &server.cert_pem);
+    let key = file("tls.key", &server.key_pem);
+    let ca = file("client-ca.crt", &client_ca.cert_pem);
+    let addr = addr.map(|a| a.to_string()).unwrap_or("127.0.0.1:0".into());
+    spawn_emulator(
+        bin,
+        &[
+            "--p4runtime-addr",
+            &addr,
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--tls-client-ca",
+            &ca,
+        ],
+    )
+}

@@ -19,6 +19,7 @@ use p4fleet_crds::{Condition, P4Program, Switch, TableEntrySet, VirtualSwitch, f
 use p4fleet_e2e::certs::{Pair, TestCa, Validity};
 use p4fleet_e2e::processes::{
     EmulatorProc, build_binaries, device_entries, spawn_emulator, spawn_operator,
+    spawn_tls_emulator,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
 use serde_json::{Value, json};
@@ -31,9 +32,6 @@ fn bin() -> PathBuf {
     BUILT.get_or_init(build_binaries).clone()
 }
 
-/// Writes `pair` (and the client CA) to `dir` and starts an emulator
-/// serving TLS with them on `addr` (port 0: any); client certificates
-/// signed by `client_ca` are required.
 fn tls_emulator(
     dir: &Path,
     tag: &str,
@@ -41,28 +39,7 @@ fn tls_emulator(
     client_ca: &TestCa,
     addr: Option<SocketAddr>,
 ) -> EmulatorProc {
-    let file = |name: &str, body: &str| {
-        let p = dir.join(format!("{tag}-{name}"));
-        std::fs::write(&p, body).unwrap();
-        p.to_string_lossy().into_owned()
-    };
-    let cert = file("tls.crt", &pair.cert_pem);
-    let key = file("tls.key", &pair.key_pem);
-    let ca = file("client-ca.crt", &client_ca.cert_pem);
-    let addr = addr.map(|a| a.to_string()).unwrap_or("127.0.0.1:0".into());
-    spawn_emulator(
-        &bin(),
-        &[
-            "--p4runtime-addr",
-            &addr,
-            "--tls-cert",
-            &cert,
-            "--tls-key",
-            &key,
-            "--tls-client-ca",
-            &ca,
-        ],
-    )
+    spawn_tls_emulator(&bin(), dir, tag, pair, client_ca, addr)
 }
 
 fn secret_data(ca: &TestCa, client: Option<&Pair>) -> Value {
