@@ -31,7 +31,9 @@ pub enum Error {
     #[error("not primary for device {device_id}: {refusal}")]
     NotPrimary {
         device_id: u64,
-        refusal: crate::Refusal,
+        /// Boxed: it holds a u128 (16-byte aligned), which would double
+        /// the size of every `Result` carrying this error.
+        refusal: Box<crate::Refusal>,
     },
     #[error("{rpc} on device {device_id} failed: {status}")]
     Rpc {

@@ -82,11 +82,22 @@ impl session::Stream for Arbitration {
     }
 
     /// P4Runtime ends the stream of a device id the device does not serve
-    /// with NOT_FOUND.
+    /// with NOT_FOUND; an arbitration it will not take (e.g. an election id
+    /// another stream already uses) with one of the codes below. Anything
+    /// else is a lost connection.
     fn refusal(&self, status: &tonic::Status) -> Option<Refusal> {
-        (status.code() == tonic::Code::NotFound).then(|| Refusal::UnknownDevice {
-            message: status.message().to_string(),
-        })
+        use tonic::Code as C;
+        let message = status.message().to_string();
+        match status.code() {
+            C::NotFound => Some(Refusal::UnknownDevice { message }),
+            C::InvalidArgument | C::AlreadyExists | C::PermissionDenied | C::FailedPrecondition => {
+                Some(Refusal::Other {
+                    code: status.code() as i32,
+                    message,
+                })
+            }
+            _ => None,
+        }
     }
 }
 

@@ -160,7 +160,10 @@ impl<S: Stream> Sessions<S> {
                 device_id,
                 reason,
             }),
-            State::Refused(refusal) => Err(Error::NotPrimary { device_id, refusal }),
+            State::Refused(refusal) => Err(Error::NotPrimary {
+                device_id,
+                refusal: Box::new(refusal),
+            }),
         }
     }
 

@@ -306,6 +306,17 @@ pub fn json_subset_mismatch(
     }
 }
 
+/// Creates the object `obj` (JSON) through `api`; panics on failure.
+pub async fn create_json<K>(api: &kube::Api<K>, obj: serde_json::Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let obj: K = serde_json::from_value(obj).expect("object from JSON");
+    api.create(&kube::api::PostParams::default(), &obj)
+        .await
+        .expect("create object");
+}
+
 /// Polls `f` every 200 ms until it returns Ok; panics with `what` and the
 /// last error after `timeout`.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T

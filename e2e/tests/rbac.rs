@@ -18,13 +18,15 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use p4fleet_crds::{
     AsyncExternPolicy, Condition, P4Program, Switch, TableEntrySet, VirtualSwitch, find_condition,
 };
 use p4fleet_e2e::certs::{TestCa, Validity};
-use p4fleet_e2e::processes::{Proc, build_binaries, log_file, spawn_tls_emulator};
-use p4fleet_e2e::{ControlPlane, TestNamespace, helm_bin, output_text, repo_root, wait_for};
+use p4fleet_e2e::processes::{EmulatorProc, Proc, build_binaries, log_file, spawn_tls_emulator};
+use p4fleet_e2e::{
+    ControlPlane, TestNamespace, create_json, helm_bin, output_text, repo_root, wait_for,
+};
 use serde_json::{Value, json};
 
 const V1: &str = "p4fleet.dev/v1alpha1";
@@ -163,12 +165,13 @@ fn stop(mut op: Proc) {
     let _ = op.wait_exit(Duration::from_secs(15));
 }
 
-async fn create<K>(api: &Api<K>, obj: Value)
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let obj: K = serde_json::from_value(obj).unwrap();
-    api.create(&PostParams::default(), &obj).await.unwrap();
+/// An emulator serving TLS with a certificate from a new CA, which also
+/// signs the client certificate it requires.
+fn tls_emulator(dir: &Path, tag: &str) -> (TestCa, EmulatorProc) {
+    let ca = TestCa::new(tag);
+    let server = ca.server(&["127.0.0.1"], Validity::Current);
+    let emu = spawn_tls_emulator(&bin(), dir, tag, &server, &ca, None);
+    (ca, emu)
 }
 
 /// The workload: a TLS Switch (its Secret in `secret_ns`), and in `ns` a
@@ -194,7 +197,7 @@ async fn workload(
         )
         .await
         .unwrap();
-    create(
+    create_json(
         &Api::<Switch>::all(client.clone()),
         json!({"apiVersion": V1, "kind": "Switch", "metadata": {"name": sw},
             "spec": {"target": "Bmv2", "endpoint": endpoint, "deviceId": 1,
@@ -202,32 +205,32 @@ async fn workload(
     )
     .await;
     let p4info = std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt")).unwrap();
-    create(
+    create_json(
         &Api::<P4Program>::namespaced(client.clone(), ns),
         json!({"apiVersion": V1, "kind": "P4Program", "metadata": {"name": "firewall"},
             "spec": {"p4info": {"inline": p4info}}}),
     )
     .await;
-    create(
+    create_json(
         &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
         json!({"apiVersion": V1, "kind": "VirtualSwitch", "metadata": {"name": "fw"},
             "spec": {"programRef": "firewall", "switchRef": sw, "slot": 0}}),
     )
     .await;
-    create(
+    create_json(
         &Api::<ConfigMap>::namespaced(client.clone(), ns),
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw"},
             "data": {"entries": "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n10.0.0.1 172.16.0.1 0\n10.0.0.2 172.16.0.1 1\n"}}),
     )
     .await;
-    create(
+    create_json(
         &Api::<TableEntrySet>::namespaced(client.clone(), ns),
         json!({"apiVersion": V1, "kind": "TableEntrySet", "metadata": {"name": "fw"},
             "spec": {"virtualSwitchRef": "fw", "table": "MyIngress.firewall",
                 "entriesFrom": [{"configMap": "fw"}]}}),
     )
     .await;
-    create(
+    create_json(
         &Api::<AsyncExternPolicy>::namespaced(client.clone(), ns),
         json!({"apiVersion": V1, "kind": "AsyncExternPolicy", "metadata": {"name": "crypto"},
             "spec": {"virtualSwitchRef": "fw", "externs": [{"name": "encrypt", "mode": "Sync"}]}}),
@@ -319,12 +322,32 @@ fn names_refused(line: &str, resource: &str) -> bool {
             || line.contains(&format!("resource \\\"{resource}\\\"")))
 }
 
+/// The chart's RBAC objects applied for a release in `ns`, and a
+/// kubeconfig for its ServiceAccount.
 struct Install {
-    release: String,
     objs: Vec<Value>,
+    sa: String,
+    kubeconfig: PathBuf,
 }
 
 impl Install {
+    fn new(cp: &ControlPlane, ns: &str, sets: &[&str], dir: &Path) -> Install {
+        let objs = render(&format!("p4fleet-{ns}"), ns, sets);
+        kubectl_apply(cp, &objs);
+        let sa = objs
+            .iter()
+            .find(|o| o["kind"] == "ServiceAccount")
+            .and_then(|o| o["metadata"]["name"].as_str())
+            .expect("a ServiceAccount")
+            .to_string();
+        let kubeconfig = service_account_kubeconfig(cp, ns, &sa, dir);
+        Install {
+            objs,
+            sa,
+            kubeconfig,
+        }
+    }
+
     async fn remove(&self, cp: &ControlPlane) {
         for o in &self.objs {
             let kind = o["kind"].as_str().unwrap();
@@ -336,7 +359,6 @@ impl Install {
             args.push("--ignore-not-found".into());
             let _ = cp.kubectl(&args);
         }
-        let _ = &self.release;
     }
 }
 
@@ -431,33 +453,12 @@ async fn cluster_wide() {
     let tmp = tempfile::tempdir().unwrap();
     let ns = TestNamespace::new(&client).await;
     let ns = ns.name().to_string();
-    let release = format!("p4fleet-{ns}");
-    let objs = render(&release, &ns, &[]);
-    let install = Install {
-        release: release.clone(),
-        objs: objs.clone(),
-    };
-    kubectl_apply(cp, &objs);
-    let sa = objs
-        .iter()
-        .find(|o| o["kind"] == "ServiceAccount")
-        .and_then(|o| o["metadata"]["name"].as_str())
-        .unwrap()
-        .to_string();
-    let kubeconfig = service_account_kubeconfig(cp, &ns, &sa, tmp.path());
-
-    let ca = TestCa::new("rbac CA");
-    let emu = spawn_tls_emulator(
-        &bin(),
-        tmp.path(),
-        "rbac",
-        &ca.server(&["127.0.0.1"], Validity::Current),
-        &ca,
-        None,
-    );
+    let install = Install::new(cp, &ns, &[], tmp.path());
+    let (objs, sa, kubeconfig) = (&install.objs, &install.sa, &install.kubeconfig);
+    let (ca, emu) = tls_emulator(tmp.path(), "rbac");
     let sw = format!("{ns}-sw");
     workload(&client, &ns, &ns, &sw, &emu.p4runtime.to_string(), &ca).await;
-    let op = operator(&kubeconfig, &ns, "rbac-operator", &[]);
+    let op = operator(kubeconfig, &ns, "rbac-operator", &[]);
     reconciled(&client, &ns, &sw).await;
     // Let the Lease renew and the drift pass run once more.
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -488,7 +489,7 @@ async fn cluster_wide() {
             let mut cut = obj.clone();
             cut["rules"].as_array_mut().unwrap().remove(r);
             kubectl_apply(cp, &[cut]);
-            authorizer_sees(cp, &ns, &sa, rule, &rule_ns, false).await;
+            authorizer_sees(cp, &ns, sa, rule, &rule_ns, false).await;
             clear_status(&client, &ns, &sw).await;
             let resources: Vec<String> = rule["resources"]
                 .as_array()
@@ -496,7 +497,7 @@ async fn cluster_wide() {
                 .iter()
                 .map(|v| v.as_str().unwrap().to_string())
                 .collect();
-            let op = operator(&kubeconfig, &ns, &format!("rbac-cut-{i}-{r}"), &[]);
+            let op = operator(kubeconfig, &ns, &format!("rbac-cut-{i}-{r}"), &[]);
             let started = Instant::now();
             let named = wait_for(
                 &format!("the operator to name a refused {resources:?}"),
@@ -517,7 +518,7 @@ async fn cluster_wide() {
             );
             stop(op);
             kubectl_apply(cp, std::slice::from_ref(obj));
-            authorizer_sees(cp, &ns, &sa, rule, &rule_ns, true).await;
+            authorizer_sees(cp, &ns, sa, rule, &rule_ns, true).await;
             checked += 1;
         }
     }
@@ -539,14 +540,10 @@ async fn namespace_scoped() {
     let op_ns = op_ns.name().to_string();
     let team = TestNamespace::new(&client).await;
     let team = team.name().to_string();
-    let release = format!("p4fleet-{op_ns}");
-    let objs = render(
-        &release,
-        &op_ns,
-        &[&format!("operator.watchNamespace={team}")],
-    );
+    let watch = format!("operator.watchNamespace={team}");
+    let install = Install::new(cp, &op_ns, &[&watch], tmp.path());
     // Cluster-wide: only Switches and the aggregated roles.
-    for o in objs.iter().filter(|o| o["kind"] == "ClusterRole") {
+    for o in install.objs.iter().filter(|o| o["kind"] == "ClusterRole") {
         for rule in o["rules"].as_array().unwrap() {
             for res in rule["resources"].as_array().unwrap() {
                 let res = res.as_str().unwrap();
@@ -562,33 +559,13 @@ async fn namespace_scoped() {
             }
         }
     }
-    let install = Install {
-        release: release.clone(),
-        objs: objs.clone(),
-    };
-    kubectl_apply(cp, &objs);
-    let sa = objs
-        .iter()
-        .find(|o| o["kind"] == "ServiceAccount")
-        .and_then(|o| o["metadata"]["name"].as_str())
-        .unwrap()
-        .to_string();
-    let kubeconfig = service_account_kubeconfig(cp, &op_ns, &sa, tmp.path());
-    let ca = TestCa::new("team CA");
-    let emu = spawn_tls_emulator(
-        &bin(),
-        tmp.path(),
-        "team",
-        &ca.server(&["127.0.0.1"], Validity::Current),
-        &ca,
-        None,
-    );
+    let (ca, emu) = tls_emulator(tmp.path(), "team");
     let sw = format!("{team}-sw");
     // The Switch's Secret lives in the operator's namespace (the default
     // rbac.tlsSecretNamespaces), the workload in the team's.
     workload(&client, &team, &op_ns, &sw, &emu.p4runtime.to_string(), &ca).await;
     let op = operator(
-        &kubeconfig,
+        &install.kubeconfig,
         &op_ns,
         "rbac-ns-operator",
         &["--watch-namespace", &team],

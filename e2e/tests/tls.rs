@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use p4fleet_client::{Device, Identity, Target};
 use p4fleet_crds::{Condition, P4Program, Switch, TableEntrySet, VirtualSwitch, find_condition};
 use p4fleet_e2e::certs::{Pair, TestCa, Validity};
@@ -21,7 +21,7 @@ use p4fleet_e2e::processes::{
     EmulatorProc, build_binaries, device_entries, spawn_emulator, spawn_operator,
     spawn_tls_emulator,
 };
-use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
+use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
 use serde_json::{Value, json};
 
 const V1: &str = "p4fleet.dev/v1alpha1";
@@ -64,14 +64,6 @@ async fn apply_secret(client: &Client, ns: &str, name: &str, string_data: Value)
     .unwrap();
 }
 
-async fn create<K>(api: &Api<K>, obj: Value)
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let obj: K = serde_json::from_value(obj).unwrap();
-    api.create(&PostParams::default(), &obj).await.unwrap();
-}
-
 async fn switch(
     client: &Client,
     name: &str,
@@ -83,7 +75,7 @@ async fn switch(
     if let Some((ns, s)) = secret {
         spec["tlsSecretRef"] = json!({"namespace": ns, "name": s});
     }
-    create(
+    create_json(
         &Api::<Switch>::all(client.clone()),
         json!({"apiVersion": V1, "kind": "Switch", "metadata": {"name": name}, "spec": spec}),
     )
@@ -112,13 +104,13 @@ async fn switch_condition(client: &Client, name: &str, t: &str, reason: &str) ->
 /// Firewall program, VirtualSwitch and a 100-entry TableEntrySet on `sw`.
 async fn workload(client: &Client, ns: &str, sw: &str) {
     let p4info = std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt")).unwrap();
-    create(
+    create_json(
         &Api::<P4Program>::namespaced(client.clone(), ns),
         json!({"apiVersion": V1, "kind": "P4Program", "metadata": {"name": "firewall"},
             "spec": {"p4info": {"inline": p4info}}}),
     )
     .await;
-    create(
+    create_json(
         &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
         json!({"apiVersion": V1, "kind": "VirtualSwitch", "metadata": {"name": "fw"},
             "spec": {"programRef": "firewall", "switchRef": sw, "slot": 0}}),
@@ -128,13 +120,13 @@ async fn workload(client: &Client, ns: &str, sw: &str) {
     for i in 0..ENTRIES {
         text.push_str(&format!("10.0.0.{i} 172.16.0.1 {i}\n"));
     }
-    create(
+    create_json(
         &Api::<ConfigMap>::namespaced(client.clone(), ns),
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw"},
             "data": {"entries": text}}),
     )
     .await;
-    create(
+    create_json(
         &Api::<TableEntrySet>::namespaced(client.clone(), ns),
         json!({"apiVersion": V1, "kind": "TableEntrySet", "metadata": {"name": "fw"},
             "spec": {"virtualSwitchRef": "fw", "table": "MyIngress.firewall",

@@ -123,11 +123,11 @@ async fn a_refusal_says_what_the_device_said() {
     // Device id 7 is not served: NOT_FOUND.
     let dev = Device::connect(plain(7), ID).unwrap();
     match dev.standing(0, Duration::from_secs(5)).await {
-        Err(Error::NotPrimary {
-            refusal: Refusal::UnknownDevice { message },
-            ..
-        }) => assert!(message.contains('7'), "{message}"),
-        other => panic!("expected UnknownDevice, got {other:?}"),
+        Err(Error::NotPrimary { refusal, .. }) => match *refusal {
+            Refusal::UnknownDevice { message } => assert!(message.contains('7'), "{message}"),
+            other => panic!("expected UnknownDevice, got {other:?}"),
+        },
+        other => panic!("expected a refusal, got {other:?}"),
     }
     // Another controller with a higher election id holds device 1.
     let other = Identity {
@@ -138,15 +138,14 @@ async fn a_refusal_says_what_the_device_said() {
     winner.standing(0, Duration::from_secs(5)).await.unwrap();
     let loser = Device::connect(plain(1), ID).unwrap();
     match loser.standing(0, Duration::from_secs(5)).await {
-        Err(Error::NotPrimary {
-            refusal:
-                Refusal::NotPrimary {
-                    primary_election_id,
-                    ..
-                },
-            ..
-        }) => assert_eq!(primary_election_id, Some((5u128 << 64) | 3)),
-        other => panic!("expected NotPrimary, got {other:?}"),
+        Err(Error::NotPrimary { refusal, .. }) => match *refusal {
+            Refusal::NotPrimary {
+                primary_election_id,
+                ..
+            } => assert_eq!(primary_election_id, Some((5u128 << 64) | 3)),
+            other => panic!("expected NotPrimary, got {other:?}"),
+        },
+        other => panic!("expected a refusal, got {other:?}"),
     }
     drop((dev, winner, loser));
     emu.shutdown().await.unwrap();

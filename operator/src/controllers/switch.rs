@@ -12,7 +12,7 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use p4fleet_client::{Refusal, TlsFailure};
+use p4fleet_client::Refusal;
 use p4fleet_crds::condition_types::{PRIMARY, REACHABLE, VALID};
 use p4fleet_crds::{
     Condition, SlotUse, Switch, SwitchCapabilities, SwitchProtocol, SwitchSpec, SwitchStatus,
@@ -137,14 +137,6 @@ impl ProbeError {
             ProbeError::Device(_) | ProbeError::Timeout { .. } => "Unreachable",
         }
     }
-
-    /// The TLS failure, if that is why.
-    pub fn tls_failure(&self) -> Option<TlsFailure> {
-        match self {
-            ProbeError::Device(p4fleet_client::Error::Tls { failure, .. }) => Some(*failure),
-            _ => None,
-        }
-    }
 }
 
 /// Outcome of probing the device.
@@ -167,7 +159,7 @@ pub fn primary_condition(spec: &SwitchSpec, standing: Option<&Standing>) -> Cond
             format!("the device accepts this operator for device id {id}"),
         ),
         Some(Err(E::NotPrimary { refusal, .. })) => {
-            let reason = match refusal {
+            let reason = match refusal.as_ref() {
                 Refusal::NotPrimary { .. } => "NotPrimary",
                 Refusal::UnknownDevice { .. } => "UnknownDeviceId",
                 Refusal::Other { .. } => "Refused",
@@ -367,6 +359,7 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
 #[cfg(test)]
 mod tests {
     use super::*;
+    use p4fleet_client::TlsFailure;
     use p4fleet_crds::{VirtualSwitchSpec, VirtualSwitchStatus};
 
     fn spec(target: SwitchTarget, endpoint: &str) -> SwitchSpec {
@@ -494,7 +487,7 @@ mod tests {
         let refused = |refusal| {
             Err(p4fleet_client::Error::NotPrimary {
                 device_id: 1,
-                refusal,
+                refusal: Box::new(refusal),
             })
         };
         let other = refused(Refusal::NotPrimary {
