@@ -16,16 +16,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
-use p4fleet_crds::{
-    AsyncExternPolicy, Condition, P4Program, Switch, TableEntrySet, VirtualSwitch, find_condition,
-};
+use p4fleet_crds::{AsyncExternPolicy, P4Program, Switch, TableEntrySet, VirtualSwitch};
 use p4fleet_e2e::certs::{TestCa, Validity};
 use p4fleet_e2e::processes::{EmulatorProc, Proc, build_binaries, log_file, spawn_tls_emulator};
 use p4fleet_e2e::{
-    ControlPlane, TestNamespace, create_json, helm_bin, output_text, repo_root, wait_for,
+    ControlPlane, TestNamespace, create_json, firewall_workload, helm_bin, output_text, repo_root,
+    wait_for, wait_object_ready,
 };
 use serde_json::{Value, json};
 
@@ -204,32 +203,9 @@ async fn workload(
                 "tlsSecretRef": {"namespace": secret_ns, "name": format!("{sw}-tls")}}}),
     )
     .await;
-    let p4info = std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt")).unwrap();
-    create_json(
-        &Api::<P4Program>::namespaced(client.clone(), ns),
-        json!({"apiVersion": V1, "kind": "P4Program", "metadata": {"name": "firewall"},
-            "spec": {"p4info": {"inline": p4info}}}),
-    )
-    .await;
-    create_json(
-        &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
-        json!({"apiVersion": V1, "kind": "VirtualSwitch", "metadata": {"name": "fw"},
-            "spec": {"programRef": "firewall", "switchRef": sw, "slot": 0}}),
-    )
-    .await;
-    create_json(
-        &Api::<ConfigMap>::namespaced(client.clone(), ns),
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw"},
-            "data": {"entries": "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n10.0.0.1 172.16.0.1 0\n10.0.0.2 172.16.0.1 1\n"}}),
-    )
-    .await;
-    create_json(
-        &Api::<TableEntrySet>::namespaced(client.clone(), ns),
-        json!({"apiVersion": V1, "kind": "TableEntrySet", "metadata": {"name": "fw"},
-            "spec": {"virtualSwitchRef": "fw", "table": "MyIngress.firewall",
-                "entriesFrom": [{"configMap": "fw"}]}}),
-    )
-    .await;
+    let entries = "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n\
+        10.0.0.1 172.16.0.1 0\n10.0.0.2 172.16.0.1 1\n";
+    firewall_workload(client, ns, sw, entries).await;
     create_json(
         &Api::<AsyncExternPolicy>::namespaced(client.clone(), ns),
         json!({"apiVersion": V1, "kind": "AsyncExternPolicy", "metadata": {"name": "crypto"},
@@ -238,54 +214,22 @@ async fn workload(
     .await;
 }
 
-fn ready(cs: &[Condition]) -> Result<(), String> {
-    find_condition(cs, "Ready")
-        .is_some_and(Condition::is_true)
-        .then_some(())
-        .ok_or(format!("{cs:?}"))
-}
-
 /// Every object of the workload reconciled: Switch, VirtualSwitch and
 /// TableEntrySet Ready, the program and the policy with a status.
 async fn reconciled(client: &Client, ns: &str, sw: &str) {
     let t = Duration::from_secs(90);
-    let switches: Api<Switch> = Api::all(client.clone());
-    wait_for("Switch Ready", t, || async {
-        ready(
-            &switches
-                .get(sw)
-                .await
-                .map_err(|e| e.to_string())?
-                .status
-                .unwrap_or_default()
-                .conditions,
-        )
-    })
+    wait_object_ready(&Api::<Switch>::all(client.clone()), sw, t).await;
+    wait_object_ready(
+        &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
+        "fw",
+        t,
+    )
     .await;
-    let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns);
-    wait_for("VirtualSwitch Ready", t, || async {
-        ready(
-            &vss.get("fw")
-                .await
-                .map_err(|e| e.to_string())?
-                .status
-                .unwrap_or_default()
-                .conditions,
-        )
-    })
-    .await;
-    let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns);
-    wait_for("TableEntrySet Ready", t, || async {
-        ready(
-            &sets
-                .get("fw")
-                .await
-                .map_err(|e| e.to_string())?
-                .status
-                .unwrap_or_default()
-                .conditions,
-        )
-    })
+    wait_object_ready(
+        &Api::<TableEntrySet>::namespaced(client.clone(), ns),
+        "fw",
+        t,
+    )
     .await;
     let programs: Api<P4Program> = Api::namespaced(client.clone(), ns);
     wait_for("P4Program status", t, || async {

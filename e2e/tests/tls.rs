@@ -11,17 +11,17 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use p4fleet_client::{Device, Identity, Target};
-use p4fleet_crds::{Condition, P4Program, Switch, TableEntrySet, VirtualSwitch, find_condition};
+use p4fleet_crds::{Condition, Switch, TableEntrySet, find_condition};
 use p4fleet_e2e::certs::{Pair, TestCa, Validity};
 use p4fleet_e2e::processes::{
     EmulatorProc, build_binaries, device_entries, spawn_emulator, spawn_operator,
     spawn_tls_emulator,
 };
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
+use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, firewall_workload, wait_for};
 use serde_json::{Value, json};
 
 const V1: &str = "p4fleet.dev/v1alpha1";
@@ -103,36 +103,11 @@ async fn switch_condition(client: &Client, name: &str, t: &str, reason: &str) ->
 
 /// Firewall program, VirtualSwitch and a 100-entry TableEntrySet on `sw`.
 async fn workload(client: &Client, ns: &str, sw: &str) {
-    let p4info = std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt")).unwrap();
-    create_json(
-        &Api::<P4Program>::namespaced(client.clone(), ns),
-        json!({"apiVersion": V1, "kind": "P4Program", "metadata": {"name": "firewall"},
-            "spec": {"p4info": {"inline": p4info}}}),
-    )
-    .await;
-    create_json(
-        &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
-        json!({"apiVersion": V1, "kind": "VirtualSwitch", "metadata": {"name": "fw"},
-            "spec": {"programRef": "firewall", "switchRef": sw, "slot": 0}}),
-    )
-    .await;
     let mut text = String::from("#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n");
     for i in 0..ENTRIES {
         text.push_str(&format!("10.0.0.{i} 172.16.0.1 {i}\n"));
     }
-    create_json(
-        &Api::<ConfigMap>::namespaced(client.clone(), ns),
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw"},
-            "data": {"entries": text}}),
-    )
-    .await;
-    create_json(
-        &Api::<TableEntrySet>::namespaced(client.clone(), ns),
-        json!({"apiVersion": V1, "kind": "TableEntrySet", "metadata": {"name": "fw"},
-            "spec": {"virtualSwitchRef": "fw", "table": "MyIngress.firewall",
-                "entriesFrom": [{"configMap": "fw"}]}}),
-    )
-    .await;
+    firewall_workload(client, ns, sw, &text).await;
 }
 
 async fn set_ready_on(client: &Client, ns: &str, stats: SocketAddr) {
