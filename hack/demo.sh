@@ -58,7 +58,10 @@ operator() {
   stop_operator
   local port
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-  nohup "$OPERATOR" operator --listen-addr "127.0.0.1:$port" >"$LOCAL/operator.log" 2>&1 </dev/null &
+  # Stats of AsyncExternPolicies every 2 s (default 5) so the dpdk step's
+  # packets/s follow its mode flips quickly.
+  nohup "$OPERATOR" operator --listen-addr "127.0.0.1:$port" --extern-stats-seconds 2 \
+    >"$LOCAL/operator.log" 2>&1 </dev/null &
   echo $! > "$LOCAL/operator.pid"
   echo "$port" > "$LOCAL/operator.port"
   sleep 3
@@ -77,7 +80,7 @@ EMU_NS="${DEMO_EMU_NS:-p4fleet-emulated}"
 EMU_ENTRIES="${DEMO_ENTRIES:-30000}"
 
 emulator() {
-  say "emulated switches (p4fleet-emulator: devices 1-2 bmv2-like over P4Runtime, device 3 Tofino-like over BFRT; logs: .local/emulator.log)"
+  say "emulated switches (p4fleet-emulator: devices 1-2 bmv2-like over P4Runtime, device 3 Tofino-like over BFRT, device 4 a DPDK software switch; logs: .local/emulator.log)"
   if [[ -f "$LOCAL/emulator.pid" ]] && kill -0 "$(cat "$LOCAL/emulator.pid")" 2>/dev/null; then
     kill "$(cat "$LOCAL/emulator.pid")" 2>/dev/null || true
     sleep 0.5
@@ -87,10 +90,13 @@ emulator() {
   stats="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
   bfrt="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
   # One process serves both protocols on two ports (device ids are shared,
-  # so the Tofino switch gets a device of its own).
-  nohup "$REPO/target/debug/p4fleet-emulator" --devices 3 \
+  # so the Tofino switch gets a device of its own). Device 4 is a DPDK
+  # target: its data plane is offered 100,000 packets/s (64 bytes), more
+  # than this debug build encrypts and decrypts, so the extern mode shows
+  # in packets/s.
+  nohup "$REPO/target/debug/p4fleet-emulator" --devices 4 \
     --p4runtime-addr "127.0.0.1:$port" --stats-addr "127.0.0.1:$stats" \
-    --bfrt-addr "127.0.0.1:$bfrt" \
+    --bfrt-addr "127.0.0.1:$bfrt" --dpdk-device-ids 4 --dpdk-extern-cores 1 \
     >"$LOCAL/emulator.log" 2>&1 </dev/null &
   echo $! > "$LOCAL/emulator.pid"
   echo "127.0.0.1:$port" > "$LOCAL/emulator.addr"
@@ -241,6 +247,69 @@ for d in json.load(sys.stdin)["devices"]:
     print("  device %(device_id)s: %(entries)s entries, %(write_rpcs)s Write RPCs, %(inserts)s inserts, %(deletes)s deletes%(bfrt)s" % d)'
 }
 
+# --- a DPDK switch: the l2crypt program, its extern policy flipped ----------
+
+# $1 mode: the AsyncExternPolicy l2crypt in that mode, once the device
+# reports it in force and a packets/s sample was taken in it.
+aep_mode() {
+  local externs
+  case "$1" in
+    Async) externs='[{"name": "async_encrypt", "mode": "Async", "executor": "DedicatedCores", "cores": 1},
+                     {"name": "async_decrypt", "mode": "Async", "executor": "DedicatedCores", "cores": 1}]' ;;
+    *) externs="[{\"name\": \"async_encrypt\", \"mode\": \"$1\"}, {\"name\": \"async_decrypt\", \"mode\": \"$1\"}]" ;;
+  esac
+  kubectl apply --server-side --force-conflicts --field-manager=p4fleet-demo -n "$EMU_NS" -f - >/dev/null <<YAML
+apiVersion: p4fleet.dev/v1alpha1
+kind: AsyncExternPolicy
+metadata:
+  name: l2crypt
+spec:
+  virtualSwitchRef: l2crypt
+  externs: $externs
+YAML
+  kubectl wait -n "$EMU_NS" --for=jsonpath='{.status.mode}'="$1" --timeout=60s aep/l2crypt >/dev/null
+  kubectl wait -n "$EMU_NS" --for=condition=Ready --timeout=60s aep/l2crypt >/dev/null
+  # The data plane's rate over its last second, read by the next two polls.
+  sleep 5
+  echo "-- $1 --"
+  kubectl get aep -n "$EMU_NS" l2crypt
+}
+
+dpdk() {
+  say "a DPDK switch (device 4): l2crypt (L2 forwarding + async_encrypt, async_decrypt), its AsyncExternPolicy Sync -> Async -> Skip"
+  kubectl create configmap l2crypt -n "$EMU_NS" --from-file="$REPO/examples/l2crypt/" \
+    --dry-run=client -o yaml | kubectl apply --server-side --force-conflicts --field-manager=p4fleet-demo -f - >/dev/null
+  kubectl apply --server-side --force-conflicts --field-manager=p4fleet-demo \
+    -n "$EMU_NS" -f "$REPO/config/samples/p4program-l2crypt.yaml"
+  kubectl apply --server-side --force-conflicts --field-manager=p4fleet-demo -n "$EMU_NS" -f - <<YAML
+apiVersion: p4fleet.dev/v1alpha1
+kind: Switch
+metadata:
+  name: emulated-dpdk
+spec:
+  target: Dpdk
+  endpoint: $(cat "$LOCAL/emulator.addr")
+  deviceId: 4
+  slots: 1
+  capacity: {cores: 2}
+---
+apiVersion: p4fleet.dev/v1alpha1
+kind: VirtualSwitch
+metadata:
+  name: l2crypt
+spec:
+  programRef: l2crypt
+  switchRef: emulated-dpdk
+  slot: 0
+YAML
+  kubectl wait -n "$EMU_NS" --for=condition=Ready --timeout=120s virtualswitch/l2crypt
+  for mode in Sync Async Skip; do aep_mode "$mode"; done
+  echo
+  echo "T4P4S launch options of the policy (ConfigMap $(kubectl get aep -n "$EMU_NS" l2crypt -o jsonpath='{.status.t4p4sConfigMap}')):"
+  kubectl get configmap -n "$EMU_NS" l2crypt-t4p4s -o jsonpath='{.data.T4P4S_ARGS}'
+  echo
+}
+
 if [[ "${1:-}" == stop ]]; then
   stop_operator
   if [[ -f "$LOCAL/emulator.pid" ]]; then
@@ -259,6 +328,7 @@ samples
 emulator
 operator
 emulated
+dpdk
 show
 
 cat <<MSG

@@ -26,6 +26,8 @@ use crate::common::{Condition, Selector, conditions_schema};
     printcolumn = r#"{"name":"Failed","type":"integer","jsonPath":".status.failed","priority":1}"#,
     printcolumn = r#"{"name":"Rate","type":"string","jsonPath":".status.rate"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+    printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

@@ -23,6 +23,8 @@ use crate::common::{Condition, conditions_schema};
     printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".status.mode"}"#,
     printcolumn = r#"{"name":"PPS","type":"integer","jsonPath":".status.packetsPerSecond"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+    printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -147,4 +149,8 @@ pub struct AsyncExternPolicyStatus {
     /// since the data plane started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drops: Option<u64>,
+    /// The ConfigMap (same namespace) that holds the policy rendered as
+    /// T4P4S launch options, while the policy renders (docs/dpdk.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t4p4s_config_map: Option<String>,
 }

@@ -25,6 +25,8 @@ use crate::common::{Condition, SecretRef, conditions_schema};
     printcolumn = r#"{"name":"Free","type":"string","jsonPath":".status.freeSummary"}"#,
     printcolumn = r#"{"name":"Reachable","type":"string","jsonPath":".status.conditions[?(@.type==\"Reachable\")].status"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+    printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

@@ -24,6 +24,8 @@ use crate::common::{Condition, Selector, conditions_schema};
     printcolumn = r#"{"name":"Pipeline","type":"string","jsonPath":".status.loadedShortDigest"}"#,
     printcolumn = r#"{"name":"Last Swap","type":"date","jsonPath":".status.lastSwap.at"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+    printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

@@ -805,6 +805,25 @@ async fn policy_where(
     .await
 }
 
+/// The `T4P4S_ARGS` of the policy's rendered ConfigMap once it holds
+/// `want` (None: until the ConfigMap is gone).
+async fn t4p4s_args(cms: &Api<ConfigMap>, want: Option<&str>) -> Option<ConfigMap> {
+    wait_for("the T4P4S ConfigMap", Duration::from_secs(60), || async {
+        let cm = cms.get_opt("l2-t4p4s").await.map_err(|e| e.to_string())?;
+        let args = cm
+            .as_ref()
+            .and_then(|c| c.data.as_ref())
+            .and_then(|d| d.get("T4P4S_ARGS"))
+            .cloned();
+        if args.as_deref() == want {
+            Ok(cm)
+        } else {
+            Err(format!("T4P4S_ARGS: {args:?}"))
+        }
+    })
+    .await
+}
+
 fn ready_reason(st: &p4fleet_crds::AsyncExternPolicyStatus) -> (bool, String) {
     find_condition(&st.conditions, "Ready")
         .map(|c| (c.is_true(), c.reason.clone()))
@@ -837,7 +856,8 @@ async fn dpdk_switch_entries_steer_the_data_plane_and_policies_change_what_runs(
     let sw: Switch = serde_json::from_value(json!({
         "apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
         "metadata": {"name": sw_name},
-        "spec": {"target": "Dpdk", "endpoint": env.p4runtime.to_string(), "deviceId": DEV, "slots": 1}
+        "spec": {"target": "Dpdk", "endpoint": env.p4runtime.to_string(), "deviceId": DEV, "slots": 1,
+                 "capacity": {"cores": 2}}
     }))
     .unwrap();
     Api::<Switch>::all(client.clone())
@@ -964,6 +984,26 @@ async fn dpdk_switch_entries_steer_the_data_plane_and_policies_change_what_runs(
             && s.packets_per_second.is_some_and(|p| p > 0)
     })
     .await;
+    // Rendered as T4P4S launch options into a ConfigMap the policy owns.
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let owner = policies.get("l2").await.unwrap();
+    let cm = t4p4s_args(&cms, Some(":l2crypt x_crypto async=off cores=2"))
+        .await
+        .unwrap();
+    let refs = cm.metadata.owner_references.unwrap_or_default();
+    assert!(
+        refs.iter()
+            .any(|r| r.uid == owner.uid().unwrap() && r.controller == Some(true)),
+        "{refs:?}"
+    );
+    let cfg = &cm.data.as_ref().unwrap()["examples.cfg"];
+    assert!(
+        cfg.lines()
+            .any(|l| l == "l2crypt x_crypto async=off cores=2"),
+        "{cfg}"
+    );
+    let st = policies.get("l2").await.unwrap().status.unwrap();
+    assert_eq!(st.t4p4s_config_map.as_deref(), Some("l2-t4p4s"));
 
     replace(json!([
         {"name": "async_encrypt", "mode": "Async", "executor": "DedicatedCores", "cores": 1},
@@ -982,6 +1022,21 @@ async fn dpdk_switch_entries_steer_the_data_plane_and_policies_change_what_runs(
     );
     let modes = extern_modes(&dataplane(env, DEV).unwrap());
     assert!(modes.iter().all(|(_, m)| m == "Async"), "{modes:?}");
+    // One extern on a crypto node, one on the inline device: T4P4S has one
+    // executor for all, so no rendering, the reason named, the ConfigMap
+    // gone (Ready stays: the device runs it).
+    t4p4s_args(&cms, None).await;
+    let st = policy_where(&policies, "T4P4SOptions False", |s| {
+        find_condition(&s.conditions, "T4P4SOptions")
+            .is_some_and(|c| c.reason == "NoT4P4SEquivalent")
+    })
+    .await;
+    let msg = &find_condition(&st.conditions, "T4P4SOptions")
+        .unwrap()
+        .message;
+    assert!(msg.contains("spec.externs[*].executor"), "{msg}");
+    assert_eq!(st.t4p4s_config_map, None);
+    assert!(ready_reason(&st).0);
 
     replace(json!([
         {"name": "async_encrypt", "mode": "Skip"},
@@ -994,6 +1049,7 @@ async fn dpdk_switch_entries_steer_the_data_plane_and_policies_change_what_runs(
     .await;
     let modes = extern_modes(&dataplane(env, DEV).unwrap());
     assert!(modes.iter().all(|(_, m)| m == "Skip"), "{modes:?}");
+    t4p4s_args(&cms, Some(":l2crypt x_crypto async=skip cores=2")).await;
 
     // A context pool of one: packets that find it taken are dropped and
     // counted, and status shows it.
@@ -1005,6 +1061,14 @@ async fn dpdk_switch_entries_steer_the_data_plane_and_policies_change_what_runs(
     policy_where(&policies, "context-pool drops in status", |s| {
         ready_reason(s).0 && s.drops.is_some_and(|d| d > 0)
     })
+    .await;
+    t4p4s_args(
+        &cms,
+        Some(
+            ":l2crypt x_crypto async=pd crypto_burst_size=1 crypto_context_pool_size=1 \
+             crypto_node=openssl macro=FAKE_CRYPTO_COMMAND_RING_SIZE=1 cores=2",
+        ),
+    )
     .await;
 
     // An extern the program does not have: refused, named, nothing changes

@@ -87,6 +87,12 @@ pub struct OperatorArgs {
     #[arg(long, default_value_t = 10, env = "P4FLEET_DRIFT_SECONDS",
         value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub drift_seconds: u64,
+    /// Seconds between reads of an applied AsyncExternPolicy's data plane
+    /// stats (packets/s, async ops/s, drops in status); each read also
+    /// checks the policy is still in force.
+    #[arg(long, default_value_t = 5, env = "P4FLEET_EXTERN_STATS_SECONDS",
+        value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub extern_stats_seconds: u64,
     /// Watch namespaced resources only in this namespace (Switches are cluster-scoped).
     #[arg(long, env = "P4FLEET_WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
@@ -220,6 +226,7 @@ mod tests {
             "--log-level=info",
             "--resync-seconds=60",
             "--drift-seconds=5",
+            "--extern-stats-seconds=2",
             "--leader-election",
             "--watch-namespace=team-a",
         ])
@@ -230,6 +237,8 @@ mod tests {
         assert_eq!(a.log_format, LogFormat::Json);
         assert!(a.leader_election);
         assert_eq!((a.resync_seconds, a.drift_seconds), (60, 5));
+        assert_eq!(a.extern_stats_seconds, 2);
+        assert!(Cli::try_parse_from(["p4fleet", "operator", "--extern-stats-seconds=0"]).is_err());
         assert_eq!(a.watch_namespace.as_deref(), Some("team-a"));
         assert!(Cli::try_parse_from(["p4fleet", "operator", "--resync-seconds=0"]).is_err());
     }

@@ -22,6 +22,8 @@ pub struct OperatorConfig {
     /// Period of the cheap checks between resyncs: Switch probes and the
     /// pipeline cookie of each VirtualSwitch (one small RPC each).
     pub drift: Duration,
+    /// Period of an applied AsyncExternPolicy's stats reads.
+    pub extern_stats: Duration,
     /// Controller name written into Events.
     pub reporter: String,
     /// This replica's identity (pod name) for Events and the leader lease.
@@ -35,6 +37,7 @@ impl Default for OperatorConfig {
         OperatorConfig {
             resync: Duration::from_secs(60),
             drift: Duration::from_secs(10),
+            extern_stats: Duration::from_secs(5),
             reporter: "p4fleet".into(),
             instance: None,
             watch_namespace: None,

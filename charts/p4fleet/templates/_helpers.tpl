@@ -98,6 +98,12 @@ applied status.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch"]
+# AsyncExternPolicy's T4P4S launch options (<policy>-t4p4s): server-side
+# apply creates and updates them (create is checked when the apply creates
+# one), the ConfigMap of a policy without a rendering is deleted.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["create", "patch", "delete"]
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]

@@ -7,7 +7,9 @@
 //!
 //! Build and run:
 //! `cargo build --release -p p4fleet-bench -p p4fleet-emulator &&
-//! target/release/p4fleet-dataplane-bench`
+//! target/release/p4fleet-dataplane-bench [--csv rows.csv]`; plot kept
+//! runs (their printed output) without running:
+//! `p4fleet-dataplane-bench --plot run64.txt,run1024.txt --svg fig.svg`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,6 +18,7 @@ use clap::Parser;
 use p4fleet_emulator::dataplane::alloc::CountingAllocator;
 use p4fleet_emulator::dataplane::engine::available_cores;
 use p4fleet_emulator::dataplane::packet::{self, TrafficConfig};
+use p4fleet_emulator::dataplane::report;
 use p4fleet_emulator::dataplane::{
     ActionCall, Engine, EngineConfig, Executor, ExternPolicy, FieldValue, MemoryTableSource, Mode,
     SnapshotEntry, SuspendMethod,
@@ -82,6 +85,31 @@ struct Args {
     /// Also run rows needing more threads than the machine has cores.
     #[arg(long)]
     oversubscribe: bool,
+    /// Also write the table's rows as CSV to this file.
+    #[arg(long)]
+    csv: Option<std::path::PathBuf>,
+    /// Do not run: plot these saved outputs of the benchmark (one panel
+    /// each) into the --svg file.
+    #[arg(long, value_delimiter = ',', requires = "svg")]
+    plot: Vec<std::path::PathBuf>,
+    /// The plot's output file (with --plot).
+    #[arg(long)]
+    svg: Option<std::path::PathBuf>,
+}
+
+/// `--plot`: one panel per saved run, titled by its frame size.
+fn plot(files: &[std::path::PathBuf], out: &std::path::Path) -> Result<(), String> {
+    let mut panels = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
+        let rows = report::parse_table(&text).map_err(|e| format!("{}: {e}", f.display()))?;
+        let title = match report::frame_bytes(&text) {
+            Some(b) => format!("{b}-byte frames"),
+            None => f.display().to_string(),
+        };
+        panels.push((title, rows));
+    }
+    std::fs::write(out, report::svg(&panels)).map_err(|e| format!("{}: {e}", out.display()))
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -368,6 +396,13 @@ fn load_average() -> String {
 
 fn main() {
     let args = Args::parse();
+    if let (false, Some(out)) = (args.plot.is_empty(), &args.svg) {
+        if let Err(e) = plot(&args.plot, out) {
+            eprintln!("p4fleet-dataplane-bench: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let machine_cores = available_cores();
     println!(
         "load average before: {}; cross-core round trip: {:.0} ns",
@@ -453,10 +488,15 @@ fn main() {
             runs[i].push(run(&args, *wl, *v, *w));
         }
     }
-    println!(
-        "| workload | mode | executor | workers | threads | Mpps (median) | min..max | vs no extern | CPU got | worker ns/pkt | extern-core ns/pkt | Mpps per worker CPU | latency p50 / p99 (µs) | extern p50 / p99 (µs) | drops/s | allocs/pkt |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    // The table is kept to be written as CSV too (the same rows, read back).
+    let mut table = String::new();
+    let mut out = |line: String| {
+        println!("{line}");
+        table.push_str(&line);
+        table.push('\n');
+    };
+    out("| workload | mode | executor | workers | threads | Mpps (median) | min..max | vs no extern | CPU got | worker ns/pkt | extern-core ns/pkt | Mpps per worker CPU | latency p50 / p99 (µs) | extern p50 / p99 (µs) | drops/s | allocs/pkt |".to_string());
+    out("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|".to_string());
     let mut baseline = None;
     for mut rs in runs {
         rs.sort_by(|a, b| a.mpps.total_cmp(&b.mpps));
@@ -488,7 +528,7 @@ fn main() {
         } else {
             format!("{:.1} / {:.1}", r.ext_p50_us, r.ext_p99_us)
         };
-        println!(
+        out(format!(
             "| {} | {} | {} | {} | {}{} | {:.2} | {:.2}..{:.2} | {} | {:.2} | {:.0} | {:.0} | {:.2} | {:.1} / {:.1} | {} | {:.0} | {:.4} |",
             r.workload.name(),
             mode,
@@ -509,7 +549,14 @@ fn main() {
             ext,
             r.drops as f64 / args.seconds,
             r.allocs_per_pkt
-        );
+        ));
+    }
+    if let Some(path) = &args.csv {
+        let rows = report::parse_table(&table).expect("the table just printed parses");
+        if let Err(e) = std::fs::write(path, report::csv(&rows)) {
+            eprintln!("p4fleet-dataplane-bench: {}: {e}", path.display());
+            std::process::exit(1);
+        }
     }
     println!(
         "\nload average after: {}; cross-core round trip: {:.0} ns",

@@ -20,6 +20,7 @@ pub mod engine;
 pub mod externs;
 pub mod packet;
 pub mod policy;
+pub mod report;
 pub mod service;
 pub mod spec;
 pub mod stats;

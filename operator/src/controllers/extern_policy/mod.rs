@@ -5,17 +5,19 @@
 //! target's extern runtime ([`runtime`]: the named externs must exist, the
 //! policy is set and read back, stats are taken); build the status
 //! ([`build_status`], pure: Ready only when the device reports the policy
-//! in force). Requeued every [`STATS_POLL`] to refresh the measurements
-//! (rounded, so steady traffic does not rewrite status) and to re-apply
-//! after a device restart. Deleting a policy restores the target's
+//! in force). The policy is also rendered as T4P4S launch options
+//! ([`t4p4s`], pure) into a ConfigMap ([`config_map`]). Requeued every
+//! `--extern-stats-seconds` (`OperatorConfig::extern_stats`) to refresh
+//! the measurements (rounded, so steady traffic does not rewrite status)
+//! and to re-apply after a device restart. Deleting a policy restores the target's
 //! defaults (every extern Sync) before the finalizer goes.
 
+pub mod config_map;
 pub mod desired;
 pub mod runtime;
+pub mod t4p4s;
 
 use std::sync::Arc;
-
-use std::time::Duration;
 
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{Event, finalizer};
@@ -35,11 +37,13 @@ use runtime::{Applied, RuntimeTarget};
 /// Finalizer: the target's externs go back to Sync before the policy goes.
 pub const FINALIZER: &str = "p4fleet.dev/extern-policy";
 
-/// How often an applied policy's stats are read (and the policy checked).
-pub const STATS_POLL: Duration = Duration::from_secs(5);
-
 /// Condition type: the device reports the policy in force.
 pub const APPLIED: &str = "Applied";
+
+/// Condition type: the policy is rendered as T4P4S launch options (not
+/// part of Ready: it says what a T4P4S deployment would run, not what the
+/// device runs).
+pub const T4P4S_OPTIONS: &str = "T4P4SOptions";
 
 /// Watches policies and the VirtualSwitches they name.
 pub fn controller(ctx: &Context) -> Controller<AsyncExternPolicy> {
@@ -61,6 +65,8 @@ pub enum Placement {
         /// Where its extern runtime is (Switch endpoint, the
         /// VirtualSwitch's slot's device id).
         runtime: RuntimeTarget,
+        /// What the T4P4S rendering needs (program, the Switch's cores).
+        host: t4p4s::Host,
     },
 }
 
@@ -99,6 +105,10 @@ pub async fn dereference(
             runtime: RuntimeTarget {
                 device_id: sw.spec.device_id + u64::from(st.slot.unwrap_or(0)),
                 ..crate::devices::target(&sw)
+            },
+            host: t4p4s::Host {
+                program: vs.spec.program_ref.clone(),
+                cores: sw.spec.capacity.get("cores").copied(),
             },
         },
     })
@@ -215,14 +225,52 @@ fn applied_condition(applied: &Applied) -> Condition {
     }
 }
 
-/// The pure end: spec of generation `generation`, resolved target and
-/// what applying found (None: not applied, refs or spec are wrong) in,
-/// status out (conditions not yet merged).
+/// The policy's T4P4S rendering, when its target is resolved and valid
+/// (the rendering needs the program and the Switch's cores).
+pub fn rendering(
+    policy: &str,
+    spec: &AsyncExternPolicySpec,
+    target: &Placement,
+) -> Option<t4p4s::Rendering> {
+    match target {
+        Placement::Switch { host, .. } if validate(spec, target).is_empty() => {
+            Some(t4p4s::render(policy, spec, host))
+        }
+        _ => None,
+    }
+}
+
+/// The `T4P4SOptions` condition for a rendering (None: not rendered).
+fn t4p4s_condition(rendered: Option<&t4p4s::Rendering>) -> Condition {
+    match rendered {
+        None => Condition::unknown(
+            T4P4S_OPTIONS,
+            "NotRendered",
+            "not rendered: see the other conditions",
+        ),
+        Some(Ok(l)) => {
+            let mut msg = format!("ConfigMap {}: {}", l.config_map, l.option_line());
+            for n in &l.notes {
+                msg.push_str(&format!("; note: {n}"));
+            }
+            Condition::new(T4P4S_OPTIONS, true, "Rendered", msg)
+        }
+        Some(Err(problems)) => {
+            let all: Vec<String> = problems.iter().map(ToString::to_string).collect();
+            Condition::new(T4P4S_OPTIONS, false, "NoT4P4SEquivalent", all.join("; "))
+        }
+    }
+}
+
+/// The pure end: spec of generation `generation`, resolved target, what
+/// applying found (None: not applied, refs or spec are wrong) and the
+/// T4P4S rendering in, status out (conditions not yet merged).
 pub fn build_status(
     spec: &AsyncExternPolicySpec,
     generation: Option<i64>,
     target: &Placement,
     applied: Option<&Applied>,
+    rendered: Option<&t4p4s::Rendering>,
 ) -> AsyncExternPolicyStatus {
     let vs = &spec.virtual_switch_ref;
     let refs = match target {
@@ -275,8 +323,11 @@ pub fn build_status(
     );
     let mut st = AsyncExternPolicyStatus {
         observed_generation: generation,
-        conditions: vec![valid, refs, applied_cond, ready],
+        conditions: vec![valid, refs, applied_cond, t4p4s_condition(rendered), ready],
         extern_count: Some(spec.externs.len() as u32),
+        t4p4s_config_map: rendered
+            .and_then(|r| r.as_ref().ok())
+            .map(|l| l.config_map.clone()),
         ..Default::default()
     };
     if let Some(Applied::Reported {
@@ -324,15 +375,20 @@ async fn sync(
         }
         _ => None,
     };
+    let rendered = rendering(&obj.name_any(), &obj.spec, &target);
+    if let Some(r) = &rendered {
+        config_map::publish(&ctx.client, ns, obj, r).await?;
+    }
     let mut new = build_status(
         &obj.spec,
         obj.metadata.generation,
         &target,
         applied.as_ref(),
+        rendered.as_ref(),
     );
     update_status(ctx, api, obj, &mut new).await?;
     Ok(match applied {
-        Some(_) => Action::requeue(STATS_POLL),
+        Some(_) => Action::requeue(ctx.config.extern_stats),
         None => Action::requeue(ctx.config.resync),
     })
 }
@@ -367,6 +423,10 @@ mod tests {
             name: "dpdk-1".into(),
             target,
             runtime: RuntimeTarget::p4runtime("127.0.0.1:9559", 1),
+            host: t4p4s::Host {
+                program: "ipsec".into(),
+                cores: None,
+            },
         }
     }
 
@@ -392,11 +452,14 @@ mod tests {
 
     #[test]
     fn ready_only_when_the_device_reports_the_policy_in_force() {
+        let target = on(SwitchTarget::Dpdk);
+        let rendered = rendering("ipsec", &spec(), &target);
         let st = build_status(
             &spec(),
             Some(1),
-            &on(SwitchTarget::Dpdk),
+            &target,
             Some(&reported(true)),
+            rendered.as_ref(),
         );
         assert!(
             st.conditions.iter().all(|c| c.is_true()),
@@ -411,15 +474,24 @@ mod tests {
             (st.packets_per_second, st.async_ops_per_second, st.drops),
             (Some(99_000), Some(98_000), Some(3))
         );
+        assert_eq!(st.t4p4s_config_map.as_deref(), Some("ipsec-t4p4s"));
+        let t = p4fleet_crds::find_condition(&st.conditions, T4P4S_OPTIONS).unwrap();
+        assert!(
+            t.message
+                .starts_with("ConfigMap ipsec-t4p4s: x_crypto async=pd"),
+            "{}",
+            t.message
+        );
 
         // Resolved and valid, but nothing confirmed: not Ready.
-        let st = build_status(&spec(), Some(1), &on(SwitchTarget::Dpdk), None);
+        let st = build_status(&spec(), Some(1), &on(SwitchTarget::Dpdk), None, None);
         assert_ne!(ready(&st).status, ConditionStatus::True);
         let st = build_status(
             &spec(),
             Some(1),
             &on(SwitchTarget::Dpdk),
             Some(&reported(false)),
+            None,
         );
         assert_eq!(ready(&st).status, ConditionStatus::False);
         assert_eq!(ready(&st).reason, "NotInForce");
@@ -427,7 +499,7 @@ mod tests {
             code: tonic::Code::Unavailable,
             message: "connection refused".into(),
         };
-        let st = build_status(&spec(), Some(1), &on(SwitchTarget::Dpdk), Some(&down));
+        let st = build_status(&spec(), Some(1), &on(SwitchTarget::Dpdk), Some(&down), None);
         assert_eq!(ready(&st).reason, "ExternRuntimeUnavailable");
         assert_eq!(st.packets_per_second, None);
     }
@@ -438,7 +510,13 @@ mod tests {
             missing: vec!["ipsec_encrypt".into()],
             available: vec!["async_encrypt".into(), "async_decrypt".into()],
         };
-        let st = build_status(&spec(), Some(1), &on(SwitchTarget::Dpdk), Some(&missing));
+        let st = build_status(
+            &spec(),
+            Some(1),
+            &on(SwitchTarget::Dpdk),
+            Some(&missing),
+            None,
+        );
         let r = ready(&st);
         assert_eq!(
             (r.status, r.reason.as_str()),
@@ -463,7 +541,7 @@ mod tests {
             *name = "tofino-1".into();
         }
         assert!(tofino.runtime().is_none());
-        let st = build_status(&spec(), Some(1), &tofino, None);
+        let st = build_status(&spec(), Some(1), &tofino, None, None);
         let ready = p4fleet_crds::find_condition(&st.conditions, "Ready").unwrap();
         assert_eq!(ready.status, ConditionStatus::False);
         assert_eq!(ready.reason, "NotDpdkTarget");
@@ -472,7 +550,13 @@ mod tests {
 
     #[test]
     fn missing_virtual_switch_names_the_field() {
-        let st = build_status(&spec(), Some(1), &Placement::VirtualSwitchNotFound, None);
+        let st = build_status(
+            &spec(),
+            Some(1),
+            &Placement::VirtualSwitchNotFound,
+            None,
+            None,
+        );
         let ready = p4fleet_crds::find_condition(&st.conditions, "Ready").unwrap();
         assert_eq!(ready.reason, "VirtualSwitchNotFound");
         assert!(ready.message.starts_with("spec.virtualSwitchRef"));
@@ -486,5 +570,40 @@ mod tests {
         let problems = validate(&s, &Placement::NotScheduled);
         assert!(problems[0].to_string().contains("burstSize 512"));
         assert_eq!(problems[0].reason(), "InvalidSpec");
+    }
+
+    #[test]
+    fn a_policy_t4p4s_cannot_express_names_why_and_stays_ready() {
+        let mut s = spec();
+        s.externs.push(
+            serde_json::from_value(serde_json::json!({"name": "ipsec_decrypt", "mode": "Skip"}))
+                .unwrap(),
+        );
+        let target = on(SwitchTarget::Dpdk);
+        let rendered = rendering("ipsec", &s, &target);
+        let st = build_status(
+            &s,
+            Some(1),
+            &target,
+            Some(&reported(true)),
+            rendered.as_ref(),
+        );
+        let t = p4fleet_crds::find_condition(&st.conditions, T4P4S_OPTIONS).unwrap();
+        assert_eq!(
+            (t.status, t.reason.as_str()),
+            (ConditionStatus::False, "NoT4P4SEquivalent")
+        );
+        assert!(
+            t.message
+                .contains("ipsec_encrypt=Async, ipsec_decrypt=Skip"),
+            "{}",
+            t.message
+        );
+        assert_eq!(st.t4p4s_config_map, None);
+        // Ready is about the device, which runs the policy.
+        assert_eq!(ready(&st).status, ConditionStatus::True);
+        // Unresolved or invalid: nothing rendered.
+        assert!(rendering("ipsec", &s, &Placement::NotScheduled).is_none());
+        assert!(rendering("ipsec", &s, &on(SwitchTarget::Tofino)).is_none());
     }
 }
