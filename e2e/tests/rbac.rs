@@ -306,6 +306,15 @@ impl Install {
     }
 }
 
+/// The rule for AsyncExternPolicy's T4P4S ConfigMaps (the only writes to
+/// ConfigMaps).
+fn rendered_config_maps(rule: &Value) -> bool {
+    rule["resources"] == json!(["configmaps"])
+        && rule["verbs"]
+            .as_array()
+            .is_some_and(|v| v.contains(&json!("create")))
+}
+
 /// Whether ServiceAccount `sa` of `ns` may do what `rule` grants (its first
 /// verb on its first resource), asked of the API server.
 fn can_i(cp: &ControlPlane, ns: &str, sa: &str, rule: &Value, rule_ns: &str) -> bool {
@@ -430,6 +439,12 @@ async fn cluster_wide() {
             .unwrap_or(&ns)
             .to_string();
         for (r, rule) in rules.iter().enumerate() {
+            if rendered_config_maps(rule) {
+                // Written only for a Dpdk target's policy (T4P4S launch
+                // options), which this workload (a Bmv2 Switch) does not
+                // have: nothing here needs the rule, so nothing can fail.
+                continue;
+            }
             let mut cut = obj.clone();
             cut["rules"].as_array_mut().unwrap().remove(r);
             kubectl_apply(cp, &[cut]);
@@ -466,7 +481,7 @@ async fn cluster_wide() {
             checked += 1;
         }
     }
-    assert!(checked >= 10, "only {checked} rules checked");
+    assert!(checked >= 11, "only {checked} rules checked");
     let _ = Api::<Switch>::all(client.clone())
         .delete(&sw, &Default::default())
         .await;
