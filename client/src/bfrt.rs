@@ -40,7 +40,7 @@ use crate::observe::{Observe, WriteObserver};
 use crate::pipeline::{self, UpdateErrors};
 use crate::raw::{self, BFRT_WRITE};
 use crate::session::{self, Sessions};
-use crate::{Capabilities, Error, Target, UpdateFailure, WriteOptions, WriteReport};
+use crate::{Capabilities, Error, Refusal, Target, UpdateFailure, WriteOptions, WriteReport};
 
 const SUBSCRIBE_WAIT: Duration = Duration::from_secs(10);
 
@@ -87,12 +87,19 @@ impl session::Stream for Subscription {
         Ok(client.stream_channel(requests).await?.into_inner())
     }
 
-    fn answer(&self, m: StreamMessageResponse) -> Option<Result<(), String>> {
+    fn answer(&self, m: StreamMessageResponse) -> Option<Result<(), Refusal>> {
         let Some(stream_message_response::Update::Subscribe(s)) = m.update else {
             return None;
         };
         Some(match s.status {
-            Some(st) if st.code != 0 => Err(st.message),
+            // A subscription to a device id the device does not serve.
+            Some(st) if st.code == tonic::Code::NotFound as i32 => Err(Refusal::UnknownDevice {
+                message: st.message,
+            }),
+            Some(st) if st.code != 0 => Err(Refusal::Other {
+                code: st.code,
+                message: st.message,
+            }),
             _ => Ok(()),
         })
     }
@@ -160,6 +167,13 @@ impl BfrtDevice {
     /// See [`crate::Device::changes`].
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.sessions.epochs()
+    }
+
+    /// See [`crate::Device::standing`].
+    pub async fn standing(&self, slot: u32, timeout: Duration) -> Result<(), Error> {
+        self.sessions
+            .standing(self.target.device_id(slot), timeout)
+            .await
     }
 
     /// See [`crate::Device::observe`].

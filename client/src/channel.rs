@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
 
-use crate::{Error, Target};
+use crate::{Error, Target, tls};
 
 /// Largest message either way: a 1,000,000-update batch of firewall
 /// entries is ~40 MB.
@@ -17,21 +17,38 @@ const MAX_HEADER_LIST: u32 = 64 << 20;
 /// `GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS`.
 pub(crate) const KEEPALIVE: Duration = Duration::from_secs(300);
 
-/// A channel to the target's endpoint (`host:port`); nothing is dialed
-/// until first use. Every gRPC service of a target (P4Runtime, BFRT, the
+/// A channel to the target's endpoint (`host:port`), over TLS when the
+/// target has TLS settings (checked here); nothing is dialed until first
+/// use. Every gRPC service of a target (P4Runtime, BFRT, the
 /// slot service, the extern runtime) goes through here, so keepalive, TLS
 /// and window settings are the same for all of them.
 pub fn connect_lazy(target: &Target) -> Result<Channel, Error> {
-    if target.tls.is_some() {
-        // TLS would switch the scheme and add `tls_config` here.
-        return Err(Error::TlsUnsupported);
-    }
     let endpoint = &target.endpoint;
-    let ep = Endpoint::from_shared(format!("http://{endpoint}"))
-        .map_err(|e| Error::InvalidEndpoint {
-            endpoint: endpoint.clone(),
-            reason: e.to_string(),
-        })?
+    let invalid = |reason: String| Error::InvalidEndpoint {
+        endpoint: endpoint.clone(),
+        reason,
+    };
+    let scheme = if target.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let mut ep = Endpoint::from_shared(format!("{scheme}://{endpoint}"))
+        .map_err(|e| invalid(e.to_string()))?;
+    if let Some(tls) = &target.tls {
+        tls.check()?;
+        let host = ep.uri().host().unwrap_or_default();
+        // The device's certificate must name the host we dial (an IPv6
+        // literal without its brackets).
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        ep = ep
+            .tls_config(tls::client_config(tls, &host))
+            .map_err(|e| invalid(format!("TLS settings: {e}")))?;
+    }
+    let ep = ep
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
         // gRPC C++ servers (bmv2, Stratum) by default accept a ping without

@@ -7,8 +7,19 @@
 pub enum Error {
     #[error("invalid endpoint {endpoint:?}: {reason}")]
     InvalidEndpoint { endpoint: String, reason: String },
-    #[error("TLS to devices is not supported yet")]
-    TlsUnsupported,
+    /// The caller could not provide the target's TLS material (e.g. the
+    /// operator's Secret is missing); `reason` says why.
+    #[error("TLS material for {endpoint} unavailable: {reason}")]
+    TlsUnavailable { endpoint: String, reason: String },
+    #[error("invalid TLS material: {0}")]
+    TlsMaterial(#[from] crate::TlsMaterialError),
+    /// The TLS handshake with the device failed; `failure` says why.
+    #[error("TLS to {endpoint} failed: {failure} ({detail})")]
+    Tls {
+        endpoint: String,
+        failure: crate::TlsFailure,
+        detail: String,
+    },
     #[error("{0} is not supported")]
     Unsupported(&'static str),
     #[error("device {device_id} at {endpoint} is unreachable: {reason}")]
@@ -17,8 +28,13 @@ pub enum Error {
         device_id: u64,
         reason: String,
     },
-    #[error("not primary for device {device_id}: {reason}")]
-    NotPrimary { device_id: u64, reason: String },
+    #[error("not primary for device {device_id}: {refusal}")]
+    NotPrimary {
+        device_id: u64,
+        /// Boxed: it holds a u128 (16-byte aligned), which would double
+        /// the size of every `Result` carrying this error.
+        refusal: Box<crate::Refusal>,
+    },
     #[error("{rpc} on device {device_id} failed: {status}")]
     Rpc {
         rpc: &'static str,
@@ -30,15 +46,22 @@ pub enum Error {
 }
 
 impl Error {
-    /// The error of a failed call: UNAVAILABLE means the device could not
-    /// be reached, anything else is the device's answer.
+    /// The error of a failed call: a failed TLS handshake is [`Error::Tls`],
+    /// UNAVAILABLE means the device could not be reached, anything else is
+    /// the device's answer.
     pub(crate) fn rpc(
         endpoint: &str,
         rpc: &'static str,
         device_id: u64,
         status: tonic::Status,
     ) -> Error {
-        if status.code() == tonic::Code::Unavailable {
+        if let Some((failure, detail)) = crate::tls::tls_failure(&status) {
+            Error::Tls {
+                endpoint: endpoint.to_string(),
+                failure,
+                detail,
+            }
+        } else if status.code() == tonic::Code::Unavailable {
             Error::Unreachable {
                 endpoint: endpoint.to_string(),
                 device_id,

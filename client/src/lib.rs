@@ -34,6 +34,7 @@ mod p4runtime;
 mod pipeline;
 mod raw;
 mod session;
+mod tls;
 
 use std::fmt;
 use std::time::Duration;
@@ -52,6 +53,7 @@ pub use p4fleet_model::entries::{Atomicity, WriteOp};
 /// The P4Runtime, BFRT and P4Info messages (p4fleet-proto).
 pub use p4fleet_proto as proto;
 pub use p4runtime::P4RuntimeDevice;
+pub use tls::{TlsFailure, TlsFile, TlsMaterialError, classify as classify_tls_error, tls_failure};
 
 /// The protocol a device speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -62,8 +64,11 @@ pub enum Protocol {
     Bfrt,
 }
 
-/// Mutual TLS material (PEM). Not implemented yet: a [`Target`] with TLS
-/// settings is refused with [`Error::TlsUnsupported`].
+/// TLS material (PEM): the CA the device's certificate must chain to, and
+/// optionally this client's certificate and key (mutual TLS; both or
+/// neither). The device's certificate must name the endpoint's host.
+/// Checked by [`Device::connect`] ([`TlsSettings::check`]); handshake
+/// failures are [`Error::Tls`] with a [`TlsFailure`].
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct TlsSettings {
     pub ca_pem: Vec<u8>,
@@ -125,6 +130,52 @@ impl Target {
 pub struct Identity {
     pub election_id: u128,
     pub client_id: u32,
+}
+
+/// Why a device does not accept this client on a device id: what the
+/// device said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Another controller is primary (P4Runtime arbitration). The election
+    /// id the device reported (the primary's, or the highest it has seen).
+    NotPrimary {
+        primary_election_id: Option<u128>,
+        message: String,
+    },
+    /// The device does not serve this device id (NOT_FOUND).
+    UnknownDevice { message: String },
+    /// Any other refusal, with the device's gRPC status code (e.g. a BFRT
+    /// client id in use).
+    Other { code: i32, message: String },
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::NotPrimary {
+                primary_election_id: Some(id),
+                message,
+            } => write!(
+                f,
+                "another controller is primary: election id (high {}, low {}) ({message})",
+                id >> 64,
+                *id as u64
+            ),
+            Refusal::NotPrimary {
+                primary_election_id: None,
+                message,
+            } => write!(f, "not primary ({message})"),
+            Refusal::UnknownDevice { message } => {
+                write!(
+                    f,
+                    "the device does not serve this device id: NOT_FOUND ({message})"
+                )
+            }
+            Refusal::Other { code, message } => {
+                write!(f, "refused: {:?} ({message})", tonic::Code::from_i32(*code))
+            }
+        }
+    }
 }
 
 /// What a device reports about itself.
@@ -228,8 +279,8 @@ pub enum Device {
 
 impl Device {
     /// A lazy connection to `target`: nothing is dialed until first use.
-    /// Must be called inside a tokio runtime. Refuses TLS settings (not
-    /// implemented yet) and endpoints that are not `host:port`.
+    /// Must be called inside a tokio runtime. Refuses TLS material that
+    /// does not parse and endpoints that are not `host:port`.
     pub fn connect(target: Target, identity: Identity) -> Result<Device, Error> {
         Ok(match target.protocol {
             Protocol::P4Runtime => {
@@ -277,6 +328,18 @@ impl Device {
         match self {
             Device::P4Runtime(d) => d.observe(slot),
             Device::Bfrt(d) => d.observe(slot),
+        }
+    }
+
+    /// Starts the stream of `slot` (arbitration / subscription) if needed
+    /// and waits up to `timeout` for the device's verdict on this client:
+    /// `Ok` when accepted (primary / subscribed), [`Error::NotPrimary`]
+    /// with what the device said when refused, [`Error::Unreachable`] when
+    /// no verdict came.
+    pub async fn standing(&self, slot: u32, timeout: Duration) -> Result<(), Error> {
+        match self {
+            Device::P4Runtime(d) => d.standing(slot, timeout).await,
+            Device::Bfrt(d) => d.standing(slot, timeout).await,
         }
     }
 
@@ -371,7 +434,7 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn tls_and_bad_endpoints_are_refused_before_any_io() {
+    async fn bad_tls_material_and_bad_endpoints_are_refused_before_any_io() {
         let id = Identity {
             election_id: 1,
             client_id: 1,
@@ -387,7 +450,10 @@ mod tests {
             t.tls = Some(TlsSettings::default());
             assert!(matches!(
                 Device::connect(t.clone(), id),
-                Err(Error::TlsUnsupported)
+                Err(Error::TlsMaterial(TlsMaterialError {
+                    file: TlsFile::Ca,
+                    ..
+                }))
             ));
             t.tls = None;
             t.endpoint = "not an endpoint".into();

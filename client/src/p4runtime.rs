@@ -25,7 +25,7 @@ use crate::observe::{Observe, WriteObserver};
 use crate::pipeline::{self, UpdateErrors};
 use crate::raw::{self, P4RT_WRITE};
 use crate::session::{self, Sessions};
-use crate::{Capabilities, Error, Target, WriteOptions, WriteReport};
+use crate::{Capabilities, Error, Refusal, Target, WriteOptions, WriteReport};
 
 /// How long a request waits for this client to become primary.
 const PRIMARY_WAIT: Duration = Duration::from_secs(10);
@@ -64,7 +64,7 @@ impl session::Stream for Arbitration {
         Ok(client.stream_channel(requests).await?.into_inner())
     }
 
-    fn answer(&self, m: StreamMessageResponse) -> Option<Result<(), String>> {
+    fn answer(&self, m: StreamMessageResponse) -> Option<Result<(), Refusal>> {
         let Some(stream_message_response::Update::Arbitration(a)) = m.update else {
             return None;
         };
@@ -73,12 +73,32 @@ impl session::Stream for Arbitration {
         Some(if primary {
             Ok(())
         } else {
-            let msg = a.status.map(|s| s.message).unwrap_or_default();
-            Err(format!(
-                "primary has election id {:?}: {msg}",
-                a.election_id.map(|e| (e.high, e.low))
-            ))
+            Err(Refusal::NotPrimary {
+                primary_election_id: a
+                    .election_id
+                    .map(|e| (u128::from(e.high) << 64) | u128::from(e.low)),
+                message: a.status.map(|s| s.message).unwrap_or_default(),
+            })
         })
+    }
+
+    /// P4Runtime ends the stream of a device id the device does not serve
+    /// with NOT_FOUND; an arbitration it will not take (e.g. an election id
+    /// another stream already uses) with one of the codes below. Anything
+    /// else is a lost connection.
+    fn refusal(&self, status: &tonic::Status) -> Option<Refusal> {
+        use tonic::Code as C;
+        let message = status.message().to_string();
+        match status.code() {
+            C::NotFound => Some(Refusal::UnknownDevice { message }),
+            C::InvalidArgument | C::AlreadyExists | C::PermissionDenied | C::FailedPrecondition => {
+                Some(Refusal::Other {
+                    code: status.code() as i32,
+                    message,
+                })
+            }
+            _ => None,
+        }
     }
 }
 
@@ -139,6 +159,13 @@ impl P4RuntimeDevice {
     /// See [`crate::Device::changes`].
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.sessions.epochs()
+    }
+
+    /// See [`crate::Device::standing`].
+    pub async fn standing(&self, slot: u32, timeout: Duration) -> Result<(), Error> {
+        self.sessions
+            .standing(self.target.device_id(slot), timeout)
+            .await
     }
 
     /// See [`crate::Device::observe`].

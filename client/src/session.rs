@@ -21,8 +21,8 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::Error;
 use crate::error::status_line;
+use crate::{Error, Refusal};
 
 /// Backoff between re-opened streams: 100 ms doubling to 1 s, reset once
 /// the device accepts this client again. The cap bounds how long a device
@@ -44,8 +44,9 @@ pub(crate) enum State {
     /// Accepted (primary / subscribed). Counts acceptances, so per-stream
     /// setup (BFRT's BIND) can tell a new stream from the one it set up.
     Accepted(u64),
-    /// Refused (another client is primary / subscription refused).
-    Refused(String),
+    /// Refused (another client is primary, the device id is not served,
+    /// subscription refused).
+    Refused(Refusal),
 }
 
 impl State {
@@ -77,7 +78,13 @@ pub(crate) trait Stream: Clone + Send + Sync + 'static {
 
     /// What a message says about this client: accepted, refused (why), or
     /// nothing (other notifications).
-    fn answer(&self, message: Self::Response) -> Option<Result<(), String>>;
+    fn answer(&self, message: Self::Response) -> Option<Result<(), Refusal>>;
+
+    /// Whether a failed stream is the device refusing this client (e.g. a
+    /// device id it does not serve) rather than a lost connection.
+    fn refusal(&self, _status: &tonic::Status) -> Option<Refusal> {
+        None
+    }
 }
 
 struct Session {
@@ -153,8 +160,20 @@ impl<S: Stream> Sessions<S> {
                 device_id,
                 reason,
             }),
-            State::Refused(reason) => Err(Error::NotPrimary { device_id, reason }),
+            State::Refused(refusal) => Err(Error::NotPrimary {
+                device_id,
+                refusal: Box::new(refusal),
+            }),
         }
+    }
+
+    /// Starts the session of `device_id` if needed and waits up to
+    /// `timeout` for the device's first verdict (accepted or refused);
+    /// `Ok` when this client is accepted.
+    pub(crate) async fn standing(&self, device_id: u64, timeout: Duration) -> Result<(), Error> {
+        self.wait(device_id, timeout, |s| !matches!(s, State::Connecting(_)))
+            .await
+            .map(drop)
     }
 }
 
@@ -178,8 +197,8 @@ async fn run<S: Stream>(
         let (tx, rx) = mpsc::channel(4);
         // Cannot fail: the receiver is alive and the buffer empty.
         let _ = tx.send(s.hello(device_id)).await;
-        let reason = match s.open(ReceiverStream::new(rx)).await {
-            Err(status) => status_line(&status),
+        let ended = match s.open(ReceiverStream::new(rx)).await {
+            Err(status) => Err(status),
             Ok(mut stream) => loop {
                 match stream.message().await {
                     Ok(Some(m)) => match s.answer(m) {
@@ -193,19 +212,40 @@ async fn run<S: Stream>(
                         }
                         None => {}
                     },
-                    Ok(None) => break format!("{} stream closed", S::NAME),
-                    Err(status) => break status_line(&status),
+                    Ok(None) => break Ok(()),
+                    Err(status) => break Err(status),
                 }
             },
         };
         drop(tx);
-        publish(State::Connecting(reason.clone()));
+        let (next, reason) = match ended {
+            Ok(()) => {
+                let reason = format!("{} stream closed", S::NAME);
+                (State::Connecting(reason.clone()), reason)
+            }
+            Err(status) => match s.refusal(&status) {
+                Some(r) => (State::Refused(r), status_line(&status)),
+                None => {
+                    let reason = connect_reason(&status);
+                    (State::Connecting(reason.clone()), reason)
+                }
+            },
+        };
+        publish(next);
         if state.is_closed() {
             return;
         }
         let delay = delays.next().unwrap_or(Duration::from_secs(5));
         tracing::debug!(device_id, stream = S::NAME, %reason, ?delay, "re-opening");
         tokio::time::sleep(delay).await;
+    }
+}
+
+/// Why a stream could not be kept open, naming a TLS failure as such.
+fn connect_reason(status: &tonic::Status) -> String {
+    match crate::tls::tls_failure(status) {
+        Some((failure, detail)) => format!("{failure} ({detail})"),
+        None => status_line(status),
     }
 }
 
@@ -236,7 +276,13 @@ mod tests {
             "new stream"
         );
         assert!(State::Accepted(2).differs(&c("stream closed")));
-        assert!(State::Refused("a".into()).differs(&State::Refused("b".into())));
-        assert!(!State::Refused("a".into()).differs(&State::Refused("a".into())));
+        let r = |m: &str| {
+            State::Refused(Refusal::NotPrimary {
+                primary_election_id: Some(7),
+                message: m.into(),
+            })
+        };
+        assert!(r("a").differs(&r("b")));
+        assert!(!r("a").differs(&r("a")));
     }
 }

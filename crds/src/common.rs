@@ -11,6 +11,9 @@ pub mod condition_types {
     pub const VALID: &str = "Valid";
     /// The device answered on its endpoint.
     pub const REACHABLE: &str = "Reachable";
+    /// The device accepts this operator as the controller of the Switch's
+    /// device id (P4Runtime primary, BFRT subscribed).
+    pub const PRIMARY: &str = "Primary";
     /// The pipeline is loaded on the device.
     pub const PIPELINE_LOADED: &str = "PipelineLoaded";
     /// A VirtualSwitch was placed on a Switch slot.

@@ -16,6 +16,7 @@
 //! own runtime, so the shared state holds no runtime-bound objects (only paths,
 //! URL and token); every test builds its own `kube::Client`.
 
+pub mod certs;
 pub mod processes;
 
 use std::ffi::OsStr;
@@ -303,6 +304,64 @@ pub fn json_subset_mismatch(
         _ if want == got => None,
         _ => Some(format!("{path}: want {want} != got {got}")),
     }
+}
+
+/// In namespace `ns`: P4Program `firewall` (examples/firewall's P4Info),
+/// VirtualSwitch `fw` on slot 0 of Switch `switch`, ConfigMap `fw` with
+/// `entries` (line format) and TableEntrySet `fw` from it.
+pub async fn firewall_workload(client: &Client, ns: &str, switch: &str, entries: &str) {
+    use kube::Api;
+    use p4fleet_crds::{P4Program, TableEntrySet, VirtualSwitch};
+    use serde_json::json;
+    let v1 = "p4fleet.dev/v1alpha1";
+    let p4info = std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt"))
+        .expect("read the firewall P4Info");
+    create_json(
+        &Api::<P4Program>::namespaced(client.clone(), ns),
+        json!({"apiVersion": v1, "kind": "P4Program", "metadata": {"name": "firewall"},
+            "spec": {"p4info": {"inline": p4info}}}),
+    )
+    .await;
+    create_json(
+        &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
+        json!({"apiVersion": v1, "kind": "VirtualSwitch", "metadata": {"name": "fw"},
+            "spec": {"programRef": "firewall", "switchRef": switch, "slot": 0}}),
+    )
+    .await;
+    create_json(
+        &Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw"},
+            "data": {"entries": entries}}),
+    )
+    .await;
+    create_json(
+        &Api::<TableEntrySet>::namespaced(client.clone(), ns),
+        json!({"apiVersion": v1, "kind": "TableEntrySet", "metadata": {"name": "fw"},
+            "spec": {"virtualSwitchRef": "fw", "table": "MyIngress.firewall",
+                "entriesFrom": [{"configMap": "fw"}]}}),
+    )
+    .await;
+}
+
+/// Waits until object `name` of `api` has condition Ready=True; panics
+/// with its conditions after `timeout`.
+pub async fn wait_object_ready<K>(api: &kube::Api<K>, name: &str, timeout: Duration)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let what = format!("{} {name} Ready", std::any::type_name::<K>());
+    wait_for(&what, timeout, || async {
+        let obj = api.get(name).await.map_err(|e| e.to_string())?;
+        let v = serde_json::to_value(&obj).map_err(|e| e.to_string())?;
+        let conditions = &v["status"]["conditions"];
+        let ready = conditions
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        ready.then_some(()).ok_or(format!("{conditions}"))
+    })
+    .await
 }
 
 /// Polls `f` every 200 ms until it returns Ok; panics with `what` and the

@@ -241,3 +241,55 @@ pub async fn once_per_binary<T: Send + Sync + 'static>(
     .await
     .expect("start children")
 }
+
+/// The emulator's entry count of `device` (its stats side channel at
+/// `stats`), None while it does not answer.
+pub fn device_entries(stats: SocketAddr, device: u64) -> Option<u64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&stats, Duration::from_secs(1)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        s,
+        "GET /stats/{device} HTTP/1.1\r\nHost: {stats}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).ok()?;
+    let body: serde_json::Value = serde_json::from_str(resp.split_once("\r\n\r\n")?.1).ok()?;
+    body["entries"].as_u64()
+}
+
+/// Starts `p4fleet-emulator` from `bin` serving TLS on `addr` (None: any
+/// port) with `server` (written to `dir`, file names prefixed `tag`),
+/// requiring client certificates signed by `client_ca`.
+pub fn spawn_tls_emulator(
+    bin: &std::path::Path,
+    dir: &std::path::Path,
+    tag: &str,
+    server: &crate::certs::Pair,
+    client_ca: &crate::certs::TestCa,
+    addr: Option<SocketAddr>,
+) -> EmulatorProc {
+    let file = |name: &str, body: &str| {
+        let p = dir.join(format!("{tag}-{name}"));
+        std::fs::write(&p, body).expect("write certificate file");
+        p.to_string_lossy().into_owned()
+    };
+    let cert = file("tls.crt", &server.cert_pem);
+    let key = file("tls.key", &server.key_pem);
+    let ca = file("client-ca.crt", &client_ca.cert_pem);
+    let addr = addr.map(|a| a.to_string()).unwrap_or("127.0.0.1:0".into());
+    spawn_emulator(
+        bin,
+        &[
+            "--p4runtime-addr",
+            &addr,
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--tls-client-ca",
+            &ca,
+        ],
+    )
+}

@@ -9,8 +9,7 @@
 //! refilled, status is polled against the emulator's own entry count.
 //! The times printed are those in docs/reliability.md.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -20,9 +19,11 @@ use kube::api::Api;
 use p4fleet_crds::{
     Condition, P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
-use p4fleet_e2e::processes::{Proc, build_binaries, spawn_emulator, spawn_operator};
+use p4fleet_e2e::processes::{
+    Proc, build_binaries, device_entries, spawn_emulator, spawn_operator,
+};
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const ENTRIES: usize = 30_000;
 /// Longer than the test: nothing is repaired by a periodic pass.
@@ -92,21 +93,6 @@ fn operator(kubeconfig: PathBuf) -> Proc {
         "restart-operator",
         &["--resync-seconds", PERIODS, "--drift-seconds", PERIODS],
     )
-}
-
-/// The emulator's entry count of `device`, None while it does not answer.
-fn device_entries(stats: SocketAddr, device: u64) -> Option<u64> {
-    let mut s = TcpStream::connect_timeout(&stats, Duration::from_secs(1)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(
-        s,
-        "GET /stats/{device} HTTP/1.1\r\nHost: {stats}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).ok()?;
-    let body: Value = serde_json::from_str(resp.split_once("\r\n\r\n")?.1).ok()?;
-    body["entries"].as_u64()
 }
 
 /// Program, Switch, VirtualSwitch and a 30,000-entry TableEntrySet.

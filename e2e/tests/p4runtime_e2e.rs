@@ -25,8 +25,7 @@ use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
 use p4fleet_e2e::processes::{
-    build_binaries, once_per_binary, operator_http_addr, spawn_operator, target_dir,
-    with_pdeathsig,
+    build_binaries, once_per_binary, operator_http_addr, spawn_operator, target_dir, with_pdeathsig,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};

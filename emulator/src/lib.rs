@@ -44,6 +44,7 @@ mod side_channel;
 mod stats;
 #[cfg(test)]
 mod testing;
+mod tls;
 mod update_error;
 mod wire;
 mod write_batch;
@@ -61,6 +62,7 @@ pub use p4runtime::service::{
 pub use profile::{LatencyProfile, UnknownProfile};
 pub use running::RunningEmulator;
 pub use stats::DeviceStats;
+pub use tls::ServerTls;
 pub use update_error::UpdateError;
 
 use device::Device;
@@ -89,6 +91,8 @@ pub enum EmulatorError {
     Dpdk(String),
     #[error(transparent)]
     Fpga(#[from] fpga::FpgaConfigError),
+    #[error("tls: {0}")]
+    Tls(String),
 }
 
 /// A BFRT program loaded on every device at start (as if a client had sent
@@ -129,6 +133,8 @@ pub struct EmulatorConfig {
     /// Which P4Runtime stream may be primary (lenient by default; the
     /// spec's "highest election id ever seen" fences stale controllers).
     pub arbitration: ArbitrationMode,
+    /// TLS on the P4Runtime and BFRT ports; `None` = plaintext.
+    pub tls: Option<ServerTls>,
 }
 
 impl Default for EmulatorConfig {
@@ -145,6 +151,7 @@ impl Default for EmulatorConfig {
             dpdk: None,
             fpga: None,
             arbitration: ArbitrationMode::default(),
+            tls: None,
         }
     }
 }
@@ -213,7 +220,8 @@ impl Emulator {
         // p4fleet's bulk extension, extern runtime and FPGA slot service
         // share the P4Runtime port (the extern runtime answers
         // UNIMPLEMENTED for devices that are not DPDK targets).
-        let p4runtime = running::tuned_server()
+        let tls = config.tls.as_ref();
+        let p4runtime = running::tuned_server(tls)?
             .add_service(emu.service())
             .add_service(emu.bulk_service())
             .add_service(emu.extern_runtime_service())
@@ -228,7 +236,7 @@ impl Emulator {
         };
         let bfrt = match config.bfrt_addr {
             Some(addr) => {
-                let router = running::tuned_server().add_service(emu.bfrt_service());
+                let router = running::tuned_server(tls)?.add_service(emu.bfrt_service());
                 Some(Server::grpc(addr, router).await?)
             }
             None => None,

@@ -6,13 +6,14 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use clap::Parser;
 use p4fleet_emulator::dataplane::packet::TrafficConfig;
 use p4fleet_emulator::fpga::cli::{Command, FpgaArgs};
 use p4fleet_emulator::{
     ArbitrationMode, BfrtProgram, DEFAULT_RATE_PPS, DpdkConfig, Emulator, EmulatorConfig,
-    LatencyProfile,
+    LatencyProfile, ServerTls,
 };
 
 #[global_allocator]
@@ -54,6 +55,16 @@ struct Args {
     /// rule: only the highest id the device has ever seen is primary).
     #[arg(long, default_value = "highest-live", value_parser = parse_arbitration)]
     arbitration: ArbitrationMode,
+    /// Serve TLS on the P4Runtime and BFRT ports with this certificate
+    /// chain (PEM); needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM): mutual TLS.
+    #[arg(long, requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
     #[command(flatten)]
     fpga: FpgaArgs,
     #[command(subcommand)]
@@ -159,6 +170,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         args.device_ids
     };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(ServerTls::from_files(
+            cert,
+            key,
+            args.tls_client_ca.as_deref(),
+        )?),
+        _ => None,
+    };
     let config = EmulatorConfig {
         p4runtime_addr: args.p4runtime_addr,
         stats_addr: Some(args.stats_addr),
@@ -170,6 +189,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         dpdk: args.dpdk.config(),
         fpga,
         arbitration: args.arbitration,
+        tls,
         ..Default::default()
     };
     // Listen for SIGTERM before announcing the addresses: a supervisor (or a

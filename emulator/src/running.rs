@@ -13,13 +13,21 @@ use crate::{DeviceStats, Emulator, EmulatorError};
 /// The gRPC server settings of both front ends. Large batches are
 /// megabytes: big HTTP/2 windows and frames mean fewer WINDOW_UPDATE round
 /// trips and fewer frames to parse per Write (h2's defaults are 16 KiB
-/// frames and hyper's 1 MiB windows).
-pub(crate) fn tuned_server() -> tonic::transport::Server {
-    tonic::transport::Server::builder()
+/// frames and hyper's 1 MiB windows). With `tls`, the port serves TLS only.
+pub(crate) fn tuned_server(
+    tls: Option<&crate::ServerTls>,
+) -> Result<tonic::transport::Server, EmulatorError> {
+    let server = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .initial_stream_window_size(16 * 1024 * 1024)
         .initial_connection_window_size(64 * 1024 * 1024)
-        .max_frame_size(1024 * 1024)
+        .max_frame_size(1024 * 1024);
+    match tls {
+        Some(t) => server
+            .tls_config(t.config())
+            .map_err(|e| EmulatorError::Tls(e.to_string())),
+        None => Ok(server),
+    }
 }
 
 /// Accepted connections with TCP_NODELAY. The server builder's

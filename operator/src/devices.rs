@@ -27,9 +27,25 @@ use kube::ResourceExt;
 use p4fleet_client::{Device, Error, Identity, Protocol, Target, TlsSettings, WriteRpc};
 use p4fleet_crds::switch::{Switch, SwitchProtocol};
 
-/// The client's target of a Switch. A TLS Secret is passed on as (empty)
-/// TLS settings, which the client refuses until TLS is implemented.
+use crate::tls_secrets::{TlsSecretError, TlsSecrets};
+
+/// The client's target of a Switch without its Secret's material: a TLS
+/// Switch gets empty TLS settings, which the client refuses
+/// ([`p4fleet_client::Error::TlsMaterial`]), never a plaintext connection.
+/// For paths that do not take TLS yet (the FPGA slot service, the extern
+/// runtime); device connections use [`DevicePool::target`].
 pub fn target(sw: &Switch) -> Target {
+    let tls = sw
+        .spec
+        .tls_secret_ref
+        .as_ref()
+        .map(|_| TlsSettings::default());
+    target_with(sw, tls)
+}
+
+/// The client's target of a Switch with the TLS settings of its Secret
+/// (`None`: plaintext).
+pub fn target_with(sw: &Switch, tls: Option<TlsSettings>) -> Target {
     Target {
         endpoint: sw.spec.endpoint.clone(),
         device_id: sw.spec.device_id,
@@ -37,11 +53,7 @@ pub fn target(sw: &Switch) -> Target {
             SwitchProtocol::P4Runtime => Protocol::P4Runtime,
             SwitchProtocol::Bfrt => Protocol::Bfrt,
         },
-        tls: sw
-            .spec
-            .tls_secret_ref
-            .as_ref()
-            .map(|_| TlsSettings::default()),
+        tls,
     }
 }
 
@@ -54,6 +66,8 @@ pub struct DevicePool {
     changes: broadcast::Sender<String>,
     /// Hears of every Write RPC, with the Switch's name ([`DevicePool::observe_writes`]).
     writes: Mutex<Option<WritesObserver>>,
+    /// The TLS Secrets of the Switches (`crate::tls_secrets`).
+    tls: Arc<TlsSecrets>,
 }
 
 /// Called once per Write RPC of any device of the pool, with its Switch's name.
@@ -94,6 +108,7 @@ impl DevicePool {
             changes: broadcast::Sender::new(CHANGES),
             identity: Mutex::new(identity),
             writes: Mutex::new(None),
+            tls: Arc::default(),
         }
     }
 
@@ -101,6 +116,30 @@ impl DevicePool {
     /// now on (the operator counts them in its metrics).
     pub fn observe_writes(&self, observer: WritesObserver) {
         *self.writes.lock().unwrap_or_else(|e| e.into_inner()) = Some(observer);
+    }
+
+    /// The TLS Secrets the Switches use (watched by the Switch controller
+    /// through [`DevicePool::track_tls`]).
+    pub fn tls(&self) -> &TlsSecrets {
+        &self.tls
+    }
+
+    /// Watches the TLS Secret of `sw` (if any) and waits up to `timeout`
+    /// for its first read; a change of it later is a change of every
+    /// Switch using it.
+    pub async fn track_tls(
+        &self,
+        client: &kube::Client,
+        sw: &Switch,
+        timeout: std::time::Duration,
+    ) {
+        self.tls.track(client, sw, &self.changes, timeout).await;
+    }
+
+    /// The client target of `sw`, with its TLS Secret's settings; the
+    /// Secret's problem when it cannot be used.
+    pub fn target(&self, sw: &Switch) -> Result<Target, TlsSecretError> {
+        Ok(target_with(sw, self.tls.settings(sw)?))
     }
 
     /// The identity for connections made from now on (set by the leader
@@ -118,7 +157,10 @@ impl DevicePool {
     /// call [`Device::capabilities`] to probe reachability.
     pub fn connect(&self, sw: &Switch) -> Result<Arc<Device>, Error> {
         let name = sw.name_any();
-        let target = target(sw);
+        let target = self.target(sw).map_err(|e| Error::TlsUnavailable {
+            endpoint: sw.spec.endpoint.clone(),
+            reason: e.to_string(),
+        })?;
         let mut devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(d) = devices.get(&name)
             && d.target() == &target
@@ -169,11 +211,13 @@ impl DevicePool {
         devices.keys().cloned().collect()
     }
 
-    /// Drops the connection of a Switch (deleted or changed). Background
-    /// tasks end once the last `Arc<Device>` is gone.
+    /// Drops the connection of a Switch (deleted or changed) and its use
+    /// of a TLS Secret. Background tasks end once the last `Arc<Device>`
+    /// is gone.
     pub fn forget(&self, name: &str) {
         let mut devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
         devices.remove(name);
+        self.tls.untrack(name);
     }
 }
 
@@ -205,15 +249,19 @@ mod tests {
             "s",
             serde_json::json!({"target": "Tofino", "endpoint": "h:50052", "deviceId": 3, "slots": 2}),
         );
-        assert_eq!(target(&sw), Target::bfrt("h:50052", 3));
+        assert_eq!(target_with(&sw, None), Target::bfrt("h:50052", 3));
         let sw = switch(
             "s",
             serde_json::json!({"target": "Bmv2", "endpoint": "h:9559", "deviceId": 1, "slots": 1,
                 "tlsSecretRef": {"name": "certs", "namespace": "ns"}}),
         );
-        let t = target(&sw);
+        let t = target_with(&sw, Some(TlsSettings::default()));
         assert_eq!(t.protocol, Protocol::P4Runtime);
         assert!(t.tls.is_some());
+        // Until its Secret was read, a TLS Switch has no target.
+        let e = DevicePool::new().target(&sw).unwrap_err();
+        assert_eq!(e.reason(), "TlsSecretPending");
+        assert_eq!(e.secret, "ns/certs");
     }
 
     #[tokio::test]
@@ -237,7 +285,10 @@ mod tests {
             serde_json::json!({"target": "Bmv2", "endpoint": "h:1", "deviceId": 1, "slots": 1,
                 "tlsSecretRef": {"name": "certs", "namespace": "ns"}}),
         );
-        assert!(matches!(pool.connect(&tls), Err(Error::TlsUnsupported)));
+        assert!(matches!(
+            pool.connect(&tls),
+            Err(Error::TlsUnavailable { .. })
+        ));
     }
 
     #[tokio::test]

@@ -31,3 +31,4 @@ pub mod process_metrics;
 pub mod reads;
 pub mod status;
 pub mod telemetry;
+pub mod tls_secrets;

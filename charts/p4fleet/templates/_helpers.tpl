@@ -70,3 +70,53 @@ Container image reference: digest wins over tag; tag defaults to appVersion.
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
 {{- end }}
+
+{{/*
+RBAC rules for the namespaced kinds, ConfigMaps and Events: in the
+ClusterRole of a cluster-wide install, in a Role of the watched namespace
+with operator.watchNamespace. Verbs are the calls the operator makes
+(docs/install.md, "RBAC"): gets go through reads.rs, lists and watches are
+the controllers', patches are finalizers, slot claims and server-side
+applied status.
+*/}}
+{{- define "p4fleet.namespacedRules" -}}
+- apiGroups: ["p4fleet.dev"]
+  resources: ["p4programs"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["p4fleet.dev"]
+  resources: ["virtualswitches"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["p4fleet.dev"]
+  resources: ["tableentrysets"]
+  verbs: ["list", "watch", "patch"]
+- apiGroups: ["p4fleet.dev"]
+  resources: ["asyncexternpolicies"]
+  verbs: ["list", "watch", "patch"]
+- apiGroups: ["p4fleet.dev"]
+  resources: ["p4programs/status", "virtualswitches/status", "tableentrysets/status", "asyncexternpolicies/status"]
+  verbs: ["patch"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "watch"]
+# AsyncExternPolicy's T4P4S launch options (<policy>-t4p4s): server-side
+# apply creates and updates them (create is checked when the apply creates
+# one), the ConfigMap of a policy without a rendering is deleted.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["create", "patch", "delete"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
+
+{{/*
+Namespaces whose Secrets the operator may list and watch (switch TLS):
+rbac.tlsSecretNamespaces, default the release namespace.
+*/}}
+{{- define "p4fleet.tlsSecretNamespaces" -}}
+{{- if .Values.rbac.tlsSecretNamespaces }}
+{{- toJson .Values.rbac.tlsSecretNamespaces }}
+{{- else }}
+{{- toJson (list .Release.Namespace) }}
+{{- end }}
+{{- end }}

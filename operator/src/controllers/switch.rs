@@ -1,7 +1,9 @@
-//! Switch reconciler. Validate the spec ([`validate`], pure); apply:
-//! connect through the device pool and probe capabilities (only for a
-//! valid spec); dereference the VirtualSwitches placed on it; build the
-//! status ([`build_status`], pure: Valid, Reachable, slot usage); update
+//! Switch reconciler. Validate the spec ([`validate`], pure); dereference
+//! its TLS Secret (watched from then on, `crate::tls_secrets`); apply:
+//! connect through the device pool, probe capabilities and ask whether the
+//! device accepts this operator on the device id (only for a valid spec);
+//! dereference the VirtualSwitches placed on it; build the status
+//! ([`build_status`], pure: Valid, Reachable, Primary, slot usage); update
 //! status.
 
 use std::sync::Arc;
@@ -10,7 +12,8 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use p4fleet_crds::condition_types::{REACHABLE, VALID};
+use p4fleet_client::Refusal;
+use p4fleet_crds::condition_types::{PRIMARY, REACHABLE, VALID};
 use p4fleet_crds::{
     Condition, SlotUse, Switch, SwitchCapabilities, SwitchProtocol, SwitchSpec, SwitchStatus,
     SwitchTarget, VirtualSwitch,
@@ -20,11 +23,15 @@ use super::{Error, object_key, update_status};
 use crate::context::Context;
 use crate::reads::Reads;
 use crate::status::ready_from;
+use crate::tls_secrets::TlsSecretError;
 
 /// How long a capabilities probe may take before the Switch counts as unreachable.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Retry period while unreachable (shorter than the resync).
 const UNREACHABLE_RETRY: Duration = Duration::from_secs(10);
+/// How long the first read of a TLS Secret, and the device's verdict on
+/// this operator (arbitration / subscription), may take.
+const SETTLE_WAIT: Duration = Duration::from_secs(3);
 
 /// Watches Switches, the VirtualSwitches placed on them (slot usage) and
 /// their devices (a lost device is Reachable=False at once).
@@ -111,10 +118,59 @@ pub enum ProbeError {
     Device(#[from] p4fleet_client::Error),
     #[error("no answer from {endpoint} within {after:?}")]
     Timeout { endpoint: String, after: Duration },
+    /// The TLS Secret cannot be used, so the device was not dialed.
+    #[error(transparent)]
+    TlsSecret(#[from] TlsSecretError),
+}
+
+impl ProbeError {
+    /// The Reachable condition's reason: which TLS failure, or which
+    /// problem of the Secret, by variant.
+    pub fn reason(&self) -> &'static str {
+        use p4fleet_client::Error as E;
+        match self {
+            ProbeError::TlsSecret(e) => e.reason(),
+            ProbeError::Device(E::Tls { failure, .. }) => failure.reason(),
+            ProbeError::Device(E::TlsMaterial(_)) => "TlsMaterialInvalid",
+            ProbeError::Device(_) | ProbeError::Timeout { .. } => "Unreachable",
+        }
+    }
 }
 
 /// Outcome of probing the device.
 pub type Probe = Result<p4fleet_client::Capabilities, ProbeError>;
+
+/// The device's verdict on this operator for the Switch's device id
+/// (slot 0): accepted, or why not.
+pub type Standing = Result<(), p4fleet_client::Error>;
+
+/// The Primary condition from the device's verdict (pure).
+pub fn primary_condition(spec: &SwitchSpec, standing: Option<&Standing>) -> Condition {
+    use p4fleet_client::Error as E;
+    let id = spec.device_id;
+    match standing {
+        None => Condition::unknown(PRIMARY, "NotProbed", "the device was not reached"),
+        Some(Ok(())) => Condition::new(
+            PRIMARY,
+            true,
+            "Primary",
+            format!("the device accepts this operator for device id {id}"),
+        ),
+        Some(Err(E::NotPrimary { refusal, .. })) => {
+            let reason = match refusal.as_ref() {
+                Refusal::NotPrimary { .. } => "NotPrimary",
+                Refusal::UnknownDevice { .. } => "UnknownDeviceId",
+                Refusal::Other { .. } => "Refused",
+            };
+            Condition::new(PRIMARY, false, reason, format!("device id {id}: {refusal}"))
+        }
+        Some(Err(e)) => Condition::unknown(
+            PRIMARY,
+            "NoVerdict",
+            format!("device id {id}: no answer to arbitration yet: {e}"),
+        ),
+    }
+}
 
 /// The pure middle: spec of generation `generation`, probe result and
 /// VirtualSwitches in; status out (conditions not yet merged).
@@ -123,6 +179,7 @@ pub fn build_status(
     spec: &SwitchSpec,
     generation: Option<i64>,
     probe: Option<&Probe>,
+    standing: Option<&Standing>,
     vss: &[VirtualSwitch],
 ) -> SwitchStatus {
     let problems = validate(spec);
@@ -159,16 +216,21 @@ pub fn build_status(
             }),
         ),
         Some(Err(e)) => (
-            Condition::new(REACHABLE, false, "Unreachable", e.to_string()),
+            Condition::new(REACHABLE, false, e.reason(), e.to_string()),
             None,
         ),
     };
+    let primary = primary_condition(spec, standing);
     let used = slots_in_use(name, vss);
     let distinct: std::collections::BTreeSet<u32> = used.iter().map(|u| u.slot).collect();
-    let ready = ready_from(&[&valid, &reachable], "Ready", "device is reachable");
+    let ready = ready_from(
+        &[&valid, &reachable, &primary],
+        "Ready",
+        "device is reachable and accepts this operator",
+    );
     SwitchStatus {
         observed_generation: generation,
-        conditions: vec![valid, reachable, ready],
+        conditions: vec![valid, reachable, primary, ready],
         capabilities,
         slot_summary: Some(format!("{}/{}", distinct.len(), spec.slots)),
         slots_in_use: used,
@@ -176,26 +238,42 @@ pub fn build_status(
     }
 }
 
-/// Connects (once, shared) and asks the device for its capabilities.
-async fn probe(ctx: &Context, sw: &Switch) -> Probe {
-    let dev = ctx.devices.connect(sw)?;
-    match tokio::time::timeout(PROBE_TIMEOUT, dev.capabilities()).await {
-        Ok(res) => Ok(res?),
+/// Connects (once, shared) and asks the device for its capabilities,
+/// then (if it answered) for its verdict on this operator on slot 0.
+async fn probe(ctx: &Context, sw: &Switch) -> (Probe, Option<Standing>) {
+    // The Secret's own problem, named, rather than the pool's summary.
+    if let Err(e) = ctx.devices.target(sw) {
+        return (Err(e.into()), None);
+    }
+    let dev = match ctx.devices.connect(sw) {
+        Ok(d) => d,
+        Err(e) => return (Err(e.into()), None),
+    };
+    let caps = match tokio::time::timeout(PROBE_TIMEOUT, dev.capabilities()).await {
+        Ok(res) => res.map_err(ProbeError::from),
         Err(_) => Err(ProbeError::Timeout {
             endpoint: sw.spec.endpoint.clone(),
             after: PROBE_TIMEOUT,
         }),
-    }
+    };
+    let standing = match caps {
+        Ok(_) => Some(dev.standing(0, SETTLE_WAIT).await),
+        Err(_) => None,
+    };
+    (caps, standing)
 }
 
 /// The `asyncExterns` capability, asked of the device (its extern
 /// runtime), never inferred from the target kind. BFRT endpoints do not
 /// serve it.
-async fn probe_async_externs(sw: &Switch) -> bool {
+async fn probe_async_externs(ctx: &Context, sw: &Switch) -> bool {
     if sw.spec.effective_protocol() != p4fleet_crds::SwitchProtocol::P4Runtime {
         return false;
     }
-    super::extern_policy::runtime::serves_extern_runtime(&crate::devices::target(sw)).await
+    let Ok(target) = ctx.devices.target(sw) else {
+        return false;
+    };
+    super::extern_policy::runtime::serves_extern_runtime(&target).await
 }
 
 /// Closes the connection (and its background tasks) and removes the metric
@@ -237,17 +315,28 @@ fn forget(ctx: &Context, name: &str) {
 
 pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Error> {
     let name = obj.name_any();
+    ctx.devices.track_tls(&ctx.client, &obj, SETTLE_WAIT).await;
     // A device is contacted only for a valid spec.
-    let probe = match validate(&obj.spec).is_empty() {
-        true => Some(probe(&ctx, &obj).await),
-        false => None,
+    let (probe, standing) = match validate(&obj.spec).is_empty() {
+        true => {
+            let (p, s) = probe(&ctx, &obj).await;
+            (Some(p), s)
+        }
+        false => (None, None),
     };
     ctx.metrics.switch_seen(&name, matches!(probe, Some(Ok(_))));
     let vss = ctx.reads.virtual_switches(None).await?;
     let generation = obj.metadata.generation;
-    let mut new = build_status(&name, &obj.spec, generation, probe.as_ref(), &vss);
+    let mut new = build_status(
+        &name,
+        &obj.spec,
+        generation,
+        probe.as_ref(),
+        standing.as_ref(),
+        &vss,
+    );
     if let Some(caps) = new.capabilities.as_mut() {
-        caps.async_externs = probe_async_externs(&obj).await;
+        caps.async_externs = probe_async_externs(&ctx, &obj).await;
     }
     let board = match probe {
         Some(_) => super::switch_probe::probe(&obj, PROBE_TIMEOUT).await,
@@ -256,15 +345,16 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
     let claims = super::switch_probe::claims_of(&obj);
     super::switch_probe::complete(&mut new, &obj, board.as_ref(), &claims);
     update_status(&ctx, &ctx.all(), obj.as_ref(), &mut new).await?;
-    Ok(match probe {
-        Some(Ok(_)) | None => Action::requeue(ctx.config.drift),
-        Some(Err(_)) => Action::requeue(UNREACHABLE_RETRY.min(ctx.config.drift)),
+    Ok(match (probe, standing) {
+        (Some(Ok(_)), Some(Ok(()))) | (None, _) => Action::requeue(ctx.config.drift),
+        _ => Action::requeue(UNREACHABLE_RETRY.min(ctx.config.drift)),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use p4fleet_client::TlsFailure;
     use p4fleet_crds::{VirtualSwitchSpec, VirtualSwitchStatus};
 
     fn spec(target: SwitchTarget, endpoint: &str) -> SwitchSpec {
@@ -317,7 +407,7 @@ mod tests {
             api_version: "1.4.0".into(),
             bulk_write: true,
         };
-        let st = build_status("sw1", &s, Some(1), Some(&Ok(caps)), &vss);
+        let st = build_status("sw1", &s, Some(1), Some(&Ok(caps)), Some(&Ok(())), &vss);
         assert_eq!(st.slot_summary.as_deref(), Some("2/4"));
         assert_eq!(st.slots_in_use[0].virtual_switch, "b/y");
         assert_eq!(st.slots_in_use[1].slot, 2);
@@ -330,9 +420,89 @@ mod tests {
             endpoint: s.endpoint.clone(),
             after: PROBE_TIMEOUT,
         };
-        let st = build_status("sw1", &s, Some(1), Some(&Err(refused)), &[]);
+        let st = build_status("sw1", &s, Some(1), Some(&Err(refused)), None, &[]);
         let ready = p4fleet_crds::find_condition(&st.conditions, "Ready").unwrap();
         assert_eq!(ready.reason, "Unreachable");
         assert_eq!(st.slot_summary.as_deref(), Some("0/4"));
+    }
+
+    fn condition(st: &SwitchStatus, t: &str) -> Condition {
+        p4fleet_crds::find_condition(&st.conditions, t)
+            .unwrap()
+            .clone()
+    }
+
+    #[test]
+    fn tls_failures_and_secret_problems_are_reasons() {
+        let s = spec(SwitchTarget::Bmv2, "10.0.0.1:9559");
+        let tls = |failure| {
+            ProbeError::Device(p4fleet_client::Error::Tls {
+                endpoint: s.endpoint.clone(),
+                failure,
+                detail: "rustls says".into(),
+            })
+        };
+        let mut reasons = std::collections::HashSet::new();
+        for f in [
+            TlsFailure::UnknownCa,
+            TlsFailure::Expired,
+            TlsFailure::WrongName,
+            TlsFailure::ClientCertificateRequired,
+            TlsFailure::ClientCertificateRejected,
+        ] {
+            let st = build_status("sw", &s, Some(1), Some(&Err(tls(f))), None, &[]);
+            let reachable = condition(&st, REACHABLE);
+            assert!(!reachable.is_true());
+            assert_eq!(reachable.reason, f.reason());
+            assert_eq!(condition(&st, "Ready").reason, f.reason());
+            assert!(reachable.message.contains("rustls says"), "{reachable:?}");
+            reasons.insert(f.reason());
+        }
+        assert_eq!(reasons.len(), 5, "each failure has its own reason");
+        let secret = ProbeError::TlsSecret(TlsSecretError {
+            secret: "ns/sw-tls".into(),
+            problem: crate::tls_secrets::SecretProblem::MissingKey("tls.key"),
+        });
+        let st = build_status("sw", &s, Some(1), Some(&Err(secret)), None, &[]);
+        let reachable = condition(&st, REACHABLE);
+        assert_eq!(reachable.reason, "TlsSecretKeyMissing");
+        assert!(reachable.message.contains("ns/sw-tls") && reachable.message.contains("tls.key"));
+    }
+
+    #[test]
+    fn a_refusal_names_what_the_device_said() {
+        let s = spec(SwitchTarget::Bmv2, "10.0.0.1:9559");
+        let caps = || {
+            Ok(p4fleet_client::Capabilities {
+                protocol: "P4Runtime",
+                api_version: "1.4.0".into(),
+                bulk_write: false,
+            })
+        };
+        let refused = |refusal| {
+            Err(p4fleet_client::Error::NotPrimary {
+                device_id: 1,
+                refusal: Box::new(refusal),
+            })
+        };
+        let other = refused(Refusal::NotPrimary {
+            primary_election_id: Some((9u128 << 64) | 4),
+            message: "a primary exists; you are a backup".into(),
+        });
+        let st = build_status("sw", &s, Some(1), Some(&caps()), Some(&other), &[]);
+        assert!(condition(&st, REACHABLE).is_true());
+        let p = condition(&st, PRIMARY);
+        assert_eq!(p.reason, "NotPrimary");
+        assert!(p.message.contains("high 9, low 4"), "{}", p.message);
+        assert_eq!(condition(&st, "Ready").reason, "NotPrimary");
+
+        let unknown = refused(Refusal::UnknownDevice {
+            message: "unknown device id 1".into(),
+        });
+        let st = build_status("sw", &s, Some(1), Some(&caps()), Some(&unknown), &[]);
+        let p = condition(&st, PRIMARY);
+        assert_eq!(p.reason, "UnknownDeviceId");
+        assert!(p.message.contains("NOT_FOUND"), "{}", p.message);
+        assert!(!condition(&st, "Ready").is_true());
     }
 }

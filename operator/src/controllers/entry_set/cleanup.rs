@@ -179,12 +179,12 @@ mod tests {
             RemovalFailure {
                 virtual_switch: "b".into(),
                 switch: "sw2".into(),
-                error: p4fleet_client::Error::TlsUnsupported.into(),
+                error: p4fleet_client::Error::Unsupported("TLS").into(),
             },
         ]);
         assert_eq!(
             Error::EntriesNotRemoved(f).to_string(),
-            "removing entries: a (sw1): 2 deletes failed: busy; b (sw2): TLS to devices is not supported yet"
+            "removing entries: a (sw1): 2 deletes failed: busy; b (sw2): TLS is not supported"
         );
     }
 }

@@ -280,7 +280,7 @@ mod tests {
         };
         let r = fresh(Pipeline::Failed(LoadError::MissingTofinoArtifacts(missing)));
         assert_eq!(state(&r, READY), (False, "MissingTofinoArtifacts"));
-        let unreachable = p4fleet_client::Error::TlsUnsupported;
+        let unreachable = p4fleet_client::Error::Unsupported("x");
         let r = fresh(Pipeline::Failed(LoadError::Device(unreachable)));
         assert_eq!(state(&r, PIPELINE_LOADED), (False, "LoadFailed"));
         assert_eq!(r.requeue, RETRY);
