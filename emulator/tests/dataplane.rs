@@ -82,10 +82,13 @@ fn wait(engine: &Engine, what: &str, done: impl Fn(&EngineStats) -> bool) -> Eng
 }
 
 /// Every received packet is accounted for: sent, dropped, or still parked.
+/// The counters are read one by one while workers run, so a snapshot can
+/// see a burst's tx total before its per-port counts: wait until they agree.
 fn settled(total: u64) -> impl Fn(&EngineStats) -> bool {
     move |s| {
         s.rx_packets == total
             && s.tx_packets + s.drops.total() == total
+            && s.tx_per_port.iter().map(|(_, n)| *n).sum::<u64>() == s.tx_packets
             && s.externs.iter().all(|x| x.in_flight == 0)
     }
 }
