@@ -351,18 +351,36 @@ where
     K: HasStatus + Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
     K::Status: WithConditions + PartialEq + serde::Serialize,
 {
+    Ok(write_status_noting(ctx, api, obj, new, notes)
+        .await?
+        .is_some())
+}
+
+/// [`update_status_noting`] that returns the object as the API server
+/// stored it (its new resourceVersion), None when nothing changed.
+pub async fn write_status_noting<K>(
+    ctx: &Context,
+    api: &Api<K>,
+    obj: &K,
+    new: &mut K::Status,
+    notes: &[crate::status::EventNote],
+) -> Result<Option<K>, Error>
+where
+    K: HasStatus + Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    K::Status: WithConditions + PartialEq + serde::Serialize,
+{
     let old = obj.status();
     settle(old, new, obj.meta().generation, &now_rfc3339());
     if unchanged(old, new) {
-        return Ok(false);
+        return Ok(None);
     }
-    apply_status(api, &obj.name_any(), &*new).await?;
+    let stored = apply_status(api, &obj.name_any(), &*new).await?;
     ctx.metrics.status_write(&K::kind(&()));
     let old_conditions = old.map(|s| s.conditions()).unwrap_or_default();
     ctx.events
         .condition_changes(obj, old_conditions, new.conditions(), notes)
         .await;
-    Ok(true)
+    Ok(Some(stored))
 }
 
 #[cfg(test)]

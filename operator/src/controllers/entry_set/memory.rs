@@ -37,7 +37,7 @@ pub struct SyncMemory {
     /// wrote. A reconcile that starts from that same version again (the
     /// cache has not seen the write yet, e.g. right after a device-change
     /// trigger) builds on the written status instead of the stale one.
-    written: Mutex<HashMap<String, (String, TableEntrySetStatus)>>,
+    written: Mutex<HashMap<String, (Vec<String>, TableEntrySetStatus)>>,
 }
 
 impl SyncMemory {
@@ -77,13 +77,14 @@ impl SyncMemory {
         seen.insert(set.to_string())
     }
 
-    /// Remembers that a sync which started from `resource_version` wrote
-    /// `status`.
-    pub fn remember_written(&self, set: &str, resource_version: &str, status: TableEntrySetStatus) {
+    /// Remembers that a sync wrote `status` over each of `replaced` (the
+    /// resourceVersion it started from and those of its own intermediate
+    /// status writes).
+    pub fn remember_written(&self, set: &str, replaced: Vec<String>, status: TableEntrySetStatus) {
         self.written
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(set.to_string(), (resource_version.to_string(), status));
+            .insert(set.to_string(), (replaced, status));
     }
 
     /// The status this process wrote for `set` if the object at hand is
@@ -91,7 +92,7 @@ impl SyncMemory {
     pub fn written_over(&self, set: &str, resource_version: &str) -> Option<TableEntrySetStatus> {
         let w = self.written.lock().unwrap_or_else(|e| e.into_inner());
         w.get(set)
-            .filter(|(rv, _)| rv == resource_version)
+            .filter(|(replaced, _)| replaced.iter().any(|rv| rv == resource_version))
             .map(|(_, st)| st.clone())
     }
 
@@ -149,10 +150,12 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(m.written_over("ns/s", "10"), None);
-        m.remember_written("ns/s", "10", st.clone());
-        assert_eq!(m.written_over("ns/s", "10"), Some(st));
+        // Started from 10, marked Syncing at 11, then wrote `st` (12).
+        m.remember_written("ns/s", vec!["10".into(), "11".into()], st.clone());
+        assert_eq!(m.written_over("ns/s", "10"), Some(st.clone()));
+        assert_eq!(m.written_over("ns/s", "11"), Some(st));
         // The cache has caught up (or someone else wrote): trust it.
-        assert_eq!(m.written_over("ns/s", "11"), None);
+        assert_eq!(m.written_over("ns/s", "12"), None);
         m.forget_set("ns/s", true);
         assert_eq!(m.written_over("ns/s", "10"), None);
     }

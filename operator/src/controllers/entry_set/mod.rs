@@ -41,8 +41,8 @@ use kube::{Api, ResourceExt};
 use p4fleet_crds::{TableEntrySet, VirtualSwitch};
 
 use super::{
-    Error, finalized, namespace, object_key, on_device_changes, scoped_api, update_status,
-    update_status_noting, watcher_config,
+    Error, finalized, namespace, object_key, on_device_changes, scoped_api, update_status_noting,
+    watcher_config, write_status_noting,
 };
 use crate::context::Context;
 use crate::entry_sources;
@@ -135,8 +135,13 @@ async fn sync(
                 status: Some(status),
                 ..set.clone()
             });
+    // Versions whose status this sync's final write replaces: the start and
+    // each intermediate mark, so a cache that shows a mark (not yet the
+    // final write) is not mistaken for the truth by the next reconcile.
+    let mut replaced = vec![start_version];
     if ctx.sync_memory.first_sight(&me) {
-        mark(ctx, api, set, &mut written, status::Pending::Unconfirmed).await?;
+        let marked = mark(ctx, api, set, &mut written, status::Pending::Unconfirmed).await?;
+        replaced.extend(marked);
     }
     let ns = namespace(set)?;
     let refs = dereference::dereference(&ctx.reads, &ctx.entry_sources, &ns, set).await?;
@@ -160,7 +165,7 @@ async fn sync(
     let updates: usize = planned.iter().flatten().map(apply::Planned::writes).sum();
     if updates > 0 {
         let syncing = status::Pending::Syncing { updates };
-        mark(ctx, api, set, &mut written, syncing).await?;
+        replaced.extend(mark(ctx, api, set, &mut written, syncing).await?);
     }
     let writes = refs.targets.iter().map(switch_of).zip(planned);
     let writes = writes.map(|(switch, p)| (switch, write_planned(ctx, p)));
@@ -179,7 +184,7 @@ async fn sync(
     ctx.metrics
         .entry_set(&namespace(set)?, &set.name_any(), &new);
     ctx.sync_memory
-        .remember_written(&me, &start_version, new.clone());
+        .remember_written(&me, replaced, new.clone());
     for ev in &report.events {
         ctx.events.publish(set, ev).await;
     }
@@ -205,14 +210,15 @@ async fn mark(
     set: &TableEntrySet,
     written: &mut Option<TableEntrySet>,
     pending: status::Pending,
-) -> Result<(), Error> {
+) -> Result<Option<String>, Error> {
     let current = written.as_ref().unwrap_or(set);
     let Some(mut new) = status::pending(current.status.as_ref(), pending) else {
-        return Ok(());
+        return Ok(None);
     };
-    update_status(ctx, api, current, &mut new).await?;
+    let stored = write_status_noting(ctx, api, current, &mut new, &[]).await?;
+    let version = stored.as_ref().and_then(|s| s.resource_version());
     let mut next = current.clone();
     next.status = Some(new);
     *written = Some(next);
-    Ok(())
+    Ok(version)
 }
