@@ -63,9 +63,11 @@ struct Args {
     /// The command line recorded in the results.
     #[arg(long, default_value = "make bench-fleet")]
     command: String,
-    /// Redraw results.md, results.csv and fleet.svg from a results.json.
-    #[arg(long)]
-    render: Option<PathBuf>,
+    /// Redraw results.md, results.csv, results.json and fleet.svg from
+    /// saved results.json files (several: their runs together, dated and
+    /// described by the first).
+    #[arg(long, value_delimiter = ',')]
+    render: Vec<PathBuf>,
     /// (internal) Run one scenario, `fleet:N` or `big:M`, and write its
     /// result as JSON to --result.
     #[arg(long, hide = true)]
@@ -80,9 +82,26 @@ fn main() -> anyhow::Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| p4fleet_e2e::repo_root().join("docs/fleet"));
-    if let Some(json) = &args.render {
-        let report: Report = serde_json::from_str(&std::fs::read_to_string(json)?)?;
-        return write_docs(&report, &out);
+    if !args.render.is_empty() {
+        let mut merged: Option<Report> = None;
+        for json in &args.render {
+            let r: Report = serde_json::from_str(&std::fs::read_to_string(json)?)
+                .with_context(|| format!("{}", json.display()))?;
+            match &mut merged {
+                None => merged = Some(r),
+                Some(m) => {
+                    m.runs.extend(r.runs);
+                    m.load_after = r.load_after;
+                }
+            }
+        }
+        let report = merged.expect("at least one file");
+        write_docs(&report, &out)?;
+        std::fs::write(
+            out.join("results.json"),
+            serde_json::to_string_pretty(&report)? + "\n",
+        )?;
+        return Ok(());
     }
     if let Some(child) = &args.child {
         return run_child(&args, child);

@@ -96,9 +96,6 @@ pub struct Phase {
     pub api_requests: f64,
     pub api_bytes: f64,
     pub status_writes: f64,
-    /// Requests not made by the bench (its applies and watches are
-    /// subtracted).
-    pub operator_requests: f64,
     pub reconciles: BTreeMap<String, f64>,
     pub operator_cpu_seconds: f64,
     pub operator_rss_before_bytes: u64,
@@ -122,10 +119,30 @@ impl Phase {
         self.reconciles.values().sum()
     }
 
+    /// API requests of the operator: all of them but the bench's applies
+    /// (one per object) and watches, kubectl's discovery (no resource) and
+    /// kube-apiserver's own lease and endpoint upkeep (the operator runs
+    /// without leader election).
+    pub fn operator_requests(&self) -> f64 {
+        let others: f64 = self
+            .api
+            .iter()
+            .filter(|a| {
+                a.verb == "WATCH"
+                    || matches!(
+                        a.resource.as_str(),
+                        "" | "leases" | "endpoints" | "endpointslices"
+                    )
+            })
+            .map(|a| a.requests)
+            .sum();
+        self.api_requests - self.objects_applied as f64 - others
+    }
+
     /// Operator API requests per reconcile.
     pub fn requests_per_reconcile(&self) -> Option<f64> {
         let r = self.reconcile_count();
-        (r > 0.0).then(|| self.operator_requests / r)
+        (r > 0.0).then(|| self.operator_requests() / r)
     }
 }
 
@@ -441,22 +458,6 @@ async fn idle_round(env: &mut Env, cfg: &Config, desired: u64) -> anyhow::Result
 
 fn measure(name: &str, before: &Snapshot, after: &Snapshot, applied: usize) -> Phase {
     let api = after.api.since(&before.api);
-    // Not the operator's: the bench's applies (one per object) and
-    // watches, kubectl's discovery (no resource), and kube-apiserver's own
-    // lease and endpoint upkeep (the operator runs without leader election).
-    let others: f64 = api
-        .rows
-        .iter()
-        .filter(|(k, _)| {
-            k.verb == "WATCH"
-                || matches!(
-                    k.resource.as_str(),
-                    "" | "leases" | "endpoints" | "endpointslices"
-                )
-        })
-        .map(|(_, r)| r.requests)
-        .sum();
-    let operator_requests = api.requests() - applied as f64 - others;
     let reconciles = after
         .reconciles
         .iter()
@@ -486,7 +487,6 @@ fn measure(name: &str, before: &Snapshot, after: &Snapshot, applied: usize) -> P
         api_requests: api.requests(),
         api_bytes: api.bytes(),
         status_writes: api.status_writes(),
-        operator_requests,
         reconciles,
         operator_cpu_seconds: after.operator.cpu_seconds - before.operator.cpu_seconds,
         operator_rss_before_bytes: before.operator.rss_bytes,

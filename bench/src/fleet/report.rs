@@ -358,7 +358,7 @@ impl Report {
                     p.api_bytes,
                     p.status_writes,
                     p.reconcile_count(),
-                    p.operator_requests,
+                    p.operator_requests(),
                     p.operator_cpu_seconds,
                     p.operator_peak_rss_bytes,
                     p.operator_rss_before_bytes,
@@ -588,7 +588,6 @@ mod tests {
                 bytes: 2048.0,
             }],
             api_requests: 3.0 * n as f64,
-            operator_requests: 2.0 * n as f64,
             reconciles: [("TableEntrySet".to_string(), n as f64)].into(),
             operator_cpu_seconds: 0.01 * n as f64,
             ..Phase::default()
@@ -630,7 +629,7 @@ mod tests {
         // 1,000 written where 1,000 expected in the change at 100 Switches.
         assert!(md.contains("| (c) change of 1 % at 100 Switches: entries written | only the 1,000 changed | 1,000 | yes |"));
         assert!(md.contains("| (a) 100 Switches × 1000 entries Ready | < 60 s | 20.0 s | yes |"));
-        assert!(md.contains("10: 2.00, 100: 2.00 | yes |"));
+        assert!(md.contains("10: 3.00, 100: 3.00 | yes |"));
         assert!(md.contains("| LIST configmaps | 10 (2) | 100 (2) |"));
     }
 
