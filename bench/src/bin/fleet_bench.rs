@@ -39,8 +39,11 @@ struct Args {
     /// processes, one per core of this 2-core machine).
     #[arg(long, default_value_t = 0)]
     devices_per_emulator: usize,
-    /// How objects are applied.
-    #[arg(long, value_enum, default_value = "kubectl")]
+    /// How objects are applied: `api` by default, because kubectl applied
+    /// about one object per second on the shared development machine
+    /// (docs/fleet.md), which would make the 4,001 objects of 1,000
+    /// Switches a measurement of kubectl.
+    #[arg(long, value_enum, default_value = "api")]
     apply: ApplyMode,
     /// The operator's --resync-seconds (the idle round is one of these).
     #[arg(long, default_value_t = 30)]

@@ -103,6 +103,10 @@ pub struct Phase {
     pub emulator_cpu_seconds: f64,
     /// Median of the sets' own `status.entriesPerSecond` (device writes).
     pub set_entries_per_second: Option<u64>,
+    /// Set when the phase timed out: what was not Ready (the counters
+    /// are then those up to the timeout, and the run stops).
+    #[serde(default)]
+    pub not_ready: Option<String>,
 }
 
 impl Phase {
@@ -324,7 +328,7 @@ async fn fleet(env: &mut Env, cfg: &Config, switches: usize, run: &mut Run) -> a
     let want = want_all(&objects);
 
     let p = timed_apply(env, cfg, "create", &objects, &want, total, total).await?;
-    run.phases.push(p);
+    push_or_stop(run, p)?;
 
     // (d) One idle resync round: every device read back once more.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -341,8 +345,7 @@ async fn fleet(env: &mut Env, cfg: &Config, switches: usize, run: &mut Run) -> a
     want.resynced_from.retain(|n, _| n.starts_with("tes-"));
     let changed = (switches * entries.changed()) as u64;
     let p = timed_apply(env, cfg, "change", &maps, &want, total, changed).await?;
-    run.phases.push(p);
-    Ok(())
+    push_or_stop(run, p)
 }
 
 async fn big(
@@ -361,8 +364,17 @@ async fn big(
     let objects = manifests::big(&p4info(count)?, &device, &entries, per_map);
     let want = want_all(&objects);
     let p = timed_apply(env, cfg, "big", &objects, &want, count as u64, count as u64).await?;
+    push_or_stop(run, p)
+}
+
+/// Keeps the phase; a phase that timed out ends the run.
+fn push_or_stop(run: &mut Run, p: Phase) -> anyhow::Result<()> {
+    let stop = p.not_ready.clone();
     run.phases.push(p);
-    Ok(())
+    match stop {
+        Some(why) => bail!("{why}"),
+        None => Ok(()),
+    }
 }
 
 fn want_all(objects: &[Value]) -> Want {
@@ -394,14 +406,16 @@ async fn timed_apply(
     let t0 = Instant::now();
     apply(env, cfg, &dir, objects).await?;
     let apply_seconds = t0.elapsed().as_secs_f64();
-    let took = env
-        .tracker
-        .wait(want, t0, cfg.timeout)
-        .await
-        .with_context(|| format!("{name}: waiting for Ready"))?;
+    let waited = env.tracker.wait(want, t0, cfg.timeout).await;
     let after = env.snapshot().await?;
     let mut p = measure(name, &before, &after, objects.len());
-    p.seconds = took.as_secs_f64();
+    match waited {
+        Ok(took) => p.seconds = took.as_secs_f64(),
+        Err(e) => {
+            p.seconds = t0.elapsed().as_secs_f64();
+            p.not_ready = Some(format!("{e:#}"));
+        }
+    }
     p.apply_seconds = apply_seconds;
     p.desired_entries = desired;
     p.expected_writes = expected_writes;

@@ -101,10 +101,10 @@ impl Report {
             for p in &r.phases {
                 let _ = writeln!(
                     w,
-                    "| {} | {} | {:.2} | {:.2} | {} | {} ({}) | {} | {} | {:.1} | {} | {} | {} | {:.2} | {:.0} | {:.2} |",
+                    "| {} | {} | {} | {:.2} | {} | {} ({}) | {} | {} | {:.1} | {} | {} | {} | {:.2} | {:.0} | {:.2} |",
                     run_label(r),
                     p.name,
-                    p.seconds,
+                    ready_time(p),
                     p.apply_seconds,
                     if p.expected_writes > 0 {
                         thousands(p.entries_per_second())
@@ -146,8 +146,8 @@ impl Report {
                     w,
                     &format!("(a) {n} Switches × {} entries Ready", r.entries_per_switch),
                     &format!("< {READY_GOAL_S} s"),
-                    &format!("{:.1} s", p.seconds),
-                    p.seconds < READY_GOAL_S,
+                    &format!("{} s", ready_time(p)),
+                    p.not_ready.is_none() && p.seconds < READY_GOAL_S,
                 );
             }
             if let Some(p) = r.phase("change") {
@@ -162,8 +162,8 @@ impl Report {
                     w,
                     &format!("(c) change of 1 % at {n} Switches: Ready"),
                     &format!("< {CHANGE_GOAL_S} s"),
-                    &format!("{:.1} s", p.seconds),
-                    p.seconds < CHANGE_GOAL_S,
+                    &format!("{} s", ready_time(p)),
+                    p.not_ready.is_none() && p.seconds < CHANGE_GOAL_S,
                 );
             }
             if let Some(p) = r.phase("idle") {
@@ -432,6 +432,14 @@ fn run_label(r: &Run) -> String {
     }
 }
 
+/// Seconds to Ready, or "> T (not Ready)" for a phase that timed out.
+fn ready_time(p: &Phase) -> String {
+    match p.not_ready {
+        None => format!("{:.2}", p.seconds),
+        Some(_) => format!("> {:.0} (not Ready)", p.seconds),
+    }
+}
+
 fn goal_row(w: &mut String, goal: &str, target: &str, measured: &str, met: bool) {
     let _ = writeln!(
         w,
@@ -628,9 +636,21 @@ mod tests {
         assert!(md.contains("| 10 × 1,000 | create | 2.00 |"));
         // 1,000 written where 1,000 expected in the change at 100 Switches.
         assert!(md.contains("| (c) change of 1 % at 100 Switches: entries written | only the 1,000 changed | 1,000 | yes |"));
-        assert!(md.contains("| (a) 100 Switches × 1000 entries Ready | < 60 s | 20.0 s | yes |"));
+        assert!(md.contains("| (a) 100 Switches × 1000 entries Ready | < 60 s | 20.00 s | yes |"));
         assert!(md.contains("10: 3.00, 100: 3.00 | yes |"));
         assert!(md.contains("| LIST configmaps | 10 (2) | 100 (2) |"));
+    }
+
+    #[test]
+    fn a_phase_that_timed_out_is_not_ready_and_misses_its_goal() {
+        let mut r = report();
+        r.runs[0].phases.truncate(1);
+        r.runs[0].phases[0].not_ready = Some("not Ready after 20s".into());
+        let md = r.markdown();
+        assert!(md.contains("| 100 × 1,000 | create | > 20 (not Ready) |"));
+        assert!(md.contains(
+            "| (a) 100 Switches × 1000 entries Ready | < 60 s | > 20 (not Ready) s | **no** |"
+        ));
     }
 
     #[test]
