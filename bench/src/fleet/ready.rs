@@ -164,7 +164,16 @@ impl Tracker {
             if self.missing(want, 0).is_empty() {
                 return Ok(since.elapsed());
             }
-            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+            // timeout_at returns a ready message even past the deadline, so
+            // a steady stream of status updates would never time out.
+            let next = if tokio::time::Instant::now() >= deadline {
+                Err(())
+            } else {
+                tokio::time::timeout_at(deadline, self.rx.recv())
+                    .await
+                    .map_err(|_| ())
+            };
+            match next {
                 Ok(Some(Some((k, n, s)))) => {
                     self.seen.insert((k, n), s);
                 }
