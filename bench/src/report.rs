@@ -9,6 +9,7 @@ pub use p4fleet_bench::machine::Machine;
 
 use crate::reconcile::ReconcileResult;
 use crate::stats::{Sample, Summary, duration, summarize, thousands};
+use p4fleet_bench::text::tick;
 
 /// One measured client.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -695,20 +696,6 @@ pub fn svg(r: &Results) -> String {
     }
     s.push_str("</svg>\n");
     s
-}
-
-fn tick(v: f64) -> String {
-    if v >= 1e6 {
-        format!("{}M", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{}k", v / 1e3)
-    } else if v >= 1.0 {
-        format!("{v}")
-    } else if v >= 1e-3 {
-        format!("{}ms", v * 1e3)
-    } else {
-        format!("{}µs", v * 1e6)
-    }
 }
 
 fn escape(s: &str) -> String {

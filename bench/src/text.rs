@@ -13,3 +13,18 @@ pub fn thousands(v: f64) -> String {
     }
     out
 }
+
+/// An axis tick: `2M`, `30k`, `100`, and below 1 (seconds) `5ms`, `20µs`.
+pub fn tick(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{}k", v / 1e3)
+    } else if v >= 1.0 {
+        format!("{v}")
+    } else if v >= 1e-3 {
+        format!("{}ms", v * 1e3)
+    } else {
+        format!("{}µs", v * 1e6)
+    }
+}

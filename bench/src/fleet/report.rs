@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{ApiUse, Phase, Run, Scenario};
 use crate::machine::Machine;
-use crate::text::thousands;
+use crate::text::{thousands, tick};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
@@ -554,21 +554,6 @@ fn chart(panels: &[Panel]) -> String {
     }
     s.push_str("</svg>\n");
     s
-}
-
-fn tick(v: f64) -> String {
-    if v >= 1e6 {
-        format!("{}M", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{}k", v / 1e3)
-    } else if v >= 1.0 {
-        format!("{v}")
-    } else {
-        format!("{v:.3}")
-            .trim_end_matches('0')
-            .trim_end_matches('.')
-            .to_string()
-    }
 }
 
 #[cfg(test)]
