@@ -4,7 +4,7 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: deps build test crds demo lint clean-local bench bench-dataplane bench-fpga e2e-cluster
+.PHONY: deps build test crds demo lint clean-local bench bench-dataplane bench-fpga bench-fleet e2e-cluster
 
 deps:
 	hack/install-deps.sh
@@ -51,7 +51,7 @@ clean-local:
 # Quick smoke: make bench BENCH_ARGS="--entries 3000 --runs 1".
 BENCH_ARGS ?=
 bench: deps
-	$(CARGO) build --release -p p4fleet-bench -p p4fleet-emulator
+	$(CARGO) build --release --workspace --bins
 	target/release/p4fleet-bench --command "make bench $(BENCH_ARGS)" $(BENCH_ARGS)
 
 # The T4P4S Figure 1 shape on this machine (docs/dpdk.md): no extern, empty,
@@ -59,7 +59,7 @@ bench: deps
 # E.g. make bench-dataplane DATAPLANE_BENCH_ARGS="--size 1024 --only encrypt".
 DATAPLANE_BENCH_ARGS ?=
 bench-dataplane:
-	$(CARGO) build --release -p p4fleet-bench -p p4fleet-emulator
+	$(CARGO) build --release --workspace --bins
 	target/release/p4fleet-dataplane-bench $(DATAPLANE_BENCH_ARGS)
 
 # FPGA swaps (docs/fpga.md, "Swap benchmark"): the device side (load time
@@ -69,7 +69,18 @@ bench-dataplane:
 # is an e2e example built with the workspace's debug profile).
 # E.g. make bench-fpga FPGA_BENCH_ARGS="--runs 1 --skip-full" FPGA_SWAP_ARGS="--swaps 4".
 bench-fpga: deps
-	$(CARGO) build --release -p p4fleet -p p4fleet-emulator
+	$(CARGO) build --release --workspace --bins
 	target/release/p4fleet-emulator fpga-bench $(FPGA_BENCH_ARGS)
 	$(CARGO) build --workspace --all-targets
 	target/debug/examples/fpga_swap_bench --bin-dir target/release $(FPGA_SWAP_ARGS)
+
+# The fleet benchmark (docs/fleet.md): a real etcd + kube-apiserver, emulator
+# processes serving many devices, the operator as a release binary; time from
+# `kubectl apply` to every object Ready at 10, 100 and 1,000 Switches, a
+# 1,000,000-entry set, a 1 % change and an idle resync round. Writes
+# docs/fleet/. Takes about half an hour; a quick look:
+# make bench-fleet FLEET_BENCH_ARGS="--switches 10 --big-entries 100000 --no-docs"
+FLEET_BENCH_ARGS ?=
+bench-fleet: deps
+	$(CARGO) build --release --workspace --bins
+	target/release/p4fleet-fleet-bench --command "make bench-fleet $(FLEET_BENCH_ARGS)" $(FLEET_BENCH_ARGS)

@@ -5,45 +5,11 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
+pub use p4fleet_bench::machine::Machine;
+
 use crate::reconcile::ReconcileResult;
 use crate::stats::{Sample, Summary, duration, summarize, thousands};
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Machine {
-    pub nproc: usize,
-    pub cpu: String,
-    pub memory: String,
-    pub kernel: String,
-}
-
-impl Machine {
-    pub fn probe() -> Machine {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let cpu = cpuinfo
-            .lines()
-            .find_map(|l| l.strip_prefix("model name"))
-            .map(|s| s.trim_start_matches([' ', '\t', ':']).trim().to_string())
-            .unwrap_or_else(|| "unknown".into());
-        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-        let memory = meminfo
-            .lines()
-            .find_map(|l| l.strip_prefix("MemTotal:"))
-            .and_then(|s| s.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            .map(|kb| format!("{:.1} GiB", kb / 1024.0 / 1024.0))
-            .unwrap_or_else(|| "unknown".into());
-        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default();
-        Machine {
-            nproc: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1),
-            cpu,
-            memory,
-            kernel,
-        }
-    }
-}
+use p4fleet_bench::text::tick;
 
 /// One measured client.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -730,20 +696,6 @@ pub fn svg(r: &Results) -> String {
     }
     s.push_str("</svg>\n");
     s
-}
-
-fn tick(v: f64) -> String {
-    if v >= 1e6 {
-        format!("{}M", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{}k", v / 1e3)
-    } else if v >= 1.0 {
-        format!("{v}")
-    } else if v >= 1e-3 {
-        format!("{}ms", v * 1e3)
-    } else {
-        format!("{}µs", v * 1e6)
-    }
 }
 
 fn escape(s: &str) -> String {

@@ -98,18 +98,7 @@ pub fn summarize(batch: usize, samples: &[Sample]) -> Option<Summary> {
     })
 }
 
-/// `1234567.8` → `1,234,568`.
-pub fn thousands(v: f64) -> String {
-    let s = format!("{:.0}", v.max(0.0));
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+pub use p4fleet_bench::text::thousands;
 
 /// A duration in seconds as µs / ms / s with 3 significant digits.
 pub fn duration(s: f64) -> String {
