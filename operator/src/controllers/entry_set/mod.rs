@@ -183,8 +183,7 @@ async fn sync(
     update_status_noting(ctx, api, set, &mut new, &report.events).await?;
     ctx.metrics
         .entry_set(&namespace(set)?, &set.name_any(), &new);
-    ctx.sync_memory
-        .remember_written(&me, replaced, new.clone());
+    ctx.sync_memory.remember_written(&me, replaced, new.clone());
     for ev in &report.events {
         ctx.events.publish(set, ev).await;
     }

@@ -37,7 +37,8 @@ pub fn waiting(swap: Option<&LastSwap>, now: DateTime<Utc>) -> bool {
 /// it has has synced on `vs` since then (or has synced there wanting and
 /// holding no entries); None while one has not. A set with no status for
 /// `vs` yet has not synced there (before the swap its table may have been
-/// missing), whatever its `desired` says. Pure.
+/// missing), whatever its `desired` says; a set that is not Ready (its
+/// sync was refused, or it reports TableNotInProgram) is waited for. Pure.
 pub fn expected(sets: &[TableEntrySet], vs: &str, p4info: &P4Info, at: &str) -> Option<u64> {
     let at = DateTime::parse_from_rfc3339(at).ok()?;
     let mut total = 0;
@@ -52,12 +53,20 @@ pub fn expected(sets: &[TableEntrySet], vs: &str, p4info: &P4Info, at: &str) -> 
             .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
             .is_some_and(|t| t >= at);
         match st.targets.iter().find(|t| t.virtual_switch == vs) {
+            // Only a Ready status counts: a sync right after the load may
+            // have been refused (applied 0, failed 5) and is retried.
+            _ if !ready(&st) => return None,
             Some(t) if since => total += t.applied,
             Some(t) if st.desired == 0 && t.applied == 0 => {}
             _ => return None,
         }
     }
     Some(total)
+}
+
+fn ready(st: &p4fleet_crds::TableEntrySetStatus) -> bool {
+    p4fleet_crds::find_condition(&st.conditions, p4fleet_crds::condition_types::READY)
+        .is_some_and(|c| c.is_true())
 }
 
 /// The count for `vs` (placed on `slot` of `sw`, swapped into a program
@@ -123,6 +132,7 @@ mod tests {
                 })
                 .into_iter()
                 .collect(),
+            conditions: vec![p4fleet_crds::Condition::new("Ready", true, "Synced", "")],
             ..Default::default()
         });
         s
@@ -153,6 +163,31 @@ mod tests {
         // its desired 0 is stale, not "wants nothing".
         let unsynced = set("MyIngress.ipv4_lpm", 0, None, None);
         assert_eq!(expected(&[unsynced], "b", &p4info, AT), None);
+        // Synced on "b" under the old program, which lacked its table
+        // (TableNotInProgram: desired 0, applied 0, not Ready): waits.
+        let mut orphaned = set("MyIngress.ipv4_lpm", 0, None, Some(0));
+        orphaned.status.as_mut().unwrap().conditions = vec![p4fleet_crds::Condition::new(
+            "Ready",
+            false,
+            "TableNotInProgram",
+            "",
+        )];
+        assert_eq!(expected(&[orphaned], "b", &p4info, AT), None);
+        // Synced since the swap but refused by the device (not Ready): the
+        // retry is waited for, not counted as 0.
+        let mut refused = set(
+            "MyIngress.ipv4_lpm",
+            5,
+            Some("2026-11-23T00:00:11Z"),
+            Some(0),
+        );
+        refused.status.as_mut().unwrap().conditions = vec![p4fleet_crds::Condition::new(
+            "Ready",
+            false,
+            "EntriesFailed",
+            "",
+        )];
+        assert_eq!(expected(&[refused], "b", &p4info, AT), None);
     }
 
     #[test]
