@@ -43,7 +43,8 @@ pub struct SwitchSpec {
     #[serde(default = "default_device_id")]
     #[schemars(range(min = 0))]
     pub device_id: u64,
-    /// Secret with `ca.crt`, `tls.crt`, `tls.key` for mutual TLS; plaintext when absent.
+    /// Secret with `ca.crt` (the CA the device's certificate must chain to) and,
+    /// for mutual TLS, `tls.crt` and `tls.key` (both or neither); plaintext when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_secret_ref: Option<SecretRef>,
     /// Number of slots that can each host one VirtualSwitch (FPGA regions, pipes, or 1).
