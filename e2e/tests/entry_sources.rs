@@ -24,7 +24,7 @@ use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
 use p4fleet_e2e::processes::{Proc, build_binaries, log_file, once_per_binary, spawn_emulator};
-use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
+use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
 use serde_json::{Value, json};
 
 struct Env {
@@ -209,14 +209,11 @@ async fn put_config_map(
 
 async fn create_set(client: &Client, ns: &str, name: &str, spec: Value) -> Api<TableEntrySet> {
     let api: Api<TableEntrySet> = Api::namespaced(client.clone(), ns);
-    let s: TableEntrySet = serde_json::from_value(json!({
+    let obj = json!({
         "apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
         "metadata": {"name": name}, "spec": spec
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &s)
-        .await
-        .unwrap_or_else(|e| panic!("create TableEntrySet {name}: {e}"));
+    });
+    create_json(&api, obj).await;
     api
 }
 

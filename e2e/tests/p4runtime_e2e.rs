@@ -27,7 +27,7 @@ use p4fleet_crds::{
 use p4fleet_e2e::processes::{
     build_binaries, once_per_binary, operator_http_addr, spawn_operator, target_dir, with_pdeathsig,
 };
-use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
+use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
 use serde_json::{Value, json};
 
@@ -274,14 +274,11 @@ async fn create_set(client: &Client, ns: &str, spec: Value) -> Api<TableEntrySet
     let name = spec["name"].as_str().unwrap().to_string();
     let mut spec = spec;
     spec.as_object_mut().unwrap().remove("name");
-    let s: TableEntrySet = serde_json::from_value(json!({
+    let obj = json!({
         "apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
         "metadata": {"name": name}, "spec": spec
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &s)
-        .await
-        .unwrap_or_else(|e| panic!("create TableEntrySet {name}: {e}"));
+    });
+    create_json(&api, obj).await;
     api
 }
 
