@@ -592,8 +592,14 @@ mod tests {
         };
         m.entry_set("ns", "fw", &unknown);
         let text = m.encode();
-        assert!(!text.contains("desired_entries{namespace=\"ns\",name=\"fw\"}"), "{text}");
-        assert!(!text.contains("per_second{namespace=\"ns\",name=\"fw\"}"), "{text}");
+        assert!(
+            !text.contains("desired_entries{namespace=\"ns\",name=\"fw\"}"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("per_second{namespace=\"ns\",name=\"fw\"}"),
+            "{text}"
+        );
         m.forget_entry_set("ns", "fw");
         let text = m.encode();
         assert!(!text.contains("name=\"fw\""), "{text}");

@@ -526,7 +526,8 @@ mod tests {
                 error: p4fleet_client::Error::Unreachable {
                     endpoint: "h:1".into(),
                     device_id: 1,
-                    reason: "connection refused".into(),
+                    cause: p4fleet_client::ConnectCause::Refused,
+                    reason: "tcp connect error".into(),
                 },
             }),
             ..outcome(vs, SyncTally::unsynced(3))
@@ -588,7 +589,12 @@ mod tests {
     #[test]
     fn a_complete_sync_is_ready_with_its_rate_and_one_event() {
         let (s, d) = with_entries(false);
-        let r = run(&s, &[], Some(&d), &[outcome("vs", timed(tally(3, 3, 0), 150))]);
+        let r = run(
+            &s,
+            &[],
+            Some(&d),
+            &[outcome("vs", timed(tally(3, 3, 0), 150))],
+        );
         for t in [RESOLVED_REFS, VALID, SYNCED, READY] {
             assert!(cond(&r, t).is_true(), "{t}: {:?}", cond(&r, t));
         }
@@ -615,7 +621,12 @@ mod tests {
     #[test]
     fn an_idle_resync_changes_no_status_and_publishes_nothing() {
         let (mut s, d) = with_entries(false);
-        let first = run(&s, &[], Some(&d), &[outcome("vs", timed(tally(3, 3, 0), 150))]);
+        let first = run(
+            &s,
+            &[],
+            Some(&d),
+            &[outcome("vs", timed(tally(3, 3, 0), 150))],
+        );
         let mut written = first.status.clone();
         settle(None, &mut written, Some(1), "t1");
         s.status = Some(written.clone());
@@ -677,7 +688,12 @@ mod tests {
     fn desired_is_absent_until_known() {
         let (s, d) = with_entries(false);
         // No target: nothing was parsed.
-        let r = run(&s, &[Problem::VirtualSwitchNotFound("vs".into())], None, &[]);
+        let r = run(
+            &s,
+            &[Problem::VirtualSwitchNotFound("vs".into())],
+            None,
+            &[],
+        );
         assert_eq!(r.status.desired, None);
         let json = serde_json::to_value(&r.status).unwrap();
         assert!(json.get("desired").is_none(), "{json}");
