@@ -226,7 +226,7 @@ impl BfrtDevice {
     async fn wait_subscribed(&self, device_id: u64) -> Result<u64, Error> {
         self.sessions
             .wait(device_id, SUBSCRIBE_WAIT, |s| {
-                !matches!(s, session::State::Connecting(_))
+                !matches!(s, session::State::Connecting(..))
             })
             .await
     }

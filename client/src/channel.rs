@@ -1,10 +1,17 @@
 //! The gRPC transport of every device: one lazily connected HTTP/2 channel
 //! per target, sized for large batches and their per-update error trailers.
 
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::dns::Name;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::unreachable::ResolveError;
 use crate::{Error, Target, tls};
 
 /// Largest message either way: a 1,000,000-update batch of firewall
@@ -62,5 +69,44 @@ pub fn connect_lazy(target: &Target) -> Result<Channel, Error> {
         // Large windows: a big batch should not stall on flow control.
         .initial_stream_window_size(Some(16 << 20))
         .initial_connection_window_size(Some(32 << 20));
-    Ok(ep.connect_lazy())
+    // tonic's own connector with our resolver: a name that does not
+    // resolve is then a `ResolveError` in the chain, which
+    // `ConnectCause` can tell from other failures by type.
+    let mut http = HttpConnector::new_with_resolver(Resolver);
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    Ok(ep.connect_with_connector_lazy(http))
+}
+
+/// Resolves host names with the system resolver (on the blocking pool,
+/// like hyper-util's default) and fails with a [`ResolveError`].
+#[derive(Clone, Copy, Debug)]
+struct Resolver;
+
+impl tower_service::Service<Name> for Resolver {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = ResolveError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, ResolveError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ResolveError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: Name) -> Self::Future {
+        let host = name.as_str().to_string();
+        Box::pin(async move {
+            // The port is set by the connector afterwards.
+            let found = tokio::net::lookup_host((host.as_str(), 0))
+                .await
+                .map(|addrs| addrs.collect::<Vec<SocketAddr>>());
+            match found {
+                Ok(addrs) if !addrs.is_empty() => Ok(addrs.into_iter()),
+                Ok(_) => Err(ResolveError { host, source: None }),
+                Err(e) => Err(ResolveError {
+                    host,
+                    source: Some(e),
+                }),
+            }
+        })
+    }
 }

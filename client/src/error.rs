@@ -22,10 +22,13 @@ pub enum Error {
     },
     #[error("{0} is not supported")]
     Unsupported(&'static str),
-    #[error("device {device_id} at {endpoint} is unreachable: {reason}")]
+    /// The device could not be reached: `cause` is why, by type (for
+    /// condition reasons); `reason` is the transport's own words.
+    #[error("device {device_id} at {endpoint} is unreachable: {cause} ({reason})")]
     Unreachable {
         endpoint: String,
         device_id: u64,
+        cause: crate::ConnectCause,
         reason: String,
     },
     #[error("not primary for device {device_id}: {refusal}")]
@@ -65,6 +68,7 @@ impl Error {
             Error::Unreachable {
                 endpoint: endpoint.to_string(),
                 device_id,
+                cause: crate::ConnectCause::of(&status),
                 reason: status.message().to_string(),
             }
         } else {

@@ -23,8 +23,12 @@ pub const CHUNK_BYTES: usize = 1 << 20;
 pub enum SlotCallError {
     #[error(transparent)]
     Connect(#[from] crate::Error),
-    #[error("slot service at {endpoint} is unreachable: {reason}")]
-    Unreachable { endpoint: String, reason: String },
+    #[error("slot service at {endpoint} is unreachable: {cause} ({reason})")]
+    Unreachable {
+        endpoint: String,
+        cause: crate::ConnectCause,
+        reason: String,
+    },
     /// The endpoint does not serve the slot service (no FPGA host agent).
     #[error("{endpoint} does not serve the p4fleet.fpga.v1 slot service")]
     NotServed { endpoint: String },
@@ -54,6 +58,7 @@ impl SlotCallError {
             tonic::Code::Unavailable if slot_error(&status).is_none() => {
                 SlotCallError::Unreachable {
                     endpoint: endpoint.into(),
+                    cause: crate::ConnectCause::of(&status),
                     reason: status.message().into(),
                 }
             }

@@ -35,6 +35,7 @@ mod pipeline;
 mod raw;
 mod session;
 mod tls;
+mod unreachable;
 
 use std::fmt;
 use std::time::Duration;
@@ -54,6 +55,7 @@ pub use p4fleet_model::entries::{Atomicity, WriteOp};
 pub use p4fleet_proto as proto;
 pub use p4runtime::P4RuntimeDevice;
 pub use tls::{TlsFailure, TlsFile, TlsMaterialError, classify as classify_tls_error, tls_failure};
+pub use unreachable::{ConnectCause, ResolveError};
 
 /// The protocol a device speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -432,6 +434,50 @@ impl Device {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A loopback port nothing listens on (bound, then closed).
+    fn closed_port() -> u16 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    }
+
+    #[tokio::test]
+    async fn unreachable_devices_say_why_by_cause() {
+        let id = Identity {
+            election_id: 1,
+            client_id: 1,
+        };
+        let refused = format!("127.0.0.1:{}", closed_port());
+        // .invalid never resolves (RFC 6761).
+        let cases = [
+            (refused.as_str(), ConnectCause::Refused),
+            ("nonexistent.invalid:9559", ConnectCause::Dns),
+        ];
+        let protocols = [Protocol::P4Runtime, Protocol::Bfrt];
+        let all = protocols
+            .iter()
+            .flat_map(|&p| cases.iter().map(move |&c| (p, c)));
+        // In parallel: a stream's wait lasts its whole timeout.
+        let checks = all.map(|(protocol, (endpoint, want))| async move {
+            let t = Target {
+                protocol,
+                ..Target::p4runtime(endpoint, 1)
+            };
+            let d = Device::connect(t, id).unwrap();
+            // A unary call, and the arbitration / subscription stream.
+            let unary = d.capabilities().await;
+            let stream = d.standing(0, Duration::from_secs(3)).await;
+            for e in [unary.err(), stream.err()] {
+                match e {
+                    Some(Error::Unreachable { cause, .. }) => {
+                        assert_eq!(cause, want, "{protocol:?} {endpoint}")
+                    }
+                    other => panic!("{protocol:?} {endpoint}: {other:?}"),
+                }
+            }
+        });
+        futures::future::join_all(checks).await;
+    }
 
     #[tokio::test]
     async fn bad_tls_material_and_bad_endpoints_are_refused_before_any_io() {

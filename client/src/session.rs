@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::error::status_line;
-use crate::{Error, Refusal};
+use crate::{ConnectCause, Error, Refusal, TlsFailure};
 
 /// Backoff between re-opened streams: 100 ms doubling to 1 s, reset once
 /// the device accepts this client again. The cap bounds how long a device
@@ -40,13 +40,49 @@ fn backoff() -> impl Iterator<Item = Duration> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum State {
     /// No stream (yet), and why.
-    Connecting(String),
+    Connecting(Lost),
     /// Accepted (primary / subscribed). Counts acceptances, so per-stream
     /// setup (BFRT's BIND) can tell a new stream from the one it set up.
     Accepted(u64),
     /// Refused (another client is primary, the device id is not served,
     /// subscription refused).
     Refused(Refusal),
+}
+
+/// Why a session has no stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Lost {
+    /// The TLS handshake failed: which way, in rustls's words.
+    Tls(TlsFailure, String),
+    /// The connection failed or ended: why by type, and the transport's words.
+    Connection(ConnectCause, String),
+}
+
+impl Lost {
+    /// The error a caller waiting for the session gets.
+    fn error(self, endpoint: &str, device_id: u64) -> Error {
+        match self {
+            Lost::Tls(failure, detail) => Error::Tls {
+                endpoint: endpoint.to_string(),
+                failure,
+                detail,
+            },
+            Lost::Connection(cause, reason) => Error::Unreachable {
+                endpoint: endpoint.to_string(),
+                device_id,
+                cause,
+                reason,
+            },
+        }
+    }
+
+    /// For the log.
+    fn describe(&self) -> String {
+        match self {
+            Lost::Tls(failure, detail) => format!("{failure} ({detail})"),
+            Lost::Connection(cause, reason) => format!("{cause} ({reason})"),
+        }
+    }
 }
 
 impl State {
@@ -133,7 +169,10 @@ impl<S: Stream> Sessions<S> {
     fn watch(&self, device_id: u64) -> watch::Receiver<State> {
         let mut sessions = self.by_device.lock().unwrap_or_else(|e| e.into_inner());
         let s = sessions.entry(device_id).or_insert_with(|| {
-            let (tx, rx) = watch::channel(State::Connecting("starting".into()));
+            // Until the first attempt ends, a waiter that gives up has
+            // had no answer in time.
+            let first = Lost::Connection(ConnectCause::TimedOut, "no answer yet".into());
+            let (tx, rx) = watch::channel(State::Connecting(first));
             let epoch = self.epoch.clone();
             let task = tokio::spawn(run(self.stream.clone(), device_id, tx, epoch));
             Session { state: rx, task }
@@ -155,11 +194,7 @@ impl<S: Stream> Sessions<S> {
         let state = rx.borrow().clone();
         match state {
             State::Accepted(n) => Ok(n),
-            State::Connecting(reason) => Err(Error::Unreachable {
-                endpoint: self.endpoint.clone(),
-                device_id,
-                reason,
-            }),
+            State::Connecting(lost) => Err(lost.error(&self.endpoint, device_id)),
             State::Refused(refusal) => Err(Error::NotPrimary {
                 device_id,
                 refusal: Box::new(refusal),
@@ -221,13 +256,15 @@ async fn run<S: Stream>(
         let (next, reason) = match ended {
             Ok(()) => {
                 let reason = format!("{} stream closed", S::NAME);
-                (State::Connecting(reason.clone()), reason)
+                let lost = Lost::Connection(ConnectCause::StreamClosed, reason.clone());
+                (State::Connecting(lost), reason)
             }
             Err(status) => match s.refusal(&status) {
                 Some(r) => (State::Refused(r), status_line(&status)),
                 None => {
-                    let reason = connect_reason(&status);
-                    (State::Connecting(reason.clone()), reason)
+                    let lost = lost(&status);
+                    let reason = lost.describe();
+                    (State::Connecting(lost), reason)
                 }
             },
         };
@@ -241,11 +278,11 @@ async fn run<S: Stream>(
     }
 }
 
-/// Why a stream could not be kept open, naming a TLS failure as such.
-fn connect_reason(status: &tonic::Status) -> String {
+/// Why a stream could not be kept open, a TLS failure as such.
+fn lost(status: &tonic::Status) -> Lost {
     match crate::tls::tls_failure(status) {
-        Some((failure, detail)) => format!("{failure} ({detail})"),
-        None => status_line(status),
+        Some((failure, detail)) => Lost::Tls(failure, detail),
+        None => Lost::Connection(ConnectCause::of(status), status_line(status)),
     }
 }
 
@@ -268,7 +305,7 @@ mod tests {
 
     #[test]
     fn only_a_change_of_acceptance_is_an_epoch() {
-        let c = |r: &str| State::Connecting(r.into());
+        let c = |r: &str| State::Connecting(Lost::Connection(ConnectCause::Other, r.into()));
         assert!(!c("refused").differs(&c("timed out")));
         assert!(c("x").differs(&State::Accepted(1)));
         assert!(

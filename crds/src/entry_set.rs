@@ -290,19 +290,23 @@ pub struct TableEntrySetStatus {
     #[serde(default)]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
-    /// Entries the spec asks for (per target).
-    #[serde(default)]
-    pub desired: u64,
+    /// Entries the spec asks for, summed over targets; absent until every
+    /// source was read and parsed for at least one target (unknown, never 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired: Option<u64>,
     /// Entries on the device(s) that match the spec.
     #[serde(default)]
     pub applied: u64,
     /// Entries that could not be parsed or were refused by the device.
     #[serde(default)]
     pub failed: u64,
-    /// Achieved rate of the last sync that wrote something, e.g. `52.8k/s`.
+    /// Achieved rate of the last sync that wrote something, e.g. `52.8k/s`;
+    /// absent when that sync was too small to measure one (fewer than 100
+    /// updates in less than 100 ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<String>,
-    /// Achieved entries per second of the last sync that wrote something.
+    /// Achieved entries per second of that sync, to three significant
+    /// digits (absent like `rate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entries_per_second: Option<u64>,
     /// Mean Write request latency of that sync, in microseconds.
@@ -353,7 +357,8 @@ pub struct TargetStatus {
     /// Entries that failed there.
     #[serde(default)]
     pub failed: u64,
-    /// Achieved rate there in the last sync that wrote something.
+    /// Achieved rate there in the last sync that wrote something (absent
+    /// when that sync was too small to measure one, like `rate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entries_per_second: Option<u64>,
 }

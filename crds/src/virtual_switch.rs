@@ -92,7 +92,13 @@ pub struct PortMapping {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UpdateStrategy {
-    /// HotSwap reloads only this slot (partial reconfiguration); Recreate reloads the device.
+    /// How a program change reaches the device. HotSwap: the new program is
+    /// loaded over the old one (on an Fpga Switch a partial reconfiguration
+    /// of this slot only; elsewhere the slot's device replaces its
+    /// pipeline). Recreate: on an Fpga Switch this slot (never the board)
+    /// is unloaded first, isolation and port map included, and loaded as
+    /// new; on other targets the same as HotSwap, as the slot's device
+    /// replaces its whole pipeline either way.
     #[serde(default, rename = "type")]
     pub type_: UpdateStrategyType,
 }
@@ -100,8 +106,10 @@ pub struct UpdateStrategy {
 /// Kind of rollout.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum UpdateStrategyType {
+    /// Load the new program over the old one.
     #[default]
     HotSwap,
+    /// Unload the slot first, then load the new program (Fpga Switches).
     Recreate,
 }
 
@@ -147,7 +155,8 @@ pub struct LastSwap {
     pub from_digest: Option<String>,
     /// Digest of the program now loaded.
     pub to_digest: String,
-    /// HotSwap or Recreate.
+    /// What was done: Recreate when the slot was unloaded first, HotSwap
+    /// when the new program was loaded over the old.
     pub strategy: UpdateStrategyType,
     /// How long the device took to load it, in milliseconds.
     pub duration_millis: u64,

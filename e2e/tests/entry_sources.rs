@@ -303,7 +303,7 @@ async fn sources_by_list_selector_and_gzip_are_parsed_once_per_version() {
         ready(st) && st.applied == 3000
     })
     .await;
-    assert_eq!((st.desired, st.failed), (3000, 0));
+    assert_eq!((st.desired, st.failed), (Some(3000), 0));
     assert_eq!(device_entries(env, 1), 3000);
     let parses = |env| metric(env, "p4fleet_entry_source_parses_total", &ns);
     let fetches = |env| metric(env, "p4fleet_entry_source_fetches_total", &ns);

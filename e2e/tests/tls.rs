@@ -5,7 +5,8 @@
 //! reason; rotating the Secret (new CA and certificates, the device
 //! restarted with them) reconnects without restarting the operator. Also
 //! the Primary condition: a device id the device does not serve and
-//! another controller holding primary, named as the device said.
+//! another controller holding primary, named as the device said; and an
+//! unreachable device's Reachable reason naming the cause (refused, DNS).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -293,6 +294,63 @@ async fn the_primary_condition_says_what_the_device_said() {
     for sw in [&unknown, &taken] {
         let _ = Api::<Switch>::all(client.clone())
             .delete(sw, &Default::default())
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_switch_names_the_cause() {
+    let cp = ControlPlane::shared().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    let _operator = spawn_operator(
+        &bin(),
+        cp.kubeconfig_path(),
+        "unreachable-operator",
+        &["--drift-seconds", "3"],
+    );
+    // A loopback port nothing listens on, and a name that never resolves
+    // (RFC 6761), through the Switch's own endpoint field.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let cases = [
+        (
+            format!("{ns}-refused"),
+            closed.to_string(),
+            "ConnectionRefused",
+            "connection refused",
+        ),
+        (
+            format!("{ns}-no-name"),
+            "nonexistent.invalid:9559".to_string(),
+            "DnsNameNotResolved",
+            "DNS: name not resolved",
+        ),
+    ];
+    for (name, endpoint, _, _) in &cases {
+        let spec = json!({"target": "Bmv2", "endpoint": endpoint, "deviceId": 1});
+        create_json(
+            &Api::<Switch>::all(client.clone()),
+            json!({"apiVersion": V1, "kind": "Switch", "metadata": {"name": name}, "spec": spec}),
+        )
+        .await;
+    }
+    for (name, endpoint, reason, words) in &cases {
+        let c = switch_condition(&client, name, "Reachable", reason).await;
+        assert!(!c.is_true());
+        assert!(
+            c.message.contains(words) && c.message.contains(endpoint.as_str()),
+            "{c:?}"
+        );
+        let ready = switch_condition(&client, name, "Ready", reason).await;
+        assert_eq!(ready.message, c.message);
+    }
+    for (name, ..) in &cases {
+        let _ = Api::<Switch>::all(client.clone())
+            .delete(name, &Default::default())
             .await;
     }
 }

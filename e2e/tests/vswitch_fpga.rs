@@ -15,7 +15,8 @@
 //!   counting packets and keep their entries; the swapped slot's
 //!   TableEntrySets are re-applied where the new program has their table
 //!   (`lastSwap.entriesReapplied`) and report `TableNotInProgram` where
-//!   not; a Recreate swap back does the same.
+//!   not; a Recreate swap back does the same, emptying that slot only
+//!   (the others keep forwarding without a drop).
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -543,6 +544,7 @@ async fn isolation_clashes_are_named_and_a_hot_swap_leaves_other_slots_forwardin
 
     // Recreate back to the router: the slot is emptied and loaded again,
     // the router's set re-applied, the firewall's now not in the program.
+    let before = board.counters(vec![]).await.unwrap();
     let patch = json!({"spec": {"programRef": "router", "updateStrategy": {"type": "Recreate"}}});
     api.patch("b", &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -554,6 +556,14 @@ async fn isolation_clashes_are_named_and_a_hot_swap_leaves_other_slots_forwardin
     .await;
     assert_eq!(swap.from_digest.as_deref(), Some(firewall.as_str()));
     assert_eq!(swap.strategy, p4fleet_crds::UpdateStrategyType::Recreate);
+    // Recreate empties this slot only: the others forward throughout.
+    let after = board.counters(vec![]).await.unwrap();
+    for other in [slot_of(&a), slot_of(&c)] {
+        let (rx0, drop0) = count(&before, other);
+        let (rx1, drop1) = count(&after, other);
+        assert!(rx1 > rx0, "slot {other} kept forwarding ({rx0} -> {rx1})");
+        assert_eq!(drop1, drop0, "slot {other} lost nothing during Recreate");
+    }
     assert_eq!(swap.entries_reapplied, Some(5));
     assert_eq!(read_back(addr, slot_of(&b)).await.len(), 5);
     let (reason, _) = until("b-fw not in the program", || async {

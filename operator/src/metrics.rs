@@ -393,14 +393,24 @@ impl Metrics {
             f.get_or_create(&l)
                 .set(i64::try_from(v).unwrap_or(i64::MAX));
         };
-        gauge(&self.set_desired, st.desired);
+        // Unknown is no sample (not 0): the series goes until it is known.
+        match st.desired {
+            Some(d) => gauge(&self.set_desired, d),
+            None => {
+                self.set_desired.remove(&l);
+            }
+        }
         gauge(&self.set_applied, st.applied);
         gauge(&self.set_failed, st.failed);
         let ready =
             p4fleet_crds::find_condition(&st.conditions, "Ready").is_some_and(|c| c.is_true());
         gauge(&self.set_ready, u64::from(ready));
-        if let Some(r) = st.entries_per_second {
-            gauge(&self.set_rate, r);
+        // Like status: a sync too small to measure a rate has none.
+        match st.entries_per_second {
+            Some(r) => gauge(&self.set_rate, r),
+            None => {
+                self.set_rate.remove(&l);
+            }
         }
         if let Some(n) = st.last_sync_updates {
             gauge(&self.set_sync_updates, n);
@@ -553,7 +563,7 @@ mod tests {
     fn entry_set_gauges_follow_status_and_go_with_the_set() {
         let m = Metrics::new();
         let mut st = TableEntrySetStatus {
-            desired: 30,
+            desired: Some(30),
             applied: 28,
             failed: 2,
             ..Default::default()
@@ -574,6 +584,22 @@ mod tests {
         assert!(m.encode().contains(
             "p4fleet_table_entry_set_last_sync_entries_per_second{namespace=\"ns\",name=\"fw\"} 5000"
         ));
+        // Unknown desired and an unmeasured rate are no samples, not 0.
+        let unknown = TableEntrySetStatus {
+            desired: None,
+            entries_per_second: None,
+            ..st.clone()
+        };
+        m.entry_set("ns", "fw", &unknown);
+        let text = m.encode();
+        assert!(
+            !text.contains("desired_entries{namespace=\"ns\",name=\"fw\"}"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("per_second{namespace=\"ns\",name=\"fw\"}"),
+            "{text}"
+        );
         m.forget_entry_set("ns", "fw");
         let text = m.encode();
         assert!(!text.contains("name=\"fw\""), "{text}");

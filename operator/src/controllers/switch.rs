@@ -132,7 +132,9 @@ impl ProbeError {
             ProbeError::TlsSecret(e) => e.reason(),
             ProbeError::Device(E::Tls { failure, .. }) => failure.reason(),
             ProbeError::Device(E::TlsMaterial(_)) => "TlsMaterialInvalid",
-            ProbeError::Device(_) | ProbeError::Timeout { .. } => "Unreachable",
+            ProbeError::Device(E::Unreachable { cause, .. }) => cause.reason(),
+            ProbeError::Timeout { .. } => p4fleet_client::ConnectCause::TimedOut.reason(),
+            ProbeError::Device(_) => "Unreachable",
         }
     }
 }
@@ -422,7 +424,7 @@ mod tests {
         };
         let st = build_status("sw1", &s, Some(1), Some(&Err(refused)), None, &[]);
         let ready = p4fleet_crds::find_condition(&st.conditions, "Ready").unwrap();
-        assert_eq!(ready.reason, "Unreachable");
+        assert_eq!(ready.reason, "ConnectTimeout");
         assert_eq!(st.slot_summary.as_deref(), Some("0/4"));
     }
 

@@ -34,6 +34,7 @@ pub async fn probe(sw: &Switch, timeout: std::time::Duration) -> Option<BoardPro
             Ok(r) => r,
             Err(_) => Err(SlotCallError::Unreachable {
                 endpoint: sw.spec.endpoint.clone(),
+                cause: p4fleet_client::ConnectCause::TimedOut,
                 reason: format!("no answer within {timeout:?}"),
             }),
         },
@@ -120,6 +121,7 @@ pub fn complete(
             Err(e) => {
                 let reason = match e {
                     SlotCallError::NotServed { .. } => "NotServed",
+                    SlotCallError::Unreachable { cause, .. } => cause.reason(),
                     _ => "Unavailable",
                 };
                 Condition::new(SLOT_SERVICE, false, reason, e.to_string())

@@ -5,7 +5,11 @@
 //!
 //! - The rate fields and `lastSyncTime` describe the last sync that wrote
 //!   something: an idle resync computes the old status again, so nothing
-//!   is written and the controller is not re-triggered.
+//!   is written and the controller is not re-triggered. A rate is given
+//!   only when that sync was large or long enough to measure one
+//!   ([`measured_rate`]), to three significant digits.
+//! - `desired` is absent while unknown: no target was parsed for, or a
+//!   required source could not be read.
 //! - `driftCorrected` adds each target's [`Outcome::drift`].
 //! - `failed` counts each invalid entry once per target (it is missing on
 //!   each) plus what the devices refused or conflicts kept out.
@@ -143,7 +147,7 @@ pub fn report(input: &Input) -> Report {
             true => set.metadata.generation,
             false => old.and_then(|s| s.observed_generation),
         },
-        desired: total.desired,
+        desired: desired_known(input).then_some(total.desired),
         applied: total.applied,
         failed: counts.failed,
         drift_corrected: old.map_or(0, |s| s.drift_corrected) + counts.drift,
@@ -303,10 +307,40 @@ fn join(problems: &[&Problem]) -> String {
     all.join("; ")
 }
 
-/// Entries per second of a tally, when it wrote something.
+/// Whether the desired count is known: the entries were parsed for a
+/// target and no required source is missing or unreadable (its entries
+/// are unknown, not absent).
+fn desired_known(input: &Input) -> bool {
+    input.parse.is_some()
+        && !input.outcomes.is_empty()
+        && !input.problems.iter().any(Problem::is_source)
+}
+
+/// Below both of these a sync's rate is mostly one request's round trip
+/// and the scheduler's noise (3 entries in 2 ms "1.5k/s"), not a rate.
+const RATE_MIN_UPDATES: u64 = 100;
+const RATE_MIN_ELAPSED: Duration = Duration::from_millis(100);
+
+/// Updates per second of a sync that wrote `written` updates in `elapsed`,
+/// when that measures something: at least [`RATE_MIN_UPDATES`] updates or
+/// [`RATE_MIN_ELAPSED`] of writing. Rounded to three significant digits.
+pub fn measured_rate(written: u64, elapsed: Duration) -> Option<f64> {
+    let measurable = written >= RATE_MIN_UPDATES || elapsed >= RATE_MIN_ELAPSED;
+    (written > 0 && elapsed > Duration::ZERO && measurable)
+        .then(|| significant(written as f64 / elapsed.as_secs_f64(), 3))
+}
+
+/// `x` rounded to `digits` significant digits.
+fn significant(x: f64, digits: i32) -> f64 {
+    if x <= 0.0 || !x.is_finite() {
+        return x;
+    }
+    let scale = 10f64.powi(digits - 1 - x.log10().floor() as i32);
+    (x * scale).round() / scale
+}
+
 fn entries_per_second(t: &SyncTally) -> Option<f64> {
-    (t.written > 0 && t.writes.elapsed > Duration::ZERO)
-        .then(|| t.written as f64 / t.writes.elapsed.as_secs_f64())
+    measured_rate(t.written, t.writes.elapsed)
 }
 
 fn target_statuses(old: Option<&TableEntrySetStatus>, outcomes: &[Outcome]) -> Vec<TargetStatus> {
@@ -325,7 +359,12 @@ fn target_statuses(old: Option<&TableEntrySetStatus>, outcomes: &[Outcome]) -> V
                 switch: Some(o.switch.clone()),
                 applied: o.tally.applied,
                 failed: o.tally.failed,
-                entries_per_second: entries_per_second(&o.tally).map(|r| r as u64).or(before),
+                // A target that wrote describes its own sync (measured or
+                // not); one that wrote nothing keeps its last rate.
+                entries_per_second: match o.tally.written {
+                    0 => before,
+                    _ => entries_per_second(&o.tally).map(|r| r as u64),
+                },
             }
         })
         .collect()
@@ -347,9 +386,9 @@ fn rates(
         return;
     }
     let w = &total.writes;
-    let eps = total.written as f64 / w.elapsed.as_secs_f64().max(1e-9);
-    status.rate = Some(sync::format_rate(eps));
-    status.entries_per_second = Some(eps as u64);
+    let eps = entries_per_second(total);
+    status.rate = eps.map(sync::format_rate);
+    status.entries_per_second = eps.map(|r| r as u64);
     status.mean_request_latency_micros = Some(
         (w.request_latency.as_micros() as u64)
             .checked_div(w.requests)
@@ -370,10 +409,14 @@ fn events(
     let mut out = Vec::new();
     let t = &counts.total;
     if t.written > 0 {
+        let at = new
+            .rate
+            .as_deref()
+            .map(|r| format!(" at {r}"))
+            .unwrap_or_default();
         let mut note = format!(
-            "Synced {} entries at {} ({} inserted, {} modified, {} deleted; {} requests, mean {} us)",
+            "Synced {} entries{at} ({} inserted, {} modified, {} deleted; {} requests, mean {} us)",
             t.written,
-            new.rate.as_deref().unwrap_or_default(),
             t.inserted,
             t.modified,
             t.deleted,
@@ -451,6 +494,12 @@ mod tests {
         }
     }
 
+    /// `t` with its writes taking `ms` milliseconds.
+    fn timed(mut t: SyncTally, ms: u64) -> SyncTally {
+        t.writes.elapsed = Duration::from_millis(ms);
+        t
+    }
+
     fn outcome(vs: &str, tally: SyncTally) -> Outcome {
         Outcome {
             virtual_switch: vs.into(),
@@ -477,7 +526,8 @@ mod tests {
                 error: p4fleet_client::Error::Unreachable {
                     endpoint: "h:1".into(),
                     device_id: 1,
-                    reason: "connection refused".into(),
+                    cause: p4fleet_client::ConnectCause::Refused,
+                    reason: "tcp connect error".into(),
                 },
             }),
             ..outcome(vs, SyncTally::unsynced(3))
@@ -539,25 +589,30 @@ mod tests {
     #[test]
     fn a_complete_sync_is_ready_with_its_rate_and_one_event() {
         let (s, d) = with_entries(false);
-        let r = run(&s, &[], Some(&d), &[outcome("vs", tally(3, 3, 0))]);
+        let r = run(
+            &s,
+            &[],
+            Some(&d),
+            &[outcome("vs", timed(tally(3, 3, 0), 150))],
+        );
         for t in [RESOLVED_REFS, VALID, SYNCED, READY] {
             assert!(cond(&r, t).is_true(), "{t}: {:?}", cond(&r, t));
         }
         assert_eq!(cond(&r, VALID).message, "3 entries");
         assert_eq!(cond(&r, SYNCED).message, "3 entries applied on 1 target(s)");
         let st = &r.status;
-        assert_eq!((st.desired, st.applied, st.failed), (3, 3, 0));
-        assert_eq!(st.rate.as_deref(), Some("300/s"));
-        assert_eq!(st.entries_per_second, Some(300));
+        assert_eq!((st.desired, st.applied, st.failed), (Some(3), 3, 0));
+        assert_eq!(st.rate.as_deref(), Some("20/s"));
+        assert_eq!(st.entries_per_second, Some(20));
         assert_eq!(st.mean_request_latency_micros, Some(4000));
         assert_eq!(st.last_sync_updates, Some(3));
         assert_eq!(st.last_sync_time.as_deref(), Some("2025-01-01T00:00:00Z"));
-        assert_eq!(st.targets[0].entries_per_second, Some(300));
+        assert_eq!(st.targets[0].entries_per_second, Some(20));
         assert_eq!(st.targets[0].switch.as_deref(), Some("sw"));
         assert_eq!(r.events.len(), 1);
         assert_eq!(
             r.events[0].note,
-            "Synced 3 entries at 300/s (3 inserted, 0 modified, 0 deleted; 2 requests, mean 4000 us)"
+            "Synced 3 entries at 20/s (3 inserted, 0 modified, 0 deleted; 2 requests, mean 4000 us)"
         );
         assert!(!r.events[0].warning);
         assert_eq!(r.action, Action::requeue(RESYNC));
@@ -566,7 +621,12 @@ mod tests {
     #[test]
     fn an_idle_resync_changes_no_status_and_publishes_nothing() {
         let (mut s, d) = with_entries(false);
-        let first = run(&s, &[], Some(&d), &[outcome("vs", tally(3, 3, 0))]);
+        let first = run(
+            &s,
+            &[],
+            Some(&d),
+            &[outcome("vs", timed(tally(3, 3, 0), 150))],
+        );
         let mut written = first.status.clone();
         settle(None, &mut written, Some(1), "t1");
         s.status = Some(written.clone());
@@ -581,7 +641,72 @@ mod tests {
             again.last_sync_time.as_deref(),
             Some("2025-01-01T00:00:00Z")
         );
-        assert_eq!(again.targets[0].entries_per_second, Some(300));
+        assert_eq!(again.targets[0].entries_per_second, Some(20));
+    }
+
+    #[test]
+    fn a_sync_too_small_to_measure_has_no_rate_but_says_what_it_wrote() {
+        let (mut s, d) = with_entries(false);
+        // An earlier large sync measured a rate; this one wrote 3 updates
+        // in 10 ms, which measures a round trip, not a rate.
+        s.status = Some(TableEntrySetStatus {
+            rate: Some("52.8k/s".into()),
+            entries_per_second: Some(52_800),
+            targets: vec![TargetStatus {
+                virtual_switch: "vs".into(),
+                entries_per_second: Some(52_800),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let r = run(&s, &[], Some(&d), &[outcome("vs", tally(3, 3, 0))]);
+        let st = &r.status;
+        assert_eq!((st.rate.as_deref(), st.entries_per_second), (None, None));
+        assert_eq!(st.targets[0].entries_per_second, None);
+        assert_eq!(st.last_sync_updates, Some(3));
+        assert_eq!(st.mean_request_latency_micros, Some(4000));
+        assert_eq!(
+            r.events[0].note,
+            "Synced 3 entries (3 inserted, 0 modified, 0 deleted; 2 requests, mean 4000 us)"
+        );
+    }
+
+    #[test]
+    fn rates_need_enough_updates_or_time_and_are_rounded() {
+        let ms = Duration::from_millis;
+        assert_eq!(measured_rate(0, ms(500)), None);
+        assert_eq!(measured_rate(99, ms(99)), None);
+        assert_eq!(measured_rate(100, Duration::ZERO), None);
+        assert_eq!(measured_rate(100, ms(1)), Some(100_000.0));
+        assert_eq!(measured_rate(5, ms(100)), Some(50.0));
+        assert_eq!(measured_rate(30_000, ms(567)), Some(52_900.0));
+        assert_eq!(measured_rate(12_345, ms(1000)), Some(12_300.0));
+        assert_eq!(measured_rate(1_000_000, ms(7_468)), Some(134_000.0));
+    }
+
+    #[test]
+    fn desired_is_absent_until_known() {
+        let (s, d) = with_entries(false);
+        // No target: nothing was parsed.
+        let r = run(
+            &s,
+            &[Problem::VirtualSwitchNotFound("vs".into())],
+            None,
+            &[],
+        );
+        assert_eq!(r.status.desired, None);
+        let json = serde_json::to_value(&r.status).unwrap();
+        assert!(json.get("desired").is_none(), "{json}");
+        // A required ConfigMap is missing: its entries are unknown.
+        let missing = [Problem::Source(SourceProblem::NotFound("fw".into()))];
+        let r = run(&s, &missing, Some(&d), &[outcome("vs", tally(3, 3, 0))]);
+        assert_eq!(r.status.desired, None);
+        // Parsed, even with the device unreachable: known.
+        let r = run(&s, &[], Some(&d), &[unreachable("vs")]);
+        assert_eq!(r.status.desired, Some(3));
+        // An Exclusive set that clears its table desires 0, and says so.
+        let empty = run(&s, &[], Some(&d), &[outcome("vs", tally(0, 0, 0))]);
+        assert_eq!(empty.status.desired, Some(0));
     }
 
     #[test]
@@ -633,7 +758,7 @@ mod tests {
         // The devices took every valid entry: Synced stays True.
         assert_eq!(state(&r, SYNCED), is(True, "Synced"));
         assert_eq!(state(&r, READY), is(False, "InvalidEntries"));
-        assert_eq!((r.status.desired, r.status.failed), (6, 4));
+        assert_eq!((r.status.desired, r.status.failed), (Some(6), 4));
         assert_eq!(r.status.errors.len(), 2);
         assert!(r.events.iter().all(|e| e.reason == "Synced"));
     }
@@ -687,7 +812,7 @@ mod tests {
         assert_message_starts(&r, SYNCED, "Switch sw: device 1 at h:1 is unreachable");
         assert_eq!(state(&r, VALID), is(True, "Valid"));
         assert_eq!(state(&r, READY), is(False, "DeviceUnavailable"));
-        assert_eq!((r.status.desired, r.status.applied), (3, 0));
+        assert_eq!((r.status.desired, r.status.applied), (Some(3), 0));
         assert_eq!(r.action, Action::requeue(RETRY));
     }
 

@@ -225,6 +225,7 @@ async fn push(
                 // A first load is not a swap.
                 swap: l.loaded.filter(|l| l.from_digest.is_some()).map(|l| Swap {
                     from_digest: l.from_digest,
+                    strategy: l.strategy,
                     device: l.device,
                     at: now_rfc3339(),
                 }),

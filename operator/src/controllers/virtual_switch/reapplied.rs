@@ -57,7 +57,7 @@ pub fn expected(sets: &[TableEntrySet], vs: &str, p4info: &P4Info, at: &str) -> 
             // have been refused (applied 0, failed 5) and is retried.
             _ if !ready(&st) => return None,
             Some(t) if since => total += t.applied,
-            Some(t) if st.desired == 0 && t.applied == 0 => {}
+            Some(t) if st.desired == Some(0) && t.applied == 0 => {}
             _ => return None,
         }
     }
@@ -122,7 +122,7 @@ mod tests {
         .unwrap();
         let mut s = TableEntrySet::new(table, spec);
         s.status = Some(TableEntrySetStatus {
-            desired,
+            desired: Some(desired),
             last_sync_time: synced.map(Into::into),
             targets: applied
                 .map(|applied| TargetStatus {

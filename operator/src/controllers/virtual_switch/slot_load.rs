@@ -67,6 +67,9 @@ pub struct SlotLoad {
 pub struct Loaded {
     /// The program it replaced (a swap), if the slot ran another one.
     pub from_digest: Option<String>,
+    /// How the old program went: `Recreate` only when the slot was
+    /// unloaded first (it ran a program and the spec asked for it).
+    pub strategy: UpdateStrategyType,
     /// The slot's time in Loading, as the device measured it.
     pub device: Duration,
     /// Everything: upload, load, isolation, port map, read-back.
@@ -130,10 +133,12 @@ pub async fn load(
             .filter(|b| !b.is_empty())
             .ok_or_else(|| SlotLoadError::MissingBitstream(program.name.clone()))?;
         let from = (before.phase() == pb::SlotPhase::Loaded).then(|| before.program_digest.clone());
+        let mut strategy = UpdateStrategyType::HotSwap;
         if spec.update_strategy.type_ == UpdateStrategyType::Recreate && from.is_some() {
-            // Recreate: the slot is emptied first (its isolation and
-            // port map too), then loaded as new.
+            // Recreate: this slot (never the board) is emptied first, its
+            // isolation and port map too, then loaded as new.
             client.unload_slot(slot).await?;
+            strategy = UpdateStrategyType::Recreate;
         }
         let header = pb::LoadSlotHeader {
             slot,
@@ -145,6 +150,7 @@ pub async fn load(
         let r = client.load_slot(header, bitstream).await?;
         loaded = Some(Loaded {
             from_digest: from,
+            strategy,
             device: r
                 .load_duration
                 .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use p4fleet_crds::condition_types::{PIPELINE_LOADED, READY, SCHEDULED};
-use p4fleet_crds::{Condition, LastSwap, VirtualSwitch, VirtualSwitchStatus};
+use p4fleet_crds::{Condition, LastSwap, UpdateStrategyType, VirtualSwitch, VirtualSwitchStatus};
 
 use super::pipeline::{LoadError, NotReady};
 use super::placement::PlacementError;
@@ -45,6 +45,9 @@ pub enum Pipeline {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Swap {
     pub from_digest: Option<String>,
+    /// What was done to the slot (not what the spec asked of a slot that
+    /// was empty).
+    pub strategy: UpdateStrategyType,
     pub device: Duration,
     pub at: String,
 }
@@ -114,7 +117,7 @@ pub fn report(vs: &VirtualSwitch, outcome: &Outcome, resync: Duration) -> Report
                             at: sw.at.clone(),
                             from_digest: sw.from_digest.clone(),
                             to_digest: digest.clone(),
-                            strategy: vs.spec.update_strategy.type_,
+                            strategy: sw.strategy,
                             duration_millis: sw.device.as_millis() as u64,
                             entries_reapplied: None,
                         });
@@ -122,8 +125,19 @@ pub fn report(vs: &VirtualSwitch, outcome: &Outcome, resync: Duration) -> Report
                     if let Some(took) = pushed {
                         let ms = took.as_millis() as u64;
                         st.last_swap_millis = Some(ms);
+                        // A swap says what happened to the slot, and that
+                        // it was this slot alone.
+                        let how = match swap.as_ref().map(|s| s.strategy) {
+                            None => "",
+                            Some(UpdateStrategyType::HotSwap) => {
+                                " (HotSwap: loaded over the old program; other slots untouched)"
+                            }
+                            Some(UpdateStrategyType::Recreate) => {
+                                " (Recreate: slot unloaded, then loaded, isolation and port map set again; other slots untouched)"
+                            }
+                        };
                         let note = format!(
-                            "loaded {program} ({short}) on {switch} slot {slot} in {ms} ms"
+                            "loaded {program} ({short}) on {switch} slot {slot} in {ms} ms{how}"
                         );
                         event = Some(EventNote::normal("PipelineLoaded", "SetPipeline", note));
                     }
@@ -201,6 +215,7 @@ mod tests {
                 pushed,
                 swap: Some(Swap {
                     from_digest: Some("old".into()),
+                    strategy: UpdateStrategyType::Recreate,
                     device: Duration::from_millis(30),
                     at: "2026-11-22T21:00:00Z".into(),
                 }),
@@ -218,6 +233,8 @@ mod tests {
             (Some("old"), DIGEST)
         );
         assert_eq!(swap.duration_millis, 30);
+        // The strategy done, not the spec's (HotSwap here).
+        assert_eq!(swap.strategy, UpdateStrategyType::Recreate);
         assert_eq!(st.observed_generation, Some(2));
         assert!(
             st.conditions.iter().all(|c| c.is_true()),
@@ -226,7 +243,10 @@ mod tests {
         );
         let ev = r.event.unwrap();
         assert_eq!(ev.reason, "PipelineLoaded");
-        assert_eq!(ev.note, "loaded fw (0123456789ab) on sw slot 1 in 42 ms");
+        assert_eq!(
+            ev.note,
+            "loaded fw (0123456789ab) on sw slot 1 in 42 ms (Recreate: slot unloaded, then loaded, isolation and port map set again; other slots untouched)"
+        );
         assert_eq!(r.requeue, RESYNC);
 
         // Already running: no push, no Event, the last swap time stays.
