@@ -42,6 +42,8 @@ use crate::raw::{self, BFRT_WRITE};
 use crate::session::{self, Sessions};
 use crate::{Capabilities, Error, Refusal, Target, UpdateFailure, WriteOptions, WriteReport};
 
+mod default_action;
+
 const SUBSCRIBE_WAIT: Duration = Duration::from_secs(10);
 
 /// A P4Program's Tofino artifacts.

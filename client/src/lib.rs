@@ -53,7 +53,7 @@ pub use p4fleet_model as model;
 pub use p4fleet_model::entries::{Atomicity, WriteOp};
 /// The P4Runtime, BFRT and P4Info messages (p4fleet-proto).
 pub use p4fleet_proto as proto;
-pub use p4runtime::P4RuntimeDevice;
+pub use p4runtime::{P4RuntimeDevice, PushMode};
 pub use tls::{TlsFailure, TlsFile, TlsMaterialError, classify as classify_tls_error, tls_failure};
 pub use unreachable::{ConnectCause, ResolveError};
 
@@ -371,6 +371,24 @@ impl Device {
         }
     }
 
+    /// Like [`Device::set_pipeline`], keeping the state of unchanged tables
+    /// where the target takes RECONCILE_AND_COMMIT (probed, and remembered
+    /// per device id when refused); None when nothing was pushed.
+    pub async fn push_pipeline(
+        &self,
+        slot: u32,
+        p4info: &P4Info,
+        device_config: Vec<u8>,
+        cookie: u64,
+    ) -> Result<Option<PushMode>, Error> {
+        match self {
+            Device::P4Runtime(d) => d.push_pipeline(slot, p4info, device_config, cookie).await,
+            Device::Bfrt(_) => Err(Error::Unsupported(
+                "a P4Runtime device config on a BFRT device (use the Tofino artifacts)",
+            )),
+        }
+    }
+
     /// Loads Tofino artifacts into `slot` of a BFRT device unless it already
     /// runs them (and binds); returns whether it was pushed.
     pub async fn set_tofino_pipeline(
@@ -384,6 +402,35 @@ impl Device {
             Device::P4Runtime(_) => {
                 Err(Error::Unsupported("Tofino artifacts on a P4Runtime device"))
             }
+        }
+    }
+
+    /// The default action of table `table_id` (P4Info id) in `slot`, in
+    /// P4Runtime form (BFRT: its default entry, translated).
+    pub async fn read_default_action(
+        &self,
+        slot: u32,
+        table_id: u32,
+    ) -> Result<Option<p4fleet_proto::p4runtime::TableAction>, Error> {
+        match self {
+            Device::P4Runtime(d) => d.read_default_action(slot, table_id).await,
+            Device::Bfrt(d) => d.read_default_action(slot, table_id).await,
+        }
+    }
+
+    /// Sets the default action of table `table_id` in `slot` (a MODIFY of
+    /// the default entry), or resets it to the program's initial default
+    /// when `action` is None (P4Runtime: a MODIFY without action; BFRT: a
+    /// RESET).
+    pub async fn write_default_action(
+        &self,
+        slot: u32,
+        table_id: u32,
+        action: Option<&p4fleet_model::entries::ActionCall>,
+    ) -> Result<(), Error> {
+        match self {
+            Device::P4Runtime(d) => d.write_default_action(slot, table_id, action).await,
+            Device::Bfrt(d) => d.write_default_action(slot, table_id, action).await,
         }
     }
 

@@ -27,6 +27,10 @@ use crate::raw::{self, P4RT_WRITE};
 use crate::session::{self, Sessions};
 use crate::{Capabilities, Error, Refusal, Target, WriteOptions, WriteReport};
 
+mod default_action;
+mod hitless;
+pub use hitless::PushMode;
+
 /// How long a request waits for this client to become primary.
 const PRIMARY_WAIT: Duration = Duration::from_secs(10);
 
@@ -114,6 +118,8 @@ pub struct P4RuntimeDevice {
     bulk: Box<BulkState>,
     /// Hears of every Write RPC ([`crate::Device::with_write_observer`]).
     pub(crate) observer: Option<WriteObserver>,
+    /// Device ids that refused RECONCILE_AND_COMMIT (`hitless`).
+    no_reconcile: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
 
 impl P4RuntimeDevice {
@@ -143,6 +149,7 @@ impl P4RuntimeDevice {
             raw,
             bulk,
             observer: None,
+            no_reconcile: Default::default(),
         })
     }
 

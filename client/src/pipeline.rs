@@ -67,6 +67,16 @@ pub(crate) fn decode_update_errors<E: UpdateError>(
     Some(out)
 }
 
+/// The status of a failed one-update Write: its update's own error (code
+/// and message) when the target sent one, else the request's status (the
+/// batch status is generic on many targets).
+pub(crate) fn single_update_status(status: tonic::Status, decode: Decode) -> tonic::Status {
+    match decode(&status, 1).and_then(|e| e.into_iter().next()) {
+        Some((_, code, message)) => tonic::Status::new(tonic::Code::from(code), message),
+        None => status,
+    }
+}
+
 /// How a request's failure status is read: its per-update errors, or None
 /// when it failed as a whole.
 pub(crate) type Decode = fn(&tonic::Status, usize) -> Option<UpdateErrors>;

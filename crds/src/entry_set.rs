@@ -34,8 +34,8 @@ use crate::common::{Condition, Selector, conditions_schema};
 #[schemars(extend("x-kubernetes-validations" = [
     {"rule": "has(self.virtualSwitchRef) != has(self.virtualSwitchSelector)",
      "message": "exactly one of virtualSwitchRef or virtualSwitchSelector must be set"},
-    {"rule": "(has(self.entries) && size(self.entries) > 0) || (has(self.entriesFrom) && size(self.entriesFrom) > 0) || (has(self.ownership) && self.ownership == 'Exclusive')",
-     "message": "entries or entriesFrom must be given (only an Exclusive set may be empty, to clear its table)"}
+    {"rule": "(has(self.entries) && size(self.entries) > 0) || (has(self.entriesFrom) && size(self.entriesFrom) > 0) || (has(self.ownership) && self.ownership == 'Exclusive') || has(self.defaultAction)",
+     "message": "entries, entriesFrom or defaultAction must be given (only an Exclusive set may be empty, to clear its table)"}
 ]))]
 pub struct TableEntrySetSpec {
     /// Name of the VirtualSwitch (same namespace) whose table this fills.
@@ -74,6 +74,34 @@ pub struct TableEntrySetSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 86400))]
     pub resync_seconds: Option<u32>,
+    /// The table's default action (what a miss does), set on every target
+    /// and kept in sync like the entries; removing it (or deleting the set)
+    /// resets the table to the program's initial default. One set per
+    /// table should give it. See docs/entities/default-action.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_action: Option<DefaultAction>,
+}
+
+/// A table's default action: an action of the table that is not
+/// `@tableonly` (`@defaultonly` ones are allowed here, and only here);
+/// a table with a const default action cannot have one set.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DefaultAction {
+    /// Action name, e.g. `MyIngress.drop` or `drop`.
+    #[schemars(length(min = 1, max = 255))]
+    pub action: String,
+    /// Action parameter name to value; integers may be written unquoted.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "int_or_string::map"
+    )]
+    #[schemars(extend(
+        "maxProperties" = 64,
+        "additionalProperties" = {"x-kubernetes-int-or-string": true, "maxLength": 256, "anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]}
+    ))]
+    pub params: BTreeMap<String, String>,
 }
 
 /// One table entry as people write it.
@@ -327,6 +355,10 @@ pub struct TableEntrySetStatus {
     /// Per-target breakdown.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub targets: Vec<TargetStatus>,
+    /// The default action every target confirmed on read-back, e.g.
+    /// `drop()` or `forward(port=3)` (absent: this set sets none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_action: Option<String>,
 }
 
 /// One entry that failed.

@@ -160,7 +160,32 @@ pub struct LastSwap {
     pub strategy: UpdateStrategyType,
     /// How long the device took to load it, in milliseconds.
     pub duration_millis: u64,
-    /// Table entries re-applied to the new program, when known.
+    /// Table entries re-applied to the new program, when known (entries
+    /// the device kept are not counted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entries_reapplied: Option<u64>,
+    /// P4Runtime targets: whether the device kept the entries of the
+    /// tables the new program did not change (Reconciled) or cleared every
+    /// table (Replaced). See docs/entities/hitless-updates.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ProgramUpdateMode>,
+    /// Entries the device kept through the change (read back right after it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries_kept: Option<u64>,
+    /// Tables whose entries the device kept (P4Info names).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tables_kept: Vec<String>,
+    /// Why the change was not reconciled, when the target refused
+    /// RECONCILE_AND_COMMIT (its answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_reason: Option<String>,
+}
+
+/// How a program change treated the device's table entries.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ProgramUpdateMode {
+    /// RECONCILE_AND_COMMIT: entries of unchanged tables stayed.
+    Reconciled,
+    /// VERIFY_AND_COMMIT: every table was cleared and re-applied.
+    Replaced,
 }

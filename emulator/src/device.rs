@@ -62,6 +62,17 @@ impl Device {
         self
     }
 
+    /// The device with RECONCILE_AND_COMMIT taken (`on`) or answered
+    /// UNIMPLEMENTED.
+    pub fn with_reconcile(self, on: bool) -> Device {
+        self.p4runtime
+            .pipeline
+            .lock()
+            .expect("pipeline lock")
+            .reconcile_disabled = !on;
+        self
+    }
+
     /// Why a Write or Read finds no pipeline.
     pub fn no_pipeline(&self) -> Status {
         match &self.fpga_slot {

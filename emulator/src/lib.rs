@@ -55,6 +55,7 @@ use std::sync::Arc;
 pub use dpdk::{DEFAULT_RATE_PPS, DeviceConfigError, DpdkConfig};
 pub use p4runtime::arbitration::ArbitrationMode;
 pub use p4runtime::bulk::{BULK_VERSION, BulkService};
+pub use p4runtime::reconcile::Reconciled;
 pub use p4runtime::schema::SchemaError;
 pub use p4runtime::service::{
     P4RUNTIME_API_VERSION, P4RuntimeGrpc, P4RuntimeService, write_error_details,
@@ -135,6 +136,10 @@ pub struct EmulatorConfig {
     pub arbitration: ArbitrationMode,
     /// TLS on the P4Runtime and BFRT ports; `None` = plaintext.
     pub tls: Option<ServerTls>,
+    /// Whether SetForwardingPipelineConfig takes RECONCILE_AND_COMMIT
+    /// (keeping the state of unchanged tables); off, it is UNIMPLEMENTED,
+    /// as on targets without it.
+    pub reconcile: bool,
 }
 
 impl Default for EmulatorConfig {
@@ -151,6 +156,7 @@ impl Default for EmulatorConfig {
             dpdk: None,
             fpga: None,
             arbitration: ArbitrationMode::default(),
+            reconcile: true,
             tls: None,
         }
     }
@@ -180,7 +186,8 @@ impl Emulator {
                 .iter()
                 .map(|id| device(*id))
                 .chain(slots)
-                .map(|d| d.with_arbitration(config.arbitration)),
+                .map(|d| d.with_arbitration(config.arbitration))
+                .map(|d| d.with_reconcile(config.reconcile)),
             config.read_chunk_size,
             config.profile,
         ));

@@ -65,6 +65,10 @@ struct Args {
     /// Require client certificates signed by this CA (PEM): mutual TLS.
     #[arg(long, requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
+    /// Answer RECONCILE_AND_COMMIT with UNIMPLEMENTED, like a target
+    /// without it (to test a client's fallback to VERIFY_AND_COMMIT).
+    #[arg(long)]
+    no_reconcile: bool,
     #[command(flatten)]
     fpga: FpgaArgs,
     #[command(subcommand)]
@@ -190,6 +194,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         fpga,
         arbitration: args.arbitration,
         tls,
+        reconcile: !args.no_reconcile,
         ..Default::default()
     };
     // Listen for SIGTERM before announcing the addresses: a supervisor (or a

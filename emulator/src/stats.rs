@@ -62,6 +62,14 @@ pub struct DeviceStats {
     /// `tables` under their bfrt.json names).
     #[serde(default)]
     pub bfrt_programs: Vec<String>,
+    /// P4Runtime entries inserted per table (by P4Info name) since the
+    /// table was created: a table kept by RECONCILE_AND_COMMIT keeps its
+    /// count, so an update that re-inserted nothing leaves it as it was.
+    #[serde(default)]
+    pub table_inserts: std::collections::BTreeMap<String, u64>,
+    /// What the last RECONCILE_AND_COMMIT kept and dropped.
+    #[serde(default)]
+    pub last_reconcile: Option<crate::Reconciled>,
 }
 
 impl Device {
@@ -97,8 +105,10 @@ impl Device {
             for t in p.table_views() {
                 s.entries += t.len() as u64;
                 s.tables.insert(t.info.id.to_string(), t.len() as u64);
+                s.table_inserts.insert(t.info.name.clone(), t.inserts());
             }
         }
+        s.last_reconcile = state.last_reconcile.clone();
         drop(state);
         let bf = self.bfrt.lock().expect("bfrt lock");
         s.bfrt_programs = bf.programs.keys().cloned().collect();

@@ -8,6 +8,7 @@ mod device;
 pub(crate) mod entry;
 pub(crate) mod pipeline;
 mod pipeline_config;
+pub(crate) mod reconcile;
 pub(crate) mod schema;
 pub(crate) mod service;
 pub(crate) mod wire;

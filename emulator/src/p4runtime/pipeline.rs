@@ -31,6 +31,10 @@ pub(crate) struct TableState {
     /// the default action change, so a data plane following the table
     /// (`crate::dpdk`) can poll it without the lock.
     version: Arc<AtomicU64>,
+    /// Entries inserted into this table since it was created (kept across
+    /// a RECONCILE_AND_COMMIT that keeps the table): what a hitless update
+    /// is measured by (stats `table_inserts`).
+    pub inserts: u64,
 }
 
 impl TableState {
@@ -86,6 +90,12 @@ impl<'a> TableView<'a> {
         self.state.default_action.as_ref()
     }
 
+    /// Entries inserted since the table was created (see
+    /// `TableState::inserts`).
+    pub fn inserts(&self) -> u64 {
+        self.state.inserts
+    }
+
     /// The table's change counter (see `TableState::touch`), to read
     /// without the lock.
     pub fn version_counter(&self) -> Arc<AtomicU64> {
@@ -118,6 +128,7 @@ impl Pipeline {
                         ),
                         default_action: t.initial_default.clone(),
                         version: Arc::default(),
+                        inserts: 0,
                     },
                 )
             })
@@ -297,6 +308,7 @@ impl Pipeline {
                             ));
                         }
                         v.insert(stored(scratch)?);
+                        state.inserts += 1;
                     }
                 }
             }
@@ -505,6 +517,87 @@ mod tests {
         seen.sort_unstable();
         assert_eq!(seen, [1, 2, 3]);
         assert_eq!(t.get(&[0; 14]), None);
+    }
+
+    /// The default entry: MODIFY only, @defaultonly allowed, @tableonly
+    /// and a const default refused, no action resets it.
+    #[test]
+    fn the_default_entry_follows_the_p4info_scopes_and_const_default() {
+        let info = p4fleet_proto::p4info::parse_text(
+            r#"
+tables { preamble { id: 1 name: "t" }
+  match_fields { id: 1 name: "a" bitwidth: 8 match_type: EXACT }
+  action_refs { id: 10 } action_refs { id: 11 scope: DEFAULT_ONLY }
+  action_refs { id: 12 scope: TABLE_ONLY } size: 4 }
+tables { preamble { id: 2 name: "c" }
+  match_fields { id: 1 name: "a" bitwidth: 8 match_type: EXACT }
+  action_refs { id: 10 } const_default_action_id: 10 size: 4 }
+actions { preamble { id: 10 name: "drop" } }
+actions { preamble { id: 11 name: "punt" } params { id: 1 name: "p" bitwidth: 9 } }
+actions { preamble { id: 12 name: "mirror" } }
+"#,
+        )
+        .unwrap();
+        let mut p = Pipeline::new(Schema::from_p4info(&info).unwrap(), Default::default());
+        let default = |ty: Type, table_id: u32, action: Option<(u32, Vec<u8>)>| {
+            p4::Update {
+                r#type: ty as i32,
+                entity: Some(p4::Entity {
+                    entity: Some(p4::entity::Entity::TableEntry(p4::TableEntry {
+                        table_id,
+                        is_default_action: true,
+                        action: action.map(|(action_id, v)| p4::TableAction {
+                            r#type: Some(p4::table_action::Type::Action(p4::Action {
+                                action_id,
+                                params: if v.is_empty() {
+                                    Vec::new()
+                                } else {
+                                    vec![p4::action::Param {
+                                        param_id: 1,
+                                        value: v,
+                                    }]
+                                },
+                            })),
+                        }),
+                        ..Default::default()
+                    })),
+                }),
+            }
+            .encode_to_vec()
+        };
+        let mut key = Vec::new();
+        let mut apply = |p: &mut Pipeline, u: Vec<u8>| {
+            let mut scratch = Scratch::default();
+            p.apply(&u, &mut key, &mut scratch).map_err(|e| e.code)
+        };
+        let punt = Some((11, vec![1, 0xfe]));
+        assert_eq!(
+            apply(&mut p, default(Type::Insert, 1, punt.clone())),
+            Err(Code::InvalidArgument)
+        );
+        assert_eq!(
+            apply(&mut p, default(Type::Modify, 1, punt)),
+            Ok(Type::Modify)
+        );
+        assert_eq!(p.table(1).unwrap().default_action().unwrap().action_id, 11);
+        assert_eq!(
+            apply(&mut p, default(Type::Modify, 1, Some((12, Vec::new())))),
+            Err(Code::InvalidArgument)
+        );
+        // No action: back to the initial default.
+        assert_eq!(
+            apply(&mut p, default(Type::Modify, 1, None)),
+            Ok(Type::Modify)
+        );
+        assert_eq!(p.table(1).unwrap().default_action().unwrap().action_id, 10);
+        assert_eq!(
+            apply(&mut p, default(Type::Modify, 2, Some((10, Vec::new())))),
+            Err(Code::PermissionDenied)
+        );
+        assert_eq!(
+            apply(&mut p, default(Type::Modify, 2, None)),
+            Err(Code::PermissionDenied)
+        );
     }
 
     #[test]

@@ -16,6 +16,11 @@ pub(crate) struct PipelineState {
     pub pipeline: Option<Pipeline>,
     /// Saved by VERIFY_AND_SAVE, realized by COMMIT.
     pub saved: Option<(Schema, p4::ForwardingPipelineConfig)>,
+    /// RECONCILE_AND_COMMIT is answered UNIMPLEMENTED (a target without
+    /// it, so that a client's fallback can be tested).
+    pub reconcile_disabled: bool,
+    /// What the last RECONCILE_AND_COMMIT kept and dropped.
+    pub last_reconcile: Option<super::reconcile::Reconciled>,
 }
 
 impl PipelineState {
@@ -62,48 +67,22 @@ impl PipelineState {
                 self.pipeline = Some(Pipeline::new(schema, config));
             }
             SetAction::ReconcileAndCommit => {
+                if self.reconcile_disabled {
+                    return Err(Status::unimplemented(
+                        "RECONCILE_AND_COMMIT is not supported by this target",
+                    ));
+                }
                 let (schema, config) = verify(config)?;
                 let mut next = Pipeline::new(schema, config);
-                if let Some(old) = self.pipeline.take() {
-                    if let Err(e) = reconcile(&old, &mut next) {
-                        self.pipeline = Some(old);
-                        return Err(e);
-                    }
-                    let mut old = old;
-                    for (id, state) in old.tables.drain() {
-                        if let Some(slot) = next.tables.get_mut(&id) {
-                            *slot = state;
-                        }
-                    }
-                }
+                let reconciled = match self.pipeline.take() {
+                    Some(old) => super::reconcile::carry_over(old, &mut next),
+                    None => super::reconcile::Reconciled::default(),
+                };
+                self.last_reconcile = Some(reconciled);
                 self.pipeline = Some(next);
                 self.saved = None;
             }
         }
         Ok(())
     }
-}
-
-/// Checks that every non-empty table of `old` survives unchanged in `next`.
-fn reconcile(old: &Pipeline, next: &mut Pipeline) -> Result<(), Status> {
-    for (id, state) in &old.tables {
-        let old_t = &old.schema.tables[id];
-        let modified = !state.entries.is_empty() || state.default_action != old_t.initial_default;
-        if !modified {
-            continue;
-        }
-        let same = next.schema.tables.get(id).is_some_and(|t| {
-            t == old_t
-                && t.actions
-                    .iter()
-                    .all(|(a, _)| old.schema.actions.get(a) == next.schema.actions.get(a))
-        });
-        if !same {
-            return Err(Status::invalid_argument(format!(
-                "cannot preserve the state of table {} under the new config",
-                old_t.name
-            )));
-        }
-    }
-    Ok(())
 }

@@ -26,6 +26,7 @@ use super::schema::{
     ActionSchema, ActionScope, FieldSchema, MatchKind, ParamSchema, TableSchema, name_matches,
 };
 
+mod default_entry;
 mod wire;
 pub use wire::{BfrtOp, BfrtWriteHeader, bfrt_write_request};
 

@@ -172,6 +172,12 @@ impl<'s> Builder<'s> {
         self.set_action(idx)
     }
 
+    /// Sets the action of the table's default entry: scope rules are the
+    /// caller's ([`super::default_action`]), which allows default-only ones.
+    pub(crate) fn set_default_action(&mut self, idx: usize) {
+        self.action = Some(idx);
+    }
+
     fn set_param(&mut self, idx: usize, text: &str) -> Result<(), EntryError> {
         let a = &self.schema.actions[self.action.expect("action set before params")];
         let p = &a.params[idx];
@@ -239,6 +245,20 @@ impl<'s> Builder<'s> {
             matches.sort_unstable_by_key(|m| m.field_id);
         }
         let priority = check_priority(schema, self.priority)?;
+        let action = self.finish_action()?;
+        Ok(Entry {
+            key: EntryKey {
+                table_id: schema.id,
+                matches,
+                priority,
+            },
+            action,
+        })
+    }
+
+    /// The action call of what was set: every parameter given.
+    pub(crate) fn finish_action(&mut self) -> Result<ActionCall, EntryError> {
+        let schema = self.schema;
         let aidx = self.action.ok_or(EntryError::MissingAction)?;
         let a = &schema.actions[aidx];
         let mut params = Vec::with_capacity(a.params.len());
@@ -259,16 +279,9 @@ impl<'s> Builder<'s> {
         if !params.is_sorted_by_key(|p| p.param_id) {
             params.sort_unstable_by_key(|p| p.param_id);
         }
-        Ok(Entry {
-            key: EntryKey {
-                table_id: schema.id,
-                matches,
-                priority,
-            },
-            action: ActionCall {
-                action_id: a.id,
-                params,
-            },
+        Ok(ActionCall {
+            action_id: a.id,
+            params,
         })
     }
 }

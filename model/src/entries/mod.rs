@@ -16,6 +16,7 @@
 pub mod bfrt;
 mod bytes;
 pub mod convert;
+mod default_action;
 mod entry;
 mod error;
 #[cfg(test)]
@@ -27,6 +28,9 @@ mod value;
 pub mod wire;
 
 pub use bytes::ByteStr;
+pub use default_action::{
+    DefaultActionError, const_default_action, format_action, parse_default_action,
+};
 pub use entry::{
     ActionCall, ActionParam, Entry, EntryKey, FieldMatch, MatchValue, ParseOptions, parse_inline,
     parse_inline_with, validate,

@@ -128,7 +128,10 @@ async fn remove_entries(
             count: refused.len(),
             first: f.message.clone(),
         }),
-        None => Ok(which.len()),
+        None => {
+            super::default_action::reset(set, &dev, t).await?;
+            Ok(which.len())
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use kube::ResourceExt;
 use p4fleet_crds::condition_types::PIPELINE_LOADED;
 use p4fleet_crds::{Switch, TableEntrySet, VirtualSwitch, find_condition};
-use p4fleet_model::entries::{EntryError, TableSchema};
+use p4fleet_model::entries::{EntryError, TableSchema, const_default_action};
 
 use super::memory::TargetKey;
 use crate::artifacts::{self, P4InfoError};
@@ -24,6 +24,9 @@ pub struct Target {
     pub switch: Switch,
     pub slot: u32,
     pub schema: TableSchema,
+    /// The table's const default action id (P4Info), if it has one: its
+    /// default action cannot be set.
+    pub const_default_action: Option<u32>,
 }
 
 impl Target {
@@ -209,7 +212,8 @@ impl<R: Reads> Lookup<'_, R> {
     async fn targets(&mut self) -> Result<Vec<Target>, kube::Error> {
         let table = &self.set.spec.table;
         // VirtualSwitches running the same program share one read of it.
-        let mut schemas: HashMap<String, Result<TableSchema, ProgramError>> = HashMap::new();
+        let mut schemas: HashMap<String, Result<(TableSchema, Option<u32>), ProgramError>> =
+            HashMap::new();
         let mut targets = Vec::new();
         for vs in self.virtual_switches().await? {
             let vs_name = vs.name_any();
@@ -233,11 +237,12 @@ impl<R: Reads> Lookup<'_, R> {
                 schemas.insert(program.clone(), schema);
             }
             match &schemas[&program] {
-                Ok(schema) => targets.push(Target {
+                Ok((schema, const_default_action)) => targets.push(Target {
                     virtual_switch: vs_name,
                     switch,
                     slot,
                     schema: schema.clone(),
+                    const_default_action: *const_default_action,
                 }),
                 Err(
                     error @ ProgramError::Table {
@@ -293,12 +298,13 @@ impl<R: Reads> Lookup<'_, R> {
         Ok(false)
     }
 
-    /// The schema of `table` in program `program`.
+    /// The schema of `table` in program `program`, and its const default
+    /// action.
     async fn schema(
         &self,
         program: &str,
         table: &str,
-    ) -> Result<Result<TableSchema, ProgramError>, kube::Error> {
+    ) -> Result<Result<(TableSchema, Option<u32>), ProgramError>, kube::Error> {
         let Some(p) = self.reads.program(self.ns, program).await? else {
             return Ok(Err(ProgramError::NotFound(program.to_string())));
         };
@@ -309,12 +315,15 @@ impl<R: Reads> Lookup<'_, R> {
                 return Ok(Err(ProgramError::P4Info { program, error }));
             }
         };
-        Ok(
-            TableSchema::from_p4info(&info, table).map_err(|error| ProgramError::Table {
+        Ok(TableSchema::from_p4info(&info, table)
+            .map(|s| {
+                let const_default = const_default_action(&info, s.id);
+                (s, const_default)
+            })
+            .map_err(|error| ProgramError::Table {
                 program: program.to_string(),
                 error,
-            }),
-        )
+            }))
     }
 }
 

@@ -26,6 +26,7 @@
 
 pub mod apply;
 pub mod cleanup;
+pub mod default_action;
 pub mod dereference;
 pub mod desired;
 pub mod memory;
@@ -171,7 +172,8 @@ async fn sync(
     let writes = writes.map(|(switch, p)| (switch, write_planned(ctx, p)));
     let outcomes = ctx.permits.each(parallel, writes).await;
     let set = written.as_ref().unwrap_or(set);
-    let report = status::report(&status::Input {
+    let defaults = sync_default_actions(ctx, set, &refs.targets).await;
+    let mut report = status::report(&status::Input {
         set,
         problems: &refs.problems,
         parse: desired.first(),
@@ -179,6 +181,7 @@ async fn sync(
         default_resync: ctx.config.resync,
         now: &now_rfc3339(),
     });
+    default_action::fold(&mut report, set, &defaults);
     let mut new = report.status;
     update_status_noting(ctx, api, set, &mut new, &report.events).await?;
     ctx.metrics
@@ -188,6 +191,22 @@ async fn sync(
         ctx.events.publish(set, ev).await;
     }
     Ok(report.action)
+}
+
+/// Each target's default entry (`spec.defaultAction`), one target after
+/// the other: one small read (and at most a write and a read) each.
+async fn sync_default_actions(
+    ctx: &Context,
+    set: &TableEntrySet,
+    targets: &[dereference::Target],
+) -> Vec<(String, default_action::Outcome)> {
+    let mut out = Vec::with_capacity(targets.len());
+    for t in targets {
+        let plan = default_action::plan(set, t);
+        let outcome = default_action::sync_target(ctx, t, plan).await;
+        out.push((t.virtual_switch.clone(), outcome));
+    }
+    out
 }
 
 /// Writes a planned target; one that could not be planned is its outcome.

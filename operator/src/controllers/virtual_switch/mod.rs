@@ -15,6 +15,7 @@
 //! the claim released.
 
 pub mod claims;
+pub mod hitless;
 pub mod pipeline;
 pub mod placement;
 pub mod reapplied;
@@ -136,12 +137,13 @@ async fn apply(
         && swap.to_digest == program.digest
         && reapplied::waiting(Some(swap), chrono::Utc::now())
     {
-        let counted = reapplied::count(ctx, obj, sw, *slot, &program.p4info, &swap.at).await?;
+        let (info, kept) = (&program.p4info, &swap.tables_kept);
+        let counted = reapplied::count(ctx, obj, sw, *slot, info, &swap.at, kept).await?;
         match counted {
             Some(n) => new
                 .last_swap
                 .iter_mut()
-                .for_each(|s| s.entries_reapplied = Some(n)),
+                .for_each(|s| s.entries_reapplied = Some(hitless::reapplied(s, n))),
             None => requeue = requeue.min(reapplied::POLL),
         }
     }
@@ -228,6 +230,7 @@ async fn push(
                     strategy: l.strategy,
                     device: l.device,
                     at: now_rfc3339(),
+                    update: None,
                 }),
             },
             Err(e) => Pipeline::Failed(e.into()),
@@ -236,8 +239,18 @@ async fn push(
     match pipeline::load(ctx, sw, slot, program).await {
         Ok(pushed) => Pipeline::Loaded {
             digest: program.digest.clone(),
-            pushed,
-            swap: None,
+            pushed: pushed.as_ref().map(|p| p.took),
+            // A P4Runtime program change (not a first load) is a swap too:
+            // its status says what the device kept.
+            swap: pushed.and_then(|p| {
+                let update = p.update?;
+                Some(Swap {
+                    from_digest: obj.status.as_ref().and_then(|s| s.loaded_digest.clone()),
+                    device: p.took,
+                    at: now_rfc3339(),
+                    update: Some(update),
+                })
+            }),
         },
         Err(e) => Pipeline::Failed(e),
     }

@@ -296,22 +296,33 @@ impl LoadError {
     }
 }
 
+/// A push the device confirmed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pushed {
+    pub took: Duration,
+    /// P4Runtime: how the device treated the entries it held, and how many
+    /// it kept (read back before anything was written again).
+    pub update: Option<super::hitless::Update>,
+}
+
 /// Loads `program` into `slot` of `sw` the way its protocol wants.
-/// Returns how long the push took, or None when the device already ran
-/// it (nothing was pushed).
+/// Returns how long the push took (and, on P4Runtime, whether the device
+/// kept unchanged tables), or None when the device already ran it
+/// (nothing was pushed).
 pub async fn load(
     ctx: &Context,
     sw: &Switch,
     slot: u32,
     program: &ReadyProgram,
-) -> Result<Option<Duration>, LoadError> {
+) -> Result<Option<Pushed>, LoadError> {
     let started = Instant::now();
     let dev = ctx.devices.connect(sw)?;
     let info = &program.p4info;
-    let pushed = match sw.spec.effective_protocol() {
+    let (pushed, took, update) = match sw.spec.effective_protocol() {
         SwitchProtocol::Bfrt => {
             let pipeline = tofino_pipeline(&program.name, &sw.name_any(), &program.resolved)?;
-            dev.set_tofino_pipeline(slot, info, &pipeline).await?
+            let pushed = dev.set_tofino_pipeline(slot, info, &pipeline).await?;
+            (pushed, started.elapsed(), None)
         }
         SwitchProtocol::P4Runtime => {
             let config = device_config(
@@ -321,7 +332,17 @@ pub async fn load(
                 &program.resolved,
             )?;
             let cookie = artifacts::cookie(&program.digest);
-            dev.set_pipeline(slot, info, config, cookie).await?
+            match dev.push_pipeline(slot, info, config, cookie).await? {
+                None => (false, started.elapsed(), None),
+                Some(mode) => {
+                    let took = started.elapsed();
+                    (
+                        true,
+                        took,
+                        super::hitless::update(&dev, slot, info, mode).await,
+                    )
+                }
+            }
         }
     };
     // From now on a lost or restarted device is seen at once.
@@ -337,7 +358,7 @@ pub async fn load(
             switch: sw.name_any(),
         })
         .inc();
-    Ok(Some(started.elapsed()))
+    Ok(Some(Pushed { took, update }))
 }
 
 #[cfg(test)]

@@ -40,13 +40,34 @@ pub fn waiting(swap: Option<&LastSwap>, now: DateTime<Utc>) -> bool {
 /// missing), whatever its `desired` says; a set that is not Ready (its
 /// sync was refused, or it reports TableNotInProgram) is waited for. Pure.
 pub fn expected(sets: &[TableEntrySet], vs: &str, p4info: &P4Info, at: &str) -> Option<u64> {
+    expected_with_kept(sets, vs, p4info, at, &[])
+}
+
+/// [`expected`] after a swap that kept the entries of the tables named in
+/// `kept` (`lastSwap.tablesKept`, full P4Info names): a Ready set of such
+/// a table needs no sync since the swap (it has nothing to write), so its
+/// applied entries count as they are. Pure.
+pub fn expected_with_kept(
+    sets: &[TableEntrySet],
+    vs: &str,
+    p4info: &P4Info,
+    at: &str,
+    kept: &[String],
+) -> Option<u64> {
     let at = DateTime::parse_from_rfc3339(at).ok()?;
     let mut total = 0;
     for set in sets {
-        if TableSchema::from_p4info(p4info, &set.spec.table).is_err() {
+        let Ok(schema) = TableSchema::from_p4info(p4info, &set.spec.table) else {
+            continue;
+        };
+        let st = set.status.clone().unwrap_or_default();
+        if kept.contains(&schema.name)
+            && ready(&st)
+            && let Some(t) = st.targets.iter().find(|t| t.virtual_switch == vs)
+        {
+            total += t.applied;
             continue;
         }
-        let st = set.status.clone().unwrap_or_default();
         let since = st
             .last_sync_time
             .as_deref()
@@ -79,6 +100,7 @@ pub async fn count(
     slot: u32,
     p4info: &P4Info,
     at: &str,
+    kept: &[String],
 ) -> Result<Option<u64>, kube::Error> {
     let ns = vs.namespace().unwrap_or_default();
     let sets: Vec<TableEntrySet> = ctx
@@ -90,7 +112,7 @@ pub async fn count(
         .filter(|s| s.namespace().as_deref() == Some(ns.as_str()) && entry_set::fills(s, vs))
         .map(|s| TableEntrySet::clone(&s))
         .collect();
-    let Some(expected) = expected(&sets, &vs.name_any(), p4info, at) else {
+    let Some(expected) = expected_with_kept(&sets, &vs.name_any(), p4info, at, kept) else {
         return Ok(None);
     };
     let held = match ctx.devices.connect(sw) {
@@ -157,7 +179,23 @@ mod tests {
         let stale = set("acl", 2, Some("2026-11-23T00:00:09Z"), Some(2));
         assert_eq!(expected(&[lpm.clone(), stale], "b", &p4info, AT), None);
         let elsewhere = set("acl", 2, Some("2026-11-23T00:00:12Z"), None);
-        assert_eq!(expected(&[lpm, elsewhere], "b", &p4info, AT), None);
+        assert_eq!(expected(&[lpm.clone(), elsewhere], "b", &p4info, AT), None);
+        // After a reconcile that kept acl's entries, its Ready set counts
+        // without a sync since the swap (it had nothing to write).
+        let kept = ["MyIngress.acl".to_string()];
+        let stale = set("acl", 2, Some("2026-11-23T00:00:09Z"), Some(2));
+        let both = [lpm.clone(), stale];
+        assert_eq!(expected_with_kept(&both, "b", &p4info, AT, &kept), Some(5));
+        let lpm_stale = set(
+            "MyIngress.ipv4_lpm",
+            3,
+            Some("2026-11-23T00:00:09Z"),
+            Some(3),
+        );
+        assert_eq!(
+            expected_with_kept(&[lpm_stale], "b", &p4info, AT, &kept),
+            None
+        );
         assert_eq!(expected(&[], "b", &p4info, AT), Some(0));
         // Not synced on "b" yet (its table was not in the old program):
         // its desired 0 is stale, not "wants nothing".

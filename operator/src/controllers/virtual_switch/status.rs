@@ -50,6 +50,8 @@ pub struct Swap {
     pub strategy: UpdateStrategyType,
     pub device: Duration,
     pub at: String,
+    /// P4Runtime: what the change did to the device's entries.
+    pub update: Option<super::hitless::Update>,
 }
 
 /// The status to write, the Event to publish after it, when to come back.
@@ -112,15 +114,21 @@ pub fn report(vs: &VirtualSwitch, outcome: &Outcome, resync: Duration) -> Report
                     swap,
                 } => {
                     let short = artifacts::short_digest(digest);
+                    let mut fallback = None;
                     if let Some(sw) = swap {
-                        st.last_swap = Some(LastSwap {
+                        let mut last = LastSwap {
                             at: sw.at.clone(),
                             from_digest: sw.from_digest.clone(),
                             to_digest: digest.clone(),
                             strategy: sw.strategy,
                             duration_millis: sw.device.as_millis() as u64,
-                            entries_reapplied: None,
-                        });
+                            ..Default::default()
+                        };
+                        if let Some(u) = &sw.update {
+                            super::hitless::record(&mut last, u);
+                            fallback = super::hitless::fallback_note(u, program);
+                        }
+                        st.last_swap = Some(last);
                     }
                     if let Some(took) = pushed {
                         let ms = took.as_millis() as u64;
@@ -139,7 +147,16 @@ pub fn report(vs: &VirtualSwitch, outcome: &Outcome, resync: Duration) -> Report
                         let note = format!(
                             "loaded {program} ({short}) on {switch} slot {slot} in {ms} ms{how}"
                         );
-                        event = Some(EventNote::normal("PipelineLoaded", "SetPipeline", note));
+                        event = Some(match fallback {
+                            // The target could not keep unchanged tables:
+                            // every entry is written again.
+                            Some(why) => EventNote::warning(
+                                "ReconcileUnsupported",
+                                "SetPipeline",
+                                format!("{note}; {why}"),
+                            ),
+                            None => EventNote::normal("PipelineLoaded", "SetPipeline", note),
+                        });
                     }
                     st.loaded_short_digest = Some(short);
                     st.loaded_digest = Some(digest.clone());
@@ -218,6 +235,7 @@ mod tests {
                     strategy: UpdateStrategyType::Recreate,
                     device: Duration::from_millis(30),
                     at: "2026-11-22T21:00:00Z".into(),
+                    update: None,
                 }),
             }),
             RESYNC,

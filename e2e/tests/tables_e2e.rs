@@ -1,0 +1,594 @@
+//! Tables and pipeline, end to end (real kube-apiserver + etcd, emulators
+//! and the operator as child processes), with the hitless example program
+//! (examples/hitless/: tables acl, nexthop, fixed):
+//!
+//! - `defaultAction`: set, read back from the device, changed, removed
+//!   (reset to the initial default), reset when the set is deleted; bad
+//!   input: a `@tableonly` action, a table with a const default action, an
+//!   entry with a `@defaultonly` action.
+//! - Hitless program updates: v1 → v2 changes only nexthop's size; on an
+//!   emulator with RECONCILE_AND_COMMIT acl's entries stay (0 re-inserts
+//!   counted at the emulator) and nexthop's are re-applied; on one
+//!   started with `--no-reconcile` the operator falls back, says so, and
+//!   everything is re-applied.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Event;
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use p4fleet_crds::{
+    ProgramUpdateMode, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
+};
+use p4fleet_e2e::processes::{
+    build_binaries, once_per_binary, operator_http_addr, spawn_emulator, spawn_operator,
+};
+use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
+use p4fleet_proto::p4runtime::{self as p4, p4_runtime_client::P4RuntimeClient};
+use serde_json::{Value, json};
+
+const ACL: u32 = 33554433;
+const FORWARD: u32 = 16777217;
+const DROP: u32 = 16777218;
+const PUNT: u32 = 16777219;
+
+struct Env {
+    /// Takes RECONCILE_AND_COMMIT.
+    reconciling: Emu,
+    /// Started with `--no-reconcile`.
+    plain: Emu,
+}
+
+#[derive(Clone, Copy)]
+struct Emu {
+    p4runtime: SocketAddr,
+    stats: SocketAddr,
+    /// BFRT (device 3 of the reconciling emulator is the Tofino test's).
+    bfrt: Option<SocketAddr>,
+}
+
+fn start(kubeconfig: PathBuf) -> Env {
+    let bin = build_binaries();
+    let a = spawn_emulator(
+        &bin,
+        &["--device-ids", "1,2,3", "--bfrt-addr", "127.0.0.1:0"],
+    );
+    let b = spawn_emulator(&bin, &["--device-ids", "1", "--no-reconcile"]);
+    let env = Env {
+        reconciling: Emu {
+            p4runtime: a.p4runtime,
+            stats: a.stats,
+            bfrt: a.bfrt,
+        },
+        plain: Emu {
+            p4runtime: b.p4runtime,
+            stats: b.stats,
+            bfrt: None,
+        },
+    };
+    let op = spawn_operator(
+        &bin,
+        &kubeconfig,
+        "operator-tables",
+        &["--resync-seconds", "30"],
+    );
+    operator_http_addr(&op.log, Duration::from_secs(60));
+    // Owned by the parked start thread (PDEATHSIG).
+    std::mem::forget((a, b, op));
+    env
+}
+
+async fn env() -> (&'static ControlPlane, &'static Env) {
+    static ENV: OnceLock<Env> = OnceLock::new();
+    let cp = ControlPlane::shared().await;
+    let kubeconfig = cp.kubeconfig_path().to_path_buf();
+    let env = once_per_binary(&ENV, move || start(kubeconfig)).await;
+    (cp, env)
+}
+
+fn p4info(version: &str) -> String {
+    std::fs::read_to_string(repo_root().join(format!("examples/hitless/{version}.p4info.txt")))
+        .unwrap()
+}
+
+/// The emulator's stats of `device`.
+fn stats(emu: Emu, device: u64) -> Value {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(emu.stats).unwrap();
+    write!(
+        s,
+        "GET /stats/{device} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        emu.stats
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    serde_json::from_str(resp.split_once("\r\n\r\n").unwrap().1).unwrap()
+}
+
+fn inserts(emu: Emu, device: u64, table: &str) -> u64 {
+    stats(emu, device)["table_inserts"][table]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+/// The default action of the acl table as the device reports it.
+async fn device_default(emu: Emu, device: u64, table_id: u32) -> Option<p4::Action> {
+    let mut c = P4RuntimeClient::connect(format!("http://{}", emu.p4runtime))
+        .await
+        .unwrap();
+    let req = p4::ReadRequest {
+        device_id: device,
+        entities: vec![p4::Entity {
+            entity: Some(p4::entity::Entity::TableEntry(p4::TableEntry {
+                table_id,
+                is_default_action: true,
+                ..Default::default()
+            })),
+        }],
+        ..Default::default()
+    };
+    let mut stream = c.read(req).await.unwrap().into_inner();
+    let mut found = None;
+    while let Some(r) = stream.message().await.unwrap() {
+        for e in r.entities {
+            if let Some(p4::entity::Entity::TableEntry(t)) = e.entity
+                && let Some(p4::table_action::Type::Action(a)) = t.action.and_then(|a| a.r#type)
+            {
+                found = Some(a);
+            }
+        }
+    }
+    found
+}
+
+/// A P4Program `hitless` (v1), a Switch on `device` of `emu` and a
+/// VirtualSwitch `vs` on its slot 0.
+async fn setup(client: &Client, ns: &str, emu: Emu, device: u64) {
+    let progs: Api<p4fleet_crds::P4Program> = Api::namespaced(client.clone(), ns);
+    create_json(
+        &progs,
+        json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
+            "metadata": {"name": "hitless"},
+            "spec": {"p4info": {"inline": p4info("v1")}}}),
+    )
+    .await;
+    let sws: Api<p4fleet_crds::Switch> = Api::all(client.clone());
+    create_json(
+        &sws,
+        json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
+            "metadata": {"name": format!("{ns}-sw")},
+            "spec": {"target": "Bmv2", "endpoint": emu.p4runtime.to_string(),
+                     "deviceId": device, "slots": 1}}),
+    )
+    .await;
+    let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns);
+    create_json(
+        &vss,
+        json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
+            "metadata": {"name": "vs"},
+            "spec": {"programRef": "hitless", "switchRef": format!("{ns}-sw"), "slot": 0}}),
+    )
+    .await;
+}
+
+async fn create_set(client: &Client, ns: &str, name: &str, spec: Value) -> Api<TableEntrySet> {
+    let api: Api<TableEntrySet> = Api::namespaced(client.clone(), ns);
+    create_json(
+        &api,
+        json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+            "metadata": {"name": name}, "spec": spec}),
+    )
+    .await;
+    api
+}
+
+fn dst_entries(first: u8, n: u8) -> Value {
+    (0..n)
+        .map(|i| {
+            json!({"match": {"hdr.ipv4.dstAddr": format!("10.0.0.{}", first + i)},
+                   "action": "forward", "params": {"port": 1 + i as u32}})
+        })
+        .collect()
+}
+
+async fn status_where(
+    api: &Api<TableEntrySet>,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&TableEntrySetStatus) -> bool,
+) -> TableEntrySetStatus {
+    wait_for(what, Duration::from_secs(60), || async {
+        let st = api
+            .get(name)
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        if pred(&st) {
+            Ok(st)
+        } else {
+            Err(format!("{st:?}"))
+        }
+    })
+    .await
+}
+
+fn ready(st: &TableEntrySetStatus) -> Option<(bool, String)> {
+    find_condition(&st.conditions, "Ready").map(|c| (c.is_true(), c.reason.clone()))
+}
+
+async fn event_reasons(client: &Client, ns: &str) -> Vec<(String, String)> {
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_action_is_set_read_back_changed_and_reset() {
+    let (cp, env) = env().await;
+    let emu = env.reconciling;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    setup(&client, &ns, emu, 1).await;
+    // The initial default: the first parameterless action that may be one.
+    wait_for("the pipeline", Duration::from_secs(60), || async {
+        match stats(emu, 1)["pipeline_set"].as_bool() {
+            Some(true) => Ok(()),
+            _ => Err("no pipeline yet".to_string()),
+        }
+    })
+    .await;
+    assert_eq!(device_default(emu, 1, ACL).await.unwrap().action_id, DROP);
+
+    // A @defaultonly action is allowed as the default.
+    let api = create_set(
+        &client,
+        &ns,
+        "acl",
+        json!({"virtualSwitchRef": "vs", "table": "acl", "entries": dst_entries(1, 2),
+               "defaultAction": {"action": "punt", "params": {"port": 510}}}),
+    )
+    .await;
+    let st = status_where(&api, "acl", "acl Ready with its default", |st| {
+        ready(st).is_some_and(|(ok, _)| ok) && st.default_action.is_some()
+    })
+    .await;
+    assert_eq!(st.default_action.as_deref(), Some("punt(port=510)"));
+    assert_eq!(st.applied, 2);
+    let a = device_default(emu, 1, ACL).await.unwrap();
+    assert_eq!(
+        (a.action_id, a.params[0].value.clone()),
+        (PUNT, vec![1, 0xfe])
+    );
+
+    // Changed: a MODIFY of the default entry.
+    let pp = PatchParams::default();
+    let change = json!({"spec": {"defaultAction": {"action": "forward", "params": {"port": 7}}}});
+    api.patch("acl", &pp, &Patch::Merge(&change)).await.unwrap();
+    status_where(&api, "acl", "the new default", |st| {
+        st.default_action.as_deref() == Some("forward(port=7)")
+    })
+    .await;
+    assert_eq!(
+        device_default(emu, 1, ACL).await.unwrap().action_id,
+        FORWARD
+    );
+
+    // Removed from the spec: back to the initial default; no condition left.
+    let remove = json!({"spec": {"defaultAction": null}});
+    api.patch("acl", &pp, &Patch::Merge(&remove)).await.unwrap();
+    let st = status_where(&api, "acl", "the default reset", |st| {
+        st.default_action.is_none() && find_condition(&st.conditions, "DefaultAction").is_none()
+    })
+    .await;
+    assert!(ready(&st).unwrap().0);
+    assert_eq!(device_default(emu, 1, ACL).await.unwrap().action_id, DROP);
+
+    // Set again, then the set deleted: reset with its entries.
+    api.patch("acl", &pp, &Patch::Merge(&change)).await.unwrap();
+    status_where(&api, "acl", "the default set again", |st| {
+        st.default_action.as_deref() == Some("forward(port=7)")
+    })
+    .await;
+    api.delete("acl", &DeleteParams::default()).await.unwrap();
+    wait_for("the set gone", Duration::from_secs(60), || async {
+        match api.get_opt("acl").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(_) => Err("still there".to_string()),
+        }
+    })
+    .await;
+    assert_eq!(device_default(emu, 1, ACL).await.unwrap().action_id, DROP);
+    assert_eq!(stats(emu, 1)["tables"][ACL.to_string()].as_u64(), Some(0));
+
+    // Bad input, each a condition and an Event naming set, field and table:
+    // a @tableonly action as the default, a const default, and an entry
+    // with a @defaultonly action.
+    let api = create_set(
+        &client,
+        &ns,
+        "mirror",
+        json!({"virtualSwitchRef": "vs", "table": "acl", "entries": dst_entries(1, 1),
+               "defaultAction": {"action": "mirror"}}),
+    )
+    .await;
+    let st = status_where(&api, "mirror", "TableOnlyAction", |st| {
+        ready(st).is_some_and(|(ok, r)| !ok && r == "TableOnlyAction")
+    })
+    .await;
+    let c = find_condition(&st.conditions, "DefaultAction").unwrap();
+    for part in [
+        "mirror",
+        "spec.defaultAction",
+        "MyIngress.acl",
+        "table-only",
+    ] {
+        assert!(c.message.contains(part), "{part}: {}", c.message);
+    }
+    // The valid entry is still written; the device's default is untouched.
+    assert_eq!(st.applied, 1);
+    assert_eq!(device_default(emu, 1, ACL).await.unwrap().action_id, DROP);
+
+    let api = create_set(
+        &client,
+        &ns,
+        "fixed",
+        json!({"virtualSwitchRef": "vs", "table": "fixed",
+               "defaultAction": {"action": "forward", "params": {"port": 1}}}),
+    )
+    .await;
+    let st = status_where(&api, "fixed", "ConstDefaultAction", |st| {
+        ready(st).is_some_and(|(ok, r)| !ok && r == "ConstDefaultAction")
+    })
+    .await;
+    let c = find_condition(&st.conditions, "DefaultAction").unwrap();
+    assert!(
+        c.message.contains("MyIngress.fixed") && c.message.contains("const"),
+        "{}",
+        c.message
+    );
+
+    let api = create_set(
+        &client,
+        &ns,
+        "punt-entry",
+        json!({"virtualSwitchRef": "vs", "table": "acl",
+               "entries": [{"match": {"hdr.ipv4.dstAddr": "10.0.0.9"}, "action": "punt",
+                            "params": {"port": 1}}]}),
+    )
+    .await;
+    let st = status_where(&api, "punt-entry", "InvalidEntries", |st| {
+        find_condition(&st.conditions, "Valid").is_some_and(|c| !c.is_true())
+    })
+    .await;
+    assert!(
+        st.errors.iter().any(|e| e.reason.contains("default-only")),
+        "{:?}",
+        st.errors
+    );
+    wait_for("the Events", Duration::from_secs(30), || async {
+        let evs = event_reasons(&client, &ns).await;
+        let has = |r: &str, part: &str| evs.iter().any(|(x, m)| x == r && m.contains(part));
+        if has("TableOnlyAction", "spec.defaultAction")
+            && has("ConstDefaultAction", "MyIngress.fixed")
+            && has("DefaultActionSet", "table acl on VirtualSwitch vs")
+        {
+            Ok(())
+        } else {
+            Err(format!("{evs:?}"))
+        }
+    })
+    .await;
+}
+
+/// What a program update did, seen by the operator and the emulator.
+struct Updated {
+    /// The VirtualSwitch's last swap, once its re-applied count is in.
+    swap: p4fleet_crds::LastSwap,
+    /// Inserts the device took during the update and the re-sync.
+    device_inserts: u64,
+    /// Inserts counted by acl's table since it was created, before and
+    /// after (a table the update kept keeps its count).
+    acl_before: u64,
+    acl_after: u64,
+}
+
+/// v1 with entries in acl and nexthop, then v2 (nexthop's size changed).
+async fn update_program(client: &Client, ns: &str, emu: Emu, device: u64) -> Updated {
+    setup(client, ns, emu, device).await;
+    let acl = create_set(
+        client,
+        ns,
+        "acl",
+        json!({"virtualSwitchRef": "vs", "table": "acl", "entries": dst_entries(1, 3)}),
+    )
+    .await;
+    let nexthop = create_set(
+        client,
+        ns,
+        "nexthop",
+        json!({"virtualSwitchRef": "vs", "table": "nexthop", "entries": dst_entries(20, 2)}),
+    )
+    .await;
+    for (api, name) in [(&acl, "acl"), (&nexthop, "nexthop")] {
+        status_where(api, name, "Ready on v1", |st| {
+            ready(st).is_some_and(|(ok, _)| ok)
+        })
+        .await;
+    }
+    let acl_before = inserts(emu, device, "MyIngress.acl");
+    assert_eq!(acl_before, 3);
+    assert_eq!(inserts(emu, device, "MyIngress.nexthop"), 2);
+    let device_before = stats(emu, device)["inserts"].as_u64().unwrap();
+
+    let progs: Api<p4fleet_crds::P4Program> = Api::namespaced(client.clone(), ns);
+    let v2 = json!({"spec": {"p4info": {"inline": p4info("v2")}}});
+    progs
+        .patch("hitless", &PatchParams::default(), &Patch::Merge(&v2))
+        .await
+        .unwrap();
+    let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns);
+    let swap = wait_for("the swap counted", Duration::from_secs(90), || async {
+        let vs = vss.get("vs").await.map_err(|e| e.to_string())?;
+        let swap = vs.status.and_then(|s| s.last_swap);
+        match &swap {
+            Some(s) if s.entries_reapplied.is_some() => Ok(s.clone()),
+            _ => Err(format!("{swap:?}")),
+        }
+    })
+    .await;
+    for (api, name) in [(&acl, "acl"), (&nexthop, "nexthop")] {
+        status_where(api, name, "Ready on v2", |st| {
+            ready(st).is_some_and(|(ok, _)| ok) && st.applied > 0
+        })
+        .await;
+    }
+    assert_eq!(inserts(emu, device, "MyIngress.nexthop"), 2);
+    Updated {
+        swap,
+        device_inserts: stats(emu, device)["inserts"].as_u64().unwrap() - device_before,
+        acl_before,
+        acl_after: inserts(emu, device, "MyIngress.acl"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_update_keeps_the_entries_of_unchanged_tables() {
+    let (cp, env) = env().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    let emu = env.reconciling;
+    let u = update_program(&client, &ns, emu, 2).await;
+    let swap = &u.swap;
+    assert_eq!(swap.mode, Some(ProgramUpdateMode::Reconciled), "{swap:?}");
+    assert_eq!(swap.entries_kept, Some(3), "{swap:?}");
+    assert_eq!(swap.tables_kept, ["MyIngress.acl"], "{swap:?}");
+    assert_eq!(swap.entries_reapplied, Some(2), "{swap:?}");
+    assert_eq!(swap.fallback_reason, None);
+    // Counted at the emulator: acl kept its entries and its count (0
+    // re-inserts); only nexthop's two entries (a new table in v2) were
+    // inserted again.
+    assert_eq!(u.acl_after, u.acl_before);
+    assert_eq!(u.device_inserts, 2);
+    let last = &stats(emu, 2)["last_reconcile"];
+    assert_eq!(
+        last["kept_tables"],
+        json!(["MyIngress.acl", "MyIngress.fixed"])
+    );
+    assert_eq!(last["dropped_tables"], json!(["MyIngress.nexthop"]));
+    assert_eq!(
+        (
+            last["kept_entries"].as_u64(),
+            last["dropped_entries"].as_u64()
+        ),
+        (Some(3), Some(2))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_reconcile_the_update_falls_back_and_says_so() {
+    let (cp, env) = env().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    let emu = env.plain;
+    let u = update_program(&client, &ns, emu, 1).await;
+    let swap = &u.swap;
+    assert_eq!(swap.mode, Some(ProgramUpdateMode::Replaced), "{swap:?}");
+    assert_eq!(swap.entries_kept, Some(0));
+    assert_eq!(swap.entries_reapplied, Some(5), "{swap:?}");
+    let why = swap.fallback_reason.clone().unwrap_or_default();
+    assert!(why.contains("Unimplemented"), "{why}");
+    // Every entry inserted again, acl's into a new table.
+    assert_eq!(u.device_inserts, 5);
+    assert_eq!(u.acl_after, 3);
+    wait_for("the fallback Event", Duration::from_secs(30), || async {
+        let evs = event_reasons(&client, &ns).await;
+        if evs
+            .iter()
+            .any(|(r, m)| r == "ReconcileUnsupported" && m.contains("VERIFY_AND_COMMIT"))
+        {
+            Ok(())
+        } else {
+            Err(format!("{evs:?}"))
+        }
+    })
+    .await;
+}
+
+/// The same on a Tofino target: the default entry over BFRT (MODIFY with
+/// the action's data, RESET to return to the initial default), with the
+/// firewall example's bfrt.json.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_action_on_a_tofino_target() {
+    let (cp, env) = env().await;
+    let emu = env.reconciling;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    let file =
+        |f: &str| std::fs::read_to_string(repo_root().join("examples/firewall").join(f)).unwrap();
+    let progs: Api<p4fleet_crds::P4Program> = Api::namespaced(client.clone(), &ns);
+    create_json(
+        &progs,
+        json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
+            "metadata": {"name": "firewall"},
+            "spec": {"p4info": {"inline": file("p4info.txt")},
+                     "artifacts": {"tofino": {"bfrtJson": {"inline": file("bfrt.json")}}}}}),
+    )
+    .await;
+    let sws: Api<p4fleet_crds::Switch> = Api::all(client.clone());
+    create_json(
+        &sws,
+        json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
+            "metadata": {"name": format!("{ns}-tofino")},
+            "spec": {"target": "Tofino", "endpoint": emu.bfrt.unwrap().to_string(),
+                     "deviceId": 3, "slots": 1}}),
+    )
+    .await;
+    let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), &ns);
+    create_json(
+        &vss,
+        json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
+            "metadata": {"name": "fw"},
+            "spec": {"programRef": "firewall", "switchRef": format!("{ns}-tofino"), "slot": 0}}),
+    )
+    .await;
+    let api = create_set(
+        &client,
+        &ns,
+        "fw",
+        json!({"virtualSwitchRef": "fw", "table": "firewall",
+               "entries": [{"match": {"hdr.ipv4.srcAddr": "10.0.0.1", "hdr.ipv4.dstAddr": "10.0.0.2"},
+                            "action": "drop"}],
+               "defaultAction": {"action": "allow", "params": {"port": 3}}}),
+    )
+    .await;
+    let st = status_where(&api, "fw", "Ready with the default", |st| {
+        ready(st).is_some_and(|(ok, _)| ok) && st.default_action.is_some()
+    })
+    .await;
+    assert_eq!(st.default_action.as_deref(), Some("allow(port=3)"));
+    assert_eq!(st.applied, 1);
+    let remove = json!({"spec": {"defaultAction": null}});
+    api.patch("fw", &PatchParams::default(), &Patch::Merge(&remove))
+        .await
+        .unwrap();
+    let st = status_where(&api, "fw", "the default reset", |st| {
+        st.default_action.is_none() && find_condition(&st.conditions, "DefaultAction").is_none()
+    })
+    .await;
+    assert!(ready(&st).unwrap().0);
+}
