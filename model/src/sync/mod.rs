@@ -29,6 +29,7 @@
 //!   now; an entry dropped from the spec while the operator was down stays
 //!   (Merge never guesses; Exclusive removes it anyway).
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 
 use sha2::{Digest, Sha256};
@@ -110,8 +111,14 @@ impl Plan {
 }
 
 /// Diffs desired entries (unique keys) against the device's entries of
-/// the same table. See the module docs for ownership.
-pub fn plan(desired: &[Entry], device: &[DeviceEntry], ownership: Ownership, tag: u64) -> Plan {
+/// the same table. See the module docs for ownership. `desired` may hold
+/// the entries or references to them (no copy of a large set needed).
+pub fn plan<E: Borrow<Entry>>(
+    desired: &[E],
+    device: &[DeviceEntry],
+    ownership: Ownership,
+    tag: u64,
+) -> Plan {
     let mut on_device: HashMap<&EntryKey, usize> = HashMap::with_capacity(device.len());
     for (i, d) in device.iter().enumerate() {
         on_device.insert(&d.entry.key, i);
@@ -119,6 +126,7 @@ pub fn plan(desired: &[Entry], device: &[DeviceEntry], ownership: Ownership, tag
     let mut p = Plan::default();
     let mut wanted = vec![false; device.len()];
     for (i, e) in desired.iter().enumerate() {
+        let e = e.borrow();
         match on_device.get(&e.key) {
             None => p.inserts.push(i),
             Some(&j) => {
@@ -193,9 +201,9 @@ pub struct Phase<'a> {
 /// `metadata` (the set's [`tag_metadata`]). Each key appears once, so the
 /// ops of one phase may be sent in any order and in parallel. Nothing is
 /// cloned: the ops borrow `desired`, `device` and `metadata`.
-pub fn write_ops<'a>(
+pub fn write_ops<'a, E: Borrow<Entry>>(
     plan: &Plan,
-    desired: &'a [Entry],
+    desired: &'a [E],
     device: &'a [DeviceEntry],
     metadata: &'a [u8],
 ) -> (Phase<'a>, Phase<'a>) {
@@ -210,12 +218,12 @@ pub fn write_ops<'a>(
     };
     for &i in &plan.modifies {
         rest.ops
-            .push(WriteOp::modify(&desired[i]).with_metadata(metadata));
+            .push(WriteOp::modify(desired[i].borrow()).with_metadata(metadata));
         rest.origins.push(Origin::Modify(i));
     }
     for &i in &plan.inserts {
         rest.ops
-            .push(WriteOp::insert(&desired[i]).with_metadata(metadata));
+            .push(WriteOp::insert(desired[i].borrow()).with_metadata(metadata));
         rest.origins.push(Origin::Insert(i));
     }
     (deletes, rest)
@@ -230,10 +238,11 @@ pub fn delete_ops<'a>(device: &'a [DeviceEntry], which: &[usize]) -> Vec<WriteOp
 }
 
 /// Later occurrences of a key already seen: `(first index, duplicate index)`.
-pub fn duplicates(entries: &[Entry]) -> Vec<(usize, usize)> {
-    let mut seen: HashMap<&EntryKey, usize> = HashMap::with_capacity(entries.len());
+pub fn duplicates<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Vec<(usize, usize)> {
+    let entries = entries.into_iter();
+    let mut seen: HashMap<&EntryKey, usize> = HashMap::with_capacity(entries.size_hint().0);
     let mut out = Vec::new();
-    for (i, e) in entries.iter().enumerate() {
+    for (i, e) in entries.enumerate() {
         match seen.get(&e.key) {
             Some(&j) => out.push((j, i)),
             None => {
@@ -263,7 +272,7 @@ pub fn format_rate(per_second: f64) -> String {
 
 /// A digest of a desired entry list (order-sensitive), to tell a resync of
 /// the same desired state (repairs count as drift) from a spec change.
-pub fn desired_digest(entries: &[Entry]) -> [u8; 32] {
+pub fn desired_digest<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> [u8; 32] {
     use std::hash::{Hash, Hasher};
     // SipHash per entry into SHA-256: stable within a process, which is
     // all the in-memory comparison needs.
