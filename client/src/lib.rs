@@ -35,6 +35,7 @@ mod pipeline;
 mod raw;
 mod session;
 mod tls;
+pub mod tuning;
 
 use std::fmt;
 use std::time::Duration;
