@@ -36,6 +36,7 @@ mod raw;
 mod session;
 mod tls;
 mod unreachable;
+pub mod tuning;
 
 use std::fmt;
 use std::time::Duration;

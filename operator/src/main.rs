@@ -13,6 +13,9 @@ use p4fleet::devices::DevicePool;
 use p4fleet::leader::{Elector, LeaderConfig};
 use p4fleet::metrics::Metrics;
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {

@@ -194,7 +194,7 @@ fn converted_simple_switch_cli_script_is_accepted_by_a_table_entry_set() {
     };
     let d = desired::parse(&set, &schema, &sources);
     assert!(d.errors.is_empty(), "{:?}", d.errors);
-    assert_eq!(d.entries.len(), 3);
+    assert_eq!(d.len(), 3);
 
     // Every table of the script, and the output validates.
     let out = p4fleet(&[

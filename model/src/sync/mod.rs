@@ -29,6 +29,7 @@
 //!   now; an entry dropped from the spec while the operator was down stays
 //!   (Merge never guesses; Exclusive removes it anyway).
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 
 use sha2::{Digest, Sha256};
@@ -110,8 +111,14 @@ impl Plan {
 }
 
 /// Diffs desired entries (unique keys) against the device's entries of
-/// the same table. See the module docs for ownership.
-pub fn plan(desired: &[Entry], device: &[DeviceEntry], ownership: Ownership, tag: u64) -> Plan {
+/// the same table. See the module docs for ownership. `desired` may hold
+/// the entries or references to them (no copy of a large set needed).
+pub fn plan<E: Borrow<Entry>>(
+    desired: &[E],
+    device: &[DeviceEntry],
+    ownership: Ownership,
+    tag: u64,
+) -> Plan {
     let mut on_device: HashMap<&EntryKey, usize> = HashMap::with_capacity(device.len());
     for (i, d) in device.iter().enumerate() {
         on_device.insert(&d.entry.key, i);
@@ -119,6 +126,7 @@ pub fn plan(desired: &[Entry], device: &[DeviceEntry], ownership: Ownership, tag
     let mut p = Plan::default();
     let mut wanted = vec![false; device.len()];
     for (i, e) in desired.iter().enumerate() {
+        let e = e.borrow();
         match on_device.get(&e.key) {
             None => p.inserts.push(i),
             Some(&j) => {
@@ -193,9 +201,9 @@ pub struct Phase<'a> {
 /// `metadata` (the set's [`tag_metadata`]). Each key appears once, so the
 /// ops of one phase may be sent in any order and in parallel. Nothing is
 /// cloned: the ops borrow `desired`, `device` and `metadata`.
-pub fn write_ops<'a>(
+pub fn write_ops<'a, E: Borrow<Entry>>(
     plan: &Plan,
-    desired: &'a [Entry],
+    desired: &'a [E],
     device: &'a [DeviceEntry],
     metadata: &'a [u8],
 ) -> (Phase<'a>, Phase<'a>) {
@@ -210,15 +218,79 @@ pub fn write_ops<'a>(
     };
     for &i in &plan.modifies {
         rest.ops
-            .push(WriteOp::modify(&desired[i]).with_metadata(metadata));
+            .push(WriteOp::modify(desired[i].borrow()).with_metadata(metadata));
         rest.origins.push(Origin::Modify(i));
     }
     for &i in &plan.inserts {
         rest.ops
-            .push(WriteOp::insert(&desired[i]).with_metadata(metadata));
+            .push(WriteOp::insert(desired[i].borrow()).with_metadata(metadata));
         rest.origins.push(Origin::Insert(i));
     }
     (deletes, rest)
+}
+
+/// Which updates of a plan one write call sends: deletes, modifies or
+/// inserts (each key once, so any order and any split is safe).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Part {
+    Deletes,
+    Modifies,
+    Inserts,
+}
+
+/// A plan's writes as `(part, range of that part's indexes)` of at most
+/// `max` updates each, deletes first (see [`write_ops`]). Sent one after
+/// the other, the ops of a large sync exist a chunk at a time instead of
+/// all at once, and a chunk never mixes update types (which the bulk
+/// write needs).
+pub fn write_chunks(plan: &Plan, max: usize) -> Vec<(Part, std::ops::Range<usize>)> {
+    let max = max.max(1);
+    let mut out = Vec::new();
+    for (part, n) in [
+        (Part::Deletes, plan.deletes.len()),
+        (Part::Modifies, plan.modifies.len()),
+        (Part::Inserts, plan.inserts.len()),
+    ] {
+        let mut start = 0;
+        while start < n {
+            let end = (start + max).min(n);
+            out.push((part, start..end));
+            start = end;
+        }
+    }
+    out
+}
+
+/// The ops of one chunk ([`write_chunks`]) of a plan, like [`write_ops`]:
+/// borrowed, inserts and modifies carrying `metadata`.
+pub fn chunk_ops<'a, E: Borrow<Entry>>(
+    plan: &Plan,
+    (part, range): (Part, std::ops::Range<usize>),
+    desired: &'a [E],
+    device: &'a [DeviceEntry],
+    metadata: &'a [u8],
+) -> Phase<'a> {
+    let (indexes, origin): (&[usize], fn(usize) -> Origin) = match part {
+        Part::Deletes => (&plan.deletes, Origin::Delete),
+        Part::Modifies => (&plan.modifies, Origin::Modify),
+        Part::Inserts => (&plan.inserts, Origin::Insert),
+    };
+    let indexes = &indexes[range];
+    let ops = match part {
+        Part::Deletes => delete_ops(device, indexes),
+        Part::Modifies => indexes
+            .iter()
+            .map(|&i| WriteOp::modify(desired[i].borrow()).with_metadata(metadata))
+            .collect(),
+        Part::Inserts => indexes
+            .iter()
+            .map(|&i| WriteOp::insert(desired[i].borrow()).with_metadata(metadata))
+            .collect(),
+    };
+    Phase {
+        ops,
+        origins: indexes.iter().map(|&i| origin(i)).collect(),
+    }
 }
 
 /// Delete ops for device entries (finalizer): keys only.
@@ -230,10 +302,11 @@ pub fn delete_ops<'a>(device: &'a [DeviceEntry], which: &[usize]) -> Vec<WriteOp
 }
 
 /// Later occurrences of a key already seen: `(first index, duplicate index)`.
-pub fn duplicates(entries: &[Entry]) -> Vec<(usize, usize)> {
-    let mut seen: HashMap<&EntryKey, usize> = HashMap::with_capacity(entries.len());
+pub fn duplicates<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Vec<(usize, usize)> {
+    let entries = entries.into_iter();
+    let mut seen: HashMap<&EntryKey, usize> = HashMap::with_capacity(entries.size_hint().0);
     let mut out = Vec::new();
-    for (i, e) in entries.iter().enumerate() {
+    for (i, e) in entries.enumerate() {
         match seen.get(&e.key) {
             Some(&j) => out.push((j, i)),
             None => {
@@ -263,7 +336,7 @@ pub fn format_rate(per_second: f64) -> String {
 
 /// A digest of a desired entry list (order-sensitive), to tell a resync of
 /// the same desired state (repairs count as drift) from a spec change.
-pub fn desired_digest(entries: &[Entry]) -> [u8; 32] {
+pub fn desired_digest<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> [u8; 32] {
     use std::hash::{Hash, Hasher};
     // SipHash per entry into SHA-256: stable within a process, which is
     // all the in-memory comparison needs.
@@ -405,6 +478,54 @@ mod tests {
             delete_ops(&device, &[2])[0].key(),
             &device[2].entry.key
         ));
+    }
+
+    #[test]
+    fn chunks_cover_the_plan_once_in_phase_order_without_mixing_types() {
+        let me = set_tag("ns", "a");
+        let desired = fw(
+            "10.0.0.1 10.0.0.2 1\n10.0.0.1 10.0.0.4 3\n10.0.0.8 10.0.0.8 1\n10.0.0.9 10.0.0.9 1\n10.0.0.10 10.0.0.9 1\n",
+        );
+        let mut device = dev(fw("10.0.0.1 10.0.0.2 1\n"), me);
+        device.extend(dev(fw("10.0.0.6 10.0.0.6 1\n10.0.0.7 10.0.0.7 1\n"), 5));
+        device.extend(dev(fw("10.0.0.1 10.0.0.4 9\n"), 5));
+        let p = plan(&desired, &device, Ownership::Exclusive, me);
+        assert_eq!(
+            (p.deletes.len(), p.modifies.len(), p.inserts.len()),
+            (2, 1, 3)
+        );
+        let chunks = write_chunks(&p, 2);
+        assert_eq!(
+            chunks,
+            [
+                (Part::Deletes, 0..2),
+                (Part::Modifies, 0..1),
+                (Part::Inserts, 0..2),
+                (Part::Inserts, 2..3),
+            ]
+        );
+        let md = tag_metadata(me);
+        let (dels, rest) = write_ops(&p, &desired, &device, &md);
+        let mut origins = Vec::new();
+        let mut ops = Vec::new();
+        for c in chunks {
+            let ph = chunk_ops(&p, c, &desired, &device, &md);
+            assert_eq!(ph.ops.len(), ph.origins.len());
+            let ty = ph.ops[0].ty();
+            assert!(ph.ops.iter().all(|o| o.ty() == ty), "one type per chunk");
+            origins.extend(ph.origins);
+            ops.extend(ph.ops);
+        }
+        let whole: Vec<Origin> = dels.origins.iter().chain(&rest.origins).copied().collect();
+        assert_eq!(origins, whole);
+        let whole_ops: Vec<WriteOp> = dels.ops.into_iter().chain(rest.ops).collect();
+        assert_eq!(ops, whole_ops);
+        assert!(write_chunks(&Plan::default(), 10).is_empty());
+        assert_eq!(
+            write_chunks(&p, 0).len(),
+            6,
+            "at least one update per chunk"
+        );
     }
 
     #[test]

@@ -64,6 +64,7 @@ pub struct Planned<'a> {
     job: Job<'a>,
     out: Outcome,
     dev: std::sync::Arc<Device>,
+    desired: Vec<&'a Entry>,
     on_device: Vec<DeviceEntry>,
     plan: sync::Plan,
     key: super::memory::TargetKey,
@@ -89,7 +90,7 @@ pub async fn plan_target<'a>(ctx: &Context, job: Job<'a>) -> Result<Planned<'a>,
     let mut out = Outcome {
         virtual_switch: t.virtual_switch.clone(),
         switch: t.switch.name_any(),
-        tally: SyncTally::unsynced(d.entries.len()),
+        tally: SyncTally::unsynced(d.len()),
         errors: Vec::new(),
         device_error: None,
         drift: 0,
@@ -105,14 +106,16 @@ pub async fn plan_target<'a>(ctx: &Context, job: Job<'a>) -> Result<Planned<'a>,
             return Err(out);
         }
     };
+    // Borrowed from the shared parse: 8 bytes per entry, not a copy.
+    let desired = d.refs();
     if !dev.stores_entry_metadata() {
         let before = ctx.sync_memory.owned_keys(&key);
-        infer_ownership(&mut on_device, tag, &before, &d.entries);
-        let now = d.entries.iter().map(|e| e.key.clone()).collect();
+        infer_ownership(&mut on_device, tag, &before, desired.iter().copied());
+        let now = d.iter().map(|e| e.key.clone()).collect();
         ctx.sync_memory.remember_owned(&key, now);
     }
     let ownership = convert::ownership(set.spec.ownership);
-    let mut plan = sync::plan(&d.entries, &on_device, ownership, tag);
+    let mut plan = sync::plan(&desired, &on_device, ownership, tag);
     if !deletes {
         plan.deletes.clear();
     }
@@ -124,6 +127,7 @@ pub async fn plan_target<'a>(ctx: &Context, job: Job<'a>) -> Result<Planned<'a>,
         job,
         out,
         dev,
+        desired,
         on_device,
         plan,
         key,
@@ -136,18 +140,21 @@ pub async fn write_target(ctx: &Context, planned: Planned<'_>) -> Outcome {
         job,
         mut out,
         dev,
+        desired,
         on_device,
         plan,
         key,
     } = planned;
     let (set, t, d) = (job.set, job.target, job.desired);
     let tag = tag(set);
-    // The ops borrow the desired and read-back entries: nothing per entry
-    // is cloned or built before the client encodes the requests.
+    // The ops borrow the desired and read-back entries, and exist one
+    // chunk at a time: nothing per entry is cloned or built for the whole
+    // sync before the client encodes the requests.
     let metadata = sync::tag_metadata(tag);
-    let phases = sync::write_ops(&plan, &d.entries, &on_device, &metadata);
     let opts = convert::write_options(&set.spec.write);
-    let w = write(&dev, t.slot, &out.switch, phases, opts).await;
+    let chunks = sync::write_chunks(&plan, chunk_size(opts));
+    let ops = |c| sync::chunk_ops(&plan, c, &desired, &on_device, &metadata);
+    let w = write(&dev, t.slot, &out.switch, chunks, ops, opts).await;
     if w.device_error.is_none() {
         for (o, code, msg) in &w.failed {
             let reason = format!("{:?}: {msg}", tonic::Code::from_i32(*code));
@@ -172,7 +179,16 @@ pub async fn write_target(ctx: &Context, planned: Planned<'_>) -> Outcome {
     out
 }
 
-/// What writing the phases of a plan did.
+/// Updates per write call of a sync: enough requests for the pipeline
+/// to stay full (a chunk's last requests finish before the next chunk's
+/// first is sent), few enough that the ops, request indexes and encoded
+/// bulk columns of a million-entry sync are never all held at once.
+pub fn chunk_size(opts: WriteOptions) -> usize {
+    const MIN: usize = 65_536;
+    (opts.batch_size.max(1) * opts.max_in_flight.max(1) * 4).max(MIN)
+}
+
+/// What writing the chunks of a plan did.
 struct Written {
     stats: WriteStats,
     /// The updates refused or not sent: origin, gRPC code, message.
@@ -180,13 +196,16 @@ struct Written {
     device_error: Option<DeviceError>,
 }
 
-/// Writes the delete phase, then the modify/insert phase (each whole even
-/// if the other failed).
-async fn write(
+/// Writes the chunks in order (deletes first, see [`sync::write_chunks`]).
+/// A device error fails the chunk and the rest of its phase unsent; the
+/// modifies and inserts are still tried after failed deletes (each phase
+/// whole even if the other failed).
+async fn write<'a>(
     dev: &Device,
     slot: u32,
     switch: &str,
-    (deletes, rest): (Phase<'_>, Phase<'_>),
+    chunks: Vec<(sync::Part, std::ops::Range<usize>)>,
+    ops: impl Fn((sync::Part, std::ops::Range<usize>)) -> Phase<'a>,
     opts: WriteOptions,
 ) -> Written {
     let mut w = Written {
@@ -194,9 +213,23 @@ async fn write(
         failed: Vec::new(),
         device_error: None,
     };
+    let mut failed_deletes = false;
+    let mut failed_upserts = false;
     // Metrics are per Write RPC, recorded by the device pool's observer.
-    for phase in [deletes, rest] {
-        if phase.ops.is_empty() {
+    for chunk in chunks {
+        let deletes = chunk.0 == sync::Part::Deletes;
+        let phase = ops(chunk);
+        let failed = if deletes {
+            &mut failed_deletes
+        } else {
+            &mut failed_upserts
+        };
+        if *failed {
+            let unavailable = tonic::Code::Unavailable as i32;
+            let why = "not sent: an earlier write of this sync failed";
+            for &o in &phase.origins {
+                w.failed.push((o, unavailable, why.into()));
+            }
             continue;
         }
         match dev.write_ops(slot, &phase.ops, opts).await {
@@ -216,6 +249,7 @@ async fn write(
                 for &o in &phase.origins {
                     w.failed.push((o, unavailable, error.to_string()));
                 }
+                *failed = true;
                 let switch = switch.to_string();
                 w.device_error = Some(DeviceError { switch, error });
             }
@@ -282,13 +316,13 @@ async fn read_back(dev: &Device, t: &Target) -> Result<Vec<DeviceEntry>, p4fleet
 /// another action is no evidence this set wrote it (it would hold the
 /// set's action): taking it deleted another writer's entry on BFRT that
 /// the same set leaves alone on P4Runtime, where tags are real.
-pub fn infer_ownership(
+pub fn infer_ownership<'a>(
     on_device: &mut [DeviceEntry],
     tag: u64,
     owned_before: &HashSet<EntryKey>,
-    desired: &[Entry],
+    desired: impl IntoIterator<Item = &'a Entry>,
 ) {
-    let desired: HashMap<&EntryKey, &Entry> = desired.iter().map(|e| (&e.key, e)).collect();
+    let desired: HashMap<&EntryKey, &Entry> = desired.into_iter().map(|e| (&e.key, e)).collect();
     sync::infer_tags(
         on_device,
         tag,

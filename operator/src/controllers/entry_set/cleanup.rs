@@ -112,7 +112,7 @@ async fn remove_entries(
     let (dev, mut on_device) = connect_and_read(ctx, t).await?;
     if !dev.stores_entry_metadata() {
         let before = ctx.sync_memory.owned_keys(&t.key(me));
-        infer_ownership(&mut on_device, tag, &before, &desired.entries);
+        infer_ownership(&mut on_device, tag, &before, desired.iter());
     }
     let which = sync::plan_removal(&on_device, tag);
     let ops = sync::delete_ops(&on_device, &which);

@@ -27,19 +27,35 @@ pub enum Source {
     },
 }
 
+/// Where a kept entry lives: entry `at` of `Desired::parts[part]`. Two
+/// `u32`s, so the index costs 8 bytes per entry, not a copy of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Loc {
+    part: u32,
+    at: u32,
+}
+
 /// The desired entries of one table schema, with their sources and the
 /// entries that were skipped.
+///
+/// The entries are not copied: they stay in the parsed texts the
+/// entry-source cache shares between sets and resyncs (`Arc`), and this
+/// keeps an index into them. A million desired entries are then held once
+/// (docs/fleet.md, "Memory per entry").
 #[derive(Debug, Clone)]
 pub struct Desired {
     pub schema: TableSchema,
-    pub entries: Vec<Entry>,
-    /// `sources[i]` is where `entries[i]` came from.
-    pub sources: Vec<Source>,
+    /// The inline entries that parsed (part 0, its `lines` are indexes into
+    /// `spec.entries`), then `parsed[i]` of `Sources::texts[i]` (part i + 1).
+    parts: Vec<Arc<ParsedText>>,
+    /// The kept entries in order: inline first, then each text's, without
+    /// later duplicates.
+    locs: Vec<Loc>,
     /// The first [`MAX_ERRORS`] skipped entries, with source, key and reason.
     pub errors: Vec<StatusEntryError>,
     /// How many entries were skipped.
     pub invalid: usize,
-    /// [`sync::desired_digest`] of `entries`, taken once: targets that
+    /// [`sync::desired_digest`] of the entries, taken once: targets that
     /// share this parse share it too.
     pub digest: [u8; 32],
     /// ConfigMap names and keys, indexed by [`Source::Line`].
@@ -47,15 +63,59 @@ pub struct Desired {
 }
 
 impl Desired {
+    /// How many entries are desired.
+    pub fn len(&self) -> usize {
+        self.locs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.locs.is_empty()
+    }
+
+    /// Desired entry `i`.
+    pub fn entry(&self, i: usize) -> &Entry {
+        let l = self.locs[i];
+        &self.parts[l.part as usize].entries[l.at as usize]
+    }
+
+    /// The desired entries in order, borrowed.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &Entry> + '_ {
+        self.locs
+            .iter()
+            .map(|l| &self.parts[l.part as usize].entries[l.at as usize])
+    }
+
+    /// The desired entries as a slice of references (8 bytes per entry),
+    /// for the pure sync functions that index them.
+    pub fn refs(&self) -> Vec<&Entry> {
+        self.iter().collect()
+    }
+
+    /// Where entry `i` came from.
+    pub fn source(&self, i: usize) -> Source {
+        self.source_of(self.locs[i])
+    }
+
+    fn source_of(&self, l: Loc) -> Source {
+        let line = self.parts[l.part as usize].lines[l.at as usize];
+        match l.part {
+            0 => Source::Inline(line as usize),
+            p => Source::Line {
+                text: p as usize - 1,
+                line,
+            },
+        }
+    }
+
     /// Where entry `i` came from: `entries[3]` or
     /// `configmap/fw/entries:line 7` (ConfigMap, key, line).
     pub fn label(&self, i: usize) -> String {
-        self.source_label(self.sources[i])
+        self.source_label(self.source(i))
     }
 
     /// The key of entry `i` as status shows it.
     pub fn key(&self, i: usize) -> String {
-        format_key(&self.schema, &self.entries[i].key)
+        format_key(&self.schema, &self.entry(i).key)
     }
 
     /// A status error about entry `i`.
@@ -109,7 +169,8 @@ pub fn parse(set: &TableEntrySet, schema: &TableSchema, sources: &Sources) -> De
 }
 
 /// The desired entries from the inline entries and the parsed texts
-/// (`parsed[i]` of `sources.texts[i]`, against `schema`).
+/// (`parsed[i]` of `sources.texts[i]`, against `schema`). The parsed
+/// texts are shared, not copied.
 pub fn assemble(
     set: &TableEntrySet,
     schema: &TableSchema,
@@ -118,8 +179,8 @@ pub fn assemble(
 ) -> Desired {
     let mut d = Desired {
         schema: schema.clone(),
-        entries: Vec::new(),
-        sources: Vec::new(),
+        parts: Vec::with_capacity(parsed.len() + 1),
+        locs: Vec::new(),
         errors: Vec::new(),
         invalid: 0,
         digest: [0; 32],
@@ -129,6 +190,7 @@ pub fn assemble(
             .map(|t| (t.config_map.clone(), t.key.clone()))
             .collect(),
     };
+    let mut inline = ParsedText::default();
     for (i, te) in set.spec.entries.iter().enumerate() {
         match parse_inline_with(
             schema,
@@ -139,8 +201,8 @@ pub fn assemble(
             options(set),
         ) {
             Ok(e) => {
-                d.entries.push(e);
-                d.sources.push(Source::Inline(i));
+                inline.entries.push(e);
+                inline.lines.push(i as u32);
             }
             Err(e) => {
                 let key = te
@@ -153,13 +215,17 @@ pub fn assemble(
             }
         }
     }
-    let total: usize = parsed.iter().map(|p| p.entries.len()).sum();
-    d.entries.reserve(total);
-    d.sources.reserve(total);
+    d.parts.push(Arc::new(inline));
+    d.parts.extend(parsed.iter().cloned());
+    let total: usize = d.parts.iter().map(|p| p.entries.len()).sum();
+    d.locs.reserve_exact(total);
+    for (part, p) in d.parts.iter().enumerate() {
+        d.locs.extend((0..p.entries.len()).map(|at| Loc {
+            part: part as u32,
+            at: at as u32,
+        }));
+    }
     for (ti, p) in parsed.iter().enumerate() {
-        d.entries.extend(p.entries.iter().cloned());
-        d.sources
-            .extend(p.lines.iter().map(|&line| Source::Line { text: ti, line }));
         for (line, reason) in &p.errors {
             let label = d.source_label(Source::Line {
                 text: ti,
@@ -171,17 +237,17 @@ pub fn assemble(
         d.invalid += p.invalid - p.errors.len();
     }
     drop_duplicates(&mut d);
-    d.digest = sync::desired_digest(&d.entries);
+    d.digest = sync::desired_digest(d.iter());
     d
 }
 
 /// Keeps the first of entries with equal keys; reports the others.
 fn drop_duplicates(d: &mut Desired) {
-    let dups = sync::duplicates(&d.entries);
+    let dups = sync::duplicates(d.iter());
     if dups.is_empty() {
         return;
     }
-    let mut drop = vec![false; d.entries.len()];
+    let mut drop = vec![false; d.locs.len()];
     for &(first, dup) in &dups {
         drop[dup] = true;
         let reason = format!("duplicate entry: same key as {}", d.label(first));
@@ -189,9 +255,7 @@ fn drop_duplicates(d: &mut Desired) {
         d.push_error(label, Some(key), reason);
     }
     let mut keep = drop.iter().map(|d| !d);
-    d.entries.retain(|_| keep.next().unwrap_or(true));
-    let mut keep = drop.iter().map(|d| !d);
-    d.sources.retain(|_| keep.next().unwrap_or(true));
+    d.locs.retain(|_| keep.next().unwrap_or(true));
 }
 
 /// The desired entries of every target: one parse per distinct schema, so
@@ -287,12 +351,44 @@ pub(crate) mod tests {
             ("fw-b", "part.gz", &format!("{header}\n10.0.0.1 10.0.0.3\n")),
         ]);
         let d = parse(&set(vec![]), &firewall(), &sources);
-        assert_eq!((d.entries.len(), d.invalid), (2, 1));
+        assert_eq!((d.len(), d.invalid), (2, 1));
         assert_eq!(d.errors[0].source, "configmap/fw-b/part.gz:line 4");
         assert_eq!(
             d.errors[0].reason,
             "duplicate entry: same key as configmap/fw-a/entries:line 4"
         );
+    }
+
+    #[test]
+    fn entries_are_borrowed_from_the_shared_parse_not_copied() {
+        let header = "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action drop\n";
+        let sources = texts(&[(
+            "fw",
+            "k",
+            &format!("{header}10.0.0.1 10.0.0.2\n10.0.0.1 10.0.0.3\n10.0.0.1 10.0.0.2\n"),
+        )]);
+        let s = set(vec![fw("10.0.0.9", "10.0.0.9", "allow", &[("port", "1")])]);
+        let schema = firewall();
+        let shared = Arc::new(parsed::parse(&schema, options(&s), &sources.texts[0].text));
+        let d = assemble(&s, &schema, &sources, std::slice::from_ref(&shared));
+        // Inline first, then the text's lines; the later duplicate dropped.
+        assert_eq!(d.len(), 3);
+        let srcs: Vec<Source> = (0..d.len()).map(|i| d.source(i)).collect();
+        assert_eq!(
+            srcs,
+            [
+                Source::Inline(0),
+                Source::Line { text: 0, line: 3 },
+                Source::Line { text: 0, line: 4 },
+            ]
+        );
+        assert!(std::ptr::eq(d.entry(1), &shared.entries[0]));
+        assert!(std::ptr::eq(d.entry(2), &shared.entries[1]));
+        assert_eq!(Arc::strong_count(&shared), 2, "held once more, not copied");
+        let refs = d.refs();
+        assert!(refs.iter().zip(d.iter()).all(|(a, b)| std::ptr::eq(*a, b)));
+        assert_eq!(d.errors[0].source, "configmap/fw/k:line 5");
+        assert_eq!(d.digest, sync::desired_digest(d.iter()));
     }
 
     #[test]
@@ -315,7 +411,7 @@ pub(crate) mod tests {
             "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n10.0.0.9 10.0.0.9 1\n10.0.0.1 10.0.0.2 3\n10.0.0.300 10.0.0.1 1\n",
         )]);
         let d = parse(&s, &firewall(), &sources);
-        assert_eq!(d.entries.len(), 2);
+        assert_eq!(d.len(), 2);
         assert_eq!(d.invalid, 4);
         let srcs: Vec<&str> = d.errors.iter().map(|e| e.source.as_str()).collect();
         assert_eq!(
@@ -346,7 +442,7 @@ pub(crate) mod tests {
             ("fw", "b", &bad),
         ]);
         let d = parse(&set(vec![]), &firewall(), &sources);
-        assert_eq!((d.entries.len(), d.invalid), (1, 15));
+        assert_eq!((d.len(), d.invalid), (1, 15));
         assert_eq!(d.errors.len(), MAX_ERRORS);
         assert_eq!(d.label(0), "configmap/fw/a:line 3");
         assert_eq!(d.errors[0].source, "configmap/fw/b:line 1");

@@ -1,0 +1,363 @@
+//! Adaptive batching (`batchSize: Auto`, `maxInFlight: Auto`): the batch
+//! size and requests in flight of one device, tuned from the entries/s
+//! its writes achieve. Pure: no I/O and no clock; the caller reports what
+//! each write did ([`Tuner::observe`]) and asks what to use next
+//! ([`Tuner::current`]).
+//!
+//! A hill climb over a log-spaced grid (batch sizes a factor √2 apart,
+//! in-flight counts 1, 2, 3, 4, 6, 8, …): keep moving while entries/s
+//! improves by more than [`GAIN`], go back to the best point when it does
+//! not, try the other directions, then smaller steps; once no neighbour
+//! is better, stay, and probe the neighbours again every [`PROBE_EVERY`]
+//! observations so a device whose latency changes is followed. Only the
+//! dimensions that are Auto move.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Improvement a move must bring to count (measurements are noisy).
+pub const GAIN: f64 = 0.03;
+/// Observations at a settled point before the neighbours are tried again.
+pub const PROBE_EVERY: u32 = 16;
+/// Largest batch Auto uses (a request stays well under gRPC's limits).
+pub const MAX_BATCH: usize = 65_536;
+/// In-flight counts Auto chooses from.
+const IN_FLIGHT: [usize; 10] = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32];
+/// Batch level `l` is 2^(l/2): level 20 is 1,024, level 32 is 65,536.
+const MAX_BATCH_LEVEL: i32 = 32;
+/// How far a first move jumps, in grid levels (×4 in batch size).
+const FIRST_STEP: i32 = 4;
+
+/// A grid point: batch level and in-flight index.
+type Point = (i32, i32);
+
+/// One direction of a move: which dimension and which way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    BatchUp,
+    BatchDown,
+    InFlightUp,
+    InFlightDown,
+}
+
+const DIRS: [Dir; 4] = [
+    Dir::BatchUp,
+    Dir::InFlightUp,
+    Dir::BatchDown,
+    Dir::InFlightDown,
+];
+
+/// The tuned batch size and requests in flight of one device.
+#[derive(Debug, Clone)]
+pub struct Tuner {
+    auto_batch: bool,
+    auto_in_flight: bool,
+    /// Where the climb stands (the point being measured).
+    at: Point,
+    /// The best point so far and the move that led from it to `at`, if
+    /// `at` is a trial.
+    best: Point,
+    trial: Option<Dir>,
+    /// Directions tried from `best` at the current step without gain.
+    failed: Vec<Dir>,
+    step: i32,
+    /// Entries/s measured per point (moving average).
+    rates: HashMap<Point, f64>,
+    /// Observations since the climb settled (None while climbing).
+    settled: Option<u32>,
+}
+
+impl Tuner {
+    /// A tuner starting at `batch_size` × `max_in_flight`; only the Auto
+    /// dimensions move (with neither, it never does).
+    pub fn new(
+        batch_size: usize,
+        max_in_flight: usize,
+        auto_batch: bool,
+        auto_in_flight: bool,
+    ) -> Tuner {
+        let at = (batch_level(batch_size), in_flight_index(max_in_flight));
+        Tuner {
+            auto_batch,
+            auto_in_flight,
+            at,
+            best: at,
+            trial: None,
+            failed: Vec::new(),
+            step: FIRST_STEP,
+            rates: HashMap::new(),
+            settled: None,
+        }
+    }
+
+    /// The batch size and requests in flight to use for the next write.
+    pub fn current(&self) -> (usize, usize) {
+        (batch_of(self.at.0), IN_FLIGHT[self.at.1 as usize])
+    }
+
+    /// Whether the climb has settled (no neighbour was better).
+    pub fn settled(&self) -> bool {
+        self.settled.is_some()
+    }
+
+    /// Records a write of `updates` that took `elapsed` at the current
+    /// setting, and picks the next setting. A write of fewer than two
+    /// batches says nothing about batching or pipelining and is ignored.
+    pub fn observe(&mut self, updates: usize, elapsed: Duration) {
+        let (batch, _) = self.current();
+        if updates < 2 * batch || elapsed.is_zero() {
+            return;
+        }
+        let rate = updates as f64 / elapsed.as_secs_f64();
+        let r = self.rates.entry(self.at).or_insert(rate);
+        *r = 0.5 * *r + 0.5 * rate;
+        if !(self.auto_batch || self.auto_in_flight) {
+            return;
+        }
+        match self.trial {
+            Some(dir) => {
+                let (now, before) = (self.rate(self.at), self.rate(self.best));
+                if now > before * (1.0 + GAIN) {
+                    // Better: keep going the same way from here.
+                    self.best = self.at;
+                    self.failed.clear();
+                    self.try_move(Some(dir));
+                } else {
+                    self.failed.push(dir);
+                    self.at = self.best;
+                    self.trial = None;
+                    self.try_move(None);
+                }
+            }
+            None => match self.settled {
+                Some(n) if n + 1 < PROBE_EVERY => self.settled = Some(n + 1),
+                Some(_) => {
+                    // Probe the neighbours again: the device may have changed.
+                    self.settled = None;
+                    self.failed.clear();
+                    self.step = 1;
+                    self.try_move(None);
+                }
+                None => self.try_move(None),
+            },
+        }
+    }
+
+    fn rate(&self, p: Point) -> f64 {
+        self.rates.get(&p).copied().unwrap_or(0.0)
+    }
+
+    /// Moves from `best` in `prefer` (if it can), else in the first
+    /// direction not yet tried at this step, else at a smaller step;
+    /// settles when no move is left.
+    fn try_move(&mut self, prefer: Option<Dir>) {
+        loop {
+            let dirs = prefer
+                .into_iter()
+                .chain(DIRS.into_iter().filter(|d| !self.failed.contains(d)));
+            for dir in dirs {
+                if let Some(p) = self.neighbour(self.best, dir) {
+                    self.at = p;
+                    self.trial = Some(dir);
+                    return;
+                }
+            }
+            if self.step > 1 {
+                self.step /= 2;
+                self.failed.clear();
+                continue;
+            }
+            self.at = self.best;
+            self.trial = None;
+            self.settled = Some(0);
+            return;
+        }
+    }
+
+    /// The point one step from `p` in `dir`, if that dimension is Auto and
+    /// the point is on the grid.
+    fn neighbour(&self, p: Point, dir: Dir) -> Option<Point> {
+        let (b, f) = p;
+        let q = match dir {
+            Dir::BatchUp if self.auto_batch => (b + self.step, f),
+            Dir::BatchDown if self.auto_batch => (b - self.step, f),
+            // In flight moves one index at a time: its grid is coarse.
+            Dir::InFlightUp if self.auto_in_flight => (b, f + 1),
+            Dir::InFlightDown if self.auto_in_flight => (b, f - 1),
+            _ => return None,
+        };
+        let on_grid =
+            (0..=MAX_BATCH_LEVEL).contains(&q.0) && (0..IN_FLIGHT.len() as i32).contains(&q.1);
+        on_grid.then_some(q)
+    }
+}
+
+/// The batch size of grid level `l`: 2^(l/2), rounded.
+fn batch_of(l: i32) -> usize {
+    (2f64.powf(l as f64 / 2.0))
+        .round()
+        .clamp(1.0, MAX_BATCH as f64) as usize
+}
+
+/// The grid level nearest to `batch`.
+fn batch_level(batch: usize) -> i32 {
+    let l = (2.0 * (batch.max(1) as f64).log2()).round() as i32;
+    l.clamp(0, MAX_BATCH_LEVEL)
+}
+
+/// The in-flight index nearest to `n` (from below).
+fn in_flight_index(n: usize) -> i32 {
+    IN_FLIGHT.iter().rposition(|&k| k <= n.max(1)).unwrap_or(0) as i32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A device like the emulator's latency profiles: a per-request cost
+    /// that overlaps between requests in flight, a per-entry cost that does
+    /// not, and (beyond what the profiles model) a cost growing with the
+    /// square of the batch (encoding and copying of large messages) and with
+    /// requests in flight (contention), so the best setting is interior.
+    struct Model {
+        per_request: f64,
+        per_entry: f64,
+        quadratic: f64,
+        per_in_flight: f64,
+    }
+
+    impl Model {
+        /// Seconds to write `n` updates at `batch` × `k`.
+        fn time(&self, n: usize, batch: usize, k: usize) -> f64 {
+            let b = batch as f64;
+            let serial =
+                self.per_entry * b + self.quadratic * b * b + self.per_in_flight * k as f64;
+            let round = self.per_request + serial;
+            let per_batch = serial.max(round / k as f64);
+            (n as f64 / b).ceil() * per_batch
+        }
+
+        fn rate(&self, batch: usize, k: usize) -> f64 {
+            let n = 1_000_000;
+            n as f64 / self.time(n, batch, k)
+        }
+
+        /// The best static setting over the grid Auto uses.
+        fn best(&self, auto_in_flight: bool, k0: usize) -> f64 {
+            let ks: Vec<usize> = if auto_in_flight {
+                IN_FLIGHT.to_vec()
+            } else {
+                vec![k0]
+            };
+            (0..=MAX_BATCH_LEVEL)
+                .flat_map(|l| ks.iter().map(move |&k| (batch_of(l), k)))
+                .map(|(b, k)| self.rate(b, k))
+                .fold(0.0, f64::max)
+        }
+    }
+
+    /// The tofino profile (emulator/src/profile.rs): 863 µs per request,
+    /// 18.93 µs per entry.
+    const TOFINO: Model = Model {
+        per_request: 863e-6,
+        per_entry: 18.93e-6,
+        quadratic: 0.0,
+        per_in_flight: 0.0,
+    };
+
+    /// No added latency: what is left is the software's own costs (a
+    /// round trip, encoding), with an optimum inside the grid in both batch
+    /// size and in flight.
+    const NONE: Model = Model {
+        per_request: 1e-3,
+        per_entry: 0.45e-6,
+        quadratic: 5e-12,
+        per_in_flight: 50e-6,
+    };
+
+    /// Runs writes of `chunk` updates through the tuner; the rate of
+    /// the last `tail` writes, with a noise of ±`noise` per write.
+    fn run(model: &Model, t: &mut Tuner, writes: usize, chunk: usize, noise: f64) -> f64 {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut total = (0, 0.0);
+        for i in 0..writes {
+            let (b, k) = t.current();
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let jitter = 1.0 + noise * ((seed % 2001) as f64 / 1000.0 - 1.0);
+            let secs = model.time(chunk, b, k) * jitter;
+            t.observe(chunk, Duration::from_secs_f64(secs));
+            if i >= writes - 20 {
+                total = (total.0 + chunk, total.1 + model.time(chunk, b, k));
+            }
+        }
+        total.0 as f64 / total.1
+    }
+
+    #[test]
+    fn auto_gets_within_ten_percent_of_the_best_static_setting() {
+        let starts = [(1, 1), (64, 1), (1000, 4), (65_536, 32)];
+        for (name, model) in [("tofino", TOFINO), ("none", NONE)] {
+            let mut worst_start: f64 = 1.0;
+            for (auto_in_flight, k0) in [(true, 4), (false, 4), (false, 1)] {
+                let best = model.best(auto_in_flight, k0);
+                for (b0, k) in starts {
+                    let k = if auto_in_flight { k } else { k0 };
+                    let mut t = Tuner::new(b0, k, true, auto_in_flight);
+                    let (b, k) = t.current();
+                    worst_start = worst_start.min(model.rate(b, k) / best);
+                    let got = run(&model, &mut t, 120, 262_144, 0.05);
+                    assert!(
+                        got >= 0.9 * best,
+                        "{name}, from {b0} x {k}, auto in flight {auto_in_flight}: \
+                         {got:.0}/s vs best {best:.0}/s, at {:?}",
+                        t.current()
+                    );
+                }
+            }
+            // The starts are far enough off for the climb to matter.
+            assert!(worst_start < 0.5, "{name}: {worst_start}");
+        }
+    }
+
+    #[test]
+    fn fixed_dimensions_never_move_and_small_writes_are_ignored() {
+        let mut t = Tuner::new(1000, 4, false, false);
+        run(&NONE, &mut t, 40, 262_144, 0.0);
+        assert_eq!(t.current(), (1024, 4));
+        let mut t = Tuner::new(5000, 6, true, false);
+        run(&NONE, &mut t, 40, 262_144, 0.0);
+        assert_eq!(t.current().1, 6, "in flight is not Auto");
+        let mut t = Tuner::new(1000, 4, true, true);
+        for _ in 0..10 {
+            t.observe(2047, Duration::from_millis(1));
+        }
+        assert_eq!(t.current(), (1024, 4), "fewer than two batches");
+    }
+
+    #[test]
+    fn a_settled_tuner_follows_a_device_that_changed() {
+        let mut t = Tuner::new(1000, 4, true, true);
+        run(&NONE, &mut t, 120, 262_144, 0.0);
+        assert!(t.settled(), "{:?}", t.current());
+        let got = run(&TOFINO, &mut t, 200, 262_144, 0.0);
+        let best = TOFINO.best(true, 4);
+        assert!(
+            got >= 0.9 * best,
+            "{got:.0}/s vs {best:.0}/s at {:?}",
+            t.current()
+        );
+    }
+
+    #[test]
+    fn the_grid_maps_both_ways() {
+        assert_eq!(batch_of(batch_level(1000)), 1024);
+        assert_eq!(batch_of(0), 1);
+        assert_eq!(batch_of(MAX_BATCH_LEVEL), MAX_BATCH);
+        assert_eq!(batch_level(10_000_000), MAX_BATCH_LEVEL);
+        assert_eq!(IN_FLIGHT[in_flight_index(5) as usize], 4);
+        assert_eq!(IN_FLIGHT[in_flight_index(0) as usize], 1);
+        assert_eq!(IN_FLIGHT[in_flight_index(100) as usize], 32);
+    }
+}
