@@ -65,11 +65,14 @@ impl PipelineState {
                 let (schema, config) = verify(config)?;
                 let mut next = Pipeline::new(schema, config);
                 if let Some(old) = self.pipeline.take() {
-                    if let Err(e) = reconcile(&old, &mut next) {
+                    if let Err(e) = reconcile(&old, &mut next)
+                        .and_then(|()| super::groups::check_reconcile(&old, &next))
+                    {
                         self.pipeline = Some(old);
                         return Err(e);
                     }
                     let mut old = old;
+                    super::groups::carry_over(&mut old, &mut next);
                     for (id, state) in old.tables.drain() {
                         if let Some(slot) = next.tables.get_mut(&id) {
                             *slot = state;
