@@ -610,22 +610,16 @@ pub(crate) fn canonicalize_action_set(e: &mut p4::TableEntry) {
     }
 }
 
-fn profile_ids<'a>(
-    schema: &'a Schema,
-    id: u32,
-) -> Result<Vec<(u32, &'a ProfileInfo)>, UpdateError> {
-    let mut ids: Vec<_> = if id == 0 {
-        schema.profiles.iter().map(|(k, v)| (*k, v)).collect()
+/// The profile ids a read filter names (0: all), in id order.
+fn profile_ids(schema: &Schema, id: u32) -> Result<Vec<u32>, UpdateError> {
+    let mut ids: Vec<u32> = if id == 0 {
+        schema.profiles.keys().copied().collect()
+    } else if schema.profiles.contains_key(&id) {
+        vec![id]
     } else {
-        vec![(
-            id,
-            schema
-                .profiles
-                .get(&id)
-                .ok_or_else(|| unknown_profile(id))?,
-        )]
+        return Err(unknown_profile(id));
     };
-    ids.sort_unstable_by_key(|(k, _)| *k);
+    ids.sort_unstable();
     Ok(ids)
 }
 
@@ -637,7 +631,7 @@ pub(crate) fn read_members(
     filter: &p4::ActionProfileMember,
     emit: &mut dyn FnMut(&[u8]),
 ) -> Result<(), UpdateError> {
-    for (id, _) in profile_ids(schema, filter.action_profile_id)? {
+    for id in profile_ids(schema, filter.action_profile_id)? {
         for (mid, m) in &states[&id].members {
             if filter.member_id != 0 && filter.member_id != *mid {
                 continue;
@@ -665,7 +659,7 @@ pub(crate) fn read_groups(
     filter: &p4::ActionProfileGroup,
     emit: &mut dyn FnMut(&[u8]),
 ) -> Result<(), UpdateError> {
-    for (id, _) in profile_ids(schema, filter.action_profile_id)? {
+    for id in profile_ids(schema, filter.action_profile_id)? {
         for (gid, g) in &states[&id].groups {
             if filter.group_id != 0 && filter.group_id != *gid {
                 continue;
