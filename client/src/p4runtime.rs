@@ -5,6 +5,9 @@
 
 use std::time::Duration;
 
+mod entities;
+pub use entities::EntityError;
+
 use p4fleet_model::entries::WriteOp;
 use p4fleet_model::entries::wire::{P4rtWriteHeader, p4rt_write_request};
 use p4fleet_proto::p4info::P4Info;

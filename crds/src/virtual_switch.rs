@@ -5,6 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::common::{Condition, Selector, conditions_schema};
+use crate::replication::{CloneSession, MulticastGroup, ReplicationStatus};
 
 /// One instance of a P4Program running in a slot of a Switch.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -23,6 +24,8 @@ use crate::common::{Condition, Selector, conditions_schema};
     printcolumn = r#"{"name":"Slot","type":"integer","jsonPath":".status.slot"}"#,
     printcolumn = r#"{"name":"Pipeline","type":"string","jsonPath":".status.loadedShortDigest"}"#,
     printcolumn = r#"{"name":"Last Swap","type":"date","jsonPath":".status.lastSwap.at"}"#,
+    printcolumn = r#"{"name":"Mcast","type":"integer","jsonPath":".status.replication.multicastGroups","priority":1}"#,
+    printcolumn = r#"{"name":"Clones","type":"integer","jsonPath":".status.replication.cloneSessions","priority":1}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
     printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message","priority":1}"#,
@@ -60,6 +63,18 @@ pub struct VirtualSwitchSpec {
     /// How a program change is rolled out.
     #[serde(default)]
     pub update_strategy: UpdateStrategy,
+    /// Multicast groups written to the device with the program (P4Runtime
+    /// targets); the device holds exactly these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["id"]))]
+    #[schemars(length(max = 1024))]
+    pub multicast_groups: Vec<MulticastGroup>,
+    /// Clone (mirror) sessions written to the device with the program
+    /// (P4Runtime targets); the device holds exactly these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["id"]))]
+    #[schemars(length(max = 1024))]
+    pub clone_sessions: Vec<CloneSession>,
 }
 
 /// Switch id selecting this virtual switch's traffic (P4VBox: VLAN + dst MAC).
@@ -142,6 +157,9 @@ pub struct VirtualSwitchStatus {
     /// The last program change of a running slot (hot swap or recreate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_swap: Option<LastSwap>,
+    /// Multicast groups and clone sessions the device confirmed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication: Option<ReplicationStatus>,
 }
 
 /// A program change of a running VirtualSwitch, as the device confirmed it.

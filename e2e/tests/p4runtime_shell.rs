@@ -49,21 +49,24 @@ fn run(cmd: &mut Command) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn p4runtime_shell_sets_pipeline_inserts_reads_and_deletes() {
+/// Runs one of e2e/python's p4runtime-shell scripts against device 1 of
+/// `running` with an example's P4Info; fails the test unless every check
+/// passed, and prints the checks.
+async fn run_shell_script(
+    running: &p4fleet_emulator::RunningEmulator,
+    script: &str,
+    example: &str,
+) {
     let python = tokio::task::spawn_blocking(venv).await.unwrap();
-    let running = Emulator::start(EmulatorConfig {
-        device_ids: vec![1],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let device_config = tmp.path().join("firewall.json");
+    let device_config = tmp.path().join("device.json");
     // bmv2 would want its JSON here; the emulator only stores the bytes.
     std::fs::write(&device_config, b"{}").unwrap();
-    let script = repo_root().join("e2e/python/p4runtime_shell_test.py");
-    let p4info: &Path = &repo_root().join("examples/firewall/p4info.txt");
+    let script = repo_root().join("e2e/python").join(script);
+    let p4info: &Path = &repo_root()
+        .join("examples")
+        .join(example)
+        .join("p4info.txt");
     let addr = running.p4runtime_addr().to_string();
     let out = tokio::task::spawn_blocking({
         let device_config = device_config.clone();
@@ -92,11 +95,43 @@ async fn p4runtime_shell_sets_pipeline_inserts_reads_and_deletes() {
         String::from_utf8_lossy(&out.stderr)
     );
     eprintln!("{}", checks.join("\n"));
+}
+
+async fn start_one_device() -> p4fleet_emulator::RunningEmulator {
+    Emulator::start(EmulatorConfig {
+        device_ids: vec![1],
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p4runtime_shell_sets_pipeline_inserts_reads_and_deletes() {
+    let running = start_one_device().await;
+    run_shell_script(&running, "p4runtime_shell_test.py", "firewall").await;
     let stats = running.stats(1).unwrap();
     assert_eq!(stats.set_pipeline_rpcs, 1);
     assert_eq!(stats.inserts, 21);
     assert_eq!(stats.modifies, 1);
     assert_eq!(stats.deletes, 21);
+    assert_eq!(stats.entries, 0);
+    running.shutdown().await.unwrap();
+}
+
+/// Action profiles and packet replication on examples/fabric, written and
+/// read back by p4runtime-shell (e2e/python/p4runtime_shell_groups.py):
+/// an ECMP group of four members, entries by group and member, a multicast
+/// group and a clone session, and the spec's errors for bad input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p4runtime_shell_writes_and_reads_groups_and_replication() {
+    let running = start_one_device().await;
+    run_shell_script(&running, "p4runtime_shell_groups.py", "fabric").await;
+    let stats = running.stats(1).unwrap();
+    // 5 members, a group, 2 routes, a multicast group and a clone session
+    // in and out; the 7 bad updates refused one by one.
+    assert_eq!((stats.inserts, stats.deletes), (10, 10));
+    assert_eq!(stats.failed_updates, 7);
     assert_eq!(stats.entries, 0);
     running.shutdown().await.unwrap();
 }

@@ -365,6 +365,7 @@ pub fn canonicalize_entry(e: &mut p4::TableEntry) {
     {
         canonicalize_action(a);
     }
+    super::action_profile::canonicalize_action_set(e);
 }
 
 pub fn canonicalize_action(a: &mut p4::Action) {

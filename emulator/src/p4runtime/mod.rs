@@ -2,12 +2,15 @@
 //! extension over the emulated devices, with semantics taken from the
 //! P4Info a client sets.
 
+pub(crate) mod action_profile;
 pub(crate) mod arbitration;
 pub(crate) mod bulk;
 mod device;
 pub(crate) mod entry;
+pub(crate) mod groups;
 pub(crate) mod pipeline;
 mod pipeline_config;
+pub(crate) mod pre;
 pub(crate) mod reconcile;
 pub(crate) mod schema;
 pub(crate) mod service;

@@ -11,7 +11,10 @@ use prost::Message;
 use tonic::Code;
 
 use crate::key::{Entries, IdMap, Key};
+use crate::p4runtime::action_profile::{self, ProfileState};
 use crate::p4runtime::entry::{canonicalize_action, canonicalize_entry, check_action, encode_key};
+use crate::p4runtime::groups;
+use crate::p4runtime::pre::PreState;
 use crate::p4runtime::schema::{Schema, TableInfo};
 use crate::p4runtime::wire::{self, ActionView, EntityView, Scratch, TableEntryView};
 use crate::update_error::{UpdateError, err, malformed};
@@ -107,6 +110,10 @@ pub(crate) struct Pipeline {
     pub schema: Schema,
     pub config: p4::ForwardingPipelineConfig,
     pub tables: IdMap<TableState>,
+    /// Members and groups of each action profile.
+    pub profiles: IdMap<ProfileState>,
+    /// Multicast groups and clone sessions.
+    pub pre: PreState,
     /// Unique per committed pipeline in this process.
     pub generation: u64,
 }
@@ -134,6 +141,8 @@ impl Pipeline {
             })
             .collect();
         Pipeline {
+            profiles: action_profile::new_states(&schema),
+            pre: PreState::default(),
             schema,
             config,
             tables,
@@ -185,6 +194,9 @@ impl Pipeline {
                     Ok(te.encode_to_vec().into_boxed_slice())
                 })
             }
+            EntityView::Other(groups::MEMBER | groups::GROUP | groups::PRE) => {
+                self.apply_groups_entity(ty, update)
+            }
             EntityView::Other(_) => Err(err(
                 Code::Unimplemented,
                 "only table entries can be written to this emulator",
@@ -214,12 +226,6 @@ impl Pipeline {
             return Err(err(
                 Code::PermissionDenied,
                 format!("table {} is const", table.name),
-            ));
-        }
-        if table.implementation_id != 0 {
-            return Err(err(
-                Code::Unimplemented,
-                format!("table {} uses an action profile (not emulated)", table.name),
             ));
         }
         let state = self.tables.get_mut(&table.id).expect("one state per table");
@@ -273,7 +279,17 @@ impl Pipeline {
         }
 
         encode_key(table, &scratch.matches, te.priority, key)?;
-        if ty != Type::Delete {
+        let indirect = table.implementation_id != 0;
+        let mut profile_ref = None;
+        if ty != Type::Delete && indirect {
+            profile_ref = Some(groups::check_indirect_entry(
+                &self.schema,
+                &self.profiles,
+                table,
+                te.action,
+                scratch.profile_action,
+            )?);
+        } else if ty != Type::Delete {
             match te.action {
                 ActionView::Direct { action_id } => {
                     check_action(&self.schema, table, action_id, &scratch.params, false)?
@@ -311,6 +327,9 @@ impl Pipeline {
                         state.inserts += 1;
                     }
                 }
+                if let Some(r) = profile_ref {
+                    action_profile::add_ref(&mut self.profiles, table, r);
+                }
             }
             Type::Modify => {
                 let Some(slot) = state.entries.get_mut(key.as_slice()) else {
@@ -319,14 +338,21 @@ impl Pipeline {
                         format!("table {}: no such entry", table.name),
                     ));
                 };
-                *slot = stored(scratch)?;
+                let old = std::mem::replace(slot, stored(scratch)?);
+                if let Some(r) = profile_ref {
+                    action_profile::release_entry(&mut self.profiles, table, &old);
+                    action_profile::add_ref(&mut self.profiles, table, r);
+                }
             }
             Type::Delete => {
-                if state.entries.remove(key.as_slice()).is_none() {
+                let Some(old) = state.entries.remove(key.as_slice()) else {
                     return Err(err(
                         Code::NotFound,
                         format!("table {}: no such entry", table.name),
                     ));
+                };
+                if indirect {
+                    action_profile::release_entry(&mut self.profiles, table, &old);
                 }
             }
             Type::Unspecified => unreachable!("checked above"),

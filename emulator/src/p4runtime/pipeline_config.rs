@@ -75,7 +75,16 @@ impl PipelineState {
                 let (schema, config) = verify(config)?;
                 let mut next = Pipeline::new(schema, config);
                 let reconciled = match self.pipeline.take() {
-                    Some(old) => super::reconcile::carry_over(old, &mut next),
+                    Some(mut old) => {
+                        // Profiles with members or groups are kept or the
+                        // whole change refused (entries point at them).
+                        if let Err(e) = super::groups::check_reconcile(&old, &next) {
+                            self.pipeline = Some(old);
+                            return Err(e);
+                        }
+                        super::groups::carry_over(&mut old, &mut next);
+                        super::reconcile::carry_over(old, &mut next)
+                    }
                     None => super::reconcile::Reconciled::default(),
                 };
                 self.last_reconcile = Some(reconciled);

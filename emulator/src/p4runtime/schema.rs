@@ -52,8 +52,8 @@ pub struct TableInfo {
     pub actions: Vec<(u32, Scope)>,
     pub const_default_action_id: u32,
     pub is_const: bool,
-    /// Non-zero for tables implemented by an action profile (not supported
-    /// for writes yet).
+    /// Non-zero for tables implemented by an action profile (entries take
+    /// a member, a group or a one-shot action set).
     pub implementation_id: u32,
     /// Default action the table starts with (and returns to on reset).
     pub initial_default: Option<p4::Action>,
@@ -75,6 +75,7 @@ impl TableInfo {
 pub struct Schema {
     pub tables: IdMap<TableInfo>,
     pub actions: IdMap<ActionInfo>,
+    pub profiles: IdMap<super::action_profile::ProfileInfo>,
 }
 
 pub fn nbytes(bitwidth: u32) -> usize {
@@ -132,7 +133,12 @@ impl Schema {
                 )));
             }
         }
-        Ok(Schema { tables, actions })
+        let profiles = super::action_profile::profiles_from_p4info(info, &tables)?;
+        Ok(Schema {
+            tables,
+            actions,
+            profiles,
+        })
     }
 }
 

@@ -114,6 +114,16 @@ impl P4RuntimeService {
                             })
                             .map_err(Status::from)?;
                     }
+                    Some(_)
+                        if pipeline.read_groups_entity(ent, &mut |e| {
+                            total += 1;
+                            crate::wire::put_bytes(&mut current, 1, e);
+                            in_current += 1;
+                            if in_current >= chunk {
+                                responses.push(std::mem::take(&mut current).into());
+                                in_current = 0;
+                            }
+                        })? => {}
                     Some(_) => {
                         return Err(Status::unimplemented(
                             "only table entries can be read from this emulator",

@@ -137,6 +137,9 @@ pub struct TableEntryView {
 pub struct Scratch<'a> {
     pub matches: Vec<FieldView<'a>>,
     pub params: Vec<ParamView<'a>>,
+    /// The encoded `TableAction` when it names an action profile member,
+    /// group or action set.
+    pub profile_action: Option<&'a [u8]>,
 }
 
 impl Scratch<'_> {
@@ -150,6 +153,7 @@ impl Scratch<'_> {
             MatchView::Ternary(a, b) | MatchView::Range(a, b) => c(a) && c(b),
             MatchView::Missing | MatchView::Other => true,
         }) && self.params.iter().all(|p| c(p.value))
+            && self.profile_action.is_none()
     }
 }
 
@@ -221,6 +225,7 @@ pub fn parse_table_entry<'a>(
 ) -> Result<TableEntryView, WireError> {
     scratch.matches.clear();
     scratch.params.clear();
+    scratch.profile_action = None;
     let mut te = TableEntryView {
         table_id: 0,
         priority: 0,
@@ -233,7 +238,8 @@ pub fn parse_table_entry<'a>(
             1 => te.table_id = v.uint()? as u32,
             2 => scratch.matches.push(field_match(v.bytes()?)?),
             3 => {
-                let mut ar = Reader::new(v.bytes()?);
+                let raw = v.bytes()?;
+                let mut ar = Reader::new(raw);
                 while let Some((af, av)) = ar.next_field()? {
                     te.action = match af {
                         1 => {
@@ -242,7 +248,10 @@ pub fn parse_table_entry<'a>(
                                 action_id: action(av.bytes()?, &mut scratch.params)?,
                             }
                         }
-                        2..=4 => ActionView::Profile,
+                        2..=4 => {
+                            scratch.profile_action = Some(raw);
+                            ActionView::Profile
+                        }
                         _ => continue,
                     };
                 }

@@ -374,6 +374,8 @@ mod tests {
                 isolation: None,
                 port_map: vec![],
                 update_strategy: Default::default(),
+                multicast_groups: vec![],
+                clone_sessions: vec![],
             },
         );
         v.metadata.namespace = Some(ns.into());

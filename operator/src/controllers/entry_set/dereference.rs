@@ -391,6 +391,8 @@ pub(crate) mod tests {
                 isolation: None,
                 port_map: vec![],
                 update_strategy: Default::default(),
+                multicast_groups: vec![],
+                clone_sessions: vec![],
             },
             status: switch.map(|s| VirtualSwitchStatus {
                 switch: Some(s.into()),

@@ -19,6 +19,7 @@ pub mod hitless;
 pub mod pipeline;
 pub mod placement;
 pub mod reapplied;
+pub mod replication;
 pub mod slot_load;
 pub mod status;
 pub mod triggers;
@@ -147,16 +148,71 @@ async fn apply(
             None => requeue = requeue.min(reapplied::POLL),
         }
     }
+    let mut notes: Vec<_> = report.event.into_iter().collect();
+    if let Some(note) = sync_replication(ctx, obj, &outcome, &placed_on, &mut new).await {
+        notes.push(note);
+    }
     let counted = started.elapsed();
-    update_status_noting(ctx, api, obj, &mut new, report.event.as_slice()).await?;
+    update_status_noting(ctx, api, obj, &mut new, &notes).await?;
     tracing::debug!(virtual_switch = %me, claim_ms = claimed.as_millis() as u64,
         program_and_load_ms = (loaded - claimed).as_millis() as u64,
         reapplied_ms = (counted - loaded).as_millis() as u64,
         status_ms = (started.elapsed() - counted).as_millis() as u64, "virtual switch phases");
-    if let Some(ev) = &report.event {
+    for ev in &notes {
         ctx.events.publish(obj, ev).await;
     }
     Ok(Action::requeue(requeue))
+}
+
+/// Once the pipeline is loaded: the spec's multicast groups and clone
+/// sessions onto the device ([`replication`]), into `new` (status, the
+/// ReplicationSynced condition); returns the Event to publish, if any.
+async fn sync_replication(
+    ctx: &Context,
+    obj: &VirtualSwitch,
+    outcome: &Outcome,
+    placed_on: &Option<(Switch, u32, pipeline::ReadyProgram)>,
+    new: &mut p4fleet_crds::VirtualSwitchStatus,
+) -> Option<crate::status::EventNote> {
+    use p4fleet_crds::SwitchProtocol;
+    let old = obj.status.as_ref().and_then(|s| s.replication.clone());
+    new.replication = old.clone();
+    let wanted = !obj.spec.multicast_groups.is_empty() || !obj.spec.clone_sessions.is_empty();
+    let (
+        Outcome::Placed {
+            pipeline: Pipeline::Loaded { .. },
+            ..
+        },
+        Some((sw, slot, program)),
+    ) = (outcome, placed_on)
+    else {
+        return None;
+    };
+    let result = if sw.spec.target == SwitchTarget::Fpga
+        || sw.spec.effective_protocol() != SwitchProtocol::P4Runtime
+    {
+        if !wanted {
+            return None;
+        }
+        replication::Outcome::Unsupported(format!(
+            "multicast groups and clone sessions are written over P4Runtime; switch {} is {:?} over {:?}",
+            sw.name_any(),
+            sw.spec.target,
+            sw.spec.effective_protocol()
+        ))
+    } else {
+        let had_any = old.is_some_and(|r| r.multicast_groups + r.clone_sessions > 0);
+        match ctx.devices.connect(sw) {
+            Ok(dev) => replication::sync(&dev, *slot, &obj.spec, &program.p4info, had_any).await,
+            Err(e) => replication::Outcome::Failed(e.to_string()),
+        }
+    };
+    let (st, cond, note) = replication::report(&result)?;
+    new.replication = Some(st);
+    new.conditions
+        .retain(|c| c.type_ != replication::REPLICATION_SYNCED);
+    new.conditions.push(cond);
+    note
 }
 
 /// A deleted VirtualSwitch: empty its FPGA slots, then release its claims
