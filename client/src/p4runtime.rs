@@ -14,7 +14,7 @@ use p4fleet_proto::p4info::P4Info;
 use p4fleet_proto::p4runtime::p4_runtime_client::P4RuntimeClient;
 use p4fleet_proto::p4runtime::{
     self as p4rt, CapabilitiesRequest, Entity, ForwardingPipelineConfig,
-    GetForwardingPipelineConfigRequest, MasterArbitrationUpdate, ReadRequest,
+    GetForwardingPipelineConfigRequest, MasterArbitrationUpdate,
     SetForwardingPipelineConfigRequest, StreamMessageRequest, StreamMessageResponse, TableEntry,
     Uint128, entity, forwarding_pipeline_config, get_forwarding_pipeline_config_request,
     set_forwarding_pipeline_config_request, stream_message_request, stream_message_response,
@@ -336,36 +336,20 @@ impl P4RuntimeDevice {
     }
 
     pub async fn read_table(&self, slot: u32, table_id: u32) -> Result<Vec<TableEntry>, Error> {
-        let device_id = self.target.device_id(slot);
-        let req = ReadRequest {
-            device_id,
-            entities: vec![Entity {
-                entity: Some(entity::Entity::TableEntry(TableEntry {
-                    table_id,
-                    ..Default::default()
-                })),
-            }],
-            ..Default::default()
+        let filter = Entity {
+            entity: Some(entity::Entity::TableEntry(TableEntry {
+                table_id,
+                ..Default::default()
+            })),
         };
-        let mut stream = self
-            .client
-            .clone()
-            .read(req)
-            .await
-            .map_err(|s| self.rpc_error("Read", device_id, s))?
-            .into_inner();
-        let mut out = Vec::new();
-        while let Some(resp) = stream
-            .message()
-            .await
-            .map_err(|s| self.rpc_error("Read", device_id, s))?
-        {
-            out.extend(resp.entities.into_iter().filter_map(|e| match e.entity {
+        let entities = self.read_entities(slot, vec![filter]).await?;
+        Ok(entities
+            .into_iter()
+            .filter_map(|e| match e.entity {
                 Some(entity::Entity::TableEntry(t)) => Some(t),
                 _ => None,
-            }));
-        }
-        Ok(out)
+            })
+            .collect())
     }
 }
 

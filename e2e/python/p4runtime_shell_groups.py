@@ -13,22 +13,13 @@ check.
         --p4info examples/fabric/p4info.txt --config device.json
 """
 
-import argparse
-import sys
-
 import p4runtime_sh.shell as sh
 from p4.v1 import p4runtime_pb2
 from p4runtime_sh.context import P4Type
 from p4runtime_sh.p4runtime import P4RuntimeWriteException
+from shell_common import check, connect
 
 PROFILE = "MyIngress.ecmp_selector"
-
-
-def check(cond, what):
-    if not cond:
-        print("FAIL:", what, file=sys.stderr)
-        sys.exit(1)
-    print("ok:", what)
 
 
 def fails(fn, code, what):
@@ -54,19 +45,7 @@ def route(prefix, **spec):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--grpc-addr", required=True)
-    ap.add_argument("--device-id", type=int, default=1)
-    ap.add_argument("--p4info", required=True)
-    ap.add_argument("--config", required=True)
-    args = ap.parse_args()
-
-    sh.setup(
-        device_id=args.device_id,
-        grpc_addr=args.grpc_addr,
-        election_id=(0, 1),
-        config=sh.FwdPipeConfig(args.p4info, args.config),
-    )
+    connect()
     try:
         for i in range(1, 6):
             member(i, i).insert()

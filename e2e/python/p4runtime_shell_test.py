@@ -8,11 +8,9 @@ a per-update error. Exits non-zero on the first failed check.
         --p4info examples/firewall/p4info.txt --config device.json
 """
 
-import argparse
-import sys
-
 import p4runtime_sh.shell as sh
 from p4runtime_sh.p4runtime import P4RuntimeWriteException
+from shell_common import check, connect
 
 
 def entry(src, dst, action="MyIngress.allow", port=None):
@@ -28,27 +26,8 @@ def read_all():
     return list(sh.TableEntry("MyIngress.firewall").read())
 
 
-def check(cond, what):
-    if not cond:
-        print("FAIL:", what, file=sys.stderr)
-        sys.exit(1)
-    print("ok:", what)
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--grpc-addr", required=True)
-    ap.add_argument("--device-id", type=int, default=1)
-    ap.add_argument("--p4info", required=True)
-    ap.add_argument("--config", required=True)
-    args = ap.parse_args()
-
-    sh.setup(
-        device_id=args.device_id,
-        grpc_addr=args.grpc_addr,
-        election_id=(0, 1),
-        config=sh.FwdPipeConfig(args.p4info, args.config),
-    )
+    connect()
     try:
         check(read_all() == [], "table starts empty")
 

@@ -364,6 +364,29 @@ where
     .await
 }
 
+/// Waits (up to 30 s) for an Event in namespace `ns` whose message
+/// contains `text` and, when given, whose reason is `reason`.
+pub async fn wait_event(client: &Client, ns: &str, reason: Option<&str>, text: &str) {
+    use k8s_openapi::api::core::v1::Event;
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let what = format!("an Event {reason:?} mentioning {text:?}");
+    wait_for(&what, Duration::from_secs(30), || async {
+        let list = events
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        list.items
+            .iter()
+            .find(|e| {
+                reason.is_none_or(|r| e.reason.as_deref() == Some(r))
+                    && e.message.as_deref().is_some_and(|m| m.contains(text))
+            })
+            .map(|_| ())
+            .ok_or_else(|| format!("{} events", list.items.len()))
+    })
+    .await
+}
+
 /// Polls `f` every 200 ms until it returns Ok; panics with `what` and the
 /// last error after `timeout`.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T

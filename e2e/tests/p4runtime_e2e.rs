@@ -1132,27 +1132,7 @@ async fn dpdk_switch_entries_steer_the_data_plane_and_policies_change_what_runs(
         modes.contains(&("async_encrypt".into(), "Async".into())),
         "{modes:?}"
     );
-    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-    wait_for(
-        "an ExternNotFound Event",
-        Duration::from_secs(30),
-        || async {
-            let list = events
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            list.items
-                .iter()
-                .find(|e| {
-                    e.message
-                        .as_deref()
-                        .is_some_and(|m| m.contains("ipsec_encrypt"))
-                })
-                .map(|_| ())
-                .ok_or_else(|| format!("{} events", list.items.len()))
-        },
-    )
-    .await;
+    p4fleet_e2e::wait_event(&client, &ns, None, "ipsec_encrypt").await;
 
     // Deleting the policy restores the defaults (every extern Sync).
     policies

@@ -8,8 +8,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Event;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use p4fleet_crds::{P4Program, Switch, VirtualSwitch, find_condition};
 use p4fleet_e2e::processes::{
     EmulatorProc, Proc, build_binaries, once_per_binary, spawn_emulator, spawn_operator,
@@ -215,26 +214,7 @@ async fn virtual_switch_multicast_groups_and_clone_sessions_sync_change_and_refu
         },
     )
     .await;
-    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-    wait_for(
-        "an InvalidReplication Event",
-        Duration::from_secs(30),
-        || async {
-            let list = events
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            list.items
-                .iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some("InvalidReplication")
-                        && e.message.as_deref().is_some_and(|m| m.contains("port 600"))
-                })
-                .map(|_| ())
-                .ok_or(format!("{} events", list.items.len()))
-        },
-    )
-    .await;
+    p4fleet_e2e::wait_event(&client, &ns, Some("InvalidReplication"), "port 600").await;
     // Not half-applied: group 1 still has its four copies.
     assert_eq!(held(emu).await.unwrap(), second);
 

@@ -302,6 +302,9 @@ async fn push(
                 let update = p.update?;
                 Some(Swap {
                     from_digest: obj.status.as_ref().and_then(|s| s.loaded_digest.clone()),
+                    // Replaced in place, never unloaded first (`update.mode`
+                    // says whether the device kept entries).
+                    strategy: UpdateStrategyType::HotSwap,
                     device: p.took,
                     at: now_rfc3339(),
                     update: Some(update),
