@@ -211,6 +211,15 @@ async fn sync_replication(
     new.replication = Some(st);
     new.conditions
         .retain(|c| c.type_ != replication::REPLICATION_SYNCED);
+    // Ready means the device holds the whole spec, replication included.
+    if !cond.is_true()
+        && let Some(ready) = new
+            .conditions
+            .iter_mut()
+            .find(|c| c.type_ == p4fleet_crds::condition_types::READY && c.is_true())
+    {
+        *ready = crate::status::ready_from(&[&cond], "", "");
+    }
     new.conditions.push(cond);
     note
 }
@@ -304,7 +313,7 @@ async fn push(
                     from_digest: obj.status.as_ref().and_then(|s| s.loaded_digest.clone()),
                     // Replaced in place, never unloaded first (`update.mode`
                     // says whether the device kept entries).
-                    strategy: UpdateStrategyType::HotSwap,
+                    strategy: p4fleet_crds::UpdateStrategyType::HotSwap,
                     device: p.took,
                     at: now_rfc3339(),
                     update: Some(update),
