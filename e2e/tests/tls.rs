@@ -19,7 +19,7 @@ use p4fleet_client::{Device, Identity, Target};
 use p4fleet_crds::{Condition, Switch, TableEntrySet, find_condition};
 use p4fleet_e2e::certs::{Pair, TestCa, Validity};
 use p4fleet_e2e::processes::{
-    EmulatorProc, build_binaries, device_entries, spawn_emulator, spawn_operator,
+    EmulatorProc, Proc, build_binaries, device_entries, spawn_emulator, spawn_operator,
     spawn_tls_emulator,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, firewall_workload, wait_for};
@@ -250,18 +250,20 @@ async fn tls_switches_connect_fail_with_reasons_and_follow_rotation() {
     drop((expired, wrong_name, rotated));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_primary_condition_says_what_the_device_said() {
+/// A test namespace (kept while the guard lives) and an operator probing
+/// Switches every 3 s, logging to `log`.
+async fn namespace_and_operator(log: &str) -> (Client, TestNamespace, String, Proc) {
     let cp = ControlPlane::shared().await;
     let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
-    let ns = ns.name().to_string();
-    let _operator = spawn_operator(
-        &bin(),
-        cp.kubeconfig_path(),
-        "primary-operator",
-        &["--drift-seconds", "3"],
-    );
+    let guard = TestNamespace::new(&client).await;
+    let ns = guard.name().to_string();
+    let operator = spawn_operator(&bin(), cp.kubeconfig_path(), log, &["--drift-seconds", "3"]);
+    (client, guard, ns, operator)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_primary_condition_says_what_the_device_said() {
+    let (client, _ns, ns, _operator) = namespace_and_operator("primary-operator").await;
     let emu = spawn_emulator(&bin(), &["--device-ids", "1,2"]);
     let unknown = format!("{ns}-unknown-id");
     switch(&client, &unknown, emu.p4runtime, 9, None).await;
@@ -300,16 +302,7 @@ async fn the_primary_condition_says_what_the_device_said() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_switch_names_the_cause() {
-    let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
-    let ns = ns.name().to_string();
-    let _operator = spawn_operator(
-        &bin(),
-        cp.kubeconfig_path(),
-        "unreachable-operator",
-        &["--drift-seconds", "3"],
-    );
+    let (client, _ns, ns, _operator) = namespace_and_operator("unreachable-operator").await;
     // A loopback port nothing listens on, and a name that never resolves
     // (RFC 6761), through the Switch's own endpoint field.
     let closed = std::net::TcpListener::bind("127.0.0.1:0")

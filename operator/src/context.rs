@@ -75,6 +75,8 @@ pub struct Context {
     pub sync_memory: SyncMemory,
     /// TableEntrySets' ConfigMap sources: watched, fetched and parsed once.
     pub entry_sources: EntrySources,
+    /// Ready programs the VirtualSwitch controller resolved, by digest.
+    pub programs: crate::controllers::virtual_switch::pipeline::ProgramCache,
 }
 
 impl Context {
@@ -106,6 +108,7 @@ impl Context {
             backoff: Backoff::default(),
             sync_memory: SyncMemory::default(),
             entry_sources: EntrySources::new(metrics.entry_sources.clone()),
+            programs: Default::default(),
         })
     }
 

@@ -264,10 +264,13 @@ async fn load_program(
     sw: &Switch,
     slot: u32,
 ) -> Result<(Pipeline, Option<pipeline::ReadyProgram>), Error> {
-    let program = match pipeline::ready_program(&ctx.reads, ns, &obj.spec.program_ref).await? {
-        Ok(p) => p,
-        Err(not_ready) => return Ok((Pipeline::NotReady(not_ready), None)),
-    };
+    let program =
+        match pipeline::ready_program_cached(&ctx.reads, &ctx.programs, ns, &obj.spec.program_ref)
+            .await?
+        {
+            Ok(p) => p,
+            Err(not_ready) => return Ok((Pipeline::NotReady(not_ready), None)),
+        };
     let pipeline = push(ctx, obj, sw, slot, &program).await;
     Ok((pipeline, Some(program)))
 }

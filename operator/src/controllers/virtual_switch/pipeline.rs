@@ -62,6 +62,60 @@ impl NotReady {
     }
 }
 
+/// Ready programs by `namespace/name`, each with the generation and digest
+/// it was resolved for. A VirtualSwitch is reconciled after every status
+/// write and device change; without this each reconcile GETs the
+/// program's ConfigMaps (a 350 kB bitstream for a P4VBox router), hashes
+/// them and parses the P4Info again, and a swap waits behind that. The
+/// digest pins the bytes: a hit loads exactly what the P4Program's status
+/// names, and a new digest or spec (generation) is a miss.
+#[derive(Clone, Default)]
+pub struct ProgramCache(
+    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, (i64, ReadyProgram)>>>,
+);
+
+impl ProgramCache {
+    fn get(&self, key: &str, generation: i64, digest: &str) -> Option<ReadyProgram> {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(key)
+            .filter(|(g, p)| *g == generation && p.digest == digest)
+            .map(|(_, p)| p.clone())
+    }
+
+    fn put(&self, key: String, generation: i64, program: Option<&ReadyProgram>) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match program {
+            Some(p) => map.insert(key, (generation, p.clone())),
+            None => map.remove(&key),
+        };
+    }
+}
+
+/// [`ready_program`] through `cache`: a Ready program whose generation and
+/// digest were resolved before is not read again.
+pub async fn ready_program_cached(
+    reads: &impl Reads,
+    cache: &ProgramCache,
+    ns: &str,
+    name: &str,
+) -> Result<Result<ReadyProgram, NotReady>, kube::Error> {
+    let key = format!("{ns}/{name}");
+    let seen = reads.program(ns, name).await?.and_then(|p| {
+        let st = p.status.as_ref()?;
+        find_condition(&st.conditions, READY).filter(|c| c.is_true())?;
+        Some((p.metadata.generation.unwrap_or(0), st.digest.clone()?))
+    });
+    if let Some((generation, digest)) = &seen
+        && let Some(hit) = cache.get(&key, *generation, digest)
+    {
+        return Ok(Ok(hit));
+    }
+    let ready = ready_program(reads, ns, name).await?;
+    let generation = seen.map_or(0, |(g, _)| g);
+    cache.put(key, generation, ready.as_ref().ok());
+    Ok(ready)
+}
+
 /// The program `ns/name` when it is Ready and its sources still match its digest.
 pub async fn ready_program(
     reads: &impl Reads,
@@ -553,6 +607,61 @@ mod tests {
         assert_eq!(
             NotReady::NotFound("fw".into()).condition().message,
             "spec.programRef: P4Program fw not found"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_cache_answers_for_the_same_generation_and_digest_only() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let resolved: Resolved = [(field::P4INFO, Ok(FIREWALL.as_bytes().to_vec()))]
+            .into_iter()
+            .collect();
+        let digest = resolved.digest();
+        // The P4Info in a ConfigMap, so that a second resolve would notice
+        // it gone.
+        let mut p = program(true, Some(digest.clone()));
+        p.spec.p4info = serde_json::from_value(
+            serde_json::json!({"configMapKeyRef": {"name": "src", "key": "p4info.txt"}}),
+        )
+        .unwrap();
+        p.metadata.generation = Some(1);
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "src", "namespace": "ns"},
+            "data": {"p4info.txt": FIREWALL}
+        }))
+        .unwrap();
+        let full = Cluster {
+            programs: vec![p.clone()],
+            config_maps: vec![cm],
+            ..Default::default()
+        };
+        let without_cm = Cluster {
+            programs: vec![p.clone()],
+            ..Default::default()
+        };
+        let cache = ProgramCache::default();
+        let get =
+            |c, cache| async move { ready_program_cached(c, cache, "ns", "fw").await.unwrap() };
+        assert_eq!(get(&full, &cache).await.unwrap().digest, digest);
+        // A hit reads nothing: the ConfigMap may be gone meanwhile.
+        assert_eq!(get(&without_cm, &cache).await.unwrap().digest, digest);
+        let empty = ProgramCache::default();
+        assert!(get(&without_cm, &empty).await.is_err());
+        // A new generation (spec edited) is a miss, and a failure forgets.
+        p.metadata.generation = Some(2);
+        let edited = Cluster {
+            programs: vec![p.clone()],
+            ..Default::default()
+        };
+        assert!(get(&edited, &cache).await.is_err());
+        p.metadata.generation = Some(1);
+        let back = Cluster {
+            programs: vec![p],
+            ..Default::default()
+        };
+        assert!(
+            get(&back, &cache).await.is_err(),
+            "the failure replaced the entry"
         );
     }
 }

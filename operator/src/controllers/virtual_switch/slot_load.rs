@@ -163,13 +163,21 @@ pub async fn load(
     } else {
         before
     };
+    let mut changed = false;
     if state.isolation != iso {
         client.set_isolation(slot, iso).await?;
+        changed = true;
     }
     if state.port_map != ports {
         client.set_port_map(slot, ports).await?;
+        changed = true;
     }
-    let after = client.slot_state(slot).await?;
+    // Read back only what this call changed; the state it read is the
+    // device's answer otherwise.
+    let after = match changed {
+        true => client.slot_state(slot).await?,
+        false => state,
+    };
     if after.phase() != pb::SlotPhase::Loaded || after.program_digest != program.digest {
         return Err(SlotLoadError::NotConfirmed {
             slot,
