@@ -28,6 +28,7 @@
 
 pub mod apply;
 pub mod cleanup;
+pub mod conflicts;
 pub mod dereference;
 pub mod desired;
 pub mod memory;
@@ -149,7 +150,8 @@ async fn sync(
         replaced.extend(marked);
     }
     let ns = namespace(set)?;
-    let refs = dereference::dereference(&ctx.reads, &ctx.entry_sources, &ns, set).await?;
+    let mut refs = dereference::dereference(&ctx.reads, &ctx.entry_sources, &ns, set).await?;
+    settle_conflicts(ctx, set, &mut refs);
     let desired =
         parse::per_target(&ctx.entry_sources, &me, set, &refs.targets, &refs.sources).await;
     let record = ctx.ownership.get(&ctx.client, set).await?;
@@ -210,6 +212,35 @@ async fn sync(
         ctx.events.publish(set, ev).await;
     }
     Ok(report.action)
+}
+
+/// Reports conflicting ownership with other sets (on both sides: the other
+/// set finds the same conflict) and drops the targets an older set keeps.
+fn settle_conflicts(ctx: &Context, set: &TableEntrySet, refs: &mut dereference::Dereferenced) {
+    let targets: Vec<(&str, &str)> = refs
+        .targets
+        .iter()
+        .map(|t| (t.virtual_switch.as_str(), t.schema.name.as_str()))
+        .collect();
+    let ns = set.namespace().unwrap_or_default();
+    let vss = ctx.caches.virtual_switches.store();
+    let found = conflicts::find(
+        set,
+        &targets,
+        &ctx.caches.entry_sets.store().state(),
+        |vs| vss.get(&ObjectRef::new(vs).within(&ns)),
+    );
+    let yielded: Vec<String> = conflicts::yielded(&found)
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    refs.targets
+        .retain(|t| !yielded.contains(&t.virtual_switch));
+    refs.problems.extend(
+        found
+            .into_iter()
+            .map(dereference::Problem::OwnershipConflict),
+    );
 }
 
 /// `record` with the keys of `targets` replaced; other targets (not
