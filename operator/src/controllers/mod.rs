@@ -14,6 +14,7 @@
 pub mod entry_set;
 pub mod extern_policy;
 pub mod program;
+pub mod program_hold;
 pub mod switch;
 pub mod switch_probe;
 pub mod virtual_switch;

@@ -36,7 +36,7 @@ pub struct Conflict {
 }
 
 /// Whether a set's `spec.table` (full or short name) names `full`.
-fn names_table(spec_table: &str, full: &str) -> bool {
+pub fn names_table(spec_table: &str, full: &str) -> bool {
     spec_table == full
         || full
             .strip_suffix(spec_table)
