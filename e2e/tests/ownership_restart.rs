@@ -74,6 +74,14 @@ impl Case {
     fn config_maps(&self, client: &kube::Client) -> Api<ConfigMap> {
         Api::namespaced(client.clone(), self.ns.name())
     }
+    /// Replaces the entries of the set's ConfigMap `fw` with `text`.
+    async fn desire(&self, client: &kube::Client, text: String) {
+        let patch = json!({"data": {"entries": text}});
+        self.config_maps(client)
+            .patch("fw", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
 }
 
 /// Which keys the device holds that it should not, and which it lacks.
@@ -125,11 +133,7 @@ async fn a_restarted_operator_deletes_exactly_what_its_sets_wrote() {
     drop(op);
     let kept = ENTRIES - REMOVED;
     for c in &cases {
-        let patch = json!({"data": {"entries": firewall_lines(0, kept)}});
-        c.config_maps(&client)
-            .patch("fw", &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
+        c.desire(&client, firewall_lines(0, kept)).await;
     }
     let op = operator(&kubeconfig);
     let restarted = Instant::now();
@@ -159,11 +163,7 @@ async fn a_restarted_operator_deletes_exactly_what_its_sets_wrote() {
     }
     let before = kept as u64 + 1;
     for c in &cases {
-        let patch = json!({"data": {"entries": firewall_lines(40_000, ENTRIES)}});
-        c.config_maps(&client)
-            .patch("fw", &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
+        c.desire(&client, firewall_lines(40_000, ENTRIES)).await;
     }
     // Aim at the Tofino set's insert phase (its deletes done, inserts
     // under way): without the record grown first, those inserts would be
@@ -194,11 +194,7 @@ async fn a_restarted_operator_deletes_exactly_what_its_sets_wrote() {
     );
     let small = 1000;
     for c in &cases {
-        let patch = json!({"data": {"entries": firewall_lines(0, small)}});
-        c.config_maps(&client)
-            .patch("fw", &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
+        c.desire(&client, firewall_lines(0, small)).await;
     }
     let op = operator(&kubeconfig);
     let mut expected = firewall::keys_of_lines(0, small);
