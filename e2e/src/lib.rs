@@ -17,6 +17,7 @@
 //! URL and token); every test builds its own `kube::Client`.
 
 pub mod certs;
+pub mod firewall;
 pub mod processes;
 
 use std::ffi::OsStr;
@@ -910,6 +911,35 @@ where
     if let Err(e) = api.create(&PostParams::default(), &obj).await {
         panic!("create {:?}: {e}", obj.meta().name);
     }
+}
+
+/// Waits (up to 60 s) for an Event in `ns` regarding object `name` (with
+/// `reason`, if given).
+pub async fn event_about(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    reason: Option<&str>,
+) -> k8s_openapi::api::events::v1::Event {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    wait_for(
+        &format!("an Event about {name}"),
+        Duration::from_secs(60),
+        || async {
+            let evs = events
+                .list(&kube::api::ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            evs.items
+                .into_iter()
+                .find(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                        && reason.is_none_or(|r| e.reason.as_deref() == Some(r))
+                })
+                .ok_or_else(|| "none yet".to_string())
+        },
+    )
+    .await
 }
 
 // ---------------------------------------------------------------------------

@@ -245,6 +245,12 @@ pub async fn once_per_binary<T: Send + Sync + 'static>(
 /// The emulator's entry count of `device` (its stats side channel at
 /// `stats`), None while it does not answer.
 pub fn device_entries(stats: SocketAddr, device: u64) -> Option<u64> {
+    device_stat(stats, device, "entries")
+}
+
+/// One counter of the emulator's stats of `device` (`/stats/<device>`:
+/// `entries`, `write_rpcs`, …), None while it does not answer.
+pub fn device_stat(stats: SocketAddr, device: u64, field: &str) -> Option<u64> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect_timeout(&stats, Duration::from_secs(1)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
@@ -256,7 +262,7 @@ pub fn device_entries(stats: SocketAddr, device: u64) -> Option<u64> {
     let mut resp = String::new();
     s.read_to_string(&mut resp).ok()?;
     let body: serde_json::Value = serde_json::from_str(resp.split_once("\r\n\r\n")?.1).ok()?;
-    body["entries"].as_u64()
+    body[field].as_u64()
 }
 
 /// Starts `p4fleet-emulator` from `bin` serving TLS on `addr` (None: any

@@ -13,27 +13,18 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::Api;
 use p4fleet_crds::{
-    Condition, P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
+    Condition, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
-use p4fleet_e2e::processes::{
-    Proc, build_binaries, device_entries, spawn_emulator, spawn_operator,
-};
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
-use serde_json::json;
+use p4fleet_e2e::firewall::{self, Addrs, FirewallSet, Kind};
+use p4fleet_e2e::processes::{Proc, build_binaries, device_entries, spawn_operator};
+use p4fleet_e2e::{ControlPlane, TestNamespace, wait_for};
 
 const ENTRIES: usize = 30_000;
 /// Longer than the test: nothing is repaired by a periodic pass.
 const PERIODS: &str = "3600";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Bmv2,
-    Tofino,
-}
 
 /// The emulator and operator binaries, built (debug) once per test binary.
 fn bin(name: &str) -> PathBuf {
@@ -41,48 +32,9 @@ fn bin(name: &str) -> PathBuf {
     BUILT.get_or_init(build_binaries).join(name)
 }
 
-/// The emulator's three listen addresses.
-#[derive(Debug, Clone, Copy)]
-struct Addrs {
-    p4runtime: SocketAddr,
-    bfrt: SocketAddr,
-    stats: SocketAddr,
-}
-
-/// Starts the emulator (devices 1 and 11) on `addrs` (port 0: any) and
-/// waits until it listens.
+/// The emulator with devices 1 (Bmv2) and 11 (Tofino).
 fn emulator(addrs: Option<Addrs>) -> (Proc, Addrs) {
-    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let a = addrs.unwrap_or(Addrs {
-        p4runtime: any,
-        bfrt: any,
-        stats: any,
-    });
-    let (p4runtime, bfrt, stats) = (
-        a.p4runtime.to_string(),
-        a.bfrt.to_string(),
-        a.stats.to_string(),
-    );
-    let bin = bin("p4fleet-emulator");
-    let emu = spawn_emulator(
-        bin.parent().unwrap(),
-        &[
-            "--device-ids",
-            "1,11",
-            "--p4runtime-addr",
-            &p4runtime,
-            "--bfrt-addr",
-            &bfrt,
-            "--stats-addr",
-            &stats,
-        ],
-    );
-    let addrs = Addrs {
-        p4runtime: emu.p4runtime,
-        bfrt: emu.bfrt.expect("bfrt address"),
-        stats: emu.stats,
-    };
-    (emu.proc, addrs)
+    firewall::emulator(bin("p4fleet-emulator").parent().unwrap(), "1,11", addrs)
 }
 
 fn operator(kubeconfig: PathBuf) -> Proc {
@@ -97,58 +49,11 @@ fn operator(kubeconfig: PathBuf) -> Proc {
 
 /// Program, Switch, VirtualSwitch and a 30,000-entry TableEntrySet.
 async fn setup(client: &Client, ns: &str, kind: Kind, addrs: Addrs, device: u64) -> String {
-    let read = |p: &str| std::fs::read_to_string(repo_root().join(p)).unwrap();
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    let mut spec = json!({"p4info": {"inline": read("examples/firewall/p4info.txt")}});
-    if kind == Kind::Tofino {
-        create_json(
-            &cms,
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "tofino"},
-                "data": {"bfrt.json": read("examples/firewall/bfrt.json"), "tofino.bin": "bin"}}),
-        )
-        .await;
-        let key = |k: &str| json!({"configMapKeyRef": {"name": "tofino", "key": k}});
-        spec["artifacts"] = json!({"tofino": {"bfrtJson": key("bfrt.json"),
-            "contextJson": {"inline": "{}"}, "binary": key("tofino.bin")}});
-    }
-    let sw = format!("{ns}-sw");
-    let (target, endpoint) = match kind {
-        Kind::Bmv2 => ("Bmv2", addrs.p4runtime),
-        Kind::Tofino => ("Tofino", addrs.bfrt),
+    let set = FirewallSet {
+        entries: ENTRIES,
+        ownership: "Merge",
     };
-    let v1 = "p4fleet.dev/v1alpha1";
-    create_json(
-        &Api::<P4Program>::namespaced(client.clone(), ns),
-        json!({"apiVersion": v1, "kind": "P4Program", "metadata": {"name": "firewall"}, "spec": spec}),
-    )
-    .await;
-    create_json(
-        &Api::<Switch>::all(client.clone()),
-        json!({"apiVersion": v1, "kind": "Switch", "metadata": {"name": sw},
-            "spec": {"target": target, "endpoint": endpoint.to_string(), "deviceId": device, "slots": 1}}),
-    )
-    .await;
-    create_json(
-        &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
-        json!({"apiVersion": v1, "kind": "VirtualSwitch", "metadata": {"name": "fw"},
-            "spec": {"programRef": "firewall", "switchRef": sw, "slot": 0}}),
-    )
-    .await;
-    create_json(
-        &cms,
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw"},
-            "data": {"entries": p4fleet_e2e::firewall_lines(0, ENTRIES)}}),
-    )
-    .await;
-    create_json(
-        &Api::<TableEntrySet>::namespaced(client.clone(), ns),
-        json!({"apiVersion": v1, "kind": "TableEntrySet", "metadata": {"name": "fw"},
-            "spec": {"virtualSwitchRef": "fw", "table": "MyIngress.firewall",
-                "entriesFrom": [{"configMap": "fw"}],
-                "write": {"batchSize": 1000, "maxInFlight": 4}}}),
-    )
-    .await;
-    sw
+    firewall::setup(client, ns, kind, addrs, device, set).await
 }
 
 fn is_true(conditions: &[Condition], t: &str) -> bool {

@@ -17,14 +17,13 @@ use std::time::{Duration, Instant};
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
 use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
 use p4fleet_e2e::processes::{Proc, build_binaries, log_file, once_per_binary, spawn_emulator};
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
+use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, event_about, repo_root, wait_for};
 use serde_json::{Value, json};
 
 struct Env {
@@ -236,29 +235,6 @@ async fn status_where(
             Err(format!("{st:?}"))
         }
     })
-    .await
-}
-
-/// Waits for an Event regarding object `name` (with `reason`, if given).
-async fn event_about(client: &Client, ns: &str, name: &str, reason: Option<&str>) -> Event {
-    let events: Api<Event> = Api::namespaced(client.clone(), ns);
-    wait_for(
-        &format!("an Event about {name}"),
-        Duration::from_secs(60),
-        || async {
-            let evs = events
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            evs.items
-                .into_iter()
-                .find(|e| {
-                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                        && reason.is_none_or(|r| e.reason.as_deref() == Some(r))
-                })
-                .ok_or_else(|| "none yet".to_string())
-        },
-    )
     .await
 }
 

@@ -71,8 +71,11 @@ pub struct Context {
     pub readiness: Readiness,
     /// Per-object consecutive failures, for error backoff.
     pub backoff: Backoff,
-    /// What TableEntrySet syncs remember between runs (drift, BFRT ownership).
+    /// What TableEntrySet syncs remember between runs (drift, statuses).
     pub sync_memory: SyncMemory,
+    /// TableEntrySets' durable ownership records (devices without entry
+    /// metadata: BFRT).
+    pub ownership: crate::ownership::Records,
     /// TableEntrySets' ConfigMap sources: watched, fetched and parsed once.
     pub entry_sources: EntrySources,
     /// Ready programs the VirtualSwitch controller resolved, by digest.
@@ -107,6 +110,7 @@ impl Context {
             readiness: Readiness::default(),
             backoff: Backoff::default(),
             sync_memory: SyncMemory::default(),
+            ownership: Default::default(),
             entry_sources: EntrySources::new(metrics.entry_sources.clone()),
             programs: Default::default(),
         })

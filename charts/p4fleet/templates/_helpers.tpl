@@ -98,9 +98,11 @@ applied status.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch"]
-# AsyncExternPolicy's T4P4S launch options (<policy>-t4p4s): server-side
-# apply creates and updates them (create is checked when the apply creates
-# one), the ConfigMap of a policy without a rendering is deleted.
+# AsyncExternPolicy's T4P4S launch options (<policy>-t4p4s) and the
+# TableEntrySets' ownership records on BFRT Switches (p4fleet-owned.<set>,
+# docs/bfrt.md): server-side apply creates and updates them (create is
+# checked when the apply creates one); a policy without a rendering and a
+# deleted set's record are deleted.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["create", "patch", "delete"]

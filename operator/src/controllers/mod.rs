@@ -14,6 +14,7 @@
 pub mod entry_set;
 pub mod extern_policy;
 pub mod program;
+pub mod program_hold;
 pub mod switch;
 pub mod switch_probe;
 pub mod virtual_switch;
@@ -62,6 +63,10 @@ pub enum Error {
     /// A deleted TableEntrySet's entries are still on a device.
     #[error("removing entries: {0}")]
     EntriesNotRemoved(entry_set::cleanup::RemovalFailures),
+    /// A TableEntrySet's ownership record could not be read or written
+    /// (device writes wait for it).
+    #[error(transparent)]
+    OwnershipRecord(#[from] crate::ownership::StoreError),
     /// A deleted AsyncExternPolicy's target still runs it.
     #[error("restoring the extern defaults: {0}")]
     PolicyNotRestored(String),
@@ -74,7 +79,7 @@ impl Error {
     /// Short label for the `reconcile_errors` metric.
     pub fn metric_label(&self) -> &'static str {
         match self {
-            Error::Kube(_) => "kube",
+            Error::Kube(_) | Error::OwnershipRecord(_) => "kube",
             Error::MissingObjectKey(_) => "invalid_object",
             Error::Finalizer(_) | Error::InvalidFinalizer => "finalizer",
             Error::EntriesNotRemoved(_) | Error::PolicyNotRestored(_) => "device",

@@ -11,10 +11,12 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::controller::{Action, Controller};
 use kube::{Api, ResourceExt};
 use p4fleet_crds::condition_types::{RESOLVED_REFS, VALID};
-use p4fleet_crds::{Condition, P4Program, P4ProgramSpec, P4ProgramStatus, TableInfo};
+use p4fleet_crds::{
+    Condition, P4Program, P4ProgramSpec, P4ProgramStatus, TableInfo, find_condition,
+};
 use p4fleet_model::p4info as model_p4info;
 
-use super::{Error, namespace, scoped_api, update_status_noting, watch_related};
+use super::{Error, namespace, program_hold, scoped_api, update_status_noting, watch_related};
 use crate::artifacts::{self, P4InfoError, Resolved};
 use crate::context::Context;
 use crate::status::{EventNote, ready_from};
@@ -120,8 +122,18 @@ pub async fn reconcile(obj: Arc<P4Program>, ctx: Arc<Context>) -> Result<Action,
     let ns = namespace(obj.as_ref())?;
     let resolved = artifacts::resolve(&ctx.reads, &ns, &obj.spec).await?;
     let mut new = build_status(&obj.spec, &resolved, obj.metadata.generation);
-    let old_digest = obj.status.as_ref().and_then(|s| s.digest.clone());
+    let old = obj.status.clone().unwrap_or_default();
+    let held = hold(&ctx, obj.as_ref(), &old, &mut new);
+    let old_digest = old.digest.clone();
     let api: Api<P4Program> = Api::namespaced(ctx.client.clone(), &ns);
+    if let Some(ev) = held {
+        let notes = std::slice::from_ref(&ev);
+        if update_status_noting(&ctx, &api, obj.as_ref(), &mut new, notes).await? {
+            ctx.events.publish(obj.as_ref(), &ev).await;
+        }
+        // Sets moving away or being deleted release it: look again soon.
+        return Ok(Action::requeue(std::time::Duration::from_secs(5)));
+    }
     let digest = (new.digest.is_some() && new.digest != old_digest).then(|| {
         let note = format!(
             "pipeline digest is now {} ({} tables)",
@@ -135,6 +147,45 @@ pub async fn reconcile(obj: Arc<P4Program>, ctx: Arc<Context>) -> Result<Action,
         ctx.events.publish(obj.as_ref(), &ev).await;
     }
     Ok(Action::requeue(ctx.config.resync))
+}
+
+/// Holds a change that removes tables sets still fill ([`program_hold`]):
+/// replaces `new` with the held status and returns the Event to publish.
+/// A released hold leaves `RolloutHeld=False` in `new`.
+fn hold(
+    ctx: &Context,
+    obj: &P4Program,
+    old: &P4ProgramStatus,
+    new: &mut P4ProgramStatus,
+) -> Option<EventNote> {
+    let removed = program_hold::removed_tables(old, new);
+    let uses = match removed.is_empty() || program_hold::removal_allowed(obj) {
+        true => Vec::new(),
+        false => program_hold::still_used(
+            obj,
+            &removed,
+            &ctx.caches.entry_sets.store().state(),
+            &ctx.caches.virtual_switches.store().state(),
+        ),
+    };
+    if uses.is_empty() {
+        // Once held, the condition stays (False) so the release is seen.
+        let was_held = find_condition(&old.conditions, program_hold::ROLLOUT_HELD).is_some();
+        if was_held {
+            new.conditions.push(Condition::new(
+                program_hold::ROLLOUT_HELD,
+                false,
+                "Released",
+                "no TableEntrySet fills a removed table (or the removal was confirmed)",
+            ));
+        }
+        return None;
+    }
+    *new = program_hold::held_status(old, std::mem::take(new), &uses);
+    let message = find_condition(&new.conditions, program_hold::ROLLOUT_HELD)
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    Some(EventNote::warning("RolloutHeld", "Hold", message))
 }
 
 #[cfg(test)]

@@ -238,6 +238,7 @@ impl ConfigMapIndex {
             .store()
             .state_filter(|m| {
                 m.metadata.namespace.as_deref() == Some(ns)
+                    && !crate::ownership::is_record(m.metadata.labels.as_ref())
                     && src.selects(
                         m.metadata.name.as_deref().unwrap_or_default(),
                         m.metadata.labels.as_ref().unwrap_or(&Default::default()),
@@ -622,6 +623,9 @@ pub fn reads_config_map(set: &p4fleet_crds::TableEntrySet, cm: &Meta) -> bool {
     };
     let empty = Default::default();
     let labels = cm.metadata.labels.as_ref().unwrap_or(&empty);
+    if crate::ownership::is_record(Some(labels)) {
+        return false;
+    }
     set.metadata.namespace.as_deref() == ns
         && set
             .spec

@@ -21,6 +21,7 @@ use super::dereference::Target;
 use super::desired::Desired;
 use crate::context::Context;
 use crate::convert;
+use crate::ownership::Record;
 
 /// A device that could not be used (nothing, or not everything, was attempted).
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +45,10 @@ pub struct Outcome {
     /// Updates that repaired drift: the desired entries were those of the
     /// previous complete sync, so every change was to the device's side.
     pub drift: u64,
+    /// On a device without entry metadata: the keys the set owns there
+    /// after this sync, for its ownership record (None: nothing to record,
+    /// or the target was not written).
+    pub owned: Option<HashSet<EntryKey>>,
 }
 
 /// One target's sync: which set, where, what it desires.
@@ -57,6 +62,9 @@ pub struct Job<'a> {
     /// False while a required entry source is missing: the entries it held
     /// are unknown, not undesired, so nothing is deleted.
     pub deletes: bool,
+    /// The set's ownership record (keys it wrote on devices without entry
+    /// metadata).
+    pub record: &'a Record,
 }
 
 /// A target read back and planned, not yet written.
@@ -68,12 +76,30 @@ pub struct Planned<'a> {
     on_device: Vec<DeviceEntry>,
     plan: sync::Plan,
     key: super::memory::TargetKey,
+    /// On a device without entry metadata: the keys the set owns there now.
+    owned: Option<HashSet<EntryKey>>,
 }
 
 impl Planned<'_> {
     /// Updates the plan will write.
     pub fn writes(&self) -> usize {
         self.plan.writes()
+    }
+
+    /// The keys the set may own once the plan is written, for the record
+    /// written before it: those it owns now and those it inserts or
+    /// modifies (None on devices that keep entry metadata).
+    pub fn owned_at_most(&self) -> Option<HashSet<EntryKey>> {
+        let mut keys = self.owned.clone()?;
+        let d = self.job.desired;
+        keys.extend(self.plan.inserts.iter().map(|&i| d.entry(i).key.clone()));
+        keys.extend(self.plan.modifies.iter().map(|&i| d.entry(i).key.clone()));
+        Some(keys)
+    }
+
+    /// The target's VirtualSwitch.
+    pub fn virtual_switch(&self) -> &str {
+        &self.job.target.virtual_switch
     }
 }
 
@@ -86,6 +112,7 @@ pub async fn plan_target<'a>(ctx: &Context, job: Job<'a>) -> Result<Planned<'a>,
         target: t,
         desired: d,
         deletes,
+        record,
     } = job;
     let mut out = Outcome {
         virtual_switch: t.virtual_switch.clone(),
@@ -94,6 +121,7 @@ pub async fn plan_target<'a>(ctx: &Context, job: Job<'a>) -> Result<Planned<'a>,
         errors: Vec::new(),
         device_error: None,
         drift: 0,
+        owned: None,
     };
     let (tag, key) = (tag(set), t.key(set_key));
     let (dev, mut on_device) = match connect_and_read(ctx, t).await {
@@ -108,12 +136,15 @@ pub async fn plan_target<'a>(ctx: &Context, job: Job<'a>) -> Result<Planned<'a>,
     };
     // Borrowed from the shared parse: 8 bytes per entry, not a copy.
     let desired = d.refs();
-    if !dev.stores_entry_metadata() {
-        let before = ctx.sync_memory.owned_keys(&key);
+    let owned = (!dev.stores_entry_metadata()).then(|| {
+        let before = record.keys(&t.virtual_switch);
         infer_ownership(&mut on_device, tag, &before, desired.iter().copied());
-        let now = d.iter().map(|e| e.key.clone()).collect();
-        ctx.sync_memory.remember_owned(&key, now);
-    }
+        on_device
+            .iter()
+            .filter(|e| e.tag == tag)
+            .map(|e| e.entry.key.clone())
+            .collect()
+    });
     let ownership = convert::ownership(set.spec.ownership);
     let mut plan = sync::plan(&desired, &on_device, ownership, tag);
     if !deletes {
@@ -131,11 +162,13 @@ pub async fn plan_target<'a>(ctx: &Context, job: Job<'a>) -> Result<Planned<'a>,
         on_device,
         plan,
         key,
+        owned,
     })
 }
 
 /// Writes a planned target and tallies what the device accepted.
 pub async fn write_target(ctx: &Context, planned: Planned<'_>) -> Outcome {
+    let owned_at_most = planned.owned_at_most();
     let Planned {
         job,
         mut out,
@@ -144,6 +177,7 @@ pub async fn write_target(ctx: &Context, planned: Planned<'_>) -> Outcome {
         on_device,
         plan,
         key,
+        owned,
     } = planned;
     let (set, t, d) = (job.set, job.target, job.desired);
     let tag = tag(set);
@@ -170,6 +204,14 @@ pub async fn write_target(ctx: &Context, planned: Planned<'_>) -> Outcome {
         }
     }
     out.device_error = w.device_error;
+    if let (Some(at_most), Some(before)) = (owned_at_most, owned) {
+        let device_failed = out.device_error.is_some();
+        let after = Owned {
+            at_most,
+            before: &before,
+        };
+        out.owned = Some(after.confirmed(&plan, &w.failed, device_failed, &desired, &on_device));
+    }
     let failed: Vec<Origin> = w.failed.iter().map(|(o, _, _)| *o).collect();
     out.tally = SyncTally::of(&plan, &failed, w.stats);
     let complete = out.device_error.is_none() && out.tally.applied == out.tally.desired;
@@ -186,6 +228,56 @@ pub async fn write_target(ctx: &Context, planned: Planned<'_>) -> Outcome {
 pub fn chunk_size(opts: WriteOptions) -> usize {
     const MIN: usize = 65_536;
     (opts.batch_size.max(1) * opts.max_in_flight.max(1) * 4).max(MIN)
+}
+
+/// What the set owns after writing `plan`, from what it may own at most
+/// (owned before, plus every insert and modify). A device that failed as a
+/// whole may have applied any part of a request: nothing is taken out.
+/// Otherwise a refused insert is not the set's, nor is a refused modify of
+/// an entry it did not own, and a delete the device confirmed (or found
+/// already gone) is no longer there.
+struct Owned<'a> {
+    at_most: HashSet<EntryKey>,
+    before: &'a HashSet<EntryKey>,
+}
+
+impl Owned<'_> {
+    fn confirmed(
+        self,
+        plan: &sync::Plan,
+        failed: &[(Origin, i32, String)],
+        device_failed: bool,
+        desired: &[&Entry],
+        on_device: &[DeviceEntry],
+    ) -> HashSet<EntryKey> {
+        let mut keys = self.at_most;
+        if device_failed {
+            return keys;
+        }
+        let mut refused_deletes = HashSet::new();
+        for (o, code, _) in failed {
+            match *o {
+                Origin::Insert(i) => {
+                    keys.remove(&desired[i].key);
+                }
+                Origin::Modify(i) => {
+                    if !self.before.contains(&desired[i].key) {
+                        keys.remove(&desired[i].key);
+                    }
+                }
+                Origin::Delete(j) if *code != tonic::Code::NotFound as i32 => {
+                    refused_deletes.insert(j);
+                }
+                Origin::Delete(_) => {}
+            }
+        }
+        for &j in &plan.deletes {
+            if !refused_deletes.contains(&j) {
+                keys.remove(&on_device[j].entry.key);
+            }
+        }
+        keys
+    }
 }
 
 /// What writing the chunks of a plan did.
@@ -373,5 +465,83 @@ mod tests {
         assert_eq!(tags, [7, 0, 7, 9]);
         // So a deleted set removes what it wrote, not the other action.
         assert_eq!(sync::plan_removal(&on_device, 7), [0, 2]);
+    }
+
+    #[test]
+    fn a_record_keeps_what_the_device_did_not_confirm_gone() {
+        let desired = entries(
+            "#! action allow\n10.0.0.1 10.0.0.2 1\n10.0.0.1 10.0.0.3 1\n10.0.0.1 10.0.0.4 1\n",
+        );
+        let device = entries(
+            "#! action drop\n10.0.0.1 10.0.0.3\n10.0.0.1 10.0.0.4\n10.0.0.7 10.0.0.7\n10.0.0.8 10.0.0.8\n",
+        );
+        let tag = 7;
+        let on_device: Vec<DeviceEntry> = device
+            .into_iter()
+            .map(|entry| DeviceEntry { entry, tag })
+            .collect();
+        // Owned before: .3 (ours, to modify), .7 and .8 (ours, to delete);
+        // .4 is another writer's, modified into ours.
+        let before: HashSet<EntryKey> = [0, 2, 3]
+            .iter()
+            .map(|&j| on_device[j].entry.key.clone())
+            .collect();
+        let plan = sync::Plan {
+            inserts: vec![0],
+            modifies: vec![1, 2],
+            deletes: vec![2, 3],
+            ..Default::default()
+        };
+        let at_most: HashSet<EntryKey> = before
+            .iter()
+            .cloned()
+            .chain(desired.iter().map(|e| e.key.clone()))
+            .collect();
+        let owned = |failed: &[(Origin, i32, String)], device_failed| {
+            let o = Owned {
+                at_most: at_most.clone(),
+                before: &before,
+            };
+            o.confirmed(&plan, failed, device_failed, &desired, &on_device)
+        };
+        let key = |e: &Entry| e.key.clone();
+        // All confirmed: the desired keys, the deleted ones gone.
+        let all: HashSet<EntryKey> = desired.iter().map(key).collect();
+        assert_eq!(owned(&[], false), all);
+        // A refused insert is not ours; a refused modify of our entry stays
+        // ours, of another writer's is not; a refused delete stays ours, a
+        // delete of what was already gone does not.
+        let code = |c: tonic::Code| c as i32;
+        let failed = [
+            (
+                Origin::Insert(0),
+                code(tonic::Code::ResourceExhausted),
+                String::new(),
+            ),
+            (
+                Origin::Modify(1),
+                code(tonic::Code::Internal),
+                String::new(),
+            ),
+            (
+                Origin::Modify(2),
+                code(tonic::Code::Internal),
+                String::new(),
+            ),
+            (
+                Origin::Delete(2),
+                code(tonic::Code::Internal),
+                String::new(),
+            ),
+            (
+                Origin::Delete(3),
+                code(tonic::Code::NotFound),
+                String::new(),
+            ),
+        ];
+        let want: HashSet<EntryKey> = [key(&desired[1]), key(&on_device[2].entry)].into();
+        assert_eq!(owned(&failed, false), want);
+        // A device that failed as a whole may have applied anything.
+        assert_eq!(owned(&failed, true), at_most);
     }
 }

@@ -6,11 +6,13 @@
 //! entries stay on the device), so a dead switch never blocks a namespace
 //! deletion for ever.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use p4fleet_crds::TableEntrySet;
+use p4fleet_model::entries::EntryKey;
 use p4fleet_model::sync;
 
 use super::apply::{connect_and_read, infer_ownership, tag};
@@ -63,10 +65,12 @@ pub async fn cleanup(ctx: &Context, set: &TableEntrySet) -> Result<Action, Error
     let refs = dereference(&ctx.reads, &ctx.entry_sources, &ns, set).await?;
     let desired =
         parse::per_target(&ctx.entry_sources, &me, set, &refs.targets, &refs.sources).await;
+    let record = ctx.ownership.get(&ctx.client, set).await?;
     let mut failures = Vec::new();
     let mut removed = 0;
     for (i, t) in refs.targets.iter().enumerate() {
-        match remove_entries(ctx, set, &me, t, desired.of(i)).await {
+        let owned = record.record.keys(&t.virtual_switch);
+        match remove_entries(ctx, set, t, desired.of(i), &owned).await {
             Ok(n) => removed += n,
             Err(error) => failures.push(RemovalFailure {
                 virtual_switch: t.virtual_switch.clone(),
@@ -75,11 +79,10 @@ pub async fn cleanup(ctx: &Context, set: &TableEntrySet) -> Result<Action, Error
             }),
         }
     }
-    ctx.sync_memory.forget_set(&me, failures.is_empty());
+    ctx.sync_memory.forget_set(&me);
     if failures.is_empty() {
         ctx.entry_sources.release(&me);
-    }
-    if failures.is_empty() {
+        ctx.ownership.remove(&ctx.client, set).await?;
         ctx.metrics.forget_entry_set(&ns, &set.name_any());
         tracing::info!(set = %me, removed, "removed entries of deleted set");
         return Ok(Action::await_change());
@@ -104,15 +107,14 @@ pub async fn cleanup(ctx: &Context, set: &TableEntrySet) -> Result<Action, Error
 async fn remove_entries(
     ctx: &Context,
     set: &TableEntrySet,
-    me: &str,
     t: &Target,
     desired: &Desired,
+    owned: &HashSet<EntryKey>,
 ) -> Result<usize, RemovalError> {
     let tag = tag(set);
     let (dev, mut on_device) = connect_and_read(ctx, t).await?;
     if !dev.stores_entry_metadata() {
-        let before = ctx.sync_memory.owned_keys(&t.key(me));
-        infer_ownership(&mut on_device, tag, &before, desired.iter());
+        infer_ownership(&mut on_device, tag, owned, desired.iter());
     }
     let which = sync::plan_removal(&on_device, tag);
     let ops = sync::delete_ops(&on_device, &which);

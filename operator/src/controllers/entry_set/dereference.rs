@@ -88,6 +88,10 @@ pub enum Problem {
         virtual_switch: String,
         program: String,
     },
+    /// Another set fills the same table of the same VirtualSwitch and one
+    /// of them is Exclusive ([`super::conflicts`]).
+    #[error(transparent)]
+    OwnershipConflict(super::conflicts::Conflict),
 }
 
 impl Problem {
@@ -102,6 +106,7 @@ impl Problem {
             Problem::UnknownTable { .. } => "UnknownTable",
             Problem::Source(p) => p.reason(),
             Problem::TableNotInProgram { .. } => "TableNotInProgram",
+            Problem::OwnershipConflict(_) => "OwnershipConflict",
         }
     }
 

@@ -1,14 +1,13 @@
 //! What the TableEntrySet controller remembers between syncs of a target,
 //! held in the [`Context`](crate::context::Context) (no process-wide
 //! state). In memory only: after an operator restart the first sync of a
-//! target counts no drift, and on BFRT a set owns just what it desires
-//! (see [`super::apply::infer_ownership`]).
+//! target counts no drift. What a set owns on BFRT is durable, in its
+//! ownership record ([`crate::ownership`]), not here.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use p4fleet_crds::TableEntrySetStatus;
-use p4fleet_model::entries::EntryKey;
 
 /// One target of one set: the set's `namespace/name` and the VirtualSwitch.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -22,9 +21,6 @@ struct Remembered {
     /// Digest of the desired entries at the last sync that ended with all
     /// of them applied.
     synced: Option<[u8; 32]>,
-    /// For devices that keep no entry metadata (BFRT): the keys the set
-    /// desired at its last sync, standing in for ownership tags.
-    owned: Option<Arc<HashSet<EntryKey>>>,
 }
 
 /// Per-target memory of every TableEntrySet in this process.
@@ -43,17 +39,6 @@ pub struct SyncMemory {
 impl SyncMemory {
     fn with<T>(&self, f: impl FnOnce(&mut HashMap<TargetKey, Remembered>) -> T) -> T {
         f(&mut self.targets.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// The keys the target's set desired at its last sync (empty if none).
-    pub fn owned_keys(&self, key: &TargetKey) -> Arc<HashSet<EntryKey>> {
-        self.with(|m| m.get(key).and_then(|r| r.owned.clone()))
-            .unwrap_or_default()
-    }
-
-    /// Remembers the keys the set desires now, for its next sync or cleanup.
-    pub fn remember_owned(&self, key: &TargetKey, keys: HashSet<EntryKey>) {
-        self.with(|m| m.entry(key.clone()).or_default().owned = Some(Arc::new(keys)));
     }
 
     /// Records the end of a sync of desired entries with `digest`,
@@ -96,10 +81,8 @@ impl SyncMemory {
             .map(|(_, st)| st.clone())
     }
 
-    /// Forgets a deleted set: what it synced, and with `owned` also what it
-    /// owned (kept while entries may still be on a device, so a retried
-    /// cleanup still finds them).
-    pub fn forget_set(&self, set: &str, owned: bool) {
+    /// Forgets a deleted set.
+    pub fn forget_set(&self, set: &str) {
         self.seen
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -108,18 +91,7 @@ impl SyncMemory {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(set);
-        self.with(|m| {
-            m.retain(|k, r| {
-                if k.set != set {
-                    return true;
-                }
-                r.synced = None;
-                if owned {
-                    r.owned = None;
-                }
-                r.owned.is_some()
-            })
-        });
+        self.with(|m| m.retain(|k, _| k.set != set));
     }
 }
 
@@ -131,14 +103,6 @@ mod tests {
         TargetKey {
             set: set.into(),
             virtual_switch: vs.into(),
-        }
-    }
-
-    fn entry_key(priority: i32) -> EntryKey {
-        EntryKey {
-            table_id: 1,
-            matches: vec![],
-            priority,
         }
     }
 
@@ -156,7 +120,7 @@ mod tests {
         assert_eq!(m.written_over("ns/s", "11"), Some(st));
         // The cache has caught up (or someone else wrote): trust it.
         assert_eq!(m.written_over("ns/s", "12"), None);
-        m.forget_set("ns/s", true);
+        m.forget_set("ns/s");
         assert_eq!(m.written_over("ns/s", "10"), None);
     }
 
@@ -181,22 +145,7 @@ mod tests {
         assert!(m.first_sight("ns/s"));
         assert!(!m.first_sight("ns/s"));
         assert!(m.first_sight("ns/t"));
-        m.forget_set("ns/s", true);
+        m.forget_set("ns/s");
         assert!(m.first_sight("ns/s"));
-    }
-
-    #[test]
-    fn forgetting_a_set_keeps_what_it_owned_until_told() {
-        let m = SyncMemory::default();
-        let (a, b) = (key("ns/s", "vs"), key("ns/t", "vs"));
-        m.record_sync(&a, [1; 32], true);
-        m.remember_owned(&a, HashSet::from([entry_key(1)]));
-        m.remember_owned(&b, HashSet::from([entry_key(2)]));
-        m.forget_set("ns/s", false);
-        assert!(!m.record_sync(&a, [1; 32], true), "synced digest forgotten");
-        assert!(m.owned_keys(&a).contains(&entry_key(1)));
-        m.forget_set("ns/s", true);
-        assert!(m.owned_keys(&a).is_empty());
-        assert!(m.owned_keys(&b).contains(&entry_key(2)), "other sets stay");
     }
 }

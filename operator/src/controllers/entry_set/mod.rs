@@ -15,8 +15,10 @@
 //! Choices worth knowing:
 //! - Ownership is recorded on the device (see [`p4fleet_model::sync`]):
 //!   entries carry the set's tag in their P4Runtime `metadata`, so Merge
-//!   deletes survive restarts. BFRT keeps no metadata: ownership is
-//!   inferred ([`apply::infer_ownership`]) from the [`SyncMemory`].
+//!   deletes survive restarts. BFRT keeps no metadata: the set's
+//!   ownership record ([`crate::ownership`]) holds the keys it wrote,
+//!   grown before the device writes and shrunk after them
+//!   ([`apply::infer_ownership`] reads it).
 //! - While a required ConfigMap is missing, nothing is deleted (the
 //!   entries it held are unknown, not undesired); inserts and modifies of
 //!   the entries that did resolve still go out.
@@ -26,6 +28,7 @@
 
 pub mod apply;
 pub mod cleanup;
+pub mod conflicts;
 pub mod default_action;
 pub mod dereference;
 pub mod desired;
@@ -33,6 +36,7 @@ pub mod memory;
 pub mod parse;
 pub mod status;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use kube::runtime::controller::{Action, Controller};
@@ -47,9 +51,11 @@ use super::{
 };
 use crate::context::Context;
 use crate::entry_sources;
+use crate::ownership::Record;
 use crate::status::now_rfc3339;
 pub use cleanup::DELETE_GRACE;
 pub use memory::SyncMemory;
+use p4fleet_model::entries::EntryKey;
 
 /// Finalizer that removes a deleted set's entries from its devices.
 pub const FINALIZER: &str = "p4fleet.dev/table-entries";
@@ -145,9 +151,11 @@ async fn sync(
         replaced.extend(marked);
     }
     let ns = namespace(set)?;
-    let refs = dereference::dereference(&ctx.reads, &ctx.entry_sources, &ns, set).await?;
+    let mut refs = dereference::dereference(&ctx.reads, &ctx.entry_sources, &ns, set).await?;
+    settle_conflicts(ctx, set, &mut refs);
     let desired =
         parse::per_target(&ctx.entry_sources, &me, set, &refs.targets, &refs.sources).await;
+    let record = ctx.ownership.get(&ctx.client, set).await?;
     // Targets in parallel, at most `syncs_per_device` per device over all
     // sets (`crate::limits`): a slow device delays only its own targets.
     let parallel = ctx.config.limits.targets_per_set;
@@ -159,11 +167,20 @@ async fn sync(
             target,
             desired: desired.of(i),
             deletes: refs.sources_complete(),
+            record: &record.record,
         };
         (switch_of(target), apply::plan_target(ctx, job))
     });
     let planned = ctx.permits.each(parallel, jobs).await;
     let updates: usize = planned.iter().flatten().map(apply::Planned::writes).sum();
+    // Before any device write: the record knows every entry the set may
+    // own once the writes are done (a crash in between leaves none unknown).
+    let at_most = planned
+        .iter()
+        .flatten()
+        .filter_map(|p| Some((p.virtual_switch().to_string(), p.owned_at_most()?)));
+    let grown = with_targets(&record.record, at_most);
+    let record = ctx.ownership.put(&ctx.client, set, grown).await?;
     if updates > 0 {
         let syncing = status::Pending::Syncing { updates };
         replaced.extend(mark(ctx, api, set, &mut written, syncing).await?);
@@ -171,6 +188,13 @@ async fn sync(
     let writes = refs.targets.iter().map(switch_of).zip(planned);
     let writes = writes.map(|(switch, p)| (switch, write_planned(ctx, p)));
     let outcomes = ctx.permits.each(parallel, writes).await;
+    // After: only what the devices confirmed.
+    let owned = outcomes
+        .iter()
+        .filter_map(|o| Some((o.virtual_switch.clone(), o.owned.clone()?)));
+    ctx.ownership
+        .put(&ctx.client, set, with_targets(&record.record, owned))
+        .await?;
     let set = written.as_ref().unwrap_or(set);
     let defaults = sync_default_actions(ctx, set, &refs.targets).await;
     let mut report = status::report(&status::Input {
@@ -207,6 +231,52 @@ async fn sync_default_actions(
         out.push((t.virtual_switch.clone(), outcome));
     }
     out
+}
+
+/// Reports conflicting ownership with other sets (on both sides: the other
+/// set finds the same conflict) and drops the targets an older set keeps.
+fn settle_conflicts(ctx: &Context, set: &TableEntrySet, refs: &mut dereference::Dereferenced) {
+    let targets: Vec<(&str, &str)> = refs
+        .targets
+        .iter()
+        .map(|t| (t.virtual_switch.as_str(), t.schema.name.as_str()))
+        .collect();
+    let ns = set.namespace().unwrap_or_default();
+    let vss = ctx.caches.virtual_switches.store();
+    let found = conflicts::find(
+        set,
+        &targets,
+        &ctx.caches.entry_sets.store().state(),
+        |vs| vss.get(&ObjectRef::new(vs).within(&ns)),
+    );
+    let yielded: Vec<String> = conflicts::yielded(&found)
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    refs.targets
+        .retain(|t| !yielded.contains(&t.virtual_switch));
+    refs.problems.extend(
+        found
+            .into_iter()
+            .map(dereference::Problem::OwnershipConflict),
+    );
+}
+
+/// `record` with the keys of `targets` replaced; other targets (not
+/// planned, or no longer selected) keep theirs.
+fn with_targets(
+    record: &Record,
+    targets: impl Iterator<Item = (String, HashSet<EntryKey>)>,
+) -> Record {
+    let mut r = record.clone();
+    for (vs, keys) in targets {
+        if keys.is_empty() {
+            r.targets.remove(&vs);
+        } else {
+            r.targets.insert(vs, Arc::new(keys));
+        }
+    }
+    r
 }
 
 /// Writes a planned target; one that could not be planned is its outcome.

@@ -508,6 +508,7 @@ mod tests {
             errors: vec![],
             device_error: None,
             drift: 0,
+            owned: None,
         }
     }
 

@@ -42,6 +42,12 @@ pub enum NotReady {
     /// and that status change brings the VirtualSwitch back.
     #[error("P4Program {0} sources changed; waiting for its new digest")]
     Changing(String),
+    /// Its new content is held (it removes tables sets still fill): the
+    /// loaded pipeline stays.
+    #[error(
+        "P4Program {0}: its change is held (see its RolloutHeld condition); the loaded pipeline stays"
+    )]
+    Held(String),
 }
 
 impl NotReady {
@@ -58,6 +64,7 @@ impl NotReady {
             NotReady::Changing(_) => {
                 Condition::unknown(PIPELINE_LOADED, "ProgramChanging", message)
             }
+            NotReady::Held(_) => Condition::unknown(PIPELINE_LOADED, "ProgramChangeHeld", message),
         }
     }
 }
@@ -130,6 +137,11 @@ pub async fn ready_program(
     let (true, Some(digest)) = (ready, st.digest) else {
         return Ok(Err(NotReady::NotReady(name.into())));
     };
+    let held = find_condition(
+        &st.conditions,
+        crate::controllers::program_hold::ROLLOUT_HELD,
+    )
+    .is_some_and(|c| c.is_true());
     let resolved = artifacts::resolve(reads, ns, &p.spec).await?;
     Ok(match resolved.p4info() {
         Ok(p4info) if resolved.digest() == digest => Ok(ReadyProgram {
@@ -146,6 +158,7 @@ pub async fn ready_program(
                 .map(|t| t.pipes.clone())
                 .unwrap_or_default(),
         }),
+        _ if held => Err(NotReady::Held(name.into())),
         _ => Err(NotReady::Changing(name.into())),
     })
 }

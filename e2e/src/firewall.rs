@@ -1,0 +1,284 @@
+//! The firewall example on one emulated Bmv2 (P4Runtime) or Tofino (BFRT)
+//! Switch, as the fault and restart tests use it: the emulator as its own
+//! process (so it can be killed), the objects of one namespace, and an
+//! independent view of the device through p4fleet-client.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
+use kube::api::Api;
+use p4fleet_client::{Device, Identity, Target, TofinoPipeline};
+use p4fleet_crds::{P4Program, Switch, TableEntrySet, VirtualSwitch};
+pub use p4fleet_model::entries::EntryKey;
+use p4fleet_model::entries::{Entry, LineParser, TableSchema, WriteOp};
+use serde_json::json;
+
+use crate::processes::{Proc, spawn_emulator};
+use crate::{create_json, firewall_lines, repo_root};
+
+/// The kind of Switch: which protocol the operator speaks to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// P4Runtime, entries carry ownership tags in their metadata.
+    Bmv2,
+    /// BFRT, entries carry no metadata.
+    Tofino,
+}
+
+/// The emulator's three listen addresses.
+#[derive(Debug, Clone, Copy)]
+pub struct Addrs {
+    pub p4runtime: SocketAddr,
+    pub bfrt: SocketAddr,
+    pub stats: SocketAddr,
+}
+
+impl Addrs {
+    /// The Switch endpoint for `kind`.
+    pub fn endpoint(&self, kind: Kind) -> SocketAddr {
+        match kind {
+            Kind::Bmv2 => self.p4runtime,
+            Kind::Tofino => self.bfrt,
+        }
+    }
+}
+
+/// Starts the emulator from `bin` (devices `devices`, e.g. "1,11") on
+/// `addrs` (None: any free ports) and waits until it listens.
+pub fn emulator(bin: &Path, devices: &str, addrs: Option<Addrs>) -> (Proc, Addrs) {
+    let any = "127.0.0.1:0".to_string();
+    let (p4runtime, bfrt, stats) = match addrs {
+        Some(a) => (
+            a.p4runtime.to_string(),
+            a.bfrt.to_string(),
+            a.stats.to_string(),
+        ),
+        None => (any.clone(), any.clone(), any),
+    };
+    let emu = spawn_emulator(
+        bin,
+        &[
+            "--device-ids",
+            devices,
+            "--p4runtime-addr",
+            &p4runtime,
+            "--bfrt-addr",
+            &bfrt,
+            "--stats-addr",
+            &stats,
+        ],
+    );
+    let addrs = Addrs {
+        p4runtime: emu.p4runtime,
+        bfrt: emu.bfrt.expect("bfrt address"),
+        stats: emu.stats,
+    };
+    (emu.proc, addrs)
+}
+
+/// The TableEntrySet `fw` of [`setup`].
+#[derive(Debug, Clone, Copy)]
+pub struct FirewallSet {
+    /// Entries in its ConfigMap `fw` ([`firewall_lines`] from 0).
+    pub entries: usize,
+    /// `Merge` or `Exclusive`.
+    pub ownership: &'static str,
+}
+
+/// Program `firewall`, Switch `<ns>-sw` (device `device`), VirtualSwitch
+/// `fw` and TableEntrySet `fw` reading ConfigMap `fw` (batch 1000, 4 in
+/// flight). Returns the Switch's name.
+pub async fn setup(
+    client: &Client,
+    ns: &str,
+    kind: Kind,
+    addrs: Addrs,
+    device: u64,
+    set: FirewallSet,
+) -> String {
+    let read = |p: &str| std::fs::read_to_string(repo_root().join(p)).unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let mut spec = json!({"p4info": {"inline": read("examples/firewall/p4info.txt")}});
+    if kind == Kind::Tofino {
+        create_json(
+            &cms,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "tofino"},
+                "data": {"bfrt.json": read("examples/firewall/bfrt.json"), "tofino.bin": "bin"}}),
+        )
+        .await;
+        let key = |k: &str| json!({"configMapKeyRef": {"name": "tofino", "key": k}});
+        spec["artifacts"] = json!({"tofino": {"bfrtJson": key("bfrt.json"),
+            "contextJson": {"inline": "{}"}, "binary": key("tofino.bin")}});
+    }
+    let sw = format!("{ns}-sw");
+    let target = match kind {
+        Kind::Bmv2 => "Bmv2",
+        Kind::Tofino => "Tofino",
+    };
+    let v1 = "p4fleet.dev/v1alpha1";
+    create_json(
+        &Api::<P4Program>::namespaced(client.clone(), ns),
+        json!({"apiVersion": v1, "kind": "P4Program", "metadata": {"name": "firewall"}, "spec": spec}),
+    )
+    .await;
+    create_json(
+        &Api::<Switch>::all(client.clone()),
+        json!({"apiVersion": v1, "kind": "Switch", "metadata": {"name": sw},
+            "spec": {"target": target, "endpoint": addrs.endpoint(kind).to_string(),
+                "deviceId": device, "slots": 1}}),
+    )
+    .await;
+    create_json(
+        &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
+        json!({"apiVersion": v1, "kind": "VirtualSwitch", "metadata": {"name": "fw"},
+            "spec": {"programRef": "firewall", "switchRef": sw, "slot": 0}}),
+    )
+    .await;
+    create_json(
+        &cms,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw"},
+            "data": {"entries": firewall_lines(0, set.entries)}}),
+    )
+    .await;
+    create_json(
+        &Api::<TableEntrySet>::namespaced(client.clone(), ns),
+        json!({"apiVersion": v1, "kind": "TableEntrySet", "metadata": {"name": "fw"},
+            "spec": {"virtualSwitchRef": "fw", "table": "MyIngress.firewall",
+                "ownership": set.ownership,
+                "entriesFrom": [{"configMap": "fw"}],
+                "write": {"batchSize": 1000, "maxInFlight": 4}}}),
+    )
+    .await;
+    sw
+}
+
+fn p4info_text() -> String {
+    std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt")).unwrap()
+}
+
+/// The firewall table's schema (from the example's P4Info).
+pub fn schema() -> TableSchema {
+    let info = p4fleet_proto::p4info::parse_text(&p4info_text()).unwrap();
+    TableSchema::from_p4info(&info, "firewall").unwrap()
+}
+
+/// The entries of a line-format text of the firewall table.
+pub fn parse(text: &str) -> Vec<Entry> {
+    let schema = schema();
+    let mut p = LineParser::new(&schema);
+    text.lines()
+        .filter_map(|l| p.parse_line(l).expect("valid line"))
+        .collect()
+}
+
+/// The keys of [`firewall_lines`]`(start, n)`.
+pub fn keys_of_lines(start: usize, n: usize) -> HashSet<EntryKey> {
+    parse(&firewall_lines(start, n))
+        .into_iter()
+        .map(|e| e.key)
+        .collect()
+}
+
+/// An entry no TableEntrySet of these tests desires:
+/// `192.168.1.1 -> 192.168.1.2: drop`.
+pub fn foreign_entry() -> Entry {
+    parse("#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action drop\n192.168.1.1 192.168.1.2")
+        .remove(0)
+}
+
+/// [`foreign_entry`] as a P4Runtime TableEntry in protobuf text format.
+const FOREIGN_TEXT: &str = "table_id: 49661089\nmatch { field_id: 1 exact { value: \"\\xc0\\xa8\\x01\\x01\" } }\nmatch { field_id: 2 exact { value: \"\\xc0\\xa8\\x01\\x02\" } }\naction { action { action_id: 29481460 } }\n";
+
+/// POSTs `body` to the emulator's side channel; returns the answer's body.
+fn post(addr: SocketAddr, path: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("side channel");
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    resp.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or(resp)
+}
+
+/// Another client of the device, not the operator: on Bmv2 a backup
+/// (election id 1, below any leader's), on Tofino a second BFRT client
+/// bound to the loaded program. It writes foreign entries and reads the
+/// table independently of the operator.
+pub struct Other {
+    dev: Device,
+    kind: Kind,
+}
+
+impl Other {
+    /// Connects to `device` of the emulator at `addrs`. On Tofino the
+    /// operator must have loaded the program.
+    pub async fn connect(kind: Kind, addrs: Addrs, device: u64) -> Other {
+        let endpoint = addrs.endpoint(kind).to_string();
+        // The operator's BFRT client ids fit in 16 bits.
+        let id = Identity {
+            election_id: 1,
+            client_id: 0x1_0000 + device as u32,
+        };
+        let target = match kind {
+            Kind::Bmv2 => Target::p4runtime(endpoint, device),
+            Kind::Tofino => Target::bfrt(endpoint, device),
+        };
+        let dev = Device::connect(target, id).expect("connect");
+        if kind == Kind::Tofino {
+            let info = p4fleet_proto::p4info::parse_text(&p4info_text()).unwrap();
+            let bfrt_json = std::fs::read(repo_root().join("examples/firewall/bfrt.json")).unwrap();
+            let pipeline = TofinoPipeline {
+                p4_name: "firewall".into(),
+                bfrt_json,
+                context_json: b"{}".to_vec(),
+                binary: b"bin".to_vec(),
+            };
+            let pushed = dev.set_tofino_pipeline(0, &info, &pipeline).await.unwrap();
+            assert!(!pushed, "the operator has loaded the same program");
+        }
+        Other { dev, kind }
+    }
+
+    /// The firewall table's keys as the device holds them.
+    pub async fn keys(&self) -> HashSet<EntryKey> {
+        let schema = schema();
+        let raw = self.dev.read_table(0, schema.id).await.expect("read table");
+        raw.iter()
+            .map(|te| Entry::from_proto(&schema, te).expect("readable entry").key)
+            .collect()
+    }
+
+    /// Writes `e` behind the operator's back. On Bmv2 (where this client is
+    /// a backup) through the emulator's inject-entry side channel at
+    /// `stats`, on Tofino as this BFRT client.
+    pub async fn insert(&self, e: &Entry, stats: SocketAddr, device: u64) {
+        match self.kind {
+            Kind::Bmv2 => {
+                assert_eq!(e, &foreign_entry(), "the side channel takes text");
+                let r = post(
+                    stats,
+                    &format!("/devices/{device}/inject-entry"),
+                    FOREIGN_TEXT,
+                );
+                assert!(r.contains("\"inserted\":true"), "{r}");
+            }
+            Kind::Tofino => {
+                let r = self
+                    .dev
+                    .write_ops(0, &[WriteOp::insert(e)], Default::default())
+                    .await
+                    .unwrap();
+                assert!(r.failures.is_empty(), "{:?}", r.failures);
+            }
+        }
+    }
+}

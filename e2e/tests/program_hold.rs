@@ -1,0 +1,133 @@
+//! A P4Program change that would remove a table TableEntrySets still fill
+//! is held (issue 10, item 9): on a Bmv2 Switch with a synced set, the
+//! program's P4Info is changed so that its table is renamed. The program
+//! says `RolloutHeld=True` naming the set and the table (and an Event),
+//! the VirtualSwitch keeps its pipeline (`ProgramChangeHeld`) and the
+//! device keeps every entry; the annotation
+//! `p4fleet.dev/allow-table-removal: "true"` then lets the change out.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kube::api::{Api, Patch, PatchParams};
+use p4fleet_crds::{P4Program, VirtualSwitch, find_condition};
+use p4fleet_e2e::firewall::{self, FirewallSet, Kind};
+use p4fleet_e2e::processes::{build_binaries, device_entries, spawn_operator};
+use p4fleet_e2e::{ControlPlane, TestNamespace, event_about, repo_root, wait_for};
+use serde_json::json;
+
+const ENTRIES: usize = 100;
+
+fn bin() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_binaries).clone()
+}
+
+/// Waits until condition `type_` of P4Program `firewall` has `reason`;
+/// returns its message.
+async fn program_condition(programs: &Api<P4Program>, type_: &str, reason: &str) -> String {
+    wait_for(
+        &format!("P4Program {type_}: {reason}"),
+        Duration::from_secs(60),
+        || async {
+            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
+            let st = p.status.unwrap_or_default();
+            find_condition(&st.conditions, type_)
+                .filter(|c| c.reason == reason)
+                .map(|c| c.message.clone())
+                .ok_or(format!("{:?}", st.conditions))
+        },
+    )
+    .await
+}
+
+async fn pipeline_loaded(vss: &Api<VirtualSwitch>, reason: &str) {
+    wait_for(
+        &format!("VirtualSwitch PipelineLoaded: {reason}"),
+        Duration::from_secs(60),
+        || async {
+            let v = vss.get("fw").await.map_err(|e| e.to_string())?;
+            let c = v.status.unwrap_or_default().conditions;
+            find_condition(&c, "PipelineLoaded")
+                .filter(|c| c.reason == reason)
+                .map(|_| ())
+                .ok_or(format!("{c:?}"))
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_removing_a_filled_table_is_held_until_confirmed() {
+    let cp = ControlPlane::shared().await;
+    let client = cp.client().await;
+    let (_emu, addrs) = firewall::emulator(&bin(), "1", None);
+    let _op = spawn_operator(
+        &bin(),
+        cp.kubeconfig_path(),
+        "hold-operator",
+        &["--resync-seconds", "3600", "--drift-seconds", "3600"],
+    );
+    let ns = TestNamespace::new(&client).await;
+    let set = FirewallSet {
+        entries: ENTRIES,
+        ownership: "Merge",
+    };
+    firewall::setup(&client, ns.name(), Kind::Bmv2, addrs, 1, set).await;
+    let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
+    let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns.name());
+    wait_for(
+        "entries on the device",
+        Duration::from_secs(120),
+        || async {
+            (device_entries(addrs.stats, 1) == Some(ENTRIES as u64))
+                .then_some(())
+                .ok_or("not yet".to_string())
+        },
+    )
+    .await;
+    pipeline_loaded(&vss, "Loaded").await;
+    let digest = || async {
+        let p = programs.get("firewall").await.unwrap();
+        p.status.unwrap_or_default().digest
+    };
+    let in_force = digest().await;
+
+    // The table renamed: MyIngress.firewall would go away.
+    let p4info = std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt"))
+        .unwrap()
+        .replace("\"MyIngress.firewall\"", "\"MyIngress.firewall_v2\"")
+        .replace("alias: \"firewall\"", "alias: \"firewall_v2\"");
+    let patch = json!({"spec": {"p4info": {"inline": p4info}}});
+    programs
+        .patch("firewall", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let held = program_condition(&programs, "RolloutHeld", "TablesStillTargeted").await;
+    eprintln!("held: {held}");
+    assert!(
+        held.contains("table MyIngress.firewall (TableEntrySet fw on VirtualSwitch fw)"),
+        "{held}"
+    );
+    event_about(&client, ns.name(), "firewall", Some("RolloutHeld")).await;
+    pipeline_loaded(&vss, "ProgramChangeHeld").await;
+    assert_eq!(digest().await, in_force, "the content in force stays");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        device_entries(addrs.stats, 1),
+        Some(ENTRIES as u64),
+        "the device keeps the set's entries"
+    );
+
+    // Confirmed: the change goes out (the emulator empties the table with
+    // the new pipeline) and the hold is released.
+    let confirm = json!({"metadata": {"annotations": {"p4fleet.dev/allow-table-removal": "true"}}});
+    programs
+        .patch("firewall", &PatchParams::default(), &Patch::Merge(&confirm))
+        .await
+        .unwrap();
+    program_condition(&programs, "RolloutHeld", "Released").await;
+    pipeline_loaded(&vss, "Loaded").await;
+    assert_ne!(digest().await, in_force, "the new content is in force");
+    ns.delete(&client).await.unwrap();
+}
