@@ -4,10 +4,14 @@
 
 pub(crate) mod arbitration;
 pub(crate) mod bulk;
+mod counters;
 mod device;
 pub(crate) mod entry;
+mod meters;
 pub(crate) mod pipeline;
 mod pipeline_config;
+mod registers;
+pub(crate) mod resources;
 pub(crate) mod schema;
 pub(crate) mod service;
 pub(crate) mod wire;

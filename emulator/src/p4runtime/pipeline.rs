@@ -12,6 +12,7 @@ use tonic::Code;
 
 use crate::key::{Entries, IdMap, Key};
 use crate::p4runtime::entry::{canonicalize_action, canonicalize_entry, check_action, encode_key};
+use crate::p4runtime::resources::Resources;
 use crate::p4runtime::schema::{Schema, TableInfo};
 use crate::p4runtime::wire::{self, ActionView, EntityView, Scratch, TableEntryView};
 use crate::update_error::{UpdateError, err, malformed};
@@ -99,6 +100,8 @@ pub(crate) struct Pipeline {
     pub tables: IdMap<TableState>,
     /// Unique per committed pipeline in this process.
     pub generation: u64,
+    /// Counter, meter and register state (`super::resources`).
+    pub(crate) resources: Resources,
 }
 
 impl Pipeline {
@@ -123,6 +126,7 @@ impl Pipeline {
             })
             .collect();
         Pipeline {
+            resources: Resources::new(&schema.resources),
             schema,
             config,
             tables,
@@ -174,10 +178,14 @@ impl Pipeline {
                     Ok(te.encode_to_vec().into_boxed_slice())
                 })
             }
-            EntityView::Other(_) => Err(err(
-                Code::Unimplemented,
-                "only table entries can be written to this emulator",
-            )),
+            EntityView::Other(_) => {
+                let entity = p4::Update::decode(update)
+                    .map_err(|e| err(Code::InvalidArgument, format!("malformed update: {e}")))?
+                    .entity
+                    .and_then(|e| e.entity)
+                    .ok_or_else(|| err(Code::InvalidArgument, "update has no entity"))?;
+                self.apply_resource(ty, entity)
+            }
             EntityView::Missing => Err(err(Code::InvalidArgument, "update has no entity")),
         }
     }
@@ -297,6 +305,7 @@ impl Pipeline {
                             ));
                         }
                         v.insert(stored(scratch)?);
+                        self.resources.on_insert(table.id, key);
                     }
                 }
             }
@@ -316,6 +325,7 @@ impl Pipeline {
                         format!("table {}: no such entry", table.name),
                     ));
                 }
+                self.resources.on_delete(table.id, key);
             }
             Type::Unspecified => unreachable!("checked above"),
         }

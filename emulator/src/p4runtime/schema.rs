@@ -5,6 +5,7 @@ use p4fleet_proto::p4info::{self, P4Info, action_ref::Scope, match_field};
 use p4fleet_proto::p4runtime as p4;
 
 use crate::key::{IdMap, MatchKind};
+use crate::p4runtime::resources::ResourceSchema;
 
 /// A P4Info that cannot be realized.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -75,6 +76,8 @@ impl TableInfo {
 pub struct Schema {
     pub tables: IdMap<TableInfo>,
     pub actions: IdMap<ActionInfo>,
+    /// Counters, meters and registers.
+    pub resources: ResourceSchema,
 }
 
 pub fn nbytes(bitwidth: u32) -> usize {
@@ -132,7 +135,12 @@ impl Schema {
                 )));
             }
         }
-        Ok(Schema { tables, actions })
+        let resources = ResourceSchema::from_p4info(info, &tables)?;
+        Ok(Schema {
+            tables,
+            actions,
+            resources,
+        })
     }
 }
 
