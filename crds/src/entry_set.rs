@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::common::{Condition, Selector, conditions_schema};
+use crate::resources::{CounterReadout, CountersStatus, MeterSetting, RegisterSetting};
 
 /// Desired entries for one table, pushed in batches and kept in sync.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -25,6 +26,7 @@ use crate::common::{Condition, Selector, conditions_schema};
     printcolumn = r#"{"name":"Applied","type":"integer","jsonPath":".status.applied"}"#,
     printcolumn = r#"{"name":"Failed","type":"integer","jsonPath":".status.failed","priority":1}"#,
     printcolumn = r#"{"name":"Rate","type":"string","jsonPath":".status.rate"}"#,
+    printcolumn = r#"{"name":"Packets","type":"integer","jsonPath":".status.counters.packets","priority":1}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
     printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message","priority":1}"#,
@@ -74,6 +76,18 @@ pub struct TableEntrySetSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 86400))]
     pub resync_seconds: Option<u32>,
+    /// Read the table's direct counter back into status and metrics
+    /// (docs/entities/counters.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters: Option<CounterReadout>,
+    /// Indirect meter configs (docs/entities/meters.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1000))]
+    pub meters: Vec<MeterSetting>,
+    /// Register values (docs/entities/registers.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1000))]
+    pub registers: Vec<RegisterSetting>,
 }
 
 /// One table entry as people write it.
@@ -323,6 +337,9 @@ pub struct TableEntrySetStatus {
     /// Per-target breakdown.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub targets: Vec<TargetStatus>,
+    /// The last readout of the table's direct counter (`spec.counters`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters: Option<CountersStatus>,
 }
 
 /// One entry that failed.

@@ -7,6 +7,7 @@ pub mod common;
 pub mod entry_set;
 pub mod extern_policy;
 pub mod program;
+pub mod resources;
 pub mod switch;
 pub mod virtual_switch;
 
@@ -14,6 +15,7 @@ pub use common::*;
 pub use entry_set::*;
 pub use extern_policy::*;
 pub use program::*;
+pub use resources::*;
 pub use switch::*;
 pub use virtual_switch::*;
 

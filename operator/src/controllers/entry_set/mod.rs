@@ -30,6 +30,7 @@ pub mod dereference;
 pub mod desired;
 pub mod memory;
 pub mod parse;
+pub mod resources;
 pub mod status;
 
 use std::sync::Arc;
@@ -171,23 +172,44 @@ async fn sync(
     let writes = writes.map(|(switch, p)| (switch, write_planned(ctx, p)));
     let outcomes = ctx.permits.each(parallel, writes).await;
     let set = written.as_ref().unwrap_or(set);
+    let now = now_rfc3339();
+    let extras = resources::sync(
+        ctx,
+        set,
+        &refs.targets,
+        chrono::Utc::now().timestamp(),
+        &now,
+    )
+    .await;
     let report = status::report(&status::Input {
         set,
         problems: &refs.problems,
         parse: desired.first(),
         outcomes: &outcomes,
         default_resync: ctx.config.resync,
-        now: &now_rfc3339(),
+        now: &now,
     });
     let mut new = report.status;
+    resources::finish(&mut new, &extras, resources::wanted(set), MAX_ERRORS);
     update_status_noting(ctx, api, set, &mut new, &report.events).await?;
     ctx.metrics
         .entry_set(&namespace(set)?, &set.name_any(), &new);
+    if let Some(c) = new
+        .counters
+        .as_ref()
+        .filter(|_| !extras.per_switch.is_empty())
+    {
+        let top: Vec<u64> = c.top.iter().map(|t| t.packets).collect();
+        let (ns, name) = (namespace(set)?, set.name_any());
+        ctx.metrics
+            .counters
+            .readout(&ns, &name, &c.counter, &extras.per_switch, &top);
+    }
     ctx.sync_memory.remember_written(&me, replaced, new.clone());
     for ev in &report.events {
         ctx.events.publish(set, ev).await;
     }
-    Ok(report.action)
+    Ok(resources::requeue(set, report.action, ctx.config.resync))
 }
 
 /// Writes a planned target; one that could not be planned is its outcome.
