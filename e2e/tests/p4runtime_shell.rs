@@ -100,3 +100,58 @@ async fn p4runtime_shell_sets_pipeline_inserts_reads_and_deletes() {
     assert_eq!(stats.entries, 0);
     running.shutdown().await.unwrap();
 }
+
+/// The firewall P4Info plus a direct counter on its table, a meter and a
+/// register array, for the resources script.
+const RESOURCES: &str = r#"
+direct_counters { preamble { id: 330000001 name: "MyIngress.firewall_hits" alias: "firewall_hits" } spec { unit: BOTH } direct_table_id: 49661089 }
+meters { preamble { id: 335000001 name: "MyIngress.rate" alias: "rate" } spec { unit: BYTES } size: 4 }
+registers { preamble { id: 369000001 name: "MyIngress.seen" alias: "seen" } type_spec { bitstring { bit { bitwidth: 12 } } } size: 16 }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p4runtime_shell_writes_and_reads_meters_counters_and_registers() {
+    let python = tokio::task::spawn_blocking(venv).await.unwrap();
+    let running = Emulator::start(EmulatorConfig {
+        device_ids: vec![1],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let device_config = tmp.path().join("firewall.json");
+    std::fs::write(&device_config, b"{}").unwrap();
+    let p4info = tmp.path().join("p4info.txt");
+    let firewall =
+        std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt")).unwrap();
+    std::fs::write(&p4info, format!("{firewall}{RESOURCES}")).unwrap();
+    let script = repo_root().join("e2e/python/p4runtime_shell_resources.py");
+    let addr = running.p4runtime_addr().to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(python)
+            .arg(script)
+            .args([
+                "--grpc-addr",
+                &addr,
+                "--device-id",
+                "1",
+                "--register-id",
+                "369000001",
+            ])
+            .arg("--p4info")
+            .arg(p4info)
+            .arg("--config")
+            .arg(device_config)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("all checks passed"),
+        "p4runtime-shell resources script failed:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    running.shutdown().await.unwrap();
+}
