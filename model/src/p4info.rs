@@ -420,6 +420,64 @@ mod tests {
     }
 
     #[test]
+    fn fabric_example_is_valid_and_every_table_maps() {
+        let p = p4i(include_str!("../../examples/fabric/p4info.txt"));
+        assert_eq!(validate(&p), vec![]);
+        let schemas = TableSchema::all_from_p4info(&p).unwrap();
+        let names: Vec<_> = schemas.iter().map(|t| t.alias.as_str()).collect();
+        assert_eq!(names, ["acl", "ecmp", "l2_fwd", "smac"]);
+        // The selector's key fields feed the hash only: one match field.
+        assert_eq!(schemas[1].match_fields.len(), 1);
+        let ecmp = &p.tables[1];
+        let profile = &p.action_profiles[0];
+        assert_eq!(
+            ecmp.implementation_id,
+            profile.preamble.as_ref().unwrap().id
+        );
+        assert_eq!(profile.table_ids, [ecmp.preamble.as_ref().unwrap().id]);
+        assert!(profile.with_selector);
+        assert_eq!((profile.size, profile.max_group_size), (1024, 16));
+        // Every id carries its kind's P4Runtime prefix.
+        let prefix = |id: u32| id >> 24;
+        assert!(
+            p.tables
+                .iter()
+                .all(|t| prefix(t.preamble.as_ref().unwrap().id) == 0x02)
+        );
+        assert!(
+            p.actions
+                .iter()
+                .all(|a| prefix(a.preamble.as_ref().unwrap().id) == 0x01)
+        );
+        for (id, want) in [
+            (profile.preamble.as_ref().unwrap().id, 0x11),
+            (p.counters[0].preamble.as_ref().unwrap().id, 0x12),
+            (p.direct_counters[0].preamble.as_ref().unwrap().id, 0x13),
+            (p.direct_meters[0].preamble.as_ref().unwrap().id, 0x14),
+            (p.meters[0].preamble.as_ref().unwrap().id, 0x15),
+            (p.registers[0].preamble.as_ref().unwrap().id, 0x16),
+            (p.digests[0].preamble.as_ref().unwrap().id, 0x18),
+        ] {
+            assert_eq!(prefix(id), want, "{id}");
+        }
+        // Direct resources and their tables name each other.
+        for (table, resource) in [
+            (&p.tables[2], p.direct_counters[0].direct_table_id),
+            (&p.tables[0], p.direct_meters[0].direct_table_id),
+        ] {
+            assert_eq!(table.preamble.as_ref().unwrap().id, resource);
+        }
+        assert_eq!(
+            p.tables[2].direct_resource_ids,
+            [p.direct_counters[0].preamble.as_ref().unwrap().id]
+        );
+        assert_eq!(
+            p.tables[0].direct_resource_ids,
+            [p.direct_meters[0].preamble.as_ref().unwrap().id]
+        );
+    }
+
+    #[test]
     fn router_is_valid_and_summarised() {
         let p = p4i(ROUTER);
         assert_eq!(validate(&p), vec![]);
