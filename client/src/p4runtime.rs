@@ -12,8 +12,8 @@ use p4fleet_model::entries::wire::{P4rtWriteHeader, p4rt_write_request};
 use p4fleet_proto::p4info::P4Info;
 use p4fleet_proto::p4runtime::p4_runtime_client::P4RuntimeClient;
 use p4fleet_proto::p4runtime::{
-    self as p4rt, CapabilitiesRequest, Entity, ForwardingPipelineConfig,
-    GetForwardingPipelineConfigRequest, MasterArbitrationUpdate, ReadRequest,
+    self as p4rt, CapabilitiesRequest, ForwardingPipelineConfig,
+    GetForwardingPipelineConfigRequest, MasterArbitrationUpdate,
     SetForwardingPipelineConfigRequest, StreamMessageRequest, StreamMessageResponse, TableEntry,
     Uint128, entity, forwarding_pipeline_config, get_forwarding_pipeline_config_request,
     set_forwarding_pipeline_config_request, stream_message_request, stream_message_response,
@@ -328,36 +328,18 @@ impl P4RuntimeDevice {
     }
 
     pub async fn read_table(&self, slot: u32, table_id: u32) -> Result<Vec<TableEntry>, Error> {
-        let device_id = self.target.device_id(slot);
-        let req = ReadRequest {
-            device_id,
-            entities: vec![Entity {
-                entity: Some(entity::Entity::TableEntry(TableEntry {
-                    table_id,
-                    ..Default::default()
-                })),
-            }],
+        let filter = entity::Entity::TableEntry(TableEntry {
+            table_id,
             ..Default::default()
-        };
-        let mut stream = self
-            .client
-            .clone()
-            .read(req)
-            .await
-            .map_err(|s| self.rpc_error("Read", device_id, s))?
-            .into_inner();
-        let mut out = Vec::new();
-        while let Some(resp) = stream
-            .message()
-            .await
-            .map_err(|s| self.rpc_error("Read", device_id, s))?
-        {
-            out.extend(resp.entities.into_iter().filter_map(|e| match e.entity {
-                Some(entity::Entity::TableEntry(t)) => Some(t),
+        });
+        let all = self.read_entities(slot, vec![filter]).await?;
+        Ok(all
+            .into_iter()
+            .filter_map(|e| match e {
+                entity::Entity::TableEntry(t) => Some(t),
                 _ => None,
-            }));
-        }
-        Ok(out)
+            })
+            .collect())
     }
 }
 

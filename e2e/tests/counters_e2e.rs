@@ -186,7 +186,7 @@ async fn meter_at(env: &Env, index: i64) -> Option<p4::MeterConfig> {
     )
     .await;
     match got.as_slice() {
-        [Entity::MeterEntry(m)] => m.config.clone(),
+        [Entity::MeterEntry(m)] => m.config,
         other => panic!("{other:?}"),
     }
 }

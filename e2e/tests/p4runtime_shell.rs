@@ -49,6 +49,34 @@ fn run(cmd: &mut Command) {
     );
 }
 
+/// Runs the p4runtime-shell script `script` (in e2e/python) with `args`;
+/// panics with its output unless it printed "all checks passed". Returns
+/// its `ok:` lines.
+async fn run_script(python: PathBuf, script: &str, args: Vec<std::ffi::OsString>) -> Vec<String> {
+    let script = repo_root().join("e2e/python").join(script);
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(python)
+            .arg(script)
+            .args(args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let checks: Vec<String> = stdout
+        .lines()
+        .filter(|l| l.starts_with("ok:") || l.starts_with("FAIL"))
+        .map(String::from)
+        .collect();
+    assert!(
+        out.status.success() && stdout.contains("all checks passed"),
+        "p4runtime-shell script failed: {checks:#?}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    checks
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p4runtime_shell_sets_pipeline_inserts_reads_and_deletes() {
     let python = tokio::task::spawn_blocking(venv).await.unwrap();
@@ -62,35 +90,19 @@ async fn p4runtime_shell_sets_pipeline_inserts_reads_and_deletes() {
     let device_config = tmp.path().join("firewall.json");
     // bmv2 would want its JSON here; the emulator only stores the bytes.
     std::fs::write(&device_config, b"{}").unwrap();
-    let script = repo_root().join("e2e/python/p4runtime_shell_test.py");
     let p4info: &Path = &repo_root().join("examples/firewall/p4info.txt");
     let addr = running.p4runtime_addr().to_string();
-    let out = tokio::task::spawn_blocking({
-        let device_config = device_config.clone();
-        let p4info = p4info.to_path_buf();
-        move || {
-            Command::new(python)
-                .arg(script)
-                .args(["--grpc-addr", &addr, "--device-id", "1", "--p4info"])
-                .arg(p4info)
-                .arg("--config")
-                .arg(device_config)
-                .output()
-                .unwrap()
-        }
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let checks: Vec<&str> = stdout
-        .lines()
-        .filter(|l| l.starts_with("ok:") || l.starts_with("FAIL"))
-        .collect();
-    assert!(
-        out.status.success() && stdout.contains("all checks passed"),
-        "p4runtime-shell script failed: {checks:#?}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let args = vec![
+        "--grpc-addr".into(),
+        addr.into(),
+        "--device-id".into(),
+        "1".into(),
+        "--p4info".into(),
+        p4info.into(),
+        "--config".into(),
+        device_config.into(),
+    ];
+    let checks = run_script(python, "p4runtime_shell_test.py", args).await;
     eprintln!("{}", checks.join("\n"));
     let stats = running.stats(1).unwrap();
     assert_eq!(stats.set_pipeline_rpcs, 1);
@@ -125,33 +137,19 @@ async fn p4runtime_shell_writes_and_reads_meters_counters_and_registers() {
     let firewall =
         std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt")).unwrap();
     std::fs::write(&p4info, format!("{firewall}{RESOURCES}")).unwrap();
-    let script = repo_root().join("e2e/python/p4runtime_shell_resources.py");
     let addr = running.p4runtime_addr().to_string();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(python)
-            .arg(script)
-            .args([
-                "--grpc-addr",
-                &addr,
-                "--device-id",
-                "1",
-                "--register-id",
-                "369000001",
-            ])
-            .arg("--p4info")
-            .arg(p4info)
-            .arg("--config")
-            .arg(device_config)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("all checks passed"),
-        "p4runtime-shell resources script failed:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let args = vec![
+        "--grpc-addr".into(),
+        addr.into(),
+        "--device-id".into(),
+        "1".into(),
+        "--register-id".into(),
+        "369000001".into(),
+        "--p4info".into(),
+        p4info.into(),
+        "--config".into(),
+        device_config.into(),
+    ];
+    run_script(python, "p4runtime_shell_resources.py", args).await;
     running.shutdown().await.unwrap();
 }

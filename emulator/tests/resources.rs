@@ -183,7 +183,7 @@ async fn direct_count(c: &mut P4RuntimeClient<Channel>, mac: [u8; 6]) -> p4::Cou
     let [Entity::DirectCounterEntry(e)] = got.as_slice() else {
         panic!("one direct counter entry: {got:?}")
     };
-    e.data.clone().unwrap()
+    e.data.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -248,7 +248,7 @@ async fn the_data_plane_counts_hits_in_direct_counters() {
         packet_count: 5,
         byte_count: 500,
     };
-    write(&mut c, set(Some(five.clone()))).await.unwrap();
+    write(&mut c, set(Some(five))).await.unwrap();
     assert_eq!(direct_count(&mut c, idle).await, five);
     write(&mut c, set(None)).await.unwrap();
     assert_eq!(direct_count(&mut c, idle).await, p4::CounterData::default());

@@ -400,6 +400,10 @@ pub(crate) fn direct_target(
     Ok((te.table_id, key))
 }
 
+/// Receives `(table id, canonical key, stored entry)` of each entry a
+/// direct resource read names.
+pub(crate) type DirectEmit<'a, 'f> = dyn FnMut(u32, &[u8], &'a [u8]) + 'f;
+
 /// The entries a direct resource read names: `(table, key, stored entry)`
 /// for the one entry of a full key, or every entry of the table (of every
 /// table with the resource when `table_id` is 0).
@@ -408,7 +412,7 @@ pub(crate) fn direct_read_targets<'a>(
     with: &IdMap<DirectInfo>,
     te: &Option<p4::TableEntry>,
     kind: &str,
-    emit: &mut dyn FnMut(u32, &[u8], &'a [u8]),
+    emit: &mut DirectEmit<'a, '_>,
 ) -> Result<(), UpdateError> {
     let filter = te.clone().unwrap_or_default();
     let mut ids: Vec<u32> = if filter.table_id == 0 {
@@ -495,4 +499,35 @@ pub(crate) fn push_entity(out: &mut Vec<u8>, entity: Entity) {
     }
     .encode(out)
     .expect("a Vec grows");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::p4runtime::schema::Schema;
+
+    #[test]
+    fn the_fabric_example_resources_load() {
+        let text = include_str!("../../../examples/fabric/p4info.txt");
+        let info = p4fleet_proto::p4info::parse_text(text).unwrap();
+        let r = Schema::from_p4info(&info).unwrap().resources;
+        assert_eq!(r.counters[&309432811].size, 512);
+        assert_eq!(
+            r.direct_counters[&40127655].name,
+            "MyIngress.l2_fwd_counter"
+        );
+        assert_eq!(r.meters[&358715023].unit, Unit::Packets);
+        assert_eq!(r.direct_meters[&47214355].unit, Unit::Bytes);
+        assert_eq!(r.registers[&377553846].bitwidth, 32);
+
+        // A register that is not bit<W>, or a direct counter on no table,
+        // is refused when the pipeline is set.
+        let mut bad = info.clone();
+        bad.registers[0].type_spec = None;
+        assert!(Schema::from_p4info(&bad).is_err());
+        let mut bad = info;
+        bad.direct_counters[0].direct_table_id = 1;
+        let e = Schema::from_p4info(&bad).unwrap_err();
+        assert!(e.0.contains("unknown table id 1"), "{e}");
+    }
 }

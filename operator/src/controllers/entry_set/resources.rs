@@ -151,10 +151,7 @@ fn settings(set: &TableEntrySet, ix: &ResourceIndex) -> (Vec<Setting>, Vec<Statu
 /// The read filter of a setting's cell.
 fn filter(e: &Entity) -> Entity {
     match e {
-        Entity::MeterEntry(m) => Entity::MeterEntry(p4::MeterEntry {
-            config: None,
-            ..m.clone()
-        }),
+        Entity::MeterEntry(m) => Entity::MeterEntry(p4::MeterEntry { config: None, ..*m }),
         Entity::RegisterEntry(r) => Entity::RegisterEntry(p4::RegisterEntry {
             data: None,
             ..r.clone()
