@@ -130,54 +130,33 @@ impl ResourceSchema {
             }
             Ok(table_id)
         };
-        for c in &info.counters {
-            let (id, name) = name_of(&c.preamble);
+        // (preamble, size, unit, bitwidth) of each indexed array.
+        let mut array = |pre: &Option<p4info::Preamble>, size: i64, unit, bitwidth| {
+            let (id, name) = name_of(pre);
             claim(id, &name)?;
-            let size = sized(&name, c.size)?;
-            let unit = counter_unit(&c.spec);
-            s.counters.insert(
+            let size = sized(&name, size)?;
+            Ok::<_, SchemaError>(ArrayInfo {
                 id,
-                ArrayInfo {
-                    id,
-                    name,
-                    size,
-                    unit,
-                    bitwidth: 0,
-                },
-            );
+                name,
+                size,
+                unit,
+                bitwidth,
+            })
+        };
+        for c in &info.counters {
+            let a = array(&c.preamble, c.size, counter_unit(&c.spec), 0)?;
+            s.counters.insert(a.id, a);
         }
         for m in &info.meters {
-            let (id, name) = name_of(&m.preamble);
-            claim(id, &name)?;
-            let size = sized(&name, m.size)?;
-            let unit = meter_unit(&m.spec);
-            s.meters.insert(
-                id,
-                ArrayInfo {
-                    id,
-                    name,
-                    size,
-                    unit,
-                    bitwidth: 0,
-                },
-            );
+            let a = array(&m.preamble, m.size, meter_unit(&m.spec), 0)?;
+            s.meters.insert(a.id, a);
         }
         for r in &info.registers {
-            let (id, name) = name_of(&r.preamble);
-            claim(id, &name)?;
-            let size = sized(&name, r.size as i64)?;
+            let (_, name) = name_of(&r.preamble);
             let bitwidth = register_width(r)
                 .ok_or_else(|| SchemaError(format!("register {name} is not of type bit<W>")))?;
-            s.registers.insert(
-                id,
-                ArrayInfo {
-                    id,
-                    name,
-                    size,
-                    unit: Unit::Both,
-                    bitwidth,
-                },
-            );
+            let a = array(&r.preamble, r.size.into(), Unit::Both, bitwidth)?;
+            s.registers.insert(a.id, a);
         }
         for c in &info.direct_counters {
             let (id, name) = name_of(&c.preamble);

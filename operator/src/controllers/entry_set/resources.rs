@@ -65,42 +65,57 @@ pub fn wanted(set: &TableEntrySet) -> bool {
     set.spec.counters.is_some() || !set.spec.meters.is_empty() || !set.spec.registers.is_empty()
 }
 
+/// A refused item: the field the error is about, and why.
+fn refusal(source: String, field: &str, e: SettingError) -> StatusEntryError {
+    StatusEntryError {
+        source,
+        key: None,
+        reason: format!("{field}: {e}"),
+    }
+}
+
+/// The array `name` of `kind` with `index` checked; an unknown name or an
+/// index out of range refused in `bad`.
+fn resolve_item(
+    ix: &ResourceIndex,
+    (kind, name, index): (&'static str, &str, i64),
+    source: &str,
+    bad: &mut Vec<StatusEntryError>,
+) -> Option<model::ArrayRef> {
+    match ix.resolve(kind, name, index) {
+        Ok(a) => Some(a),
+        Err(e) => {
+            let field = match e {
+                SettingError::IndexOutOfRange { .. } => "index",
+                _ => "name",
+            };
+            bad.push(refusal(source.to_string(), field, e));
+            None
+        }
+    }
+}
+
 /// The cells of `spec.meters` and `spec.registers` resolved against one
 /// P4Info; the invalid ones as errors naming the item and field.
 fn settings(set: &TableEntrySet, ix: &ResourceIndex) -> (Vec<Setting>, Vec<StatusEntryError>) {
     let (mut ok, mut bad) = (Vec::new(), Vec::new());
-    let mut refuse = |source: String, field: &str, e: SettingError| {
-        bad.push(StatusEntryError {
-            source,
-            key: None,
-            reason: format!("{field}: {e}"),
-        })
-    };
     for (i, m) in set.spec.meters.iter().enumerate() {
         let source = format!("meters[{i}]");
+        let Some(array) = resolve_item(ix, ("meter", &m.name, m.index), &source, &mut bad) else {
+            continue;
+        };
         let config = MeterConfig {
             cir: m.cir,
             cburst: m.cburst,
             pir: m.pir,
             pburst: m.pburst,
         };
-        let array = match ix.resolve("meter", &m.name, m.index) {
-            Ok(a) => a,
-            Err(e @ SettingError::IndexOutOfRange { .. }) => {
-                refuse(source, "index", e);
-                continue;
-            }
-            Err(e) => {
-                refuse(source, "name", e);
-                continue;
-            }
-        };
         if let Err(e) = config.check() {
             let field = match e {
                 SettingError::Negative { field, .. } | SettingError::ZeroBurst { field } => field,
                 _ => "pir",
             };
-            refuse(source, field, e);
+            bad.push(refusal(source, field, e));
             continue;
         }
         ok.push(Setting {
@@ -120,16 +135,9 @@ fn settings(set: &TableEntrySet, ix: &ResourceIndex) -> (Vec<Setting>, Vec<Statu
     }
     for (i, r) in set.spec.registers.iter().enumerate() {
         let source = format!("registers[{i}]");
-        let array = match ix.resolve("register", &r.name, r.index) {
-            Ok(a) => a,
-            Err(e @ SettingError::IndexOutOfRange { .. }) => {
-                refuse(source, "index", e);
-                continue;
-            }
-            Err(e) => {
-                refuse(source, "name", e);
-                continue;
-            }
+        let Some(array) = resolve_item(ix, ("register", &r.name, r.index), &source, &mut bad)
+        else {
+            continue;
         };
         match register_value(&r.value, array.bitwidth) {
             Ok(v) => ok.push(Setting {
@@ -142,7 +150,7 @@ fn settings(set: &TableEntrySet, ix: &ResourceIndex) -> (Vec<Setting>, Vec<Statu
                     }),
                 }),
             }),
-            Err(e) => refuse(source, "value", e),
+            Err(e) => bad.push(refusal(source, "value", e)),
         }
     }
     (ok, bad)
