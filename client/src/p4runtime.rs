@@ -3,6 +3,8 @@
 //! decoded from the `grpc-status-details-bin` trailer, and p4fleet's bulk
 //! write where the target serves it.
 
+mod resources;
+
 use std::time::Duration;
 
 mod entities;

@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::common::{Condition, Selector, conditions_schema};
+use crate::resources::{CounterReadout, CountersStatus, MeterSetting, RegisterSetting};
 
 /// Desired entries for one table, pushed in batches and kept in sync.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -25,6 +26,7 @@ use crate::common::{Condition, Selector, conditions_schema};
     printcolumn = r#"{"name":"Applied","type":"integer","jsonPath":".status.applied"}"#,
     printcolumn = r#"{"name":"Failed","type":"integer","jsonPath":".status.failed","priority":1}"#,
     printcolumn = r#"{"name":"Rate","type":"string","jsonPath":".status.rate"}"#,
+    printcolumn = r#"{"name":"Packets","type":"integer","jsonPath":".status.counters.packets","priority":1}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
     printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message","priority":1}"#,
@@ -80,6 +82,18 @@ pub struct TableEntrySetSpec {
     /// table should give it. See docs/entities/default-action.md.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_action: Option<DefaultAction>,
+    /// Read the table's direct counter back into status and metrics
+    /// (docs/entities/counters.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters: Option<CounterReadout>,
+    /// Indirect meter configs (docs/entities/meters.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1000))]
+    pub meters: Vec<MeterSetting>,
+    /// Register values (docs/entities/registers.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1000))]
+    pub registers: Vec<RegisterSetting>,
 }
 
 /// A table's default action: an action of the table that is not
@@ -359,6 +373,9 @@ pub struct TableEntrySetStatus {
     /// `drop()` or `forward(port=3)` (absent: this set sets none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_action: Option<String>,
+    /// The last readout of the table's direct counter (`spec.counters`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters: Option<CountersStatus>,
 }
 
 /// One entry that failed.

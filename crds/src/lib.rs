@@ -8,6 +8,7 @@ pub mod entry_set;
 pub mod extern_policy;
 pub mod program;
 pub mod replication;
+pub mod resources;
 pub mod switch;
 pub mod virtual_switch;
 
@@ -16,6 +17,7 @@ pub use entry_set::*;
 pub use extern_policy::*;
 pub use program::*;
 pub use replication::*;
+pub use resources::*;
 pub use switch::*;
 pub use virtual_switch::*;
 

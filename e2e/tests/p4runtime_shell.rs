@@ -49,13 +49,19 @@ fn run(cmd: &mut Command) {
     );
 }
 
+/// examples/`name`/p4info.txt.
+fn example(name: &str) -> PathBuf {
+    repo_root().join("examples").join(name).join("p4info.txt")
+}
+
 /// Runs one of e2e/python's p4runtime-shell scripts against device 1 of
-/// `running` with an example's P4Info; fails the test unless every check
-/// passed, and prints the checks.
+/// `running` with the P4Info `p4info` (and `extra` arguments); fails the
+/// test unless every check passed, and prints the checks.
 async fn run_shell_script(
     running: &p4fleet_emulator::RunningEmulator,
     script: &str,
-    example: &str,
+    p4info: &Path,
+    extra: &[&str],
 ) {
     let python = tokio::task::spawn_blocking(venv).await.unwrap();
     let tmp = tempfile::tempdir().unwrap();
@@ -63,10 +69,7 @@ async fn run_shell_script(
     // bmv2 would want its JSON here; the emulator only stores the bytes.
     std::fs::write(&device_config, b"{}").unwrap();
     let script = repo_root().join("e2e/python").join(script);
-    let p4info: &Path = &repo_root()
-        .join("examples")
-        .join(example)
-        .join("p4info.txt");
+    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
     let addr = running.p4runtime_addr().to_string();
     let out = tokio::task::spawn_blocking({
         let device_config = device_config.clone();
@@ -78,6 +81,7 @@ async fn run_shell_script(
                 .arg(p4info)
                 .arg("--config")
                 .arg(device_config)
+                .args(extra)
                 .output()
                 .unwrap()
         }
@@ -109,7 +113,7 @@ async fn start_one_device() -> p4fleet_emulator::RunningEmulator {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p4runtime_shell_sets_pipeline_inserts_reads_and_deletes() {
     let running = start_one_device().await;
-    run_shell_script(&running, "p4runtime_shell_test.py", "firewall").await;
+    run_shell_script(&running, "p4runtime_shell_test.py", &example("firewall"), &[]).await;
     let stats = running.stats(1).unwrap();
     assert_eq!(stats.set_pipeline_rpcs, 1);
     assert_eq!(stats.inserts, 21);
@@ -126,12 +130,34 @@ async fn p4runtime_shell_sets_pipeline_inserts_reads_and_deletes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p4runtime_shell_writes_and_reads_groups_and_replication() {
     let running = start_one_device().await;
-    run_shell_script(&running, "p4runtime_shell_groups.py", "fabric").await;
+    run_shell_script(&running, "p4runtime_shell_groups.py", &example("fabric"), &[]).await;
     let stats = running.stats(1).unwrap();
     // 5 members, a group, 2 routes, a multicast group and a clone session
     // in and out; the 7 bad updates refused one by one.
     assert_eq!((stats.inserts, stats.deletes), (10, 10));
     assert_eq!(stats.failed_updates, 7);
     assert_eq!(stats.entries, 0);
+    running.shutdown().await.unwrap();
+}
+
+/// The firewall P4Info plus a direct counter on its table, a meter and a
+/// register array, for the resources script.
+const RESOURCES: &str = r#"
+direct_counters { preamble { id: 330000001 name: "MyIngress.firewall_hits" alias: "firewall_hits" } spec { unit: BOTH } direct_table_id: 49661089 }
+meters { preamble { id: 335000001 name: "MyIngress.rate" alias: "rate" } spec { unit: BYTES } size: 4 }
+registers { preamble { id: 369000001 name: "MyIngress.seen" alias: "seen" } type_spec { bitstring { bit { bitwidth: 12 } } } size: 16 }
+"#;
+
+/// Meters, a direct counter and a register, written and read back by
+/// p4runtime-shell (e2e/python/p4runtime_shell_resources.py).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p4runtime_shell_writes_and_reads_meters_counters_and_registers() {
+    let running = start_one_device().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let p4info = tmp.path().join("p4info.txt");
+    let firewall = std::fs::read_to_string(example("firewall")).unwrap();
+    std::fs::write(&p4info, format!("{firewall}{RESOURCES}")).unwrap();
+    let extra = ["--register-id", "369000001"];
+    run_shell_script(&running, "p4runtime_shell_resources.py", &p4info, &extra).await;
     running.shutdown().await.unwrap();
 }

@@ -21,4 +21,5 @@ pub mod bulk;
 pub mod entries;
 pub mod p4info;
 pub mod pipeline_config;
+pub mod resources;
 pub mod sync;

@@ -18,6 +18,7 @@ pub mod cli;
 pub mod context;
 pub mod controllers;
 pub mod convert;
+pub mod counter_metrics;
 pub mod devices;
 pub mod entries_cli;
 pub mod entry_sources;

@@ -118,6 +118,8 @@ pub struct Metrics {
     pub set_ready: Family<SetLabels, Gauge>,
     pub set_rate: Family<SetLabels, Gauge>,
     pub set_sync_updates: Family<SetLabels, Gauge>,
+    /// Direct counter readouts of TableEntrySets (`crate::counter_metrics`).
+    pub counters: crate::counter_metrics::CounterMetrics,
 }
 
 impl Default for Metrics {
@@ -150,10 +152,12 @@ impl Metrics {
             set_ready: Family::default(),
             set_rate: Family::default(),
             set_sync_updates: Family::default(),
+            counters: Default::default(),
             registry: Registry::default(),
             process: Registry::default(),
         };
         m.entry_sources.register(&mut registry);
+        m.counters.register(&mut registry);
         let r = &mut registry;
         r.register("reconciles", "Reconciles started", m.reconciles.clone());
         r.register(
@@ -430,6 +434,7 @@ impl Metrics {
         ] {
             f.remove(&l);
         }
+        self.counters.forget(namespace, name);
     }
 
     /// Prometheus text exposition of every metric.

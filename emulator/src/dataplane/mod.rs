@@ -18,6 +18,7 @@ pub mod bind;
 pub mod context;
 pub mod engine;
 pub mod externs;
+pub mod hits;
 pub mod packet;
 pub mod policy;
 pub mod report;

@@ -5,12 +5,13 @@
 //! (RCU-style, see `engine.rs`), so the per-packet path takes no lock.
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use foldhash::fast::FixedState;
 use p4fleet_proto::p4runtime as p4;
 
 use super::bind::Binding;
+use super::hits::{CounterCell, DirectCounters};
 use super::spec::{MAX_ARGS, MatchKind, Program, TableDef};
 
 /// One match field value of an entry, as P4Runtime carries it (canonical
@@ -98,6 +99,8 @@ pub struct TableSnapshot {
     pub entries: Vec<SnapshotEntry>,
     /// `None` = the program's default action.
     pub default_action: Option<ActionCall>,
+    /// The entries' direct counters, when the table has one.
+    pub counters: DirectCounters,
 }
 
 /// The control plane's tables as the data plane follows them. The
@@ -170,7 +173,13 @@ impl TableSource for MemoryTableSource {
 pub struct ActionEntry {
     pub action: u8,
     pub args: [u64; MAX_ARGS],
+    /// Index of the entry's direct counter in `CompiledTable::counters`
+    /// ([`NO_COUNTER`]: none).
+    pub counter: u32,
 }
+
+/// `ActionEntry::counter` of an entry without a direct counter.
+pub const NO_COUNTER: u32 = u32::MAX;
 
 type FastMap<K, V> = HashMap<K, V, FixedState>;
 
@@ -190,6 +199,8 @@ pub struct CompiledTable {
     pub entries: usize,
     lookup: Lookup,
     default: ActionEntry,
+    /// The direct counters hits count in (`ActionEntry::counter`).
+    counters: Vec<Arc<CounterCell>>,
 }
 
 /// Why a snapshot does not compile (the previous version stays in force).
@@ -250,7 +261,9 @@ impl CompiledTable {
             default: ActionEntry {
                 action: def.default_action,
                 args,
+                counter: NO_COUNTER,
             },
+            counters: Vec::new(),
         }
     }
 
@@ -299,7 +312,11 @@ impl CompiledTable {
                         .map_err(|e| fail(entry, format!("parameter {name}: {e}")))?
                         as u64;
                 }
-                Ok(ActionEntry { action: a, args })
+                Ok(ActionEntry {
+                    action: a,
+                    args,
+                    counter: NO_COUNTER,
+                })
             };
         let default = match &snap.default_action {
             Some(call) => action(call, None)?,
@@ -311,6 +328,7 @@ impl CompiledTable {
         let mut exact: FastMap<u128, ActionEntry> = FastMap::default();
         let mut lpm: Vec<(u128, FastMap<u128, ActionEntry>)> = Vec::new();
         let mut wild: Vec<(i32, u128, u128, ActionEntry)> = Vec::new();
+        let mut counters: Vec<Arc<CounterCell>> = Vec::new();
         for (ei, e) in snap.entries.iter().enumerate() {
             let mut key: u128 = 0;
             let mut mask: u128 = 0;
@@ -364,7 +382,11 @@ impl CompiledTable {
                 key = shl(key, k.bits) | v;
                 mask = shl(mask, k.bits) | m;
             }
-            let a = action(&e.action, Some(ei))?;
+            let mut a = action(&e.action, Some(ei))?;
+            if let Some(cell) = snap.counters.get(ei) {
+                a.counter = counters.len() as u32;
+                counters.push(cell.clone());
+            }
             if is_exact {
                 exact.insert(key, a);
             } else if is_lpm {
@@ -396,7 +418,17 @@ impl CompiledTable {
             entries: snap.entries.len(),
             lookup,
             default,
+            counters,
         })
+    }
+
+    /// Counts a hit of `entry` (from [`CompiledTable::lookup`]) by a
+    /// packet of `len` bytes in its direct counter, if it has one.
+    #[inline]
+    pub fn count_hit(&self, entry: &ActionEntry, len: u64) {
+        if let Some(c) = self.counters.get(entry.counter as usize) {
+            c.count(len);
+        }
     }
 
     /// The entry for `key` (fields concatenated big-endian), and whether it
@@ -466,6 +498,7 @@ mod tests {
                 action: fwd(2),
             }],
             default_action: None,
+            counters: Default::default(),
         };
         let t = CompiledTable::compile(&p, &b, 1, &snap).unwrap();
         assert_eq!(t.version, 3);
@@ -487,10 +520,41 @@ mod tests {
                 action_id: DROP,
                 params: vec![],
             }),
+            counters: Default::default(),
         };
         let e = CompiledTable::compile(&p, &b, 1, &snap2).unwrap_err();
         assert_eq!(e.entry, DisplayIndex(Some(0)));
         assert_eq!(e.table, "MyIngress.dmac");
+    }
+
+    #[test]
+    fn hits_count_in_the_entry_direct_counter_and_misses_nowhere() {
+        let (p, b) = setup(SPEC);
+        let cell = Arc::new(CounterCell::default());
+        let entry = |mac: u8| SnapshotEntry {
+            matches: vec![(1, FieldValue::Exact(vec![mac]))],
+            priority: 0,
+            action: fwd(mac),
+        };
+        let snap = TableSnapshot {
+            version: 1,
+            entries: vec![entry(1), entry(2)],
+            default_action: None,
+            // Entry 0 has no cell (another table's counters are empty).
+            counters: DirectCounters(vec![None, Some(cell.clone())]),
+        };
+        let t = CompiledTable::compile(&p, &b, 1, &snap).unwrap();
+        for (key, len) in [(2, 64), (2, 100), (1, 64), (3, 64)] {
+            let (a, _) = t.lookup(key);
+            t.count_hit(a, len);
+        }
+        assert_eq!(cell.load(), (2, 164));
+        // A recompile with the same cells keeps counting into them.
+        let t2 = CompiledTable::compile(&p, &b, 1, &TableSnapshot { version: 2, ..snap }).unwrap();
+        let (a, hit) = t2.lookup(2);
+        assert!(hit);
+        t2.count_hit(a, 1);
+        assert_eq!(cell.load(), (3, 165));
     }
 
     #[test]
@@ -507,6 +571,7 @@ mod tests {
                 },
             }],
             default_action: None,
+            counters: Default::default(),
         };
         let e = CompiledTable::compile(&p, &b, 1, &snap).unwrap_err();
         assert!(e.reason.contains("NoAction"), "{e}");
@@ -533,6 +598,7 @@ mod tests {
                 e(vec![0x0a, 0x01, 0, 0, 0, 0], 16, 2),
             ],
             default_action: None,
+            counters: Default::default(),
         };
         let t = CompiledTable::compile(&p, &b, 1, &snap).unwrap();
         assert_eq!(t.lookup(0x0a01_0000_0001).0.args[0], 2);
@@ -559,6 +625,7 @@ mod tests {
             version: 1,
             entries: vec![e(0x00, 0x00, 1, 1), e(0x05, 0x0f, 10, 2)],
             default_action: None,
+            counters: Default::default(),
         };
         let t = CompiledTable::compile(&p, &b, 1, &snap).unwrap();
         assert_eq!(t.lookup(0x15).0.args[0], 2);

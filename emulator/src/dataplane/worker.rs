@@ -606,6 +606,7 @@ impl Worker {
         let c = self.counters();
         if hit {
             c.table_hit[t].inc();
+            self.tables[t].count_hit(entry, p.len as u64);
         } else {
             c.table_miss[t].inc();
         }

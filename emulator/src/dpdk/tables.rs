@@ -14,6 +14,7 @@ use std::sync::{Arc, Weak};
 use p4fleet_proto::p4runtime as p4;
 use prost::Message;
 
+use crate::dataplane::hits::DirectCounters;
 use crate::dataplane::{ActionCall, SnapshotEntry, TableSnapshot, TableSource};
 use crate::device::Device;
 
@@ -58,14 +59,13 @@ impl TableSource for P4RuntimeTables {
             };
         };
         let state = dev.p4runtime.pipeline.lock().expect("pipeline lock");
-        let table = state
+        let pipeline = state
             .pipeline
             .as_ref()
-            .filter(|p| p.generation == self.generation)
-            .and_then(|p| p.table(table_id));
+            .filter(|p| p.generation == self.generation);
         // Another pipeline was committed: this source's data plane is
         // being replaced; it keeps what it has.
-        let Some(table) = table else {
+        let Some((p, table)) = pipeline.and_then(|p| Some((p, p.table(table_id)?))) else {
             return TableSnapshot {
                 version,
                 ..TableSnapshot::default()
@@ -73,13 +73,21 @@ impl TableSource for P4RuntimeTables {
         };
         // Under the lock, so the version and the entries agree.
         let version = self.version(table_id);
+        let mut counters = Vec::new();
         let entries = table
             .entries()
-            .filter_map(|(_, raw)| {
+            .filter_map(|(key, raw)| {
                 let te = p4::TableEntry::decode(raw).ok()?;
-                SnapshotEntry::from_p4runtime(&te)
+                let entry = SnapshotEntry::from_p4runtime(&te)?;
+                counters.push(p.resources.direct_counter(table_id, key));
+                Some(entry)
             })
             .collect();
+        let counters = DirectCounters(if counters.iter().all(Option::is_none) {
+            Vec::new()
+        } else {
+            counters
+        });
         // The program's own default until a controller changes it (the
         // initial default comes from the P4Info, the data plane's from
         // the .spec).
@@ -94,6 +102,7 @@ impl TableSource for P4RuntimeTables {
             version,
             entries,
             default_action,
+            counters,
         }
     }
 }

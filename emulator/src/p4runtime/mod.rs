@@ -5,13 +5,17 @@
 pub(crate) mod action_profile;
 pub(crate) mod arbitration;
 pub(crate) mod bulk;
+mod counters;
 mod device;
 pub(crate) mod entry;
 pub(crate) mod groups;
+mod meters;
 pub(crate) mod pipeline;
 mod pipeline_config;
 pub(crate) mod pre;
 pub(crate) mod reconcile;
+mod registers;
+pub(crate) mod resources;
 pub(crate) mod schema;
 pub(crate) mod service;
 pub(crate) mod wire;

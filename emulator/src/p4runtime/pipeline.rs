@@ -15,6 +15,7 @@ use crate::p4runtime::action_profile::{self, ProfileState};
 use crate::p4runtime::entry::{canonicalize_action, canonicalize_entry, check_action, encode_key};
 use crate::p4runtime::groups;
 use crate::p4runtime::pre::PreState;
+use crate::p4runtime::resources::Resources;
 use crate::p4runtime::schema::{Schema, TableInfo};
 use crate::p4runtime::wire::{self, ActionView, EntityView, Scratch, TableEntryView};
 use crate::update_error::{UpdateError, err, malformed};
@@ -116,6 +117,8 @@ pub(crate) struct Pipeline {
     pub pre: PreState,
     /// Unique per committed pipeline in this process.
     pub generation: u64,
+    /// Counter, meter and register state (`super::resources`).
+    pub(crate) resources: Resources,
 }
 
 impl Pipeline {
@@ -143,6 +146,7 @@ impl Pipeline {
         Pipeline {
             profiles: action_profile::new_states(&schema),
             pre: PreState::default(),
+            resources: Resources::new(&schema.resources),
             schema,
             config,
             tables,
@@ -197,10 +201,14 @@ impl Pipeline {
             EntityView::Other(groups::MEMBER | groups::GROUP | groups::PRE) => {
                 self.apply_groups_entity(ty, update)
             }
-            EntityView::Other(_) => Err(err(
-                Code::Unimplemented,
-                "only table entries can be written to this emulator",
-            )),
+            EntityView::Other(_) => {
+                let entity = p4::Update::decode(update)
+                    .map_err(|e| err(Code::InvalidArgument, format!("malformed update: {e}")))?
+                    .entity
+                    .and_then(|e| e.entity)
+                    .ok_or_else(|| err(Code::InvalidArgument, "update has no entity"))?;
+                self.apply_resource(ty, entity)
+            }
             EntityView::Missing => Err(err(Code::InvalidArgument, "update has no entity")),
         }
     }
@@ -325,6 +333,7 @@ impl Pipeline {
                         }
                         v.insert(stored(scratch)?);
                         state.inserts += 1;
+                        self.resources.on_insert(table.id, key);
                     }
                 }
                 if let Some(r) = profile_ref {
@@ -354,6 +363,7 @@ impl Pipeline {
                 if indirect {
                     action_profile::release_entry(&mut self.profiles, table, &old);
                 }
+                self.resources.on_delete(table.id, key);
             }
             Type::Unspecified => unreachable!("checked above"),
         }

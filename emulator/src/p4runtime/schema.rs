@@ -5,6 +5,7 @@ use p4fleet_proto::p4info::{self, P4Info, action_ref::Scope, match_field};
 use p4fleet_proto::p4runtime as p4;
 
 use crate::key::{IdMap, MatchKind};
+use crate::p4runtime::resources::ResourceSchema;
 
 /// A P4Info that cannot be realized.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,6 +77,8 @@ pub struct Schema {
     pub tables: IdMap<TableInfo>,
     pub actions: IdMap<ActionInfo>,
     pub profiles: IdMap<super::action_profile::ProfileInfo>,
+    /// Counters, meters and registers.
+    pub resources: ResourceSchema,
 }
 
 pub fn nbytes(bitwidth: u32) -> usize {
@@ -134,10 +137,12 @@ impl Schema {
             }
         }
         let profiles = super::action_profile::profiles_from_p4info(info, &tables)?;
+        let resources = ResourceSchema::from_p4info(info, &tables)?;
         Ok(Schema {
             tables,
             actions,
             profiles,
+            resources,
         })
     }
 }

@@ -124,10 +124,25 @@ impl P4RuntimeService {
                                 in_current = 0;
                             }
                         })? => {}
-                    Some(_) => {
-                        return Err(Status::unimplemented(
-                            "only table entries can be read from this emulator",
-                        ));
+                    Some(other) => {
+                        let mut push = |e| {
+                            total += 1;
+                            super::resources::push_entity(&mut current, e);
+                            in_current += 1;
+                            if in_current >= chunk {
+                                responses.push(std::mem::take(&mut current).into());
+                                in_current = 0;
+                            }
+                        };
+                        pipeline
+                            .read_resource(other, &mut push)
+                            .unwrap_or_else(|| {
+                                Err(crate::update_error::err(
+                                    tonic::Code::Unimplemented,
+                                    "this entity kind cannot be read from this emulator",
+                                ))
+                            })
+                            .map_err(Status::from)?;
                     }
                     None => return Err(Status::invalid_argument("entity is empty")),
                 }

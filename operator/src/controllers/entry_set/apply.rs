@@ -502,6 +502,7 @@ mod tests {
                 at_most: at_most.clone(),
                 before: &before,
             };
+            let desired: Vec<&Entry> = desired.iter().collect();
             o.confirmed(&plan, failed, device_failed, &desired, &on_device)
         };
         let key = |e: &Entry| e.key.clone();

@@ -34,6 +34,7 @@ pub mod dereference;
 pub mod desired;
 pub mod memory;
 pub mod parse;
+pub mod resources;
 pub mod status;
 
 use std::collections::HashSet;
@@ -197,24 +198,45 @@ async fn sync(
         .await?;
     let set = written.as_ref().unwrap_or(set);
     let defaults = sync_default_actions(ctx, set, &refs.targets).await;
+    let now = now_rfc3339();
+    let extras = resources::sync(
+        ctx,
+        set,
+        &refs.targets,
+        chrono::Utc::now().timestamp(),
+        &now,
+    )
+    .await;
     let mut report = status::report(&status::Input {
         set,
         problems: &refs.problems,
         parse: desired.first(),
         outcomes: &outcomes,
         default_resync: ctx.config.resync,
-        now: &now_rfc3339(),
+        now: &now,
     });
     default_action::fold(&mut report, set, &defaults);
     let mut new = report.status;
+    resources::finish(&mut new, &extras, resources::wanted(set), MAX_ERRORS);
     update_status_noting(ctx, api, set, &mut new, &report.events).await?;
     ctx.metrics
         .entry_set(&namespace(set)?, &set.name_any(), &new);
+    if let Some(c) = new
+        .counters
+        .as_ref()
+        .filter(|_| !extras.per_switch.is_empty())
+    {
+        let top: Vec<u64> = c.top.iter().map(|t| t.packets).collect();
+        let (ns, name) = (namespace(set)?, set.name_any());
+        ctx.metrics
+            .counters
+            .readout(&ns, &name, &c.counter, &extras.per_switch, &top);
+    }
     ctx.sync_memory.remember_written(&me, replaced, new.clone());
     for ev in &report.events {
         ctx.events.publish(set, ev).await;
     }
-    Ok(report.action)
+    Ok(resources::requeue(set, report.action, ctx.config.resync))
 }
 
 /// Each target's default entry (`spec.defaultAction`), one target after
