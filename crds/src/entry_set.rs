@@ -266,16 +266,23 @@ impl EntriesSource {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WriteOptions {
-    /// Updates per Write request.
-    #[serde(default = "default_batch_size")]
-    #[schemars(range(min = 1, max = 1000000))]
-    pub batch_size: u32,
-    /// Write requests in flight per device; updates of one entry keep
-    /// their order (a request waits for an earlier one with the same
-    /// entry).
-    #[serde(default = "default_max_in_flight")]
-    #[schemars(range(min = 1, max = 64))]
-    pub max_in_flight: u32,
+    /// Updates per Write request, or `Auto`: tuned per device from the
+    /// entries/s its writes achieve (docs/fleet.md, "Adaptive batching").
+    #[serde(
+        default = "default_batch_size",
+        deserialize_with = "batch_size_or_default"
+    )]
+    #[schemars(schema_with = "batch_size_schema")]
+    pub batch_size: Tunable,
+    /// Write requests in flight per device, or `Auto` (tuned like
+    /// batchSize); updates of one entry keep their order (a request waits
+    /// for an earlier one with the same entry).
+    #[serde(
+        default = "default_max_in_flight",
+        deserialize_with = "max_in_flight_or_default"
+    )]
+    #[schemars(schema_with = "max_in_flight_schema")]
+    pub max_in_flight: Tunable,
     /// What a failed update does to the rest of its batch.
     #[serde(default)]
     pub atomicity: Atomicity,
@@ -291,12 +298,101 @@ impl Default for WriteOptions {
     }
 }
 
-fn default_batch_size() -> u32 {
-    1000
+fn default_batch_size() -> Tunable {
+    Tunable::Fixed(1000)
 }
 
-fn default_max_in_flight() -> u32 {
-    4
+fn default_max_in_flight() -> Tunable {
+    Tunable::Fixed(4)
+}
+
+// The generated schema says nullable (kube's rewrite of an int-or-string
+// with a default): a null is the default, as an absent field.
+fn batch_size_or_default<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Tunable, D::Error> {
+    Ok(Option::<Tunable>::deserialize(d)?.unwrap_or_else(default_batch_size))
+}
+
+fn max_in_flight_or_default<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Tunable, D::Error> {
+    Ok(Option::<Tunable>::deserialize(d)?.unwrap_or_else(default_max_in_flight))
+}
+
+/// A write setting: a number, or `Auto` (the operator tunes it per device).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tunable {
+    Auto,
+    Fixed(u32),
+}
+
+impl Tunable {
+    /// The fixed value, or `auto` for Auto.
+    pub fn or(self, auto: u32) -> u32 {
+        match self {
+            Tunable::Auto => auto,
+            Tunable::Fixed(v) => v,
+        }
+    }
+
+    pub fn is_auto(self) -> bool {
+        self == Tunable::Auto
+    }
+}
+
+impl Serialize for Tunable {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Tunable::Auto => s.serialize_str("Auto"),
+            Tunable::Fixed(v) => s.serialize_u32(*v),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Tunable {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{self, Visitor};
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Tunable;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a positive integer or \"Auto\"")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Tunable, E> {
+                u32::try_from(v)
+                    .map(Tunable::Fixed)
+                    .map_err(|_| E::custom(format!("{v} is too large")))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Tunable, E> {
+                u64::try_from(v)
+                    .map_err(|_| E::custom(format!("{v} is negative")))
+                    .and_then(|v| self.visit_u64(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Tunable, E> {
+                match v {
+                    "Auto" => Ok(Tunable::Auto),
+                    _ => Err(E::invalid_value(de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// An integer in `min..=max` or the string `Auto`. The bounds are a CEL
+/// rule: a structural int-or-string schema cannot type its branches.
+fn tunable_schema(min: u32, max: u32) -> schemars::Schema {
+    let rule = format!("type(self) == int ? self >= {min} && self <= {max} : self == 'Auto'");
+    let message = format!("must be an integer from {min} to {max}, or Auto");
+    schemars::json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "x-kubernetes-validations": [{"rule": rule, "message": message}]
+    })
+}
+
+fn batch_size_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    tunable_schema(1, 1_000_000)
+}
+
+fn max_in_flight_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    tunable_schema(1, 64)
 }
 
 /// Batch atomicity (P4Runtime WriteRequest.Atomicity / BFRT atomicity).
@@ -449,6 +545,44 @@ mod tests {
         );
         let bad = serde_json::json!({"match": {"a": true}, "action": "x"});
         assert!(serde_json::from_value::<TableEntry>(bad).is_err());
+    }
+
+    #[test]
+    fn write_settings_are_numbers_or_auto() {
+        let w: WriteOptions =
+            serde_json::from_value(serde_json::json!({"batchSize": "Auto", "maxInFlight": 8}))
+                .unwrap();
+        assert_eq!(
+            (w.batch_size, w.max_in_flight),
+            (Tunable::Auto, Tunable::Fixed(8))
+        );
+        assert_eq!(
+            serde_json::to_value(&w).unwrap()["batchSize"],
+            serde_json::json!("Auto")
+        );
+        let d: WriteOptions = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert_eq!((d.batch_size.or(7), d.max_in_flight.or(7)), (1000, 4));
+        let null = serde_json::json!({"batchSize": null, "maxInFlight": null});
+        assert_eq!(serde_json::from_value::<WriteOptions>(null).unwrap(), d);
+        assert_eq!(Tunable::Auto.or(7), 7);
+        for bad in [
+            serde_json::json!("auto"),
+            serde_json::json!(-1),
+            serde_json::json!(1.5),
+        ] {
+            let v = serde_json::json!({ "batchSize": bad });
+            assert!(serde_json::from_value::<WriteOptions>(v).is_err(), "{bad}");
+        }
+        let s = serde_json::to_value(schemars::schema_for!(WriteOptions)).unwrap();
+        let b = &s["properties"]["batchSize"];
+        assert_eq!(b["x-kubernetes-int-or-string"], true, "{b}");
+        let rule = b["x-kubernetes-validations"][0]["rule"].as_str().unwrap();
+        assert!(
+            rule.contains("self <= 1000000") && rule.contains("'Auto'"),
+            "{rule}"
+        );
+        let m = &s["properties"]["maxInFlight"]["x-kubernetes-validations"][0];
+        assert!(m["rule"].as_str().unwrap().contains("self <= 64"), "{m}");
     }
 
     #[test]

@@ -23,12 +23,16 @@ pub fn atomicity(a: entry_set::Atomicity) -> Atomicity {
     }
 }
 
+/// Where `Auto` starts before a device's writes have tuned it (the
+/// defaults of a fixed setting).
+pub const AUTO_START: (u32, u32) = (1000, 4);
+
 /// A TableEntrySet's write options (batch size and requests in flight at
-/// least 1).
+/// least 1; `Auto` as [`AUTO_START`], which the sync then tunes).
 pub fn write_options(w: &entry_set::WriteOptions) -> WriteOptions {
     WriteOptions {
-        batch_size: w.batch_size.max(1) as usize,
-        max_in_flight: w.max_in_flight.max(1) as usize,
+        batch_size: w.batch_size.or(AUTO_START.0).max(1) as usize,
+        max_in_flight: w.max_in_flight.or(AUTO_START.1).max(1) as usize,
         atomicity: atomicity(w.atomicity),
     }
 }
@@ -40,8 +44,8 @@ mod tests {
     #[test]
     fn write_options_keep_their_values_and_floor_at_one() {
         let w = entry_set::WriteOptions {
-            batch_size: 0,
-            max_in_flight: 7,
+            batch_size: entry_set::Tunable::Fixed(0),
+            max_in_flight: entry_set::Tunable::Fixed(7),
             atomicity: entry_set::Atomicity::RollbackOnError,
         };
         let o = write_options(&w);

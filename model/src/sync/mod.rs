@@ -244,21 +244,39 @@ pub enum Part {
 /// all at once, and a chunk never mixes update types (which the bulk
 /// write needs).
 pub fn write_chunks(plan: &Plan, max: usize) -> Vec<(Part, std::ops::Range<usize>)> {
-    let max = max.max(1);
-    let mut out = Vec::new();
-    for (part, n) in [
-        (Part::Deletes, plan.deletes.len()),
-        (Part::Modifies, plan.modifies.len()),
-        (Part::Inserts, plan.inserts.len()),
-    ] {
-        let mut start = 0;
-        while start < n {
-            let end = (start + max).min(n);
-            out.push((part, start..end));
-            start = end;
+    let mut c = Chunker::default();
+    std::iter::from_fn(|| c.next(plan, max)).collect()
+}
+
+/// [`write_chunks`] one at a time, each of its own size (a tuned batch
+/// size changes the chunk size between chunks).
+#[derive(Debug, Clone, Default)]
+pub struct Chunker {
+    part: usize,
+    start: usize,
+}
+
+impl Chunker {
+    /// The next chunk of at most `max` (at least 1) updates, if any is left.
+    pub fn next(&mut self, plan: &Plan, max: usize) -> Option<(Part, std::ops::Range<usize>)> {
+        const PARTS: [Part; 3] = [Part::Deletes, Part::Modifies, Part::Inserts];
+        while let Some(&part) = PARTS.get(self.part) {
+            let n = match part {
+                Part::Deletes => plan.deletes.len(),
+                Part::Modifies => plan.modifies.len(),
+                Part::Inserts => plan.inserts.len(),
+            };
+            if self.start < n {
+                let end = (self.start + max.max(1)).min(n);
+                let range = self.start..end;
+                self.start = end;
+                return Some((part, range));
+            }
+            self.part += 1;
+            self.start = 0;
         }
+        None
     }
-    out
 }
 
 /// The ops of one chunk ([`write_chunks`]) of a plan, like [`write_ops`]:

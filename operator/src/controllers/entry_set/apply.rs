@@ -19,6 +19,7 @@ use p4fleet_model::sync::{self, DeviceEntry, Origin, Phase, SyncTally, WriteStat
 use super::MAX_ERRORS;
 use super::dereference::Target;
 use super::desired::Desired;
+use super::memory::{Auto, SyncMemory};
 use crate::context::Context;
 use crate::convert;
 use crate::ownership::Record;
@@ -185,10 +186,18 @@ pub async fn write_target(ctx: &Context, planned: Planned<'_>) -> Outcome {
     // chunk at a time: nothing per entry is cloned or built for the whole
     // sync before the client encodes the requests.
     let metadata = sync::tag_metadata(tag);
-    let opts = convert::write_options(&set.spec.write);
-    let chunks = sync::write_chunks(&plan, chunk_size(opts));
+    let w = &set.spec.write;
+    let tuning = Tuning {
+        memory: &ctx.sync_memory,
+        switch: &out.switch,
+        auto: Auto {
+            batch: w.batch_size.is_auto(),
+            in_flight: w.max_in_flight.is_auto(),
+        },
+        base: convert::write_options(w),
+    };
     let ops = |c| sync::chunk_ops(&plan, c, &desired, &on_device, &metadata);
-    let w = write(&dev, t.slot, &out.switch, chunks, ops, opts).await;
+    let w = write(&dev, t.slot, &plan, ops, &tuning).await;
     if w.device_error.is_none() {
         for (o, code, msg) in &w.failed {
             let reason = format!("{:?}: {msg}", tonic::Code::from_i32(*code));
@@ -288,17 +297,53 @@ struct Written {
     device_error: Option<DeviceError>,
 }
 
-/// Writes the chunks in order (deletes first, see [`sync::write_chunks`]).
+/// The write settings of a sync: fixed, or tuned per Switch (`Auto`).
+struct Tuning<'a> {
+    memory: &'a SyncMemory,
+    switch: &'a str,
+    auto: Auto,
+    /// The set's settings, `Auto` ones at their start values.
+    base: WriteOptions,
+}
+
+impl Tuning<'_> {
+    fn start(&self) -> (usize, usize) {
+        (self.base.batch_size, self.base.max_in_flight)
+    }
+
+    /// The options of the next chunk.
+    fn options(&self) -> WriteOptions {
+        if !self.auto.any() {
+            return self.base;
+        }
+        let (batch_size, max_in_flight) = self.memory.tuned(self.switch, self.auto, self.start());
+        WriteOptions {
+            batch_size,
+            max_in_flight,
+            ..self.base
+        }
+    }
+
+    fn observe(&self, updates: usize, elapsed: std::time::Duration) {
+        if self.auto.any() {
+            let start = self.start();
+            self.memory
+                .observe_write(self.switch, self.auto, start, updates, elapsed);
+        }
+    }
+}
+
+/// Writes the plan chunk by chunk (deletes first, see
+/// [`sync::write_chunks`]), each with the settings [`Tuning`] gives then.
 /// A device error fails the chunk and the rest of its phase unsent; the
 /// modifies and inserts are still tried after failed deletes (each phase
 /// whole even if the other failed).
 async fn write<'a>(
     dev: &Device,
     slot: u32,
-    switch: &str,
-    chunks: Vec<(sync::Part, std::ops::Range<usize>)>,
+    plan: &sync::Plan,
     ops: impl Fn((sync::Part, std::ops::Range<usize>)) -> Phase<'a>,
-    opts: WriteOptions,
+    tuning: &Tuning<'_>,
 ) -> Written {
     let mut w = Written {
         stats: WriteStats::default(),
@@ -307,8 +352,13 @@ async fn write<'a>(
     };
     let mut failed_deletes = false;
     let mut failed_upserts = false;
+    let mut chunks = sync::Chunker::default();
     // Metrics are per Write RPC, recorded by the device pool's observer.
-    for chunk in chunks {
+    loop {
+        let opts = tuning.options();
+        let Some(chunk) = chunks.next(plan, chunk_size(opts)) else {
+            break;
+        };
         let deletes = chunk.0 == sync::Part::Deletes;
         let phase = ops(chunk);
         let failed = if deletes {
@@ -326,6 +376,7 @@ async fn write<'a>(
         }
         match dev.write_ops(slot, &phase.ops, opts).await {
             Ok(rep) => {
+                tuning.observe(phase.ops.len(), rep.elapsed);
                 for f in &rep.failures {
                     w.failed
                         .push((phase.origins[f.index], f.code, f.message.clone()));
@@ -342,7 +393,7 @@ async fn write<'a>(
                     w.failed.push((o, unavailable, error.to_string()));
                 }
                 *failed = true;
-                let switch = switch.to_string();
+                let switch = tuning.switch.to_string();
                 w.device_error = Some(DeviceError { switch, error });
             }
         }

@@ -7,6 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
+use p4fleet_client::tuning::Tuner;
 use p4fleet_crds::TableEntrySetStatus;
 
 /// One target of one set: the set's `namespace/name` and the VirtualSwitch.
@@ -34,6 +35,22 @@ pub struct SyncMemory {
     /// cache has not seen the write yet, e.g. right after a device-change
     /// trigger) builds on the written status instead of the stale one.
     written: Mutex<HashMap<String, (Vec<String>, TableEntrySetStatus)>>,
+    /// `batchSize`/`maxInFlight: Auto`: per Switch and which of the two
+    /// are Auto, what its writes have tuned them to.
+    tuners: Mutex<HashMap<(String, bool, bool), Tuner>>,
+}
+
+/// Which write settings of a set are Auto.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Auto {
+    pub batch: bool,
+    pub in_flight: bool,
+}
+
+impl Auto {
+    pub fn any(self) -> bool {
+        self.batch || self.in_flight
+    }
 }
 
 impl SyncMemory {
@@ -79,6 +96,42 @@ impl SyncMemory {
         w.get(set)
             .filter(|(replaced, _)| replaced.iter().any(|rv| rv == resource_version))
             .map(|(_, st)| st.clone())
+    }
+
+    /// The batch size and requests in flight Auto uses next on `switch`
+    /// (`start` until its writes have tuned them; fixed values stay).
+    pub fn tuned(&self, switch: &str, auto: Auto, start: (usize, usize)) -> (usize, usize) {
+        let (b, k) = self.with_tuner(switch, auto, start, |t| t.current());
+        (
+            if auto.batch { b } else { start.0 },
+            if auto.in_flight { k } else { start.1 },
+        )
+    }
+
+    /// Records a write of `updates` to `switch` that took `elapsed`.
+    pub fn observe_write(
+        &self,
+        switch: &str,
+        auto: Auto,
+        start: (usize, usize),
+        updates: usize,
+        elapsed: std::time::Duration,
+    ) {
+        self.with_tuner(switch, auto, start, |t| t.observe(updates, elapsed));
+    }
+
+    fn with_tuner<T>(
+        &self,
+        switch: &str,
+        auto: Auto,
+        start: (usize, usize),
+        f: impl FnOnce(&mut Tuner) -> T,
+    ) -> T {
+        let mut m = self.tuners.lock().unwrap_or_else(|e| e.into_inner());
+        let t = m
+            .entry((switch.to_string(), auto.batch, auto.in_flight))
+            .or_insert_with(|| Tuner::new(start.0, start.1, auto.batch, auto.in_flight));
+        f(t)
     }
 
     /// Forgets a deleted set.
@@ -148,4 +201,39 @@ mod tests {
         m.forget_set("ns/s");
         assert!(m.first_sight("ns/s"));
     }
+
+    #[test]
+    fn auto_settings_are_tuned_per_switch_and_fixed_ones_kept() {
+        let m = SyncMemory::default();
+        let both = Auto {
+            batch: true,
+            in_flight: true,
+        };
+        let batch_only = Auto {
+            batch: true,
+            in_flight: false,
+        };
+        assert_eq!(m.tuned("a", both, (1000, 4)), (1024, 4));
+        // Large writes that are much faster per entry at larger batches
+        // (a fixed cost per request): the batch grows on "a" only.
+        for _ in 0..6 {
+            let (b, _) = m.tuned("a", both, (1000, 4));
+            let secs = 1e-3 * (262_144 / b) as f64 + 1e-7 * 262_144.0;
+            m.observe_write(
+                "a",
+                both,
+                (1000, 4),
+                262_144,
+                std::time::Duration::from_secs_f64(secs),
+            );
+        }
+        assert!(m.tuned("a", both, (1000, 4)).0 > 1024);
+        assert_eq!(m.tuned("b", both, (1000, 4)), (1024, 4));
+        assert_eq!(
+            m.tuned("a", batch_only, (1000, 6)).1,
+            6,
+            "fixed in flight kept"
+        );
+    }
+
 }
