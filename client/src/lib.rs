@@ -35,8 +35,8 @@ mod pipeline;
 mod raw;
 mod session;
 mod tls;
-mod unreachable;
 pub mod tuning;
+mod unreachable;
 
 use std::fmt;
 use std::time::Duration;

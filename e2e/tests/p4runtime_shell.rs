@@ -113,7 +113,13 @@ async fn start_one_device() -> p4fleet_emulator::RunningEmulator {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p4runtime_shell_sets_pipeline_inserts_reads_and_deletes() {
     let running = start_one_device().await;
-    run_shell_script(&running, "p4runtime_shell_test.py", &example("firewall"), &[]).await;
+    run_shell_script(
+        &running,
+        "p4runtime_shell_test.py",
+        &example("firewall"),
+        &[],
+    )
+    .await;
     let stats = running.stats(1).unwrap();
     assert_eq!(stats.set_pipeline_rpcs, 1);
     assert_eq!(stats.inserts, 21);
@@ -130,7 +136,13 @@ async fn p4runtime_shell_sets_pipeline_inserts_reads_and_deletes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p4runtime_shell_writes_and_reads_groups_and_replication() {
     let running = start_one_device().await;
-    run_shell_script(&running, "p4runtime_shell_groups.py", &example("fabric"), &[]).await;
+    run_shell_script(
+        &running,
+        "p4runtime_shell_groups.py",
+        &example("fabric"),
+        &[],
+    )
+    .await;
     let stats = running.stats(1).unwrap();
     // 5 members, a group, 2 routes, a multicast group and a clone session
     // in and out; the 7 bad updates refused one by one.
