@@ -388,6 +388,27 @@ pub async fn wait_event(client: &Client, ns: &str, reason: Option<&str>, text: &
     .await
 }
 
+/// Waits up to `timeout` until TableEntrySet `name`'s status satisfies
+/// `pred`, and returns that status (the last one seen in the failure).
+pub async fn set_status_where(
+    api: &Api<p4fleet_crds::TableEntrySet>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(&p4fleet_crds::TableEntrySetStatus) -> bool,
+) -> p4fleet_crds::TableEntrySetStatus {
+    wait_for(what, timeout, || async {
+        let set = api.get(name).await.map_err(|e| e.to_string())?;
+        let st = set.status.unwrap_or_default();
+        if pred(&st) {
+            Ok(st)
+        } else {
+            Err(format!("{st:?}"))
+        }
+    })
+    .await
+}
+
 /// Polls `f` every 200 ms until it returns Ok; panics with `what` and the
 /// last error after `timeout`.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T

@@ -97,20 +97,8 @@ async fn status_where(
     what: &str,
     pred: impl Fn(&TableEntrySetStatus) -> bool,
 ) -> TableEntrySetStatus {
-    wait_for(what, Duration::from_secs(90), || async {
-        let st = api
-            .get(name)
-            .await
-            .map_err(|e| e.to_string())?
-            .status
-            .unwrap_or_default();
-        if pred(&st) {
-            Ok(st)
-        } else {
-            Err(format!("{st:?}"))
-        }
-    })
-    .await
+    let timeout = Duration::from_secs(90);
+    p4fleet_e2e::set_status_where(api, name, what, timeout, pred).await
 }
 
 fn cond(st: &TableEntrySetStatus, t: &str) -> Option<(bool, String, String)> {

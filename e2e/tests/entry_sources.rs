@@ -222,20 +222,8 @@ async fn status_where(
     what: &str,
     pred: impl Fn(&TableEntrySetStatus) -> bool,
 ) -> TableEntrySetStatus {
-    wait_for(what, Duration::from_secs(120), || async {
-        let st = api
-            .get(name)
-            .await
-            .map_err(|e| e.to_string())?
-            .status
-            .unwrap_or_default();
-        if pred(&st) {
-            Ok(st)
-        } else {
-            Err(format!("{st:?}"))
-        }
-    })
-    .await
+    let timeout = Duration::from_secs(120);
+    p4fleet_e2e::set_status_where(api, name, what, timeout, pred).await
 }
 
 fn ready(st: &TableEntrySetStatus) -> bool {

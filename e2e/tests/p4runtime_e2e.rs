@@ -328,25 +328,6 @@ fn format(schema: &TableSchema, es: &[Entry]) -> String {
     format_entries(schema, es, Style::Compact).unwrap()
 }
 
-async fn status_where(
-    api: &Api<TableEntrySet>,
-    name: &str,
-    what: &str,
-    timeout: Duration,
-    pred: impl Fn(&TableEntrySetStatus) -> bool,
-) -> TableEntrySetStatus {
-    wait_for(what, timeout, || async {
-        let s = api.get(name).await.map_err(|e| e.to_string())?;
-        let st = s.status.unwrap_or_default();
-        if pred(&st) {
-            Ok(st)
-        } else {
-            Err(format!("{st:?}"))
-        }
-    })
-    .await
-}
-
 fn cond<'a>(st: &'a TableEntrySetStatus, t: &str) -> Option<&'a p4fleet_crds::Condition> {
     find_condition(&st.conditions, t)
 }
@@ -410,7 +391,7 @@ async fn thirty_thousand_entries_sync_change_repair_and_delete(kind: Kind, dev: 
         }),
     )
     .await;
-    let st = status_where(
+    let st = p4fleet_e2e::set_status_where(
         &api,
         "fw30k",
         "Ready with 30000 applied",
@@ -448,7 +429,7 @@ async fn thirty_thousand_entries_sync_change_repair_and_delete(kind: Kind, dev: 
     let changed = entries(&schema, 15_000, 100, 7);
     b[..100].clone_from_slice(&changed);
     config_map(&client, &ns, "fw-b", format(&schema, &b)).await;
-    let st = status_where(
+    let st = p4fleet_e2e::set_status_where(
         &api,
         "fw30k",
         "100-entry sync",
@@ -473,7 +454,7 @@ async fn thirty_thousand_entries_sync_change_repair_and_delete(kind: Kind, dev: 
     );
     assert_eq!(r["deleted"], 50);
     let t = Instant::now();
-    let st = status_where(
+    let st = p4fleet_e2e::set_status_where(
         &api,
         "fw30k",
         "drift repaired",
@@ -547,7 +528,7 @@ async fn exclusive_set_removes_a_foreign_entry(kind: Kind, dev: u64) {
         }),
     )
     .await;
-    let st = status_where(
+    let st = p4fleet_e2e::set_status_where(
         &api,
         "owner",
         "Exclusive Ready",
@@ -584,7 +565,7 @@ async fn bad_input_gives_conditions_and_valid_entries_still_apply(kind: Kind, de
         }),
     )
     .await;
-    let st = status_where(
+    let st = p4fleet_e2e::set_status_where(
         &api,
         "bad",
         "InvalidEntries",
@@ -639,7 +620,7 @@ async fn bad_input_gives_conditions_and_valid_entries_still_apply(kind: Kind, de
         }),
     )
     .await;
-    let st = status_where(
+    let st = p4fleet_e2e::set_status_where(
         &api,
         "missing-cm",
         "ConfigMapNotFound",
@@ -666,7 +647,7 @@ async fn bad_input_gives_conditions_and_valid_entries_still_apply(kind: Kind, de
         }),
     )
     .await;
-    let st = status_where(
+    let st = p4fleet_e2e::set_status_where(
         &api,
         "no-table",
         "UnknownTable",
@@ -957,7 +938,7 @@ async fn dpdk_switch_entries_steer_the_data_plane_and_policies_change_what_runs(
         }),
     )
     .await;
-    status_where(
+    p4fleet_e2e::set_status_where(
         &sets,
         "dmac",
         "dmac entry Ready",
