@@ -313,6 +313,7 @@ fn forget(ctx: &Context, name: &str) {
     tracing::info!(switch = %name, "Switch deleted: closing its connection");
     ctx.devices.forget(name);
     ctx.metrics.forget_switch(name);
+    ctx.sync_memory.forget_switch(name);
 }
 
 pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Error> {

@@ -134,6 +134,14 @@ impl SyncMemory {
         f(t)
     }
 
+    /// Forgets a deleted Switch's batch tuners.
+    pub fn forget_switch(&self, switch: &str) {
+        self.tuners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(s, _, _), _| s != switch);
+    }
+
     /// Forgets a deleted set.
     pub fn forget_set(&self, set: &str) {
         self.seen
@@ -229,6 +237,8 @@ mod tests {
         }
         assert!(m.tuned("a", both, (1000, 4)).0 > 1024);
         assert_eq!(m.tuned("b", both, (1000, 4)), (1024, 4));
+        m.forget_switch("a");
+        assert_eq!(m.tuned("a", both, (1000, 4)), (1024, 4), "forgotten");
         assert_eq!(
             m.tuned("a", batch_only, (1000, 6)).1,
             6,
