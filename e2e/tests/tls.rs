@@ -28,6 +28,12 @@ use serde_json::{Value, json};
 const V1: &str = "p4fleet.dev/v1alpha1";
 const ENTRIES: usize = 100;
 
+/// Each test runs its own operator against the binary's shared control
+/// plane, and every operator reconciles every (cluster-scoped) Switch: two
+/// at once would both arbitrate for the other test's devices and write
+/// its status. One test with an operator at a time.
+static ONE_OPERATOR: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn bin() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT.get_or_init(build_binaries).clone()
@@ -130,6 +136,7 @@ async fn set_ready_on(client: &Client, ns: &str, stats: SocketAddr) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_switches_connect_fail_with_reasons_and_follow_rotation() {
+    let _one = ONE_OPERATOR.lock().await;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cp = ControlPlane::shared().await;
     let client = cp.client().await;
@@ -263,6 +270,7 @@ async fn namespace_and_operator(log: &str) -> (Client, TestNamespace, String, Pr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_primary_condition_says_what_the_device_said() {
+    let _one = ONE_OPERATOR.lock().await;
     let (client, _ns, ns, _operator) = namespace_and_operator("primary-operator").await;
     let emu = spawn_emulator(&bin(), &["--device-ids", "1,2"]);
     let unknown = format!("{ns}-unknown-id");
@@ -302,6 +310,7 @@ async fn the_primary_condition_says_what_the_device_said() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_switch_names_the_cause() {
+    let _one = ONE_OPERATOR.lock().await;
     let (client, _ns, ns, _operator) = namespace_and_operator("unreachable-operator").await;
     // A loopback port nothing listens on, and a name that never resolves
     // (RFC 6761), through the Switch's own endpoint field.
