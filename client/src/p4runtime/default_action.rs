@@ -5,12 +5,9 @@
 //! it takes no part in the batched entry path.
 
 use p4fleet_model::entries::ActionCall;
-use p4fleet_proto::p4runtime::{
-    self as p4rt, Entity, ReadRequest, TableAction, TableEntry, Update, WriteRequest, entity,
-    update,
-};
+use p4fleet_proto::p4runtime::{Entity, TableAction, TableEntry, Update, entity, update};
 
-use super::{P4RuntimeDevice, decode_update_errors};
+use super::P4RuntimeDevice;
 use crate::Error;
 
 impl P4RuntimeDevice {
@@ -21,41 +18,20 @@ impl P4RuntimeDevice {
         slot: u32,
         table_id: u32,
     ) -> Result<Option<TableAction>, Error> {
-        let device_id = self.target.device_id(slot);
-        let req = ReadRequest {
-            device_id,
-            entities: vec![Entity {
-                entity: Some(entity::Entity::TableEntry(TableEntry {
-                    table_id,
-                    is_default_action: true,
-                    ..Default::default()
-                })),
-            }],
-            ..Default::default()
-        };
-        let mut stream = self
-            .client
-            .clone()
-            .read(req)
-            .await
-            .map_err(|s| self.rpc_error("Read", device_id, s))?
-            .into_inner();
-        let mut found = None;
-        while let Some(resp) = stream
-            .message()
-            .await
-            .map_err(|s| self.rpc_error("Read", device_id, s))?
-        {
-            for e in resp.entities {
-                if let Some(entity::Entity::TableEntry(t)) = e.entity
-                    && t.table_id == table_id
-                    && t.is_default_action
+        let read = self
+            .read_entities(slot, vec![default_entry(table_id, None)])
+            .await?;
+        Ok(read
+            .into_iter()
+            .filter_map(|e| match e.entity {
+                Some(entity::Entity::TableEntry(t))
+                    if t.table_id == table_id && t.is_default_action =>
                 {
-                    found = t.action;
+                    t.action
                 }
-            }
-        }
-        Ok(found)
+                _ => None,
+            })
+            .last())
     }
 
     /// Sets the default action of table `table_id` in `slot` to `action`,
@@ -68,31 +44,28 @@ impl P4RuntimeDevice {
         table_id: u32,
         action: Option<&ActionCall>,
     ) -> Result<(), Error> {
-        let device_id = self.target.device_id(slot);
-        let election_id = self.wait_primary(device_id).await?;
-        let req = WriteRequest {
-            device_id,
-            election_id: Some(election_id),
-            updates: vec![Update {
-                r#type: update::Type::Modify as i32,
-                entity: Some(Entity {
-                    entity: Some(entity::Entity::TableEntry(TableEntry {
-                        table_id,
-                        is_default_action: true,
-                        action: action.map(ActionCall::to_proto),
-                        ..Default::default()
-                    })),
-                }),
-            }],
-            atomicity: p4rt::write_request::Atomicity::ContinueOnError as i32,
-            ..Default::default()
+        let update = Update {
+            r#type: update::Type::Modify as i32,
+            entity: Some(default_entry(table_id, action.map(ActionCall::to_proto))),
         };
-        match self.client.clone().write(req).await {
-            Ok(_) => Ok(()),
-            Err(status) => {
-                let status = crate::pipeline::single_update_status(status, decode_update_errors);
-                Err(self.rpc_error("Write", device_id, status))
+        match self.write_entities(slot, vec![update]).await?.pop() {
+            None => Ok(()),
+            Some((_, code, message)) => {
+                let status = tonic::Status::new(tonic::Code::from_i32(code), message);
+                Err(self.rpc_error("Write", self.target.device_id(slot), status))
             }
         }
+    }
+}
+
+/// Table `table_id`'s default entry (a read filter when `action` is None).
+fn default_entry(table_id: u32, action: Option<TableAction>) -> Entity {
+    Entity {
+        entity: Some(entity::Entity::TableEntry(TableEntry {
+            table_id,
+            is_default_action: true,
+            action,
+            ..Default::default()
+        })),
     }
 }

@@ -1,9 +1,11 @@
 //! Program changes that keep what they can: RECONCILE_AND_COMMIT first
 //! (the target keeps the entries of tables the new P4Info defines as
 //! before), VERIFY_AND_COMMIT when the target does not take it. A target
-//! that answered RECONCILE_AND_COMMIT with UNIMPLEMENTED or
-//! INVALID_ARGUMENT (and then took the same config with
-//! VERIFY_AND_COMMIT) is remembered per device id and not asked again.
+//! that answered RECONCILE_AND_COMMIT with UNIMPLEMENTED (and then took
+//! the same config with VERIFY_AND_COMMIT) is remembered per device id and
+//! not asked again; INVALID_ARGUMENT only says that this change could not
+//! be reconciled (the spec lets a target refuse what it cannot keep), so
+//! the next change asks again.
 
 use p4fleet_proto::p4info::P4Info;
 use p4fleet_proto::p4runtime::{
@@ -67,10 +69,12 @@ impl P4RuntimeDevice {
             .expect("no_reconcile lock")
             .contains(&device_id);
         let mut fallback = None;
+        let mut unsupported = false;
         if running.is_some() && !known_unsupported {
             match set(Action::ReconcileAndCommit).await {
                 Ok(_) => return Ok(Some(PushMode::Reconciled)),
                 Err(s) if refuses_reconcile(s.code()) => {
+                    unsupported = never_reconciles(s.code());
                     fallback = Some(format!("{:?}: {}", s.code(), s.message()));
                 }
                 Err(s) => return Err(self.rpc_error("SetForwardingPipelineConfig", device_id, s)),
@@ -79,7 +83,7 @@ impl P4RuntimeDevice {
         set(Action::VerifyAndCommit)
             .await
             .map_err(|s| self.rpc_error("SetForwardingPipelineConfig", device_id, s))?;
-        if fallback.is_some() {
+        if unsupported {
             // The config was fine: it was RECONCILE_AND_COMMIT it refused.
             self.no_reconcile
                 .lock()
@@ -102,6 +106,12 @@ fn refuses_reconcile(code: tonic::Code) -> bool {
     )
 }
 
+/// The answer that means the target never reconciles (not only this
+/// change): remembered, so later changes go straight to VERIFY_AND_COMMIT.
+fn never_reconciles(code: tonic::Code) -> bool {
+    code == tonic::Code::Unimplemented
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,5 +127,11 @@ mod tests {
         ] {
             assert!(!refuses_reconcile(c), "{c:?}");
         }
+    }
+
+    #[test]
+    fn only_unimplemented_is_remembered() {
+        assert!(never_reconciles(tonic::Code::Unimplemented));
+        assert!(!never_reconciles(tonic::Code::InvalidArgument));
     }
 }
