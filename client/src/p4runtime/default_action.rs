@@ -21,17 +21,14 @@ impl P4RuntimeDevice {
         let read = self
             .read_entities(slot, vec![default_entry(table_id, None)])
             .await?;
-        Ok(read
-            .into_iter()
-            .filter_map(|e| match e.entity {
-                Some(entity::Entity::TableEntry(t))
-                    if t.table_id == table_id && t.is_default_action =>
-                {
-                    t.action
-                }
-                _ => None,
-            })
-            .last())
+        Ok(read.into_iter().rev().find_map(|e| match e.entity {
+            Some(entity::Entity::TableEntry(t))
+                if t.table_id == table_id && t.is_default_action =>
+            {
+                t.action
+            }
+            _ => None,
+        }))
     }
 
     /// Sets the default action of table `table_id` in `slot` to `action`,
