@@ -262,7 +262,10 @@ impl BfrtDevice {
                         profile_name: "pipe".into(),
                         context: pipeline.context_json.clone(),
                         binary: pipeline.binary.clone(),
-                        pipe_scope: vec![0, 1, 2, 3],
+                        // Empty: every pipe of the chip, whatever its
+                        // count (2 or 4 on Tofino-1); the program owns
+                        // the whole device (docs/bfrt.md).
+                        pipe_scope: vec![],
                     }],
                 }],
                 ..Default::default()

@@ -110,10 +110,12 @@ pub struct UpdateStrategy {
     /// How a program change reaches the device. HotSwap: the new program is
     /// loaded over the old one (on an Fpga Switch a partial reconfiguration
     /// of this slot only; elsewhere the slot's device replaces its
-    /// pipeline). Recreate: on an Fpga Switch this slot (never the board)
-    /// is unloaded first, isolation and port map included, and loaded as
-    /// new; on other targets the same as HotSwap, as the slot's device
-    /// replaces its whole pipeline either way.
+    /// pipeline, keeping unchanged tables' entries where the target takes
+    /// RECONCILE_AND_COMMIT). Recreate: on an Fpga Switch this slot (never
+    /// the board) is unloaded first, isolation and port map included, and
+    /// loaded as new; on P4Runtime targets the slot's device replaces its
+    /// program with VERIFY_AND_COMMIT, clearing every table; on Tofino
+    /// (BFRT) both replace the slot's device's program and its entries.
     #[serde(default, rename = "type")]
     pub type_: UpdateStrategyType,
 }
@@ -124,7 +126,8 @@ pub enum UpdateStrategyType {
     /// Load the new program over the old one.
     #[default]
     HotSwap,
-    /// Unload the slot first, then load the new program (Fpga Switches).
+    /// Unload the slot first, then load the new program (Fpga Switches);
+    /// a full replace, no entry kept, on P4Runtime targets.
     Recreate,
 }
 

@@ -54,7 +54,7 @@ fn start(kubeconfig: PathBuf) -> Env {
     let bin = build_binaries();
     let a = spawn_emulator(
         &bin,
-        &["--device-ids", "1,2,3", "--bfrt-addr", "127.0.0.1:0"],
+        &["--device-ids", "1,2,3,4", "--bfrt-addr", "127.0.0.1:0"],
     );
     let b = spawn_emulator(&bin, &["--device-ids", "1", "--no-reconcile"]);
     let env = Env {
@@ -147,7 +147,8 @@ async fn device_default(emu: Emu, device: u64, table_id: u32) -> Option<p4::Acti
 
 /// A P4Program `hitless` (v1), a Switch on `device` of `emu` and a
 /// VirtualSwitch `vs` on its slot 0.
-async fn setup(client: &Client, ns: &str, emu: Emu, device: u64) {
+/// `strategy`: the VirtualSwitch's `updateStrategy.type`.
+async fn setup(client: &Client, ns: &str, emu: Emu, device: u64, strategy: &str) {
     let progs: Api<p4fleet_crds::P4Program> = Api::namespaced(client.clone(), ns);
     create_json(
         &progs,
@@ -170,7 +171,8 @@ async fn setup(client: &Client, ns: &str, emu: Emu, device: u64) {
         &vss,
         json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
             "metadata": {"name": "vs"},
-            "spec": {"programRef": "hitless", "switchRef": format!("{ns}-sw"), "slot": 0}}),
+            "spec": {"programRef": "hitless", "switchRef": format!("{ns}-sw"), "slot": 0,
+                     "updateStrategy": {"type": strategy}}}),
     )
     .await;
 }
@@ -228,7 +230,7 @@ async fn default_action_is_set_read_back_changed_and_reset() {
     let client = cp.client().await;
     let ns = TestNamespace::new(&client).await;
     let ns = ns.name().to_string();
-    setup(&client, &ns, emu, 1).await;
+    setup(&client, &ns, emu, 1, "HotSwap").await;
     // The initial default: the first parameterless action that may be one.
     wait_for("the pipeline", Duration::from_secs(60), || async {
         match stats(emu, 1)["pipeline_set"].as_bool() {
@@ -393,8 +395,14 @@ struct Updated {
 }
 
 /// v1 with entries in acl and nexthop, then v2 (nexthop's size changed).
-async fn update_program(client: &Client, ns: &str, emu: Emu, device: u64) -> Updated {
-    setup(client, ns, emu, device).await;
+async fn update_program(
+    client: &Client,
+    ns: &str,
+    emu: Emu,
+    device: u64,
+    strategy: &str,
+) -> Updated {
+    setup(client, ns, emu, device, strategy).await;
     let acl = create_set(
         client,
         ns,
@@ -458,7 +466,7 @@ async fn a_program_update_keeps_the_entries_of_unchanged_tables() {
     let ns = TestNamespace::new(&client).await;
     let ns = ns.name().to_string();
     let emu = env.reconciling;
-    let u = update_program(&client, &ns, emu, 2).await;
+    let u = update_program(&client, &ns, emu, 2, "HotSwap").await;
     let swap = &u.swap;
     assert_eq!(swap.mode, Some(ProgramUpdateMode::Reconciled), "{swap:?}");
     assert_eq!(swap.entries_kept, Some(3), "{swap:?}");
@@ -492,7 +500,7 @@ async fn without_reconcile_the_update_falls_back_and_says_so() {
     let ns = TestNamespace::new(&client).await;
     let ns = ns.name().to_string();
     let emu = env.plain;
-    let u = update_program(&client, &ns, emu, 1).await;
+    let u = update_program(&client, &ns, emu, 1, "HotSwap").await;
     let swap = &u.swap;
     assert_eq!(swap.mode, Some(ProgramUpdateMode::Replaced), "{swap:?}");
     assert_eq!(swap.entries_kept, Some(0));
@@ -514,6 +522,28 @@ async fn without_reconcile_the_update_falls_back_and_says_so() {
         }
     })
     .await;
+}
+
+/// `updateStrategy: Recreate` on a target that could reconcile: the
+/// program is replaced (VERIFY_AND_COMMIT), every entry written again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recreate_replaces_the_program_though_the_target_could_reconcile() {
+    let (cp, env) = env().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    let emu = env.reconciling;
+    let u = update_program(&client, &ns, emu, 4, "Recreate").await;
+    let swap = &u.swap;
+    assert_eq!(swap.strategy, p4fleet_crds::UpdateStrategyType::Recreate);
+    assert_eq!(swap.mode, Some(ProgramUpdateMode::Replaced), "{swap:?}");
+    assert_eq!(swap.entries_kept, Some(0), "{swap:?}");
+    assert_eq!(swap.fallback_reason, None, "asked for, not a fallback");
+    assert_eq!(swap.entries_reapplied, Some(5), "{swap:?}");
+    // At the emulator: no reconcile, every entry inserted again.
+    assert_eq!(u.device_inserts, 5);
+    assert_eq!(u.acl_after, 3);
+    assert!(stats(emu, 4)["last_reconcile"].is_null());
 }
 
 /// The same on a Tofino target: the default entry over BFRT (MODIFY with

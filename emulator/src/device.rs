@@ -64,6 +64,12 @@ impl Device {
 
     /// The device with RECONCILE_AND_COMMIT taken (`on`) or answered
     /// UNIMPLEMENTED.
+    /// The device with a Tofino chip of `pipes` hardware pipes (BFRT).
+    pub fn with_tofino_pipes(self, pipes: u32) -> Device {
+        self.bfrt.lock().expect("bfrt lock").pipes = pipes;
+        self
+    }
+
     pub fn with_reconcile(self, on: bool) -> Device {
         self.p4runtime
             .pipeline

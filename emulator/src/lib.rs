@@ -86,6 +86,8 @@ pub enum EmulatorError {
     Update(#[from] UpdateError),
     #[error("server: {0}")]
     Server(String),
+    #[error("a Tofino chip has 1 to 8 pipes, not {0}")]
+    TofinoPipes(u32),
     #[error("bfrt program: {0}")]
     BfrtProgram(String),
     #[error("dpdk: {0}")]
@@ -140,6 +142,10 @@ pub struct EmulatorConfig {
     /// (keeping the state of unchanged tables); off, it is UNIMPLEMENTED,
     /// as on targets without it.
     pub reconcile: bool,
+    /// Hardware pipes of each device's Tofino chip (BFRT `pipe_scope`s name
+    /// pipes below it): 4 by default (Tofino-1, 64 ports), 2 for the
+    /// two-pipe parts.
+    pub tofino_pipes: u32,
 }
 
 impl Default for EmulatorConfig {
@@ -158,6 +164,7 @@ impl Default for EmulatorConfig {
             arbitration: ArbitrationMode::default(),
             reconcile: true,
             tls: None,
+            tofino_pipes: bfrt::pipes::DEFAULT_PIPES,
         }
     }
 }
@@ -187,7 +194,8 @@ impl Emulator {
                 .map(|id| device(*id))
                 .chain(slots)
                 .map(|d| d.with_arbitration(config.arbitration))
-                .map(|d| d.with_reconcile(config.reconcile)),
+                .map(|d| d.with_reconcile(config.reconcile))
+                .map(|d| d.with_tofino_pipes(config.tofino_pipes)),
             config.read_chunk_size,
             config.profile,
         ));
@@ -209,6 +217,9 @@ impl Emulator {
     pub async fn start(config: EmulatorConfig) -> Result<RunningEmulator, EmulatorError> {
         if config.device_ids.is_empty() && config.fpga.is_none() {
             return Err(EmulatorError::NoDevices);
+        }
+        if !(1..=bfrt::pipes::MAX_PIPES).contains(&config.tofino_pipes) {
+            return Err(EmulatorError::TofinoPipes(config.tofino_pipes));
         }
         if let Some(d) = &config.dpdk {
             d.validate(&config.device_ids)

@@ -69,6 +69,11 @@ struct Args {
     /// without it (to test a client's fallback to VERIFY_AND_COMMIT).
     #[arg(long)]
     no_reconcile: bool,
+    /// Hardware pipes of each device's Tofino chip: 4 (Tofino-1, 64
+    /// ports) or 2 (the two-pipe parts); BFRT `pipe_scope`s name pipes
+    /// below it and programs take disjoint pipe sets (docs/bfrt.md).
+    #[arg(long, default_value_t = p4fleet_emulator::bfrt::pipes::DEFAULT_PIPES)]
+    tofino_pipes: u32,
     #[command(flatten)]
     fpga: FpgaArgs,
     #[command(subcommand)]
@@ -195,6 +200,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         arbitration: args.arbitration,
         tls,
         reconcile: !args.no_reconcile,
+        tofino_pipes: args.tofino_pipes,
         ..Default::default()
     };
     // Listen for SIGTERM before announcing the addresses: a supervisor (or a

@@ -1,11 +1,12 @@
 //! BFRT state of one device: the loaded programs, the fixed tables and the
 //! subscribed clients. Pure state; the caller holds the device's BFRT lock.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use p4fleet_proto::bfrt;
 
 use super::NON_P4_JSON;
+use super::pipes;
 use super::schema::BfrtSchema;
 use super::store::Program;
 use crate::drift::drop_from_tables;
@@ -16,12 +17,22 @@ pub(crate) struct Client {
     pub bound: Option<String>,
 }
 
+/// A program config that passed [`BfrtDevice::verify`].
+pub(crate) struct Verified {
+    pub schema: BfrtSchema,
+    pub config: bfrt::ForwardingPipelineConfig,
+    /// The pipes its profiles claim.
+    pub pipes: BTreeSet<u32>,
+}
+
 /// BFRT state of one device: loaded programs, the fixed tables and the
 /// subscribed clients.
 pub(crate) struct BfrtDevice {
+    /// Hardware pipes of the chip (`pipe_scope`s name pipes below this).
+    pub pipes: u32,
     pub programs: BTreeMap<String, Program>,
     /// Verified by VERIFY_AND_WARM_INIT_BEGIN, loaded by WARM_INIT_END.
-    pub pending: Option<Vec<(BfrtSchema, bfrt::ForwardingPipelineConfig)>>,
+    pub pending: Option<Vec<Verified>>,
     pub fixed: Program,
     pub clients: HashMap<u32, Client>,
 }
@@ -29,6 +40,7 @@ pub(crate) struct BfrtDevice {
 impl Default for BfrtDevice {
     fn default() -> Self {
         BfrtDevice {
+            pipes: pipes::DEFAULT_PIPES,
             programs: BTreeMap::new(),
             pending: None,
             fixed: Program::new(
@@ -41,19 +53,23 @@ impl Default for BfrtDevice {
 }
 
 impl BfrtDevice {
-    /// Checks program configs (names, bfrt.json, context.json).
+    /// Checks program configs (names, bfrt.json, context.json, disjoint
+    /// pipe scopes within the device's `pipes`): the whole device's config,
+    /// as BF Runtime takes it.
     pub fn verify(
         configs: Vec<bfrt::ForwardingPipelineConfig>,
-    ) -> Result<Vec<(BfrtSchema, bfrt::ForwardingPipelineConfig)>, String> {
+        pipes: u32,
+    ) -> Result<Vec<Verified>, String> {
         if configs.is_empty() {
             return Err("no program config given".into());
         }
-        let mut out: Vec<(BfrtSchema, bfrt::ForwardingPipelineConfig)> = Vec::new();
-        for c in configs {
+        let claimed = pipes::claimed(&configs, pipes)?;
+        let mut out: Vec<Verified> = Vec::new();
+        for (c, pipes) in configs.into_iter().zip(claimed) {
             if c.p4_name.is_empty() {
                 return Err("program config without p4_name".into());
             }
-            if out.iter().any(|(_, o)| o.p4_name == c.p4_name) {
+            if out.iter().any(|o| o.config.p4_name == c.p4_name) {
                 return Err(format!("program {} given twice", c.p4_name));
             }
             let schema = BfrtSchema::from_json(&c.bfruntime_info)
@@ -68,23 +84,30 @@ impl BfrtDevice {
                     ));
                 }
             }
-            out.push((schema, c));
+            out.push(Verified {
+                schema,
+                config: c,
+                pipes,
+            });
         }
         Ok(out)
     }
 
-    /// Replaces the loaded programs (keeping the state of unchanged tables
-    /// when `reconcile`); bindings to programs that are gone are dropped.
-    pub fn load(
-        &mut self,
-        programs: Vec<(BfrtSchema, bfrt::ForwardingPipelineConfig)>,
-        reconcile: bool,
-    ) {
+    /// Replaces the loaded programs (the config is the whole device's);
+    /// with `reconcile`, a program that keeps its name and pipes keeps the
+    /// state of its unchanged tables (so one pipe set's program is swapped
+    /// while the others keep their entries). Bindings to programs that are
+    /// gone are dropped.
+    pub fn load(&mut self, programs: Vec<Verified>, reconcile: bool) {
         let mut old = std::mem::take(&mut self.programs);
-        for (schema, config) in programs {
-            let name = config.p4_name.clone();
-            let mut p = Program::new(schema, config);
-            if reconcile && let Some(o) = old.remove(&name) {
+        for v in programs {
+            let name = v.config.p4_name.clone();
+            let mut p = Program::new(v.schema, v.config);
+            p.pipes = v.pipes;
+            if reconcile
+                && let Some(o) = old.remove(&name)
+                && o.pipes == p.pipes
+            {
                 p.adopt(o);
             }
             self.programs.insert(name, p);

@@ -9,6 +9,7 @@
 //! one by name, then Write and Read. See docs/bfrt.md.
 
 mod device;
+pub mod pipes;
 pub(crate) mod schema;
 mod service;
 mod store;
@@ -51,12 +52,10 @@ impl Emulator {
                 profiles: vec![],
             })
             .collect();
-        let verified = BfrtDevice::verify(configs).map_err(EmulatorError::BfrtProgram)?;
-        self.device(device_id)?
-            .bfrt
-            .lock()
-            .expect("bfrt lock")
-            .load(verified, false);
+        let dev = self.device(device_id)?;
+        let mut bf = dev.bfrt.lock().expect("bfrt lock");
+        let verified = BfrtDevice::verify(configs, bf.pipes).map_err(EmulatorError::BfrtProgram)?;
+        bf.load(verified, false);
         Ok(())
     }
 }

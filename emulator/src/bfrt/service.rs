@@ -362,16 +362,18 @@ impl BfRuntime for BfrtService {
                 done(R::WarmInitFinished)
             }
             Action::Verify => {
-                BfrtDevice::verify(req.config).map_err(Status::invalid_argument)?;
+                BfrtDevice::verify(req.config, bf.pipes).map_err(Status::invalid_argument)?;
                 done(R::WarmInitFinished)
             }
             Action::VerifyAndWarmInitBegin => {
-                let p = BfrtDevice::verify(req.config).map_err(Status::invalid_argument)?;
+                let p =
+                    BfrtDevice::verify(req.config, bf.pipes).map_err(Status::invalid_argument)?;
                 bf.pending = Some(p);
                 done(R::WarmInitStarted)
             }
             Action::VerifyAndWarmInitBeginAndEnd => {
-                let p = BfrtDevice::verify(req.config).map_err(Status::invalid_argument)?;
+                let p =
+                    BfrtDevice::verify(req.config, bf.pipes).map_err(Status::invalid_argument)?;
                 bf.pending = None;
                 bf.load(p, false);
                 done(R::WarmInitFinished)

@@ -33,6 +33,8 @@ pub(crate) struct Program {
     pub schema: BfrtSchema,
     pub config: bfrt::ForwardingPipelineConfig,
     pub tables: crate::key::IdMap<TableState>,
+    /// Hardware pipes it runs on (its profiles' `pipe_scope`s).
+    pub pipes: std::collections::BTreeSet<u32>,
 }
 
 /// How to take back one applied update.
@@ -79,6 +81,7 @@ impl Program {
             schema,
             config,
             tables,
+            pipes: Default::default(),
         }
     }
 

@@ -304,7 +304,8 @@ async fn push(
             Err(e) => Pipeline::Failed(e.into()),
         };
     }
-    match pipeline::load(ctx, sw, slot, program).await {
+    let strategy = obj.spec.update_strategy.type_;
+    match pipeline::load(ctx, sw, slot, program, strategy).await {
         Ok(pushed) => Pipeline::Loaded {
             digest: program.digest.clone(),
             pushed: pushed.as_ref().map(|p| p.took),
@@ -312,11 +313,15 @@ async fn push(
             // its status says what the device kept.
             swap: pushed.and_then(|p| {
                 let update = p.update?;
+                let from_digest = obj.status.as_ref().and_then(|s| s.loaded_digest.clone());
+                // A Recreate cannot tell a first load from a change by
+                // itself: without a program before, it is a first load.
+                from_digest.as_ref()?;
                 Some(Swap {
-                    from_digest: obj.status.as_ref().and_then(|s| s.loaded_digest.clone()),
-                    // Replaced in place, never unloaded first (`update.mode`
-                    // says whether the device kept entries).
-                    strategy: p4fleet_crds::UpdateStrategyType::HotSwap,
+                    from_digest,
+                    // HotSwap: reconciled where the target could; Recreate:
+                    // replaced, every table cleared (`update.mode`).
+                    strategy,
                     device: p.took,
                     at: now_rfc3339(),
                     update: Some(update),

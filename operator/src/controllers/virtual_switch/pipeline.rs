@@ -7,9 +7,11 @@
 use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
-use p4fleet_client::TofinoPipeline;
+use p4fleet_client::{PushMode, TofinoPipeline};
 use p4fleet_crds::condition_types::{PIPELINE_LOADED, READY};
-use p4fleet_crds::{Condition, Switch, SwitchProtocol, SwitchTarget, find_condition};
+use p4fleet_crds::{
+    Condition, Switch, SwitchProtocol, SwitchTarget, UpdateStrategyType, find_condition,
+};
 use p4fleet_model::pipeline_config::BfPipelineConfig;
 use p4fleet_proto::p4info::P4Info;
 
@@ -381,6 +383,7 @@ pub async fn load(
     sw: &Switch,
     slot: u32,
     program: &ReadyProgram,
+    strategy: UpdateStrategyType,
 ) -> Result<Option<Pushed>, LoadError> {
     let started = Instant::now();
     let dev = ctx.devices.connect(sw)?;
@@ -399,7 +402,19 @@ pub async fn load(
                 &program.resolved,
             )?;
             let cookie = artifacts::cookie(&program.digest);
-            match dev.push_pipeline(slot, info, config, cookie).await? {
+            let mode = match strategy {
+                // HotSwap keeps what the target can (RECONCILE_AND_COMMIT).
+                UpdateStrategyType::HotSwap => {
+                    dev.push_pipeline(slot, info, config, cookie).await?
+                }
+                // Recreate asks for a fresh program: VERIFY_AND_COMMIT,
+                // which clears every table (never a reconcile).
+                UpdateStrategyType::Recreate => dev
+                    .set_pipeline(slot, info, config, cookie)
+                    .await?
+                    .then_some(PushMode::Replaced { fallback: None }),
+            };
+            match mode {
                 None => (false, started.elapsed(), None),
                 Some(mode) => {
                     let took = started.elapsed();

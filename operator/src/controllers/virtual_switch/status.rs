@@ -135,13 +135,18 @@ pub fn report(vs: &VirtualSwitch, outcome: &Outcome, resync: Duration) -> Report
                         st.last_swap_millis = Some(ms);
                         // A swap says what happened to the slot, and that
                         // it was this slot alone.
-                        let how = match swap.as_ref().map(|s| s.strategy) {
+                        // P4Runtime swaps carry an `update` (what the
+                        // device kept); FPGA slot loads do not.
+                        let how = match swap.as_ref().map(|s| (s.strategy, s.update.is_some())) {
                             None => "",
-                            Some(UpdateStrategyType::HotSwap) => {
+                            Some((UpdateStrategyType::HotSwap, _)) => {
                                 " (HotSwap: loaded over the old program; other slots untouched)"
                             }
-                            Some(UpdateStrategyType::Recreate) => {
+                            Some((UpdateStrategyType::Recreate, false)) => {
                                 " (Recreate: slot unloaded, then loaded, isolation and port map set again; other slots untouched)"
+                            }
+                            Some((UpdateStrategyType::Recreate, true)) => {
+                                " (Recreate: the slot's device replaced its program, every entry cleared; other slots untouched)"
                             }
                         };
                         let note = format!(
@@ -279,6 +284,40 @@ mod tests {
         );
         assert_eq!(r.status.last_swap_millis, Some(7));
         assert!(r.event.is_none());
+    }
+
+    #[test]
+    fn a_recreate_on_a_p4runtime_slot_says_every_entry_was_cleared() {
+        let r = report(
+            &vs(Some(loaded_before())),
+            &placed(Pipeline::Loaded {
+                digest: DIGEST.into(),
+                pushed: Some(Duration::from_millis(9)),
+                swap: Some(Swap {
+                    from_digest: Some("old".into()),
+                    strategy: UpdateStrategyType::Recreate,
+                    device: Duration::from_millis(9),
+                    at: "2026-11-23T06:00:00Z".into(),
+                    update: Some(super::super::hitless::Update {
+                        mode: p4fleet_crds::ProgramUpdateMode::Replaced,
+                        entries_kept: Some(0),
+                        tables_kept: vec![],
+                        fallback: None,
+                    }),
+                }),
+            }),
+            RESYNC,
+        );
+        let swap = r.status.last_swap.as_ref().unwrap();
+        assert_eq!(swap.strategy, UpdateStrategyType::Recreate);
+        assert_eq!(swap.mode, Some(p4fleet_crds::ProgramUpdateMode::Replaced));
+        assert_eq!(swap.entries_kept, Some(0));
+        let ev = r.event.unwrap();
+        assert_eq!(ev.reason, "PipelineLoaded");
+        assert_eq!(
+            ev.note,
+            "loaded fw (0123456789ab) on sw slot 1 in 9 ms (Recreate: the slot's device replaced its program, every entry cleared; other slots untouched)"
+        );
     }
 
     #[test]
