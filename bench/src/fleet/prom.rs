@@ -139,6 +139,27 @@ pub fn reconciles(text: &str) -> BTreeMap<String, f64> {
     out
 }
 
+/// `p4fleet_reconcile_triggers_total` by `Kind/trigger` (e.g.
+/// `Switch/requeue`, `VirtualSwitch/related:Switch`).
+pub fn triggers(text: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for (name, labels, value) in samples(text) {
+        if name != "p4fleet_reconcile_triggers_total" {
+            continue;
+        }
+        let label = |n: &str| {
+            labels
+                .iter()
+                .find(|(k, _)| k == n)
+                .map(|(_, v)| v.as_str())
+                .unwrap_or_default()
+        };
+        *out.entry(format!("{}/{}", label("kind"), label("trigger")))
+            .or_insert(0.0) += value;
+    }
+    out
+}
+
 type Sample<'a> = (&'a str, Vec<(String, String)>, f64);
 
 /// Every sample line: metric name, labels, value (comments and lines that
@@ -207,6 +228,8 @@ apiserver_response_sizes_sum{component="apiserver",group="",resource="configmaps
 apiserver_response_sizes_count{component="apiserver",group="",resource="configmaps",scope="namespace",subresource="",verb="LIST",version="v1"} 7
 p4fleet_reconciles_total{kind="Switch"} 4
 p4fleet_reconciles_total{kind="TableEntrySet"} 2
+p4fleet_reconcile_triggers_total{kind="Switch",trigger="requeue"} 3
+p4fleet_reconcile_triggers_total{kind="Switch",trigger="related:VirtualSwitch"} 1
 weird_metric{a="x\"y,}z"} 1
 "#;
 
@@ -244,6 +267,10 @@ weird_metric{a="x\"y,}z"} 1
         let r = reconciles(TEXT);
         assert_eq!(r["Switch"], 4.0);
         assert_eq!(r["TableEntrySet"], 2.0);
+        let t = triggers(TEXT);
+        assert_eq!(t["Switch/requeue"], 3.0);
+        assert_eq!(t["Switch/related:VirtualSwitch"], 1.0);
+        assert_eq!(t.len(), 2);
         let (name, labels, v) = sample(r#"weird_metric{a="x\"y,}z"} 1"#).unwrap();
         assert_eq!((name, v), ("weird_metric", 1.0));
         assert_eq!(labels, vec![("a".to_string(), "x\"y,}z".to_string())]);
