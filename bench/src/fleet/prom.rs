@@ -56,13 +56,7 @@ impl ApiCounts {
                 "apiserver_response_sizes_sum" => 1,
                 _ => continue,
             };
-            let get = |k: &str| {
-                labels
-                    .iter()
-                    .find(|(n, _)| n == k)
-                    .map(|(_, v)| v.clone())
-                    .unwrap_or_default()
-            };
+            let get = |k: &str| label(&labels, k).to_string();
             let key = ApiKey {
                 verb: get("verb"),
                 resource: get("resource"),
@@ -124,40 +118,40 @@ impl ApiCounts {
 
 /// `p4fleet_reconciles_total` by kind.
 pub fn reconciles(text: &str) -> BTreeMap<String, f64> {
-    let mut out = BTreeMap::new();
-    for (name, labels, value) in samples(text) {
-        if name != "p4fleet_reconciles_total" {
-            continue;
-        }
-        let kind = labels
-            .iter()
-            .find(|(n, _)| n == "kind")
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default();
-        *out.entry(kind).or_insert(0.0) += value;
-    }
-    out
+    sums_by(text, "p4fleet_reconciles_total", |l| {
+        label(l, "kind").to_string()
+    })
 }
 
 /// `p4fleet_reconcile_triggers_total` by `Kind/trigger` (e.g.
 /// `Switch/requeue`, `VirtualSwitch/related:Switch`).
 pub fn triggers(text: &str) -> BTreeMap<String, f64> {
+    sums_by(text, "p4fleet_reconcile_triggers_total", |l| {
+        format!("{}/{}", label(l, "kind"), label(l, "trigger"))
+    })
+}
+
+/// The samples of `metric` summed by `key` of their labels.
+fn sums_by(
+    text: &str,
+    metric: &str,
+    key: impl Fn(&[(String, String)]) -> String,
+) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for (name, labels, value) in samples(text) {
-        if name != "p4fleet_reconcile_triggers_total" {
-            continue;
+        if name == metric {
+            *out.entry(key(&labels)).or_insert(0.0) += value;
         }
-        let label = |n: &str| {
-            labels
-                .iter()
-                .find(|(k, _)| k == n)
-                .map(|(_, v)| v.as_str())
-                .unwrap_or_default()
-        };
-        *out.entry(format!("{}/{}", label("kind"), label("trigger")))
-            .or_insert(0.0) += value;
     }
     out
+}
+
+/// The value of label `name` ("" when absent).
+fn label<'a>(labels: &'a [(String, String)], name: &str) -> &'a str {
+    labels
+        .iter()
+        .find(|(n, _)| n == name)
+        .map_or("", |(_, v)| v.as_str())
 }
 
 type Sample<'a> = (&'a str, Vec<(String, String)>, f64);
