@@ -9,6 +9,10 @@ use std::time::Duration;
 use p4fleet_bench::fleet::{self, ApplyMode, Config, Scenario};
 use p4fleet_e2e::ControlPlane;
 
+/// The operator's `--drift-seconds` here: the Switch and VirtualSwitch
+/// checks run about once in the idle round (which lasts about one resync).
+const DRIFT_SECONDS: u64 = 4;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_fleet_gets_ready_writes_only_changes_and_idles_quietly() {
     let cp = ControlPlane::shared().await;
@@ -24,6 +28,7 @@ async fn a_small_fleet_gets_ready_writes_only_changes_and_idles_quietly() {
         devices_per_emulator: 2,
         apply: ApplyMode::Kubectl,
         resync_seconds: 3,
+        drift_seconds: DRIFT_SECONDS,
         operator_log_level: "info".into(),
         timeout: Duration::from_secs(180),
         bin,
@@ -43,6 +48,7 @@ async fn a_small_fleet_gets_ready_writes_only_changes_and_idles_quietly() {
     assert!(idle.device.read_rpcs >= 3, "every device read back");
     assert_eq!(idle.device.write_rpcs, 0, "device writes in an idle round");
     assert_eq!(idle.status_writes, 0.0, "status writes in an idle round");
+    idle_reconciles_are_the_periodic_checks_only(idle, 3.0, DRIFT_SECONDS, 3);
 
     let change = run.phase("change").expect("change phase");
     assert_eq!(change.expected_writes, 3);
@@ -56,4 +62,53 @@ async fn a_small_fleet_gets_ready_writes_only_changes_and_idles_quietly() {
         "only the changed entries are written"
     );
     assert_eq!(change.device.entries, 300);
+}
+
+/// What the design says an idle round runs (docs/fleet.md, "What an idle
+/// round runs"): each object's own periodic check and nothing else (no
+/// watch event, no device change, no retry), each at most once per its
+/// period, spread by up to a tenth below it: Switches and VirtualSwitches
+/// every `--drift-seconds`, TableEntrySets and P4Programs every
+/// `--resync-seconds`. Counted from the operator's
+/// `p4fleet_reconcile_triggers_total`; an upper bound over the round as
+/// long as it lasted, not a timing.
+fn idle_reconciles_are_the_periodic_checks_only(
+    idle: &fleet::Phase,
+    switches: f64,
+    drift_seconds: u64,
+    resync_seconds: u64,
+) {
+    assert!(
+        !idle.triggers.is_empty(),
+        "no reconcile in the idle round: {idle:#?}"
+    );
+    for (key, n) in &idle.triggers {
+        assert!(
+            key.ends_with("/requeue"),
+            "{key}: {n} reconciles in an idle round (all: {:?})",
+            idle.triggers
+        );
+    }
+    let per_object = |period: u64| (idle.seconds / (0.9 * period as f64)).floor() + 1.0;
+    let count = |kind: &str| {
+        idle.triggers
+            .get(&format!("{kind}/requeue"))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    for (kind, objects, period) in [
+        ("Switch", switches, drift_seconds),
+        ("VirtualSwitch", switches, drift_seconds),
+        ("TableEntrySet", switches, resync_seconds),
+        ("P4Program", 1.0, resync_seconds),
+    ] {
+        let bound = objects * per_object(period);
+        assert!(
+            count(kind) <= bound,
+            "{kind}: {} reconciles in an idle round of {:.1} s, at most {bound} by design (all: {:?})",
+            count(kind),
+            idle.seconds,
+            idle.triggers
+        );
+    }
 }

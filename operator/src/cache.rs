@@ -89,7 +89,14 @@ where
         let taken = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
         let Some(mut writer) = taken else { return };
         let kind = K::kind(&());
-        let events = watcher(api, watcher_config()).default_backoff();
+        // managedFields (server-side apply's field ownership, a JSON tree
+        // per manager) are most of an applied object's metadata and no
+        // reconcile reads them; every cached read clones the object, and
+        // at fleet size those clones were most of an idle round's CPU
+        // (docs/fleet.md).
+        let events = watcher(api, watcher_config())
+            .default_backoff()
+            .modify(|obj: &mut K| obj.meta_mut().managed_fields = None);
         let mut events = std::pin::pin!(events.take_until(shutdown));
         while let Some(ev) = events.next().await {
             let ev = match ev {

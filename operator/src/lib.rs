@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod ownership;
 pub mod process_metrics;
 pub mod reads;
+pub mod reconcile_triggers;
 pub mod status;
 pub mod telemetry;
 pub mod tls_secrets;

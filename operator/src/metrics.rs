@@ -161,6 +161,11 @@ impl Metrics {
         let r = &mut registry;
         r.register("reconciles", "Reconciles started", m.reconciles.clone());
         r.register(
+            "reconcile_triggers",
+            "Reconciles started, by what triggered them",
+            crate::reconcile_triggers::counts().clone(),
+        );
+        r.register(
             "reconcile_errors",
             "Reconciles that failed",
             m.reconcile_errors.clone(),

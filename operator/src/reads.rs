@@ -44,12 +44,29 @@ pub trait Reads: Send + Sync {
         &self,
         ns: Option<&str>,
     ) -> impl Future<Output = Result<Vec<VirtualSwitch>, kube::Error>> + Send;
+    /// The VirtualSwitches whose status places them on Switch `switch`
+    /// (in every watched namespace).
+    fn virtual_switches_on(
+        &self,
+        switch: &str,
+    ) -> impl Future<Output = Result<Vec<VirtualSwitch>, kube::Error>> + Send {
+        async move {
+            let mut vss = self.virtual_switches(None).await?;
+            vss.retain(|v| placed_on(v, switch));
+            Ok(vss)
+        }
+    }
     /// The ConfigMap `ns/name`.
     fn config_map(
         &self,
         ns: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<ConfigMap>, kube::Error>> + Send;
+}
+
+/// Whether `vs`'s status places it on Switch `switch`.
+pub fn placed_on(vs: &VirtualSwitch, switch: &str) -> bool {
+    vs.status.as_ref().and_then(|s| s.switch.as_deref()) == Some(switch)
 }
 
 /// [`Reads`] from the shared caches (Switch, VirtualSwitch, P4Program)
@@ -129,6 +146,19 @@ impl Reads for ApiReads {
                 .state()
                 .iter()
                 .filter(|v| ns.is_none() || v.metadata.namespace.as_deref() == ns)
+                .map(|v| VirtualSwitch::clone(v))
+                .collect(),
+        ))
+    }
+
+    async fn virtual_switches_on(&self, switch: &str) -> Result<Vec<VirtualSwitch>, kube::Error> {
+        // Filtered before cloning: a Switch reconcile clones its own
+        // VirtualSwitches, not the fleet's.
+        Ok(sorted(
+            self.virtual_switches
+                .state()
+                .iter()
+                .filter(|v| placed_on(v, switch))
                 .map(|v| VirtualSwitch::clone(v))
                 .collect(),
         ))

@@ -48,6 +48,9 @@ struct Args {
     /// The operator's --resync-seconds (the idle round is one of these).
     #[arg(long, default_value_t = 30)]
     resync_seconds: u64,
+    /// The operator's --drift-seconds (its default).
+    #[arg(long, default_value_t = 10)]
+    drift_seconds: u64,
     /// The operator's --log-level.
     #[arg(long, default_value = "info")]
     operator_log_level: String,
@@ -205,6 +208,7 @@ fn run_child(args: &Args, child: &str) -> anyhow::Result<()> {
         },
         apply: args.apply,
         resync_seconds: args.resync_seconds,
+        drift_seconds: args.drift_seconds,
         operator_log_level: args.operator_log_level.clone(),
         timeout: Duration::from_secs(args.timeout_seconds),
         bin,

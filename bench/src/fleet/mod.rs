@@ -66,6 +66,8 @@ pub struct Config {
     pub apply: ApplyMode,
     /// The operator's `--resync-seconds` (the idle round waits for one).
     pub resync_seconds: u64,
+    /// The operator's `--drift-seconds` (Switch probes, pipeline checks).
+    pub drift_seconds: u64,
     pub operator_log_level: String,
     /// Time allowed for each phase to become Ready.
     pub timeout: Duration,
@@ -97,6 +99,10 @@ pub struct Phase {
     pub api_bytes: f64,
     pub status_writes: f64,
     pub reconciles: BTreeMap<String, f64>,
+    /// Reconciles by `Kind/trigger` (the operator's
+    /// `p4fleet_reconcile_triggers_total`; docs/metrics.md).
+    #[serde(default)]
+    pub triggers: BTreeMap<String, f64>,
     pub operator_cpu_seconds: f64,
     pub operator_rss_before_bytes: u64,
     pub operator_peak_rss_bytes: u64,
@@ -170,6 +176,10 @@ pub struct Run {
     pub devices_per_emulator: usize,
     pub apply: ApplyMode,
     pub resync_seconds: u64,
+    /// The operator's `--drift-seconds` (results written before it was
+    /// recorded ran with the default, 10).
+    #[serde(default = "default_drift")]
+    pub drift_seconds: u64,
     pub phases: Vec<Phase>,
     /// Why the run stopped early, if it did (the phases before it stand).
     pub error: Option<String>,
@@ -194,6 +204,7 @@ struct Env {
 struct Snapshot {
     api: ApiCounts,
     reconciles: BTreeMap<String, f64>,
+    triggers: BTreeMap<String, f64>,
     operator: ProcSample,
     emulator_cpu: f64,
     devices: Vec<DeviceStats>,
@@ -207,9 +218,11 @@ impl Env {
         for e in &self.emulators {
             devices.extend(e.stats()?);
         }
+        let operator = self.operator.metrics()?;
         Ok(Snapshot {
             api: ApiCounts::parse(&text),
-            reconciles: prom::reconciles(&self.operator.metrics()?),
+            reconciles: prom::reconciles(&operator),
+            triggers: prom::triggers(&operator),
             operator: ProcSample::read(self.operator.proc.pid()),
             emulator_cpu: self
                 .emulators
@@ -241,6 +254,7 @@ pub async fn run(cp: &ControlPlane, cfg: &Config) -> anyhow::Result<Run> {
         devices_per_emulator: per.min(devices),
         apply: cfg.apply,
         resync_seconds: cfg.resync_seconds,
+        drift_seconds: cfg.drift_seconds,
         phases: Vec::new(),
         error: None,
     };
@@ -278,6 +292,7 @@ async fn start(cp: &ControlPlane, cfg: &Config, devices: usize) -> anyhow::Resul
         &cfg.bin,
         &kubeconfig,
         cfg.resync_seconds,
+        cfg.drift_seconds,
         &cfg.operator_log_level,
     )?;
     let tracker = Tracker::start(&client, NAMESPACE).await?;
@@ -472,17 +487,8 @@ async fn idle_round(env: &mut Env, cfg: &Config, desired: u64) -> anyhow::Result
 
 fn measure(name: &str, before: &Snapshot, after: &Snapshot, applied: usize) -> Phase {
     let api = after.api.since(&before.api);
-    let reconciles = after
-        .reconciles
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.clone(),
-                v - before.reconciles.get(k).copied().unwrap_or(0.0),
-            )
-        })
-        .filter(|(_, v)| *v != 0.0)
-        .collect();
+    let reconciles = moved(&before.reconciles, &after.reconciles);
+    let triggers = moved(&before.triggers, &after.triggers);
     Phase {
         name: name.into(),
         objects_applied: applied,
@@ -502,12 +508,26 @@ fn measure(name: &str, before: &Snapshot, after: &Snapshot, applied: usize) -> P
         api_bytes: api.bytes(),
         status_writes: api.status_writes(),
         reconciles,
+        triggers,
         operator_cpu_seconds: after.operator.cpu_seconds - before.operator.cpu_seconds,
         operator_rss_before_bytes: before.operator.rss_bytes,
         operator_peak_rss_bytes: after.operator.peak_rss_bytes,
         emulator_cpu_seconds: after.emulator_cpu - before.emulator_cpu,
         ..Phase::default()
     }
+}
+
+fn default_drift() -> u64 {
+    10
+}
+
+/// The counters of `after` that moved since `before`, by how much.
+fn moved(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, v)| *v != 0.0)
+        .collect()
 }
 
 fn write_manifests(dir: &Path, objects: &[Value]) -> anyhow::Result<()> {

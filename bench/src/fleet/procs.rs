@@ -127,6 +127,7 @@ impl Operator {
         bin: &Path,
         kubeconfig: &Path,
         resync_seconds: u64,
+        drift_seconds: u64,
         log_level: &str,
     ) -> anyhow::Result<Operator> {
         let listen = free_port()?;
@@ -135,6 +136,7 @@ impl Operator {
         cmd.args(["operator", "--listen-addr", &listen.to_string()])
             .args(["--log-level", log_level])
             .args(["--resync-seconds", &resync_seconds.to_string()])
+            .args(["--drift-seconds", &drift_seconds.to_string()])
             .env("KUBECONFIG", kubeconfig)
             .stdout(file.try_clone()?)
             .stderr(file);

@@ -56,13 +56,7 @@ impl ApiCounts {
                 "apiserver_response_sizes_sum" => 1,
                 _ => continue,
             };
-            let get = |k: &str| {
-                labels
-                    .iter()
-                    .find(|(n, _)| n == k)
-                    .map(|(_, v)| v.clone())
-                    .unwrap_or_default()
-            };
+            let get = |k: &str| label(&labels, k).to_string();
             let key = ApiKey {
                 verb: get("verb"),
                 resource: get("resource"),
@@ -124,19 +118,40 @@ impl ApiCounts {
 
 /// `p4fleet_reconciles_total` by kind.
 pub fn reconciles(text: &str) -> BTreeMap<String, f64> {
+    sums_by(text, "p4fleet_reconciles_total", |l| {
+        label(l, "kind").to_string()
+    })
+}
+
+/// `p4fleet_reconcile_triggers_total` by `Kind/trigger` (e.g.
+/// `Switch/requeue`, `VirtualSwitch/related:Switch`).
+pub fn triggers(text: &str) -> BTreeMap<String, f64> {
+    sums_by(text, "p4fleet_reconcile_triggers_total", |l| {
+        format!("{}/{}", label(l, "kind"), label(l, "trigger"))
+    })
+}
+
+/// The samples of `metric` summed by `key` of their labels.
+fn sums_by(
+    text: &str,
+    metric: &str,
+    key: impl Fn(&[(String, String)]) -> String,
+) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for (name, labels, value) in samples(text) {
-        if name != "p4fleet_reconciles_total" {
-            continue;
+        if name == metric {
+            *out.entry(key(&labels)).or_insert(0.0) += value;
         }
-        let kind = labels
-            .iter()
-            .find(|(n, _)| n == "kind")
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default();
-        *out.entry(kind).or_insert(0.0) += value;
     }
     out
+}
+
+/// The value of label `name` ("" when absent).
+fn label<'a>(labels: &'a [(String, String)], name: &str) -> &'a str {
+    labels
+        .iter()
+        .find(|(n, _)| n == name)
+        .map_or("", |(_, v)| v.as_str())
 }
 
 type Sample<'a> = (&'a str, Vec<(String, String)>, f64);
@@ -207,6 +222,8 @@ apiserver_response_sizes_sum{component="apiserver",group="",resource="configmaps
 apiserver_response_sizes_count{component="apiserver",group="",resource="configmaps",scope="namespace",subresource="",verb="LIST",version="v1"} 7
 p4fleet_reconciles_total{kind="Switch"} 4
 p4fleet_reconciles_total{kind="TableEntrySet"} 2
+p4fleet_reconcile_triggers_total{kind="Switch",trigger="requeue"} 3
+p4fleet_reconcile_triggers_total{kind="Switch",trigger="related:VirtualSwitch"} 1
 weird_metric{a="x\"y,}z"} 1
 "#;
 
@@ -244,6 +261,10 @@ weird_metric{a="x\"y,}z"} 1
         let r = reconciles(TEXT);
         assert_eq!(r["Switch"], 4.0);
         assert_eq!(r["TableEntrySet"], 2.0);
+        let t = triggers(TEXT);
+        assert_eq!(t["Switch/requeue"], 3.0);
+        assert_eq!(t["Switch/related:VirtualSwitch"], 1.0);
+        assert_eq!(t.len(), 2);
         let (name, labels, v) = sample(r#"weird_metric{a="x\"y,}z"} 1"#).unwrap();
         assert_eq!((name, v), ("weird_metric", 1.0));
         assert_eq!(labels, vec![("a".to_string(), "x\"y,}z".to_string())]);

@@ -71,8 +71,8 @@ impl Report {
         if let Some(r) = self.runs.first() {
             let _ = writeln!(
                 w,
-                "- Objects applied with {:?} (server-side apply); operator `--resync-seconds {}`; emulator processes serve up to {} devices each.\n",
-                r.apply, r.resync_seconds, r.devices_per_emulator
+                "- Objects applied with {:?} (server-side apply); operator `--resync-seconds {}`, `--drift-seconds {}`; emulator processes serve up to {} devices each.\n",
+                r.apply, r.resync_seconds, r.drift_seconds, r.devices_per_emulator
             );
         }
         self.summary(&mut w);
@@ -90,6 +90,27 @@ impl Report {
             }
         }
         w
+    }
+
+    /// Reconciles of each phase by kind and trigger (the operator's
+    /// `p4fleet_reconcile_triggers_total`), largest first.
+    fn triggers(&self, w: &mut String) {
+        let _ = writeln!(
+            w,
+            "## Reconciles by trigger\n\n| run | phase | reconciles by kind/trigger |\n|---|---|---|"
+        );
+        for r in self.fleet_runs().into_iter().chain(self.big_run()) {
+            for p in &r.phases {
+                let mut t: Vec<_> = p.triggers.iter().collect();
+                t.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
+                let list: Vec<String> = t
+                    .iter()
+                    .map(|(k, v)| format!("{k} {}", thousands(**v)))
+                    .collect();
+                let _ = writeln!(w, "| {} | {} | {} |", run_label(r), p.name, list.join(", "));
+            }
+        }
+        let _ = writeln!(w);
     }
 
     fn summary(&self, w: &mut String) {
@@ -131,6 +152,7 @@ impl Report {
             w,
             "\nIdle: the phase lasts until every device was read back once (one resync round); its time is that round's length, not a time to Ready.\n"
         );
+        self.triggers(w);
     }
 
     fn goals(&self, w: &mut String) {
@@ -593,6 +615,7 @@ mod tests {
             devices_per_emulator: n,
             apply: ApplyMode::Kubectl,
             resync_seconds: 30,
+            drift_seconds: 10,
             phases: vec![
                 phase("create", secs, (n * 1000) as u64),
                 phase("idle", 30.0, 0),

@@ -218,6 +218,22 @@ where
     c.reconcile_on(trigger)
 }
 
+/// The period of an object's periodic check (drift check, resync), spread
+/// over the fleet: `period` shortened by up to a tenth, by a fraction
+/// fixed per object (a hash of `key`). Objects created together would
+/// otherwise all requeue in the same instant every period, a burst of
+/// device reads and reconciles each time; with periods that differ by
+/// object their checks drift apart. Never longer than `period`, so what
+/// docs/reliability.md promises for the interval still holds.
+pub fn spread(period: Duration, key: &str) -> Duration {
+    use std::hash::{Hash, Hasher};
+    // SipHash with fixed keys: the same fraction in every process.
+    let mut h = std::hash::DefaultHasher::new();
+    key.hash(&mut h);
+    let permille = (h.finish() % 1000) as u32;
+    period - period / 10 * permille / 1000
+}
+
 /// Default watcher configuration for primary resources.
 pub fn watcher_config() -> watcher::Config {
     watcher::Config::default().any_semantic()
@@ -395,6 +411,25 @@ mod tests {
 
     fn api(code: u16, reason: &str) -> kube::Error {
         kube::Error::Api(Status::failure("x", reason).with_code(code).boxed())
+    }
+
+    #[test]
+    fn spread_periods_stay_within_a_tenth_below_and_differ_by_object() {
+        let p = Duration::from_secs(30);
+        let periods: Vec<Duration> = (0..200)
+            .map(|i| spread(p, &format!("ns/set-{i}")))
+            .collect();
+        assert!(periods.iter().all(|d| *d <= p && *d >= p - p / 10));
+        assert_eq!(spread(p, "ns/set-1"), periods[1], "fixed per object");
+        let mut distinct = periods.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert!(
+            distinct.len() > 150,
+            "{} distinct periods of 200",
+            distinct.len()
+        );
+        assert_eq!(spread(Duration::ZERO, "x"), Duration::ZERO);
     }
 
     #[test]

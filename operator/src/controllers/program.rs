@@ -146,7 +146,8 @@ pub async fn reconcile(obj: Arc<P4Program>, ctx: Arc<Context>) -> Result<Action,
     if let Some(ev) = digest.filter(|_| wrote) {
         ctx.events.publish(obj.as_ref(), &ev).await;
     }
-    Ok(Action::requeue(ctx.config.resync))
+    let key = super::object_key(obj.as_ref());
+    Ok(Action::requeue(super::spread(ctx.config.resync, &key)))
 }
 
 /// Holds a change that removes tables sets still fill ([`program_hold`]):

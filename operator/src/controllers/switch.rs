@@ -328,7 +328,7 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
         false => (None, None),
     };
     ctx.metrics.switch_seen(&name, matches!(probe, Some(Ok(_))));
-    let vss = ctx.reads.virtual_switches(None).await?;
+    let vss = ctx.reads.virtual_switches_on(&name).await?;
     let generation = obj.metadata.generation;
     let mut new = build_status(
         &name,
@@ -349,7 +349,9 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
     super::switch_probe::complete(&mut new, &obj, board.as_ref(), &claims);
     update_status(&ctx, &ctx.all(), obj.as_ref(), &mut new).await?;
     Ok(match (probe, standing) {
-        (Some(Ok(_)), Some(Ok(()))) | (None, _) => Action::requeue(ctx.config.drift),
+        (Some(Ok(_)), Some(Ok(()))) | (None, _) => {
+            Action::requeue(super::spread(ctx.config.drift, &name))
+        }
         _ => Action::requeue(UNREACHABLE_RETRY.min(ctx.config.drift)),
     })
 }

@@ -212,7 +212,7 @@ async fn sync(
         problems: &refs.problems,
         parse: desired.first(),
         outcomes: &outcomes,
-        default_resync: ctx.config.resync,
+        default_resync: super::spread(ctx.config.resync, &me),
         now: &now,
     });
     default_action::fold(&mut report, set, &defaults);
@@ -236,7 +236,8 @@ async fn sync(
     for ev in &report.events {
         ctx.events.publish(set, ev).await;
     }
-    Ok(resources::requeue(set, report.action, ctx.config.resync))
+    let resync = super::spread(ctx.config.resync, &me);
+    Ok(resources::requeue(set, report.action, resync))
 }
 
 /// Each target's default entry (`spec.defaultAction`), one target after

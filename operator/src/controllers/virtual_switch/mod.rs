@@ -124,7 +124,7 @@ async fn apply(
         }
     };
     let loaded = started.elapsed();
-    let report = status::report(obj, &outcome, ctx.config.drift);
+    let report = status::report(obj, &outcome, super::spread(ctx.config.drift, &me));
     let mut new = report.status;
     let mut requeue = report.requeue;
     if let (
