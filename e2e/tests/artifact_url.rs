@@ -183,7 +183,13 @@ async fn a_large_artifact_from_a_url_is_checked_loaded_and_downloaded_once() {
     let copy = format!("http://{http}/artifacts/copy.json");
     create_json(&programs, program("wrong-digest", &copy, &wrong)).await;
     let missing = format!("http://{http}/artifacts/missing.json");
-    create_json(&programs, program("missing", &missing, &sha)).await;
+    // Its own digest: the artifact's is kept, and a kept digest is used
+    // wherever it is named (the bytes are what the spec pins).
+    create_json(
+        &programs,
+        program("missing", &missing, &sha256(b"never served")),
+    )
+    .await;
 
     let switches: Api<Switch> = Api::all(client.clone());
     let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns.name());
