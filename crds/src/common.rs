@@ -106,12 +106,13 @@ pub struct ConfigMapKeyRef {
     pub key: String,
 }
 
-/// An artifact given inline or read from a ConfigMap key; exactly one is set.
+/// An artifact given inline, read from a ConfigMap key, or downloaded from
+/// a URL pinned by its sha256; exactly one is set.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "has(self.inline) != has(self.configMapKeyRef)",
-    "message": "exactly one of inline or configMapKeyRef must be set"
+    "rule": "(has(self.inline) ? 1 : 0) + (has(self.configMapKeyRef) ? 1 : 0) + (has(self.url) ? 1 : 0) == 1",
+    "message": "exactly one of inline, configMapKeyRef or url must be set"
 }]))]
 pub struct ArtifactSource {
     /// The artifact's content, inline (text artifacts only).
@@ -120,6 +121,46 @@ pub struct ArtifactSource {
     /// A ConfigMap key that holds the artifact (data for text, binaryData for binary).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map_key_ref: Option<ConfigMapKeyRef>,
+    /// An artifact downloaded over HTTP(S) and accepted only when its
+    /// sha256 matches (for artifacts larger than a ConfigMap's 1 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<UrlSource>,
+}
+
+/// An artifact at an HTTP(S) URL, pinned by the sha256 of its bytes: the
+/// operator downloads it, checks the digest and uses nothing else.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UrlSource {
+    /// Where the artifact is: an `http://` or `https://` URL (redirects
+    /// are followed; headers are sent only to the URL's own host).
+    #[schemars(
+        length(min = 8, max = 2048),
+        regex(pattern = r"^https?://[^\s/]+(/\S*)?$")
+    )]
+    pub url: String,
+    /// The sha256 of the artifact's bytes, 64 lowercase hex digits
+    /// (`sha256sum FILE`).
+    #[schemars(regex(pattern = r"^[0-9a-f]{64}$"))]
+    pub sha256: String,
+    /// A Secret in the program's namespace whose `ca.crt` holds the PEM
+    /// CA certificate(s) an `https://` server must chain to (default: the
+    /// system's trust store).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret_ref: Option<LocalSecretRef>,
+    /// A Secret in the program's namespace whose keys are HTTP header
+    /// names and values their values, e.g. `Authorization: Bearer TOKEN`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers_secret_ref: Option<LocalSecretRef>,
+}
+
+/// A Secret in the referring resource's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalSecretRef {
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
 }
 
 /// A Secret reference; Switch is cluster-scoped, so the namespace is explicit.

@@ -58,7 +58,7 @@ const SAMPLES_HERE: [&str; 8] = [
     "tableentryset-from-configmap.yaml",
 ];
 /// Samples for targets without a device service yet (DPDK, FPGA): not applied.
-const SAMPLES_ELSEWHERE: [&str; 7] = [
+const SAMPLES_ELSEWHERE: [&str; 8] = [
     "switch-dpdk.yaml",
     "p4program-l2crypt.yaml",
     "asyncexternpolicy-l2crypt.yaml",
@@ -66,6 +66,8 @@ const SAMPLES_ELSEWHERE: [&str; 7] = [
     "asyncexternpolicy-ipsec.yaml",
     "p4program-router-configmap.yaml",
     "virtualswitch-fpga-selector.yaml",
+    // Needs a web server with the artifact (e2e/tests/artifact_url.rs).
+    "p4program-router-url.yaml",
 ];
 
 const READY_TIMEOUT: Duration = Duration::from_secs(240);

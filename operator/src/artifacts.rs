@@ -1,5 +1,6 @@
-//! P4Program artifacts: where each source is (inline or a ConfigMap key),
-//! reading them ([`resolve`]), the one place a program's P4Info is parsed
+//! P4Program artifacts: where each source is (inline, a ConfigMap key or
+//! a URL pinned by its sha256: [`fetch`], [`url_source`]), reading them
+//! ([`resolve`]), the one place a program's P4Info is parsed
 //! ([`Resolved::p4info`], [`p4info`]), and the program's identity derived
 //! from its bytes ([`Resolved::digest`], [`cookie`], [`short_digest`]).
 //!
@@ -14,6 +15,10 @@ use p4fleet_proto::p4info::{self, P4Info};
 use sha2::{Digest, Sha256};
 
 use crate::reads::Reads;
+
+pub mod digest_cache;
+pub mod fetch;
+pub mod url_source;
 
 /// Field paths of a P4Program's sources.
 pub mod field {
@@ -97,8 +102,24 @@ pub enum SourceError {
         name: String,
         key: String,
     },
-    #[error("{field}: neither inline nor configMapKeyRef is set")]
+    #[error("{field}: none of inline, configMapKeyRef or url is set")]
     NoSource { field: &'static str },
+    /// A `url` source gave no (matching) bytes.
+    #[error("{field}.url: {error}")]
+    Url {
+        field: &'static str,
+        error: url_source::FetchError,
+    },
+}
+
+impl SourceError {
+    /// The condition reason a user acts on.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SourceError::Url { error, .. } => error.reason(),
+            _ => "SourceNotFound",
+        }
+    }
 }
 
 /// Why a program's P4Info is not usable.
@@ -198,9 +219,13 @@ async fn resolve_sources(
     let mut cms: BTreeMap<String, Option<ConfigMap>> = BTreeMap::new();
     let mut out = Resolved::default();
     for (field, src) in sources {
-        let value = match (&src.inline, &src.config_map_key_ref) {
-            (Some(text), _) => Ok(text.clone().into_bytes()),
-            (None, Some(r)) => {
+        let value = match (&src.inline, &src.config_map_key_ref, &src.url) {
+            (Some(text), _, _) => Ok(text.clone().into_bytes()),
+            (None, None, Some(u)) => reads
+                .artifact(ns, u)
+                .await?
+                .map_err(|error| SourceError::Url { field, error }),
+            (None, Some(r), _) => {
                 if !cms.contains_key(&r.name) {
                     cms.insert(r.name.clone(), reads.config_map(ns, &r.name).await?);
                 }
@@ -218,7 +243,7 @@ async fn resolve_sources(
                     }
                 }
             }
-            (None, None) => Err(SourceError::NoSource { field }),
+            (None, None, None) => Err(SourceError::NoSource { field }),
         };
         out.insert(field, value);
     }
@@ -278,6 +303,7 @@ mod tests {
                 name: name.into(),
                 key: key.into(),
             }),
+            url: None,
         }
     }
 
@@ -307,7 +333,7 @@ mod tests {
                     context_json: Some(from_cm("gone", "context.json")),
                     binary: Some(ArtifactSource {
                         inline: Some("bin".into()),
-                        config_map_key_ref: None,
+                        ..Default::default()
                     }),
                     pipes: vec![],
                 }),
@@ -351,6 +377,70 @@ mod tests {
         assert!(p4info(&cluster, "ns", &spec).await.unwrap().is_ok());
     }
 
+    #[tokio::test]
+    async fn url_sources_give_the_digest_of_their_bytes_only_when_they_match() {
+        let json = b"{\"program\": \"big\"}".to_vec();
+        let sha = hex::encode(Sha256::digest(&json));
+        let url = |u: &str, sha: &str| ArtifactSource {
+            url: Some(p4fleet_crds::UrlSource {
+                url: u.into(),
+                sha256: sha.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let spec = |json: ArtifactSource| P4ProgramSpec {
+            p4info: ArtifactSource {
+                inline: Some(FIREWALL.into()),
+                ..Default::default()
+            },
+            artifacts: ProgramArtifacts {
+                bmv2: Some(p4fleet_crds::Bmv2Artifacts { json }),
+                ..Default::default()
+            },
+        };
+        let cluster = Cluster {
+            artifacts: vec![("https://h/a.json".into(), json.clone())],
+            ..Default::default()
+        };
+        let from_url = resolve(&cluster, "ns", &spec(url("https://h/a.json", &sha)))
+            .await
+            .unwrap();
+        let inline = ArtifactSource {
+            inline: Some(String::from_utf8(json.clone()).unwrap()),
+            ..Default::default()
+        };
+        let from_inline = resolve(&cluster, "ns", &spec(inline)).await.unwrap();
+        assert_eq!(
+            from_url.digest(),
+            from_inline.digest(),
+            "the same bytes give the same digest, wherever they come from"
+        );
+
+        let wrong = "0".repeat(64);
+        let r = resolve(&cluster, "ns", &spec(url("https://h/a.json", &wrong)))
+            .await
+            .unwrap();
+        let e = r.problems().next().unwrap();
+        assert_eq!(e.reason(), "ArtifactDigestMismatch");
+        assert!(
+            e.to_string().starts_with(&format!(
+                "spec.artifacts.bmv2.json.url: h: digest mismatch: spec says sha256 {wrong}, the downloaded 18 bytes have {sha}"
+            )),
+            "{e}"
+        );
+        let r = resolve(&cluster, "ns", &spec(url("https://h/gone.json", &sha)))
+            .await
+            .unwrap();
+        let e = r.problems().next().unwrap();
+        assert_eq!(e.reason(), "ArtifactFetchFailed");
+        assert_eq!(
+            e.to_string(),
+            "spec.artifacts.bmv2.json.url: h answered HTTP 404"
+        );
+        assert!(referenced_config_maps(&spec(url("https://h/a.json", &sha))).is_empty());
+    }
+
     #[test]
     fn p4info_errors_say_what_is_wrong() {
         let mut r = Resolved::default();
@@ -374,7 +464,7 @@ mod tests {
         );
         assert_eq!(
             r.p4info().unwrap_err().to_string(),
-            "spec.p4info: neither inline nor configMapKeyRef is set"
+            "spec.p4info: none of inline, configMapKeyRef or url is set"
         );
     }
 

@@ -98,6 +98,36 @@ pub struct OperatorArgs {
     pub watch_namespace: Option<String>,
     #[command(flatten)]
     pub concurrency: ConcurrencyArgs,
+    #[command(flatten)]
+    pub artifacts: ArtifactArgs,
+}
+
+/// Downloads of P4Program `url` artifact sources (docs/artifacts.md).
+#[derive(Debug, Args)]
+pub struct ArtifactArgs {
+    /// Largest artifact downloaded, in bytes; a larger one is refused
+    /// (condition ArtifactTooLarge) before or while it is read.
+    #[arg(long, default_value_t = 256 << 20, env = "P4FLEET_ARTIFACT_MAX_BYTES",
+        value_parser = clap::value_parser!(u64).range(1..))]
+    pub artifact_max_bytes: u64,
+    /// Seconds one download may take, redirects included.
+    #[arg(long, default_value_t = 120, env = "P4FLEET_ARTIFACT_FETCH_TIMEOUT_SECONDS",
+        value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub artifact_fetch_timeout_seconds: u64,
+    /// Downloaded artifacts kept in memory by digest, in bytes (0: none;
+    /// every resolve downloads again).
+    #[arg(long, default_value_t = 512 << 20, env = "P4FLEET_ARTIFACT_CACHE_BYTES")]
+    pub artifact_cache_bytes: u64,
+}
+
+impl ArtifactArgs {
+    pub fn limits(&self) -> crate::artifacts::fetch::FetchLimits {
+        crate::artifacts::fetch::FetchLimits {
+            max_bytes: self.artifact_max_bytes,
+            timeout: std::time::Duration::from_secs(self.artifact_fetch_timeout_seconds),
+            cache_bytes: self.artifact_cache_bytes,
+        }
+    }
 }
 
 /// How much the operator does at once (docs/resources.md, "Operator").

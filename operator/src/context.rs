@@ -35,6 +35,8 @@ pub struct OperatorConfig {
     pub watch_namespace: Option<String>,
     /// Reconciles per kind, targets per set, syncs per device.
     pub limits: Limits,
+    /// Downloads of `url` artifact sources: size cap, timeout, cache.
+    pub artifacts: crate::artifacts::fetch::FetchLimits,
 }
 
 impl Default for OperatorConfig {
@@ -47,6 +49,7 @@ impl Default for OperatorConfig {
             instance: None,
             watch_namespace: None,
             limits: Limits::default(),
+            artifacts: Default::default(),
         }
     }
 }
@@ -99,7 +102,13 @@ impl Context {
         let m = metrics.clone();
         devices.observe_writes(Arc::new(move |switch, rpc| m.write_rpc(switch, rpc)));
         Arc::new(Context {
-            reads: ApiReads::new(client.clone(), &caches),
+            reads: ApiReads::new(
+                client.clone(),
+                &caches,
+                Arc::new(crate::artifacts::fetch::Fetcher::new(
+                    config.artifacts.clone(),
+                )),
+            ),
             caches,
             permits: DevicePermits::new(config.limits.syncs_per_device),
             client,

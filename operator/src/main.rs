@@ -90,6 +90,7 @@ async fn operator(args: OperatorArgs) -> anyhow::Result<()> {
         instance: std::env::var("POD_NAME").ok(),
         watch_namespace: args.watch_namespace.clone(),
         limits: args.concurrency.limits(),
+        artifacts: args.artifacts.limits(),
     };
     let metrics = Arc::new(Metrics::new());
     let ctx = Context::new(client.clone(), config, metrics.clone(), DevicePool::new());

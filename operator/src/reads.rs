@@ -10,11 +10,15 @@
 
 use std::future::Future;
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
-use p4fleet_crds::{P4Program, Switch, VirtualSwitch};
+use p4fleet_crds::{P4Program, Switch, UrlSource, VirtualSwitch};
 
+use crate::artifacts::fetch::{self, Fetcher};
+use crate::artifacts::url_source::{self, FetchError};
 use crate::cache::Caches;
 
 /// Lookups of the objects p4fleet's controllers depend on. `Ok(None)` is
@@ -62,6 +66,13 @@ pub trait Reads: Send + Sync {
         ns: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<ConfigMap>, kube::Error>> + Send;
+    /// The bytes of the `url` artifact source `src` of a P4Program in
+    /// `ns`, only when they match its sha256; `Ok(Err)` says why not.
+    fn artifact(
+        &self,
+        ns: &str,
+        src: &UrlSource,
+    ) -> impl Future<Output = Result<Result<Vec<u8>, FetchError>, kube::Error>> + Send;
 }
 
 /// Whether `vs`'s status places it on Switch `switch`.
@@ -69,24 +80,26 @@ pub fn placed_on(vs: &VirtualSwitch, switch: &str) -> bool {
     vs.status.as_ref().and_then(|s| s.switch.as_deref()) == Some(switch)
 }
 
-/// [`Reads`] from the shared caches (Switch, VirtualSwitch, P4Program)
-/// and by GET (ConfigMap).
+/// [`Reads`] from the shared caches (Switch, VirtualSwitch, P4Program),
+/// by GET (ConfigMap) and by download through `fetcher` (URL artifacts).
 #[derive(Clone)]
 pub struct ApiReads {
     client: kube::Client,
     switches: Store<Switch>,
     virtual_switches: Store<VirtualSwitch>,
     programs: Store<P4Program>,
+    fetcher: Arc<Fetcher>,
 }
 
 impl ApiReads {
     /// Reads from `caches`, whose watches cover the watched namespaces.
-    pub fn new(client: kube::Client, caches: &Caches) -> Self {
+    pub fn new(client: kube::Client, caches: &Caches, fetcher: Arc<Fetcher>) -> Self {
         ApiReads {
             client,
             switches: caches.switches.store(),
             virtual_switches: caches.virtual_switches.store(),
             programs: caches.programs.store(),
+            fetcher,
         }
     }
 }
@@ -169,6 +182,26 @@ impl Reads for ApiReads {
             .get_opt(name)
             .await
     }
+
+    async fn artifact(
+        &self,
+        ns: &str,
+        src: &UrlSource,
+    ) -> Result<Result<Vec<u8>, FetchError>, kube::Error> {
+        let checked = match url_source::check(src) {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        };
+        // A kept download needs no Secret read.
+        if let Some(hit) = self.fetcher.cached(&checked.sha256) {
+            return Ok(Ok(hit.to_vec()));
+        }
+        let creds = match fetch::credentials(&self.client, ns, src).await? {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        };
+        Ok(self.fetcher.get(&checked, &creds).await.map(|b| b.to_vec()))
+    }
 }
 
 /// An in-memory cluster for unit tests of dereference stages.
@@ -184,6 +217,8 @@ pub mod fixture {
         pub programs: Vec<P4Program>,
         pub virtual_switches: Vec<VirtualSwitch>,
         pub config_maps: Vec<ConfigMap>,
+        /// URL artifacts by URL (served as a server would: unchecked).
+        pub artifacts: Vec<(String, Vec<u8>)>,
     }
 
     fn find<K: kube::Resource + Clone>(objs: &[K], ns: Option<&str>, name: &str) -> Option<K> {
@@ -227,6 +262,26 @@ pub mod fixture {
 
         async fn config_map(&self, ns: &str, name: &str) -> Result<Option<ConfigMap>, kube::Error> {
             Ok(find(&self.config_maps, Some(ns), name))
+        }
+
+        async fn artifact(
+            &self,
+            _ns: &str,
+            src: &UrlSource,
+        ) -> Result<Result<Vec<u8>, FetchError>, kube::Error> {
+            let checked = match url_source::check(src) {
+                Ok(c) => c,
+                Err(e) => return Ok(Err(e)),
+            };
+            let host = url_source::host(&checked.uri);
+            let Some((_, body)) = self.artifacts.iter().find(|(u, _)| *u == src.url) else {
+                return Ok(Err(FetchError::Status { host, code: 404 }));
+            };
+            let received = url_source::Receiver::new(host, u64::MAX, None).and_then(|mut rx| {
+                rx.push(body)?;
+                rx.finish(&checked.sha256)
+            });
+            Ok(received)
         }
     }
 }

@@ -55,15 +55,11 @@ pub fn build_status(
         ..Default::default()
     };
     let unresolved: Vec<String> = resolved.problems().map(ToString::to_string).collect();
-    let refs = if unresolved.is_empty() {
-        Condition::new(RESOLVED_REFS, true, "Resolved", "all sources resolved")
-    } else {
-        Condition::new(
-            RESOLVED_REFS,
-            false,
-            "SourceNotFound",
-            unresolved.join("; "),
-        )
+    // The first problem's reason (field order): SourceNotFound, or what a
+    // URL source says (ArtifactDigestMismatch, ArtifactFetchFailed, …).
+    let refs = match resolved.problems().next() {
+        None => Condition::new(RESOLVED_REFS, true, "Resolved", "all sources resolved"),
+        Some(first) => Condition::new(RESOLVED_REFS, false, first.reason(), unresolved.join("; ")),
     };
     let valid = match resolved.p4info() {
         Err(e @ P4InfoError::Unparsable { .. }) => {
@@ -204,7 +200,7 @@ mod tests {
         P4ProgramSpec {
             p4info: ArtifactSource {
                 inline: Some(text.into()),
-                config_map_key_ref: None,
+                ..Default::default()
             },
             artifacts: Default::default(),
         }
@@ -303,6 +299,7 @@ mod tests {
                     name: "fw".into(),
                     key: "p4info.txt".into(),
                 }),
+                url: None,
             },
             artifacts: Default::default(),
         };

@@ -40,6 +40,13 @@ impl Reads for Counting {
         self.gets.fetch_add(1, Ordering::Relaxed);
         self.cluster.config_map(ns, n).await
     }
+    async fn artifact(
+        &self,
+        ns: &str,
+        src: &p4fleet_crds::UrlSource,
+    ) -> Result<Result<Vec<u8>, crate::artifacts::url_source::FetchError>, kube::Error> {
+        self.cluster.artifact(ns, src).await
+    }
 }
 
 const HEADER: &str = "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action drop\n";

@@ -445,6 +445,7 @@ pub(crate) mod tests {
                 vs("r", "router", Some("sw"), &[("pool", "r")]),
             ],
             config_maps: vec![config_map("cm", &[("b", "2"), ("a", "1")])],
+            ..Default::default()
         }
     }
 

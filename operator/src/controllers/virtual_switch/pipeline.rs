@@ -50,6 +50,10 @@ pub enum NotReady {
         "P4Program {0}: its change is held (see its RolloutHeld condition); the loaded pipeline stays"
     )]
     Held(String),
+    /// A URL artifact could not be downloaded or did not match its
+    /// digest (the program's own status says so at its next resolve).
+    #[error("P4Program {0}: {1}")]
+    ArtifactUnavailable(String, String),
 }
 
 impl NotReady {
@@ -67,6 +71,9 @@ impl NotReady {
                 Condition::unknown(PIPELINE_LOADED, "ProgramChanging", message)
             }
             NotReady::Held(_) => Condition::unknown(PIPELINE_LOADED, "ProgramChangeHeld", message),
+            NotReady::ArtifactUnavailable(..) => {
+                Condition::new(PIPELINE_LOADED, false, "ArtifactUnavailable", message)
+            }
         }
     }
 }
@@ -145,6 +152,15 @@ pub async fn ready_program(
     )
     .is_some_and(|c| c.is_true());
     let resolved = artifacts::resolve(reads, ns, &p.spec).await?;
+    let url_problem = resolved
+        .problems()
+        .find(|e| matches!(e, artifacts::SourceError::Url { .. }));
+    if let Some(e) = url_problem.filter(|_| !held) {
+        return Ok(Err(NotReady::ArtifactUnavailable(
+            name.into(),
+            e.to_string(),
+        )));
+    }
     Ok(match resolved.p4info() {
         Ok(p4info) if resolved.digest() == digest => Ok(ReadyProgram {
             name: name.into(),
