@@ -90,7 +90,7 @@ async fn digest_lists_reach_subscribers_and_are_acked_by_the_session() {
             vec![p4::Update {
                 r#type: Type::Insert as i32,
                 entity: Some(p4::Entity {
-                    entity: Some(Entity::DigestEntry(config.clone())),
+                    entity: Some(Entity::DigestEntry(config)),
                 }),
             }],
         )
@@ -168,4 +168,70 @@ async fn digest_lists_reach_subscribers_and_are_acked_by_the_session() {
     assert_eq!(notification.table_entry[0].r#match, entry.r#match);
     // Mastership is untouched by all this: still primary, writes go on.
     device.standing(0, Duration::from_secs(5)).await.unwrap();
+}
+
+/// The operator's device pool hands each connection's notices to its
+/// observer (the operator's metrics), lists already acked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_device_pool_forwards_notices_to_its_observer() {
+    use p4fleet::devices::{DevicePool, NoticeEvent};
+    use p4fleet::notice_metrics::{DigestLabels, NoticeMetrics};
+    use p4fleet_crds::switch::{Switch, SwitchSpec};
+
+    let emu = Emulator::start(EmulatorConfig::default()).await.unwrap();
+    let spec: SwitchSpec = serde_json::from_value(serde_json::json!({
+        "target": "Bmv2", "endpoint": emu.p4runtime_addr().to_string(), "deviceId": 1
+    }))
+    .unwrap();
+    let pool = DevicePool::with_election_id(10);
+    let metrics = NoticeMetrics::default();
+    let m = metrics.clone();
+    pool.observe_notices(std::sync::Arc::new(move |switch, event| {
+        if let NoticeEvent::Notice(n) = event {
+            m.record(switch, n);
+        }
+    }));
+    let device = pool.connect(&Switch::new("leaf1", spec)).unwrap();
+    device
+        .set_pipeline(0, &l2switch(), Vec::new(), 1)
+        .await
+        .unwrap();
+    let errors = device
+        .write_entities(
+            0,
+            vec![p4::Update {
+                r#type: Type::Insert as i32,
+                entity: Some(p4::Entity {
+                    entity: Some(Entity::DigestEntry(p4::DigestEntry {
+                        digest_id: DIGEST,
+                        config: Some(p4::digest_entry::Config {
+                            max_timeout_ns: 0,
+                            max_list_size: 2,
+                            ack_timeout_ns: 60_000_000_000,
+                        }),
+                    })),
+                }),
+            }],
+        )
+        .await
+        .unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    emu.emulator()
+        .receive_frames(1, &[frame(1, 1), frame(2, 2), frame(3, 3)])
+        .unwrap();
+    let labels = DigestLabels {
+        switch: "leaf1".into(),
+        digest_id: DIGEST.to_string(),
+    };
+    // Lists of at most two, sent at once: [1, 2] and [3].
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while metrics.digest_messages.get_or_create(&labels).get() < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "messages not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(metrics.digest_lists.get_or_create(&labels).get(), 2);
+    wait_acks(&emu, 2).await;
 }
