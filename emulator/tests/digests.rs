@@ -115,6 +115,24 @@ fn frame(src: u8, port: u32) -> Frame {
     }
 }
 
+/// Every entity matching `filter`.
+async fn read(c: &mut P4RuntimeClient<Channel>, filter: Entity) -> Vec<p4::Entity> {
+    c.read(p4::ReadRequest {
+        device_id: 1,
+        entities: vec![p4::Entity {
+            entity: Some(filter),
+        }],
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .map(|r| r.unwrap().entities)
+    .collect::<Vec<_>>()
+    .await
+    .concat()
+}
+
 /// Waits until the device's stats satisfy `ok` (they follow the stream
 /// messages by a moment).
 async fn wait_stats(emu: &RunningEmulator, ok: impl Fn(&p4fleet_emulator::DeviceStats) -> bool) {
@@ -301,21 +319,7 @@ async fn digest_configs_are_checked_and_read_back() {
             Code::AlreadyExists
         ]
     );
-    let read: Vec<p4::Entity> = c
-        .read(p4::ReadRequest {
-            device_id: 1,
-            entities: vec![p4::Entity {
-                entity: Some(Entity::DigestEntry(p4::DigestEntry::default())),
-            }],
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .map(|r| r.unwrap().entities)
-        .collect::<Vec<_>>()
-        .await
-        .concat();
+    let read = read(&mut c, Entity::DigestEntry(p4::DigestEntry::default())).await;
     assert_eq!(read.len(), 1);
     assert_eq!(read[0].entity, Some(digest_config(1000, 4, 2000)));
 }
@@ -369,46 +373,35 @@ async fn idle_entries_are_notified_and_hits_restart_their_clock() {
 
     // Read back with time_since_last_hit: the idle one has been idle at
     // least its timeout; a hit brings it back under.
-    let read = |c: &mut P4RuntimeClient<Channel>| {
+    let elapsed = |c: &mut P4RuntimeClient<Channel>| {
         let mut c = c.clone();
         async move {
-            c.read(p4::ReadRequest {
-                device_id: 1,
-                entities: vec![p4::Entity {
-                    entity: Some(Entity::TableEntry(p4::TableEntry {
-                        table_id: SMAC,
-                        time_since_last_hit: Some(Default::default()),
-                        ..Default::default()
-                    })),
-                }],
+            let filter = Entity::TableEntry(p4::TableEntry {
+                table_id: SMAC,
+                time_since_last_hit: Some(Default::default()),
                 ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .map(|r| r.unwrap().entities)
-            .collect::<Vec<_>>()
-            .await
-            .concat()
-            .into_iter()
-            .map(|e| match e.entity {
-                Some(Entity::TableEntry(te)) => {
-                    let last = te.r#match[0].clone();
-                    let Some(p4::field_match::FieldMatchType::Exact(v)) = last.field_match_type
-                    else {
-                        panic!("exact")
-                    };
-                    (
-                        *v.value.last().unwrap(),
-                        te.time_since_last_hit.unwrap().elapsed_ns,
-                    )
-                }
-                other => panic!("not a table entry: {other:?}"),
-            })
-            .collect::<std::collections::BTreeMap<u8, i64>>()
+            });
+            read(&mut c, filter)
+                .await
+                .into_iter()
+                .map(|e| match e.entity {
+                    Some(Entity::TableEntry(te)) => {
+                        let last = te.r#match[0].clone();
+                        let Some(p4::field_match::FieldMatchType::Exact(v)) = last.field_match_type
+                        else {
+                            panic!("exact")
+                        };
+                        (
+                            *v.value.last().unwrap(),
+                            te.time_since_last_hit.unwrap().elapsed_ns,
+                        )
+                    }
+                    other => panic!("not a table entry: {other:?}"),
+                })
+                .collect::<std::collections::BTreeMap<u8, i64>>()
         }
     };
-    let before = read(&mut c).await;
+    let before = elapsed(&mut c).await;
     assert!(before[&1] >= 20_000_000, "{before:?}");
     let r = emu.emulator().receive_frames(1, &[frame(1, 3)]).unwrap();
     assert_eq!(
@@ -416,7 +409,7 @@ async fn idle_entries_are_notified_and_hits_restart_their_clock() {
         0,
         "a known source"
     );
-    let after = read(&mut c).await;
+    let after = elapsed(&mut c).await;
     assert!(after[&1] < before[&1], "{before:?} then {after:?}");
     // Hit again, it idles out again and is notified again.
     let stream_message_response::Update::IdleTimeoutNotification(again) =

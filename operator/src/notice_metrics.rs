@@ -13,6 +13,8 @@ use prometheus_client::registry::Registry;
 
 use p4fleet_client::Notice;
 
+use crate::metrics::SwitchLabel;
+
 /// Labels: a Switch and a digest id of its program.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DigestLabels {
@@ -25,12 +27,6 @@ pub struct DigestLabels {
 pub struct TableLabels {
     pub switch: String,
     pub table_id: String,
-}
-
-/// Labels: a Switch.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SwitchLabel {
-    pub switch: String,
 }
 
 #[derive(Clone, Default)]
