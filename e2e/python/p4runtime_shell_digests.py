@@ -13,16 +13,18 @@ data it receives names those MACs and ports.
         --stats-addr 127.0.0.1:9560
 """
 
-import argparse
 import json
 import os
 import sys
 import urllib.request
 
 import p4runtime_sh.shell as sh
+from shell_common import connect
 
 
 def check(cond, what):
+    """shell_common.check, but exits at once: the shell's DigestList
+    thread would keep a normal exit waiting."""
     if not cond:
         print("FAIL:", what, file=sys.stderr)
         sys.stdout.flush()
@@ -31,19 +33,7 @@ def check(cond, what):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--grpc-addr", required=True)
-    ap.add_argument("--device-id", type=int, default=1)
-    ap.add_argument("--p4info", required=True)
-    ap.add_argument("--config", required=True)
-    ap.add_argument("--stats-addr", required=True)
-    args = ap.parse_args()
-    sh.setup(
-        device_id=args.device_id,
-        grpc_addr=args.grpc_addr,
-        election_id=(0, 1),
-        config=sh.FwdPipeConfig(args.p4info, args.config),
-    )
+    args = connect("--stats-addr")
 
     de = sh.DigestEntry("mac_learn_digest_t")
     de.max_timeout_ns = 0
