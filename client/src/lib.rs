@@ -54,7 +54,7 @@ pub use p4fleet_model as model;
 pub use p4fleet_model::entries::{Atomicity, WriteOp};
 /// The P4Runtime, BFRT and P4Info messages (p4fleet-proto).
 pub use p4fleet_proto as proto;
-pub use p4runtime::{EntityError, P4RuntimeDevice, PushMode};
+pub use p4runtime::{EntityError, Notice, P4RuntimeDevice, PushMode};
 pub use tls::{TlsFailure, TlsFile, TlsMaterialError, classify as classify_tls_error, tls_failure};
 pub use unreachable::{ConnectCause, ResolveError};
 

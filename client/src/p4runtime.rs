@@ -34,7 +34,9 @@ use crate::{Capabilities, Error, Refusal, Target, WriteOptions, WriteReport};
 
 mod default_action;
 mod hitless;
+mod notices;
 pub use hitless::PushMode;
+pub use notices::Notice;
 
 /// How long a request waits for this client to become primary.
 const PRIMARY_WAIT: Duration = Duration::from_secs(10);
@@ -45,6 +47,8 @@ const PRIMARY_WAIT: Duration = Duration::from_secs(10);
 struct Arbitration {
     client: P4RuntimeClient<Channel>,
     election_id: Uint128,
+    /// Where digest lists and idle timeout notifications go (`notices`).
+    notices: tokio::sync::broadcast::Sender<notices::Notice>,
 }
 
 impl session::Stream for Arbitration {
@@ -71,6 +75,13 @@ impl session::Stream for Arbitration {
     ) -> Result<tonic::Streaming<StreamMessageResponse>, tonic::Status> {
         let mut client = self.client.clone();
         Ok(client.stream_channel(requests).await?.into_inner())
+    }
+
+    fn notice(&self, device_id: u64, m: &StreamMessageResponse) -> Option<StreamMessageRequest> {
+        let (notice, reply) = notices::notice_of(device_id, m)?;
+        // No subscriber is not an error: the ack still goes out.
+        let _ = self.notices.send(notice);
+        reply
     }
 
     fn answer(&self, m: StreamMessageResponse) -> Option<Result<(), Refusal>> {
@@ -125,6 +136,8 @@ pub struct P4RuntimeDevice {
     pub(crate) observer: Option<WriteObserver>,
     /// Device ids that refused RECONCILE_AND_COMMIT (`hitless`).
     no_reconcile: std::sync::Mutex<std::collections::HashSet<u64>>,
+    /// The arbitration streams' notices (`notices`).
+    notices: tokio::sync::broadcast::Sender<notices::Notice>,
 }
 
 impl P4RuntimeDevice {
@@ -142,9 +155,11 @@ impl P4RuntimeDevice {
             high: (election_id >> 64) as u64,
             low: election_id as u64,
         };
+        let (notices, _) = tokio::sync::broadcast::channel(notices::NOTICE_BUFFER);
         let arbitration = Arbitration {
             client: client.clone(),
             election_id,
+            notices: notices.clone(),
         };
         Ok(P4RuntimeDevice {
             sessions: Sessions::new(arbitration, &target.endpoint),
@@ -155,6 +170,7 @@ impl P4RuntimeDevice {
             bulk,
             observer: None,
             no_reconcile: Default::default(),
+            notices,
         })
     }
 

@@ -112,6 +112,13 @@ pub(crate) trait Stream: Clone + Send + Sync + 'static {
         requests: ReceiverStream<Self::Request>,
     ) -> impl Future<Output = Result<tonic::Streaming<Self::Response>, tonic::Status>> + Send;
 
+    /// A message the device sent on its own (not about this client's
+    /// standing): passed on, with the reply it needs, if any (e.g. a
+    /// P4Runtime digest list's ack).
+    fn notice(&self, _device_id: u64, _message: &Self::Response) -> Option<Self::Request> {
+        None
+    }
+
     /// What a message says about this client: accepted, refused (why), or
     /// nothing (other notifications).
     fn answer(&self, message: Self::Response) -> Option<Result<(), Refusal>>;
@@ -236,17 +243,24 @@ async fn run<S: Stream>(
             Err(status) => Err(status),
             Ok(mut stream) => loop {
                 match stream.message().await {
-                    Ok(Some(m)) => match s.answer(m) {
-                        Some(Ok(())) => {
-                            accepted += 1;
-                            delays = backoff();
-                            publish(State::Accepted(accepted));
+                    Ok(Some(m)) => {
+                        if let Some(reply) = s.notice(device_id, &m) {
+                            // The request stream is open while we read;
+                            // a failed send means it is ending anyway.
+                            let _ = tx.send(reply).await;
                         }
-                        Some(Err(why)) => {
-                            publish(State::Refused(why));
+                        match s.answer(m) {
+                            Some(Ok(())) => {
+                                accepted += 1;
+                                delays = backoff();
+                                publish(State::Accepted(accepted));
+                            }
+                            Some(Err(why)) => {
+                                publish(State::Refused(why));
+                            }
+                            None => {}
                         }
-                        None => {}
-                    },
+                    }
                     Ok(None) => break Ok(()),
                     Err(status) => break Err(status),
                 }

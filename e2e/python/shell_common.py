@@ -15,14 +15,17 @@ def check(cond, what):
     print("ok:", what)
 
 
-def connect():
-    """Parses --grpc-addr, --device-id, --p4info, --config; connects as
-    primary and sets the pipeline (VERIFY_AND_COMMIT)."""
+def connect(*extra):
+    """Parses --grpc-addr, --device-id, --p4info, --config (and the
+    required string options named in `extra`); connects as primary and
+    sets the pipeline (VERIFY_AND_COMMIT). Returns the parsed arguments."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--grpc-addr", required=True)
     ap.add_argument("--device-id", type=int, default=1)
     ap.add_argument("--p4info", required=True)
     ap.add_argument("--config", required=True)
+    for flag in extra:
+        ap.add_argument(flag, required=True)
     args = ap.parse_args()
     sh.setup(
         device_id=args.device_id,
@@ -30,3 +33,4 @@ def connect():
         election_id=(0, 1),
         config=sh.FwdPipeConfig(args.p4info, args.config),
     )
+    return args

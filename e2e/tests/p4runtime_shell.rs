@@ -173,3 +173,41 @@ async fn p4runtime_shell_writes_and_reads_meters_counters_and_registers() {
     run_shell_script(&running, "p4runtime_shell_resources.py", &p4info, &extra).await;
     running.shutdown().await.unwrap();
 }
+
+/// Digests on examples/l2switch, configured and received by p4runtime-shell
+/// (e2e/python/p4runtime_shell_digests.py): frames from unknown sources
+/// sent through the emulator's side channel, the learning digest lists
+/// received and acked by the shell's DigestList.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p4runtime_shell_configures_and_receives_digests() {
+    let running = Emulator::start(EmulatorConfig {
+        device_ids: vec![1],
+        stats_addr: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let stats = running.stats_addr().unwrap().to_string();
+    run_shell_script(
+        &running,
+        "p4runtime_shell_digests.py",
+        &example("l2switch"),
+        &["--stats-addr", &stats],
+    )
+    .await;
+    // Two lists of one, each acked by the shell (the acks may still be in
+    // flight when the script ends).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let s = running.stats(1).unwrap();
+        if (s.digest_lists, s.digest_messages, s.digest_acks) == (2, 2, 2) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "lists and acks: {s:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    running.shutdown().await.unwrap();
+}

@@ -55,6 +55,7 @@ use std::sync::Arc;
 pub use dpdk::{DEFAULT_RATE_PPS, DeviceConfigError, DpdkConfig};
 pub use p4runtime::arbitration::ArbitrationMode;
 pub use p4runtime::bulk::{BULK_VERSION, BulkService};
+pub use p4runtime::frames::{Frame, FrameReport};
 pub use p4runtime::reconcile::Reconciled;
 pub use p4runtime::schema::SchemaError;
 pub use p4runtime::service::{

@@ -12,6 +12,11 @@
 //! - `POST /devices/{device}/inject-entry`  body: p4.v1.TableEntry text format
 //!   -> `{"inserted": true}`
 //!
+//! - `POST /devices/{device}/frames`  body: `[{"port": 1, "src":
+//!   "02:00:00:00:00:01", "dst": "02:00:00:00:00:02", "len": 64}, ...]`
+//!   (`len` optional, 64) -> `FrameReport` (the L2 frame model,
+//!   `Emulator::receive_frames`)
+//!
 //! Errors are `{"error": "..."}` with a 4xx status.
 
 use axum::extract::{Path, Query, State};
@@ -33,6 +38,7 @@ pub(crate) fn router(emu: Emulator) -> Router {
         .route("/devices/{device}/delete-entry", post(delete_entry))
         .route("/devices/{device}/drop-entries", post(drop_entries))
         .route("/devices/{device}/inject-entry", post(inject_entry))
+        .route("/devices/{device}/frames", post(frames))
         .with_state(emu)
 }
 
@@ -128,4 +134,49 @@ async fn inject_entry(
         ),
         Err(r) => *r,
     }
+}
+
+#[derive(Deserialize)]
+struct FrameJson {
+    port: u32,
+    src: String,
+    dst: String,
+    #[serde(default = "default_len")]
+    len: u64,
+}
+
+fn default_len() -> u64 {
+    64
+}
+
+fn mac(s: &str) -> Option<[u8; 6]> {
+    let mut out = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in &mut out {
+        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
+async fn frames(
+    State(emu): State<Emulator>,
+    Path(device): Path<u64>,
+    Json(body): Json<Vec<FrameJson>>,
+) -> Response {
+    let mut frames = Vec::with_capacity(body.len());
+    for (i, f) in body.iter().enumerate() {
+        let (Some(src), Some(dst)) = (mac(&f.src), mac(&f.dst)) else {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("frame {i}: src and dst must be MAC addresses (aa:bb:cc:dd:ee:ff)"),
+            );
+        };
+        frames.push(crate::Frame {
+            ingress_port: f.port,
+            src,
+            dst,
+            len: f.len,
+        });
+    }
+    reply(emu.receive_frames(device, &frames), |r| json!(r))
 }

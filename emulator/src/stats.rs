@@ -24,6 +24,13 @@ pub(crate) struct Counters {
     pub entities_read: AtomicU64,
     pub drift_deletes: AtomicU64,
     pub refused_writes: AtomicU64,
+    pub frames: AtomicU64,
+    pub digest_lists: AtomicU64,
+    pub digest_messages: AtomicU64,
+    pub digest_lists_undelivered: AtomicU64,
+    pub digest_acks: AtomicU64,
+    pub idle_notifications: AtomicU64,
+    pub idle_entries_notified: AtomicU64,
 }
 
 /// Snapshot of a device's counters and contents (the stats JSON).
@@ -70,6 +77,26 @@ pub struct DeviceStats {
     /// What the last RECONCILE_AND_COMMIT kept and dropped.
     #[serde(default)]
     pub last_reconcile: Option<crate::Reconciled>,
+    /// Frames run through the L2 frame model (`Emulator::receive_frames`).
+    #[serde(default)]
+    pub frames: u64,
+    /// DigestLists sent to the primary, and the digest messages in them.
+    #[serde(default)]
+    pub digest_lists: u64,
+    #[serde(default)]
+    pub digest_messages: u64,
+    /// DigestLists due while no controller was primary (not sent; their
+    /// data may be sent again after the ack timeout).
+    #[serde(default)]
+    pub digest_lists_undelivered: u64,
+    /// DigestListAcks that matched an outstanding list.
+    #[serde(default)]
+    pub digest_acks: u64,
+    /// IdleTimeoutNotifications sent, and the entries in them.
+    #[serde(default)]
+    pub idle_notifications: u64,
+    #[serde(default)]
+    pub idle_entries_notified: u64,
 }
 
 impl Device {
@@ -90,6 +117,13 @@ impl Device {
             entities_read: get(&c.entities_read),
             drift_deletes: get(&c.drift_deletes),
             refused_writes: get(&c.refused_writes),
+            frames: get(&c.frames),
+            digest_lists: get(&c.digest_lists),
+            digest_messages: get(&c.digest_messages),
+            digest_lists_undelivered: get(&c.digest_lists_undelivered),
+            digest_acks: get(&c.digest_acks),
+            idle_notifications: get(&c.idle_notifications),
+            idle_entries_notified: get(&c.idle_entries_notified),
             primaries: self
                 .p4runtime
                 .arbitration

@@ -101,6 +101,11 @@ impl Context {
         let caches = Caches::default();
         let m = metrics.clone();
         devices.observe_writes(Arc::new(move |switch, rpc| m.write_rpc(switch, rpc)));
+        let n = metrics.notices.clone();
+        devices.observe_notices(Arc::new(move |switch, event| match event {
+            crate::devices::NoticeEvent::Notice(notice) => n.record(switch, notice),
+            crate::devices::NoticeEvent::Lost(k) => n.lost(switch, k),
+        }));
         Arc::new(Context {
             reads: ApiReads::new(
                 client.clone(),

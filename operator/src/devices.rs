@@ -68,6 +68,20 @@ pub struct DevicePool {
     writes: Mutex<Option<WritesObserver>>,
     /// The TLS Secrets of the Switches (`crate::tls_secrets`).
     tls: Arc<TlsSecrets>,
+    /// Hears of every notice (digest list, idle timeout notification) of
+    /// any P4Runtime device ([`DevicePool::observe_notices`]).
+    notices: Mutex<Option<NoticesObserver>>,
+}
+
+/// Called once per device notice, with its Switch's name.
+pub type NoticesObserver = Arc<dyn Fn(&str, NoticeEvent<'_>) + Send + Sync>;
+
+/// What a device's notice stream delivered.
+#[derive(Debug, Clone, Copy)]
+pub enum NoticeEvent<'a> {
+    Notice(&'a p4fleet_client::Notice),
+    /// This many notices were lost (the consumer fell behind).
+    Lost(u64),
 }
 
 /// Called once per Write RPC of any device of the pool, with its Switch's name.
@@ -109,6 +123,7 @@ impl DevicePool {
             identity: Mutex::new(identity),
             writes: Mutex::new(None),
             tls: Arc::default(),
+            notices: Mutex::new(None),
         }
     }
 
@@ -116,6 +131,13 @@ impl DevicePool {
     /// now on (the operator counts them in its metrics).
     pub fn observe_writes(&self, observer: WritesObserver) {
         *self.writes.lock().unwrap_or_else(|e| e.into_inner()) = Some(observer);
+    }
+
+    /// Calls `observer` for every digest list and idle timeout
+    /// notification of the P4Runtime connections made from now on (the
+    /// operator counts them in its metrics; the client acks the lists).
+    pub fn observe_notices(&self, observer: NoticesObserver) {
+        *self.notices.lock().unwrap_or_else(|e| e.into_inner()) = Some(observer);
     }
 
     /// The TLS Secrets the Switches use (watched by the Switch controller
@@ -178,6 +200,15 @@ impl DevicePool {
             dev = dev.with_write_observer(Arc::new(move |rpc| observer(&switch, rpc)));
         }
         let dev = Arc::new(dev);
+        if let (Device::P4Runtime(p), Some(observer)) = (
+            dev.as_ref(),
+            self.notices
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        ) {
+            tokio::spawn(forward_notices(p.notices(), name.clone(), observer));
+        }
         tokio::spawn(forward_changes(
             dev.changes(),
             self.changes.clone(),
@@ -231,6 +262,25 @@ async fn forward_changes(
     while epochs.changed().await.is_ok() {
         tracing::debug!(switch = %name, "device changed");
         let _ = to.send(name.clone());
+    }
+}
+
+/// Hands each notice of one connection to `observer`; ends with the
+/// device (its sender goes with it).
+async fn forward_notices(
+    mut rx: broadcast::Receiver<p4fleet_client::Notice>,
+    name: String,
+    observer: NoticesObserver,
+) {
+    loop {
+        match rx.recv().await {
+            Ok(n) => observer(&name, NoticeEvent::Notice(&n)),
+            Err(broadcast::error::RecvError::Lagged(k)) => {
+                tracing::warn!(switch = %name, lost = k, "device notices lost: the operator fell behind");
+                observer(&name, NoticeEvent::Lost(k));
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
     }
 }
 

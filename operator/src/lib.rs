@@ -28,6 +28,7 @@ pub mod http;
 pub mod leader;
 pub mod limits;
 pub mod metrics;
+pub mod notice_metrics;
 pub mod ownership;
 pub mod process_metrics;
 pub mod reads;

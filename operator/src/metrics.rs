@@ -120,6 +120,8 @@ pub struct Metrics {
     pub set_sync_updates: Family<SetLabels, Gauge>,
     /// Direct counter readouts of TableEntrySets (`crate::counter_metrics`).
     pub counters: crate::counter_metrics::CounterMetrics,
+    /// Digest lists and idle timeout notifications (`crate::notice_metrics`).
+    pub notices: crate::notice_metrics::NoticeMetrics,
 }
 
 impl Default for Metrics {
@@ -153,11 +155,13 @@ impl Metrics {
             set_rate: Family::default(),
             set_sync_updates: Family::default(),
             counters: Default::default(),
+            notices: Default::default(),
             registry: Registry::default(),
             process: Registry::default(),
         };
         m.entry_sources.register(&mut registry);
         m.counters.register(&mut registry);
+        m.notices.register(&mut registry);
         let r = &mut registry;
         r.register("reconciles", "Reconciles started", m.reconciles.clone());
         r.register(

@@ -204,6 +204,17 @@ impl Arbitration {
         self.roles.get(role).and_then(|r| r.primary_election())
     }
 
+    /// The primary's stream of `role`, where the device's own messages
+    /// (digest lists, idle timeout notifications) go.
+    pub fn primary_tx(&self, role: &str) -> Option<StreamTx> {
+        let rs = self.roles.get(role)?;
+        let p = rs.primary?;
+        rs.streams
+            .iter()
+            .find(|s| s.stream_id == p)
+            .map(|s| s.tx.clone())
+    }
+
     pub fn primaries(&self) -> HashMap<String, String> {
         self.roles
             .iter()

@@ -254,6 +254,7 @@ impl<'a> Plan<'a> {
             priority: self.priority(i),
             is_default_action: false,
             action,
+            idle_timeout_ns: 0,
         }
     }
 

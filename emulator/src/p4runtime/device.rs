@@ -11,4 +11,6 @@ use super::pipeline_config::PipelineState;
 pub(crate) struct P4RuntimeDevice {
     pub pipeline: Mutex<PipelineState>,
     pub arbitration: Mutex<Arbitration>,
+    /// Wakes the device's ticker (digest lists, idle timeouts).
+    pub notifier: super::notifier::Notifier,
 }

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use p4fleet_proto::p4runtime::{self as p4, update::Type};
 use prost::Message;
@@ -12,8 +13,10 @@ use tonic::Code;
 
 use crate::key::{Entries, IdMap, Key};
 use crate::p4runtime::action_profile::{self, ProfileState};
+use crate::p4runtime::digests::Digests;
 use crate::p4runtime::entry::{canonicalize_action, canonicalize_entry, check_action, encode_key};
 use crate::p4runtime::groups;
+use crate::p4runtime::idle::IdleTable;
 use crate::p4runtime::pre::PreState;
 use crate::p4runtime::resources::Resources;
 use crate::p4runtime::schema::{Schema, TableInfo};
@@ -39,6 +42,8 @@ pub(crate) struct TableState {
     /// a RECONCILE_AND_COMMIT that keeps the table): what a hitless update
     /// is measured by (stats `table_inserts`).
     pub inserts: u64,
+    /// When each entry with an idle timeout was last hit (`super::idle`).
+    pub idle: IdleTable,
 }
 
 impl TableState {
@@ -119,6 +124,8 @@ pub(crate) struct Pipeline {
     pub generation: u64,
     /// Counter, meter and register state (`super::resources`).
     pub(crate) resources: Resources,
+    /// Digest configs and lists (`super::digests`).
+    pub(crate) digests: Digests,
 }
 
 impl Pipeline {
@@ -139,6 +146,7 @@ impl Pipeline {
                         default_action: t.initial_default.clone(),
                         version: Arc::default(),
                         inserts: 0,
+                        idle: IdleTable::default(),
                     },
                 )
             })
@@ -147,6 +155,7 @@ impl Pipeline {
             profiles: action_profile::new_states(&schema),
             pre: PreState::default(),
             resources: Resources::new(&schema.resources),
+            digests: Digests::new(&schema.digests),
             schema,
             config,
             tables,
@@ -287,6 +296,23 @@ impl Pipeline {
         }
 
         encode_key(table, &scratch.matches, te.priority, key)?;
+        if ty != Type::Delete && te.idle_timeout_ns != 0 {
+            if !table.idle_notify {
+                return Err(err(
+                    Code::InvalidArgument,
+                    format!(
+                        "table {} has no idle timeout (idle_timeout_behavior is not NOTIFY_CONTROL): idle_timeout_ns must be 0",
+                        table.name
+                    ),
+                ));
+            }
+            if te.idle_timeout_ns < 0 {
+                return Err(err(
+                    Code::InvalidArgument,
+                    format!("table {}: idle_timeout_ns is negative", table.name),
+                ));
+            }
+        }
         let indirect = table.implementation_id != 0;
         let mut profile_ref = None;
         if ty != Type::Delete && indirect {
@@ -334,6 +360,9 @@ impl Pipeline {
                         v.insert(stored(scratch)?);
                         state.inserts += 1;
                         self.resources.on_insert(table.id, key);
+                        if table.idle_notify {
+                            state.idle.set(key, te.idle_timeout_ns, Instant::now());
+                        }
                     }
                 }
                 if let Some(r) = profile_ref {
@@ -348,6 +377,9 @@ impl Pipeline {
                     ));
                 };
                 let old = std::mem::replace(slot, stored(scratch)?);
+                if table.idle_notify {
+                    state.idle.set(key, te.idle_timeout_ns, Instant::now());
+                }
                 if let Some(r) = profile_ref {
                     action_profile::release_entry(&mut self.profiles, table, &old);
                     action_profile::add_ref(&mut self.profiles, table, r);
@@ -364,6 +396,7 @@ impl Pipeline {
                     action_profile::release_entry(&mut self.profiles, table, &old);
                 }
                 self.resources.on_delete(table.id, key);
+                state.idle.remove(key);
             }
             Type::Unspecified => unreachable!("checked above"),
         }
@@ -389,8 +422,28 @@ impl Pipeline {
             ));
         };
         ids.sort_unstable();
+        let now = Instant::now();
+        let mut with_elapsed = Vec::new();
         for id in ids {
             let table = self.table(id).expect("one state per table");
+            // `time_since_last_hit` in the filter asks for each entry's
+            // (P4Runtime spec); appending the field to the stored bytes
+            // is a valid encoding of the entry with it set.
+            let mut emit_entry = |k: &[u8], e: &[u8]| match filter.time_since_last_hit {
+                Some(_) if table.info.idle_notify => {
+                    with_elapsed.clear();
+                    with_elapsed.extend_from_slice(e);
+                    let elapsed = table.state.idle.elapsed(k, now).unwrap_or_default();
+                    with_elapsed.push(10 << 3 | 2);
+                    p4::table_entry::IdleTimeout {
+                        elapsed_ns: elapsed.as_nanos().min(i64::MAX as u128) as i64,
+                    }
+                    .encode_length_delimited(&mut with_elapsed)
+                    .expect("a Vec grows");
+                    emit(&with_elapsed);
+                }
+                _ => emit(e),
+            };
             if filter.is_default_action {
                 if let Some(a) = table.default_action() {
                     emit(
@@ -410,11 +463,11 @@ impl Pipeline {
                 let mut key = Vec::new();
                 key_of(table.info, filter, &mut key)?;
                 if let Some(e) = table.get(&key) {
-                    emit(e);
+                    emit_entry(&key, e);
                 }
             } else {
-                for (_, e) in table.entries() {
-                    emit(e);
+                for (k, e) in table.entries() {
+                    emit_entry(k, e);
                 }
             }
         }

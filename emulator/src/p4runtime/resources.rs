@@ -442,6 +442,7 @@ impl Pipeline {
             Entity::MeterEntry(e) => self.write_meter(ty, e),
             Entity::DirectMeterEntry(e) => self.write_direct_meter(ty, e),
             Entity::RegisterEntry(e) => self.write_register(ty, e),
+            Entity::DigestEntry(e) => self.digests.write(ty, e),
             _ => Err(err(
                 Code::Unimplemented,
                 "this entity kind is not emulated (table entries, counters, meters and registers are)",
@@ -463,6 +464,11 @@ impl Pipeline {
             Entity::MeterEntry(f) => self.read_meters(f, emit),
             Entity::DirectMeterEntry(f) => self.read_direct_meters(f, emit),
             Entity::RegisterEntry(f) => self.read_registers(f, emit),
+            Entity::DigestEntry(f) => self.digests.read(f.digest_id).map(|entries| {
+                for e in entries {
+                    emit(Entity::DigestEntry(e));
+                }
+            }),
             _ => return None,
         })
     }

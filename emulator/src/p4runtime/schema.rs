@@ -58,6 +58,9 @@ pub struct TableInfo {
     pub implementation_id: u32,
     /// Default action the table starts with (and returns to on reset).
     pub initial_default: Option<p4::Action>,
+    /// `idle_timeout_behavior: NOTIFY_CONTROL`: entries may have an idle
+    /// timeout (`super::idle`).
+    pub idle_notify: bool,
 }
 
 impl TableInfo {
@@ -79,6 +82,8 @@ pub struct Schema {
     pub profiles: IdMap<super::action_profile::ProfileInfo>,
     /// Counters, meters and registers.
     pub resources: ResourceSchema,
+    /// Digests by id (`super::digests`).
+    pub digests: IdMap<super::digests::DigestInfo>,
 }
 
 pub fn nbytes(bitwidth: u32) -> usize {
@@ -143,6 +148,7 @@ impl Schema {
             actions,
             profiles,
             resources,
+            digests: super::digests::digests_from_p4info(info),
         })
     }
 }
@@ -267,6 +273,8 @@ fn table_info(t: &p4info::Table, actions: &IdMap<ActionInfo>) -> Result<TableInf
             action_id: id,
             params: vec![],
         }),
+        idle_notify: t.idle_timeout_behavior
+            == p4info::table::IdleTimeoutBehavior::NotifyControl as i32,
     })
 }
 

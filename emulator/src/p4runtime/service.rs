@@ -66,7 +66,7 @@ impl P4RuntimeService {
         let n = req.updates.len();
         let mut errors: Vec<(usize, UpdateError)> = Vec::new();
         let mut applied = Tally::default();
-        {
+        let timed = {
             let mut state = dev.p4runtime.pipeline.lock().expect("pipeline lock");
             let pipeline = state.pipeline.as_mut().ok_or_else(|| dev.no_pipeline())?;
             let mut key = Vec::with_capacity(64);
@@ -79,6 +79,10 @@ impl P4RuntimeService {
                     Err(e) => errors.push((i, e)),
                 }
             }
+            pipeline.has_timed_work()
+        };
+        if timed {
+            super::notifier::wake(dev);
         }
         write_batch::finish(dev, self.registry.profile, n, applied, &errors, || {
             write_error_details(n, &errors)
@@ -328,7 +332,19 @@ impl P4Runtime for P4RuntimeService {
                             )));
                             break;
                         }
-                        // Packet-out, digest acks: there is no data plane to feed.
+                        Some(p4::stream_message_request::Update::DigestAck(ack)) => {
+                            let dev = &bound.as_ref().expect("bound").0;
+                            let mut state = dev.p4runtime.pipeline.lock().expect("pipeline lock");
+                            // An ack of nothing outstanding (late, repeated)
+                            // is ignored, as the spec's acks carry no answer.
+                            if let Some(p) = state.pipeline.as_mut()
+                                && p.digests.ack(ack.digest_id, ack.list_id)
+                            {
+                                dev.counters.digest_acks.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        // Packet-out: the frame model takes frames from
+                        // `Emulator::receive_frames`, not from controllers.
                         _ => {}
                     }
                 }

@@ -129,6 +129,7 @@ pub struct TableEntryView {
     pub priority: i32,
     pub is_default_action: bool,
     pub action: ActionView,
+    pub idle_timeout_ns: i64,
 }
 
 /// Reusable buffers for the match fields and params of the entry parsed
@@ -231,6 +232,7 @@ pub fn parse_table_entry<'a>(
         priority: 0,
         is_default_action: false,
         action: ActionView::Missing,
+        idle_timeout_ns: 0,
     };
     let mut r = Reader::new(buf);
     while let Some((f, v)) = r.next_field()? {
@@ -258,6 +260,7 @@ pub fn parse_table_entry<'a>(
             }
             4 => te.priority = v.int32()?,
             8 => te.is_default_action = v.uint()? != 0,
+            9 => te.idle_timeout_ns = v.uint()? as i64,
             _ => {}
         }
     }
