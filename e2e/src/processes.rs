@@ -276,6 +276,19 @@ pub fn spawn_tls_emulator(
     client_ca: &crate::certs::TestCa,
     addr: Option<SocketAddr>,
 ) -> EmulatorProc {
+    spawn_tls_emulator_with(bin, dir, tag, server, client_ca, addr, &[])
+}
+
+/// [`spawn_tls_emulator`] with more emulator flags (e.g. `--fpga PRESET`).
+pub fn spawn_tls_emulator_with(
+    bin: &std::path::Path,
+    dir: &std::path::Path,
+    tag: &str,
+    server: &crate::certs::Pair,
+    client_ca: &crate::certs::TestCa,
+    addr: Option<SocketAddr>,
+    extra: &[&str],
+) -> EmulatorProc {
     let file = |name: &str, body: &str| {
         let p = dir.join(format!("{tag}-{name}"));
         std::fs::write(&p, body).expect("write certificate file");
@@ -285,17 +298,42 @@ pub fn spawn_tls_emulator(
     let key = file("tls.key", &server.key_pem);
     let ca = file("client-ca.crt", &client_ca.cert_pem);
     let addr = addr.map(|a| a.to_string()).unwrap_or("127.0.0.1:0".into());
-    spawn_emulator(
-        bin,
-        &[
-            "--p4runtime-addr",
-            &addr,
-            "--tls-cert",
-            &cert,
-            "--tls-key",
-            &key,
-            "--tls-client-ca",
-            &ca,
-        ],
-    )
+    let mut args = vec![
+        "--p4runtime-addr",
+        &addr,
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--tls-client-ca",
+        &ca,
+    ];
+    args.extend_from_slice(extra);
+    spawn_emulator(bin, &args)
+}
+
+/// One operator (`spawn_operator` with `log` and `args`) for all tests of
+/// a test binary that share its control plane: started by the first
+/// caller, on a thread that lives as long as the process (PDEATHSIG
+/// follows the spawning thread).
+pub fn shared_operator(
+    bin: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    log: &'static str,
+    args: &'static [&'static str],
+) {
+    static OPERATOR: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    OPERATOR.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (bin, kubeconfig) = (bin.to_path_buf(), kubeconfig.to_path_buf());
+        std::thread::spawn(move || {
+            let op = spawn_operator(&bin, &kubeconfig, log, args);
+            tx.send(()).unwrap();
+            let _keep = op;
+            loop {
+                std::thread::park();
+            }
+        });
+        rx.recv().unwrap()
+    });
 }
