@@ -267,20 +267,9 @@ pub fn device_stat(stats: SocketAddr, device: u64, field: &str) -> Option<u64> {
 
 /// Starts `p4fleet-emulator` from `bin` serving TLS on `addr` (None: any
 /// port) with `server` (written to `dir`, file names prefixed `tag`),
-/// requiring client certificates signed by `client_ca`.
+/// requiring client certificates signed by `client_ca`, with more flags
+/// `extra` (e.g. `--fpga PRESET`).
 pub fn spawn_tls_emulator(
-    bin: &std::path::Path,
-    dir: &std::path::Path,
-    tag: &str,
-    server: &crate::certs::Pair,
-    client_ca: &crate::certs::TestCa,
-    addr: Option<SocketAddr>,
-) -> EmulatorProc {
-    spawn_tls_emulator_with(bin, dir, tag, server, client_ca, addr, &[])
-}
-
-/// [`spawn_tls_emulator`] with more emulator flags (e.g. `--fpga PRESET`).
-pub fn spawn_tls_emulator_with(
     bin: &std::path::Path,
     dir: &std::path::Path,
     tag: &str,

@@ -46,7 +46,7 @@ fn tls_emulator(
     client_ca: &TestCa,
     addr: Option<SocketAddr>,
 ) -> EmulatorProc {
-    spawn_tls_emulator(&bin(), dir, tag, pair, client_ca, addr)
+    spawn_tls_emulator(&bin(), dir, tag, pair, client_ca, addr, &[])
 }
 
 fn secret_data(ca: &TestCa, client: Option<&Pair>) -> Value {
@@ -366,14 +366,10 @@ async fn an_unreachable_switch_names_the_cause() {
 async fn the_fpga_slot_service_takes_the_switch_tls_secret() {
     let _one = ONE_OPERATOR.lock().await;
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
+    let (client, _ns, ns, _operator) = namespace_and_operator("tls-fpga-operator").await;
     let tmp = tempfile::tempdir().unwrap();
-    let ns = TestNamespace::new(&client).await;
-    let ns = ns.name().to_string();
-    let _operator = spawn_operator(&bin(), cp.kubeconfig_path(), "tls-fpga-operator", &[]);
     let ca = TestCa::new("board CA");
-    let board = p4fleet_e2e::processes::spawn_tls_emulator_with(
+    let board = spawn_tls_emulator(
         &bin(),
         tmp.path(),
         "board",
