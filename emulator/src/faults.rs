@@ -51,7 +51,7 @@ impl WriteFault {
     /// [`WriteFault::FailUpdates`], None for updates applied as usual.
     pub fn update_error(self, i: usize) -> Option<UpdateError> {
         match self {
-            WriteFault::FailUpdates(n) if (i + 1) % n.max(1) == 0 => Some(err(
+            WriteFault::FailUpdates(n) if (i + 1).is_multiple_of(n.max(1)) => Some(err(
                 Code::ResourceExhausted,
                 "injected fault: this update failed (side channel fail-updates)",
             )),
