@@ -209,6 +209,60 @@ fn post(addr: SocketAddr, path: &str, body: &str) -> String {
         .unwrap_or(resp)
 }
 
+/// Waits up to 180 s until set `fw` is Ready with `applied` entries
+/// applied.
+pub async fn ready_with(sets: &Api<TableEntrySet>, applied: usize) {
+    crate::set_status_where(
+        sets,
+        "fw",
+        &format!("Ready with {applied} applied"),
+        std::time::Duration::from_secs(180),
+        |st| {
+            let ready =
+                p4fleet_crds::find_condition(&st.conditions, "Ready").is_some_and(|c| c.is_true());
+            ready && st.applied == applied as u64
+        },
+    )
+    .await;
+}
+
+/// How many keys the device holds that it should not (stale), and how
+/// many it lacks (lost).
+pub fn stale_and_lost(
+    on_device: &HashSet<EntryKey>,
+    expected: &HashSet<EntryKey>,
+) -> (usize, usize) {
+    (
+        on_device.difference(expected).count(),
+        expected.difference(on_device).count(),
+    )
+}
+
+/// Arms an injected fault on `device` of the emulator whose side channel is
+/// at `stats`; `query` as in emulator/src/side_channel.rs, e.g.
+/// `kind=unavailable&after=2&count=3`.
+pub fn arm_fault(stats: SocketAddr, device: u64, query: &str) {
+    let r = post(stats, &format!("/devices/{device}/faults?{query}"), "");
+    assert!(r.contains("\"armed\":true"), "arming {query}: {r}");
+}
+
+/// How many RPCs each injected fault of `device` hit so far (the side
+/// channel's `GET /devices/{device}/faults`): `unavailable`,
+/// `stalled_writes`, `failed_updates_writes`, `stalled_reads`.
+pub fn faults_fired(stats: SocketAddr, device: u64) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(stats).expect("side channel");
+    write!(
+        s,
+        "GET /devices/{device}/faults HTTP/1.1\r\nHost: {stats}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let body = resp.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("faults of {device}: {e}: {resp}"))
+}
+
 /// Another client of the device, not the operator: on Bmv2 a backup
 /// (election id 1, below any leader's), on Tofino a second BFRT client
 /// bound to the loaded program. It writes foreign entries and reads the

@@ -18,6 +18,7 @@
 
 pub mod certs;
 pub mod firewall;
+pub mod lie_watch;
 pub mod processes;
 
 use std::ffi::OsStr;
@@ -177,6 +178,19 @@ pub struct ControlPlane {
     version: String,
     /// Some when this process started the cluster (then it is private to it).
     work_dir: Option<PathBuf>,
+    /// The kube-apiserver this process started, to restart it.
+    apiserver: Option<Apiserver>,
+}
+
+/// How a kube-apiserver this process started was run, so
+/// [`ControlPlane::restart_apiserver`] can run it again the same way (same
+/// port, same etcd, same certificates).
+#[derive(Debug)]
+struct Apiserver {
+    program: PathBuf,
+    args: Vec<std::ffi::OsString>,
+    log: PathBuf,
+    pid: Mutex<u32>,
 }
 
 static SHARED: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
@@ -206,7 +220,82 @@ impl ControlPlane {
             server: client_from_kubeconfig_url(kubeconfig).await?,
             version,
             work_dir: None,
+            apiserver: None,
         })
+    }
+
+    /// A control plane of its own (etcd + kube-apiserver started for the
+    /// caller, CRDs installed), even with `P4FLEET_KUBECONFIG` set: for
+    /// tests that restart the API server or run an operator of their own
+    /// (every operator reconciles every cluster-scoped Switch, so two on
+    /// one cluster fight over devices). Its processes end with the test
+    /// binary.
+    pub async fn private() -> ControlPlane {
+        let (tx, rx) = mpsc::channel();
+        // PDEATHSIG follows the spawning thread: one that lives as long as
+        // the process.
+        std::thread::spawn(move || {
+            let _ = tx.send(setup_owned().map_err(|e| e.to_string()));
+            loop {
+                std::thread::park();
+            }
+        });
+        tokio::task::spawn_blocking(move || rx.recv())
+            .await
+            .expect("control plane thread")
+            .expect("control plane started")
+            .unwrap_or_else(|e| panic!("p4fleet-e2e private control plane: {e}"))
+    }
+
+    /// Kills (SIGKILL) the kube-apiserver this process started, waits
+    /// `down`, and starts it again with the same flags (same port, same
+    /// etcd data); returns once it answers /readyz. Panics for a control
+    /// plane this process did not start.
+    pub async fn restart_apiserver(&self, down: Duration) {
+        let kas = self
+            .apiserver
+            .as_ref()
+            .expect("restart_apiserver: the kube-apiserver was not started by this process");
+        let old = *kas.pid.lock().unwrap();
+        let child = {
+            let mut g = OWNED.lock().unwrap_or_else(|p| p.into_inner());
+            let owned = g.as_mut().expect("owned processes");
+            let i = owned
+                .children
+                .iter()
+                .position(|c| c.id() == old)
+                .expect("the kube-apiserver child");
+            owned.children.remove(i)
+        };
+        let dir = self.work_dir.clone().expect("own work dir");
+        let (program, args, log) = (kas.program.clone(), kas.args.clone(), kas.log.clone());
+        let new = tokio::task::spawn_blocking(move || {
+            let mut child = child;
+            let _ = child.kill();
+            let _ = child.wait();
+            std::thread::sleep(down);
+            let (tx, rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                let mut cmd = Command::new(program);
+                cmd.args(args);
+                let _ = tx.send(spawn_logged(cmd, &log, true));
+                loop {
+                    std::thread::park();
+                }
+            });
+            let child = rx.recv().expect("spawn thread")?;
+            let pid = child.id();
+            push_child(&dir, child);
+            Ok::<_, HarnessError>(pid)
+        })
+        .await
+        .expect("restart thread")
+        .unwrap_or_else(|e| panic!("restarting kube-apiserver: {e}"));
+        *kas.pid.lock().unwrap() = new;
+        let client = self.client().await;
+        wait_ready(&client)
+            .await
+            .unwrap_or_else(|e| panic!("restarted kube-apiserver: {e}"));
     }
 
     pub fn kubeconfig_path(&self) -> &Path {
@@ -487,13 +576,28 @@ fn init_shared() -> Result<ControlPlane, String> {
 }
 
 fn setup() -> Result<ControlPlane, HarnessError> {
+    match std::env::var_os(KUBECONFIG_ENV) {
+        Some(p) => prepare(PathBuf::from(p), None),
+        None => setup_owned(),
+    }
+}
+
+/// Starts etcd and kube-apiserver for this process and prepares them.
+fn setup_owned() -> Result<ControlPlane, HarnessError> {
+    let (dir, apiserver) = start_processes()?;
+    prepare(dir.join("kubeconfig"), Some((dir, apiserver)))
+}
+
+/// Waits for the cluster of `kubeconfig` (when started here) and installs
+/// the CRDs.
+fn prepare(
+    kubeconfig: PathBuf,
+    owned: Option<(PathBuf, Apiserver)>,
+) -> Result<ControlPlane, HarnessError> {
     let started = Instant::now();
-    let (kubeconfig, work_dir) = match std::env::var_os(KUBECONFIG_ENV) {
-        Some(p) => (PathBuf::from(p), None),
-        None => {
-            let dir = start_processes()?;
-            (dir.join("kubeconfig"), Some(dir))
-        }
+    let (work_dir, apiserver) = match owned {
+        Some((d, a)) => (Some(d), Some(a)),
+        None => (None, None),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -525,6 +629,7 @@ fn setup() -> Result<ControlPlane, HarnessError> {
         server,
         version,
         work_dir,
+        apiserver,
     })
 }
 
@@ -620,7 +725,8 @@ pub async fn install_crds(client: &Client) -> Result<(), HarnessError> {
 
 struct Owned {
     children: Vec<Child>,
-    dir: PathBuf,
+    /// Work directories, removed at exit.
+    dirs: Vec<PathBuf>,
 }
 
 static OWNED: Mutex<Option<Owned>> = Mutex::new(None);
@@ -636,7 +742,9 @@ extern "C" fn cleanup_at_exit() {
             let _ = c.kill();
             let _ = c.wait();
         }
-        let _ = std::fs::remove_dir_all(&o.dir);
+        for d in &o.dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
     }
 }
 
@@ -646,8 +754,8 @@ fn owned_child_exited() -> Option<String> {
     for c in o.children.iter_mut() {
         if let Ok(Some(status)) = c.try_wait() {
             return Some(format!(
-                "child process exited early ({status}); logs in {}",
-                o.dir.display()
+                "child process exited early ({status}); logs in {:?}",
+                o.dirs
             ));
         }
     }
@@ -700,8 +808,14 @@ fn free_ports<const N: usize>() -> Result<[u16; N], HarnessError> {
     Ok(ports)
 }
 
-fn spawn_logged(mut cmd: Command, log: &Path) -> Result<Child, HarnessError> {
-    let out = std::fs::File::create(log).map_err(io_err(format!("create {}", log.display())))?;
+fn spawn_logged(mut cmd: Command, log: &Path, append: bool) -> Result<Child, HarnessError> {
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(append)
+        .write(true)
+        .truncate(!append)
+        .open(log)
+        .map_err(io_err(format!("create {}", log.display())))?;
     let err = out.try_clone().map_err(io_err("dup log"))?;
     cmd.stdin(Stdio::null()).stdout(out).stderr(err);
     // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
@@ -719,12 +833,14 @@ fn spawn_logged(mut cmd: Command, log: &Path) -> Result<Child, HarnessError> {
 
 fn push_child(dir: &Path, child: Child) {
     let mut g = OWNED.lock().unwrap_or_else(|p| p.into_inner());
-    g.get_or_insert_with(|| Owned {
+    let owned = g.get_or_insert_with(|| Owned {
         children: Vec::new(),
-        dir: dir.to_path_buf(),
-    })
-    .children
-    .push(child);
+        dirs: Vec::new(),
+    });
+    if !owned.dirs.iter().any(|d| d == dir) {
+        owned.dirs.push(dir.to_path_buf());
+    }
+    owned.children.push(child);
 }
 
 fn wait_tcp(addr: SocketAddr, what: &str) -> Result<(), HarnessError> {
@@ -745,7 +861,7 @@ fn wait_tcp(addr: SocketAddr, what: &str) -> Result<(), HarnessError> {
 
 /// Starts etcd and kube-apiserver in a fresh directory; returns it (with
 /// `kubeconfig` inside). Processes are reaped at exit or by PDEATHSIG.
-fn start_processes() -> Result<PathBuf, HarnessError> {
+fn start_processes() -> Result<(PathBuf, Apiserver), HarnessError> {
     let kas = repo_bin("kube-apiserver")?;
     let etcd = path_bin("etcd")?;
     let openssl = path_bin("openssl")?;
@@ -759,18 +875,21 @@ fn start_processes() -> Result<PathBuf, HarnessError> {
         .subsec_nanos();
     let dir = base.join(format!("{}-{nanos:08x}", std::process::id()));
     std::fs::create_dir_all(dir.join("certs")).map_err(io_err("create work dir"))?;
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
     // SAFETY: registering a plain extern "C" fn.
-    unsafe {
+    AT_EXIT.call_once(|| unsafe {
         libc::atexit(cleanup_at_exit);
-    }
+    });
     // Register the dir even before any child exists so it is removed at exit.
     OWNED
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .get_or_insert_with(|| Owned {
             children: Vec::new(),
-            dir: dir.clone(),
-        });
+            dirs: Vec::new(),
+        })
+        .dirs
+        .push(dir.clone());
 
     let token = format!("e2e-{}-{nanos:x}", std::process::id());
     std::fs::write(
@@ -813,7 +932,7 @@ fn start_processes() -> Result<PathBuf, HarnessError> {
         .arg(format!("--initial-advertise-peer-urls={peer_url}"))
         .arg(format!("--initial-cluster=e2e={peer_url}"))
         .args(["--logger=zap", "--log-level=warn"]);
-    push_child(&dir, spawn_logged(cmd, &dir.join("etcd.log"))?);
+    push_child(&dir, spawn_logged(cmd, &dir.join("etcd.log"), false)?);
     wait_tcp(([127, 0, 0, 1], etcd_port).into(), "etcd")?;
 
     let mut cmd = Command::new(&kas);
@@ -837,7 +956,16 @@ fn start_processes() -> Result<PathBuf, HarnessError> {
             "--allow-privileged=true",
             "--v=1",
         ]);
-    push_child(&dir, spawn_logged(cmd, &dir.join("kube-apiserver.log"))?);
+    let log = dir.join("kube-apiserver.log");
+    let apiserver = Apiserver {
+        program: cmd.get_program().into(),
+        args: cmd.get_args().map(|a| a.to_os_string()).collect(),
+        log: log.clone(),
+        pid: Mutex::new(0),
+    };
+    let child = spawn_logged(cmd, &log, false)?;
+    *apiserver.pid.lock().unwrap() = child.id();
+    push_child(&dir, child);
 
     // The serving certificate appears once the apiserver has generated it.
     let crt = dir.join("certs").join("apiserver.crt");
@@ -879,7 +1007,7 @@ current-context: e2e
         ca = base64(&ca)
     );
     std::fs::write(dir.join("kubeconfig"), kubeconfig).map_err(io_err("write kubeconfig"))?;
-    Ok(dir)
+    Ok((dir, apiserver))
 }
 
 fn base64(data: &[u8]) -> String {

@@ -267,7 +267,8 @@ pub fn device_stat(stats: SocketAddr, device: u64, field: &str) -> Option<u64> {
 
 /// Starts `p4fleet-emulator` from `bin` serving TLS on `addr` (None: any
 /// port) with `server` (written to `dir`, file names prefixed `tag`),
-/// requiring client certificates signed by `client_ca`.
+/// requiring client certificates signed by `client_ca`, with more flags
+/// `extra` (e.g. `--fpga PRESET`).
 pub fn spawn_tls_emulator(
     bin: &std::path::Path,
     dir: &std::path::Path,
@@ -275,6 +276,7 @@ pub fn spawn_tls_emulator(
     server: &crate::certs::Pair,
     client_ca: &crate::certs::TestCa,
     addr: Option<SocketAddr>,
+    extra: &[&str],
 ) -> EmulatorProc {
     let file = |name: &str, body: &str| {
         let p = dir.join(format!("{tag}-{name}"));
@@ -285,17 +287,42 @@ pub fn spawn_tls_emulator(
     let key = file("tls.key", &server.key_pem);
     let ca = file("client-ca.crt", &client_ca.cert_pem);
     let addr = addr.map(|a| a.to_string()).unwrap_or("127.0.0.1:0".into());
-    spawn_emulator(
-        bin,
-        &[
-            "--p4runtime-addr",
-            &addr,
-            "--tls-cert",
-            &cert,
-            "--tls-key",
-            &key,
-            "--tls-client-ca",
-            &ca,
-        ],
-    )
+    let mut args = vec![
+        "--p4runtime-addr",
+        &addr,
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--tls-client-ca",
+        &ca,
+    ];
+    args.extend_from_slice(extra);
+    spawn_emulator(bin, &args)
+}
+
+/// One operator (`spawn_operator` with `log` and `args`) for all tests of
+/// a test binary that share its control plane: started by the first
+/// caller, on a thread that lives as long as the process (PDEATHSIG
+/// follows the spawning thread).
+pub fn shared_operator(
+    bin: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    log: &'static str,
+    args: &'static [&'static str],
+) {
+    static OPERATOR: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    OPERATOR.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (bin, kubeconfig) = (bin.to_path_buf(), kubeconfig.to_path_buf());
+        std::thread::spawn(move || {
+            let op = spawn_operator(&bin, &kubeconfig, log, args);
+            tx.send(()).unwrap();
+            let _keep = op;
+            loop {
+                std::thread::park();
+            }
+        });
+        rx.recv().unwrap()
+    });
 }

@@ -9,7 +9,6 @@
 //! refilled, status is polled against the emulator's own entry count.
 //! The times printed are those in docs/reliability.md.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -19,7 +18,8 @@ use p4fleet_crds::{
     Condition, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
 use p4fleet_e2e::firewall::{self, Addrs, FirewallSet, Kind};
-use p4fleet_e2e::processes::{Proc, build_binaries, device_entries, spawn_operator};
+use p4fleet_e2e::lie_watch::LieWatch;
+use p4fleet_e2e::processes::{Proc, build_binaries, device_entries, shared_operator};
 use p4fleet_e2e::{ControlPlane, TestNamespace, wait_for};
 
 const ENTRIES: usize = 30_000;
@@ -35,16 +35,6 @@ fn bin(name: &str) -> PathBuf {
 /// The emulator with devices 1 (Bmv2) and 11 (Tofino).
 fn emulator(addrs: Option<Addrs>) -> (Proc, Addrs) {
     firewall::emulator(bin("p4fleet-emulator").parent().unwrap(), "1,11", addrs)
-}
-
-fn operator(kubeconfig: PathBuf) -> Proc {
-    let bin = bin("p4fleet");
-    spawn_operator(
-        bin.parent().unwrap(),
-        &kubeconfig,
-        "restart-operator",
-        &["--resync-seconds", PERIODS, "--drift-seconds", PERIODS],
-    )
 }
 
 /// Program, Switch, VirtualSwitch and a 30,000-entry TableEntrySet.
@@ -64,49 +54,6 @@ fn ready(st: &TableEntrySetStatus) -> bool {
     is_true(&st.conditions, "Ready") && st.applied == ENTRIES as u64
 }
 
-/// Polls the set's status every 50 ms until `done` is set. Returns when the
-/// set was first seen not Ready (the operator noticed the loss; before that
-/// it cannot know) and, from then on (or from when `armed` is set: the test
-/// saw it not Ready itself, so a missed poll cannot excuse anything), every
-/// moment it said Ready while the emulator did not hold all entries.
-fn watch_for_lies(
-    sets: Api<TableEntrySet>,
-    stats: SocketAddr,
-    device: u64,
-    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> tokio::task::JoinHandle<(usize, Option<Duration>, Vec<String>)> {
-    tokio::spawn(async move {
-        let started = Instant::now();
-        let (mut polls, mut noticed, mut lies) = (0, None, Vec::new());
-        while !done.load(std::sync::atomic::Ordering::SeqCst) {
-            if let Ok(set) = sets.get("fw").await {
-                let st = set.status.unwrap_or_default();
-                let said_ready = is_true(&st.conditions, "Ready");
-                // Read after status: a count only grows while refilling,
-                // so a Ready read first cannot be excused by a later fill.
-                let held = tokio::task::spawn_blocking(move || device_entries(stats, device))
-                    .await
-                    .unwrap();
-                polls += 1;
-                if !said_ready && noticed.is_none() {
-                    noticed = Some(started.elapsed());
-                }
-                let watching = noticed.is_some() || armed.load(std::sync::atomic::Ordering::SeqCst);
-                if watching && said_ready && held != Some(ENTRIES as u64) {
-                    let ready = find_condition(&st.conditions, "Ready");
-                    lies.push(format!(
-                        "{:?}: Ready while the device held {held:?}: {ready:?}",
-                        started.elapsed()
-                    ));
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        (polls, noticed, lies)
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_empty_device_is_refilled_at_once_bmv2() {
     restarted_empty_device(Kind::Bmv2, 1).await;
@@ -122,7 +69,12 @@ async fn restarted_empty_device(kind: Kind, device: u64) {
     let cp = ControlPlane::shared().await;
     let client = cp.client().await;
     let kubeconfig = cp.kubeconfig_path().to_path_buf();
-    let _operator = shared_operator(kubeconfig);
+    shared_operator(
+        bin("p4fleet").parent().unwrap(),
+        &kubeconfig,
+        "restart-operator",
+        &["--resync-seconds", PERIODS, "--drift-seconds", PERIODS],
+    );
     let (emu, addrs) = emulator(None);
     let ns = TestNamespace::new(&client).await;
     let ns = ns.name().to_string();
@@ -144,15 +96,7 @@ async fn restarted_empty_device(kind: Kind, device: u64) {
     status_where("Ready with 30000 applied", ready).await;
     assert_eq!(device_entries(addrs.stats, device), Some(ENTRIES as u64));
 
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watcher = watch_for_lies(
-        sets.clone(),
-        addrs.stats,
-        device,
-        armed.clone(),
-        done.clone(),
-    );
+    let watch = LieWatch::start(sets.clone(), "fw", addrs.stats, device, ENTRIES as u64);
     // kill -9: no goodbye on any stream.
     drop(emu);
     let killed = Instant::now();
@@ -169,7 +113,7 @@ async fn restarted_empty_device(kind: Kind, device: u64) {
     .await;
     let noticed = killed.elapsed();
     status_where("set not Ready", |st| !is_true(&st.conditions, "Ready")).await;
-    armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    watch.arm();
     wait_for(
         "VirtualSwitch not Ready",
         Duration::from_secs(30),
@@ -193,19 +137,13 @@ async fn restarted_empty_device(kind: Kind, device: u64) {
     );
     status_where("Ready again with 30000 applied", ready).await;
     let recovered = restarted.elapsed();
-    done.store(true, std::sync::atomic::Ordering::SeqCst);
-    let (polls, not_ready, lies) = watcher.await.unwrap();
+    let seen = watch.finish().await;
     eprintln!(
-        "{kind:?}: after kill -9, Switch Reachable=False seen {noticed:?}, set not Ready seen {not_ready:?}; \
-         pipeline + {ENTRIES} entries Ready {recovered:?} after the restart; {polls} status polls"
+        "{kind:?}: after kill -9, Switch Reachable=False seen {noticed:?}, set not Ready seen {:?}; \
+         pipeline + {ENTRIES} entries Ready {recovered:?} after the restart; {} status polls",
+        seen.noticed, seen.polls
     );
-    assert!(
-        lies.is_empty(),
-        "{} lies: {:#?}",
-        lies.len(),
-        &lies[..lies.len().min(3)]
-    );
-    assert!(polls > 10, "the outage was watched ({polls} polls)");
+    seen.assert_truthful(&format!("{kind:?}"));
     // Independently: the emulator holds exactly the set's entries.
     assert_eq!(device_entries(again.stats, device), Some(ENTRIES as u64));
     let s = switches.get(&sw).await.unwrap();
@@ -213,23 +151,4 @@ async fn restarted_empty_device(kind: Kind, device: u64) {
         &s.status.unwrap_or_default().conditions,
         "Reachable"
     ));
-}
-
-/// One operator for the tests of this binary (they share a control plane).
-fn shared_operator(kubeconfig: PathBuf) -> &'static () {
-    static OPERATOR: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    OPERATOR.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        // PDEATHSIG follows the spawning thread: spawn from one that lives
-        // as long as the process.
-        std::thread::spawn(move || {
-            let op = operator(kubeconfig);
-            tx.send(()).unwrap();
-            let _keep = op;
-            loop {
-                std::thread::park();
-            }
-        });
-        rx.recv().unwrap()
-    })
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use p4fleet_crds::{TableEntrySet, find_condition};
+use p4fleet_crds::TableEntrySet;
 use p4fleet_e2e::firewall::{self, FirewallSet, Kind, Other};
 use p4fleet_e2e::processes::{Proc, build_binaries, device_entries, spawn_operator};
 use p4fleet_e2e::{ControlPlane, TestNamespace, firewall_lines, wait_for};
@@ -41,23 +41,6 @@ fn operator(kubeconfig: &std::path::Path) -> Proc {
         "ownership-operator",
         &["--resync-seconds", "3600", "--drift-seconds", "3600"],
     )
-}
-
-/// Waits until set `fw` is Ready with `applied` entries applied.
-async fn ready_with(sets: &Api<TableEntrySet>, applied: usize) {
-    wait_for(
-        &format!("Ready with {applied} applied"),
-        Duration::from_secs(180),
-        || async {
-            let s = sets.get("fw").await.map_err(|e| e.to_string())?;
-            let st = s.status.unwrap_or_default();
-            let ready = find_condition(&st.conditions, "Ready").is_some_and(|c| c.is_true());
-            (ready && st.applied == applied as u64)
-                .then_some(())
-                .ok_or(format!("{st:?}"))
-        },
-    )
-    .await
 }
 
 struct Case {
@@ -84,17 +67,6 @@ impl Case {
     }
 }
 
-/// Which keys the device holds that it should not, and which it lacks.
-fn difference(
-    on_device: &HashSet<firewall::EntryKey>,
-    expected: &HashSet<firewall::EntryKey>,
-) -> (usize, usize) {
-    (
-        on_device.difference(expected).count(),
-        expected.difference(on_device).count(),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_operator_deletes_exactly_what_its_sets_wrote() {
     let cp = ControlPlane::shared().await;
@@ -119,7 +91,7 @@ async fn a_restarted_operator_deletes_exactly_what_its_sets_wrote() {
     }
     let foreign = firewall::foreign_entry();
     for c in &mut cases {
-        ready_with(&c.sets(&client), ENTRIES).await;
+        firewall::ready_with(&c.sets(&client), ENTRIES).await;
         let other = Other::connect(c.kind, addrs, c.device).await;
         other.insert(&foreign, addrs.stats, c.device).await;
         assert_eq!(other.keys().await.len(), ENTRIES + 1, "{:?}", c.kind);
@@ -140,10 +112,10 @@ async fn a_restarted_operator_deletes_exactly_what_its_sets_wrote() {
     let mut expected = firewall::keys_of_lines(0, kept);
     expected.insert(foreign.key.clone());
     for c in &cases {
-        ready_with(&c.sets(&client), kept).await;
+        firewall::ready_with(&c.sets(&client), kept).await;
         let took = restarted.elapsed();
         let on_device = c.other.as_ref().unwrap().keys().await;
-        let (stale, lost) = difference(&on_device, &expected);
+        let (stale, lost) = firewall::stale_and_lost(&on_device, &expected);
         eprintln!(
             "{:?}: Ready with {kept} {took:?} after the restart; {} on the device, {stale} stale, {lost} lost",
             c.kind,
@@ -159,7 +131,7 @@ async fn a_restarted_operator_deletes_exactly_what_its_sets_wrote() {
     drop(op);
     let op = operator(&kubeconfig);
     for c in &cases {
-        ready_with(&c.sets(&client), kept).await;
+        firewall::ready_with(&c.sets(&client), kept).await;
     }
     let before = kept as u64 + 1;
     for c in &cases {
@@ -200,9 +172,9 @@ async fn a_restarted_operator_deletes_exactly_what_its_sets_wrote() {
     let mut expected = firewall::keys_of_lines(0, small);
     expected.insert(foreign.key.clone());
     for c in &cases {
-        ready_with(&c.sets(&client), small).await;
+        firewall::ready_with(&c.sets(&client), small).await;
         let on_device = c.other.as_ref().unwrap().keys().await;
-        let (stale, lost) = difference(&on_device, &expected);
+        let (stale, lost) = firewall::stale_and_lost(&on_device, &expected);
         eprintln!(
             "{:?}: after the kill mid-sync: {stale} stale, {lost} lost",
             c.kind

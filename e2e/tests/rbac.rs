@@ -169,7 +169,7 @@ fn stop(mut op: Proc) {
 fn tls_emulator(dir: &Path, tag: &str) -> (TestCa, EmulatorProc) {
     let ca = TestCa::new(tag);
     let server = ca.server(&["127.0.0.1"], Validity::Current);
-    let emu = spawn_tls_emulator(&bin(), dir, tag, &server, &ca, None);
+    let emu = spawn_tls_emulator(&bin(), dir, tag, &server, &ca, None, &[]);
     (ca, emu)
 }
 

@@ -46,7 +46,7 @@ fn tls_emulator(
     client_ca: &TestCa,
     addr: Option<SocketAddr>,
 ) -> EmulatorProc {
-    spawn_tls_emulator(&bin(), dir, tag, pair, client_ca, addr)
+    spawn_tls_emulator(&bin(), dir, tag, pair, client_ca, addr, &[])
 }
 
 fn secret_data(ca: &TestCa, client: Option<&Pair>) -> Value {
@@ -354,5 +354,66 @@ async fn an_unreachable_switch_names_the_cause() {
         let _ = Api::<Switch>::all(client.clone())
             .delete(name, &Default::default())
             .await;
+    }
+}
+
+/// The FPGA slot service shares the board's P4Runtime port, so it takes
+/// the Switch's TLS Secret too (issue 10): a board serving mTLS only is
+/// probed through it (slots and capacity from GetBoardInfo, `SlotService`
+/// True). Before, a TLS Switch's slot service was refused before dialing.
+/// A Secret without a client certificate is refused by the board.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fpga_slot_service_takes_the_switch_tls_secret() {
+    let _one = ONE_OPERATOR.lock().await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (client, _ns, ns, _operator) = namespace_and_operator("tls-fpga-operator").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("board CA");
+    let board = spawn_tls_emulator(
+        &bin(),
+        tmp.path(),
+        "board",
+        &ca.server(&["127.0.0.1"], Validity::Current),
+        &ca,
+        None,
+        &["--fpga", "netfpga-sume"],
+    );
+    apply_secret(&client, &ns, "board", secret_data(&ca, Some(&ca.client()))).await;
+    apply_secret(&client, &ns, "ca-only", secret_data(&ca, None)).await;
+    let api = Api::<Switch>::all(client.clone());
+    let name = |s: &str| format!("{ns}-{s}");
+    for (sw, secret) in [("board", "board"), ("no-client-cert", "ca-only")] {
+        create_json(
+            &api,
+            json!({"apiVersion": V1, "kind": "Switch", "metadata": {"name": name(sw)},
+                "spec": {"target": "Fpga", "endpoint": board.p4runtime.to_string(), "deviceId": 1,
+                    "ports": [{"id": 0}, {"id": 1}],
+                    "tlsSecretRef": {"namespace": ns, "name": secret}}}),
+        )
+        .await;
+    }
+    let slot_service = switch_condition(&client, &name("board"), "SlotService", "BoardInfo").await;
+    assert!(slot_service.is_true(), "{slot_service:?}");
+    let st = api.get(&name("board")).await.unwrap().status.unwrap();
+    assert_eq!(
+        (st.slots, st.capacity_source.as_deref()),
+        (Some(16), Some("Device")),
+        "the board's own slots and capacity"
+    );
+    switch_condition(
+        &client,
+        &name("no-client-cert"),
+        "Reachable",
+        "TlsClientCertificateRequired",
+    )
+    .await;
+    let sw = api.get(&name("no-client-cert")).await.unwrap();
+    let cs = sw.status.unwrap_or_default().conditions;
+    assert!(
+        !find_condition(&cs, "SlotService").is_some_and(Condition::is_true),
+        "{cs:?}"
+    );
+    for sw in ["board", "no-client-cert"] {
+        api.delete(&name(sw), &Default::default()).await.unwrap();
     }
 }

@@ -31,6 +31,8 @@ pub(crate) struct Device {
     /// The FPGA slot this device is, if it is one (`crate::fpga`): the
     /// board installs and removes its pipeline.
     pub fpga_slot: Option<Arc<SlotLink>>,
+    /// Faults armed through the side channel (`crate::faults`).
+    pub faults: crate::faults::Faults,
 }
 
 impl Device {
@@ -44,6 +46,7 @@ impl Device {
             busy: BusyUntil::default(),
             dpdk: None,
             fpga_slot: None,
+            faults: Default::default(),
         }
     }
 

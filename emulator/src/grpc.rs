@@ -69,6 +69,9 @@ pub(crate) trait WireMethods: Clone + Send + Sync + 'static {
     fn write(&self, body: Bytes) -> impl Future<Output = Result<(), Status>> + Send;
     /// The encoded `ReadResponse` messages answering `req`.
     fn read(&self, req: &Self::ReadRequest) -> Result<Vec<Bytes>, Status>;
+    /// How long the answer to `req` stalls mid-stream (an injected fault,
+    /// `crate::faults`), if at all.
+    fn read_stall(&self, req: &Self::ReadRequest) -> Option<std::time::Duration>;
 }
 
 /// Serves a bidirectional stream: `session` runs on a task of its own over
@@ -145,12 +148,32 @@ impl<S: WireMethods> tonic::server::ServerStreamingService<Bytes> for ReadMethod
     fn call(&mut self, request: Request<Bytes>) -> Self::Future {
         let res = S::ReadRequest::decode(request.into_inner())
             .map_err(|e| Status::invalid_argument(format!("ReadRequest: {e}")))
-            .and_then(|req| self.0.read(&req));
+            .and_then(|req| Ok((self.0.read(&req)?, self.0.read_stall(&req))));
         Box::pin(async move {
-            let stream: BoxStream<Bytes> = Box::pin(tokio_stream::iter(res?.into_iter().map(Ok)));
+            let (messages, stall) = res?;
+            let stream: BoxStream<Bytes> = match stall {
+                None => Box::pin(tokio_stream::iter(messages.into_iter().map(Ok))),
+                Some(d) => stalled(messages, d),
+            };
             Ok(Response::new(stream))
         })
     }
+}
+
+/// `messages` as a stream that stalls for `d` after its first message (a
+/// one-message answer stalls before it).
+fn stalled(messages: Vec<Bytes>, d: std::time::Duration) -> BoxStream<Bytes> {
+    use futures::StreamExt as _;
+    let split = usize::from(messages.len() > 1);
+    let mut rest = messages;
+    let first: Vec<Bytes> = rest.drain(..split).collect();
+    let pause = futures::stream::once(tokio::time::sleep(d))
+        .filter_map(|()| async { None::<Result<Bytes, Status>> });
+    Box::pin(
+        tokio_stream::iter(first.into_iter().map(Ok))
+            .chain(pause)
+            .chain(tokio_stream::iter(rest.into_iter().map(Ok))),
+    )
 }
 
 impl<S, G, B> Service<http::Request<B>> for WireServer<S, G>

@@ -33,6 +33,7 @@ pub mod dataplane;
 mod device;
 mod dpdk;
 mod drift;
+mod faults;
 pub mod fpga;
 mod grpc;
 mod key;

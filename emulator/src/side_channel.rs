@@ -11,6 +11,14 @@
 //!   -> `{"deleted": n}`
 //! - `POST /devices/{device}/inject-entry`  body: p4.v1.TableEntry text format
 //!   -> `{"inserted": true}`
+//! - `POST /devices/{device}/faults?kind=K&after=M&count=N[&ms=T][&every=E]`
+//!   arms an injected fault (`crate::faults`) for the N RPCs of its kind
+//!   after the next M (defaults 0 and 1): `unavailable` (a Write answers
+//!   UNAVAILABLE), `stall-write` (a Write waits T ms), `fail-updates` (every
+//!   E-th update of a Write fails with RESOURCE_EXHAUSTED), `stall-read` (a
+//!   Read stream stalls T ms after its first message) -> `{"armed": true}`
+//! - `POST /devices/{device}/faults/clear`  -> `{"cleared": true}`
+//! - `GET  /devices/{device}/faults`       -> how many RPCs each fault hit
 //!
 //! - `POST /devices/{device}/frames`  body: `[{"port": 1, "src":
 //!   "02:00:00:00:00:01", "dst": "02:00:00:00:00:02", "len": 64}, ...]`
@@ -28,6 +36,7 @@ use p4fleet_proto::p4runtime as p4;
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::faults::FaultKind;
 use crate::{Emulator, EmulatorError};
 
 pub(crate) fn router(emu: Emulator) -> Router {
@@ -39,6 +48,11 @@ pub(crate) fn router(emu: Emulator) -> Router {
         .route("/devices/{device}/drop-entries", post(drop_entries))
         .route("/devices/{device}/inject-entry", post(inject_entry))
         .route("/devices/{device}/frames", post(frames))
+        .route(
+            "/devices/{device}/faults",
+            post(arm_fault).get(faults_fired),
+        )
+        .route("/devices/{device}/faults/clear", post(clear_faults))
         .with_state(emu)
 }
 
@@ -179,4 +193,71 @@ async fn frames(
         });
     }
     reply(emu.receive_frames(device, &frames), |r| json!(r))
+}
+
+#[derive(Deserialize)]
+struct FaultQuery {
+    kind: String,
+    after: Option<u64>,
+    count: Option<u64>,
+    ms: Option<u64>,
+    every: Option<usize>,
+}
+
+impl FaultQuery {
+    fn kind(&self) -> Result<FaultKind, String> {
+        let ms = || {
+            self.ms
+                .map(std::time::Duration::from_millis)
+                .ok_or_else(|| format!("fault {}: ms is required", self.kind))
+        };
+        match self.kind.as_str() {
+            "unavailable" => Ok(FaultKind::Unavailable),
+            "stall-write" => Ok(FaultKind::StallWrite(ms()?)),
+            "stall-read" => Ok(FaultKind::StallRead(ms()?)),
+            "fail-updates" => match self.every {
+                Some(e) if e > 0 => Ok(FaultKind::FailUpdates(e)),
+                _ => Err("fault fail-updates: every (> 0) is required".into()),
+            },
+            other => Err(format!(
+                "unknown fault kind {other:?} (unavailable, stall-write, stall-read, fail-updates)"
+            )),
+        }
+    }
+}
+
+async fn arm_fault(
+    State(emu): State<Emulator>,
+    Path(device): Path<u64>,
+    Query(q): Query<FaultQuery>,
+) -> Response {
+    let kind = match q.kind() {
+        Ok(k) => k,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    match emu.device(device) {
+        Ok(dev) => {
+            dev.faults
+                .arm(kind, q.after.unwrap_or(0), q.count.unwrap_or(1));
+            Json(json!({"armed": true})).into_response()
+        }
+        Err(e) => emu_error(e),
+    }
+}
+
+async fn clear_faults(State(emu): State<Emulator>, Path(device): Path<u64>) -> Response {
+    match emu.device(device) {
+        Ok(dev) => {
+            dev.faults.clear();
+            Json(json!({"cleared": true})).into_response()
+        }
+        Err(e) => emu_error(e),
+    }
+}
+
+async fn faults_fired(State(emu): State<Emulator>, Path(device): Path<u64>) -> Response {
+    match emu.device(device) {
+        Ok(dev) => Json(dev.faults.fired()).into_response(),
+        Err(e) => emu_error(e),
+    }
 }

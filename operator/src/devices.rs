@@ -32,8 +32,8 @@ use crate::tls_secrets::{TlsSecretError, TlsSecrets};
 /// The client's target of a Switch without its Secret's material: a TLS
 /// Switch gets empty TLS settings, which the client refuses
 /// ([`p4fleet_client::Error::TlsMaterial`]), never a plaintext connection.
-/// For paths that do not take TLS yet (the FPGA slot service, the extern
-/// runtime); device connections use [`DevicePool::target`].
+/// What [`DevicePool::side_target`] falls back to when the Secret cannot
+/// be used.
 pub fn target(sw: &Switch) -> Target {
     let tls = sw
         .spec
@@ -162,6 +162,15 @@ impl DevicePool {
     /// Secret's problem when it cannot be used.
     pub fn target(&self, sw: &Switch) -> Result<Target, TlsSecretError> {
         Ok(target_with(sw, self.tls.settings(sw)?))
+    }
+
+    /// The client target of `sw` for the services beside its device
+    /// connection on the same endpoint (the FPGA slot service, the extern
+    /// runtime): the same TLS settings from the Switch's Secret. A Secret
+    /// that cannot be used (the Switch's `Reachable` condition says why)
+    /// gives empty TLS settings, refused before dialing: never plaintext.
+    pub fn side_target(&self, sw: &Switch) -> Target {
+        self.target(sw).unwrap_or_else(|_| target(sw))
     }
 
     /// The identity for connections made from now on (set by the leader

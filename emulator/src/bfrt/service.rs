@@ -111,6 +111,7 @@ impl BfrtService {
             Ok(Atomicity::RollbackOnError | Atomicity::DataplaneAtomic) => true,
             Err(_) => return Err(Status::invalid_argument("unknown atomicity")),
         };
+        let fault = crate::faults::before_write(dev).await?;
         let n = req.updates.len();
         let mut errors: Vec<(usize, UpdateError)> = Vec::new();
         let mut applied = Tally::default();
@@ -127,9 +128,11 @@ impl BfrtService {
             let mut log_p: Vec<Undo> = Vec::new();
             let mut log_f: Vec<Undo> = Vec::new();
             for (i, u) in req.updates.iter().enumerate() {
-                let res = match wire::parse_update(u) {
-                    Err(e) => Err(malformed(e)),
-                    Ok((ty, entity)) => {
+                let injected = fault.and_then(|f| f.update_error(i));
+                let res = match (injected, wire::parse_update(u)) {
+                    (Some(e), _) => Err(e),
+                    (None, Err(e)) => Err(malformed(e)),
+                    (None, Ok((ty, entity))) => {
                         let ty = Type::try_from(ty).unwrap_or(Type::Unspecified);
                         apply_one(
                             program,
@@ -286,6 +289,11 @@ impl crate::grpc::WireMethods for BfrtService {
 
     fn read(&self, req: &bfrt::ReadRequest) -> Result<Vec<Bytes>, Status> {
         Ok(vec![self.read_raw(req)?])
+    }
+
+    fn read_stall(&self, req: &bfrt::ReadRequest) -> Option<std::time::Duration> {
+        let id = req.target.map(|t| t.device_id).unwrap_or(0);
+        self.registry.get(id as u64)?.faults.on_read()
     }
 }
 

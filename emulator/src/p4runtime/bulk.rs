@@ -313,6 +313,7 @@ impl BulkWrite for BulkService {
         let c = &dev.counters;
         c.write_rpcs.fetch_add(1, Ordering::Relaxed);
         check_primary(dev, &req.role, req.election_id.as_ref().map(from_uint128))?;
+        let fault = crate::faults::before_write(dev).await?;
         let ty = match bk::UpdateType::try_from(req.r#type) {
             Ok(bk::UpdateType::Insert) => Type::Insert,
             Ok(bk::UpdateType::Modify) => Type::Modify,
@@ -342,6 +343,14 @@ impl BulkWrite for BulkService {
             let mut scratch = Scratch::default();
             let mut buf = Vec::with_capacity(256);
             for i in 0..plan.n {
+                if let Some(e) = fault.and_then(|f| f.update_error(i)) {
+                    errors.push(RowError {
+                        index: i as u64,
+                        code: e.code as i32,
+                        message: e.message,
+                    });
+                    continue;
+                }
                 let te = plan.view(i, ty != Type::Delete, &mut scratch);
                 let res = pipeline.apply_entry(ty, te, &scratch, &mut key, &mut |scratch| {
                     buf.clear();

@@ -63,6 +63,7 @@ impl P4RuntimeService {
             ));
         }
         check_primary(dev, req.role, req.election_id)?;
+        let fault = crate::faults::before_write(dev).await?;
         let n = req.updates.len();
         let mut errors: Vec<(usize, UpdateError)> = Vec::new();
         let mut applied = Tally::default();
@@ -72,6 +73,10 @@ impl P4RuntimeService {
             let mut key = Vec::with_capacity(64);
             let mut scratch = wire::Scratch::default();
             for (i, u) in req.updates.iter().enumerate() {
+                if let Some(e) = fault.and_then(|f| f.update_error(i)) {
+                    errors.push((i, e));
+                    continue;
+                }
                 match pipeline.apply(u, &mut key, &mut scratch) {
                     Ok(Type::Insert) => applied.inserts += 1,
                     Ok(Type::Modify) => applied.modifies += 1,
@@ -173,6 +178,10 @@ impl crate::grpc::WireMethods for P4RuntimeService {
 
     fn read(&self, req: &p4::ReadRequest) -> Result<Vec<Bytes>, Status> {
         self.read_raw(req)
+    }
+
+    fn read_stall(&self, req: &p4::ReadRequest) -> Option<std::time::Duration> {
+        self.registry.get(req.device_id)?.faults.on_read()
     }
 }
 

@@ -342,7 +342,7 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
         caps.async_externs = probe_async_externs(&ctx, &obj).await;
     }
     let board = match probe {
-        Some(_) => super::switch_probe::probe(&obj, PROBE_TIMEOUT).await,
+        Some(_) => super::switch_probe::probe(&ctx.devices, &obj, PROBE_TIMEOUT).await,
         None => None,
     };
     let claims = super::switch_probe::claims_of(&obj);

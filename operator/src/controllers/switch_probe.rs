@@ -21,11 +21,15 @@ pub const SLOT_SERVICE: &str = "SlotService";
 pub type BoardProbe = Result<pb::BoardInfo, SlotCallError>;
 
 /// Asks an FPGA Switch's slot service for its board info (None for other kinds).
-pub async fn probe(sw: &Switch, timeout: std::time::Duration) -> Option<BoardProbe> {
+pub async fn probe(
+    devices: &devices::DevicePool,
+    sw: &Switch,
+    timeout: std::time::Duration,
+) -> Option<BoardProbe> {
     if sw.spec.target != SwitchTarget::Fpga {
         return None;
     }
-    let client = match SlotClient::connect(&devices::target(sw)) {
+    let client = match SlotClient::connect(&devices.side_target(sw)) {
         Ok(c) => c,
         Err(e) => return Some(Err(e.into())),
     };

@@ -13,7 +13,18 @@
 //! set owns (the old keys plus those it is about to insert), and shrinks
 //! it once the device confirmed the deletes; a crash in between leaves a
 //! record that knows every entry the set may have written.
+//!
+//! A record that cannot be used ([`Damage`]: bad gzip, unknown format,
+//! content that does not match its digest, a missing chunk, or deleted
+//! behind the operator's back) never stops the set and never widens what
+//! it deletes: a damaged one is replaced by an empty record, so only
+//! device entries equal to desired ones count as the set's (a Merge set
+//! leaves every other entry alone; an Exclusive set owns the table
+//! anyway), and one deleted while this process runs is rewritten from
+//! memory. The set says so ([`damage_condition`], an Event) and the next
+//! write stores a good record.
 
+mod damage;
 pub mod record;
 pub mod store;
 
@@ -23,6 +34,7 @@ use std::sync::{Arc, Mutex};
 use kube::{Client, ResourceExt};
 use p4fleet_crds::TableEntrySet;
 
+pub use damage::{Damage, DamageKind, damage_condition, damage_event};
 pub use record::Record;
 pub use store::{StoreError, Stored, is_record};
 
@@ -31,7 +43,14 @@ pub use store::{StoreError, Stored, is_record};
 #[derive(Default)]
 pub struct Records {
     sets: Mutex<HashMap<String, Arc<Stored>>>,
+    /// The last damage found per set, and when: shown for
+    /// [`DAMAGE_SHOWN`] after, not only by the sync that found it.
+    damaged: Mutex<HashMap<String, (Damage, std::time::Instant)>>,
 }
+
+/// How long a set keeps its `OwnershipRecord` condition after the damage
+/// was found (the record itself is good again after that sync).
+pub const DAMAGE_SHOWN: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl Records {
     fn key(set: &TableEntrySet) -> String {
@@ -44,8 +63,21 @@ impl Records {
     }
 
     fn keep(&self, key: String, stored: Arc<Stored>) {
+        if let Some(d) = &stored.damage {
+            let mut g = self.damaged.lock().unwrap_or_else(|e| e.into_inner());
+            g.insert(key.clone(), (d.clone(), std::time::Instant::now()));
+        }
         let mut g = self.sets.lock().unwrap_or_else(|e| e.into_inner());
         g.insert(key, stored);
+    }
+
+    /// The damage last found in the set's record, if found within
+    /// [`DAMAGE_SHOWN`].
+    pub fn recent_damage(&self, set: &TableEntrySet) -> Option<Damage> {
+        let g = self.damaged.lock().unwrap_or_else(|e| e.into_inner());
+        g.get(&Self::key(set))
+            .filter(|(_, at)| at.elapsed() < DAMAGE_SHOWN)
+            .map(|(d, _)| d.clone())
     }
 
     /// The set's record: from memory, or read from the cluster the first
@@ -56,11 +88,46 @@ impl Records {
         set: &TableEntrySet,
     ) -> Result<Arc<Stored>, StoreError> {
         let key = Self::key(set);
-        if let Some(s) = self.cached(&key) {
-            return Ok(s);
-        }
         let ns = set.namespace().unwrap_or_default();
-        let stored = Arc::new(store::load(client, &ns, &set.name_any()).await?);
+        let name = set.name_any();
+        if let Some(s) = self.cached(&key) {
+            let Some(digest) = s.digest else {
+                return Ok(s);
+            };
+            // What this process wrote must still be there (one metadata
+            // read): deleted, it is rewritten from memory; changed by
+            // someone else, it is read again.
+            match store::head_digest(client, &ns, &name).await? {
+                Some(d) if d == hex::encode(digest) => return Ok(s),
+                Some(_) => {}
+                None => {
+                    let damage = Damage {
+                        name: store::head_name(&name),
+                        kind: DamageKind::Deleted,
+                    };
+                    let healed = Arc::new(Stored {
+                        record: s.record.clone(),
+                        digest: None,
+                        chunks: 0,
+                        damage: Some(damage),
+                    });
+                    self.keep(key, healed.clone());
+                    return Ok(healed);
+                }
+            }
+        }
+        let stored = match store::load(client, &ns, &name).await {
+            Ok(s) => s,
+            Err(StoreError::Damaged { name, reason }) => Stored {
+                damage: Some(Damage {
+                    name,
+                    kind: DamageKind::Unreadable(reason),
+                }),
+                ..Stored::default()
+            },
+            Err(e) => return Err(e),
+        };
+        let stored = Arc::new(stored);
         self.keep(key, stored.clone());
         Ok(stored)
     }
@@ -73,7 +140,7 @@ impl Records {
         record: Record,
     ) -> Result<Arc<Stored>, StoreError> {
         let prev = self.get(client, set).await?;
-        if prev.record == record {
+        if prev.record == record && prev.damage.is_none() {
             return Ok(prev);
         }
         let stored = Arc::new(store::save(client, set, &prev, record).await?);
@@ -87,6 +154,9 @@ impl Records {
         let ns = set.namespace().unwrap_or_default();
         store::delete(client, &ns, &set.name_any(), &prev).await?;
         let mut g = self.sets.lock().unwrap_or_else(|e| e.into_inner());
+        g.remove(&Self::key(set));
+        drop(g);
+        let mut g = self.damaged.lock().unwrap_or_else(|e| e.into_inner());
         g.remove(&Self::key(set));
         Ok(())
     }

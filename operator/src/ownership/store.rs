@@ -45,6 +45,10 @@ pub struct Stored {
     pub digest: Option<[u8; 32]>,
     /// How many ConfigMaps hold it (head included).
     pub chunks: usize,
+    /// Set when the stored record could not be used as it was (damaged or
+    /// deleted behind the operator's back): what stands in for it, until
+    /// the next write replaces it ([`super::damage`]).
+    pub damage: Option<super::Damage>,
 }
 
 /// Why a record could not be read or written.
@@ -146,7 +150,29 @@ pub async fn load(client: &Client, ns: &str, set: &str) -> Result<Stored, StoreE
         record,
         digest: Some(digest),
         chunks,
+        damage: None,
     })
+}
+
+/// The digest annotation of the set's head ConfigMap as stored now (a
+/// metadata-only read); None when there is no head.
+pub async fn head_digest(
+    client: &Client,
+    ns: &str,
+    set: &str,
+) -> Result<Option<String>, StoreError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let head = head_name(set);
+    let meta = api
+        .get_metadata_opt(&head)
+        .await
+        .map_err(StoreError::api(&head))?;
+    Ok(meta.map(|m| {
+        m.annotations()
+            .get(DIGEST_ANNOTATION)
+            .cloned()
+            .unwrap_or_default()
+    }))
 }
 
 fn chunk_data(cm: &ConfigMap, name: &str) -> Result<Vec<u8>, StoreError> {
@@ -167,11 +193,12 @@ pub async fn save(
 ) -> Result<Stored, StoreError> {
     let encoded = record.encode();
     let digest = Record::digest(&encoded);
-    if prev.digest == Some(digest) {
+    if prev.digest == Some(digest) && prev.damage.is_none() {
         return Ok(Stored {
             record,
             digest: Some(digest),
             chunks: prev.chunks,
+            damage: None,
         });
     }
     let ns = set.namespace().unwrap_or_default();
@@ -199,6 +226,7 @@ pub async fn save(
         record,
         digest: Some(digest),
         chunks: parts.len(),
+        damage: None,
     })
 }
 
@@ -206,9 +234,11 @@ pub async fn save(
 pub async fn delete(client: &Client, ns: &str, set: &str, prev: &Stored) -> Result<(), StoreError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let head = head_name(set);
-    if prev.digest.is_none() {
+    if prev.digest.is_none() && prev.damage.is_none() {
         return Ok(());
     }
+    // A damaged head is deleted too; chunks it may name are owned by the
+    // set and go with it (garbage collection).
     delete_one(&api, &head).await?;
     if let Some(d) = &prev.digest {
         delete_chunks(&api, &head, d, prev.chunks).await?;

@@ -66,6 +66,11 @@ pub async fn cleanup(ctx: &Context, set: &TableEntrySet) -> Result<Action, Error
     let desired =
         parse::per_target(&ctx.entry_sources, &me, set, &refs.targets, &refs.sources).await;
     let record = ctx.ownership.get(&ctx.client, set).await?;
+    if let Some(d) = &record.damage {
+        // Removes only entries equal to desired ones (the empty record).
+        let ev = crate::ownership::damage_event(d, set.spec.ownership);
+        ctx.events.publish(set, &ev).await;
+    }
     let mut failures = Vec::new();
     let mut removed = 0;
     for (i, t) in refs.targets.iter().enumerate() {

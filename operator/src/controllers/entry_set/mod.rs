@@ -157,6 +157,9 @@ async fn sync(
     let desired =
         parse::per_target(&ctx.entry_sources, &me, set, &refs.targets, &refs.sources).await;
     let record = ctx.ownership.get(&ctx.client, set).await?;
+    // A damaged record stands in as an empty one (see crate::ownership):
+    // an Event when found, a condition for a while after.
+    let found_damage = record.damage.is_some();
     // Targets in parallel, at most `syncs_per_device` per device over all
     // sets (`crate::limits`): a slow device delays only its own targets.
     let parallel = ctx.config.limits.targets_per_set;
@@ -216,6 +219,15 @@ async fn sync(
         now: &now,
     });
     default_action::fold(&mut report, set, &defaults);
+    if let Some(d) = ctx.ownership.recent_damage(set) {
+        let ownership = set.spec.ownership;
+        let conditions = &mut report.status.conditions;
+        conditions.push(crate::ownership::damage_condition(&d, ownership));
+        if found_damage {
+            let ev = crate::ownership::damage_event(&d, ownership);
+            report.events.push(ev);
+        }
+    }
     let mut new = report.status;
     resources::finish(&mut new, &extras, resources::wanted(set), MAX_ERRORS);
     update_status_noting(ctx, api, set, &mut new, &report.events).await?;

@@ -87,6 +87,7 @@ impl Placement {
 /// Reads what the policy refers to: its VirtualSwitch and that one's Switch.
 pub async fn dereference(
     reads: &impl Reads,
+    devices: &crate::devices::DevicePool,
     ns: &str,
     spec: &AsyncExternPolicySpec,
 ) -> Result<Placement, kube::Error> {
@@ -104,7 +105,7 @@ pub async fn dereference(
             target: sw.spec.target,
             runtime: RuntimeTarget {
                 device_id: sw.spec.device_id + u64::from(st.slot.unwrap_or(0)),
-                ..crate::devices::target(&sw)
+                ..devices.side_target(&sw)
             },
             host: t4p4s::Host {
                 program: vs.spec.program_ref.clone(),
@@ -368,7 +369,7 @@ async fn sync(
     ns: &str,
     obj: &AsyncExternPolicy,
 ) -> Result<Action, Error> {
-    let target = dereference(&ctx.reads, ns, &obj.spec).await?;
+    let target = dereference(&ctx.reads, &ctx.devices, ns, &obj.spec).await?;
     let applied = match target.runtime() {
         Some(rt) if validate(&obj.spec, &target).is_empty() => {
             Some(runtime::apply(rt, &desired::desired(&obj.spec)).await)
@@ -396,7 +397,7 @@ async fn sync(
 /// Restores the target's defaults. A policy whose target is gone (or
 /// never resolved) has nothing to restore.
 async fn cleanup(ctx: &Context, ns: &str, obj: &AsyncExternPolicy) -> Result<Action, Error> {
-    let target = dereference(&ctx.reads, ns, &obj.spec).await?;
+    let target = dereference(&ctx.reads, &ctx.devices, ns, &obj.spec).await?;
     if let Some(rt) = target.runtime() {
         runtime::restore_defaults(rt)
             .await

@@ -238,7 +238,7 @@ async fn cleanup(ctx: &Context, obj: &VirtualSwitch) -> Result<Action, Error> {
             .into_iter()
             .filter(|c| c.virtual_switch == me);
         for c in mine {
-            if let Err(e) = slot_load::unload(&sw, c.slot).await {
+            if let Err(e) = slot_load::unload(&ctx.devices, &sw, c.slot).await {
                 tracing::warn!(virtual_switch = %me, switch = %sw.name_any(), slot = c.slot,
                     error = %e, "could not unload the slot; releasing the claim anyway");
             }
@@ -288,7 +288,7 @@ async fn push(
         return Pipeline::Failed(u.into());
     }
     if sw.spec.target == SwitchTarget::Fpga {
-        return match slot_load::load(sw, slot, &obj.spec, program).await {
+        return match slot_load::load(&ctx.devices, sw, slot, &obj.spec, program).await {
             Ok(l) => Pipeline::Loaded {
                 digest: program.digest.clone(),
                 pushed: l.loaded.as_ref().map(|l| l.total),

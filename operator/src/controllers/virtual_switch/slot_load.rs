@@ -112,13 +112,14 @@ pub fn port_map(spec: &VirtualSwitchSpec) -> Vec<pb::PortMapping> {
 /// Loads `program` into `slot` of FPGA Switch `sw` unless it already runs
 /// it, then sets its isolation and port map and reads the slot back.
 pub async fn load(
+    devices: &devices::DevicePool,
     sw: &Switch,
     slot: u32,
     spec: &VirtualSwitchSpec,
     program: &ReadyProgram,
 ) -> Result<SlotLoad, SlotLoadError> {
     let started = Instant::now();
-    let client = SlotClient::connect(&devices::target(sw)).map_err(SlotCallError::from)?;
+    let client = SlotClient::connect(&devices.side_target(sw)).map_err(SlotCallError::from)?;
     let iso = isolation(spec)?;
     let ports = port_map(spec);
     let before = client.slot_state(slot).await?;
@@ -194,8 +195,12 @@ pub async fn load(
 
 /// Empties `slot` of FPGA Switch `sw` (a deleted VirtualSwitch's). A slot
 /// the board no longer knows is already empty.
-pub async fn unload(sw: &Switch, slot: u32) -> Result<(), SlotCallError> {
-    let client = SlotClient::connect(&devices::target(sw))?;
+pub async fn unload(
+    devices: &devices::DevicePool,
+    sw: &Switch,
+    slot: u32,
+) -> Result<(), SlotCallError> {
+    let client = SlotClient::connect(&devices.side_target(sw))?;
     match client.unload_slot(slot).await {
         Err(e) if e.reason() == Some(pb::Reason::UnknownSlot) => Ok(()),
         r => r,
