@@ -24,7 +24,7 @@ command -v "$P4C" >/dev/null || {
   echo "compile-examples: $P4C not found (set P4C_BM2_SS or put p4c-bm2-ss on PATH)" >&2
   exit 1
 }
-echo "compile-examples: $("$P4C" --version | tr "\n" " ")" >&2
+echo "compile-examples: $("$P4C" --version 2>&1 | tr "\n" " ")" >&2
 
 for ex in "${EXAMPLES[@]}"; do
   dir="$REPO/examples/$ex"
