@@ -2,18 +2,19 @@
 # The cluster e2e test (e2e/tests/cluster.rs) on kind, for machines with
 # docker (hosted CI: .github/workflows/e2e-kind.yml):
 #   1. docker build the operator (Dockerfile) and emulator (emulator/Dockerfile)
-#   2. p4c (in its container) compiles examples/*/ *.p4 for bmv2 (v1model):
-#      JSON + P4Info, turned into ConfigMaps and P4Programs
+#   2. the examples' committed p4c output (examples/*/p4info.txt and NAME.json,
+#      see examples/README.md) turned into ConfigMaps and P4Programs
 #   3. kind create cluster; kind load the two images and the bmv2 image
 #   4. the test: helm install of charts/p4fleet with those images, a real
 #      bmv2 (simple_switch_grpc --no-p4) and the emulator's Tofino as
 #      Deployments + Services, the samples Ready through them (the firewall
-#      P4Program replaced by p4c's), leader failover, helm uninstall
+#      P4Program replaced by one reading its ConfigMap), leader failover, helm
+#      uninstall
 #   5. kind delete cluster (KEEP_CLUSTER=1 keeps it)
 #
 # Needs: docker, kind, kubectl, helm (bin/helm or PATH), cargo, python3 (with
 # PyYAML, as on hosted runners), network access to Docker Hub.
-# Images: P4C_IMAGE, BMV2_IMAGE (defaults below); KIND_NODE_IMAGE optional.
+# Images: BMV2_IMAGE (default below); KIND_NODE_IMAGE optional.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -23,7 +24,6 @@ OUT="$REPO/.local/kind"
 TAG="${P4FLEET_IMAGE_TAG:-e2e}"
 OPERATOR_IMAGE="p4fleet.local/p4fleet:$TAG"
 EMULATOR_IMAGE="p4fleet.local/p4fleet-emulator:$TAG"
-P4C_IMAGE="${P4C_IMAGE:-docker.io/p4lang/p4c:latest}"
 BMV2_IMAGE="${BMV2_IMAGE:-docker.io/p4lang/behavioral-model:latest}"
 EXAMPLES=(firewall l2switch router)
 
@@ -44,25 +44,21 @@ docker build -t "$OPERATOR_IMAGE" -f Dockerfile .
 docker build -t "$EMULATOR_IMAGE" -f emulator/Dockerfile .
 docker pull -q "$BMV2_IMAGE" >/dev/null
 
-step "p4c: ${EXAMPLES[*]}"
+step "p4c output: ${EXAMPLES[*]}"
 for ex in "${EXAMPLES[@]}"; do
-  mkdir -p "$OUT/p4c/$ex"
-  docker run --rm --user "$(id -u):$(id -g)" \
-    -v "$REPO/examples/$ex:/src:ro" -v "$OUT/p4c/$ex:/out" "$P4C_IMAGE" \
-    p4c --target bmv2 --arch v1model --std p4-16 \
-      --p4runtime-files "/out/$ex.p4info.txt" -o /out "/src/$ex.p4"
-  [[ -s "$OUT/p4c/$ex/$ex.json" && -s "$OUT/p4c/$ex/$ex.p4info.txt" ]] || die "p4c produced no JSON/P4Info for $ex"
+  [[ -s "examples/$ex/$ex.json" && -s "examples/$ex/p4info.txt" ]] \
+    || die "examples/$ex has no p4c output (hack/compile-examples.sh)"
 done
 
 # P4Programs with p4c's P4Info and bmv2 JSON from ConfigMaps; `firewall`
-# replaces the sample of that name (whose P4Info is hand-written).
+# replaces the sample of that name (its artifacts are inline).
 python3 - "$OUT" "${EXAMPLES[@]}" > "$OUT/programs.yaml" <<'PY'
 import sys, yaml
 out, examples = sys.argv[1], sys.argv[2:]
 docs = []
 for ex in examples:
-    p4info = open(f"{out}/p4c/{ex}/{ex}.p4info.txt").read()
-    bmv2 = open(f"{out}/p4c/{ex}/{ex}.json").read()
+    p4info = open(f"examples/{ex}/p4info.txt").read()
+    bmv2 = open(f"examples/{ex}/{ex}.json").read()
     docs.append({"apiVersion": "v1", "kind": "ConfigMap",
                  "metadata": {"name": f"{ex}-p4c"},
                  "data": {"p4info.txt": p4info, f"{ex}.json": bmv2}})

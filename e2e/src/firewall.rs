@@ -190,7 +190,7 @@ pub fn foreign_entry() -> Entry {
 }
 
 /// [`foreign_entry`] as a P4Runtime TableEntry in protobuf text format.
-const FOREIGN_TEXT: &str = "table_id: 49661089\nmatch { field_id: 1 exact { value: \"\\xc0\\xa8\\x01\\x01\" } }\nmatch { field_id: 2 exact { value: \"\\xc0\\xa8\\x01\\x02\" } }\naction { action { action_id: 29481460 } }\n";
+const FOREIGN_TEXT: &str = "table_id: 39123287\nmatch { field_id: 1 exact { value: \"\\xc0\\xa8\\x01\\x01\" } }\nmatch { field_id: 2 exact { value: \"\\xc0\\xa8\\x01\\x02\" } }\naction { action { action_id: 25652968 } }\n";
 
 /// POSTs `body` to the emulator's side channel; returns the answer's body.
 fn post(addr: SocketAddr, path: &str, body: &str) -> String {

@@ -72,7 +72,7 @@ fn l2crypt(file: &str) -> String {
 fn p4info() -> String {
     format!(
         r#"{}
-direct_counters {{ preamble {{ id: 330000001 name: "MyIngress.dmac_counter" alias: "dmac_counter" }} spec {{ unit: BOTH }} direct_table_id: 45321753 }}
+direct_counters {{ preamble {{ id: 330000001 name: "MyIngress.dmac_counter" alias: "dmac_counter" }} spec {{ unit: BOTH }} direct_table_id: 44918510 }}
 meters {{ preamble {{ id: {RATE} name: "MyIngress.rate" alias: "rate" }} spec {{ unit: BYTES }} size: 4 }}
 registers {{ preamble {{ id: {SEEN} name: "MyIngress.seen" alias: "seen" }} type_spec {{ bitstring {{ bit {{ bitwidth: 12 }} }} }} size: 16 }}
 "#,

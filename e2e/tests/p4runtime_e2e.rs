@@ -732,7 +732,7 @@ async fn bad_input_gives_conditions_and_valid_entries_still_apply(kind: Kind, de
 async fn plant_foreign_entry(env: &Env, kind: Kind, dev: u64) {
     match kind {
         Kind::Bmv2 => {
-            let foreign = "table_id: 49661089\nmatch { field_id: 1 exact { value: \"\\xc0\\xa8\\x01\\x01\" } }\nmatch { field_id: 2 exact { value: \"\\xc0\\xa8\\x01\\x02\" } }\naction { action { action_id: 29481460 } }\n";
+            let foreign = "table_id: 39123287\nmatch { field_id: 1 exact { value: \"\\xc0\\xa8\\x01\\x01\" } }\nmatch { field_id: 2 exact { value: \"\\xc0\\xa8\\x01\\x02\" } }\naction { action { action_id: 25652968 } }\n";
             let r = http(
                 env.stats,
                 "POST",

@@ -155,7 +155,7 @@ async fn p4runtime_shell_writes_and_reads_groups_and_replication() {
 /// The firewall P4Info plus a direct counter on its table, a meter and a
 /// register array, for the resources script.
 const RESOURCES: &str = r#"
-direct_counters { preamble { id: 330000001 name: "MyIngress.firewall_hits" alias: "firewall_hits" } spec { unit: BOTH } direct_table_id: 49661089 }
+direct_counters { preamble { id: 330000001 name: "MyIngress.firewall_hits" alias: "firewall_hits" } spec { unit: BOTH } direct_table_id: 39123287 }
 meters { preamble { id: 335000001 name: "MyIngress.rate" alias: "rate" } spec { unit: BYTES } size: 4 }
 registers { preamble { id: 369000001 name: "MyIngress.seen" alias: "seen" } type_spec { bitstring { bit { bitwidth: 12 } } } size: 16 }
 "#;

@@ -23,12 +23,12 @@ fn entry(i: u32, port: u32) -> Entry {
     };
     Entry {
         key: EntryKey {
-            table_id: 49661089,
+            table_id: 39123287,
             matches: vec![exact(1, v(0x0a00_0000 + i)), exact(2, v(0xc0a8_0001))],
             priority: 0,
         },
         action: ActionCall {
-            action_id: 27506658,
+            action_id: 17724422,
             params: vec![ActionParam {
                 param_id: 1,
                 value: v(port),
@@ -116,7 +116,7 @@ async fn bfrt_driver_pushes_writes_and_reads() {
     );
 
     // Read back in canonical P4Runtime form.
-    let mut got = dev.read_table(0, 49661089).await.unwrap();
+    let mut got = dev.read_table(0, 39123287).await.unwrap();
     assert_eq!(got.len(), 3001);
     got.sort_by(|a, b| a.r#match[0].encode_key().cmp(&b.r#match[0].encode_key()));
     assert!(got.contains(&read_form(7, 7)));
@@ -147,10 +147,10 @@ async fn bfrt_driver_pushes_writes_and_reads() {
 
     // Drift through the shared stats helper (same table id as P4Info).
     assert_eq!(
-        emu.emulator().drop_entries(3, Some(49661089), 10).unwrap(),
+        emu.emulator().drop_entries(3, Some(39123287), 10).unwrap(),
         10
     );
-    assert_eq!(dev.read_table(0, 49661089).await.unwrap().len(), 2991);
+    assert_eq!(dev.read_table(0, 39123287).await.unwrap().len(), 2991);
     emu.shutdown().await.unwrap();
 }
 

@@ -14,8 +14,8 @@ use p4fleet_proto::p4runtime::{self as p4rt, update::Type};
 use tonic::service::interceptor::InterceptedService;
 
 const P4INFO: &str = include_str!("../../examples/firewall/p4info.txt");
-const TABLE: u32 = 49661089;
-const ALLOW: u32 = 27506658;
+const TABLE: u32 = 39123287;
+const ALLOW: u32 = 17724422;
 
 /// Serves the emulator's P4Runtime (and BulkWrite when `bulk`), counting
 /// BulkWrite calls.

@@ -19,11 +19,11 @@ use p4fleet_proto::p4info;
 
 const SPEC: &str = include_str!("../../examples/l2crypt/l2crypt.spec");
 const P4INFO: &str = include_str!("../../examples/l2crypt/p4info.txt");
-const SMAC: u32 = 34425451;
-const DMAC: u32 = 45321753;
+const SMAC: u32 = 41683160;
+const DMAC: u32 = 44918510;
 const NO_ACTION: u32 = 21257015;
-const FORWARD: u32 = 22605987;
-const DROP: u32 = 29481460;
+const FORWARD: u32 = 29683729;
+const DROP: u32 = 25652968;
 const FLOOD: u32 = 255;
 /// Ethernet + IPv4 + UDP: where the encrypted payload starts (the program
 /// parses up to IPv4, so UDP is payload).

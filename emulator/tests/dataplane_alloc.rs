@@ -20,13 +20,13 @@ static GLOBAL: CountingAllocator = CountingAllocator::new();
 fn no_allocation_per_packet() {
     let source = Arc::new(MemoryTableSource::new());
     source.set_entries(
-        45321753,
+        44918510,
         (0..8)
             .map(|i| SnapshotEntry {
                 matches: vec![(1, FieldValue::Exact(packet::dst_mac(i).to_vec()))],
                 priority: 0,
                 action: ActionCall {
-                    action_id: 22605987,
+                    action_id: 29683729,
                     params: vec![vec![i as u8 + 1]],
                 },
             })

@@ -23,8 +23,8 @@ const SPEC: &str = include_str!("../../examples/l2crypt/l2crypt.spec");
 const P4INFO: &str = include_str!("../../examples/l2crypt/p4info.txt");
 const BFRT: &str = include_str!("../../examples/l2crypt/bfrt.json");
 const CONTEXT: &str = include_str!("../../examples/l2crypt/context.json");
-const DMAC: u32 = 45321753;
-const FORWARD: u32 = 22605987;
+const DMAC: u32 = 44918510;
+const FORWARD: u32 = 29683729;
 const FLOOD: u32 = 255;
 
 /// Device 1 is a Dpdk target, device 2 is not.

@@ -13,8 +13,8 @@
  * port_counter / port_meter: an indirect counter and meter per ingress port.
  * port_last_seen: a register per ingress port (the last source IPv4 address).
  *
- * Hand-written: no P4 compiler is installed where p4fleet is built (see
- * README.md); p4info.txt is what p4c's P4Runtime back end would emit for it.
+ * p4info.txt and fabric.json are p4c's output for this file (see
+ * ../README.md for the version and command).
  */
 #include <core.p4>
 #include <v1model.p4>

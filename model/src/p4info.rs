@@ -425,10 +425,11 @@ mod tests {
         assert_eq!(validate(&p), vec![]);
         let schemas = TableSchema::all_from_p4info(&p).unwrap();
         let names: Vec<_> = schemas.iter().map(|t| t.alias.as_str()).collect();
-        assert_eq!(names, ["acl", "ecmp", "l2_fwd", "smac"]);
+        // p4c lists tables in declaration order.
+        assert_eq!(names, ["smac", "l2_fwd", "ecmp", "acl"]);
         // The selector's key fields feed the hash only: one match field.
-        assert_eq!(schemas[1].match_fields.len(), 1);
-        let ecmp = &p.tables[1];
+        assert_eq!(schemas[2].match_fields.len(), 1);
+        let ecmp = &p.tables[2];
         let profile = &p.action_profiles[0];
         assert_eq!(
             ecmp.implementation_id,
@@ -453,26 +454,27 @@ mod tests {
             (profile.preamble.as_ref().unwrap().id, 0x11),
             (p.counters[0].preamble.as_ref().unwrap().id, 0x12),
             (p.direct_counters[0].preamble.as_ref().unwrap().id, 0x13),
-            (p.direct_meters[0].preamble.as_ref().unwrap().id, 0x14),
-            (p.meters[0].preamble.as_ref().unwrap().id, 0x15),
+            // P4Runtime's prefixes (p4info.proto, P4Ids.Prefix), as p4c sets them.
+            (p.meters[0].preamble.as_ref().unwrap().id, 0x14),
+            (p.direct_meters[0].preamble.as_ref().unwrap().id, 0x15),
             (p.registers[0].preamble.as_ref().unwrap().id, 0x16),
-            (p.digests[0].preamble.as_ref().unwrap().id, 0x18),
+            (p.digests[0].preamble.as_ref().unwrap().id, 0x17),
         ] {
             assert_eq!(prefix(id), want, "{id}");
         }
         // Direct resources and their tables name each other.
         for (table, resource) in [
-            (&p.tables[2], p.direct_counters[0].direct_table_id),
-            (&p.tables[0], p.direct_meters[0].direct_table_id),
+            (&p.tables[1], p.direct_counters[0].direct_table_id),
+            (&p.tables[3], p.direct_meters[0].direct_table_id),
         ] {
             assert_eq!(table.preamble.as_ref().unwrap().id, resource);
         }
         assert_eq!(
-            p.tables[2].direct_resource_ids,
+            p.tables[1].direct_resource_ids,
             [p.direct_counters[0].preamble.as_ref().unwrap().id]
         );
         assert_eq!(
-            p.tables[0].direct_resource_ids,
+            p.tables[3].direct_resource_ids,
             [p.direct_meters[0].preamble.as_ref().unwrap().id]
         );
     }
@@ -484,7 +486,7 @@ mod tests {
         let acl = &tables(&p)[0];
         assert_eq!(
             (acl.name.as_str(), acl.id, acl.size),
-            ("MyIngress.acl", 47214355, 1024)
+            ("MyIngress.acl", 37519123, 1024)
         );
         assert_eq!(
             acl.match_fields,
@@ -521,7 +523,7 @@ mod tests {
         p.tables[0].match_fields[1].r#match = None;
         p.tables[0].size = -1;
         // drop takes the table's id; allow declares its param twice.
-        p.actions[0].preamble.as_mut().unwrap().id = 49661089;
+        p.actions[0].preamble.as_mut().unwrap().id = 39123287;
         let port = p.actions[1].params[0].clone();
         p.actions[1].params.push(port);
         let problems = validate(&p);
@@ -534,7 +536,7 @@ mod tests {
                     id: 1
                 },
                 Problem::DuplicateId {
-                    id: 49661089,
+                    id: 39123287,
                     first: "MyIngress.drop".into(),
                     second: t()
                 },
@@ -559,7 +561,7 @@ mod tests {
         );
         assert_eq!(
             problems[1].to_string(),
-            "id 49661089 is used by both MyIngress.drop and MyIngress.firewall"
+            "id 39123287 is used by both MyIngress.drop and MyIngress.firewall"
         );
         assert_eq!(tables(&p)[0].actions[1], "#12345");
         assert_eq!(

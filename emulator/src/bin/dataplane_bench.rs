@@ -30,10 +30,10 @@ static GLOBAL: CountingAllocator = CountingAllocator::new();
 
 const SPEC: &str = include_str!("../../../examples/l2crypt/l2crypt.spec");
 const P4INFO: &str = include_str!("../../../examples/l2crypt/p4info.txt");
-const SMAC: u32 = 34425451;
-const DMAC: u32 = 45321753;
+const SMAC: u32 = 41683160;
+const DMAC: u32 = 44918510;
 const NO_ACTION: u32 = 21257015;
-const FORWARD: u32 = 22605987;
+const FORWARD: u32 = 29683729;
 
 #[derive(Parser, Debug)]
 #[command(

@@ -214,11 +214,11 @@ mod tests {
         let info = p4info::parse_text(P4INFO).unwrap();
         let b = bind(&p, &info).unwrap();
         let dmac = &b.tables[p.table_index("dmac").unwrap()];
-        assert_eq!(dmac.table_id, 45321753);
+        assert_eq!(dmac.table_id, 44918510);
         assert_eq!(dmac.name, "MyIngress.dmac");
         assert_eq!(dmac.field_ids, [1]);
         assert_eq!(
-            b.action(22605987),
+            b.action(29683729),
             p.action_index("forward").map(|i| i as u8)
         );
         assert_eq!(
@@ -226,7 +226,7 @@ mod tests {
             p.action_index("NoAction").map(|i| i as u8)
         );
         assert_eq!(b.extern_ids, [2166930795, 2171481740]);
-        assert_eq!(b.table(34425451), p.table_index("smac"));
+        assert_eq!(b.table(41683160), p.table_index("smac"));
     }
 
     #[test]

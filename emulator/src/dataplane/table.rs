@@ -460,9 +460,9 @@ mod tests {
 
     const SPEC: &str = include_str!("../../../examples/l2crypt/l2crypt.spec");
     const P4INFO: &str = include_str!("../../../examples/l2crypt/p4info.txt");
-    const DMAC: u32 = 45321753;
-    const FORWARD: u32 = 22605987;
-    const DROP: u32 = 29481460;
+    const DMAC: u32 = 44918510;
+    const FORWARD: u32 = 29683729;
+    const DROP: u32 = 25652968;
 
     fn setup(spec_text: &str) -> (Program, Binding) {
         let p = spec::load(spec_text).unwrap();

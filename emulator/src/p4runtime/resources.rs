@@ -496,14 +496,14 @@ mod tests {
         let text = include_str!("../../../examples/fabric/p4info.txt");
         let info = p4fleet_proto::p4info::parse_text(text).unwrap();
         let r = Schema::from_p4info(&info).unwrap().resources;
-        assert_eq!(r.counters[&309432811].size, 512);
+        assert_eq!(r.counters[&318731500].size, 512);
         assert_eq!(
-            r.direct_counters[&40127655].name,
+            r.direct_counters[&35786901].name,
             "MyIngress.l2_fwd_counter"
         );
-        assert_eq!(r.meters[&358715023].unit, Unit::Packets);
-        assert_eq!(r.direct_meters[&47214355].unit, Unit::Bytes);
-        assert_eq!(r.registers[&377553846].bitwidth, 32);
+        assert_eq!(r.meters[&350933998].unit, Unit::Packets);
+        assert_eq!(r.direct_meters[&37519123].unit, Unit::Bytes);
+        assert_eq!(r.registers[&383189205].bitwidth, 32);
 
         // A register that is not bit<W>, or a direct counter on no table,
         // is refused when the pipeline is set.

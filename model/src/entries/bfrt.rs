@@ -631,13 +631,13 @@ mod tests {
     fn lpm_round_trip_is_full_width() {
         let m = router();
         let te = text(
-            r#"table_id: 36161886
+            r#"table_id: 37375156
                match { field_id: 1 lpm { value: "\n\000\000\000" prefix_len: 8 } }
-               action { action { action_id: 24748744
+               action { action { action_id: 24952588
                  params { param_id: 1 value: "\001" }
                  params { param_id: 2 value: "\005" } } }"#,
         );
-        let tm = m.table(36161886).unwrap();
+        let tm = m.table(37375156).unwrap();
         let e = entry(&te);
         let u = sent(&m, WriteOp::insert(&e)).unwrap();
         let b = table_entry(&u);
@@ -668,13 +668,13 @@ mod tests {
         let m = router();
         // Only srcAddr ternary and protocol optional set.
         let te = text(
-            r#"table_id: 47214355
+            r#"table_id: 37519123
                match { field_id: 1 ternary { value: "\n" mask: "\377" } }
                match { field_id: 3 optional { value: "\006" } }
-               action { action { action_id: 28631149 } }
+               action { action { action_id: 32656341 } }
                priority: 10"#,
         );
-        let tm = m.table(47214355).unwrap();
+        let tm = m.table(37519123).unwrap();
         let e = entry(&te);
         let u = sent(&m, WriteOp::insert(&e)).unwrap();
         let b = table_entry(&u);
@@ -706,7 +706,7 @@ mod tests {
         let m = router();
         let lpm = |value: &[u8], action_id| Entry {
             key: EntryKey {
-                table_id: 36161886,
+                table_id: 37375156,
                 matches: vec![FieldMatch {
                     field_id: 1,
                     value: MatchValue::Lpm {
@@ -721,7 +721,7 @@ mod tests {
                 params: vec![],
             },
         };
-        let wide = lpm(&[1, 0, 0, 0, 0], 29481460);
+        let wide = lpm(&[1, 0, 0, 0, 0], 25652968);
         assert!(m.check(WriteOp::insert(&wide)).is_err());
         let unknown = lpm(&[10], 1);
         assert!(m.check(WriteOp::insert(&unknown)).is_err());

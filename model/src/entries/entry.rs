@@ -519,7 +519,7 @@ mod tests {
             None,
         )
         .unwrap();
-        assert_eq!(e.key.table_id, 49661089);
+        assert_eq!(e.key.table_id, 39123287);
         assert_eq!(e.key.priority, 0);
         assert_eq!(e.key.matches.len(), 2);
         assert_eq!(e.key.matches[0].field_id, 1);
@@ -527,7 +527,7 @@ mod tests {
             e.key.matches[0].value,
             MatchValue::Exact(ByteStr::new(&[10, 0, 0, 1]))
         );
-        assert_eq!(e.action.action_id, 27506658);
+        assert_eq!(e.action.action_id, 17724422);
         assert_eq!(
             e.action.params,
             vec![ActionParam {

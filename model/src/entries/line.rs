@@ -579,7 +579,7 @@ dstAddr=10.0.0.6 srcAddr=10.0.0.5 => allow 7
             es[0].key.matches[1].value,
             MatchValue::Exact(ByteStr::new(&[10, 0, 0, 2]))
         );
-        assert_eq!(es[1].action.action_id, 29481460);
+        assert_eq!(es[1].action.action_id, 25652968);
         assert_eq!(es[2].action.params[0].value, ByteStr::new(&[7]));
         assert_eq!(
             es[2].key.matches[0].value,
@@ -604,9 +604,9 @@ dstAddr=10.0.0.6 srcAddr=10.0.0.5 => allow 7
 ";
         let es = parse_text(&t, text).unwrap();
         assert_eq!(es.len(), 6);
-        assert_eq!(es[2].action.action_id, 27506658);
+        assert_eq!(es[2].action.action_id, 17724422);
         assert_eq!(es[3].action.params[0].value, ByteStr::new(&[4]));
-        assert_eq!(es[4].action.action_id, 29481460);
+        assert_eq!(es[4].action.action_id, 25652968);
         assert_eq!(
             es[5].key.matches[0].value,
             MatchValue::Exact(ByteStr::new(&[10, 0, 0, 11]))

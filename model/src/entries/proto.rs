@@ -212,7 +212,7 @@ mod tests {
         let s = TableSchema::from_p4info(&fw, "firewall").unwrap();
         let e = &parse_text(&s, "srcAddr=0.0.0.0 dstAddr=0.0.1.2 => allow port=0\n").unwrap()[0];
         let t = e.to_proto();
-        assert_eq!(t.table_id, 49661089);
+        assert_eq!(t.table_id, 39123287);
         assert_eq!(t.priority, 0);
         let vals: Vec<_> = t
             .r#match
@@ -225,7 +225,7 @@ mod tests {
         assert_eq!(vals, vec![vec![0u8], vec![1, 2]]);
         match t.action.unwrap().r#type.unwrap() {
             table_action::Type::Action(a) => {
-                assert_eq!(a.action_id, 27506658);
+                assert_eq!(a.action_id, 17724422);
                 assert_eq!(a.params[0].value, vec![0u8]);
             }
             _ => panic!(),

@@ -226,7 +226,7 @@ pub(crate) mod fixtures {
         TableSchema {
             name: "MyIngress.firewall".into(),
             alias: "firewall".into(),
-            id: 49661089,
+            id: 39123287,
             size: 65536,
             match_fields: vec![
                 field("hdr.ipv4.srcAddr", 1, 32, MatchKind::Exact),
@@ -235,13 +235,13 @@ pub(crate) mod fixtures {
             actions: vec![
                 action(
                     "MyIngress.allow",
-                    27506658,
+                    17724422,
                     &[("port", 9)],
                     ActionScope::TableAndDefault,
                 ),
                 action(
                     "MyIngress.drop",
-                    29481460,
+                    25652968,
                     &[],
                     ActionScope::TableAndDefault,
                 ),
@@ -254,19 +254,19 @@ pub(crate) mod fixtures {
         TableSchema {
             name: "MyIngress.ipv4_lpm".into(),
             alias: "ipv4_lpm".into(),
-            id: 36161886,
+            id: 37375156,
             size: 16384,
             match_fields: vec![field("hdr.ipv4.dstAddr", 1, 32, MatchKind::Lpm)],
             actions: vec![
                 action(
                     "MyIngress.set_nhop",
-                    24748744,
+                    24952588,
                     &[("dmac", 48), ("port", 9)],
                     ActionScope::TableAndDefault,
                 ),
                 action(
                     "MyIngress.drop",
-                    29481460,
+                    25652968,
                     &[],
                     ActionScope::TableAndDefault,
                 ),
@@ -279,7 +279,7 @@ pub(crate) mod fixtures {
         TableSchema {
             name: "MyIngress.acl".into(),
             alias: "acl".into(),
-            id: 47214355,
+            id: 37519123,
             size: 1024,
             match_fields: vec![
                 field("hdr.ipv4.srcAddr", 1, 32, MatchKind::Ternary),
@@ -290,13 +290,13 @@ pub(crate) mod fixtures {
             actions: vec![
                 action(
                     "MyIngress.permit",
-                    28631149,
+                    32656341,
                     &[],
                     ActionScope::TableAndDefault,
                 ),
                 action(
                     "MyIngress.deny",
-                    20314281,
+                    23481214,
                     &[],
                     ActionScope::TableAndDefault,
                 ),
@@ -316,25 +316,25 @@ pub(crate) mod fixtures {
         TableSchema {
             name: "MyIngress.dmac".into(),
             alias: "dmac".into(),
-            id: 45321753,
+            id: 44918510,
             size: 4096,
             match_fields: vec![field("hdr.ethernet.dstAddr", 1, 48, MatchKind::Exact)],
             actions: vec![
                 action(
                     "MyIngress.forward",
-                    22605987,
+                    29683729,
                     &[("port", 9)],
                     ActionScope::TableAndDefault,
                 ),
                 action(
                     "MyIngress.broadcast",
-                    26503982,
+                    22516369,
                     &[],
                     ActionScope::TableAndDefault,
                 ),
                 action(
                     "MyIngress.drop",
-                    29481460,
+                    25652968,
                     &[],
                     ActionScope::TableAndDefault,
                 ),

@@ -406,7 +406,7 @@ mod tests {
                 priority,
             },
             action: ActionCall {
-                action_id: 27506658,
+                action_id: 17724422,
                 params: vec![ActionParam {
                     param_id: 1,
                     value: b(&[1]),
@@ -421,7 +421,7 @@ mod tests {
         let long: Vec<u8> = (1..=16).collect();
         let mut es = vec![
             entry(
-                49661089,
+                39123287,
                 vec![
                     (1, MatchValue::Exact(b(&[10, 0, 0, 1]))),
                     (2, MatchValue::Exact(b(&[0]))),
@@ -429,7 +429,7 @@ mod tests {
                 0,
             ),
             entry(
-                36161886,
+                37375156,
                 vec![(
                     1,
                     MatchValue::Lpm {
@@ -440,7 +440,7 @@ mod tests {
                 0,
             ),
             entry(
-                47214355,
+                37519123,
                 vec![
                     (
                         1,
@@ -492,7 +492,7 @@ mod tests {
             entry(7, vec![], 1),
         ];
         es[1].action = ActionCall {
-            action_id: 24748744,
+            action_id: 24952588,
             params: vec![
                 ActionParam {
                     param_id: 1,
@@ -623,7 +623,7 @@ mod tests {
         let es: Vec<Entry> = (0..3000u32)
             .map(|i| {
                 entry(
-                    49661089,
+                    39123287,
                     vec![
                         (1, MatchValue::Exact(ByteStr::canonical(&i.to_be_bytes()))),
                         (2, MatchValue::Exact(b(&[192, 168, 0, 1]))),

@@ -247,10 +247,10 @@ mod tests {
     #[test]
     fn unknown_action_ref_and_duplicate_ids_are_named() {
         let bad = FIREWALL
-            .replace("id: 29481460\n  }\n  size", "id: 12345\n  }\n  size")
+            .replace("id: 25652968\n  }\n  size", "id: 12345\n  }\n  size")
             .replace(
-                "id: 27506658\n    name: \"MyIngress.allow\"",
-                "id: 49661089\n    name: \"MyIngress.allow\"",
+                "id: 17724422\n    name: \"MyIngress.allow\"",
+                "id: 39123287\n    name: \"MyIngress.allow\"",
             );
         let p = p4info::parse_text(&bad).unwrap();
         let problems: Vec<String> = model_p4info::validate(&p)
@@ -266,7 +266,7 @@ mod tests {
         assert!(
             problems
                 .iter()
-                .any(|m| m.contains("id 49661089 is used by both")),
+                .any(|m| m.contains("id 39123287 is used by both")),
             "{problems:?}"
         );
         let spec = spec_inline(&bad);

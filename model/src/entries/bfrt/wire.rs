@@ -532,7 +532,7 @@ mod tests {
     /// Good and bad entries of the router (lpm, acl with ternary, optional,
     /// range, priority) and firewall (exact) tables.
     fn entries() -> Vec<Entry> {
-        let (lpm, acl, fw) = (36161886, 47214355, 49661089);
+        let (lpm, acl, fw) = (37375156, 37519123, 39123287);
         let mut route = e(
             lpm,
             vec![(
@@ -543,10 +543,10 @@ mod tests {
                 },
             )],
             0,
-            24748744,
+            24952588,
         );
         route.action.params = vec![param(1, &[1]), param(2, &[5])];
-        let mut default_route = e(lpm, vec![], 0, 24748744);
+        let mut default_route = e(lpm, vec![], 0, 24952588);
         default_route.action.params = vec![param(1, &[0, 0, 0, 0, 0, 0, 0]), param(2, &[0])];
         let acl_full = e(
             acl,
@@ -568,9 +568,9 @@ mod tests {
                 ),
             ],
             10,
-            28631149,
+            32656341,
         );
-        let acl_any = e(acl, vec![], -5, 28631149);
+        let acl_any = e(acl, vec![], -5, 32656341);
         let mut fw_ok = e(
             fw,
             vec![
@@ -578,7 +578,7 @@ mod tests {
                 (2, MatchValue::Exact(b(&[0]))),
             ],
             0,
-            27506658,
+            17724422,
         );
         fw_ok.action.params = vec![param(1, &[1, 0xff])];
         let mut too_wide = route.clone();
@@ -591,7 +591,7 @@ mod tests {
         unknown_param.action.params.push(param(9, &[1]));
         let mut wide_param = route.clone();
         wide_param.action.params[1].value = b(&[1, 2, 3]);
-        let missing_exact = e(fw, vec![(1, MatchValue::Exact(b(&[1])))], 0, 27506658);
+        let missing_exact = e(fw, vec![(1, MatchValue::Exact(b(&[1])))], 0, 17724422);
         let mut wrong_kind = fw_ok.clone();
         wrong_kind.key.matches[1].value = MatchValue::Optional(b(&[1]));
         let unknown_table = e(5, vec![], 0, 1);

@@ -336,7 +336,7 @@ mod tests {
         assert!(matches!(plan(&drop, &target(None)), Plan::Set(c) if c.params.is_empty()));
         // A const default refuses any default action.
         assert!(matches!(
-            plan(&drop, &target(Some(29481460))),
+            plan(&drop, &target(Some(25652968))),
             Plan::Invalid(DefaultActionError::ConstDefault { .. })
         ));
         let bad = set(Some(("allow", &[("port", "999")])), None);
