@@ -12,9 +12,9 @@ use p4fleet_emulator::{Emulator, EmulatorConfig, Frame, RunningEmulator};
 use p4fleet_proto::p4info;
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, update::Type};
 
-const SMAC: u32 = 34425451;
+const SMAC: u32 = 41683160;
 const NO_ACTION: u32 = 21257015;
-const DIGEST: u32 = 417919699;
+const DIGEST: u32 = 402184575;
 
 fn l2switch() -> p4info::P4Info {
     let text =

@@ -21,7 +21,7 @@ use p4fleet_proto::p4runtime::update::Type;
 const FW_P4INFO: &str = include_str!("../../examples/firewall/p4info.txt");
 const FW_BFRT: &str = include_str!("../../examples/firewall/bfrt.json");
 const ROUTER_BFRT: &str = include_str!("../../examples/router/bfrt.json");
-const FW_TABLE: u32 = 49661089;
+const FW_TABLE: u32 = 39123287;
 
 fn entry(i: u32) -> Entry {
     let v = |x: u32| ByteStr::canonical(&x.to_be_bytes());
@@ -36,7 +36,7 @@ fn entry(i: u32) -> Entry {
             priority: 0,
         },
         action: ActionCall {
-            action_id: 27506658,
+            action_id: 17724422,
             params: vec![ActionParam {
                 param_id: 1,
                 value: v(i % 64),

@@ -22,11 +22,11 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 const P4INFO: &str = include_str!("../../examples/l2switch/p4info.txt");
-const SMAC: u32 = 34425451;
-const DMAC: u32 = 45321753;
+const SMAC: u32 = 41683160;
+const DMAC: u32 = 44918510;
 const NO_ACTION: u32 = 21257015;
-const FORWARD: u32 = 22605987;
-const DIGEST: u32 = 417919699;
+const FORWARD: u32 = 29683729;
+const DIGEST: u32 = 402184575;
 
 /// The l2switch P4Info with `smac` notifying idle entries (what
 /// `support_timeout = true` compiles to).
