@@ -76,7 +76,10 @@ impl ProfileSchema {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProfileError {
     #[error("{item}: {error}")]
-    Entry { item: String, error: EntryError },
+    Entry {
+        item: String,
+        error: Box<EntryError>,
+    },
     #[error(
         "{item}: table {table} has action profile {profile}: entries take a member, a group or an actionSet, not an action"
     )]
@@ -289,7 +292,10 @@ pub fn desired(
                 out.members
                     .push((m.name.to_string(), Member { id, action }));
             }
-            Err(error) => out.errors.push(ProfileError::Entry { item, error }),
+            Err(error) => out.errors.push(ProfileError::Entry {
+                item,
+                error: Box::new(error),
+            }),
         }
     }
     if out.members.len() as i64 > profile.size && profile.size > 0 {
@@ -375,7 +381,7 @@ pub fn desired(
         });
         let key = entry_key(schema, e, options).map_err(|error| ProfileError::Entry {
             item: item.clone(),
-            error,
+            error: Box::new(error),
         });
         match (key, action) {
             (Ok(key), Ok(action)) => out.entries.push((e.index, IndirectEntry { key, action })),
@@ -391,7 +397,9 @@ pub fn desired(
         } else {
             out.errors.push(ProfileError::Entry {
                 item: entry_item(i),
-                error: EntryError::Unsupported("an entry with this match is given earlier".into()),
+                error: Box::new(EntryError::Unsupported(
+                    "an entry with this match is given earlier".into(),
+                )),
             });
         }
     }
@@ -514,7 +522,7 @@ fn action_set(
     for (action, params, weight) in set {
         let call = parse_action(schema, action, params).map_err(|error| ProfileError::Entry {
             item: item.to_string(),
-            error,
+            error: Box::new(error),
         })?;
         actions.push((call, *weight));
     }

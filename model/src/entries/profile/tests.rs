@@ -23,6 +23,9 @@ struct Spec {
     entries: Vec<(BTreeMap<String, String>, Target)>,
 }
 
+/// `(action, params, weight)` of a one-shot set.
+type SetAction = (String, BTreeMap<String, String>, i32);
+
 #[derive(Clone)]
 enum Target {
     Direct,
@@ -78,7 +81,7 @@ impl Spec {
                 members: m.iter().map(|(n, w)| (n.as_str(), *w)).collect(),
             })
             .collect();
-        let sets: Vec<Vec<(String, BTreeMap<String, String>, i32)>> = self
+        let sets: Vec<Vec<SetAction>> = self
             .entries
             .iter()
             .map(|(_, t)| match t {
