@@ -6,6 +6,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::action_profile::{ActionProfileSpec, ActionProfileStatus, WeightedAction};
 use crate::common::{Condition, Selector, conditions_schema};
 use crate::resources::{CounterReadout, CountersStatus, MeterSetting, RegisterSetting};
 
@@ -26,6 +27,7 @@ use crate::resources::{CounterReadout, CountersStatus, MeterSetting, RegisterSet
     printcolumn = r#"{"name":"Applied","type":"integer","jsonPath":".status.applied"}"#,
     printcolumn = r#"{"name":"Failed","type":"integer","jsonPath":".status.failed","priority":1}"#,
     printcolumn = r#"{"name":"Rate","type":"string","jsonPath":".status.rate"}"#,
+    printcolumn = r#"{"name":"Groups","type":"integer","jsonPath":".status.actionProfile.groups","priority":1}"#,
     printcolumn = r#"{"name":"Packets","type":"integer","jsonPath":".status.counters.packets","priority":1}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
@@ -94,6 +96,10 @@ pub struct TableEntrySetSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 1000))]
     pub registers: Vec<RegisterSetting>,
+    /// Members and groups of the table's action profile or selector
+    /// (ECMP), used by entries by name (docs/entities/action-profiles.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_profile: Option<ActionProfileSpec>,
 }
 
 /// A table's default action: an action of the table that is not
@@ -123,7 +129,9 @@ pub struct DefaultAction {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {"rule": "!self.match.exists(k, type(self.match[k]) == string && (self.match[k].contains('&&&') || self.match[k].contains('..'))) || has(self.priority)",
-     "message": "ternary (value&&&mask) and range (lo..hi) entries need a priority"}
+     "message": "ternary (value&&&mask) and range (lo..hi) entries need a priority"},
+    {"rule": "(has(self.action) && self.action != '' ? 1 : 0) + (has(self.member) ? 1 : 0) + (has(self.group) ? 1 : 0) + (has(self.actionSet) && size(self.actionSet) > 0 ? 1 : 0) == 1",
+     "message": "exactly one of action, member, group or actionSet must be set"}
 ]))]
 pub struct TableEntry {
     /// Match field name to value: `10.0.0.1`, `10.0.0.0/24`, `0x0a000000&&&0xff000000`, `1000..2000`, `aa:bb:cc:dd:ee:ff`; integers may be written unquoted (`3`).
@@ -134,8 +142,10 @@ pub struct TableEntry {
         "additionalProperties" = {"x-kubernetes-int-or-string": true, "maxLength": 128, "anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]}
     ))]
     pub match_: BTreeMap<String, String>,
-    /// Action name, e.g. `MyIngress.allow` or `allow`.
-    #[schemars(length(min = 1, max = 255))]
+    /// Action name, e.g. `MyIngress.allow` or `allow` (empty when the
+    /// entry uses a member, group or action set of an action profile).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 255))]
     pub action: String,
     /// Action parameter name to value; integers may be written unquoted (`port: 3`).
     #[serde(
@@ -152,12 +162,35 @@ pub struct TableEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 2147483647))]
     pub priority: Option<i32>,
+    /// For a table with an action profile, in place of `action`: a
+    /// member of `spec.actionProfile`, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub member: Option<String>,
+    /// ... or a group of `spec.actionProfile`, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub group: Option<String>,
+    /// ... or a one-shot action set: the device makes the group itself
+    /// (more than one action only with a selector). A profile's tables
+    /// use either members/groups or one-shot sets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
+    pub action_set: Vec<WeightedAction>,
+}
+
+impl TableEntry {
+    /// Whether the entry names a member, group or action set instead of
+    /// an action.
+    pub fn is_indirect(&self) -> bool {
+        self.member.is_some() || self.group.is_some() || !self.action_set.is_empty()
+    }
 }
 
 /// Values as people write them in YAML: `port: 3` as well as `port: "3"`
 /// (p4runtime-shell and the P4 tutorials take both). Integers are kept as
 /// their decimal text, which the entry parser reads like any other value.
-mod int_or_string {
+pub(crate) mod int_or_string {
     use std::collections::BTreeMap;
     use std::fmt;
 
@@ -200,7 +233,7 @@ mod int_or_string {
         }
     }
 
-    pub(super) fn map<'de, D: Deserializer<'de>>(
+    pub(crate) fn map<'de, D: Deserializer<'de>>(
         d: D,
     ) -> Result<BTreeMap<String, String>, D::Error> {
         struct M;
@@ -472,6 +505,10 @@ pub struct TableEntrySetStatus {
     /// The last readout of the table's direct counter (`spec.counters`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counters: Option<CountersStatus>,
+    /// Members, groups and entries of the table's action profile that
+    /// the devices confirmed (absent without `spec.actionProfile`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_profile: Option<ActionProfileStatus>,
 }
 
 /// One entry that failed.

@@ -3,6 +3,7 @@
 //! Plain data with schemas; no I/O. The operator, the emulator's tests and the
 //! manifests generated from here all share these definitions.
 
+pub mod action_profile;
 pub mod common;
 pub mod entry_set;
 pub mod extern_policy;
@@ -12,6 +13,7 @@ pub mod resources;
 pub mod switch;
 pub mod virtual_switch;
 
+pub use action_profile::*;
 pub use common::*;
 pub use entry_set::*;
 pub use extern_policy::*;

@@ -10,6 +10,7 @@ use tonic::Code;
 
 use crate::device::Device;
 use crate::key::{Entries, IdMap, Key};
+use crate::p4runtime::action_profile;
 use crate::p4runtime::pipeline::key_of;
 use crate::p4runtime::wire::Scratch;
 use crate::update_error::{UpdateError, err};
@@ -32,7 +33,13 @@ impl Device {
         let mut key = Vec::new();
         key_of(table, te, &mut key)?;
         let state = p.tables.get_mut(&te.table_id).expect("state per table");
-        let removed = state.entries.remove(key.as_slice()).is_some();
+        let old = state.entries.remove(key.as_slice());
+        let removed = old.is_some();
+        if let Some(old) = old {
+            // An entry gone without a DELETE still lets go of its member
+            // or group (or they could never be deleted again).
+            action_profile::release_entry(&mut p.profiles, table, &old);
+        }
         if removed {
             state.touch();
             self.counters.drift_deletes.fetch_add(1, Ordering::Relaxed);
@@ -47,6 +54,7 @@ impl Device {
         let mut removed = 0;
         if let Some(p) = state.pipeline.as_mut() {
             // Every table it may take entries from counts as changed.
+            let (schema, profiles) = (&p.schema, &mut p.profiles);
             removed = drop_from_tables(
                 &mut p.tables,
                 |t| {
@@ -55,6 +63,11 @@ impl Device {
                 },
                 table_id,
                 count,
+                |id, old| {
+                    if let Some(table) = schema.tables.get(&id) {
+                        action_profile::release_entry(profiles, table, old);
+                    }
+                },
             );
         }
         drop(state);
@@ -100,6 +113,7 @@ pub(crate) fn drop_from_tables<T>(
     entries: impl Fn(&mut T) -> &mut Entries,
     table_id: Option<u32>,
     count: usize,
+    mut on_removed: impl FnMut(u32, &[u8]),
 ) -> usize {
     let mut removed = 0;
     let mut ids: Vec<u32> = tables.keys().copied().collect();
@@ -114,7 +128,9 @@ pub(crate) fn drop_from_tables<T>(
         let entries = entries(tables.get_mut(&id).expect("listed"));
         let victims: Vec<Key> = entries.keys().take(count - removed).cloned().collect();
         for k in victims {
-            entries.remove(&k);
+            if let Some(old) = entries.remove(&k) {
+                on_removed(id, &old);
+            }
             removed += 1;
         }
     }

@@ -146,8 +146,13 @@ impl BfrtDevice {
     pub fn drop_entries(&mut self, table_id: Option<u32>, count: usize) -> usize {
         let mut removed = 0;
         for p in self.programs.values_mut() {
-            removed +=
-                drop_from_tables(&mut p.tables, |t| &mut t.entries, table_id, count - removed);
+            removed += drop_from_tables(
+                &mut p.tables,
+                |t| &mut t.entries,
+                table_id,
+                count - removed,
+                |_, _| {},
+            );
         }
         removed
     }

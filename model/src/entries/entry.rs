@@ -225,6 +225,14 @@ impl<'s> Builder<'s> {
     }
 
     pub(crate) fn finish(&mut self) -> Result<Entry, EntryError> {
+        let key = self.finish_key()?;
+        let action = self.finish_action()?;
+        Ok(Entry { key, action })
+    }
+
+    /// The key of what was set: every exact field given, priority as the
+    /// table requires.
+    pub(crate) fn finish_key(&mut self) -> Result<EntryKey, EntryError> {
         let schema = self.schema;
         let mut matches = Vec::with_capacity(self.fields.len());
         for (i, f) in schema.match_fields.iter().enumerate() {
@@ -245,14 +253,10 @@ impl<'s> Builder<'s> {
             matches.sort_unstable_by_key(|m| m.field_id);
         }
         let priority = check_priority(schema, self.priority)?;
-        let action = self.finish_action()?;
-        Ok(Entry {
-            key: EntryKey {
-                table_id: schema.id,
-                matches,
-                priority,
-            },
-            action,
+        Ok(EntryKey {
+            table_id: schema.id,
+            matches,
+            priority,
         })
     }
 

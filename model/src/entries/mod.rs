@@ -22,6 +22,7 @@ mod error;
 #[cfg(test)]
 mod fuzz;
 mod line;
+pub mod profile;
 mod proto;
 mod schema;
 mod value;

@@ -84,6 +84,50 @@ impl Entry {
         if t.is_default_action {
             return Err(EntryError::Unsupported("default action entries".into()));
         }
+        let key = EntryKey::from_proto(schema, t)?;
+        let action = match t.action.as_ref().and_then(|a| a.r#type.as_ref()) {
+            Some(table_action::Type::Action(a)) => ActionCall::from_proto(a),
+            Some(_) => {
+                return Err(EntryError::Unsupported(
+                    "action profile members, groups and action sets".into(),
+                ));
+            }
+            None => return Err(EntryError::MissingAction),
+        };
+        let e = Entry { key, action };
+        validate(schema, &e)?;
+        Ok(e)
+    }
+}
+
+impl ActionCall {
+    /// A read-back action, canonicalised (widths are the caller's to check).
+    pub fn from_proto(a: &p4rt::Action) -> ActionCall {
+        let mut params: Vec<ActionParam> = a
+            .params
+            .iter()
+            .map(|p| ActionParam {
+                param_id: p.param_id,
+                // Width is checked by validate(); only canonicalise here.
+                value: if p.value.is_empty() {
+                    ByteStr::new(&[0])
+                } else {
+                    ByteStr::canonical(&p.value)
+                },
+            })
+            .collect();
+        params.sort_by_key(|p| p.param_id);
+        ActionCall {
+            action_id: a.action_id,
+            params,
+        }
+    }
+}
+
+impl EntryKey {
+    /// The key of a read-back TableEntry, canonicalised and checked
+    /// against the schema's fields (not its priority rule).
+    pub fn from_proto(schema: &TableSchema, t: &TableEntry) -> Result<EntryKey, EntryError> {
         let mut matches = Vec::with_capacity(t.r#match.len());
         for m in &t.r#match {
             let (_, f) =
@@ -134,44 +178,11 @@ impl Entry {
             });
         }
         matches.sort_by_key(|m| m.field_id);
-        let action = match t.action.as_ref().and_then(|a| a.r#type.as_ref()) {
-            Some(table_action::Type::Action(a)) => {
-                let mut params: Vec<ActionParam> = a
-                    .params
-                    .iter()
-                    .map(|p| ActionParam {
-                        param_id: p.param_id,
-                        // Width is checked by validate(); only canonicalise here.
-                        value: if p.value.is_empty() {
-                            ByteStr::new(&[0])
-                        } else {
-                            ByteStr::canonical(&p.value)
-                        },
-                    })
-                    .collect();
-                params.sort_by_key(|p| p.param_id);
-                ActionCall {
-                    action_id: a.action_id,
-                    params,
-                }
-            }
-            Some(_) => {
-                return Err(EntryError::Unsupported(
-                    "action profile members, groups and action sets".into(),
-                ));
-            }
-            None => return Err(EntryError::MissingAction),
-        };
-        let e = Entry {
-            key: EntryKey {
-                table_id: t.table_id,
-                matches,
-                priority: t.priority,
-            },
-            action,
-        };
-        validate(schema, &e)?;
-        Ok(e)
+        Ok(EntryKey {
+            table_id: t.table_id,
+            matches,
+            priority: t.priority,
+        })
     }
 }
 

@@ -75,7 +75,11 @@ pub async fn cleanup(ctx: &Context, set: &TableEntrySet) -> Result<Action, Error
     let mut removed = 0;
     for (i, t) in refs.targets.iter().enumerate() {
         let owned = record.record.keys(&t.virtual_switch);
-        match remove_entries(ctx, set, t, desired.of(i), &owned).await {
+        let removal = match t.indirect {
+            true => super::profiles::remove(ctx, set, t).await,
+            false => remove_entries(ctx, set, t, desired.of(i), &owned).await,
+        };
+        match removal {
             Ok(n) => removed += n,
             Err(error) => failures.push(RemovalFailure {
                 virtual_switch: t.virtual_switch.clone(),

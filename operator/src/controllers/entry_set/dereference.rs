@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use kube::ResourceExt;
 use p4fleet_crds::condition_types::PIPELINE_LOADED;
 use p4fleet_crds::{Switch, TableEntrySet, VirtualSwitch, find_condition};
+use p4fleet_model::entries::profile::ProfileSchema;
 use p4fleet_model::entries::{EntryError, TableSchema, const_default_action};
 
 use super::memory::TargetKey;
@@ -27,6 +28,9 @@ pub struct Target {
     /// The table's const default action id (P4Info), if it has one: its
     /// default action cannot be set.
     pub const_default_action: Option<u32>,
+    /// The table has an action profile (P4Info `implementation_id`): its
+    /// entries are synced by [`super::profiles`], not as direct entries.
+    pub indirect: bool,
 }
 
 impl Target {
@@ -38,6 +42,10 @@ impl Target {
         }
     }
 }
+
+/// A table's schema, its const default action and whether it has an
+/// action profile.
+type TableFacts = (TableSchema, Option<u32>, bool);
 
 /// Why the program of a VirtualSwitch gives no schema for the set's table.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -217,8 +225,7 @@ impl<R: Reads> Lookup<'_, R> {
     async fn targets(&mut self) -> Result<Vec<Target>, kube::Error> {
         let table = &self.set.spec.table;
         // VirtualSwitches running the same program share one read of it.
-        let mut schemas: HashMap<String, Result<(TableSchema, Option<u32>), ProgramError>> =
-            HashMap::new();
+        let mut schemas: HashMap<String, Result<TableFacts, ProgramError>> = HashMap::new();
         let mut targets = Vec::new();
         for vs in self.virtual_switches().await? {
             let vs_name = vs.name_any();
@@ -242,12 +249,13 @@ impl<R: Reads> Lookup<'_, R> {
                 schemas.insert(program.clone(), schema);
             }
             match &schemas[&program] {
-                Ok((schema, const_default_action)) => targets.push(Target {
+                Ok((schema, const_default_action, indirect)) => targets.push(Target {
                     virtual_switch: vs_name,
                     switch,
                     slot,
                     schema: schema.clone(),
                     const_default_action: *const_default_action,
+                    indirect: *indirect,
                 }),
                 Err(
                     error @ ProgramError::Table {
@@ -303,13 +311,13 @@ impl<R: Reads> Lookup<'_, R> {
         Ok(false)
     }
 
-    /// The schema of `table` in program `program`, and its const default
-    /// action.
+    /// The schema of `table` in program `program`, its const default
+    /// action and whether it has an action profile.
     async fn schema(
         &self,
         program: &str,
         table: &str,
-    ) -> Result<Result<(TableSchema, Option<u32>), ProgramError>, kube::Error> {
+    ) -> Result<Result<TableFacts, ProgramError>, kube::Error> {
         let Some(p) = self.reads.program(self.ns, program).await? else {
             return Ok(Err(ProgramError::NotFound(program.to_string())));
         };
@@ -323,7 +331,8 @@ impl<R: Reads> Lookup<'_, R> {
         Ok(TableSchema::from_p4info(&info, table)
             .map(|s| {
                 let const_default = const_default_action(&info, s.id);
-                (s, const_default)
+                let indirect = ProfileSchema::of_table(&info, s.id).is_some();
+                (s, const_default, indirect)
             })
             .map_err(|error| ProgramError::Table {
                 program: program.to_string(),

@@ -321,6 +321,7 @@ pub(crate) mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             priority: None,
+            ..Default::default()
         }
     }
 

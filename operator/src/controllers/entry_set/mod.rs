@@ -34,6 +34,7 @@ pub mod dereference;
 pub mod desired;
 pub mod memory;
 pub mod parse;
+pub mod profiles;
 pub mod resources;
 pub mod status;
 
@@ -154,8 +155,10 @@ async fn sync(
     let ns = namespace(set)?;
     let mut refs = dereference::dereference(&ctx.reads, &ctx.entry_sources, &ns, set).await?;
     settle_conflicts(ctx, set, &mut refs);
-    let desired =
-        parse::per_target(&ctx.entry_sources, &me, set, &refs.targets, &refs.sources).await;
+    // Tables with an action profile go through `profiles` instead.
+    let (indirect, direct): (Vec<_>, Vec<_>) =
+        refs.targets.iter().cloned().partition(|t| t.indirect);
+    let desired = parse::per_target(&ctx.entry_sources, &me, set, &direct, &refs.sources).await;
     let record = ctx.ownership.get(&ctx.client, set).await?;
     // A damaged record stands in as an empty one (see crate::ownership):
     // an Event when found, a condition for a while after.
@@ -164,7 +167,7 @@ async fn sync(
     // sets (`crate::limits`): a slow device delays only its own targets.
     let parallel = ctx.config.limits.targets_per_set;
     let switch_of = |t: &dereference::Target| t.switch.name_any();
-    let jobs = refs.targets.iter().enumerate().map(|(i, target)| {
+    let jobs = direct.iter().enumerate().map(|(i, target)| {
         let job = apply::Job {
             set,
             set_key: &me,
@@ -189,9 +192,14 @@ async fn sync(
         let syncing = status::Pending::Syncing { updates };
         replaced.extend(mark(ctx, api, set, &mut written, syncing).await?);
     }
-    let writes = refs.targets.iter().map(switch_of).zip(planned);
+    let writes = direct.iter().map(switch_of).zip(planned);
     let writes = writes.map(|(switch, p)| (switch, write_planned(ctx, p)));
-    let outcomes = ctx.permits.each(parallel, writes).await;
+    let mut outcomes = ctx.permits.each(parallel, writes).await;
+    let mut profiled = Vec::with_capacity(indirect.len());
+    for (vs, (outcome, p)) in sync_profiles(ctx, set, &indirect).await {
+        outcomes.push(outcome);
+        profiled.push((vs, p));
+    }
     // After: only what the devices confirmed.
     let owned = outcomes
         .iter()
@@ -219,6 +227,7 @@ async fn sync(
         now: &now,
     });
     default_action::fold(&mut report, set, &defaults);
+    profiles::fold(&mut report, set, &profiled, direct.len());
     if let Some(d) = ctx.ownership.recent_damage(set) {
         let ownership = set.spec.ownership;
         let conditions = &mut report.status.conditions;
@@ -263,6 +272,21 @@ async fn sync_default_actions(
     for t in targets {
         let plan = default_action::plan(set, t);
         let outcome = default_action::sync_target(ctx, t, plan).await;
+        out.push((t.virtual_switch.clone(), outcome));
+    }
+    out
+}
+
+/// Each target with an action profile, one after the other (they are few
+/// and small: members, groups and the entries that use them).
+async fn sync_profiles(
+    ctx: &Context,
+    set: &TableEntrySet,
+    targets: &[dereference::Target],
+) -> Vec<(String, (apply::Outcome, profiles::Profiled))> {
+    let mut out = Vec::with_capacity(targets.len());
+    for t in targets {
+        let outcome = profiles::sync_target(ctx, set, t).await;
         out.push((t.virtual_switch.clone(), outcome));
     }
     out

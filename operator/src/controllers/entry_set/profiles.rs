@@ -1,0 +1,680 @@
+//! Apply stage for a table with an action profile or selector (ECMP):
+//! `spec.actionProfile` (members, groups) and the entries that name them
+//! (`member`, `group`, `actionSet`). Per target: the profile from the
+//! running P4Info, the desired items from the spec
+//! ([`p4fleet_model::entries::profile`], pure), the device's members,
+//! groups and table entries read back, the difference written in the
+//! order the device accepts (members, groups, entries; deletes the other
+//! way round), then read back again: only what the read confirms is
+//! counted. Such targets skip the direct-entry path (`apply`).
+//!
+//! [`fold`] (pure) puts the outcome into the status: the
+//! `ActionProfilesSynced` condition with counts, `status.actionProfile`,
+//! and Ready False when the condition is not True. A set that asks for
+//! any of it on a table without a profile, or on a BFRT target (the
+//! emulated BFRT model has no selectors), says so in the condition.
+
+use std::collections::HashSet;
+
+use kube::ResourceExt;
+use p4fleet_client::Device;
+use p4fleet_crds::entry_set::EntryError as StatusEntryError;
+use p4fleet_crds::{
+    ActionProfileStatus, Condition, Ownership, TableEntrySet, condition_types::READY,
+};
+use p4fleet_model::entries::profile::{
+    self as model, ActionSpec, EntrySpec, GroupSpec, IndirectEntry, Item, MemberSpec, OnDevice, Op,
+    ProfileSchema,
+};
+use p4fleet_model::entries::{ParseOptions, format_key};
+use p4fleet_model::sync::{self, SyncTally};
+use p4fleet_proto::p4runtime::{self as p4, entity::Entity, update::Type};
+
+use super::apply::{self, DeviceError};
+use super::cleanup::RemovalError;
+use super::dereference::Target;
+use super::status::Report;
+use crate::context::Context;
+use crate::controllers::object_key;
+use crate::status::{EventNote, ready_from};
+
+/// The condition this module adds (only to sets that use action profiles
+/// or whose table has one).
+pub const ACTION_PROFILES_SYNCED: &str = "ActionProfilesSynced";
+
+/// Whether the set names members, groups or action sets at all.
+pub fn wanted(set: &TableEntrySet) -> bool {
+    set.spec.action_profile.is_some() || set.spec.entries.iter().any(|e| e.is_indirect())
+}
+
+/// What a target's profile came to, beside its entry [`apply::Outcome`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Profiled {
+    /// What the read-back confirmed (None when nothing could be read).
+    pub confirmed: Option<ActionProfileStatus>,
+    /// Why the profile is not synced: `(reason, message)`.
+    pub problem: Option<(&'static str, String)>,
+    /// Members, groups and entries written by this sync.
+    pub written: u64,
+}
+
+/// Both halves, while a target is synced.
+struct TargetOutcome {
+    outcome: apply::Outcome,
+    profiled: Profiled,
+}
+
+impl TargetOutcome {
+    fn done(mut self) -> (apply::Outcome, Profiled) {
+        if self.profiled.problem.is_none()
+            && let Some(e) = &self.outcome.device_error
+        {
+            self.profiled.problem = Some(("DeviceUnavailable", e.to_string()));
+        }
+        (self.outcome, self.profiled)
+    }
+}
+
+fn outcome(t: &Target) -> apply::Outcome {
+    apply::Outcome {
+        virtual_switch: t.virtual_switch.clone(),
+        switch: t.switch.name_any(),
+        tally: SyncTally::default(),
+        errors: Vec::new(),
+        device_error: None,
+        drift: 0,
+        owned: None,
+    }
+}
+
+fn error(source: String, key: Option<String>, reason: String) -> StatusEntryError {
+    StatusEntryError {
+        source,
+        key,
+        reason,
+    }
+}
+
+/// The spec's items in the model's terms.
+struct SpecItems<'a> {
+    members: Vec<MemberSpec<'a>>,
+    groups: Vec<GroupSpec<'a>>,
+    entries: Vec<EntrySpec<'a>>,
+}
+
+fn spec_items(set: &TableEntrySet) -> SpecItems<'_> {
+    let profile = set.spec.action_profile.as_ref();
+    let members = profile
+        .map(|p| {
+            p.members
+                .iter()
+                .map(|m| MemberSpec {
+                    name: &m.name,
+                    id: m.id,
+                    action: &m.action,
+                    params: &m.params,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let groups = profile
+        .map(|p| {
+            p.groups
+                .iter()
+                .map(|g| GroupSpec {
+                    name: &g.name,
+                    id: g.id,
+                    max_size: g.max_size,
+                    members: g
+                        .members
+                        .iter()
+                        .map(|m| (m.member.as_str(), m.weight.unwrap_or(1)))
+                        .collect(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let entries = set
+        .spec
+        .entries
+        .iter()
+        .enumerate()
+        .map(|(index, e)| EntrySpec {
+            index,
+            matches: &e.match_,
+            priority: e.priority,
+            action: if let Some(m) = &e.member {
+                ActionSpec::Member(m)
+            } else if let Some(g) = &e.group {
+                ActionSpec::Group(g)
+            } else if !e.action_set.is_empty() {
+                ActionSpec::ActionSet(
+                    e.action_set
+                        .iter()
+                        .map(|a| (a.action.as_str(), &a.params, a.weight.unwrap_or(1)))
+                        .collect(),
+                )
+            } else {
+                ActionSpec::Direct
+            },
+        })
+        .collect();
+    SpecItems {
+        members,
+        groups,
+        entries,
+    }
+}
+
+/// Reads the profile's members and groups and the table's entries.
+async fn read_back(
+    p: &p4fleet_client::P4RuntimeDevice,
+    t: &Target,
+    profile: &ProfileSchema,
+) -> Result<OnDevice, p4fleet_client::Error> {
+    let mut filters = vec![Entity::ActionProfileMember(p4::ActionProfileMember {
+        action_profile_id: profile.id,
+        ..Default::default()
+    })];
+    if profile.with_selector {
+        filters.push(Entity::ActionProfileGroup(p4::ActionProfileGroup {
+            action_profile_id: profile.id,
+            ..Default::default()
+        }));
+    }
+    filters.push(Entity::TableEntry(p4::TableEntry {
+        table_id: t.schema.id,
+        ..Default::default()
+    }));
+    let filters = filters
+        .into_iter()
+        .map(|e| p4::Entity { entity: Some(e) })
+        .collect();
+    let mut out = OnDevice::default();
+    for e in p.read_entities(t.slot, filters).await? {
+        match e.entity {
+            Some(Entity::ActionProfileMember(m)) if m.action_profile_id == profile.id => {
+                out.members.push(model::Member::from_proto(&m))
+            }
+            Some(Entity::ActionProfileGroup(g)) if g.action_profile_id == profile.id => {
+                out.groups.push(model::Group::from_proto(&g))
+            }
+            Some(Entity::TableEntry(te)) if te.table_id == t.schema.id => {
+                // An entry this model cannot read (a direct action left by
+                // someone else) is not ours to manage.
+                if let Ok(Some(e)) = IndirectEntry::from_proto(&t.schema, &te) {
+                    out.entries.push((e, sync::tag_of(&te.metadata)));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// The P4Runtime update of one planned write.
+fn update(
+    op: Op,
+    item: Item,
+    desired: &model::Desired,
+    device: &OnDevice,
+    profile: u32,
+    tag: u64,
+) -> p4::Update {
+    let r#type = match op {
+        Op::Insert => Type::Insert,
+        Op::Modify => Type::Modify,
+        Op::Delete => Type::Delete,
+    };
+    let delete = op == Op::Delete;
+    let entity = match item {
+        Item::Member(i) if delete => {
+            Entity::ActionProfileMember(model::Member::to_proto(&device.members[i], profile))
+        }
+        Item::Member(i) => Entity::ActionProfileMember(desired.members[i].1.to_proto(profile)),
+        Item::Group(i) if delete => Entity::ActionProfileGroup(device.groups[i].to_proto(profile)),
+        Item::Group(i) => Entity::ActionProfileGroup(desired.groups[i].1.to_proto(profile)),
+        Item::Entry(i) if delete => Entity::TableEntry(device.entries[i].0.key.to_proto()),
+        Item::Entry(i) => {
+            Entity::TableEntry(desired.entries[i].1.to_proto(sync::tag_metadata(tag)))
+        }
+    };
+    p4::Update {
+        r#type: r#type as i32,
+        entity: Some(p4::Entity {
+            entity: Some(entity),
+        }),
+    }
+}
+
+/// Where a planned write came from, for per-item errors.
+fn source(
+    t: &Target,
+    op: Op,
+    item: Item,
+    desired: &model::Desired,
+    device: &OnDevice,
+) -> (String, Option<String>) {
+    let delete = op == Op::Delete;
+    match item {
+        Item::Member(i) if delete => (
+            format!(
+                "member id {} (not in spec.actionProfile)",
+                device.members[i].id
+            ),
+            None,
+        ),
+        Item::Member(i) => (
+            format!("spec.actionProfile.members[{}]", desired.members[i].0),
+            None,
+        ),
+        Item::Group(i) if delete => (
+            format!(
+                "group id {} (not in spec.actionProfile)",
+                device.groups[i].id
+            ),
+            None,
+        ),
+        Item::Group(i) => (
+            format!("spec.actionProfile.groups[{}]", desired.groups[i].0),
+            None,
+        ),
+        Item::Entry(i) if delete => (
+            "entry not in spec.entries".to_string(),
+            Some(format_key(&t.schema, &device.entries[i].0.key)),
+        ),
+        Item::Entry(i) => (
+            format!("spec.entries[{}]", desired.entries[i].0),
+            Some(format_key(&t.schema, &desired.entries[i].1.key)),
+        ),
+    }
+}
+
+/// How much of `desired` the device holds exactly.
+fn confirmed(
+    profile: &ProfileSchema,
+    desired: &model::Desired,
+    device: &OnDevice,
+) -> ActionProfileStatus {
+    let members: HashSet<&model::Member> = device.members.iter().collect();
+    let groups: HashSet<&model::Group> = device.groups.iter().collect();
+    let entries: HashSet<&IndirectEntry> = device.entries.iter().map(|(e, _)| e).collect();
+    ActionProfileStatus {
+        profile: profile.name.clone(),
+        members: desired
+            .members
+            .iter()
+            .filter(|(_, m)| members.contains(m))
+            .count() as u64,
+        groups: desired
+            .groups
+            .iter()
+            .filter(|(_, g)| groups.contains(g))
+            .count() as u64,
+        entries: desired
+            .entries
+            .iter()
+            .filter(|(_, e)| entries.contains(e))
+            .count() as u64,
+    }
+}
+
+/// Syncs the action profile and the entries of target `t`'s table.
+/// Never an error: a failure is in the outcome.
+pub async fn sync_target(
+    ctx: &Context,
+    set: &TableEntrySet,
+    t: &Target,
+) -> (apply::Outcome, Profiled) {
+    let mut out = TargetOutcome {
+        outcome: outcome(t),
+        profiled: Profiled::default(),
+    };
+    sync_into(ctx, set, t, &mut out).await;
+    out.done()
+}
+
+async fn sync_into(ctx: &Context, set: &TableEntrySet, t: &Target, out: &mut TargetOutcome) {
+    out.outcome.tally.desired = set.spec.entries.len() as u64;
+    out.outcome.tally.failed = out.outcome.tally.desired;
+    let dev = match ctx.devices.connect(&t.switch) {
+        Ok(d) => d,
+        Err(error) => {
+            out.outcome.device_error = Some(DeviceError {
+                switch: t.switch.name_any(),
+                error,
+            });
+            return;
+        }
+    };
+    let Device::P4Runtime(p) = dev.as_ref() else {
+        out.profiled.problem = Some((
+            "UnsupportedOnTarget",
+            format!(
+                "Switch {} is a BFRT target: action profile members and groups are written over P4Runtime only",
+                t.switch.name_any()
+            ),
+        ));
+        return;
+    };
+    let info = match p.running_p4info(t.slot).await {
+        Ok(Some(info)) => info,
+        Ok(None) => {
+            out.profiled.problem = Some(("DeviceUnavailable", "no pipeline loaded".into()));
+            return;
+        }
+        Err(error) => {
+            out.outcome.device_error = Some(DeviceError {
+                switch: t.switch.name_any(),
+                error,
+            });
+            return;
+        }
+    };
+    let Some(profile) = ProfileSchema::of_table(&info, t.schema.id) else {
+        out.profiled.problem = Some((
+            "NoActionProfile",
+            format!(
+                "table {} has no action profile: spec.actionProfile, member, group and actionSet do not apply",
+                t.schema.name
+            ),
+        ));
+        return;
+    };
+    let items = spec_items(set);
+    let options = ParseOptions {
+        mask_host_bits: set.spec.mask_host_bits,
+    };
+    let desired = model::desired(
+        &t.schema,
+        &profile,
+        &items.members,
+        &items.groups,
+        &items.entries,
+        options,
+    );
+    let invalid = desired.errors.len();
+    for e in &desired.errors {
+        let text = e.to_string();
+        let (item, why) = text.split_once(": ").unwrap_or(("spec", &text));
+        out.outcome
+            .errors
+            .push(error(item.to_string(), None, why.to_string()));
+    }
+    let mut device = match read_back(p, t, &profile).await {
+        Ok(d) => d,
+        Err(error) => {
+            out.outcome.device_error = Some(DeviceError {
+                switch: t.switch.name_any(),
+                error,
+            });
+            return;
+        }
+    };
+    let tag = apply::tag(set);
+    let exclusive = set.spec.ownership == Ownership::Exclusive;
+    // Bad input writes nothing: a refused member would otherwise take
+    // its group and entries off the device with it.
+    let plan = match invalid {
+        0 => model::plan(&desired, &device, exclusive, tag),
+        _ => model::Plan::default(),
+    };
+    for (i, other) in &plan.entry_conflicts {
+        let (source, key) = source(t, Op::Modify, Item::Entry(*i), &desired, &device);
+        out.outcome.errors.push(error(
+            source,
+            key,
+            format!("held by another set (tag {other:#x}) with another action"),
+        ));
+    }
+    for phase in plan.phases() {
+        let updates = phase
+            .iter()
+            .map(|&(op, item)| update(op, item, &desired, &device, profile.id, tag))
+            .collect();
+        let refused = match p.write_entities(t.slot, updates).await {
+            Ok(r) => r,
+            Err(error) => {
+                out.outcome.device_error = Some(DeviceError {
+                    switch: t.switch.name_any(),
+                    error,
+                });
+                return;
+            }
+        };
+        out.profiled.written += (phase.len() - refused.len()) as u64;
+        let tally = &mut out.outcome.tally;
+        for (j, &(op, _)) in phase.iter().enumerate() {
+            if refused.iter().any(|r| r.0 == j) {
+                continue;
+            }
+            match op {
+                Op::Insert => tally.inserted += 1,
+                Op::Modify => tally.modified += 1,
+                Op::Delete => tally.deleted += 1,
+            }
+        }
+        for (j, code, message) in refused {
+            let (op, item) = phase[j];
+            let (source, key) = source(t, op, item, &desired, &device);
+            let why = format!(
+                "VirtualSwitch {} refused it ({}): {message}",
+                t.virtual_switch,
+                tonic::Code::from_i32(code).description()
+            );
+            out.outcome.errors.push(error(source, key, why));
+        }
+    }
+    if plan.writes() > 0 {
+        device = match read_back(p, t, &profile).await {
+            Ok(d) => d,
+            Err(error) => {
+                out.outcome.device_error = Some(DeviceError {
+                    switch: t.switch.name_any(),
+                    error,
+                });
+                return;
+            }
+        };
+    }
+    let c = confirmed(&profile, &desired, &device);
+    let tally = &mut out.outcome.tally;
+    tally.written = out.profiled.written;
+    tally.applied = c.entries;
+    tally.failed = tally.desired.saturating_sub(c.entries);
+    // Writes to a set that was synced before repaired the device's side.
+    if set
+        .status
+        .as_ref()
+        .and_then(|s| s.observed_generation)
+        .is_some_and(|g| Some(g) == set.metadata.generation)
+    {
+        out.outcome.drift = out.profiled.written;
+    }
+    let complete = c.members == desired.members.len() as u64
+        && c.groups == desired.groups.len() as u64
+        && c.entries == desired.entries.len() as u64;
+    if invalid > 0 {
+        out.profiled.problem = Some((
+            "InvalidActionProfile",
+            format!(
+                "{invalid} items refused: {}",
+                desired
+                    .errors
+                    .iter()
+                    .take(3)
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        ));
+    } else if !complete {
+        let first = out
+            .outcome
+            .errors
+            .first()
+            .map(|e| format!(": {} {}", e.source, e.reason))
+            .unwrap_or_default();
+        out.profiled.problem = Some((
+            "ActionProfileFailed",
+            format!(
+                "the device confirmed {}/{} members, {}/{} groups, {}/{} entries{first}",
+                c.members,
+                desired.members.len(),
+                c.groups,
+                desired.groups.len(),
+                c.entries,
+                desired.entries.len()
+            ),
+        ));
+    }
+    out.profiled.confirmed = Some(c);
+}
+
+/// Removes the set's entries of `t`'s table, then every member and group
+/// of the profile (the set owns it); returns how many. NOT_FOUND counts
+/// as removed.
+pub async fn remove(ctx: &Context, set: &TableEntrySet, t: &Target) -> Result<usize, RemovalError> {
+    let dev = ctx.devices.connect(&t.switch)?;
+    let Device::P4Runtime(p) = dev.as_ref() else {
+        return Ok(0);
+    };
+    let Some(info) = p.running_p4info(t.slot).await? else {
+        return Ok(0);
+    };
+    let Some(profile) = ProfileSchema::of_table(&info, t.schema.id) else {
+        return Ok(0);
+    };
+    let device = read_back(p, t, &profile).await?;
+    let exclusive = set.spec.ownership == Ownership::Exclusive;
+    let plan = model::plan(
+        &model::Desired::default(),
+        &device,
+        exclusive,
+        apply::tag(set),
+    );
+    let nothing = model::Desired::default();
+    let mut removed = 0;
+    for phase in plan.phases() {
+        let updates = phase
+            .iter()
+            .map(|&(op, item)| update(op, item, &nothing, &device, profile.id, 0))
+            .collect();
+        let refused = p.write_entities(t.slot, updates).await?;
+        let failed: Vec<_> = refused
+            .iter()
+            .filter(|r| r.1 != tonic::Code::NotFound as i32)
+            .collect();
+        if let Some((j, code, message)) = failed.first() {
+            let (op, item) = phase[*j];
+            let (what, key) = source(t, op, item, &nothing, &device);
+            return Err(RemovalError::Refused {
+                count: failed.len(),
+                first: format!(
+                    "{what}{} ({}): {message}",
+                    key.map(|k| format!(" {k}")).unwrap_or_default(),
+                    tonic::Code::from_i32(*code).description()
+                ),
+            });
+        }
+        removed += phase.len();
+    }
+    Ok(removed)
+}
+
+/// Folds the targets' outcomes (`(virtual switch, outcome)`) into
+/// `report`: the `ActionProfilesSynced` condition, `status.actionProfile`
+/// (the least any target confirmed), Ready False when the condition is
+/// not True, an Event for each target written to. Pure.
+pub fn fold(
+    report: &mut Report,
+    set: &TableEntrySet,
+    outcomes: &[(String, Profiled)],
+    direct_targets: usize,
+) {
+    let st = &mut report.status;
+    st.action_profile = None;
+    let used = wanted(set);
+    if outcomes.is_empty() && !(used && direct_targets > 0) {
+        return;
+    }
+    let me = object_key(set);
+    let table = &set.spec.table;
+    let problem = if used && direct_targets > 0 {
+        Some((
+            "NoActionProfile",
+            format!(
+                "table {table} has no action profile: spec.actionProfile, member, group and actionSet do not apply"
+            ),
+            String::new(),
+        ))
+    } else {
+        outcomes.iter().find_map(|(vs, o)| {
+            let (reason, why) = o.problem.as_ref()?;
+            Some((*reason, why.clone(), vs.clone()))
+        })
+    };
+    let condition = match problem {
+        Some((reason, why, vs)) => {
+            let on = if vs.is_empty() {
+                String::new()
+            } else {
+                format!(" on VirtualSwitch {vs}")
+            };
+            Condition::new(
+                ACTION_PROFILES_SYNCED,
+                false,
+                reason,
+                format!("TableEntrySet {me}: table {table}{on}: {why}"),
+            )
+        }
+        None => {
+            let least = outcomes
+                .iter()
+                .filter_map(|(_, o)| o.confirmed.clone())
+                .min_by_key(|c| (c.members, c.groups, c.entries));
+            let message = match &least {
+                Some(c) => format!(
+                    "{} members, {} groups, {} entries of {} on {} targets",
+                    c.members,
+                    c.groups,
+                    c.entries,
+                    c.profile,
+                    outcomes.len()
+                ),
+                None => "nothing confirmed".into(),
+            };
+            Condition::new(ACTION_PROFILES_SYNCED, true, "Synced", message)
+        }
+    };
+    st.action_profile = outcomes
+        .iter()
+        .map(|(_, o)| o.confirmed.clone())
+        .collect::<Option<Vec<_>>>()
+        .and_then(|all| {
+            all.into_iter()
+                .min_by_key(|c| (c.members, c.groups, c.entries))
+        });
+    for (vs, o) in outcomes {
+        if o.written > 0 {
+            report.events.push(EventNote::normal(
+                "ActionProfileSynced",
+                "Write",
+                format!(
+                    "table {table} on VirtualSwitch {vs}: {} members, groups and entries written",
+                    o.written
+                ),
+            ));
+        }
+    }
+    if !condition.is_true()
+        && let Some(ready) = st.conditions.iter_mut().find(|c| c.type_ == READY)
+        && ready.is_true()
+    {
+        *ready = ready_from(&[&condition], READY, "");
+    }
+    st.conditions.push(condition);
+}
+
+#[cfg(test)]
+mod tests;
