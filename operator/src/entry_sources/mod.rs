@@ -283,6 +283,8 @@ struct Uses {
 pub struct EntrySources {
     pub index: ConfigMapIndex,
     fetched: Mutex<HashMap<(String, String), Arc<Fetched>>>,
+    /// One fetch at a time per ConfigMap (see [`EntrySources::fetch`]).
+    fetching: Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>,
     parsed: Mutex<HashMap<ParseKey, ParseSlot>>,
     /// What each set (`namespace/name`) used in its last sync.
     users: Arc<Mutex<HashMap<String, Uses>>>,
@@ -307,6 +309,7 @@ impl EntrySources {
         EntrySources {
             index: ConfigMapIndex::default(),
             fetched: Mutex::default(),
+            fetching: Mutex::default(),
             parsed: Mutex::default(),
             users: Arc::default(),
             permits: Arc::new(Semaphore::new(MAX_PARSES)),
@@ -442,6 +445,9 @@ impl EntrySources {
 
     /// The ConfigMap `ns/name`, fetched unless the cached copy has
     /// `version` (None: unknown, always fetch); None if it does not exist.
+    /// One fetch per ConfigMap at a time: a set's sync and a VirtualSwitch
+    /// re-applying that set may ask at once, and the second then finds
+    /// the first one's copy instead of fetching and decoding it again.
     async fn fetch(
         &self,
         reads: &impl Reads,
@@ -450,6 +456,26 @@ impl EntrySources {
         version: Option<String>,
     ) -> Result<Option<Arc<Fetched>>, kube::Error> {
         let id = (ns.to_string(), name.to_string());
+        let gate = self.lock_fetching().entry(id.clone()).or_default().clone();
+        let turn = gate.lock().await;
+        let r = self.fetch_now(reads, &id, version).await;
+        drop(turn);
+        let mut gates = self.lock_fetching();
+        // Only the map and this call hold it: nobody waits.
+        if Arc::strong_count(&gate) == 2 {
+            gates.remove(&id);
+        }
+        r
+    }
+
+    async fn fetch_now(
+        &self,
+        reads: &impl Reads,
+        id: &(String, String),
+        version: Option<String>,
+    ) -> Result<Option<Arc<Fetched>>, kube::Error> {
+        let (ns, name) = (id.0.as_str(), id.1.as_str());
+        let id = id.clone();
         if let Some(v) = &version {
             let cached = self.lock_fetched().get(&id).cloned();
             if let Some(f) = cached.filter(|f| &f.resource_version == v) {
@@ -582,6 +608,12 @@ impl EntrySources {
 
     fn lock_fetched(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<Fetched>>> {
         self.fetched.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_fetching(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>> {
+        self.fetching.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn lock_parsed(&self) -> std::sync::MutexGuard<'_, HashMap<ParseKey, ParseSlot>> {

@@ -270,3 +270,19 @@ fn sets_are_requeued_by_name_or_selector_in_their_namespace() {
     assert!(!yes("ns", "two", &[("t", "x")]));
     assert!(!yes("other", "one", &[]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_reads_of_one_config_map_fetch_it_once() {
+    let text = format!("{HEADER}10.0.0.1 10.0.0.2\n");
+    let (c, reads) = cache(vec![cm("ns", "fw", "7", &[], &text)]);
+    let src = from(serde_json::json!([{"configMap": "fw"}]));
+    // A set's own sync and a VirtualSwitch re-applying it, at once.
+    let (a, b) = tokio::join!(
+        c.read(&reads, "ns/a", "ns", &src),
+        c.read(&reads, "ns/b", "ns", &src)
+    );
+    assert_eq!(names(&a.unwrap().0), ["fw/entries"]);
+    assert_eq!(names(&b.unwrap().0), ["fw/entries"]);
+    assert_eq!(reads.gets.load(Ordering::Relaxed), 1);
+    assert!(c.lock_fetching().is_empty(), "gates are dropped when unused");
+}
