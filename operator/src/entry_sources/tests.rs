@@ -284,5 +284,8 @@ async fn concurrent_reads_of_one_config_map_fetch_it_once() {
     assert_eq!(names(&a.unwrap().0), ["fw/entries"]);
     assert_eq!(names(&b.unwrap().0), ["fw/entries"]);
     assert_eq!(reads.gets.load(Ordering::Relaxed), 1);
-    assert!(c.lock_fetching().is_empty(), "gates are dropped when unused");
+    assert!(
+        c.lock_fetching().is_empty(),
+        "gates are dropped when unused"
+    );
 }
