@@ -279,12 +279,15 @@ struct Uses {
     parses: HashSet<ParseKey>,
 }
 
+/// Held while one ConfigMap is fetched (see [`EntrySources::fetch`]).
+type FetchGate = Arc<tokio::sync::Mutex<()>>;
+
 /// The entry-source cache: the index, the fetched texts, the parses.
 pub struct EntrySources {
     pub index: ConfigMapIndex,
     fetched: Mutex<HashMap<(String, String), Arc<Fetched>>>,
     /// One fetch at a time per ConfigMap (see [`EntrySources::fetch`]).
-    fetching: Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>,
+    fetching: Mutex<HashMap<(String, String), FetchGate>>,
     parsed: Mutex<HashMap<ParseKey, ParseSlot>>,
     /// What each set (`namespace/name`) used in its last sync.
     users: Arc<Mutex<HashMap<String, Uses>>>,
@@ -610,9 +613,7 @@ impl EntrySources {
         self.fetched.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn lock_fetching(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>> {
+    fn lock_fetching(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), FetchGate>> {
         self.fetching.lock().unwrap_or_else(|p| p.into_inner())
     }
 
