@@ -45,6 +45,20 @@ struct Args {
     bin_dir: Option<std::path::PathBuf>,
 }
 
+const USAGE: &str =
+    "usage: fpga_swap_bench [--swaps N] [--ports icap,jtag] [--pps N] [--bin-dir DIR]";
+
+/// Exits with the usage on `--help` or a bad flag (a benchmark driver,
+/// so a message and exit code 2 rather than a panic's backtrace).
+fn usage(problem: &str) -> ! {
+    if problem.is_empty() {
+        println!("{USAGE}");
+        std::process::exit(0);
+    }
+    eprintln!("fpga_swap_bench: {problem}\n{USAGE}");
+    std::process::exit(2);
+}
+
 fn args() -> Args {
     let mut a = Args {
         swaps: 10,
@@ -54,13 +68,22 @@ fn args() -> Args {
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        if flag == "--help" || flag == "-h" {
+            usage("");
+        }
+        let value = it
+            .next()
+            .unwrap_or_else(|| usage(&format!("{flag} needs a value")));
+        let number = |v: &str| {
+            v.parse()
+                .unwrap_or_else(|_| usage(&format!("{flag} takes a number, not {v:?}")))
+        };
         match flag.as_str() {
-            "--swaps" => a.swaps = value.parse().expect("--swaps N"),
+            "--swaps" => a.swaps = number(&value) as usize,
             "--ports" => a.ports = value.split(',').map(Into::into).collect(),
-            "--pps" => a.pps = value.parse().expect("--pps N"),
+            "--pps" => a.pps = number(&value),
             "--bin-dir" => a.bin_dir = Some(value.into()),
-            _ => panic!("unknown flag {flag}"),
+            _ => usage(&format!("unknown flag {flag}")),
         }
     }
     a
