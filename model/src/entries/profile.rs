@@ -149,6 +149,40 @@ pub enum ProfileError {
     MixedModes { item: String, profile: String },
 }
 
+impl ProfileError {
+    /// The spec item it names (`spec.actionProfile.members[nh1]`,
+    /// `spec.entries[3]`, `spec.actionProfile.groups` for a count).
+    pub fn item(&self) -> String {
+        use ProfileError as E;
+        match self {
+            E::Entry { item, .. }
+            | E::DirectAction { item, .. }
+            | E::NotIndirect { item, .. }
+            | E::NoSelector { item, .. }
+            | E::UnknownMember { item, .. }
+            | E::UnknownGroup { item, .. }
+            | E::DuplicateName { item }
+            | E::DuplicateId { item, .. }
+            | E::DuplicateMember { item, .. }
+            | E::WeightTooLarge { item, .. }
+            | E::MaxSizeTooLarge { item, .. }
+            | E::GroupTooLarge { item, .. }
+            | E::MixedModes { item, .. } => item.clone(),
+            E::TooMany { kind, .. } => format!("spec.actionProfile.{kind}"),
+        }
+    }
+
+    /// What is wrong, without the item (status lists the two apart).
+    pub fn reason(&self) -> String {
+        let text = self.to_string();
+        let item = self.item();
+        match text.strip_prefix(&item).and_then(|r| r.strip_prefix(": ")) {
+            Some(reason) => reason.to_string(),
+            None => text,
+        }
+    }
+}
+
 /// A member as the device holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Member {

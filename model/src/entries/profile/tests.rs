@@ -411,3 +411,25 @@ fn members_and_groups_read_back_as_written() {
         Some(e)
     );
 }
+
+#[test]
+fn errors_give_their_item_and_reason_apart_whatever_the_names_hold() {
+    // A member name with ": " in it must not split the message there.
+    let e = ProfileError::UnknownMember {
+        item: "spec.actionProfile.groups[g: 1]".into(),
+        name: "nh: 2".into(),
+    };
+    assert_eq!(e.item(), "spec.actionProfile.groups[g: 1]");
+    assert_eq!(
+        e.reason(),
+        "no member \"nh: 2\" in spec.actionProfile.members"
+    );
+    let e = ProfileError::TooMany {
+        kind: "members",
+        count: 9,
+        profile: "p".into(),
+        size: 4,
+    };
+    assert_eq!(e.item(), "spec.actionProfile.members");
+    assert_eq!(e.reason(), "9 are more than the profile p holds (4)");
+}

@@ -75,7 +75,7 @@ pub async fn cleanup(ctx: &Context, set: &TableEntrySet) -> Result<Action, Error
     let mut removed = 0;
     for (i, t) in refs.targets.iter().enumerate() {
         let owned = record.record.keys(&t.virtual_switch);
-        let removal = match t.indirect {
+        let removal = match t.profile.is_some() {
             true => super::profiles::remove(ctx, set, t).await,
             false => remove_entries(ctx, set, t, desired.of(i), &owned).await,
         };

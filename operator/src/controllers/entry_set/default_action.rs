@@ -316,7 +316,7 @@ mod tests {
             slot: 0,
             schema: firewall(),
             const_default_action: const_default,
-            indirect: false,
+            profile: None,
         }
     }
 

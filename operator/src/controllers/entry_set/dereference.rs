@@ -28,9 +28,10 @@ pub struct Target {
     /// The table's const default action id (P4Info), if it has one: its
     /// default action cannot be set.
     pub const_default_action: Option<u32>,
-    /// The table has an action profile (P4Info `implementation_id`): its
-    /// entries are synced by [`super::profiles`], not as direct entries.
-    pub indirect: bool,
+    /// The table's action profile (P4Info `implementation_id`), from the
+    /// program's P4Info: its entries are synced by [`super::profiles`],
+    /// not as direct entries.
+    pub profile: Option<ProfileSchema>,
 }
 
 impl Target {
@@ -45,7 +46,7 @@ impl Target {
 
 /// A table's schema, its const default action and whether it has an
 /// action profile.
-type TableFacts = (TableSchema, Option<u32>, bool);
+type TableFacts = (TableSchema, Option<u32>, Option<ProfileSchema>);
 
 /// Why the program of a VirtualSwitch gives no schema for the set's table.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -249,13 +250,13 @@ impl<R: Reads> Lookup<'_, R> {
                 schemas.insert(program.clone(), schema);
             }
             match &schemas[&program] {
-                Ok((schema, const_default_action, indirect)) => targets.push(Target {
+                Ok((schema, const_default_action, profile)) => targets.push(Target {
                     virtual_switch: vs_name,
                     switch,
                     slot,
                     schema: schema.clone(),
                     const_default_action: *const_default_action,
-                    indirect: *indirect,
+                    profile: profile.clone(),
                 }),
                 Err(
                     error @ ProgramError::Table {
@@ -331,8 +332,8 @@ impl<R: Reads> Lookup<'_, R> {
         Ok(TableSchema::from_p4info(&info, table)
             .map(|s| {
                 let const_default = const_default_action(&info, s.id);
-                let indirect = ProfileSchema::of_table(&info, s.id).is_some();
-                (s, const_default, indirect)
+                let profile = ProfileSchema::of_table(&info, s.id);
+                (s, const_default, profile)
             })
             .map_err(|error| ProgramError::Table {
                 program: program.to_string(),

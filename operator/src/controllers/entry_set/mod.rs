@@ -156,8 +156,11 @@ async fn sync(
     let mut refs = dereference::dereference(&ctx.reads, &ctx.entry_sources, &ns, set).await?;
     settle_conflicts(ctx, set, &mut refs);
     // Tables with an action profile go through `profiles` instead.
-    let (indirect, direct): (Vec<_>, Vec<_>) =
-        refs.targets.iter().cloned().partition(|t| t.indirect);
+    let (indirect, direct): (Vec<_>, Vec<_>) = refs
+        .targets
+        .iter()
+        .cloned()
+        .partition(|t| t.profile.is_some());
     let desired = parse::per_target(&ctx.entry_sources, &me, set, &direct, &refs.sources).await;
     let record = ctx.ownership.get(&ctx.client, set).await?;
     // A damaged record stands in as an empty one (see crate::ownership):

@@ -357,21 +357,9 @@ async fn sync_into(ctx: &Context, set: &TableEntrySet, t: &Target, out: &mut Tar
         ));
         return;
     };
-    let info = match p.running_p4info(t.slot).await {
-        Ok(Some(info)) => info,
-        Ok(None) => {
-            out.profiled.problem = Some(("DeviceUnavailable", "no pipeline loaded".into()));
-            return;
-        }
-        Err(error) => {
-            out.outcome.device_error = Some(DeviceError {
-                switch: t.switch.name_any(),
-                error,
-            });
-            return;
-        }
-    };
-    let Some(profile) = ProfileSchema::of_table(&info, t.schema.id) else {
+    // The program's P4Info (dereference): the VirtualSwitch runs it, as
+    // for direct entries; no P4Info read from the device per sync.
+    let Some(profile) = t.profile.clone() else {
         out.profiled.problem = Some((
             "NoActionProfile",
             format!(
@@ -395,11 +383,7 @@ async fn sync_into(ctx: &Context, set: &TableEntrySet, t: &Target, out: &mut Tar
     );
     let invalid = desired.errors.len();
     for e in &desired.errors {
-        let text = e.to_string();
-        let (item, why) = text.split_once(": ").unwrap_or(("spec", &text));
-        out.outcome
-            .errors
-            .push(error(item.to_string(), None, why.to_string()));
+        out.outcome.errors.push(error(e.item(), None, e.reason()));
     }
     let mut device = match read_back(p, t, &profile).await {
         Ok(d) => d,
@@ -539,13 +523,10 @@ pub async fn remove(ctx: &Context, set: &TableEntrySet, t: &Target) -> Result<us
     let Device::P4Runtime(p) = dev.as_ref() else {
         return Ok(0);
     };
-    let Some(info) = p.running_p4info(t.slot).await? else {
+    let Some(profile) = &t.profile else {
         return Ok(0);
     };
-    let Some(profile) = ProfileSchema::of_table(&info, t.schema.id) else {
-        return Ok(0);
-    };
-    let device = read_back(p, t, &profile).await?;
+    let device = read_back(p, t, profile).await?;
     let exclusive = set.spec.ownership == Ownership::Exclusive;
     let plan = model::plan(
         &model::Desired::default(),
