@@ -54,6 +54,20 @@ pub struct ArrayInfo {
     pub bitwidth: u32,
 }
 
+/// Adds a direct resource of `info.table_id`; a table has at most one of
+/// each kind (`kinds`, e.g. "direct counters").
+fn one_per_table(
+    map: &mut IdMap<DirectInfo>,
+    info: DirectInfo,
+    kinds: &str,
+) -> Result<(), SchemaError> {
+    let table_id = info.table_id;
+    match map.insert(table_id, info) {
+        Some(_) => Err(SchemaError(format!("table id {table_id} has two {kinds}"))),
+        None => Ok(()),
+    }
+}
+
 /// A direct counter or meter: one per entry of `table_id`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirectInfo {
@@ -162,45 +176,25 @@ impl ResourceSchema {
             let (id, name) = name_of(&c.preamble);
             claim(id, &name)?;
             let table_id = direct("direct counter", &name, c.direct_table_id)?;
-            let unit = counter_unit(&c.spec);
-            if s.direct_counters
-                .insert(
-                    table_id,
-                    DirectInfo {
-                        id,
-                        name,
-                        table_id,
-                        unit,
-                    },
-                )
-                .is_some()
-            {
-                return Err(SchemaError(format!(
-                    "table id {table_id} has two direct counters"
-                )));
-            }
+            let info = DirectInfo {
+                id,
+                name,
+                table_id,
+                unit: counter_unit(&c.spec),
+            };
+            one_per_table(&mut s.direct_counters, info, "direct counters")?;
         }
         for m in &info.direct_meters {
             let (id, name) = name_of(&m.preamble);
             claim(id, &name)?;
             let table_id = direct("direct meter", &name, m.direct_table_id)?;
-            let unit = meter_unit(&m.spec);
-            if s.direct_meters
-                .insert(
-                    table_id,
-                    DirectInfo {
-                        id,
-                        name,
-                        table_id,
-                        unit,
-                    },
-                )
-                .is_some()
-            {
-                return Err(SchemaError(format!(
-                    "table id {table_id} has two direct meters"
-                )));
-            }
+            let info = DirectInfo {
+                id,
+                name,
+                table_id,
+                unit: meter_unit(&m.spec),
+            };
+            one_per_table(&mut s.direct_meters, info, "direct meters")?;
         }
         Ok(s)
     }
