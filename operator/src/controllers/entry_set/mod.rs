@@ -32,9 +32,11 @@ pub mod conflicts;
 pub mod default_action;
 pub mod dereference;
 pub mod desired;
+pub mod desired_cache;
 pub mod memory;
 pub mod parse;
 pub mod profiles;
+pub mod read_check;
 pub mod resources;
 pub mod status;
 
@@ -161,7 +163,15 @@ async fn sync(
         .iter()
         .cloned()
         .partition(|t| t.profile.is_some());
-    let desired = parse::per_target(&ctx.entry_sources, &me, set, &direct, &refs.sources).await;
+    let desired = parse::per_target(
+        &ctx.entry_sources,
+        &ctx.sync_memory.desired,
+        &me,
+        set,
+        &direct,
+        &refs.sources,
+    )
+    .await;
     let record = ctx.ownership.get(&ctx.client, set).await?;
     // A damaged record stands in as an empty one (see crate::ownership):
     // an Event when found, a condition for a while after.
