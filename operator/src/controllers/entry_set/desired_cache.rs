@@ -59,15 +59,18 @@ impl Inputs {
     }
 }
 
+/// One assembly and what it was built from.
+pub type Kept = (Inputs, Arc<Desired>);
+
 /// Per set (`namespace/name`), the assemblies of its last sync, one per
 /// distinct schema of its targets.
 #[derive(Default)]
 pub struct DesiredCache {
-    sets: Mutex<HashMap<String, Vec<(Inputs, Arc<Desired>)>>>,
+    sets: Mutex<HashMap<String, Vec<Kept>>>,
 }
 
 impl DesiredCache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<(Inputs, Arc<Desired>)>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Kept>>> {
         self.sets.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -81,7 +84,7 @@ impl DesiredCache {
     }
 
     /// Replaces what is kept for set `set` with the assemblies of this sync.
-    pub fn keep(&self, set: &str, kept: Vec<(Inputs, Arc<Desired>)>) {
+    pub fn keep(&self, set: &str, kept: Vec<Kept>) {
         let mut sets = self.lock();
         if kept.is_empty() {
             sets.remove(set);

@@ -5,7 +5,10 @@
 //! - [`desired`]: inline entries and the line format parsed into the
 //!   desired entries, with sources and errors. Pure.
 //! - [`parse`]: runs [`desired`] per schema off the async runtime, each
-//!   ConfigMap text parsed once through [`crate::entry_sources`].
+//!   ConfigMap text parsed once through [`crate::entry_sources`]; an
+//!   unchanged assembly is reused ([`desired_cache`]).
+//! - [`read_check`]: a target's read-back, compared as bytes with the
+//!   desired entries before anything is decoded.
 //! - [`apply`]: per target, read back, infer ownership, plan, write, tally.
 //!   Device I/O only; targets are independent of each other.
 //! - [`status`]: conditions, counts, rates, per-target status, Events and
