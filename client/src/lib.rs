@@ -54,7 +54,9 @@ pub use p4fleet_model as model;
 pub use p4fleet_model::entries::{Atomicity, WriteOp};
 /// The P4Runtime, BFRT and P4Info messages (p4fleet-proto).
 pub use p4fleet_proto as proto;
-pub use p4runtime::{EntityError, Notice, P4RuntimeDevice, PushMode};
+pub use p4runtime::{
+    EntityError, EntitySum, Malformed, Notice, P4RuntimeDevice, PushMode, RawEntities,
+};
 pub use tls::{TlsFailure, TlsFile, TlsMaterialError, classify as classify_tls_error, tls_failure};
 pub use unreachable::{ConnectCause, ResolveError};
 
@@ -475,6 +477,19 @@ impl Device {
         match self {
             Device::P4Runtime(d) => d.read_table(slot, table_id).await,
             Device::Bfrt(d) => d.read_table(slot, table_id).await,
+        }
+    }
+
+    /// [`P4RuntimeDevice::read_table_raw`]: None over BFRT, whose entries
+    /// are translated, not kept as the target sent them.
+    pub async fn read_table_raw(
+        &self,
+        slot: u32,
+        table_id: u32,
+    ) -> Result<Option<RawEntities>, Error> {
+        match self {
+            Device::P4Runtime(d) => d.read_table_raw(slot, table_id).await.map(Some),
+            Device::Bfrt(_) => Ok(None),
         }
     }
 }

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 mod entities;
 pub use entities::EntityError;
+mod raw_read;
+pub use raw_read::{EntitySum, Malformed, RawEntities};
 
 use p4fleet_model::entries::WriteOp;
 use p4fleet_model::entries::wire::{P4rtWriteHeader, p4rt_write_request};

@@ -322,6 +322,12 @@ fn write_update(o: &mut Out, tag: u32, op: &WriteOp) {
     o.msg(tag, update);
     o.int32(1, op.ty as i32);
     o.msg(2, entity);
+    write_entity(o, op, te);
+}
+
+/// Appends the content of the op's `Entity` (its table entry of `te`
+/// bytes).
+fn write_entity(o: &mut Out, op: &WriteOp, te: usize) {
     o.msg(2, te); // Entity.table_entry
     let k = op.key;
     o.uint(1, u64::from(k.table_id));
@@ -341,6 +347,17 @@ fn write_update(o: &mut Out, tag: u32, op: &WriteOp) {
     }
     o.int32(4, k.priority);
     o.bytes(11, op.metadata());
+}
+
+/// Replaces `buf` with the bytes of the op's P4Runtime `Entity` message,
+/// exactly as prost would encode it: what a device that keeps entries as
+/// written answers a Read with, so a read-back can be compared as bytes.
+pub fn p4rt_entity_into(op: &WriteOp, buf: &mut Vec<u8>) {
+    let (_, entity, te) = update_lens(op);
+    buf.clear();
+    buf.reserve(entity);
+    write_entity(&mut Out(buf), op, te);
+    debug_assert_eq!(buf.len(), entity, "size pass and write pass disagree");
 }
 
 fn uint128_len(high: u64, low: u64) -> usize {
@@ -554,6 +571,18 @@ mod tests {
             assert_eq!(body.len(), p4rt_update_len(&op));
             assert_eq!(body, want.encode_to_vec(), "{op:?}");
             assert_eq!(Update::decode(body).unwrap(), want);
+        }
+    }
+
+    #[test]
+    fn every_entity_is_byte_equal_to_prost() {
+        let es = varied();
+        let md = crate::sync::tag_metadata(0x0123_4567_89ab_cdef);
+        let mut got = vec![0xff; 3];
+        for op in ops(&es, &md) {
+            let want = op.to_update().entity.expect("an entity");
+            p4rt_entity_into(&op, &mut got);
+            assert_eq!(got, want.encode_to_vec(), "{op:?}");
         }
     }
 

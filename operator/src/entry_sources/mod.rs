@@ -277,6 +277,9 @@ type ParseSlot = Arc<OnceCell<Arc<ParsedText>>>;
 struct Uses {
     config_maps: HashSet<(String, String)>,
     parses: HashSet<ParseKey>,
+    /// The parses of the sync before the current one (between
+    /// [`EntrySources::begin`] and [`EntrySources::finish`]).
+    previous: HashSet<ParseKey>,
 }
 
 /// Held while one ConfigMap is fetched (see [`EntrySources::fetch`]).
@@ -291,6 +294,9 @@ pub struct EntrySources {
     parsed: Mutex<HashMap<ParseKey, ParseSlot>>,
     /// What each set (`namespace/name`) used in its last sync.
     users: Arc<Mutex<HashMap<String, Uses>>>,
+    /// Some set stopped using a parse or ConfigMap since the last sweep
+    /// ([`EntrySources::finish`]): only then can a sweep evict anything.
+    stale: std::sync::atomic::AtomicBool,
     permits: Arc<Semaphore>,
     metrics: SourceMetrics,
 }
@@ -315,6 +321,7 @@ impl EntrySources {
             fetching: Mutex::default(),
             parsed: Mutex::default(),
             users: Arc::default(),
+            stale: Default::default(),
             permits: Arc::new(Semaphore::new(MAX_PARSES)),
             metrics,
         }
@@ -351,10 +358,12 @@ impl EntrySources {
     ) -> Result<(Sources, Vec<SourceProblem>), kube::Error> {
         let mut used = HashSet::new();
         let r = self.read_into(reads, ns, sources, &mut used).await;
-        self.lock_users()
-            .entry(set.to_string())
-            .or_default()
-            .config_maps = used;
+        let mut users = self.lock_users();
+        let uses = users.entry(set.to_string()).or_default();
+        if !uses.config_maps.is_subset(&used) {
+            self.stale.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        uses.config_maps = used;
         r
     }
 
@@ -558,14 +567,33 @@ impl EntrySources {
     }
 
     /// Starts recording which parses set `set` uses (call before its
-    /// [`EntrySources::parsed`] calls); [`EntrySources::retain`] then
-    /// evicts what no set uses.
+    /// [`EntrySources::parsed`] calls); [`EntrySources::finish`] or
+    /// [`EntrySources::retain`] then evicts what no set uses.
     pub fn begin(&self, set: &str) {
-        self.lock_users()
-            .entry(set.to_string())
-            .or_default()
-            .parses
-            .clear();
+        let mut users = self.lock_users();
+        let uses = users.entry(set.to_string()).or_default();
+        uses.previous = std::mem::take(&mut uses.parses);
+    }
+
+    /// Ends the sync of set `set` begun with [`EntrySources::begin`]:
+    /// evicts what no set uses, but only when some set stopped using
+    /// something since the last sweep. A sweep visits every set's uses,
+    /// so one per sync made an idle round of N sets cost N² (docs/fleet.md,
+    /// "What an idle round runs").
+    pub fn finish(&self, set: &str) {
+        use std::sync::atomic::Ordering::Relaxed;
+        {
+            let mut users = self.lock_users();
+            if let Some(uses) = users.get_mut(set) {
+                let previous = std::mem::take(&mut uses.previous);
+                if !previous.is_subset(&uses.parses) {
+                    self.stale.store(true, Relaxed);
+                }
+            }
+        }
+        if self.stale.swap(false, Relaxed) {
+            self.retain();
+        }
     }
 
     /// Forgets set `set` (deleted) and evicts what no set uses.

@@ -204,7 +204,7 @@ async fn a_config_map_is_fetched_and_parsed_once_per_resource_version_and_shared
                 c.parsed(set, "ns", &s.texts[0], &schema, digest, opts)
                     .await,
             );
-            c.retain();
+            c.finish(set);
         }
     }
     let parses = |c: &EntrySources| {
@@ -240,7 +240,7 @@ async fn a_config_map_is_fetched_and_parsed_once_per_resource_version_and_shared
             .parsed(set, "ns", &s.texts[0], &schema, digest, opts)
             .await;
         assert_eq!(p.entries.len(), 3);
-        c2.retain();
+        c2.finish(set);
     }
     assert_eq!(reads2.gets.load(Ordering::Relaxed), 2);
     assert_eq!(parses(&c2), 2);

@@ -20,6 +20,7 @@ use super::MAX_ERRORS;
 use super::dereference::Target;
 use super::desired::Desired;
 use super::memory::{Auto, SyncMemory};
+use super::read_check::{self, ReadBack};
 use crate::context::Context;
 use crate::convert;
 use crate::ownership::Record;
@@ -125,7 +126,7 @@ pub async fn plan_target<'a>(ctx: &Context, job: Job<'a>) -> Result<Planned<'a>,
         owned: None,
     };
     let (tag, key) = (tag(set), t.key(set_key));
-    let (dev, mut on_device) = match connect_and_read(ctx, t).await {
+    let (dev, read) = match connect_and_check(ctx, t, d, tag).await {
         Ok(r) => r,
         Err(error) => {
             out.device_error = Some(DeviceError {
@@ -137,6 +138,27 @@ pub async fn plan_target<'a>(ctx: &Context, job: Job<'a>) -> Result<Planned<'a>,
     };
     // Borrowed from the shared parse: 8 bytes per entry, not a copy.
     let desired = d.refs();
+    let mut on_device = match read {
+        ReadBack::Entries(on_device) => on_device,
+        // The plan of a device holding exactly the desired entries, tagged
+        // ours (read_check), without decoding them.
+        ReadBack::InSync => {
+            let plan = sync::Plan {
+                unchanged: desired.len(),
+                ..Default::default()
+            };
+            return Ok(Planned {
+                job,
+                out,
+                dev,
+                desired,
+                on_device: Vec::new(),
+                plan,
+                key,
+                owned: None,
+            });
+        }
+    };
     let owned = (!dev.stores_entry_metadata()).then(|| {
         let before = record.keys(&t.virtual_switch);
         infer_ownership(&mut on_device, tag, &before, desired.iter().copied());
@@ -425,24 +447,24 @@ pub async fn connect_and_read(
     Ok((dev, on_device))
 }
 
-/// Reads a table back and converts it, with ownership tags. Entries the
-/// schema cannot read are logged and left out (a sync neither counts nor
-/// touches them).
+/// The target's device (connected through the pool) and its table read
+/// back against `desired` ([`read_check`]).
+async fn connect_and_check(
+    ctx: &Context,
+    t: &Target,
+    desired: &Desired,
+    tag: u64,
+) -> Result<(std::sync::Arc<Device>, ReadBack), p4fleet_client::Error> {
+    let dev = ctx.devices.connect(&t.switch)?;
+    let read = read_check::read(&dev, t, desired, tag).await?;
+    Ok((dev, read))
+}
+
+/// Reads a table back and converts it, with ownership tags
+/// ([`read_check::convert`]).
 async fn read_back(dev: &Device, t: &Target) -> Result<Vec<DeviceEntry>, p4fleet_client::Error> {
     let raw = dev.read_table(t.slot, t.schema.id).await?;
-    let mut out = Vec::with_capacity(raw.len());
-    for te in &raw {
-        match Entry::from_proto(&t.schema, te) {
-            Ok(entry) => out.push(DeviceEntry {
-                entry,
-                tag: sync::tag_of(&te.metadata),
-            }),
-            Err(e) => {
-                tracing::warn!(table = %t.schema.name, error = %e, "unreadable entry on device")
-            }
-        }
-    }
-    Ok(out)
+    Ok(read_check::convert(&t.schema, &raw))
 }
 
 /// For devices that keep no entry metadata (BFRT): gives `tag` to the

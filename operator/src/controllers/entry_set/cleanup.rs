@@ -63,8 +63,15 @@ pub async fn cleanup(ctx: &Context, set: &TableEntrySet) -> Result<Action, Error
     let ns = namespace(set)?;
     let me = object_key(set);
     let refs = dereference(&ctx.reads, &ctx.entry_sources, &ns, set).await?;
-    let desired =
-        parse::per_target(&ctx.entry_sources, &me, set, &refs.targets, &refs.sources).await;
+    let desired = parse::per_target(
+        &ctx.entry_sources,
+        &ctx.sync_memory.desired,
+        &me,
+        set,
+        &refs.targets,
+        &refs.sources,
+    )
+    .await;
     let record = ctx.ownership.get(&ctx.client, set).await?;
     if let Some(d) = &record.damage {
         // Removes only entries equal to desired ones (the empty record).

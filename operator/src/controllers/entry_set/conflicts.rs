@@ -72,12 +72,14 @@ pub fn find(
         };
         let mut rivals: Vec<&Arc<TableEntrySet>> = others
             .iter()
+            // Borrowed fields, cheapest test first: every sync runs this
+            // over every set of the cluster.
             .filter(|o| {
-                o.namespace() == me.namespace()
-                    && o.name_any() != me.name_any()
+                (me.spec.ownership == Ownership::Exclusive
+                    || o.spec.ownership == Ownership::Exclusive)
+                    && o.metadata.namespace == me.metadata.namespace
+                    && o.metadata.name != me.metadata.name
                     && o.metadata.deletion_timestamp.is_none()
-                    && (me.spec.ownership == Ownership::Exclusive
-                        || o.spec.ownership == Ownership::Exclusive)
                     && names_table(&o.spec.table, table)
                     && super::fills(o, &vs)
             })

@@ -60,6 +60,9 @@ pub struct Desired {
     pub digest: [u8; 32],
     /// ConfigMap names and keys, indexed by [`Source::Line`].
     texts: Vec<(String, String)>,
+    /// The entries' wire sum with the set's tag, taken at the first
+    /// byte-compared read-back ([`super::read_check`]).
+    pub(super) wire: std::sync::OnceLock<(u64, p4fleet_client::EntitySum)>,
 }
 
 impl Desired {
@@ -189,6 +192,7 @@ pub fn assemble(
             .iter()
             .map(|t| (t.config_map.clone(), t.key.clone()))
             .collect(),
+        wire: Default::default(),
     };
     let mut inline = ParsedText::default();
     for (i, te) in set.spec.entries.iter().enumerate() {
@@ -262,7 +266,7 @@ fn drop_duplicates(d: &mut Desired) {
 /// targets running the same program share it.
 #[derive(Debug, Clone, Default)]
 pub struct PerTarget {
-    parses: Vec<Desired>,
+    parses: Vec<Arc<Desired>>,
     /// `parses[of_target[i]]` is target `i`'s.
     of_target: Vec<usize>,
 }
@@ -270,7 +274,7 @@ pub struct PerTarget {
 impl PerTarget {
     /// Built from one desired per distinct schema and, per target, the
     /// index of its own.
-    pub fn from_parts(parses: Vec<Desired>, of_target: Vec<usize>) -> PerTarget {
+    pub fn from_parts(parses: Vec<Arc<Desired>>, of_target: Vec<usize>) -> PerTarget {
         PerTarget { parses, of_target }
     }
 
@@ -281,7 +285,7 @@ impl PerTarget {
 
     /// The first parse, whose problems status reports (None without targets).
     pub fn first(&self) -> Option<&Desired> {
-        self.parses.first()
+        self.parses.first().map(|d| &**d)
     }
 }
 

@@ -38,6 +38,8 @@ pub struct SyncMemory {
     /// `batchSize`/`maxInFlight: Auto`: per Switch and which of the two
     /// are Auto, what its writes have tuned them to.
     tuners: Mutex<HashMap<(String, bool, bool), Tuner>>,
+    /// Each set's assembled desired entries, while their inputs hold.
+    pub desired: super::desired_cache::DesiredCache,
 }
 
 /// Which write settings of a set are Auto.
@@ -153,6 +155,7 @@ impl SyncMemory {
             .unwrap_or_else(|e| e.into_inner())
             .remove(set);
         self.with(|m| m.retain(|k, _| k.set != set));
+        self.desired.forget(set);
     }
 }
 

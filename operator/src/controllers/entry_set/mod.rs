@@ -5,7 +5,10 @@
 //! - [`desired`]: inline entries and the line format parsed into the
 //!   desired entries, with sources and errors. Pure.
 //! - [`parse`]: runs [`desired`] per schema off the async runtime, each
-//!   ConfigMap text parsed once through [`crate::entry_sources`].
+//!   ConfigMap text parsed once through [`crate::entry_sources`]; an
+//!   unchanged assembly is reused ([`desired_cache`]).
+//! - [`read_check`]: a target's read-back, compared as bytes with the
+//!   desired entries before anything is decoded.
 //! - [`apply`]: per target, read back, infer ownership, plan, write, tally.
 //!   Device I/O only; targets are independent of each other.
 //! - [`status`]: conditions, counts, rates, per-target status, Events and
@@ -32,9 +35,11 @@ pub mod conflicts;
 pub mod default_action;
 pub mod dereference;
 pub mod desired;
+pub mod desired_cache;
 pub mod memory;
 pub mod parse;
 pub mod profiles;
+pub mod read_check;
 pub mod resources;
 pub mod status;
 
@@ -161,7 +166,15 @@ async fn sync(
         .iter()
         .cloned()
         .partition(|t| t.profile.is_some());
-    let desired = parse::per_target(&ctx.entry_sources, &me, set, &direct, &refs.sources).await;
+    let desired = parse::per_target(
+        &ctx.entry_sources,
+        &ctx.sync_memory.desired,
+        &me,
+        set,
+        &direct,
+        &refs.sources,
+    )
+    .await;
     let record = ctx.ownership.get(&ctx.client, set).await?;
     // A damaged record stands in as an empty one (see crate::ownership):
     // an Event when found, a condition for a while after.

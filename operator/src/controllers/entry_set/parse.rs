@@ -2,20 +2,26 @@
 //! ConfigMap text parsed once per schema through the shared cache
 //! ([`crate::entry_sources`]: on the blocking pool, shared between sets
 //! and resyncs), then assembled per schema on the blocking pool too, so a
-//! large or malformed source never holds up the runtime's threads.
+//! large or malformed source never holds up the runtime's threads. An
+//! assembly whose inputs did not change since the set's last sync is
+//! reused ([`super::desired_cache`]).
 
 use kube::ResourceExt;
 use p4fleet_crds::TableEntrySet;
 use p4fleet_model::entries::TableSchema;
 
 use super::dereference::{Sources, Target};
+use std::sync::Arc;
+
 use super::desired::{self, PerTarget};
+use super::desired_cache::{DesiredCache, Inputs};
 use crate::entry_sources::{EntrySources, schema_digest};
 
 /// The desired entries of each target of set `set_key` (`namespace/name`);
 /// afterwards the cache holds only what some set used in its last sync.
 pub async fn per_target(
     cache: &EntrySources,
+    assembled: &DesiredCache,
     set_key: &str,
     set: &TableEntrySet,
     targets: &[Target],
@@ -37,6 +43,7 @@ pub async fn per_target(
     }
     let options = desired::options(set);
     let mut parses = Vec::with_capacity(schemas.len());
+    let mut kept = Vec::with_capacity(schemas.len());
     for schema in schemas {
         let digest = schema_digest(schema);
         let parsed = futures::future::join_all(
@@ -46,12 +53,26 @@ pub async fn per_target(
                 .map(|text| cache.parsed(set_key, &ns, text, schema, digest, options)),
         )
         .await;
+        // Unchanged spec, schema and parses: the last sync's assembly.
+        let inputs = set
+            .metadata
+            .generation
+            .map(|g| Inputs::new(g, digest, sources, &parsed));
+        if let Some(d) = inputs.as_ref().and_then(|i| assembled.get(set_key, i)) {
+            kept.extend(inputs.map(|i| (i, d.clone())));
+            parses.push(d);
+            continue;
+        }
         let (set, schema, sources) = (set.clone(), schema.clone(), sources.clone());
-        let d = cache
-            .blocking(move || desired::assemble(&set, &schema, &sources, &parsed))
-            .await;
+        let d = Arc::new(
+            cache
+                .blocking(move || desired::assemble(&set, &schema, &sources, &parsed))
+                .await,
+        );
+        kept.extend(inputs.map(|i| (i, d.clone())));
         parses.push(d);
     }
-    cache.retain();
+    cache.finish(set_key);
+    assembled.keep(set_key, kept);
     PerTarget::from_parts(parses, of_target)
 }
