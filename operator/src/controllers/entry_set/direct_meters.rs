@@ -185,7 +185,7 @@ pub fn on_indirect_table(set: &TableEntrySet, t: &Target) -> Option<Outcome> {
     Some(Outcome {
         wanted: metered.len(),
         problem: Some((
-            "NotSupported",
+            "MeterOnActionProfileTable",
             format!(
                 "spec.entries[{first}]: table {} has action profile {}: meters on its entries are not written yet",
                 t.schema.name, profile.name
