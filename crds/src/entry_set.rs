@@ -177,6 +177,10 @@ pub struct TableEntry {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 256))]
     pub action_set: Vec<WeightedAction>,
+    /// The entry's direct meter config, for a table with a direct meter
+    /// (docs/entities/meters.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meter: Option<crate::EntryMeter>,
 }
 
 impl TableEntry {

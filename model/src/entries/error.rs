@@ -95,6 +95,9 @@ pub enum EntryError {
     LineTooLong { needed: usize, limit: usize },
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// A direct meter config (`@meter=` or an entry's `meter`).
+    #[error("meter {value:?}: {reason}")]
+    InvalidMeter { value: String, reason: String },
     #[error("table_entries[{index}]: {source}")]
     AtEntry {
         index: usize,

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry as MapEntry;
 use std::fmt::Write as _;
 
+use super::direct_meter::{self, MeterConfig};
 use super::entry::{Builder, Entry, EntryKey, ParseOptions};
 use super::error::EntryError;
 use super::schema::TableSchema;
@@ -33,6 +34,8 @@ pub struct LineParser<'s> {
     /// Field indices for positional lines, from `#! fields`.
     positional: Vec<usize>,
     default_action: Option<usize>,
+    /// The last line's `@meter=` (see [`LineParser::take_meter`]).
+    meter: Option<MeterConfig>,
 }
 
 impl<'s> LineParser<'s> {
@@ -45,11 +48,20 @@ impl<'s> LineParser<'s> {
             builder: Builder::with_options(schema, options),
             positional: Vec::new(),
             default_action: None,
+            meter: None,
         }
     }
 
     pub fn schema(&self) -> &'s TableSchema {
         self.builder.schema
+    }
+
+    /// The direct meter config (`@meter=CIR:CBURST:PIR:PBURST`) of the
+    /// entry the last [`LineParser::parse_line`] returned, if it had one.
+    /// Kept beside the entry, not in it: a meter is not part of what
+    /// identifies or compares entries.
+    pub fn take_meter(&mut self) -> Option<MeterConfig> {
+        self.meter.take()
     }
 
     /// Parses one line (without its newline). `Ok(None)` for blank lines,
@@ -69,6 +81,7 @@ impl<'s> LineParser<'s> {
             return Ok(None);
         }
         self.builder.reset();
+        self.meter = None;
         let named = body.contains("=>");
         if named {
             self.named(toks)?;
@@ -136,6 +149,20 @@ impl<'s> LineParser<'s> {
         Ok(())
     }
 
+    /// A token after `@`: `meter=...` or the priority.
+    fn at(&mut self, tok: &str) -> Result<(), EntryError> {
+        match tok.strip_prefix(direct_meter::TOKEN) {
+            Some(m) => {
+                if self.meter.is_some() {
+                    return Err(EntryError::Syntax("`@meter=` appears twice".into()));
+                }
+                self.meter = Some(direct_meter::parse(m)?);
+                Ok(())
+            }
+            None => self.priority(tok),
+        }
+    }
+
     fn priority(&mut self, tok: &str) -> Result<(), EntryError> {
         let n = tok.strip_prefix("priority=").unwrap_or(tok);
         let p: i64 = n
@@ -150,7 +177,7 @@ impl<'s> LineParser<'s> {
         let mut pos = 0;
         for tok in toks {
             if let Some(p) = tok.strip_prefix('@') {
-                self.priority(p)?;
+                self.at(p)?;
             } else if tok == "=>" {
                 if after_arrow {
                     return Err(EntryError::Syntax("`=>` appears twice".into()));
@@ -194,7 +221,7 @@ impl<'s> LineParser<'s> {
         let mut pos = 0;
         for tok in toks {
             if let Some(p) = tok.strip_prefix('@') {
-                self.priority(p)?;
+                self.at(p)?;
             } else if nfield < self.positional.len() {
                 self.builder.set_field(self.positional[nfield], tok)?;
                 nfield += 1;
@@ -247,6 +274,8 @@ pub struct ParseReport {
     pub errors: Vec<EntryError>,
     /// How many lines failed in total (bad lines plus later duplicates).
     pub failed: usize,
+    /// How many good lines set a direct meter (`@meter=`).
+    pub meters: usize,
 }
 
 /// Parses a whole text, skipping bad lines. With `max_errors == 1` it
@@ -268,11 +297,13 @@ pub fn parse_text_lossy_with(
     let mut lines: Vec<u32> = Vec::with_capacity(text.len() / 32);
     let mut errors = Vec::new();
     let mut failed = 0;
+    let mut meters = 0;
     for (i, line) in text.lines().enumerate() {
         match p.parse_line(line) {
             Ok(Some(e)) => {
                 entries.push(e);
                 lines.push(i as u32 + 1);
+                meters += usize::from(p.take_meter().is_some());
             }
             Ok(None) => {}
             Err(e) => {
@@ -285,6 +316,7 @@ pub fn parse_text_lossy_with(
                         entries: Vec::new(),
                         errors,
                         failed,
+                        meters: 0,
                     };
                 }
             }
@@ -326,6 +358,7 @@ pub fn parse_text_lossy_with(
         entries,
         errors,
         failed,
+        meters,
     }
 }
 
@@ -561,6 +594,57 @@ mod tests {
             let _ = writeln!(s, "10.{a}.{b}.{c} 172.16.{c}.{b} {}", i % 512);
         }
         s
+    }
+
+    #[test]
+    fn meter_token_in_named_and_positional_lines() {
+        let t = firewall();
+        let mut p = LineParser::new(&t);
+        let e = p
+            .parse_line(
+                "srcAddr=10.0.0.1 dstAddr=10.0.1.1 => allow port=1 @meter=1000:100:2000:200",
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.action.params.len(), 1);
+        let m = p.take_meter().unwrap();
+        assert_eq!((m.cir, m.cburst, m.pir, m.pburst), (1000, 100, 2000, 200));
+        assert_eq!(p.take_meter(), None, "taken once");
+        p.parse_line("#! fields srcAddr dstAddr").unwrap();
+        p.parse_line("10.0.0.2 10.0.1.1 @meter=1:1:1:1 allow 2")
+            .unwrap();
+        assert_eq!(p.take_meter().map(|m| m.pir), Some(1));
+        // A line without the token has none, whatever the line before had.
+        p.parse_line("10.0.0.3 10.0.1.1 @meter=1:1:1:1 allow 2")
+            .unwrap();
+        p.parse_line("10.0.0.4 10.0.1.1 allow 2").unwrap();
+        assert_eq!(p.take_meter(), None);
+        let r = parse_text_lossy(
+            &t,
+            "#! fields srcAddr dstAddr\n10.0.0.1 10.0.1.1 allow 1 @meter=5:5:5:5\n10.0.0.2 10.0.1.1 allow 1\n",
+            10,
+        );
+        assert_eq!((r.entries.len(), r.meters), (2, 1));
+    }
+
+    #[test]
+    fn bad_meter_tokens_name_line_and_token() {
+        let t = firewall();
+        let text = "#! fields srcAddr dstAddr\n\
+                    10.0.0.1 10.0.1.1 allow 1 @meter=5000:100:1000:200\n\
+                    10.0.0.2 10.0.1.1 allow 1 @meter=1:2:3\n\
+                    10.0.0.3 10.0.1.1 allow 1 @meter=1:1:1:1 @meter=1:1:1:1\n";
+        let r = parse_text_lossy(&t, text, 10);
+        let errs: Vec<String> = r.errors.iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            errs,
+            [
+                "line 2: meter \"5000:100:1000:200\": pir 1000 is below cir 5000",
+                "line 3: meter \"1:2:3\": expected cir:cburst:pir:pburst (4 numbers), got 3",
+                "line 4: syntax: `@meter=` appears twice",
+            ]
+        );
+        assert_eq!((r.entries.len(), r.meters), (0, 0));
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod bfrt;
 mod bytes;
 pub mod convert;
 mod default_action;
+pub mod direct_meter;
 mod entry;
 mod error;
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! their line numbers and the first bad lines. What the cache shares
 //! between sets and resyncs. Pure.
 
+use p4fleet_model::entries::direct_meter::MeterConfig;
 use p4fleet_model::entries::{Entry, LineParser, ParseOptions, TableSchema};
 
 /// Errors kept per text: status shows at most a few, the rest are counted.
@@ -17,6 +18,9 @@ pub struct ParsedText {
     pub errors: Vec<(u32, String)>,
     /// How many lines were bad.
     pub invalid: usize,
+    /// `(i, config)`: `entries[i]` sets its direct meter (`@meter=`),
+    /// sorted by `i`. Few entries have one, so they are kept apart.
+    pub meters: Vec<(u32, MeterConfig)>,
 }
 
 impl ParsedText {
@@ -42,6 +46,9 @@ pub fn parse(schema: &TableSchema, options: ParseOptions, text: &str) -> ParsedT
             Ok(Some(e)) => {
                 out.entries.push(e);
                 out.lines.push(n);
+                if let Some(m) = p.take_meter() {
+                    out.meters.push((out.entries.len() as u32 - 1, m));
+                }
             }
             Ok(None) => {}
             Err(e) => {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use p4fleet_crds::TableEntrySet;
 use p4fleet_crds::entry_set::EntryError as StatusEntryError;
+use p4fleet_model::entries::direct_meter::{self, MeterConfig};
 use p4fleet_model::entries::{Entry, ParseOptions, TableSchema, format_key, parse_inline_with};
 use p4fleet_model::sync;
 
@@ -92,6 +93,22 @@ impl Desired {
     /// for the pure sync functions that index them.
     pub fn refs(&self) -> Vec<&Entry> {
         self.iter().collect()
+    }
+
+    /// The desired entries that set a direct meter: `(i, config)` for
+    /// entry `i`, in order.
+    pub fn meters(&self) -> Vec<(usize, MeterConfig)> {
+        if self.parts.iter().all(|p| p.meters.is_empty()) {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for (i, l) in self.locs.iter().enumerate() {
+            let m = &self.parts[l.part as usize].meters;
+            if let Ok(j) = m.binary_search_by_key(&l.at, |(at, _)| *at) {
+                out.push((i, m[j].1));
+            }
+        }
+        out
     }
 
     /// Where entry `i` came from.
@@ -196,17 +213,29 @@ pub fn assemble(
     };
     let mut inline = ParsedText::default();
     for (i, te) in set.spec.entries.iter().enumerate() {
-        match parse_inline_with(
-            schema,
-            &te.match_,
-            &te.action,
-            &te.params,
-            te.priority,
-            options(set),
-        ) {
+        let meter = te.meter.map(|m| MeterConfig {
+            cir: m.cir,
+            cburst: m.cburst,
+            pir: m.pir,
+            pburst: m.pburst,
+        });
+        let checked = meter.as_ref().map_or(Ok(()), direct_meter::check);
+        match checked.and_then(|()| {
+            parse_inline_with(
+                schema,
+                &te.match_,
+                &te.action,
+                &te.params,
+                te.priority,
+                options(set),
+            )
+        }) {
             Ok(e) => {
                 inline.entries.push(e);
                 inline.lines.push(i as u32);
+                if let Some(m) = meter {
+                    inline.meters.push((inline.entries.len() as u32 - 1, m));
+                }
             }
             Err(e) => {
                 let key = te

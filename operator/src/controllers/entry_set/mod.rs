@@ -36,6 +36,7 @@ pub mod default_action;
 pub mod dereference;
 pub mod desired;
 pub mod desired_cache;
+pub mod direct_meters;
 pub mod memory;
 pub mod parse;
 pub mod profiles;
@@ -225,6 +226,11 @@ async fn sync(
         .await?;
     let set = written.as_ref().unwrap_or(set);
     let defaults = sync_default_actions(ctx, set, &refs.targets).await;
+    let mut metered = sync_direct_meters(ctx, &direct, &desired).await;
+    metered.extend(indirect.iter().filter_map(|t| {
+        let o = direct_meters::on_indirect_table(set, t)?;
+        Some((t.virtual_switch.clone(), o))
+    }));
     let now = now_rfc3339();
     let extras = resources::sync(
         ctx,
@@ -244,6 +250,7 @@ async fn sync(
     });
     default_action::fold(&mut report, set, &defaults);
     profiles::fold(&mut report, set, &profiled, direct.len());
+    direct_meters::fold(&mut report, set, &metered);
     if let Some(d) = ctx.ownership.recent_damage(set) {
         let ownership = set.spec.ownership;
         let conditions = &mut report.status.conditions;
@@ -289,6 +296,22 @@ async fn sync_default_actions(
         let plan = default_action::plan(set, t);
         let outcome = default_action::sync_target(ctx, t, plan).await;
         out.push((t.virtual_switch.clone(), outcome));
+    }
+    out
+}
+
+/// Each direct target's entry meters, one target after the other (two
+/// small reads and at most one write each, only for sets that set one).
+async fn sync_direct_meters(
+    ctx: &Context,
+    targets: &[dereference::Target],
+    desired: &desired::PerTarget,
+) -> Vec<(String, direct_meters::Outcome)> {
+    let mut out = Vec::new();
+    for (i, t) in targets.iter().enumerate() {
+        if let Some(o) = direct_meters::sync_target(ctx, t, desired.of(i)).await {
+            out.push((t.virtual_switch.clone(), o));
+        }
     }
     out
 }

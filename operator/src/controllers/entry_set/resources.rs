@@ -210,7 +210,7 @@ async fn resolve<'a>(ctx: &Context, targets: &'a [Target], out: &mut Outcome) ->
         };
         let Device::P4Runtime(p) = dev.as_ref() else {
             out.fail(
-                "Unsupported",
+                "UnsupportedOnTarget",
                 source,
                 None,
                 format!(

@@ -372,9 +372,9 @@ pub fn report(
         ),
         Outcome::Unsupported(e) => (
             status(0, 0, vec![e.clone()]),
-            Condition::new(REPLICATION_SYNCED, false, "NotSupportedByTarget", e.clone()),
+            Condition::new(REPLICATION_SYNCED, false, "UnsupportedOnTarget", e.clone()),
             Some(EventNote::warning(
-                "NotSupportedByTarget",
+                "UnsupportedOnTarget",
                 "Validate",
                 e.clone(),
             )),

@@ -137,3 +137,22 @@ fn members_and_groups_on_a_table_without_a_profile_are_a_condition() {
     fold(&mut r, &plain, &[], 1);
     assert!(find_condition(&r.status.conditions, ACTION_PROFILES_SYNCED).is_none());
 }
+
+#[test]
+fn entries_from_on_a_profile_table_is_said_not_ignored() {
+    assert_eq!(
+        entries_from_problem(&ecmp(), "MyIngress.ecmp", "MyIngress.ecmp_selector"),
+        None
+    );
+    let mut s = ecmp();
+    s.spec.entries_from = serde_yaml::from_str("[{configMap: ecmp-lines}]").unwrap();
+    let (reason, message) =
+        entries_from_problem(&s, "MyIngress.ecmp", "MyIngress.ecmp_selector").unwrap();
+    assert_eq!(reason, "EntriesFromNotRead");
+    assert!(
+        message.starts_with(
+            "spec.entriesFrom is not read for table MyIngress.ecmp with action profile MyIngress.ecmp_selector"
+        ),
+        "{message}"
+    );
+}
