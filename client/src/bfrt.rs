@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use p4fleet_model::entries::bfrt::stateful::BfrtRegisters;
 use p4fleet_model::entries::bfrt::{
     BfrtInfo, BfrtOp, BfrtProgramMap, BfrtWriteHeader, bfrt_write_request,
 };
@@ -43,6 +44,7 @@ use crate::session::{self, Sessions};
 use crate::{Capabilities, Error, Refusal, Target, UpdateFailure, WriteOptions, WriteReport};
 
 mod default_action;
+mod resources;
 
 const SUBSCRIBE_WAIT: Duration = Duration::from_secs(10);
 
@@ -112,16 +114,26 @@ struct Loaded {
     p4_name: String,
     /// Shared with running writes (no copy per write).
     map: Arc<BfrtProgramMap>,
+    /// The P4Info the program was set with, and its registers in
+    /// bfrt.json ([`resources`]).
+    p4info: Arc<P4Info>,
+    registers: Arc<BfrtRegisters>,
     /// Subscription (acceptance count) the BIND was made on.
     bound_on: Option<u64>,
 }
 
-/// The translation between `p4info`'s tables and a program's bfrt.json.
-fn program_map(device_id: u64, p4info: &P4Info, bfrt_json: &[u8]) -> Result<BfrtProgramMap, Error> {
+/// The translation between `p4info`'s tables (and registers) and a
+/// program's bfrt.json.
+fn program_map(
+    device_id: u64,
+    p4info: &P4Info,
+    bfrt_json: &[u8],
+) -> Result<(BfrtProgramMap, BfrtRegisters), Error> {
     let protocol = |reason: String| Error::Protocol { device_id, reason };
     let tables = TableSchema::all_from_p4info(p4info).map_err(|e| protocol(e.to_string()))?;
     let info = BfrtInfo::parse(bfrt_json).map_err(|e| protocol(e.to_string()))?;
-    BfrtProgramMap::new(&tables, &info).map_err(|e| protocol(e.to_string()))
+    let map = BfrtProgramMap::new(&tables, &info).map_err(|e| protocol(e.to_string()))?;
+    Ok((map, BfrtRegisters::new(p4info, &info)))
 }
 
 /// A BFRT connection to one target.
@@ -276,7 +288,7 @@ impl BfrtDevice {
                 .await
                 .map_err(|s| self.rpc_error("SetForwardingPipelineConfig", device_id, s))?;
         }
-        self.remember(device_id, &pipeline.p4_name, map);
+        self.remember(device_id, &pipeline.p4_name, map, p4info);
         self.bind(slot).await?;
         Ok(!loaded)
     }
@@ -308,22 +320,42 @@ impl BfrtDevice {
             ))
         })?;
         let map = program_map(device_id, p4info, &config.bfruntime_info)?;
-        self.remember(device_id, &config.p4_name, map);
+        self.remember(device_id, &config.p4_name, map, p4info);
         self.bind(slot).await?;
         Ok(config.p4_name.clone())
     }
 
     /// Keeps the program of `device_id` (not yet bound) for writes and reads.
-    fn remember(&self, device_id: u64, p4_name: &str, map: BfrtProgramMap) {
+    fn remember(
+        &self,
+        device_id: u64,
+        p4_name: &str,
+        (map, registers): (BfrtProgramMap, BfrtRegisters),
+        p4info: &P4Info,
+    ) {
         let loaded = Loaded {
             p4_name: p4_name.to_string(),
             map: Arc::new(map),
+            p4info: Arc::new(p4info.clone()),
+            registers: Arc::new(registers),
             bound_on: None,
         };
         self.loaded
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(device_id, Arc::new(Mutex::new(loaded)));
+    }
+
+    /// The P4Info and registers of the program set for `device_id`.
+    fn loaded_parts(&self, device_id: u64) -> Option<(Arc<P4Info>, Arc<BfrtRegisters>)> {
+        let loaded = self
+            .loaded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&device_id)
+            .cloned()?;
+        let l = loaded.lock().unwrap_or_else(|e| e.into_inner());
+        Some((l.p4info.clone(), l.registers.clone()))
     }
 
     /// The program set for `slot`, bound on the current subscription.

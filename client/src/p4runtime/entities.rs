@@ -73,7 +73,8 @@ impl P4RuntimeDevice {
 }
 
 impl Device {
-    /// [`P4RuntimeDevice::read_entities`]; BFRT has no such entities here.
+    /// [`P4RuntimeDevice::read_entities`]; over BFRT registers and direct
+    /// counters only ([`crate::BfrtDevice::read_entities`]).
     pub async fn read_entities(
         &self,
         slot: u32,
@@ -81,11 +82,12 @@ impl Device {
     ) -> Result<Vec<Entity>, Error> {
         match self {
             Device::P4Runtime(d) => d.read_entities(slot, filters).await,
-            Device::Bfrt(_) => Err(Error::Unsupported("P4Runtime entities over BFRT")),
+            Device::Bfrt(d) => d.read_entities(slot, filters).await,
         }
     }
 
-    /// [`P4RuntimeDevice::write_entities`]; BFRT has no such entities here.
+    /// [`P4RuntimeDevice::write_entities`]; over BFRT register cells only
+    /// ([`crate::BfrtDevice::write_entities`]).
     pub async fn write_entities(
         &self,
         slot: u32,
@@ -93,7 +95,7 @@ impl Device {
     ) -> Result<Vec<EntityError>, Error> {
         match self {
             Device::P4Runtime(d) => d.write_entities(slot, updates).await,
-            Device::Bfrt(_) => Err(Error::Unsupported("P4Runtime entities over BFRT")),
+            Device::Bfrt(d) => d.write_entities(slot, updates).await,
         }
     }
 }

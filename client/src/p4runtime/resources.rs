@@ -28,3 +28,14 @@ impl P4RuntimeDevice {
         Ok(resp.into_inner().config.and_then(|c| c.p4info))
     }
 }
+
+impl crate::Device {
+    /// The P4Info of the program in `slot`: the device's (P4Runtime), or
+    /// the one the program was set with (BFRT devices know only bfrt.json).
+    pub async fn running_p4info(&self, slot: u32) -> Result<Option<P4Info>, Error> {
+        match self {
+            crate::Device::P4Runtime(d) => d.running_p4info(slot).await,
+            crate::Device::Bfrt(d) => d.running_p4info(slot).await,
+        }
+    }
+}

@@ -12,6 +12,7 @@ mod device;
 pub mod pipes;
 pub(crate) mod schema;
 mod service;
+mod stateful;
 mod store;
 mod wire;
 

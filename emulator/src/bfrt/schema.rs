@@ -86,7 +86,85 @@ pub struct TableDef {
     pub unsupported: Option<String>,
     /// Action the default entry starts with (0 = none).
     pub initial_default: u32,
+    /// What kind of stateful resource the table is or has.
+    pub stateful: Stateful,
 }
+
+/// Ids of a direct counter's data fields on a match table (the table-level
+/// singletons `$COUNTER_SPEC_BYTES` / `$COUNTER_SPEC_PKTS`; one of them is
+/// absent when the counter's unit does not count it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CounterFields {
+    pub bytes: Option<u32>,
+    pub packets: Option<u32>,
+}
+
+impl CounterFields {
+    /// The counter fields among `data` (table-level singletons).
+    fn find(data: &[DataDef]) -> CounterFields {
+        let id = |name: &str| data.iter().find(|d| d.name == name).map(|d| d.id);
+        CounterFields {
+            bytes: id(COUNTER_SPEC_BYTES),
+            packets: id(COUNTER_SPEC_PKTS),
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.bytes.is_some() || self.packets.is_some()
+    }
+
+    /// Whether `id` is one of the counter's fields.
+    pub fn has(&self, id: u32) -> bool {
+        self.bytes == Some(id) || self.packets == Some(id)
+    }
+}
+
+/// Stateful resources as bfrt.json shows them: a match table with a
+/// direct counter, or an indirect array (`table_type` `Counter`,
+/// `Register`, `Meter`) addressed by a `$..._INDEX` key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Stateful {
+    #[default]
+    None,
+    /// A match table whose entries each carry a counter.
+    DirectCounter(CounterFields),
+    /// An array of `size` cells; every cell exists (reads 0 / the default
+    /// until written).
+    Array(ArrayKind),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArrayKind {
+    Counter(CounterFields),
+    /// Register cells: one value per pipe when read (bf_switchd returns a
+    /// register field once per pipe of the program).
+    Register,
+    Meter,
+}
+
+impl ArrayKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            ArrayKind::Counter(_) => "Counter",
+            ArrayKind::Register => "Register",
+            ArrayKind::Meter => "Meter",
+        }
+    }
+
+    /// The index key field's name.
+    pub fn index_key(&self) -> &'static str {
+        match self {
+            ArrayKind::Counter(_) => "$COUNTER_INDEX",
+            ArrayKind::Register => "$REGISTER_INDEX",
+            ArrayKind::Meter => "$METER_INDEX",
+        }
+    }
+}
+
+/// Data field names of counters in bfrt.json (match tables with a direct
+/// counter and `Counter` tables).
+pub const COUNTER_SPEC_BYTES: &str = "$COUNTER_SPEC_BYTES";
+pub const COUNTER_SPEC_PKTS: &str = "$COUNTER_SPEC_PKTS";
 
 impl TableDef {
     pub fn key(&self, id: u32) -> Option<(usize, &KeyDef)> {
@@ -285,7 +363,7 @@ fn table_def(t: JTable) -> Result<TableDef, BfrtSchemaError> {
                 .collect(),
         });
     }
-    let data = t
+    let data: Vec<DataDef> = t
         .data
         .iter()
         .filter_map(|d| {
@@ -299,6 +377,7 @@ fn table_def(t: JTable) -> Result<TableDef, BfrtSchemaError> {
         .find(|a| !a.table_only && a.data.is_empty())
         .map(|a| a.id)
         .unwrap_or(0);
+    let stateful = stateful(&t.name, &t.table_type, t.size, &keys, &actions, &data)?;
     Ok(TableDef {
         id: t.id,
         name: t.name,
@@ -310,7 +389,60 @@ fn table_def(t: JTable) -> Result<TableDef, BfrtSchemaError> {
         data,
         unsupported,
         initial_default,
+        stateful,
     })
+}
+
+/// What stateful resource a table is, checked as bf_switchd would refuse
+/// a bfrt.json it cannot realize: an array table has exactly the index key
+/// (`uint32`, Exact), a positive size and no actions; a register has data
+/// fields and a counter table counter fields.
+fn stateful(
+    name: &str,
+    table_type: &str,
+    size: u64,
+    keys: &[KeyDef],
+    actions: &[ActionDef],
+    data: &[DataDef],
+) -> Result<Stateful, BfrtSchemaError> {
+    let counter = CounterFields::find(data);
+    let kind = match table_type {
+        "Counter" => ArrayKind::Counter(counter),
+        "Register" => ArrayKind::Register,
+        "Meter" => ArrayKind::Meter,
+        _ if counter.any() => return Ok(Stateful::DirectCounter(counter)),
+        _ => return Ok(Stateful::None),
+    };
+    let index = kind.index_key();
+    match keys {
+        [k] if k.name == index && k.kind == MatchKind::Exact && k.width == 32 => {}
+        _ => {
+            return Err(bad(format!(
+                "{} table {name} must have exactly one key, {index} (Exact uint32)",
+                kind.name()
+            )));
+        }
+    }
+    if size == 0 || size > u64::from(u32::MAX) {
+        return Err(bad(format!("{} table {name} has size {size}", kind.name())));
+    }
+    if !actions.is_empty() {
+        return Err(bad(format!(
+            "{} table {name} has action specs",
+            kind.name()
+        )));
+    }
+    let empty = match kind {
+        ArrayKind::Counter(c) => !c.any(),
+        ArrayKind::Register | ArrayKind::Meter => data.is_empty(),
+    };
+    if empty {
+        return Err(bad(format!(
+            "{} table {name} has no data fields",
+            kind.name()
+        )));
+    }
+    Ok(Stateful::Array(kind))
 }
 
 /// The fixed (non-P4) tables the emulator advertises: enough for clients
@@ -450,6 +582,47 @@ mod tests {
             .find(|t| t.name == "$PORT_STR_INFO")
             .unwrap();
         assert!(info.unsupported.is_some());
+    }
+
+    #[test]
+    fn stateful_tables_are_recognized_and_checked() {
+        let s =
+            BfrtSchema::from_json(include_str!("../../../examples/counted/bfrt.json").as_bytes())
+                .unwrap();
+        let kind = |name: &str| s.tables.values().find(|t| t.name == name).unwrap().stateful;
+        assert_eq!(
+            kind("pipe.MyIngress.dmac"),
+            Stateful::DirectCounter(CounterFields {
+                bytes: Some(65553),
+                packets: Some(65554)
+            })
+        );
+        assert_eq!(
+            kind("pipe.MyIngress.port_last_seen"),
+            Stateful::Array(ArrayKind::Register)
+        );
+        assert_eq!(
+            kind("pipe.MyIngress.port_meter"),
+            Stateful::Array(ArrayKind::Meter)
+        );
+        assert!(matches!(
+            kind("pipe.MyIngress.port_counter"),
+            Stateful::Array(ArrayKind::Counter(_))
+        ));
+        // A register table needs exactly its index key, a size and data.
+        let reg = |key: &str, size: u32, data: &str| {
+            format!(
+                r#"{{"tables":[{{"name":"pipe.r","id":1,"table_type":"Register","size":{size},
+                "key":[{key}],"data":[{data}]}}]}}"#
+            )
+        };
+        let index = r#"{"id":65557,"name":"$REGISTER_INDEX","match_type":"Exact","type":{"type":"uint32"}}"#;
+        let f1 = r#"{"mandatory":true,"singleton":{"id":1,"name":"r.f1","type":{"type":"bytes","width":16}}}"#;
+        assert!(BfrtSchema::from_json(reg(index, 8, f1).as_bytes()).is_ok());
+        let other = r#"{"id":1,"name":"idx","match_type":"Exact","type":{"type":"uint32"}}"#;
+        assert!(BfrtSchema::from_json(reg(other, 8, f1).as_bytes()).is_err());
+        assert!(BfrtSchema::from_json(reg(index, 0, f1).as_bytes()).is_err());
+        assert!(BfrtSchema::from_json(reg(index, 8, "").as_bytes()).is_err());
     }
 
     #[test]

@@ -6,7 +6,8 @@ use p4fleet_proto::bfrt::{self, TableData, update::Type};
 use prost::Message;
 use tonic::Code;
 
-use super::schema::{BfrtSchema, DataDef, FieldType, TableDef};
+use super::schema::{ArrayKind, BfrtSchema, DataDef, FieldType, Stateful, TableDef};
+use super::stateful;
 use super::wire::{self, DataValue, DataView, KeyMatch, KeyView};
 use crate::key::{Entries, Key, MatchKind};
 use crate::update_error::{UpdateError, err, hex, malformed};
@@ -200,6 +201,9 @@ impl Program {
             return Ok(Applied::Delete(n));
         }
         let key = &mut scratch.key;
+        if let Stateful::Array(kind) = table.stateful {
+            return write_cell(table, kind, state, ty, &scratch.keys, key, data, log);
+        }
         encode_key(table, &scratch.keys, key)?;
         match ty {
             Type::Insert | Type::Modify | Type::InsertOrModify => {
@@ -213,7 +217,8 @@ impl Program {
                         ))
                     }
                     std::collections::hash_map::Entry::Occupied(mut o) => {
-                        let old = std::mem::replace(o.get_mut(), data.into());
+                        let next = stored(table, data, Some(o.get()))?;
+                        let old = std::mem::replace(o.get_mut(), next);
                         if let Some(log) = log {
                             log.push(Undo::Replaced(tid, o.key().clone(), old));
                         }
@@ -232,10 +237,11 @@ impl Program {
                         ))
                     }
                     std::collections::hash_map::Entry::Vacant(v) => {
+                        let next = stored(table, data, None)?;
                         if let Some(log) = log {
                             log.push(Undo::Inserted(tid, v.key().clone()));
                         }
-                        v.insert(data.into());
+                        v.insert(next);
                         Ok(Applied::Insert)
                     }
                 }
@@ -297,6 +303,9 @@ impl Program {
             ));
         }
         let mut buf = Vec::new();
+        if let Stateful::Array(kind) = table.stateful {
+            return self.read_cells(table, kind, &keys, emit);
+        }
         if keys.is_empty() || table.keys.is_empty() {
             for (k, d) in &state.entries {
                 buf.clear();
@@ -320,10 +329,127 @@ impl Program {
         }
     }
 
-    /// Table usage (installed entries).
+    /// Table usage (installed entries; every cell of an array).
     pub fn usage(&self, table_id: u32) -> Option<u32> {
+        let def = self.schema.tables.get(&table_id)?;
+        if let Stateful::Array(_) = def.stateful {
+            return def.size.map(|s| s as u32);
+        }
         self.tables.get(&table_id).map(|t| t.entries.len() as u32)
     }
+
+    /// Cells of an array table: one (`keys` given) or all of `0..size`,
+    /// never-written cells with their initial value.
+    fn read_cells(
+        &self,
+        table: &TableDef,
+        kind: ArrayKind,
+        keys: &[KeyView<'_>],
+        emit: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), UpdateError> {
+        let state = &self.tables[&table.id];
+        let initial = stateful::initial_cell(table, kind);
+        let pipes = self.pipes.len().max(1);
+        let mut buf = Vec::new();
+        let mut one = |index: u32, buf: &mut Vec<u8>| {
+            let key = index.to_be_bytes();
+            let data = state
+                .entries
+                .get(key.as_slice())
+                .map_or(initial.as_slice(), |d| d);
+            buf.clear();
+            entry_out(table, &key, &stateful::cell_out(kind, data, pipes), buf);
+            emit(buf);
+        };
+        if keys.is_empty() {
+            for i in 0..table.size.unwrap_or(0) as u32 {
+                one(i, &mut buf);
+            }
+            return Ok(());
+        }
+        let mut key = Vec::new();
+        encode_key(table, keys, &mut key)?;
+        let i = stateful::index(&key);
+        stateful::check_index(table, kind, i)?;
+        one(i, &mut buf);
+        Ok(())
+    }
+}
+
+/// What a match entry stores: the data as sent, with a direct counter's
+/// fields completed ([`stateful::counted_entry`]).
+fn stored(table: &TableDef, data: &[u8], old: Option<&[u8]>) -> Result<Box<[u8]>, UpdateError> {
+    match table.stateful {
+        Stateful::DirectCounter(c) => Ok(stateful::counted_entry(c, data, old)?.into()),
+        _ => Ok(data.into()),
+    }
+}
+
+/// A write to one cell of an array table: INSERT, MODIFY and
+/// INSERT_OR_MODIFY all set the cell (every cell exists); deleting one cell
+/// is refused (a DELETE without key, handled before, resets the table).
+#[allow(clippy::too_many_arguments)]
+fn write_cell(
+    table: &TableDef,
+    kind: ArrayKind,
+    state: &mut TableState,
+    ty: Type,
+    keys: &[KeyView<'_>],
+    key: &mut Vec<u8>,
+    data: &[u8],
+    log: Option<&mut Vec<Undo>>,
+) -> Result<Applied, UpdateError> {
+    match ty {
+        Type::Insert | Type::Modify | Type::InsertOrModify => {}
+        Type::Delete => {
+            return Err(err(
+                Code::Unimplemented,
+                format!(
+                    "table {} ({}): a cell cannot be deleted; modify it, or delete without a key to reset the table",
+                    table.name,
+                    kind.name()
+                ),
+            ));
+        }
+        Type::Reset => {
+            return Err(err(
+                Code::InvalidArgument,
+                "RESET applies to the default entry or table attributes",
+            ));
+        }
+        Type::ModifyInc => return Err(err(Code::Unimplemented, "MODIFY_INC is not emulated")),
+        Type::Unspecified => {
+            return Err(err(Code::InvalidArgument, "update type is UNSPECIFIED"));
+        }
+    }
+    if keys.is_empty() {
+        return Err(err(
+            Code::InvalidArgument,
+            format!("table {}: key {} is missing", table.name, kind.index_key()),
+        ));
+    }
+    encode_key(table, keys, key)?;
+    stateful::check_index(table, kind, stateful::index(key))?;
+    let mut fields = Vec::new();
+    let action_id = wire::parse_data(data, &mut fields).map_err(malformed)?;
+    check_data(table, action_id, &fields, false)?;
+    match state.entries.entry(Key::new(key)) {
+        std::collections::hash_map::Entry::Occupied(mut o) => {
+            let next = stateful::cell(table, kind, data, Some(o.get()))?;
+            let old = std::mem::replace(o.get_mut(), next.into());
+            if let Some(log) = log {
+                log.push(Undo::Replaced(table.id, o.key().clone(), old));
+            }
+        }
+        std::collections::hash_map::Entry::Vacant(v) => {
+            let next = stateful::cell(table, kind, data, None)?;
+            if let Some(log) = log {
+                log.push(Undo::Inserted(table.id, v.key().clone()));
+            }
+            v.insert(next.into());
+        }
+    }
+    Ok(Applied::Modify)
 }
 
 /// Checks a full-width big-endian value: exactly `nbytes` bytes, no bits

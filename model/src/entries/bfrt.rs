@@ -27,6 +27,7 @@ use super::schema::{
 };
 
 mod default_entry;
+pub mod stateful;
 mod wire;
 pub use wire::{BfrtOp, BfrtWriteHeader, bfrt_write_request};
 
@@ -48,7 +49,13 @@ struct JTable {
     name: String,
     id: u32,
     #[serde(default)]
+    table_type: String,
+    #[serde(default)]
     size: u64,
+    /// Table-level data (singletons): a direct counter's
+    /// `$COUNTER_SPEC_*`, a register's `<name>.f1`.
+    #[serde(default)]
+    data: Vec<JTableData>,
     #[serde(default)]
     key: Vec<JField>,
     #[serde(default)]
@@ -62,6 +69,11 @@ struct JField {
     #[serde(default)]
     match_type: String,
     r#type: Option<JType>,
+}
+
+#[derive(Deserialize)]
+struct JTableData {
+    singleton: Option<JField>,
 }
 
 #[derive(Deserialize)]
@@ -132,6 +144,11 @@ pub struct BfrtTable {
     /// Id of `$MATCH_PRIORITY`, if the table has it.
     pub priority_id: Option<u32>,
     pub actions: Vec<BfrtAction>,
+    /// `MatchAction_Direct`, `Register`, `Counter`, ...
+    pub table_type: String,
+    /// Table-level data fields of a known width (direct counter fields,
+    /// register fields).
+    pub data: Vec<BfrtData>,
 }
 
 impl BfrtTable {
@@ -212,6 +229,18 @@ impl BfrtInfo {
                     data,
                 });
             }
+            let data = t
+                .data
+                .iter()
+                .filter_map(|d| d.singleton.as_ref())
+                .filter_map(|f| {
+                    type_width(&f.r#type).map(|width| BfrtData {
+                        id: f.id,
+                        name: f.name.clone(),
+                        width,
+                    })
+                })
+                .collect();
             tables.push(BfrtTable {
                 name: t.name,
                 id: t.id,
@@ -219,6 +248,8 @@ impl BfrtInfo {
                 keys,
                 priority_id,
                 actions,
+                table_type: t.table_type,
+                data,
             });
         }
         Ok(BfrtInfo { tables })
@@ -353,6 +384,9 @@ pub struct BfrtTableMap {
     fields: Vec<FieldMap>,
     priority_id: Option<u32>,
     actions: Vec<ActionMap>,
+    /// The table's direct counter fields (`$COUNTER_SPEC_BYTES`,
+    /// `$COUNTER_SPEC_PKTS`), when bfrt.json gives it one.
+    counter: stateful::CounterIds,
 }
 
 impl BfrtTableMap {
@@ -410,6 +444,7 @@ impl BfrtTableMap {
             fields,
             priority_id: t.priority_id,
             actions,
+            counter: stateful::CounterIds::of(t),
         })
     }
 

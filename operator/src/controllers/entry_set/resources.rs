@@ -208,19 +208,7 @@ async fn resolve<'a>(ctx: &Context, targets: &'a [Target], out: &mut Outcome) ->
                 continue;
             }
         };
-        let Device::P4Runtime(p) = dev.as_ref() else {
-            out.fail(
-                "UnsupportedOnTarget",
-                source,
-                None,
-                format!(
-                    "Switch {}: counters, meters and registers are written over P4Runtime only",
-                    t.switch.name_any()
-                ),
-            );
-            continue;
-        };
-        match p.running_p4info(t.slot).await {
+        match dev.running_p4info(t.slot).await {
             Ok(Some(info)) => resolved.push(Resolved {
                 target: t,
                 index: ResourceIndex::from_p4info(&info),
@@ -292,7 +280,7 @@ pub async fn sync(
 
 /// One Read of `filters`, the entities unwrapped.
 async fn read(
-    p: &p4fleet_client::P4RuntimeDevice,
+    p: &Device,
     slot: u32,
     filters: Vec<Entity>,
 ) -> Result<Vec<Entity>, p4fleet_client::Error> {
@@ -303,13 +291,18 @@ async fn read(
 
 /// Reads the cells of `ok` back and writes those that differ.
 async fn write_settings(r: &Resolved<'_>, ok: &[Setting], out: &mut Outcome) {
-    let Device::P4Runtime(p) = r.dev.as_ref() else {
-        return;
+    let vs = &r.target.virtual_switch;
+    let bfrt_ok;
+    let ok = if matches!(r.dev.as_ref(), Device::Bfrt(_)) {
+        bfrt_ok = bfrt_settings(r, ok, out);
+        &bfrt_ok[..]
+    } else {
+        ok
     };
     if ok.is_empty() {
         return;
     }
-    let vs = &r.target.virtual_switch;
+    let p = r.dev.as_ref();
     let filters = ok.iter().map(|s| filter(&s.entity)).collect();
     let on_device = match read(p, r.target.slot, filters).await {
         Ok(v) => v,
@@ -357,6 +350,38 @@ async fn write_settings(r: &Resolved<'_>, ok: &[Setting], out: &mut Outcome) {
     }
 }
 
+/// The settings a BFRT target takes (register cells); each other one
+/// (meters: not mapped to BFRT's `Meter` tables yet) is an `UnsupportedOnTarget`
+/// error naming it, never a silent skip.
+fn bfrt_settings(r: &Resolved<'_>, ok: &[Setting], out: &mut Outcome) -> Vec<Setting> {
+    let mut keep = Vec::with_capacity(ok.len());
+    for s in ok {
+        if matches!(s.entity, Entity::RegisterEntry(_)) {
+            keep.push(s.clone());
+        } else {
+            out.fail(
+                "UnsupportedOnTarget",
+                s.source.clone(),
+                None,
+                format!(
+                    "Switch {} is a BFRT target: meters are written over P4Runtime only",
+                    r.target.switch.name_any()
+                ),
+            );
+        }
+    }
+    keep
+}
+
+/// The condition reason of a failed device call: a target that cannot do
+/// it (`Unsupported`) or one that did not answer.
+fn device_failure(e: &p4fleet_client::Error) -> &'static str {
+    match e {
+        p4fleet_client::Error::Unsupported(_) => "UnsupportedOnTarget",
+        _ => "DeviceUnavailable",
+    }
+}
+
 /// One readout of the table's direct counter over all targets.
 async fn read_counters(
     resolved: &[Resolved<'_>],
@@ -367,9 +392,7 @@ async fn read_counters(
     let mut samples = Vec::new();
     let mut name = None;
     for r in resolved {
-        let Device::P4Runtime(p) = r.dev.as_ref() else {
-            continue;
-        };
+        let p = r.dev.as_ref();
         let t = r.target;
         let vs = &t.virtual_switch;
         let Some((_, counter)) = r.index.direct_counters.get(&t.schema.id) else {
@@ -396,7 +419,7 @@ async fn read_counters(
             Ok(v) => v,
             Err(e) => {
                 out.fail(
-                    "DeviceUnavailable",
+                    device_failure(&e),
                     format!("VirtualSwitch {vs}"),
                     None,
                     e.to_string(),
