@@ -133,6 +133,13 @@ pub fn complete(
         };
         if let Some(caps) = st.capabilities.as_mut() {
             caps.slot_service = board.is_ok();
+            // What the slot service does, once it answered: per-slot loads
+            // (others keep forwarding), isolation and port maps in the
+            // static region, resources counted when the board lists them.
+            caps.hot_swap = board.is_ok();
+            caps.isolation = board.is_ok();
+            caps.port_map = board.is_ok();
+            caps.resources_counted = board.as_ref().is_ok_and(|i| !i.resources.is_empty());
         }
         st.conditions.push(cond);
     }
