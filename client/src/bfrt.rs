@@ -381,30 +381,25 @@ impl BfrtDevice {
         device_id: u64,
         config: Vec<ForwardingPipelineConfig>,
     ) -> Result<(), Error> {
-        let rpc = "SetForwardingPipelineConfig";
-        let begin = SetForwardingPipelineConfigRequest {
-            device_id: device_id as u32,
-            client_id: self.client_id,
-            action: SetAction::VerifyAndWarmInitBegin as i32,
-            config,
-            ..Default::default()
-        };
-        self.client
-            .clone()
-            .set_forwarding_pipeline_config(begin)
-            .await
-            .map_err(|s| self.rpc_error(rpc, device_id, s))?;
-        let end = SetForwardingPipelineConfigRequest {
-            device_id: device_id as u32,
-            client_id: self.client_id,
-            action: SetAction::ReconcileAndWarmInitEnd as i32,
-            ..Default::default()
-        };
-        self.client
-            .clone()
-            .set_forwarding_pipeline_config(end)
-            .await
-            .map_err(|s| self.rpc_error(rpc, device_id, s))?;
+        // The config goes with the first; the second ends the warm init.
+        let steps = [
+            (SetAction::VerifyAndWarmInitBegin, config),
+            (SetAction::ReconcileAndWarmInitEnd, Vec::new()),
+        ];
+        for (action, config) in steps {
+            let req = SetForwardingPipelineConfigRequest {
+                device_id: device_id as u32,
+                client_id: self.client_id,
+                action: action as i32,
+                config,
+                ..Default::default()
+            };
+            self.client
+                .clone()
+                .set_forwarding_pipeline_config(req)
+                .await
+                .map_err(|s| self.rpc_error("SetForwardingPipelineConfig", device_id, s))?;
+        }
         Ok(())
     }
 

@@ -14,20 +14,17 @@
 //!   scheduler-style message; deleting the second frees the pipes (the
 //!   device drops its program) and the third runs.
 
+use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
 use p4fleet_client::{Device, Identity, Target};
-use p4fleet_crds::{
-    P4Program, SLOT_CLAIMS_ANNOTATION, SlotClaim, Switch, TableEntrySet, VirtualSwitch,
-    find_condition,
-};
+use p4fleet_crds::{P4Program, Switch, TableEntrySet, VirtualSwitch, find_condition};
 use p4fleet_e2e::processes::{build_binaries, spawn_operator};
 use p4fleet_e2e::{ControlPlane, TestNamespace, firewall, repo_root, unique_name};
 use serde_json::json;
 
 #[path = "fpga_common/mod.rs"]
 mod fpga_common;
-use fpga_common::{entry_set, until};
+use fpga_common::{claims, entry_set, ready, unschedulable, until};
 
 const DEVICE: u64 = 21;
 
@@ -70,28 +67,12 @@ fn vs(name: &str, program: &str, switch: &str) -> VirtualSwitch {
     .unwrap()
 }
 
-fn condition(v: &VirtualSwitch, t: &str) -> Option<(bool, String, String)> {
-    let c = find_condition(&v.status.as_ref()?.conditions, t)?;
-    Some((c.is_true(), c.reason.clone(), c.message.clone()))
-}
-
-fn ready(v: &VirtualSwitch) -> bool {
-    condition(v, "Ready").is_some_and(|c| c.0)
-}
-
 async fn until_ready(api: &Api<VirtualSwitch>, name: &str) -> VirtualSwitch {
     until(&format!("{name} Ready"), || async {
         let v = api.get(name).await.ok()?;
         ready(&v).then_some(v)
     })
     .await
-}
-
-fn claims(sw: &Switch) -> Vec<SlotClaim> {
-    sw.annotations()
-        .get(SLOT_CLAIMS_ANNOTATION)
-        .map(|s| serde_json::from_str(s).unwrap())
-        .unwrap_or_default()
 }
 
 /// Entries of `table_id` in program `p4_name` on the device, read by a
@@ -278,10 +259,7 @@ async fn two_virtual_switches_share_a_tofino_on_disjoint_pipes() {
         .await
         .unwrap();
     let msg = until("c Unschedulable", || async {
-        let v = api.get("c").await.ok()?;
-        condition(&v, "Scheduled")
-            .filter(|c| !c.0 && c.1 == "Unschedulable")
-            .map(|c| c.2)
+        unschedulable(&api.get("c").await.ok()?)
     })
     .await;
     assert_eq!(msg, "0/1 switches: 1 no slot with pipes 2,3 free");
