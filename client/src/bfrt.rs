@@ -122,6 +122,79 @@ struct Loaded {
     bound_on: Option<u64>,
 }
 
+/// A program this client loaded on a pipe set of a device, and the client
+/// (own client id) bound to it.
+#[derive(Clone)]
+struct PipeProgram {
+    p4_name: String,
+    pipes: Vec<u32>,
+    /// A [`crate::Device::Bfrt`].
+    client: Arc<crate::Device>,
+}
+
+impl PipeProgram {
+    fn bfrt(&self) -> &BfrtDevice {
+        match self.client.as_ref() {
+            crate::Device::Bfrt(d) => d,
+            crate::Device::P4Runtime(_) => unreachable!("pipe-set clients are BFRT devices"),
+        }
+    }
+}
+
+/// The client id of the program whose first pipe is `first_pipe`: the
+/// device's client id in the low 16 bits (the operator's election id),
+/// the pipe + 1 above, so programs on disjoint pipes never share one.
+fn pipe_client_id(base: u32, first_pipe: u32) -> u32 {
+    (base & 0xffff) | ((first_pipe + 1) << 16)
+}
+
+/// The pipes a loaded program runs on: the union of its profiles'
+/// `pipe_scope`s; None when a profile has an empty scope (every pipe).
+fn program_pipes(c: &ForwardingPipelineConfig) -> Option<std::collections::BTreeSet<u32>> {
+    let mut out = std::collections::BTreeSet::new();
+    for p in &c.profiles {
+        if p.pipe_scope.is_empty() {
+            return None;
+        }
+        out.extend(p.pipe_scope.iter().copied());
+    }
+    Some(out)
+}
+
+/// The whole device config (pure) that frees `off` and then adds `add`
+/// on its pipes: every program of `current` that keeps running (another
+/// name than `add`'s, on explicit pipes disjoint from `off`), as the device
+/// reported it, then `add` with one profile `pipe` scoped to its pipes
+/// (explicitly: an empty scope would be every pipe). A program on every
+/// pipe (empty scope) is dropped: pipe sets and a whole-device program do
+/// not share a device.
+pub fn device_config_with(
+    current: &[ForwardingPipelineConfig],
+    off: &std::collections::BTreeSet<u32>,
+    add: Option<(&TofinoPipeline, &[u32])>,
+) -> Vec<ForwardingPipelineConfig> {
+    let name = add.map(|(p, _)| p.p4_name.as_str());
+    let mut out: Vec<ForwardingPipelineConfig> = current
+        .iter()
+        .filter(|c| Some(c.p4_name.as_str()) != name)
+        .filter(|c| program_pipes(c).is_some_and(|p| p.is_disjoint(off)))
+        .cloned()
+        .collect();
+    if let Some((pipeline, pipes)) = add {
+        out.push(ForwardingPipelineConfig {
+            p4_name: pipeline.p4_name.clone(),
+            bfruntime_info: pipeline.bfrt_json.clone(),
+            profiles: vec![Profile {
+                profile_name: "pipe".into(),
+                context: pipeline.context_json.clone(),
+                binary: pipeline.binary.clone(),
+                pipe_scope: pipes.to_vec(),
+            }],
+        });
+    }
+    out
+}
+
 /// The translation between `p4info`'s tables (and registers) and a
 /// program's bfrt.json.
 fn program_map(
@@ -145,6 +218,13 @@ pub struct BfrtDevice {
     raw: tonic::client::Grpc<Channel>,
     sessions: Sessions<Subscription>,
     loaded: Mutex<HashMap<u64, Arc<Mutex<Loaded>>>>,
+    /// Programs loaded on pipe sets ([`BfrtDevice::set_pipes`]), per device
+    /// id: each with a client of its own (a BFRT client binds one
+    /// program), keyed by the program's first pipe.
+    pipe_programs: Mutex<HashMap<u64, Vec<PipeProgram>>>,
+    /// Held while a device's config is read, changed and pushed back, so
+    /// two programs loaded at once never drop each other.
+    config_lock: tokio::sync::Mutex<()>,
     /// Hears of every Write RPC ([`crate::Device::with_write_observer`]).
     pub(crate) observer: Option<WriteObserver>,
 }
@@ -170,6 +250,8 @@ impl BfrtDevice {
             client,
             raw,
             loaded: Mutex::new(HashMap::new()),
+            pipe_programs: Mutex::new(HashMap::new()),
+            config_lock: tokio::sync::Mutex::new(()),
             observer: None,
         })
     }
@@ -231,6 +313,10 @@ impl BfrtDevice {
             protocol: "BFRT",
             bulk_write: false,
             api_version: format!("bfrt_proto; programs [{}]", names.join(",")),
+            pipes: cfg
+                .non_p4_config
+                .as_ref()
+                .and_then(|n| reported_pipes(&n.bfruntime_info)),
         })
     }
 
@@ -289,8 +375,187 @@ impl BfrtDevice {
                 .map_err(|s| self.rpc_error("SetForwardingPipelineConfig", device_id, s))?;
         }
         self.remember(device_id, &pipeline.p4_name, map, p4info);
+        // The whole device is this program's now.
+        self.pipe_programs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&device_id);
         self.bind(slot).await?;
         Ok(!loaded)
+    }
+
+    /// Sends `config` as the whole device's: VERIFY_AND_WARM_INIT_BEGIN,
+    /// then RECONCILE_AND_WARM_INIT_END, so every program that keeps its
+    /// name, bfrt.json and pipes keeps its entries (BF Runtime's warm init
+    /// with reconcile; docs/bfrt.md, "Pipes").
+    async fn push_device_config(
+        &self,
+        device_id: u64,
+        config: Vec<ForwardingPipelineConfig>,
+    ) -> Result<(), Error> {
+        // The config goes with the first; the second ends the warm init.
+        let steps = [
+            (SetAction::VerifyAndWarmInitBegin, config),
+            (SetAction::ReconcileAndWarmInitEnd, Vec::new()),
+        ];
+        for (action, config) in steps {
+            let req = SetForwardingPipelineConfigRequest {
+                device_id: device_id as u32,
+                client_id: self.client_id,
+                action: action as i32,
+                config,
+                ..Default::default()
+            };
+            self.client
+                .clone()
+                .set_forwarding_pipeline_config(req)
+                .await
+                .map_err(|s| self.rpc_error("SetForwardingPipelineConfig", device_id, s))?;
+        }
+        Ok(())
+    }
+
+    /// Loads `pipeline` on pipes `pipes` of `slot`'s device next to the
+    /// programs already there, unless the device runs it there already
+    /// (same name, bfrt.json and pipes), and binds a client of its own
+    /// (client id [`pipe_client_id`]) to it. The config sent is the whole
+    /// device's ([`device_config_with`]): the other programs as the device
+    /// reports them keep running and keep their entries. Returns whether
+    /// it was pushed. Writes and reads of `slot` then go through that
+    /// client while it is the device's only pipe-set program here.
+    pub async fn set_pipes(
+        &self,
+        slot: u32,
+        p4info: &P4Info,
+        pipeline: &TofinoPipeline,
+        pipes: &[u32],
+    ) -> Result<bool, Error> {
+        let device_id = self.target.device_id(slot);
+        let first = *pipes.iter().min().ok_or_else(|| Error::Protocol {
+            device_id,
+            reason: format!("program {}: no pipes to load it on", pipeline.p4_name),
+        })?;
+        let map = program_map(device_id, p4info, &pipeline.bfrt_json)?;
+        let want = Sha256::digest(&pipeline.bfrt_json);
+        let wanted: std::collections::BTreeSet<u32> = pipes.iter().copied().collect();
+        let pushed = {
+            let _config = self.config_lock.lock().await;
+            let current = self.get_config(device_id).await?;
+            let runs = current.config.iter().any(|c| {
+                c.p4_name == pipeline.p4_name
+                    && Sha256::digest(&c.bfruntime_info) == want
+                    && program_pipes(c).as_ref() == Some(&wanted)
+            });
+            if !runs {
+                let config = device_config_with(&current.config, &wanted, Some((pipeline, pipes)));
+                self.push_device_config(device_id, config).await?;
+            }
+            !runs
+        };
+        let sub = self.pipe_client(device_id, first, &pipeline.p4_name, pipes)?;
+        sub.bfrt().remember(device_id, &pipeline.p4_name, map);
+        // Pipe sets and a whole-device program do not mix on one device.
+        self.loaded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&device_id);
+        sub.bfrt().bound(device_id).await?;
+        Ok(pushed)
+    }
+
+    /// Removes the programs on any of `pipes` of `slot`'s device, keeping
+    /// the others and their entries (the whole config without them, warm
+    /// init with reconcile). Returns the names of those it removed.
+    pub async fn remove_pipes(&self, slot: u32, pipes: &[u32]) -> Result<Vec<String>, Error> {
+        let device_id = self.target.device_id(slot);
+        let off: std::collections::BTreeSet<u32> = pipes.iter().copied().collect();
+        let _config = self.config_lock.lock().await;
+        self.pipe_programs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(device_id)
+            .or_default()
+            .retain(|p| p.pipes.iter().all(|q| !off.contains(q)));
+        let current = self.get_config(device_id).await?;
+        let removed: Vec<String> = current
+            .config
+            .iter()
+            .filter(|c| program_pipes(c).is_some_and(|p| !p.is_disjoint(&off)))
+            .map(|c| c.p4_name.clone())
+            .collect();
+        if !removed.is_empty() {
+            let config = device_config_with(&current.config, &off, None);
+            self.push_device_config(device_id, config).await?;
+        }
+        Ok(removed)
+    }
+
+    /// The client of the program on `first` pipe of `device_id` (made
+    /// once), recorded as running `p4_name` on `pipes`.
+    fn pipe_client(
+        &self,
+        device_id: u64,
+        first: u32,
+        p4_name: &str,
+        pipes: &[u32],
+    ) -> Result<PipeProgram, Error> {
+        let mut all = self.pipe_programs.lock().unwrap_or_else(|e| e.into_inner());
+        let list = all.entry(device_id).or_default();
+        let id = pipe_client_id(self.client_id, first);
+        let client = match list.iter().find(|p| p.bfrt().client_id == id) {
+            Some(p) => p.client.clone(),
+            None => {
+                let mut c = BfrtDevice::connect(self.target.clone(), id)?;
+                c.observer = self.observer.clone();
+                Arc::new(crate::Device::Bfrt(c))
+            }
+        };
+        // One entry per program: by name and by client (first pipe).
+        list.retain(|p| p.p4_name != p4_name && p.bfrt().client_id != id);
+        let program = PipeProgram {
+            p4_name: p4_name.into(),
+            pipes: pipes.to_vec(),
+            client,
+        };
+        list.push(program.clone());
+        Ok(program)
+    }
+
+    /// The client bound to the program this client loaded on a pipe set of
+    /// `slot`'s device whose first pipe is `first_pipe`, if any: its
+    /// writes and reads carry that program's name and client id.
+    pub fn pipe_set(&self, slot: u32, first_pipe: u32) -> Option<Arc<crate::Device>> {
+        let device_id = self.target.device_id(slot);
+        let id = pipe_client_id(self.client_id, first_pipe);
+        let all = self.pipe_programs.lock().unwrap_or_else(|e| e.into_inner());
+        all.get(&device_id)?
+            .iter()
+            .find(|p| p.bfrt().client_id == id)
+            .map(|p| p.client.clone())
+    }
+
+    /// Refuses a write or read of `slot` without a program when programs
+    /// run on pipe sets of its device: they go through the program's own
+    /// client ([`BfrtDevice::pipe_set`]), never to whichever was bound last.
+    fn no_pipe_sets(&self, slot: u32) -> Result<(), Error> {
+        let device_id = self.target.device_id(slot);
+        let all = self.pipe_programs.lock().unwrap_or_else(|e| e.into_inner());
+        match all.get(&device_id).map(Vec::as_slice) {
+            None | Some([]) => Ok(()),
+            Some(programs) => {
+                let names: Vec<String> = programs
+                    .iter()
+                    .map(|p| format!("{} (pipes {:?})", p.p4_name, p.pipes))
+                    .collect();
+                Err(Error::Protocol {
+                    device_id,
+                    reason: format!(
+                        "the device runs programs {} on pipe sets; writes and reads go through the program's own client",
+                        names.join(", ")
+                    ),
+                })
+            }
+        }
     }
 
     /// Binds this client to a program the device already runs in `slot`
@@ -414,6 +679,7 @@ impl BfrtDevice {
         ops: &[WriteOp<'_>],
         opts: WriteOptions,
     ) -> Result<WriteReport, Error> {
+        self.no_pipe_sets(slot)?;
         let device_id = self.target.device_id(slot);
         let n = ops.len();
         let mut report = WriteReport {
@@ -473,6 +739,7 @@ impl BfrtDevice {
     /// Every entry of one table (P4Info `table_id`; 0: every table of the
     /// program) in `slot`, in canonical P4Runtime form.
     pub async fn read_table(&self, slot: u32, table_id: u32) -> Result<Vec<TableEntry>, Error> {
+        self.no_pipe_sets(slot)?;
         let device_id = self.target.device_id(slot);
         let (p4_name, map) = self.bound(device_id).await?;
         let ids: Vec<u32> = if table_id == 0 {
@@ -532,6 +799,15 @@ impl BfrtDevice {
         }
         Ok(out)
     }
+}
+
+/// The pipe count a device reports in its non-P4 bfrt.json (top-level
+/// `p4fleet_pipes`, which p4fleet's emulator writes; BF Runtime itself has
+/// no message for it). None when absent or not a count of 1 to 64.
+pub fn reported_pipes(non_p4_bfrt_json: &[u8]) -> Option<u32> {
+    let v: serde_json::Value = serde_json::from_slice(non_p4_bfrt_json).ok()?;
+    let n = v.get("p4fleet_pipes")?.as_u64()?;
+    (1..=64).contains(&n).then_some(n as u32)
 }
 
 /// Per-update errors of a failed BFRT Write (`bfrt_proto.Error` details).

@@ -192,6 +192,9 @@ pub struct Capabilities {
     pub api_version: String,
     /// The device serves p4fleet's columnar bulk write (docs/bulk.md).
     pub bulk_write: bool,
+    /// BFRT: hardware pipes per device, when the device says
+    /// (`p4fleet_pipes` in its non-P4 bfrt.json); None otherwise.
+    pub pipes: Option<u32>,
 }
 
 /// How a [`Device::write_ops`] is split and pipelined.
@@ -405,6 +408,46 @@ impl Device {
             Device::P4Runtime(_) => {
                 Err(Error::Unsupported("Tofino artifacts on a P4Runtime device"))
             }
+        }
+    }
+
+    /// Loads Tofino artifacts on pipes `pipes` of `slot`'s BFRT device next
+    /// to the programs already there (the whole device config, warm init
+    /// with reconcile: the others keep their entries), and binds a client
+    /// of its own to it; returns whether it was pushed.
+    pub async fn set_tofino_pipes(
+        &self,
+        slot: u32,
+        p4info: &P4Info,
+        pipeline: &TofinoPipeline,
+        pipes: &[u32],
+    ) -> Result<bool, Error> {
+        match self {
+            Device::Bfrt(d) => d.set_pipes(slot, p4info, pipeline, pipes).await,
+            Device::P4Runtime(_) => Err(Error::Unsupported("pipe sets on a P4Runtime device")),
+        }
+    }
+
+    /// The device (own client id, bound to its program) for the program
+    /// this client loaded on the pipe set of `slot`'s BFRT device that
+    /// starts at `first_pipe`; None if it loaded none there (yet).
+    pub fn pipe_set(&self, slot: u32, first_pipe: u32) -> Option<std::sync::Arc<Device>> {
+        match self {
+            Device::Bfrt(d) => d.pipe_set(slot, first_pipe),
+            Device::P4Runtime(_) => None,
+        }
+    }
+
+    /// Removes the programs on any of `pipes` of `slot`'s BFRT device,
+    /// keeping the others and their entries; returns the removed names.
+    pub async fn remove_tofino_pipes(
+        &self,
+        slot: u32,
+        pipes: &[u32],
+    ) -> Result<Vec<String>, Error> {
+        match self {
+            Device::Bfrt(d) => d.remove_pipes(slot, pipes).await,
+            Device::P4Runtime(_) => Err(Error::Unsupported("pipe sets on a P4Runtime device")),
         }
     }
 

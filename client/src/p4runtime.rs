@@ -218,6 +218,7 @@ impl P4RuntimeDevice {
             protocol: "P4Runtime",
             api_version: resp.into_inner().p4runtime_api_version,
             bulk_write: self.bulk.supported().await,
+            pipes: None,
         })
     }
 

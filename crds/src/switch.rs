@@ -58,6 +58,11 @@ pub struct SwitchSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["id"]))]
     pub ports: Vec<SwitchPort>,
+    /// Tofino (BFRT): hardware pipes per device, used only when the device
+    /// does not report its pipe count (BF Runtime has no message for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 8))]
+    pub pipes: Option<u32>,
 }
 
 fn default_device_id() -> u64 {
@@ -149,6 +154,14 @@ pub struct SwitchStatus {
     /// The board's configuration port, as the device reported it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_port: Option<ConfigPortStatus>,
+    /// Tofino (BFRT): hardware pipes per device (slot), which
+    /// VirtualSwitches share as disjoint pipe sets: what the device
+    /// reported, else `spec.pipes`; absent when neither says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipes: Option<u32>,
+    /// Where `pipes` comes from: `Device` or `Spec`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipes_source: Option<String>,
 }
 
 /// A configuration port (FPGA boards).
@@ -191,6 +204,10 @@ pub struct SlotClaim {
     /// Physical ports it uses (empty: every port).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<u32>,
+    /// Tofino (BFRT): the hardware pipes of the slot's device it holds
+    /// (empty: the whole device).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pipes: Vec<u32>,
 }
 
 /// Capabilities a device advertises.
@@ -209,6 +226,25 @@ pub struct SwitchCapabilities {
     /// The device hosts p4fleet's slot service (partial reconfiguration).
     #[serde(default)]
     pub slot_service: bool,
+    /// One VirtualSwitch's program can be replaced while the others on the
+    /// same device keep running and keep their entries: an FPGA slot
+    /// service that answered, or a BFRT device that reported its pipes.
+    #[serde(default)]
+    pub hot_swap: bool,
+    /// VirtualSwitches can run on disjoint pipe sets of one device (a BFRT
+    /// device that reported its pipe count).
+    #[serde(default)]
+    pub pipe_sets: bool,
+    /// `isolation` (VLAN / dst MAC) and `portMap` are enforced (the slot
+    /// service answered).
+    #[serde(default)]
+    pub isolation: bool,
+    /// See `isolation`: port maps go with the slot service.
+    #[serde(default)]
+    pub port_map: bool,
+    /// Programs occupy counted resources (the board reported its capacity).
+    #[serde(default)]
+    pub resources_counted: bool,
 }
 
 /// A slot and the VirtualSwitch that holds it.

@@ -26,9 +26,7 @@ use std::sync::OnceLock;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use p4fleet_client::{SlotClient, Target};
-use p4fleet_crds::{
-    SLOT_CLAIMS_ANNOTATION, SlotClaim, Switch, TableEntrySet, VirtualSwitch, find_condition,
-};
+use p4fleet_crds::{Switch, TableEntrySet, VirtualSwitch};
 use p4fleet_e2e::processes::{build_binaries, spawn_operator, with_pdeathsig};
 use p4fleet_e2e::{ControlPlane, TestNamespace};
 use p4fleet_proto::fpga as pb;
@@ -109,21 +107,6 @@ async fn board(extra: &'static [&'static str]) -> (SocketAddr, SocketAddr) {
     .unwrap()
 }
 
-fn condition(v: &VirtualSwitch, t: &str) -> Option<(bool, String, String)> {
-    let c = find_condition(&v.status.as_ref()?.conditions, t)?;
-    Some((c.is_true(), c.reason.clone(), c.message.clone()))
-}
-
-fn ready(v: &VirtualSwitch) -> bool {
-    condition(v, "Ready").is_some_and(|c| c.0)
-}
-
-fn unschedulable(v: &VirtualSwitch) -> Option<String> {
-    condition(v, "Scheduled")
-        .filter(|c| !c.0 && c.1 == "Unschedulable")
-        .map(|c| c.2)
-}
-
 fn slots(addr: SocketAddr) -> SlotClient {
     SlotClient::connect(&Target::p4runtime(addr.to_string(), 1)).unwrap()
 }
@@ -147,13 +130,6 @@ fn entries(stats: SocketAddr, device: u64) -> u64 {
     let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
     let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
     v["entries"].as_u64().unwrap_or(0)
-}
-
-fn claims(sw: &Switch) -> Vec<SlotClaim> {
-    sw.annotations()
-        .get(SLOT_CLAIMS_ANNOTATION)
-        .map(|s| serde_json::from_str(s).unwrap())
-        .unwrap_or_default()
 }
 
 async fn setup() -> (Client, TestNamespace) {

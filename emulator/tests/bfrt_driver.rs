@@ -163,3 +163,115 @@ impl EncodeKey for p4rt::FieldMatch {
         prost::Message::encode_to_vec(self)
     }
 }
+
+/// Two programs on disjoint pipe sets of one device, each bound by a
+/// client id of its own; the second swapped for a third while the first
+/// keeps its entries (read back by a client that never wrote them), then
+/// its pipes freed. The device reports its pipe count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bfrt_driver_keeps_one_pipe_set_while_another_is_swapped() {
+    let emu = Emulator::start(EmulatorConfig {
+        device_ids: vec![5],
+        bfrt_addr: Some("127.0.0.1:0".parse().unwrap()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let target = || Target::bfrt(emu.bfrt_addr().unwrap().to_string(), 5);
+    let dev = Device::connect(
+        target(),
+        Identity {
+            election_id: 7,
+            client_id: 7,
+        },
+    )
+    .unwrap();
+    assert_eq!(dev.capabilities().await.unwrap().pipes, Some(4));
+    let fw_info = p4fleet_proto::p4info::parse_text(P4INFO).unwrap();
+    let router_info =
+        p4fleet_proto::p4info::parse_text(include_str!("../../examples/router/p4info.txt"))
+            .unwrap();
+    let pipeline = |name: &str, bfrt: &str| TofinoPipeline {
+        p4_name: name.into(),
+        bfrt_json: bfrt.as_bytes().to_vec(),
+        context_json: b"{}".to_vec(),
+        binary: vec![1],
+    };
+    let fw = pipeline("firewall", BFRT_JSON);
+    let router = pipeline("router", include_str!("../../examples/router/bfrt.json"));
+    assert!(
+        dev.set_tofino_pipes(0, &fw_info, &fw, &[0, 1])
+            .await
+            .unwrap()
+    );
+    assert!(
+        !dev.set_tofino_pipes(0, &fw_info, &fw, &[0, 1])
+            .await
+            .unwrap(),
+        "same program on the same pipes: not pushed again"
+    );
+    // Writes go through the program's own client (first pipe 0).
+    let batch: Vec<(Type, Entry)> = (0..5).map(|i| (Type::Insert, entry(i, 1))).collect();
+    let rep = dev
+        .pipe_set(0, 0)
+        .expect("the firewall's client")
+        .write_ops(0, &ops(&batch), WriteOptions::default())
+        .await
+        .unwrap();
+    assert!(rep.failures.is_empty(), "{:?}", rep.failures);
+    assert!(
+        dev.set_tofino_pipes(0, &router_info, &router, &[2, 3])
+            .await
+            .unwrap()
+    );
+    // A slot's read that goes through no program's client is refused.
+    let e = dev.read_table(0, 0).await.unwrap_err().to_string();
+    assert!(e.contains("on pipe sets"), "{e}");
+    let programs = dev.capabilities().await.unwrap().api_version;
+    assert!(
+        programs.contains("firewall") && programs.contains("router"),
+        "{programs}"
+    );
+    // Hot swap of pipes 2-3: the router replaced by a second firewall.
+    let fw_b = pipeline("firewall_b", BFRT_JSON);
+    assert!(
+        dev.set_tofino_pipes(0, &fw_info, &fw_b, &[2, 3])
+            .await
+            .unwrap()
+    );
+    let programs = dev.capabilities().await.unwrap().api_version;
+    assert!(!programs.contains("router"), "{programs}");
+    // Read back by a client that never wrote them.
+    let reader = Device::connect(
+        target(),
+        Identity {
+            election_id: 1,
+            client_id: 99,
+        },
+    )
+    .unwrap();
+    let Device::Bfrt(bfrt) = &reader else {
+        panic!("a BFRT device")
+    };
+    let fw_ref = &fw_info;
+    let read = |name: &'static str| async move {
+        bfrt.attach(0, fw_ref, Some(name)).await.unwrap();
+        bfrt.read_table(0, 39123287).await.unwrap()
+    };
+    assert_eq!(read("firewall").await.len(), 5, "kept across the swap");
+    let own = dev.pipe_set(0, 0).unwrap();
+    assert_eq!(own.read_table(0, 39123287).await.unwrap().len(), 5);
+    assert!(
+        dev.pipe_set(0, 1).is_none(),
+        "pipe sets are known by their first pipe"
+    );
+    assert_eq!(read("firewall_b").await.len(), 0);
+    // Freeing pipes 2-3 keeps the firewall and its entries.
+    assert_eq!(
+        dev.remove_tofino_pipes(0, &[2, 3]).await.unwrap(),
+        vec!["firewall_b".to_string()]
+    );
+    let programs = dev.capabilities().await.unwrap().api_version;
+    assert!(programs.ends_with("programs [firewall]"), "{programs}");
+    assert_eq!(read("firewall").await.len(), 5);
+}

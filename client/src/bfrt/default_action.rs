@@ -17,6 +17,7 @@ impl BfrtDevice {
         slot: u32,
         table_id: u32,
     ) -> Result<Option<TableAction>, Error> {
+        self.no_pipe_sets(slot)?;
         let device_id = self.target.device_id(slot);
         let (p4_name, map) = self.bound(device_id).await?;
         let tm = map.table(table_id).ok_or_else(|| Error::Protocol {
@@ -74,6 +75,7 @@ impl BfrtDevice {
         table_id: u32,
         action: Option<&ActionCall>,
     ) -> Result<(), Error> {
+        self.no_pipe_sets(slot)?;
         let device_id = self.target.device_id(slot);
         self.wait_subscribed(device_id).await?;
         let (p4_name, map) = self.bound(device_id).await?;

@@ -10,9 +10,13 @@ use std::time::Duration;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
+use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use p4fleet_client::{Device, Identity, Target};
-use p4fleet_crds::{P4Program, Switch, TableEntrySet, VirtualSwitch, find_condition};
+use p4fleet_crds::{
+    P4Program, SLOT_CLAIMS_ANNOTATION, SlotClaim, Switch, TableEntrySet, VirtualSwitch,
+    find_condition,
+};
 use p4fleet_e2e::{repo_root, unique_name, wait_for};
 use serde_json::json;
 
@@ -176,4 +180,29 @@ pub async fn three(client: &Client, ns: &str, addr: SocketAddr) -> Three {
         switch,
         api,
     }
+}
+
+/// A VirtualSwitch's condition `t`: (is true, reason, message).
+pub fn condition(v: &VirtualSwitch, t: &str) -> Option<(bool, String, String)> {
+    let c = find_condition(&v.status.as_ref()?.conditions, t)?;
+    Some((c.is_true(), c.reason.clone(), c.message.clone()))
+}
+
+pub fn ready(v: &VirtualSwitch) -> bool {
+    condition(v, "Ready").is_some_and(|c| c.0)
+}
+
+/// The message of a VirtualSwitch's `Scheduled=False Unschedulable`.
+pub fn unschedulable(v: &VirtualSwitch) -> Option<String> {
+    condition(v, "Scheduled")
+        .filter(|c| !c.0 && c.1 == "Unschedulable")
+        .map(|c| c.2)
+}
+
+/// The slot claims recorded on a Switch.
+pub fn claims(sw: &Switch) -> Vec<SlotClaim> {
+    sw.annotations()
+        .get(SLOT_CLAIMS_ANNOTATION)
+        .map(|s| serde_json::from_str(s).unwrap())
+        .unwrap_or_default()
 }

@@ -19,7 +19,7 @@ mod wire;
 use p4fleet_proto::bfrt::bf_runtime_server::BfRuntimeServer;
 
 pub(crate) use device::BfrtDevice;
-pub use schema::{BfrtSchemaError, NON_P4_JSON};
+pub use schema::{BfrtSchemaError, NON_P4_JSON, non_p4_json};
 pub use service::{BfrtGrpc, BfrtService, bfrt_write_error_details};
 pub(crate) use store::Applied;
 

@@ -445,6 +445,20 @@ fn stateful(
     Ok(Stateful::Array(kind))
 }
 
+/// The non-P4 bfrt.json a device of `pipes` hardware pipes returns in
+/// GetForwardingPipelineConfig: [`NON_P4_JSON`] with the pipe count as a
+/// top-level `p4fleet_pipes` field. BF Runtime has no message that says
+/// how many pipes a chip has; p4fleet reads it here (docs/bfrt.md, "How
+/// the operator learns the pipe count"). Clients that parse the tables
+/// (rbfrt) ignore fields they do not know.
+pub fn non_p4_json(pipes: u32) -> String {
+    NON_P4_JSON.replacen(
+        "\"schema_version\": \"1.0.0\",",
+        &format!("\"schema_version\": \"1.0.0\",\n  \"p4fleet_pipes\": {pipes},"),
+        1,
+    )
+}
+
 /// The fixed (non-P4) tables the emulator advertises: enough for clients
 /// that look them up at connect time (ports, mirror sessions, multicast).
 pub const NON_P4_JSON: &str = r#"{
@@ -582,6 +596,12 @@ mod tests {
             .find(|t| t.name == "$PORT_STR_INFO")
             .unwrap();
         assert!(info.unsupported.is_some());
+        // The pipe count rides along without changing the tables.
+        let with_pipes = non_p4_json(2);
+        let v: serde_json::Value = serde_json::from_str(&with_pipes).unwrap();
+        assert_eq!(v["p4fleet_pipes"], 2);
+        let again = BfrtSchema::from_json(with_pipes.as_bytes()).unwrap();
+        assert_eq!(again.tables.len(), fixed.tables.len());
     }
 
     #[test]

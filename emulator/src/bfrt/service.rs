@@ -17,8 +17,8 @@ use p4fleet_proto::rpc;
 use prost::Message;
 use tonic::{Code, Request, Response, Status, Streaming};
 
-use super::NON_P4_JSON;
 use super::device::{BfrtDevice, Client};
+use super::non_p4_json;
 use super::store::{Applied, Program, Scratch, Undo};
 use super::wire::{self, EntityView};
 use crate::device::Device;
@@ -411,7 +411,7 @@ impl BfRuntime for BfrtService {
         Ok(Response::new(bfrt::GetForwardingPipelineConfigResponse {
             config: bf.programs.values().map(|p| p.config.clone()).collect(),
             non_p4_config: Some(bfrt::NonP4Config {
-                bfruntime_info: NON_P4_JSON.as_bytes().to_vec(),
+                bfruntime_info: non_p4_json(bf.pipes).into_bytes(),
             }),
         }))
     }

@@ -215,6 +215,11 @@ pub fn build_status(
                 async_externs: false,
                 // Only the board probe (switch_probe) may say so.
                 slot_service: false,
+                // A BFRT device that reported its pipes runs programs on
+                // disjoint pipe sets, one swapped while the others run.
+                pipe_sets: caps.pipes.is_some(),
+                hot_swap: caps.pipes.is_some_and(|p| p > 1),
+                ..Default::default()
             }),
         ),
         Some(Err(e)) => (
@@ -230,10 +235,23 @@ pub fn build_status(
         "Ready",
         "device is reachable and accepts this operator",
     );
+    let reported = match probe {
+        Some(Ok(caps)) => caps.pipes,
+        _ => None,
+    };
+    let (pipes, pipes_source) = match (reported, spec.pipes) {
+        (Some(p), _) => (Some(p), Some("Device".to_string())),
+        (None, Some(p)) if spec.effective_protocol() == SwitchProtocol::Bfrt => {
+            (Some(p), Some("Spec".to_string()))
+        }
+        _ => (None, None),
+    };
     SwitchStatus {
         observed_generation: generation,
         conditions: vec![valid, reachable, primary, ready],
         capabilities,
+        pipes,
+        pipes_source,
         slot_summary: Some(format!("{}/{}", distinct.len(), spec.slots)),
         slots_in_use: used,
         ..Default::default()
@@ -410,6 +428,7 @@ mod tests {
             vs("a", "z", "other", 0),
         ];
         let caps = p4fleet_client::Capabilities {
+            pipes: None,
             protocol: "P4Runtime",
             api_version: "1.4.0".into(),
             bulk_write: true,
@@ -481,6 +500,7 @@ mod tests {
         let s = spec(SwitchTarget::Bmv2, "10.0.0.1:9559");
         let caps = || {
             Ok(p4fleet_client::Capabilities {
+                pipes: None,
                 protocol: "P4Runtime",
                 api_version: "1.4.0".into(),
                 bulk_write: false,

@@ -97,9 +97,7 @@ pub fn complete(
     st.free_summary = (!free.is_empty()).then(|| summary(&free));
     st.capacity = capacity;
     st.free = free;
-    let used: std::collections::BTreeSet<u32> = claims.iter().map(|c| c.slot).collect();
-    let used = used.len().max(st.slots_in_use.len());
-    st.slot_summary = Some(format!("{used}/{slots}"));
+    st.slot_summary = Some(slot_summary(slots, st.pipes, claims, &st.slots_in_use));
     if let Some(board) = board {
         let cond = match board {
             Ok(info) if info.base_device_id != spec.device_id => device_id_mismatch(spec, info),
@@ -133,8 +131,46 @@ pub fn complete(
         };
         if let Some(caps) = st.capabilities.as_mut() {
             caps.slot_service = board.is_ok();
+            // What the slot service does, once it answered: per-slot loads
+            // (others keep forwarding), isolation and port maps in the
+            // static region, resources counted when the board lists them.
+            caps.hot_swap = board.is_ok();
+            caps.isolation = board.is_ok();
+            caps.port_map = board.is_ok();
+            caps.resources_counted = board.as_ref().is_ok_and(|i| !i.resources.is_empty());
         }
         st.conditions.push(cond);
+    }
+}
+
+/// `used/total` slots (distinct slots: pipe sets share one), and on a
+/// Switch with pipes also `pipes used/total` (a whole-device claim holds
+/// every pipe of its slot).
+fn slot_summary(
+    slots: u32,
+    pipes: Option<u32>,
+    claims: &[SlotClaim],
+    in_use: &[p4fleet_crds::SlotUse],
+) -> String {
+    let distinct =
+        |it: &mut dyn Iterator<Item = u32>| it.collect::<std::collections::BTreeSet<_>>().len();
+    let used = distinct(&mut claims.iter().map(|c| c.slot))
+        .max(distinct(&mut in_use.iter().map(|u| u.slot)));
+    match pipes {
+        Some(p) => {
+            let held: u32 = claims
+                .iter()
+                .map(|c| {
+                    if c.pipes.is_empty() {
+                        p
+                    } else {
+                        c.pipes.len() as u32
+                    }
+                })
+                .sum();
+            format!("{used}/{slots}, pipes {held}/{}", p * slots)
+        }
+        None => format!("{used}/{slots}"),
     }
 }
 
@@ -230,6 +266,24 @@ mod tests {
         assert_eq!(st.capacity_source.as_deref(), Some("Spec"));
         assert!(!st.capabilities.as_ref().unwrap().slot_service);
         assert_eq!(st.conditions[0].reason, "NotServed");
+    }
+
+    #[test]
+    fn pipe_sets_share_a_slot_and_count_pipes() {
+        let claim = |slot, vs: &str, pipes: &[u32]| SlotClaim {
+            slot,
+            virtual_switch: vs.into(),
+            pipes: pipes.to_vec(),
+            ..Default::default()
+        };
+        let claims = [claim(0, "ns/a", &[0, 1]), claim(0, "ns/b", &[2])];
+        assert_eq!(slot_summary(1, Some(4), &claims, &[]), "1/1, pipes 3/4");
+        let whole = [claim(1, "ns/w", &[]), claim(0, "ns/a", &[0])];
+        assert_eq!(slot_summary(2, Some(2), &whole, &[]), "2/2, pipes 3/4");
+        assert_eq!(
+            slot_summary(16, None, &[claim(3, "ns/f", &[])], &[]),
+            "1/16"
+        );
     }
 
     #[test]

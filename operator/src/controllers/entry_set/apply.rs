@@ -442,7 +442,7 @@ pub async fn connect_and_read(
     ctx: &Context,
     t: &Target,
 ) -> Result<(std::sync::Arc<Device>, Vec<DeviceEntry>), p4fleet_client::Error> {
-    let dev = ctx.devices.connect(&t.switch)?;
+    let dev = t.device(&ctx.devices)?;
     let on_device = read_back(&dev, t).await?;
     Ok((dev, on_device))
 }

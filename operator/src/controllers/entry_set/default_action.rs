@@ -87,7 +87,7 @@ pub async fn sync_target(ctx: &Context, t: &Target, plan: Plan) -> Outcome {
         Plan::Untouched => return Outcome::Untouched,
         Plan::Invalid(e) => return Outcome::Invalid(e),
         Plan::Reset => {
-            return match ctx.devices.connect(&t.switch) {
+            return match t.device(&ctx.devices) {
                 Ok(dev) => match reset_on(&dev, t).await {
                     Ok(()) => Outcome::Reset,
                     Err(e) => failure(e),
@@ -97,7 +97,7 @@ pub async fn sync_target(ctx: &Context, t: &Target, plan: Plan) -> Outcome {
         }
         Plan::Set(call) => call,
     };
-    let dev = match ctx.devices.connect(&t.switch) {
+    let dev = match t.device(&ctx.devices) {
         Ok(d) => d,
         Err(e) => return failure(e),
     };
@@ -311,6 +311,7 @@ mod tests {
             serde_json::from_value(serde_json::json!({"target": "Bmv2", "endpoint": "h:1"}))
                 .unwrap();
         Target {
+            first_pipe: None,
             virtual_switch: "vs".into(),
             switch: p4fleet_crds::Switch::new("s1", sw),
             slot: 0,

@@ -32,9 +32,34 @@ pub struct Target {
     /// program's P4Info: its entries are synced by [`super::profiles`],
     /// not as direct entries.
     pub profile: Option<ProfileSchema>,
+    /// BFRT: the first pipe of the VirtualSwitch's pipe set (its slot
+    /// claim), when it runs on one: its entries go through that program's
+    /// own client ([`Target::device`]).
+    pub first_pipe: Option<u32>,
 }
 
 impl Target {
+    /// The device this target's entries are written to and read from: the
+    /// Switch's, or on a BFRT pipe set the client bound to the
+    /// VirtualSwitch's program (never another program of the device).
+    pub fn device(
+        &self,
+        pool: &crate::devices::DevicePool,
+    ) -> Result<std::sync::Arc<p4fleet_client::Device>, p4fleet_client::Error> {
+        let dev = pool.connect(&self.switch)?;
+        let Some(first) = self.first_pipe else {
+            return Ok(dev);
+        };
+        dev.pipe_set(self.slot, first)
+            .ok_or_else(|| p4fleet_client::Error::Protocol {
+                device_id: self.switch.spec.device_id + u64::from(self.slot),
+                reason: format!(
+                    "VirtualSwitch {}: its program is not loaded on its pipe set (from pipe {first}) by this operator yet",
+                    self.virtual_switch
+                ),
+            })
+    }
+
     /// The key of this target of set `set` (`namespace/name`) in the sync memory.
     pub fn key(&self, set: &str) -> TargetKey {
         TargetKey {
@@ -251,6 +276,7 @@ impl<R: Reads> Lookup<'_, R> {
             }
             match &schemas[&program] {
                 Ok((schema, const_default_action, profile)) => targets.push(Target {
+                    first_pipe: first_pipe(&switch, &format!("{}/{vs_name}", self.ns)),
                     virtual_switch: vs_name,
                     switch,
                     slot,
@@ -340,6 +366,18 @@ impl<R: Reads> Lookup<'_, R> {
                 error,
             }))
     }
+}
+
+/// The first pipe of `vs`'s (`namespace/name`) pipe set on `sw`, from
+/// its slot claim; None when it holds a whole device or slot.
+fn first_pipe(sw: &Switch, vs: &str) -> Option<u32> {
+    crate::controllers::virtual_switch::claims::read(sw)
+        .ok()?
+        .into_iter()
+        .find(|c| c.virtual_switch == vs)?
+        .pipes
+        .into_iter()
+        .min()
 }
 
 #[cfg(test)]

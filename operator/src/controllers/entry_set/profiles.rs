@@ -361,7 +361,7 @@ pub fn entries_from_problem(
 async fn sync_into(ctx: &Context, set: &TableEntrySet, t: &Target, out: &mut TargetOutcome) {
     out.outcome.tally.desired = set.spec.entries.len() as u64;
     out.outcome.tally.failed = out.outcome.tally.desired;
-    let dev = match ctx.devices.connect(&t.switch) {
+    let dev = match t.device(&ctx.devices) {
         Ok(d) => d,
         Err(error) => {
             out.outcome.device_error = Some(DeviceError {
@@ -543,7 +543,7 @@ async fn sync_into(ctx: &Context, set: &TableEntrySet, t: &Target, out: &mut Tar
 /// of the profile (the set owns it); returns how many. NOT_FOUND counts
 /// as removed.
 pub async fn remove(ctx: &Context, set: &TableEntrySet, t: &Target) -> Result<usize, RemovalError> {
-    let dev = ctx.devices.connect(&t.switch)?;
+    let dev = t.device(&ctx.devices)?;
     let Device::P4Runtime(p) = dev.as_ref() else {
         return Ok(0);
     };

@@ -201,7 +201,7 @@ async fn resolve<'a>(ctx: &Context, targets: &'a [Target], out: &mut Outcome) ->
     let mut resolved = Vec::new();
     for t in targets {
         let source = format!("VirtualSwitch {}", t.virtual_switch);
-        let dev = match ctx.devices.connect(&t.switch) {
+        let dev = match t.device(&ctx.devices) {
             Ok(d) => d,
             Err(e) => {
                 out.fail("DeviceUnavailable", source, None, e.to_string());

@@ -181,7 +181,7 @@ pub async fn claim(
             .iter()
             .find(|s| s.name_any() == name)
             .expect("candidate of a switch");
-        let mine = req.claim(slot, c.counts_resources);
+        let mine = req.claim_on(slot, c);
         if c.claims.contains(&mine) {
             return Ok(Ok(Held {
                 switch: Switch::clone(sw),

@@ -97,24 +97,37 @@ async fn apply(
     let me = object_key(obj);
     // Phase times, logged at debug (the swap benchmark's breakdown).
     let started = std::time::Instant::now();
-    let resources = ctx
-        .reads
-        .program(&ns, &obj.spec.program_ref)
-        .await?
-        .map(|p| pipeline::fpga_resources(&p))
+    let program = ctx.reads.program(&ns, &obj.spec.program_ref).await?;
+    let resources = program
+        .as_ref()
+        .map(pipeline::fpga_resources)
         .unwrap_or_default();
-    let req = Request::new(&me, &obj.spec, resources);
-    let held = match claims::claim(&ctx.all(), &ctx.caches.switches, &req).await {
-        Ok(h) => h,
-        Err(claims::ClaimError::Kube(e)) => return Err(e.into()),
-        Err(e) => Err(PlacementError::ClaimFailed(e.to_string())),
+    let mut req = Request::new(&me, &obj.spec, resources);
+    let pipes = program
+        .as_ref()
+        .and_then(|p| p.spec.artifacts.tofino.as_ref())
+        .map(|t| placement::tofino_pipes(&t.pipes))
+        .transpose();
+    let held = match pipes {
+        Err(reason) => Err(PlacementError::InvalidPipes {
+            program: obj.spec.program_ref.clone(),
+            reason,
+        }),
+        Ok(pipes) => {
+            req.pipes = pipes.flatten();
+            match claims::claim(&ctx.all(), &ctx.caches.switches, &req).await {
+                Ok(h) => h,
+                Err(claims::ClaimError::Kube(e)) => return Err(e.into()),
+                Err(e) => Err(PlacementError::ClaimFailed(e.to_string())),
+            }
+        }
     };
     let claimed = started.elapsed();
     let (outcome, placed_on) = match held {
         Err(e) => (Outcome::Unplaced(e), None),
         Ok(held) => {
             let (pipeline, program) =
-                load_program(ctx, &ns, obj, &held.switch, held.claim.slot).await?;
+                load_program(ctx, &ns, obj, &held.switch, &held.claim).await?;
             let outcome = Outcome::Placed {
                 switch: held.switch.name_any(),
                 slot: held.claim.slot,
@@ -230,6 +243,10 @@ async fn cleanup(ctx: &Context, obj: &VirtualSwitch) -> Result<Action, Error> {
     let me = object_key(obj);
     let api: Api<Switch> = ctx.all();
     for sw in ctx.reads.switches().await? {
+        if sw.spec.effective_protocol() == p4fleet_crds::SwitchProtocol::Bfrt {
+            remove_pipe_sets(ctx, &sw, &me).await;
+            continue;
+        }
         if sw.spec.target != SwitchTarget::Fpga {
             continue;
         }
@@ -254,6 +271,29 @@ async fn cleanup(ctx: &Context, obj: &VirtualSwitch) -> Result<Action, Error> {
     }
 }
 
+/// A deleted VirtualSwitch's programs on pipe sets of a BFRT Switch are
+/// taken off the device (the others keep running and keep their entries),
+/// so its pipes are free for the next. A device that cannot be reached is
+/// logged and skipped, as for FPGA slots.
+async fn remove_pipe_sets(ctx: &Context, sw: &Switch, me: &str) {
+    let mine = claims::read(sw)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.virtual_switch == me && !c.pipes.is_empty());
+    for c in mine {
+        let removed = match ctx.devices.connect(sw) {
+            Ok(dev) => dev.remove_tofino_pipes(c.slot, &c.pipes).await,
+            Err(e) => Err(e),
+        };
+        match removed {
+            Ok(names) => tracing::info!(virtual_switch = %me, switch = %sw.name_any(),
+                slot = c.slot, pipes = ?c.pipes, removed = ?names, "pipe set freed"),
+            Err(e) => tracing::warn!(virtual_switch = %me, switch = %sw.name_any(),
+                slot = c.slot, error = %e, "could not remove the program from its pipes; releasing the claim anyway"),
+        }
+    }
+}
+
 /// Dereferences the program and, once it is ready, loads it into `slot`
 /// (FPGA boards: through the slot service). Returns the program too when
 /// it was ready.
@@ -262,7 +302,7 @@ async fn load_program(
     ns: &str,
     obj: &VirtualSwitch,
     sw: &Switch,
-    slot: u32,
+    claim: &p4fleet_crds::SlotClaim,
 ) -> Result<(Pipeline, Option<pipeline::ReadyProgram>), Error> {
     let program =
         match pipeline::ready_program_cached(&ctx.reads, &ctx.programs, ns, &obj.spec.program_ref)
@@ -271,20 +311,21 @@ async fn load_program(
             Ok(p) => p,
             Err(not_ready) => return Ok((Pipeline::NotReady(not_ready), None)),
         };
-    let pipeline = push(ctx, obj, sw, slot, &program).await;
+    let pipeline = push(ctx, obj, sw, claim, &program).await;
     Ok((pipeline, Some(program)))
 }
 
-/// Pushes a ready program into `slot` of `sw`.
+/// Pushes a ready program into the slot (and, on BFRT, the pipes) of
+/// `claim` on `sw`.
 async fn push(
     ctx: &Context,
     obj: &VirtualSwitch,
     sw: &Switch,
-    slot: u32,
+    claim: &p4fleet_crds::SlotClaim,
     program: &pipeline::ReadyProgram,
 ) -> Pipeline {
-    let unsupported = pipeline::unsupported(&obj.spec, sw);
-    if let Some(u) = unsupported.or_else(|| pipeline::unsupported_pipes(program, sw)) {
+    let slot = claim.slot;
+    if let Some(u) = pipeline::unsupported(&obj.spec, sw) {
         return Pipeline::Failed(u.into());
     }
     if sw.spec.target == SwitchTarget::Fpga {
@@ -305,7 +346,7 @@ async fn push(
         };
     }
     let strategy = obj.spec.update_strategy.type_;
-    match pipeline::load(ctx, sw, slot, program, strategy).await {
+    match pipeline::load(ctx, sw, claim, program, strategy).await {
         Ok(pushed) => Pipeline::Loaded {
             digest: program.digest.clone(),
             pushed: pushed.as_ref().map(|p| p.took),

@@ -29,8 +29,6 @@ pub struct ReadyProgram {
     pub resolved: Resolved,
     /// What one instance occupies on an FPGA board (`spec.artifacts.fpga.resources`).
     pub fpga_resources: std::collections::BTreeMap<String, u64>,
-    /// `spec.artifacts.tofino.pipes` (empty: the default, every pipe).
-    pub tofino_pipes: Vec<String>,
 }
 
 /// Why the program cannot be loaded yet.
@@ -168,13 +166,6 @@ pub async fn ready_program(
             p4info,
             resolved,
             fpga_resources: fpga_resources(&p),
-            tofino_pipes: p
-                .spec
-                .artifacts
-                .tofino
-                .as_ref()
-                .map(|t| t.pipes.clone())
-                .unwrap_or_default(),
         }),
         _ if held => Err(NotReady::Held(name.into())),
         _ => Err(NotReady::Changing(name.into())),
@@ -308,29 +299,6 @@ pub enum Unsupported {
         switch: String,
         target: SwitchTarget,
     },
-    /// Pipe sets (BFRT `pipe_scope`) are not implemented: a Tofino program
-    /// is bound as profile `pipe` on every pipe of its device.
-    #[error(
-        "spec.artifacts.tofino.pipes {pipes:?} of P4Program {program}: Switch {switch} loads a program into every pipe of its device (profile \"pipe\"); pipe sets are not supported yet"
-    )]
-    PipeSets {
-        program: String,
-        pipes: Vec<String>,
-        switch: String,
-    },
-}
-
-/// Whether `program` asks `sw` for pipe sets, which no target honours yet
-/// (only the default, one profile `pipe` on every pipe, is loaded).
-pub fn unsupported_pipes(program: &ReadyProgram, sw: &Switch) -> Option<Unsupported> {
-    let default = program.tofino_pipes.is_empty() || program.tofino_pipes == ["pipe"];
-    (sw.spec.effective_protocol() == SwitchProtocol::Bfrt && !default).then(|| {
-        Unsupported::PipeSets {
-            program: program.name.clone(),
-            pipes: program.tofino_pipes.clone(),
-            switch: sw.name_any(),
-        }
-    })
 }
 
 /// The first thing `spec` asks that `sw` cannot do, if any.
@@ -397,17 +365,26 @@ pub struct Pushed {
 pub async fn load(
     ctx: &Context,
     sw: &Switch,
-    slot: u32,
+    claim: &p4fleet_crds::SlotClaim,
     program: &ReadyProgram,
     strategy: UpdateStrategyType,
 ) -> Result<Option<Pushed>, LoadError> {
+    let slot = claim.slot;
     let started = Instant::now();
     let dev = ctx.devices.connect(sw)?;
     let info = &program.p4info;
     let (pushed, took, update) = match sw.spec.effective_protocol() {
         SwitchProtocol::Bfrt => {
             let pipeline = tofino_pipeline(&program.name, &sw.name_any(), &program.resolved)?;
-            let pushed = dev.set_tofino_pipeline(slot, info, &pipeline).await?;
+            // A pipe set: the whole device's config with this program on
+            // its pipes, the others kept (both strategies replace only
+            // this program; docs/fpga.md, "Other kinds").
+            let pushed = if claim.pipes.is_empty() {
+                dev.set_tofino_pipeline(slot, info, &pipeline).await?
+            } else {
+                dev.set_tofino_pipes(slot, info, &pipeline, &claim.pipes)
+                    .await?
+            };
             (pushed, started.elapsed(), None)
         }
         SwitchProtocol::P4Runtime => {
@@ -525,25 +502,6 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "spec.isolation: Switch s1 is a Bmv2 target; isolation and port maps need an Fpga Switch (slot service)"
-        );
-        let program = |pipes: &[&str]| ReadyProgram {
-            name: "fw".into(),
-            digest: "d".into(),
-            p4info: Default::default(),
-            resolved: Resolved::default(),
-            fpga_resources: Default::default(),
-            tofino_pipes: pipes.iter().map(|p| p.to_string()).collect(),
-        };
-        assert_eq!(unsupported_pipes(&program(&[]), &sw("Tofino")), None);
-        assert_eq!(unsupported_pipes(&program(&["pipe"]), &sw("Tofino")), None);
-        assert_eq!(unsupported_pipes(&program(&["pipe0"]), &sw("Bmv2")), None);
-        let e = LoadError::from(
-            unsupported_pipes(&program(&["pipe0", "pipe1"]), &sw("Tofino")).unwrap(),
-        );
-        assert_eq!(e.reason(), "UnsupportedOnTarget");
-        assert_eq!(
-            e.to_string(),
-            "spec.artifacts.tofino.pipes [\"pipe0\", \"pipe1\"] of P4Program fw: Switch s1 loads a program into every pipe of its device (profile \"pipe\"); pipe sets are not supported yet"
         );
         let e = unsupported(&ports, &sw("Tofino")).unwrap().to_string();
         assert!(

@@ -30,6 +30,11 @@ pub struct Candidate {
     pub claims: Vec<SlotClaim>,
     /// Whether programs on it occupy resources (FPGA boards).
     pub counts_resources: bool,
+    /// BFRT Switches: hardware pipes per device (slot), None when unknown.
+    /// Set only for BFRT Switches, whose slots hold pipe sets.
+    pub pipes: Option<u32>,
+    /// Whether it speaks BFRT (its slots are shared by pipe sets).
+    pub bfrt: bool,
 }
 
 impl Candidate {
@@ -50,6 +55,8 @@ impl Candidate {
             ports: sw.spec.ports.iter().map(|p| p.id).collect(),
             claims,
             counts_resources: sw.spec.target == SwitchTarget::Fpga,
+            pipes: st.and_then(|s| s.pipes),
+            bfrt: sw.spec.effective_protocol() == p4fleet_crds::SwitchProtocol::Bfrt,
         }
     }
 
@@ -84,6 +91,43 @@ pub struct Request {
     pub isolation: Option<Isolation>,
     /// Physical ports of its port map (empty: every port).
     pub ports: BTreeSet<u32>,
+    /// The hardware pipes its program asks for on a BFRT Switch
+    /// ([`tofino_pipes`]); None: the whole device.
+    pub pipes: Option<BTreeSet<u32>>,
+}
+
+/// The pipes `spec.artifacts.tofino.pipes` names: `[]` or `["pipe"]` is
+/// the whole device (None); otherwise exactly the pipes `pipeN` listed
+/// (N below 8, each once). The error names the field and the entry.
+pub fn tofino_pipes(names: &[String]) -> Result<Option<BTreeSet<u32>>, String> {
+    if names.is_empty() || names == ["pipe"] {
+        return Ok(None);
+    }
+    let mut out = BTreeSet::new();
+    for (i, n) in names.iter().enumerate() {
+        let pipe = n
+            .strip_prefix("pipe")
+            .and_then(|d| d.parse::<u32>().ok())
+            .filter(|p| *p < 8 && n == &format!("pipe{p}"));
+        match pipe {
+            Some(p) if out.insert(p) => {}
+            Some(_) => {
+                return Err(format!(
+                    "spec.artifacts.tofino.pipes[{i}]: {n:?} is listed twice"
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "spec.artifacts.tofino.pipes[{i}]: {n:?} is not a pipe (pipe0 to pipe7; [\"pipe\"] or none for the whole device)"
+                ));
+            }
+        }
+    }
+    Ok(Some(out))
+}
+
+fn pipes_text(p: &BTreeSet<u32>) -> String {
+    p.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
 impl Request {
@@ -100,7 +144,18 @@ impl Request {
             resources,
             isolation: spec.isolation.clone(),
             ports: spec.port_map.iter().map(|m| m.physical).collect(),
+            pipes: None,
         }
+    }
+
+    /// The claim this request makes on `slot` of `c`: with its pipes when
+    /// `c` is a BFRT Switch.
+    pub fn claim_on(&self, slot: u32, c: &Candidate) -> SlotClaim {
+        let mut claim = self.claim(slot, c.counts_resources);
+        if c.bfrt {
+            claim.pipes = self.pipes.iter().flatten().copied().collect();
+        }
+        claim
     }
 
     /// The claim this request makes on `slot`.
@@ -119,6 +174,7 @@ impl Request {
                 .as_ref()
                 .and_then(|i| i.dst_mac.as_ref().map(|m| m.to_ascii_lowercase())),
             ports: self.ports.iter().copied().collect(),
+            pipes: Vec::new(),
         }
     }
 }
@@ -153,6 +209,23 @@ pub enum Unfit {
     },
     PortNotOnSwitch {
         port: u32,
+    },
+    /// A BFRT Switch whose pipe count is unknown (neither the device nor
+    /// `spec.pipes` says), asked for a pipe set.
+    PipesUnknown,
+    PipesOutOfRange {
+        pipes: BTreeSet<u32>,
+        count: u32,
+    },
+    /// The pipes asked for are held in `slot` by `owner`.
+    PipesTaken {
+        slot: u32,
+        pipes: BTreeSet<u32>,
+        owner: String,
+    },
+    /// No slot has every pipe asked for free.
+    NoFreePipes {
+        pipes: BTreeSet<u32>,
     },
 }
 
@@ -193,6 +266,25 @@ impl fmt::Display for Unfit {
             Unfit::VlanPortsShared { vlan, ports, owner } => {
                 write!(f, "vlan {vlan} shares {} with {owner}", ports_text(ports))
             }
+            Unfit::PipesUnknown => write!(
+                f,
+                "pipe count unknown (the device did not report it and spec.pipes is unset)"
+            ),
+            Unfit::PipesOutOfRange { pipes, count } => write!(
+                f,
+                "pipes {} out of range ({count} pipes)",
+                pipes_text(pipes)
+            ),
+            Unfit::PipesTaken { slot, pipes, owner } => {
+                write!(
+                    f,
+                    "pipes {} of slot {slot} held by {owner}",
+                    pipes_text(pipes)
+                )
+            }
+            Unfit::NoFreePipes { pipes } => {
+                write!(f, "no slot with pipes {} free", pipes_text(pipes))
+            }
             Unfit::PortNotOnSwitch { port } => {
                 write!(
                     f,
@@ -217,6 +309,9 @@ pub enum PlacementError {
     /// The claim could not be recorded (malformed claims, endless conflicts).
     #[error("{0}")]
     ClaimFailed(String),
+    /// The program's `spec.artifacts.tofino.pipes` names no pipes.
+    #[error("P4Program {program}: {reason}")]
+    InvalidPipes { program: String, reason: String },
 }
 
 impl PlacementError {
@@ -225,6 +320,7 @@ impl PlacementError {
             PlacementError::SwitchNotFound(_) => "SwitchNotFound",
             PlacementError::Unschedulable { .. } => "Unschedulable",
             PlacementError::ClaimFailed(_) => "ClaimFailed",
+            PlacementError::InvalidPipes { .. } => "InvalidPipes",
         }
     }
 }
@@ -267,7 +363,28 @@ fn shared_ports(a: &BTreeSet<u32>, b: &BTreeSet<u32>, all: &BTreeSet<u32>) -> Op
 /// The filters: the slot `req` gets on `c`, or every reason it does not fit.
 pub fn filter(req: &Request, c: &Candidate) -> Result<u32, Vec<Unfit>> {
     let mut why = Vec::new();
-    let taken = |s: u32| c.others(&req.me).find(|o| o.slot == s);
+    // On a BFRT Switch a pipe-set request shares a slot (device) with
+    // other pipe sets it does not overlap; anything else holds its slot.
+    let pipes = req.pipes.as_ref().filter(|_| c.bfrt);
+    let taken = |s: u32| {
+        c.others(&req.me).find(|o| {
+            o.slot == s
+                && match pipes {
+                    None => true,
+                    Some(p) => o.pipes.is_empty() || o.pipes.iter().any(|q| p.contains(q)),
+                }
+        })
+    };
+    if let Some(p) = pipes {
+        match c.pipes {
+            None => why.push(Unfit::PipesUnknown),
+            Some(n) if p.iter().any(|q| *q >= n) => why.push(Unfit::PipesOutOfRange {
+                pipes: p.clone(),
+                count: n,
+            }),
+            Some(_) => {}
+        }
+    }
     let mine = c
         .claims
         .iter()
@@ -282,6 +399,14 @@ pub fn filter(req: &Request, c: &Candidate) -> Result<u32, Vec<Unfit>> {
             None
         }
         Some(s) => match taken(s) {
+            Some(o) if pipes.is_some() && !o.pipes.is_empty() => {
+                why.push(Unfit::PipesTaken {
+                    slot: s,
+                    pipes: o.pipes.iter().copied().collect(),
+                    owner: o.virtual_switch.clone(),
+                });
+                None
+            }
             Some(o) => {
                 why.push(Unfit::SlotTaken {
                     slot: s,
@@ -293,8 +418,10 @@ pub fn filter(req: &Request, c: &Candidate) -> Result<u32, Vec<Unfit>> {
         },
         None => {
             let free = (0..c.slots).find(|s| taken(*s).is_none());
-            if free.is_none() {
-                why.push(Unfit::NoFreeSlot);
+            match (free, pipes) {
+                (Some(_), _) => {}
+                (None, Some(p)) => why.push(Unfit::NoFreePipes { pipes: p.clone() }),
+                (None, None) => why.push(Unfit::NoFreeSlot),
             }
             free
         }
@@ -426,6 +553,8 @@ mod tests {
             ports: [0, 1, 2, 3].into(),
             claims: vec![],
             counts_resources: true,
+            pipes: None,
+            bfrt: false,
         }
     }
 
@@ -438,6 +567,7 @@ mod tests {
             resources: program.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             isolation: None,
             ports: BTreeSet::new(),
+            pipes: None,
         }
     }
 
@@ -604,5 +734,124 @@ mod tests {
             place(&req("ns/me", &L2), &[]).unwrap_err().to_string(),
             "0/0 switches: no Switch matches spec.switchSelector"
         );
+    }
+
+    /// A BFRT Switch of `slots` devices with `pipes` pipes each.
+    fn tofino(slots: u32, pipes: Option<u32>) -> Candidate {
+        Candidate {
+            counts_resources: false,
+            capacity: None,
+            pipes,
+            bfrt: true,
+            ..board("tofino", slots)
+        }
+    }
+
+    fn on_pipes(me: &str, pipes: Option<&[u32]>) -> Request {
+        Request {
+            pipes: pipes.map(|p| p.iter().copied().collect()),
+            ..req(me, &[])
+        }
+    }
+
+    /// Places `r` on `c` and records its claim; the claim or the message.
+    fn take(c: &mut Candidate, r: &Request) -> Result<SlotClaim, String> {
+        let (_, slot) = place(r, std::slice::from_ref(c)).map_err(|e| e.to_string())?;
+        let claim = r.claim_on(slot, c);
+        c.claims.push(claim.clone());
+        Ok(claim)
+    }
+
+    #[test]
+    fn tofino_pipes_names_exact_pipes_or_the_whole_device() {
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(tofino_pipes(&[]), Ok(None));
+        assert_eq!(tofino_pipes(&names(&["pipe"])), Ok(None));
+        assert_eq!(
+            tofino_pipes(&names(&["pipe2", "pipe0"])),
+            Ok(Some([0, 2].into()))
+        );
+        assert_eq!(
+            tofino_pipes(&names(&["pipe0", "pipe0"])),
+            Err("spec.artifacts.tofino.pipes[1]: \"pipe0\" is listed twice".into())
+        );
+        for bad in ["pipe8", "pipe01", "pipe-1", "egress", "pipe"] {
+            let e = tofino_pipes(&names(&["pipe1", bad])).unwrap_err();
+            assert!(
+                e.starts_with(&format!(
+                    "spec.artifacts.tofino.pipes[1]: {bad:?} is not a pipe"
+                )),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn pipe_sets_share_a_device_when_disjoint() {
+        let mut t = tofino(1, Some(4));
+        let a = take(&mut t, &on_pipes("ns/a", Some(&[0, 1]))).unwrap();
+        assert_eq!((a.slot, a.pipes.as_slice()), (0, &[0, 1][..]));
+        let b = take(&mut t, &on_pipes("ns/b", Some(&[2, 3]))).unwrap();
+        assert_eq!(
+            (b.slot, b.pipes.as_slice()),
+            (0, &[2, 3][..]),
+            "same device"
+        );
+        // A third overlapping either does not fit: a scheduler-style message.
+        assert_eq!(
+            take(&mut t, &on_pipes("ns/c", Some(&[1, 2]))).unwrap_err(),
+            "0/1 switches: 1 no slot with pipes 1,2 free"
+        );
+        // Nor does a whole-device program.
+        assert_eq!(
+            take(&mut t, &on_pipes("ns/w", None)).unwrap_err(),
+            "0/1 switches: 1 no free slot"
+        );
+        // A fixed slot names the holder of the pipes.
+        let mut fixed = on_pipes("ns/c", Some(&[1, 2]));
+        fixed.slot = Some(0);
+        assert_eq!(
+            take(&mut t, &fixed).unwrap_err(),
+            "0/1 switches: 1 pipes 0,1 of slot 0 held by ns/a"
+        );
+        // Deleting b frees pipes 2 and 3.
+        t.claims.retain(|c| c.virtual_switch != "ns/b");
+        let c = take(&mut t, &on_pipes("ns/c", Some(&[2]))).unwrap();
+        assert_eq!((c.slot, c.pipes.as_slice()), (0, &[2][..]));
+        // Its own claim is kept where it runs (placed again, same pipes).
+        assert_eq!(
+            place(&on_pipes("ns/c", Some(&[2])), std::slice::from_ref(&t)),
+            Ok(("tofino".into(), 0))
+        );
+    }
+
+    #[test]
+    fn pipe_sets_move_to_the_next_device_and_hold_a_whole_device_off() {
+        let mut t = tofino(2, Some(2));
+        // A whole-device program takes slot 0; pipe sets go to slot 1.
+        let w = take(&mut t, &on_pipes("ns/w", None)).unwrap();
+        assert_eq!((w.slot, w.pipes.len()), (0, 0));
+        let a = take(&mut t, &on_pipes("ns/a", Some(&[0]))).unwrap();
+        assert_eq!((a.slot, a.pipes.as_slice()), (1, &[0][..]));
+        assert_eq!(
+            take(&mut t, &on_pipes("ns/b", Some(&[0]))).unwrap_err(),
+            "0/1 switches: 1 no slot with pipes 0 free"
+        );
+        assert_eq!(
+            take(&mut t, &on_pipes("ns/x", Some(&[1, 2]))).unwrap_err(),
+            "0/1 switches: 1 pipes 1,2 out of range (2 pipes)"
+        );
+        let mut unknown = tofino(1, None);
+        assert_eq!(
+            take(&mut unknown, &on_pipes("ns/a", Some(&[0]))).unwrap_err(),
+            "0/1 switches: 1 pipe count unknown (the device did not report it and spec.pipes is unset)"
+        );
+        // A whole-device program on a Switch whose pipes are unknown: as before.
+        assert!(take(&mut unknown, &on_pipes("ns/w", None)).is_ok());
+        // Other kinds ignore the Tofino pipes (and record none).
+        let mut bmv2 = board("bmv2", 1);
+        bmv2.counts_resources = false;
+        let claim = take(&mut bmv2, &on_pipes("ns/a", Some(&[0]))).unwrap();
+        assert!(claim.pipes.is_empty());
     }
 }
