@@ -453,7 +453,8 @@ impl BfrtDevice {
             !runs
         };
         let sub = self.pipe_client(device_id, first, &pipeline.p4_name, pipes)?;
-        sub.bfrt().remember(device_id, &pipeline.p4_name, map);
+        sub.bfrt()
+            .remember(device_id, &pipeline.p4_name, map, p4info);
         // Pipe sets and a whole-device program do not mix on one device.
         self.loaded
             .lock()

@@ -455,7 +455,7 @@ async fn connect_and_check(
     desired: &Desired,
     tag: u64,
 ) -> Result<(std::sync::Arc<Device>, ReadBack), p4fleet_client::Error> {
-    let dev = ctx.devices.connect(&t.switch)?;
+    let dev = t.device(&ctx.devices)?;
     let read = read_check::read(&dev, t, desired, tag).await?;
     Ok((dev, read))
 }

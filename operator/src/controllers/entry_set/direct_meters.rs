@@ -65,7 +65,7 @@ pub async fn sync_target(ctx: &Context, t: &Target, desired: &Desired) -> Option
         wanted: wanted.len(),
         ..Outcome::default()
     };
-    let dev = match ctx.devices.connect(&t.switch) {
+    let dev = match t.device(&ctx.devices) {
         Ok(d) => d,
         Err(e) => {
             out.fail("DeviceUnavailable", e.to_string());
