@@ -143,6 +143,8 @@ impl Watched {
             self.lies.len(),
             &self.lies[..self.lies.len().min(3)]
         );
-        assert!(self.polls > 10, "{what}: watched ({} polls)", self.polls);
+        // Polls count only while the API server answers: a test that
+        // restarts it watches for a few seconds at 20 polls/s at best.
+        assert!(self.polls > 5, "{what}: watched ({} polls)", self.polls);
     }
 }

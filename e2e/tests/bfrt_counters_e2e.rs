@@ -351,7 +351,7 @@ async fn tofino_counters_and_registers_sync_over_bfrt() {
     .await
     .unwrap();
     let st = status_where(&sets, "dmac", "meters unsupported", |s| {
-        cond(s, "ResourcesSynced").is_some_and(|c| !c.0 && c.1 == "Unsupported")
+        cond(s, "ResourcesSynced").is_some_and(|c| !c.0 && c.1 == "UnsupportedOnTarget")
     })
     .await;
     assert!(
