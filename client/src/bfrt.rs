@@ -24,7 +24,7 @@ use p4fleet_model::entries::bfrt::{
 };
 use p4fleet_model::entries::{TableSchema, WriteOp};
 use p4fleet_proto::bfrt::{
-    self, ForwardingPipelineConfig, GetForwardingPipelineConfigRequest, ReadRequest,
+    self, ForwardingPipelineConfig, GetForwardingPipelineConfigRequest,
     SetForwardingPipelineConfigRequest, StreamMessageRequest, StreamMessageResponse, TargetDevice,
     bf_runtime_client::BfRuntimeClient, forwarding_pipeline_config::Profile,
     set_forwarding_pipeline_config_request::Action as SetAction, stream_message_request,
@@ -755,49 +755,28 @@ impl BfrtDevice {
                     .bfrt_table_id,
             ]
         };
-        let req = ReadRequest {
-            target: Some(Self::target_device(device_id)),
-            client_id: self.client_id,
-            entities: ids
-                .into_iter()
-                .map(|id| bfrt::Entity {
-                    entity: Some(bfrt::entity::Entity::TableEntry(bfrt::TableEntry {
-                        table_id: id,
-                        ..Default::default()
-                    })),
-                })
-                .collect(),
-            p4_name,
-        };
-        let mut stream = self
-            .client
-            .clone()
-            .read(req)
-            .await
-            .map_err(|s| self.rpc_error("Read", device_id, s))?
-            .into_inner();
+        let filters = ids
+            .into_iter()
+            .map(|id| bfrt::TableEntry {
+                table_id: id,
+                ..Default::default()
+            })
+            .collect();
         let mut out = Vec::new();
-        while let Some(resp) = stream
-            .message()
-            .await
-            .map_err(|s| self.rpc_error("Read", device_id, s))?
-        {
-            for e in resp.entities {
-                let Some(bfrt::entity::Entity::TableEntry(t)) = e.entity else {
-                    continue;
-                };
-                let tm = map
-                    .table_by_bfrt_id(t.table_id)
-                    .ok_or_else(|| Error::Protocol {
-                        device_id,
-                        reason: format!("read returned unknown table {}", t.table_id),
-                    })?;
-                out.push(tm.from_bfrt(&t).map_err(|e| Error::Protocol {
+        self.read_bfrt_each(device_id, p4_name, filters, &mut |t| {
+            let tm = map
+                .table_by_bfrt_id(t.table_id)
+                .ok_or_else(|| Error::Protocol {
                     device_id,
-                    reason: e.to_string(),
-                })?);
-            }
-        }
+                    reason: format!("read returned unknown table {}", t.table_id),
+                })?;
+            out.push(tm.from_bfrt(&t).map_err(|e| Error::Protocol {
+                device_id,
+                reason: e.to_string(),
+            })?);
+            Ok(())
+        })
+        .await?;
         Ok(out)
     }
 }

@@ -32,12 +32,33 @@ impl BfrtDevice {
         p4_name: String,
         filter: bfrt::TableEntry,
     ) -> Result<Vec<bfrt::TableEntry>, Error> {
+        let mut out = Vec::new();
+        self.read_bfrt_each(device_id, p4_name, vec![filter], &mut |t| {
+            out.push(t);
+            Ok(())
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// Every table entry matching one of `filters`, each handed to `f` as
+    /// the device's answers arrive; the first error `f` returns ends it.
+    pub(super) async fn read_bfrt_each(
+        &self,
+        device_id: u64,
+        p4_name: String,
+        filters: Vec<bfrt::TableEntry>,
+        f: &mut (dyn FnMut(bfrt::TableEntry) -> Result<(), Error> + Send),
+    ) -> Result<(), Error> {
         let req = ReadRequest {
             target: Some(Self::target_device(device_id)),
             client_id: self.client_id,
-            entities: vec![bfrt::Entity {
-                entity: Some(bfrt::entity::Entity::TableEntry(filter)),
-            }],
+            entities: filters
+                .into_iter()
+                .map(|t| bfrt::Entity {
+                    entity: Some(bfrt::entity::Entity::TableEntry(t)),
+                })
+                .collect(),
             p4_name,
         };
         let mut stream = self
@@ -47,18 +68,18 @@ impl BfrtDevice {
             .await
             .map_err(|s| self.rpc_error("Read", device_id, s))?
             .into_inner();
-        let mut out = Vec::new();
         while let Some(resp) = stream
             .message()
             .await
             .map_err(|s| self.rpc_error("Read", device_id, s))?
         {
-            out.extend(resp.entities.into_iter().filter_map(|e| match e.entity {
-                Some(bfrt::entity::Entity::TableEntry(t)) => Some(t),
-                _ => None,
-            }));
+            for e in resp.entities {
+                if let Some(bfrt::entity::Entity::TableEntry(t)) = e.entity {
+                    f(t)?;
+                }
+            }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Register cells and a whole table's direct counters, as P4Runtime
