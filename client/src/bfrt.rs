@@ -349,30 +349,21 @@ impl BfrtDevice {
             .iter()
             .any(|c| c.p4_name == pipeline.p4_name && Sha256::digest(&c.bfruntime_info) == want);
         if !loaded {
-            let req = SetForwardingPipelineConfigRequest {
-                device_id: device_id as u32,
-                client_id: self.client_id,
-                action: SetAction::VerifyAndWarmInitBeginAndEnd as i32,
-                config: vec![ForwardingPipelineConfig {
-                    p4_name: pipeline.p4_name.clone(),
-                    bfruntime_info: pipeline.bfrt_json.clone(),
-                    profiles: vec![Profile {
-                        profile_name: "pipe".into(),
-                        context: pipeline.context_json.clone(),
-                        binary: pipeline.binary.clone(),
-                        // Empty: every pipe of the chip, whatever its
-                        // count (2 or 4 on Tofino-1); the program owns
-                        // the whole device (docs/bfrt.md).
-                        pipe_scope: vec![],
-                    }],
+            let config = vec![ForwardingPipelineConfig {
+                p4_name: pipeline.p4_name.clone(),
+                bfruntime_info: pipeline.bfrt_json.clone(),
+                profiles: vec![Profile {
+                    profile_name: "pipe".into(),
+                    context: pipeline.context_json.clone(),
+                    binary: pipeline.binary.clone(),
+                    // Empty: every pipe of the chip, whatever its
+                    // count (2 or 4 on Tofino-1); the program owns
+                    // the whole device (docs/bfrt.md).
+                    pipe_scope: vec![],
                 }],
-                ..Default::default()
-            };
-            self.client
-                .clone()
-                .set_forwarding_pipeline_config(req)
-                .await
-                .map_err(|s| self.rpc_error("SetForwardingPipelineConfig", device_id, s))?;
+            }];
+            self.set_config(device_id, SetAction::VerifyAndWarmInitBeginAndEnd, config)
+                .await?;
         }
         self.remember(device_id, &pipeline.p4_name, map, p4info);
         // The whole device is this program's now.
@@ -399,19 +390,30 @@ impl BfrtDevice {
             (SetAction::ReconcileAndWarmInitEnd, Vec::new()),
         ];
         for (action, config) in steps {
-            let req = SetForwardingPipelineConfigRequest {
-                device_id: device_id as u32,
-                client_id: self.client_id,
-                action: action as i32,
-                config,
-                ..Default::default()
-            };
-            self.client
-                .clone()
-                .set_forwarding_pipeline_config(req)
-                .await
-                .map_err(|s| self.rpc_error("SetForwardingPipelineConfig", device_id, s))?;
+            self.set_config(device_id, action, config).await?;
         }
+        Ok(())
+    }
+
+    /// One SetForwardingPipelineConfig of `device_id` by this client.
+    async fn set_config(
+        &self,
+        device_id: u64,
+        action: SetAction,
+        config: Vec<ForwardingPipelineConfig>,
+    ) -> Result<(), Error> {
+        let req = SetForwardingPipelineConfigRequest {
+            device_id: device_id as u32,
+            client_id: self.client_id,
+            action: action as i32,
+            config,
+            ..Default::default()
+        };
+        self.client
+            .clone()
+            .set_forwarding_pipeline_config(req)
+            .await
+            .map_err(|s| self.rpc_error("SetForwardingPipelineConfig", device_id, s))?;
         Ok(())
     }
 

@@ -3,7 +3,7 @@
 //! form through the bound program's [`p4fleet_model::entries::bfrt::BfrtTableMap`].
 
 use p4fleet_model::entries::ActionCall;
-use p4fleet_proto::bfrt::{self, ReadRequest, WriteRequest, update};
+use p4fleet_proto::bfrt::{self, WriteRequest, update};
 use p4fleet_proto::p4runtime::TableAction;
 
 use super::{BfrtDevice, decode_update_errors};
@@ -24,45 +24,22 @@ impl BfrtDevice {
             device_id,
             reason: format!("table id {table_id} is not in the bfrt.json"),
         })?;
-        let req = ReadRequest {
-            target: Some(Self::target_device(device_id)),
-            client_id: self.client_id,
-            entities: vec![bfrt::Entity {
-                entity: Some(bfrt::entity::Entity::TableEntry(
-                    tm.default_entry(None).map_err(|e| Error::Protocol {
-                        device_id,
-                        reason: e.to_string(),
-                    })?,
-                )),
-            }],
-            p4_name,
-        };
-        let mut stream = self
-            .client
-            .clone()
-            .read(req)
-            .await
-            .map_err(|s| self.rpc_error("Read", device_id, s))?
-            .into_inner();
+        let filter = tm.default_entry(None).map_err(|e| Error::Protocol {
+            device_id,
+            reason: e.to_string(),
+        })?;
         let mut found = None;
-        while let Some(resp) = stream
-            .message()
-            .await
-            .map_err(|s| self.rpc_error("Read", device_id, s))?
-        {
-            for e in resp.entities {
-                if let Some(bfrt::entity::Entity::TableEntry(t)) = e.entity
-                    && t.is_default_entry
-                    && t.table_id == tm.bfrt_table_id
-                {
-                    let te = tm.from_bfrt(&t).map_err(|e| Error::Protocol {
-                        device_id,
-                        reason: e.to_string(),
-                    })?;
-                    found = te.action;
-                }
+        self.read_bfrt_each(device_id, p4_name, vec![filter], &mut |t| {
+            if t.is_default_entry && t.table_id == tm.bfrt_table_id {
+                let te = tm.from_bfrt(&t).map_err(|e| Error::Protocol {
+                    device_id,
+                    reason: e.to_string(),
+                })?;
+                found = te.action;
             }
-        }
+            Ok(())
+        })
+        .await?;
         Ok(found)
     }
 
