@@ -36,6 +36,7 @@ pub mod memory;
 pub mod parse;
 pub mod profiles;
 pub mod resources;
+pub mod resync_due;
 pub mod status;
 
 use std::collections::HashSet;
@@ -109,6 +110,9 @@ pub fn fills(s: &TableEntrySet, vs: &VirtualSwitch) -> bool {
 
 /// Reconciles one TableEntrySet: sync it, or clean up after it.
 pub async fn reconcile(set: Arc<TableEntrySet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if let Some(wait) = resync_due::skip(&ctx.resync_due, &set) {
+        return Ok(Action::requeue(wait));
+    }
     let api: Api<TableEntrySet> = Api::namespaced(ctx.client.clone(), &namespace(set.as_ref())?);
     let res = finalizer(&api, FINALIZER, set, |event| async {
         match event {
@@ -126,7 +130,8 @@ pub async fn reconcile(set: Arc<TableEntrySet>, ctx: Arc<Context>) -> Result<Act
 /// Status never claims more than this process confirmed: a set first seen
 /// by this process (operator restart) with an old Ready is marked
 /// Unconfirmed before anything else, and a sync that is about to write
-/// turns Ready False (Syncing) before its first write.
+/// turns a Ready True False (Syncing) before its first write (a set not
+/// Ready says Syncing only before a large write: `status::MARK_NEW_FROM`).
 async fn sync(
     ctx: &Context,
     api: &Api<TableEntrySet>,
@@ -261,7 +266,9 @@ async fn sync(
         ctx.events.publish(set, ev).await;
     }
     let resync = super::spread(ctx.config.resync, &me);
-    Ok(resources::requeue(set, report.action, resync))
+    let action = resources::requeue(set, report.action, resync);
+    resync_due::after_sync(&ctx.resync_due, set, &action, resync);
+    Ok(action)
 }
 
 /// Each target's default entry (`spec.defaultAction`), one target after
