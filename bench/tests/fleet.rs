@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use p4fleet_bench::fleet::{self, ApplyMode, Config, Scenario};
+use p4fleet_bench::fleet::{self, ApplyMode, Config, Scenario, SetLayout};
 use p4fleet_e2e::ControlPlane;
 
 /// The operator's `--drift-seconds` here: the Switch and VirtualSwitch
@@ -27,6 +27,7 @@ async fn a_small_fleet_gets_ready_writes_only_changes_and_idles_quietly() {
         // Two emulator processes (2 + 1 devices), as the bench splits fleets.
         devices_per_emulator: 2,
         apply: ApplyMode::Kubectl,
+        layout: SetLayout::PerSwitch,
         resync_seconds: 3,
         drift_seconds: DRIFT_SECONDS,
         operator_log_level: "info".into(),
@@ -62,6 +63,54 @@ async fn a_small_fleet_gets_ready_writes_only_changes_and_idles_quietly() {
         "only the changed entries are written"
     );
     assert_eq!(change.device.entries, 300);
+}
+
+/// The other fleet shape (`--sets shared`): one selector set writing the
+/// same entries to every Switch; its 1 % change is one ConfigMap and
+/// writes the changed entry on each device, nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_set_fleet_writes_its_change_to_every_switch() {
+    let cp = ControlPlane::shared().await;
+    let bin = tokio::task::spawn_blocking(|| p4fleet_e2e::workspace_binaries().to_path_buf())
+        .await
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        scenario: Scenario::Fleet { switches: 3 },
+        entries: 100,
+        change_every: 100,
+        devices_per_emulator: 2,
+        apply: ApplyMode::Api,
+        layout: SetLayout::Shared,
+        resync_seconds: 3,
+        drift_seconds: DRIFT_SECONDS,
+        operator_log_level: "info".into(),
+        timeout: Duration::from_secs(180),
+        bin,
+        work: work.path().to_path_buf(),
+    };
+    let run = fleet::run(cp, &cfg).await.expect("fleet run");
+    assert_eq!(run.error, None, "{run:#?}");
+    let create = run.phase("create").expect("create phase");
+    // The program, 3 × (Switch, VirtualSwitch), the ConfigMap and the set.
+    assert_eq!(create.objects_applied, 1 + 3 * 2 + 2);
+    assert_eq!(create.device.entries, 300, "entries on the devices");
+    assert_eq!(create.device.inserts, 300);
+    let idle = run.phase("idle").expect("idle phase");
+    assert_eq!(idle.device.write_rpcs, 0, "device writes in an idle round");
+    assert_eq!(idle.status_writes, 0.0, "status writes in an idle round");
+    let change = run.phase("change").expect("change phase");
+    assert_eq!(change.objects_applied, 1, "one ConfigMap");
+    assert_eq!(change.expected_writes, 3);
+    assert_eq!(
+        (
+            change.device.modifies,
+            change.device.inserts,
+            change.device.deletes
+        ),
+        (3, 0, 0),
+        "only the changed entry, on each device"
+    );
 }
 
 /// What the design says an idle round runs (docs/fleet.md, "What an idle
