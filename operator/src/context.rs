@@ -84,7 +84,7 @@ pub struct Context {
     /// Ready programs the VirtualSwitch controller resolved, by digest.
     pub programs: crate::controllers::virtual_switch::pipeline::ProgramCache,
     /// When each TableEntrySet's next periodic resync is due.
-    pub resync_due: crate::controllers::entry_set::resync_due::ResyncDue,
+    pub resync_due: Arc<crate::controllers::entry_set::resync_due::ResyncDue>,
 }
 
 impl Context {

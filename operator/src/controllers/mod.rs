@@ -263,6 +263,7 @@ pub async fn drive<K, F, Fut>(
     ctx.metrics.kind_known(&kind, Error::METRIC_LABELS);
     let store = controller.store();
     let latest = store.clone();
+    let stopping = shutdown.clone();
     let readiness = ctx.readiness.clone();
     let synced_kind = kind.clone();
     tokio::spawn(async move {
@@ -290,9 +291,17 @@ pub async fn drive<K, F, Fut>(
                 let reconcile = reconcile.clone();
                 let kind = kind.clone();
                 let (gate, latest) = (gate.clone(), latest.clone());
+                let stopping = stopping.clone();
                 async move {
                     let trigger = crate::reconcile_triggers::current();
-                    let _permit = gate.acquire(lanes::Lane::of(trigger.as_deref())).await;
+                    let lane = lanes::Lane::of(trigger.as_deref());
+                    // kube-runtime waits for the reconciles it started when
+                    // it shuts down: those still waiting for the gate then
+                    // do nothing (this process may no longer lead).
+                    let _permit = tokio::select! {
+                        p = gate.acquire(lane) => p,
+                        () = stopping => return Ok(Action::await_change()),
+                    };
                     // The object as it is now (it may have changed while
                     // its reconcile waited for the gate).
                     let at_dispatch = kube::runtime::reflector::ObjectRef::from_obj(obj.as_ref());

@@ -77,6 +77,8 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
         .index
         .metadata_feed(scoped_api(ctx), watcher_config());
     let readers = ctx.entry_sources.readers();
+    // Every trigger is noted as it happens (`resync_due`).
+    let due = ctx.resync_due.clone();
     let c = c.watches_stream(config_maps, move |cm| {
         let (ns, name) = (cm.namespace().unwrap_or_default(), cm.name_any());
         sets.state()
@@ -85,16 +87,29 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
                 entry_sources::reads_config_map(s, &cm)
                     || readers.read_by(&object_key(s.as_ref()), &ns, &name)
             })
+            .inspect(|s| due.touched(&object_key(s.as_ref()), std::time::Instant::now()))
             .map(|s| ObjectRef::from_obj(s.as_ref()))
             .collect::<Vec<_>>()
     });
-    let c = ctx.caches.virtual_switches.watched_by(c, fills);
+    let due = ctx.resync_due.clone();
+    let c = ctx.caches.virtual_switches.watched_by(c, move |s, vs| {
+        let hit = fills(s, vs);
+        if hit {
+            due.touched(&object_key(s), std::time::Instant::now());
+        }
+        hit
+    });
+    let due = ctx.resync_due.clone();
     // A device lost, back (maybe empty) or given its pipeline again. A set
     // whose cached status names no target yet (never synced, or the first
     // sync's status not yet seen by the cache) may run there too.
-    on_device_changes(c, ctx, |s: &TableEntrySet, switch| {
+    on_device_changes(c, ctx, move |s: &TableEntrySet, switch| {
         let targets = s.status.as_ref().map(|st| &st.targets[..]).unwrap_or(&[]);
-        targets.is_empty() || targets.iter().any(|t| t.switch.as_deref() == Some(switch))
+        let hit = targets.is_empty() || targets.iter().any(|t| t.switch.as_deref() == Some(switch));
+        if hit {
+            due.touched(&object_key(s), std::time::Instant::now());
+        }
+        hit
     })
 }
 
@@ -138,6 +153,7 @@ async fn sync(
     set: &TableEntrySet,
 ) -> Result<Action, Error> {
     let me = object_key(set);
+    let started = std::time::Instant::now();
     let start_version = set.resource_version().unwrap_or_default();
     // The set as last written by this sync (its status is what the next
     // write is compared with), starting from what this process last wrote
@@ -267,7 +283,7 @@ async fn sync(
     }
     let resync = super::spread(ctx.config.resync, &me);
     let action = resources::requeue(set, report.action, resync);
-    resync_due::after_sync(&ctx.resync_due, set, &action, resync);
+    resync_due::after_sync(&ctx.resync_due, set, started, &action, resync);
     Ok(action)
 }
 

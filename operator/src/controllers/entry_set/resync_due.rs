@@ -55,16 +55,24 @@ impl Started {
 /// What the set's last completed sync saw and asked for.
 #[derive(Debug, Clone, Copy)]
 struct Last {
+    /// When it started (what it read, it read after this).
+    started: Instant,
     /// Its regular resync (None: it asked for a retry or for none).
     due: Option<Instant>,
     /// [`fingerprint`] of the set it synced.
     fingerprint: u64,
 }
 
-/// Each set's (`namespace/name`) last completed sync.
+/// Each set's (`namespace/name`) last completed sync, and when a watch
+/// last said that something the set reads changed.
 #[derive(Default)]
 pub struct ResyncDue {
     last: Mutex<HashMap<String, Last>>,
+    /// kube-runtime folds triggers of an object that is already queued or
+    /// running into the one it has (with that one's reason), so a source
+    /// change can arrive as a "periodic" or "object_updated" reconcile:
+    /// the watch mappers note every trigger here as it happens.
+    touched: Mutex<HashMap<String, Instant>>,
 }
 
 /// Everything of a set a sync depends on but its status: generation
@@ -89,15 +97,32 @@ impl ResyncDue {
         self.last.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A sync of the set `key` (as `fingerprint`) ended at `now` asking to
-    /// run again after `periodic` (its regular resync), or at another
-    /// time or never (None: a retry, `await_change`).
-    pub fn synced(&self, key: &str, fingerprint: u64, now: Instant, periodic: Option<Duration>) {
+    /// A sync of the set `key` (as `fingerprint`) that started at
+    /// `started` ended at `now` asking to run again after `periodic` (its
+    /// regular resync), or at another time or never (None: a retry,
+    /// `await_change`).
+    pub fn synced(
+        &self,
+        key: &str,
+        fingerprint: u64,
+        started: Instant,
+        now: Instant,
+        periodic: Option<Duration>,
+    ) {
         let last = Last {
+            started,
             due: periodic.map(|d| now + d),
             fingerprint,
         };
         self.lock().insert(key.to_string(), last);
+    }
+
+    /// Something set `key` reads changed at `at` (a source, a
+    /// VirtualSwitch, its device): its next reconcile syncs, whatever
+    /// reason kube-runtime gives for it.
+    pub fn touched(&self, key: &str, at: Instant) {
+        let mut g = self.touched.lock().unwrap_or_else(|p| p.into_inner());
+        g.insert(key.to_string(), at);
     }
 
     /// How long a reconcile of `key` (now as `fingerprint`) that `started`
@@ -114,6 +139,13 @@ impl ResyncDue {
         now: Instant,
     ) -> Option<Duration> {
         let last = *self.lock().get(key)?;
+        let touched = {
+            let g = self.touched.lock().unwrap_or_else(|p| p.into_inner());
+            g.get(key).copied()
+        };
+        if touched.is_some_and(|t| t >= last.started) {
+            return None;
+        }
         let left = last.due?.checked_duration_since(now)?;
         let skip = match started {
             Started::Periodic => left > SLACK,
@@ -126,6 +158,8 @@ impl ResyncDue {
     /// Forgets `key` (deleted).
     pub fn forget(&self, key: &str) {
         self.lock().remove(key);
+        let mut g = self.touched.lock().unwrap_or_else(|p| p.into_inner());
+        g.remove(key);
     }
 }
 
@@ -150,7 +184,13 @@ pub fn skip(due: &ResyncDue, set: &TableEntrySet) -> Option<Duration> {
 /// the resync `action` asks for, if it is the set's regular one
 /// (`resync`, the set's own `resyncSeconds` or its counters' interval),
 /// not a retry.
-pub fn after_sync(due: &ResyncDue, set: &TableEntrySet, action: &Action, resync: Duration) {
+pub fn after_sync(
+    due: &ResyncDue,
+    set: &TableEntrySet,
+    started: Instant,
+    action: &Action,
+    resync: Duration,
+) {
     let own = set
         .spec
         .resync_seconds
@@ -165,7 +205,8 @@ pub fn after_sync(due: &ResyncDue, set: &TableEntrySet, action: &Action, resync:
         .flatten()
         .filter(|d| !d.is_zero())
         .find(|d| *action == Action::requeue(*d));
-    due.synced(&object_key(set), fingerprint(set), Instant::now(), regular);
+    let now = Instant::now();
+    due.synced(&object_key(set), fingerprint(set), started, now, regular);
 }
 
 #[cfg(test)]
@@ -181,8 +222,14 @@ mod tests {
         let t0 = Instant::now();
         // Synced at t0 (resync due at t0+30), then by a change at t0+20
         // (due at t0+50); the old request fires at t0+30.
-        d.synced("ns/a", FP, t0, Some(PERIOD));
-        d.synced("ns/a", FP, t0 + Duration::from_secs(20), Some(PERIOD));
+        d.synced("ns/a", FP, t0, t0, Some(PERIOD));
+        d.synced(
+            "ns/a",
+            FP,
+            t0 + Duration::from_secs(20),
+            t0 + Duration::from_secs(20),
+            Some(PERIOD),
+        );
         let at = t0 + PERIOD;
         let left = Some(Duration::from_secs(20));
         assert_eq!(d.skip("ns/a", Started::Periodic, FP, at), left);
@@ -194,7 +241,7 @@ mod tests {
     fn a_resync_on_time_runs() {
         let d = ResyncDue::default();
         let t0 = Instant::now();
-        d.synced("ns/a", FP, t0, Some(PERIOD));
+        d.synced("ns/a", FP, t0, t0, Some(PERIOD));
         assert_eq!(d.skip("ns/a", Started::Periodic, FP, t0 + PERIOD), None);
         // Within the slack of the due time, or late.
         let nearly = t0 + PERIOD - SLACK / 2;
@@ -207,7 +254,7 @@ mod tests {
     fn the_sets_own_status_write_is_an_echo_a_spec_change_is_not() {
         let d = ResyncDue::default();
         let t0 = Instant::now();
-        d.synced("ns/a", FP, t0, Some(PERIOD));
+        d.synced("ns/a", FP, t0, t0, Some(PERIOD));
         let soon = t0 + Duration::from_secs(1);
         assert_eq!(
             d.skip("ns/a", Started::ObjectUpdated, FP, soon),
@@ -225,13 +272,33 @@ mod tests {
         // A sync that asked for a retry (device unavailable): the retry
         // comes early by design and runs, and an echo must not take its
         // place.
-        d.synced("ns/a", FP, t0, Some(PERIOD));
-        d.synced("ns/a", FP, t0, None);
+        d.synced("ns/a", FP, t0, t0, Some(PERIOD));
+        d.synced("ns/a", FP, t0, t0, None);
         assert_eq!(d.skip("ns/a", Started::Periodic, FP, t0), None);
         assert_eq!(d.skip("ns/a", Started::ObjectUpdated, FP, t0), None);
-        d.synced("ns/b", FP, t0, Some(PERIOD));
+        d.synced("ns/b", FP, t0, t0, Some(PERIOD));
         d.forget("ns/b");
         assert_eq!(d.skip("ns/b", Started::Periodic, FP, t0), None);
+    }
+
+    #[test]
+    fn a_change_folded_into_a_periodic_or_echo_reconcile_still_syncs() {
+        let d = ResyncDue::default();
+        let t0 = Instant::now();
+        let end = t0 + Duration::from_secs(2);
+        d.synced("ns/a", FP, t0, end, Some(PERIOD));
+        // A source changed while that sync ran (after it read it); the
+        // reconcile kube-runtime runs next says "requeue" or
+        // "object_updated".
+        d.touched("ns/a", t0 + Duration::from_secs(1));
+        let soon = end + Duration::from_secs(1);
+        assert_eq!(d.skip("ns/a", Started::Periodic, FP, soon), None);
+        assert_eq!(d.skip("ns/a", Started::ObjectUpdated, FP, soon), None);
+        // A touch before the next sync started is covered by it.
+        let t1 = end + Duration::from_secs(5);
+        d.synced("ns/a", FP, t1, t1, Some(PERIOD));
+        let later = t1 + Duration::from_secs(1);
+        assert!(d.skip("ns/a", Started::ObjectUpdated, FP, later).is_some());
     }
 
     #[test]
