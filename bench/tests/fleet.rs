@@ -13,8 +13,9 @@ use p4fleet_e2e::ControlPlane;
 /// checks run about once in the idle round (which lasts about one resync).
 const DRIFT_SECONDS: u64 = 4;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_small_fleet_gets_ready_writes_only_changes_and_idles_quietly() {
+/// Runs 3 Switches × 100 entries, resync every 3 s, on two emulator
+/// processes (2 + 1 devices, as the bench splits fleets).
+async fn small_fleet(apply: ApplyMode, layout: SetLayout) -> fleet::Run {
     let cp = ControlPlane::shared().await;
     let bin = tokio::task::spawn_blocking(|| p4fleet_e2e::workspace_binaries().to_path_buf())
         .await
@@ -24,10 +25,9 @@ async fn a_small_fleet_gets_ready_writes_only_changes_and_idles_quietly() {
         scenario: Scenario::Fleet { switches: 3 },
         entries: 100,
         change_every: 100,
-        // Two emulator processes (2 + 1 devices), as the bench splits fleets.
         devices_per_emulator: 2,
-        apply: ApplyMode::Kubectl,
-        layout: SetLayout::PerSwitch,
+        apply,
+        layout,
         resync_seconds: 3,
         drift_seconds: DRIFT_SECONDS,
         operator_log_level: "info".into(),
@@ -35,7 +35,12 @@ async fn a_small_fleet_gets_ready_writes_only_changes_and_idles_quietly() {
         bin,
         work: work.path().to_path_buf(),
     };
-    let run = fleet::run(cp, &cfg).await.expect("fleet run");
+    fleet::run(cp, &cfg).await.expect("fleet run")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_fleet_gets_ready_writes_only_changes_and_idles_quietly() {
+    let run = small_fleet(ApplyMode::Kubectl, SetLayout::PerSwitch).await;
     assert_eq!(run.error, None, "{run:#?}");
     assert_eq!(run.emulators, 2);
 
@@ -70,26 +75,7 @@ async fn a_small_fleet_gets_ready_writes_only_changes_and_idles_quietly() {
 /// writes the changed entry on each device, nothing else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_set_fleet_writes_its_change_to_every_switch() {
-    let cp = ControlPlane::shared().await;
-    let bin = tokio::task::spawn_blocking(|| p4fleet_e2e::workspace_binaries().to_path_buf())
-        .await
-        .unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let cfg = Config {
-        scenario: Scenario::Fleet { switches: 3 },
-        entries: 100,
-        change_every: 100,
-        devices_per_emulator: 2,
-        apply: ApplyMode::Api,
-        layout: SetLayout::Shared,
-        resync_seconds: 3,
-        drift_seconds: DRIFT_SECONDS,
-        operator_log_level: "info".into(),
-        timeout: Duration::from_secs(180),
-        bin,
-        work: work.path().to_path_buf(),
-    };
-    let run = fleet::run(cp, &cfg).await.expect("fleet run");
+    let run = small_fleet(ApplyMode::Api, SetLayout::Shared).await;
     assert_eq!(run.error, None, "{run:#?}");
     let create = run.phase("create").expect("create phase");
     // The program, 3 × (Switch, VirtualSwitch), the ConfigMap and the set.
