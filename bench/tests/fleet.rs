@@ -6,15 +6,16 @@
 
 use std::time::Duration;
 
-use p4fleet_bench::fleet::{self, ApplyMode, Config, Scenario};
+use p4fleet_bench::fleet::{self, ApplyMode, Config, Scenario, SetLayout};
 use p4fleet_e2e::ControlPlane;
 
 /// The operator's `--drift-seconds` here: the Switch and VirtualSwitch
 /// checks run about once in the idle round (which lasts about one resync).
 const DRIFT_SECONDS: u64 = 4;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_small_fleet_gets_ready_writes_only_changes_and_idles_quietly() {
+/// Runs 3 Switches × 100 entries, resync every 3 s, on two emulator
+/// processes (2 + 1 devices, as the bench splits fleets).
+async fn small_fleet(apply: ApplyMode, layout: SetLayout) -> fleet::Run {
     let cp = ControlPlane::shared().await;
     let bin = tokio::task::spawn_blocking(|| p4fleet_e2e::workspace_binaries().to_path_buf())
         .await
@@ -24,9 +25,9 @@ async fn a_small_fleet_gets_ready_writes_only_changes_and_idles_quietly() {
         scenario: Scenario::Fleet { switches: 3 },
         entries: 100,
         change_every: 100,
-        // Two emulator processes (2 + 1 devices), as the bench splits fleets.
         devices_per_emulator: 2,
-        apply: ApplyMode::Kubectl,
+        apply,
+        layout,
         resync_seconds: 3,
         drift_seconds: DRIFT_SECONDS,
         operator_log_level: "info".into(),
@@ -34,7 +35,12 @@ async fn a_small_fleet_gets_ready_writes_only_changes_and_idles_quietly() {
         bin,
         work: work.path().to_path_buf(),
     };
-    let run = fleet::run(cp, &cfg).await.expect("fleet run");
+    fleet::run(cp, &cfg).await.expect("fleet run")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_fleet_gets_ready_writes_only_changes_and_idles_quietly() {
+    let run = small_fleet(ApplyMode::Kubectl, SetLayout::PerSwitch).await;
     assert_eq!(run.error, None, "{run:#?}");
     assert_eq!(run.emulators, 2);
 
@@ -62,6 +68,35 @@ async fn a_small_fleet_gets_ready_writes_only_changes_and_idles_quietly() {
         "only the changed entries are written"
     );
     assert_eq!(change.device.entries, 300);
+}
+
+/// The other fleet shape (`--sets shared`): one selector set writing the
+/// same entries to every Switch; its 1 % change is one ConfigMap and
+/// writes the changed entry on each device, nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_set_fleet_writes_its_change_to_every_switch() {
+    let run = small_fleet(ApplyMode::Api, SetLayout::Shared).await;
+    assert_eq!(run.error, None, "{run:#?}");
+    let create = run.phase("create").expect("create phase");
+    // The program, 3 × (Switch, VirtualSwitch), the ConfigMap and the set.
+    assert_eq!(create.objects_applied, 1 + 3 * 2 + 2);
+    assert_eq!(create.device.entries, 300, "entries on the devices");
+    assert_eq!(create.device.inserts, 300);
+    let idle = run.phase("idle").expect("idle phase");
+    assert_eq!(idle.device.write_rpcs, 0, "device writes in an idle round");
+    assert_eq!(idle.status_writes, 0.0, "status writes in an idle round");
+    let change = run.phase("change").expect("change phase");
+    assert_eq!(change.objects_applied, 1, "one ConfigMap");
+    assert_eq!(change.expected_writes, 3);
+    assert_eq!(
+        (
+            change.device.modifies,
+            change.device.inserts,
+            change.device.deletes
+        ),
+        (3, 0, 0),
+        "only the changed entry, on each device"
+    );
 }
 
 /// What the design says an idle round runs (docs/fleet.md, "What an idle

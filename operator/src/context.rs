@@ -83,6 +83,8 @@ pub struct Context {
     pub entry_sources: EntrySources,
     /// Ready programs the VirtualSwitch controller resolved, by digest.
     pub programs: crate::controllers::virtual_switch::pipeline::ProgramCache,
+    /// When each TableEntrySet's next periodic resync is due.
+    pub resync_due: Arc<crate::controllers::entry_set::resync_due::ResyncDue>,
 }
 
 impl Context {
@@ -127,6 +129,7 @@ impl Context {
             ownership: Default::default(),
             entry_sources: EntrySources::new(metrics.entry_sources.clone()),
             programs: Default::default(),
+            resync_due: Default::default(),
         })
     }
 

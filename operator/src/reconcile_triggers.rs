@@ -17,6 +17,7 @@ use prometheus_client::metrics::family::Family;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id};
 use tracing_subscriber::layer::{Context, Layer};
+use tracing_subscriber::registry::LookupSpan;
 
 /// The span kube-runtime opens around every reconcile.
 pub const SPAN_NAME: &str = "reconciling object";
@@ -85,22 +86,49 @@ impl Visit for Fields {
     }
 }
 
-impl<S: tracing::Subscriber> Layer<S> for TriggerLayer {
-    fn on_new_span(&self, attrs: &Attributes<'_>, _id: &Id, _ctx: Context<'_, S>) {
+/// The trigger of a reconcile span, kept in the span's extensions so
+/// that the reconcile running inside it can read it ([`current`]).
+#[derive(Clone, Debug)]
+struct Trigger(String);
+
+impl<S> Layer<S> for TriggerLayer
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         if attrs.metadata().name() != SPAN_NAME {
             return;
         }
         let mut f = Fields::default();
         attrs.record(&mut f);
         if let (Some(obj_ref), Some(reason)) = (f.obj_ref, f.reason) {
+            let trigger = trigger_of(&reason);
+            if let Some(span) = ctx.span(id) {
+                span.extensions_mut().insert(Trigger(trigger.clone()));
+            }
             counts()
                 .get_or_create(&TriggerLabels {
                     kind: kind_of(&obj_ref).to_string(),
-                    trigger: trigger_of(&reason),
+                    trigger,
                 })
                 .inc();
         }
     }
+}
+
+/// The trigger label of the reconcile running in the current task (read
+/// from the span kube-runtime opened around it, or a parent of the current span), None outside a
+/// reconcile or without [`TriggerLayer`] on a registry.
+pub fn current() -> Option<String> {
+    tracing::Span::current()
+        .with_subscriber(|(id, dispatch)| {
+            let registry = dispatch.downcast_ref::<tracing_subscriber::Registry>()?;
+            let span = registry.span(id)?;
+            // The reconcile span or one of its parents (a stage's span).
+            span.scope()
+                .find_map(|s| s.extensions().get::<Trigger>().map(|t| t.0.clone()))
+        })
+        .flatten()
 }
 
 #[cfg(test)]
@@ -148,5 +176,27 @@ mod tests {
             let _other = tracing::info_span!("something else", "object.ref" = %"Probe.v1.x/a");
         });
         assert_eq!(counts().get_or_create(&label).get(), before + 1);
+    }
+
+    #[test]
+    fn a_reconcile_reads_its_own_trigger() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let sub = tracing_subscriber::registry().with(TriggerLayer);
+        tracing::subscriber::with_default(sub, || {
+            assert_eq!(current(), None, "outside a reconcile");
+            let span = tracing::info_span!(
+                "reconciling object",
+                "object.ref" = %"Probe.v1.x/b",
+                object.reason = %"related object updated: ConfigMap.v1./cm.ns"
+            );
+            let _in = span.enter();
+            assert_eq!(current().as_deref(), Some("related:ConfigMap"));
+            let _inner = tracing::info_span!("a stage inside").entered();
+            assert_eq!(
+                current().as_deref(),
+                Some("related:ConfigMap"),
+                "in a stage"
+            );
+        });
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Parser;
 use p4fleet_bench::fleet::report::Report;
-use p4fleet_bench::fleet::{self, ApplyMode, Config, Run, Scenario};
+use p4fleet_bench::fleet::{self, ApplyMode, Config, Run, Scenario, SetLayout};
 use p4fleet_bench::machine::Machine;
 
 #[derive(Parser, Debug, Clone)]
@@ -45,6 +45,12 @@ struct Args {
     /// Switches a measurement of kubectl.
     #[arg(long, value_enum, default_value = "api")]
     apply: ApplyMode,
+    /// How the fleet's entries are written: `per-switch` (a ConfigMap and
+    /// a TableEntrySet per Switch) or `shared` (one ConfigMap and one
+    /// TableEntrySet selecting every VirtualSwitch, the same entries on
+    /// each; a change is then one object).
+    #[arg(long, value_enum, default_value = "per-switch")]
+    sets: SetLayout,
     /// The operator's --resync-seconds (the idle round is one of these).
     #[arg(long, default_value_t = 30)]
     resync_seconds: u64,
@@ -207,6 +213,7 @@ fn run_child(args: &Args, child: &str) -> anyhow::Result<()> {
             args.devices_per_emulator
         },
         apply: args.apply,
+        layout: args.sets,
         resync_seconds: args.resync_seconds,
         drift_seconds: args.drift_seconds,
         operator_log_level: args.operator_log_level.clone(),

@@ -160,6 +160,41 @@ pub fn fleet(p4info: &str, devices: &[Device], entries: &Entries) -> Vec<Value> 
     out
 }
 
+/// The label every VirtualSwitch of a shared-set fleet carries, and the
+/// names of that fleet's one ConfigMap and TableEntrySet.
+pub const SHARED_LABEL: (&str, &str) = ("p4fleet.dev/fleet-bench", "shared");
+pub const SHARED_MAP: &str = "entries-shared";
+pub const SHARED_SET: &str = "tes-shared";
+
+/// Scenario (a) as a fleet writing the same entries everywhere: the
+/// program, per device a Switch and a labelled VirtualSwitch, and one
+/// ConfigMap and one TableEntrySet selecting every VirtualSwitch (a
+/// change is then one object, however large the fleet).
+pub fn shared_fleet(p4info: &str, devices: &[Device], entries: &Entries) -> Vec<Value> {
+    let mut out = vec![program(p4info)];
+    for (i, d) in devices.iter().enumerate() {
+        out.push(switch(i, d));
+        let mut vs = virtual_switch(i);
+        vs["metadata"]["labels"] = json!({SHARED_LABEL.0: SHARED_LABEL.1});
+        out.push(vs);
+    }
+    out.push(shared_config_map(entries));
+    out.push(json!({
+        "apiVersion": API_VERSION, "kind": "TableEntrySet",
+        "metadata": {"name": SHARED_SET, "namespace": NAMESPACE},
+        "spec": {"virtualSwitchSelector": {"matchLabels": {SHARED_LABEL.0: SHARED_LABEL.1}},
+                 "table": TABLE,
+                 "entriesFrom": [{"configMap": SHARED_MAP, "key": "entries"}],
+                 "write": {"batchSize": 1000, "maxInFlight": 4}}
+    }));
+    out
+}
+
+/// The one ConfigMap of a shared-set fleet with `entries`.
+pub fn shared_config_map(entries: &Entries) -> Value {
+    config_map(SHARED_MAP, entries.lines(0, entries.count))
+}
+
 /// Scenario (c): the fleet's ConfigMaps with `entries` (version 1).
 pub fn fleet_config_maps(switches: usize, entries: &Entries) -> Vec<Value> {
     (0..switches)
@@ -293,6 +328,31 @@ mod tests {
             ]
         );
         assert_eq!(files[1].1.matches("kind: Switch").count(), 3);
+    }
+
+    #[test]
+    fn a_shared_fleet_is_one_set_selecting_every_virtual_switch() {
+        let e = Entries {
+            count: 10,
+            change_every: 100,
+            version: 0,
+        };
+        let objs = shared_fleet("p4info", &devices(3), &e);
+        // The program, 3 × (Switch, VirtualSwitch), one ConfigMap, one set.
+        assert_eq!(objs.len(), 9);
+        let sets: Vec<_> = objs
+            .iter()
+            .filter(|o| o["kind"] == "TableEntrySet")
+            .collect();
+        assert_eq!(sets.len(), 1);
+        let labels = &sets[0]["spec"]["virtualSwitchSelector"]["matchLabels"];
+        for vs in objs.iter().filter(|o| o["kind"] == "VirtualSwitch") {
+            assert_eq!(&vs["metadata"]["labels"], labels);
+        }
+        assert_eq!(sets[0]["spec"]["entriesFrom"][0]["configMap"], SHARED_MAP);
+        let maps: Vec<_> = objs.iter().filter(|o| o["kind"] == "ConfigMap").collect();
+        assert_eq!(maps.len(), 1);
+        assert_eq!(maps[0], &shared_config_map(&e));
     }
 
     #[test]

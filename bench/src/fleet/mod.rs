@@ -8,6 +8,8 @@
 //! resync round of that fleet with nothing to do; (c) `change`: 1 % of
 //! the entries of every set changed in its ConfigMap; (b) `big`: one set
 //! of 1,000,000 entries drawn from many ConfigMaps onto one device.
+//! (a), (c) and (d) write per-Switch sets, or with `--sets shared` one
+//! selector set of the same entries on every Switch ([`SetLayout`]).
 
 pub mod manifests;
 pub mod procfs;
@@ -46,6 +48,18 @@ pub enum ApplyMode {
     Api,
 }
 
+/// How a fleet's entries are written (scenarios a, c, d).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum SetLayout {
+    /// A ConfigMap and a TableEntrySet per Switch (a change of 1 % of
+    /// the entries edits every ConfigMap).
+    #[default]
+    PerSwitch,
+    /// One ConfigMap and one TableEntrySet selecting every VirtualSwitch:
+    /// the same entries on every Switch (a change is one ConfigMap).
+    Shared,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Scenario {
     /// (a), then (d) and (c) on the same fleet.
@@ -64,6 +78,8 @@ pub struct Config {
     /// Devices served by one emulator process.
     pub devices_per_emulator: usize,
     pub apply: ApplyMode,
+    /// Per-Switch sets or one shared selector set.
+    pub layout: SetLayout,
     /// The operator's `--resync-seconds` (the idle round waits for one).
     pub resync_seconds: u64,
     /// The operator's `--drift-seconds` (Switch probes, pipeline checks).
@@ -175,6 +191,10 @@ pub struct Run {
     pub emulators: usize,
     pub devices_per_emulator: usize,
     pub apply: ApplyMode,
+    /// Per-Switch sets or one shared selector set (results written before
+    /// it was recorded are per-Switch).
+    #[serde(default)]
+    pub layout: SetLayout,
     pub resync_seconds: u64,
     /// The operator's `--drift-seconds` (results written before it was
     /// recorded ran with the default, 10).
@@ -253,6 +273,7 @@ pub async fn run(cp: &ControlPlane, cfg: &Config) -> anyhow::Result<Run> {
         emulators: devices.div_ceil(per),
         devices_per_emulator: per.min(devices),
         apply: cfg.apply,
+        layout: cfg.layout,
         resync_seconds: cfg.resync_seconds,
         drift_seconds: cfg.drift_seconds,
         phases: Vec::new(),
@@ -338,7 +359,11 @@ async fn fleet(env: &mut Env, cfg: &Config, switches: usize, run: &mut Run) -> a
         version: 0,
     };
     let devices = device_list(env, switches);
-    let objects = manifests::fleet(&p4info(cfg.entries)?, &devices, &entries);
+    let p4info = p4info(cfg.entries)?;
+    let objects = match cfg.layout {
+        SetLayout::PerSwitch => manifests::fleet(&p4info, &devices, &entries),
+        SetLayout::Shared => manifests::shared_fleet(&p4info, &devices, &entries),
+    };
     let total = (switches * cfg.entries) as u64;
     let want = want_all(&objects);
 
@@ -352,7 +377,10 @@ async fn fleet(env: &mut Env, cfg: &Config, switches: usize, run: &mut Run) -> a
 
     // (c) Every k-th entry of every set changes in its ConfigMap.
     entries.version = 1;
-    let maps = manifests::fleet_config_maps(switches, &entries);
+    let maps = match cfg.layout {
+        SetLayout::PerSwitch => manifests::fleet_config_maps(switches, &entries),
+        SetLayout::Shared => vec![manifests::shared_config_map(&entries)],
+    };
     let mut want = Want {
         objects: want.objects.clone(),
         resynced_from: env.tracker.last_syncs(),

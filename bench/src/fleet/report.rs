@@ -448,7 +448,14 @@ impl Report {
 fn run_label(r: &Run) -> String {
     match r.scenario {
         Scenario::Fleet { switches } => {
-            format!("{switches} × {}", thousands(r.entries_per_switch as f64))
+            let shared = match r.layout {
+                super::SetLayout::PerSwitch => "",
+                super::SetLayout::Shared => " (one shared set)",
+            };
+            format!(
+                "{switches} × {}{shared}",
+                thousands(r.entries_per_switch as f64)
+            )
         }
         Scenario::Big { entries, .. } => format!("1 × {}", thousands(entries as f64)),
     }
@@ -614,6 +621,7 @@ mod tests {
             emulators: 1,
             devices_per_emulator: n,
             apply: ApplyMode::Kubectl,
+            layout: Default::default(),
             resync_seconds: 30,
             drift_seconds: 10,
             phases: vec![

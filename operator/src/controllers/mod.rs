@@ -13,6 +13,7 @@
 
 pub mod entry_set;
 pub mod extern_policy;
+pub mod lanes;
 pub mod program;
 pub mod program_hold;
 pub mod switch;
@@ -253,11 +254,16 @@ pub async fn drive<K, F, Fut>(
 {
     let kind = K::kind(&()).to_string();
     ctx.readiness.register(&kind);
-    let concurrency = ctx.config.limits.reconciles(&kind);
-    let controller = controller
-        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency));
+    // kube-runtime starts every reconcile that is due (unbounded); the
+    // kind's limit is the gate's, which lets changes go before periodic
+    // checks (`lanes`).
+    let gate = lanes::Gate::new(ctx.config.limits.reconciles(&kind).into());
+    let controller =
+        controller.with_config(kube::runtime::controller::Config::default().concurrency(0));
     ctx.metrics.kind_known(&kind, Error::METRIC_LABELS);
     let store = controller.store();
+    let latest = store.clone();
+    let stopping = shutdown.clone();
     let readiness = ctx.readiness.clone();
     let synced_kind = kind.clone();
     tokio::spawn(async move {
@@ -284,7 +290,22 @@ pub async fn drive<K, F, Fut>(
             move |obj: Arc<K>, ctx: Arc<Context>| {
                 let reconcile = reconcile.clone();
                 let kind = kind.clone();
+                let (gate, latest) = (gate.clone(), latest.clone());
+                let stopping = stopping.clone();
                 async move {
+                    let trigger = crate::reconcile_triggers::current();
+                    let lane = lanes::Lane::of(trigger.as_deref());
+                    // kube-runtime waits for the reconciles it started when
+                    // it shuts down: those still waiting for the gate then
+                    // do nothing (this process may no longer lead).
+                    let _permit = tokio::select! {
+                        p = gate.acquire(lane) => p,
+                        () = stopping => return Ok(Action::await_change()),
+                    };
+                    // The object as it is now (it may have changed while
+                    // its reconcile waited for the gate).
+                    let at_dispatch = kube::runtime::reflector::ObjectRef::from_obj(obj.as_ref());
+                    let obj = latest.get(&at_dispatch).unwrap_or(obj);
                     let key = format!("{kind}/{}", object_key(obj.as_ref()));
                     // Reads answer from the shared caches: none may be
                     // used before its first list is in.

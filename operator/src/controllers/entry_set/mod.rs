@@ -42,6 +42,7 @@ pub mod parse;
 pub mod profiles;
 pub mod read_check;
 pub mod resources;
+pub mod resync_due;
 pub mod status;
 
 use std::collections::HashSet;
@@ -82,6 +83,8 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
         .index
         .metadata_feed(scoped_api(ctx), watcher_config());
     let readers = ctx.entry_sources.readers();
+    // Every trigger is noted as it happens (`resync_due`).
+    let due = ctx.resync_due.clone();
     let c = c.watches_stream(config_maps, move |cm| {
         let (ns, name) = (cm.namespace().unwrap_or_default(), cm.name_any());
         sets.state()
@@ -90,16 +93,29 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
                 entry_sources::reads_config_map(s, &cm)
                     || readers.read_by(&object_key(s.as_ref()), &ns, &name)
             })
+            .inspect(|s| due.touched(&object_key(s.as_ref()), std::time::Instant::now()))
             .map(|s| ObjectRef::from_obj(s.as_ref()))
             .collect::<Vec<_>>()
     });
-    let c = ctx.caches.virtual_switches.watched_by(c, fills);
+    let due = ctx.resync_due.clone();
+    let c = ctx.caches.virtual_switches.watched_by(c, move |s, vs| {
+        let hit = fills(s, vs);
+        if hit {
+            due.touched(&object_key(s), std::time::Instant::now());
+        }
+        hit
+    });
+    let due = ctx.resync_due.clone();
     // A device lost, back (maybe empty) or given its pipeline again. A set
     // whose cached status names no target yet (never synced, or the first
     // sync's status not yet seen by the cache) may run there too.
-    on_device_changes(c, ctx, |s: &TableEntrySet, switch| {
+    on_device_changes(c, ctx, move |s: &TableEntrySet, switch| {
         let targets = s.status.as_ref().map(|st| &st.targets[..]).unwrap_or(&[]);
-        targets.is_empty() || targets.iter().any(|t| t.switch.as_deref() == Some(switch))
+        let hit = targets.is_empty() || targets.iter().any(|t| t.switch.as_deref() == Some(switch));
+        if hit {
+            due.touched(&object_key(s), std::time::Instant::now());
+        }
+        hit
     })
 }
 
@@ -115,6 +131,9 @@ pub fn fills(s: &TableEntrySet, vs: &VirtualSwitch) -> bool {
 
 /// Reconciles one TableEntrySet: sync it, or clean up after it.
 pub async fn reconcile(set: Arc<TableEntrySet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if let Some(wait) = resync_due::skip(&ctx.resync_due, &set) {
+        return Ok(Action::requeue(wait));
+    }
     let api: Api<TableEntrySet> = Api::namespaced(ctx.client.clone(), &namespace(set.as_ref())?);
     let res = finalizer(&api, FINALIZER, set, |event| async {
         match event {
@@ -132,13 +151,15 @@ pub async fn reconcile(set: Arc<TableEntrySet>, ctx: Arc<Context>) -> Result<Act
 /// Status never claims more than this process confirmed: a set first seen
 /// by this process (operator restart) with an old Ready is marked
 /// Unconfirmed before anything else, and a sync that is about to write
-/// turns Ready False (Syncing) before its first write.
+/// turns a Ready True False (Syncing) before its first write (a set not
+/// Ready says Syncing only before a large write: `status::MARK_NEW_FROM`).
 async fn sync(
     ctx: &Context,
     api: &Api<TableEntrySet>,
     set: &TableEntrySet,
 ) -> Result<Action, Error> {
     let me = object_key(set);
+    let started = std::time::Instant::now();
     let start_version = set.resource_version().unwrap_or_default();
     // The set as last written by this sync (its status is what the next
     // write is compared with), starting from what this process last wrote
@@ -281,7 +302,9 @@ async fn sync(
         ctx.events.publish(set, ev).await;
     }
     let resync = super::spread(ctx.config.resync, &me);
-    Ok(resources::requeue(set, report.action, resync))
+    let action = resources::requeue(set, report.action, resync);
+    resync_due::after_sync(&ctx.resync_due, set, started, &action, resync);
+    Ok(action)
 }
 
 /// Each target's default entry (`spec.defaultAction`), one target after

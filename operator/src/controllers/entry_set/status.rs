@@ -69,6 +69,14 @@ pub enum Pending {
     Syncing { updates: usize },
 }
 
+/// Below this many updates, a set that claims nothing yet (Ready not
+/// True: a new set, or one that failed) is not marked Syncing first: the
+/// mark costs a status write and an Event (two API round trips) per set
+/// for a write that is over in moments, and at fleet size those writes
+/// delayed the create itself (docs/fleet.md). A Ready True is always
+/// retracted before a write, whatever its size.
+pub const MARK_NEW_FROM: usize = 50_000;
+
 /// The status to write before a sync goes on: the old one with Ready and
 /// Synced no longer claiming that the device is exact (everything else,
 /// `observedGeneration` included, as it was). None when it need not
@@ -86,11 +94,16 @@ pub fn pending(old: Option<&TableEntrySetStatus>, why: Pending) -> Option<TableE
                 "not yet confirmed against the device by this operator process".to_string(),
             )
         }
-        Pending::Syncing { updates } => (
-            ConditionStatus::False,
-            "Syncing",
-            format!("writing {updates} updates to the device"),
-        ),
+        Pending::Syncing { updates } => {
+            if !ready.is_some_and(Condition::is_true) && updates < MARK_NEW_FROM {
+                return None;
+            }
+            (
+                ConditionStatus::False,
+                "Syncing",
+                format!("writing {updates} updates to the device"),
+            )
+        }
     };
     let mut new = old.cloned().unwrap_or_default();
     for type_ in [SYNCED, READY] {
@@ -898,11 +911,17 @@ mod tests {
     fn pending_syncs_and_restarts_never_leave_an_old_ready() {
         let (mut s, d) = with_entries(false);
         s.metadata.generation = Some(1);
-        // A new set says Syncing before its first write.
-        let st = pending(None, Pending::Syncing { updates: 3 }).unwrap();
+        // A new set says Syncing before a large first write only (it
+        // claims nothing either way).
+        assert_eq!(pending(None, Pending::Syncing { updates: 3 }), None);
+        let big = MARK_NEW_FROM;
+        let st = pending(None, Pending::Syncing { updates: big }).unwrap();
         let ready = find_condition(&st.conditions, READY).unwrap();
         assert_eq!((ready.status, ready.reason.as_str()), (False, "Syncing"));
-        assert_eq!(ready.message, "writing 3 updates to the device");
+        assert_eq!(
+            ready.message,
+            format!("writing {big} updates to the device")
+        );
         assert_eq!(
             find_condition(&st.conditions, SYNCED).unwrap().status,
             False
