@@ -428,11 +428,14 @@ pub async fn connect_and_read(
 /// Reads a table back and converts it, with ownership tags. Entries the
 /// schema cannot read are logged and left out (a sync neither counts nor
 /// touches them).
+/// Each entry is converted as its answer arrives: the messages of a large
+/// table (several times the converted size) are never all held.
 async fn read_back(dev: &Device, t: &Target) -> Result<Vec<DeviceEntry>, p4fleet_client::Error> {
-    let raw = dev.read_table(t.slot, t.schema.id).await?;
-    let mut out = Vec::with_capacity(raw.len());
-    for te in &raw {
-        match Entry::from_proto(&t.schema, te) {
+    let mut out = Vec::new();
+    dev.read_table_each(
+        t.slot,
+        t.schema.id,
+        &mut |te| match Entry::from_proto(&t.schema, &te) {
             Ok(entry) => out.push(DeviceEntry {
                 entry,
                 tag: sync::tag_of(&te.metadata),
@@ -440,8 +443,10 @@ async fn read_back(dev: &Device, t: &Target) -> Result<Vec<DeviceEntry>, p4fleet
             Err(e) => {
                 tracing::warn!(table = %t.schema.name, error = %e, "unreadable entry on device")
             }
-        }
-    }
+        },
+    )
+    .await?;
+    out.shrink_to_fit();
     Ok(out)
 }
 
