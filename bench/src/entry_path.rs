@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow};
@@ -243,10 +244,12 @@ impl EntryPath {
         Ok(path)
     }
 
-    /// Loads the pipeline again with a new cookie, which empties the
-    /// device's tables.
+    /// Loads the pipeline again with a cookie no path of this process
+    /// used before (an equal one is skipped), which empties the device's
+    /// tables.
     pub async fn clear(&mut self) -> anyhow::Result<()> {
-        self.cookie += 1;
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        self.cookie = NEXT.fetch_add(1, Ordering::Relaxed);
         let dev = self.ctx.devices.connect(&self.target.switch)?;
         dev.set_pipeline(0, &self.info, b"entry-path".to_vec(), self.cookie)
             .await?;
