@@ -4,7 +4,7 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: deps build test crds demo lint clean-local bench bench-dataplane bench-fpga bench-fleet e2e-cluster
+.PHONY: deps build test crds demo lint clean-local bench bench-dataplane bench-fpga bench-fleet bench-batching bench-entry-path e2e-cluster
 
 deps:
 	hack/install-deps.sh
@@ -84,3 +84,20 @@ FLEET_BENCH_ARGS ?=
 bench-fleet: deps
 	$(CARGO) build --release --workspace --bins
 	target/release/p4fleet-fleet-bench --command "make bench-fleet $(FLEET_BENCH_ARGS)" $(FLEET_BENCH_ARGS)
+
+# Adaptive batching (docs/fleet.md, "Adaptive batching"): batchSize/maxInFlight
+# Auto against a grid of static settings through the operator's sync stages,
+# against the emulator with and without its tofino profile. Writes
+# docs/batching.md. A quick look:
+# make bench-batching BATCHING_BENCH_ARGS="--entries 50000 --runs 1 --no-docs"
+BATCHING_BENCH_ARGS ?=
+bench-batching:
+	$(CARGO) build --release --workspace --bins
+	target/release/p4fleet-batching-bench --command "make bench-batching $(BATCHING_BENCH_ARGS)" $(BATCHING_BENCH_ARGS)
+
+# Memory (live heap, exact) and time per stage of one 1,000,000-entry
+# TableEntrySet sync from gzip ConfigMaps (docs/fleet.md, "Memory per entry").
+ENTRY_PATH_ARGS ?=
+bench-entry-path:
+	$(CARGO) build --release --workspace --bins
+	target/release/p4fleet-entry-path $(ENTRY_PATH_ARGS)

@@ -4,7 +4,6 @@
 //! Writes docs/benchmarks.md, docs/benchmarks/{results.json,results.csv,
 //! insertion-rate.svg}. See docs/benchmarks.md for how to read them.
 
-mod alloc;
 mod bulk_ceiling;
 mod ceiling;
 mod emu;
@@ -25,7 +24,7 @@ use crate::paths::{P4fleetBfrt, P4fleetP4rt, Python, Rbfrt};
 use crate::report::{Machine, PathResult, Results};
 
 #[global_allocator]
-static ALLOC: alloc::Counting = alloc::Counting;
+static ALLOC: p4fleet_bench::alloc::Counting = p4fleet_bench::alloc::Counting;
 
 const ALL_PATHS: &str =
     "p4fleet-p4rt-1,p4fleet-p4rt-n,p4fleet-p4rt-bulk,p4fleet-bfrt-1,p4fleet-bfrt-n,rbfrt,python";

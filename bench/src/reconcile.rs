@@ -11,10 +11,10 @@ use p4fleet_model::entries::{Entry, TableSchema};
 use p4fleet_model::sync::{self, DeviceEntry, Ownership};
 use serde::{Deserialize, Serialize};
 
-use crate::alloc;
 use crate::paths::P4fleetP4rt;
 use crate::stats::Spread;
 use crate::workload::{self, Ids};
+use p4fleet_bench::alloc;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReconcileResult {

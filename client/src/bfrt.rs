@@ -742,6 +742,19 @@ impl BfrtDevice {
     /// Every entry of one table (P4Info `table_id`; 0: every table of the
     /// program) in `slot`, in canonical P4Runtime form.
     pub async fn read_table(&self, slot: u32, table_id: u32) -> Result<Vec<TableEntry>, Error> {
+        let mut out = Vec::new();
+        self.read_table_each(slot, table_id, &mut |t| out.push(t))
+            .await?;
+        Ok(out)
+    }
+
+    /// [`Self::read_table`], each entry handed to `f` as its answer arrives.
+    pub async fn read_table_each(
+        &self,
+        slot: u32,
+        table_id: u32,
+        f: &mut (dyn FnMut(TableEntry) + Send),
+    ) -> Result<(), Error> {
         self.no_pipe_sets(slot)?;
         let device_id = self.target.device_id(slot);
         let (p4_name, map) = self.bound(device_id).await?;
@@ -764,7 +777,6 @@ impl BfrtDevice {
                 ..Default::default()
             })
             .collect();
-        let mut out = Vec::new();
         self.read_bfrt_each(device_id, p4_name, filters, &mut |t| {
             let tm = map
                 .table_by_bfrt_id(t.table_id)
@@ -772,14 +784,13 @@ impl BfrtDevice {
                     device_id,
                     reason: format!("read returned unknown table {}", t.table_id),
                 })?;
-            out.push(tm.from_bfrt(&t).map_err(|e| Error::Protocol {
+            f(tm.from_bfrt(&t).map_err(|e| Error::Protocol {
                 device_id,
                 reason: e.to_string(),
             })?);
             Ok(())
         })
-        .await?;
-        Ok(out)
+        .await
     }
 }
 

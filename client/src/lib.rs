@@ -535,6 +535,21 @@ impl Device {
             Device::Bfrt(_) => Ok(None),
         }
     }
+
+    /// [`Device::read_table`], each entry handed to `f` as the device's
+    /// answers arrive, so a caller that converts them never holds a large
+    /// table twice (docs/fleet.md, "Memory per entry").
+    pub async fn read_table_each(
+        &self,
+        slot: u32,
+        table_id: u32,
+        f: &mut (dyn FnMut(TableEntry) + Send),
+    ) -> Result<(), Error> {
+        match self {
+            Device::P4Runtime(d) => d.read_table_each(slot, table_id, f).await,
+            Device::Bfrt(d) => d.read_table_each(slot, table_id, f).await,
+        }
+    }
 }
 
 #[cfg(test)]

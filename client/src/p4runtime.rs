@@ -357,20 +357,32 @@ impl P4RuntimeDevice {
     }
 
     pub async fn read_table(&self, slot: u32, table_id: u32) -> Result<Vec<TableEntry>, Error> {
+        let mut out = Vec::new();
+        self.read_table_each(slot, table_id, &mut |t| out.push(t))
+            .await?;
+        Ok(out)
+    }
+
+    /// [`Self::read_table`], each entry handed to `f` as its answer
+    /// arrives: a large table is never held as messages all at once.
+    pub async fn read_table_each(
+        &self,
+        slot: u32,
+        table_id: u32,
+        f: &mut (dyn FnMut(TableEntry) + Send),
+    ) -> Result<(), Error> {
         let filter = Entity {
             entity: Some(entity::Entity::TableEntry(TableEntry {
                 table_id,
                 ..Default::default()
             })),
         };
-        let entities = self.read_entities(slot, vec![filter]).await?;
-        Ok(entities
-            .into_iter()
-            .filter_map(|e| match e.entity {
-                Some(entity::Entity::TableEntry(t)) => Some(t),
-                _ => None,
-            })
-            .collect())
+        self.read_entities_each(slot, vec![filter], &mut |e| {
+            if let Some(entity::Entity::TableEntry(t)) = e.entity {
+                f(t)
+            }
+        })
+        .await
     }
 }
 

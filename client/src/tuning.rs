@@ -102,10 +102,26 @@ impl Tuner {
 
     /// Records a write of `updates` that took `elapsed` at the current
     /// setting, and picks the next setting. A write of fewer than two
-    /// batches says nothing about batching or pipelining and is ignored.
+    /// batches says nothing about batching or pipelining and is ignored,
+    /// unless it is a trial of a larger batch that the best setting's
+    /// batch would have measured: the device's writes are too small for
+    /// that batch, so the trial fails (else it would wait for a large
+    /// write that may never come, and never settle).
     pub fn observe(&mut self, updates: usize, elapsed: Duration) {
         let (batch, _) = self.current();
-        if updates < 2 * batch || elapsed.is_zero() {
+        if elapsed.is_zero() {
+            return;
+        }
+        if updates < 2 * batch {
+            let best_batch = batch_of(self.best.0);
+            if let Some(dir) = self.trial
+                && updates >= 2 * best_batch
+            {
+                self.failed.push(dir);
+                self.at = self.best;
+                self.trial = None;
+                self.try_move(None);
+            }
             return;
         }
         let rate = updates as f64 / elapsed.as_secs_f64();
@@ -348,6 +364,34 @@ mod tests {
             "{got:.0}/s vs {best:.0}/s at {:?}",
             t.current()
         );
+    }
+
+    #[test]
+    fn a_trial_batch_too_large_for_the_writes_fails_and_the_climb_settles() {
+        // Writes of 20,000 updates, always: batches above 10,000 can never
+        // be measured. Larger batches are better, so the climb goes up.
+        let mut t = Tuner::new(1000, 4, true, true);
+        let mut batches = Vec::new();
+        for _ in 0..200 {
+            let (b, k) = t.current();
+            batches.push(b);
+            t.observe(20_000, Duration::from_secs_f64(NONE.time(20_000, b, k)));
+            if t.settled() {
+                break;
+            }
+        }
+        assert!(t.settled(), "{:?} after {batches:?}", t.current());
+        assert!(t.current().0 <= 10_000, "{:?}", t.current());
+        assert!(
+            batches.iter().any(|&b| b > 10_000),
+            "a larger batch was tried"
+        );
+        // A write too small even for the best setting tells nothing.
+        let mut t = Tuner::new(1000, 4, true, true);
+        t.observe(1_000_000, Duration::from_secs(1));
+        let trial = t.current();
+        t.observe(100, Duration::from_millis(1));
+        assert_eq!(t.current(), trial);
     }
 
     #[test]

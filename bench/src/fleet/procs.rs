@@ -23,9 +23,20 @@ impl Emulator {
     /// Spawns `bin/p4fleet-emulator` (SIGKILL when the spawning thread
     /// ends); returns once it printed its addresses.
     pub fn spawn(bin: &Path, index: usize, devices: u64) -> anyhow::Result<Emulator> {
+        Emulator::spawn_with(bin, index, devices, &[])
+    }
+
+    /// [`Emulator::spawn`] with more arguments (e.g. `--profile tofino`).
+    pub fn spawn_with(
+        bin: &Path,
+        index: usize,
+        devices: u64,
+        extra: &[&str],
+    ) -> anyhow::Result<Emulator> {
         let (log, file) = log_file(&format!("fleet-emulator-{index}"));
         let mut cmd = Command::new(bin.join("p4fleet-emulator"));
         cmd.args(["--devices", &devices.to_string()])
+            .args(extra)
             .args(["--p4runtime-addr", "127.0.0.1:0"])
             .args(["--stats-addr", "127.0.0.1:0"])
             .env("RUST_LOG", "warn")

@@ -18,6 +18,20 @@ impl P4RuntimeDevice {
         slot: u32,
         filters: Vec<Entity>,
     ) -> Result<Vec<Entity>, Error> {
+        let mut out = Vec::new();
+        self.read_entities_each(slot, filters, &mut |e| out.push(e))
+            .await?;
+        Ok(out)
+    }
+
+    /// [`Self::read_entities`], each entity handed to `f` as its answer
+    /// arrives.
+    pub async fn read_entities_each(
+        &self,
+        slot: u32,
+        filters: Vec<Entity>,
+        f: &mut (dyn FnMut(Entity) + Send),
+    ) -> Result<(), Error> {
         let device_id = self.target.device_id(slot);
         let req = ReadRequest {
             device_id,
@@ -31,15 +45,14 @@ impl P4RuntimeDevice {
             .await
             .map_err(|s| self.rpc_error("Read", device_id, s))?
             .into_inner();
-        let mut out = Vec::new();
         while let Some(resp) = stream
             .message()
             .await
             .map_err(|s| self.rpc_error("Read", device_id, s))?
         {
-            out.extend(resp.entities);
+            resp.entities.into_iter().for_each(&mut *f);
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Writes `updates` in one CONTINUE_ON_ERROR request; the refused ones

@@ -90,13 +90,24 @@ impl RawEntities {
         Ok(out)
     }
 
-    /// [`RawEntities::table_entries`], an entity that does not decode
-    /// being a protocol error of `device_id`.
-    pub fn table_entries_of(&self, device_id: u64) -> Result<Vec<TableEntry>, Error> {
-        self.table_entries().map_err(|e| Error::Protocol {
-            device_id,
-            reason: format!("decoding a read entity: {e}"),
-        })
+    /// Each table entry decoded and handed to `f` in turn (never all
+    /// decoded at once), an entity that does not decode being a protocol
+    /// error of `device_id`.
+    pub fn each_table_entry(
+        &self,
+        device_id: u64,
+        mut f: impl FnMut(TableEntry),
+    ) -> Result<(), Error> {
+        for e in self.iter() {
+            let entity = Entity::decode(e).map_err(|e| Error::Protocol {
+                device_id,
+                reason: format!("decoding a read entity: {e}"),
+            })?;
+            if let Some(entity::Entity::TableEntry(t)) = entity.entity {
+                f(t);
+            }
+        }
+        Ok(())
     }
 }
 

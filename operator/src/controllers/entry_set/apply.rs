@@ -443,7 +443,7 @@ pub async fn connect_and_read(
     t: &Target,
 ) -> Result<(std::sync::Arc<Device>, Vec<DeviceEntry>), p4fleet_client::Error> {
     let dev = t.device(&ctx.devices)?;
-    let on_device = read_back(&dev, t).await?;
+    let on_device = read_check::read_back(&dev, t).await?;
     Ok((dev, on_device))
 }
 
@@ -458,13 +458,6 @@ async fn connect_and_check(
     let dev = t.device(&ctx.devices)?;
     let read = read_check::read(&dev, t, desired, tag).await?;
     Ok((dev, read))
-}
-
-/// Reads a table back and converts it, with ownership tags
-/// ([`read_check::convert`]).
-async fn read_back(dev: &Device, t: &Target) -> Result<Vec<DeviceEntry>, p4fleet_client::Error> {
-    let raw = dev.read_table(t.slot, t.schema.id).await?;
-    Ok(read_check::convert(&t.schema, &raw))
 }
 
 /// For devices that keep no entry metadata (BFRT): gives `tag` to the

@@ -276,7 +276,7 @@ pub fn assemble(
 
 /// Keeps the first of entries with equal keys; reports the others.
 fn drop_duplicates(d: &mut Desired) {
-    let dups = sync::duplicates(d.iter());
+    let dups = sync::duplicates_in(d.len(), |i| d.entry(i));
     if dups.is_empty() {
         return;
     }

@@ -110,6 +110,14 @@ impl SyncMemory {
         )
     }
 
+    /// Whether Auto's climb on `switch` has settled (false before any
+    /// write tuned it).
+    pub fn settled(&self, switch: &str, auto: Auto) -> bool {
+        let m = self.tuners.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(&(switch.to_string(), auto.batch, auto.in_flight))
+            .is_some_and(Tuner::settled)
+    }
+
     /// Records a write of `updates` to `switch` that took `elapsed`.
     pub fn observe_write(
         &self,
@@ -239,6 +247,8 @@ mod tests {
             );
         }
         assert!(m.tuned("a", both, (1000, 4)).0 > 1024);
+        assert!(!m.settled("a", both), "still climbing");
+        assert!(!m.settled("c", both), "never written");
         assert_eq!(m.tuned("b", both, (1000, 4)), (1024, 4));
         m.forget_switch("a");
         assert_eq!(m.tuned("a", both, (1000, 4)), (1024, 4), "forgotten");

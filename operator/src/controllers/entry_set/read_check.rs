@@ -69,10 +69,7 @@ pub async fn read(
             let device_id = dev.target().device_id(t.slot);
             compare(&raw, &t.schema, desired, tag, device_id)
         }
-        None => {
-            let raw = dev.read_table(t.slot, t.schema.id).await?;
-            Ok(ReadBack::Entries(convert(&t.schema, &raw)))
-        }
+        None => Ok(ReadBack::Entries(read_back(dev, t).await?)),
     }
 }
 
@@ -88,27 +85,48 @@ pub fn compare(
     if raw.len() == desired.len() && raw.sum() == desired.wire_sum(tag) {
         return Ok(ReadBack::InSync);
     }
-    let entries = raw.table_entries_of(device_id)?;
-    Ok(ReadBack::Entries(convert(schema, &entries)))
+    let mut out = Vec::with_capacity(raw.len());
+    raw.each_table_entry(device_id, |te| convert_into(schema, &te, &mut out))?;
+    Ok(ReadBack::Entries(out))
 }
 
-/// Table entries read back, converted with their ownership tags. Entries
-/// the schema cannot read are logged and left out (a sync neither counts
-/// nor touches them).
+/// Reads target `t`'s table back and converts it, with ownership tags,
+/// each entry as its answer arrives: the messages of a large table
+/// (several times the converted size) are never all held.
+pub async fn read_back(
+    dev: &Device,
+    t: &Target,
+) -> Result<Vec<DeviceEntry>, p4fleet_client::Error> {
+    let mut out = Vec::new();
+    dev.read_table_each(t.slot, t.schema.id, &mut |te| {
+        convert_into(&t.schema, &te, &mut out)
+    })
+    .await?;
+    out.shrink_to_fit();
+    Ok(out)
+}
+
+/// Table entries read back, converted with their ownership tags.
 pub fn convert(schema: &TableSchema, raw: &[TableEntry]) -> Vec<DeviceEntry> {
     let mut out = Vec::with_capacity(raw.len());
     for te in raw {
-        match Entry::from_proto(schema, te) {
-            Ok(entry) => out.push(DeviceEntry {
-                entry,
-                tag: sync::tag_of(&te.metadata),
-            }),
-            Err(e) => {
-                tracing::warn!(table = %schema.name, error = %e, "unreadable entry on device")
-            }
-        }
+        convert_into(schema, te, &mut out);
     }
     out
+}
+
+/// One entry converted onto `out`. Entries the schema cannot read are
+/// logged and left out (a sync neither counts nor touches them).
+fn convert_into(schema: &TableSchema, te: &TableEntry, out: &mut Vec<DeviceEntry>) {
+    match Entry::from_proto(schema, te) {
+        Ok(entry) => out.push(DeviceEntry {
+            entry,
+            tag: sync::tag_of(&te.metadata),
+        }),
+        Err(e) => {
+            tracing::warn!(table = %schema.name, error = %e, "unreadable entry on device")
+        }
+    }
 }
 
 #[cfg(test)]
