@@ -15,8 +15,11 @@ const DRIFT_SECONDS: u64 = 4;
 
 /// Runs 3 Switches × 100 entries, resync every 3 s, on two emulator
 /// processes (2 + 1 devices, as the bench splits fleets).
+/// Each layout on a control plane of its own: the runs use the same
+/// namespace and cluster-scoped Switch names, and each runs an operator
+/// that reconciles every Switch of its cluster.
 async fn small_fleet(apply: ApplyMode, layout: SetLayout) -> fleet::Run {
-    let cp = ControlPlane::shared().await;
+    let cp = ControlPlane::private().await;
     let bin = tokio::task::spawn_blocking(|| p4fleet_e2e::workspace_binaries().to_path_buf())
         .await
         .unwrap();
@@ -35,7 +38,7 @@ async fn small_fleet(apply: ApplyMode, layout: SetLayout) -> fleet::Run {
         bin,
         work: work.path().to_path_buf(),
     };
-    fleet::run(cp, &cfg).await.expect("fleet run")
+    fleet::run(&cp, &cfg).await.expect("fleet run")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

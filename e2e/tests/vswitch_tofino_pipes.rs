@@ -9,7 +9,9 @@
 //!   that client (the program's name), read back by a client that never
 //!   wrote them.
 //! - A hot swap of the second (router → l2switch on pipes 2-3) keeps the
-//!   first's entries on the device.
+//!   first's entries on the device; the swap is recorded in the second's
+//!   `status.lastSwap` with the entries written into the new program, read
+//!   back through its own client.
 //! - A third that asks for pipes already held is Unschedulable with a
 //!   scheduler-style message; deleting the second frees the pipes (the
 //!   device drops its program) and the third runs.
@@ -264,6 +266,20 @@ async fn two_virtual_switches_share_a_tofino_on_disjoint_pipes() {
     .await;
     assert_eq!(msg, "0/1 switches: 1 no slot with pipes 2,3 free");
 
+    // A set for l2switch's dmac table on b: its table is not in the
+    // router, so it waits for the swap.
+    entry_set(
+        &client,
+        ns_name,
+        "dmac",
+        "b",
+        "MyIngress.dmac",
+        "examples/l2switch/dmac.entries.txt",
+    )
+    .await;
+    let before = api.get("b").await.unwrap().status.unwrap();
+    assert!(before.last_swap.is_none(), "{:?}", before.last_swap);
+
     // Hot swap of b (router → l2switch on the same pipes): a keeps its
     // entries on the device.
     api.patch(
@@ -286,6 +302,20 @@ async fn two_virtual_switches_share_a_tofino_on_disjoint_pipes() {
     );
     let fw_set = sets.get("fw").await.unwrap().status.unwrap();
     assert_eq!(fw_set.applied, 8);
+    // The swap in b's status: router → l2switch, the program replaced (BFRT
+    // has no reconcile), and the 4 dmac entries written into it, counted
+    // on the device through b's own client.
+    let swap = until("b's lastSwap counts the re-applied entries", || async {
+        let st = api.get("b").await.ok()?.status?;
+        st.last_swap.filter(|s| s.entries_reapplied.is_some())
+    })
+    .await;
+    assert_eq!(swap.from_digest, before.loaded_digest);
+    assert_ne!(swap.from_digest.as_deref(), Some(swap.to_digest.as_str()));
+    assert_eq!(swap.mode, Some(p4fleet_crds::ProgramUpdateMode::Replaced));
+    assert_eq!(swap.entries_kept, Some(0));
+    assert_eq!(swap.entries_reapplied, Some(4));
+    assert_eq!(sets.get("dmac").await.unwrap().status.unwrap().applied, 4);
     // The router's table is not in l2switch (no VirtualSwitch runs the
     // router any more, so the table is unknown to every program in sight).
     until("lpm names the new program", || async {

@@ -51,6 +51,10 @@ pub struct Outcome {
     /// after this sync, for its ownership record (None: nothing to record,
     /// or the target was not written).
     pub owned: Option<HashSet<EntryKey>>,
+    /// When the entries the device refused are worth writing again
+    /// ([`super::status::retry_after`]; None: only a change or the
+    /// regular resync will).
+    pub retry: Option<std::time::Duration>,
 }
 
 /// One target's sync: which set, where, what it desires.
@@ -124,6 +128,7 @@ pub async fn plan_target<'a>(ctx: &Context, job: Job<'a>) -> Result<Planned<'a>,
         device_error: None,
         drift: 0,
         owned: None,
+        retry: None,
     };
     let (tag, key) = (tag(set), t.key(set_key));
     let (dev, read) = match connect_and_check(ctx, t, d, tag).await {
@@ -221,6 +226,9 @@ pub async fn write_target(ctx: &Context, planned: Planned<'_>) -> Outcome {
     let ops = |c| sync::chunk_ops(&plan, c, &desired, &on_device, &metadata);
     let w = write(&dev, t.slot, &plan, ops, &tuning).await;
     if w.device_error.is_none() {
+        out.retry = (w.failed.iter())
+            .filter_map(|(_, code, _)| super::status::retry_after(*code))
+            .min();
         for (o, code, msg) in &w.failed {
             let reason = format!("{:?}: {msg}", tonic::Code::from_i32(*code));
             let e = match *o {

@@ -14,6 +14,7 @@ use p4fleet_model::entries::{EntryError, TableSchema, const_default_action};
 
 use super::memory::TargetKey;
 use crate::artifacts::{self, P4InfoError};
+use crate::controllers::virtual_switch::claims;
 use crate::entry_sources::EntrySources;
 pub use crate::entry_sources::{SourceProblem, SourceText, Sources};
 use crate::reads::Reads;
@@ -46,18 +47,13 @@ impl Target {
         &self,
         pool: &crate::devices::DevicePool,
     ) -> Result<std::sync::Arc<p4fleet_client::Device>, p4fleet_client::Error> {
-        let dev = pool.connect(&self.switch)?;
-        let Some(first) = self.first_pipe else {
-            return Ok(dev);
-        };
-        dev.pipe_set(self.slot, first)
-            .ok_or_else(|| p4fleet_client::Error::Protocol {
-                device_id: self.switch.spec.device_id + u64::from(self.slot),
-                reason: format!(
-                    "VirtualSwitch {}: its program is not loaded on its pipe set (from pipe {first}) by this operator yet",
-                    self.virtual_switch
-                ),
-            })
+        claims::program_device(
+            pool,
+            &self.switch,
+            self.slot,
+            self.first_pipe,
+            &self.virtual_switch,
+        )
     }
 
     /// The key of this target of set `set` (`namespace/name`) in the sync memory.
@@ -276,7 +272,7 @@ impl<R: Reads> Lookup<'_, R> {
             }
             match &schemas[&program] {
                 Ok((schema, const_default_action, profile)) => targets.push(Target {
-                    first_pipe: first_pipe(&switch, &format!("{}/{vs_name}", self.ns)),
+                    first_pipe: claims::first_pipe(&switch, &format!("{}/{vs_name}", self.ns)),
                     virtual_switch: vs_name,
                     switch,
                     slot,
@@ -366,18 +362,6 @@ impl<R: Reads> Lookup<'_, R> {
                 error,
             }))
     }
-}
-
-/// The first pipe of `vs`'s (`namespace/name`) pipe set on `sw`, from
-/// its slot claim; None when it holds a whole device or slot.
-fn first_pipe(sw: &Switch, vs: &str) -> Option<u32> {
-    crate::controllers::virtual_switch::claims::read(sw)
-        .ok()?
-        .into_iter()
-        .find(|c| c.virtual_switch == vs)?
-        .pipes
-        .into_iter()
-        .min()
 }
 
 #[cfg(test)]

@@ -84,6 +84,7 @@ fn outcome(t: &Target) -> apply::Outcome {
         device_error: None,
         drift: 0,
         owned: None,
+        retry: None,
     }
 }
 

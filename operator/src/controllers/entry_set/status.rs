@@ -35,6 +35,31 @@ use crate::status::{EventNote, ready_from};
 /// Requeue while waiting for a dependency or an unreachable device.
 pub const RETRY: Duration = Duration::from_secs(5);
 
+/// Requeue after the device refused entries for want of room
+/// (RESOURCE_EXHAUSTED): room may come (another writer deletes, a batch
+/// limit passes), but every retry rewrites what was refused.
+pub const RETRY_FULL: Duration = Duration::from_secs(30);
+
+/// When entries the device refused with gRPC `code` are written again:
+/// soon after a transient failure (the device or its runtime was busy,
+/// restarting or cut off mid-batch), later when it was out of room, and
+/// not before the next change or regular resync when the entry itself
+/// was refused (INVALID_ARGUMENT, ALREADY_EXISTS, NOT_FOUND, ...: writing
+/// it again gives the same answer). Pure.
+pub fn retry_after(code: i32) -> Option<Duration> {
+    use tonic::Code;
+    match Code::from_i32(code) {
+        Code::Unavailable
+        | Code::DeadlineExceeded
+        | Code::Aborted
+        | Code::Cancelled
+        | Code::Unknown
+        | Code::Internal => Some(RETRY),
+        Code::ResourceExhausted => Some(RETRY_FULL),
+        _ => None,
+    }
+}
+
 /// Everything the status is computed from.
 pub struct Input<'a> {
     pub set: &'a TableEntrySet,
@@ -453,7 +478,8 @@ fn events(
 }
 
 /// The set's resync period (`resyncSeconds`, 0 disables), shortened to
-/// [`RETRY`] while a device is unavailable or a reference is polled for.
+/// [`RETRY`] while a device is unavailable or a reference is polled for,
+/// and to [`retry_after`] of the entries a device refused.
 fn action(input: &Input) -> Action {
     let resync = match input.set.spec.resync_seconds {
         Some(0) => None,
@@ -462,11 +488,15 @@ fn action(input: &Input) -> Action {
     };
     let retry = input.outcomes.iter().any(|o| o.device_error.is_some())
         || input.problems.iter().any(Problem::polls);
-    match (retry, resync) {
-        (true, Some(r)) => Action::requeue(r.min(RETRY)),
-        (true, None) => Action::requeue(RETRY),
-        (false, Some(r)) => Action::requeue(r),
-        (false, None) => Action::await_change(),
+    // Entries refused for a reason that may pass (`retry_after`).
+    let refused = input.outcomes.iter().filter_map(|o| o.retry).min();
+    let soonest = [retry.then_some(RETRY), refused, resync]
+        .into_iter()
+        .flatten()
+        .min();
+    match soonest {
+        Some(d) => Action::requeue(d),
+        None => Action::await_change(),
     }
 }
 
@@ -522,7 +552,38 @@ mod tests {
             device_error: None,
             drift: 0,
             owned: None,
+            retry: None,
         }
+    }
+
+    #[test]
+    fn refused_entries_are_retried_when_the_refusal_may_pass() {
+        use tonic::Code;
+        assert_eq!(retry_after(Code::Unavailable as i32), Some(RETRY));
+        assert_eq!(retry_after(Code::Aborted as i32), Some(RETRY));
+        assert_eq!(
+            retry_after(Code::ResourceExhausted as i32),
+            Some(RETRY_FULL)
+        );
+        for c in [Code::InvalidArgument, Code::AlreadyExists, Code::NotFound] {
+            assert_eq!(retry_after(c as i32), None, "{c:?}");
+        }
+        // The soonest of the targets' retries, never later than the resync.
+        let (s, d) = with_entries(false);
+        let mut full = outcome("a", SyncTally::default());
+        full.retry = Some(RETRY_FULL);
+        let mut busy = outcome("b", SyncTally::default());
+        busy.retry = Some(RETRY);
+        let act = |outcomes: &[Outcome]| run(&s, &[], Some(&d), outcomes).action;
+        assert_eq!(
+            act(std::slice::from_ref(&full)),
+            Action::requeue(RETRY_FULL)
+        );
+        assert_eq!(act(&[full, busy]), Action::requeue(RETRY));
+        assert_eq!(
+            act(&[outcome("a", SyncTally::default())]),
+            Action::requeue(RESYNC)
+        );
     }
 
     fn refused(key: &str) -> StatusEntryError {

@@ -65,6 +65,41 @@ pub fn read(sw: &Switch) -> Result<Vec<SlotClaim>, ClaimError> {
     }
 }
 
+/// The first pipe of `vs`'s (`namespace/name`) pipe set on `sw`, from
+/// its slot claim; None when it holds a whole device or slot.
+pub fn first_pipe(sw: &Switch, vs: &str) -> Option<u32> {
+    read(sw)
+        .ok()?
+        .into_iter()
+        .find(|c| c.virtual_switch == vs)?
+        .pipes
+        .into_iter()
+        .min()
+}
+
+/// The device that holds `vs`'s program in `slot` of `sw`: the pool's
+/// connection, or on a pipe set starting at `first_pipe` the program's
+/// own client (its entries are written and read through it).
+pub fn program_device(
+    pool: &crate::devices::DevicePool,
+    sw: &Switch,
+    slot: u32,
+    first_pipe: Option<u32>,
+    vs: &str,
+) -> Result<std::sync::Arc<p4fleet_client::Device>, p4fleet_client::Error> {
+    let dev = pool.connect(sw)?;
+    let Some(first) = first_pipe else {
+        return Ok(dev);
+    };
+    dev.pipe_set(slot, first)
+        .ok_or_else(|| p4fleet_client::Error::Protocol {
+            device_id: sw.spec.device_id + u64::from(slot),
+            reason: format!(
+                "VirtualSwitch {vs}: its program is not loaded on its pipe set (from pipe {first}) by this operator yet"
+            ),
+        })
+}
+
 /// `claims` with `me`'s claim replaced by `new` (or removed), sorted by slot.
 pub fn with_claim(claims: &[SlotClaim], me: &str, new: Option<SlotClaim>) -> Vec<SlotClaim> {
     let mut out: Vec<SlotClaim> = claims

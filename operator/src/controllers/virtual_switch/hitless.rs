@@ -23,18 +23,26 @@ pub struct Update {
     pub fallback: Option<String>,
 }
 
+impl Update {
+    /// A program replaced: its tables start empty (`fallback`: why a
+    /// reconcile was refused, if one was asked for).
+    pub fn replaced(fallback: Option<String>) -> Update {
+        Update {
+            mode: ProgramUpdateMode::Replaced,
+            entries_kept: Some(0),
+            tables_kept: Vec::new(),
+            fallback,
+        }
+    }
+}
+
 /// The [`Update`] of a push that replaced a running program (None for a
 /// first load). After a reconcile, the slot is read back to count what
 /// the device kept; after a replace nothing was kept.
 pub async fn update(dev: &Device, slot: u32, p4info: &P4Info, mode: PushMode) -> Option<Update> {
     match mode {
         PushMode::Loaded => None,
-        PushMode::Replaced { fallback } => Some(Update {
-            mode: ProgramUpdateMode::Replaced,
-            entries_kept: Some(0),
-            tables_kept: Vec::new(),
-            fallback,
-        }),
+        PushMode::Replaced { fallback } => Some(Update::replaced(fallback)),
         PushMode::Reconciled => {
             let (entries_kept, tables_kept) = match dev.read_table(slot, 0).await {
                 Ok(entries) => {

@@ -385,7 +385,10 @@ pub async fn load(
                 dev.set_tofino_pipes(slot, info, &pipeline, &claim.pipes)
                     .await?
             };
-            (pushed, started.elapsed(), None)
+            // BFRT has no reconcile: a change replaces the program and
+            // its tables start empty (on a pipe set, only this program's).
+            let update = pushed.then(|| super::hitless::Update::replaced(None));
+            (pushed, started.elapsed(), update)
         }
         SwitchProtocol::P4Runtime => {
             let config = device_config(

@@ -115,7 +115,10 @@ pub async fn count(
     let Some(expected) = expected_with_kept(&sets, &vs.name_any(), p4info, at, kept) else {
         return Ok(None);
     };
-    let held = match ctx.devices.connect(sw) {
+    // A pipe set's entries are read through its program's own client.
+    let me = format!("{ns}/{}", vs.name_any());
+    let first_pipe = super::claims::first_pipe(sw, &me);
+    let held = match super::claims::program_device(&ctx.devices, sw, slot, first_pipe, &me) {
         Ok(dev) => dev.read_table(slot, 0).await.map(|e| e.len() as u64),
         Err(e) => Err(e),
     };
