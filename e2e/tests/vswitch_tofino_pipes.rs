@@ -316,12 +316,15 @@ async fn two_virtual_switches_share_a_tofino_on_disjoint_pipes() {
     assert_eq!(swap.entries_kept, Some(0));
     assert_eq!(swap.entries_reapplied, Some(4));
     assert_eq!(sets.get("dmac").await.unwrap().status.unwrap().applied, 4);
-    // The router's table is not in l2switch (no VirtualSwitch runs the
-    // router any more, so the table is unknown to every program in sight).
+    // The router's table is not in l2switch: the set names the program
+    // its VirtualSwitch runs now.
     until("lpm names the new program", || async {
         let s = sets.get("lpm").await.ok()?;
         fpga_common::set_problem(&s)
-            .filter(|(_, m)| m.contains("not in the program of VirtualSwitch b"))
+            .filter(|(r, m)| {
+                r == "TableNotInProgram"
+                    && m.contains("\"MyIngress.ipv4_lpm\" is not in P4Program l2switch, which VirtualSwitch b runs")
+            })
             .map(|_| ())
     })
     .await;
