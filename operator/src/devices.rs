@@ -14,6 +14,10 @@
 //! pushed). A device that restarts is so re-pushed at once, not at the
 //! next resync.
 //!
+//! Side services (the FPGA slot service, the extern runtime) share one
+//! kept channel per Switch ([`DevicePool::side_channel`]), so a probe every
+//! `--drift-seconds` reuses its HTTP/2 connection instead of dialing anew.
+//!
 //! Slots: on a Switch, slot `n` is device id `spec.deviceId + n` (the
 //! emulator hosts several devices per process, so one endpoint can host
 //! several VirtualSwitches).
@@ -22,6 +26,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
+use tonic::transport::Channel;
 
 use kube::ResourceExt;
 use p4fleet_client::{Device, Error, Identity, Protocol, Target, TlsSettings, WriteRpc};
@@ -60,6 +65,9 @@ pub fn target_with(sw: &Switch, tls: Option<TlsSettings>) -> Target {
 /// Connections to devices, keyed by Switch name.
 pub struct DevicePool {
     devices: Mutex<HashMap<String, Arc<Device>>>,
+    /// The channel to each Switch's side services, with the target it was
+    /// made for ([`DevicePool::side_channel`]).
+    side: Mutex<HashMap<String, (Target, Channel)>>,
     /// Who this replica says it is to devices (`crate::fencing`).
     identity: Mutex<Identity>,
     /// Names of Switches whose device changed (see the module docs).
@@ -119,6 +127,7 @@ impl DevicePool {
     pub fn with_identity(identity: Identity) -> Self {
         DevicePool {
             devices: Mutex::new(HashMap::new()),
+            side: Mutex::new(HashMap::new()),
             changes: broadcast::Sender::new(CHANGES),
             identity: Mutex::new(identity),
             writes: Mutex::new(None),
@@ -171,6 +180,31 @@ impl DevicePool {
     /// gives empty TLS settings, refused before dialing: never plaintext.
     pub fn side_target(&self, sw: &Switch) -> Target {
         self.target(sw).unwrap_or_else(|_| target(sw))
+    }
+
+    /// The kept channel to the side services of `sw` (see
+    /// [`DevicePool::side_target`]): made lazily on first use, reused while
+    /// that target stays the same, dropped by [`DevicePool::forget`]. A
+    /// tonic channel reconnects by itself, so a device that restarted is
+    /// dialed again on the next call, not on a new channel.
+    pub fn side_channel(&self, sw: &Switch) -> Result<Channel, Error> {
+        let target = self.side_target(sw);
+        let mut side = self.side.lock().unwrap_or_else(|e| e.into_inner());
+        let name = sw.name_any();
+        if let Some((t, ch)) = side.get(&name)
+            && t == &target
+        {
+            return Ok(ch.clone());
+        }
+        let ch = p4fleet_client::connect_lazy(&target)?;
+        side.insert(name, (target, ch.clone()));
+        Ok(ch)
+    }
+
+    /// A client of the FPGA slot service of `sw` on its kept side channel.
+    pub fn slot_client(&self, sw: &Switch) -> Result<p4fleet_client::SlotClient, Error> {
+        let ch = self.side_channel(sw)?;
+        Ok(p4fleet_client::SlotClient::on_channel(ch, &sw.spec.endpoint))
     }
 
     /// The identity for connections made from now on (set by the leader
@@ -257,6 +291,10 @@ impl DevicePool {
     pub fn forget(&self, name: &str) {
         let mut devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
         devices.remove(name);
+        self.side
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
         self.tls.untrack(name);
     }
 }

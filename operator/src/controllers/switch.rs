@@ -290,10 +290,14 @@ async fn probe_async_externs(ctx: &Context, sw: &Switch) -> bool {
     if sw.spec.effective_protocol() != p4fleet_crds::SwitchProtocol::P4Runtime {
         return false;
     }
-    let Ok(target) = ctx.devices.target(sw) else {
+    // The Secret's problem is the Reachable condition's; never plaintext.
+    if ctx.devices.target(sw).is_err() {
+        return false;
+    }
+    let Ok(ch) = ctx.devices.side_channel(sw) else {
         return false;
     };
-    super::extern_policy::runtime::serves_extern_runtime(&target).await
+    super::extern_policy::runtime::serves_extern_runtime(ch, sw.spec.device_id).await
 }
 
 /// Closes the connection (and its background tasks) and removes the metric
