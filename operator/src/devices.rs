@@ -32,6 +32,7 @@ use kube::ResourceExt;
 use p4fleet_client::{Device, Error, Identity, Protocol, Target, TlsSettings, WriteRpc};
 use p4fleet_crds::switch::{Switch, SwitchProtocol};
 
+use crate::loaded_pipelines::LoadedPipelines;
 use crate::tls_secrets::{TlsSecretError, TlsSecrets};
 
 /// The client's target of a Switch without its Secret's material: a TLS
@@ -68,6 +69,8 @@ pub struct DevicePool {
     /// The channel to each Switch's side services, with the target it was
     /// made for ([`DevicePool::side_channel`]).
     side: Mutex<HashMap<String, (Target, Channel)>>,
+    /// What each VirtualSwitch loaded, checked by its Switch's probe.
+    pipelines: LoadedPipelines,
     /// Who this replica says it is to devices (`crate::fencing`).
     identity: Mutex<Identity>,
     /// Names of Switches whose device changed (see the module docs).
@@ -128,6 +131,7 @@ impl DevicePool {
         DevicePool {
             devices: Mutex::new(HashMap::new()),
             side: Mutex::new(HashMap::new()),
+            pipelines: LoadedPipelines::default(),
             changes: broadcast::Sender::new(CHANGES),
             identity: Mutex::new(identity),
             writes: Mutex::new(None),
@@ -205,6 +209,12 @@ impl DevicePool {
     pub fn slot_client(&self, sw: &Switch) -> Result<p4fleet_client::SlotClient, Error> {
         let ch = self.side_channel(sw)?;
         Ok(p4fleet_client::SlotClient::on_channel(ch, &sw.spec.endpoint))
+    }
+
+    /// The pipelines the VirtualSwitches loaded, which the Switch probe
+    /// checks (`crate::loaded_pipelines`).
+    pub fn pipelines(&self) -> &LoadedPipelines {
+        &self.pipelines
     }
 
     /// The identity for connections made from now on (set by the leader
@@ -295,6 +305,7 @@ impl DevicePool {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(name);
+        self.pipelines.forget_switch(name);
         self.tls.untrack(name);
     }
 }
@@ -386,6 +397,64 @@ mod tests {
             pool.connect(&tls),
             Err(Error::TlsUnavailable { .. })
         ));
+    }
+
+    /// A TCP forwarder to `to` that counts the connections it accepted.
+    async fn counting_proxy(
+        to: std::net::SocketAddr,
+    ) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    if let Ok(mut out) = tokio::net::TcpStream::connect(to).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    }
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn side_services_are_asked_on_one_kept_connection() {
+        use crate::controllers::extern_policy::runtime::serves_extern_runtime;
+        use std::sync::atomic::Ordering::SeqCst;
+        let running = p4fleet_emulator::Emulator::start(Default::default())
+            .await
+            .unwrap();
+        let (endpoint, accepted) = counting_proxy(running.p4runtime_addr()).await;
+        let sw = switch(
+            "s",
+            serde_json::json!({"target": "Bmv2", "endpoint": endpoint, "deviceId": 1, "slots": 1}),
+        );
+        let pool = DevicePool::with_election_id(1);
+        let mut answers = Vec::new();
+        for _ in 0..3 {
+            answers.push(serves_extern_runtime(pool.side_channel(&sw).unwrap(), 1).await);
+        }
+        // The board probe's client rides the same channel.
+        let _ = pool.slot_client(&sw).unwrap().board_info().await;
+        assert!(answers.iter().all(|a| *a == answers[0]), "{answers:?}");
+        assert_eq!(accepted.load(SeqCst), 1, "four questions, one connection");
+
+        // What each probe did before: a new lazy channel per question.
+        let target = pool.side_target(&sw);
+        for _ in 0..3 {
+            let ch = p4fleet_client::connect_lazy(&target).unwrap();
+            serves_extern_runtime(ch, 1).await;
+        }
+        assert_eq!(accepted.load(SeqCst), 4, "a new channel is a new connection");
+
+        // Forgotten (deleted or changed Switch): the next channel is new.
+        pool.forget("s");
+        serves_extern_runtime(pool.side_channel(&sw).unwrap(), 1).await;
+        assert_eq!(accepted.load(SeqCst), 5);
+        running.shutdown().await.unwrap();
     }
 
     #[tokio::test]

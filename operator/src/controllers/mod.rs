@@ -16,6 +16,7 @@ pub mod extern_policy;
 pub mod program;
 pub mod program_hold;
 pub mod switch;
+pub mod switch_pipelines;
 pub mod switch_probe;
 pub mod virtual_switch;
 

@@ -2,7 +2,9 @@
 //! its TLS Secret (watched from then on, `crate::tls_secrets`); apply:
 //! connect through the device pool, probe capabilities and ask whether the
 //! device accepts this operator on the device id (only for a valid spec);
-//! dereference the VirtualSwitches placed on it; build the status
+//! check the pipeline of every slot with a VirtualSwitch loaded
+//! ([`super::switch_pipelines`]: a lost one brings its VirtualSwitch back
+//! at once); dereference the VirtualSwitches placed on it; build the status
 //! ([`build_status`], pure: Valid, Reachable, Primary, slot usage); update
 //! status.
 
@@ -350,6 +352,11 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
         false => (None, None),
     };
     ctx.metrics.switch_seen(&name, matches!(probe, Some(Ok(_))));
+    if let Some(p) = &probe {
+        // The VirtualSwitches' pipeline checks ride on this probe.
+        let dev = p.as_ref().ok().and_then(|_| ctx.devices.get(&name));
+        super::switch_pipelines::check(&ctx.devices, &obj, dev.as_deref(), PROBE_TIMEOUT).await;
+    }
     let vss = ctx.reads.virtual_switches_on(&name).await?;
     let generation = obj.metadata.generation;
     let mut new = build_status(
