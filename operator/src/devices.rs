@@ -69,6 +69,9 @@ pub struct DevicePool {
     /// The channel to each Switch's side services, with the target it was
     /// made for ([`DevicePool::side_channel`]).
     side: Mutex<HashMap<String, (Target, Channel)>>,
+    /// Whether each Switch serves an extern runtime, with the device epoch
+    /// of the answer ([`DevicePool::extern_answer`]).
+    externs: Mutex<HashMap<String, (u64, bool)>>,
     /// What each VirtualSwitch loaded, checked by its Switch's probe.
     pipelines: LoadedPipelines,
     /// Who this replica says it is to devices (`crate::fencing`).
@@ -131,6 +134,7 @@ impl DevicePool {
         DevicePool {
             devices: Mutex::new(HashMap::new()),
             side: Mutex::new(HashMap::new()),
+            externs: Mutex::new(HashMap::new()),
             pipelines: LoadedPipelines::default(),
             changes: broadcast::Sender::new(CHANGES),
             identity: Mutex::new(identity),
@@ -205,6 +209,21 @@ impl DevicePool {
         Ok(ch)
     }
 
+    /// The kept answer of Switch `name`'s device to whether it serves an
+    /// extern runtime, if it was given at device epoch `epoch`
+    /// (`Device::changes`): a device that went away or came back is asked
+    /// again.
+    pub fn extern_answer(&self, name: &str, epoch: u64) -> Option<bool> {
+        let kept = self.externs.lock().unwrap_or_else(|e| e.into_inner());
+        kept.get(name).filter(|(e, _)| *e == epoch).map(|(_, a)| *a)
+    }
+
+    /// Keeps `answer`, given at device epoch `epoch`, for [`DevicePool::extern_answer`].
+    pub fn keep_extern_answer(&self, name: &str, epoch: u64, answer: bool) {
+        let mut kept = self.externs.lock().unwrap_or_else(|e| e.into_inner());
+        kept.insert(name.to_string(), (epoch, answer));
+    }
+
     /// A client of the FPGA slot service of `sw` on its kept side channel.
     pub fn slot_client(&self, sw: &Switch) -> Result<p4fleet_client::SlotClient, Error> {
         let ch = self.side_channel(sw)?;
@@ -267,6 +286,11 @@ impl DevicePool {
             self.changes.clone(),
             name.clone(),
         ));
+        // A new connection (a new device epoch count): ask again.
+        self.externs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&name);
         devices.insert(name, dev.clone());
         Ok(dev)
     }
@@ -306,6 +330,10 @@ impl DevicePool {
             .unwrap_or_else(|e| e.into_inner())
             .remove(name);
         self.pipelines.forget_switch(name);
+        self.externs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
         self.tls.untrack(name);
     }
 }
@@ -455,6 +483,27 @@ mod tests {
         serves_extern_runtime(pool.side_channel(&sw).unwrap(), 1).await;
         assert_eq!(accepted.load(SeqCst), 5);
         running.shutdown().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_extern_runtime_answer_holds_for_its_device_epoch_and_connection() {
+        let pool = DevicePool::with_election_id(1);
+        let spec = |port: u16| {
+            serde_json::json!({"target": "Bmv2", "endpoint": format!("127.0.0.1:{port}"),
+                "deviceId": 1, "slots": 1})
+        };
+        pool.connect(&switch("a", spec(1))).unwrap();
+        pool.keep_extern_answer("a", 1, true);
+        assert_eq!(pool.extern_answer("a", 1), Some(true));
+        assert_eq!(pool.extern_answer("a", 2), None, "the device changed");
+        assert_eq!(pool.extern_answer("b", 1), None);
+        pool.connect(&switch("a", spec(1))).unwrap();
+        assert_eq!(pool.extern_answer("a", 1), Some(true), "same connection");
+        pool.connect(&switch("a", spec(2))).unwrap();
+        assert_eq!(pool.extern_answer("a", 1), None, "a new connection");
+        pool.keep_extern_answer("a", 1, false);
+        pool.forget("a");
+        assert_eq!(pool.extern_answer("a", 1), None);
     }
 
     #[tokio::test]

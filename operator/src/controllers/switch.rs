@@ -287,7 +287,9 @@ async fn probe(ctx: &Context, sw: &Switch) -> (Probe, Option<Standing>) {
 
 /// The `asyncExterns` capability, asked of the device (its extern
 /// runtime), never inferred from the target kind. BFRT endpoints do not
-/// serve it.
+/// serve it. Asked once per device connection: the answer is kept while
+/// the device's epoch (`Device::changes`: its stream lost, back, refused)
+/// stays the same; a failure to answer is not kept.
 async fn probe_async_externs(ctx: &Context, sw: &Switch) -> bool {
     if sw.spec.effective_protocol() != p4fleet_crds::SwitchProtocol::P4Runtime {
         return false;
@@ -296,10 +298,20 @@ async fn probe_async_externs(ctx: &Context, sw: &Switch) -> bool {
     if ctx.devices.target(sw).is_err() {
         return false;
     }
+    let name = sw.name_any();
+    let epoch = ctx.devices.get(&name).map(|d| *d.changes().borrow());
+    if let Some(answer) = epoch.and_then(|e| ctx.devices.extern_answer(&name, e)) {
+        return answer;
+    }
     let Ok(ch) = ctx.devices.side_channel(sw) else {
         return false;
     };
-    super::extern_policy::runtime::serves_extern_runtime(ch, sw.spec.device_id).await
+    let answer =
+        super::extern_policy::runtime::extern_runtime_answer(ch, sw.spec.device_id).await;
+    if let (Some(a), Some(e)) = (answer, epoch) {
+        ctx.devices.keep_extern_answer(&name, e, a);
+    }
+    answer.unwrap_or(false)
 }
 
 /// Closes the connection (and its background tasks) and removes the metric

@@ -174,6 +174,13 @@ pub async fn restore_defaults(t: &RuntimeTarget) -> Result<(), tonic::Status> {
 /// channel the caller keeps (the Switch probe asks every
 /// `--drift-seconds`: a new channel each time would be a new connection).
 pub async fn serves_extern_runtime(ch: Channel, device_id: u64) -> bool {
+    extern_runtime_answer(ch, device_id).await.unwrap_or(false)
+}
+
+/// The device's own answer to [`serves_extern_runtime`]'s question, or
+/// None when it gave none (unreachable, timed out, another failure): an
+/// answer holds as long as the device does, a missing one does not.
+pub async fn extern_runtime_answer(ch: Channel, device_id: u64) -> Option<bool> {
     let mut client = ExternRuntimeClient::new(ch);
     let probe = client.list_externs(pb::ListExternsRequest {
         target: Some(pb::Target {
@@ -182,8 +189,12 @@ pub async fn serves_extern_runtime(ch: Channel, device_id: u64) -> bool {
         }),
     });
     match tokio::time::timeout(Duration::from_secs(5), probe).await {
-        Ok(Ok(_)) => true,
-        Ok(Err(s)) => s.code() == tonic::Code::FailedPrecondition,
-        Err(_) => false,
+        Ok(Ok(_)) => Some(true),
+        Ok(Err(s)) => match s.code() {
+            tonic::Code::FailedPrecondition => Some(true),
+            tonic::Code::Unimplemented | tonic::Code::NotFound => Some(false),
+            _ => None,
+        },
+        Err(_) => None,
     }
 }
