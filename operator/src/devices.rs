@@ -227,7 +227,10 @@ impl DevicePool {
     /// A client of the FPGA slot service of `sw` on its kept side channel.
     pub fn slot_client(&self, sw: &Switch) -> Result<p4fleet_client::SlotClient, Error> {
         let ch = self.side_channel(sw)?;
-        Ok(p4fleet_client::SlotClient::on_channel(ch, &sw.spec.endpoint))
+        Ok(p4fleet_client::SlotClient::on_channel(
+            ch,
+            &sw.spec.endpoint,
+        ))
     }
 
     /// The pipelines the VirtualSwitches loaded, which the Switch probe
@@ -476,7 +479,11 @@ mod tests {
             let ch = p4fleet_client::connect_lazy(&target).unwrap();
             serves_extern_runtime(ch, 1).await;
         }
-        assert_eq!(accepted.load(SeqCst), 4, "a new channel is a new connection");
+        assert_eq!(
+            accepted.load(SeqCst),
+            4,
+            "a new channel is a new connection"
+        );
 
         // Forgotten (deleted or changed Switch): the next channel is new.
         pool.forget("s");

@@ -306,8 +306,7 @@ async fn probe_async_externs(ctx: &Context, sw: &Switch) -> bool {
     let Ok(ch) = ctx.devices.side_channel(sw) else {
         return false;
     };
-    let answer =
-        super::extern_policy::runtime::extern_runtime_answer(ch, sw.spec.device_id).await;
+    let answer = super::extern_policy::runtime::extern_runtime_answer(ch, sw.spec.device_id).await;
     if let (Some(a), Some(e)) = (answer, epoch) {
         ctx.devices.keep_extern_answer(&name, e, a);
     }

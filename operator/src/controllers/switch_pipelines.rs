@@ -48,10 +48,7 @@ async fn confirm(
             p4_name,
             bfrt_sha256,
             pipes,
-        } => {
-            dev.runs_tofino(*slot, p4_name, bfrt_sha256, pipes)
-                .await?
-        }
+        } => dev.runs_tofino(*slot, p4_name, bfrt_sha256, pipes).await?,
         PipelineCheck::Slot { slot, .. } => {
             let state = devices.slot_client(sw)?.slot_state(*slot).await?;
             check.slot_holds(&state)
@@ -126,7 +123,10 @@ mod tests {
         assert_eq!(check(&devices, &sw, Some(&dev), t).await, 1);
         assert_eq!(lost.recv().await.unwrap(), "ns/a");
 
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/firewall/p4info.txt");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../examples/firewall/p4info.txt"
+        );
         let info = p4info::parse_text(&std::fs::read_to_string(path).unwrap()).unwrap();
         assert!(dev.set_pipeline(0, &info, Vec::new(), 7).await.unwrap());
         assert_eq!(check(&devices, &sw, Some(&dev), t).await, 0);
