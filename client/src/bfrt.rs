@@ -375,6 +375,26 @@ impl BfrtDevice {
         Ok(!loaded)
     }
 
+    /// Whether `slot`'s device runs a program named `p4_name` whose
+    /// bfrt.json has SHA-256 `bfrt_sha256`, on exactly `pipes` (empty: any
+    /// pipes, a whole-device program): the check [`BfrtDevice::set_pipeline`]
+    /// and [`BfrtDevice::set_pipes`] make before pushing, without pushing.
+    pub async fn runs(
+        &self,
+        slot: u32,
+        p4_name: &str,
+        bfrt_sha256: &[u8],
+        pipes: &[u32],
+    ) -> Result<bool, Error> {
+        let current = self.get_config(self.target.device_id(slot)).await?;
+        let wanted: std::collections::BTreeSet<u32> = pipes.iter().copied().collect();
+        Ok(current.config.iter().any(|c| {
+            c.p4_name == p4_name
+                && Sha256::digest(&c.bfruntime_info).as_slice() == bfrt_sha256
+                && (pipes.is_empty() || program_pipes(c).as_ref() == Some(&wanted))
+        }))
+    }
+
     /// Sends `config` as the whole device's: VERIFY_AND_WARM_INIT_BEGIN,
     /// then RECONCILE_AND_WARM_INIT_END, so every program that keeps its
     /// name, bfrt.json and pipes keeps its entries (BF Runtime's warm init

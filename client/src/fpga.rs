@@ -115,12 +115,18 @@ impl SlotClient {
     /// dialed until first use.
     pub fn connect(target: &Target) -> Result<SlotClient, crate::Error> {
         let channel = crate::channel::connect_lazy(target)?;
-        Ok(SlotClient {
+        Ok(SlotClient::on_channel(channel, &target.endpoint))
+    }
+
+    /// A client of the slot service on an existing channel to `endpoint`
+    /// (one kept by the caller: no new connection per client).
+    pub fn on_channel(channel: Channel, endpoint: &str) -> SlotClient {
+        SlotClient {
             client: SlotServiceClient::new(channel)
                 .max_decoding_message_size(crate::channel::MAX_MESSAGE)
                 .max_encoding_message_size(crate::channel::MAX_MESSAGE),
-            endpoint: target.endpoint.clone(),
-        })
+            endpoint: endpoint.to_string(),
+        }
     }
 
     fn err(&self, rpc: &'static str) -> impl FnOnce(tonic::Status) -> SlotCallError + '_ {

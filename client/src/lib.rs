@@ -486,6 +486,25 @@ impl Device {
         matches!(self, Device::P4Runtime(_))
     }
 
+    /// Whether `slot` of a BFRT device runs the Tofino program `p4_name`
+    /// with a bfrt.json of SHA-256 `bfrt_sha256` on exactly `pipes` (empty:
+    /// a whole-device program); what [`Device::set_tofino_pipeline`] and
+    /// [`Device::set_tofino_pipes`] check before pushing.
+    pub async fn runs_tofino(
+        &self,
+        slot: u32,
+        p4_name: &str,
+        bfrt_sha256: &[u8],
+        pipes: &[u32],
+    ) -> Result<bool, Error> {
+        match self {
+            Device::Bfrt(d) => d.runs(slot, p4_name, bfrt_sha256, pipes).await,
+            Device::P4Runtime(_) => {
+                Err(Error::Unsupported("Tofino artifacts on a P4Runtime device"))
+            }
+        }
+    }
+
     /// The cookie of the pipeline loaded in `slot`, if any.
     pub async fn pipeline_cookie(&self, slot: u32) -> Result<Option<u64>, Error> {
         match self {

@@ -14,6 +14,10 @@
 //! pushed). A device that restarts is so re-pushed at once, not at the
 //! next resync.
 //!
+//! Side services (the FPGA slot service, the extern runtime) share one
+//! kept channel per Switch ([`DevicePool::side_channel`]), so a probe every
+//! `--drift-seconds` reuses its HTTP/2 connection instead of dialing anew.
+//!
 //! Slots: on a Switch, slot `n` is device id `spec.deviceId + n` (the
 //! emulator hosts several devices per process, so one endpoint can host
 //! several VirtualSwitches).
@@ -22,11 +26,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
+use tonic::transport::Channel;
 
 use kube::ResourceExt;
 use p4fleet_client::{Device, Error, Identity, Protocol, Target, TlsSettings, WriteRpc};
 use p4fleet_crds::switch::{Switch, SwitchProtocol};
 
+use crate::loaded_pipelines::LoadedPipelines;
 use crate::tls_secrets::{TlsSecretError, TlsSecrets};
 
 /// The client's target of a Switch without its Secret's material: a TLS
@@ -60,6 +66,14 @@ pub fn target_with(sw: &Switch, tls: Option<TlsSettings>) -> Target {
 /// Connections to devices, keyed by Switch name.
 pub struct DevicePool {
     devices: Mutex<HashMap<String, Arc<Device>>>,
+    /// The channel to each Switch's side services, with the target it was
+    /// made for ([`DevicePool::side_channel`]).
+    side: Mutex<HashMap<String, (Target, Channel)>>,
+    /// Whether each Switch serves an extern runtime, with the device epoch
+    /// of the answer ([`DevicePool::extern_answer`]).
+    externs: Mutex<HashMap<String, (u64, bool)>>,
+    /// What each VirtualSwitch loaded, checked by its Switch's probe.
+    pipelines: LoadedPipelines,
     /// Who this replica says it is to devices (`crate::fencing`).
     identity: Mutex<Identity>,
     /// Names of Switches whose device changed (see the module docs).
@@ -119,6 +133,9 @@ impl DevicePool {
     pub fn with_identity(identity: Identity) -> Self {
         DevicePool {
             devices: Mutex::new(HashMap::new()),
+            side: Mutex::new(HashMap::new()),
+            externs: Mutex::new(HashMap::new()),
+            pipelines: LoadedPipelines::default(),
             changes: broadcast::Sender::new(CHANGES),
             identity: Mutex::new(identity),
             writes: Mutex::new(None),
@@ -173,6 +190,55 @@ impl DevicePool {
         self.target(sw).unwrap_or_else(|_| target(sw))
     }
 
+    /// The kept channel to the side services of `sw` (see
+    /// [`DevicePool::side_target`]): made lazily on first use, reused while
+    /// that target stays the same, dropped by [`DevicePool::forget`]. A
+    /// tonic channel reconnects by itself, so a device that restarted is
+    /// dialed again on the next call, not on a new channel.
+    pub fn side_channel(&self, sw: &Switch) -> Result<Channel, Error> {
+        let target = self.side_target(sw);
+        let mut side = self.side.lock().unwrap_or_else(|e| e.into_inner());
+        let name = sw.name_any();
+        if let Some((t, ch)) = side.get(&name)
+            && t == &target
+        {
+            return Ok(ch.clone());
+        }
+        let ch = p4fleet_client::connect_lazy(&target)?;
+        side.insert(name, (target, ch.clone()));
+        Ok(ch)
+    }
+
+    /// The kept answer of Switch `name`'s device to whether it serves an
+    /// extern runtime, if it was given at device epoch `epoch`
+    /// (`Device::changes`): a device that went away or came back is asked
+    /// again.
+    pub fn extern_answer(&self, name: &str, epoch: u64) -> Option<bool> {
+        let kept = self.externs.lock().unwrap_or_else(|e| e.into_inner());
+        kept.get(name).filter(|(e, _)| *e == epoch).map(|(_, a)| *a)
+    }
+
+    /// Keeps `answer`, given at device epoch `epoch`, for [`DevicePool::extern_answer`].
+    pub fn keep_extern_answer(&self, name: &str, epoch: u64, answer: bool) {
+        let mut kept = self.externs.lock().unwrap_or_else(|e| e.into_inner());
+        kept.insert(name.to_string(), (epoch, answer));
+    }
+
+    /// A client of the FPGA slot service of `sw` on its kept side channel.
+    pub fn slot_client(&self, sw: &Switch) -> Result<p4fleet_client::SlotClient, Error> {
+        let ch = self.side_channel(sw)?;
+        Ok(p4fleet_client::SlotClient::on_channel(
+            ch,
+            &sw.spec.endpoint,
+        ))
+    }
+
+    /// The pipelines the VirtualSwitches loaded, which the Switch probe
+    /// checks (`crate::loaded_pipelines`).
+    pub fn pipelines(&self) -> &LoadedPipelines {
+        &self.pipelines
+    }
+
     /// The identity for connections made from now on (set by the leader
     /// before its controllers start, so before the first connection).
     pub fn set_identity(&self, identity: Identity) {
@@ -223,6 +289,11 @@ impl DevicePool {
             self.changes.clone(),
             name.clone(),
         ));
+        // A new connection (a new device epoch count): ask again.
+        self.externs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&name);
         devices.insert(name, dev.clone());
         Ok(dev)
     }
@@ -257,6 +328,15 @@ impl DevicePool {
     pub fn forget(&self, name: &str) {
         let mut devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
         devices.remove(name);
+        self.side
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+        self.pipelines.forget_switch(name);
+        self.externs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
         self.tls.untrack(name);
     }
 }
@@ -348,6 +428,89 @@ mod tests {
             pool.connect(&tls),
             Err(Error::TlsUnavailable { .. })
         ));
+    }
+
+    /// A TCP forwarder to `to` that counts the connections it accepted.
+    async fn counting_proxy(
+        to: std::net::SocketAddr,
+    ) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    if let Ok(mut out) = tokio::net::TcpStream::connect(to).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    }
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn side_services_are_asked_on_one_kept_connection() {
+        use crate::controllers::extern_policy::runtime::serves_extern_runtime;
+        use std::sync::atomic::Ordering::SeqCst;
+        let running = p4fleet_emulator::Emulator::start(Default::default())
+            .await
+            .unwrap();
+        let (endpoint, accepted) = counting_proxy(running.p4runtime_addr()).await;
+        let sw = switch(
+            "s",
+            serde_json::json!({"target": "Bmv2", "endpoint": endpoint, "deviceId": 1, "slots": 1}),
+        );
+        let pool = DevicePool::with_election_id(1);
+        let mut answers = Vec::new();
+        for _ in 0..3 {
+            answers.push(serves_extern_runtime(pool.side_channel(&sw).unwrap(), 1).await);
+        }
+        // The board probe's client rides the same channel.
+        let _ = pool.slot_client(&sw).unwrap().board_info().await;
+        assert!(answers.iter().all(|a| *a == answers[0]), "{answers:?}");
+        assert_eq!(accepted.load(SeqCst), 1, "four questions, one connection");
+
+        // What each probe did before: a new lazy channel per question.
+        let target = pool.side_target(&sw);
+        for _ in 0..3 {
+            let ch = p4fleet_client::connect_lazy(&target).unwrap();
+            serves_extern_runtime(ch, 1).await;
+        }
+        assert_eq!(
+            accepted.load(SeqCst),
+            4,
+            "a new channel is a new connection"
+        );
+
+        // Forgotten (deleted or changed Switch): the next channel is new.
+        pool.forget("s");
+        serves_extern_runtime(pool.side_channel(&sw).unwrap(), 1).await;
+        assert_eq!(accepted.load(SeqCst), 5);
+        running.shutdown().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_extern_runtime_answer_holds_for_its_device_epoch_and_connection() {
+        let pool = DevicePool::with_election_id(1);
+        let spec = |port: u16| {
+            serde_json::json!({"target": "Bmv2", "endpoint": format!("127.0.0.1:{port}"),
+                "deviceId": 1, "slots": 1})
+        };
+        pool.connect(&switch("a", spec(1))).unwrap();
+        pool.keep_extern_answer("a", 1, true);
+        assert_eq!(pool.extern_answer("a", 1), Some(true));
+        assert_eq!(pool.extern_answer("a", 2), None, "the device changed");
+        assert_eq!(pool.extern_answer("b", 1), None);
+        pool.connect(&switch("a", spec(1))).unwrap();
+        assert_eq!(pool.extern_answer("a", 1), Some(true), "same connection");
+        pool.connect(&switch("a", spec(2))).unwrap();
+        assert_eq!(pool.extern_answer("a", 1), None, "a new connection");
+        pool.keep_extern_answer("a", 1, false);
+        pool.forget("a");
+        assert_eq!(pool.extern_answer("a", 1), None);
     }
 
     #[tokio::test]

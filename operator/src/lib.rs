@@ -27,6 +27,7 @@ pub mod fencing;
 pub mod http;
 pub mod leader;
 pub mod limits;
+pub mod loaded_pipelines;
 pub mod metrics;
 pub mod notice_metrics;
 pub mod ownership;

@@ -17,6 +17,7 @@ pub mod lanes;
 pub mod program;
 pub mod program_hold;
 pub mod switch;
+pub mod switch_pipelines;
 pub mod switch_probe;
 pub mod virtual_switch;
 

@@ -2,7 +2,9 @@
 //! its TLS Secret (watched from then on, `crate::tls_secrets`); apply:
 //! connect through the device pool, probe capabilities and ask whether the
 //! device accepts this operator on the device id (only for a valid spec);
-//! dereference the VirtualSwitches placed on it; build the status
+//! check the pipeline of every slot with a VirtualSwitch loaded
+//! ([`super::switch_pipelines`]: a lost one brings its VirtualSwitch back
+//! at once); dereference the VirtualSwitches placed on it; build the status
 //! ([`build_status`], pure: Valid, Reachable, Primary, slot usage); update
 //! status.
 
@@ -285,15 +287,30 @@ async fn probe(ctx: &Context, sw: &Switch) -> (Probe, Option<Standing>) {
 
 /// The `asyncExterns` capability, asked of the device (its extern
 /// runtime), never inferred from the target kind. BFRT endpoints do not
-/// serve it.
+/// serve it. Asked once per device connection: the answer is kept while
+/// the device's epoch (`Device::changes`: its stream lost, back, refused)
+/// stays the same; a failure to answer is not kept.
 async fn probe_async_externs(ctx: &Context, sw: &Switch) -> bool {
     if sw.spec.effective_protocol() != p4fleet_crds::SwitchProtocol::P4Runtime {
         return false;
     }
-    let Ok(target) = ctx.devices.target(sw) else {
+    // The Secret's problem is the Reachable condition's; never plaintext.
+    if ctx.devices.target(sw).is_err() {
+        return false;
+    }
+    let name = sw.name_any();
+    let epoch = ctx.devices.get(&name).map(|d| *d.changes().borrow());
+    if let Some(answer) = epoch.and_then(|e| ctx.devices.extern_answer(&name, e)) {
+        return answer;
+    }
+    let Ok(ch) = ctx.devices.side_channel(sw) else {
         return false;
     };
-    super::extern_policy::runtime::serves_extern_runtime(&target).await
+    let answer = super::extern_policy::runtime::extern_runtime_answer(ch, sw.spec.device_id).await;
+    if let (Some(a), Some(e)) = (answer, epoch) {
+        ctx.devices.keep_extern_answer(&name, e, a);
+    }
+    answer.unwrap_or(false)
 }
 
 /// Closes the connection (and its background tasks) and removes the metric
@@ -346,6 +363,11 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
         false => (None, None),
     };
     ctx.metrics.switch_seen(&name, matches!(probe, Some(Ok(_))));
+    if let Some(p) = &probe {
+        // The VirtualSwitches' pipeline checks ride on this probe.
+        let dev = p.as_ref().ok().and_then(|_| ctx.devices.get(&name));
+        super::switch_pipelines::check(&ctx.devices, &obj, dev.as_deref(), PROBE_TIMEOUT).await;
+    }
     let vss = ctx.reads.virtual_switches_on(&name).await?;
     let generation = obj.metadata.generation;
     let mut new = build_status(

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use p4fleet_client::{SlotCallError, SlotClient};
+use p4fleet_client::SlotCallError;
 use p4fleet_crds::{Condition, ConfigPortStatus, SlotClaim, Switch, SwitchStatus, SwitchTarget};
 use p4fleet_proto::fpga as pb;
 
@@ -29,7 +29,7 @@ pub async fn probe(
     if sw.spec.target != SwitchTarget::Fpga {
         return None;
     }
-    let client = match SlotClient::connect(&devices.side_target(sw)) {
+    let client = match devices.slot_client(sw) {
         Ok(c) => c,
         Err(e) => return Some(Err(e.into())),
     };

@@ -68,9 +68,36 @@ pub fn controller(ctx: &Context) -> Controller<VirtualSwitch> {
     });
     // A device that went away or came back (maybe empty, maybe running
     // another pipeline): check and re-push now.
-    on_device_changes(c, ctx, |v: &VirtualSwitch, switch| {
+    let c = on_device_changes(c, ctx, |v: &VirtualSwitch, switch| {
         v.status.as_ref().and_then(|s| s.switch.as_deref()) == Some(switch)
-    })
+    });
+    on_lost_pipelines(c, ctx)
+}
+
+/// Adds the Switch probe's findings to `c`: a VirtualSwitch whose pipeline
+/// the probe did not find on its device (`crate::loaded_pipelines`) is
+/// reconciled at once; every one if findings were missed.
+fn on_lost_pipelines(c: Controller<VirtualSwitch>, ctx: &Context) -> Controller<VirtualSwitch> {
+    use futures::StreamExt;
+    use kube::runtime::reflector::ObjectRef;
+    let store = c.store();
+    let lost = tokio_stream::wrappers::BroadcastStream::new(ctx.devices.pipelines().subscribe());
+    let trigger = lost.flat_map(move |found| {
+        let refs: Vec<ObjectRef<VirtualSwitch>> = match found {
+            Ok(key) => key
+                .split_once('/')
+                .map(|(ns, name)| ObjectRef::new(name).within(ns))
+                .into_iter()
+                .collect(),
+            Err(_lagged) => store
+                .state()
+                .iter()
+                .map(|v| ObjectRef::from_obj(v.as_ref()))
+                .collect(),
+        };
+        futures::stream::iter(refs)
+    });
+    c.reconcile_on(trigger)
 }
 
 /// Reconciles one VirtualSwitch: place and load it, or unload and release it.
@@ -123,21 +150,46 @@ async fn apply(
         }
     };
     let claimed = started.elapsed();
-    let (outcome, placed_on) = match held {
-        Err(e) => (Outcome::Unplaced(e), None),
+    let (outcome, placed_on, check) = match held {
+        Err(e) => (Outcome::Unplaced(e), None, None),
         Ok(held) => {
             let (pipeline, program) =
                 load_program(ctx, &ns, obj, &held.switch, &held.claim).await?;
+            let check = match (&pipeline, &program) {
+                (Pipeline::Loaded { .. }, Some(p)) => {
+                    pipeline::drift_check(&held.switch, &held.claim, p, &obj.spec)
+                }
+                _ => None,
+            };
             let outcome = Outcome::Placed {
                 switch: held.switch.name_any(),
                 slot: held.claim.slot,
                 pipeline,
             };
-            (outcome, program.map(|p| (held.switch, held.claim.slot, p)))
+            (
+                outcome,
+                program.map(|p| (held.switch, held.claim.slot, p)),
+                check,
+            )
         }
     };
     let loaded = started.elapsed();
-    let report = status::report(obj, &outcome, super::spread(ctx.config.drift, &me));
+    // A loaded pipeline is checked by its Switch's probe every
+    // --drift-seconds, so this VirtualSwitch comes back at --resync-seconds
+    // (or at once when the probe does not find it); otherwise it checks
+    // itself every --drift-seconds.
+    let pipelines = ctx.devices.pipelines();
+    let period = match (check, &placed_on) {
+        (Some(check), Some((sw, _, _))) => {
+            pipelines.record(&me, &sw.name_any(), check);
+            ctx.config.resync
+        }
+        _ => {
+            pipelines.forget(&me);
+            ctx.config.drift
+        }
+    };
+    let report = status::report(obj, &outcome, super::spread(period, &me));
     let mut new = report.status;
     let mut requeue = report.requeue;
     if let (
@@ -241,6 +293,7 @@ async fn sync_replication(
 /// (in that order, so no one else is loaded into a slot it still runs).
 async fn cleanup(ctx: &Context, obj: &VirtualSwitch) -> Result<Action, Error> {
     let me = object_key(obj);
+    ctx.devices.pipelines().forget(&me);
     let api: Api<Switch> = ctx.all();
     for sw in ctx.reads.switches().await? {
         if sw.spec.effective_protocol() == p4fleet_crds::SwitchProtocol::Bfrt {

@@ -17,6 +17,7 @@ use p4fleet_proto::p4info::P4Info;
 
 use crate::artifacts::{self, Resolved, field};
 use crate::context::Context;
+use crate::loaded_pipelines::PipelineCheck;
 use crate::metrics::SwitchLabel;
 use crate::reads::Reads;
 
@@ -358,6 +359,45 @@ pub struct Pushed {
     pub update: Option<super::hitless::Update>,
 }
 
+/// What the Switch probe checks every `--drift-seconds` to tell that
+/// `program`, loaded into `claim` on `sw`, still runs there: the
+/// comparison the load itself makes before deciding to push (P4Runtime:
+/// the cookie; BFRT: program name, bfrt.json and pipes; FPGA: the slot's
+/// digest, isolation and port map). None when it cannot be said (then the
+/// VirtualSwitch checks itself every `--drift-seconds`). Pure.
+pub fn drift_check(
+    sw: &Switch,
+    claim: &p4fleet_crds::SlotClaim,
+    program: &ReadyProgram,
+    spec: &p4fleet_crds::VirtualSwitchSpec,
+) -> Option<PipelineCheck> {
+    use sha2::Digest;
+    let slot = claim.slot;
+    if sw.spec.target == SwitchTarget::Fpga {
+        return Some(PipelineCheck::Slot {
+            slot,
+            digest: program.digest.clone(),
+            isolation: super::slot_load::isolation(spec).ok()?,
+            port_map: super::slot_load::port_map(spec),
+        });
+    }
+    Some(match sw.spec.effective_protocol() {
+        SwitchProtocol::Bfrt => {
+            let p = tofino_pipeline(&program.name, &sw.name_any(), &program.resolved).ok()?;
+            PipelineCheck::Tofino {
+                slot,
+                p4_name: p.p4_name,
+                bfrt_sha256: sha2::Sha256::digest(&p.bfrt_json).to_vec(),
+                pipes: claim.pipes.clone(),
+            }
+        }
+        SwitchProtocol::P4Runtime => PipelineCheck::Cookie {
+            slot,
+            cookie: artifacts::cookie(&program.digest),
+        },
+    })
+}
+
 /// Loads `program` into `slot` of `sw` the way its protocol wants.
 /// Returns how long the push took (and, on P4Runtime, whether the device
 /// kept unchanged tables), or None when the device already ran it
@@ -480,6 +520,68 @@ mod tests {
                 .to_string(),
             gone
         );
+    }
+
+    #[test]
+    fn the_probes_check_is_what_each_kind_compares_before_a_push() {
+        use sha2::Digest;
+        let sw = |target: &str| {
+            let spec: p4fleet_crds::SwitchSpec =
+                serde_json::from_value(serde_json::json!({"target": target, "endpoint": "h:1"}))
+                    .unwrap();
+            Switch::new("s1", spec)
+        };
+        let mut resolved = Resolved::default();
+        resolved.insert(field::TOFINO_BFRT_JSON, Ok(b"{}".to_vec()));
+        let program = ReadyProgram {
+            name: "fw".into(),
+            digest: "0123456789abcdef".repeat(4),
+            p4info: P4Info::default(),
+            resolved,
+            fpga_resources: Default::default(),
+        };
+        let spec: p4fleet_crds::VirtualSwitchSpec = serde_json::from_value(serde_json::json!({
+            "programRef": "fw", "switchRef": "s1", "isolation": {"vlan": 10},
+            "portMap": [{"physical": 1, "virtual": 0}]}))
+        .unwrap();
+        let claim = p4fleet_crds::SlotClaim {
+            slot: 2,
+            pipes: vec![0, 1],
+            ..Default::default()
+        };
+        assert_eq!(
+            drift_check(&sw("Bmv2"), &claim, &program, &spec),
+            Some(PipelineCheck::Cookie {
+                slot: 2,
+                cookie: 0x0123_4567_89ab_cdef
+            })
+        );
+        assert_eq!(
+            drift_check(&sw("Tofino"), &claim, &program, &spec),
+            Some(PipelineCheck::Tofino {
+                slot: 2,
+                p4_name: "fw".into(),
+                bfrt_sha256: sha2::Sha256::digest(b"{}").to_vec(),
+                pipes: vec![0, 1],
+            })
+        );
+        let Some(PipelineCheck::Slot {
+            slot,
+            digest,
+            isolation,
+            port_map,
+        }) = drift_check(&sw("Fpga"), &claim, &program, &spec)
+        else {
+            panic!("an FPGA slot is checked through the slot service");
+        };
+        assert_eq!((slot, digest), (2, program.digest.clone()));
+        assert_eq!(isolation.map(|i| i.vlan_id), Some(10));
+        assert_eq!(port_map.len(), 1);
+        // No bfrt.json: nothing the probe could compare; the VirtualSwitch
+        // checks itself.
+        let mut bare = program.clone();
+        bare.resolved = Resolved::default();
+        assert_eq!(drift_check(&sw("Tofino"), &claim, &bare, &spec), None);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use p4fleet_client::{SlotCallError, SlotClient};
+use p4fleet_client::SlotCallError;
 use p4fleet_crds::{Switch, UpdateStrategyType, VirtualSwitchSpec};
 use p4fleet_proto::fpga as pb;
 
@@ -119,7 +119,7 @@ pub async fn load(
     program: &ReadyProgram,
 ) -> Result<SlotLoad, SlotLoadError> {
     let started = Instant::now();
-    let client = SlotClient::connect(&devices.side_target(sw)).map_err(SlotCallError::from)?;
+    let client = devices.slot_client(sw).map_err(SlotCallError::from)?;
     let iso = isolation(spec)?;
     let ports = port_map(spec);
     let before = client.slot_state(slot).await?;
@@ -200,7 +200,7 @@ pub async fn unload(
     sw: &Switch,
     slot: u32,
 ) -> Result<(), SlotCallError> {
-    let client = SlotClient::connect(&devices.side_target(sw))?;
+    let client = devices.slot_client(sw)?;
     match client.unload_slot(slot).await {
         Err(e) if e.reason() == Some(pb::Reason::UnknownSlot) => Ok(()),
         r => r,
