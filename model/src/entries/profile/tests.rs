@@ -97,9 +97,11 @@ impl Spec {
             .iter()
             .enumerate()
             .map(|(i, (m, t))| EntrySpec {
-                index: i,
-                matches: m,
-                priority: None,
+                item: entry_item(i),
+                key: KeySpec::Inline {
+                    matches: m,
+                    priority: None,
+                },
                 action: match t {
                     Target::Direct => ActionSpec::Direct,
                     Target::Member(n) => ActionSpec::Member(n),
@@ -250,9 +252,11 @@ fn entries_follow_the_sets_ownership() {
     let mut foreign = device.entries[0].0.clone();
     let (schema, _) = fabric();
     let other = EntrySpec {
-        index: 0,
-        matches: &dst("192.168.0.0/16"),
-        priority: None,
+        item: entry_item(0),
+        key: KeySpec::Inline {
+            matches: &dst("192.168.0.0/16"),
+            priority: None,
+        },
         action: ActionSpec::Direct,
     };
     foreign.key = entry_key(&schema, &other, ParseOptions::default()).unwrap();
@@ -432,4 +436,89 @@ fn errors_give_their_item_and_reason_apart_whatever_the_names_hold() {
     };
     assert_eq!(e.item(), "spec.actionProfile.members");
     assert_eq!(e.reason(), "9 are more than the profile p holds (4)");
+}
+
+#[test]
+fn config_map_lines_resolve_members_and_groups_by_name() {
+    let (schema, profile) = fabric();
+    let spec = Spec::ecmp(&[1, 2]);
+    let text = "hdr.ipv4.dstAddr=20.0.0.0/8 => @group=ecmp1\n\
+                hdr.ipv4.dstAddr=21.0.0.0/8 => @member=nh2\n\
+                hdr.ipv4.dstAddr=22.0.0.0/8 => @group=nope\n";
+    let mut p = crate::entries::LineParser::new(&schema);
+    let mut lines = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        let (k, r) = p.parse_indirect_line(l).unwrap().unwrap();
+        lines.push((format!("configmap/ecmp/entries:line {}", i + 1), k, r));
+    }
+    let members: Vec<_> = spec
+        .members
+        .iter()
+        .map(|(n, p)| MemberSpec {
+            name: n,
+            id: None,
+            action: "set_nhop",
+            params: p,
+        })
+        .collect();
+    let groups: Vec<_> = spec
+        .groups
+        .iter()
+        .map(|(n, ms)| GroupSpec {
+            name: n,
+            id: None,
+            max_size: None,
+            members: ms.iter().map(|(m, w)| (m.as_str(), *w)).collect(),
+        })
+        .collect();
+    let entries: Vec<_> = lines
+        .iter()
+        .map(|(item, k, r)| EntrySpec {
+            item: item.clone(),
+            key: KeySpec::Parsed(k.clone()),
+            action: match r {
+                crate::entries::ProfileRef::Member(n) => ActionSpec::Member(n),
+                crate::entries::ProfileRef::Group(n) => ActionSpec::Group(n),
+            },
+        })
+        .collect();
+    let d = desired(
+        &schema,
+        &profile,
+        &members,
+        &groups,
+        &entries,
+        ParseOptions::default(),
+    );
+    assert_eq!(d.entries.len(), 2);
+    assert_eq!(
+        d.entries[0].1.action,
+        IndirectAction::Group(id_for_name("group", "ecmp1"))
+    );
+    assert_eq!(
+        d.entries[1].1.action,
+        IndirectAction::Member(id_for_name("member", "nh2"))
+    );
+    assert_eq!(
+        d.errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        ["configmap/ecmp/entries:line 3: no group \"nope\" in spec.actionProfile.groups"]
+    );
+    // An inline entry and a line with the same match: the first wins and
+    // the second is named by its line.
+    let dup = EntrySpec {
+        item: entry_item(0),
+        key: KeySpec::Parsed(lines[0].1.clone()),
+        action: ActionSpec::Member("nh1"),
+    };
+    let both = [dup, entries[0].clone()];
+    let d = desired(
+        &schema,
+        &profile,
+        &members,
+        &groups,
+        &both,
+        ParseOptions::default(),
+    );
+    assert_eq!(d.entries.len(), 1);
+    assert_eq!(d.errors[0].item(), "configmap/ecmp/entries:line 1");
 }
