@@ -34,6 +34,10 @@ pub struct ProfileSchema {
     /// a group's size is its number of members. Absent (the default,
     /// `sum_of_weights`): a group's size is the sum of its weights.
     pub sum_of_members: Option<Option<i32>>,
+    /// How many tables the profile implements (P4Info `table_ids`). More
+    /// than one: members and groups may be used by another table's
+    /// entries, so a set deletes only those it lists ([`Plan::spare`]).
+    pub tables: usize,
 }
 
 impl ProfileSchema {
@@ -66,6 +70,7 @@ impl ProfileSchema {
                 Some(S::SumOfMembers(m)) => Some(m.max_member_weight),
                 _ => None,
             },
+            tables: p.table_ids.len(),
         })
     }
 }
@@ -224,6 +229,24 @@ pub fn id_for_name(kind: &str, name: &str) -> u32 {
     h.update(name.as_bytes());
     let d = h.finalize();
     (u32::from_be_bytes(d[..4].try_into().expect("4 bytes")) & 0x7fff_ffff).max(1)
+}
+
+/// The ids of the members and groups a spec lists (given, or from the
+/// name), whether or not they are valid.
+pub fn listed_ids(
+    members: &[MemberSpec<'_>],
+    groups: &[GroupSpec<'_>],
+) -> (HashSet<u32>, HashSet<u32>) {
+    (
+        members
+            .iter()
+            .map(|m| m.id.unwrap_or_else(|| id_for_name("member", m.name)))
+            .collect(),
+        groups
+            .iter()
+            .map(|g| g.id.unwrap_or_else(|| id_for_name("group", g.name)))
+            .collect(),
+    )
 }
 
 /// A member as the spec gives it.
@@ -637,6 +660,17 @@ pub enum Item {
 }
 
 impl Plan {
+    /// Keeps only the member and group deletes whose ids are in `members`
+    /// and `groups` (`device` is what the plan was made against). For a
+    /// profile shared by several tables: an item the set does not list
+    /// may be another set's, in use by another table's entries.
+    pub fn spare(&mut self, device: &OnDevice, members: &HashSet<u32>, groups: &HashSet<u32>) {
+        self.member_deletes
+            .retain(|&j| members.contains(&device.members[j].id));
+        self.group_deletes
+            .retain(|&j| groups.contains(&device.groups[j].id));
+    }
+
     /// Updates to write.
     pub fn writes(&self) -> usize {
         self.phases().iter().map(|p| p.len()).sum()

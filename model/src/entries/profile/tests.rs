@@ -522,3 +522,68 @@ fn config_map_lines_resolve_members_and_groups_by_name() {
     assert_eq!(d.entries.len(), 1);
     assert_eq!(d.errors[0].item(), "configmap/ecmp/entries:line 1");
 }
+
+#[test]
+fn a_profile_shared_by_two_tables_spares_what_the_set_does_not_list() {
+    let info =
+        p4info::parse_text(include_str!("../../../../examples/shared_ecmp/p4info.txt")).unwrap();
+    let v4 = TableSchema::from_p4info(&info, "ecmp_v4").unwrap();
+    let src = TableSchema::from_p4info(&info, "ecmp_src").unwrap();
+    let p4 = ProfileSchema::of_table(&info, v4.id).unwrap();
+    assert_eq!(p4, ProfileSchema::of_table(&info, src.id).unwrap());
+    assert_eq!((p4.tables, fabric().1.tables), (2, 1));
+    // The same member name in both tables' sets is the same member.
+    let spec = Spec::ecmp(&[1, 1]);
+    let a = spec.desired_with(&v4, &p4);
+    assert!(a.errors.is_empty(), "{:?}", a.errors);
+    // The device holds a's items and another set's member and group.
+    let mut device = applied(&a, 7);
+    device.members.push(Member {
+        id: id_for_name("member", "other"),
+        action: a.members[0].1.action.clone(),
+    });
+    device.groups.push(Group {
+        id: id_for_name("group", "other"),
+        max_size: 0,
+        members: vec![(id_for_name("member", "other"), 1)],
+    });
+    let mut plan = plan(&a, &device, false, 7);
+    assert_eq!(
+        (plan.member_deletes.len(), plan.group_deletes.len()),
+        (1, 1)
+    );
+    // Shared: a sync deletes none it does not list...
+    plan.spare(&device, &HashSet::new(), &HashSet::new());
+    assert_eq!(plan.writes(), 0);
+    // ...and the finalizer only those it lists, after its entries.
+    let none = Desired::default();
+    let members: Vec<_> = spec
+        .members
+        .iter()
+        .map(|(n, p)| MemberSpec {
+            name: n,
+            id: None,
+            action: "set_nhop",
+            params: p,
+        })
+        .collect();
+    let groups = [GroupSpec {
+        name: "ecmp1",
+        id: None,
+        max_size: None,
+        members: vec![],
+    }];
+    let (m, g) = listed_ids(&members, &groups);
+    let mut gone = super::plan(&none, &device, false, 7);
+    gone.spare(&device, &m, &g);
+    let phases = gone.phases();
+    assert_eq!(phases.len(), 3, "{phases:?}");
+    assert!(matches!(phases[0][0], (Op::Delete, Item::Entry(_))));
+    assert_eq!(phases[1], vec![(Op::Delete, Item::Group(0))]);
+    assert_eq!(phases[2].len(), 2);
+    assert!(
+        phases[2]
+            .iter()
+            .all(|(_, i)| matches!(i, Item::Member(j) if *j < 2))
+    );
+}

@@ -460,6 +460,11 @@ async fn sync_into(
     if !sources_complete {
         plan.entry_deletes.clear();
     }
+    if profile.tables > 1 {
+        // Another table's set may list (and use) what this one does not.
+        let none = HashSet::new();
+        plan.spare(&device, &none, &none);
+    }
     for (i, other) in &plan.entry_conflicts {
         let (source, key) = source(
             t,
@@ -591,12 +596,20 @@ pub async fn remove(ctx: &Context, set: &TableEntrySet, t: &Target) -> Result<us
     };
     let device = read_back(p, t, profile).await?;
     let exclusive = set.spec.ownership == Ownership::Exclusive;
-    let plan = model::plan(
+    let mut plan = model::plan(
         &model::Desired::default(),
         &device,
         exclusive,
         apply::tag(set),
     );
+    if profile.tables > 1 {
+        // Shared with another table: only what this set lists is its own;
+        // a member another table's entries still use is refused (in use)
+        // and the deletion waits until those entries are gone.
+        let items = spec_items(set, &[]);
+        let (members, groups) = model::listed_ids(&items.members, &items.groups);
+        plan.spare(&device, &members, &groups);
+    }
     let nothing = model::Desired::default();
     let mut removed = 0;
     for phase in plan.phases() {
