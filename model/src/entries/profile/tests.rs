@@ -60,8 +60,8 @@ impl Spec {
         self.desired_with(&schema, &profile)
     }
 
-    fn desired_with(&self, schema: &TableSchema, profile: &ProfileSchema) -> Desired {
-        let members: Vec<_> = self
+    fn member_and_group_specs(&self) -> (Vec<MemberSpec<'_>>, Vec<GroupSpec<'_>>) {
+        let members = self
             .members
             .iter()
             .map(|(n, p)| MemberSpec {
@@ -71,7 +71,7 @@ impl Spec {
                 params: p,
             })
             .collect();
-        let groups: Vec<_> = self
+        let groups = self
             .groups
             .iter()
             .map(|(n, m)| GroupSpec {
@@ -81,6 +81,11 @@ impl Spec {
                 members: m.iter().map(|(n, w)| (n.as_str(), *w)).collect(),
             })
             .collect();
+        (members, groups)
+    }
+
+    fn desired_with(&self, schema: &TableSchema, profile: &ProfileSchema) -> Desired {
+        let (members, groups) = self.member_and_group_specs();
         let sets: Vec<Vec<SetAction>> = self
             .entries
             .iter()
@@ -451,26 +456,7 @@ fn config_map_lines_resolve_members_and_groups_by_name() {
         let (k, r) = p.parse_indirect_line(l).unwrap().unwrap();
         lines.push((format!("configmap/ecmp/entries:line {}", i + 1), k, r));
     }
-    let members: Vec<_> = spec
-        .members
-        .iter()
-        .map(|(n, p)| MemberSpec {
-            name: n,
-            id: None,
-            action: "set_nhop",
-            params: p,
-        })
-        .collect();
-    let groups: Vec<_> = spec
-        .groups
-        .iter()
-        .map(|(n, ms)| GroupSpec {
-            name: n,
-            id: None,
-            max_size: None,
-            members: ms.iter().map(|(m, w)| (m.as_str(), *w)).collect(),
-        })
-        .collect();
+    let (members, groups) = spec.member_and_group_specs();
     let entries: Vec<_> = lines
         .iter()
         .map(|(item, k, r)| EntrySpec {
@@ -557,22 +543,7 @@ fn a_profile_shared_by_two_tables_spares_what_the_set_does_not_list() {
     assert_eq!(plan.writes(), 0);
     // ...and the finalizer only those it lists, after its entries.
     let none = Desired::default();
-    let members: Vec<_> = spec
-        .members
-        .iter()
-        .map(|(n, p)| MemberSpec {
-            name: n,
-            id: None,
-            action: "set_nhop",
-            params: p,
-        })
-        .collect();
-    let groups = [GroupSpec {
-        name: "ecmp1",
-        id: None,
-        max_size: None,
-        members: vec![],
-    }];
+    let (members, groups) = spec.member_and_group_specs();
     let (m, g) = listed_ids(&members, &groups);
     let mut gone = super::plan(&none, &device, false, 7);
     gone.spare(&device, &m, &g);
