@@ -17,7 +17,7 @@ P4C="${P4C_BM2_SS:-p4c-bm2-ss}"
 # the emulated DPDK SWX pipeline); p4c-bm2-ss cannot compile it.
 EXAMPLES=("$@")
 if ((${#EXAMPLES[@]} == 0)); then
-  EXAMPLES=(firewall l2switch router fabric)
+  EXAMPLES=(firewall l2switch router fabric shared_ecmp)
 fi
 
 command -v "$P4C" >/dev/null || {

@@ -6,12 +6,15 @@
 //! and the entries that use it are written; weights change in place; a
 //! removed member leaves its group first; entries deleted behind the
 //! operator's back come back; bad input is a condition naming set, table
-//! and item; deleting the set leaves nothing on the device.
+//! and item; entries from a ConfigMap name the group and a member with
+//! `@group=` / `@member=`, a bad line is named by ConfigMap, key and line;
+//! deleting the set leaves nothing on the device.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
@@ -367,6 +370,66 @@ async fn an_ecmp_group_syncs_changes_in_place_repairs_drift_and_leaves_nothing_w
     assert!(!find_condition(&st.conditions, "Ready").unwrap().is_true());
     // Nothing was written for the bad spec: the device holds what it held.
     assert_eq!(held(emu, &ids).await.unwrap(), three);
+
+    // Entries from a ConfigMap: lines that name the group and a member.
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let lines = "#! fields hdr.ipv4.dstAddr\n12.0.0.0/8 @group=ecmp1\n\
+                 hdr.ipv4.dstAddr=13.0.0.0/8 => @member=nh2\n";
+    create_json(
+        &cms,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ecmp-lines"},
+            "data": {"entries": lines}}),
+    )
+    .await;
+    let mut from = spec(&[1, 2, 3], &[(1, 3), (2, 1), (3, 1)]);
+    from["entriesFrom"] = json!([{"configMap": "ecmp-lines"}]);
+    sets.patch(
+        "ecmp",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": from})),
+    )
+    .await
+    .unwrap();
+    let four = until(emu, &ids, "4 entries, 2 from the ConfigMap", |h| {
+        h.entries.len() == 4
+    })
+    .await;
+    let nh2 = *four
+        .members
+        .iter()
+        .find(|(_, port)| port.as_slice() == [2])
+        .unwrap()
+        .0;
+    assert_eq!(four.entries[&vec![12u8, 0, 0, 0]], format!("group {group}"));
+    assert_eq!(four.entries[&vec![13u8, 0, 0, 0]], format!("member {nh2}"));
+    assert_eq!((four.members, four.groups), (three.members, three.groups));
+    let st = status_where(&sets, "ActionProfilesSynced 3/1/4", |s| synced(s, 3, 1, 4)).await;
+    assert_eq!(st.applied, 4);
+
+    // A line naming a group the set does not have: refused by its place,
+    // nothing written (the other lines' entries stay as they are).
+    let bad_lines = format!("{lines}14.0.0.0/8 @group=nope\n");
+    cms.patch(
+        "ecmp-lines",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"data": {"entries": bad_lines}})),
+    )
+    .await
+    .unwrap();
+    let st = status_where(&sets, "InvalidActionProfile from a line", |s| {
+        find_condition(&s.conditions, "ActionProfilesSynced")
+            .is_some_and(|c| c.reason == "InvalidActionProfile")
+    })
+    .await;
+    assert!(
+        st.errors
+            .iter()
+            .any(|e| e.source == "configmap/ecmp-lines/entries:line 4"
+                && e.reason == "no group \"nope\" in spec.actionProfile.groups"),
+        "{:?}",
+        st.errors
+    );
+    assert_eq!(held(emu, &ids).await.unwrap().entries.len(), 4);
 
     // Deleting the set removes its entries, the group and the members.
     sets.delete("ecmp", &DeleteParams::default()).await.unwrap();

@@ -74,8 +74,9 @@ async fn p4c_output_of_every_example_loads_and_takes_its_entries() {
     let emu = start().await;
     let mut c = P4RuntimeClient::connect(emu.p4runtime_url()).await.unwrap();
     let _stream = primary(&mut c).await;
-    // (example, [(table, entries file)]); fabric has no entries file.
-    let cases: [(&str, &[(&str, &str)]); 4] = [
+    // (example, [(table, entries file)]); fabric and shared_ecmp have no
+    // entries file.
+    let cases: [(&str, &[(&str, &str)]); 5] = [
         ("firewall", &[("firewall", "firewall/entries.txt")]),
         (
             "l2switch",
@@ -92,6 +93,7 @@ async fn p4c_output_of_every_example_loads_and_takes_its_entries() {
             ],
         ),
         ("fabric", &[]),
+        ("shared_ecmp", &[]),
     ];
     for (name, tables) in cases {
         let text = String::from_utf8(example(&format!("{name}/p4info.txt"))).unwrap();

@@ -1074,4 +1074,55 @@ action_profiles { preamble { id: 101 name: "prof" } table_ids: 2 size: 2 }
             Code::InvalidArgument
         );
     }
+
+    /// examples/shared_ecmp: one selector behind two tables. A member
+    /// used by entries of both tables stays until neither uses it; the
+    /// entries of one table going is not enough.
+    #[test]
+    fn a_member_shared_by_two_tables_is_protected_by_either() {
+        use p4::table_action::Type as A;
+        let s = schema(include_str!("../../../examples/shared_ecmp/p4info.txt"));
+        let (profile, v4, src) = (297885383, 36238520, 36663472);
+        assert_eq!(s.tables[&v4].implementation_id, profile);
+        assert_eq!(s.tables[&src].implementation_id, profile);
+        let mut st = new_states(&s);
+        let nhop = p4::Action {
+            action_id: 24952588,
+            params: vec![
+                p4::action::Param {
+                    param_id: 1,
+                    value: vec![1],
+                },
+                p4::action::Param {
+                    param_id: 2,
+                    value: vec![1],
+                },
+            ],
+        };
+        apply_member(&s, &mut st, Type::Insert, &member(profile, 7, nhop)).unwrap();
+        let by_member = p4::TableAction {
+            r#type: Some(A::ActionProfileMemberId(7)),
+        };
+        let stored = |table: u32| {
+            p4::TableEntry {
+                table_id: table,
+                action: Some(by_member.clone()),
+                ..Default::default()
+            }
+            .encode_to_vec()
+        };
+        for t in [v4, src] {
+            let r = check_entry(&s, &st, &s.tables[&t], Some(&by_member)).unwrap();
+            add_ref(&mut st, &s.tables[&t], r);
+        }
+        assert_eq!(st[&profile].members[&7].refs, 2);
+        let delete = member(profile, 7, p4::Action::default());
+        let del = |st: &mut IdMap<ProfileState>| apply_member(&s, st, Type::Delete, &delete);
+        assert_eq!(code(del(&mut st)), Code::FailedPrecondition);
+        // ecmp_v4's entry goes: ecmp_src's still holds the member.
+        release_entry(&mut st, &s.tables[&v4], &stored(v4));
+        assert_eq!(code(del(&mut st)), Code::FailedPrecondition);
+        release_entry(&mut st, &s.tables[&src], &stored(src));
+        assert_eq!(del(&mut st), Ok(Type::Delete));
+    }
 }

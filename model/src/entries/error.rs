@@ -95,6 +95,16 @@ pub enum EntryError {
     LineTooLong { needed: usize, limit: usize },
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// `@member=` / `@group=` on a line of a table whose entries take an
+    /// action.
+    #[error("table {table:?} has no action profile: `@{token}=` does not apply, give an action")]
+    NotIndirect { table: String, token: &'static str },
+    /// A line of a table with an action profile without `@member=` /
+    /// `@group=`.
+    #[error(
+        "table {table:?} has an action profile: a line takes `@member=NAME` or `@group=NAME`, not an action"
+    )]
+    MissingProfileRef { table: String },
     /// A direct meter config (`@meter=` or an entry's `meter`).
     #[error("meter {value:?}: {reason}")]
     InvalidMeter { value: String, reason: String },

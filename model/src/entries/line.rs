@@ -36,6 +36,28 @@ pub struct LineParser<'s> {
     default_action: Option<usize>,
     /// The last line's `@meter=` (see [`LineParser::take_meter`]).
     meter: Option<MeterConfig>,
+    /// The last line's `@member=` / `@group=`.
+    reference: Option<ProfileRef>,
+}
+
+/// What an entry of a table with an action profile points at, by name:
+/// `@member=NAME` or `@group=NAME` in place of an action
+/// (docs/entities/action-profiles.md). The names are those of the set's
+/// `spec.actionProfile`; they are resolved there, not here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProfileRef {
+    Member(String),
+    Group(String),
+}
+
+impl ProfileRef {
+    /// The token's name without `@` and `=`: `member` or `group`.
+    pub fn token(&self) -> &'static str {
+        match self {
+            ProfileRef::Member(_) => "member",
+            ProfileRef::Group(_) => "group",
+        }
+    }
 }
 
 impl<'s> LineParser<'s> {
@@ -49,6 +71,7 @@ impl<'s> LineParser<'s> {
             positional: Vec::new(),
             default_action: None,
             meter: None,
+            reference: None,
         }
     }
 
@@ -66,11 +89,58 @@ impl<'s> LineParser<'s> {
 
     /// Parses one line (without its newline). `Ok(None)` for blank lines,
     /// comments and headers. Errors carry no line number; see [`parse_text`].
+    /// A line with `@member=` / `@group=` is refused: this is for tables
+    /// whose entries take an action (see [`LineParser::parse_indirect_line`]).
     pub fn parse_line(&mut self, line: &str) -> Result<Option<Entry>, EntryError> {
+        if !self.fill(line)? {
+            return Ok(None);
+        }
+        if let Some(r) = &self.reference {
+            return Err(EntryError::NotIndirect {
+                table: self.builder.schema.name.clone(),
+                token: r.token(),
+            });
+        }
+        self.builder.finish().map(Some)
+    }
+
+    /// Parses one line of a table with an action profile: the match (and
+    /// priority) and what it points at, `@member=NAME` or `@group=NAME`,
+    /// instead of an action. `Ok(None)` for blank lines, comments and
+    /// headers. A line with an action, or without a reference, is refused.
+    pub fn parse_indirect_line(
+        &mut self,
+        line: &str,
+    ) -> Result<Option<(EntryKey, ProfileRef)>, EntryError> {
+        if !self.fill(line)? {
+            return Ok(None);
+        }
+        let Some(r) = self.reference.take() else {
+            return Err(EntryError::MissingProfileRef {
+                table: self.builder.schema.name.clone(),
+            });
+        };
+        if self.builder.has_action() {
+            return Err(EntryError::Syntax(format!(
+                "a line with `@{}=` takes no action",
+                r.token()
+            )));
+        }
+        if self.meter.take().is_some() {
+            return Err(EntryError::Unsupported(
+                "`@meter=` on an entry of a table with an action profile".into(),
+            ));
+        }
+        self.builder.finish_key().map(|k| Some((k, r)))
+    }
+
+    /// Reads a line's tokens into the builder; false for blank lines,
+    /// comments and headers.
+    fn fill(&mut self, line: &str) -> Result<bool, EntryError> {
         let t = line.trim_start();
         if let Some(d) = t.strip_prefix("#!") {
             self.directive(d)?;
-            return Ok(None);
+            return Ok(false);
         }
         let body = match t.find('#') {
             Some(i) => &t[..i],
@@ -78,10 +148,11 @@ impl<'s> LineParser<'s> {
         };
         let mut toks = body.split_ascii_whitespace().peekable();
         if toks.peek().is_none() {
-            return Ok(None);
+            return Ok(false);
         }
         self.builder.reset();
         self.meter = None;
+        self.reference = None;
         let named = body.contains("=>");
         if named {
             self.named(toks)?;
@@ -92,7 +163,7 @@ impl<'s> LineParser<'s> {
                 "expected `field=value ... => action [param=value ...]`, or a `#! fields ...` header before positional lines".into(),
             ));
         }
-        self.builder.finish().map(Some)
+        Ok(true)
     }
 
     fn directive(&mut self, d: &str) -> Result<(), EntryError> {
@@ -149,8 +220,15 @@ impl<'s> LineParser<'s> {
         Ok(())
     }
 
-    /// A token after `@`: `meter=...` or the priority.
+    /// A token after `@`: `meter=...`, `member=...`, `group=...` or the
+    /// priority.
     fn at(&mut self, tok: &str) -> Result<(), EntryError> {
+        if let Some(name) = tok.strip_prefix("member=") {
+            return self.reference(ProfileRef::Member(name.to_string()));
+        }
+        if let Some(name) = tok.strip_prefix("group=") {
+            return self.reference(ProfileRef::Group(name.to_string()));
+        }
         match tok.strip_prefix(direct_meter::TOKEN) {
             Some(m) => {
                 if self.meter.is_some() {
@@ -161,6 +239,25 @@ impl<'s> LineParser<'s> {
             }
             None => self.priority(tok),
         }
+    }
+
+    fn reference(&mut self, r: ProfileRef) -> Result<(), EntryError> {
+        let (ProfileRef::Member(name) | ProfileRef::Group(name)) = &r;
+        if name.is_empty() {
+            return Err(EntryError::Syntax(format!(
+                "`@{}=` needs a name",
+                r.token()
+            )));
+        }
+        if let Some(first) = &self.reference {
+            return Err(EntryError::Syntax(format!(
+                "`@{}=` after `@{}=`: a line points at one member or group",
+                r.token(),
+                first.token()
+            )));
+        }
+        self.reference = Some(r);
+        Ok(())
     }
 
     fn priority(&mut self, tok: &str) -> Result<(), EntryError> {
@@ -198,6 +295,7 @@ impl<'s> LineParser<'s> {
             }
         }
         if !self.builder.has_action()
+            && self.reference.is_none()
             && let Some(a) = self.default_action
         {
             self.builder.set_action(a)?;
@@ -247,6 +345,7 @@ impl<'s> LineParser<'s> {
             )));
         }
         if !self.builder.has_action()
+            && self.reference.is_none()
             && let Some(a) = self.default_action
         {
             self.builder.set_action(a)?;
@@ -645,6 +744,72 @@ mod tests {
             ]
         );
         assert_eq!((r.entries.len(), r.meters), (0, 0));
+    }
+
+    #[test]
+    fn member_and_group_tokens_on_indirect_lines() {
+        let t = ipv4_lpm();
+        let mut p = LineParser::new(&t);
+        let (k, r) = p
+            .parse_indirect_line("hdr.ipv4.dstAddr=10.0.0.0/8 => @group=ecmp1")
+            .unwrap()
+            .unwrap();
+        assert_eq!(r, ProfileRef::Group("ecmp1".into()));
+        assert_eq!(k.matches.len(), 1);
+        assert_eq!(p.parse_indirect_line("# comment").unwrap(), None);
+        // Positional, with a `#! action` header that such lines ignore.
+        p.parse_line("#! fields dstAddr").unwrap();
+        p.parse_line("#! action set_nhop").unwrap();
+        let (k2, r) = p
+            .parse_indirect_line("11.0.0.0/8 @member=nh3")
+            .unwrap()
+            .unwrap();
+        assert_eq!(r, ProfileRef::Member("nh3".into()));
+        assert_ne!(k2, k);
+        // A direct line on the same table reads as before.
+        assert!(p.parse_line("12.0.0.0/8 drop").unwrap().is_some());
+    }
+
+    #[test]
+    fn bad_member_and_group_tokens_name_line_and_reason() {
+        let t = ipv4_lpm();
+        let mut p = LineParser::new(&t);
+        let err = |p: &mut LineParser, line: &str| p.parse_indirect_line(line).unwrap_err();
+        assert!(matches!(
+            err(&mut p, "dstAddr=10.0.0.0/8 => set_nhop 1 2"),
+            EntryError::MissingProfileRef { .. }
+        ));
+        assert!(matches!(
+            err(&mut p, "dstAddr=10.0.0.0/8 => drop @group=g"),
+            EntryError::Syntax(ref m) if m == "a line with `@group=` takes no action"
+        ));
+        assert!(matches!(
+            err(&mut p, "dstAddr=10.0.0.0/8 => @group=g @member=m"),
+            EntryError::Syntax(ref m) if m.contains("one member or group")
+        ));
+        assert!(matches!(
+            err(&mut p, "dstAddr=10.0.0.0/8 => @member="),
+            EntryError::Syntax(ref m) if m == "`@member=` needs a name"
+        ));
+        assert!(matches!(
+            err(&mut p, "dstAddr=10.0.0.0/8 => @group=g @meter=1:1:1:1"),
+            EntryError::Unsupported(_)
+        ));
+        assert!(matches!(
+            err(&mut p, "dstAddr=10.0.0.300/8 => @group=g"),
+            EntryError::InvalidMatch { .. }
+        ));
+        // On a table whose entries take an action, the token is refused
+        // with its line, through parse_text as through the operator.
+        let e = parse_text(
+            &t,
+            "dstAddr=10.0.0.0/8 => drop\ndstAddr=11.0.0.0/8 => @group=g\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "line 2: table \"MyIngress.ipv4_lpm\" has no action profile: `@group=` does not apply, give an action"
+        );
     }
 
     #[test]

@@ -39,8 +39,9 @@ pub use entry::{
 };
 pub use error::{EntryError, ValueError};
 pub use line::{
-    CONFIGMAP_TEXT_LIMIT, DEFAULT_CONFIGMAP_KEY, LineParser, ParseReport, Style, format_entries,
-    format_entry, format_key, parse_text, parse_text_lossy, parse_text_lossy_with, split_entries,
+    CONFIGMAP_TEXT_LIMIT, DEFAULT_CONFIGMAP_KEY, LineParser, ParseReport, ProfileRef, Style,
+    format_entries, format_entry, format_key, parse_text, parse_text_lossy, parse_text_lossy_with,
+    split_entries,
 };
 #[cfg(test)]
 pub(crate) use schema::fixtures;

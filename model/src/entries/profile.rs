@@ -34,6 +34,10 @@ pub struct ProfileSchema {
     /// a group's size is its number of members. Absent (the default,
     /// `sum_of_weights`): a group's size is the sum of its weights.
     pub sum_of_members: Option<Option<i32>>,
+    /// How many tables the profile implements (P4Info `table_ids`). More
+    /// than one: members and groups may be used by another table's
+    /// entries, so a set deletes only those it lists ([`Plan::spare`]).
+    pub tables: usize,
 }
 
 impl ProfileSchema {
@@ -66,6 +70,7 @@ impl ProfileSchema {
                 Some(S::SumOfMembers(m)) => Some(m.max_member_weight),
                 _ => None,
             },
+            tables: p.table_ids.len(),
         })
     }
 }
@@ -226,6 +231,24 @@ pub fn id_for_name(kind: &str, name: &str) -> u32 {
     (u32::from_be_bytes(d[..4].try_into().expect("4 bytes")) & 0x7fff_ffff).max(1)
 }
 
+/// The ids of the members and groups a spec lists (given, or from the
+/// name), whether or not they are valid.
+pub fn listed_ids(
+    members: &[MemberSpec<'_>],
+    groups: &[GroupSpec<'_>],
+) -> (HashSet<u32>, HashSet<u32>) {
+    (
+        members
+            .iter()
+            .map(|m| m.id.unwrap_or_else(|| id_for_name("member", m.name)))
+            .collect(),
+        groups
+            .iter()
+            .map(|g| g.id.unwrap_or_else(|| id_for_name("group", g.name)))
+            .collect(),
+    )
+}
+
 /// A member as the spec gives it.
 #[derive(Debug, Clone, Copy)]
 pub struct MemberSpec<'a> {
@@ -255,13 +278,25 @@ pub enum ActionSpec<'a> {
     ActionSet(Vec<(&'a str, &'a BTreeMap<String, String>, i32)>),
 }
 
+/// An entry's match as the spec gives it.
+#[derive(Debug, Clone)]
+pub enum KeySpec<'a> {
+    /// Inline (`spec.entries[i]`): field names and values, and priority.
+    Inline {
+        matches: &'a BTreeMap<String, String>,
+        priority: Option<i32>,
+    },
+    /// A ConfigMap line, parsed already ([`super::LineParser::parse_indirect_line`]).
+    Parsed(EntryKey),
+}
+
 /// An entry as the spec gives it.
 #[derive(Debug, Clone)]
 pub struct EntrySpec<'a> {
-    /// Its index in `spec.entries`.
-    pub index: usize,
-    pub matches: &'a BTreeMap<String, String>,
-    pub priority: Option<i32>,
+    /// Where it is, as errors name it: `spec.entries[3]` or
+    /// `configmap/ecmp/entries:line 4`.
+    pub item: String,
+    pub key: KeySpec<'a>,
     pub action: ActionSpec<'a>,
 }
 
@@ -273,7 +308,7 @@ pub struct Desired {
     /// `(name, member)` in spec order.
     pub members: Vec<(String, Member)>,
     pub groups: Vec<(String, Group)>,
-    /// `(spec index, entry)`.
+    /// `(i, entry)`: `entries[i]` of those given to [`desired`].
     pub entries: Vec<(usize, IndirectEntry)>,
     pub errors: Vec<ProfileError>,
 }
@@ -286,7 +321,8 @@ fn group_item(name: &str) -> String {
     format!("spec.actionProfile.groups[{name}]")
 }
 
-fn entry_item(i: usize) -> String {
+/// How errors name inline entry `i`: `spec.entries[i]`.
+pub fn entry_item(i: usize) -> String {
     format!("spec.entries[{i}]")
 }
 
@@ -375,8 +411,8 @@ pub fn desired(
     }
     let mut one_shot = None;
     let mut by_reference = None;
-    for e in entries {
-        let item = entry_item(e.index);
+    for (index, e) in entries.iter().enumerate() {
+        let item = e.item.clone();
         let action = match &e.action {
             ActionSpec::Direct => Err(ProfileError::DirectAction {
                 item: item.clone(),
@@ -404,7 +440,7 @@ pub fn desired(
                 IndirectAction::ActionSet(_) => &mut one_shot,
                 _ => &mut by_reference,
             };
-            first.get_or_insert(e.index);
+            first.get_or_insert(index);
             match (one_shot, by_reference) {
                 (Some(_), Some(_)) => Err(ProfileError::MixedModes {
                     item: item.clone(),
@@ -418,7 +454,7 @@ pub fn desired(
             error: Box::new(error),
         });
         match (key, action) {
-            (Ok(key), Ok(action)) => out.entries.push((e.index, IndirectEntry { key, action })),
+            (Ok(key), Ok(action)) => out.entries.push((index, IndirectEntry { key, action })),
             (Err(err), _) | (_, Err(err)) => out.errors.push(err),
         }
     }
@@ -430,7 +466,7 @@ pub fn desired(
             kept.push((i, e));
         } else {
             out.errors.push(ProfileError::Entry {
-                item: entry_item(i),
+                item: entries[i].item.clone(),
                 error: Box::new(EntryError::Unsupported(
                     "an entry with this match is given earlier".into(),
                 )),
@@ -459,12 +495,16 @@ fn entry_key(
     e: &EntrySpec<'_>,
     options: ParseOptions,
 ) -> Result<EntryKey, EntryError> {
+    let (matches, priority) = match &e.key {
+        KeySpec::Parsed(k) => return Ok(k.clone()),
+        KeySpec::Inline { matches, priority } => (matches, priority),
+    };
     let mut b = Builder::with_options(schema, options);
-    for (name, text) in e.matches {
+    for (name, text) in *matches {
         b.set_field_by_name(name, text)?;
     }
-    if let Some(p) = e.priority {
-        b.set_priority(p as i64);
+    if let Some(p) = priority {
+        b.set_priority(*p as i64);
     }
     b.finish_key()
 }
@@ -620,6 +660,17 @@ pub enum Item {
 }
 
 impl Plan {
+    /// Keeps only the member and group deletes whose ids are in `members`
+    /// and `groups` (`device` is what the plan was made against). For a
+    /// profile shared by several tables: an item the set does not list
+    /// may be another set's, in use by another table's entries.
+    pub fn spare(&mut self, device: &OnDevice, members: &HashSet<u32>, groups: &HashSet<u32>) {
+        self.member_deletes
+            .retain(|&j| members.contains(&device.members[j].id));
+        self.group_deletes
+            .retain(|&j| groups.contains(&device.groups[j].id));
+    }
+
     /// Updates to write.
     pub fn writes(&self) -> usize {
         self.phases().iter().map(|p| p.len()).sum()

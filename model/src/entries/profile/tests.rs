@@ -60,8 +60,8 @@ impl Spec {
         self.desired_with(&schema, &profile)
     }
 
-    fn desired_with(&self, schema: &TableSchema, profile: &ProfileSchema) -> Desired {
-        let members: Vec<_> = self
+    fn member_and_group_specs(&self) -> (Vec<MemberSpec<'_>>, Vec<GroupSpec<'_>>) {
+        let members = self
             .members
             .iter()
             .map(|(n, p)| MemberSpec {
@@ -71,7 +71,7 @@ impl Spec {
                 params: p,
             })
             .collect();
-        let groups: Vec<_> = self
+        let groups = self
             .groups
             .iter()
             .map(|(n, m)| GroupSpec {
@@ -81,6 +81,11 @@ impl Spec {
                 members: m.iter().map(|(n, w)| (n.as_str(), *w)).collect(),
             })
             .collect();
+        (members, groups)
+    }
+
+    fn desired_with(&self, schema: &TableSchema, profile: &ProfileSchema) -> Desired {
+        let (members, groups) = self.member_and_group_specs();
         let sets: Vec<Vec<SetAction>> = self
             .entries
             .iter()
@@ -97,9 +102,11 @@ impl Spec {
             .iter()
             .enumerate()
             .map(|(i, (m, t))| EntrySpec {
-                index: i,
-                matches: m,
-                priority: None,
+                item: entry_item(i),
+                key: KeySpec::Inline {
+                    matches: m,
+                    priority: None,
+                },
                 action: match t {
                     Target::Direct => ActionSpec::Direct,
                     Target::Member(n) => ActionSpec::Member(n),
@@ -250,9 +257,11 @@ fn entries_follow_the_sets_ownership() {
     let mut foreign = device.entries[0].0.clone();
     let (schema, _) = fabric();
     let other = EntrySpec {
-        index: 0,
-        matches: &dst("192.168.0.0/16"),
-        priority: None,
+        item: entry_item(0),
+        key: KeySpec::Inline {
+            matches: &dst("192.168.0.0/16"),
+            priority: None,
+        },
         action: ActionSpec::Direct,
     };
     foreign.key = entry_key(&schema, &other, ParseOptions::default()).unwrap();
@@ -432,4 +441,120 @@ fn errors_give_their_item_and_reason_apart_whatever_the_names_hold() {
     };
     assert_eq!(e.item(), "spec.actionProfile.members");
     assert_eq!(e.reason(), "9 are more than the profile p holds (4)");
+}
+
+#[test]
+fn config_map_lines_resolve_members_and_groups_by_name() {
+    let (schema, profile) = fabric();
+    let spec = Spec::ecmp(&[1, 2]);
+    let text = "hdr.ipv4.dstAddr=20.0.0.0/8 => @group=ecmp1\n\
+                hdr.ipv4.dstAddr=21.0.0.0/8 => @member=nh2\n\
+                hdr.ipv4.dstAddr=22.0.0.0/8 => @group=nope\n";
+    let mut p = crate::entries::LineParser::new(&schema);
+    let mut lines = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        let (k, r) = p.parse_indirect_line(l).unwrap().unwrap();
+        lines.push((format!("configmap/ecmp/entries:line {}", i + 1), k, r));
+    }
+    let (members, groups) = spec.member_and_group_specs();
+    let entries: Vec<_> = lines
+        .iter()
+        .map(|(item, k, r)| EntrySpec {
+            item: item.clone(),
+            key: KeySpec::Parsed(k.clone()),
+            action: match r {
+                crate::entries::ProfileRef::Member(n) => ActionSpec::Member(n),
+                crate::entries::ProfileRef::Group(n) => ActionSpec::Group(n),
+            },
+        })
+        .collect();
+    let d = desired(
+        &schema,
+        &profile,
+        &members,
+        &groups,
+        &entries,
+        ParseOptions::default(),
+    );
+    assert_eq!(d.entries.len(), 2);
+    assert_eq!(
+        d.entries[0].1.action,
+        IndirectAction::Group(id_for_name("group", "ecmp1"))
+    );
+    assert_eq!(
+        d.entries[1].1.action,
+        IndirectAction::Member(id_for_name("member", "nh2"))
+    );
+    assert_eq!(
+        d.errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        ["configmap/ecmp/entries:line 3: no group \"nope\" in spec.actionProfile.groups"]
+    );
+    // An inline entry and a line with the same match: the first wins and
+    // the second is named by its line.
+    let dup = EntrySpec {
+        item: entry_item(0),
+        key: KeySpec::Parsed(lines[0].1.clone()),
+        action: ActionSpec::Member("nh1"),
+    };
+    let both = [dup, entries[0].clone()];
+    let d = desired(
+        &schema,
+        &profile,
+        &members,
+        &groups,
+        &both,
+        ParseOptions::default(),
+    );
+    assert_eq!(d.entries.len(), 1);
+    assert_eq!(d.errors[0].item(), "configmap/ecmp/entries:line 1");
+}
+
+#[test]
+fn a_profile_shared_by_two_tables_spares_what_the_set_does_not_list() {
+    let info =
+        p4info::parse_text(include_str!("../../../../examples/shared_ecmp/p4info.txt")).unwrap();
+    let v4 = TableSchema::from_p4info(&info, "ecmp_v4").unwrap();
+    let src = TableSchema::from_p4info(&info, "ecmp_src").unwrap();
+    let p4 = ProfileSchema::of_table(&info, v4.id).unwrap();
+    assert_eq!(p4, ProfileSchema::of_table(&info, src.id).unwrap());
+    assert_eq!((p4.tables, fabric().1.tables), (2, 1));
+    // The same member name in both tables' sets is the same member.
+    let spec = Spec::ecmp(&[1, 1]);
+    let a = spec.desired_with(&v4, &p4);
+    assert!(a.errors.is_empty(), "{:?}", a.errors);
+    // The device holds a's items and another set's member and group.
+    let mut device = applied(&a, 7);
+    device.members.push(Member {
+        id: id_for_name("member", "other"),
+        action: a.members[0].1.action.clone(),
+    });
+    device.groups.push(Group {
+        id: id_for_name("group", "other"),
+        max_size: 0,
+        members: vec![(id_for_name("member", "other"), 1)],
+    });
+    let mut plan = plan(&a, &device, false, 7);
+    assert_eq!(
+        (plan.member_deletes.len(), plan.group_deletes.len()),
+        (1, 1)
+    );
+    // Shared: a sync deletes none it does not list...
+    plan.spare(&device, &HashSet::new(), &HashSet::new());
+    assert_eq!(plan.writes(), 0);
+    // ...and the finalizer only those it lists, after its entries.
+    let none = Desired::default();
+    let (members, groups) = spec.member_and_group_specs();
+    let (m, g) = listed_ids(&members, &groups);
+    let mut gone = super::plan(&none, &device, false, 7);
+    gone.spare(&device, &m, &g);
+    let phases = gone.phases();
+    assert_eq!(phases.len(), 3, "{phases:?}");
+    assert!(matches!(phases[0][0], (Op::Delete, Item::Entry(_))));
+    assert_eq!(phases[1], vec![(Op::Delete, Item::Group(0))]);
+    assert_eq!(phases[2].len(), 2);
+    assert!(
+        phases[2]
+            .iter()
+            .all(|(_, i)| matches!(i, Item::Member(j) if *j < 2))
+    );
 }

@@ -234,7 +234,8 @@ async fn sync(
     let writes = writes.map(|(switch, p)| (switch, write_planned(ctx, p)));
     let mut outcomes = ctx.permits.each(parallel, writes).await;
     let mut profiled = Vec::with_capacity(indirect.len());
-    for (vs, (outcome, p)) in sync_profiles(ctx, set, &indirect).await {
+    let sources = (&refs.sources, refs.sources_complete());
+    for (vs, (outcome, p)) in sync_profiles(ctx, set, &indirect, sources).await {
         outcomes.push(outcome);
         profiled.push((vs, p));
     }
@@ -345,10 +346,11 @@ async fn sync_profiles(
     ctx: &Context,
     set: &TableEntrySet,
     targets: &[dereference::Target],
+    (sources, complete): (&crate::entry_sources::Sources, bool),
 ) -> Vec<(String, (apply::Outcome, profiles::Profiled))> {
     let mut out = Vec::with_capacity(targets.len());
     for t in targets {
-        let outcome = profiles::sync_target(ctx, set, t).await;
+        let outcome = profiles::sync_target(ctx, set, t, sources, complete).await;
         out.push((t.virtual_switch.clone(), outcome));
     }
     out

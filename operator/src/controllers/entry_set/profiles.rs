@@ -23,10 +23,10 @@ use p4fleet_crds::{
     ActionProfileStatus, Condition, Ownership, TableEntrySet, condition_types::READY,
 };
 use p4fleet_model::entries::profile::{
-    self as model, ActionSpec, EntrySpec, GroupSpec, IndirectEntry, Item, MemberSpec, OnDevice, Op,
-    ProfileSchema,
+    self as model, ActionSpec, EntrySpec, GroupSpec, IndirectEntry, Item, KeySpec, MemberSpec,
+    OnDevice, Op, ProfileError, ProfileSchema,
 };
-use p4fleet_model::entries::{ParseOptions, format_key};
+use p4fleet_model::entries::{EntryKey, LineParser, ParseOptions, ProfileRef, format_key};
 use p4fleet_model::sync::{self, SyncTally};
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, update::Type};
 
@@ -36,6 +36,7 @@ use super::dereference::Target;
 use super::status::Report;
 use crate::context::Context;
 use crate::controllers::object_key;
+use crate::entry_sources::Sources;
 use crate::status::{EventNote, ready_from};
 
 /// The condition this module adds (only to sets that use action profiles
@@ -103,7 +104,37 @@ struct SpecItems<'a> {
     entries: Vec<EntrySpec<'a>>,
 }
 
-fn spec_items(set: &TableEntrySet) -> SpecItems<'_> {
+/// An entry of a ConfigMap line: where (`configmap/x/key:line n`), its
+/// key and what it points at.
+type LineEntry = (String, EntryKey, ProfileRef);
+
+/// The entries of the set's ConfigMap texts for a table with an action
+/// profile (`@member=` / `@group=` lines), and the bad lines, named by
+/// ConfigMap, key and line. Pure.
+pub fn line_entries(
+    schema: &p4fleet_model::entries::TableSchema,
+    options: ParseOptions,
+    sources: &Sources,
+) -> (Vec<LineEntry>, Vec<ProfileError>) {
+    let (mut entries, mut errors) = (Vec::new(), Vec::new());
+    for t in &sources.texts {
+        let mut p = LineParser::with_options(schema, options);
+        for (i, line) in t.text.lines().enumerate() {
+            let item = || format!("configmap/{}/{}:line {}", t.config_map, t.key, i + 1);
+            match p.parse_indirect_line(line) {
+                Ok(Some((key, r))) => entries.push((item(), key, r)),
+                Ok(None) => {}
+                Err(e) => errors.push(ProfileError::Entry {
+                    item: item(),
+                    error: Box::new(e),
+                }),
+            }
+        }
+    }
+    (entries, errors)
+}
+
+fn spec_items<'a>(set: &'a TableEntrySet, lines: &'a [LineEntry]) -> SpecItems<'a> {
     let profile = set.spec.action_profile.as_ref();
     let members = profile
         .map(|p| {
@@ -141,9 +172,11 @@ fn spec_items(set: &TableEntrySet) -> SpecItems<'_> {
         .iter()
         .enumerate()
         .map(|(index, e)| EntrySpec {
-            index,
-            matches: &e.match_,
-            priority: e.priority,
+            item: model::entry_item(index),
+            key: KeySpec::Inline {
+                matches: &e.match_,
+                priority: e.priority,
+            },
             action: if let Some(m) = &e.member {
                 ActionSpec::Member(m)
             } else if let Some(g) = &e.group {
@@ -159,6 +192,14 @@ fn spec_items(set: &TableEntrySet) -> SpecItems<'_> {
                 ActionSpec::Direct
             },
         })
+        .chain(lines.iter().map(|(item, key, r)| EntrySpec {
+            item: item.clone(),
+            key: KeySpec::Parsed(key.clone()),
+            action: match r {
+                ProfileRef::Member(m) => ActionSpec::Member(m),
+                ProfileRef::Group(g) => ActionSpec::Group(g),
+            },
+        }))
         .collect();
     SpecItems {
         members,
@@ -253,7 +294,7 @@ fn source(
     t: &Target,
     op: Op,
     item: Item,
-    desired: &model::Desired,
+    (desired, entries): (&model::Desired, &[EntrySpec]),
     device: &OnDevice,
 ) -> (String, Option<String>) {
     let delete = op == Op::Delete;
@@ -285,7 +326,7 @@ fn source(
             Some(format_key(&t.schema, &device.entries[i].0.key)),
         ),
         Item::Entry(i) => (
-            format!("spec.entries[{}]", desired.entries[i].0),
+            entries[desired.entries[i].0].item.clone(),
             Some(format_key(&t.schema, &desired.entries[i].1.key)),
         ),
     }
@@ -320,47 +361,38 @@ fn confirmed(
     }
 }
 
-/// Syncs the action profile and the entries of target `t`'s table.
-/// Never an error: a failure is in the outcome.
+/// Syncs the action profile and the entries of target `t`'s table: the
+/// inline entries and the `@member=` / `@group=` lines of `sources`.
+/// While a source could not be read (`sources_complete` false) no entry
+/// is deleted: its entries may be among those on the device. Never an
+/// error: a failure is in the outcome.
 pub async fn sync_target(
     ctx: &Context,
     set: &TableEntrySet,
     t: &Target,
+    sources: &Sources,
+    sources_complete: bool,
 ) -> (apply::Outcome, Profiled) {
     let mut out = TargetOutcome {
         outcome: outcome(t),
         profiled: Profiled::default(),
     };
-    sync_into(ctx, set, t, &mut out).await;
-    if out.profiled.problem.is_none()
-        && out.outcome.device_error.is_none()
-        && let Some(profile) = &t.profile
-    {
-        out.profiled.problem = entries_from_problem(set, &t.schema.name, &profile.name);
-    }
+    sync_into(ctx, set, t, (sources, sources_complete), &mut out).await;
     out.done()
 }
 
-/// ConfigMap entries of a table with an action profile are not read yet
-/// (the line format has no member/group notation): said in the
-/// condition, never ignored silently. The inline part is still synced.
-pub fn entries_from_problem(
+async fn sync_into(
+    ctx: &Context,
     set: &TableEntrySet,
-    table: &str,
-    profile: &str,
-) -> Option<(&'static str, String)> {
-    (!set.spec.entries_from.is_empty()).then(|| {
-        (
-            "EntriesFromNotRead",
-            format!(
-                "spec.entriesFrom is not read for table {table} with action profile {profile} (the line format has no member/group notation yet): give its entries inline"
-            ),
-        )
-    })
-}
-
-async fn sync_into(ctx: &Context, set: &TableEntrySet, t: &Target, out: &mut TargetOutcome) {
-    out.outcome.tally.desired = set.spec.entries.len() as u64;
+    t: &Target,
+    (sources, sources_complete): (&Sources, bool),
+    out: &mut TargetOutcome,
+) {
+    let options = ParseOptions {
+        mask_host_bits: set.spec.mask_host_bits,
+    };
+    let (lines, bad_lines) = line_entries(&t.schema, options, sources);
+    out.outcome.tally.desired = (set.spec.entries.len() + lines.len() + bad_lines.len()) as u64;
     out.outcome.tally.failed = out.outcome.tally.desired;
     let dev = match t.device(&ctx.devices) {
         Ok(d) => d,
@@ -394,11 +426,8 @@ async fn sync_into(ctx: &Context, set: &TableEntrySet, t: &Target, out: &mut Tar
         ));
         return;
     };
-    let items = spec_items(set);
-    let options = ParseOptions {
-        mask_host_bits: set.spec.mask_host_bits,
-    };
-    let desired = model::desired(
+    let items = spec_items(set, &lines);
+    let mut desired = model::desired(
         &t.schema,
         &profile,
         &items.members,
@@ -406,6 +435,7 @@ async fn sync_into(ctx: &Context, set: &TableEntrySet, t: &Target, out: &mut Tar
         &items.entries,
         options,
     );
+    desired.errors.extend(bad_lines);
     let invalid = desired.errors.len();
     for e in &desired.errors {
         out.outcome.errors.push(error(e.item(), None, e.reason()));
@@ -424,12 +454,26 @@ async fn sync_into(ctx: &Context, set: &TableEntrySet, t: &Target, out: &mut Tar
     let exclusive = set.spec.ownership == Ownership::Exclusive;
     // Bad input writes nothing: a refused member would otherwise take
     // its group and entries off the device with it.
-    let plan = match invalid {
+    let mut plan = match invalid {
         0 => model::plan(&desired, &device, exclusive, tag),
         _ => model::Plan::default(),
     };
+    if !sources_complete {
+        plan.entry_deletes.clear();
+    }
+    if profile.tables > 1 {
+        // Another table's set may list (and use) what this one does not.
+        let none = HashSet::new();
+        plan.spare(&device, &none, &none);
+    }
     for (i, other) in &plan.entry_conflicts {
-        let (source, key) = source(t, Op::Modify, Item::Entry(*i), &desired, &device);
+        let (source, key) = source(
+            t,
+            Op::Modify,
+            Item::Entry(*i),
+            (&desired, &items.entries),
+            &device,
+        );
         out.outcome.errors.push(error(
             source,
             key,
@@ -465,7 +509,7 @@ async fn sync_into(ctx: &Context, set: &TableEntrySet, t: &Target, out: &mut Tar
         }
         for (j, code, message) in refused {
             let (op, item) = phase[j];
-            let (source, key) = source(t, op, item, &desired, &device);
+            let (source, key) = source(t, op, item, (&desired, &items.entries), &device);
             let why = format!(
                 "VirtualSwitch {} refused it ({}): {message}",
                 t.virtual_switch,
@@ -553,12 +597,20 @@ pub async fn remove(ctx: &Context, set: &TableEntrySet, t: &Target) -> Result<us
     };
     let device = read_back(p, t, profile).await?;
     let exclusive = set.spec.ownership == Ownership::Exclusive;
-    let plan = model::plan(
+    let mut plan = model::plan(
         &model::Desired::default(),
         &device,
         exclusive,
         apply::tag(set),
     );
+    if profile.tables > 1 {
+        // Shared with another table: only what this set lists is its own;
+        // a member another table's entries still use is refused (in use)
+        // and the deletion waits until those entries are gone.
+        let items = spec_items(set, &[]);
+        let (members, groups) = model::listed_ids(&items.members, &items.groups);
+        plan.spare(&device, &members, &groups);
+    }
     let nothing = model::Desired::default();
     let mut removed = 0;
     for phase in plan.phases() {
@@ -573,7 +625,7 @@ pub async fn remove(ctx: &Context, set: &TableEntrySet, t: &Target) -> Result<us
             .collect();
         if let Some((j, code, message)) = failed.first() {
             let (op, item) = phase[*j];
-            let (what, key) = source(t, op, item, &nothing, &device);
+            let (what, key) = source(t, op, item, (&nothing, &[]), &device);
             return Err(RemovalError::Refused {
                 count: failed.len(),
                 first: format!(

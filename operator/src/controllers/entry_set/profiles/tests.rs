@@ -48,7 +48,7 @@ fn confirmed(members: u64, groups: u64, entries: u64) -> Option<ActionProfileSta
 fn the_spec_names_members_groups_and_the_action_of_each_entry() {
     let s = ecmp();
     assert!(wanted(&s));
-    let items = spec_items(&s);
+    let items = spec_items(&s, &[]);
     assert_eq!(items.members.len(), 2);
     assert_eq!(items.groups[0].members, vec![("nh1", 1), ("nh2", 2)]);
     assert!(matches!(items.entries[0].action, ActionSpec::Group("g")));
@@ -139,20 +139,55 @@ fn members_and_groups_on_a_table_without_a_profile_are_a_condition() {
 }
 
 #[test]
-fn entries_from_on_a_profile_table_is_said_not_ignored() {
+fn config_map_lines_name_members_and_groups_and_bad_lines_their_place() {
+    let info = p4fleet_proto::p4info::parse_text(include_str!(
+        "../../../../../examples/fabric/p4info.txt"
+    ))
+    .unwrap();
+    let schema = p4fleet_model::entries::TableSchema::from_p4info(&info, "ecmp").unwrap();
+    let text = |config_map: &str, text: &str| crate::entry_sources::SourceText {
+        config_map: config_map.into(),
+        key: "entries".into(),
+        resource_version: "1".into(),
+        text: text.into(),
+    };
+    let sources = Sources {
+        texts: vec![
+            text(
+                "ecmp-a",
+                "#! fields hdr.ipv4.dstAddr\n20.0.0.0/8 @group=g\n# note\n21.0.0.0/8 @member=nh2\n",
+            ),
+            text(
+                "ecmp-b",
+                "hdr.ipv4.dstAddr=22.0.0.0/8 => set_nhop 1 1\nhdr.ipv4.dstAddr=23.0.0.0/8 => @group=g\n",
+            ),
+        ],
+    };
+    let (lines, bad) = line_entries(&schema, ParseOptions::default(), &sources);
+    let places: Vec<&str> = lines.iter().map(|l| l.0.as_str()).collect();
     assert_eq!(
-        entries_from_problem(&ecmp(), "MyIngress.ecmp", "MyIngress.ecmp_selector"),
-        None
+        places,
+        [
+            "configmap/ecmp-a/entries:line 2",
+            "configmap/ecmp-a/entries:line 4",
+            "configmap/ecmp-b/entries:line 2"
+        ]
     );
-    let mut s = ecmp();
-    s.spec.entries_from = serde_yaml::from_str("[{configMap: ecmp-lines}]").unwrap();
-    let (reason, message) =
-        entries_from_problem(&s, "MyIngress.ecmp", "MyIngress.ecmp_selector").unwrap();
-    assert_eq!(reason, "EntriesFromNotRead");
+    assert_eq!(lines[1].2, ProfileRef::Member("nh2".into()));
+    assert_eq!(bad.len(), 1);
+    assert_eq!(bad[0].item(), "configmap/ecmp-b/entries:line 1");
     assert!(
-        message.starts_with(
-            "spec.entriesFrom is not read for table MyIngress.ecmp with action profile MyIngress.ecmp_selector"
-        ),
-        "{message}"
+        bad[0]
+            .reason()
+            .contains("a line takes `@member=NAME` or `@group=NAME`"),
+        "{}",
+        bad[0]
     );
+    // With the inline entries: inline first, then the lines, each named.
+    let s = ecmp();
+    let items = spec_items(&s, &lines);
+    assert_eq!(items.entries.len(), 6);
+    assert_eq!(items.entries[3].item, "configmap/ecmp-a/entries:line 2");
+    assert!(matches!(items.entries[3].action, ActionSpec::Group("g")));
+    assert!(matches!(items.entries[4].action, ActionSpec::Member("nh2")));
 }
