@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::action_profile::{ActionProfileSpec, ActionProfileStatus, WeightedAction};
 use crate::common::{Condition, Selector, conditions_schema};
+use crate::digests::{DigestSetting, DigestsStatus, LearnSpec};
 use crate::resources::{CounterReadout, CountersStatus, MeterSetting, RegisterSetting};
 
 /// Desired entries for one table, pushed in batches and kept in sync.
@@ -38,8 +39,10 @@ use crate::resources::{CounterReadout, CountersStatus, MeterSetting, RegisterSet
 #[schemars(extend("x-kubernetes-validations" = [
     {"rule": "has(self.virtualSwitchRef) != has(self.virtualSwitchSelector)",
      "message": "exactly one of virtualSwitchRef or virtualSwitchSelector must be set"},
-    {"rule": "(has(self.entries) && size(self.entries) > 0) || (has(self.entriesFrom) && size(self.entriesFrom) > 0) || (has(self.ownership) && self.ownership == 'Exclusive') || has(self.defaultAction)",
-     "message": "entries, entriesFrom or defaultAction must be given (only an Exclusive set may be empty, to clear its table)"}
+    {"rule": "(has(self.entries) && size(self.entries) > 0) || (has(self.entriesFrom) && size(self.entriesFrom) > 0) || (has(self.ownership) && self.ownership == 'Exclusive') || has(self.defaultAction) || has(self.learn)",
+     "message": "entries, entriesFrom, defaultAction or learn must be given (only an Exclusive set may be empty, to clear its table)"},
+    {"rule": "!has(self.learn) || (has(self.digests) && self.digests.exists(d, d.name == self.learn.digest))",
+     "message": "learn.digest must be configured in digests"}
 ]))]
 pub struct TableEntrySetSpec {
     /// Name of the VirtualSwitch (same namespace) whose table this fills.
@@ -100,6 +103,14 @@ pub struct TableEntrySetSpec {
     /// (ECMP), used by entries by name (docs/entities/action-profiles.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action_profile: Option<ActionProfileSpec>,
+    /// Digest configs written to every target (docs/entities/digests.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub digests: Vec<DigestSetting>,
+    /// Entries learned from a digest, removed when they idle out
+    /// (docs/entities/digests.md, "Learning").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learn: Option<LearnSpec>,
 }
 
 /// A table's default action: an action of the table that is not
@@ -509,6 +520,10 @@ pub struct TableEntrySetStatus {
     /// the devices confirmed (absent without `spec.actionProfile`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action_profile: Option<ActionProfileStatus>,
+    /// Digests configured and entries learned, as the devices confirmed
+    /// them (absent without `spec.digests`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digests: Option<DigestsStatus>,
 }
 
 /// One entry that failed.

@@ -5,6 +5,7 @@
 
 pub mod action_profile;
 pub mod common;
+pub mod digests;
 pub mod entry_set;
 pub mod extern_policy;
 pub mod program;
@@ -15,6 +16,7 @@ pub mod virtual_switch;
 
 pub use action_profile::*;
 pub use common::*;
+pub use digests::*;
 pub use entry_set::*;
 pub use extern_policy::*;
 pub use program::*;

@@ -83,6 +83,8 @@ pub struct Context {
     pub entry_sources: EntrySources,
     /// Ready programs the VirtualSwitch controller resolved, by digest.
     pub programs: crate::controllers::virtual_switch::pipeline::ProgramCache,
+    /// The learning tasks of TableEntrySets with `spec.learn`.
+    pub learners: crate::learning::Learners,
 }
 
 impl Context {
@@ -127,6 +129,7 @@ impl Context {
             ownership: Default::default(),
             entry_sources: EntrySources::new(metrics.entry_sources.clone()),
             programs: Default::default(),
+            learners: Default::default(),
         })
     }
 

@@ -26,6 +26,7 @@ pub mod event_names;
 pub mod fencing;
 pub mod http;
 pub mod leader;
+pub mod learning;
 pub mod limits;
 pub mod metrics;
 pub mod notice_metrics;

@@ -60,6 +60,19 @@ pub fn set_tag(namespace: &str, name: &str) -> u64 {
     v.max(1)
 }
 
+/// The tag of the entries a set *learned* from digests (`spec.learn`):
+/// derived from the set's own tag and never equal to it, so the set's
+/// plan (which deletes what carries its tag and is not desired) does not
+/// take them for its own; the set's cleanup removes both.
+pub fn learned_tag(tag: u64) -> u64 {
+    let t = tag.rotate_left(29) ^ 0x6c65_6172_6e65_6421;
+    if t == 0 || t == tag {
+        t.wrapping_add(1).max(1)
+    } else {
+        t
+    }
+}
+
 /// Prefix of p4fleet's entry metadata: `p4f1` + the tag, big-endian.
 const TAG_PREFIX: &[u8; 4] = b"p4f1";
 
@@ -401,6 +414,9 @@ mod tests {
         assert_ne!(set_tag("ns", "a"), 0);
         assert_eq!(tag_of(&tag_metadata(42)), 42);
         assert_eq!(tag_of(b"other"), 0);
+        for t in [1, 42, u64::MAX, set_tag("ns", "learner")] {
+            assert!(![0, t].contains(&learned_tag(t)), "{t}");
+        }
     }
 
     #[test]

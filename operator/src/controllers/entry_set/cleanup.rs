@@ -71,6 +71,7 @@ pub async fn cleanup(ctx: &Context, set: &TableEntrySet) -> Result<Action, Error
         let ev = crate::ownership::damage_event(d, set.spec.ownership);
         ctx.events.publish(set, &ev).await;
     }
+    super::digests::cleanup(ctx, set, &refs.targets).await;
     let mut failures = Vec::new();
     let mut removed = 0;
     for (i, t) in refs.targets.iter().enumerate() {

@@ -32,6 +32,7 @@ pub mod conflicts;
 pub mod default_action;
 pub mod dereference;
 pub mod desired;
+pub mod digests;
 pub mod memory;
 pub mod parse;
 pub mod profiles;
@@ -221,6 +222,7 @@ async fn sync(
         &now,
     )
     .await;
+    let learned = digests::sync(ctx, set, &refs.targets).await;
     let mut report = status::report(&status::Input {
         set,
         problems: &refs.problems,
@@ -242,6 +244,7 @@ async fn sync(
     }
     let mut new = report.status;
     resources::finish(&mut new, &extras, resources::wanted(set), MAX_ERRORS);
+    digests::finish(&mut new, set, &learned, MAX_ERRORS);
     update_status_noting(ctx, api, set, &mut new, &report.events).await?;
     ctx.metrics
         .entry_set(&namespace(set)?, &set.name_any(), &new);
@@ -261,7 +264,8 @@ async fn sync(
         ctx.events.publish(set, ev).await;
     }
     let resync = super::spread(ctx.config.resync, &me);
-    Ok(resources::requeue(set, report.action, resync))
+    let action = resources::requeue(set, report.action, resync);
+    Ok(digests::requeue(set, action))
 }
 
 /// Each target's default entry (`spec.defaultAction`), one target after
