@@ -139,9 +139,12 @@ fn send_frame(env: &Env, device: u64, src: &str, port: u32) -> serde_json::Value
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {resp}"))
 }
 
-/// The Switches, program and VirtualSwitches `l2` (device 51) and `spare`
-/// (device 52) in `ns`.
-async fn setup(client: &kube::Client, env: &Env, ns: &str) {
+/// The program, and one Switch and VirtualSwitch per `(name, device)` in
+/// `ns`. The tests of this binary run in parallel against one emulator
+/// and one operator: each names only its own device, because two Switches
+/// on one device are two connections with the operator's one election id,
+/// and the device refuses the second ("election id already used").
+async fn setup(client: &kube::Client, env: &Env, ns: &str, switches: &[(&str, u64)]) {
     let v1 = "p4fleet.dev/v1alpha1";
     create_json(
         &Api::<p4fleet_crds::P4Program>::namespaced(client.clone(), ns),
@@ -149,7 +152,7 @@ async fn setup(client: &kube::Client, env: &Env, ns: &str) {
             "spec": {"p4info": {"inline": p4info()}}}),
     )
     .await;
-    for (vs, dev) in [("l2", DEV), ("spare", BAD_DEV)] {
+    for &(vs, dev) in switches {
         let sw = format!("{ns}-{vs}");
         create_json(
             &Api::<p4fleet_crds::Switch>::all(client.clone()),
@@ -173,7 +176,7 @@ async fn a_digest_teaches_an_entry_and_its_idle_timeout_removes_it() {
     let client = cp.client().await;
     let ns = TestNamespace::new(&client).await;
     let ns = ns.name().to_string();
-    setup(&client, env, &ns).await;
+    setup(&client, env, &ns, &[("l2", DEV)]).await;
     let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
     create_json(
         &sets,
@@ -272,7 +275,7 @@ async fn bad_digests_and_idle_timeouts_are_conditions_and_events() {
     let client = cp.client().await;
     let ns = TestNamespace::new(&client).await;
     let ns = ns.name().to_string();
-    setup(&client, env, &ns).await;
+    setup(&client, env, &ns, &[("spare", BAD_DEV)]).await;
     let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
     create_json(
         &sets,

@@ -78,8 +78,14 @@ pub enum LearnError {
     UnmappedField { table: String, field: String },
     #[error("match field {field} of table {table} is not EXACT (learned keys are exact)")]
     NotExact { table: String, field: String },
+    /// `mapping`: the `learn` field that names the member (`key` or
+    /// `params`).
     #[error("digest {digest} has no member {member}")]
-    UnknownMember { digest: String, member: String },
+    UnknownMember {
+        digest: String,
+        member: String,
+        mapping: &'static str,
+    },
     #[error("action {action} has no parameter {param}")]
     UnknownParam { action: String, param: String },
     #[error("parameter {param} of action {action} is not mapped to a digest member")]
@@ -90,6 +96,7 @@ pub enum LearnError {
         width: i32,
         target: String,
         target_width: i32,
+        mapping: &'static str,
     },
     #[error(
         "table {table} does not notify idle timeouts (its P4Info says NO_TIMEOUT; compile it with support_timeout = true)"
@@ -110,7 +117,9 @@ impl LearnError {
             | LearnError::UnmappedField { .. }
             | LearnError::NotExact { .. } => "key",
             LearnError::UnknownParam { .. } | LearnError::UnmappedParam { .. } => "params",
-            LearnError::UnknownMember { .. } | LearnError::TooWide { .. } => "key",
+            LearnError::UnknownMember { mapping, .. } | LearnError::TooWide { mapping, .. } => {
+                mapping
+            }
             LearnError::NoIdleTimeout { .. } | LearnError::Duration(_) => "idleTimeout",
         }
     }
@@ -312,13 +321,14 @@ pub fn resolve(
     metadata: Vec<u8>,
 ) -> Result<LearnRule, LearnError> {
     let d = digest(info, &names.digest)?;
-    let member = |m: &str| {
+    let member = |m: &str, mapping: &'static str| {
         d.members
             .iter()
             .position(|x| x.name == m)
             .ok_or_else(|| LearnError::UnknownMember {
                 digest: d.name.clone(),
                 member: m.into(),
+                mapping,
             })
     };
     let table = info
@@ -353,13 +363,14 @@ pub fn resolve(
                 field: field.clone(),
             });
         }
-        let i = member(m)?;
+        let i = member(m, "key")?;
         if d.members[i].bitwidth > f.bitwidth {
             return Err(LearnError::TooWide {
                 member: m.clone(),
                 width: d.members[i].bitwidth,
                 target: field.clone(),
                 target_width: f.bitwidth,
+                mapping: "key",
             });
         }
         key.push(Slot {
@@ -404,13 +415,14 @@ pub fn resolve(
                 action: action_name.clone(),
                 param: param.clone(),
             })?;
-        let i = member(m)?;
+        let i = member(m, "params")?;
         if d.members[i].bitwidth > p.bitwidth {
             return Err(LearnError::TooWide {
                 member: m.clone(),
                 width: d.members[i].bitwidth,
                 target: param.clone(),
                 target_width: p.bitwidth,
+                mapping: "params",
             });
         }
         params.push(Slot {
@@ -740,6 +752,21 @@ mod tests {
         assert!(
             matches!(wide, LearnError::TooWide { width: 48, .. }),
             "{wide}"
+        );
+        assert_eq!(wide.field(), "params", "the member is a parameter's");
+        assert_eq!(
+            field(LearnNames {
+                params: vec![("port".into(), "nope".into())],
+                ..n()
+            }),
+            "params"
+        );
+        assert_eq!(
+            field(LearnNames {
+                key: vec![("hdr.ethernet.dstAddr".into(), "nope".into())],
+                ..n()
+            }),
+            "key"
         );
         assert_eq!(notifies_idle_timeouts(&info, "MyIngress.smac"), Some(false));
         assert_eq!(notifies_idle_timeouts(&l2switch(true), "smac"), Some(true));
