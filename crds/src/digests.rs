@@ -102,3 +102,18 @@ pub struct DigestsStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aged_out: Option<u64>,
 }
+
+/// Idle timeout notifications the devices sent about the set's own
+/// (static) entries. They are reported, not acted on: a static entry is
+/// desired state and stays (learned entries are removed instead).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IdleStatus {
+    /// Entries of this set named in IdleTimeoutNotifications since this
+    /// operator process started (every target; an entry notified twice
+    /// counts twice).
+    pub notified: u64,
+    /// The keys of the last few entries notified (at most 5), newest last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent: Vec<String>,
+}

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::action_profile::{ActionProfileSpec, ActionProfileStatus, WeightedAction};
 use crate::common::{Condition, Selector, conditions_schema};
-use crate::digests::{DigestSetting, DigestsStatus, LearnSpec};
+use crate::digests::{DigestSetting, DigestsStatus, IdleStatus, LearnSpec};
 use crate::resources::{CounterReadout, CountersStatus, MeterSetting, RegisterSetting};
 
 /// Desired entries for one table, pushed in batches and kept in sync.
@@ -142,7 +142,9 @@ pub struct DefaultAction {
     {"rule": "!self.match.exists(k, type(self.match[k]) == string && (self.match[k].contains('&&&') || self.match[k].contains('..'))) || has(self.priority)",
      "message": "ternary (value&&&mask) and range (lo..hi) entries need a priority"},
     {"rule": "(has(self.action) && self.action != '' ? 1 : 0) + (has(self.member) ? 1 : 0) + (has(self.group) ? 1 : 0) + (has(self.actionSet) && size(self.actionSet) > 0 ? 1 : 0) == 1",
-     "message": "exactly one of action, member, group or actionSet must be set"}
+     "message": "exactly one of action, member, group or actionSet must be set"},
+    {"rule": "!has(self.idleTimeout) || (has(self.action) && self.action != '')",
+     "message": "idleTimeout is for entries with a direct action (not member, group or actionSet)"}
 ]))]
 pub struct TableEntry {
     /// Match field name to value: `10.0.0.1`, `10.0.0.0/24`, `0x0a000000&&&0xff000000`, `1000..2000`, `aa:bb:cc:dd:ee:ff`; integers may be written unquoted (`3`).
@@ -173,6 +175,14 @@ pub struct TableEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 2147483647))]
     pub priority: Option<i32>,
+    /// Idle timeout (`30s`, `5m`): the device notifies the entry when it
+    /// has not been hit for this long. Only on tables compiled with
+    /// `support_timeout = true` (P4Info NOTIFY_CONTROL). The entry is not
+    /// removed on timeout (it is desired state): the set reports it
+    /// (docs/entities/idle-timeouts.md). Line format: `@idle=30s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 32))]
+    pub idle_timeout: Option<String>,
     /// For a table with an action profile, in place of `action`: a
     /// member of `spec.actionProfile`, by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -524,6 +534,10 @@ pub struct TableEntrySetStatus {
     /// them (absent without `spec.digests`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digests: Option<DigestsStatus>,
+    /// Idle timeout notifications about the set's entries with an
+    /// `idleTimeout` (absent when none has one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<IdleStatus>,
 }
 
 /// One entry that failed.

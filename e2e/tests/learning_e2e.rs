@@ -23,6 +23,8 @@ use serde_json::json;
 /// The device the learning set runs on, and the one the bad sets use.
 const DEV: u64 = 51;
 const BAD_DEV: u64 = 52;
+/// The device of the static idle timeout test.
+const IDLE_DEV: u64 = 53;
 const SMAC: u32 = 41683160;
 const DIGEST: u32 = 402184575;
 
@@ -33,7 +35,7 @@ struct Env {
 
 fn start(kubeconfig: std::path::PathBuf) -> Env {
     let bin = build_binaries();
-    let emu = spawn_emulator(&bin, &["--device-ids", "51,52"]);
+    let emu = spawn_emulator(&bin, &["--device-ids", "51,52,53"]);
     let op = spawn_operator(
         &bin,
         &kubeconfig,
@@ -105,13 +107,18 @@ async fn read(env: &Env, device: u64, filter: Entity) -> Vec<Entity> {
     out
 }
 
-/// The `smac` entries of the test's device.
+/// The `smac` entries of the learning test's device.
 async fn smac(env: &Env) -> Vec<p4::TableEntry> {
+    smac_of(env, DEV).await
+}
+
+/// The `smac` entries of `device`.
+async fn smac_of(env: &Env, device: u64) -> Vec<p4::TableEntry> {
     let filter = Entity::TableEntry(p4::TableEntry {
         table_id: SMAC,
         ..Default::default()
     });
-    read(env, DEV, filter)
+    read(env, device, filter)
         .await
         .into_iter()
         .filter_map(|e| match e {
@@ -340,4 +347,82 @@ async fn bad_digests_and_idle_timeouts_are_conditions_and_events() {
         "{e:?}"
     );
     p4fleet_e2e::wait_event(&client, &ns, Some("LearnInvalid"), "MyIngress.dmac").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_idle_timeouts_are_written_and_reported_not_removed() {
+    let (cp, env) = env().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    setup(&client, env, &ns, &[("idle", IDLE_DEV)]).await;
+    let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
+    create_json(
+        &sets,
+        json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+        "metadata": {"name": "static-idle"},
+        "spec": {
+            "virtualSwitchRef": "idle", "table": "MyIngress.smac",
+            "entries": [{"match": {"hdr.ethernet.srcAddr": "02:00:00:00:00:09"},
+                         "action": "NoAction", "idleTimeout": "1s"}]
+        }}),
+    )
+    .await;
+    // Written with its idle timeout and the set's own tag (read here once
+    // the set says it applied it: before, the device has no pipeline).
+    status_where(&sets, "static-idle", "applied", |s| s.applied == 1).await;
+    let entries = smac_of(env, IDLE_DEV).await;
+    let [entry] = entries.as_slice() else {
+        panic!("{entries:?}")
+    };
+    assert_eq!(entry.idle_timeout_ns, 1_000_000_000);
+    assert_eq!(
+        sync::tag_of(&entry.metadata),
+        sync::set_tag(&ns, "static-idle")
+    );
+    // No traffic: the device notifies it; the set reports it and keeps it.
+    let st = status_where(&sets, "static-idle", "status.idle", |s| {
+        s.idle.as_ref().is_some_and(|i| i.notified >= 1)
+    })
+    .await;
+    assert_eq!(
+        st.idle.as_ref().unwrap().recent[0],
+        "hdr.ethernet.srcAddr=02:00:00:00:00:09"
+    );
+    p4fleet_e2e::wait_event(&client, &ns, Some("EntriesIdle"), "entries idle").await;
+    let st = status_where(&sets, "static-idle", "Ready", |s| {
+        cond(s, "Ready").is_some_and(|c| c.0)
+    })
+    .await;
+    assert_eq!(st.applied, 1, "{st:?}");
+    let still = smac_of(env, IDLE_DEV).await;
+    assert_eq!(still.len(), 1, "a static entry is not removed: {still:?}");
+    assert_eq!(still[0].idle_timeout_ns, 1_000_000_000);
+
+    // dmac has no idle timeouts: the entry is refused before any write,
+    // naming set, entry and table.
+    create_json(
+        &sets,
+        json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+        "metadata": {"name": "no-timeouts"},
+        "spec": {
+            "virtualSwitchRef": "idle", "table": "MyIngress.dmac",
+            "entries": [{"match": {"hdr.ethernet.dstAddr": "02:00:00:00:00:09"},
+                         "action": "forward", "params": {"port": 1}, "idleTimeout": "1s"}]
+        }}),
+    )
+    .await;
+    let st = status_where(&sets, "no-timeouts", "InvalidEntries", |s| {
+        cond(s, "Valid").is_some_and(|c| !c.0 && c.1 == "InvalidEntries")
+    })
+    .await;
+    let (_, _, message) = cond(&st, "Valid").unwrap();
+    assert!(
+        message.contains("no-timeouts")
+            && message.contains("entries[0]")
+            && message.contains("MyIngress.dmac")
+            && message.contains("does not notify idle timeouts"),
+        "{message}"
+    );
+    p4fleet_e2e::wait_event(&client, &ns, Some("InvalidEntries"), "MyIngress.dmac").await;
 }

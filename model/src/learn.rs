@@ -18,6 +18,27 @@ pub struct DurationError {
     pub text: String,
 }
 
+/// `ns` in the largest unit that holds it exactly (`30s`, `1500ms`, `0`):
+/// what [`parse_duration`] reads back to `ns`.
+pub fn format_duration(ns: i64) -> String {
+    if ns == 0 {
+        return "0".into();
+    }
+    const UNITS: [(i64, &str); 6] = [
+        (3_600_000_000_000, "h"),
+        (60_000_000_000, "m"),
+        (1_000_000_000, "s"),
+        (1_000_000, "ms"),
+        (1_000, "us"),
+        (1, "ns"),
+    ];
+    let (scale, unit) = UNITS
+        .into_iter()
+        .find(|(scale, _)| ns % scale == 0)
+        .unwrap_or((1, "ns"));
+    format!("{}{unit}", ns / scale)
+}
+
 /// Nanoseconds of a duration like `500ms`, `10s`, `1m30s` or `0`.
 pub fn parse_duration(text: &str) -> Result<i64, DurationError> {
     let bad = || DurationError {
@@ -613,6 +634,21 @@ mod tests {
             data: Some(p4::p4_data::Data::Struct(p4::P4StructLike {
                 members: vec![bits(mac), bits(port)],
             })),
+        }
+    }
+
+    #[test]
+    fn durations_format_back_to_what_they_read() {
+        for (ns, text) in [
+            (0, "0"),
+            (30_000_000_000, "30s"),
+            (90_000_000_000, "90s"),
+            (1_500_000_000, "1500ms"),
+            (7_200_000_000_000, "2h"),
+            (1_001, "1001ns"),
+        ] {
+            assert_eq!(format_duration(ns), text);
+            assert_eq!(parse_duration(text), Ok(ns));
         }
     }
 

@@ -25,6 +25,7 @@ pub mod entry_sources;
 pub mod event_names;
 pub mod fencing;
 pub mod http;
+pub mod idle_reports;
 pub mod leader;
 pub mod learning;
 pub mod limits;

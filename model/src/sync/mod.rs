@@ -105,7 +105,7 @@ pub struct DeviceEntry {
 pub struct Plan {
     /// Desired entries missing on the device.
     pub inserts: Vec<usize>,
-    /// Desired entries present with another action.
+    /// Desired entries present with another action or idle timeout.
     pub modifies: Vec<usize>,
     /// Device entries to remove.
     pub deletes: Vec<usize>,
@@ -145,7 +145,9 @@ pub fn plan<E: Borrow<Entry>>(
             Some(&j) => {
                 wanted[j] = true;
                 let d = &device[j];
-                if d.entry.action == e.action {
+                // The idle timeout is state like the action: a change is
+                // a MODIFY (which also restarts the device's idle clock).
+                if d.entry.action == e.action && d.entry.idle_timeout_ns == e.idle_timeout_ns {
                     p.unchanged += 1;
                 } else if ownership == Ownership::Merge && d.tag != 0 && d.tag != tag {
                     p.conflicts.push((i, d.tag));

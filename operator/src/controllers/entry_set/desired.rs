@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use p4fleet_crds::TableEntrySet;
 use p4fleet_crds::entry_set::EntryError as StatusEntryError;
-use p4fleet_model::entries::{Entry, ParseOptions, TableSchema, format_key, parse_inline_with};
+use p4fleet_model::entries::{
+    Entry, EntryError, ParseOptions, TableSchema, format_key, parse_inline_with, set_idle_timeout,
+};
 use p4fleet_model::sync;
 
 use super::MAX_ERRORS;
@@ -199,7 +201,15 @@ pub fn assemble(
             &te.params,
             te.priority,
             options(set),
-        ) {
+        )
+        .and_then(|mut e| {
+            if let Some(d) = &te.idle_timeout {
+                let ns = p4fleet_model::learn::parse_duration(d)
+                    .map_err(|e| EntryError::Syntax(format!("idleTimeout: {e}")))?;
+                set_idle_timeout(schema, &mut e, ns)?;
+            }
+            Ok(e)
+        }) {
             Ok(e) => {
                 inline.entries.push(e);
                 inline.lines.push(i as u32);

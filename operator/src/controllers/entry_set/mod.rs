@@ -33,6 +33,7 @@ pub mod default_action;
 pub mod dereference;
 pub mod desired;
 pub mod digests;
+pub mod idle;
 pub mod memory;
 pub mod parse;
 pub mod profiles;
@@ -245,6 +246,8 @@ async fn sync(
     let mut new = report.status;
     resources::finish(&mut new, &extras, resources::wanted(set), MAX_ERRORS);
     digests::finish(&mut new, set, &learned, MAX_ERRORS);
+    let (idle, idle_event) = idle::sync(ctx, set, desired.first());
+    new.idle = idle;
     update_status_noting(ctx, api, set, &mut new, &report.events).await?;
     ctx.metrics
         .entry_set(&namespace(set)?, &set.name_any(), &new);
@@ -260,7 +263,7 @@ async fn sync(
             .readout(&ns, &name, &c.counter, &extras.per_switch, &top);
     }
     ctx.sync_memory.remember_written(&me, replaced, new.clone());
-    for ev in &report.events {
+    for ev in report.events.iter().chain(&idle_event) {
         ctx.events.publish(set, ev).await;
     }
     let resync = super::spread(ctx.config.resync, &me);
