@@ -422,6 +422,18 @@ mod tests {
     }
 
     #[test]
+    fn a_different_idle_timeout_is_a_modify_an_equal_one_nothing() {
+        let me = set_tag("ns", "a");
+        let mut desired = fw("10.0.0.1 10.0.0.2 1\n10.0.0.1 10.0.0.3 2\n");
+        desired[0].idle_timeout_ns = 30_000_000_000;
+        desired[1].idle_timeout_ns = 30_000_000_000;
+        let mut device = dev(desired.clone(), me);
+        device[1].entry.idle_timeout_ns = 0;
+        let p = plan(&desired, &device, Ownership::Merge, me);
+        assert_eq!((p.unchanged, p.modifies.clone()), (1, vec![1]));
+    }
+
+    #[test]
     fn rates() {
         assert_eq!(format_rate(950.4), "950/s");
         assert_eq!(format_rate(52_832.0), "52.8k/s");
