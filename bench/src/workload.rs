@@ -100,6 +100,7 @@ pub fn entry(ids: &Ids, i: usize) -> Entry {
                 value: ByteStr::canonical(&port(i).to_be_bytes()),
             }],
         },
+        idle_timeout_ns: 0,
     }
 }
 

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::action_profile::{ActionProfileSpec, ActionProfileStatus, WeightedAction};
 use crate::common::{Condition, Selector, conditions_schema};
+use crate::digests::{DigestSetting, DigestsStatus, IdleStatus, LearnSpec};
 use crate::resources::{CounterReadout, CountersStatus, MeterSetting, RegisterSetting};
 
 /// Desired entries for one table, pushed in batches and kept in sync.
@@ -38,8 +39,10 @@ use crate::resources::{CounterReadout, CountersStatus, MeterSetting, RegisterSet
 #[schemars(extend("x-kubernetes-validations" = [
     {"rule": "has(self.virtualSwitchRef) != has(self.virtualSwitchSelector)",
      "message": "exactly one of virtualSwitchRef or virtualSwitchSelector must be set"},
-    {"rule": "(has(self.entries) && size(self.entries) > 0) || (has(self.entriesFrom) && size(self.entriesFrom) > 0) || (has(self.ownership) && self.ownership == 'Exclusive') || has(self.defaultAction)",
-     "message": "entries, entriesFrom or defaultAction must be given (only an Exclusive set may be empty, to clear its table)"}
+    {"rule": "(has(self.entries) && size(self.entries) > 0) || (has(self.entriesFrom) && size(self.entriesFrom) > 0) || (has(self.ownership) && self.ownership == 'Exclusive') || has(self.defaultAction) || has(self.learn)",
+     "message": "entries, entriesFrom, defaultAction or learn must be given (only an Exclusive set may be empty, to clear its table)"},
+    {"rule": "!has(self.learn) || (has(self.digests) && self.digests.exists(d, d.name == self.learn.digest))",
+     "message": "learn.digest must be configured in digests"}
 ]))]
 pub struct TableEntrySetSpec {
     /// Name of the VirtualSwitch (same namespace) whose table this fills.
@@ -100,6 +103,14 @@ pub struct TableEntrySetSpec {
     /// (ECMP), used by entries by name (docs/entities/action-profiles.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action_profile: Option<ActionProfileSpec>,
+    /// Digest configs written to every target (docs/entities/digests.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub digests: Vec<DigestSetting>,
+    /// Entries learned from a digest, removed when they idle out
+    /// (docs/entities/digests.md, "Learning").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learn: Option<LearnSpec>,
 }
 
 /// A table's default action: an action of the table that is not
@@ -131,7 +142,9 @@ pub struct DefaultAction {
     {"rule": "!self.match.exists(k, type(self.match[k]) == string && (self.match[k].contains('&&&') || self.match[k].contains('..'))) || has(self.priority)",
      "message": "ternary (value&&&mask) and range (lo..hi) entries need a priority"},
     {"rule": "(has(self.action) && self.action != '' ? 1 : 0) + (has(self.member) ? 1 : 0) + (has(self.group) ? 1 : 0) + (has(self.actionSet) && size(self.actionSet) > 0 ? 1 : 0) == 1",
-     "message": "exactly one of action, member, group or actionSet must be set"}
+     "message": "exactly one of action, member, group or actionSet must be set"},
+    {"rule": "!has(self.idleTimeout) || (has(self.action) && self.action != '')",
+     "message": "idleTimeout is for entries with a direct action (not member, group or actionSet)"}
 ]))]
 pub struct TableEntry {
     /// Match field name to value: `10.0.0.1`, `10.0.0.0/24`, `0x0a000000&&&0xff000000`, `1000..2000`, `aa:bb:cc:dd:ee:ff`; integers may be written unquoted (`3`).
@@ -162,6 +175,14 @@ pub struct TableEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 2147483647))]
     pub priority: Option<i32>,
+    /// Idle timeout (`30s`, `5m`): the device notifies the entry when it
+    /// has not been hit for this long. Only on tables compiled with
+    /// `support_timeout = true` (P4Info NOTIFY_CONTROL). The entry is not
+    /// removed on timeout (it is desired state): the set reports it
+    /// (docs/entities/idle-timeouts.md). Line format: `@idle=30s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 32))]
+    pub idle_timeout: Option<String>,
     /// For a table with an action profile, in place of `action`: a
     /// member of `spec.actionProfile`, by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -513,6 +534,14 @@ pub struct TableEntrySetStatus {
     /// the devices confirmed (absent without `spec.actionProfile`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action_profile: Option<ActionProfileStatus>,
+    /// Digests configured and entries learned, as the devices confirmed
+    /// them (absent without `spec.digests`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digests: Option<DigestsStatus>,
+    /// Idle timeout notifications about the set's entries with an
+    /// `idleTimeout` (absent when none has one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<IdleStatus>,
 }
 
 /// One entry that failed.

@@ -5,6 +5,7 @@
 
 pub mod action_profile;
 pub mod common;
+pub mod digests;
 pub mod direct_meter;
 pub mod entry_set;
 pub mod extern_policy;
@@ -16,6 +17,7 @@ pub mod virtual_switch;
 
 pub use action_profile::*;
 pub use common::*;
+pub use digests::*;
 pub use direct_meter::*;
 pub use entry_set::*;
 pub use extern_policy::*;

@@ -34,6 +34,7 @@ fn entry(i: u32, port: u32) -> Entry {
                 value: v(port),
             }],
         },
+        idle_timeout_ns: 0,
     }
 }
 

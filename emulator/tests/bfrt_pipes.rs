@@ -42,6 +42,7 @@ fn entry(i: u32) -> Entry {
                 value: v(i % 64),
             }],
         },
+        idle_timeout_ns: 0,
     }
 }
 

@@ -87,6 +87,7 @@ fn update(ty: Type, i: u32, port: Vec<u8>) -> Update {
                     value: ByteStr::new(&port),
                 }],
             },
+            idle_timeout_ns: 0,
         },
         metadata: format!("set-{}", i % 3).into_bytes(),
     }
@@ -230,6 +231,7 @@ async fn canonical_entries_go_bulk_from_the_entry_model() {
                     value: ByteStr::canonical(&(i % 512).to_be_bytes()),
                 }],
             },
+            idle_timeout_ns: 0,
         })
         .collect();
     for ty in [Type::Insert, Type::Insert, Type::Delete] {

@@ -119,6 +119,10 @@ pub fn encode(
     ops: &[WriteOp],
 ) -> Option<bk::BulkWriteRequest> {
     let TableCols { fields, actions } = schema.tables.get(&table_id)?;
+    // The columns have no idle timeout: such entries go the standard way.
+    if ops.iter().any(|o| o.idle_timeout_ns() != 0) {
+        return None;
+    }
     let n = ops.len();
     let mut values: Vec<Vec<u8>> = fields
         .iter()
@@ -389,6 +393,7 @@ actions { preamble { id: 11 name: "NoAction" } }
                     })
                     .collect(),
             },
+            idle_timeout_ns: 0,
         }
     }
 
@@ -468,6 +473,7 @@ actions { preamble { id: 11 name: "NoAction" } }
                     },
                 ],
             },
+            idle_timeout_ns: 0,
         };
         let ops = [WriteOp::insert(&e).with_metadata(b"tag")];
         let r = encode(&schema(), 1, Type::Insert, &ops).unwrap();

@@ -9,6 +9,8 @@
 //!   place besides [`entries::TableSchema`] that walks a P4Info).
 //! - [`sync`]: what to write so a table holds a set's entries (ownership,
 //!   plan, write phases) and the tallies of what a sync did.
+//! - [`learn`]: digest configs (durations, exact difference) and learn
+//!   rules (a digest message into a table entry).
 //! - [`pipeline_config`]: the packed device config a DPDK target
 //!   (infrap4d) takes: `BfPipelineConfig` with bfrt.json, context.json and
 //!   the `.spec`.
@@ -19,6 +21,7 @@
 
 pub mod bulk;
 pub mod entries;
+pub mod learn;
 pub mod p4info;
 pub mod pipeline_config;
 pub mod resources;

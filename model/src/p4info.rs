@@ -149,6 +149,8 @@ fn table_schema(p4info: &P4Info, t: &p4info::Table) -> Result<TableSchema, Entry
         match_fields,
         actions,
         is_const: t.is_const_table,
+        idle_timeout: t.idle_timeout_behavior
+            == p4info::table::IdleTimeoutBehavior::NotifyControl as i32,
     })
 }
 

@@ -85,6 +85,10 @@ pub struct Context {
     pub programs: crate::controllers::virtual_switch::pipeline::ProgramCache,
     /// When each TableEntrySet's next periodic resync is due.
     pub resync_due: Arc<crate::controllers::entry_set::resync_due::ResyncDue>,
+    /// The learning tasks of TableEntrySets with `spec.learn`.
+    pub learners: crate::learning::Learners,
+    /// Idle timeout notifications about sets' own entries.
+    pub idle: Arc<crate::idle_reports::IdleReports>,
 }
 
 impl Context {
@@ -104,8 +108,21 @@ impl Context {
         let m = metrics.clone();
         devices.observe_writes(Arc::new(move |switch, rpc| m.write_rpc(switch, rpc)));
         let n = metrics.notices.clone();
+        let idle = Arc::new(crate::idle_reports::IdleReports::new(
+            n.idle_set_entries.clone(),
+        ));
+        let (reports, ev) = (idle.clone(), events.clone());
         devices.observe_notices(Arc::new(move |switch, event| match event {
-            crate::devices::NoticeEvent::Notice(notice) => n.record(switch, notice),
+            crate::devices::NoticeEvent::Notice(notice) => {
+                n.record(switch, notice);
+                if let p4fleet_client::Notice::IdleTimeout { notification, .. } = notice {
+                    let now = tokio::time::Instant::now();
+                    for (set, note) in reports.observe(notification, now) {
+                        let ev = ev.clone();
+                        tokio::spawn(async move { ev.publish(set.as_ref(), &note).await });
+                    }
+                }
+            }
             crate::devices::NoticeEvent::Lost(k) => n.lost(switch, k),
         }));
         Arc::new(Context {
@@ -130,6 +147,8 @@ impl Context {
             entry_sources: EntrySources::new(metrics.entry_sources.clone()),
             programs: Default::default(),
             resync_due: Default::default(),
+            learners: Default::default(),
+            idle,
         })
     }
 

@@ -13,7 +13,7 @@ use prometheus_client::registry::Registry;
 
 use p4fleet_client::Notice;
 
-use crate::metrics::SwitchLabel;
+use crate::metrics::{SetLabels, SwitchLabel};
 
 /// Labels: a Switch and a digest id of its program.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -37,6 +37,9 @@ pub struct NoticeMetrics {
     pub idle_entries: Family<TableLabels, Counter>,
     /// Notices a slow consumer missed (the client's channel overflowed).
     pub notices_lost: Family<SwitchLabel, Counter>,
+    /// A TableEntrySet's own entries named in idle timeout notifications
+    /// (`crate::idle_reports`).
+    pub idle_set_entries: Family<SetLabels, Counter>,
 }
 
 impl NoticeMetrics {
@@ -60,6 +63,11 @@ impl NoticeMetrics {
             "idle_timeout_entries",
             "Entries named in IdleTimeoutNotifications, by switch and table id",
             self.idle_entries.clone(),
+        );
+        registry.register(
+            "idle_timeout_set_entries",
+            "Entries of a TableEntrySet (with an idleTimeout) named in IdleTimeoutNotifications, by set; they stay on the device",
+            self.idle_set_entries.clone(),
         );
         registry.register(
             "device_notices_lost",

@@ -329,6 +329,7 @@ impl TableSchema {
             match_fields,
             actions,
             is_const: false,
+            idle_timeout: false,
         })
     }
 }
@@ -755,6 +756,7 @@ mod tests {
                 action_id,
                 params: vec![],
             },
+            idle_timeout_ns: 0,
         };
         let wide = lpm(&[1, 0, 0, 0, 0], 25652968);
         assert!(m.check(WriteOp::insert(&wide)).is_err());

@@ -141,6 +141,7 @@ mod tests {
                 action(4, "drop", ActionScope::TableAndDefault, Vec::new()),
             ],
             is_const: false,
+            idle_timeout: false,
         }
     }
 

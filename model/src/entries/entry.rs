@@ -64,6 +64,10 @@ pub struct ActionCall {
 pub struct Entry {
     pub key: EntryKey,
     pub action: ActionCall,
+    /// P4Runtime `idle_timeout_ns`: 0 is none; only on tables whose
+    /// schema says [`TableSchema::idle_timeout`]. Not part of the key: a
+    /// different timeout is a MODIFY, like a different action.
+    pub idle_timeout_ns: i64,
 }
 
 impl EntryKey {
@@ -86,6 +90,7 @@ pub(crate) struct Builder<'s> {
     action: Option<usize>,
     params: Vec<Option<ByteStr>>,
     priority: Option<i64>,
+    idle_timeout_ns: Option<i64>,
     options: ParseOptions,
 }
 
@@ -107,6 +112,7 @@ impl<'s> Builder<'s> {
             action: None,
             params: vec![None; schema.max_params()],
             priority: None,
+            idle_timeout_ns: None,
             options: ParseOptions::default(),
         }
     }
@@ -124,6 +130,7 @@ impl<'s> Builder<'s> {
         self.params.iter_mut().for_each(|p| *p = None);
         self.action = None;
         self.priority = None;
+        self.idle_timeout_ns = None;
     }
 
     pub(crate) fn set_field(&mut self, idx: usize, text: &str) -> Result<(), EntryError> {
@@ -224,10 +231,20 @@ impl<'s> Builder<'s> {
         self.priority = Some(p);
     }
 
+    /// The entry's idle timeout (`@idle=30s`), checked by [`Self::finish`].
+    pub(crate) fn set_idle_timeout(&mut self, ns: i64) {
+        self.idle_timeout_ns = Some(ns);
+    }
+
     pub(crate) fn finish(&mut self) -> Result<Entry, EntryError> {
         let key = self.finish_key()?;
         let action = self.finish_action()?;
-        Ok(Entry { key, action })
+        let idle_timeout_ns = check_idle_timeout(self.schema, self.idle_timeout_ns.take())?;
+        Ok(Entry {
+            key,
+            action,
+            idle_timeout_ns,
+        })
     }
 
     /// The key of what was set: every exact field given, priority as the
@@ -288,6 +305,30 @@ impl<'s> Builder<'s> {
             params,
         })
     }
+}
+
+/// An idle timeout is allowed only on a table that notifies idle
+/// entries (the device refuses it elsewhere); 0 means none.
+fn check_idle_timeout(schema: &TableSchema, ns: Option<i64>) -> Result<i64, EntryError> {
+    match ns {
+        None | Some(0) => Ok(0),
+        Some(ns) if ns < 0 => Err(EntryError::Syntax(format!("negative idle timeout {ns} ns"))),
+        Some(_) if !schema.idle_timeout => Err(EntryError::NoIdleTimeout {
+            table: schema.name.clone(),
+        }),
+        Some(ns) => Ok(ns),
+    }
+}
+
+/// Gives `entry` an idle timeout of `ns` (0: none), checked against the
+/// schema as a line's `@idle=` is: for the inline form's `idleTimeout`.
+pub fn set_idle_timeout(
+    schema: &TableSchema,
+    entry: &mut Entry,
+    ns: i64,
+) -> Result<(), EntryError> {
+    entry.idle_timeout_ns = check_idle_timeout(schema, Some(ns))?;
+    Ok(())
 }
 
 fn check_priority(schema: &TableSchema, p: Option<i64>) -> Result<i32, EntryError> {
@@ -447,6 +488,7 @@ pub fn validate(schema: &TableSchema, e: &Entry) -> Result<(), EntryError> {
     }
     let prio = (e.key.priority != 0).then_some(e.key.priority as i64);
     check_priority(schema, prio)?;
+    check_idle_timeout(schema, Some(e.idle_timeout_ns))?;
     let (_, a) =
         schema
             .action_by_id(e.action.action_id)

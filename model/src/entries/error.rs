@@ -83,6 +83,10 @@ pub enum EntryError {
     PriorityRequired { table: String },
     #[error("table {table:?} has only exact/lpm fields; entries must not set a priority")]
     PriorityNotAllowed { table: String },
+    #[error(
+        "table {table:?} does not notify idle timeouts (its P4Info says NO_TIMEOUT; compile it with support_timeout = true), so entries cannot have an idle timeout"
+    )]
+    NoIdleTimeout { table: String },
     #[error("priority {0} must be greater than zero")]
     InvalidPriority(i64),
     #[error("syntax: {0}")]

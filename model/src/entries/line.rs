@@ -220,14 +220,21 @@ impl<'s> LineParser<'s> {
         Ok(())
     }
 
-    /// A token after `@`: `meter=...`, `member=...`, `group=...` or the
-    /// priority.
+    /// A token after `@`: `meter=...`, `member=...`, `group=...`,
+    /// `idle=30s` (the entry's idle timeout) or the priority (`@10`,
+    /// `@priority=10`).
     fn at(&mut self, tok: &str) -> Result<(), EntryError> {
         if let Some(name) = tok.strip_prefix("member=") {
             return self.reference(ProfileRef::Member(name.to_string()));
         }
         if let Some(name) = tok.strip_prefix("group=") {
             return self.reference(ProfileRef::Group(name.to_string()));
+        }
+        if let Some(d) = tok.strip_prefix("idle=") {
+            let ns = crate::learn::parse_duration(d)
+                .map_err(|e| EntryError::Syntax(format!("@idle: {e}")))?;
+            self.builder.set_idle_timeout(ns);
+            return Ok(());
         }
         match tok.strip_prefix(direct_meter::TOKEN) {
             Some(m) => {
@@ -662,6 +669,13 @@ impl<'s> Formatter<'s> {
         if e.key.priority != 0 {
             let _ = write!(out, "@{} ", e.key.priority);
         }
+        if e.idle_timeout_ns != 0 {
+            let _ = write!(
+                out,
+                "@idle={} ",
+                crate::learn::format_duration(e.idle_timeout_ns)
+            );
+        }
         // Drop the trailing space; a line is never empty here.
         if out.len() > start && out.ends_with(' ') {
             out.pop();
@@ -1027,6 +1041,33 @@ srcAddr=10.1.0.0/16 => permit @20
             es[0].key.matches[0].value,
             MatchValue::Exact(ByteStr::new(&[0x11, 0x22, 0x33, 0x44, 0x55]))
         );
+    }
+
+    #[test]
+    fn idle_timeouts_only_on_tables_that_notify_them() {
+        let mut t = dmac();
+        let text = "#! fields dstAddr\n#! action forward\n00:00:00:00:00:01 3 @idle=30s\nhdr.ethernet.dstAddr=00:00:00:00:00:02 => forward port=4 @idle=1500ms\n00:00:00:00:00:03 5\n";
+        // dmac without NOTIFY_CONTROL: the device would refuse it.
+        let err = parse_text(&t, text).unwrap_err();
+        assert!(
+            matches!(&err, EntryError::AtLine { line: 3, source } if matches!(**source, EntryError::NoIdleTimeout { .. })),
+            "{err:?}"
+        );
+        t.idle_timeout = true;
+        let es = parse_text(&t, text).unwrap();
+        let idle: Vec<i64> = es.iter().map(|e| e.idle_timeout_ns).collect();
+        assert_eq!(idle, [30_000_000_000, 1_500_000_000, 0]);
+        for style in [Style::Compact, Style::Named] {
+            let out = format_entries(&t, &es, style).unwrap();
+            assert!(out.contains("@idle=30s"), "{out}");
+            assert_eq!(parse_text(&t, &out).unwrap(), es, "{out}");
+        }
+        let err = parse_text(
+            &t,
+            "#! fields dstAddr\n#! action forward\n00:00:00:00:00:01 3 @idle=soon\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("@idle"), "{err}");
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub use default_action::{
 };
 pub use entry::{
     ActionCall, ActionParam, Entry, EntryKey, FieldMatch, MatchValue, ParseOptions, parse_inline,
-    parse_inline_with, validate,
+    parse_inline_with, set_idle_timeout, validate,
 };
 pub use error::{EntryError, ValueError};
 pub use line::{

@@ -74,6 +74,7 @@ impl Entry {
     pub fn to_proto(&self) -> TableEntry {
         let mut t = self.key.to_proto();
         t.action = Some(self.action.to_proto());
+        t.idle_timeout_ns = self.idle_timeout_ns;
         t
     }
 
@@ -94,7 +95,11 @@ impl Entry {
             }
             None => return Err(EntryError::MissingAction),
         };
-        let e = Entry { key, action };
+        let e = Entry {
+            key,
+            action,
+            idle_timeout_ns: t.idle_timeout_ns,
+        };
         validate(schema, &e)?;
         Ok(e)
     }

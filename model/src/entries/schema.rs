@@ -71,6 +71,10 @@ pub struct TableSchema {
     pub actions: Vec<ActionSchema>,
     /// Entries are fixed in the program (`const entries`); writes fail.
     pub is_const: bool,
+    /// The device notifies idle entries (P4Info `idle_timeout_behavior:
+    /// NOTIFY_CONTROL`), so entries may carry an idle timeout. BFRT
+    /// schemas say false: p4fleet does not model Tofino's entry TTL.
+    pub idle_timeout: bool,
 }
 
 /// `full` is `name`, or ends with `.name`.
@@ -247,6 +251,7 @@ pub(crate) mod fixtures {
                 ),
             ],
             is_const: false,
+            idle_timeout: false,
         }
     }
 
@@ -272,6 +277,7 @@ pub(crate) mod fixtures {
                 ),
             ],
             is_const: false,
+            idle_timeout: false,
         }
     }
 
@@ -309,6 +315,7 @@ pub(crate) mod fixtures {
                 },
             ],
             is_const: false,
+            idle_timeout: false,
         }
     }
 
@@ -340,6 +347,7 @@ pub(crate) mod fixtures {
                 ),
             ],
             is_const: false,
+            idle_timeout: false,
         }
     }
 
@@ -361,6 +369,7 @@ pub(crate) mod fixtures {
                 ActionScope::TableOnly,
             )],
             is_const: false,
+            idle_timeout: false,
         }
     }
 }

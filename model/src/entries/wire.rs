@@ -29,6 +29,8 @@ pub struct WriteOp<'a> {
     /// None for DELETE (the key alone identifies the entry).
     action: Option<&'a ActionCall>,
     metadata: Option<&'a [u8]>,
+    /// `idle_timeout_ns` of an INSERT or MODIFY (0: none).
+    idle_timeout_ns: i64,
 }
 
 impl<'a> WriteOp<'a> {
@@ -40,6 +42,11 @@ impl<'a> WriteOp<'a> {
             key: &entry.key,
             action: (ty != update::Type::Delete).then_some(&entry.action),
             metadata: None,
+            idle_timeout_ns: if ty == update::Type::Delete {
+                0
+            } else {
+                entry.idle_timeout_ns
+            },
         }
     }
 
@@ -57,6 +64,7 @@ impl<'a> WriteOp<'a> {
             key,
             action: None,
             metadata: None,
+            idle_timeout_ns: 0,
         }
     }
 
@@ -78,6 +86,11 @@ impl<'a> WriteOp<'a> {
         self.action
     }
 
+    /// The entry's idle timeout (0: none; always 0 for DELETE).
+    pub fn idle_timeout_ns(&self) -> i64 {
+        self.idle_timeout_ns
+    }
+
     /// The metadata bytes; empty when none (the same on the wire).
     pub fn metadata(&self) -> &'a [u8] {
         self.metadata.unwrap_or(&[])
@@ -90,6 +103,7 @@ impl<'a> WriteOp<'a> {
         let mut te = self.key.to_proto();
         te.action = self.action.map(ActionCall::to_proto);
         te.metadata = self.metadata().to_vec();
+        te.idle_timeout_ns = self.idle_timeout_ns;
         Update {
             r#type: self.ty as i32,
             entity: Some(Entity {
@@ -279,7 +293,9 @@ fn table_entry_len(op: &WriteOp) -> usize {
         // TableAction { action = 1 }.
         n += msg_len(3, msg_len(1, action_len(a)));
     }
-    n + int32_len(4, k.priority) + bytes_len(11, op.metadata().len())
+    n + int32_len(4, k.priority)
+        + uint_len(9, op.idle_timeout_ns as u64)
+        + bytes_len(11, op.metadata().len())
 }
 
 /// Content lengths of the op's `Update` and of its `Entity`.
@@ -346,6 +362,7 @@ fn write_entity(o: &mut Out, op: &WriteOp, te: usize) {
         }
     }
     o.int32(4, k.priority);
+    o.uint(9, op.idle_timeout_ns as u64); // int64 idle_timeout_ns
     o.bytes(11, op.metadata());
 }
 
@@ -429,6 +446,7 @@ mod tests {
                     value: b(&[1]),
                 }],
             },
+            idle_timeout_ns: 0,
         }
     }
 
@@ -531,6 +549,10 @@ mod tests {
         };
         es[2].action.params.clear();
         es[3].action.action_id = 0;
+        // Idle timeouts: small, large, and i64::MAX (a 9-byte varint).
+        es[0].idle_timeout_ns = 30_000_000_000;
+        es[2].idle_timeout_ns = 1;
+        es[4].idle_timeout_ns = i64::MAX;
         es
     }
 
@@ -601,6 +623,11 @@ mod tests {
             assert_eq!(te.action, None);
             assert_eq!(te, es[1].key.to_proto());
         }
+        assert_eq!(
+            WriteOp::new(update::Type::Delete, &es[0]).idle_timeout_ns(),
+            0,
+            "a DELETE carries no idle timeout"
+        );
         // And the same update built the old way.
         let insert = WriteOp::insert(&es[2]).to_update();
         let Some(entity::Entity::TableEntry(te)) = insert.entity.and_then(|e| e.entity) else {

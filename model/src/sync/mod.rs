@@ -71,6 +71,19 @@ pub fn set_tag(namespace: &str, name: &str) -> u64 {
     v.max(1)
 }
 
+/// The tag of the entries a set *learned* from digests (`spec.learn`):
+/// derived from the set's own tag and never equal to it, so the set's
+/// plan (which deletes what carries its tag and is not desired) does not
+/// take them for its own; the set's cleanup removes both.
+pub fn learned_tag(tag: u64) -> u64 {
+    let t = tag.rotate_left(29) ^ 0x6c65_6172_6e65_6421;
+    if t == 0 || t == tag {
+        t.wrapping_add(1).max(1)
+    } else {
+        t
+    }
+}
+
 /// Prefix of p4fleet's entry metadata: `p4f1` + the tag, big-endian.
 const TAG_PREFIX: &[u8; 4] = b"p4f1";
 
@@ -103,7 +116,7 @@ pub struct DeviceEntry {
 pub struct Plan {
     /// Desired entries missing on the device.
     pub inserts: Vec<usize>,
-    /// Desired entries present with another action.
+    /// Desired entries present with another action or idle timeout.
     pub modifies: Vec<usize>,
     /// Device entries to remove.
     pub deletes: Vec<usize>,
@@ -147,7 +160,9 @@ pub fn plan<E: Borrow<Entry>>(
             Some(&j) => {
                 wanted[j] = true;
                 let d = &device[j];
-                if d.entry.action == e.action {
+                // The idle timeout is state like the action: a change is
+                // a MODIFY (which also restarts the device's idle clock).
+                if d.entry.action == e.action && d.entry.idle_timeout_ns == e.idle_timeout_ns {
                     p.unchanged += 1;
                 } else if ownership == Ownership::Merge && d.tag != 0 && d.tag != tag {
                     p.conflicts.push((i, d.tag));
@@ -436,6 +451,21 @@ mod tests {
         assert_ne!(set_tag("ns", "a"), 0);
         assert_eq!(tag_of(&tag_metadata(42)), 42);
         assert_eq!(tag_of(b"other"), 0);
+        for t in [1, 42, u64::MAX, set_tag("ns", "learner")] {
+            assert!(![0, t].contains(&learned_tag(t)), "{t}");
+        }
+    }
+
+    #[test]
+    fn a_different_idle_timeout_is_a_modify_an_equal_one_nothing() {
+        let me = set_tag("ns", "a");
+        let mut desired = fw("10.0.0.1 10.0.0.2 1\n10.0.0.1 10.0.0.3 2\n");
+        desired[0].idle_timeout_ns = 30_000_000_000;
+        desired[1].idle_timeout_ns = 30_000_000_000;
+        let mut device = dev(desired.clone(), me);
+        device[1].entry.idle_timeout_ns = 0;
+        let p = plan(&desired, &device, Ownership::Merge, me);
+        assert_eq!((p.unchanged, p.modifies.clone()), (1, vec![1]));
     }
 
     #[test]

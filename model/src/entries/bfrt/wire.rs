@@ -207,6 +207,11 @@ impl BfrtProgramMap {
     /// length, or why not (unknown table, action or param, a value too
     /// wide, a missing exact field, a match of another kind).
     pub fn check<'a>(&self, op: WriteOp<'a>) -> Result<BfrtOp<'a>, EntryError> {
+        if op.idle_timeout_ns() != 0 {
+            // Tofino's entry TTL is not modelled (BFRT schemas refuse
+            // idle timeouts when entries are parsed; this catches code).
+            return Err(EntryError::Unsupported("idle timeouts over BFRT".into()));
+        }
         let len = self.resolve(&op)?.lens(&op)?.update;
         Ok(BfrtOp { op, len })
     }
@@ -519,6 +524,7 @@ mod tests {
                 action_id: action,
                 params: vec![],
             },
+            idle_timeout_ns: 0,
         }
     }
 

@@ -173,6 +173,10 @@ pub async fn plan_target<'a>(ctx: &Context, job: Job<'a>) -> Result<Planned<'a>,
             .map(|e| e.entry.key.clone())
             .collect()
     });
+    // What the set learned from digests is not its desired set's to
+    // repair (see `super::digests`), whatever its ownership.
+    let learned = sync::learned_tag(tag);
+    on_device.retain(|e| e.tag != learned);
     let ownership = convert::ownership(set.spec.ownership);
     let mut plan = sync::plan(&desired, &on_device, ownership, tag);
     if !deletes {

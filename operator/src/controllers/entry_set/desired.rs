@@ -9,7 +9,9 @@ use std::sync::Arc;
 use p4fleet_crds::TableEntrySet;
 use p4fleet_crds::entry_set::EntryError as StatusEntryError;
 use p4fleet_model::entries::direct_meter::{self, MeterConfig};
-use p4fleet_model::entries::{Entry, ParseOptions, TableSchema, format_key, parse_inline_with};
+use p4fleet_model::entries::{
+    Entry, EntryError, ParseOptions, TableSchema, format_key, parse_inline_with, set_idle_timeout,
+};
 use p4fleet_model::sync;
 
 use super::MAX_ERRORS;
@@ -221,14 +223,20 @@ pub fn assemble(
         });
         let checked = meter.as_ref().map_or(Ok(()), direct_meter::check);
         match checked.and_then(|()| {
-            parse_inline_with(
+            let mut e = parse_inline_with(
                 schema,
                 &te.match_,
                 &te.action,
                 &te.params,
                 te.priority,
                 options(set),
-            )
+            )?;
+            if let Some(d) = &te.idle_timeout {
+                let ns = p4fleet_model::learn::parse_duration(d)
+                    .map_err(|e| EntryError::Syntax(format!("idleTimeout: {e}")))?;
+                set_idle_timeout(schema, &mut e, ns)?;
+            }
+            Ok(e)
         }) {
             Ok(e) => {
                 inline.entries.push(e);

@@ -36,7 +36,9 @@ pub mod default_action;
 pub mod dereference;
 pub mod desired;
 pub mod desired_cache;
+pub mod digests;
 pub mod direct_meters;
+pub mod idle;
 pub mod memory;
 pub mod parse;
 pub mod profiles;
@@ -262,6 +264,7 @@ async fn sync(
         &now,
     )
     .await;
+    let learned = digests::sync(ctx, set, &refs.targets).await;
     let mut report = status::report(&status::Input {
         set,
         problems: &refs.problems,
@@ -284,6 +287,9 @@ async fn sync(
     }
     let mut new = report.status;
     resources::finish(&mut new, &extras, resources::wanted(set), MAX_ERRORS);
+    digests::finish(&mut new, set, &learned, MAX_ERRORS);
+    let (idle, idle_event) = idle::sync(ctx, set, desired.first());
+    new.idle = idle;
     update_status_noting(ctx, api, set, &mut new, &report.events).await?;
     ctx.metrics
         .entry_set(&namespace(set)?, &set.name_any(), &new);
@@ -299,11 +305,12 @@ async fn sync(
             .readout(&ns, &name, &c.counter, &extras.per_switch, &top);
     }
     ctx.sync_memory.remember_written(&me, replaced, new.clone());
-    for ev in &report.events {
+    for ev in report.events.iter().chain(&idle_event) {
         ctx.events.publish(set, ev).await;
     }
     let resync = super::spread(ctx.config.resync, &me);
     let action = resources::requeue(set, report.action, resync);
+    let action = digests::requeue(set, action);
     resync_due::after_sync(&ctx.resync_due, set, started, &action, resync);
     Ok(action)
 }

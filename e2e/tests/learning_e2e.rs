@@ -1,0 +1,428 @@
+//! Digests and the learning loop through the real kube-apiserver, with the
+//! emulator and the operator as child processes: a TableEntrySet
+//! configures the l2switch program's digest, a frame from an unknown
+//! source sent through the emulator's side channel produces a digest, the
+//! operator learns an entry from it (read back here over P4Runtime, with
+//! the set's learned tag), and the entry's idle timeout removes it again.
+//! Bad input (an unknown digest; an idle timeout on a table without
+//! NOTIFY_CONTROL) is a condition, a status error naming the field, and
+//! an Event.
+
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use kube::Api;
+use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
+use p4fleet_e2e::processes::{build_binaries, once_per_binary, spawn_emulator, spawn_operator};
+use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
+use p4fleet_model::sync;
+use p4fleet_proto::p4runtime::{self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient};
+use serde_json::json;
+
+/// The device the learning set runs on, and the one the bad sets use.
+const DEV: u64 = 51;
+const BAD_DEV: u64 = 52;
+/// The device of the static idle timeout test.
+const IDLE_DEV: u64 = 53;
+const SMAC: u32 = 41683160;
+const DIGEST: u32 = 402184575;
+
+struct Env {
+    p4runtime: SocketAddr,
+    stats: SocketAddr,
+}
+
+fn start(kubeconfig: std::path::PathBuf) -> Env {
+    let bin = build_binaries();
+    let emu = spawn_emulator(&bin, &["--device-ids", "51,52,53"]);
+    let op = spawn_operator(
+        &bin,
+        &kubeconfig,
+        "operator-learning",
+        &["--resync-seconds", "30"],
+    );
+    let env = Env {
+        p4runtime: emu.p4runtime,
+        stats: emu.stats,
+    };
+    std::mem::forget((emu, op));
+    env
+}
+
+async fn env() -> (&'static ControlPlane, &'static Env) {
+    static ENV: OnceLock<Env> = OnceLock::new();
+    let cp = ControlPlane::shared().await;
+    let kubeconfig = cp.kubeconfig_path().to_path_buf();
+    (cp, once_per_binary(&ENV, move || start(kubeconfig)).await)
+}
+
+/// examples/l2switch's P4Info with `smac` compiled for idle timeouts
+/// (`support_timeout = true`: NOTIFY_CONTROL).
+fn p4info() -> String {
+    let text = std::fs::read_to_string(repo_root().join("examples/l2switch/p4info.txt")).unwrap();
+    let mut info = p4fleet_proto::p4info::parse_text(&text).unwrap();
+    for t in &mut info.tables {
+        if t.preamble.as_ref().unwrap().id == SMAC {
+            t.idle_timeout_behavior =
+                p4fleet_proto::p4info::table::IdleTimeoutBehavior::NotifyControl as i32;
+        }
+    }
+    p4fleet_proto::p4info::to_text(&info)
+}
+
+fn cond(st: &TableEntrySetStatus, t: &str) -> Option<(bool, String, String)> {
+    find_condition(&st.conditions, t).map(|c| (c.is_true(), c.reason.clone(), c.message.clone()))
+}
+
+async fn status_where(
+    api: &Api<TableEntrySet>,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&TableEntrySetStatus) -> bool,
+) -> TableEntrySetStatus {
+    p4fleet_e2e::set_status_where(api, name, what, Duration::from_secs(90), pred).await
+}
+
+/// Every entity matching `filter` on `device`, read over P4Runtime.
+async fn read(env: &Env, device: u64, filter: Entity) -> Vec<Entity> {
+    let mut c = P4RuntimeClient::connect(format!("http://{}", env.p4runtime))
+        .await
+        .unwrap();
+    let mut stream = c
+        .read(p4::ReadRequest {
+            device_id: device,
+            entities: vec![p4::Entity {
+                entity: Some(filter),
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut out = Vec::new();
+    while let Some(r) = stream.message().await.unwrap() {
+        out.extend(r.entities.into_iter().filter_map(|e| e.entity));
+    }
+    out
+}
+
+/// The `smac` entries of the learning test's device.
+async fn smac(env: &Env) -> Vec<p4::TableEntry> {
+    smac_of(env, DEV).await
+}
+
+/// The `smac` entries of `device`.
+async fn smac_of(env: &Env, device: u64) -> Vec<p4::TableEntry> {
+    let filter = Entity::TableEntry(p4::TableEntry {
+        table_id: SMAC,
+        ..Default::default()
+    });
+    read(env, device, filter)
+        .await
+        .into_iter()
+        .filter_map(|e| match e {
+            Entity::TableEntry(t) => Some(t),
+            _ => None,
+        })
+        .collect()
+}
+
+/// One frame from `src` into port `port` of `device`, through the
+/// emulator's side channel.
+fn send_frame(env: &Env, device: u64, src: &str, port: u32) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let body = json!([{"port": port, "src": src, "dst": "ff:ff:ff:ff:ff:ff"}]).to_string();
+    let mut s = std::net::TcpStream::connect(env.stats).unwrap();
+    write!(
+        s,
+        "POST /devices/{device}/frames HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or_default();
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {resp}"))
+}
+
+/// The program, and one Switch and VirtualSwitch per `(name, device)` in
+/// `ns`. The tests of this binary run in parallel against one emulator
+/// and one operator: each names only its own device, because two Switches
+/// on one device are two connections with the operator's one election id,
+/// and the device refuses the second ("election id already used").
+async fn setup(client: &kube::Client, env: &Env, ns: &str, switches: &[(&str, u64)]) {
+    let v1 = "p4fleet.dev/v1alpha1";
+    create_json(
+        &Api::<p4fleet_crds::P4Program>::namespaced(client.clone(), ns),
+        json!({"apiVersion": v1, "kind": "P4Program", "metadata": {"name": "l2switch"},
+            "spec": {"p4info": {"inline": p4info()}}}),
+    )
+    .await;
+    for &(vs, dev) in switches {
+        let sw = format!("{ns}-{vs}");
+        create_json(
+            &Api::<p4fleet_crds::Switch>::all(client.clone()),
+            json!({"apiVersion": v1, "kind": "Switch", "metadata": {"name": sw},
+                "spec": {"target": "Bmv2", "endpoint": env.p4runtime.to_string(),
+                    "deviceId": dev, "slots": 1}}),
+        )
+        .await;
+        create_json(
+            &Api::<p4fleet_crds::VirtualSwitch>::namespaced(client.clone(), ns),
+            json!({"apiVersion": v1, "kind": "VirtualSwitch", "metadata": {"name": vs},
+                "spec": {"programRef": "l2switch", "switchRef": sw, "slot": 0}}),
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_digest_teaches_an_entry_and_its_idle_timeout_removes_it() {
+    let (cp, env) = env().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    setup(&client, env, &ns, &[("l2", DEV)]).await;
+    let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
+    create_json(
+        &sets,
+        json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+        "metadata": {"name": "learner"},
+        "spec": {
+            "virtualSwitchRef": "l2", "table": "MyIngress.smac",
+            "digests": [{"name": "mac_learn_digest_t", "maxTimeout": "1ms",
+                         "maxListSize": 16, "ackTimeout": "5s"}],
+            "learn": {"digest": "mac_learn_digest_t", "action": "NoAction",
+                      "key": {"hdr.ethernet.srcAddr": "srcAddr"},
+                      "idleTimeout": "2s", "maxLearned": 100}
+        }}),
+    )
+    .await;
+
+    // The config is on the device, and status says so.
+    let st = status_where(&sets, "learner", "DigestsSynced and Learning", |s| {
+        cond(s, "DigestsSynced").is_some_and(|c| c.0) && cond(s, "Learning").is_some_and(|c| c.0)
+    })
+    .await;
+    assert_eq!(
+        st.digests.as_ref().unwrap().configured,
+        ["mac_learn_digest_t"]
+    );
+    let configs = read(env, DEV, Entity::DigestEntry(p4::DigestEntry::default())).await;
+    assert_eq!(
+        configs,
+        [Entity::DigestEntry(p4::DigestEntry {
+            digest_id: DIGEST,
+            config: Some(p4::digest_entry::Config {
+                max_timeout_ns: 1_000_000,
+                max_list_size: 16,
+                ack_timeout_ns: 5_000_000_000,
+            }),
+        })]
+    );
+    assert!(smac(env).await.is_empty());
+
+    // A frame from an unknown source: a digest, and the operator learns
+    // its MAC (read back here, independently of the operator).
+    let report = send_frame(env, DEV, "02:00:00:00:00:07", 3);
+    assert_eq!(report["digests_queued"], 1, "{report}");
+    let tag = sync::learned_tag(sync::set_tag(&ns, "learner"));
+    let learned = wait_for("the learned entry", Duration::from_secs(30), || async {
+        let entries = smac(env).await;
+        match entries.as_slice() {
+            [e] => Ok(e.clone()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let Some(p4::field_match::FieldMatchType::Exact(key)) = &learned.r#match[0].field_match_type
+    else {
+        panic!("{learned:?}")
+    };
+    assert_eq!(key.value, [2, 0, 0, 0, 0, 7]);
+    assert_eq!(sync::tag_of(&learned.metadata), tag);
+    assert_eq!(learned.idle_timeout_ns, 2_000_000_000);
+    p4fleet_e2e::wait_event(&client, &ns, Some("Learned"), "entries learned").await;
+
+    // No traffic: it idles out and the operator removes it.
+    wait_for("the entry aged out", Duration::from_secs(30), || async {
+        let entries = smac(env).await;
+        if entries.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{entries:?}"))
+        }
+    })
+    .await;
+    let st = status_where(&sets, "learner", "the aged-out entry counted", |s| {
+        s.digests
+            .as_ref()
+            .is_some_and(|d| d.aged_out == Some(1) && d.learned == Some(0))
+    })
+    .await;
+    assert!(cond(&st, "Ready").is_some_and(|c| c.0), "{st:?}");
+
+    // Deleting the set removes its digest config.
+    sets.delete("learner", &Default::default()).await.unwrap();
+    wait_for("the config removed", Duration::from_secs(60), || async {
+        let configs = read(env, DEV, Entity::DigestEntry(p4::DigestEntry::default())).await;
+        if configs.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{configs:?}"))
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_digests_and_idle_timeouts_are_conditions_and_events() {
+    let (cp, env) = env().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    setup(&client, env, &ns, &[("spare", BAD_DEV)]).await;
+    let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
+    create_json(
+        &sets,
+        json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+            "metadata": {"name": "unknown-digest"},
+            "spec": {
+                "virtualSwitchRef": "spare", "table": "MyIngress.smac",
+                "entries": [{"match": {"hdr.ethernet.srcAddr": "02:00:00:00:00:01"}, "action": "NoAction"}],
+                "digests": [{"name": "no_such_digest"}]
+            }}),
+    )
+    .await;
+    let st = status_where(&sets, "unknown-digest", "DigestInvalid", |s| {
+        cond(s, "DigestsSynced").is_some_and(|c| !c.0 && c.1 == "DigestInvalid")
+    })
+    .await;
+    let (_, _, message) = cond(&st, "DigestsSynced").unwrap();
+    assert_eq!(
+        message,
+        "digests[0]: name: digest no_such_digest is not in the program"
+    );
+    assert!(
+        cond(&st, "Ready").is_some_and(|c| !c.0 && c.1 == "DigestInvalid"),
+        "{st:?}"
+    );
+    p4fleet_e2e::wait_event(&client, &ns, Some("DigestInvalid"), "no_such_digest").await;
+    // Nothing was configured.
+    let configs = read(
+        env,
+        BAD_DEV,
+        Entity::DigestEntry(p4::DigestEntry::default()),
+    )
+    .await;
+    assert!(configs.is_empty(), "{configs:?}");
+
+    // dmac has no idle timeouts in this program.
+    create_json(
+        &sets,
+        json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+        "metadata": {"name": "no-timeouts"},
+        "spec": {
+            "virtualSwitchRef": "spare", "table": "MyIngress.dmac",
+            "digests": [{"name": "mac_learn_digest_t"}],
+            "learn": {"digest": "mac_learn_digest_t", "action": "forward",
+                      "key": {"hdr.ethernet.dstAddr": "srcAddr"},
+                      "params": {"port": "ingress_port"}, "idleTimeout": "1s"}
+        }}),
+    )
+    .await;
+    let st = status_where(&sets, "no-timeouts", "LearnInvalid", |s| {
+        cond(s, "Learning").is_some_and(|c| !c.0 && c.1 == "LearnInvalid")
+    })
+    .await;
+    let e = st
+        .errors
+        .iter()
+        .find(|e| e.source == "learn.idleTimeout")
+        .unwrap_or_else(|| panic!("{st:?}"));
+    assert!(
+        e.reason
+            .contains("table MyIngress.dmac does not notify idle timeouts"),
+        "{e:?}"
+    );
+    p4fleet_e2e::wait_event(&client, &ns, Some("LearnInvalid"), "MyIngress.dmac").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_idle_timeouts_are_written_and_reported_not_removed() {
+    let (cp, env) = env().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    setup(&client, env, &ns, &[("idle", IDLE_DEV)]).await;
+    let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
+    create_json(
+        &sets,
+        json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+        "metadata": {"name": "static-idle"},
+        "spec": {
+            "virtualSwitchRef": "idle", "table": "MyIngress.smac",
+            "entries": [{"match": {"hdr.ethernet.srcAddr": "02:00:00:00:00:09"},
+                         "action": "NoAction", "idleTimeout": "1s"}]
+        }}),
+    )
+    .await;
+    // Written with its idle timeout and the set's own tag (read here once
+    // the set says it applied it: before, the device has no pipeline).
+    status_where(&sets, "static-idle", "applied", |s| s.applied == 1).await;
+    let entries = smac_of(env, IDLE_DEV).await;
+    let [entry] = entries.as_slice() else {
+        panic!("{entries:?}")
+    };
+    assert_eq!(entry.idle_timeout_ns, 1_000_000_000);
+    assert_eq!(
+        sync::tag_of(&entry.metadata),
+        sync::set_tag(&ns, "static-idle")
+    );
+    // No traffic: the device notifies it; the set reports it and keeps it.
+    let st = status_where(&sets, "static-idle", "status.idle", |s| {
+        s.idle.as_ref().is_some_and(|i| i.notified >= 1)
+    })
+    .await;
+    assert_eq!(
+        st.idle.as_ref().unwrap().recent[0],
+        "hdr.ethernet.srcAddr=02:00:00:00:00:09"
+    );
+    p4fleet_e2e::wait_event(&client, &ns, Some("EntriesIdle"), "entries idle").await;
+    let st = status_where(&sets, "static-idle", "Ready", |s| {
+        cond(s, "Ready").is_some_and(|c| c.0)
+    })
+    .await;
+    assert_eq!(st.applied, 1, "{st:?}");
+    let still = smac_of(env, IDLE_DEV).await;
+    assert_eq!(still.len(), 1, "a static entry is not removed: {still:?}");
+    assert_eq!(still[0].idle_timeout_ns, 1_000_000_000);
+
+    // dmac has no idle timeouts: the entry is refused before any write,
+    // naming set, entry and table.
+    create_json(
+        &sets,
+        json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+        "metadata": {"name": "no-timeouts"},
+        "spec": {
+            "virtualSwitchRef": "idle", "table": "MyIngress.dmac",
+            "entries": [{"match": {"hdr.ethernet.dstAddr": "02:00:00:00:00:09"},
+                         "action": "forward", "params": {"port": 1}, "idleTimeout": "1s"}]
+        }}),
+    )
+    .await;
+    let st = status_where(&sets, "no-timeouts", "InvalidEntries", |s| {
+        cond(s, "Valid").is_some_and(|c| !c.0 && c.1 == "InvalidEntries")
+    })
+    .await;
+    let (_, _, message) = cond(&st, "Valid").unwrap();
+    assert!(
+        message.contains("no-timeouts")
+            && message.contains("entries[0]")
+            && message.contains("MyIngress.dmac")
+            && message.contains("does not notify idle timeouts"),
+        "{message}"
+    );
+    p4fleet_e2e::wait_event(&client, &ns, Some("InvalidEntries"), "MyIngress.dmac").await;
+}
