@@ -24,6 +24,16 @@ pub struct Update {
 }
 
 impl Update {
+    /// A program changed whose kept entries could not be counted.
+    pub fn uncounted() -> Update {
+        Update {
+            mode: ProgramUpdateMode::Replaced,
+            entries_kept: None,
+            tables_kept: Vec::new(),
+            fallback: None,
+        }
+    }
+
     /// A program replaced: its tables start empty (`fallback`: why a
     /// reconcile was refused, if one was asked for).
     pub fn replaced(fallback: Option<String>) -> Update {
@@ -44,22 +54,45 @@ pub async fn update(dev: &Device, slot: u32, p4info: &P4Info, mode: PushMode) ->
         PushMode::Loaded => None,
         PushMode::Replaced { fallback } => Some(Update::replaced(fallback)),
         PushMode::Reconciled => {
-            let (entries_kept, tables_kept) = match dev.read_table(slot, 0).await {
-                Ok(entries) => {
-                    let ids: Vec<u32> = entries.iter().map(|e| e.table_id).collect();
-                    (Some(ids.len() as u64), table_names(p4info, &ids))
-                }
-                Err(e) => {
-                    tracing::warn!(slot, error = %e, "could not count the entries kept by a reconcile");
-                    (None, Vec::new())
-                }
-            };
+            let (entries_kept, tables_kept) = kept(dev, slot, p4info).await;
             Some(Update {
                 mode: ProgramUpdateMode::Reconciled,
                 entries_kept,
                 tables_kept,
                 fallback: None,
             })
+        }
+    }
+}
+
+/// The [`Update`] of a load whose effect on the program's entries the
+/// protocol does not say (BFRT's warm init): what the slot holds right
+/// after it, read back. `Replaced` when it holds none, `Reconciled` when
+/// some stayed.
+pub async fn observed(dev: &Device, slot: u32, p4info: &P4Info) -> Update {
+    let (entries_kept, tables_kept) = kept(dev, slot, p4info).await;
+    Update {
+        mode: match entries_kept {
+            Some(n) if n > 0 => ProgramUpdateMode::Reconciled,
+            _ => ProgramUpdateMode::Replaced,
+        },
+        entries_kept,
+        tables_kept,
+        fallback: None,
+    }
+}
+
+/// The entries of every table in `slot` and their tables' names; None
+/// (logged) when they could not be read: nothing is claimed then.
+async fn kept(dev: &Device, slot: u32, p4info: &P4Info) -> (Option<u64>, Vec<String>) {
+    match dev.read_table(slot, 0).await {
+        Ok(entries) => {
+            let ids: Vec<u32> = entries.iter().map(|e| e.table_id).collect();
+            (Some(ids.len() as u64), table_names(p4info, &ids))
+        }
+        Err(e) => {
+            tracing::warn!(slot, error = %e, "could not count the entries kept by a program change");
+            (None, Vec::new())
         }
     }
 }

@@ -425,10 +425,27 @@ pub async fn load(
                 dev.set_tofino_pipes(slot, info, &pipeline, &claim.pipes)
                     .await?
             };
-            // BFRT has no reconcile: a change replaces the program and
-            // its tables start empty (on a pipe set, only this program's).
-            let update = pushed.then(|| super::hitless::Update::replaced(None));
-            (pushed, started.elapsed(), update)
+            let took = started.elapsed();
+            // What the program's tables hold right after the load, read
+            // through its own client (on a pipe set the other programs'
+            // entries are not its): counted, not assumed empty, since a
+            // warm init that reconciles may keep entries.
+            let update = match pushed {
+                false => None,
+                true => {
+                    let first = claim.pipes.iter().min().copied();
+                    let vs = &claim.virtual_switch;
+                    match super::claims::program_device(&ctx.devices, sw, slot, first, vs) {
+                        Ok(own) => Some(super::hitless::observed(&own, slot, info).await),
+                        Err(e) => {
+                            tracing::warn!(virtual_switch = %vs, error = %e,
+                                "could not count the entries kept by a load");
+                            Some(super::hitless::Update::uncounted())
+                        }
+                    }
+                }
+            };
+            (pushed, took, update)
         }
         SwitchProtocol::P4Runtime => {
             let config = device_config(
