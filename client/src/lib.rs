@@ -395,6 +395,27 @@ impl Device {
         }
     }
 
+    /// Like [`Device::set_pipeline`], saying whether a program ran before
+    /// (`Loaded` or `Replaced`); never a reconcile. None when nothing was
+    /// pushed.
+    pub async fn replace_pipeline(
+        &self,
+        slot: u32,
+        p4info: &P4Info,
+        device_config: Vec<u8>,
+        cookie: u64,
+    ) -> Result<Option<PushMode>, Error> {
+        match self {
+            Device::P4Runtime(d) => {
+                d.replace_pipeline(slot, p4info, device_config, cookie)
+                    .await
+            }
+            Device::Bfrt(_) => Err(Error::Unsupported(
+                "a P4Runtime device config on a BFRT device (use the Tofino artifacts)",
+            )),
+        }
+    }
+
     /// Loads Tofino artifacts into `slot` of a BFRT device unless it already
     /// runs them (and binds); returns whether it was pushed.
     pub async fn set_tofino_pipeline(

@@ -90,6 +90,19 @@ async fn driver_writes_reads_and_reports_per_update_errors() {
     assert_eq!(dev.pipeline_cookie(1).await.unwrap(), Some(42));
     assert_eq!(running.stats(8).unwrap().set_pipeline_rpcs, 1);
 
+    // A replacement (Recreate) says what the device ran before it: nothing
+    // (a first load), or another program (replaced, never reconciled).
+    use p4fleet_client::PushMode;
+    let replace = |cookie| dev.replace_pipeline(0, &info, b"cfg".to_vec(), cookie);
+    assert_eq!(replace(5).await.unwrap(), Some(PushMode::Loaded));
+    assert_eq!(replace(5).await.unwrap(), None);
+    assert_eq!(
+        replace(6).await.unwrap(),
+        Some(PushMode::Replaced { fallback: None })
+    );
+    assert_eq!(dev.pipeline_cookie(0).await.unwrap(), Some(6));
+    assert_eq!(running.stats(7).unwrap().set_pipeline_rpcs, 2);
+
     let desired = parse(&schema, &lines(30_000, 0));
     let tag = sync::set_tag("ns", "fw");
     let plan = sync::plan(&desired, &[], Ownership::Merge, tag);

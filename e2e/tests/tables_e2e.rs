@@ -437,10 +437,14 @@ async fn update_program(
     let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns);
     let swap = wait_for("the swap counted", Duration::from_secs(90), || async {
         let vs = vss.get("vs").await.map_err(|e| e.to_string())?;
-        let swap = vs.status.and_then(|s| s.last_swap);
-        match &swap {
+        let st = vs.status.unwrap_or_default();
+        match &st.last_swap {
             Some(s) if s.entries_reapplied.is_some() => Ok(s.clone()),
-            _ => Err(format!("{swap:?}")),
+            // What the VirtualSwitch says besides, should it never come.
+            swap => Err(format!(
+                "{swap:?}; loaded {:?}; {:?}",
+                st.loaded_short_digest, st.conditions
+            )),
         }
     })
     .await;

@@ -40,6 +40,32 @@ impl P4RuntimeDevice {
         device_config: Vec<u8>,
         cookie: u64,
     ) -> Result<Option<PushMode>, Error> {
+        self.push(slot, p4info, device_config, cookie, true).await
+    }
+
+    /// Loads a pipeline into `slot` unless the device already reports
+    /// `cookie`, always with VERIFY_AND_COMMIT (every table cleared, never
+    /// a reconcile); None when nothing was pushed. `Loaded` when the device
+    /// ran no program before, `Replaced` when it ran another: told by the
+    /// device, not by what a caller last recorded.
+    pub async fn replace_pipeline(
+        &self,
+        slot: u32,
+        p4info: &P4Info,
+        device_config: Vec<u8>,
+        cookie: u64,
+    ) -> Result<Option<PushMode>, Error> {
+        self.push(slot, p4info, device_config, cookie, false).await
+    }
+
+    async fn push(
+        &self,
+        slot: u32,
+        p4info: &P4Info,
+        device_config: Vec<u8>,
+        cookie: u64,
+        reconcile: bool,
+    ) -> Result<Option<PushMode>, Error> {
         let device_id = self.target.device_id(slot);
         self.bulk.set_schema(slot, p4info);
         let running = self.pipeline_cookie(slot).await?;
@@ -70,7 +96,7 @@ impl P4RuntimeDevice {
             .contains(&device_id);
         let mut fallback = None;
         let mut unsupported = false;
-        if running.is_some() && !known_unsupported {
+        if reconcile && running.is_some() && !known_unsupported {
             match set(Action::ReconcileAndCommit).await {
                 Ok(_) => return Ok(Some(PushMode::Reconciled)),
                 Err(s) if refuses_reconcile(s.code()) => {

@@ -405,12 +405,13 @@ async fn push(
             pushed: pushed.as_ref().map(|p| p.took),
             // A P4Runtime program change (not a first load) is a swap too:
             // its status says what the device kept.
+            // The device tells a first load (no update) from a change:
+            // the status this reconcile started from may not show the
+            // previous load yet, and a change it missed would never be
+            // recorded (the next push finds the cookie in place).
             swap: pushed.and_then(|p| {
                 let update = p.update?;
                 let from_digest = obj.status.as_ref().and_then(|s| s.loaded_digest.clone());
-                // A Recreate cannot tell a first load from a change by
-                // itself: without a program before, it is a first load.
-                from_digest.as_ref()?;
                 Some(Swap {
                     from_digest,
                     // HotSwap: reconciled where the target could; Recreate:

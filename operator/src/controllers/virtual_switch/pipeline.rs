@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
-use p4fleet_client::{PushMode, TofinoPipeline};
+use p4fleet_client::TofinoPipeline;
 use p4fleet_crds::condition_types::{PIPELINE_LOADED, READY};
 use p4fleet_crds::{
     Condition, Switch, SwitchProtocol, SwitchTarget, UpdateStrategyType, find_condition,
@@ -462,10 +462,9 @@ pub async fn load(
                 }
                 // Recreate asks for a fresh program: VERIFY_AND_COMMIT,
                 // which clears every table (never a reconcile).
-                UpdateStrategyType::Recreate => dev
-                    .set_pipeline(slot, info, config, cookie)
-                    .await?
-                    .then_some(PushMode::Replaced { fallback: None }),
+                UpdateStrategyType::Recreate => {
+                    dev.replace_pipeline(slot, info, config, cookie).await?
+                }
             };
             match mode {
                 None => (false, started.elapsed(), None),
