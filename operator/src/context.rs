@@ -83,6 +83,8 @@ pub struct Context {
     pub entry_sources: EntrySources,
     /// Ready programs the VirtualSwitch controller resolved, by digest.
     pub programs: crate::controllers::virtual_switch::pipeline::ProgramCache,
+    /// Swaps confirmed by a device whose status write has not gone through.
+    pub unreported_swaps: crate::controllers::virtual_switch::unreported::Unreported,
     /// When each TableEntrySet's next periodic resync is due.
     pub resync_due: Arc<crate::controllers::entry_set::resync_due::ResyncDue>,
     /// The learning tasks of TableEntrySets with `spec.learn`.
@@ -146,6 +148,7 @@ impl Context {
             ownership: Default::default(),
             entry_sources: EntrySources::new(metrics.entry_sources.clone()),
             programs: Default::default(),
+            unreported_swaps: Default::default(),
             resync_due: Default::default(),
             learners: Default::default(),
             idle,

@@ -23,6 +23,7 @@ pub mod replication;
 pub mod slot_load;
 pub mod status;
 pub mod triggers;
+pub mod unreported;
 
 use std::sync::Arc;
 
@@ -218,7 +219,10 @@ async fn apply(
         notes.push(note);
     }
     let counted = started.elapsed();
+    ctx.unreported_swaps
+        .carry(&me, obj.status.as_ref(), &mut new);
     update_status_noting(ctx, api, obj, &mut new, &notes).await?;
+    ctx.unreported_swaps.written(&me);
     tracing::debug!(virtual_switch = %me, claim_ms = claimed.as_millis() as u64,
         program_and_load_ms = (loaded - claimed).as_millis() as u64,
         reapplied_ms = (counted - loaded).as_millis() as u64,
@@ -294,6 +298,7 @@ async fn sync_replication(
 async fn cleanup(ctx: &Context, obj: &VirtualSwitch) -> Result<Action, Error> {
     let me = object_key(obj);
     ctx.devices.pipelines().forget(&me);
+    ctx.unreported_swaps.written(&me);
     let api: Api<Switch> = ctx.all();
     for sw in ctx.reads.switches().await? {
         if sw.spec.effective_protocol() == p4fleet_crds::SwitchProtocol::Bfrt {
