@@ -377,37 +377,22 @@ impl Device {
         }
     }
 
-    /// Like [`Device::set_pipeline`], keeping the state of unchanged tables
-    /// where the target takes RECONCILE_AND_COMMIT (probed, and remembered
-    /// per device id when refused); None when nothing was pushed.
+    /// Like [`Device::set_pipeline`], saying what the device ran before
+    /// (`Loaded`, `Replaced`) and, with `reconcile`, keeping the state of
+    /// unchanged tables where the target takes RECONCILE_AND_COMMIT
+    /// (probed, and remembered per device id when refused); None when
+    /// nothing was pushed.
     pub async fn push_pipeline(
         &self,
         slot: u32,
         p4info: &P4Info,
         device_config: Vec<u8>,
         cookie: u64,
-    ) -> Result<Option<PushMode>, Error> {
-        match self {
-            Device::P4Runtime(d) => d.push_pipeline(slot, p4info, device_config, cookie).await,
-            Device::Bfrt(_) => Err(Error::Unsupported(
-                "a P4Runtime device config on a BFRT device (use the Tofino artifacts)",
-            )),
-        }
-    }
-
-    /// Like [`Device::set_pipeline`], saying whether a program ran before
-    /// (`Loaded` or `Replaced`); never a reconcile. None when nothing was
-    /// pushed.
-    pub async fn replace_pipeline(
-        &self,
-        slot: u32,
-        p4info: &P4Info,
-        device_config: Vec<u8>,
-        cookie: u64,
+        reconcile: bool,
     ) -> Result<Option<PushMode>, Error> {
         match self {
             Device::P4Runtime(d) => {
-                d.replace_pipeline(slot, p4info, device_config, cookie)
+                d.push_pipeline(slot, p4info, device_config, cookie, reconcile)
                     .await
             }
             Device::Bfrt(_) => Err(Error::Unsupported(

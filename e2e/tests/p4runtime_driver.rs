@@ -93,7 +93,7 @@ async fn driver_writes_reads_and_reports_per_update_errors() {
     // A replacement (Recreate) says what the device ran before it: nothing
     // (a first load), or another program (replaced, never reconciled).
     use p4fleet_client::PushMode;
-    let replace = |cookie| dev.replace_pipeline(0, &info, b"cfg".to_vec(), cookie);
+    let replace = |cookie| dev.push_pipeline(0, &info, b"cfg".to_vec(), cookie, false);
     assert_eq!(replace(5).await.unwrap(), Some(PushMode::Loaded));
     assert_eq!(replace(5).await.unwrap(), None);
     assert_eq!(

@@ -31,34 +31,12 @@ pub enum PushMode {
 
 impl P4RuntimeDevice {
     /// Loads a pipeline into `slot` unless the device already reports
-    /// `cookie`, keeping unchanged tables' state where the target can;
-    /// None when nothing was pushed.
+    /// `cookie`; None when nothing was pushed. With `reconcile`, keeps
+    /// unchanged tables' state where the target can (RECONCILE_AND_COMMIT
+    /// first); without, always VERIFY_AND_COMMIT (every table cleared).
+    /// `Loaded` or `Replaced` is what the device ran before, not what a
+    /// caller last recorded.
     pub async fn push_pipeline(
-        &self,
-        slot: u32,
-        p4info: &P4Info,
-        device_config: Vec<u8>,
-        cookie: u64,
-    ) -> Result<Option<PushMode>, Error> {
-        self.push(slot, p4info, device_config, cookie, true).await
-    }
-
-    /// Loads a pipeline into `slot` unless the device already reports
-    /// `cookie`, always with VERIFY_AND_COMMIT (every table cleared, never
-    /// a reconcile); None when nothing was pushed. `Loaded` when the device
-    /// ran no program before, `Replaced` when it ran another: told by the
-    /// device, not by what a caller last recorded.
-    pub async fn replace_pipeline(
-        &self,
-        slot: u32,
-        p4info: &P4Info,
-        device_config: Vec<u8>,
-        cookie: u64,
-    ) -> Result<Option<PushMode>, Error> {
-        self.push(slot, p4info, device_config, cookie, false).await
-    }
-
-    async fn push(
         &self,
         slot: u32,
         p4info: &P4Info,

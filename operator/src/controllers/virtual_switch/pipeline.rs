@@ -455,17 +455,13 @@ pub async fn load(
                 &program.resolved,
             )?;
             let cookie = artifacts::cookie(&program.digest);
-            let mode = match strategy {
-                // HotSwap keeps what the target can (RECONCILE_AND_COMMIT).
-                UpdateStrategyType::HotSwap => {
-                    dev.push_pipeline(slot, info, config, cookie).await?
-                }
-                // Recreate asks for a fresh program: VERIFY_AND_COMMIT,
-                // which clears every table (never a reconcile).
-                UpdateStrategyType::Recreate => {
-                    dev.replace_pipeline(slot, info, config, cookie).await?
-                }
-            };
+            // HotSwap keeps what the target can (RECONCILE_AND_COMMIT);
+            // Recreate asks for a fresh program: VERIFY_AND_COMMIT, which
+            // clears every table (never a reconcile).
+            let reconcile = strategy == UpdateStrategyType::HotSwap;
+            let mode = dev
+                .push_pipeline(slot, info, config, cookie, reconcile)
+                .await?;
             match mode {
                 None => (false, started.elapsed(), None),
                 Some(mode) => {
