@@ -410,13 +410,21 @@ async fn push(
             pushed: pushed.as_ref().map(|p| p.took),
             // A P4Runtime program change (not a first load) is a swap too:
             // its status says what the device kept.
-            // The device tells a first load (no update) from a change:
-            // the status this reconcile started from may not show the
-            // previous load yet, and a change it missed would never be
-            // recorded (the next push finds the cookie in place).
+            // A P4Runtime device tells a first load (no update) from a
+            // change, since the status this reconcile started from may not
+            // show the previous load yet (and a change missed here would
+            // never be recorded: the next push finds the cookie in place).
+            // A BFRT load does not say (other programs may run on other
+            // pipes): without a program before in the status, it is a
+            // first load.
             swap: pushed.and_then(|p| {
                 let update = p.update?;
                 let from_digest = obj.status.as_ref().and_then(|s| s.loaded_digest.clone());
+                if from_digest.is_none()
+                    && sw.spec.effective_protocol() == p4fleet_crds::SwitchProtocol::Bfrt
+                {
+                    return None;
+                }
                 Some(Swap {
                     from_digest,
                     // HotSwap: reconciled where the target could; Recreate:
