@@ -15,14 +15,25 @@ fn main() {
     println!("cargo:rerun-if-env-changed=P4FLEET_COMMIT");
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
     // A new commit (HEAD moves, or the branch it names does) reruns this.
+    // Only paths that exist are named: cargo counts a missing one as
+    // changed on every build (a checkout without packed-refs, a branch
+    // whose ref is packed), which rebuilt the operator and everything
+    // that depends on it each time a test binary ran `cargo build`. A
+    // branch ref not there as a file is watched through its folder.
+    let mut watch = Vec::new();
     for path in ["HEAD", "packed-refs"] {
-        if let Some(p) = git(&["rev-parse", "--git-path", path]) {
-            println!("cargo:rerun-if-changed={p}");
-        }
+        watch.extend(git(&["rev-parse", "--git-path", path]));
     }
     if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"])
         && let Some(p) = git(&["rev-parse", "--git-path", &r])
     {
+        let folder = std::path::Path::new(&p)
+            .parent()
+            .map(|f| f.display().to_string());
+        watch.push(p);
+        watch.extend(folder);
+    }
+    for p in watch.iter().filter(|p| std::path::Path::new(p).exists()) {
         println!("cargo:rerun-if-changed={p}");
     }
     let commit = git(&["rev-parse", "--short=12", "HEAD"])
