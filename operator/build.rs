@@ -27,11 +27,12 @@ fn main() {
     if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"])
         && let Some(p) = git(&["rev-parse", "--git-path", &r])
     {
-        let folder = std::path::Path::new(&p)
-            .parent()
-            .map(|f| f.display().to_string());
+        let file = std::path::Path::new(&p);
+        let folder = file.parent().map(|f| f.display().to_string());
+        if !file.exists() {
+            watch.extend(folder);
+        }
         watch.push(p);
-        watch.extend(folder);
     }
     for p in watch.iter().filter(|p| std::path::Path::new(p).exists()) {
         println!("cargo:rerun-if-changed={p}");
