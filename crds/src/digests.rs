@@ -31,7 +31,7 @@ pub struct DigestSetting {
     pub ack_timeout: String,
     /// Where the digest's messages go besides learning: the operator's
     /// log, a ConfigMap owned by the set, or both (docs/entities/digests.md,
-    /// "Sinks"). None when absent.
+    /// "Operator: sinks"). Nowhere else when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sink: Option<DigestSink>,
 }

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Client, Resource, ResourceExt};
 use p4fleet_client::{Device, Notice};
 use p4fleet_crds::{DigestSink, DigestSinkKind, MAX_SINK_KEEP, TableEntrySet};
@@ -596,12 +596,29 @@ async fn sink_loop(
     }
 }
 
-/// Deletes ConfigMap `name` (a missing one is fine).
-pub async fn delete(client: &Client, ns: &str, name: &str) -> Result<(), kube::Error> {
+/// Deletes ConfigMap `name` if it is the sink of set `set` (its label
+/// says so), whether or not this process wrote it; a missing one, or
+/// someone else's of that name, is left alone. Whether it deleted one.
+pub async fn delete(client: &Client, ns: &str, set: &str, name: &str) -> Result<bool, kube::Error> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    match api.delete(name, &DeleteParams::default()).await {
-        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
-        other => other.map(|_| ()),
+    let Some(cm) = api.get_opt(name).await? else {
+        return Ok(false);
+    };
+    if cm.labels().get(SINK_LABEL).map(String::as_str) != Some(set) {
+        return Ok(false);
+    }
+    // The object just checked, not one created since under that name.
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: cm.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.is_not_found() || s.code == 409 => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

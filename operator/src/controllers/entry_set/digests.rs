@@ -434,17 +434,17 @@ async fn sync_sinks(
         .configure(&ctx.client, key, set, &books)
         .await;
     let ns = set.namespace().unwrap_or_default();
+    let me = set.name_any();
     for name in status_sinks(set) {
         if books.iter().any(|b| b.0 == name) {
             continue;
         }
-        if let Err(e) = digest_sink::delete(&ctx.client, &ns, &name).await {
+        if let Err(e) = digest_sink::delete(&ctx.client, &ns, &me, &name).await {
             let why = format!("sink ConfigMap {name} not deleted: {e}");
             out.sink_config_maps.insert(name);
             out.fail("DigestSinkFailed", "digests".into(), why);
         }
     }
-    let me = set.name_any();
     let mut keep = Vec::new();
     for (t, dev, info) in targets {
         let rules: Vec<SinkRule> = set
@@ -592,8 +592,10 @@ pub async fn cleanup(
     let ns = set.namespace().unwrap_or_default();
     let mut sinks: BTreeSet<String> = status_sinks(set).into_iter().collect();
     sinks.extend(wanted_sinks(set).into_iter().map(|s| s.1));
+    // Only ConfigMaps labelled as this set's: a name another ConfigMap
+    // held (DigestSinkTaken) is never deleted.
     for name in &sinks {
-        digest_sink::delete(&ctx.client, &ns, name).await?;
+        digest_sink::delete(&ctx.client, &ns, &set.name_any(), name).await?;
     }
     let mut names: Vec<String> = set.spec.digests.iter().map(|d| d.name.clone()).collect();
     names.extend(released_names(set));
