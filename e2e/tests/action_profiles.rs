@@ -497,7 +497,7 @@ fn shared_spec(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_profile_shared_by_two_sets_keeps_what_the_other_set_uses() {
-    let (cp, (emu, _op)) = env().await;
+    let (cp, (emu, op)) = env().await;
     let ids = ids_of(
         "shared_ecmp",
         SHARED_DEVICE,
@@ -591,6 +591,21 @@ async fn a_profile_shared_by_two_sets_keeps_what_the_other_set_uses() {
     );
     status_of(&sets, "src", "src still synced 2/0/2", |s| {
         synced(s, 2, 0, 2)
+    })
+    .await;
+    // The refusal that keeps it waiting names the member as v4 lists it
+    // (the operator's log: a reconcile error).
+    let set_key = format!("{ns}/v4");
+    wait_for("the refusal logged", Duration::from_secs(30), || async {
+        let log = std::fs::read_to_string(&op.log).map_err(|e| e.to_string())?;
+        log.lines()
+            .find(|l| {
+                l.contains(&set_key)
+                    && l.contains(&format!("spec.actionProfile.members[nh1] (id {nh1})"))
+                    && l.contains("in use")
+            })
+            .map(|_| ())
+            .ok_or_else(|| "not yet".to_string())
     })
     .await;
 
