@@ -216,7 +216,8 @@ impl TargetProblem {
     /// target cannot do, or a device that did not answer.
     fn reason(&self) -> &'static str {
         match self {
-            TargetProblem::NotP4Runtime { .. } => "UnsupportedOnTarget",
+            TargetProblem::NotP4Runtime { .. }
+            | TargetProblem::Device(p4fleet_client::Error::Unsupported(_)) => "UnsupportedOnTarget",
             TargetProblem::NoPipeline | TargetProblem::Device(_) => "DeviceUnavailable",
         }
     }
@@ -834,6 +835,8 @@ mod tests {
         assert_eq!(p.reason(), "UnsupportedOnTarget");
         assert!(p.to_string().contains("tofino-1"), "{p}");
         assert_eq!(TargetProblem::NoPipeline.reason(), "DeviceUnavailable");
+        let client = TargetProblem::Device(p4fleet_client::Error::Unsupported("x"));
+        assert_eq!(client.reason(), "UnsupportedOnTarget");
         let mut out = Outcome {
             targets: 1,
             ..Default::default()
