@@ -29,6 +29,43 @@ pub struct DigestSetting {
     #[serde(default = "default_ack_timeout")]
     #[schemars(length(min = 1, max = 32))]
     pub ack_timeout: String,
+    /// Where the digest's messages go besides learning: the operator's
+    /// log, a ConfigMap owned by the set, or both (docs/entities/digests.md,
+    /// "Operator: sinks"). Nowhere else when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink: Option<DigestSink>,
+}
+
+/// The sinks of one digest.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DigestSink {
+    /// `Log`: one structured line per digest list in the operator's log;
+    /// `ConfigMap`: the last `keep` messages in the ConfigMap
+    /// `status.digests.sinkConfigMaps` names. One or both.
+    #[schemars(length(min = 1, max = 2), extend("x-kubernetes-list-type" = "set"))]
+    pub to: Vec<DigestSinkKind>,
+    /// How many messages (the newest) the ConfigMap keeps.
+    #[serde(default = "default_sink_keep")]
+    #[schemars(range(min = 1, max = 500))]
+    pub keep: u32,
+}
+
+/// One place a digest's messages go.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum DigestSinkKind {
+    Log,
+    ConfigMap,
+}
+
+/// Messages a digest's ConfigMap keeps unless `keep` says otherwise.
+pub const DEFAULT_SINK_KEEP: u32 = 50;
+/// The most messages a digest's ConfigMap keeps (the CRD's bound): 500
+/// lines of a few hundred bytes stay far below a ConfigMap's 1 MiB.
+pub const MAX_SINK_KEEP: u32 = 500;
+
+fn default_sink_keep() -> u32 {
+    DEFAULT_SINK_KEEP
 }
 
 fn default_max_timeout() -> String {
@@ -101,6 +138,11 @@ pub struct DigestsStatus {
     /// Learned entries this process removed after their idle timeout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aged_out: Option<u64>,
+    /// The ConfigMaps this set writes digest messages to (`sink.to`
+    /// ConfigMap), which it deletes when they leave the spec or the set
+    /// is deleted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sink_config_maps: Vec<String>,
 }
 
 /// Idle timeout notifications the devices sent about the set's own

@@ -433,6 +433,53 @@ pub async fn firewall_workload(client: &Client, ns: &str, switch: &str, entries:
     .await;
 }
 
+/// In namespace `ns`: P4Program `program` with the P4Info text `p4info`
+/// inline.
+pub async fn p4info_program(client: &Client, ns: &str, program: &str, p4info: &str) {
+    use p4fleet_crds::P4Program;
+    use serde_json::json;
+    create_json(
+        &Api::<P4Program>::namespaced(client.clone(), ns),
+        json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
+            "metadata": {"name": program}, "spec": {"p4info": {"inline": p4info}}}),
+    )
+    .await;
+}
+
+/// A Bmv2 Switch on one emulated device and a VirtualSwitch on its slot 0.
+pub struct Bmv2Slot<'a> {
+    /// The Switch (cluster-scoped: give each test its own name).
+    pub switch: &'a str,
+    /// The VirtualSwitch (in the test's namespace).
+    pub virtual_switch: &'a str,
+    /// The P4Program it runs (in the same namespace).
+    pub program: &'a str,
+    /// The emulator's P4Runtime address and the device id there.
+    pub endpoint: SocketAddr,
+    pub device: u64,
+}
+
+/// Creates `slot`'s Switch (one slot) and VirtualSwitch in `ns`.
+pub async fn bmv2_virtual_switch(client: &Client, ns: &str, slot: Bmv2Slot<'_>) {
+    use p4fleet_crds::{Switch, VirtualSwitch};
+    use serde_json::json;
+    let v1 = "p4fleet.dev/v1alpha1";
+    create_json(
+        &Api::<Switch>::all(client.clone()),
+        json!({"apiVersion": v1, "kind": "Switch", "metadata": {"name": slot.switch},
+            "spec": {"target": "Bmv2", "endpoint": slot.endpoint.to_string(),
+                "deviceId": slot.device, "slots": 1}}),
+    )
+    .await;
+    create_json(
+        &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
+        json!({"apiVersion": v1, "kind": "VirtualSwitch",
+            "metadata": {"name": slot.virtual_switch},
+            "spec": {"programRef": slot.program, "switchRef": slot.switch, "slot": 0}}),
+    )
+    .await;
+}
+
 /// Waits until object `name` of `api` has condition Ready=True; panics
 /// with its conditions after `timeout`.
 pub async fn wait_object_ready<K>(api: &kube::Api<K>, name: &str, timeout: Duration)

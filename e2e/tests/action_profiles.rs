@@ -9,6 +9,11 @@
 //! and item; entries from a ConfigMap name the group and a member with
 //! `@group=` / `@member=`, a bad line is named by ConfigMap, key and line;
 //! deleting the set leaves nothing on the device.
+//!
+//! One selector shared by two tables (examples/shared_ecmp), one set per
+//! table listing a common member: deleting one set removes only what it
+//! lists, and waits while the other table's entries use the common
+//! member, until that set stops using it.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -16,22 +21,26 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use p4fleet_crds::{
-    P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
-};
+use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
 use p4fleet_e2e::processes::{
     EmulatorProc, Proc, build_binaries, once_per_binary, spawn_emulator, spawn_operator,
 };
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
+use p4fleet_e2e::{
+    Bmv2Slot, ControlPlane, TestNamespace, bmv2_virtual_switch, create_json, p4info_program,
+    repo_root, wait_for,
+};
 use p4fleet_proto::p4info::{self, P4Info};
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient};
 use serde_json::json;
 
 const DEVICE: u64 = 1;
+/// The shared-profile test's device (each test its own: two Switches on
+/// one device would be two connections with the operator's election id).
+const SHARED_DEVICE: u64 = 2;
 
 fn env_start(kubeconfig: std::path::PathBuf) -> (EmulatorProc, Proc) {
     let bin = build_binaries();
-    let emu = spawn_emulator(&bin, &["--device-ids", "1"]);
+    let emu = spawn_emulator(&bin, &["--device-ids", "1,2"]);
     let op = spawn_operator(
         &bin,
         &kubeconfig,
@@ -51,35 +60,43 @@ async fn env() -> (&'static ControlPlane, &'static (EmulatorProc, Proc)) {
     )
 }
 
-fn fabric_p4info() -> String {
-    std::fs::read_to_string(repo_root().join("examples/fabric/p4info.txt")).unwrap()
+fn p4info_of(example: &str) -> String {
+    std::fs::read_to_string(repo_root().join(format!("examples/{example}/p4info.txt"))).unwrap()
 }
 
-/// Ids by name from the P4Info (the p4c helper may renumber them).
+fn fabric_p4info() -> String {
+    p4info_of("fabric")
+}
+
+/// Ids by name from the P4Info (the p4c helper may renumber them), and
+/// the device they are read on.
 struct Ids {
+    device: u64,
     profile: u32,
-    table: u32,
+    /// The tables behind the profile (entries of all are read).
+    tables: Vec<u32>,
     set_nhop: u32,
 }
 
-fn ids() -> Ids {
-    let info: P4Info = p4info::parse_text(&fabric_p4info()).unwrap();
+fn ids_of(example: &str, device: u64, profile: &str, tables: &[&str]) -> Ids {
+    let info: P4Info = p4info::parse_text(&p4info_of(example)).unwrap();
     let id = |name: &str,
               of: &mut dyn Iterator<Item = Option<&p4fleet_proto::p4info::Preamble>>| {
         of.flatten()
             .find(|p| p.name == name)
             .map(|p| p.id)
-            .unwrap_or_else(|| panic!("{name} not in the fabric P4Info"))
+            .unwrap_or_else(|| panic!("{name} not in the {example} P4Info"))
     };
     Ids {
+        device,
         profile: id(
-            "MyIngress.ecmp_selector",
+            profile,
             &mut info.action_profiles.iter().map(|p| p.preamble.as_ref()),
         ),
-        table: id(
-            "MyIngress.ecmp",
-            &mut info.tables.iter().map(|t| t.preamble.as_ref()),
-        ),
+        tables: tables
+            .iter()
+            .map(|t| id(t, &mut info.tables.iter().map(|t| t.preamble.as_ref())))
+            .collect(),
         set_nhop: id(
             "MyIngress.set_nhop",
             &mut info.actions.iter().map(|a| a.preamble.as_ref()),
@@ -87,8 +104,18 @@ fn ids() -> Ids {
     }
 }
 
+fn ids() -> Ids {
+    ids_of(
+        "fabric",
+        DEVICE,
+        "MyIngress.ecmp_selector",
+        &["MyIngress.ecmp"],
+    )
+}
+
 /// What the device holds, by id: members (id → port), groups (id →
-/// sorted (member id, weight)), entries of the table (prefix → what).
+/// sorted (member id, weight)), entries of the tables (match value: the
+/// prefix or exact value → what).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Held {
     members: BTreeMap<u32, Vec<u8>>,
@@ -106,7 +133,7 @@ async fn p4_client(
 
 async fn held(emu: &EmulatorProc, ids: &Ids) -> Result<Held, String> {
     let mut c = p4_client(emu).await?;
-    let filters = [
+    let mut filters = vec![
         Entity::ActionProfileMember(p4::ActionProfileMember {
             action_profile_id: ids.profile,
             ..Default::default()
@@ -115,13 +142,15 @@ async fn held(emu: &EmulatorProc, ids: &Ids) -> Result<Held, String> {
             action_profile_id: ids.profile,
             ..Default::default()
         }),
-        Entity::TableEntry(p4::TableEntry {
-            table_id: ids.table,
-            ..Default::default()
-        }),
     ];
+    filters.extend(ids.tables.iter().map(|&table_id| {
+        Entity::TableEntry(p4::TableEntry {
+            table_id,
+            ..Default::default()
+        })
+    }));
     let req = p4::ReadRequest {
-        device_id: DEVICE,
+        device_id: ids.device,
         entities: filters
             .into_iter()
             .map(|e| p4::Entity { entity: Some(e) })
@@ -148,6 +177,7 @@ async fn held(emu: &EmulatorProc, ids: &Ids) -> Result<Held, String> {
                 Entity::TableEntry(t) if !t.is_default_action => {
                     let prefix = match &t.r#match[0].field_match_type {
                         Some(p4::field_match::FieldMatchType::Lpm(l)) => l.value.clone(),
+                        Some(p4::field_match::FieldMatchType::Exact(x)) => x.value.clone(),
                         other => panic!("{other:?}"),
                     };
                     use p4::table_action::Type;
@@ -193,7 +223,16 @@ async fn status_where(
     what: &str,
     pred: impl Fn(&TableEntrySetStatus) -> bool,
 ) -> TableEntrySetStatus {
-    p4fleet_e2e::set_status_where(api, "ecmp", what, Duration::from_secs(90), pred).await
+    status_of(api, "ecmp", what, pred).await
+}
+
+async fn status_of(
+    api: &Api<TableEntrySet>,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&TableEntrySetStatus) -> bool,
+) -> TableEntrySetStatus {
+    p4fleet_e2e::set_status_where(api, name, what, Duration::from_secs(90), pred).await
 }
 
 fn synced(st: &TableEntrySetStatus, members: u64, groups: u64, entries: u64) -> bool {
@@ -235,26 +274,16 @@ async fn an_ecmp_group_syncs_changes_in_place_repairs_drift_and_leaves_nothing_w
     let ns = TestNamespace::new(&client).await;
     let ns = ns.name().to_string();
     let v1 = "p4fleet.dev/v1alpha1";
-    create_json(
-        &Api::<P4Program>::namespaced(client.clone(), &ns),
-        json!({"apiVersion": v1, "kind": "P4Program", "metadata": {"name": "fabric"},
-            "spec": {"p4info": {"inline": fabric_p4info()}}}),
-    )
-    .await;
+    p4info_program(&client, &ns, "fabric", &fabric_p4info()).await;
     let sw = format!("{ns}-sw");
-    create_json(
-        &Api::<Switch>::all(client.clone()),
-        json!({"apiVersion": v1, "kind": "Switch", "metadata": {"name": sw},
-            "spec": {"target": "Bmv2", "endpoint": emu.p4runtime.to_string(),
-                "deviceId": DEVICE, "slots": 1}}),
-    )
-    .await;
-    create_json(
-        &Api::<VirtualSwitch>::namespaced(client.clone(), &ns),
-        json!({"apiVersion": v1, "kind": "VirtualSwitch", "metadata": {"name": "fabric"},
-            "spec": {"programRef": "fabric", "switchRef": sw, "slot": 0}}),
-    )
-    .await;
+    let slot = Bmv2Slot {
+        switch: &sw,
+        virtual_switch: "fabric",
+        program: "fabric",
+        endpoint: emu.p4runtime,
+        device: DEVICE,
+    };
+    bmv2_virtual_switch(&client, &ns, slot).await;
     let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
     create_json(
         &sets,
@@ -320,7 +349,7 @@ async fn an_ecmp_group_syncs_changes_in_place_repairs_drift_and_leaves_nothing_w
     // same group and member. (A member deleted behind the operator's back
     // is re-inserted the same way: the unit test
     // a_member_deleted_behind_our_back_is_inserted_again.)
-    let dropped = drop_entries(emu, ids.table, 2);
+    let dropped = drop_entries(emu, ids.tables[0], 2);
     assert!(dropped.contains("\"deleted\":2"), "{dropped}");
     let repaired = until(emu, &ids, "the entries re-created", |h| {
         h.entries.len() == 2
@@ -433,5 +462,180 @@ async fn an_ecmp_group_syncs_changes_in_place_repairs_drift_and_leaves_nothing_w
 
     // Deleting the set removes its entries, the group and the members.
     sets.delete("ecmp", &DeleteParams::default()).await.unwrap();
+    until(emu, &ids, "nothing left", |h| *h == Held::default()).await;
+}
+
+/// A set of one table behind examples/shared_ecmp's selector: `members`
+/// (nh<i>: port i), an optional group of all of them, and entries (match
+/// value, member or group name).
+fn shared_spec(
+    table: &str,
+    field: &str,
+    members: &[u32],
+    group: bool,
+    entries: &[(&str, &str)],
+) -> serde_json::Value {
+    let groups = match group {
+        true => json!([{"name": "g1", "members": members.iter()
+            .map(|m| json!({"member": format!("nh{m}"), "weight": 1}))
+            .collect::<Vec<_>>()}]),
+        false => json!([]),
+    };
+    json!({
+        "virtualSwitchRef": "shared",
+        "table": table,
+        "actionProfile": {
+            "members": members.iter().map(|&i| member(i)).collect::<Vec<_>>(),
+            "groups": groups,
+        },
+        "entries": entries.iter().map(|(value, to)| {
+            let kind = if to.starts_with("nh") { "member" } else { "group" };
+            json!({"match": {field: value}, kind: to})
+        }).collect::<Vec<_>>(),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_shared_by_two_sets_keeps_what_the_other_set_uses() {
+    let (cp, (emu, op)) = env().await;
+    let ids = ids_of(
+        "shared_ecmp",
+        SHARED_DEVICE,
+        "MyIngress.nhop_selector",
+        &["MyIngress.ecmp_v4", "MyIngress.ecmp_src"],
+    );
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    p4info_program(&client, &ns, "shared", &p4info_of("shared_ecmp")).await;
+    let sw = format!("{ns}-shared");
+    let slot = Bmv2Slot {
+        switch: &sw,
+        virtual_switch: "shared",
+        program: "shared",
+        endpoint: emu.p4runtime,
+        device: SHARED_DEVICE,
+    };
+    bmv2_virtual_switch(&client, &ns, slot).await;
+    let v1 = "p4fleet.dev/v1alpha1";
+    let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
+    // ecmp_v4: nh1 and nh2 in group g1, one entry on the group.
+    let v4 = shared_spec(
+        "MyIngress.ecmp_v4",
+        "hdr.ipv4.dstAddr",
+        &[1, 2],
+        true,
+        &[("10.0.0.0/8", "g1")],
+    );
+    // ecmp_src: nh1 too (same name, action and parameters: the same
+    // member) and nh3, one entry on each.
+    let src = |members: &[u32], entries: &[(&str, &str)]| {
+        shared_spec(
+            "MyIngress.ecmp_src",
+            "hdr.ipv4.srcAddr",
+            members,
+            false,
+            entries,
+        )
+    };
+    create_json(
+        &sets,
+        json!({"apiVersion": v1, "kind": "TableEntrySet", "metadata": {"name": "v4"}, "spec": v4}),
+    )
+    .await;
+    create_json(
+        &sets,
+        json!({"apiVersion": v1, "kind": "TableEntrySet", "metadata": {"name": "src"},
+            "spec": src(&[1, 3], &[("1.1.1.1", "nh1"), ("3.3.3.3", "nh3")])}),
+    )
+    .await;
+    let both = until(emu, &ids, "3 members, 1 group, 3 entries", |h| {
+        h.members.len() == 3 && h.groups.len() == 1 && h.entries.len() == 3
+    })
+    .await;
+    status_of(&sets, "v4", "v4 synced 2/1/1", |s| synced(s, 2, 1, 1)).await;
+    status_of(&sets, "src", "src synced 2/0/2", |s| synced(s, 2, 0, 2)).await;
+    let port = |h: &Held, p: u8| {
+        h.members
+            .iter()
+            .find(|(_, port)| port.as_slice() == [p])
+            .map(|(id, _)| *id)
+    };
+    let (nh1, nh2, nh3) = (
+        port(&both, 1).unwrap(),
+        port(&both, 2).unwrap(),
+        port(&both, 3).unwrap(),
+    );
+    assert_eq!(both.entries[&vec![1u8, 1, 1, 1]], format!("member {nh1}"));
+    assert_eq!(both.entries[&vec![3u8, 3, 3, 3]], format!("member {nh3}"));
+
+    // Deleting v4: its entry, its group and nh2 go; nh1, which the
+    // other table's entry uses, is refused by the device, and nh3, which
+    // v4 does not list, is not touched.
+    sets.delete("v4", &DeleteParams::default()).await.unwrap();
+    let after = until(emu, &ids, "v4's entry, group and nh2 gone", |h| {
+        h.groups.is_empty() && port(h, 2).is_none() && !h.entries.contains_key(&vec![10u8, 0, 0, 0])
+    })
+    .await;
+    assert_eq!(port(&after, 1), Some(nh1), "{after:?}");
+    assert_eq!(port(&after, 3), Some(nh3), "{after:?}");
+    assert_eq!(after.entries.len(), 2, "{after:?}");
+    assert!(!after.members.contains_key(&nh2));
+    // The pass that deleted nh2 was refused nh1 in the same write, so
+    // the finalizer is still there: the set waits.
+    let waiting = sets.get("v4").await.unwrap();
+    assert!(
+        waiting.metadata.deletion_timestamp.is_some(),
+        "{:?}",
+        waiting.metadata
+    );
+    status_of(&sets, "src", "src still synced 2/0/2", |s| {
+        synced(s, 2, 0, 2)
+    })
+    .await;
+    // The refusal that keeps it waiting names the member as v4 lists it
+    // (the operator's log: a reconcile error).
+    let set_key = format!("{ns}/v4");
+    wait_for("the refusal logged", Duration::from_secs(30), || async {
+        let log = std::fs::read_to_string(&op.log).map_err(|e| e.to_string())?;
+        log.lines()
+            .find(|l| {
+                l.contains(&set_key)
+                    && l.contains(&format!("spec.actionProfile.members[nh1] (id {nh1})"))
+                    && l.contains("in use")
+            })
+            .map(|_| ())
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+
+    // src stops using nh1 (its entry moves to nh3, nh1 leaves its spec):
+    // src does not delete nh1 (shared, and no longer its own), v4's
+    // finalizer does, and v4 is gone.
+    let patch = json!({"spec": src(&[3], &[("1.1.1.1", "nh3"), ("3.3.3.3", "nh3")])});
+    sets.patch("src", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_for("v4 deleted", Duration::from_secs(90), || async {
+        match sets.get_opt("v4").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(s) => Err(format!("{:?}", s.metadata.finalizers)),
+        }
+    })
+    .await;
+    let left = until(emu, &ids, "only nh3 and src's entries", |h| {
+        h.members.len() == 1 && h.entries.len() == 2
+    })
+    .await;
+    assert_eq!(port(&left, 3), Some(nh3));
+    assert!(left.groups.is_empty());
+    assert!(
+        left.entries.values().all(|w| *w == format!("member {nh3}")),
+        "{left:?}"
+    );
+    status_of(&sets, "src", "src synced 1/0/2", |s| synced(s, 1, 0, 2)).await;
+
+    // Deleting the last set leaves nothing.
+    sets.delete("src", &DeleteParams::default()).await.unwrap();
     until(emu, &ids, "nothing left", |h| *h == Held::default()).await;
 }

@@ -4,15 +4,19 @@
 //! source sent through the emulator's side channel produces a digest, the
 //! operator learns an entry from it (read back here over P4Runtime, with
 //! the set's learned tag), and the entry's idle timeout removes it again.
-//! Bad input (an unknown digest; an idle timeout on a table without
-//! NOTIFY_CONTROL) is a condition, a status error naming the field, and
-//! an Event.
+//! A digest with sinks puts its messages into the operator's log and into
+//! a ConfigMap owned by the set (the last `keep`, read here through the
+//! API server), which goes with the set. Bad input (an unknown digest;
+//! an idle timeout on a table without NOTIFY_CONTROL; a sink ConfigMap
+//! name someone else's ConfigMap has) is a condition, a status error
+//! naming the field, and an Event.
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use kube::Api;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Api, ResourceExt};
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
 use p4fleet_e2e::processes::{build_binaries, once_per_binary, spawn_emulator, spawn_operator};
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
@@ -25,17 +29,22 @@ const DEV: u64 = 51;
 const BAD_DEV: u64 = 52;
 /// The device of the static idle timeout test.
 const IDLE_DEV: u64 = 53;
+/// The devices of the digest sink tests.
+const SINK_DEV: u64 = 54;
+const TAKEN_DEV: u64 = 55;
 const SMAC: u32 = 41683160;
 const DIGEST: u32 = 402184575;
 
 struct Env {
     p4runtime: SocketAddr,
     stats: SocketAddr,
+    /// The operator's log file.
+    operator_log: std::path::PathBuf,
 }
 
 fn start(kubeconfig: std::path::PathBuf) -> Env {
     let bin = build_binaries();
-    let emu = spawn_emulator(&bin, &["--device-ids", "51,52,53"]);
+    let emu = spawn_emulator(&bin, &["--device-ids", "51,52,53,54,55"]);
     let op = spawn_operator(
         &bin,
         &kubeconfig,
@@ -45,6 +54,7 @@ fn start(kubeconfig: std::path::PathBuf) -> Env {
     let env = Env {
         p4runtime: emu.p4runtime,
         stats: emu.stats,
+        operator_log: op.log.clone(),
     };
     std::mem::forget((emu, op));
     env
@@ -152,28 +162,17 @@ fn send_frame(env: &Env, device: u64, src: &str, port: u32) -> serde_json::Value
 /// on one device are two connections with the operator's one election id,
 /// and the device refuses the second ("election id already used").
 async fn setup(client: &kube::Client, env: &Env, ns: &str, switches: &[(&str, u64)]) {
-    let v1 = "p4fleet.dev/v1alpha1";
-    create_json(
-        &Api::<p4fleet_crds::P4Program>::namespaced(client.clone(), ns),
-        json!({"apiVersion": v1, "kind": "P4Program", "metadata": {"name": "l2switch"},
-            "spec": {"p4info": {"inline": p4info()}}}),
-    )
-    .await;
+    p4fleet_e2e::p4info_program(client, ns, "l2switch", &p4info()).await;
     for &(vs, dev) in switches {
         let sw = format!("{ns}-{vs}");
-        create_json(
-            &Api::<p4fleet_crds::Switch>::all(client.clone()),
-            json!({"apiVersion": v1, "kind": "Switch", "metadata": {"name": sw},
-                "spec": {"target": "Bmv2", "endpoint": env.p4runtime.to_string(),
-                    "deviceId": dev, "slots": 1}}),
-        )
-        .await;
-        create_json(
-            &Api::<p4fleet_crds::VirtualSwitch>::namespaced(client.clone(), ns),
-            json!({"apiVersion": v1, "kind": "VirtualSwitch", "metadata": {"name": vs},
-                "spec": {"programRef": "l2switch", "switchRef": sw, "slot": 0}}),
-        )
-        .await;
+        let slot = p4fleet_e2e::Bmv2Slot {
+            switch: &sw,
+            virtual_switch: vs,
+            program: "l2switch",
+            endpoint: env.p4runtime,
+            device: dev,
+        };
+        p4fleet_e2e::bmv2_virtual_switch(client, ns, slot).await;
     }
 }
 
@@ -425,4 +424,205 @@ async fn static_idle_timeouts_are_written_and_reported_not_removed() {
         "{message}"
     );
     p4fleet_e2e::wait_event(&client, &ns, Some("InvalidEntries"), "MyIngress.dmac").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn digest_sinks_log_each_list_and_keep_the_last_messages_in_a_config_map() {
+    let (cp, env) = env().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    setup(&client, env, &ns, &[("sinkvs", SINK_DEV)]).await;
+    let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    // No learning: every frame from an unknown source is a digest.
+    create_json(
+        &sets,
+        json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+        "metadata": {"name": "sink"},
+        "spec": {
+            "virtualSwitchRef": "sinkvs", "table": "MyIngress.smac",
+            "entries": [{"match": {"hdr.ethernet.srcAddr": "02:00:00:00:00:ff"}, "action": "NoAction"}],
+            "digests": [{"name": "mac_learn_digest_t", "maxTimeout": "1ms",
+                         "maxListSize": 16, "ackTimeout": "5s",
+                         "sink": {"to": ["Log", "ConfigMap"], "keep": 2}}]
+        }}),
+    )
+    .await;
+    let cm_name = "sink-digest-mac-learn-digest-t";
+    let st = status_where(&sets, "sink", "DigestsSynced", |s| {
+        cond(s, "DigestsSynced").is_some_and(|c| c.0)
+    })
+    .await;
+    assert_eq!(st.digests.as_ref().unwrap().sink_config_maps, [cm_name]);
+
+    // One frame: one message, in the ConfigMap by member name.
+    let report = send_frame(env, SINK_DEV, "02:00:00:00:00:01", 3);
+    assert_eq!(report["digests_queued"], 1, "{report}");
+    let first = config_map_where(&cms, cm_name, "the first message", |d| {
+        d.get("received").map(String::as_str) == Some("1")
+    })
+    .await;
+    let data = first.data.clone().unwrap();
+    assert_eq!(data["digest"], "mac_learn_digest_t");
+    let lines: Vec<&str> = data["messages"].lines().collect();
+    let [line] = lines.as_slice() else {
+        panic!("{lines:?}")
+    };
+    assert!(
+        line.contains(" sinkvs list=")
+            && line.ends_with(" srcAddr=02:00:00:00:00:01 ingress_port=3"),
+        "{line}"
+    );
+    // Owned by the set and labelled with it.
+    let set = sets.get("sink").await.unwrap();
+    let owners = first.metadata.owner_references.clone().unwrap_or_default();
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    assert_eq!(
+        (owners[0].kind.as_str(), owners[0].uid.as_str()),
+        ("TableEntrySet", set.uid().unwrap().as_str())
+    );
+    assert_eq!(first.labels()["p4fleet.dev/digest-sink"], "sink");
+
+    // Three more: the ConfigMap keeps the newest two, and counts all.
+    for (i, mac) in [
+        "02:00:00:00:00:02",
+        "02:00:00:00:00:03",
+        "02:00:00:00:00:04",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let report = send_frame(env, SINK_DEV, mac, 4 + i as u32);
+        assert_eq!(report["digests_queued"], 1, "{report}");
+    }
+    let last = config_map_where(&cms, cm_name, "four messages received", |d| {
+        d.get("received").map(String::as_str) == Some("4")
+    })
+    .await;
+    let data = last.data.unwrap();
+    let lines: Vec<&str> = data["messages"].lines().collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[0].ends_with("srcAddr=02:00:00:00:00:03 ingress_port=5"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].ends_with("srcAddr=02:00:00:00:00:04 ingress_port=6"),
+        "{lines:?}"
+    );
+
+    // The log sink: one structured line per list, values by member name.
+    let set_key = format!("{ns}/sink");
+    wait_for(
+        "the digest list in the operator log",
+        Duration::from_secs(30),
+        || async {
+            let log = std::fs::read_to_string(&env.operator_log).map_err(|e| e.to_string())?;
+            log.lines()
+                .find(|l| {
+                    l.contains("digest list")
+                        && l.contains(&set_key)
+                        && l.contains("srcAddr=02:00:00:00:00:01 ingress_port=3")
+                })
+                .map(|_| ())
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await;
+
+    // Deleting the set deletes its ConfigMap (a bare kube-apiserver runs
+    // no garbage collector: the finalizer does it).
+    sets.delete("sink", &Default::default()).await.unwrap();
+    wait_for(
+        "the sink ConfigMap deleted",
+        Duration::from_secs(60),
+        || async {
+            match cms.get_opt(cm_name).await.map_err(|e| e.to_string())? {
+                None => Ok(()),
+                Some(cm) => Err(format!("{:?}", cm.data)),
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_never_writes_over_someone_elses_config_map() {
+    let (cp, env) = env().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    setup(&client, env, &ns, &[("taken", TAKEN_DEV)]).await;
+    let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let cm_name = "taken-digest-mac-learn-digest-t";
+    create_json(
+        &cms,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cm_name},
+            "data": {"mine": "yes"}}),
+    )
+    .await;
+    create_json(
+        &sets,
+        json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+        "metadata": {"name": "taken"},
+        "spec": {
+            "virtualSwitchRef": "taken", "table": "MyIngress.smac",
+            "entries": [{"match": {"hdr.ethernet.srcAddr": "02:00:00:00:00:01"}, "action": "NoAction"}],
+            "digests": [{"name": "mac_learn_digest_t", "sink": {"to": ["ConfigMap"]}}]
+        }}),
+    )
+    .await;
+    // Ready says it too once the entries are in (before the VirtualSwitch
+    // has its pipeline, Ready's reason is that).
+    let st = status_where(&sets, "taken", "DigestSinkTaken", |s| {
+        cond(s, "DigestsSynced").is_some_and(|c| !c.0 && c.1 == "DigestSinkTaken")
+            && cond(s, "Ready").is_some_and(|c| c.1 == "DigestSinkTaken")
+    })
+    .await;
+    let (_, _, message) = cond(&st, "DigestsSynced").unwrap();
+    assert!(
+        message.starts_with(&format!("digests[0]: sink: ConfigMap {cm_name} exists")),
+        "{message}"
+    );
+    assert!(cond(&st, "Ready").is_some_and(|c| !c.0), "{st:?}");
+    assert_eq!(st.applied, 1, "the entries are written all the same");
+    assert!(st.digests.unwrap().sink_config_maps.is_empty());
+    p4fleet_e2e::wait_event(&client, &ns, Some("DigestSinkTaken"), cm_name).await;
+    // Deleting the set leaves the other ConfigMap alone.
+    sets.delete("taken", &Default::default()).await.unwrap();
+    wait_for("the set gone", Duration::from_secs(60), || async {
+        match sets.get_opt("taken").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(_) => Err("still there".to_string()),
+        }
+    })
+    .await;
+    let cm = cms.get(cm_name).await.unwrap();
+    assert_eq!(cm.data.unwrap()["mine"], "yes");
+    assert!(cm.metadata.owner_references.is_none());
+}
+
+/// Waits until ConfigMap `name`'s data satisfies `pred`.
+async fn config_map_where(
+    cms: &Api<ConfigMap>,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&std::collections::BTreeMap<String, String>) -> bool,
+) -> ConfigMap {
+    wait_for(what, Duration::from_secs(60), || async {
+        let cm = cms
+            .get_opt(name)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("no ConfigMap yet")?;
+        let data = cm.data.clone().unwrap_or_default();
+        if pred(&data) {
+            Ok(cm)
+        } else {
+            Err(format!("{data:?}"))
+        }
+    })
+    .await
 }

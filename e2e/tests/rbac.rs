@@ -307,7 +307,9 @@ impl Install {
 }
 
 /// The rule for the ConfigMaps the operator writes: AsyncExternPolicy's
-/// T4P4S launch options and TableEntrySets' ownership records (BFRT).
+/// T4P4S launch options, TableEntrySets' ownership records (BFRT) and
+/// digest sinks (not in this workload: the firewall program has no
+/// digest; they use the same get, create, patch and delete).
 fn rendered_config_maps(rule: &Value) -> bool {
     rule["resources"] == json!(["configmaps"])
         && rule["verbs"]

@@ -224,6 +224,39 @@ pub fn digest(info: &P4Info, name: &str) -> Result<DigestInfo, LearnError> {
     })
 }
 
+impl DigestInfo {
+    /// One digest message as `member=value` pairs in the struct's order,
+    /// each value as the line format writes it (MAC, IPv4, decimal, hex:
+    /// [`crate::entries::write_value`]), e.g. `srcAddr=02:00:00:00:00:07
+    /// ingress_port=3`.
+    pub fn render(&self, data: &p4::P4Data) -> Result<String, DataError> {
+        let Some(p4::p4_data::Data::Struct(s)) = &data.data else {
+            return Err(DataError("not a struct".into()));
+        };
+        if s.members.len() != self.members.len() {
+            return Err(DataError(format!(
+                "{} members, the program says {}",
+                s.members.len(),
+                self.members.len()
+            )));
+        }
+        let mut out = String::new();
+        for (i, (m, d)) in self.members.iter().zip(&s.members).enumerate() {
+            let Some(p4::p4_data::Data::Bitstring(b)) = &d.data else {
+                return Err(DataError(format!("member {i} is not a bitstring")));
+            };
+            if i > 0 {
+                out.push(' ');
+            }
+            out.push_str(&m.name);
+            out.push('=');
+            let width = u32::try_from(m.bitwidth).unwrap_or(0);
+            crate::entries::write_value(&mut out, b, width);
+        }
+        Ok(out)
+    }
+}
+
 /// A digest config as the spec asks for it (durations in ns).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DigestConfig {
@@ -727,6 +760,31 @@ mod tests {
             })),
         };
         assert!(rule.entry(&one).is_err());
+    }
+
+    #[test]
+    fn a_message_renders_by_member_name_like_the_line_format() {
+        let d = digest(&l2switch(false), "mac_learn_digest_t").unwrap();
+        assert_eq!(
+            d.render(&message(&[2, 0, 0, 0, 0, 7], &[0, 3])).unwrap(),
+            "srcAddr=02:00:00:00:00:07 ingress_port=3"
+        );
+        // A member that is not a bitstring, or a member missing, is an
+        // error, not a line with a hole in it.
+        let mut bad = message(&[2, 0, 0, 0, 0, 7], &[3]);
+        if let Some(p4::p4_data::Data::Struct(s)) = &mut bad.data {
+            s.members[1].data = Some(p4::p4_data::Data::Bool(true));
+        }
+        assert_eq!(
+            d.render(&bad).unwrap_err(),
+            DataError("member 1 is not a bitstring".into())
+        );
+        let short = p4::P4Data {
+            data: Some(p4::p4_data::Data::Struct(p4::P4StructLike {
+                members: vec![],
+            })),
+        };
+        assert!(d.render(&short).is_err());
     }
 
     #[test]

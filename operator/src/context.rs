@@ -89,6 +89,8 @@ pub struct Context {
     pub resync_due: Arc<crate::controllers::entry_set::resync_due::ResyncDue>,
     /// The learning tasks of TableEntrySets with `spec.learn`.
     pub learners: crate::learning::Learners,
+    /// The digest sinks (log, ConfigMap) of TableEntrySets.
+    pub digest_sinks: crate::digest_sink::DigestSinks,
     /// Idle timeout notifications about sets' own entries.
     pub idle: Arc<crate::idle_reports::IdleReports>,
 }
@@ -151,6 +153,7 @@ impl Context {
             unreported_swaps: Default::default(),
             resync_due: Default::default(),
             learners: Default::default(),
+            digest_sinks: Default::default(),
             idle,
         })
     }

@@ -20,6 +20,7 @@ pub mod controllers;
 pub mod convert;
 pub mod counter_metrics;
 pub mod devices;
+pub mod digest_sink;
 pub mod entries_cli;
 pub mod entry_sources;
 pub mod event_names;

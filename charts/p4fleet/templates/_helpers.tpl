@@ -98,11 +98,12 @@ applied status.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch"]
-# AsyncExternPolicy's T4P4S launch options (<policy>-t4p4s) and the
+# AsyncExternPolicy's T4P4S launch options (<policy>-t4p4s), the
 # TableEntrySets' ownership records on BFRT Switches (p4fleet-owned.<set>,
-# docs/bfrt.md): server-side apply creates and updates them (create is
-# checked when the apply creates one); a policy without a rendering and a
-# deleted set's record are deleted.
+# docs/bfrt.md) and their digest sinks (<set>-digest-<digest>,
+# docs/entities/digests.md): server-side apply creates and updates them
+# (create is checked when the apply creates one); a policy without a
+# rendering, a deleted set's record and sinks are deleted.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["create", "patch", "delete"]

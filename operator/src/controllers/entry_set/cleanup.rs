@@ -78,7 +78,7 @@ pub async fn cleanup(ctx: &Context, set: &TableEntrySet) -> Result<Action, Error
         let ev = crate::ownership::damage_event(d, set.spec.ownership);
         ctx.events.publish(set, &ev).await;
     }
-    super::digests::cleanup(ctx, set, &refs.targets).await;
+    super::digests::cleanup(ctx, set, &refs.targets).await?;
     super::idle::forget(ctx, set);
     let mut failures = Vec::new();
     let mut removed = 0;

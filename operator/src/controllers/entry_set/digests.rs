@@ -14,6 +14,10 @@
 //! leaves them alone, and Exclusive's plan skips them, see
 //! `apply::plan_target`), so drift repair never deletes what was learned.
 //! They go when the device notifies their idle timeout, or with the set.
+//!
+//! Digest sinks (`spec.digests[].sink`) run in [`crate::digest_sink`]:
+//! here their ConfigMaps are claimed, configured and deleted, and a
+//! listener is started per target whose configs are confirmed.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -21,7 +25,7 @@ use std::sync::Arc;
 use kube::ResourceExt;
 use p4fleet_client::Device;
 use p4fleet_crds::entry_set::EntryError as StatusEntryError;
-use p4fleet_crds::{Condition, DigestsStatus, TableEntrySet, TableEntrySetStatus};
+use p4fleet_crds::{Condition, DigestSinkKind, DigestsStatus, TableEntrySet, TableEntrySetStatus};
 use p4fleet_model::learn::{self, DigestConfig, LearnError, LearnNames, LearnRule};
 use p4fleet_model::sync;
 use p4fleet_proto::p4info::P4Info;
@@ -31,6 +35,7 @@ use super::apply::tag;
 use super::dereference::Target;
 use crate::context::Context;
 use crate::controllers::object_key;
+use crate::digest_sink::{self, SinkJob, SinkRule};
 use crate::learning::Job;
 
 pub const DIGESTS_SYNCED: &str = "DigestsSynced";
@@ -56,6 +61,8 @@ pub struct Outcome {
     pub learn_failure: Option<&'static str>,
     pub learn_message: String,
     pub aged_out: Option<u64>,
+    /// The sink ConfigMaps the set writes (or could not delete yet).
+    pub sink_config_maps: BTreeSet<String>,
 }
 
 impl Outcome {
@@ -75,7 +82,36 @@ impl Outcome {
 /// Whether the set asks for digests or learning, or still has configs to
 /// remove.
 pub fn wanted(set: &TableEntrySet) -> bool {
-    !set.spec.digests.is_empty() || set.spec.learn.is_some() || !released_names(set).is_empty()
+    !set.spec.digests.is_empty()
+        || set.spec.learn.is_some()
+        || !released_names(set).is_empty()
+        || !status_sinks(set).is_empty()
+}
+
+/// The sink ConfigMaps the set's status names (written, or to delete).
+fn status_sinks(set: &TableEntrySet) -> Vec<String> {
+    set.status
+        .as_ref()
+        .and_then(|s| s.digests.as_ref())
+        .map(|d| d.sink_config_maps.clone())
+        .unwrap_or_default()
+}
+
+/// The sink ConfigMaps the spec asks for: `(index, name, digest, keep)`.
+fn wanted_sinks(set: &TableEntrySet) -> Vec<(usize, String, String, u32)> {
+    let me = set.name_any();
+    set.spec
+        .digests
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| {
+            let sink = d.sink.as_ref()?;
+            sink.to.contains(&DigestSinkKind::ConfigMap).then(|| {
+                let name = digest_sink::config_map_name(&me, &d.name);
+                (i, name, d.name.clone(), sink.keep)
+            })
+        })
+        .collect()
 }
 
 /// Digests the set configured before (its status says) and no longer
@@ -113,6 +149,10 @@ fn configs(
                 continue;
             }
         };
+        if let Some(Err(e)) = d.sink.as_ref().map(digest_sink::check) {
+            bad.push(refuse(i, e.field(), e.to_string()));
+            continue;
+        }
         let max_timeout_ns = learn::parse_duration(&d.max_timeout);
         let ack_timeout_ns = learn::parse_duration(&d.ack_timeout);
         match (max_timeout_ns, ack_timeout_ns) {
@@ -158,26 +198,42 @@ fn learn_error(e: &LearnError) -> StatusEntryError {
     }
 }
 
+/// Why a target's digests cannot be configured.
+#[derive(Debug, thiserror::Error)]
+enum TargetProblem {
+    #[error(
+        "Switch {switch}: digests and learning are P4Runtime only (BFRT digests are not modelled)"
+    )]
+    NotP4Runtime { switch: String },
+    #[error("no pipeline loaded")]
+    NoPipeline,
+    #[error(transparent)]
+    Device(#[from] p4fleet_client::Error),
+}
+
+impl TargetProblem {
+    /// The `DigestsSynced` reason: the project's one reason for what a
+    /// target cannot do, or a device that did not answer.
+    fn reason(&self) -> &'static str {
+        match self {
+            TargetProblem::NotP4Runtime { .. }
+            | TargetProblem::Device(p4fleet_client::Error::Unsupported(_)) => "UnsupportedOnTarget",
+            TargetProblem::NoPipeline | TargetProblem::Device(_) => "DeviceUnavailable",
+        }
+    }
+}
+
 /// The target's P4Runtime device and running P4Info, or why not.
-async fn program(
-    ctx: &Context,
-    t: &Target,
-) -> Result<(Arc<Device>, P4Info), (&'static str, String)> {
-    let dev = ctx
-        .devices
-        .connect(&t.switch)
-        .map_err(|e| ("DeviceUnavailable", e.to_string()))?;
+async fn program(ctx: &Context, t: &Target) -> Result<(Arc<Device>, P4Info), TargetProblem> {
+    let dev = ctx.devices.connect(&t.switch)?;
     let Device::P4Runtime(p) = dev.as_ref() else {
-        let why = format!(
-            "Switch {}: digests and learning are P4Runtime only (BFRT digests are not modelled)",
-            t.switch.name_any()
-        );
-        return Err(("Unsupported", why));
+        return Err(TargetProblem::NotP4Runtime {
+            switch: t.switch.name_any(),
+        });
     };
-    match p.running_p4info(t.slot).await {
-        Ok(Some(info)) => Ok((dev.clone(), info)),
-        Ok(None) => Err(("DeviceUnavailable", "no pipeline loaded".into())),
-        Err(e) => Err(("DeviceUnavailable", e.to_string())),
+    match p.running_p4info(t.slot).await? {
+        Some(info) => Ok((dev.clone(), info)),
+        None => Err(TargetProblem::NoPipeline),
     }
 }
 
@@ -212,15 +268,18 @@ pub async fn sync(ctx: &Context, set: &TableEntrySet, targets: &[Target]) -> Out
     };
     if !wanted(set) {
         ctx.learners.retain(&key, &[]);
+        ctx.digest_sinks.stop(&key).await;
         return out;
     }
     let mut resolved = Vec::new();
     for t in targets {
         match program(ctx, t).await {
             Ok((dev, info)) => resolved.push((t, dev, info)),
-            Err((reason, why)) => {
-                out.fail(reason, format!("VirtualSwitch {}", t.virtual_switch), why)
-            }
+            Err(e) => out.fail(
+                e.reason(),
+                format!("VirtualSwitch {}", t.virtual_switch),
+                e.to_string(),
+            ),
         }
     }
     // Every config and the rule checked on every target before any write.
@@ -253,6 +312,9 @@ pub async fn sync(ctx: &Context, set: &TableEntrySet, targets: &[Target]) -> Out
     }
     if invalid {
         ctx.learners.retain(&key, &[]);
+        ctx.digest_sinks.retain(&key, &[]);
+        // Nothing changes while the spec is invalid: what was written stays.
+        out.sink_config_maps.extend(status_sinks(set));
         if out.learn_failure.is_none() && set.spec.learn.is_some() {
             out.learn_failure = Some("DigestsNotSynced");
             out.learn_message = "the digest configs are invalid".into();
@@ -261,15 +323,18 @@ pub async fn sync(ctx: &Context, set: &TableEntrySet, targets: &[Target]) -> Out
     }
     let released = released_names(set);
     let mut learning = Vec::new();
+    let mut sinking = Vec::new();
     for (i, ((t, dev, info), ok)) in resolved.iter().zip(&planned).enumerate() {
         let synced = write_configs(t, dev, info, ok, &released, &mut out).await;
         if synced {
             out.synced_targets += 1;
+            sinking.push((*t, dev.clone(), info));
         }
         if let Some(Some(rule)) = rules.get(i) {
             learning.push((*t, dev.clone(), rule.clone(), synced));
         }
     }
+    sync_sinks(ctx, set, &key, &sinking, &mut out).await;
     if set.spec.learn.is_some() {
         learn_targets(ctx, set, &key, learning, &mut out).await;
     } else {
@@ -344,6 +409,76 @@ async fn write_configs(
         }
     }
     confirmed.iter().all(|c| *c)
+}
+
+/// The set's digest sinks: its ConfigMaps claimed and buffered (those
+/// that left the spec deleted), and a listener on each target whose
+/// configs are confirmed (`targets`).
+async fn sync_sinks(
+    ctx: &Context,
+    set: &TableEntrySet,
+    key: &str,
+    targets: &[(&Target, Arc<Device>, &P4Info)],
+    out: &mut Outcome,
+) {
+    let mut books = Vec::new();
+    for (i, name, digest, keep) in wanted_sinks(set) {
+        match ctx.digest_sinks.claim(&ctx.client, key, set, &name).await {
+            Ok(()) => {
+                out.sink_config_maps.insert(name.clone());
+                books.push((name, digest, keep));
+            }
+            Err(e) => out.fail(e.reason(), format!("digests[{i}]"), format!("sink: {e}")),
+        }
+    }
+    ctx.digest_sinks
+        .configure(&ctx.client, key, set, &books)
+        .await;
+    let ns = set.namespace().unwrap_or_default();
+    let me = set.name_any();
+    for name in status_sinks(set) {
+        if books.iter().any(|b| b.0 == name) {
+            continue;
+        }
+        if let Err(e) = digest_sink::delete(&ctx.client, &ns, &me, &name).await {
+            let why = format!("sink ConfigMap {name} not deleted: {e}");
+            out.sink_config_maps.insert(name);
+            out.fail("DigestSinkFailed", "digests".into(), why);
+        }
+    }
+    let mut keep = Vec::new();
+    for (t, dev, info) in targets {
+        let rules: Vec<SinkRule> = set
+            .spec
+            .digests
+            .iter()
+            .filter_map(|d| {
+                let sink = d.sink.as_ref()?;
+                // Checked before any write: every name resolves here.
+                let digest = learn::digest(info, &d.name).ok()?;
+                let name = digest_sink::config_map_name(&me, &d.name);
+                let config_map = books.iter().any(|b| b.0 == name).then_some(name);
+                let log = sink.to.contains(&DigestSinkKind::Log);
+                (log || config_map.is_some()).then_some(SinkRule {
+                    digest,
+                    log,
+                    config_map,
+                })
+            })
+            .collect();
+        if rules.is_empty() {
+            continue;
+        }
+        keep.push(t.virtual_switch.as_str());
+        let job = SinkJob {
+            virtual_switch: t.virtual_switch.clone(),
+            device: dev.clone(),
+            slot: t.slot,
+            rules,
+        };
+        ctx.digest_sinks.ensure(key, job);
+    }
+    ctx.digest_sinks.retain(key, &keep);
 }
 
 /// Starts (or keeps) each target's learning task and counts the learned
@@ -439,13 +574,30 @@ pub fn requeue(
     Action::requeue(LEARN_REFRESH)
 }
 
-/// On deletion of the set: its digest configs and learned entries off
-/// every target that resolves, and its learning stopped. Best effort: a
+/// On deletion of the set: its sinks stopped and their ConfigMaps
+/// deleted (an API error fails the cleanup, which is retried: a bare
+/// kube-apiserver has no garbage collector to follow the ownerReference);
+/// its digest configs and learned entries off every target that
+/// resolves, and its learning stopped. The device part is best effort: a
 /// device that cannot be reached keeps them (the entries' cleanup
 /// reports unreachable devices).
-pub async fn cleanup(ctx: &Context, set: &TableEntrySet, targets: &[Target]) {
+pub async fn cleanup(
+    ctx: &Context,
+    set: &TableEntrySet,
+    targets: &[Target],
+) -> Result<(), kube::Error> {
     let key = object_key(set);
     ctx.learners.retain(&key, &[]);
+    // The writer first, so no write lands after the delete.
+    ctx.digest_sinks.stop(&key).await;
+    let ns = set.namespace().unwrap_or_default();
+    let mut sinks: BTreeSet<String> = status_sinks(set).into_iter().collect();
+    sinks.extend(wanted_sinks(set).into_iter().map(|s| s.1));
+    // Only ConfigMaps labelled as this set's: a name another ConfigMap
+    // held (DigestSinkTaken) is never deleted.
+    for name in &sinks {
+        digest_sink::delete(&ctx.client, &ns, &set.name_any(), name).await?;
+    }
     let mut names: Vec<String> = set.spec.digests.iter().map(|d| d.name.clone()).collect();
     names.extend(released_names(set));
     let table = set
@@ -454,7 +606,7 @@ pub async fn cleanup(ctx: &Context, set: &TableEntrySet, targets: &[Target]) {
         .as_ref()
         .map(|l| l.table.clone().unwrap_or_else(|| set.spec.table.clone()));
     if names.is_empty() && table.is_none() {
-        return;
+        return Ok(());
     }
     let metadata = learned_metadata(set);
     for t in targets {
@@ -495,6 +647,7 @@ pub async fn cleanup(ctx: &Context, set: &TableEntrySet, targets: &[Target]) {
             tracing::warn!(set = %key, virtual_switch = %t.virtual_switch, error = %e, "digest configs and learned entries not removed");
         }
     }
+    Ok(())
 }
 
 /// Puts `out` into `status` (pure): `status.digests`, the errors (after
@@ -515,6 +668,7 @@ pub fn finish(
         configured: out.configured.iter().cloned().collect(),
         learned: out.learned,
         aged_out: out.aged_out,
+        sink_config_maps: out.sink_config_maps.iter().cloned().collect(),
     });
     for e in &out.errors {
         if status.errors.len() >= max_errors {
@@ -620,7 +774,118 @@ mod tests {
             max_timeout: max_timeout.into(),
             max_list_size: 4,
             ack_timeout: "1s".into(),
+            sink: None,
         }
+    }
+
+    fn sunk(name: &str, to: Vec<DigestSinkKind>, keep: u32) -> DigestSetting {
+        DigestSetting {
+            sink: Some(p4fleet_crds::DigestSink { to, keep }),
+            ..digest(name, "10ms")
+        }
+    }
+
+    #[test]
+    fn a_bad_sink_is_named_with_its_field_and_nothing_is_configured() {
+        use DigestSinkKind::*;
+        let s = set(
+            vec![
+                sunk("mac_learn_digest_t", vec![Log, ConfigMap], 20),
+                sunk("mac_learn_digest_t", vec![], 20),
+                sunk("mac_learn_digest_t", vec![ConfigMap], 0),
+            ],
+            None,
+        );
+        let (ok, bad) = configs(&s, &info());
+        assert_eq!(ok.len(), 1);
+        let got: Vec<(String, String)> = bad.into_iter().map(|e| (e.source, e.reason)).collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "digests[1]".to_string(),
+                    "sink.to: no sink given (Log, ConfigMap or both)".to_string()
+                ),
+                (
+                    "digests[2]".to_string(),
+                    "sink.keep: 0 is out of range (1 to 500)".to_string()
+                ),
+            ]
+        );
+        // Only the ConfigMap sinks have a ConfigMap, named after set and
+        // digest.
+        let wanted: Vec<(usize, String)> = wanted_sinks(&s)
+            .into_iter()
+            .map(|(i, name, _, _)| (i, name))
+            .collect();
+        assert_eq!(
+            wanted,
+            [
+                (0, "s-digest-mac-learn-digest-t".to_string()),
+                (2, "s-digest-mac-learn-digest-t".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_target_that_cannot_do_digests_is_unsupported_on_target() {
+        let p = TargetProblem::NotP4Runtime {
+            switch: "tofino-1".into(),
+        };
+        assert_eq!(p.reason(), "UnsupportedOnTarget");
+        assert!(p.to_string().contains("tofino-1"), "{p}");
+        assert_eq!(TargetProblem::NoPipeline.reason(), "DeviceUnavailable");
+        let client = TargetProblem::Device(p4fleet_client::Error::Unsupported("x"));
+        assert_eq!(client.reason(), "UnsupportedOnTarget");
+        let mut out = Outcome {
+            targets: 1,
+            ..Default::default()
+        };
+        out.fail(p.reason(), "VirtualSwitch t".into(), p.to_string());
+        let mut st = TableEntrySetStatus {
+            conditions: vec![Condition::new("Ready", true, "Synced", "")],
+            ..Default::default()
+        };
+        finish(
+            &mut st,
+            &set(vec![digest("mac_learn_digest_t", "0")], None),
+            &out,
+            10,
+        );
+        let c = st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == DIGESTS_SYNCED)
+            .unwrap();
+        assert_eq!(
+            (c.is_true(), c.reason.as_str()),
+            (false, "UnsupportedOnTarget")
+        );
+    }
+
+    #[test]
+    fn sink_config_maps_are_reported_and_kept_until_deleted() {
+        let mut s = set(vec![], None);
+        s.status = Some(TableEntrySetStatus {
+            digests: Some(DigestsStatus {
+                sink_config_maps: vec!["s-digest-mac-learn-digest-t".into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert!(wanted(&s), "a sink ConfigMap to delete is still work");
+        let out = Outcome {
+            targets: 1,
+            synced_targets: 1,
+            sink_config_maps: ["s-digest-mac-learn-digest-t".to_string()].into(),
+            ..Default::default()
+        };
+        let mut st = TableEntrySetStatus::default();
+        finish(&mut st, &s, &out, 10);
+        assert_eq!(
+            st.digests.unwrap().sink_config_maps,
+            ["s-digest-mac-learn-digest-t"]
+        );
     }
 
     #[test]

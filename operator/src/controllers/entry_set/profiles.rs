@@ -332,6 +332,38 @@ fn source(
     }
 }
 
+/// The spec's name of a member or group the set lists, for the device's
+/// `item` (matched by id: the listed id, else the one derived from the
+/// name), e.g. `spec.actionProfile.members[nh1] (id 7)`.
+fn listed(set: &TableEntrySet, item: Item, device: &OnDevice) -> Option<String> {
+    let profile = set.spec.action_profile.as_ref()?;
+    let (kind, id, names) = match item {
+        Item::Member(i) => (
+            "members",
+            device.members[i].id,
+            profile
+                .members
+                .iter()
+                .map(|m| (m.id, "member", &m.name))
+                .collect::<Vec<_>>(),
+        ),
+        Item::Group(i) => (
+            "groups",
+            device.groups[i].id,
+            profile
+                .groups
+                .iter()
+                .map(|g| (g.id, "group", &g.name))
+                .collect(),
+        ),
+        Item::Entry(_) => return None,
+    };
+    let (_, _, name) = names
+        .into_iter()
+        .find(|(given, k, name)| given.unwrap_or_else(|| model::id_for_name(k, name)) == id)?;
+    Some(format!("spec.actionProfile.{kind}[{name}] (id {id})"))
+}
+
 /// How much of `desired` the device holds exactly.
 fn confirmed(
     profile: &ProfileSchema,
@@ -625,7 +657,11 @@ pub async fn remove(ctx: &Context, set: &TableEntrySet, t: &Target) -> Result<us
             .collect();
         if let Some((j, code, message)) = failed.first() {
             let (op, item) = phase[*j];
-            let (what, key) = source(t, op, item, (&nothing, &[]), &device);
+            let (what, key) = match listed(set, item, &device) {
+                // The set's own member or group, by the name it lists.
+                Some(name) => (name, None),
+                None => source(t, op, item, (&nothing, &[]), &device),
+            };
             return Err(RemovalError::Refused {
                 count: failed.len(),
                 first: format!(

@@ -191,3 +191,37 @@ fn config_map_lines_name_members_and_groups_and_bad_lines_their_place() {
     assert!(matches!(items.entries[3].action, ActionSpec::Group("g")));
     assert!(matches!(items.entries[4].action, ActionSpec::Member("nh2")));
 }
+
+#[test]
+fn a_removal_refused_names_the_member_or_group_the_set_lists() {
+    use p4fleet_model::entries::profile::{Group, Member};
+    let s = ecmp();
+    let member = |id| Member {
+        id,
+        action: p4fleet_model::entries::ActionCall {
+            action_id: 1,
+            params: vec![],
+        },
+    };
+    let device = OnDevice {
+        members: vec![member(model::id_for_name("member", "nh2")), member(7)],
+        groups: vec![Group {
+            id: model::id_for_name("group", "g"),
+            max_size: 0,
+            members: vec![],
+        }],
+        ..OnDevice::default()
+    };
+    let nh2 = model::id_for_name("member", "nh2");
+    assert_eq!(
+        listed(&s, Item::Member(0), &device),
+        Some(format!("spec.actionProfile.members[nh2] (id {nh2})"))
+    );
+    let g = model::id_for_name("group", "g");
+    assert_eq!(
+        listed(&s, Item::Group(0), &device),
+        Some(format!("spec.actionProfile.groups[g] (id {g})"))
+    );
+    // Not the set's: no name (the caller says "not in spec.actionProfile").
+    assert_eq!(listed(&s, Item::Member(1), &device), None);
+}
