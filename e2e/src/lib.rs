@@ -524,6 +524,17 @@ pub async fn wait_event(client: &Client, ns: &str, reason: Option<&str>, text: &
     .await
 }
 
+/// [`set_status_where`] within 90 s, what the entity tests allow a set
+/// (a sync, a retry after a refusal, a re-sync after a swap).
+pub async fn set_status_within_90s(
+    api: &Api<p4fleet_crds::TableEntrySet>,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&p4fleet_crds::TableEntrySetStatus) -> bool,
+) -> p4fleet_crds::TableEntrySetStatus {
+    set_status_where(api, name, what, Duration::from_secs(90), pred).await
+}
+
 /// Waits up to `timeout` until TableEntrySet `name`'s status satisfies
 /// `pred`, and returns that status (the last one seen in the failure).
 pub async fn set_status_where(

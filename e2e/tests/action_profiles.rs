@@ -15,6 +15,7 @@
 //! lists, and waits while the other table's entries use the common
 //! member, until that set stops using it.
 
+use p4fleet_e2e::set_status_within_90s as status_of;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -224,15 +225,6 @@ async fn status_where(
     pred: impl Fn(&TableEntrySetStatus) -> bool,
 ) -> TableEntrySetStatus {
     status_of(api, "ecmp", what, pred).await
-}
-
-async fn status_of(
-    api: &Api<TableEntrySet>,
-    name: &str,
-    what: &str,
-    pred: impl Fn(&TableEntrySetStatus) -> bool,
-) -> TableEntrySetStatus {
-    p4fleet_e2e::set_status_where(api, name, what, Duration::from_secs(90), pred).await
 }
 
 fn synced(st: &TableEntrySetStatus, members: u64, groups: u64, entries: u64) -> bool {

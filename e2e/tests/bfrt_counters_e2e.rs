@@ -6,6 +6,7 @@
 //! `bfrt_proto` messages; what BFRT does not take (meters) is a condition
 //! naming the item, and a bad register index is refused before writing.
 
+use p4fleet_e2e::set_status_within_90s as status_where;
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -63,15 +64,6 @@ fn counted(file: &str) -> String {
 
 fn cond(st: &TableEntrySetStatus, t: &str) -> Option<(bool, String, String)> {
     find_condition(&st.conditions, t).map(|c| (c.is_true(), c.reason.clone(), c.message.clone()))
-}
-
-async fn status_where(
-    api: &Api<TableEntrySet>,
-    name: &str,
-    what: &str,
-    pred: impl Fn(&TableEntrySetStatus) -> bool,
-) -> TableEntrySetStatus {
-    p4fleet_e2e::set_status_where(api, name, what, Duration::from_secs(90), pred).await
 }
 
 /// A plain BFRT client (no p4fleet translation): subscribed as client 77

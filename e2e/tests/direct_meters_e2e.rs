@@ -9,6 +9,7 @@
 //! direct meter and bad configs (inline and in a line) are errors naming
 //! set, table and entry, and nothing of them reaches the device.
 
+use p4fleet_e2e::set_status_within_90s as status_where;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -119,15 +120,6 @@ async fn until(
         pred(&got).then_some(got.clone()).ok_or(format!("{got:?}"))
     })
     .await
-}
-
-async fn status_where(
-    api: &Api<TableEntrySet>,
-    name: &str,
-    what: &str,
-    pred: impl Fn(&TableEntrySetStatus) -> bool,
-) -> TableEntrySetStatus {
-    p4fleet_e2e::set_status_where(api, name, what, Duration::from_secs(90), pred).await
 }
 
 fn meters_synced(st: &TableEntrySetStatus, n: usize) -> bool {

@@ -11,6 +11,7 @@
 //! name someone else's ConfigMap has) is a condition, a status error
 //! naming the field, and an Event.
 
+use p4fleet_e2e::set_status_within_90s as status_where;
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -83,15 +84,6 @@ fn p4info() -> String {
 
 fn cond(st: &TableEntrySetStatus, t: &str) -> Option<(bool, String, String)> {
     find_condition(&st.conditions, t).map(|c| (c.is_true(), c.reason.clone(), c.message.clone()))
-}
-
-async fn status_where(
-    api: &Api<TableEntrySet>,
-    name: &str,
-    what: &str,
-    pred: impl Fn(&TableEntrySetStatus) -> bool,
-) -> TableEntrySetStatus {
-    p4fleet_e2e::set_status_where(api, name, what, Duration::from_secs(90), pred).await
 }
 
 /// Every entity matching `filter` on `device`, read over P4Runtime.
