@@ -78,8 +78,11 @@ pub struct Tuner {
     rates: HashMap<Point, f64>,
     /// Observations since the climb settled (None while climbing).
     settled: Option<u32>,
-    /// Updates of the last measured write: how many requests a write
-    /// makes at a batch size ([`Tuner::requests`]); 0 before any.
+    /// Updates of the largest measured write: how many requests a write
+    /// makes at a batch size ([`Tuner::requests`]); 0 before any. The
+    /// largest, not the last: a sync's last chunk is a remainder, and
+    /// fewer requests than a write really makes would rule out in-flight
+    /// counts that help it.
     updates: usize,
     /// Whether `at` is the far end of `trial`'s direction, tried after
     /// its neighbour measured flat.
@@ -148,7 +151,7 @@ impl Tuner {
             }
             return;
         }
-        self.updates = updates;
+        self.updates = self.updates.max(updates);
         let rate = updates as f64 / elapsed.as_secs_f64();
         let r = self.rates.entry(self.at).or_insert(rate);
         *r = 0.5 * *r + 0.5 * rate;
@@ -198,7 +201,7 @@ impl Tuner {
         }
     }
 
-    /// Requests a write of the last measured size makes at batch level
+    /// Requests a write of the largest measured size makes at batch level
     /// `b` (None before any write was measured).
     fn requests(&self, b: i32) -> Option<usize> {
         (self.updates > 0).then(|| self.updates.div_ceil(batch_of(b)))
@@ -581,6 +584,25 @@ mod tests {
         let mut t = Tuner::new(1000, 4, true, false);
         let used = climb(&CONTENDED, &mut t, 40, n);
         assert!(used.iter().all(|&(b, _)| b >= 64), "{used:?}");
+    }
+
+    #[test]
+    fn a_syncs_remainder_does_not_shrink_the_requests_in_flight_is_weighed_by() {
+        // A sync of 200,000 at 1,024 × 4 is written in chunks of 65,536
+        // and a remainder of 3,392: four requests at 1,024, which alone
+        // would rule out more in flight. The largest write counts.
+        let mut t = Tuner::new(1024, 4, false, true);
+        let rate = 50_000.0;
+        let took = |n: usize| Duration::from_secs_f64(n as f64 / rate);
+        t.observe(65_536, took(65_536));
+        assert_eq!(t.current(), (1024, 6), "more in flight is tried");
+        // Flat at 6 (the remainder measured as fast): the far end, as
+        // many in flight as the 64 requests of a chunk allow.
+        t.observe(3_392, took(3_392));
+        assert_eq!(t.current(), (1024, 32));
+        let mut t = Tuner::new(1024, 4, false, true);
+        t.observe(3_392, took(3_392));
+        assert_eq!(t.current(), (1024, 3), "four requests: nothing above 4");
     }
 
     #[test]
