@@ -280,9 +280,9 @@ impl Tuner {
                 (b, f + 1)
             }
             Dir::InFlightDown if self.auto_in_flight => {
-                let k = self.requests(b).map_or(IN_FLIGHT[f as usize], |r| {
-                    IN_FLIGHT[f as usize].min(r)
-                });
+                let k = self
+                    .requests(b)
+                    .map_or(IN_FLIGHT[f as usize], |r| IN_FLIGHT[f as usize].min(r));
                 let below = IN_FLIGHT.iter().rposition(|&c| c < k)?;
                 (b, below as i32)
             }
@@ -503,7 +503,11 @@ mod tests {
             let mut t = 0.0;
             while left > 0 {
                 let round = left.min(batch * k);
-                let slow = if round > batch { 1.0 + self.contention } else { 1.0 };
+                let slow = if round > batch {
+                    1.0 + self.contention
+                } else {
+                    1.0
+                };
                 t += self.per_request + self.per_entry * round as f64 * slow;
                 left -= round;
             }
@@ -620,10 +624,7 @@ mod tests {
         }
         let (b, k) = t.current();
         let best = TOFINO.best(true, 4);
-        assert!(
-            TOFINO.rate(b, k) >= 0.97 * best,
-            "at {b} x {k}: {used:?}"
-        );
+        assert!(TOFINO.rate(b, k) >= 0.97 * best, "at {b} x {k}: {used:?}");
         assert!(used.contains(&(1024, 1)), "the far end was tried: {used:?}");
         assert!(k > 1, "and left: {used:?}");
     }

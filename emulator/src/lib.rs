@@ -259,7 +259,8 @@ impl Emulator {
         };
         let bfrt = match config.bfrt_addr {
             Some(addr) => {
-                let router = running::tuned_server(tls, emu.rpcs.clone())?.add_service(emu.bfrt_service());
+                let router =
+                    running::tuned_server(tls, emu.rpcs.clone())?.add_service(emu.bfrt_service());
                 Some(Server::grpc(addr, router).await?)
             }
             None => None,

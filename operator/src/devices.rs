@@ -585,16 +585,31 @@ mod tests {
         pool.connect(&switch("a", spec(1))).unwrap();
         pool.keep_capabilities("a", at(1, 1), caps.clone());
         assert_eq!(pool.kept_capabilities("a", at(1, 1)), Some(caps.clone()));
-        assert_eq!(pool.kept_capabilities("a", at(2, 1)), None, "stream changed");
+        assert_eq!(
+            pool.kept_capabilities("a", at(2, 1)),
+            None,
+            "stream changed"
+        );
         assert_eq!(pool.kept_capabilities("a", at(1, 2)), None, "spec changed");
         assert_eq!(pool.kept_capabilities("b", at(1, 1)), None);
         pool.connect(&switch("a", spec(1))).unwrap();
-        assert!(pool.kept_capabilities("a", at(1, 1)).is_some(), "same connection");
+        assert!(
+            pool.kept_capabilities("a", at(1, 1)).is_some(),
+            "same connection"
+        );
         pool.connect(&switch("a", spec(2))).unwrap();
-        assert_eq!(pool.kept_capabilities("a", at(1, 1)), None, "a new connection");
+        assert_eq!(
+            pool.kept_capabilities("a", at(1, 1)),
+            None,
+            "a new connection"
+        );
         pool.keep_capabilities("a", at(1, 1), caps.clone());
         pool.notify("a");
-        assert_eq!(pool.kept_capabilities("a", at(1, 1)), None, "a pipeline pushed");
+        assert_eq!(
+            pool.kept_capabilities("a", at(1, 1)),
+            None,
+            "a pipeline pushed"
+        );
         pool.keep_capabilities("a", at(1, 1), caps);
         pool.forget("a");
         assert_eq!(pool.kept_capabilities("a", at(1, 1)), None);

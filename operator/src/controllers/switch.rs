@@ -479,11 +479,7 @@ mod tests {
     /// received so far.
     fn calls(emu: &p4fleet_emulator::RunningEmulator, method: &str) -> u64 {
         let path = format!("/p4.v1.{method}");
-        emu.emulator()
-            .rpc_counts()
-            .get(&path)
-            .copied()
-            .unwrap_or(0)
+        emu.emulator().rpc_counts().get(&path).copied().unwrap_or(0)
     }
 
     /// What an idle probe asks: a healthy device with a loaded pipeline
@@ -509,8 +505,8 @@ mod tests {
             env!("CARGO_MANIFEST_DIR"),
             "/../examples/firewall/p4info.txt"
         );
-        let info = p4fleet_proto::p4info::parse_text(&std::fs::read_to_string(path).unwrap())
-            .unwrap();
+        let info =
+            p4fleet_proto::p4info::parse_text(&std::fs::read_to_string(path).unwrap()).unwrap();
         assert!(dev.set_pipeline(0, &info, Vec::new(), 7).await.unwrap());
         let loaded = PipelineCheck::Cookie { slot: 0, cookie: 7 };
         devices.pipelines().record("ns/a", "sw", loaded.clone());

@@ -157,7 +157,11 @@ mod tests {
         let c = check(&devices, &sw, Some(&dev), t).await;
         assert_eq!((c.lost, c.answered), (0, 1));
         let c = check(&devices, &sw, None, t).await;
-        assert_eq!((c.lost, c.answered), (1, 0), "nothing asked, nothing answered");
+        assert_eq!(
+            (c.lost, c.answered),
+            (1, 0),
+            "nothing asked, nothing answered"
+        );
         assert!(lost.try_recv().is_ok());
         running.shutdown().await.unwrap();
     }
