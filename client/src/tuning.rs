@@ -34,6 +34,9 @@ pub const GAIN: f64 = 0.03;
 pub const PROBE_EVERY: u32 = 16;
 /// Largest batch Auto uses (a request stays well under gRPC's limits).
 pub const MAX_BATCH: usize = 65_536;
+/// A write smaller than the largest measured by this factor is not
+/// measured (a sync's remainder; see [`Tuner::observe`]).
+const REMAINDER: usize = 4;
 /// In-flight counts Auto chooses from.
 const IN_FLIGHT: [usize; 10] = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32];
 /// Batch level `l` is 2^(l/2): level 20 is 1,024, level 32 is 65,536.
@@ -133,7 +136,9 @@ impl Tuner {
     /// unless it is a trial of a larger batch that the best setting's
     /// batch would have measured: the device's writes are too small for
     /// that batch, so the trial fails (else it would wait for a large
-    /// write that may never come, and never settle).
+    /// write that may never come, and never settle). A write less than a
+    /// quarter of the largest measured (a sync's remainder chunk) is
+    /// ignored too.
     pub fn observe(&mut self, updates: usize, elapsed: Duration) {
         let (batch, _) = self.current();
         if elapsed.is_zero() {
@@ -149,6 +154,14 @@ impl Tuner {
                 self.trial = None;
                 self.try_move(None);
             }
+            return;
+        }
+        if updates.saturating_mul(REMAINDER) < self.updates {
+            // A sync's remainder chunk, far smaller than its full ones, is
+            // mostly pipeline fill and drain: not compared with them. The
+            // largest write decays meanwhile, so a device whose writes
+            // shrank for good is measured again after a few.
+            self.updates -= self.updates / 8;
             return;
         }
         self.updates = self.updates.max(updates);
@@ -600,9 +613,12 @@ mod tests {
         let took = |n: usize| Duration::from_secs_f64(n as f64 / rate);
         t.observe(65_536, took(65_536));
         assert_eq!(t.current(), (1024, 6), "more in flight is tried");
-        // Flat at 6 (the remainder measured as fast): the far end, as
-        // many in flight as the 64 requests of a chunk allow.
-        t.observe(3_392, took(3_392));
+        // The remainder is not measured (pipeline fill and drain).
+        t.observe(3_392, took(3_392) * 3);
+        assert_eq!(t.current(), (1024, 6), "a remainder decides nothing");
+        // Flat at 6: the far end, as many in flight as the 64 requests of
+        // a chunk allow.
+        t.observe(65_536, took(65_536));
         assert_eq!(t.current(), (1024, 32));
         let mut t = Tuner::new(1024, 4, false, true);
         t.observe(3_392, took(3_392));
