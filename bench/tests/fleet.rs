@@ -61,6 +61,20 @@ async fn a_small_fleet_gets_ready_writes_only_changes_and_idles_quietly() {
     assert_eq!(idle.device.write_rpcs, 0, "device writes in an idle round");
     assert_eq!(idle.status_writes, 0.0, "status writes in an idle round");
     idle_reconciles_are_the_periodic_checks_only(idle, 3.0, DRIFT_SECONDS, 3);
+    // The probes of a steady device keep its Capabilities answer (asked
+    // again only when its connection, stream or spec changes) and ask one
+    // pipeline check each.
+    assert!(
+        idle.rpcs_of("P4Runtime/GetForwardingPipelineConfig") >= 3,
+        "the probes ran: {:?}",
+        idle.rpcs
+    );
+    assert_eq!(
+        idle.rpcs_of("P4Runtime/Capabilities"),
+        0,
+        "Capabilities asked of steady devices: {:?}",
+        idle.rpcs
+    );
 
     let change = run.phase("change").expect("change phase");
     assert_eq!(change.expected_writes, 3);

@@ -177,6 +177,8 @@ pub struct Emulator {
     registry: Arc<Registry>,
     max_message_size: usize,
     fpga: Option<Arc<fpga::Board>>,
+    /// Calls per gRPC method ([`Emulator::rpc_counts`]).
+    rpcs: Arc<stats::RpcCounts>,
 }
 
 impl Emulator {
@@ -212,6 +214,7 @@ impl Emulator {
             registry,
             max_message_size: config.max_message_size,
             fpga,
+            rpcs: Arc::default(),
         }
     }
 
@@ -241,7 +244,7 @@ impl Emulator {
         // share the P4Runtime port (the extern runtime answers
         // UNIMPLEMENTED for devices that are not DPDK targets).
         let tls = config.tls.as_ref();
-        let p4runtime = running::tuned_server(tls)?
+        let p4runtime = running::tuned_server(tls, emu.rpcs.clone())?
             .add_service(emu.service())
             .add_service(emu.bulk_service())
             .add_service(emu.extern_runtime_service())
@@ -256,7 +259,8 @@ impl Emulator {
         };
         let bfrt = match config.bfrt_addr {
             Some(addr) => {
-                let router = running::tuned_server(tls)?.add_service(emu.bfrt_service());
+                let router =
+                    running::tuned_server(tls, emu.rpcs.clone())?.add_service(emu.bfrt_service());
                 Some(Server::grpc(addr, router).await?)
             }
             None => None,

@@ -14,10 +14,18 @@ use crate::{DeviceStats, Emulator, EmulatorError};
 /// megabytes: big HTTP/2 windows and frames mean fewer WINDOW_UPDATE round
 /// trips and fewer frames to parse per Write (h2's defaults are 16 KiB
 /// frames and hyper's 1 MiB windows). With `tls`, the port serves TLS only.
+/// Every call is counted in `rpcs` by its method.
 pub(crate) fn tuned_server(
     tls: Option<&crate::ServerTls>,
+    rpcs: std::sync::Arc<crate::stats::RpcCounts>,
 ) -> Result<tonic::transport::Server, EmulatorError> {
     let server = tonic::transport::Server::builder()
+        // The hook that sees every call's path: counts it (stats side
+        // channel), no span of its own.
+        .trace_fn(move |req| {
+            rpcs.count(req.uri().path());
+            tracing::Span::none()
+        })
         .tcp_nodelay(true)
         .initial_stream_window_size(16 * 1024 * 1024)
         .initial_connection_window_size(64 * 1024 * 1024)

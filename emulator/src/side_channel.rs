@@ -1,7 +1,9 @@
 //! HTTP side channel: counters as JSON and drift helpers, for tests that run
 //! the emulator as another process.
 //!
-//! - `GET  /stats`                          -> `{"devices": [DeviceStats, ...]}`
+//! - `GET  /stats`                          -> `{"devices": [DeviceStats, ...],
+//!   "rpcs": {"/p4.v1.P4Runtime/Capabilities": n, ...}}` (`rpcs`: calls
+//!   received per gRPC method over every device, `Emulator::rpc_counts`)
 //! - `GET  /stats/{device}`                 -> `DeviceStats`
 //! - `GET  /stats/{device}/dataplane`       -> a DPDK device's data plane:
 //!   `{"device_id", "pipeline", "stats": EngineStats}`
@@ -74,7 +76,7 @@ async fn all_stats(State(emu): State<Emulator>) -> Response {
         .into_iter()
         .filter_map(|id| emu.stats(id))
         .collect();
-    Json(json!({ "devices": devices })).into_response()
+    Json(json!({ "devices": devices, "rpcs": emu.rpc_counts() })).into_response()
 }
 
 async fn device_stats(State(emu): State<Emulator>, Path(device): Path<u64>) -> Response {

@@ -1,7 +1,8 @@
 //! Per-device counters (bumped by every front end) and the snapshot the
 //! stats side channel serves.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
@@ -155,7 +156,35 @@ impl Device {
     }
 }
 
+/// Calls per gRPC method (`/p4.v1.P4Runtime/Capabilities`, …) over every
+/// device and port of one emulator, counted as each call arrives: some
+/// methods name no device (Capabilities), so they cannot be per device.
+#[derive(Default)]
+pub(crate) struct RpcCounts(Mutex<BTreeMap<String, u64>>);
+
+impl RpcCounts {
+    pub(crate) fn count(&self, path: &str) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match m.get_mut(path) {
+            Some(n) => *n += 1,
+            None => {
+                m.insert(path.to_string(), 1);
+            }
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> BTreeMap<String, u64> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
 impl Emulator {
+    /// gRPC calls received so far, by method path (every device, both
+    /// front ends; a StreamChannel counts once, when it is opened).
+    pub fn rpc_counts(&self) -> BTreeMap<String, u64> {
+        self.rpcs.snapshot()
+    }
+
     /// Counters and contents of one device.
     pub fn stats(&self, device_id: u64) -> Option<DeviceStats> {
         self.registry.get(device_id).map(|d| d.stats())

@@ -883,6 +883,14 @@ async fn stats_and_drift_helpers_over_http() {
     let (code, all) = http(addr, "GET", "/stats", "").await;
     assert_eq!(code, 200);
     assert_eq!(all["devices"].as_array().unwrap().len(), 2);
+    // Calls by method, over every device: the one Write, the stream, and
+    // a Capabilities (which names no device).
+    assert_eq!(all["rpcs"]["/p4.v1.P4Runtime/Write"], 1);
+    assert_eq!(all["rpcs"]["/p4.v1.P4Runtime/StreamChannel"], 1);
+    assert!(all["rpcs"]["/p4.v1.P4Runtime/Capabilities"].is_null());
+    c.capabilities(p4::CapabilitiesRequest {}).await.unwrap();
+    let (_, all) = http(addr, "GET", "/stats", "").await;
+    assert_eq!(all["rpcs"]["/p4.v1.P4Runtime/Capabilities"], 1);
     let (_, one) = http(addr, "GET", "/stats/1", "").await;
     assert_eq!(one["inserts"], 10);
     assert_eq!(one["entries"], 10);

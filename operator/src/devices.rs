@@ -18,6 +18,12 @@
 //! kept channel per Switch ([`DevicePool::side_channel`]), so a probe every
 //! `--drift-seconds` reuses its HTTP/2 connection instead of dialing anew.
 //!
+//! Answers a device gives about itself (its Capabilities, whether it
+//! serves an extern runtime) are kept per Switch with the device epoch
+//! they were given at ([`Asked`]); a new connection, a forgotten Switch
+//! and (for Capabilities) a pushed pipeline drop them, so the probe asks
+//! again only when something changed.
+//!
 //! Slots: on a Switch, slot `n` is device id `spec.deviceId + n` (the
 //! emulator hosts several devices per process, so one endpoint can host
 //! several VirtualSwitches).
@@ -29,7 +35,9 @@ use tokio::sync::broadcast;
 use tonic::transport::Channel;
 
 use kube::ResourceExt;
-use p4fleet_client::{Device, Error, Identity, Protocol, Target, TlsSettings, WriteRpc};
+use p4fleet_client::{
+    Capabilities, Device, Error, Identity, Protocol, Target, TlsSettings, WriteRpc,
+};
 use p4fleet_crds::switch::{Switch, SwitchProtocol};
 
 use crate::loaded_pipelines::LoadedPipelines;
@@ -72,6 +80,9 @@ pub struct DevicePool {
     /// Whether each Switch serves an extern runtime, with the device epoch
     /// of the answer ([`DevicePool::extern_answer`]).
     externs: Mutex<HashMap<String, (u64, bool)>>,
+    /// Each Switch's Capabilities answer, with when it was given
+    /// ([`DevicePool::kept_capabilities`]).
+    capabilities: Mutex<HashMap<String, (Asked, Capabilities)>>,
     /// What each VirtualSwitch loaded, checked by its Switch's probe.
     pipelines: LoadedPipelines,
     /// Who this replica says it is to devices (`crate::fencing`).
@@ -85,6 +96,16 @@ pub struct DevicePool {
     /// Hears of every notice (digest list, idle timeout notification) of
     /// any P4Runtime device ([`DevicePool::observe_notices`]).
     notices: Mutex<Option<NoticesObserver>>,
+}
+
+/// When a device answered a question about itself: the connection's
+/// epoch (`Device::changes`: its stream lost, back, refused) and the
+/// Switch's generation (its spec) at the time. An answer kept under
+/// another stamp is asked again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Asked {
+    pub epoch: u64,
+    pub generation: Option<i64>,
 }
 
 /// Called once per device notice, with its Switch's name.
@@ -135,6 +156,7 @@ impl DevicePool {
             devices: Mutex::new(HashMap::new()),
             side: Mutex::new(HashMap::new()),
             externs: Mutex::new(HashMap::new()),
+            capabilities: Mutex::new(HashMap::new()),
             pipelines: LoadedPipelines::default(),
             changes: broadcast::Sender::new(CHANGES),
             identity: Mutex::new(identity),
@@ -224,6 +246,31 @@ impl DevicePool {
         kept.insert(name.to_string(), (epoch, answer));
     }
 
+    /// The kept Capabilities answer of Switch `name`'s device, if it was
+    /// given at `asked` (the same connection, epoch and spec): the Switch
+    /// probe then needs not ask it again (one RPC fewer per probe).
+    pub fn kept_capabilities(&self, name: &str, asked: Asked) -> Option<Capabilities> {
+        let kept = self.capabilities.lock().unwrap_or_else(|e| e.into_inner());
+        kept.get(name)
+            .filter(|(a, _)| *a == asked)
+            .map(|(_, c)| c.clone())
+    }
+
+    /// Keeps `caps`, answered at `asked`, for [`DevicePool::kept_capabilities`].
+    pub fn keep_capabilities(&self, name: &str, asked: Asked, caps: Capabilities) {
+        let mut kept = self.capabilities.lock().unwrap_or_else(|e| e.into_inner());
+        kept.insert(name.to_string(), (asked, caps));
+    }
+
+    /// Drops the kept Capabilities answer of Switch `name` (the device did
+    /// not answer since, or its pipelines changed).
+    pub fn drop_capabilities(&self, name: &str) {
+        self.capabilities
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+    }
+
     /// A client of the FPGA slot service of `sw` on its kept side channel.
     pub fn slot_client(&self, sw: &Switch) -> Result<p4fleet_client::SlotClient, Error> {
         let ch = self.side_channel(sw)?;
@@ -294,6 +341,7 @@ impl DevicePool {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&name);
+        self.drop_capabilities(&name);
         devices.insert(name, dev.clone());
         Ok(dev)
     }
@@ -306,6 +354,9 @@ impl DevicePool {
     /// Tells subscribers that the device of Switch `name` changed in a way
     /// only its caller knows (e.g. a pipeline was pushed).
     pub fn notify(&self, name: &str) {
+        // A BFRT device's Capabilities answer lists its programs and pipes:
+        // a pushed pipeline may change it.
+        self.drop_capabilities(name);
         // No subscriber (tests, tools) is fine.
         let _ = self.changes.send(name.to_string());
     }
@@ -337,6 +388,7 @@ impl DevicePool {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(name);
+        self.drop_capabilities(name);
         self.tls.untrack(name);
     }
 }
@@ -511,6 +563,56 @@ mod tests {
         pool.keep_extern_answer("a", 1, false);
         pool.forget("a");
         assert_eq!(pool.extern_answer("a", 1), None);
+    }
+
+    #[tokio::test]
+    async fn a_capabilities_answer_holds_for_its_connection_epoch_and_spec() {
+        let pool = DevicePool::with_election_id(1);
+        let spec = |port: u16| {
+            serde_json::json!({"target": "Bmv2", "endpoint": format!("127.0.0.1:{port}"),
+                "deviceId": 1, "slots": 1})
+        };
+        let caps = Capabilities {
+            protocol: "P4Runtime",
+            api_version: "1.4.0".into(),
+            bulk_write: true,
+            pipes: None,
+        };
+        let at = |epoch, generation| Asked {
+            epoch,
+            generation: Some(generation),
+        };
+        pool.connect(&switch("a", spec(1))).unwrap();
+        pool.keep_capabilities("a", at(1, 1), caps.clone());
+        assert_eq!(pool.kept_capabilities("a", at(1, 1)), Some(caps.clone()));
+        assert_eq!(
+            pool.kept_capabilities("a", at(2, 1)),
+            None,
+            "stream changed"
+        );
+        assert_eq!(pool.kept_capabilities("a", at(1, 2)), None, "spec changed");
+        assert_eq!(pool.kept_capabilities("b", at(1, 1)), None);
+        pool.connect(&switch("a", spec(1))).unwrap();
+        assert!(
+            pool.kept_capabilities("a", at(1, 1)).is_some(),
+            "same connection"
+        );
+        pool.connect(&switch("a", spec(2))).unwrap();
+        assert_eq!(
+            pool.kept_capabilities("a", at(1, 1)),
+            None,
+            "a new connection"
+        );
+        pool.keep_capabilities("a", at(1, 1), caps.clone());
+        pool.notify("a");
+        assert_eq!(
+            pool.kept_capabilities("a", at(1, 1)),
+            None,
+            "a pipeline pushed"
+        );
+        pool.keep_capabilities("a", at(1, 1), caps);
+        pool.forget("a");
+        assert_eq!(pool.kept_capabilities("a", at(1, 1)), None);
     }
 
     #[tokio::test]

@@ -239,13 +239,15 @@ fn one_line(r: &Run) -> String {
         .iter()
         .map(|p| {
             format!(
-                "{} {:.2}s ({} written, {} API requests, {} status writes, {:.2} CPU-s)",
+                "{} {:.2}s ({} written, {} API requests, {} status writes, {:.2} CPU-s, {} device RPCs: {:?})",
                 p.name,
                 p.seconds,
                 p.device.written(),
                 p.api_requests,
                 p.status_writes,
-                p.operator_cpu_seconds
+                p.operator_cpu_seconds,
+                p.rpcs.values().sum::<u64>(),
+                p.rpcs
             )
         })
         .collect();

@@ -119,6 +119,10 @@ pub struct Phase {
     /// `p4fleet_reconcile_triggers_total`; docs/metrics.md).
     #[serde(default)]
     pub triggers: BTreeMap<String, f64>,
+    /// gRPC calls the emulators received, by method name
+    /// (`P4Runtime/Capabilities`, …; their stats side channel).
+    #[serde(default)]
+    pub rpcs: BTreeMap<String, u64>,
     pub operator_cpu_seconds: f64,
     pub operator_rss_before_bytes: u64,
     pub operator_peak_rss_bytes: u64,
@@ -163,6 +167,12 @@ impl Phase {
             .map(|a| a.requests)
             .sum();
         self.api_requests - self.objects_applied as f64 - others
+    }
+
+    /// gRPC calls of `method` (e.g. `P4Runtime/Capabilities`) the
+    /// emulators received in the phase.
+    pub fn rpcs_of(&self, method: &str) -> u64 {
+        self.rpcs.get(method).copied().unwrap_or(0)
     }
 
     /// Operator API requests per reconcile.
@@ -228,6 +238,7 @@ struct Snapshot {
     operator: ProcSample,
     emulator_cpu: f64,
     devices: Vec<DeviceStats>,
+    rpcs: BTreeMap<String, u64>,
 }
 
 impl Env {
@@ -235,8 +246,19 @@ impl Env {
         let req = http::Request::get("/metrics").body(Vec::new())?;
         let text = self.client.request_text(req).await?;
         let mut devices = Vec::new();
+        let mut rpcs = BTreeMap::new();
         for e in &self.emulators {
-            devices.extend(e.stats()?);
+            let (d, r) = e.stats_and_rpcs()?;
+            devices.extend(d);
+            for (path, n) in r {
+                // `/p4.v1.P4Runtime/Capabilities` → `P4Runtime/Capabilities`.
+                let method = path.rsplit('/').take(2).collect::<Vec<_>>();
+                let short = match method[..] {
+                    [m, s] => format!("{}/{m}", s.rsplit('.').next().unwrap_or(s)),
+                    _ => path.clone(),
+                };
+                *rpcs.entry(short).or_insert(0) += n;
+            }
         }
         let operator = self.operator.metrics()?;
         Ok(Snapshot {
@@ -250,6 +272,7 @@ impl Env {
                 .map(|e| ProcSample::read(e.proc.pid()).cpu_seconds)
                 .sum(),
             devices,
+            rpcs,
         })
     }
 }
@@ -537,6 +560,12 @@ fn measure(name: &str, before: &Snapshot, after: &Snapshot, applied: usize) -> P
         status_writes: api.status_writes(),
         reconciles,
         triggers,
+        rpcs: after
+            .rpcs
+            .iter()
+            .map(|(k, n)| (k.clone(), n - before.rpcs.get(k).copied().unwrap_or(0)))
+            .filter(|(_, n)| *n > 0)
+            .collect(),
         operator_cpu_seconds: after.operator.cpu_seconds - before.operator.cpu_seconds,
         operator_rss_before_bytes: before.operator.rss_bytes,
         operator_peak_rss_bytes: after.operator.peak_rss_bytes,

@@ -68,14 +68,25 @@ impl Emulator {
 
     /// Counters of every device this process serves.
     pub fn stats(&self) -> anyhow::Result<Vec<DeviceStats>> {
+        Ok(self.stats_and_rpcs()?.0)
+    }
+
+    /// [`Emulator::stats`] and the gRPC calls this process received by
+    /// method (`/p4.v1.P4Runtime/Capabilities`, …; an emulator built
+    /// before it counted them reports none).
+    pub fn stats_and_rpcs(
+        &self,
+    ) -> anyhow::Result<(Vec<DeviceStats>, std::collections::BTreeMap<String, u64>)> {
         #[derive(Deserialize)]
         struct All {
             devices: Vec<DeviceStats>,
+            #[serde(default)]
+            rpcs: std::collections::BTreeMap<String, u64>,
         }
         let body = http_get(self.stats, "/stats")?;
-        Ok(serde_json::from_str::<All>(&body)
-            .with_context(|| format!("emulator /stats: {body}"))?
-            .devices)
+        let all = serde_json::from_str::<All>(&body)
+            .with_context(|| format!("emulator /stats: {body}"))?;
+        Ok((all.devices, all.rpcs))
     }
 }
 

@@ -113,6 +113,35 @@ impl Report {
         let _ = writeln!(w);
     }
 
+    /// Device RPCs of each phase by method (the emulators' count of the
+    /// gRPC calls they received), largest first.
+    fn rpcs(&self, w: &mut String) {
+        let _ = writeln!(
+            w,
+            "## Device RPCs by method\n\n| run | phase | calls | by method |\n|---|---|---:|---|"
+        );
+        for r in self.fleet_runs().into_iter().chain(self.big_run()) {
+            for p in &r.phases {
+                let mut t: Vec<_> = p.rpcs.iter().collect();
+                t.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+                let list: Vec<String> = t
+                    .iter()
+                    .map(|(k, v)| format!("{k} {}", thousands(**v as f64)))
+                    .collect();
+                let total: u64 = p.rpcs.values().sum();
+                let _ = writeln!(
+                    w,
+                    "| {} | {} | {} | {} |",
+                    run_label(r),
+                    p.name,
+                    thousands(total as f64),
+                    list.join(", ")
+                );
+            }
+        }
+        let _ = writeln!(w);
+    }
+
     fn summary(&self, w: &mut String) {
         let _ = writeln!(
             w,
@@ -153,6 +182,7 @@ impl Report {
             "\nIdle: the phase lasts until every device was read back once (one resync round); its time is that round's length, not a time to Ready.\n"
         );
         self.triggers(w);
+        self.rpcs(w);
     }
 
     fn goals(&self, w: &mut String) {

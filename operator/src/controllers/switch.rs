@@ -1,12 +1,13 @@
 //! Switch reconciler. Validate the spec ([`validate`], pure); dereference
 //! its TLS Secret (watched from then on, `crate::tls_secrets`); apply:
-//! connect through the device pool, probe capabilities and ask whether the
-//! device accepts this operator on the device id (only for a valid spec);
-//! check the pipeline of every slot with a VirtualSwitch loaded
+//! connect through the device pool, probe capabilities (kept while the
+//! connection, its stream and the spec stay the same, [`probe`]), check
+//! the pipeline of every slot with a VirtualSwitch loaded
 //! ([`super::switch_pipelines`]: a lost one brings its VirtualSwitch back
-//! at once); dereference the VirtualSwitches placed on it; build the status
-//! ([`build_status`], pure: Valid, Reachable, Primary, slot usage); update
-//! status.
+//! at once) and ask whether the device accepts this operator on the device
+//! id (only for a valid spec); dereference the VirtualSwitches placed on
+//! it; build the status ([`build_status`], pure: Valid, Reachable,
+//! Primary, slot usage); update status.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,15 +15,16 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use p4fleet_client::Refusal;
+use p4fleet_client::{Device, Refusal};
 use p4fleet_crds::condition_types::{PRIMARY, REACHABLE, VALID};
 use p4fleet_crds::{
     Condition, SlotUse, Switch, SwitchCapabilities, SwitchProtocol, SwitchSpec, SwitchStatus,
     SwitchTarget, VirtualSwitch,
 };
 
-use super::{Error, object_key, update_status};
+use super::{Error, object_key, switch_pipelines, update_status};
 use crate::context::Context;
+use crate::devices::{Asked, DevicePool};
 use crate::reads::Reads;
 use crate::status::ready_from;
 use crate::tls_secrets::TlsSecretError;
@@ -260,23 +262,70 @@ pub fn build_status(
     }
 }
 
-/// Connects (once, shared) and asks the device for its capabilities,
-/// then (if it answered) for its verdict on this operator on slot 0.
-async fn probe(ctx: &Context, sw: &Switch) -> (Probe, Option<Standing>) {
-    // The Secret's own problem, named, rather than the pool's summary.
-    if let Err(e) = ctx.devices.target(sw) {
-        return (Err(e.into()), None);
-    }
-    let dev = match ctx.devices.connect(sw) {
-        Ok(d) => d,
-        Err(e) => return (Err(e.into()), None),
-    };
-    let caps = match tokio::time::timeout(PROBE_TIMEOUT, dev.capabilities()).await {
+/// Asks the device for its capabilities within [`PROBE_TIMEOUT`].
+async fn ask_capabilities(dev: &Device, sw: &Switch) -> Probe {
+    match tokio::time::timeout(PROBE_TIMEOUT, dev.capabilities()).await {
         Ok(res) => res.map_err(ProbeError::from),
         Err(_) => Err(ProbeError::Timeout {
             endpoint: sw.spec.endpoint.clone(),
             after: PROBE_TIMEOUT,
         }),
+    }
+}
+
+/// The Switch probe: connects (once, shared); asks the device for its
+/// capabilities; checks the pipeline of every slot with a VirtualSwitch
+/// loaded ([`super::switch_pipelines`]: a lost one brings its
+/// VirtualSwitch back at once); asks for the device's verdict on this
+/// operator on slot 0 (no RPC while its stream stands).
+///
+/// The Capabilities answer is kept per connection, device epoch and
+/// Switch generation (`DevicePool::kept_capabilities`): it changes only
+/// with the device (a restart is a new stream, so a new epoch) or the
+/// spec. A kept answer still claims only what this probe confirmed: it
+/// stands when one of the pipeline checks was answered, and when none
+/// was (no pipeline loaded, or the device did not answer them)
+/// Capabilities is asked after all, so an idle probe of a healthy device
+/// is one RPC per loaded slot, never zero, and a device that stopped
+/// answering is still `Reachable=False` within a probe.
+pub async fn probe(devices: &DevicePool, sw: &Switch) -> (Probe, Option<Standing>) {
+    // The Secret's own problem, named, rather than the pool's summary.
+    if let Err(e) = devices.target(sw) {
+        return (Err(e.into()), None);
+    }
+    let dev = match devices.connect(sw) {
+        Ok(d) => d,
+        Err(e) => return (Err(e.into()), None),
+    };
+    let name = sw.name_any();
+    // Read before asking: an answer overtaken by a device change is kept
+    // under the old epoch, so the next probe asks again.
+    let asked = Asked {
+        epoch: *dev.changes().borrow(),
+        generation: sw.metadata.generation,
+    };
+    let caps = match devices.kept_capabilities(&name, asked) {
+        Some(kept) => {
+            let checked = switch_pipelines::check(devices, sw, Some(&dev), PROBE_TIMEOUT).await;
+            if checked.answered > 0 {
+                Ok(kept)
+            } else {
+                let caps = ask_capabilities(&dev, sw).await;
+                if caps.is_err() {
+                    devices.drop_capabilities(&name);
+                }
+                caps
+            }
+        }
+        None => {
+            let caps = ask_capabilities(&dev, sw).await;
+            if let Ok(c) = &caps {
+                devices.keep_capabilities(&name, asked, c.clone());
+            }
+            let reached = caps.as_ref().ok().map(|_| dev.as_ref());
+            switch_pipelines::check(devices, sw, reached, PROBE_TIMEOUT).await;
+            caps
+        }
     };
     let standing = match caps {
         Ok(_) => Some(dev.standing(0, SETTLE_WAIT).await),
@@ -355,19 +404,15 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
     let name = obj.name_any();
     ctx.devices.track_tls(&ctx.client, &obj, SETTLE_WAIT).await;
     // A device is contacted only for a valid spec.
+    // The VirtualSwitches' pipeline checks ride on this probe.
     let (probe, standing) = match validate(&obj.spec).is_empty() {
         true => {
-            let (p, s) = probe(&ctx, &obj).await;
+            let (p, s) = probe(&ctx.devices, &obj).await;
             (Some(p), s)
         }
         false => (None, None),
     };
     ctx.metrics.switch_seen(&name, matches!(probe, Some(Ok(_))));
-    if let Some(p) = &probe {
-        // The VirtualSwitches' pipeline checks ride on this probe.
-        let dev = p.as_ref().ok().and_then(|_| ctx.devices.get(&name));
-        super::switch_pipelines::check(&ctx.devices, &obj, dev.as_deref(), PROBE_TIMEOUT).await;
-    }
     let vss = ctx.reads.virtual_switches_on(&name).await?;
     let generation = obj.metadata.generation;
     let mut new = build_status(
@@ -428,6 +473,94 @@ mod tests {
             ..Default::default()
         });
         v
+    }
+
+    /// gRPC calls of `method` (`P4Runtime/Capabilities`, …) the emulator
+    /// received so far.
+    fn calls(emu: &p4fleet_emulator::RunningEmulator, method: &str) -> u64 {
+        let path = format!("/p4.v1.{method}");
+        emu.emulator().rpc_counts().get(&path).copied().unwrap_or(0)
+    }
+
+    /// What an idle probe asks: a healthy device with a loaded pipeline
+    /// answers one RPC per probe (the pipeline check), Capabilities only
+    /// when the connection, its stream or the spec changed, or when no
+    /// pipeline check reached the device; a device gone is unreachable.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_idle_probe_asks_capabilities_only_when_something_changed() {
+        use crate::loaded_pipelines::PipelineCheck;
+        let running = p4fleet_emulator::Emulator::start(Default::default())
+            .await
+            .unwrap();
+        let mut sw = Switch::new(
+            "sw",
+            serde_json::from_value(serde_json::json!({"target": "Bmv2",
+                "endpoint": running.p4runtime_addr().to_string(), "deviceId": 1, "slots": 1}))
+            .unwrap(),
+        );
+        sw.metadata.generation = Some(1);
+        let devices = DevicePool::with_election_id(1);
+        let dev = devices.connect(&sw).unwrap();
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../examples/firewall/p4info.txt"
+        );
+        let info =
+            p4fleet_proto::p4info::parse_text(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert!(dev.set_pipeline(0, &info, Vec::new(), 7).await.unwrap());
+        let loaded = PipelineCheck::Cookie { slot: 0, cookie: 7 };
+        devices.pipelines().record("ns/a", "sw", loaded.clone());
+        let probe_ok = |(p, s): (Probe, Option<Standing>)| {
+            assert!(p.is_ok(), "{p:?}");
+            assert!(matches!(s, Some(Ok(()))), "{s:?}");
+        };
+        // The first probes ask: a new connection, then its stream accepted
+        // (a new epoch).
+        probe_ok(probe(&devices, &sw).await);
+        probe_ok(probe(&devices, &sw).await);
+        let (caps, cookies) = (
+            calls(&running, "P4Runtime/Capabilities"),
+            calls(&running, "P4Runtime/GetForwardingPipelineConfig"),
+        );
+        for _ in 0..3 {
+            probe_ok(probe(&devices, &sw).await);
+        }
+        assert_eq!(
+            calls(&running, "P4Runtime/Capabilities"),
+            caps,
+            "nothing changed: the kept answer"
+        );
+        assert_eq!(
+            calls(&running, "P4Runtime/GetForwardingPipelineConfig"),
+            cookies + 3,
+            "one pipeline check per probe"
+        );
+
+        // No pipeline loaded: nothing else reaches the device, so each
+        // probe asks Capabilities.
+        devices.pipelines().forget_switch("sw");
+        probe_ok(probe(&devices, &sw).await);
+        probe_ok(probe(&devices, &sw).await);
+        assert_eq!(calls(&running, "P4Runtime/Capabilities"), caps + 2);
+
+        // A spec change asks again, once.
+        devices.pipelines().record("ns/a", "sw", loaded);
+        sw.metadata.generation = Some(2);
+        probe_ok(probe(&devices, &sw).await);
+        probe_ok(probe(&devices, &sw).await);
+        assert_eq!(calls(&running, "P4Runtime/Capabilities"), caps + 3);
+
+        // The device gone: unreachable, whether or not its stream's end
+        // was seen yet, and the kept answer is dropped.
+        running.shutdown().await.unwrap();
+        let (p, standing) = probe(&devices, &sw).await;
+        assert!(p.is_err(), "a device gone is not reachable: {p:?}");
+        assert!(standing.is_none());
+        let asked = Asked {
+            epoch: *dev.changes().borrow(),
+            generation: Some(2),
+        };
+        assert_eq!(devices.kept_capabilities("sw", asked), None);
     }
 
     #[test]

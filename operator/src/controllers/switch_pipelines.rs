@@ -61,18 +61,28 @@ async fn confirm(
     }
 }
 
+/// What [`check`] found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Checked {
+    /// VirtualSwitches whose pipeline was not confirmed (named to their
+    /// controller).
+    pub lost: usize,
+    /// Checks the device answered (the pipeline held or differed): this
+    /// probe reached the device.
+    pub answered: usize,
+}
+
 /// Checks every loaded VirtualSwitch of `sw` on `dev` (None: the device
 /// did not answer the probe, so none is confirmed), each within
-/// `timeout`, and names those not confirmed to their controller. Returns
-/// how many were not.
+/// `timeout`, and names those not confirmed to their controller.
 pub async fn check(
     devices: &DevicePool,
     sw: &Switch,
     dev: Option<&Device>,
     timeout: Duration,
-) -> usize {
+) -> Checked {
     let name = sw.name_any();
-    let mut lost = 0;
+    let mut out = Checked::default();
     for (vs, c) in devices.pipelines().on(&name) {
         let confirmed = match dev {
             None => Err(NotConfirmed::Unreachable),
@@ -80,14 +90,17 @@ pub async fn check(
                 .await
                 .unwrap_or(Err(NotConfirmed::Timeout(timeout))),
         };
+        if matches!(confirmed, Ok(()) | Err(NotConfirmed::Differs)) {
+            out.answered += 1;
+        }
         if let Err(why) = confirmed {
             tracing::info!(switch = %name, virtual_switch = %vs, reason = %why,
                 "pipeline not confirmed by the Switch probe: reconciling its VirtualSwitch");
             devices.pipelines().lost(&vs);
-            lost += 1;
+            out.lost += 1;
         }
     }
-    lost
+    out
 }
 
 #[cfg(test)]
@@ -119,8 +132,9 @@ mod tests {
             .record("ns/a", "sw", PipelineCheck::Cookie { slot: 0, cookie: 7 });
         let t = Duration::from_secs(5);
 
-        // Nothing loaded yet.
-        assert_eq!(check(&devices, &sw, Some(&dev), t).await, 1);
+        // Nothing loaded yet: the device answered, and the pipeline is lost.
+        let c = check(&devices, &sw, Some(&dev), t).await;
+        assert_eq!((c.lost, c.answered), (1, 1));
         assert_eq!(lost.recv().await.unwrap(), "ns/a");
 
         let path = concat!(
@@ -129,19 +143,25 @@ mod tests {
         );
         let info = p4info::parse_text(&std::fs::read_to_string(path).unwrap()).unwrap();
         assert!(dev.set_pipeline(0, &info, Vec::new(), 7).await.unwrap());
-        assert_eq!(check(&devices, &sw, Some(&dev), t).await, 0);
+        assert_eq!(check(&devices, &sw, Some(&dev), t).await.lost, 0);
 
         // Another pipeline (cookie) now: lost again.
         assert!(dev.set_pipeline(0, &info, Vec::new(), 8).await.unwrap());
-        assert_eq!(check(&devices, &sw, Some(&dev), t).await, 1);
+        assert_eq!(check(&devices, &sw, Some(&dev), t).await.lost, 1);
         assert_eq!(lost.recv().await.unwrap(), "ns/a");
 
         // A device that did not answer its probe confirms nothing.
         devices
             .pipelines()
             .record("ns/a", "sw", PipelineCheck::Cookie { slot: 0, cookie: 8 });
-        assert_eq!(check(&devices, &sw, Some(&dev), t).await, 0);
-        assert_eq!(check(&devices, &sw, None, t).await, 1);
+        let c = check(&devices, &sw, Some(&dev), t).await;
+        assert_eq!((c.lost, c.answered), (0, 1));
+        let c = check(&devices, &sw, None, t).await;
+        assert_eq!(
+            (c.lost, c.answered),
+            (1, 0),
+            "nothing asked, nothing answered"
+        );
         assert!(lost.try_recv().is_ok());
         running.shutdown().await.unwrap();
     }
