@@ -20,7 +20,7 @@
 //!
 //! Answers a device gives about itself (its Capabilities, whether it
 //! serves an extern runtime) are kept per Switch with the device epoch
-//! they were given at ([`Asked`]); a new connection, a forgotten Switch
+//! they were given at ([`Kept`]); a new connection, a forgotten Switch
 //! and (for Capabilities) a pushed pipeline drop them, so the probe asks
 //! again only when something changed.
 //!
@@ -77,12 +77,12 @@ pub struct DevicePool {
     /// The channel to each Switch's side services, with the target it was
     /// made for ([`DevicePool::side_channel`]).
     side: Mutex<HashMap<String, (Target, Channel)>>,
-    /// Whether each Switch serves an extern runtime, with the device epoch
-    /// of the answer ([`DevicePool::extern_answer`]).
-    externs: Mutex<HashMap<String, (u64, bool)>>,
-    /// Each Switch's Capabilities answer, with when it was given
-    /// ([`DevicePool::kept_capabilities`]).
-    capabilities: Mutex<HashMap<String, (Asked, Capabilities)>>,
+    /// Whether each Switch serves an extern runtime, kept with the device
+    /// epoch of the answer.
+    pub externs: Kept<u64, bool>,
+    /// Each Switch's Capabilities answer, kept with when it was given
+    /// (dropped too when a pipeline is pushed: [`DevicePool::notify`]).
+    pub capabilities: Kept<Asked, Capabilities>,
     /// What each VirtualSwitch loaded, checked by its Switch's probe.
     pipelines: LoadedPipelines,
     /// Who this replica says it is to devices (`crate::fencing`).
@@ -96,6 +96,46 @@ pub struct DevicePool {
     /// Hears of every notice (digest list, idle timeout notification) of
     /// any P4Runtime device ([`DevicePool::observe_notices`]).
     notices: Mutex<Option<NoticesObserver>>,
+}
+
+/// Answers devices gave about themselves, per Switch, each with the stamp
+/// it was given at: [`Kept::get`] returns it only under the same stamp,
+/// so an answer the device may have changed since is asked again.
+pub struct Kept<S, T> {
+    answers: Mutex<HashMap<String, (S, T)>>,
+}
+
+impl<S, T> Default for Kept<S, T> {
+    fn default() -> Self {
+        Kept {
+            answers: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<S: PartialEq, T: Clone> Kept<S, T> {
+    /// Switch `name`'s answer if it was given at `stamp`.
+    pub fn get(&self, name: &str, stamp: S) -> Option<T> {
+        let kept = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        kept.get(name)
+            .filter(|(s, _)| *s == stamp)
+            .map(|(_, a)| a.clone())
+    }
+
+    /// Keeps `answer`, given at `stamp`, for [`Kept::get`].
+    pub fn keep(&self, name: &str, stamp: S, answer: T) {
+        let mut kept = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        kept.insert(name.to_string(), (stamp, answer));
+    }
+
+    /// Drops Switch `name`'s answer (a new connection, the Switch gone,
+    /// or the device not answering since).
+    pub fn drop(&self, name: &str) {
+        self.answers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+    }
 }
 
 /// When a device answered a question about itself: the connection's
@@ -155,8 +195,8 @@ impl DevicePool {
         DevicePool {
             devices: Mutex::new(HashMap::new()),
             side: Mutex::new(HashMap::new()),
-            externs: Mutex::new(HashMap::new()),
-            capabilities: Mutex::new(HashMap::new()),
+            externs: Kept::default(),
+            capabilities: Kept::default(),
             pipelines: LoadedPipelines::default(),
             changes: broadcast::Sender::new(CHANGES),
             identity: Mutex::new(identity),
@@ -231,46 +271,6 @@ impl DevicePool {
         Ok(ch)
     }
 
-    /// The kept answer of Switch `name`'s device to whether it serves an
-    /// extern runtime, if it was given at device epoch `epoch`
-    /// (`Device::changes`): a device that went away or came back is asked
-    /// again.
-    pub fn extern_answer(&self, name: &str, epoch: u64) -> Option<bool> {
-        let kept = self.externs.lock().unwrap_or_else(|e| e.into_inner());
-        kept.get(name).filter(|(e, _)| *e == epoch).map(|(_, a)| *a)
-    }
-
-    /// Keeps `answer`, given at device epoch `epoch`, for [`DevicePool::extern_answer`].
-    pub fn keep_extern_answer(&self, name: &str, epoch: u64, answer: bool) {
-        let mut kept = self.externs.lock().unwrap_or_else(|e| e.into_inner());
-        kept.insert(name.to_string(), (epoch, answer));
-    }
-
-    /// The kept Capabilities answer of Switch `name`'s device, if it was
-    /// given at `asked` (the same connection, epoch and spec): the Switch
-    /// probe then needs not ask it again (one RPC fewer per probe).
-    pub fn kept_capabilities(&self, name: &str, asked: Asked) -> Option<Capabilities> {
-        let kept = self.capabilities.lock().unwrap_or_else(|e| e.into_inner());
-        kept.get(name)
-            .filter(|(a, _)| *a == asked)
-            .map(|(_, c)| c.clone())
-    }
-
-    /// Keeps `caps`, answered at `asked`, for [`DevicePool::kept_capabilities`].
-    pub fn keep_capabilities(&self, name: &str, asked: Asked, caps: Capabilities) {
-        let mut kept = self.capabilities.lock().unwrap_or_else(|e| e.into_inner());
-        kept.insert(name.to_string(), (asked, caps));
-    }
-
-    /// Drops the kept Capabilities answer of Switch `name` (the device did
-    /// not answer since, or its pipelines changed).
-    pub fn drop_capabilities(&self, name: &str) {
-        self.capabilities
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(name);
-    }
-
     /// A client of the FPGA slot service of `sw` on its kept side channel.
     pub fn slot_client(&self, sw: &Switch) -> Result<p4fleet_client::SlotClient, Error> {
         let ch = self.side_channel(sw)?;
@@ -337,11 +337,8 @@ impl DevicePool {
             name.clone(),
         ));
         // A new connection (a new device epoch count): ask again.
-        self.externs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&name);
-        self.drop_capabilities(&name);
+        self.externs.drop(&name);
+        self.capabilities.drop(&name);
         devices.insert(name, dev.clone());
         Ok(dev)
     }
@@ -356,7 +353,7 @@ impl DevicePool {
     pub fn notify(&self, name: &str) {
         // A BFRT device's Capabilities answer lists its programs and pipes:
         // a pushed pipeline may change it.
-        self.drop_capabilities(name);
+        self.capabilities.drop(name);
         // No subscriber (tests, tools) is fine.
         let _ = self.changes.send(name.to_string());
     }
@@ -384,11 +381,8 @@ impl DevicePool {
             .unwrap_or_else(|e| e.into_inner())
             .remove(name);
         self.pipelines.forget_switch(name);
-        self.externs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(name);
-        self.drop_capabilities(name);
+        self.externs.drop(name);
+        self.capabilities.drop(name);
         self.tls.untrack(name);
     }
 }
@@ -552,17 +546,17 @@ mod tests {
                 "deviceId": 1, "slots": 1})
         };
         pool.connect(&switch("a", spec(1))).unwrap();
-        pool.keep_extern_answer("a", 1, true);
-        assert_eq!(pool.extern_answer("a", 1), Some(true));
-        assert_eq!(pool.extern_answer("a", 2), None, "the device changed");
-        assert_eq!(pool.extern_answer("b", 1), None);
+        pool.externs.keep("a", 1, true);
+        assert_eq!(pool.externs.get("a", 1), Some(true));
+        assert_eq!(pool.externs.get("a", 2), None, "the device changed");
+        assert_eq!(pool.externs.get("b", 1), None);
         pool.connect(&switch("a", spec(1))).unwrap();
-        assert_eq!(pool.extern_answer("a", 1), Some(true), "same connection");
+        assert_eq!(pool.externs.get("a", 1), Some(true), "same connection");
         pool.connect(&switch("a", spec(2))).unwrap();
-        assert_eq!(pool.extern_answer("a", 1), None, "a new connection");
-        pool.keep_extern_answer("a", 1, false);
+        assert_eq!(pool.externs.get("a", 1), None, "a new connection");
+        pool.externs.keep("a", 1, false);
         pool.forget("a");
-        assert_eq!(pool.extern_answer("a", 1), None);
+        assert_eq!(pool.externs.get("a", 1), None);
     }
 
     #[tokio::test]
@@ -583,36 +577,32 @@ mod tests {
             generation: Some(generation),
         };
         pool.connect(&switch("a", spec(1))).unwrap();
-        pool.keep_capabilities("a", at(1, 1), caps.clone());
-        assert_eq!(pool.kept_capabilities("a", at(1, 1)), Some(caps.clone()));
-        assert_eq!(
-            pool.kept_capabilities("a", at(2, 1)),
-            None,
-            "stream changed"
-        );
-        assert_eq!(pool.kept_capabilities("a", at(1, 2)), None, "spec changed");
-        assert_eq!(pool.kept_capabilities("b", at(1, 1)), None);
+        pool.capabilities.keep("a", at(1, 1), caps.clone());
+        assert_eq!(pool.capabilities.get("a", at(1, 1)), Some(caps.clone()));
+        assert_eq!(pool.capabilities.get("a", at(2, 1)), None, "stream changed");
+        assert_eq!(pool.capabilities.get("a", at(1, 2)), None, "spec changed");
+        assert_eq!(pool.capabilities.get("b", at(1, 1)), None);
         pool.connect(&switch("a", spec(1))).unwrap();
         assert!(
-            pool.kept_capabilities("a", at(1, 1)).is_some(),
+            pool.capabilities.get("a", at(1, 1)).is_some(),
             "same connection"
         );
         pool.connect(&switch("a", spec(2))).unwrap();
         assert_eq!(
-            pool.kept_capabilities("a", at(1, 1)),
+            pool.capabilities.get("a", at(1, 1)),
             None,
             "a new connection"
         );
-        pool.keep_capabilities("a", at(1, 1), caps.clone());
+        pool.capabilities.keep("a", at(1, 1), caps.clone());
         pool.notify("a");
         assert_eq!(
-            pool.kept_capabilities("a", at(1, 1)),
+            pool.capabilities.get("a", at(1, 1)),
             None,
             "a pipeline pushed"
         );
-        pool.keep_capabilities("a", at(1, 1), caps);
+        pool.capabilities.keep("a", at(1, 1), caps);
         pool.forget("a");
-        assert_eq!(pool.kept_capabilities("a", at(1, 1)), None);
+        assert_eq!(pool.capabilities.get("a", at(1, 1)), None);
     }
 
     #[tokio::test]

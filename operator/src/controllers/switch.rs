@@ -280,7 +280,7 @@ async fn ask_capabilities(dev: &Device, sw: &Switch) -> Probe {
 /// operator on slot 0 (no RPC while its stream stands).
 ///
 /// The Capabilities answer is kept per connection, device epoch and
-/// Switch generation (`DevicePool::kept_capabilities`): it changes only
+/// Switch generation (`DevicePool::capabilities`): it changes only
 /// with the device (a restart is a new stream, so a new epoch) or the
 /// spec. A kept answer still claims only what this probe confirmed: it
 /// stands when one of the pipeline checks was answered, and when none
@@ -304,7 +304,7 @@ pub async fn probe(devices: &DevicePool, sw: &Switch) -> (Probe, Option<Standing
         epoch: *dev.changes().borrow(),
         generation: sw.metadata.generation,
     };
-    let caps = match devices.kept_capabilities(&name, asked) {
+    let caps = match devices.capabilities.get(&name, asked) {
         Some(kept) => {
             let checked = switch_pipelines::check(devices, sw, Some(&dev), PROBE_TIMEOUT).await;
             if checked.answered > 0 {
@@ -312,7 +312,7 @@ pub async fn probe(devices: &DevicePool, sw: &Switch) -> (Probe, Option<Standing
             } else {
                 let caps = ask_capabilities(&dev, sw).await;
                 if caps.is_err() {
-                    devices.drop_capabilities(&name);
+                    devices.capabilities.drop(&name);
                 }
                 caps
             }
@@ -320,7 +320,7 @@ pub async fn probe(devices: &DevicePool, sw: &Switch) -> (Probe, Option<Standing
         None => {
             let caps = ask_capabilities(&dev, sw).await;
             if let Ok(c) = &caps {
-                devices.keep_capabilities(&name, asked, c.clone());
+                devices.capabilities.keep(&name, asked, c.clone());
             }
             let reached = caps.as_ref().ok().map(|_| dev.as_ref());
             switch_pipelines::check(devices, sw, reached, PROBE_TIMEOUT).await;
@@ -349,7 +349,7 @@ async fn probe_async_externs(ctx: &Context, sw: &Switch) -> bool {
     }
     let name = sw.name_any();
     let epoch = ctx.devices.get(&name).map(|d| *d.changes().borrow());
-    if let Some(answer) = epoch.and_then(|e| ctx.devices.extern_answer(&name, e)) {
+    if let Some(answer) = epoch.and_then(|e| ctx.devices.externs.get(&name, e)) {
         return answer;
     }
     let Ok(ch) = ctx.devices.side_channel(sw) else {
@@ -357,7 +357,7 @@ async fn probe_async_externs(ctx: &Context, sw: &Switch) -> bool {
     };
     let answer = super::extern_policy::runtime::extern_runtime_answer(ch, sw.spec.device_id).await;
     if let (Some(a), Some(e)) = (answer, epoch) {
-        ctx.devices.keep_extern_answer(&name, e, a);
+        ctx.devices.externs.keep(&name, e, a);
     }
     answer.unwrap_or(false)
 }
@@ -560,7 +560,7 @@ mod tests {
             epoch: *dev.changes().borrow(),
             generation: Some(2),
         };
-        assert_eq!(devices.kept_capabilities("sw", asked), None);
+        assert_eq!(devices.capabilities.get("sw", asked), None);
     }
 
     #[test]
