@@ -238,14 +238,8 @@ pub fn listed_ids(
     groups: &[GroupSpec<'_>],
 ) -> (HashSet<u32>, HashSet<u32>) {
     (
-        members
-            .iter()
-            .map(|m| m.id.unwrap_or_else(|| id_for_name("member", m.name)))
-            .collect(),
-        groups
-            .iter()
-            .map(|g| g.id.unwrap_or_else(|| id_for_name("group", g.name)))
-            .collect(),
+        members.iter().map(MemberSpec::id).collect(),
+        groups.iter().map(GroupSpec::id).collect(),
     )
 }
 
@@ -258,6 +252,13 @@ pub struct MemberSpec<'a> {
     pub params: &'a BTreeMap<String, String>,
 }
 
+impl MemberSpec<'_> {
+    /// Its id: as given, else the one derived from its name.
+    pub fn id(&self) -> u32 {
+        self.id.unwrap_or_else(|| id_for_name("member", self.name))
+    }
+}
+
 /// A group as the spec gives it: `(member name, weight)`.
 #[derive(Debug, Clone)]
 pub struct GroupSpec<'a> {
@@ -265,6 +266,13 @@ pub struct GroupSpec<'a> {
     pub id: Option<u32>,
     pub max_size: Option<i32>,
     pub members: Vec<(&'a str, i32)>,
+}
+
+impl GroupSpec<'_> {
+    /// Its id: as given, else the one derived from its name.
+    pub fn id(&self) -> u32 {
+        self.id.unwrap_or_else(|| id_for_name("group", self.name))
+    }
 }
 
 /// What an entry of the spec points at, by name.
@@ -346,7 +354,7 @@ pub fn desired(
             out.errors.push(ProfileError::DuplicateName { item });
             continue;
         }
-        let id = m.id.unwrap_or_else(|| id_for_name("member", m.name));
+        let id = m.id();
         if let Some(other) = ids.get(&(false, id)) {
             out.errors.push(ProfileError::DuplicateId {
                 item,
@@ -391,7 +399,7 @@ pub fn desired(
             out.errors.push(ProfileError::DuplicateName { item });
             continue;
         }
-        let id = g.id.unwrap_or_else(|| id_for_name("group", g.name));
+        let id = g.id();
         if let Some(other) = ids.get(&(true, id)) {
             out.errors.push(ProfileError::DuplicateId {
                 item,

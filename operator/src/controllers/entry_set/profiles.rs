@@ -333,34 +333,22 @@ fn source(
 }
 
 /// The spec's name of a member or group the set lists, for the device's
-/// `item` (matched by id: the listed id, else the one derived from the
-/// name), e.g. `spec.actionProfile.members[nh1] (id 7)`.
-fn listed(set: &TableEntrySet, item: Item, device: &OnDevice) -> Option<String> {
-    let profile = set.spec.action_profile.as_ref()?;
-    let (kind, id, names) = match item {
-        Item::Member(i) => (
-            "members",
-            device.members[i].id,
-            profile
-                .members
-                .iter()
-                .map(|m| (m.id, "member", &m.name))
-                .collect::<Vec<_>>(),
-        ),
-        Item::Group(i) => (
-            "groups",
-            device.groups[i].id,
-            profile
-                .groups
-                .iter()
-                .map(|g| (g.id, "group", &g.name))
-                .collect(),
-        ),
+/// `item` (matched by id, given or derived from the name), e.g.
+/// `spec.actionProfile.members[nh1] (id 7)`.
+fn listed(items: &SpecItems<'_>, item: Item, device: &OnDevice) -> Option<String> {
+    let (kind, id, name) = match item {
+        Item::Member(i) => {
+            let id = device.members[i].id;
+            let m = items.members.iter().find(|m| m.id() == id)?;
+            ("members", id, m.name)
+        }
+        Item::Group(i) => {
+            let id = device.groups[i].id;
+            let g = items.groups.iter().find(|g| g.id() == id)?;
+            ("groups", id, g.name)
+        }
         Item::Entry(_) => return None,
     };
-    let (_, _, name) = names
-        .into_iter()
-        .find(|(given, k, name)| given.unwrap_or_else(|| model::id_for_name(k, name)) == id)?;
     Some(format!("spec.actionProfile.{kind}[{name}] (id {id})"))
 }
 
@@ -635,11 +623,11 @@ pub async fn remove(ctx: &Context, set: &TableEntrySet, t: &Target) -> Result<us
         exclusive,
         apply::tag(set),
     );
+    let items = spec_items(set, &[]);
     if profile.tables > 1 {
         // Shared with another table: only what this set lists is its own;
         // a member another table's entries still use is refused (in use)
         // and the deletion waits until those entries are gone.
-        let items = spec_items(set, &[]);
         let (members, groups) = model::listed_ids(&items.members, &items.groups);
         plan.spare(&device, &members, &groups);
     }
@@ -657,7 +645,7 @@ pub async fn remove(ctx: &Context, set: &TableEntrySet, t: &Target) -> Result<us
             .collect();
         if let Some((j, code, message)) = failed.first() {
             let (op, item) = phase[*j];
-            let (what, key) = match listed(set, item, &device) {
+            let (what, key) = match listed(&items, item, &device) {
                 // The set's own member or group, by the name it lists.
                 Some(name) => (name, None),
                 None => source(t, op, item, (&nothing, &[]), &device),

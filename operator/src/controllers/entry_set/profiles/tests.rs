@@ -212,16 +212,17 @@ fn a_removal_refused_names_the_member_or_group_the_set_lists() {
         }],
         ..OnDevice::default()
     };
+    let items = spec_items(&s, &[]);
     let nh2 = model::id_for_name("member", "nh2");
     assert_eq!(
-        listed(&s, Item::Member(0), &device),
+        listed(&items, Item::Member(0), &device),
         Some(format!("spec.actionProfile.members[nh2] (id {nh2})"))
     );
     let g = model::id_for_name("group", "g");
     assert_eq!(
-        listed(&s, Item::Group(0), &device),
+        listed(&items, Item::Group(0), &device),
         Some(format!("spec.actionProfile.groups[g] (id {g})"))
     );
     // Not the set's: no name (the caller says "not in spec.actionProfile").
-    assert_eq!(listed(&s, Item::Member(1), &device), None);
+    assert_eq!(listed(&items, Item::Member(1), &device), None);
 }
