@@ -101,13 +101,8 @@ impl Report {
         );
         for r in self.fleet_runs().into_iter().chain(self.big_run()) {
             for p in &r.phases {
-                let mut t: Vec<_> = p.triggers.iter().collect();
-                t.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
-                let list: Vec<String> = t
-                    .iter()
-                    .map(|(k, v)| format!("{k} {}", thousands(**v)))
-                    .collect();
-                let _ = writeln!(w, "| {} | {} | {} |", run_label(r), p.name, list.join(", "));
+                let list = largest_first(p.triggers.iter().map(|(k, v)| (k, *v)));
+                let _ = writeln!(w, "| {} | {} | {list} |", run_label(r), p.name);
             }
         }
         let _ = writeln!(w);
@@ -122,21 +117,14 @@ impl Report {
         );
         for r in self.fleet_runs().into_iter().chain(self.big_run()) {
             for p in &r.phases {
-                let mut t: Vec<_> = p.rpcs.iter().collect();
-                t.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-                let list: Vec<String> = t
-                    .iter()
-                    .map(|(k, v)| format!("{k} {}", thousands(**v as f64)))
-                    .collect();
-                let total: u64 = p.rpcs.values().sum();
-                let _ = writeln!(
-                    w,
-                    "| {} | {} | {} | {} |",
-                    run_label(r),
-                    p.name,
-                    thousands(total as f64),
-                    list.join(", ")
-                );
+                let list = largest_first(p.rpcs.iter().map(|(k, v)| (k, *v as f64)));
+                // Results from before the emulators counted calls hold
+                // none: not counted, not zero.
+                let total = match p.rpcs.values().sum::<u64>() {
+                    0 => "–".to_string(),
+                    n => thousands(n as f64),
+                };
+                let _ = writeln!(w, "| {} | {} | {total} | {list} |", run_label(r), p.name,);
             }
         }
         let _ = writeln!(w);
@@ -473,6 +461,20 @@ impl Report {
         ];
         chart(&panels)
     }
+}
+
+/// `name count, ...`, the largest count first (ties by name); `not
+/// counted` when there are none (results older than the count).
+fn largest_first<'a>(counts: impl Iterator<Item = (&'a String, f64)>) -> String {
+    let mut t: Vec<_> = counts.collect();
+    if t.is_empty() {
+        return "not counted".into();
+    }
+    t.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+    t.iter()
+        .map(|(k, v)| format!("{k} {}", thousands(*v)))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn run_label(r: &Run) -> String {

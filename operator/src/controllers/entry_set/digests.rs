@@ -456,8 +456,8 @@ async fn sync_sinks(
                 let sink = d.sink.as_ref()?;
                 // Checked before any write: every name resolves here.
                 let digest = learn::digest(info, &d.name).ok()?;
-                let name = digest_sink::config_map_name(&me, &d.name);
-                let config_map = books.iter().any(|b| b.0 == name).then_some(name);
+                // Its ConfigMap, when claimed (`books`, by digest name).
+                let config_map = books.iter().find(|b| b.1 == d.name).map(|b| b.0.clone());
                 let log = sink.to.contains(&DigestSinkKind::Log);
                 (log || config_map.is_some()).then_some(SinkRule {
                     digest,
