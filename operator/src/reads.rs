@@ -19,7 +19,7 @@ use p4fleet_crds::{P4Program, Switch, UrlSource, VirtualSwitch};
 
 use crate::artifacts::fetch::{self, Fetcher};
 use crate::artifacts::url_source::{self, FetchError};
-use crate::cache::Caches;
+use crate::cache::{Caches, Filing};
 
 /// Lookups of the objects p4fleet's controllers depend on. `Ok(None)` is
 /// "does not exist"; `Err` is a failed request (retried with backoff).
@@ -87,6 +87,8 @@ pub struct ApiReads {
     client: kube::Client,
     switches: Store<Switch>,
     virtual_switches: Store<VirtualSwitch>,
+    /// VirtualSwitches by the Switch they are placed on.
+    placed: Filing<VirtualSwitch>,
     programs: Store<P4Program>,
     fetcher: Arc<Fetcher>,
 }
@@ -98,6 +100,7 @@ impl ApiReads {
             client,
             switches: caches.switches.store(),
             virtual_switches: caches.virtual_switches.store(),
+            placed: caches.virtual_switches.filing(),
             programs: caches.programs.store(),
             fetcher,
         }
@@ -165,16 +168,15 @@ impl Reads for ApiReads {
     }
 
     async fn virtual_switches_on(&self, switch: &str) -> Result<Vec<VirtualSwitch>, kube::Error> {
-        // Filtered before cloning: a Switch reconcile clones its own
-        // VirtualSwitches, not the fleet's.
-        Ok(sorted(
-            self.virtual_switches
-                .state()
-                .iter()
-                .filter(|v| placed_on(v, switch))
-                .map(|v| VirtualSwitch::clone(v))
-                .collect(),
-        ))
+        // From the index, not a scan of the fleet, and filtered before
+        // cloning: a Switch reconcile clones its own VirtualSwitches only.
+        Ok(self
+            .placed
+            .under(switch)
+            .iter()
+            .filter(|v| placed_on(v, switch))
+            .map(|v| VirtualSwitch::clone(v))
+            .collect())
     }
 
     async fn config_map(&self, ns: &str, name: &str) -> Result<Option<ConfigMap>, kube::Error> {
