@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use p4fleet_proto::fpga as pb;
 use tokio::sync::broadcast;
@@ -72,6 +73,8 @@ struct Checks {
     by_switch: HashMap<String, BTreeMap<String, PipelineCheck>>,
     /// VirtualSwitch key → the Switch its check is on.
     switch_of: HashMap<String, String>,
+    /// VirtualSwitch key → when a Switch probe last found its check held.
+    confirmed: HashMap<String, Instant>,
 }
 
 /// The checks of every loaded VirtualSwitch, by Switch.
@@ -104,10 +107,33 @@ impl LoadedPipelines {
         {
             on.remove(vs);
         }
-        c.by_switch
-            .entry(switch.to_string())
-            .or_default()
-            .insert(vs.to_string(), check);
+        let on = c.by_switch.entry(switch.to_string()).or_default();
+        if on.insert(vs.to_string(), check.clone()).as_ref() != Some(&check) {
+            // What the probe confirmed was another check.
+            c.confirmed.remove(vs);
+        }
+    }
+
+    /// A Switch probe found `check` held for `vs` just now (ignored when
+    /// `vs`'s check changed meanwhile).
+    pub fn confirmed(&self, vs: &str, check: &PipelineCheck) {
+        let mut c = self.lock();
+        if Self::current(&c, vs) == Some(check) {
+            c.confirmed.insert(vs.to_string(), Instant::now());
+        }
+    }
+
+    /// Whether a Switch probe found `check` held for `vs` within the last
+    /// `within`: the VirtualSwitch's own resync then need not ask the
+    /// device again (the probe asks every `--drift-seconds`).
+    pub fn confirmed_within(&self, vs: &str, check: &PipelineCheck, within: Duration) -> bool {
+        let c = self.lock();
+        Self::current(&c, vs) == Some(check)
+            && c.confirmed.get(vs).is_some_and(|at| at.elapsed() <= within)
+    }
+
+    fn current<'a>(c: &'a Checks, vs: &str) -> Option<&'a PipelineCheck> {
+        c.by_switch.get(c.switch_of.get(vs)?)?.get(vs)
     }
 
     /// VirtualSwitch `vs` has no confirmed pipeline any more (not placed,
@@ -115,6 +141,7 @@ impl LoadedPipelines {
     /// checks itself at `--drift-seconds`.
     pub fn forget(&self, vs: &str) {
         let mut c = self.lock();
+        c.confirmed.remove(vs);
         if let Some(sw) = c.switch_of.remove(vs)
             && let Some(on) = c.by_switch.get_mut(&sw)
         {
@@ -131,6 +158,7 @@ impl LoadedPipelines {
         if let Some(on) = c.by_switch.remove(switch) {
             for vs in on.keys() {
                 c.switch_of.remove(vs);
+                c.confirmed.remove(vs);
             }
         }
     }
@@ -153,6 +181,9 @@ impl LoadedPipelines {
     /// The pipeline of VirtualSwitch `vs` is not (or could not be seen) on
     /// its device: tells the subscribers (its controller reconciles it).
     pub fn lost(&self, vs: &str) {
+        // An earlier confirmation no longer stands: its reconcile asks the
+        // device itself.
+        self.lock().confirmed.remove(vs);
         // No subscriber (tests, tools) is fine.
         let _ = self.lost.send(vs.to_string());
     }
@@ -189,6 +220,38 @@ mod tests {
         assert!(p.on("sw1").is_empty() && !p.checked("ns/b"));
         p.forget_switch("sw2");
         assert!(p.on("sw2").is_empty() && !p.checked("ns/a"));
+    }
+
+    #[test]
+    fn a_confirmation_stands_for_its_own_check_within_the_window() {
+        let p = LoadedPipelines::default();
+        let hour = Duration::from_secs(3600);
+        p.record("ns/a", "sw1", cookie(1));
+        assert!(!p.confirmed_within("ns/a", &cookie(1), hour), "never probed");
+        p.confirmed("ns/a", &cookie(1));
+        assert!(p.confirmed_within("ns/a", &cookie(1), hour));
+        assert!(!p.confirmed_within("ns/a", &cookie(2), hour), "another program");
+        assert!(!p.confirmed_within("ns/a", &cookie(1), Duration::ZERO), "too old");
+        // The same check recorded again keeps the confirmation...
+        p.record("ns/a", "sw1", cookie(1));
+        assert!(p.confirmed_within("ns/a", &cookie(1), hour));
+        // ...a new one drops it, and a probe of the old one does not count.
+        p.record("ns/a", "sw1", cookie(2));
+        p.confirmed("ns/a", &cookie(1));
+        assert!(!p.confirmed_within("ns/a", &cookie(2), hour));
+        assert!(!p.confirmed_within("ns/a", &cookie(1), hour));
+        p.confirmed("ns/a", &cookie(2));
+        assert!(p.confirmed_within("ns/a", &cookie(2), hour));
+        // Moved to another Switch: a new check, not yet probed there.
+        p.record("ns/a", "sw2", cookie(2));
+        assert!(!p.confirmed_within("ns/a", &cookie(2), hour), "not probed on sw2");
+        p.confirmed("ns/a", &cookie(2));
+        p.forget("ns/a");
+        assert!(!p.confirmed_within("ns/a", &cookie(2), hour));
+        p.record("ns/b", "sw3", cookie(3));
+        p.confirmed("ns/b", &cookie(3));
+        p.forget_switch("sw3");
+        assert!(!p.confirmed_within("ns/b", &cookie(3), hour));
     }
 
     #[tokio::test]

@@ -93,6 +93,9 @@ pub async fn check(
         if matches!(confirmed, Ok(()) | Err(NotConfirmed::Differs)) {
             out.answered += 1;
         }
+        if confirmed.is_ok() {
+            devices.pipelines().confirmed(&vs, &c);
+        }
         if let Err(why) = confirmed {
             tracing::info!(switch = %name, virtual_switch = %vs, reason = %why,
                 "pipeline not confirmed by the Switch probe: reconciling its VirtualSwitch");

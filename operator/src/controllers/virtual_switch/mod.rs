@@ -386,6 +386,21 @@ async fn push(
     if let Some(u) = pipeline::unsupported(&obj.spec, sw) {
         return Pipeline::Failed(u.into());
     }
+    // The Switch probe found this very pipeline on the device within the
+    // last --drift-seconds: asking again here would only repeat it (a
+    // thousand device round trips per resync round at 1,000 Switches).
+    if let Some(check) = pipeline::drift_check(sw, claim, program, &obj.spec)
+        && ctx
+            .devices
+            .pipelines()
+            .confirmed_within(&object_key(obj), &check, ctx.config.drift)
+    {
+        return Pipeline::Loaded {
+            digest: program.digest.clone(),
+            pushed: None,
+            swap: None,
+        };
+    }
     if sw.spec.target == SwitchTarget::Fpga {
         return match slot_load::load(&ctx.devices, sw, slot, &obj.spec, program).await {
             Ok(l) => Pipeline::Loaded {
