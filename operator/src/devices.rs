@@ -339,6 +339,7 @@ impl DevicePool {
         // A new connection (a new device epoch count): ask again.
         self.externs.drop(&name);
         self.capabilities.drop(&name);
+        self.pipelines.unconfirm_switch(&name);
         devices.insert(name, dev.clone());
         Ok(dev)
     }

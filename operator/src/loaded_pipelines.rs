@@ -63,6 +63,27 @@ impl PipelineCheck {
     }
 }
 
+/// What a probe's confirmation was made on: the Switch's generation and
+/// its device's epoch (its stream lost, back or refused). A confirmation
+/// stands only for the same, and a new connection drops those of its
+/// Switch ([`LoadedPipelines::unconfirm_switch`]): a restarted device, a
+/// new connection or an edited Switch is asked again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    pub generation: Option<i64>,
+    pub epoch: u64,
+}
+
+impl Stamp {
+    /// What a confirmation on `dev`, the pool's connection to `sw`, is made on.
+    pub fn of(sw: &p4fleet_crds::Switch, dev: &p4fleet_client::Device) -> Stamp {
+        Stamp {
+            generation: sw.metadata.generation,
+            epoch: *dev.changes().borrow(),
+        }
+    }
+}
+
 /// Buffered lost pipelines per subscriber; one that falls further behind
 /// is told it lagged (and reconciles every VirtualSwitch).
 const LOST: usize = 1024;
@@ -73,8 +94,9 @@ struct Checks {
     by_switch: HashMap<String, BTreeMap<String, PipelineCheck>>,
     /// VirtualSwitch key → the Switch its check is on.
     switch_of: HashMap<String, String>,
-    /// VirtualSwitch key → when a Switch probe last found its check held.
-    confirmed: HashMap<String, Instant>,
+    /// VirtualSwitch key → when, and on what, a Switch probe last found
+    /// its check held.
+    confirmed: HashMap<String, (Instant, Stamp)>,
 }
 
 /// The checks of every loaded VirtualSwitch, by Switch.
@@ -114,22 +136,30 @@ impl LoadedPipelines {
         }
     }
 
-    /// A Switch probe found `check` held for `vs` just now (ignored when
-    /// `vs`'s check changed meanwhile).
-    pub fn confirmed(&self, vs: &str, check: &PipelineCheck) {
+    /// A Switch probe found `check` held for `vs` just now, on `stamp`
+    /// (ignored when `vs`'s check changed meanwhile).
+    pub fn confirmed(&self, vs: &str, check: &PipelineCheck, stamp: Stamp) {
         let mut c = self.lock();
         if Self::current(&c, vs) == Some(check) {
-            c.confirmed.insert(vs.to_string(), Instant::now());
+            c.confirmed.insert(vs.to_string(), (Instant::now(), stamp));
         }
     }
 
-    /// Whether a Switch probe found `check` held for `vs` within the last
-    /// `within`: the VirtualSwitch's own resync then need not ask the
-    /// device again (the probe asks every `--drift-seconds`).
-    pub fn confirmed_within(&self, vs: &str, check: &PipelineCheck, within: Duration) -> bool {
+    /// Whether a Switch probe found `check` held for `vs` on `stamp`
+    /// within the last `within`: the VirtualSwitch's own resync then need
+    /// not ask the device again (the probe asks every `--drift-seconds`).
+    pub fn confirmed_within(
+        &self,
+        vs: &str,
+        check: &PipelineCheck,
+        stamp: Stamp,
+        within: Duration,
+    ) -> bool {
         let c = self.lock();
         Self::current(&c, vs) == Some(check)
-            && c.confirmed.get(vs).is_some_and(|at| at.elapsed() <= within)
+            && c.confirmed
+                .get(vs)
+                .is_some_and(|(at, on)| *on == stamp && at.elapsed() <= within)
     }
 
     fn current<'a>(c: &'a Checks, vs: &str) -> Option<&'a PipelineCheck> {
@@ -149,6 +179,20 @@ impl LoadedPipelines {
             if on.is_empty() {
                 c.by_switch.remove(&sw);
             }
+        }
+    }
+
+    /// The confirmations of every VirtualSwitch on Switch `switch` go (a
+    /// new connection to its device).
+    pub fn unconfirm_switch(&self, switch: &str) {
+        let mut c = self.lock();
+        let on: Vec<String> = c
+            .by_switch
+            .get(switch)
+            .map(|on| on.keys().cloned().collect())
+            .unwrap_or_default();
+        for vs in on {
+            c.confirmed.remove(&vs);
         }
     }
 
@@ -226,32 +270,56 @@ mod tests {
     fn a_confirmation_stands_for_its_own_check_within_the_window() {
         let p = LoadedPipelines::default();
         let hour = Duration::from_secs(3600);
+        let on = Stamp {
+            generation: Some(1),
+            epoch: 0,
+        };
+        let within = |vs: &str, c: u64, stamp: Stamp, w: Duration| {
+            p.confirmed_within(vs, &cookie(c), stamp, w)
+        };
         p.record("ns/a", "sw1", cookie(1));
-        assert!(!p.confirmed_within("ns/a", &cookie(1), hour), "never probed");
-        p.confirmed("ns/a", &cookie(1));
-        assert!(p.confirmed_within("ns/a", &cookie(1), hour));
-        assert!(!p.confirmed_within("ns/a", &cookie(2), hour), "another program");
-        assert!(!p.confirmed_within("ns/a", &cookie(1), Duration::ZERO), "too old");
+        assert!(!within("ns/a", 1, on, hour), "never probed");
+        p.confirmed("ns/a", &cookie(1), on);
+        assert!(within("ns/a", 1, on, hour));
+        assert!(!within("ns/a", 2, on, hour), "another program");
+        assert!(!within("ns/a", 1, on, Duration::ZERO), "too old");
+        // Only on what it was made on.
+        for other in [
+            Stamp { epoch: 1, ..on },
+            Stamp {
+                generation: Some(2),
+                ..on
+            },
+        ] {
+            assert!(!within("ns/a", 1, other, hour), "{other:?}");
+        }
         // The same check recorded again keeps the confirmation...
         p.record("ns/a", "sw1", cookie(1));
-        assert!(p.confirmed_within("ns/a", &cookie(1), hour));
+        assert!(within("ns/a", 1, on, hour));
         // ...a new one drops it, and a probe of the old one does not count.
         p.record("ns/a", "sw1", cookie(2));
-        p.confirmed("ns/a", &cookie(1));
-        assert!(!p.confirmed_within("ns/a", &cookie(2), hour));
-        assert!(!p.confirmed_within("ns/a", &cookie(1), hour));
-        p.confirmed("ns/a", &cookie(2));
-        assert!(p.confirmed_within("ns/a", &cookie(2), hour));
-        // Moved to another Switch: a new check, not yet probed there.
+        p.confirmed("ns/a", &cookie(1), on);
+        assert!(!within("ns/a", 2, on, hour) && !within("ns/a", 1, on, hour));
+        p.confirmed("ns/a", &cookie(2), on);
+        assert!(within("ns/a", 2, on, hour));
+        // Moved to another Switch: not yet probed there.
         p.record("ns/a", "sw2", cookie(2));
-        assert!(!p.confirmed_within("ns/a", &cookie(2), hour), "not probed on sw2");
-        p.confirmed("ns/a", &cookie(2));
+        assert!(!within("ns/a", 2, on, hour), "not probed on sw2");
+        p.confirmed("ns/a", &cookie(2), on);
+        // A probe that did not find it takes the confirmation back.
+        p.lost("ns/a");
+        assert!(!within("ns/a", 2, on, hour));
+        p.confirmed("ns/a", &cookie(2), on);
         p.forget("ns/a");
-        assert!(!p.confirmed_within("ns/a", &cookie(2), hour));
+        assert!(!within("ns/a", 2, on, hour));
         p.record("ns/b", "sw3", cookie(3));
-        p.confirmed("ns/b", &cookie(3));
+        p.confirmed("ns/b", &cookie(3), on);
+        p.unconfirm_switch("sw3");
+        assert!(!within("ns/b", 3, on, hour), "a new connection");
+        assert!(p.checked("ns/b"), "still checked by the probe");
+        p.confirmed("ns/b", &cookie(3), on);
         p.forget_switch("sw3");
-        assert!(!p.confirmed_within("ns/b", &cookie(3), hour));
+        assert!(!within("ns/b", 3, on, hour));
     }
 
     #[tokio::test]

@@ -15,7 +15,7 @@ use p4fleet_client::Device;
 use p4fleet_crds::Switch;
 
 use crate::devices::DevicePool;
-use crate::loaded_pipelines::PipelineCheck;
+use crate::loaded_pipelines::{PipelineCheck, Stamp};
 
 /// Why a pipeline was not confirmed.
 #[derive(Debug, thiserror::Error)]
@@ -93,8 +93,10 @@ pub async fn check(
         if matches!(confirmed, Ok(()) | Err(NotConfirmed::Differs)) {
             out.answered += 1;
         }
-        if confirmed.is_ok() {
-            devices.pipelines().confirmed(&vs, &c);
+        if let (Ok(()), Some(dev)) = (&confirmed, dev) {
+            devices
+                .pipelines()
+                .confirmed(&vs, &c, Stamp::of(sw, dev));
         }
         if let Err(why) = confirmed {
             tracing::info!(switch = %name, virtual_switch = %vs, reason = %why,

@@ -386,14 +386,19 @@ async fn push(
     if let Some(u) = pipeline::unsupported(&obj.spec, sw) {
         return Pipeline::Failed(u.into());
     }
-    // The Switch probe found this very pipeline on the device within the
-    // last --drift-seconds: asking again here would only repeat it (a
-    // thousand device round trips per resync round at 1,000 Switches).
+    // The Switch probe found this very pipeline on the same device
+    // connection, epoch and Switch generation within the last
+    // --drift-seconds: asking again here would only repeat it (a thousand
+    // device round trips per resync round at 1,000 Switches). A restarted
+    // device (new epoch) or an edited Switch is asked again.
     if let Some(check) = pipeline::drift_check(sw, claim, program, &obj.spec)
-        && ctx
-            .devices
-            .pipelines()
-            .confirmed_within(&object_key(obj), &check, ctx.config.drift)
+        && let Some(dev) = ctx.devices.get(&sw.name_any())
+        && ctx.devices.pipelines().confirmed_within(
+            &object_key(obj),
+            &check,
+            crate::loaded_pipelines::Stamp::of(sw, &dev),
+            ctx.config.drift,
+        )
     {
         return Pipeline::Loaded {
             digest: program.digest.clone(),
