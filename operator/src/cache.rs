@@ -534,7 +534,10 @@ mod tests {
         assert_eq!(under("ns/y"), vec!["a"]);
         assert!(under("ns/z").is_empty());
         // A claim moves: filed under the new key only.
-        feed(&cache, vec![watcher::Event::Apply(claiming("a", "2", &["ns/z"]))]);
+        feed(
+            &cache,
+            vec![watcher::Event::Apply(claiming("a", "2", &["ns/z"]))],
+        );
         assert_eq!(under("ns/x"), vec!["b"]);
         assert!(under("ns/y").is_empty());
         assert_eq!(under("ns/z"), vec!["a"]);
@@ -544,7 +547,10 @@ mod tests {
             .insert(SLOT_CLAIMS_ANNOTATION.into(), "{".into());
         feed(&cache, vec![watcher::Event::Apply(bad)]);
         assert!(under("ns/x").is_empty());
-        feed(&cache, vec![watcher::Event::Delete(claiming("a", "2", &["ns/z"]))]);
+        feed(
+            &cache,
+            vec![watcher::Event::Delete(claiming("a", "2", &["ns/z"]))],
+        );
         assert!(under("ns/z").is_empty());
         // A relist refiles from the store as listed, dropping what is gone.
         feed(
@@ -579,10 +585,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(placed_on(&vs), vec!["s2"]);
-        let unplaced = VirtualSwitch {
-            status: None,
-            ..vs
-        };
+        let unplaced = VirtualSwitch { status: None, ..vs };
         assert!(placed_on(&unplaced).is_empty());
     }
 

@@ -94,9 +94,7 @@ pub async fn check(
             out.answered += 1;
         }
         if let (Ok(()), Some(dev)) = (&confirmed, dev) {
-            devices
-                .pipelines()
-                .confirmed(&vs, &c, Stamp::of(sw, dev));
+            devices.pipelines().confirmed(&vs, &c, Stamp::of(sw, dev));
         }
         if let Err(why) = confirmed {
             tracing::info!(switch = %name, virtual_switch = %vs, reason = %why,
