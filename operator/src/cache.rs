@@ -85,11 +85,15 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Filing<K> {
                 .filter_map(|r| self.store.get(r))
                 .collect(),
         };
-        objs.sort_by(|a, b| {
-            (&a.meta().namespace, &a.meta().name).cmp(&(&b.meta().namespace, &b.meta().name))
-        });
+        objs.sort_by(|a, b| list_order(a.as_ref(), b.as_ref()));
         objs
     }
+}
+
+/// The API server's LIST order (namespace, name): a store is a hash map,
+/// and placement ties and status target lists must not depend on its order.
+pub fn list_order<K: Resource>(a: &K, b: &K) -> std::cmp::Ordering {
+    (&a.meta().namespace, &a.meta().name).cmp(&(&b.meta().namespace, &b.meta().name))
 }
 
 /// Objects of one cache filed under keys taken from each object (the

@@ -138,7 +138,8 @@ impl<S: PartialEq, T: Clone> Kept<S, T> {
     }
 }
 
-/// When a device answered a question about itself: the connection's
+/// When a device answered a question about itself (its Capabilities, a
+/// pipeline check: `crate::loaded_pipelines`): the connection's
 /// epoch (`Device::changes`: its stream lost, back, refused) and the
 /// Switch's generation (its spec) at the time. An answer kept under
 /// another stamp is asked again.
@@ -146,6 +147,16 @@ impl<S: PartialEq, T: Clone> Kept<S, T> {
 pub struct Asked {
     pub epoch: u64,
     pub generation: Option<i64>,
+}
+
+impl Asked {
+    /// Now, for `dev`, the pool's connection to `sw`.
+    pub fn of(sw: &Switch, dev: &Device) -> Asked {
+        Asked {
+            epoch: *dev.changes().borrow(),
+            generation: sw.metadata.generation,
+        }
+    }
 }
 
 /// Called once per device notice, with its Switch's name.

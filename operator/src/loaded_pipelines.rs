@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 use p4fleet_proto::fpga as pb;
 use tokio::sync::broadcast;
 
+use crate::devices::Asked;
+
 /// What the device must report for one VirtualSwitch's pipeline to be
 /// there, per target kind: the very comparison its own load makes before
 /// deciding to push.
@@ -63,27 +65,6 @@ impl PipelineCheck {
     }
 }
 
-/// What a probe's confirmation was made on: the Switch's generation and
-/// its device's epoch (its stream lost, back or refused). A confirmation
-/// stands only for the same, and a new connection drops those of its
-/// Switch ([`LoadedPipelines::unconfirm_switch`]): a restarted device, a
-/// new connection or an edited Switch is asked again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stamp {
-    pub generation: Option<i64>,
-    pub epoch: u64,
-}
-
-impl Stamp {
-    /// What a confirmation on `dev`, the pool's connection to `sw`, is made on.
-    pub fn of(sw: &p4fleet_crds::Switch, dev: &p4fleet_client::Device) -> Stamp {
-        Stamp {
-            generation: sw.metadata.generation,
-            epoch: *dev.changes().borrow(),
-        }
-    }
-}
-
 /// Buffered lost pipelines per subscriber; one that falls further behind
 /// is told it lagged (and reconciles every VirtualSwitch).
 const LOST: usize = 1024;
@@ -94,9 +75,11 @@ struct Checks {
     by_switch: HashMap<String, BTreeMap<String, PipelineCheck>>,
     /// VirtualSwitch key → the Switch its check is on.
     switch_of: HashMap<String, String>,
-    /// VirtualSwitch key → when, and on what, a Switch probe last found
-    /// its check held.
-    confirmed: HashMap<String, (Instant, Stamp)>,
+    /// VirtualSwitch key → when, and on what device epoch and Switch
+    /// generation, a Switch probe last found its check held. A
+    /// confirmation stands only for the same, and a new connection drops
+    /// those of its Switch ([`LoadedPipelines::unconfirm_switch`]).
+    confirmed: HashMap<String, (Instant, Asked)>,
 }
 
 /// The checks of every loaded VirtualSwitch, by Switch.
@@ -138,7 +121,7 @@ impl LoadedPipelines {
 
     /// A Switch probe found `check` held for `vs` just now, on `stamp`
     /// (ignored when `vs`'s check changed meanwhile).
-    pub fn confirmed(&self, vs: &str, check: &PipelineCheck, stamp: Stamp) {
+    pub fn confirmed(&self, vs: &str, check: &PipelineCheck, stamp: Asked) {
         let mut c = self.lock();
         if Self::current(&c, vs) == Some(check) {
             c.confirmed.insert(vs.to_string(), (Instant::now(), stamp));
@@ -152,7 +135,7 @@ impl LoadedPipelines {
         &self,
         vs: &str,
         check: &PipelineCheck,
-        stamp: Stamp,
+        stamp: Asked,
         within: Duration,
     ) -> bool {
         let c = self.lock();
@@ -270,11 +253,11 @@ mod tests {
     fn a_confirmation_stands_for_its_own_check_within_the_window() {
         let p = LoadedPipelines::default();
         let hour = Duration::from_secs(3600);
-        let on = Stamp {
+        let on = Asked {
             generation: Some(1),
             epoch: 0,
         };
-        let within = |vs: &str, c: u64, stamp: Stamp, w: Duration| {
+        let within = |vs: &str, c: u64, stamp: Asked, w: Duration| {
             p.confirmed_within(vs, &cookie(c), stamp, w)
         };
         p.record("ns/a", "sw1", cookie(1));
@@ -285,8 +268,8 @@ mod tests {
         assert!(!within("ns/a", 1, on, Duration::ZERO), "too old");
         // Only on what it was made on.
         for other in [
-            Stamp { epoch: 1, ..on },
-            Stamp {
+            Asked { epoch: 1, ..on },
+            Asked {
                 generation: Some(2),
                 ..on
             },

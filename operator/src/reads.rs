@@ -119,9 +119,7 @@ fn cached<K: kube::Resource<DynamicType = ()> + Clone>(
 /// hash map, and placement ties and status target lists must not depend
 /// on its order.
 fn sorted<K: kube::Resource>(mut objs: Vec<K>) -> Vec<K> {
-    objs.sort_by(|a, b| {
-        (&a.meta().namespace, &a.meta().name).cmp(&(&b.meta().namespace, &b.meta().name))
-    });
+    objs.sort_by(crate::cache::list_order);
     objs
 }
 

@@ -300,10 +300,7 @@ pub async fn probe(devices: &DevicePool, sw: &Switch) -> (Probe, Option<Standing
     let name = sw.name_any();
     // Read before asking: an answer overtaken by a device change is kept
     // under the old epoch, so the next probe asks again.
-    let asked = Asked {
-        epoch: *dev.changes().borrow(),
-        generation: sw.metadata.generation,
-    };
+    let asked = Asked::of(sw, &dev);
     let caps = match devices.capabilities.get(&name, asked) {
         Some(kept) => {
             let checked = switch_pipelines::check(devices, sw, Some(&dev), PROBE_TIMEOUT).await;

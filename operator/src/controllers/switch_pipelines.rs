@@ -14,8 +14,8 @@ use kube::ResourceExt;
 use p4fleet_client::Device;
 use p4fleet_crds::Switch;
 
-use crate::devices::DevicePool;
-use crate::loaded_pipelines::{PipelineCheck, Stamp};
+use crate::devices::{Asked, DevicePool};
+use crate::loaded_pipelines::PipelineCheck;
 
 /// Why a pipeline was not confirmed.
 #[derive(Debug, thiserror::Error)]
@@ -94,7 +94,7 @@ pub async fn check(
             out.answered += 1;
         }
         if let (Ok(()), Some(dev)) = (&confirmed, dev) {
-            devices.pipelines().confirmed(&vs, &c, Stamp::of(sw, dev));
+            devices.pipelines().confirmed(&vs, &c, Asked::of(sw, dev));
         }
         if let Err(why) = confirmed {
             tracing::info!(switch = %name, virtual_switch = %vs, reason = %why,

@@ -396,7 +396,7 @@ async fn push(
         && ctx.devices.pipelines().confirmed_within(
             &object_key(obj),
             &check,
-            crate::loaded_pipelines::Stamp::of(sw, &dev),
+            crate::devices::Asked::of(sw, &dev),
             ctx.config.drift,
         )
     {
