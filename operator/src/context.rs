@@ -93,6 +93,8 @@ pub struct Context {
     pub digest_sinks: crate::digest_sink::DigestSinks,
     /// Idle timeout notifications about sets' own entries.
     pub idle: Arc<crate::idle_reports::IdleReports>,
+    /// Healthy Switches' devices, probed between their reconciles.
+    pub drift_probes: crate::controllers::drift_probe::DriftProbes,
 }
 
 impl Context {
@@ -129,6 +131,7 @@ impl Context {
             }
             crate::devices::NoticeEvent::Lost(k) => n.lost(switch, k),
         }));
+        let drift_probes = crate::controllers::drift_probe::DriftProbes::new(config.drift);
         Arc::new(Context {
             reads: ApiReads::new(
                 client.clone(),
@@ -155,6 +158,7 @@ impl Context {
             learners: Default::default(),
             digest_sinks: Default::default(),
             idle,
+            drift_probes,
         })
     }
 

@@ -48,6 +48,12 @@ pub struct SwitchLabel {
     pub switch: String,
 }
 
+/// Label: what a check found.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: String,
+}
+
 /// Labels: a TableEntrySet.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SetLabels {
@@ -104,6 +110,8 @@ pub struct Metrics {
     pub pipeline_loads: Family<SwitchLabel, Counter>,
     /// 1 when the switch's connection is up, by switch.
     pub switch_connected: Family<SwitchLabel, Gauge>,
+    /// Drift probes between Switch reconciles, by what they found.
+    pub drift_probes: Family<OutcomeLabel, Counter>,
     /// 1 while this replica holds the leader lease (or runs without election).
     pub leader: Gauge,
     /// TableEntrySet ConfigMap sources: fetches, parses, cache size.
@@ -145,6 +153,7 @@ impl Metrics {
             write_request_duration: Family::new_with_constructor(request_histogram),
             pipeline_loads: Family::default(),
             switch_connected: Family::default(),
+            drift_probes: Family::default(),
             leader: Gauge::default(),
             entry_sources: Default::default(),
             build_info: Family::default(),
@@ -218,6 +227,11 @@ impl Metrics {
             "switch_connected",
             "Whether the device connection is up",
             m.switch_connected.clone(),
+        );
+        r.register(
+            "drift_probes",
+            "Device probes between Switch reconciles, by outcome",
+            m.drift_probes.clone(),
         );
         r.register(
             "leader",
@@ -322,6 +336,21 @@ impl Metrics {
     }
 
     /// Counts a status write.
+    /// Counts a drift probe (`controllers::drift_probe`) by its verdict.
+    pub fn drift_probe(&self, verdict: &crate::controllers::drift_probe::Verdict) {
+        use crate::controllers::drift_probe::Verdict;
+        let outcome = match verdict {
+            Verdict::Confirmed => "confirmed",
+            Verdict::Changed(_) => "changed",
+            Verdict::Dropped => "dropped",
+        };
+        self.drift_probes
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.into(),
+            })
+            .inc();
+    }
+
     pub fn status_write(&self, kind: &str) {
         self.status_writes
             .get_or_create(&KindLabel { kind: kind.into() })

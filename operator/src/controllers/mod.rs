@@ -11,6 +11,7 @@
 //! ([`update_status`], the one status write). No controller imports
 //! another controller's module.
 
+pub mod drift_probe;
 pub mod entry_set;
 pub mod extern_policy;
 pub mod lanes;
@@ -361,6 +362,7 @@ pub async fn run_controllers(ctx: Arc<Context>, shutdown: Shutdown) {
     drive!(entry_set);
     drive!(extern_policy);
     tasks.spawn(switch::forget_deleted(ctx.clone(), shutdown.clone()));
+    tasks.spawn(drift_probe::DriftProbes::run(ctx.clone(), shutdown.clone()));
     let (c, stop) = (ctx.clone(), shutdown.clone());
     tasks.spawn(async move {
         let ns = c.config.watch_namespace.as_deref();

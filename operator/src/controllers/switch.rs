@@ -22,7 +22,7 @@ use p4fleet_crds::{
     SwitchTarget, VirtualSwitch,
 };
 
-use super::{Error, object_key, switch_pipelines, update_status};
+use super::{Error, drift_probe, object_key, switch_pipelines, update_status};
 use crate::context::Context;
 use crate::devices::{Asked, DevicePool};
 use crate::reads::Reads;
@@ -30,18 +30,33 @@ use crate::status::ready_from;
 use crate::tls_secrets::TlsSecretError;
 
 /// How long a capabilities probe may take before the Switch counts as unreachable.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Retry period while unreachable (shorter than the resync).
 const UNREACHABLE_RETRY: Duration = Duration::from_secs(10);
 /// How long the first read of a TLS Secret, and the device's verdict on
 /// this operator (arbitration / subscription), may take.
-const SETTLE_WAIT: Duration = Duration::from_secs(3);
+pub(super) const SETTLE_WAIT: Duration = Duration::from_secs(3);
 
 /// Watches Switches, the VirtualSwitches placed on them (slot usage) and
 /// their devices (a lost device is Reachable=False at once).
 pub fn controller(ctx: &Context) -> Controller<Switch> {
     let c = ctx.caches.switches.controller();
     let c = super::on_device_changes(c, ctx, |sw: &Switch, name| sw.name_any() == name);
+    // A drift probe that found a difference (`super::drift_probe`); all
+    // Switches if such news was missed.
+    let store = c.store();
+    let found = tokio_stream::wrappers::BroadcastStream::new(ctx.drift_probes.subscribe());
+    let c = c.reconcile_on(futures::StreamExt::flat_map(found, move |found| {
+        let refs: Vec<ObjectRef<Switch>> = match found {
+            Ok(name) => vec![ObjectRef::new(&name)],
+            Err(_lagged) => store
+                .state()
+                .iter()
+                .map(|sw| ObjectRef::from_obj(sw.as_ref()))
+                .collect(),
+        };
+        futures::stream::iter(refs)
+    }));
     c.watches_shared_stream(
         ctx.caches.virtual_switches.touched(),
         |vs: Arc<VirtualSwitch>| {
@@ -393,6 +408,7 @@ pub fn forget_deleted(
 fn forget(ctx: &Context, name: &str) {
     tracing::info!(switch = %name, "Switch deleted: closing its connection");
     ctx.devices.forget(name);
+    ctx.drift_probes.unhealthy(name);
     ctx.metrics.forget_switch(name);
     ctx.sync_memory.forget_switch(name);
 }
@@ -430,10 +446,20 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
     let claims = super::switch_probe::claims_of(&obj);
     super::switch_probe::complete(&mut new, &obj, board.as_ref(), &claims);
     update_status(&ctx, &ctx.all(), obj.as_ref(), &mut new).await?;
-    Ok(match (probe, standing) {
-        (Some(Ok(_)), Some(Ok(()))) | (None, _) => {
-            Action::requeue(super::spread(ctx.config.drift, &name))
+    let healthy = matches!((&probe, &standing), (Some(Ok(_)), Some(Ok(()))));
+    // A healthy device is probed every `--drift-seconds` outside this
+    // reconcile (`drift_probe`), which comes back when an answer differs.
+    let dev = ctx.devices.get(&name);
+    match (healthy && drift_probe::probed_here(&obj), dev) {
+        (true, Some(dev)) => {
+            ctx.drift_probes
+                .healthy(&name, Asked::of(&obj, &dev), &dev);
+            return Ok(Action::requeue(super::spread(ctx.config.resync, &name)));
         }
+        _ => ctx.drift_probes.unhealthy(&name),
+    }
+    Ok(match (healthy, probe) {
+        (true, _) | (_, None) => Action::requeue(super::spread(ctx.config.drift, &name)),
         _ => Action::requeue(UNREACHABLE_RETRY.min(ctx.config.drift)),
     })
 }

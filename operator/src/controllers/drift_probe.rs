@@ -1,0 +1,383 @@
+//! The drift probe between a Switch's reconciles. Every `--drift-seconds`
+//! (spread per Switch, `super::spread`) the device of a Switch whose last
+//! reconcile found it reachable and accepting this operator is asked what
+//! that reconcile's probe asks: the pipeline of every loaded slot
+//! (`super::switch_pipelines::check`, which names a lost one to its
+//! VirtualSwitch's controller), or Capabilities when no slot is loaded,
+//! and whether its stream still accepts this operator (no RPC while it
+//! stands). The Switch is reconciled only when an answer differs from what
+//! its reconcile confirmed; a steady device costs one small RPC per slot
+//! and no reconcile, no status read or write.
+//!
+//! The probe used to be the Switch reconcile itself, requeued every
+//! `--drift-seconds`: at 1,000 Switches, kube-runtime's scheduling and the
+//! reconcile's own status build were half of an idle round's operator CPU
+//! (docs/fleet.md, "The drift probe outside the reconcile loop"). A Switch
+//! is now reconciled on its changes, its device's changes, a probe that
+//! found a difference, and every `--resync-seconds`.
+//!
+//! FPGA boards are not probed here: their reconcile also reads the board's
+//! slot service, which only the reconcile turns into status, so a board's
+//! Switch keeps its reconcile every `--drift-seconds`.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use kube::runtime::reflector::ObjectRef;
+use p4fleet_client::Device;
+use p4fleet_crds::{Switch, SwitchTarget};
+use tokio::sync::{Notify, broadcast};
+use tokio::time::Instant;
+
+use super::{Shutdown, spread, switch_pipelines};
+use crate::context::Context;
+use crate::devices::{Asked, DevicePool};
+
+/// Probes in flight at once (a device that does not answer holds one for
+/// its timeout, not the others).
+const IN_FLIGHT: usize = 64;
+
+/// What a probe found, against what the Switch's last reconcile confirmed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The device answers as it did: nothing to do.
+    Confirmed,
+    /// Something differs: the Switch is reconciled.
+    Changed(&'static str),
+    /// No longer probed here (the Switch is gone or no longer healthy).
+    Dropped,
+}
+
+/// Whether a Switch is probed here rather than by its reconcile.
+pub fn probed_here(sw: &Switch) -> bool {
+    sw.spec.target != SwitchTarget::Fpga
+}
+
+/// When each Switch is probed next (pure: the caller gives the time). A
+/// Switch is held from [`Schedule::add`] until [`Schedule::finish`]
+/// releases it, queued or while its probe runs, so it never has two
+/// probes.
+#[derive(Debug, Default)]
+pub struct Schedule {
+    due: BinaryHeap<Reverse<(Instant, String)>>,
+    held: HashSet<String>,
+}
+
+impl Schedule {
+    /// Queues `name` at `at` unless it is held already; whether it was.
+    pub fn add(&mut self, name: &str, at: Instant) -> bool {
+        if !self.held.insert(name.to_string()) {
+            return false;
+        }
+        self.due.push(Reverse((at, name.to_string())));
+        true
+    }
+
+    /// When the first queued probe is due.
+    pub fn next(&self) -> Option<Instant> {
+        self.due.peek().map(|Reverse((at, _))| *at)
+    }
+
+    /// Up to `max` Switches due at `now`, earliest first (still held).
+    pub fn take_due(&mut self, now: Instant, max: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        while out.len() < max {
+            match self.due.peek() {
+                Some(Reverse((at, _))) if *at <= now => {
+                    let Reverse((_, name)) = self.due.pop().expect("peeked");
+                    out.push(name);
+                }
+                _ => break,
+            }
+        }
+        out
+    }
+
+    /// Ends a probe of `name`: queued again at `again`, or released.
+    pub fn finish(&mut self, name: &str, again: Option<Instant>) {
+        match again {
+            Some(at) => self.due.push(Reverse((at, name.to_string()))),
+            None => {
+                self.held.remove(name);
+            }
+        }
+    }
+}
+
+/// What the Switch's last reconcile confirmed: the stamp of its answers
+/// and the connection it asked on.
+#[derive(Debug, Clone)]
+struct Healthy {
+    asked: Asked,
+    device: Weak<Device>,
+}
+
+/// The Switches probed here, their schedule, and who hears of changes.
+pub struct DriftProbes {
+    period: Duration,
+    healthy: Mutex<HashMap<String, Healthy>>,
+    schedule: Mutex<Schedule>,
+    /// Wakes the probe task when a Switch is queued.
+    queued: Notify,
+    changed: broadcast::Sender<String>,
+}
+
+impl DriftProbes {
+    pub fn new(period: Duration) -> DriftProbes {
+        DriftProbes {
+            period,
+            healthy: Mutex::default(),
+            schedule: Mutex::default(),
+            queued: Notify::new(),
+            changed: broadcast::channel(4096).0,
+        }
+    }
+
+    /// Names of Switches whose probe found a difference, from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<String> {
+        self.changed.subscribe()
+    }
+
+    /// Switch `name`'s reconcile found its device reachable and accepting
+    /// this operator, asked on `device` at `asked`: probe it from now on.
+    pub fn healthy(&self, name: &str, asked: Asked, device: &Arc<Device>) {
+        let h = Healthy {
+            asked,
+            device: Arc::downgrade(device),
+        };
+        lock(&self.healthy).insert(name.to_string(), h);
+        let at = Instant::now() + spread(self.period, name);
+        if lock(&self.schedule).add(name, at) {
+            self.queued.notify_one();
+        }
+    }
+
+    /// Switch `name` is not healthy (or gone): its reconcile probes it.
+    pub fn unhealthy(&self, name: &str) {
+        lock(&self.healthy).remove(name);
+    }
+
+    fn mark(&self, name: &str) -> Option<Healthy> {
+        lock(&self.healthy).get(name).cloned()
+    }
+
+    /// Probes the healthy Switches until `shutdown`.
+    pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
+        let this = &ctx.drift_probes;
+        let mut running = FuturesUnordered::new();
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let next = lock(&this.schedule).next();
+            let wait = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = &mut shutdown => return,
+                () = this.queued.notified() => {}
+                () = wait, if running.len() < IN_FLIGHT => {}
+                Some((name, verdict)) = running.next(), if !running.is_empty() => {
+                    let name: String = name;
+                    this.settle(&ctx, &name, verdict);
+                }
+            }
+            let room = IN_FLIGHT - running.len();
+            for name in lock(&this.schedule).take_due(Instant::now(), room) {
+                let ctx = ctx.clone();
+                running.push(async move {
+                    let verdict = ctx.drift_probes.probe(&ctx, &name).await;
+                    (name, verdict)
+                });
+            }
+        }
+    }
+
+    async fn probe(&self, ctx: &Context, name: &str) -> Verdict {
+        let Some(mark) = self.mark(name) else {
+            return Verdict::Dropped;
+        };
+        let Some(sw) = ctx.caches.switches.store().get(&ObjectRef::new(name)) else {
+            return Verdict::Dropped;
+        };
+        probe(&ctx.devices, &sw, &mark).await
+    }
+
+    fn settle(&self, ctx: &Context, name: &str, verdict: Verdict) {
+        ctx.metrics.drift_probe(&verdict);
+        let again = match &verdict {
+            Verdict::Confirmed => Some(Instant::now() + spread(self.period, name)),
+            Verdict::Changed(why) => {
+                tracing::info!(switch = %name, reason = why,
+                    "drift probe: the device answers differently; reconciling its Switch");
+                self.unhealthy(name);
+                let _ = self.changed.send(name.to_string());
+                None
+            }
+            Verdict::Dropped => None,
+        };
+        lock(&self.schedule).finish(name, again);
+    }
+}
+
+/// One probe of `sw`'s device against what its reconcile confirmed.
+async fn probe(devices: &DevicePool, sw: &Switch, mark: &Healthy) -> Verdict {
+    use kube::ResourceExt;
+    if !probed_here(sw) {
+        return Verdict::Dropped;
+    }
+    let name = sw.name_any();
+    let Some(dev) = devices.get(&name) else {
+        return Verdict::Changed("the connection was closed");
+    };
+    let same_connection = mark
+        .device
+        .upgrade()
+        .is_some_and(|d| Arc::ptr_eq(&d, &dev));
+    if !same_connection || Asked::of(sw, &dev) != mark.asked {
+        return Verdict::Changed("the Switch or its device changed since its reconcile");
+    }
+    let timeout = super::switch::PROBE_TIMEOUT;
+    let checked = switch_pipelines::check(devices, sw, Some(&dev), timeout).await;
+    if checked.answered == 0 {
+        // No loaded slot answered: Capabilities says whether it is reachable.
+        match tokio::time::timeout(timeout, dev.capabilities()).await {
+            Ok(Ok(_)) => {}
+            _ => return Verdict::Changed("the device did not answer"),
+        }
+    }
+    match dev.standing(0, super::switch::SETTLE_WAIT).await {
+        Ok(()) => Verdict::Confirmed,
+        Err(_) => Verdict::Changed("the device no longer accepts this operator"),
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loaded_pipelines::PipelineCheck;
+
+    /// gRPC calls of `method` the emulator received so far.
+    fn calls(emu: &p4fleet_emulator::RunningEmulator, method: &str) -> u64 {
+        let path = format!("/p4.v1.{method}");
+        emu.emulator().rpc_counts().get(&path).copied().unwrap_or(0)
+    }
+
+    /// A steady device is confirmed with one pipeline check and nothing
+    /// else; a lost pipeline is named to its VirtualSwitch (the device
+    /// still answers); an edited Switch, a closed connection or a device
+    /// gone is a change.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_probe_confirms_a_steady_device_and_finds_what_changed() {
+        let running = p4fleet_emulator::Emulator::start(Default::default())
+            .await
+            .unwrap();
+        let mut sw = Switch::new(
+            "sw",
+            serde_json::from_value(serde_json::json!({"target": "Bmv2",
+                "endpoint": running.p4runtime_addr().to_string(), "deviceId": 1, "slots": 1}))
+            .unwrap(),
+        );
+        sw.metadata.generation = Some(1);
+        let devices = DevicePool::with_election_id(1);
+        let dev = devices.connect(&sw).unwrap();
+        dev.standing(0, Duration::from_secs(5)).await.unwrap();
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../examples/firewall/p4info.txt"
+        );
+        let info =
+            p4fleet_proto::p4info::parse_text(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert!(dev.set_pipeline(0, &info, Vec::new(), 7).await.unwrap());
+        let loaded = PipelineCheck::Cookie { slot: 0, cookie: 7 };
+        devices.pipelines().record("ns/a", "sw", loaded.clone());
+        let mark = |sw: &Switch, dev: &Arc<Device>| Healthy {
+            asked: Asked::of(sw, dev),
+            device: Arc::downgrade(dev),
+        };
+        let healthy = mark(&sw, &dev);
+
+        let (caps, cookies) = (
+            calls(&running, "P4Runtime/Capabilities"),
+            calls(&running, "P4Runtime/GetForwardingPipelineConfig"),
+        );
+        for _ in 0..3 {
+            assert_eq!(probe(&devices, &sw, &healthy).await, Verdict::Confirmed);
+        }
+        assert_eq!(calls(&running, "P4Runtime/Capabilities"), caps);
+        assert_eq!(
+            calls(&running, "P4Runtime/GetForwardingPipelineConfig"),
+            cookies + 3,
+            "one pipeline check per probe"
+        );
+        let drift = Duration::from_secs(60);
+        assert!(devices.pipelines().confirmed_within("ns/a", &loaded, healthy.asked, drift));
+
+        // Another pipeline on the slot: the device answers, so the Switch
+        // stands, but its VirtualSwitch's confirmation is gone.
+        assert!(dev.set_pipeline(0, &info, Vec::new(), 8).await.unwrap());
+        let healthy = mark(&sw, &dev);
+        assert_eq!(probe(&devices, &sw, &healthy).await, Verdict::Confirmed);
+        assert!(!devices.pipelines().confirmed_within("ns/a", &loaded, healthy.asked, drift));
+
+        // Nothing loaded: Capabilities is asked instead.
+        devices.pipelines().forget_switch("sw");
+        assert_eq!(probe(&devices, &sw, &healthy).await, Verdict::Confirmed);
+        assert_eq!(calls(&running, "P4Runtime/Capabilities"), caps + 1);
+
+        // The Switch edited since its reconcile.
+        let mut edited = sw.clone();
+        edited.metadata.generation = Some(2);
+        assert!(matches!(
+            probe(&devices, &edited, &healthy).await,
+            Verdict::Changed(_)
+        ));
+        // A board is its reconcile's to probe.
+        let mut board = sw.clone();
+        board.spec.target = SwitchTarget::Fpga;
+        assert_eq!(probe(&devices, &board, &healthy).await, Verdict::Dropped);
+
+        // The device gone.
+        running.shutdown().await.unwrap();
+        assert!(matches!(
+            probe(&devices, &sw, &healthy).await,
+            Verdict::Changed(_)
+        ));
+        // The connection closed (the Switch forgotten).
+        devices.forget("sw");
+        assert!(matches!(
+            probe(&devices, &sw, &healthy).await,
+            Verdict::Changed(_)
+        ));
+    }
+
+    #[test]
+    fn a_switch_is_held_once_until_its_probe_is_finished() {
+        let t0 = Instant::now();
+        let s = |n| Duration::from_secs(n);
+        let mut sched = Schedule::default();
+        assert!(sched.add("a", t0 + s(10)));
+        assert!(sched.add("b", t0 + s(5)));
+        assert!(!sched.add("a", t0 + s(1)), "queued already");
+        assert_eq!(sched.next(), Some(t0 + s(5)));
+        assert!(sched.take_due(t0 + s(4), 10).is_empty());
+        assert_eq!(sched.take_due(t0 + s(10), 10), ["b", "a"]);
+        assert_eq!(sched.next(), None);
+        assert!(!sched.add("a", t0), "held while its probe runs");
+        sched.finish("a", Some(t0 + s(20)));
+        sched.finish("b", None);
+        assert_eq!(sched.next(), Some(t0 + s(20)));
+        assert!(sched.add("b", t0 + s(30)), "released");
+        assert_eq!(sched.take_due(t0 + s(40), 1), ["a"], "at most max");
+        assert_eq!(sched.take_due(t0 + s(40), 1), ["b"]);
+    }
+}
