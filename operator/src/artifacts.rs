@@ -8,6 +8,7 @@
 //! about one names the field a user has to fix.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use p4fleet_crds::{ArtifactSource, P4ProgramSpec};
@@ -167,11 +168,19 @@ impl Resolved {
     /// The P4Info, parsed from its text format. The one place p4fleet
     /// turns a program's P4Info bytes into a P4Info.
     pub fn p4info(&self) -> Result<P4Info, P4InfoError> {
-        let bytes = match self.get(field::P4INFO) {
-            None => return Err(P4InfoError::NotResolved),
-            Some(Err(e)) => return Err(e.clone().into()),
-            Some(Ok(b)) => b,
-        };
+        Self::parse_p4info(self.p4info_bytes()?)
+    }
+
+    /// The P4Info's text as resolved.
+    fn p4info_bytes(&self) -> Result<&[u8], P4InfoError> {
+        match self.get(field::P4INFO) {
+            None => Err(P4InfoError::NotResolved),
+            Some(Err(e)) => Err(e.clone().into()),
+            Some(Ok(b)) => Ok(b),
+        }
+    }
+
+    fn parse_p4info(bytes: &[u8]) -> Result<P4Info, P4InfoError> {
         let text = std::str::from_utf8(bytes).map_err(|e| P4InfoError::Unparsable {
             reason: e.to_string(),
         })?;
@@ -199,15 +208,54 @@ pub async fn resolve(
     resolve_sources(reads, ns, sources(spec)).await
 }
 
-/// Reads and parses only the P4Info of `spec` (for users of a program's
-/// tables, which need none of its other artifacts).
+/// Reads only the P4Info of `spec` (for users of a program's tables,
+/// which need none of its other artifacts), parsed once per text
+/// (`parsed`).
 pub async fn p4info(
     reads: &impl Reads,
+    parsed: &ParsedP4Infos,
     ns: &str,
     spec: &P4ProgramSpec,
-) -> Result<Result<P4Info, P4InfoError>, kube::Error> {
+) -> Result<Result<Arc<P4Info>, P4InfoError>, kube::Error> {
     let only = vec![(field::P4INFO, &spec.p4info)];
-    Ok(resolve_sources(reads, ns, only).await?.p4info())
+    Ok(parsed.of(&resolve_sources(reads, ns, only).await?))
+}
+
+/// P4Infos parsed from their text, kept by the text's SHA-256: every sync
+/// of every set looks up its tables' schemas, and parsing the text each
+/// time was a visible part of an idle round (docs/fleet.md). A text that
+/// does not parse is not kept (its error is given again).
+#[derive(Default)]
+pub struct ParsedP4Infos {
+    kept: std::sync::Mutex<std::collections::HashMap<[u8; 32], Arc<P4Info>>>,
+}
+
+impl ParsedP4Infos {
+    /// Texts kept at most; past it the oldest are not told apart from the
+    /// others, all are dropped (programs change rarely).
+    const KEEP: usize = 64;
+
+    /// The P4Info of `resolved`, parsed unless its text was parsed before.
+    pub fn of(&self, resolved: &Resolved) -> Result<Arc<P4Info>, P4InfoError> {
+        let bytes = resolved.p4info_bytes()?;
+        let digest: [u8; 32] = Sha256::digest(bytes).into();
+        let lock = || self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(info) = lock().get(&digest) {
+            return Ok(info.clone());
+        }
+        let info = Arc::new(Resolved::parse_p4info(bytes)?);
+        let mut kept = lock();
+        if kept.len() >= Self::KEEP {
+            kept.clear();
+        }
+        kept.insert(digest, info.clone());
+        Ok(info)
+    }
+
+    /// How many texts are kept.
+    pub fn len(&self) -> usize {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
 }
 
 async fn resolve_sources(
@@ -367,14 +415,31 @@ mod tests {
 
         // The P4Info alone needs only its own ConfigMap.
         let empty = Cluster::default();
+        let parsed = ParsedP4Infos::default();
         assert_eq!(
-            p4info(&empty, "ns", &spec).await.unwrap().unwrap_err(),
+            p4info(&empty, &parsed, "ns", &spec)
+                .await
+                .unwrap()
+                .unwrap_err(),
             P4InfoError::Unreadable(SourceError::ConfigMapNotFound {
                 field: field::P4INFO,
                 name: "fw".into()
             })
         );
-        assert!(p4info(&cluster, "ns", &spec).await.unwrap().is_ok());
+        // Parsed once per text, then shared.
+        let first = p4info(&cluster, &parsed, "ns", &spec).await.unwrap();
+        let again = p4info(&cluster, &parsed, "ns", &spec).await.unwrap();
+        assert!(Arc::ptr_eq(&first.unwrap(), &again.unwrap()));
+        assert_eq!(parsed.len(), 1);
+        // A text that does not parse is not kept.
+        let broken: Resolved = [(field::P4INFO, Ok(b"tables { id: ".to_vec()))]
+            .into_iter()
+            .collect();
+        assert!(matches!(
+            parsed.of(&broken),
+            Err(P4InfoError::Unparsable { .. })
+        ));
+        assert_eq!(parsed.len(), 1);
     }
 
     #[tokio::test]

@@ -375,7 +375,7 @@ impl Default for Caches {
             switches: Cache::indexed(claimed_by),
             virtual_switches: Cache::indexed(placed_on),
             programs: Cache::default(),
-            entry_sets: Cache::default(),
+            entry_sets: Cache::indexed(names_table),
         }
     }
 }
@@ -389,6 +389,20 @@ fn claimed_by(sw: &Switch) -> Vec<String> {
         .and_then(|a| serde_json::from_str::<Vec<SlotClaim>>(a).ok())
         .map(|claims| claims.into_iter().map(|c| c.virtual_switch).collect())
         .unwrap_or_default()
+}
+
+/// A TableEntrySet is filed under the last part of the table it names
+/// ([`table_key`]), so a sync finds the sets that may fill the same table
+/// (ownership conflicts) without reading every set of the cluster.
+fn names_table(set: &TableEntrySet) -> Vec<String> {
+    vec![table_key(&set.spec.table).to_string()]
+}
+
+/// A table name's last dotted part: `acl` of `ingress.acl`. A set that
+/// names a table by a shorter suffix of its full name is filed under the
+/// same part.
+pub fn table_key(table: &str) -> &str {
+    table.rsplit('.').next().unwrap_or(table)
 }
 
 /// A VirtualSwitch is filed under the Switch its status places it on.
@@ -591,6 +605,29 @@ mod tests {
         assert_eq!(placed_on(&vs), vec!["s2"]);
         let unplaced = VirtualSwitch { status: None, ..vs };
         assert!(placed_on(&unplaced).is_empty());
+    }
+
+    /// A set naming a table by its full name or by a shorter suffix is
+    /// filed under the key a lookup by the full name uses, so the
+    /// ownership-conflict check finds both.
+    #[test]
+    fn a_set_is_filed_under_its_tables_last_part() {
+        use crate::controllers::entry_set::conflicts::names_table as matches;
+        let set = |table: &str| -> TableEntrySet {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+                "metadata": {"name": "s", "namespace": "ns"},
+                "spec": {"virtualSwitchRef": "v", "table": table},
+            }))
+            .unwrap()
+        };
+        let full = "MyIngress.acl";
+        for spec in ["MyIngress.acl", "acl"] {
+            assert!(matches(spec, full));
+            assert_eq!(names_table(&set(spec)), vec![table_key(full)]);
+        }
+        assert_eq!(table_key("acl"), "acl");
+        assert_ne!(names_table(&set("MyIngress.nat")), vec![table_key(full)]);
     }
 
     #[tokio::test]

@@ -114,6 +114,18 @@ impl Schedule {
 struct Healthy {
     asked: Asked,
     device: Weak<Device>,
+    /// When a probe here last confirmed it.
+    confirmed: Option<Instant>,
+}
+
+impl Healthy {
+    fn on(&self, asked: Asked, device: &Arc<Device>) -> bool {
+        self.asked == asked
+            && self
+                .device
+                .upgrade()
+                .is_some_and(|d| Arc::ptr_eq(&d, device))
+    }
 }
 
 /// The Switches probed here, their schedule, and who hears of changes.
@@ -145,11 +157,19 @@ impl DriftProbes {
     /// Switch `name`'s reconcile found its device reachable and accepting
     /// this operator, asked on `device` at `asked`: probe it from now on.
     pub fn healthy(&self, name: &str, asked: Asked, device: &Arc<Device>) {
+        let mut healthy = lock(&self.healthy);
+        // A probe's confirmation on the same stamp and connection stands.
+        let confirmed = healthy
+            .get(name)
+            .filter(|h| h.on(asked, device))
+            .and_then(|h| h.confirmed);
         let h = Healthy {
             asked,
             device: Arc::downgrade(device),
+            confirmed,
         };
-        lock(&self.healthy).insert(name.to_string(), h);
+        healthy.insert(name.to_string(), h);
+        drop(healthy);
         let at = Instant::now() + spread(self.period, name);
         if lock(&self.schedule).add(name, at) {
             self.queued.notify_one();
@@ -159,6 +179,22 @@ impl DriftProbes {
     /// Switch `name` is not healthy (or gone): its reconcile probes it.
     pub fn unhealthy(&self, name: &str) {
         lock(&self.healthy).remove(name);
+    }
+
+    /// Whether a probe here confirmed Switch `name`'s device within
+    /// `within`, at `asked` on `device`: its reconcile need not ask the
+    /// device again (as a VirtualSwitch's resync trusts the probe's
+    /// pipeline check, `LoadedPipelines::confirmed_within`).
+    pub fn confirmed_within(
+        &self,
+        name: &str,
+        asked: Asked,
+        device: &Arc<Device>,
+        within: Duration,
+    ) -> bool {
+        lock(&self.healthy).get(name).is_some_and(|h| {
+            h.on(asked, device) && h.confirmed.is_some_and(|t| t.elapsed() <= within)
+        })
     }
 
     fn mark(&self, name: &str) -> Option<Healthy> {
@@ -205,7 +241,23 @@ impl DriftProbes {
         let Some(sw) = ctx.caches.switches.store().get(&ObjectRef::new(name)) else {
             return Verdict::Dropped;
         };
-        probe(&ctx.devices, &sw, &mark).await
+        let verdict = probe(&ctx.devices, &sw, &mark).await;
+        if verdict == Verdict::Confirmed {
+            self.confirm(name, &mark);
+        }
+        verdict
+    }
+
+    /// Notes a probe's confirmation of `probed`, only if that is still
+    /// the Switch's mark: a reconcile may have marked it again meanwhile,
+    /// on another stamp.
+    fn confirm(&self, name: &str, probed: &Healthy) {
+        if let Some(h) = lock(&self.healthy).get_mut(name)
+            && h.asked == probed.asked
+            && h.device.ptr_eq(&probed.device)
+        {
+            h.confirmed = Some(Instant::now());
+        }
     }
 
     fn settle(&self, ctx: &Context, name: &str, verdict: Verdict) {
@@ -235,11 +287,7 @@ async fn probe(devices: &DevicePool, sw: &Switch, mark: &Healthy) -> Verdict {
     let Some(dev) = devices.get(&name) else {
         return Verdict::Changed("the connection was closed");
     };
-    let same_connection = mark
-        .device
-        .upgrade()
-        .is_some_and(|d| Arc::ptr_eq(&d, &dev));
-    if !same_connection || Asked::of(sw, &dev) != mark.asked {
+    if !mark.on(Asked::of(sw, &dev), &dev) {
         return Verdict::Changed("the Switch or its device changed since its reconcile");
     }
     let timeout = super::switch::PROBE_TIMEOUT;
@@ -303,6 +351,7 @@ mod tests {
         let mark = |sw: &Switch, dev: &Arc<Device>| Healthy {
             asked: Asked::of(sw, dev),
             device: Arc::downgrade(dev),
+            confirmed: None,
         };
         let healthy = mark(&sw, &dev);
 
@@ -333,6 +382,34 @@ mod tests {
         devices.pipelines().forget_switch("sw");
         assert_eq!(probe(&devices, &sw, &healthy).await, Verdict::Confirmed);
         assert_eq!(calls(&running, "P4Runtime/Capabilities"), caps + 1);
+
+        // A confirmation stands for its own mark only.
+        let probes = DriftProbes::new(Duration::from_secs(10));
+        let within = Duration::from_secs(10);
+        probes.healthy("sw", healthy.asked, &dev);
+        assert!(!probes.confirmed_within("sw", healthy.asked, &dev, within));
+        let marked = probes.mark("sw").unwrap();
+        probes.confirm("sw", &marked);
+        assert!(probes.confirmed_within("sw", healthy.asked, &dev, within));
+        assert!(!probes.confirmed_within("sw", healthy.asked, &dev, Duration::ZERO));
+        probes.healthy("sw", healthy.asked, &dev);
+        assert!(
+            probes.confirmed_within("sw", healthy.asked, &dev, within),
+            "marked again on the same stamp: still confirmed"
+        );
+        let later = Asked {
+            generation: Some(2),
+            ..healthy.asked
+        };
+        assert!(!probes.confirmed_within("sw", later, &dev, within));
+        probes.healthy("sw", later, &dev);
+        probes.confirm("sw", &marked);
+        assert!(
+            !probes.confirmed_within("sw", later, &dev, within),
+            "a probe of the old mark confirms nothing of the new one"
+        );
+        probes.unhealthy("sw");
+        assert!(probes.mark("sw").is_none());
 
         // The Switch edited since its reconcile.
         let mut edited = sw.clone();

@@ -346,6 +346,28 @@ pub async fn probe(devices: &DevicePool, sw: &Switch) -> (Probe, Option<Standing
     (caps, standing)
 }
 
+/// The probe's answers without asking the device, when the drift probe
+/// (`drift_probe`) confirmed it within `--drift-seconds` on the same
+/// connection, device epoch and Switch generation, and the Capabilities
+/// answer is kept: the periodic reconcile of a steady Switch then costs no
+/// RPC beyond the drift probe's own. Its stream's verdict is still asked
+/// (no RPC while it stands).
+async fn confirmed_by_drift_probe(ctx: &Context, sw: &Switch) -> Option<(Probe, Option<Standing>)> {
+    let name = sw.name_any();
+    ctx.devices.target(sw).ok()?;
+    let dev = ctx.devices.get(&name)?;
+    let asked = Asked::of(sw, &dev);
+    if !ctx
+        .drift_probes
+        .confirmed_within(&name, asked, &dev, ctx.config.drift)
+    {
+        return None;
+    }
+    let caps = ctx.devices.capabilities.get(&name, asked)?;
+    let standing = dev.standing(0, SETTLE_WAIT).await;
+    Some((Ok(caps), Some(standing)))
+}
+
 /// The `asyncExterns` capability, asked of the device (its extern
 /// runtime), never inferred from the target kind. BFRT endpoints do not
 /// serve it. Asked once per device connection: the answer is kept while
@@ -420,7 +442,10 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
     // The VirtualSwitches' pipeline checks ride on this probe.
     let (probe, standing) = match validate(&obj.spec).is_empty() {
         true => {
-            let (p, s) = probe(&ctx.devices, &obj).await;
+            let (p, s) = match confirmed_by_drift_probe(&ctx, &obj).await {
+                Some(kept) => kept,
+                None => probe(&ctx.devices, &obj).await,
+            };
             (Some(p), s)
         }
         false => (None, None),

@@ -299,6 +299,9 @@ pub struct EntrySources {
     stale: std::sync::atomic::AtomicBool,
     permits: Arc<Semaphore>,
     metrics: SourceMetrics,
+    /// The sets' programs' P4Infos, parsed once per text (their tables'
+    /// schemas are looked up on every sync).
+    pub p4infos: crate::artifacts::ParsedP4Infos,
 }
 
 impl Default for EntrySources {
@@ -324,6 +327,7 @@ impl EntrySources {
             stale: Default::default(),
             permits: Arc::new(Semaphore::new(MAX_PARSES)),
             metrics,
+            p4infos: Default::default(),
         }
     }
 
@@ -361,6 +365,7 @@ impl EntrySources {
         let mut users = self.lock_users();
         let uses = users.entry(set.to_string()).or_default();
         if !uses.config_maps.is_subset(&used) {
+            tracing::debug!(set, "a ConfigMap is no longer read: sweeping the source cache");
             self.stale.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         uses.config_maps = used;
@@ -587,6 +592,7 @@ impl EntrySources {
             if let Some(uses) = users.get_mut(set) {
                 let previous = std::mem::take(&mut uses.previous);
                 if !previous.is_subset(&uses.parses) {
+                    tracing::debug!(set, "a parse is no longer used: sweeping the source cache");
                     self.stale.store(true, Relaxed);
                 }
             }

@@ -192,6 +192,7 @@ pub async fn dereference(
 ) -> Result<Dereferenced, kube::Error> {
     let mut lookup = Lookup {
         reads,
+        p4infos: &entry_sources.p4infos,
         ns,
         set,
         problems: Vec::new(),
@@ -217,6 +218,7 @@ pub async fn dereference(
 /// One dereference: where it reads, and what it found unresolved so far.
 struct Lookup<'a, R> {
     reads: &'a R,
+    p4infos: &'a artifacts::ParsedP4Infos,
     ns: &'a str,
     set: &'a TableEntrySet,
     problems: Vec<Problem>,
@@ -344,7 +346,7 @@ impl<R: Reads> Lookup<'_, R> {
         let Some(p) = self.reads.program(self.ns, program).await? else {
             return Ok(Err(ProgramError::NotFound(program.to_string())));
         };
-        let info = match artifacts::p4info(self.reads, self.ns, &p.spec).await? {
+        let info = match artifacts::p4info(self.reads, self.p4infos, self.ns, &p.spec).await? {
             Ok(info) => info,
             Err(error) => {
                 let program = program.to_string();

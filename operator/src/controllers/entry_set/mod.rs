@@ -376,7 +376,10 @@ fn settle_conflicts(ctx: &Context, set: &TableEntrySet, refs: &mut dereference::
     let found = conflicts::find(
         set,
         &targets,
-        &ctx.caches.entry_sets.store().state(),
+        // Only sets filed under the same table can conflict.
+        &ctx.caches
+            .entry_sets
+            .filed_under(crate::cache::table_key(&set.spec.table)),
         |vs| vss.get(&ObjectRef::new(vs).within(&ns)),
     );
     let yielded: Vec<String> = conflicts::yielded(&found)
