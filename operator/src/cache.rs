@@ -375,7 +375,7 @@ impl Default for Caches {
             switches: Cache::indexed(claimed_by),
             virtual_switches: Cache::indexed(placed_on),
             programs: Cache::default(),
-            entry_sets: Cache::indexed(names_table),
+            entry_sets: Cache::indexed(fills_key),
         }
     }
 }
@@ -391,18 +391,33 @@ fn claimed_by(sw: &Switch) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// A TableEntrySet is filed under the last part of the table it names
-/// ([`table_key`]), so a sync finds the sets that may fill the same table
-/// (ownership conflicts) without reading every set of the cluster.
-fn names_table(set: &TableEntrySet) -> Vec<String> {
-    vec![table_key(&set.spec.table).to_string()]
+/// A TableEntrySet is filed under the VirtualSwitch it names
+/// (`namespace/name`, [`filled_key`]), and one that selects VirtualSwitches
+/// by label under its namespace's [`selecting_key`], so a sync finds the
+/// sets that may fill the same VirtualSwitch (ownership conflicts) without
+/// reading every set of the cluster. (Filing by table would not narrow a
+/// fleet whose sets all fill the same table on different devices.)
+fn fills_key(set: &TableEntrySet) -> Vec<String> {
+    let ns = set.metadata.namespace.as_deref().unwrap_or_default();
+    let mut keys = Vec::new();
+    if let Some(vs) = &set.spec.virtual_switch_ref {
+        keys.push(filled_key(ns, vs));
+    }
+    if set.spec.virtual_switch_selector.is_some() {
+        keys.push(selecting_key(ns));
+    }
+    keys
 }
 
-/// A table name's last dotted part: `acl` of `ingress.acl`. A set that
-/// names a table by a shorter suffix of its full name is filed under the
-/// same part.
-pub fn table_key(table: &str) -> &str {
-    table.rsplit('.').next().unwrap_or(table)
+/// The key of the sets naming VirtualSwitch `vs` of namespace `ns`.
+pub fn filled_key(ns: &str, vs: &str) -> String {
+    format!("{ns}/{vs}")
+}
+
+/// The key of the sets selecting VirtualSwitches of namespace `ns` by
+/// label (`*` is in no object name).
+pub fn selecting_key(ns: &str) -> String {
+    format!("{ns}/*")
 }
 
 /// A VirtualSwitch is filed under the Switch its status places it on.
@@ -607,27 +622,26 @@ mod tests {
         assert!(placed_on(&unplaced).is_empty());
     }
 
-    /// A set naming a table by its full name or by a shorter suffix is
-    /// filed under the key a lookup by the full name uses, so the
-    /// ownership-conflict check finds both.
+    /// A set is filed under the VirtualSwitch it names and, when it
+    /// selects by label, under its namespace's selector key, which is no
+    /// VirtualSwitch's.
     #[test]
-    fn a_set_is_filed_under_its_tables_last_part() {
-        use crate::controllers::entry_set::conflicts::names_table as matches;
-        let set = |table: &str| -> TableEntrySet {
+    fn a_set_is_filed_under_the_virtual_switches_it_may_fill() {
+        let set = |spec: serde_json::Value| -> TableEntrySet {
             serde_json::from_value(serde_json::json!({
                 "apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
                 "metadata": {"name": "s", "namespace": "ns"},
-                "spec": {"virtualSwitchRef": "v", "table": table},
+                "spec": spec,
             }))
             .unwrap()
         };
-        let full = "MyIngress.acl";
-        for spec in ["MyIngress.acl", "acl"] {
-            assert!(matches(spec, full));
-            assert_eq!(names_table(&set(spec)), vec![table_key(full)]);
-        }
-        assert_eq!(table_key("acl"), "acl");
-        assert_ne!(names_table(&set("MyIngress.nat")), vec![table_key(full)]);
+        let named = set(serde_json::json!({"virtualSwitchRef": "v", "table": "t"}));
+        assert_eq!(fills_key(&named), vec![filled_key("ns", "v")]);
+        let selecting = set(serde_json::json!({"table": "t",
+            "virtualSwitchSelector": {"matchLabels": {"a": "b"}}}));
+        assert_eq!(fills_key(&selecting), vec![selecting_key("ns")]);
+        assert_ne!(selecting_key("ns"), filled_key("ns", "v"));
+        assert_ne!(filled_key("ns", "v"), filled_key("other", "v"));
     }
 
     #[tokio::test]

@@ -373,15 +373,22 @@ fn settle_conflicts(ctx: &Context, set: &TableEntrySet, refs: &mut dereference::
         .collect();
     let ns = set.namespace().unwrap_or_default();
     let vss = ctx.caches.virtual_switches.store();
-    let found = conflicts::find(
-        set,
-        &targets,
-        // Only sets filed under the same table can conflict.
-        &ctx.caches
-            .entry_sets
-            .filed_under(crate::cache::table_key(&set.spec.table)),
-        |vs| vss.get(&ObjectRef::new(vs).within(&ns)),
-    );
+    // Only sets that may fill the same VirtualSwitches can conflict: those
+    // naming one of them, and those selecting by label.
+    let sets = ctx.caches.entry_sets.filing();
+    let mut others = sets.under(&crate::cache::selecting_key(&ns));
+    let mut named: Vec<&str> = targets.iter().map(|(vs, _)| *vs).collect();
+    named.sort_unstable();
+    named.dedup();
+    for vs in named {
+        others.extend(sets.under(&crate::cache::filled_key(&ns, vs)));
+    }
+    // A set that names one and selects others is filed under both.
+    others.sort_by(|a, b| crate::cache::list_order(a.as_ref(), b.as_ref()));
+    others.dedup_by(|a, b| Arc::ptr_eq(a, b));
+    let found = conflicts::find(set, &targets, &others, |vs| {
+        vss.get(&ObjectRef::new(vs).within(&ns))
+    });
     let yielded: Vec<String> = conflicts::yielded(&found)
         .into_iter()
         .map(str::to_string)
