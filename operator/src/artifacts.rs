@@ -253,7 +253,7 @@ impl ParsedP4Infos {
     }
 
     /// How many texts are kept.
-    pub fn len(&self) -> usize {
+    pub fn kept(&self) -> usize {
         self.kept.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 }
@@ -430,7 +430,7 @@ mod tests {
         let first = p4info(&cluster, &parsed, "ns", &spec).await.unwrap();
         let again = p4info(&cluster, &parsed, "ns", &spec).await.unwrap();
         assert!(Arc::ptr_eq(&first.unwrap(), &again.unwrap()));
-        assert_eq!(parsed.len(), 1);
+        assert_eq!(parsed.kept(), 1);
         // A text that does not parse is not kept.
         let broken: Resolved = [(field::P4INFO, Ok(b"tables { id: ".to_vec()))]
             .into_iter()
@@ -439,7 +439,7 @@ mod tests {
             parsed.of(&broken),
             Err(P4InfoError::Unparsable { .. })
         ));
-        assert_eq!(parsed.len(), 1);
+        assert_eq!(parsed.kept(), 1);
     }
 
     #[tokio::test]

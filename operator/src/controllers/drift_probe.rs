@@ -369,14 +369,22 @@ mod tests {
             "one pipeline check per probe"
         );
         let drift = Duration::from_secs(60);
-        assert!(devices.pipelines().confirmed_within("ns/a", &loaded, healthy.asked, drift));
+        assert!(
+            devices
+                .pipelines()
+                .confirmed_within("ns/a", &loaded, healthy.asked, drift)
+        );
 
         // Another pipeline on the slot: the device answers, so the Switch
         // stands, but its VirtualSwitch's confirmation is gone.
         assert!(dev.set_pipeline(0, &info, Vec::new(), 8).await.unwrap());
         let healthy = mark(&sw, &dev);
         assert_eq!(probe(&devices, &sw, &healthy).await, Verdict::Confirmed);
-        assert!(!devices.pipelines().confirmed_within("ns/a", &loaded, healthy.asked, drift));
+        assert!(
+            !devices
+                .pipelines()
+                .confirmed_within("ns/a", &loaded, healthy.asked, drift)
+        );
 
         // Nothing loaded: Capabilities is asked instead.
         devices.pipelines().forget_switch("sw");

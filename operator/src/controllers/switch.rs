@@ -477,8 +477,7 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
     let dev = ctx.devices.get(&name);
     match (healthy && drift_probe::probed_here(&obj), dev) {
         (true, Some(dev)) => {
-            ctx.drift_probes
-                .healthy(&name, Asked::of(&obj, &dev), &dev);
+            ctx.drift_probes.healthy(&name, Asked::of(&obj, &dev), &dev);
             return Ok(Action::requeue(super::spread(ctx.config.resync, &name)));
         }
         _ => ctx.drift_probes.unhealthy(&name),

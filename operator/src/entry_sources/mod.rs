@@ -365,7 +365,10 @@ impl EntrySources {
         let mut users = self.lock_users();
         let uses = users.entry(set.to_string()).or_default();
         if !uses.config_maps.is_subset(&used) {
-            tracing::debug!(set, "a ConfigMap is no longer read: sweeping the source cache");
+            tracing::debug!(
+                set,
+                "a ConfigMap is no longer read: sweeping the source cache"
+            );
             self.stale.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         uses.config_maps = used;
