@@ -15,6 +15,9 @@ use p4fleet_crds::{Condition, TableEntrySet, find_condition};
 
 use crate::processes::device_entries;
 
+/// Polls a watch must have made to count as watching.
+const MIN_POLLS: usize = 5;
+
 /// What a [`LieWatch`] saw.
 #[derive(Debug)]
 pub struct Watched {
@@ -65,7 +68,17 @@ impl LieWatch {
                 lies: Vec::new(),
                 reasons: BTreeSet::new(),
             };
-            while !d.load(Ordering::SeqCst) {
+            // Asked to stop, it still polls until it has watched enough to
+            // tell (a test that restarts the API server may ask it to stop
+            // a moment after the server answers again), for at most 5 s.
+            let mut stop_asked: Option<Instant> = None;
+            loop {
+                if d.load(Ordering::SeqCst) {
+                    let asked = *stop_asked.get_or_insert_with(Instant::now);
+                    if w.polls > MIN_POLLS || asked.elapsed() > Duration::from_secs(5) {
+                        break;
+                    }
+                }
                 if let Ok(set) = sets.get(&name).await {
                     let st = set.status.unwrap_or_default();
                     let ready = find_condition(&st.conditions, "Ready");
@@ -145,6 +158,10 @@ impl Watched {
         );
         // Polls count only while the API server answers: a test that
         // restarts it watches for a few seconds at 20 polls/s at best.
-        assert!(self.polls > 5, "{what}: watched ({} polls)", self.polls);
+        assert!(
+            self.polls > MIN_POLLS,
+            "{what}: watched ({} polls)",
+            self.polls
+        );
     }
 }
