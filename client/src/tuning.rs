@@ -98,6 +98,11 @@ const STEP: i32 = 2;
 const WINDOW: u32 = 8;
 /// Writes the noise estimate is a moving mean over.
 const SPREAD_WINDOW: u32 = 16;
+/// Writes measured against their point's mean before the noise estimate
+/// counts.
+const SPREAD_MIN: u32 = 4;
+/// The most a trial must gain for noise (beyond twice [`GAIN`]).
+const MAX_MARGIN: f64 = 0.15;
 /// Too-small writes in a row that fail a trial of a large batch (one
 /// may be the end of a sync the trial started in).
 const TOO_SMALL: u32 = 2;
@@ -323,9 +328,16 @@ impl Tuner {
         let (trial, best) = (self.stat(self.at), self.stat(self.best));
         let ratio = trial.mean / best.mean;
         // A gain must stand out of the writes' noise too: about one
-        // spread of the two means' difference.
+        // spread of the two means' difference. Only once the spread is
+        // measured on a few writes, and capped: the start's two syncs
+        // once measured far apart, and their spread alone asked a gain of
+        // a third, dropping 65,536 × 1 on the emulator.
         let n = |s: Stat| s.n.min(WINDOW) as f64;
-        let noise = self.spread * (1.0 / n(trial) + 1.0 / n(best)).sqrt();
+        let noise = if self.spreads >= SPREAD_MIN {
+            (self.spread * (1.0 / n(trial) + 1.0 / n(best)).sqrt()).min(MAX_MARGIN)
+        } else {
+            0.0
+        };
         let better = if trial.n < CONFIRM {
             (ratio < 1.0 - REJECT).then_some(false)
         } else if ratio > 1.0 + (2.0 * GAIN).max(noise) {
@@ -878,6 +890,29 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn two_unlike_first_writes_do_not_hide_a_large_gain() {
+        // The full bench at 22:48: the start's first sync 1.72 M/s, its
+        // second (not shown) faster, and 65,536 × 1 (2.64 M/s as a static
+        // setting) dropped after three syncs: two writes' spread alone
+        // asked a gain of a third.
+        let n = 200_000;
+        let mut t = Tuner::new(1000, 4, true, true);
+        let secs = |b, k| sync_time(&EMULATOR, n, b, k);
+        t.observe(n, Duration::from_secs_f64(secs(1024, 4)));
+        t.observe(n, Duration::from_secs_f64(secs(1024, 4) * 0.6));
+        let mut used = Vec::new();
+        for _ in 0..22 {
+            let (b, k) = t.current();
+            used.push((b, k));
+            t.observe(n, Duration::from_secs_f64(secs(b, k)));
+        }
+        // Taken on its two writes, not measured a third time and dropped.
+        assert_eq!(used[..2], [(65_536, 1), (65_536, 1)], "{used:?}");
+        assert_ne!(used[2], (65_536, 1), "{used:?}");
+        assert_eq!(t.current(), (65_536, 1), "{used:?}");
     }
 
     #[test]
