@@ -398,10 +398,7 @@ async fn write<'a>(
     let started = std::time::Instant::now();
     let mut written = 0;
     // Metrics are per Write RPC, recorded by the device pool's observer.
-    loop {
-        let Some(chunk) = chunks.next(plan, chunk_size(opts)) else {
-            break;
-        };
+    while let Some(chunk) = chunks.next(plan, chunk_size(opts)) {
         let deletes = chunk.0 == sync::Part::Deletes;
         let phase = ops(chunk);
         let failed = if deletes {
