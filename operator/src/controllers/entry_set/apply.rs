@@ -345,7 +345,7 @@ impl Tuning<'_> {
         (self.base.batch_size, self.base.max_in_flight)
     }
 
-    /// The options of the next chunk.
+    /// The options of a sync's chunks.
     fn options(&self) -> WriteOptions {
         if !self.auto.any() {
             return self.base;
@@ -368,10 +368,17 @@ impl Tuning<'_> {
 }
 
 /// Writes the plan chunk by chunk (deletes first, see
-/// [`sync::write_chunks`]), each with the settings [`Tuning`] gives then.
-/// A device error fails the chunk and the rest of its phase unsent; the
-/// modifies and inserts are still tried after failed deletes (each phase
-/// whole even if the other failed).
+/// [`sync::write_chunks`]), all with the settings [`Tuning`] gives at the
+/// start, and tells it how long the whole write took. A device error
+/// fails the chunk and the rest of its phase unsent; the modifies and
+/// inserts are still tried after failed deletes (each phase whole even if
+/// the other failed).
+///
+/// Auto is measured on whole syncs, not chunks: a sync's first chunk goes
+/// to an emptier table than its last (on the emulator, a tenth or more
+/// faster), and the time between chunks (building each chunk's ops)
+/// grows with their number, which the settings choose; a trial measured
+/// on some chunks and compared with others would see neither.
 async fn write<'a>(
     dev: &Device,
     slot: u32,
@@ -387,12 +394,11 @@ async fn write<'a>(
     let mut failed_deletes = false;
     let mut failed_upserts = false;
     let mut chunks = sync::Chunker::default();
+    let opts = tuning.options();
+    let started = std::time::Instant::now();
+    let mut written = 0;
     // Metrics are per Write RPC, recorded by the device pool's observer.
-    loop {
-        let opts = tuning.options();
-        let Some(chunk) = chunks.next(plan, chunk_size(opts)) else {
-            break;
-        };
+    while let Some(chunk) = chunks.next(plan, chunk_size(opts)) {
         let deletes = chunk.0 == sync::Part::Deletes;
         let phase = ops(chunk);
         let failed = if deletes {
@@ -410,7 +416,7 @@ async fn write<'a>(
         }
         match dev.write_ops(slot, &phase.ops, opts).await {
             Ok(rep) => {
-                tuning.observe(phase.ops.len(), rep.elapsed);
+                written += phase.ops.len();
                 for f in &rep.failures {
                     w.failed
                         .push((phase.origins[f.index], f.code, f.message.clone()));
@@ -431,6 +437,9 @@ async fn write<'a>(
                 w.device_error = Some(DeviceError { switch, error });
             }
         }
+    }
+    if w.device_error.is_none() {
+        tuning.observe(written, started.elapsed());
     }
     w
 }
