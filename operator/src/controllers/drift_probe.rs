@@ -312,13 +312,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loaded_pipelines::PipelineCheck;
-
-    /// gRPC calls of `method` the emulator received so far.
-    fn calls(emu: &p4fleet_emulator::RunningEmulator, method: &str) -> u64 {
-        let path = format!("/p4.v1.{method}");
-        emu.emulator().rpc_counts().get(&path).copied().unwrap_or(0)
-    }
+    use crate::controllers::switch::probed::{self, calls};
 
     /// A steady device is confirmed with one pipeline check and nothing
     /// else; a lost pipeline is named to its VirtualSwitch (the device
@@ -326,28 +320,15 @@ mod tests {
     /// gone is a change.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_probe_confirms_a_steady_device_and_finds_what_changed() {
-        let running = p4fleet_emulator::Emulator::start(Default::default())
-            .await
-            .unwrap();
-        let mut sw = Switch::new(
-            "sw",
-            serde_json::from_value(serde_json::json!({"target": "Bmv2",
-                "endpoint": running.p4runtime_addr().to_string(), "deviceId": 1, "slots": 1}))
-            .unwrap(),
-        );
-        sw.metadata.generation = Some(1);
-        let devices = DevicePool::with_election_id(1);
-        let dev = devices.connect(&sw).unwrap();
+        let probed::Probed {
+            running,
+            sw,
+            devices,
+            dev,
+            info,
+            loaded,
+        } = probed::device().await;
         dev.standing(0, Duration::from_secs(5)).await.unwrap();
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../examples/firewall/p4info.txt"
-        );
-        let info =
-            p4fleet_proto::p4info::parse_text(&std::fs::read_to_string(path).unwrap()).unwrap();
-        assert!(dev.set_pipeline(0, &info, Vec::new(), 7).await.unwrap());
-        let loaded = PipelineCheck::Cookie { slot: 0, cookie: 7 };
-        devices.pipelines().record("ns/a", "sw", loaded.clone());
         let mark = |sw: &Switch, dev: &Arc<Device>| Healthy {
             asked: Asked::of(sw, dev),
             device: Arc::downgrade(dev),

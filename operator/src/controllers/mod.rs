@@ -221,6 +221,32 @@ where
     c.reconcile_on(trigger)
 }
 
+/// Adds a broadcast of object keys to `c`: each key that `object` maps to
+/// a reference is reconciled; every cached object when keys were missed
+/// (the receiver lagged).
+pub fn on_named<K>(
+    c: Controller<K>,
+    keys: tokio::sync::broadcast::Receiver<String>,
+    object: impl Fn(&str) -> Option<kube::runtime::reflector::ObjectRef<K>> + Send + 'static,
+) -> Controller<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let store = c.store();
+    let keys = tokio_stream::wrappers::BroadcastStream::new(keys);
+    c.reconcile_on(keys.flat_map(move |key| {
+        let refs: Vec<_> = match key {
+            Ok(key) => object(&key).into_iter().collect(),
+            Err(_lagged) => store
+                .state()
+                .iter()
+                .map(|obj| kube::runtime::reflector::ObjectRef::from_obj(obj.as_ref()))
+                .collect(),
+        };
+        futures::stream::iter(refs)
+    }))
+}
+
 /// The period of an object's periodic check (drift check, resync), spread
 /// over the fleet: `period` shortened by up to a tenth, by a fraction
 /// fixed per object (a hash of `key`). Objects created together would

@@ -42,21 +42,10 @@ pub(super) const SETTLE_WAIT: Duration = Duration::from_secs(3);
 pub fn controller(ctx: &Context) -> Controller<Switch> {
     let c = ctx.caches.switches.controller();
     let c = super::on_device_changes(c, ctx, |sw: &Switch, name| sw.name_any() == name);
-    // A drift probe that found a difference (`super::drift_probe`); all
-    // Switches if such news was missed.
-    let store = c.store();
-    let found = tokio_stream::wrappers::BroadcastStream::new(ctx.drift_probes.subscribe());
-    let c = c.reconcile_on(futures::StreamExt::flat_map(found, move |found| {
-        let refs: Vec<ObjectRef<Switch>> = match found {
-            Ok(name) => vec![ObjectRef::new(&name)],
-            Err(_lagged) => store
-                .state()
-                .iter()
-                .map(|sw| ObjectRef::from_obj(sw.as_ref()))
-                .collect(),
-        };
-        futures::stream::iter(refs)
-    }));
+    // A drift probe that found a difference (`super::drift_probe`).
+    let c = super::on_named(c, ctx.drift_probes.subscribe(), |name| {
+        Some(ObjectRef::new(name))
+    });
     c.watches_shared_stream(
         ctx.caches.virtual_switches.touched(),
         |vs: Arc<VirtualSwitch>| {
@@ -488,6 +477,63 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
     })
 }
 
+/// A probed device for the probe tests: an emulator's Bmv2 Switch
+/// (generation 1) connected through a pool, slot 0 running the firewall
+/// P4Info with cookie 7, recorded as VirtualSwitch `ns/a`'s pipeline.
+#[cfg(test)]
+pub(super) mod probed {
+    use super::*;
+    use crate::loaded_pipelines::PipelineCheck;
+
+    pub struct Probed {
+        pub running: p4fleet_emulator::RunningEmulator,
+        pub sw: Switch,
+        pub devices: DevicePool,
+        pub dev: Arc<p4fleet_client::Device>,
+        pub info: p4fleet_proto::p4info::P4Info,
+        pub loaded: PipelineCheck,
+    }
+
+    pub async fn device() -> Probed {
+        let running = p4fleet_emulator::Emulator::start(Default::default())
+            .await
+            .unwrap();
+        let mut sw = Switch::new(
+            "sw",
+            serde_json::from_value(serde_json::json!({"target": "Bmv2",
+                "endpoint": running.p4runtime_addr().to_string(), "deviceId": 1, "slots": 1}))
+            .unwrap(),
+        );
+        sw.metadata.generation = Some(1);
+        let devices = DevicePool::with_election_id(1);
+        let dev = devices.connect(&sw).unwrap();
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../examples/firewall/p4info.txt"
+        );
+        let info =
+            p4fleet_proto::p4info::parse_text(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert!(dev.set_pipeline(0, &info, Vec::new(), 7).await.unwrap());
+        let loaded = PipelineCheck::Cookie { slot: 0, cookie: 7 };
+        devices.pipelines().record("ns/a", "sw", loaded.clone());
+        Probed {
+            running,
+            sw,
+            devices,
+            dev,
+            info,
+            loaded,
+        }
+    }
+
+    /// gRPC calls of `method` (`P4Runtime/Capabilities`, …) the emulator
+    /// received so far.
+    pub fn calls(emu: &p4fleet_emulator::RunningEmulator, method: &str) -> u64 {
+        let path = format!("/p4.v1.{method}");
+        emu.emulator().rpc_counts().get(&path).copied().unwrap_or(0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -522,41 +568,21 @@ mod tests {
         v
     }
 
-    /// gRPC calls of `method` (`P4Runtime/Capabilities`, …) the emulator
-    /// received so far.
-    fn calls(emu: &p4fleet_emulator::RunningEmulator, method: &str) -> u64 {
-        let path = format!("/p4.v1.{method}");
-        emu.emulator().rpc_counts().get(&path).copied().unwrap_or(0)
-    }
-
     /// What an idle probe asks: a healthy device with a loaded pipeline
     /// answers one RPC per probe (the pipeline check), Capabilities only
     /// when the connection, its stream or the spec changed, or when no
     /// pipeline check reached the device; a device gone is unreachable.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_idle_probe_asks_capabilities_only_when_something_changed() {
-        use crate::loaded_pipelines::PipelineCheck;
-        let running = p4fleet_emulator::Emulator::start(Default::default())
-            .await
-            .unwrap();
-        let mut sw = Switch::new(
-            "sw",
-            serde_json::from_value(serde_json::json!({"target": "Bmv2",
-                "endpoint": running.p4runtime_addr().to_string(), "deviceId": 1, "slots": 1}))
-            .unwrap(),
-        );
-        sw.metadata.generation = Some(1);
-        let devices = DevicePool::with_election_id(1);
-        let dev = devices.connect(&sw).unwrap();
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../examples/firewall/p4info.txt"
-        );
-        let info =
-            p4fleet_proto::p4info::parse_text(&std::fs::read_to_string(path).unwrap()).unwrap();
-        assert!(dev.set_pipeline(0, &info, Vec::new(), 7).await.unwrap());
-        let loaded = PipelineCheck::Cookie { slot: 0, cookie: 7 };
-        devices.pipelines().record("ns/a", "sw", loaded.clone());
+        use super::probed::calls;
+        let super::probed::Probed {
+            running,
+            mut sw,
+            devices,
+            dev,
+            loaded,
+            ..
+        } = super::probed::device().await;
         let probe_ok = |(p, s): (Probe, Option<Standing>)| {
             assert!(p.is_ok(), "{p:?}");
             assert!(matches!(s, Some(Ok(()))), "{s:?}");

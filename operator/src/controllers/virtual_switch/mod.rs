@@ -79,26 +79,11 @@ pub fn controller(ctx: &Context) -> Controller<VirtualSwitch> {
 /// the probe did not find on its device (`crate::loaded_pipelines`) is
 /// reconciled at once; every one if findings were missed.
 fn on_lost_pipelines(c: Controller<VirtualSwitch>, ctx: &Context) -> Controller<VirtualSwitch> {
-    use futures::StreamExt;
     use kube::runtime::reflector::ObjectRef;
-    let store = c.store();
-    let lost = tokio_stream::wrappers::BroadcastStream::new(ctx.devices.pipelines().subscribe());
-    let trigger = lost.flat_map(move |found| {
-        let refs: Vec<ObjectRef<VirtualSwitch>> = match found {
-            Ok(key) => key
-                .split_once('/')
-                .map(|(ns, name)| ObjectRef::new(name).within(ns))
-                .into_iter()
-                .collect(),
-            Err(_lagged) => store
-                .state()
-                .iter()
-                .map(|v| ObjectRef::from_obj(v.as_ref()))
-                .collect(),
-        };
-        futures::stream::iter(refs)
-    });
-    c.reconcile_on(trigger)
+    super::on_named(c, ctx.devices.pipelines().subscribe(), |key| {
+        key.split_once('/')
+            .map(|(ns, name)| ObjectRef::new(name).within(ns))
+    })
 }
 
 /// Reconciles one VirtualSwitch: place and load it, or unload and release it.
