@@ -33,7 +33,7 @@ use p4fleet_crds::{Switch, SwitchTarget};
 use tokio::sync::{Notify, broadcast};
 use tokio::time::Instant;
 
-use super::{Shutdown, spread, switch_pipelines};
+use super::{Shutdown, spread};
 use crate::context::Context;
 use crate::devices::{Asked, DevicePool};
 
@@ -277,31 +277,25 @@ impl DriftProbes {
     }
 }
 
-/// One probe of `sw`'s device against what its reconcile confirmed.
+/// One probe of `sw`'s device against what its reconcile confirmed: the
+/// reconcile's own probe (`super::switch::probe`: the loaded slots'
+/// pipelines, or Capabilities, and the stream's verdict), on the
+/// connection and stamp the reconcile saw.
 async fn probe(devices: &DevicePool, sw: &Switch, mark: &Healthy) -> Verdict {
     use kube::ResourceExt;
     if !probed_here(sw) {
         return Verdict::Dropped;
     }
-    let name = sw.name_any();
-    let Some(dev) = devices.get(&name) else {
+    let Some(dev) = devices.get(&sw.name_any()) else {
         return Verdict::Changed("the connection was closed");
     };
     if !mark.on(Asked::of(sw, &dev), &dev) {
         return Verdict::Changed("the Switch or its device changed since its reconcile");
     }
-    let timeout = super::switch::PROBE_TIMEOUT;
-    let checked = switch_pipelines::check(devices, sw, Some(&dev), timeout).await;
-    if checked.answered == 0 {
-        // No loaded slot answered: Capabilities says whether it is reachable.
-        match tokio::time::timeout(timeout, dev.capabilities()).await {
-            Ok(Ok(_)) => {}
-            _ => return Verdict::Changed("the device did not answer"),
-        }
-    }
-    match dev.standing(0, super::switch::SETTLE_WAIT).await {
-        Ok(()) => Verdict::Confirmed,
-        Err(_) => Verdict::Changed("the device no longer accepts this operator"),
+    match super::switch::probe(devices, sw).await {
+        (Ok(_), Some(Ok(()))) => Verdict::Confirmed,
+        (Err(_), _) => Verdict::Changed("the device did not answer"),
+        (Ok(_), _) => Verdict::Changed("the device no longer accepts this operator"),
     }
 }
 
@@ -328,7 +322,10 @@ mod tests {
             info,
             loaded,
         } = probed::device().await;
-        dev.standing(0, Duration::from_secs(5)).await.unwrap();
+        // The Switch's reconcile probes first (and keeps the Capabilities
+        // answer), then marks it healthy.
+        let (caps, standing) = crate::controllers::switch::probe(&devices, &sw).await;
+        assert!(caps.is_ok() && matches!(standing, Some(Ok(()))));
         let mark = |sw: &Switch, dev: &Arc<Device>| Healthy {
             asked: Asked::of(sw, dev),
             device: Arc::downgrade(dev),

@@ -30,12 +30,12 @@ use crate::status::ready_from;
 use crate::tls_secrets::TlsSecretError;
 
 /// How long a capabilities probe may take before the Switch counts as unreachable.
-pub(super) const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Retry period while unreachable (shorter than the resync).
 const UNREACHABLE_RETRY: Duration = Duration::from_secs(10);
 /// How long the first read of a TLS Secret, and the device's verdict on
 /// this operator (arbitration / subscription), may take.
-pub(super) const SETTLE_WAIT: Duration = Duration::from_secs(3);
+const SETTLE_WAIT: Duration = Duration::from_secs(3);
 
 /// Watches Switches, the VirtualSwitches placed on them (slot usage) and
 /// their devices (a lost device is Reachable=False at once).

@@ -73,7 +73,7 @@ pub fn find(
         let mut rivals: Vec<&Arc<TableEntrySet>> = others
             .iter()
             // Borrowed fields, cheapest test first: every sync runs this
-            // over every set of the cluster.
+            // over the sets that may fill its VirtualSwitches.
             .filter(|o| {
                 (me.spec.ownership == Ownership::Exclusive
                     || o.spec.ownership == Ownership::Exclusive)
