@@ -14,7 +14,12 @@
 //! reconcile's own status build were half of an idle round's operator CPU
 //! (docs/fleet.md, "The drift probe outside the reconcile loop"). A Switch
 //! is now reconciled on its changes, its device's changes, a probe that
-//! found a difference, and every `--resync-seconds`.
+//! found a difference, and as a safety net every ten resyncs
+//! (`super::covered`).
+//!
+//! Probes due within a short window of each other run together
+//! ([`window`]): early by at most that window, never late, and the
+//! runtime's threads wake once for the lot rather than once per probe.
 //!
 //! FPGA boards are not probed here: their reconcile also reads the board's
 //! slot service, which only the reconcile turns into status, so a board's
@@ -40,6 +45,13 @@ use crate::devices::{Asked, DevicePool};
 /// Probes in flight at once (a device that does not answer holds one for
 /// its timeout, not the others).
 const IN_FLIGHT: usize = 64;
+
+/// How far ahead of their time due probes are taken with the first one: a
+/// fortieth of the period, at most 250 ms (a 10 s period: about 25 probes
+/// together at 1,000 Switches). Pure.
+pub fn window(period: Duration) -> Duration {
+    (period / 40).min(Duration::from_millis(250))
+}
 
 /// What a probe found, against what the Switch's last reconcile confirmed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -224,7 +236,8 @@ impl DriftProbes {
                 }
             }
             let room = IN_FLIGHT - running.len();
-            for name in lock(&this.schedule).take_due(Instant::now(), room) {
+            let until = Instant::now() + window(this.period);
+            for name in lock(&this.schedule).take_due(until, room) {
                 let ctx = ctx.clone();
                 running.push(async move {
                     let verdict = ctx.drift_probes.probe(&ctx, &name).await;
@@ -442,5 +455,14 @@ mod tests {
         assert!(sched.add("b", t0 + s(30)), "released");
         assert_eq!(sched.take_due(t0 + s(40), 1), ["a"], "at most max");
         assert_eq!(sched.take_due(t0 + s(40), 1), ["b"]);
+    }
+
+    #[test]
+    fn due_probes_are_taken_together_a_short_window_early() {
+        let ms = Duration::from_millis;
+        assert_eq!(window(Duration::from_secs(10)), ms(250));
+        assert_eq!(window(Duration::from_secs(2)), ms(50));
+        assert_eq!(window(Duration::from_secs(3600)), ms(250), "capped");
+        assert!(window(Duration::from_secs(1)) < Duration::from_secs(1) / 10);
     }
 }

@@ -263,6 +263,20 @@ pub fn spread(period: Duration, key: &str) -> Duration {
     period - period / 10 * permille / 1000
 }
 
+/// How often an object whose periodic checks all run elsewhere (a healthy
+/// Switch and its loaded VirtualSwitches: the drift probe asks their
+/// device every `--drift-seconds` and reconciles them when an answer
+/// differs) is reconciled anyway: ten resyncs. Such a reconcile finds
+/// nothing the probe did not confirm; it is a safety net against a trigger
+/// this operator missed, like controller-runtime's long `SyncPeriod`.
+/// Spread per object as [`spread`].
+pub fn covered(resync: Duration, key: &str) -> Duration {
+    spread(resync * COVERED_RESYNCS, key)
+}
+
+/// Resyncs between the reconciles of [`covered`] objects.
+pub const COVERED_RESYNCS: u32 = 10;
+
 /// Default watcher configuration for primary resources.
 pub fn watcher_config() -> watcher::Config {
     watcher::Config::default().any_semantic()
@@ -492,6 +506,15 @@ mod tests {
             distinct.len()
         );
         assert_eq!(spread(Duration::ZERO, "x"), Duration::ZERO);
+    }
+
+    #[test]
+    fn covered_objects_come_back_every_ten_resyncs_spread() {
+        let r = Duration::from_secs(30);
+        let c = covered(r, "ns/vs-1");
+        assert!(c <= r * 10 && c >= r * 9, "{c:?}");
+        assert_eq!(c, spread(r * 10, "ns/vs-1"));
+        assert_ne!(covered(r, "ns/vs-1"), covered(r, "ns/vs-2"));
     }
 
     #[test]

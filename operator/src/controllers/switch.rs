@@ -462,12 +462,13 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
     update_status(&ctx, &ctx.all(), obj.as_ref(), &mut new).await?;
     let healthy = matches!((&probe, &standing), (Some(Ok(_)), Some(Ok(()))));
     // A healthy device is probed every `--drift-seconds` outside this
-    // reconcile (`drift_probe`), which comes back when an answer differs.
+    // reconcile (`drift_probe`), which comes back when an answer differs;
+    // its own requeue is only the safety net.
     let dev = ctx.devices.get(&name);
     match (healthy && drift_probe::probed_here(&obj), dev) {
         (true, Some(dev)) => {
             ctx.drift_probes.healthy(&name, Asked::of(&obj, &dev), &dev);
-            return Ok(Action::requeue(super::spread(ctx.config.resync, &name)));
+            return Ok(Action::requeue(super::covered(ctx.config.resync, &name)));
         }
         _ => ctx.drift_probes.unhealthy(&name),
     }

@@ -161,21 +161,25 @@ async fn apply(
     };
     let loaded = started.elapsed();
     // A loaded pipeline is checked by its Switch's probe every
-    // --drift-seconds, so this VirtualSwitch comes back at --resync-seconds
-    // (or at once when the probe does not find it); otherwise it checks
-    // itself every --drift-seconds.
+    // --drift-seconds, which brings this VirtualSwitch back at once when
+    // the probe does not find it: it comes back on its own only to read its
+    // replication entries back (--resync-seconds), or as a safety net
+    // (`covered`). Otherwise it checks itself every --drift-seconds.
     let pipelines = ctx.devices.pipelines();
     let period = match (check, &placed_on) {
         (Some(check), Some((sw, _, _))) => {
             pipelines.record(&me, &sw.name_any(), check);
-            ctx.config.resync
+            match replicates(obj) {
+                true => super::spread(ctx.config.resync, &me),
+                false => super::covered(ctx.config.resync, &me),
+            }
         }
         _ => {
             pipelines.forget(&me);
-            ctx.config.drift
+            super::spread(ctx.config.drift, &me)
         }
     };
-    let report = status::report(obj, &outcome, super::spread(period, &me));
+    let report = status::report(obj, &outcome, period);
     let mut new = report.status;
     let mut requeue = report.requeue;
     if let (
@@ -216,6 +220,16 @@ async fn apply(
         ctx.events.publish(obj, ev).await;
     }
     Ok(Action::requeue(requeue))
+}
+
+/// Whether `vs` has replication entries on its device to read back and
+/// repair every resync: wanted by its spec, or written before (to be
+/// removed).
+fn replicates(vs: &VirtualSwitch) -> bool {
+    let had = vs.status.as_ref().and_then(|s| s.replication.as_ref());
+    !vs.spec.multicast_groups.is_empty()
+        || !vs.spec.clone_sessions.is_empty()
+        || had.is_some_and(|r| r.multicast_groups + r.clone_sessions > 0)
 }
 
 /// Once the pipeline is loaded: the spec's multicast groups and clone
