@@ -12,10 +12,12 @@
 //!   pool with at most [`MAX_PARSES`] at once, so the async runtime (and
 //!   /livez) never waits on it; the result is shared (`Arc`) by every set
 //!   and resync that reads it.
-//! - What no set uses any more is evicted after each sync ([`EntrySources::retain`]).
+//! - What no set uses any more is evicted when its last set stops using
+//!   it ([`uses`]: counted per parse, indexed per ConfigMap).
 
 pub mod decode;
 pub mod parsed;
+mod uses;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,6 +43,7 @@ pub use decode::{DecodeError, GZIP_SUFFIX, MAX_TEXT_BYTES};
 pub use parsed::ParsedText;
 
 use crate::reads::Reads;
+use uses::{ConfigMapId, Users};
 
 /// Parses (and decodes) running at once on the blocking pool: the
 /// machine's other cores stay free for the runtime and the device writes.
@@ -272,16 +275,6 @@ struct ParseKey {
 
 type ParseSlot = Arc<OnceCell<Arc<ParsedText>>>;
 
-/// What one set used in its last sync: kept while it does.
-#[derive(Default)]
-struct Uses {
-    config_maps: HashSet<(String, String)>,
-    parses: HashSet<ParseKey>,
-    /// The parses of the sync before the current one (between
-    /// [`EntrySources::begin`] and [`EntrySources::finish`]).
-    previous: HashSet<ParseKey>,
-}
-
 /// Held while one ConfigMap is fetched (see [`EntrySources::fetch`]).
 type FetchGate = Arc<tokio::sync::Mutex<()>>;
 
@@ -293,10 +286,7 @@ pub struct EntrySources {
     fetching: Mutex<HashMap<(String, String), FetchGate>>,
     parsed: Mutex<HashMap<ParseKey, ParseSlot>>,
     /// What each set (`namespace/name`) used in its last sync.
-    users: Arc<Mutex<HashMap<String, Uses>>>,
-    /// Some set stopped using a parse or ConfigMap since the last sweep
-    /// ([`EntrySources::finish`]): only then can a sweep evict anything.
-    stale: std::sync::atomic::AtomicBool,
+    users: Arc<Mutex<Users<ParseKey>>>,
     permits: Arc<Semaphore>,
     metrics: SourceMetrics,
     /// The sets' programs' P4Infos, parsed once per text (their tables'
@@ -324,7 +314,6 @@ impl EntrySources {
             fetching: Mutex::default(),
             parsed: Mutex::default(),
             users: Arc::default(),
-            stale: Default::default(),
             permits: Arc::new(Semaphore::new(MAX_PARSES)),
             metrics,
             p4infos: Default::default(),
@@ -363,15 +352,8 @@ impl EntrySources {
         let mut used = HashSet::new();
         let r = self.read_into(reads, ns, sources, &mut used).await;
         let mut users = self.lock_users();
-        let uses = users.entry(set.to_string()).or_default();
-        if !uses.config_maps.is_subset(&used) {
-            tracing::debug!(
-                set,
-                "a ConfigMap is no longer read: sweeping the source cache"
-            );
-            self.stale.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        uses.config_maps = used;
+        let gone = users.read(set, used);
+        self.evict_fetched(&gone);
         r
     }
 
@@ -550,12 +532,9 @@ impl EntrySources {
             schema: schema_digest,
             mask_host_bits: options.mask_host_bits,
         };
-        // Used before looked up, so a concurrent `retain` keeps it.
-        self.lock_users()
-            .entry(set.to_string())
-            .or_default()
-            .parses
-            .insert(key.clone());
+        // Used before looked up: a concurrent eviction (which checks the
+        // uses under the same lock) keeps it.
+        self.lock_users().parse(set, &key);
         let slot = self.lock_parsed().entry(key).or_default().clone();
         slot.get_or_init(|| async {
             self.metrics
@@ -575,59 +554,40 @@ impl EntrySources {
     }
 
     /// Starts recording which parses set `set` uses (call before its
-    /// [`EntrySources::parsed`] calls); [`EntrySources::finish`] or
-    /// [`EntrySources::retain`] then evicts what no set uses.
+    /// [`EntrySources::parsed`] calls); [`EntrySources::finish`] then
+    /// evicts what it used before and no set uses now.
     pub fn begin(&self, set: &str) {
-        let mut users = self.lock_users();
-        let uses = users.entry(set.to_string()).or_default();
-        uses.previous = std::mem::take(&mut uses.parses);
+        self.lock_users().begin(set);
     }
 
     /// Ends the sync of set `set` begun with [`EntrySources::begin`]:
-    /// evicts what no set uses, but only when some set stopped using
-    /// something since the last sweep. A sweep visits every set's uses,
-    /// so one per sync made an idle round of N sets cost N² (docs/fleet.md,
-    /// "What an idle round runs").
+    /// evicts the parses it no longer uses and no other set does.
     pub fn finish(&self, set: &str) {
-        use std::sync::atomic::Ordering::Relaxed;
-        {
-            let mut users = self.lock_users();
-            if let Some(uses) = users.get_mut(set) {
-                let previous = std::mem::take(&mut uses.previous);
-                if !previous.is_subset(&uses.parses) {
-                    tracing::debug!(set, "a parse is no longer used: sweeping the source cache");
-                    self.stale.store(true, Relaxed);
-                }
-            }
-        }
-        if self.stale.swap(false, Relaxed) {
-            self.retain();
-        }
+        let mut users = self.lock_users();
+        let gone = users.finish(set);
+        self.evict_parses(&users, &gone);
     }
 
-    /// Forgets set `set` (deleted) and evicts what no set uses.
+    /// Forgets set `set` (deleted) and evicts what only it used.
     pub fn release(&self, set: &str) {
-        self.lock_users().remove(set);
-        self.retain();
+        let mut users = self.lock_users();
+        let (parses, config_maps) = users.release(set);
+        self.evict_parses(&users, &parses);
+        self.evict_fetched(&config_maps);
     }
 
-    /// Drops the parses and fetched ConfigMaps no set used in its last sync.
-    pub fn retain(&self) {
-        let (used, read): (HashSet<ParseKey>, HashSet<(String, String)>) = {
-            let users = self.lock_users();
-            (
-                users
-                    .values()
-                    .flat_map(|u| u.parses.iter().cloned())
-                    .collect(),
-                users
-                    .values()
-                    .flat_map(|u| u.config_maps.iter().cloned())
-                    .collect(),
-            )
-        };
+    /// Drops the parses `gone` (none of them used, under the `users`
+    /// lock held by the caller: a set that starts using one again
+    /// meanwhile waits, then parses it afresh).
+    fn evict_parses(&self, users: &Users<ParseKey>, gone: &[ParseKey]) {
+        if gone.is_empty() {
+            return;
+        }
+        tracing::debug!(parses = gone.len(), "parses no longer used: evicted");
         let mut parsed = self.lock_parsed();
-        parsed.retain(|k, _| used.contains(k));
+        for key in gone.iter().filter(|k| !users.holds(k)) {
+            parsed.remove(key);
+        }
         let (mut n, mut bytes) = (0i64, 0i64);
         for slot in parsed.values() {
             if let Some(p) = slot.get() {
@@ -637,8 +597,17 @@ impl EntrySources {
         }
         self.metrics.cached_texts.set(n);
         self.metrics.cached_bytes.set(bytes);
-        drop(parsed);
-        self.lock_fetched().retain(|id, _| read.contains(id));
+    }
+
+    /// Drops the fetched ConfigMaps `gone` (read by no set).
+    fn evict_fetched(&self, gone: &[ConfigMapId]) {
+        if gone.is_empty() {
+            return;
+        }
+        let mut fetched = self.lock_fetched();
+        for id in gone {
+            fetched.remove(id);
+        }
     }
 
     /// How many parsed texts and fetched ConfigMaps are held.
@@ -658,7 +627,7 @@ impl EntrySources {
         self.parsed.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn lock_users(&self) -> std::sync::MutexGuard<'_, HashMap<String, Uses>> {
+    fn lock_users(&self) -> std::sync::MutexGuard<'_, Users<ParseKey>> {
         self.users.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -672,14 +641,23 @@ impl EntrySources {
 
 /// A handle on which ConfigMaps each set read last ([`EntrySources::readers`]).
 #[derive(Clone)]
-pub struct Readers(Arc<Mutex<HashMap<String, Uses>>>);
+pub struct Readers(Arc<Mutex<Users<ParseKey>>>);
 
 impl Readers {
     /// Whether set `set` (`namespace/name`) read ConfigMap `ns/name` in its last sync.
     pub fn read_by(&self, set: &str, ns: &str, name: &str) -> bool {
-        let g = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        g.get(set)
-            .is_some_and(|u| u.config_maps.contains(&(ns.to_string(), name.to_string())))
+        self.lock()
+            .read_by(set, &(ns.to_string(), name.to_string()))
+    }
+
+    /// The sets (`namespace/name`) that read ConfigMap `ns/name` in their
+    /// last sync.
+    pub fn of(&self, ns: &str, name: &str) -> Vec<String> {
+        self.lock().readers_of(&(ns.to_string(), name.to_string()))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Users<ParseKey>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

@@ -89,14 +89,27 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
     let due = ctx.resync_due.clone();
     let c = c.watches_stream(config_maps, move |cm| {
         let (ns, name) = (cm.namespace().unwrap_or_default(), cm.name_any());
-        sets.state()
+        // The sets that read it last (looked up, not a scan: a change of
+        // 1,000 ConfigMaps would otherwise visit 1,000 sets each), and
+        // those whose sources now name or select it.
+        let mut hit = readers.of(&ns, &name);
+        let selecting = sets
+            .state()
             .into_iter()
-            .filter(|s| {
-                entry_sources::reads_config_map(s, &cm)
-                    || readers.read_by(&object_key(s.as_ref()), &ns, &name)
+            .filter(|s| entry_sources::reads_config_map(s, &cm))
+            .map(|s| object_key(s.as_ref()));
+        for key in selecting {
+            if !hit.contains(&key) {
+                hit.push(key);
+            }
+        }
+        let now = std::time::Instant::now();
+        hit.iter()
+            .filter_map(|key| {
+                due.touched(key, now);
+                let (ns, name) = key.split_once('/')?;
+                Some(ObjectRef::new(name).within(ns))
             })
-            .inspect(|s| due.touched(&object_key(s.as_ref()), std::time::Instant::now()))
-            .map(|s| ObjectRef::from_obj(s.as_ref()))
             .collect::<Vec<_>>()
     });
     let due = ctx.resync_due.clone();

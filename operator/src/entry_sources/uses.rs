@@ -1,0 +1,225 @@
+//! Who uses what in the entry-source cache: which parses and ConfigMaps
+//! each set used in its last sync, counted per parse and indexed per
+//! ConfigMap, so that a set's sync evicts exactly what it was the last
+//! one to use. Pure: the cache does the evicting.
+//!
+//! This replaced a sweep that collected every set's uses whenever one set
+//! stopped using something: in a change of every set's ConfigMap that was
+//! one sweep per set over all sets, N² at 1,000 sets (docs/fleet.md,
+//! "Create and change").
+
+use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
+
+/// A ConfigMap: (namespace, name).
+pub type ConfigMapId = (String, String);
+
+/// What one set holds.
+#[derive(Debug)]
+struct Held<K> {
+    config_maps: HashSet<ConfigMapId>,
+    /// The parses of its current sync.
+    parses: HashSet<K>,
+    /// The parses of the sync before (between [`Users::begin`] and
+    /// [`Users::finish`]), not yet used again. Disjoint from `parses`.
+    previous: HashSet<K>,
+}
+
+impl<K> Default for Held<K> {
+    fn default() -> Self {
+        Held {
+            config_maps: HashSet::new(),
+            parses: HashSet::new(),
+            previous: HashSet::new(),
+        }
+    }
+}
+
+/// Every set's uses, parses counted and ConfigMaps indexed by reader.
+#[derive(Debug)]
+pub struct Users<K> {
+    sets: HashMap<String, Held<K>>,
+    /// How many sets hold each parse (in `parses` or `previous`).
+    parse_refs: HashMap<K, usize>,
+    /// The sets that read each ConfigMap in their last sync.
+    readers: HashMap<ConfigMapId, HashSet<String>>,
+}
+
+impl<K> Default for Users<K> {
+    fn default() -> Self {
+        Users {
+            sets: HashMap::new(),
+            parse_refs: HashMap::new(),
+            readers: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone> Users<K> {
+    /// Set `set` starts a sync: what it held becomes its previous uses.
+    pub fn begin(&mut self, set: &str) {
+        let held = self.sets.entry(set.to_string()).or_default();
+        let parses = std::mem::take(&mut held.parses);
+        held.previous.extend(parses);
+    }
+
+    /// Set `set` uses parse `key` in its current sync.
+    pub fn parse(&mut self, set: &str, key: &K) {
+        let held = self.sets.entry(set.to_string()).or_default();
+        if held.parses.contains(key) {
+            return;
+        }
+        if !held.previous.remove(key) {
+            *self.parse_refs.entry(key.clone()).or_default() += 1;
+        }
+        held.parses.insert(key.clone());
+    }
+
+    /// Set `set` ends its sync: the parses of its previous sync it did not
+    /// use again and no other set holds, to evict.
+    pub fn finish(&mut self, set: &str) -> Vec<K> {
+        let Some(held) = self.sets.get_mut(set) else {
+            return Vec::new();
+        };
+        let dropped = std::mem::take(&mut held.previous);
+        self.unref(dropped)
+    }
+
+    /// Set `set` read `read` in this sync: the ConfigMaps it no longer
+    /// reads and no other set does, to evict.
+    pub fn read(&mut self, set: &str, read: HashSet<ConfigMapId>) -> Vec<ConfigMapId> {
+        let held = self.sets.entry(set.to_string()).or_default();
+        for id in read.difference(&held.config_maps) {
+            self.readers
+                .entry(id.clone())
+                .or_default()
+                .insert(set.to_string());
+        }
+        let before = std::mem::replace(&mut held.config_maps, read);
+        let gone: Vec<_> = before
+            .into_iter()
+            .filter(|id| !held.config_maps.contains(id))
+            .collect();
+        self.unread(set, gone)
+    }
+
+    /// Set `set` is gone: what it alone held, to evict.
+    pub fn release(&mut self, set: &str) -> (Vec<K>, Vec<ConfigMapId>) {
+        let Some(held) = self.sets.remove(set) else {
+            return (Vec::new(), Vec::new());
+        };
+        let parses = held.parses.into_iter().chain(held.previous);
+        let parses = self.unref(parses);
+        let config_maps = self.unread(set, held.config_maps);
+        (parses, config_maps)
+    }
+
+    /// Whether some set holds parse `key`.
+    pub fn holds(&self, key: &K) -> bool {
+        self.parse_refs.contains_key(key)
+    }
+
+    /// The sets (`namespace/name`) that read ConfigMap `id` in their last sync.
+    pub fn readers_of(&self, id: &ConfigMapId) -> Vec<String> {
+        self.readers
+            .get(id)
+            .map(|r| r.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether set `set` read ConfigMap `id` in its last sync.
+    pub fn read_by(&self, set: &str, id: &ConfigMapId) -> bool {
+        self.readers.get(id).is_some_and(|r| r.contains(set))
+    }
+
+    fn unref(&mut self, keys: impl IntoIterator<Item = K>) -> Vec<K> {
+        let mut evict = Vec::new();
+        for key in keys {
+            if let Some(n) = self.parse_refs.get_mut(&key) {
+                *n -= 1;
+                if *n == 0 {
+                    self.parse_refs.remove(&key);
+                    evict.push(key);
+                }
+            }
+        }
+        evict
+    }
+
+    fn unread(
+        &mut self,
+        set: &str,
+        ids: impl IntoIterator<Item = ConfigMapId>,
+    ) -> Vec<ConfigMapId> {
+        let mut evict = Vec::new();
+        for id in ids {
+            if let Some(r) = self.readers.get_mut(&id) {
+                r.remove(set);
+                if r.is_empty() {
+                    self.readers.remove(&id);
+                    evict.push(id);
+                }
+            }
+        }
+        evict
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cm(name: &str) -> ConfigMapId {
+        ("ns".into(), name.into())
+    }
+
+    #[test]
+    fn a_parse_is_evicted_when_its_last_set_stops_using_it() {
+        let mut u = Users::<&str>::default();
+        for set in ["a", "b"] {
+            u.begin(set);
+            u.parse(set, &"v1");
+            u.parse(set, &"v1");
+            assert!(u.finish(set).is_empty());
+        }
+        // Both move to v2: only the second to stop frees v1.
+        u.begin("a");
+        u.parse("a", &"v2");
+        assert!(u.finish("a").is_empty(), "b still holds v1");
+        assert!(u.holds(&"v1"));
+        u.begin("b");
+        u.parse("b", &"v2");
+        assert_eq!(u.finish("b"), ["v1"]);
+        assert!(!u.holds(&"v1"));
+        // A sync that used the same parse again keeps it; one that never
+        // finished keeps its previous uses until the next one does.
+        u.begin("a");
+        u.parse("a", &"v2");
+        assert!(u.finish("a").is_empty());
+        u.begin("b");
+        u.begin("b");
+        u.parse("b", &"v3");
+        assert!(u.finish("b").is_empty(), "a still holds v2");
+        assert_eq!(u.release("a").0, ["v2"]);
+        assert!(u.holds(&"v3"));
+        assert_eq!(u.release("b").0, ["v3"]);
+        assert!(u.release("b").0.is_empty(), "released once");
+    }
+
+    #[test]
+    fn a_config_map_is_evicted_when_its_last_reader_stops_reading_it() {
+        let mut u = Users::<()>::default();
+        let read = |names: &[&str]| names.iter().map(|n| cm(n)).collect::<HashSet<_>>();
+        assert!(u.read("ns/a", read(&["x", "y"])).is_empty());
+        assert!(u.read("ns/b", read(&["y"])).is_empty());
+        assert!(u.read_by("ns/a", &cm("x")) && !u.read_by("ns/b", &cm("x")));
+        let mut of_y = u.readers_of(&cm("y"));
+        of_y.sort();
+        assert_eq!(of_y, ["ns/a", "ns/b"]);
+        assert_eq!(u.read("ns/a", read(&["z"])), [cm("x")], "y is b's too");
+        assert_eq!(u.readers_of(&cm("y")), ["ns/b"]);
+        assert!(u.readers_of(&cm("x")).is_empty());
+        assert_eq!(u.release("ns/b").1, [cm("y")]);
+        assert_eq!(u.release("ns/a").1, [cm("z")]);
+    }
+}
