@@ -90,30 +90,38 @@ impl ApiCounts {
     }
 
     pub fn requests(&self) -> f64 {
-        self.rows.values().map(|r| r.requests).sum()
+        total(self.rows.values().map(|r| r.requests))
     }
 
     pub fn bytes(&self) -> f64 {
-        self.rows.values().map(|r| r.bytes).sum()
+        total(self.rows.values().map(|r| r.bytes))
     }
 
     /// Requests of one verb (any resource).
     pub fn verb(&self, verb: &str) -> f64 {
-        self.rows
-            .iter()
-            .filter(|(k, _)| k.verb == verb)
-            .map(|(_, r)| r.requests)
-            .sum()
+        total(
+            self.rows
+                .iter()
+                .filter(|(k, _)| k.verb == verb)
+                .map(|(_, r)| r.requests),
+        )
     }
 
     /// Writes of `*/status`.
     pub fn status_writes(&self) -> f64 {
-        self.rows
-            .iter()
-            .filter(|(k, _)| k.is_status_write())
-            .map(|(_, r)| r.requests)
-            .sum()
+        total(
+            self.rows
+                .iter()
+                .filter(|(k, _)| k.is_status_write())
+                .map(|(_, r)| r.requests),
+        )
     }
+}
+
+/// A sum that is +0 when there is nothing to add: `Iterator::sum` of
+/// floats starts at -0.0, which prints as "-0".
+fn total(values: impl Iterator<Item = f64>) -> f64 {
+    values.fold(0.0, |a, b| a + b)
 }
 
 /// `p4fleet_reconciles_total` by kind.
@@ -253,6 +261,12 @@ weird_metric{a="x\"y,}z"} 1
         assert_eq!(
             d.rows.keys().next().unwrap().label(),
             "APPLY switches/status"
+        );
+        let idle = before.since(&before);
+        let zeros = [idle.requests(), idle.bytes(), idle.verb("GET")];
+        assert_eq!(
+            format!("{zeros:?} {}", idle.status_writes()),
+            "[0.0, 0.0, 0.0] 0"
         );
     }
 
