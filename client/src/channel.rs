@@ -9,12 +9,8 @@ use std::time::Duration;
 
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::dns::Name;
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
-use tonic::transport::{Channel, Endpoint, Uri};
-use tower_service::Service;
+use tonic::transport::{Channel, Endpoint};
 
-use crate::read_before_reset::ReadBeforeReset;
 use crate::unreachable::ResolveError;
 use crate::{Error, Target, tls};
 
@@ -79,34 +75,7 @@ pub fn connect_lazy(target: &Target) -> Result<Channel, Error> {
     let mut http = HttpConnector::new_with_resolver(Resolver);
     http.enforce_http(false);
     http.set_nodelay(true);
-    Ok(ep.connect_with_connector_lazy(Connector(http)))
-}
-
-/// hyper's TCP connector, its sockets wrapped so that a device's last
-/// words (a TLS alert) are read before a write error that its close
-/// caused ([`ReadBeforeReset`]).
-#[derive(Clone, Debug)]
-struct Connector(HttpConnector<Resolver>);
-
-type Connected = TokioIo<ReadBeforeReset<TcpStream>>;
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-impl Service<Uri> for Connector {
-    type Response = Connected;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Connected, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.0.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let connecting = self.0.call(uri);
-        Box::pin(async move {
-            let tcp = connecting.await?.into_inner();
-            Ok(TokioIo::new(ReadBeforeReset::new(tcp)))
-        })
-    }
+    Ok(ep.connect_with_connector_lazy(http))
 }
 
 /// Resolves host names with the system resolver (on the blocking pool,
@@ -114,7 +83,7 @@ impl Service<Uri> for Connector {
 #[derive(Clone, Copy, Debug)]
 struct Resolver;
 
-impl Service<Name> for Resolver {
+impl tower_service::Service<Name> for Resolver {
     type Response = std::vec::IntoIter<SocketAddr>;
     type Error = ResolveError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, ResolveError>> + Send>>;

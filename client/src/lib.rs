@@ -33,7 +33,6 @@ mod order;
 mod p4runtime;
 mod pipeline;
 mod raw;
-mod read_before_reset;
 mod session;
 mod tls;
 pub mod tuning;
