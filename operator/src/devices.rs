@@ -269,16 +269,25 @@ impl DevicePool {
     /// tonic channel reconnects by itself, so a device that restarted is
     /// dialed again on the next call, not on a new channel.
     pub fn side_channel(&self, sw: &Switch) -> Result<Channel, Error> {
-        let target = self.side_target(sw);
+        self.side_channel_to(&sw.name_any(), &self.side_target(sw))
+    }
+
+    /// [`DevicePool::side_channel`] of Switch `name` for `target`, its side
+    /// target with maybe another device id (a VirtualSwitch's slot: the id
+    /// travels in each request, so one channel serves every slot).
+    pub fn side_channel_to(&self, name: &str, target: &Target) -> Result<Channel, Error> {
+        let target = Target {
+            device_id: 0,
+            ..target.clone()
+        };
         let mut side = self.side.lock().unwrap_or_else(|e| e.into_inner());
-        let name = sw.name_any();
-        if let Some((t, ch)) = side.get(&name)
+        if let Some((t, ch)) = side.get(name)
             && t == &target
         {
             return Ok(ch.clone());
         }
         let ch = p4fleet_client::connect_lazy(&target)?;
-        side.insert(name, (target, ch.clone()));
+        side.insert(name.to_string(), (target, ch.clone()));
         Ok(ch)
     }
 
@@ -526,10 +535,19 @@ mod tests {
         for _ in 0..3 {
             answers.push(serves_extern_runtime(pool.side_channel(&sw).unwrap(), 1).await);
         }
-        // The board probe's client rides the same channel.
+        // The board probe's client rides the same channel, and so do an
+        // AsyncExternPolicy's reads of its slots' extern runtime (another
+        // device id each, in the requests).
         let _ = pool.slot_client(&sw).unwrap().board_info().await;
+        for slot in 0..3 {
+            let t = Target {
+                device_id: 1 + slot,
+                ..pool.side_target(&sw)
+            };
+            let _ = crate::controllers::extern_policy::runtime::apply(&pool, "s", &t, &[]).await;
+        }
         assert!(answers.iter().all(|a| *a == answers[0]), "{answers:?}");
-        assert_eq!(accepted.load(SeqCst), 1, "four questions, one connection");
+        assert_eq!(accepted.load(SeqCst), 1, "seven questions, one connection");
 
         // What each probe did before: a new lazy channel per question.
         let target = pool.side_target(&sw);

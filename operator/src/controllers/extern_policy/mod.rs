@@ -370,9 +370,10 @@ async fn sync(
     obj: &AsyncExternPolicy,
 ) -> Result<Action, Error> {
     let target = dereference(&ctx.reads, &ctx.devices, ns, &obj.spec).await?;
-    let applied = match target.runtime() {
-        Some(rt) if validate(&obj.spec, &target).is_empty() => {
-            Some(runtime::apply(rt, &desired::desired(&obj.spec)).await)
+    let applied = match (target.runtime(), &target) {
+        (Some(rt), Placement::Switch { name, .. }) if validate(&obj.spec, &target).is_empty() => {
+            let wanted = desired::desired(&obj.spec);
+            Some(runtime::apply(&ctx.devices, name, rt, &wanted).await)
         }
         _ => None,
     };
@@ -398,8 +399,8 @@ async fn sync(
 /// never resolved) has nothing to restore.
 async fn cleanup(ctx: &Context, ns: &str, obj: &AsyncExternPolicy) -> Result<Action, Error> {
     let target = dereference(&ctx.reads, &ctx.devices, ns, &obj.spec).await?;
-    if let Some(rt) = target.runtime() {
-        runtime::restore_defaults(rt)
+    if let (Some(rt), Placement::Switch { name, .. }) = (target.runtime(), &target) {
+        runtime::restore_defaults(&ctx.devices, name, rt)
             .await
             .map_err(|s| Error::PolicyNotRestored(format!("{}: {}", rt.endpoint, s.message())))?;
     }

@@ -11,6 +11,7 @@ use p4fleet_proto::externs::{self as pb, extern_runtime_client::ExternRuntimeCli
 use tonic::transport::Channel;
 
 use super::desired::{Measured, in_force, missing};
+use crate::devices::DevicePool;
 
 /// Where the extern runtime of a VirtualSwitch is: its Switch's target
 /// with the VirtualSwitch's device id.
@@ -43,9 +44,17 @@ pub enum Applied {
     },
 }
 
-/// The Switch's channel settings (keepalive, TLS) from the client crate.
-fn channel(t: &RuntimeTarget) -> Result<Channel, tonic::Status> {
-    p4fleet_client::connect_lazy(t).map_err(|e| tonic::Status::unavailable(e.to_string()))
+/// The Switch's kept side channel (`DevicePool::side_channel_to`: its
+/// keepalive and TLS settings, one connection however often a policy's
+/// stats are read).
+fn channel(
+    devices: &DevicePool,
+    switch: &str,
+    t: &RuntimeTarget,
+) -> Result<Channel, tonic::Status> {
+    devices
+        .side_channel_to(switch, t)
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))
 }
 
 fn unavailable(s: tonic::Status) -> Applied {
@@ -62,9 +71,19 @@ fn target(t: &RuntimeTarget) -> Option<pb::Target> {
     })
 }
 
-/// Applies `wanted` on `t` and reads back what is in force.
-pub async fn apply(t: &RuntimeTarget, wanted: &[pb::ExternPolicy]) -> Applied {
-    tokio::time::timeout(CALL_DEADLINE, apply_now(t, wanted))
+/// Applies `wanted` on `t` (of Switch `switch`) and reads back what is in
+/// force.
+pub async fn apply(
+    devices: &DevicePool,
+    switch: &str,
+    t: &RuntimeTarget,
+    wanted: &[pb::ExternPolicy],
+) -> Applied {
+    let c = match channel(devices, switch, t) {
+        Ok(ch) => ExternRuntimeClient::new(ch),
+        Err(s) => return unavailable(s),
+    };
+    tokio::time::timeout(CALL_DEADLINE, apply_now(c, t, wanted))
         .await
         .unwrap_or_else(|_| Applied::Unavailable {
             code: tonic::Code::DeadlineExceeded,
@@ -72,11 +91,11 @@ pub async fn apply(t: &RuntimeTarget, wanted: &[pb::ExternPolicy]) -> Applied {
         })
 }
 
-async fn apply_now(t: &RuntimeTarget, wanted: &[pb::ExternPolicy]) -> Applied {
-    let mut c = match channel(t) {
-        Ok(ch) => ExternRuntimeClient::new(ch),
-        Err(s) => return unavailable(s),
-    };
+async fn apply_now(
+    mut c: ExternRuntimeClient<Channel>,
+    t: &RuntimeTarget,
+    wanted: &[pb::ExternPolicy],
+) -> Applied {
     let list = match c
         .list_externs(pb::ListExternsRequest { target: target(t) })
         .await
@@ -141,8 +160,12 @@ async fn apply_now(t: &RuntimeTarget, wanted: &[pb::ExternPolicy]) -> Applied {
 /// Every extern of `t` back to its default (Sync): SetPolicy with none
 /// listed. A target without a pipeline or extern runtime has nothing to
 /// restore.
-pub async fn restore_defaults(t: &RuntimeTarget) -> Result<(), tonic::Status> {
-    let mut c = ExternRuntimeClient::new(channel(t)?);
+pub async fn restore_defaults(
+    devices: &DevicePool,
+    switch: &str,
+    t: &RuntimeTarget,
+) -> Result<(), tonic::Status> {
+    let mut c = ExternRuntimeClient::new(channel(devices, switch, t)?);
     let call = c.set_policy(pb::SetPolicyRequest {
         target: target(t),
         externs: Vec::new(),
