@@ -268,12 +268,36 @@ pub fn build_status(
 
 /// Asks the device for its capabilities within [`PROBE_TIMEOUT`].
 async fn ask_capabilities(dev: &Device, sw: &Switch) -> Probe {
-    match tokio::time::timeout(PROBE_TIMEOUT, dev.capabilities()).await {
+    let caps = match tokio::time::timeout(PROBE_TIMEOUT, dev.capabilities()).await {
         Ok(res) => res.map_err(ProbeError::from),
         Err(_) => Err(ProbeError::Timeout {
             endpoint: sw.spec.endpoint.clone(),
             after: PROBE_TIMEOUT,
         }),
+    };
+    match caps {
+        Err(ProbeError::Device(e)) if needs_tls_verdict(dev, &e) => {
+            Err(ProbeError::Device(tls_verdict(dev).await.unwrap_or(e)))
+        }
+        other => other,
+    }
+}
+
+/// Whether `e`, Capabilities' failure, may hide the device's TLS verdict:
+/// a device that refuses our client certificate (or its absence) says so
+/// after TLS 1.3's handshake, in an alert as it closes the connection, and
+/// a request that meets the closed connection first fails as a broken
+/// pipe or a connection closed, the alert unread.
+fn needs_tls_verdict(dev: &Device, e: &p4fleet_client::Error) -> bool {
+    dev.target().tls.is_some() && !matches!(e, p4fleet_client::Error::Tls { .. })
+}
+
+/// The TLS failure the Switch's stream read from the device (its own
+/// connection to the same endpoint with the same settings), if it did.
+async fn tls_verdict(dev: &Device) -> Option<p4fleet_client::Error> {
+    match dev.standing(0, SETTLE_WAIT).await {
+        Err(e @ p4fleet_client::Error::Tls { .. }) => Some(e),
+        _ => None,
     }
 }
 
