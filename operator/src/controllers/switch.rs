@@ -276,20 +276,29 @@ async fn ask_capabilities(dev: &Device, sw: &Switch) -> Probe {
         }),
     };
     match caps {
-        Err(ProbeError::Device(e)) if needs_tls_verdict(dev, &e) => {
+        Err(ProbeError::Device(e)) if dev.target().tls.is_some() && may_hide_tls_verdict(&e) => {
             Err(ProbeError::Device(tls_verdict(dev).await.unwrap_or(e)))
         }
         other => other,
     }
 }
 
-/// Whether `e`, Capabilities' failure, may hide the device's TLS verdict:
-/// a device that refuses our client certificate (or its absence) says so
-/// after TLS 1.3's handshake, in an alert as it closes the connection, and
-/// a request that meets the closed connection first fails as a broken
-/// pipe or a connection closed, the alert unread.
-fn needs_tls_verdict(dev: &Device, e: &p4fleet_client::Error) -> bool {
-    dev.target().tls.is_some() && !matches!(e, p4fleet_client::Error::Tls { .. })
+/// Whether `e`, Capabilities' failure on a TLS connection, may hide the
+/// device's TLS verdict: a device that refuses our client certificate (or
+/// its absence) says so after TLS 1.3's handshake, in an alert as it
+/// closes the connection, and a request that meets the closed connection
+/// first fails as a broken pipe or a connection closed, the alert unread.
+/// A connection never made (refused, no route, no such name, connect
+/// timeout) had no handshake to hide, so the stream is not waited for.
+fn may_hide_tls_verdict(e: &p4fleet_client::Error) -> bool {
+    use p4fleet_client::{ConnectCause as C, Error as E};
+    match e {
+        E::Tls { .. } => false,
+        E::Unreachable { cause, .. } => {
+            !matches!(cause, C::Refused | C::NoRoute | C::Dns | C::TimedOut)
+        }
+        _ => true,
+    }
 }
 
 /// The TLS failure the Switch's stream read from the device (its own
@@ -564,6 +573,38 @@ mod tests {
     use super::*;
     use p4fleet_client::TlsFailure;
     use p4fleet_crds::{VirtualSwitchSpec, VirtualSwitchStatus};
+
+    #[test]
+    fn only_a_made_connection_may_hide_the_tls_verdict() {
+        use p4fleet_client::{ConnectCause as C, Error as E};
+        let unreachable = |cause| E::Unreachable {
+            endpoint: "d:9559".into(),
+            device_id: 1,
+            cause,
+            reason: String::new(),
+        };
+        // What a request that met the device's close looked like.
+        let closed = E::Rpc {
+            rpc: "Capabilities",
+            device_id: 1,
+            status: Box::new(tonic::Status::unknown("transport error")),
+        };
+        assert!(may_hide_tls_verdict(&closed));
+        assert!(may_hide_tls_verdict(&unreachable(C::Reset)));
+        assert!(may_hide_tls_verdict(&unreachable(C::StreamClosed)));
+        for never_made in [C::Refused, C::NoRoute, C::Dns, C::TimedOut] {
+            assert!(
+                !may_hide_tls_verdict(&unreachable(never_made)),
+                "{never_made:?}"
+            );
+        }
+        let tls = E::Tls {
+            endpoint: "d:9559".into(),
+            failure: TlsFailure::UnknownCa,
+            detail: String::new(),
+        };
+        assert!(!may_hide_tls_verdict(&tls), "already named");
+    }
 
     fn spec(target: SwitchTarget, endpoint: &str) -> SwitchSpec {
         serde_json::from_value(serde_json::json!({"target": target, "endpoint": endpoint})).unwrap()

@@ -644,12 +644,6 @@ impl EntrySources {
 pub struct Readers(Arc<Mutex<Users<ParseKey>>>);
 
 impl Readers {
-    /// Whether set `set` (`namespace/name`) read ConfigMap `ns/name` in its last sync.
-    pub fn read_by(&self, set: &str, ns: &str, name: &str) -> bool {
-        self.lock()
-            .read_by(set, &(ns.to_string(), name.to_string()))
-    }
-
     /// The sets (`namespace/name`) that read ConfigMap `ns/name` in their
     /// last sync.
     pub fn of(&self, ns: &str, name: &str) -> Vec<String> {

@@ -127,11 +127,6 @@ impl<K: Hash + Eq + Clone> Users<K> {
             .unwrap_or_default()
     }
 
-    /// Whether set `set` read ConfigMap `id` in its last sync.
-    pub fn read_by(&self, set: &str, id: &ConfigMapId) -> bool {
-        self.readers.get(id).is_some_and(|r| r.contains(set))
-    }
-
     fn unref(&mut self, keys: impl IntoIterator<Item = K>) -> Vec<K> {
         let mut evict = Vec::new();
         for key in keys {
@@ -212,7 +207,7 @@ mod tests {
         let read = |names: &[&str]| names.iter().map(|n| cm(n)).collect::<HashSet<_>>();
         assert!(u.read("ns/a", read(&["x", "y"])).is_empty());
         assert!(u.read("ns/b", read(&["y"])).is_empty());
-        assert!(u.read_by("ns/a", &cm("x")) && !u.read_by("ns/b", &cm("x")));
+        assert_eq!(u.readers_of(&cm("x")), ["ns/a"], "not b's");
         let mut of_y = u.readers_of(&cm("y"));
         of_y.sort();
         assert_eq!(of_y, ["ns/a", "ns/b"]);
