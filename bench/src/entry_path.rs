@@ -12,7 +12,6 @@
 //! static write settings), and at a small size by `tests/entry_path.rs`.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -33,10 +32,10 @@ use p4fleet_crds::{
 use p4fleet_model::entries::TableSchema;
 use p4fleet_proto::p4info::{self, P4Info};
 
-use crate::fleet::manifests::{Entries, NAMESPACE, TABLE};
+use crate::fleet::manifests::{Entries, GZIP_KEY, NAMESPACE, TABLE, gzip};
 
 /// The ConfigMaps key every map holds its text under (gzip-compressed).
-pub const KEY: &str = "entries.gz";
+pub const KEY: &str = GZIP_KEY;
 
 /// A stage of one sync, reported when it ends (its results still held).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,10 +75,7 @@ pub fn config_maps(entries: usize, per_map: usize) -> Vec<ConfigMap> {
     let per_map = per_map.max(1);
     (0..entries.div_ceil(per_map))
         .map(|m| {
-            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-            gz.write_all(e.lines(m * per_map, per_map).as_bytes())
-                .expect("writing to memory");
-            let bytes = gz.finish().expect("writing to memory");
+            let bytes = gzip(&e.lines(m * per_map, per_map));
             let mut cm = ConfigMap::default();
             cm.metadata.name = Some(map_name(m));
             cm.metadata.namespace = Some(NAMESPACE.into());

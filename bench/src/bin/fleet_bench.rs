@@ -32,9 +32,15 @@ struct Args {
     /// Entries of scenario (b) (0 skips it).
     #[arg(long, default_value_t = 1_000_000)]
     big_entries: usize,
-    /// Lines per ConfigMap in (b) (ConfigMaps hold at most 1 MiB).
-    #[arg(long, default_value_t = 25_000)]
-    per_map: usize,
+    /// Lines per ConfigMap in (b) (ConfigMaps hold at most 1 MiB):
+    /// 100,000 compressed (about 0.45 MB of gzip each), 25,000 with
+    /// --big-plain (about 0.8 MB of text each).
+    #[arg(long)]
+    per_map: Option<usize>,
+    /// (b) from plain `data` ConfigMaps instead of gzip-compressed
+    /// `binaryData` (as runs before 2026-11-28 did).
+    #[arg(long)]
+    big_plain: bool,
     /// Devices per emulator process (0: split each fleet over two
     /// processes, one per core of this 2-core machine).
     #[arg(long, default_value_t = 0)]
@@ -187,7 +193,10 @@ fn run_child(args: &Args, child: &str) -> anyhow::Result<()> {
         },
         Some(("big", n)) => Scenario::Big {
             entries: n.parse()?,
-            per_map: args.per_map,
+            per_map: args
+                .per_map
+                .unwrap_or(if args.big_plain { 25_000 } else { 100_000 }),
+            gzip: !args.big_plain,
         },
         _ => bail!("--child {child}: want fleet:N or big:M"),
     };

@@ -117,6 +117,30 @@ fn virtual_switch(i: usize) -> Value {
     })
 }
 
+/// The key of a compressed ConfigMap's text (the operator gunzips
+/// `binaryData` keys ending in `.gz`, docs/entries.md).
+pub const GZIP_KEY: &str = "entries.gz";
+
+/// `text` gzip-compressed at flate2's default level (that of `gzip -6`).
+pub fn gzip(text: &str) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(text.as_bytes()).expect("writing to memory");
+    gz.finish().expect("writing to memory")
+}
+
+/// A ConfigMap holding `text` gzip-compressed in `binaryData`, as
+/// `kubectl create configmap NAME --from-file=entries.gz` makes it.
+pub fn gzip_config_map(name: &str, text: &str) -> Value {
+    // ByteString serializes as base64, as binaryData is written.
+    let bytes = serde_json::to_value(k8s_openapi::ByteString(gzip(text))).expect("bytes serialize");
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "binaryData": {GZIP_KEY: bytes}
+    })
+}
+
 pub fn config_map(name: &str, text: String) -> Value {
     json!({
         "apiVersion": "v1", "kind": "ConfigMap",
@@ -125,10 +149,10 @@ pub fn config_map(name: &str, text: String) -> Value {
     })
 }
 
-fn entry_set(i: usize, sources: &[String], write: Value) -> Value {
+fn entry_set(i: usize, sources: &[String], key: &str, write: Value) -> Value {
     let from: Vec<Value> = sources
         .iter()
-        .map(|cm| json!({"configMap": cm, "key": "entries"}))
+        .map(|cm| json!({"configMap": cm, "key": key}))
         .collect();
     json!({
         "apiVersion": API_VERSION, "kind": "TableEntrySet",
@@ -154,6 +178,7 @@ pub fn fleet(p4info: &str, devices: &[Device], entries: &Entries) -> Vec<Value> 
         out.push(entry_set(
             i,
             &[format!("entries-{i:04}")],
+            "entries",
             json!({"batchSize": 1000, "maxInFlight": 4}),
         ));
     }
@@ -203,17 +228,34 @@ pub fn fleet_config_maps(switches: usize, entries: &Entries) -> Vec<Value> {
 }
 
 /// Scenario (b): one Switch, one TableEntrySet drawn from
-/// ceil(count / per_map) ConfigMaps of `per_map` lines each.
-pub fn big(p4info: &str, device: &Device, entries: &Entries, per_map: usize) -> Vec<Value> {
-    let maps = entries.count.div_ceil(per_map.max(1));
+/// ceil(count / per_map) ConfigMaps of `per_map` lines each, their text
+/// gzip-compressed in `binaryData` when `gzip` (as issue 14 (b) asks: a
+/// 1,000,000-entry table fits in a few such ConfigMaps) or plain in
+/// `data`.
+pub fn big(
+    p4info: &str,
+    device: &Device,
+    entries: &Entries,
+    per_map: usize,
+    gzip: bool,
+) -> Vec<Value> {
+    let per_map = per_map.max(1);
+    let maps = entries.count.div_ceil(per_map);
     let names: Vec<String> = (0..maps).map(|m| format!("big-entries-{m:03}")).collect();
     let mut out = vec![program(p4info), switch(0, device), virtual_switch(0)];
     for (m, name) in names.iter().enumerate() {
-        out.push(config_map(name, entries.lines(m * per_map, per_map)));
+        let text = entries.lines(m * per_map, per_map);
+        out.push(if gzip {
+            gzip_config_map(name, &text)
+        } else {
+            config_map(name, text)
+        });
     }
+    let key = if gzip { GZIP_KEY } else { "entries" };
     out.push(entry_set(
         0,
         &names,
+        key,
         json!({"batchSize": 10000, "maxInFlight": 4}),
     ));
     out
@@ -362,7 +404,7 @@ mod tests {
             change_every: 100,
             version: 0,
         };
-        let objs = big("p4info", &devices(1)[0], &e, 25_000);
+        let objs = big("p4info", &devices(1)[0], &e, 25_000, false);
         let maps: Vec<_> = objs.iter().filter(|o| o["kind"] == "ConfigMap").collect();
         assert_eq!(maps.len(), 40);
         let lines: usize = maps
@@ -376,6 +418,36 @@ mod tests {
         assert_eq!(lines, 1_000_000);
         let set = objs.last().unwrap();
         assert_eq!(set["spec"]["entriesFrom"].as_array().unwrap().len(), 40);
+    }
+
+    #[test]
+    fn a_compressed_big_set_fits_in_ten_config_maps() {
+        use std::io::Read as _;
+        let e = Entries {
+            count: 1_000_000,
+            change_every: 100,
+            version: 0,
+        };
+        let objs = big("p4info", &devices(1)[0], &e, 100_000, true);
+        let maps: Vec<_> = objs.iter().filter(|o| o["kind"] == "ConfigMap").collect();
+        assert_eq!(maps.len(), 10);
+        let mut lines = 0;
+        for m in &maps {
+            assert!(m.get("data").is_none());
+            let bytes: k8s_openapi::ByteString =
+                serde_json::from_value(m["binaryData"][GZIP_KEY].clone()).unwrap();
+            // The API server's limit counts the raw bytes (1 MiB per object).
+            assert!(bytes.0.len() < 900_000, "{} bytes", bytes.0.len());
+            let mut text = String::new();
+            flate2::read::GzDecoder::new(&bytes.0[..])
+                .read_to_string(&mut text)
+                .unwrap();
+            lines += text.lines().filter(|l| !l.starts_with('#')).count();
+        }
+        assert_eq!(lines, 1_000_000);
+        let set = objs.last().unwrap();
+        assert_eq!(set["spec"]["entriesFrom"][0]["key"], GZIP_KEY);
+        assert_eq!(set["spec"]["entriesFrom"].as_array().unwrap().len(), 10);
     }
 
     #[test]

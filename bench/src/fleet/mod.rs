@@ -64,8 +64,15 @@ pub enum SetLayout {
 pub enum Scenario {
     /// (a), then (d) and (c) on the same fleet.
     Fleet { switches: usize },
-    /// (b): one set of `entries` entries from ConfigMaps of `per_map` lines.
-    Big { entries: usize, per_map: usize },
+    /// (b): one set of `entries` entries from ConfigMaps of `per_map`
+    /// lines, gzip-compressed in `binaryData` when `gzip` (runs before
+    /// 2026-11-28 used plain `data`, hence the default).
+    Big {
+        entries: usize,
+        per_map: usize,
+        #[serde(default)]
+        gzip: bool,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -305,7 +312,11 @@ pub async fn run(cp: &ControlPlane, cfg: &Config) -> anyhow::Result<Run> {
     let mut env = start(cp, cfg, devices).await?;
     let result = match cfg.scenario {
         Scenario::Fleet { switches } => fleet(&mut env, cfg, switches, &mut run).await,
-        Scenario::Big { entries, per_map } => big(&mut env, cfg, entries, per_map, &mut run).await,
+        Scenario::Big {
+            entries,
+            per_map,
+            gzip,
+        } => big(&mut env, cfg, entries, per_map, gzip, &mut run).await,
     };
     if let Err(e) = result {
         run.error = Some(format!("{e:#}"));
@@ -419,6 +430,7 @@ async fn big(
     cfg: &Config,
     count: usize,
     per_map: usize,
+    gzip: bool,
     run: &mut Run,
 ) -> anyhow::Result<()> {
     let entries = Entries {
@@ -427,7 +439,7 @@ async fn big(
         version: 0,
     };
     let device = device_list(env, 1).remove(0);
-    let objects = manifests::big(&p4info(count)?, &device, &entries, per_map);
+    let objects = manifests::big(&p4info(count)?, &device, &entries, per_map, gzip);
     let want = want_all(&objects);
     let p = timed_apply(env, cfg, "big", &objects, &want, count as u64, count as u64).await?;
     push_or_stop(run, p)
@@ -624,30 +636,39 @@ async fn apply(env: &Env, cfg: &Config, dir: &Path, objects: &[Value]) -> anyhow
         }
         ApplyMode::Api => {
             let pp = PatchParams::apply(FIELD_MANAGER).force();
-            futures::stream::iter(objects)
-                .map(|o| {
-                    let client = env.client.clone();
-                    let pp = pp.clone();
-                    async move {
-                        let kind = o["kind"].as_str().unwrap_or_default();
-                        let ar = match Kind::of(kind) {
-                            Some(k) => k.resource(),
-                            None => ApiResource::erase::<ConfigMap>(&()),
-                        };
-                        let api: Api<DynamicObject> = match o["metadata"]["namespace"].as_str() {
-                            Some(ns) => Api::namespaced_with(client, ns, &ar),
-                            None => Api::all_with(client, &ar),
-                        };
-                        let name = o["metadata"]["name"].as_str().unwrap_or_default();
-                        api.patch(name, &pp, &Patch::Apply(o))
-                            .await
-                            .map(|d| d.name_any())
-                            .with_context(|| format!("apply {kind} {name}"))
-                    }
-                })
-                .buffer_unordered(16)
-                .try_collect::<Vec<_>>()
-                .await?;
+            // ConfigMaps first, then the custom resources, as Helm's
+            // install order and Argo CD's sync order (by kind) apply them
+            // and as kubectl does in the files' order: a set applied
+            // beside its ConfigMaps would sync a part of its entries.
+            let (maps, rest): (Vec<&Value>, Vec<&Value>) =
+                objects.iter().partition(|o| o["kind"] == "ConfigMap");
+            for wave in [maps, rest] {
+                futures::stream::iter(wave)
+                    .map(|o| {
+                        let client = env.client.clone();
+                        let pp = pp.clone();
+                        async move {
+                            let kind = o["kind"].as_str().unwrap_or_default();
+                            let ar = match Kind::of(kind) {
+                                Some(k) => k.resource(),
+                                None => ApiResource::erase::<ConfigMap>(&()),
+                            };
+                            let api: Api<DynamicObject> = match o["metadata"]["namespace"].as_str()
+                            {
+                                Some(ns) => Api::namespaced_with(client, ns, &ar),
+                                None => Api::all_with(client, &ar),
+                            };
+                            let name = o["metadata"]["name"].as_str().unwrap_or_default();
+                            api.patch(name, &pp, &Patch::Apply(o))
+                                .await
+                                .map(|d| d.name_any())
+                                .with_context(|| format!("apply {kind} {name}"))
+                        }
+                    })
+                    .buffer_unordered(16)
+                    .try_collect::<Vec<_>>()
+                    .await?;
+            }
         }
     }
     Ok(())

@@ -19,12 +19,12 @@ pub mod decode;
 pub mod parsed;
 mod uses;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{FutureExt, Stream};
+use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
@@ -43,11 +43,26 @@ pub use decode::{DecodeError, GZIP_SUFFIX, MAX_TEXT_BYTES};
 pub use parsed::ParsedText;
 
 use crate::reads::Reads;
-use uses::{ConfigMapId, Users};
+use uses::{ConfigMapId, ReadVersions, Users};
 
 /// Parses (and decodes) running at once on the blocking pool: the
 /// machine's other cores stay free for the runtime and the device writes.
 pub const MAX_PARSES: usize = 2;
+
+/// ConfigMap GETs of one set in flight at once.
+const FETCHES_AT_ONCE: usize = 4;
+
+/// One ConfigMap a set reads, or what is missing, in `entriesFrom` order.
+enum Step {
+    Fetch {
+        name: String,
+        /// The index's resourceVersion (None: no index, always fetch).
+        version: Option<String>,
+        key: Option<String>,
+        required: bool,
+    },
+    Problem(SourceProblem),
+}
 
 /// How long a sync waits for the ConfigMap watch's first list.
 const INDEX_WAIT: Duration = Duration::from_secs(30);
@@ -349,7 +364,7 @@ impl EntrySources {
         ns: &str,
         sources: &[EntriesSource],
     ) -> Result<(Sources, Vec<SourceProblem>), kube::Error> {
-        let mut used = HashSet::new();
+        let mut used = ReadVersions::new();
         let r = self.read_into(reads, ns, sources, &mut used).await;
         let mut users = self.lock_users();
         let gone = users.read(set, used);
@@ -362,7 +377,7 @@ impl EntrySources {
         reads: &impl Reads,
         ns: &str,
         sources: &[EntriesSource],
-        used: &mut HashSet<(String, String)>,
+        used: &mut ReadVersions,
     ) -> Result<(Sources, Vec<SourceProblem>), kube::Error> {
         let mut out = Sources::default();
         let mut problems = Vec::new();
@@ -373,6 +388,77 @@ impl EntrySources {
             Ok(i) => i,
             Err(p) => return Ok((out, vec![p])),
         };
+        let steps = self.resolve(ns, sources, indexed);
+        // The GETs at once (a set of 10 ConfigMaps of 1 MB waited for ten
+        // round trips in a row), their results then taken in order.
+        let mut gets = Vec::new();
+        for step in &steps {
+            if let Step::Fetch { name, version, .. } = step {
+                gets.push(self.fetch(reads, ns, name, version.clone()));
+            }
+        }
+        let fetched: Vec<_> = futures::stream::iter(gets)
+            .buffered(FETCHES_AT_ONCE)
+            .collect()
+            .await;
+        let mut fetched = fetched.into_iter();
+        for step in steps {
+            let (name, key, required) = match step {
+                Step::Problem(p) => {
+                    problems.push(p);
+                    continue;
+                }
+                Step::Fetch {
+                    name,
+                    key,
+                    required,
+                    ..
+                } => (name, key, required),
+            };
+            let fetched = fetched.next().expect("one fetch per step")?;
+            let version = fetched.as_ref().map(|f| f.resource_version.clone());
+            used.insert((ns.to_string(), name.clone()), version.unwrap_or_default());
+            let Some(fetched) = fetched else {
+                if required {
+                    problems.push(SourceProblem::NotFound(name));
+                }
+                continue;
+            };
+            let keys: Vec<&decode::Decoded> = match &key {
+                Some(k) => fetched.keys.iter().filter(|(kk, _)| kk == k).collect(),
+                None => fetched.keys.iter().collect(),
+            };
+            if keys.is_empty()
+                && let (Some(k), true) = (key, required)
+            {
+                problems.push(SourceProblem::KeyNotFound {
+                    config_map: name.clone(),
+                    key: k,
+                });
+            }
+            for (key, text) in keys {
+                match text {
+                    Ok(text) => out.texts.push(SourceText {
+                        config_map: name.clone(),
+                        key: key.clone(),
+                        resource_version: fetched.resource_version.clone(),
+                        text: text.clone(),
+                    }),
+                    Err(error) => problems.push(SourceProblem::Unreadable {
+                        config_map: name.clone(),
+                        key: key.clone(),
+                        error: error.clone(),
+                    }),
+                }
+            }
+        }
+        Ok((out, problems))
+    }
+
+    /// The ConfigMaps `sources` name or select, in order (per source, its
+    /// ConfigMaps in name order), and what is missing before any fetch.
+    fn resolve(&self, ns: &str, sources: &[EntriesSource], indexed: bool) -> Vec<Step> {
+        let mut steps = Vec::new();
         for (index, src) in sources.iter().enumerate() {
             let required = !src.optional.unwrap_or(false);
             let names = match (&src.config_map, &src.config_map_selector) {
@@ -380,69 +466,37 @@ impl EntrySources {
                 (None, Some(_)) if indexed => {
                     let names = self.index.select(ns, src);
                     if names.is_empty() && required {
-                        problems.push(SourceProblem::NoneSelected { index });
+                        steps.push(Step::Problem(SourceProblem::NoneSelected { index }));
                     }
                     names
                 }
                 // Without a watch there is nothing to select from.
                 (None, _) => {
                     if required {
-                        problems.push(SourceProblem::NoneSelected { index });
+                        steps.push(Step::Problem(SourceProblem::NoneSelected { index }));
                     }
                     Vec::new()
                 }
             };
             for name in names {
-                let version = if indexed {
-                    match self.index.get(ns, &name) {
-                        Some(m) => m.metadata.resource_version.clone(),
-                        None => {
-                            if required {
-                                problems.push(SourceProblem::NotFound(name));
-                            }
-                            continue;
-                        }
-                    }
-                } else {
-                    None
+                // Not in the index: asked for anyway when named (the watch
+                // may not have delivered a ConfigMap created just before
+                // the set; a sync without it would write a part of the
+                // set, then read it all back once the rest came).
+                let version = match indexed.then(|| self.index.get(ns, &name)) {
+                    Some(Some(m)) => m.metadata.resource_version.clone(),
+                    Some(None) if src.config_map.is_none() => continue,
+                    _ => None,
                 };
-                used.insert((ns.to_string(), name.clone()));
-                let Some(fetched) = self.fetch(reads, ns, &name, version).await? else {
-                    if required {
-                        problems.push(SourceProblem::NotFound(name));
-                    }
-                    continue;
-                };
-                let keys: Vec<&decode::Decoded> = match &src.key {
-                    Some(k) => fetched.keys.iter().filter(|(kk, _)| kk == k).collect(),
-                    None => fetched.keys.iter().collect(),
-                };
-                if keys.is_empty()
-                    && let (Some(k), true) = (&src.key, required)
-                {
-                    problems.push(SourceProblem::KeyNotFound {
-                        config_map: name.clone(),
-                        key: k.clone(),
-                    });
-                }
-                for (key, text) in keys {
-                    match text {
-                        Ok(text) => out.texts.push(SourceText {
-                            config_map: name.clone(),
-                            key: key.clone(),
-                            resource_version: fetched.resource_version.clone(),
-                            text: text.clone(),
-                        }),
-                        Err(error) => problems.push(SourceProblem::Unreadable {
-                            config_map: name.clone(),
-                            key: key.clone(),
-                            error: error.clone(),
-                        }),
-                    }
-                }
+                steps.push(Step::Fetch {
+                    name,
+                    version,
+                    key: src.key.clone(),
+                    required,
+                });
             }
         }
-        Ok((out, problems))
+        steps
     }
 
     /// The ConfigMap `ns/name`, fetched unless the cached copy has
@@ -645,14 +699,43 @@ pub struct Readers(Arc<Mutex<Users<ParseKey>>>);
 
 impl Readers {
     /// The sets (`namespace/name`) that read ConfigMap `ns/name` in their
-    /// last sync.
-    pub fn of(&self, ns: &str, name: &str) -> Vec<String> {
+    /// last sync, each with the resourceVersion it read ("" if none).
+    pub fn of(&self, ns: &str, name: &str) -> Vec<(String, String)> {
         self.lock().readers_of(&(ns.to_string(), name.to_string()))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Users<ParseKey>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// The sets to sync for a watch event of a ConfigMap at `version`:
+/// `readers` (each with the version its last sync read) that read another
+/// version, and the `selecting` sets (whose sources name or select it)
+/// that did not read it at all. A reader of this very version is left
+/// alone: a set created right after its ConfigMaps reads them before the
+/// watch delivers them, and would otherwise read its whole table back
+/// once the events came. Without a version every reader syncs.
+pub fn to_sync(
+    readers: Vec<(String, String)>,
+    selecting: impl IntoIterator<Item = String>,
+    version: Option<&str>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut read = std::collections::HashSet::new();
+    for (set, v) in readers {
+        if version != Some(v.as_str()) {
+            out.push(set.clone());
+        }
+        read.insert(set);
+    }
+    for set in selecting {
+        if !read.contains(&set) {
+            read.insert(set.clone());
+            out.push(set);
+        }
+    }
+    out
 }
 
 /// Requeues sets when a ConfigMap they read (by name or selector) changes.

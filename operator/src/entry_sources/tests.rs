@@ -9,11 +9,15 @@ use super::*;
 use crate::controllers::entry_set::desired::tests::firewall;
 use crate::reads::fixture::Cluster;
 
-/// A cluster of ConfigMaps that counts GETs.
+/// A cluster of ConfigMaps that counts GETs, and how many were in
+/// flight at once (each takes `delay`).
 #[derive(Default)]
 struct Counting {
     cluster: Cluster,
     gets: AtomicUsize,
+    delay: Duration,
+    in_flight: AtomicUsize,
+    most_in_flight: AtomicUsize,
 }
 
 impl Reads for Counting {
@@ -38,6 +42,10 @@ impl Reads for Counting {
     }
     async fn config_map(&self, ns: &str, n: &str) -> Result<Option<ConfigMap>, kube::Error> {
         self.gets.fetch_add(1, Ordering::Relaxed);
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_in_flight.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(self.delay).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
         self.cluster.config_map(ns, n).await
     }
     async fn artifact(
@@ -141,19 +149,78 @@ async fn selectors_read_labelled_config_maps_of_the_namespace_in_name_order() {
             .1
             .is_empty()
     );
-    // Named but absent from the index: not found, without a request.
+    // Named but absent from the index: asked for (the watch may lag), and
+    // not found.
     let gets = reads.gets.load(Ordering::Relaxed);
     let missing = from(serde_json::json!([{"configMap": "nope"}]));
     let (_, problems) = c.read(&reads, "ns/s", "ns", &missing).await.unwrap();
     assert_eq!(problems, [SourceProblem::NotFound("nope".into())]);
-    assert_eq!(reads.gets.load(Ordering::Relaxed), gets);
+    assert_eq!(reads.gets.load(Ordering::Relaxed), gets + 1);
     // What each set read is known to the watch's mapper.
     let readers = c.readers();
-    let read_by = |cm: &str| readers.of("ns", cm).contains(&"ns/s".to_string());
+    let read_by = |cm: &str| readers.of("ns", cm).iter().any(|(s, _)| s == "ns/s");
     assert!(!read_by("part-1"));
     c.read(&reads, "ns/s", "ns", &src).await.unwrap();
     assert!(read_by("part-1"));
     assert!(!read_by("nope"));
+}
+
+#[tokio::test]
+async fn a_sets_config_maps_are_fetched_a_few_at_once_and_kept_in_order() {
+    let maps: Vec<ConfigMap> = (0..10)
+        .map(|i| cm("ns", &format!("part-{i}"), "1", &[("t", "fw")], ""))
+        .collect();
+    let (c, mut reads) = cache(maps);
+    reads.delay = Duration::from_millis(20);
+    let src = from(serde_json::json!([
+        {"configMap": "part-9"},
+        {"configMap": "missing"},
+        {"configMapSelector": {"matchLabels": {"t": "fw"}}}
+    ]));
+    let (s, problems) = c.read(&reads, "ns/s", "ns", &src).await.unwrap();
+    assert_eq!(problems, [SourceProblem::NotFound("missing".into())]);
+    let mut want = vec!["part-9/entries".to_string()];
+    want.extend((0..10).map(|i| format!("part-{i}/entries")));
+    assert_eq!(names(&s), want);
+    // part-9 twice, one GET (the second waits for the first one's copy);
+    // "missing" asked for once.
+    assert_eq!(reads.gets.load(Ordering::Relaxed), 11);
+    assert_eq!(reads.most_in_flight.load(Ordering::SeqCst), FETCHES_AT_ONCE);
+}
+
+#[tokio::test]
+async fn a_named_config_map_the_watch_has_not_delivered_is_read_and_its_event_then_ignored() {
+    let text = format!("{HEADER}10.0.0.1 10.0.0.2\n");
+    let late = cm("ns", "late", "5", &[], &text);
+    let (c, mut reads) = cache(vec![]);
+    reads.cluster.config_maps.push(late.clone());
+    let src = from(serde_json::json!([{"configMap": "late"}]));
+    let (s, problems) = c.read(&reads, "ns/s", "ns", &src).await.unwrap();
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(names(&s), ["late/entries"]);
+    // Its watch event then comes, for the version the set read: no sync;
+    // a later version syncs it.
+    let readers = c.readers().of("ns", "late");
+    assert_eq!(readers, [("ns/s".to_string(), "5".to_string())]);
+    assert!(to_sync(readers.clone(), ["ns/s".to_string()], Some("5")).is_empty());
+    assert_eq!(to_sync(readers, [], Some("6")), ["ns/s"]);
+}
+
+#[test]
+fn a_config_map_event_syncs_stale_readers_and_new_selectors_once() {
+    let readers = vec![
+        ("ns/read-5".to_string(), "5".to_string()),
+        ("ns/read-4".to_string(), "4".to_string()),
+        ("ns/missed".to_string(), String::new()),
+    ];
+    let selecting = ["ns/read-5", "ns/read-4", "ns/new"].map(String::from);
+    let mut hit = to_sync(readers.clone(), selecting.clone(), Some("5"));
+    hit.sort();
+    assert_eq!(hit, ["ns/missed", "ns/new", "ns/read-4"]);
+    // No version known: every reader and selector, each once.
+    let mut all = to_sync(readers, selecting, None);
+    all.sort();
+    assert_eq!(all, ["ns/missed", "ns/new", "ns/read-4", "ns/read-5"]);
 }
 
 #[tokio::test]

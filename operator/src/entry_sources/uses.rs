@@ -14,10 +14,14 @@ use std::hash::Hash;
 /// A ConfigMap: (namespace, name).
 pub type ConfigMapId = (String, String);
 
+/// The ConfigMaps a set read and the resourceVersion it read of each
+/// ("" when the ConfigMap was not there).
+pub type ReadVersions = HashMap<ConfigMapId, String>;
+
 /// What one set holds.
 #[derive(Debug)]
 struct Held<K> {
-    config_maps: HashSet<ConfigMapId>,
+    config_maps: ReadVersions,
     /// The parses of its current sync.
     parses: HashSet<K>,
     /// The parses of the sync before (between [`Users::begin`] and
@@ -28,7 +32,7 @@ struct Held<K> {
 impl<K> Default for Held<K> {
     fn default() -> Self {
         Held {
-            config_maps: HashSet::new(),
+            config_maps: HashMap::new(),
             parses: HashSet::new(),
             previous: HashSet::new(),
         }
@@ -85,11 +89,11 @@ impl<K: Hash + Eq + Clone> Users<K> {
         self.unref(dropped)
     }
 
-    /// Set `set` read `read` in this sync: the ConfigMaps it no longer
-    /// reads and no other set does, to evict.
-    pub fn read(&mut self, set: &str, read: HashSet<ConfigMapId>) -> Vec<ConfigMapId> {
+    /// Set `set` read `read` (at those versions) in this sync: the
+    /// ConfigMaps it no longer reads and no other set does, to evict.
+    pub fn read(&mut self, set: &str, read: ReadVersions) -> Vec<ConfigMapId> {
         let held = self.sets.entry(set.to_string()).or_default();
-        for id in read.difference(&held.config_maps) {
+        for id in read.keys().filter(|id| !held.config_maps.contains_key(*id)) {
             self.readers
                 .entry(id.clone())
                 .or_default()
@@ -97,8 +101,8 @@ impl<K: Hash + Eq + Clone> Users<K> {
         }
         let before = std::mem::replace(&mut held.config_maps, read);
         let gone: Vec<_> = before
-            .into_iter()
-            .filter(|id| !held.config_maps.contains(id))
+            .into_keys()
+            .filter(|id| !held.config_maps.contains_key(id))
             .collect();
         self.unread(set, gone)
     }
@@ -110,7 +114,7 @@ impl<K: Hash + Eq + Clone> Users<K> {
         };
         let parses = held.parses.into_iter().chain(held.previous);
         let parses = self.unref(parses);
-        let config_maps = self.unread(set, held.config_maps);
+        let config_maps = self.unread(set, held.config_maps.into_keys());
         (parses, config_maps)
     }
 
@@ -119,12 +123,24 @@ impl<K: Hash + Eq + Clone> Users<K> {
         self.parse_refs.contains_key(key)
     }
 
-    /// The sets (`namespace/name`) that read ConfigMap `id` in their last sync.
-    pub fn readers_of(&self, id: &ConfigMapId) -> Vec<String> {
-        self.readers
-            .get(id)
-            .map(|r| r.iter().cloned().collect())
-            .unwrap_or_default()
+    /// The sets (`namespace/name`) that read ConfigMap `id` in their last
+    /// sync, each with the resourceVersion it read.
+    pub fn readers_of(&self, id: &ConfigMapId) -> Vec<(String, String)> {
+        let Some(readers) = self.readers.get(id) else {
+            return Vec::new();
+        };
+        readers
+            .iter()
+            .map(|set| {
+                let version = self
+                    .sets
+                    .get(set)
+                    .and_then(|h| h.config_maps.get(id))
+                    .cloned()
+                    .unwrap_or_default();
+                (set.clone(), version)
+            })
+            .collect()
     }
 
     fn unref(&mut self, keys: impl IntoIterator<Item = K>) -> Vec<K> {
@@ -204,17 +220,46 @@ mod tests {
     #[test]
     fn a_config_map_is_evicted_when_its_last_reader_stops_reading_it() {
         let mut u = Users::<()>::default();
-        let read = |names: &[&str]| names.iter().map(|n| cm(n)).collect::<HashSet<_>>();
+        let read = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| (cm(n), "1".to_string()))
+                .collect::<ReadVersions>()
+        };
+        fn sets(u: &Users<()>, id: &ConfigMapId) -> Vec<String> {
+            let mut s: Vec<String> = u.readers_of(id).into_iter().map(|(s, _)| s).collect();
+            s.sort();
+            s
+        }
         assert!(u.read("ns/a", read(&["x", "y"])).is_empty());
         assert!(u.read("ns/b", read(&["y"])).is_empty());
-        assert_eq!(u.readers_of(&cm("x")), ["ns/a"], "not b's");
-        let mut of_y = u.readers_of(&cm("y"));
-        of_y.sort();
-        assert_eq!(of_y, ["ns/a", "ns/b"]);
+        assert_eq!(sets(&u, &cm("x")), ["ns/a"], "not b's");
+        assert_eq!(sets(&u, &cm("y")), ["ns/a", "ns/b"]);
         assert_eq!(u.read("ns/a", read(&["z"])), [cm("x")], "y is b's too");
-        assert_eq!(u.readers_of(&cm("y")), ["ns/b"]);
+        assert_eq!(sets(&u, &cm("y")), ["ns/b"]);
         assert!(u.readers_of(&cm("x")).is_empty());
         assert_eq!(u.release("ns/b").1, [cm("y")]);
         assert_eq!(u.release("ns/a").1, [cm("z")]);
+    }
+
+    #[test]
+    fn each_reader_is_known_with_the_version_it_read() {
+        let mut u = Users::<()>::default();
+        let at = |name: &str, rv: &str| ReadVersions::from([(cm(name), rv.to_string())]);
+        u.read("ns/a", at("x", "7"));
+        u.read("ns/b", at("x", ""));
+        let mut r = u.readers_of(&cm("x"));
+        r.sort();
+        assert_eq!(
+            r,
+            [("ns/a".into(), "7".into()), ("ns/b".into(), String::new())]
+        );
+        // A later read replaces the version, not the reader.
+        u.read("ns/a", at("x", "9"));
+        assert!(
+            u.readers_of(&cm("x"))
+                .contains(&("ns/a".into(), "9".into()))
+        );
+        assert_eq!(u.readers_of(&cm("x")).len(), 2);
     }
 }

@@ -67,6 +67,7 @@ use crate::status::now_rfc3339;
 pub use cleanup::DELETE_GRACE;
 pub use memory::SyncMemory;
 use p4fleet_model::entries::EntryKey;
+use resync_due::Touch;
 
 /// Finalizer that removes a deleted set's entries from its devices.
 pub const FINALIZER: &str = "p4fleet.dev/table-entries";
@@ -92,21 +93,17 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
         // The sets that read it last (looked up, not a scan: a change of
         // 1,000 ConfigMaps would otherwise visit 1,000 sets each), and
         // those whose sources now name or select it.
-        let mut hit = readers.of(&ns, &name);
         let selecting = sets
             .state()
             .into_iter()
             .filter(|s| entry_sources::reads_config_map(s, &cm))
             .map(|s| object_key(s.as_ref()));
-        for key in selecting {
-            if !hit.contains(&key) {
-                hit.push(key);
-            }
-        }
+        let version = cm.metadata.resource_version.as_deref();
+        let hit = entry_sources::to_sync(readers.of(&ns, &name), selecting, version);
         let now = std::time::Instant::now();
         hit.iter()
             .filter_map(|key| {
-                due.touched(key, now);
+                due.touched(key, now, Touch::ConfigMap);
                 let (ns, name) = key.split_once('/')?;
                 Some(ObjectRef::new(name).within(ns))
             })
@@ -116,7 +113,11 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
     let c = ctx.caches.virtual_switches.watched_by(c, move |s, vs| {
         let hit = fills(s, vs);
         if hit {
-            due.touched(&object_key(s), std::time::Instant::now());
+            due.touched(
+                &object_key(s),
+                std::time::Instant::now(),
+                Touch::VirtualSwitch,
+            );
         }
         hit
     });
@@ -128,7 +129,7 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
         let targets = s.status.as_ref().map(|st| &st.targets[..]).unwrap_or(&[]);
         let hit = targets.is_empty() || targets.iter().any(|t| t.switch.as_deref() == Some(switch));
         if hit {
-            due.touched(&object_key(s), std::time::Instant::now());
+            due.touched(&object_key(s), std::time::Instant::now(), Touch::Device);
         }
         hit
     })
@@ -196,6 +197,7 @@ async fn sync(
     }
     let ns = namespace(set)?;
     let mut refs = dereference::dereference(&ctx.reads, &ctx.entry_sources, &ns, set).await?;
+    let dereferenced = started.elapsed();
     settle_conflicts(ctx, set, &mut refs);
     // Tables with an action profile go through `profiles` instead.
     let (indirect, direct): (Vec<_>, Vec<_>) = refs
@@ -212,6 +214,7 @@ async fn sync(
         &refs.sources,
     )
     .await;
+    let parsed = started.elapsed();
     let record = ctx.ownership.get(&ctx.client, set).await?;
     // A damaged record stands in as an empty one (see crate::ownership):
     // an Event when found, a condition for a while after.
@@ -233,6 +236,7 @@ async fn sync(
     });
     let planned = ctx.permits.each(parallel, jobs).await;
     let updates: usize = planned.iter().flatten().map(apply::Planned::writes).sum();
+    let planned_at = started.elapsed();
     // Before any device write: the record knows every entry the set may
     // own once the writes are done (a crash in between leaves none unknown).
     let at_most = planned
@@ -248,6 +252,7 @@ async fn sync(
     let writes = direct.iter().map(switch_of).zip(planned);
     let writes = writes.map(|(switch, p)| (switch, write_planned(ctx, p)));
     let mut outcomes = ctx.permits.each(parallel, writes).await;
+    let written_at = started.elapsed();
     let mut profiled = Vec::with_capacity(indirect.len());
     let sources = (&refs.sources, refs.sources_complete());
     for (vs, (outcome, p)) in sync_profiles(ctx, set, &indirect, sources).await {
@@ -325,6 +330,20 @@ async fn sync(
     let action = resources::requeue(set, report.action, resync);
     let action = digests::requeue(set, action);
     resync_due::after_sync(&ctx.resync_due, set, started, &action, resync);
+    // Where a sync's time went, from its start (a large set's read-back
+    // and write show here, and a sync that ran again shows twice).
+    let ms = |d: std::time::Duration| d.as_millis() as u64;
+    tracing::debug!(
+        set = %me,
+        targets = refs.targets.len(),
+        updates,
+        dereferenced_ms = ms(dereferenced),
+        parsed_ms = ms(parsed),
+        planned_ms = ms(planned_at),
+        written_ms = ms(written_at),
+        total_ms = ms(started.elapsed()),
+        "synced"
+    );
     Ok(action)
 }
 

@@ -52,6 +52,15 @@ impl Started {
     }
 }
 
+/// What changed that a set reads (for the debug log: which watch made a
+/// set sync again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Touch {
+    ConfigMap,
+    VirtualSwitch,
+    Device,
+}
+
 /// What the set's last completed sync saw and asked for.
 #[derive(Debug, Clone, Copy)]
 struct Last {
@@ -120,7 +129,8 @@ impl ResyncDue {
     /// Something set `key` reads changed at `at` (a source, a
     /// VirtualSwitch, its device): its next reconcile syncs, whatever
     /// reason kube-runtime gives for it.
-    pub fn touched(&self, key: &str, at: Instant) {
+    pub fn touched(&self, key: &str, at: Instant, by: Touch) {
+        tracing::debug!(set = %key, ?by, "touched");
         let mut g = self.touched.lock().unwrap_or_else(|p| p.into_inner());
         g.insert(key.to_string(), at);
     }
@@ -290,7 +300,7 @@ mod tests {
         // A source changed while that sync ran (after it read it); the
         // reconcile kube-runtime runs next says "requeue" or
         // "object_updated".
-        d.touched("ns/a", t0 + Duration::from_secs(1));
+        d.touched("ns/a", t0 + Duration::from_secs(1), Touch::ConfigMap);
         let soon = end + Duration::from_secs(1);
         assert_eq!(d.skip("ns/a", Started::Periodic, FP, soon), None);
         assert_eq!(d.skip("ns/a", Started::ObjectUpdated, FP, soon), None);
