@@ -397,14 +397,16 @@ mod tests {
         assert_eq!(maps[0], &shared_config_map(&e));
     }
 
+    /// Scenario (b)'s entries.
+    const MILLION: Entries = Entries {
+        count: 1_000_000,
+        change_every: 100,
+        version: 0,
+    };
+
     #[test]
     fn a_big_set_spans_config_maps_under_the_size_limit() {
-        let e = Entries {
-            count: 1_000_000,
-            change_every: 100,
-            version: 0,
-        };
-        let objs = big("p4info", &devices(1)[0], &e, 25_000, false);
+        let objs = big("p4info", &devices(1)[0], &MILLION, 25_000, false);
         let maps: Vec<_> = objs.iter().filter(|o| o["kind"] == "ConfigMap").collect();
         assert_eq!(maps.len(), 40);
         let lines: usize = maps
@@ -423,12 +425,7 @@ mod tests {
     #[test]
     fn a_compressed_big_set_fits_in_ten_config_maps() {
         use std::io::Read as _;
-        let e = Entries {
-            count: 1_000_000,
-            change_every: 100,
-            version: 0,
-        };
-        let objs = big("p4info", &devices(1)[0], &e, 100_000, true);
+        let objs = big("p4info", &devices(1)[0], &MILLION, 100_000, true);
         let maps: Vec<_> = objs.iter().filter(|o| o["kind"] == "ConfigMap").collect();
         assert_eq!(maps.len(), 10);
         let mut lines = 0;
