@@ -23,14 +23,19 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// operator's peak RSS with one 1,000,000-entry set was 405 to 416 MiB
 /// with eager commit and 350 to 360 without (docs/fleet.md), with the
 /// same live heap.
+/// (`.init_array` is ELF's: Linux, where the operator runs.)
+#[cfg(target_os = "linux")]
 #[used]
 #[unsafe(link_section = ".init_array")]
 static MIMALLOC_OPTIONS: extern "C" fn() = mimalloc_options;
 
+#[cfg(target_os = "linux")]
 extern "C" fn mimalloc_options() {
     /// `mi_option_arena_eager_commit` in mimalloc.h's `mi_option_e`.
     const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
-    // SAFETY: sets a plain option value; no allocation has happened yet.
+    // SAFETY: mi_option_set stores an option's value and may be called at
+    // any time; called this early, it is in place before mimalloc's first
+    // arena is reserved.
     unsafe { libmimalloc_sys::mi_option_set(ARENA_EAGER_COMMIT, 0) }
 }
 
