@@ -152,7 +152,7 @@ fn an_idle_resync_assembles_nothing_and_decodes_nothing() {
             vec![Arc::new(parsed::parse(
                 schema,
                 opts,
-                &sources.texts[0].text,
+                &sources.texts[0].text.get().unwrap(),
             ))]
         };
         let parsed = parse(&schema);

@@ -481,6 +481,12 @@ async fn timed_apply(
     let dir = cfg.work.join(name);
     write_manifests(&dir, objects)?;
     let before = env.snapshot().await?;
+    // Progress for whoever watches a ten-minute run (and when to attach
+    // a profiler to one phase).
+    eprintln!(
+        "p4fleet-fleet-bench: phase {name}: applying {} objects",
+        objects.len()
+    );
     let t0 = Instant::now();
     apply(env, cfg, &dir, objects).await?;
     let apply_seconds = t0.elapsed().as_secs_f64();
@@ -512,6 +518,7 @@ async fn timed_apply(
 /// device has been read back since the start: one resync round.
 async fn idle_round(env: &mut Env, cfg: &Config, desired: u64) -> anyhow::Result<Phase> {
     let before = env.snapshot().await?;
+    eprintln!("p4fleet-fleet-bench: phase idle: waiting for one resync round");
     let t0 = Instant::now();
     let limit = Duration::from_secs(cfg.resync_seconds * 2 + 60);
     loop {

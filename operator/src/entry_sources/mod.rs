@@ -39,7 +39,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use sha2::{Digest, Sha256};
 use tokio::sync::{OnceCell, Semaphore};
 
-pub use decode::{DecodeError, GZIP_SUFFIX, MAX_TEXT_BYTES};
+pub use decode::{DecodeError, GZIP_SUFFIX, MAX_TEXT_BYTES, Text};
 pub use parsed::ParsedText;
 
 use crate::reads::Reads;
@@ -76,7 +76,7 @@ pub struct SourceText {
     pub config_map: String,
     pub key: String,
     pub resource_version: String,
-    pub text: Arc<str>,
+    pub text: Text,
 }
 
 /// The texts of a set's `entriesFrom`, in order: per source, its
@@ -599,7 +599,10 @@ impl EntrySources {
                 .inc();
             let (schema, body) = (schema.clone(), text.text.clone());
             let p = self
-                .blocking(move || parsed::parse(&schema, options, &body))
+                .blocking(move || match body.take() {
+                    Ok(body) => parsed::parse(&schema, options, &body),
+                    Err(e) => parsed::unreadable(&e),
+                })
                 .await;
             Arc::new(p)
         })

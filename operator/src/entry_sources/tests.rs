@@ -244,7 +244,7 @@ async fn gzip_binary_data_is_read_and_bad_keys_are_named() {
     let src = from(serde_json::json!([{"configMap": "packed"}]));
     let (s, problems) = c.read(&reads, "ns/s", "ns", &src).await.unwrap();
     assert_eq!(names(&s), ["packed/a.entries.txt.gz"]);
-    assert!(s.texts[0].text.contains("10.0.0.1 10.0.0.2"));
+    assert!(s.texts[0].text.get().unwrap().contains("10.0.0.1 10.0.0.2"));
     assert_eq!(problems.len(), 1);
     assert!(
         matches!(&problems[0], SourceProblem::Unreadable { config_map, key, error: DecodeError::Gzip(_) }
@@ -252,6 +252,55 @@ async fn gzip_binary_data_is_read_and_bad_keys_are_named() {
         "{problems:?}"
     );
     assert_eq!(problems[0].reason(), "SourceUnreadable");
+}
+
+#[tokio::test]
+async fn a_parsed_gzip_text_is_held_compressed_and_decoded_again_for_another_schema() {
+    let text = format!(
+        "{HEADER}{}",
+        "10.0.0.1 10.0.0.2\n10.0.0.3 10.0.0.4\n".repeat(50)
+    );
+    let packed = gzip(text.as_bytes());
+    let mut c = cm("ns", "packed", "1", &[], "");
+    c.data = None;
+    c.binary_data = Some([("e.gz".to_string(), ByteString(packed.clone()))].into());
+    let (c, reads) = cache(vec![c]);
+    let src = from(serde_json::json!([{"configMap": "packed"}]));
+    let (s, problems) = c.read(&reads, "ns/a", "ns", &src).await.unwrap();
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(s.texts[0].text.held_bytes(), packed.len() + text.len());
+    let schema = firewall();
+    let opts = ParseOptions::default();
+    let p = c
+        .parsed(
+            "ns/a",
+            "ns",
+            &s.texts[0],
+            &schema,
+            schema_digest(&schema),
+            opts,
+        )
+        .await;
+    assert_eq!(p.entries.len(), 100);
+    // The cache keeps the parse and the compressed bytes, not the text.
+    let (s, _) = c.read(&reads, "ns/a", "ns", &src).await.unwrap();
+    assert_eq!(s.texts[0].text.held_bytes(), packed.len());
+    // Another schema (here: another option) parses it again without a GET.
+    let masked = ParseOptions {
+        mask_host_bits: true,
+    };
+    let p = c
+        .parsed(
+            "ns/b",
+            "ns",
+            &s.texts[0],
+            &schema,
+            schema_digest(&schema),
+            masked,
+        )
+        .await;
+    assert_eq!(p.entries.len(), 100);
+    assert_eq!(reads.gets.load(Ordering::Relaxed), 1);
 }
 
 #[tokio::test]

@@ -498,11 +498,14 @@ pub(crate) mod tests {
         .await
     }
 
-    fn texts(d: &Dereferenced) -> Vec<(&str, &str, &str)> {
+    fn texts(d: &Dereferenced) -> Vec<(&str, &str, String)> {
         d.sources
             .texts
             .iter()
-            .map(|t| (t.config_map.as_str(), t.key.as_str(), &*t.text))
+            .map(|t| {
+                let text = t.text.get().unwrap().to_string();
+                (t.config_map.as_str(), t.key.as_str(), text)
+            })
             .collect()
     }
 
@@ -523,7 +526,10 @@ pub(crate) mod tests {
         assert_eq!((t.virtual_switch.as_str(), t.slot), ("a", 0));
         assert_eq!(t.switch.name_any(), "sw");
         assert_eq!(t.schema.name, "MyIngress.firewall");
-        assert_eq!(texts(&d), [("cm", "a", "1"), ("cm", "b", "2")]);
+        assert_eq!(
+            texts(&d),
+            [("cm", "a", "1".into()), ("cm", "b", "2".into())]
+        );
         assert!(d.sources_complete());
     }
 
@@ -630,6 +636,6 @@ pub(crate) mod tests {
         assert_eq!(reasons(&d), ["ConfigMapNotFound", "ConfigMapNotFound"]);
         assert!(!d.sources_complete());
         assert!(!d.problems[0].polls());
-        assert_eq!(texts(&d), [("cm", "b", "2")]);
+        assert_eq!(texts(&d), [("cm", "b", "2".into())]);
     }
 }

@@ -30,13 +30,95 @@ pub enum Source {
     },
 }
 
-/// Where a kept entry lives: entry `at` of `Desired::parts[part]`. Two
-/// `u32`s, so the index costs 8 bytes per entry, not a copy of it.
+/// Where a kept entry lives: entry `at` of `Desired::parts[part]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Loc {
     part: u32,
     at: u32,
 }
+
+/// The kept entries' places, as runs of consecutive entries of one part:
+/// a text's entries are kept in order and mostly all of them, so this is
+/// a few runs per text rather than 8 bytes per entry.
+#[derive(Debug, Clone, Default)]
+struct Locs {
+    /// `(first, loc)`: kept entries `first..` (up to the next run's
+    /// first) are `loc.part`'s entries from `loc.at` on.
+    runs: Vec<(u32, Loc)>,
+    len: u32,
+}
+
+impl Locs {
+    fn push(&mut self, l: Loc) {
+        let continues = self.runs.last().is_some_and(|&(first, r)| {
+            r.part == l.part && r.at as u64 + (self.len - first) as u64 == l.at as u64
+        });
+        if !continues {
+            self.runs.push((self.len, l));
+        }
+        self.len += 1;
+    }
+
+    /// Part `part`'s entries `0..n`, in order.
+    fn push_part(&mut self, part: u32, n: usize) {
+        if n > 0 {
+            self.push(Loc { part, at: 0 });
+            let (first, _) = *self.runs.last().expect("pushed");
+            self.len = first + n as u32;
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    fn get(&self, i: usize) -> Loc {
+        let i = i as u32;
+        let r = self.runs.partition_point(|&(first, _)| first <= i) - 1;
+        let (first, l) = self.runs[r];
+        Loc {
+            part: l.part,
+            at: l.at + (i - first),
+        }
+    }
+
+    fn iter(&self) -> impl ExactSizeIterator<Item = Loc> + '_ {
+        let ends = self.runs.iter().skip(1).map(|&(f, _)| f).chain([self.len]);
+        let it = self.runs.iter().zip(ends).flat_map(|(&(first, l), end)| {
+            (0..end - first).map(move |k| Loc {
+                part: l.part,
+                at: l.at + k,
+            })
+        });
+        Exact(it, self.len())
+    }
+
+    /// Keeps the entries whose `keep` is true.
+    fn retain(&mut self, keep: &[bool]) {
+        let mut kept = Locs::default();
+        for (l, _) in self.iter().zip(keep).filter(|(_, k)| **k) {
+            kept.push(l);
+        }
+        *self = kept;
+    }
+}
+
+/// An iterator of known length (`flat_map` does not know its own).
+struct Exact<I>(I, usize);
+
+impl<I: Iterator> Iterator for Exact<I> {
+    type Item = I::Item;
+    fn next(&mut self) -> Option<I::Item> {
+        let v = self.0.next()?;
+        self.1 -= 1;
+        Some(v)
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.1, Some(self.1))
+    }
+}
+
+impl<I: Iterator> ExactSizeIterator for Exact<I> {}
 
 /// The desired entries of one table schema, with their sources and the
 /// entries that were skipped.
@@ -53,7 +135,7 @@ pub struct Desired {
     parts: Vec<Arc<ParsedText>>,
     /// The kept entries in order: inline first, then each text's, without
     /// later duplicates.
-    locs: Vec<Loc>,
+    locs: Locs,
     /// The first [`MAX_ERRORS`] skipped entries, with source, key and reason.
     pub errors: Vec<StatusEntryError>,
     /// How many entries were skipped.
@@ -75,12 +157,12 @@ impl Desired {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.locs.is_empty()
+        self.locs.len() == 0
     }
 
     /// Desired entry `i`.
     pub fn entry(&self, i: usize) -> &Entry {
-        let l = self.locs[i];
+        let l = self.locs.get(i);
         &self.parts[l.part as usize].entries[l.at as usize]
     }
 
@@ -115,11 +197,11 @@ impl Desired {
 
     /// Where entry `i` came from.
     pub fn source(&self, i: usize) -> Source {
-        self.source_of(self.locs[i])
+        self.source_of(self.locs.get(i))
     }
 
     fn source_of(&self, l: Loc) -> Source {
-        let line = self.parts[l.part as usize].lines[l.at as usize];
+        let line = self.parts[l.part as usize].lines.get(l.at as usize);
         match l.part {
             0 => Source::Inline(line as usize),
             p => Source::Line {
@@ -185,7 +267,12 @@ pub fn parse(set: &TableEntrySet, schema: &TableSchema, sources: &Sources) -> De
     let parsed: Vec<Arc<ParsedText>> = sources
         .texts
         .iter()
-        .map(|t| Arc::new(parsed::parse(schema, options(set), &t.text)))
+        .map(|t| {
+            Arc::new(match t.text.get() {
+                Ok(text) => parsed::parse(schema, options(set), &text),
+                Err(e) => parsed::unreadable(&e),
+            })
+        })
         .collect();
     assemble(set, schema, sources, &parsed)
 }
@@ -202,7 +289,7 @@ pub fn assemble(
     let mut d = Desired {
         schema: schema.clone(),
         parts: Vec::with_capacity(parsed.len() + 1),
-        locs: Vec::new(),
+        locs: Locs::default(),
         errors: Vec::new(),
         invalid: 0,
         digest: [0; 32],
@@ -258,13 +345,8 @@ pub fn assemble(
     }
     d.parts.push(Arc::new(inline));
     d.parts.extend(parsed.iter().cloned());
-    let total: usize = d.parts.iter().map(|p| p.entries.len()).sum();
-    d.locs.reserve_exact(total);
     for (part, p) in d.parts.iter().enumerate() {
-        d.locs.extend((0..p.entries.len()).map(|at| Loc {
-            part: part as u32,
-            at: at as u32,
-        }));
+        d.locs.push_part(part as u32, p.entries.len());
     }
     for (ti, p) in parsed.iter().enumerate() {
         for (line, reason) in &p.errors {
@@ -295,8 +377,8 @@ fn drop_duplicates(d: &mut Desired) {
         let (label, key) = (d.label(dup), d.key(dup));
         d.push_error(label, Some(key), reason);
     }
-    let mut keep = drop.iter().map(|d| !d);
-    d.locs.retain(|_| keep.next().unwrap_or(true));
+    let keep: Vec<bool> = drop.iter().map(|d| !d).collect();
+    d.locs.retain(&keep);
 }
 
 /// The desired entries of every target: one parse per distinct schema, so
@@ -382,6 +464,52 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn kept_entries_are_indexed_by_runs_and_dropping_some_splits_them() {
+        let mut l = Locs::default();
+        l.push_part(0, 2);
+        l.push_part(1, 0);
+        l.push_part(2, 100_000);
+        l.push(Loc { part: 3, at: 5 });
+        l.push(Loc { part: 3, at: 6 });
+        l.push(Loc { part: 3, at: 8 });
+        assert_eq!((l.len(), l.runs.len()), (100_005, 4));
+        let all: Vec<Loc> = l.iter().collect();
+        assert_eq!(l.iter().len(), all.len());
+        assert!(all.iter().enumerate().all(|(i, &x)| l.get(i) == x));
+        assert_eq!(all[2], Loc { part: 2, at: 0 });
+        assert_eq!(
+            all[100_001],
+            Loc {
+                part: 2,
+                at: 99_999
+            }
+        );
+        assert_eq!(all[100_004], Loc { part: 3, at: 8 });
+        let mut keep = vec![true; l.len()];
+        keep[1] = false;
+        keep[50_000] = false;
+        l.retain(&keep);
+        assert_eq!((l.len(), l.runs.len()), (100_003, 5));
+        assert_eq!(l.get(1), Loc { part: 2, at: 0 });
+        // Kept 49,998 is entry 49,999 overall; entry 50,000 was dropped.
+        assert_eq!(
+            l.get(49_998),
+            Loc {
+                part: 2,
+                at: 49_997
+            }
+        );
+        assert_eq!(
+            l.get(49_999),
+            Loc {
+                part: 2,
+                at: 49_999
+            }
+        );
+        assert_eq!(l.get(100_002), Loc { part: 3, at: 8 });
+    }
+
+    #[test]
     fn duplicates_across_config_maps_name_both_places() {
         let header = "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action drop\n";
         let sources = texts(&[
@@ -411,7 +539,8 @@ pub(crate) mod tests {
         )]);
         let s = set(vec![fw("10.0.0.9", "10.0.0.9", "allow", &[("port", "1")])]);
         let schema = firewall();
-        let shared = Arc::new(parsed::parse(&schema, options(&s), &sources.texts[0].text));
+        let text = sources.texts[0].text.get().unwrap();
+        let shared = Arc::new(parsed::parse(&schema, options(&s), &text));
         let d = assemble(&s, &schema, &sources, std::slice::from_ref(&shared));
         // Inline first, then the text's lines; the later duplicate dropped.
         assert_eq!(d.len(), 3);

@@ -119,7 +119,13 @@ mod tests {
         let schema = firewall();
         s.texts
             .iter()
-            .map(|t| Arc::new(parsed::parse(&schema, options(&set(vec![])), &t.text)))
+            .map(|t| {
+                Arc::new(parsed::parse(
+                    &schema,
+                    options(&set(vec![])),
+                    &t.text.get().unwrap(),
+                ))
+            })
             .collect()
     }
 

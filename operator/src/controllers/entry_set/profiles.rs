@@ -26,7 +26,9 @@ use p4fleet_model::entries::profile::{
     self as model, ActionSpec, EntrySpec, GroupSpec, IndirectEntry, Item, KeySpec, MemberSpec,
     OnDevice, Op, ProfileError, ProfileSchema,
 };
-use p4fleet_model::entries::{EntryKey, LineParser, ParseOptions, ProfileRef, format_key};
+use p4fleet_model::entries::{
+    EntryError, EntryKey, LineParser, ParseOptions, ProfileRef, format_key,
+};
 use p4fleet_model::sync::{self, SyncTally};
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, update::Type};
 
@@ -118,8 +120,18 @@ pub fn line_entries(
 ) -> (Vec<LineEntry>, Vec<ProfileError>) {
     let (mut entries, mut errors) = (Vec::new(), Vec::new());
     for t in &sources.texts {
+        let text = match t.text.get() {
+            Ok(text) => text,
+            Err(e) => {
+                errors.push(ProfileError::Entry {
+                    item: format!("configmap/{}/{}", t.config_map, t.key),
+                    error: Box::new(EntryError::Syntax(e.to_string())),
+                });
+                continue;
+            }
+        };
         let mut p = LineParser::with_options(schema, options);
-        for (i, line) in t.text.lines().enumerate() {
+        for (i, line) in text.lines().enumerate() {
             let item = || format!("configmap/{}/{}:line {}", t.config_map, t.key, i + 1);
             match p.parse_indirect_line(line) {
                 Ok(Some((key, r))) => entries.push((item(), key, r)),
