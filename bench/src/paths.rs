@@ -109,6 +109,7 @@ async fn insert_all(
         batch_size: batch,
         max_in_flight,
         atomicity: Atomicity::ContinueOnError,
+        distinct_keys: false,
     };
     let start = Instant::now();
     let ops = workload::insert_ops(entries);
@@ -316,6 +317,7 @@ impl P4fleetBfrt {
             batch_size: 10_000,
             max_in_flight: 4,
             atomicity: Atomicity::ContinueOnError,
+            distinct_keys: false,
         };
         check(&self.dev.write_ops(0, &dels, opts).await?, dels.len())
     }
@@ -527,6 +529,7 @@ mod tests {
             batch_size,
             max_in_flight,
             atomicity: Atomicity::ContinueOnError,
+            distinct_keys: false,
         };
         let codes = |r: &WriteReport| -> Vec<(usize, i32, String)> {
             r.failures

@@ -64,6 +64,7 @@ pub async fn run(
                 batch_size: 10_000,
                 max_in_flight: 4,
                 atomicity: Atomicity::ContinueOnError,
+                distinct_keys: false,
             },
         )
         .await?;

@@ -168,7 +168,7 @@ impl BulkState {
             reqs.push(((first..first + chunk.len()).collect(), r));
         }
         // Same-key order across requests in flight (see `order`).
-        let deps = order::batch_dependencies(ops.chunks(batch), opts.max_in_flight);
+        let deps = order::batch_dependencies(ops.chunks(batch), opts);
         let client = &self.client;
         let send = |req: bk::BulkWriteRequest| {
             let rows = req.count;

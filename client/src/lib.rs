@@ -205,6 +205,11 @@ pub struct WriteOptions {
     /// Requests in flight at once (at least 1).
     pub max_in_flight: usize,
     pub atomicity: Atomicity,
+    /// The caller guarantees that no two ops share a key (a sync's plan
+    /// holds each key once): requests then pipeline without the same-key
+    /// check, which hashed every key of a write into a map (8 % of the
+    /// operator's CPU in a 1,000,000-entry sync).
+    pub distinct_keys: bool,
 }
 
 impl Default for WriteOptions {
@@ -213,6 +218,7 @@ impl Default for WriteOptions {
             batch_size: 1000,
             max_in_flight: 4,
             atomicity: Atomicity::ContinueOnError,
+            distinct_keys: false,
         }
     }
 }

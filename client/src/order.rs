@@ -61,13 +61,13 @@ where
 }
 
 /// The dependencies of batches of updates, or none at all when nothing can
-/// overlap (one request, or one in flight).
+/// overlap (one request, or one in flight) or the keys are all distinct.
 pub(crate) fn batch_dependencies<'u, U: OrderKey + 'u>(
     batches: impl IntoIterator<Item = &'u [U]>,
-    max_in_flight: usize,
+    opts: crate::WriteOptions,
 ) -> Vec<Option<usize>> {
     let batches: Vec<&[U]> = batches.into_iter().collect();
-    if max_in_flight <= 1 || batches.len() <= 1 {
+    if opts.max_in_flight <= 1 || batches.len() <= 1 || opts.distinct_keys {
         return vec![None; batches.len()];
     }
     dependencies(batches.iter().map(|b| b.iter().map(OrderKey::order_key)))
@@ -135,11 +135,22 @@ mod tests {
         let entries = p4fleet_model::entries::parse_text(&schema, text).unwrap();
         let ins: Vec<WriteOp> = entries.iter().map(WriteOp::insert).collect();
         assert!(ins.len() > 2);
-        assert_eq!(batch_dependencies(ins.chunks(1), 4), vec![None; ins.len()]);
+        let opts = |max_in_flight, distinct_keys| crate::WriteOptions {
+            max_in_flight,
+            distinct_keys,
+            ..Default::default()
+        };
+        let deps = batch_dependencies(ins.chunks(1), opts(4, false));
+        assert_eq!(deps, vec![None; ins.len()]);
         // INSERT then MODIFY of the same entry in the next request.
         let same = [WriteOp::insert(&entries[0]), WriteOp::modify(&entries[0])];
-        assert_eq!(batch_dependencies(same.chunks(1), 4), vec![None, Some(0)]);
-        assert_eq!(batch_dependencies(same.chunks(1), 1), vec![None, None]);
+        let deps = batch_dependencies(same.chunks(1), opts(4, false));
+        assert_eq!(deps, vec![None, Some(0)]);
+        let deps = batch_dependencies(same.chunks(1), opts(1, false));
+        assert_eq!(deps, vec![None, None]);
+        // A caller that says its keys are distinct is taken at its word.
+        let deps = batch_dependencies(same.chunks(1), opts(4, true));
+        assert_eq!(deps, vec![None, None]);
     }
 
     #[tokio::test]

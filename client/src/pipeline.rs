@@ -112,8 +112,7 @@ where
     while it.peek().is_some() {
         batches.push(it.by_ref().take(batch).unzip());
     }
-    let deps =
-        order::batch_dependencies(batches.iter().map(|b| b.1.as_slice()), opts.max_in_flight);
+    let deps = order::batch_dependencies(batches.iter().map(|b| b.1.as_slice()), opts);
     run(batches, deps, opts, report, send, decode, observe)
 }
 

@@ -118,6 +118,7 @@ async fn driver_writes_reads_and_reports_per_update_errors() {
                 batch_size: 1000,
                 max_in_flight: 4,
                 atomicity: Atomicity::ContinueOnError,
+                distinct_keys: false,
             },
         )
         .await
@@ -158,6 +159,7 @@ async fn driver_writes_reads_and_reports_per_update_errors() {
                 batch_size: 30_000,
                 max_in_flight: 1,
                 atomicity: Atomicity::ContinueOnError,
+                distinct_keys: false,
             },
         )
         .await

@@ -91,6 +91,7 @@ async fn bfrt_driver_pushes_writes_and_reads() {
         batch_size: 700,
         max_in_flight: 3,
         atomicity: Atomicity::ContinueOnError,
+        distinct_keys: false,
     };
     let r = dev.write_ops(0, &ops(&ins), opts).await.unwrap();
     assert_eq!(r.requests, 5);

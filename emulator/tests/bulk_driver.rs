@@ -106,6 +106,7 @@ fn opts() -> WriteOptions {
         batch_size: 700,
         max_in_flight: 3,
         atomicity: Atomicity::ContinueOnError,
+        distinct_keys: false,
     }
 }
 

@@ -132,6 +132,7 @@ async fn same_key_updates_wait_for_each_other_distinct_keys_overlap() {
         batch_size: 1,
         max_in_flight: 4,
         atomicity: Atomicity::ContinueOnError,
+        distinct_keys: false,
     };
     let e = entries();
     // e[0..3] are one key with three actions.

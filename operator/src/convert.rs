@@ -34,6 +34,7 @@ pub fn write_options(w: &entry_set::WriteOptions) -> WriteOptions {
         batch_size: w.batch_size.or(AUTO_START.0).max(1) as usize,
         max_in_flight: w.max_in_flight.or(AUTO_START.1).max(1) as usize,
         atomicity: atomicity(w.atomicity),
+        distinct_keys: false,
     }
 }
 

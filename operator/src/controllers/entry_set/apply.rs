@@ -225,7 +225,11 @@ pub async fn write_target(ctx: &Context, planned: Planned<'_>) -> Outcome {
             batch: w.batch_size.is_auto(),
             in_flight: w.max_in_flight.is_auto(),
         },
-        base: convert::write_options(w),
+        // A plan holds each key once (sync::plan).
+        base: WriteOptions {
+            distinct_keys: true,
+            ..convert::write_options(w)
+        },
     };
     let ops = |c| sync::chunk_ops(&plan, c, &desired, &on_device, &metadata);
     let w = write(&dev, t.slot, &plan, ops, &tuning).await;

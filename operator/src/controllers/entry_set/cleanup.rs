@@ -136,7 +136,11 @@ async fn remove_entries(
     }
     let which = sync::plan_removal(&on_device, tag);
     let ops = sync::delete_ops(&on_device, &which);
-    let opts = convert::write_options(&set.spec.write);
+    // Deletes of entries read back: a table holds each key once.
+    let opts = p4fleet_client::WriteOptions {
+        distinct_keys: true,
+        ..convert::write_options(&set.spec.write)
+    };
     let rep = dev.write_ops(t.slot, &ops, opts).await?;
     let refused: Vec<_> = rep
         .failures
