@@ -3,7 +3,10 @@
 //! between sets and resyncs. Pure.
 
 use p4fleet_model::entries::direct_meter::MeterConfig;
+use std::sync::OnceLock;
+
 use p4fleet_model::entries::{Entry, LineParser, ParseOptions, TableSchema};
+use p4fleet_model::sync;
 
 /// Errors kept per text: status shows at most a few, the rest are counted.
 pub const MAX_TEXT_ERRORS: usize = 10;
@@ -21,9 +24,21 @@ pub struct ParsedText {
     /// `(i, config)`: `entries[i]` sets its direct meter (`@meter=`),
     /// sorted by `i`. Few entries have one, so they are kept apart.
     pub meters: Vec<(u32, MeterConfig)>,
+    /// [`sync::desired_digest`] of `entries`, taken once (see
+    /// [`ParsedText::digest`]).
+    digest: OnceLock<[u8; 32]>,
 }
 
 impl ParsedText {
+    /// [`sync::desired_digest`] of the entries, taken on first use and
+    /// kept: [`parse`] takes it on the blocking pool, texts in parallel,
+    /// so assembling a set's desired entries only combines the texts'.
+    pub fn digest(&self) -> [u8; 32] {
+        *self
+            .digest
+            .get_or_init(|| sync::desired_digest(&self.entries))
+    }
+
     /// Bytes this parse holds, roughly (for the cache's memory metric).
     pub fn approx_bytes(&self) -> usize {
         self.entries.capacity() * (std::mem::size_of::<Entry>() + 32) + self.lines.approx_bytes()
@@ -130,6 +145,7 @@ pub fn parse(schema: &TableSchema, options: ParseOptions, text: &str) -> ParsedT
         out.entries.shrink_to_fit();
     }
     out.lines.shrink_to_fit();
+    out.digest();
     out
 }
 

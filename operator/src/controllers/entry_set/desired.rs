@@ -160,6 +160,25 @@ impl Desired {
         self.locs.len() == 0
     }
 
+    /// A digest of the kept entries in order: each part's digest (taken
+    /// once per parse, see [`ParsedText::digest`]) and which of their
+    /// entries are kept. Equal entries give equal digests; a change of
+    /// any entry, of the parts or of what is kept gives another.
+    fn digest_of_parts(&self) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update((self.parts.len() as u64).to_le_bytes());
+        for p in &self.parts {
+            h.update(p.digest());
+            h.update((p.entries.len() as u64).to_le_bytes());
+        }
+        for &(first, l) in &self.locs.runs {
+            h.update([first, l.part, l.at].map(u32::to_le_bytes).concat());
+        }
+        h.update(self.locs.len.to_le_bytes());
+        h.finalize().into()
+    }
+
     /// Desired entry `i`.
     pub fn entry(&self, i: usize) -> &Entry {
         let l = self.locs.get(i);
@@ -360,7 +379,7 @@ pub fn assemble(
         d.invalid += p.invalid - p.errors.len();
     }
     drop_duplicates(&mut d);
-    d.digest = sync::desired_digest(d.iter());
+    d.digest = d.digest_of_parts();
     d
 }
 
@@ -559,7 +578,51 @@ pub(crate) mod tests {
         let refs = d.refs();
         assert!(refs.iter().zip(d.iter()).all(|(a, b)| std::ptr::eq(*a, b)));
         assert_eq!(d.errors[0].source, "configmap/fw/k:line 5");
-        assert_eq!(d.digest, sync::desired_digest(d.iter()));
+    }
+
+    #[test]
+    fn the_digest_follows_the_kept_entries_not_the_parse() {
+        let header = "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action drop\n";
+        let schema = firewall();
+        let s = set(vec![fw("10.0.0.9", "10.0.0.9", "allow", &[("port", "1")])]);
+        let digest = |lines: &[&str]| {
+            let sources = texts(
+                &lines
+                    .iter()
+                    .enumerate()
+                    .map(|(i, l)| ("fw", ["a", "b"][i], format!("{header}{l}")))
+                    .collect::<Vec<_>>()
+                    .iter()
+                    .map(|(c, k, t)| (*c, *k, t.as_str()))
+                    .collect::<Vec<_>>(),
+            );
+            parse(&s, &schema, &sources).digest
+        };
+        let base = digest(&["10.0.0.1 10.0.0.2\n10.0.0.3 10.0.0.4\n"]);
+        // Parsed again (another Arc, another ParsedText): the same digest.
+        assert_eq!(base, digest(&["10.0.0.1 10.0.0.2\n10.0.0.3 10.0.0.4\n"]));
+        // Another entry, another order, a line more, another inline entry.
+        assert_ne!(base, digest(&["10.0.0.1 10.0.0.2\n10.0.0.3 10.0.0.5\n"]));
+        assert_ne!(base, digest(&["10.0.0.3 10.0.0.4\n10.0.0.1 10.0.0.2\n"]));
+        assert_ne!(
+            base,
+            digest(&["10.0.0.1 10.0.0.2\n10.0.0.3 10.0.0.4\n10.0.0.5 10.0.0.6\n"])
+        );
+        let other_inline = set(vec![fw("10.0.0.9", "10.0.0.9", "allow", &[("port", "2")])]);
+        let sources = texts(&[(
+            "fw",
+            "a",
+            &format!("{header}10.0.0.1 10.0.0.2\n10.0.0.3 10.0.0.4\n"),
+        )]);
+        assert_ne!(base, parse(&other_inline, &schema, &sources).digest);
+        // The same kept entries from other texts (one with a duplicate,
+        // dropped) count as a change: the digest covers the texts too.
+        let with_dup = digest(&[
+            "10.0.0.1 10.0.0.2\n",
+            "10.0.0.1 10.0.0.2\n10.0.0.3 10.0.0.4\n",
+        ]);
+        let without = digest(&["10.0.0.1 10.0.0.2\n", "10.0.0.3 10.0.0.4\n"]);
+        assert_ne!(with_dup, without);
     }
 
     #[test]
