@@ -149,14 +149,24 @@ impl TableSchema {
 
     /// Finds an action by full name, alias or dotted suffix, whatever its scope.
     pub fn action_index(&self, name: &str) -> Result<usize, EntryError> {
+        self.find_action(name)
+            .ok_or_else(|| self.unknown_action(name))
+    }
+
+    /// [`TableSchema::action_index`] without building the error: the line
+    /// parser asks this of every positional line's first parameter.
+    pub fn find_action(&self, name: &str) -> Option<usize> {
         self.actions
             .iter()
             .position(|a| a.name == name)
             .or_else(|| self.actions.iter().position(|a| a.is_named(name)))
-            .ok_or_else(|| EntryError::UnknownAction {
-                table: self.name.clone(),
-                action: excerpt(name),
-            })
+    }
+
+    pub fn unknown_action(&self, name: &str) -> EntryError {
+        EntryError::UnknownAction {
+            table: self.name.clone(),
+            action: excerpt(name),
+        }
     }
 
     pub fn action_by_id(&self, id: u32) -> Option<(usize, &ActionSchema)> {
