@@ -81,7 +81,7 @@ pub fn entry(ids: &Ids, i: usize) -> Entry {
     Entry {
         key: EntryKey {
             table_id: ids.table,
-            matches: vec![
+            matches: Box::new([
                 FieldMatch {
                     field_id: ids.src,
                     value: MatchValue::Exact(ByteStr::canonical(&src(i).to_be_bytes())),
@@ -90,15 +90,15 @@ pub fn entry(ids: &Ids, i: usize) -> Entry {
                     field_id: ids.dst,
                     value: MatchValue::Exact(ByteStr::canonical(&dst(i).to_be_bytes())),
                 },
-            ],
+            ]),
             priority: 0,
         },
         action: ActionCall {
             action_id: ids.action,
-            params: vec![ActionParam {
+            params: Box::new([ActionParam {
                 param_id: ids.port,
                 value: ByteStr::canonical(&port(i).to_be_bytes()),
-            }],
+            }]),
         },
         idle_timeout_ns: 0,
     }

@@ -32,15 +32,15 @@ fn entry(i: u32) -> Entry {
     Entry {
         key: EntryKey {
             table_id: FW_TABLE,
-            matches: vec![exact(1, v(0x0a00_0000 + i)), exact(2, v(0xc0a8_0001))],
+            matches: Box::new([exact(1, v(0x0a00_0000 + i)), exact(2, v(0xc0a8_0001))]),
             priority: 0,
         },
         action: ActionCall {
             action_id: 17724422,
-            params: vec![ActionParam {
+            params: Box::new([ActionParam {
                 param_id: 1,
                 value: v(i % 64),
-            }],
+            }]),
         },
         idle_timeout_ns: 0,
     }

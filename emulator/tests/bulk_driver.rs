@@ -74,18 +74,18 @@ fn update(ty: Type, i: u32, port: Vec<u8>) -> Update {
         entry: Entry {
             key: EntryKey {
                 table_id: TABLE,
-                matches: vec![
+                matches: Box::new([
                     exact(1, v(0x0a00_0000 + i)),
                     exact(2, v(0xc0a8_0000 + i % 7)),
-                ],
+                ]),
                 priority: 0,
             },
             action: ActionCall {
                 action_id: ALLOW,
-                params: vec![ActionParam {
+                params: Box::new([ActionParam {
                     param_id: 1,
                     value: ByteStr::new(&port),
-                }],
+                }]),
             },
             idle_timeout_ns: 0,
         },
@@ -211,7 +211,7 @@ async fn canonical_entries_go_bulk_from_the_entry_model() {
         .map(|i| Entry {
             key: EntryKey {
                 table_id: TABLE,
-                matches: vec![
+                matches: Box::new([
                     FieldMatch {
                         field_id: 1,
                         value: MatchValue::Exact(ByteStr::canonical(
@@ -222,15 +222,15 @@ async fn canonical_entries_go_bulk_from_the_entry_model() {
                         field_id: 2,
                         value: MatchValue::Exact(ByteStr::canonical(&[1])),
                     },
-                ],
+                ]),
                 priority: 0,
             },
             action: ActionCall {
                 action_id: ALLOW,
-                params: vec![ActionParam {
+                params: Box::new([ActionParam {
                     param_id: 1,
                     value: ByteStr::canonical(&(i % 512).to_be_bytes()),
-                }],
+                }]),
             },
             idle_timeout_ns: 0,
         })

@@ -380,7 +380,7 @@ actions { preamble { id: 11 name: "NoAction" } }
         Entry {
             key: EntryKey {
                 table_id: 1,
-                matches,
+                matches: matches.into(),
                 priority: 3,
             },
             action: ActionCall {
@@ -448,7 +448,7 @@ actions { preamble { id: 11 name: "NoAction" } }
         let e = Entry {
             key: EntryKey {
                 table_id: 1,
-                matches: vec![
+                matches: Box::new([
                     fm(1, MatchValue::Exact(ByteStr::canonical(&[1, 2]))),
                     fm(
                         3,
@@ -457,12 +457,12 @@ actions { preamble { id: 11 name: "NoAction" } }
                             high: ByteStr::canonical(&[2]),
                         },
                     ),
-                ],
+                ]),
                 priority: 3,
             },
             action: ActionCall {
                 action_id: 10,
-                params: vec![
+                params: Box::new([
                     ActionParam {
                         param_id: 1,
                         value: ByteStr::canonical(&[1]),
@@ -471,7 +471,7 @@ actions { preamble { id: 11 name: "NoAction" } }
                         param_id: 2,
                         value: ByteStr::canonical(&[1, 0]),
                     },
-                ],
+                ]),
             },
             idle_timeout_ns: 0,
         };

@@ -743,18 +743,18 @@ mod tests {
         let lpm = |value: &[u8], action_id| Entry {
             key: EntryKey {
                 table_id: 37375156,
-                matches: vec![FieldMatch {
+                matches: Box::new([FieldMatch {
                     field_id: 1,
                     value: MatchValue::Lpm {
                         value: ByteStr::new(value),
                         prefix_len: 8,
                     },
-                }],
+                }]),
                 priority: 0,
             },
             action: ActionCall {
                 action_id,
-                params: vec![],
+                params: Box::default(),
             },
             idle_timeout_ns: 0,
         };

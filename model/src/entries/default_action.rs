@@ -210,8 +210,8 @@ mod tests {
         ));
         let ok = parse_default_action(&s, None, "forward", &params(&[("port", "3")])).unwrap();
         assert_eq!(
-            ok.params,
-            vec![ActionParam {
+            *ok.params,
+            [ActionParam {
                 param_id: 1,
                 value: ok.params[0].value.clone()
             }]

@@ -229,7 +229,7 @@ mod tests {
     fn plan_writes_only_what_differs_and_skips_missing_entries() {
         let key = |p: i32| EntryKey {
             table_id: 1,
-            matches: Vec::new(),
+            matches: Box::default(),
             priority: p,
         };
         let (k1, k2, k3, k4) = (key(1), key(2), key(3), key(4));

@@ -39,11 +39,13 @@ pub struct FieldMatch {
 /// What identifies an entry in its table: two entries with equal keys are
 /// the same entry (a second insert is ALREADY_EXISTS, a modify replaces
 /// the action). `matches` is sorted by field id; priority is 0 for tables
-/// without ternary/range/optional fields.
+/// without ternary/range/optional fields. A boxed slice, not a Vec: an
+/// entry is never grown once built, and the capacity word it saves is
+/// memory per desired entry.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EntryKey {
     pub table_id: u32,
-    pub matches: Vec<FieldMatch>,
+    pub matches: Box<[FieldMatch]>,
     pub priority: i32,
 }
 
@@ -53,11 +55,12 @@ pub struct ActionParam {
     pub value: ByteStr,
 }
 
-/// A direct action call; `params` sorted by param id.
+/// A direct action call; `params` sorted by param id (a boxed slice, as
+/// [`EntryKey::matches`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ActionCall {
     pub action_id: u32,
-    pub params: Vec<ActionParam>,
+    pub params: Box<[ActionParam]>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -251,7 +254,10 @@ impl<'s> Builder<'s> {
     /// table requires.
     pub(crate) fn finish_key(&mut self) -> Result<EntryKey, EntryError> {
         let schema = self.schema;
-        let mut matches = Vec::with_capacity(self.fields.len());
+        // Exactly the fields given (don't cares are left out), so that the
+        // boxed slice below reuses this allocation.
+        let given = self.fields.iter().filter(|f| f.is_some()).count();
+        let mut matches = Vec::with_capacity(given);
         for (i, f) in schema.match_fields.iter().enumerate() {
             match self.fields[i].take() {
                 Some(value) => matches.push(FieldMatch {
@@ -272,7 +278,7 @@ impl<'s> Builder<'s> {
         let priority = check_priority(schema, self.priority)?;
         Ok(EntryKey {
             table_id: schema.id,
-            matches,
+            matches: matches.into_boxed_slice(),
             priority,
         })
     }
@@ -300,9 +306,10 @@ impl<'s> Builder<'s> {
         if !params.is_sorted_by_key(|p| p.param_id) {
             params.sort_unstable_by_key(|p| p.param_id);
         }
+        // Every parameter given: the length is the capacity.
         Ok(ActionCall {
             action_id: a.id,
-            params,
+            params: params.into_boxed_slice(),
         })
     }
 }
@@ -575,8 +582,8 @@ mod tests {
         );
         assert_eq!(e.action.action_id, 17724422);
         assert_eq!(
-            e.action.params,
-            vec![ActionParam {
+            *e.action.params,
+            [ActionParam {
                 param_id: 1,
                 value: ByteStr::new(&[1])
             }]
@@ -727,7 +734,13 @@ mod tests {
             Err(EntryError::PriorityNotAllowed { .. })
         ));
         let mut bad = good;
-        bad.key.matches.clear();
+        bad.key.matches = Box::default();
         validate(&t, &bad).unwrap(); // lpm may be omitted (default route)
+    }
+
+    #[test]
+    fn entry_size() {
+        // Memory per desired entry: the operator holds a million of these.
+        assert!(size_of::<Entry>() <= 56, "{}", size_of::<Entry>());
     }
 }

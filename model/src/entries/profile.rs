@@ -807,7 +807,7 @@ impl Member {
                 .map(ActionCall::from_proto)
                 .unwrap_or(ActionCall {
                     action_id: 0,
-                    params: Vec::new(),
+                    params: Box::default(),
                 }),
         }
     }

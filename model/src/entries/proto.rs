@@ -108,7 +108,8 @@ impl Entry {
 impl ActionCall {
     /// A read-back action, canonicalised (widths are the caller's to check).
     pub fn from_proto(a: &p4rt::Action) -> ActionCall {
-        let mut params: Vec<ActionParam> = a
+        // Collected from an exact-size iterator: one allocation, no shrink.
+        let mut params: Box<[ActionParam]> = a
             .params
             .iter()
             .map(|p| ActionParam {
@@ -133,6 +134,8 @@ impl EntryKey {
     /// The key of a read-back TableEntry, canonicalised and checked
     /// against the schema's fields (not its priority rule).
     pub fn from_proto(schema: &TableSchema, t: &TableEntry) -> Result<EntryKey, EntryError> {
+        // One push per match or an error: the boxed slice below reuses
+        // this allocation.
         let mut matches = Vec::with_capacity(t.r#match.len());
         for m in &t.r#match {
             let (_, f) =
@@ -185,7 +188,7 @@ impl EntryKey {
         matches.sort_by_key(|m| m.field_id);
         Ok(EntryKey {
             table_id: t.table_id,
-            matches,
+            matches: matches.into_boxed_slice(),
             priority: t.priority,
         })
     }

@@ -441,10 +441,10 @@ mod tests {
             },
             action: ActionCall {
                 action_id: 17724422,
-                params: vec![ActionParam {
+                params: Box::new([ActionParam {
                     param_id: 1,
                     value: b(&[1]),
-                }],
+                }]),
             },
             idle_timeout_ns: 0,
         }
@@ -528,7 +528,7 @@ mod tests {
         ];
         es[1].action = ActionCall {
             action_id: 24952588,
-            params: vec![
+            params: Box::new([
                 ActionParam {
                     param_id: 1,
                     value: b(&[0, 0, 0, 0, 0, 1]),
@@ -545,9 +545,9 @@ mod tests {
                     param_id: 300,
                     value: ByteStr::new(&long),
                 },
-            ],
+            ]),
         };
-        es[2].action.params.clear();
+        es[2].action.params = Box::default();
         es[3].action.action_id = 0;
         // Idle timeouts: small, large, and i64::MAX (a 9-byte varint).
         es[0].idle_timeout_ns = 30_000_000_000;

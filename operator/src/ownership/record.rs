@@ -260,7 +260,9 @@ impl<'a> Reader<'a> {
         }
         Ok(EntryKey {
             table_id,
-            matches,
+            // With up to 64 fields (any real table) the capacity is
+            // exact: no reallocation.
+            matches: matches.into_boxed_slice(),
             priority,
         })
     }
@@ -277,7 +279,7 @@ mod tests {
     fn every_kind(priority: i32) -> EntryKey {
         EntryKey {
             table_id: 0x0200_0001,
-            matches: vec![
+            matches: Box::new([
                 FieldMatch {
                     field_id: 1,
                     value: MatchValue::Exact(b(&[10, 0, 0, 1])),
@@ -307,7 +309,7 @@ mod tests {
                     field_id: 300,
                     value: MatchValue::Optional(b(&[])),
                 },
-            ],
+            ]),
             priority,
         }
     }
@@ -318,7 +320,7 @@ mod tests {
         let c = (i ^ 0x5bd1_e995).wrapping_mul(40_503).to_be_bytes();
         EntryKey {
             table_id: 49_661_089,
-            matches: vec![
+            matches: Box::new([
                 FieldMatch {
                     field_id: 1,
                     value: MatchValue::Exact(b(&a)),
@@ -327,7 +329,7 @@ mod tests {
                     field_id: 2,
                     value: MatchValue::Exact(b(&c)),
                 },
-            ],
+            ]),
             priority: 0,
         }
     }

@@ -89,10 +89,10 @@ mod tests {
         let allow = &schema.actions[schema.action_index("allow").unwrap()];
         let call = ActionCall {
             action_id: allow.id,
-            params: vec![ActionParam {
+            params: Box::new([ActionParam {
                 param_id: 1,
                 value: ByteStr::canonical(&[3]),
-            }],
+            }]),
         };
         let te = map.default_entry(Some(&call)).unwrap();
         assert!(te.is_default_entry);
@@ -109,7 +109,7 @@ mod tests {
         assert!(map.default_entry(None).unwrap().data.is_none());
         let unknown = ActionCall {
             action_id: 1,
-            params: Vec::new(),
+            params: Box::default(),
         };
         assert!(map.default_entry(Some(&unknown)).is_err());
     }

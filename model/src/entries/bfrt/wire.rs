@@ -522,7 +522,7 @@ mod tests {
             },
             action: ActionCall {
                 action_id: action,
-                params: vec![],
+                params: Box::default(),
             },
             idle_timeout_ns: 0,
         }
@@ -551,9 +551,9 @@ mod tests {
             0,
             24952588,
         );
-        route.action.params = vec![param(1, &[1]), param(2, &[5])];
+        route.action.params = Box::new([param(1, &[1]), param(2, &[5])]);
         let mut default_route = e(lpm, vec![], 0, 24952588);
-        default_route.action.params = vec![param(1, &[0, 0, 0, 0, 0, 0, 0]), param(2, &[0])];
+        default_route.action.params = Box::new([param(1, &[0, 0, 0, 0, 0, 0, 0]), param(2, &[0])]);
         let acl_full = e(
             acl,
             vec![
@@ -586,7 +586,7 @@ mod tests {
             0,
             17724422,
         );
-        fw_ok.action.params = vec![param(1, &[1, 0xff])];
+        fw_ok.action.params = Box::new([param(1, &[1, 0xff])]);
         let mut too_wide = route.clone();
         too_wide.key.matches[0].value = MatchValue::Lpm {
             value: b(&[1, 0, 0, 0, 0]),
@@ -594,7 +594,9 @@ mod tests {
         };
         let unknown_action = e(lpm, vec![], 0, 1);
         let mut unknown_param = route.clone();
-        unknown_param.action.params.push(param(9, &[1]));
+        let mut params = unknown_param.action.params.into_vec();
+        params.push(param(9, &[1]));
+        unknown_param.action.params = params.into();
         let mut wide_param = route.clone();
         wide_param.action.params[1].value = b(&[1, 2, 3]);
         let missing_exact = e(fw, vec![(1, MatchValue::Exact(b(&[1])))], 0, 17724422);
@@ -603,10 +605,12 @@ mod tests {
         let unknown_table = e(5, vec![], 0, 1);
         // A field id the table does not have is ignored.
         let mut extra_field = fw_ok.clone();
-        extra_field.key.matches.push(FieldMatch {
+        let mut matches = extra_field.key.matches.into_vec();
+        matches.push(FieldMatch {
             field_id: 99,
             value: MatchValue::Exact(b(&[1])),
         });
+        extra_field.key.matches = matches.into();
         vec![
             route,
             default_route,

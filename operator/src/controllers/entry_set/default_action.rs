@@ -166,7 +166,7 @@ fn action_of(a: &TableAction) -> Option<ActionCall> {
     let Some(table_action::Type::Action(a)) = &a.r#type else {
         return None;
     };
-    let mut params: Vec<ActionParam> = a
+    let mut params: Box<[ActionParam]> = a
         .params
         .iter()
         .map(|p| ActionParam {

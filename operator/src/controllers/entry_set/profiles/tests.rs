@@ -200,7 +200,7 @@ fn a_removal_refused_names_the_member_or_group_the_set_lists() {
         id,
         action: p4fleet_model::entries::ActionCall {
             action_id: 1,
-            params: vec![],
+            params: Box::default(),
         },
     };
     let device = OnDevice {
