@@ -12,6 +12,7 @@
 //! `fencing` (the device identity a leader's term gives it) and
 //! `entries_cli` (the offline `p4fleet entries` tools).
 
+pub mod allocator;
 pub mod artifacts;
 pub mod cache;
 pub mod cli;

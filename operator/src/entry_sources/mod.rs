@@ -345,7 +345,9 @@ impl EntrySources {
             .expect("the semaphore is never closed");
         let r = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            f()
+            let v = f();
+            crate::allocator::release_freed();
+            v
         })
         .await;
         match r {
