@@ -161,6 +161,13 @@ pub fn decode(cm: &ConfigMap, key: Option<&str>, limit: usize) -> Option<Vec<Dec
     }
 }
 
+/// The bytes of `cm`'s `data` and `binaryData` values.
+pub fn data_bytes(cm: &ConfigMap) -> usize {
+    let data = cm.data.iter().flatten().map(|(_, v)| v.len());
+    let binary = cm.binary_data.iter().flatten().map(|(_, v)| v.0.len());
+    data.chain(binary).sum()
+}
+
 fn decode_binary(key: &str, bytes: &[u8], limit: usize) -> Result<Text, DecodeError> {
     if key.ends_with(GZIP_SUFFIX) {
         let text = utf8(gunzip(bytes, limit)?)?;
@@ -293,6 +300,13 @@ pub(crate) mod tests {
         assert_eq!(plain.held_bytes(), 6);
         assert_eq!(gz, Text::plain(&body));
         assert_ne!(plain, Text::plain("a b 2\n"));
+    }
+
+    #[test]
+    fn a_config_maps_data_bytes_count_both_maps() {
+        let c = cm(&[("a", "12345")], &[("b.gz", vec![0; 7])]);
+        assert_eq!(data_bytes(&c), 12);
+        assert_eq!(data_bytes(&ConfigMap::default()), 0);
     }
 
     #[test]

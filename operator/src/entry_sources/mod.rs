@@ -64,6 +64,13 @@ enum Step {
     Problem(SourceProblem),
 }
 
+/// A blocking job over a text or ConfigMap this large returns what it
+/// freed (the text, the gunzip buffers) to the OS when it ends
+/// ([`crate::allocator::release_freed`]); below it, what a job frees is
+/// too little to matter and the release would cost more than it saves
+/// (1,000 sets of 1,000 entries: docs/fleet.md).
+const RELEASE_FROM: usize = 1 << 20;
+
 /// How long a sync waits for the ConfigMap watch's first list.
 const INDEX_WAIT: Duration = Duration::from_secs(30);
 
@@ -345,9 +352,7 @@ impl EntrySources {
             .expect("the semaphore is never closed");
         let r = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            let v = f();
-            crate::allocator::release_freed();
-            v
+            f()
         })
         .await;
         match r {
@@ -559,7 +564,15 @@ impl EntrySources {
             })
             .inc();
         let keys = self
-            .blocking(move || decode::decode(&cm, None, MAX_TEXT_BYTES).unwrap_or_default())
+            .blocking(move || {
+                let large = decode::data_bytes(&cm) >= RELEASE_FROM;
+                let keys = decode::decode(&cm, None, MAX_TEXT_BYTES).unwrap_or_default();
+                drop(cm);
+                if large {
+                    crate::allocator::release_freed();
+                }
+                keys
+            })
             .await;
         let f = Arc::new(Fetched {
             resource_version: rv,
@@ -601,9 +614,16 @@ impl EntrySources {
                 .inc();
             let (schema, body) = (schema.clone(), text.text.clone());
             let p = self
-                .blocking(move || match body.take() {
-                    Ok(body) => parsed::parse(&schema, options, &body),
-                    Err(e) => parsed::unreadable(&e),
+                .blocking(move || {
+                    let (p, len) = match body.take() {
+                        Ok(text) => (parsed::parse(&schema, options, &text), text.len()),
+                        Err(e) => (parsed::unreadable(&e), 0),
+                    };
+                    // A taken gzip text is freed by now.
+                    if len >= RELEASE_FROM {
+                        crate::allocator::release_freed();
+                    }
+                    p
                 })
                 .await;
             Arc::new(p)
