@@ -17,6 +17,7 @@
 
 pub mod decode;
 pub mod parsed;
+pub mod runs;
 mod uses;
 
 use std::collections::HashMap;

@@ -45,56 +45,8 @@ impl ParsedText {
     }
 }
 
-/// The line of each entry, kept as runs of consecutive lines: a text's
-/// entries are mostly on consecutive lines, so this is a few bytes per
-/// text instead of 4 per entry.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct LineNumbers {
-    /// `(first entry, its line)` of each run, by entry.
-    runs: Vec<(u32, u32)>,
-    len: u32,
-}
-
-impl LineNumbers {
-    pub fn push(&mut self, line: u32) {
-        let continues = self
-            .runs
-            .last()
-            .is_some_and(|&(i, l)| l as u64 + (self.len - i) as u64 == line as u64);
-        if !continues {
-            self.runs.push((self.len, line));
-        }
-        self.len += 1;
-    }
-
-    /// The line of entry `i` (`i < len`).
-    pub fn get(&self, i: usize) -> u32 {
-        let i = i as u32;
-        let r = self.runs.partition_point(|&(first, _)| first <= i) - 1;
-        let (first, line) = self.runs[r];
-        line + (i - first)
-    }
-
-    pub fn len(&self) -> usize {
-        self.len as usize
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    pub fn to_vec(&self) -> Vec<u32> {
-        (0..self.len()).map(|i| self.get(i)).collect()
-    }
-
-    fn approx_bytes(&self) -> usize {
-        self.runs.capacity() * 8
-    }
-
-    fn shrink_to_fit(&mut self) {
-        self.runs.shrink_to_fit();
-    }
-}
+/// The line of each entry: mostly consecutive, so kept as runs.
+pub type LineNumbers = super::runs::Runs;
 
 /// A text that could not be decoded again (it was when fetched, so this
 /// is not expected): no entries, the reason as one bad line.
@@ -123,7 +75,7 @@ pub fn parse(schema: &TableSchema, options: ParseOptions, text: &str) -> ParsedT
         match p.parse_line(line) {
             Ok(Some(e)) => {
                 out.entries.push(e);
-                out.lines.push(n);
+                out.lines.push(n.into());
                 if let Some(m) = p.take_meter() {
                     out.meters.push((out.entries.len() as u32 - 1, m));
                 }
@@ -198,11 +150,11 @@ mod tests {
         }
         assert_eq!(l.to_vec(), lines);
         assert_eq!((l.len(), l.get(0), l.get(6), l.get(11)), (12, 4, 20, 26));
-        assert_eq!(l.runs.len(), 4);
+        assert_eq!(l.runs().len(), 4);
         // 100,000 lines of one text after a 3-line header: one run.
         let mut l = LineNumbers::default();
         (4..100_004).for_each(|n| l.push(n));
-        assert_eq!((l.runs.len(), l.get(99_999)), (1, 100_003));
+        assert_eq!((l.runs().len(), l.get(99_999)), (1, 100_003));
         assert!(LineNumbers::default().is_empty());
     }
 

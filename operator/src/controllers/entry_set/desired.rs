@@ -18,6 +18,7 @@ use super::MAX_ERRORS;
 use super::dereference::Sources;
 use crate::entry_sources::ParsedText;
 use crate::entry_sources::parsed::{self, excerpt_reason};
+use crate::entry_sources::runs::Runs;
 
 /// Where a desired entry came from, rendered lazily for status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,88 +38,51 @@ struct Loc {
     at: u32,
 }
 
-/// The kept entries' places, as runs of consecutive entries of one part:
-/// a text's entries are kept in order and mostly all of them, so this is
-/// a few runs per text rather than 8 bytes per entry.
+/// The kept entries' places: a text's entries are kept in order and
+/// mostly all of them, so they are runs of consecutive `(part, at)`, each
+/// kept as `part << 32 | at` (an `at` never reaches 2^32).
 #[derive(Debug, Clone, Default)]
-struct Locs {
-    /// `(first, loc)`: kept entries `first..` (up to the next run's
-    /// first) are `loc.part`'s entries from `loc.at` on.
-    runs: Vec<(u32, Loc)>,
-    len: u32,
-}
+struct Locs(Runs);
 
 impl Locs {
+    #[cfg(test)]
     fn push(&mut self, l: Loc) {
-        let continues = self.runs.last().is_some_and(|&(first, r)| {
-            r.part == l.part && r.at as u64 + (self.len - first) as u64 == l.at as u64
-        });
-        if !continues {
-            self.runs.push((self.len, l));
-        }
-        self.len += 1;
+        self.0.push(Self::pack(l));
     }
 
     /// Part `part`'s entries `0..n`, in order.
     fn push_part(&mut self, part: u32, n: usize) {
-        if n > 0 {
-            self.push(Loc { part, at: 0 });
-            let (first, _) = *self.runs.last().expect("pushed");
-            self.len = first + n as u32;
-        }
+        self.0.push_range(Self::pack(Loc { part, at: 0 }), n);
     }
 
     fn len(&self) -> usize {
-        self.len as usize
+        self.0.len()
     }
 
     fn get(&self, i: usize) -> Loc {
-        let i = i as u32;
-        let r = self.runs.partition_point(|&(first, _)| first <= i) - 1;
-        let (first, l) = self.runs[r];
-        Loc {
-            part: l.part,
-            at: l.at + (i - first),
-        }
+        Self::unpack(self.0.get(i))
     }
 
-    fn iter(&self) -> impl ExactSizeIterator<Item = Loc> + '_ {
-        let ends = self.runs.iter().skip(1).map(|&(f, _)| f).chain([self.len]);
-        let it = self.runs.iter().zip(ends).flat_map(|(&(first, l), end)| {
-            (0..end - first).map(move |k| Loc {
-                part: l.part,
-                at: l.at + k,
-            })
-        });
-        Exact(it, self.len())
+    fn iter(&self) -> impl Iterator<Item = Loc> + '_ {
+        self.0.iter().map(Self::unpack)
     }
 
     /// Keeps the entries whose `keep` is true.
     fn retain(&mut self, keep: &[bool]) {
-        let mut kept = Locs::default();
-        for (l, _) in self.iter().zip(keep).filter(|(_, k)| **k) {
-            kept.push(l);
+        self.0.retain(keep);
+    }
+
+    fn pack(l: Loc) -> u64 {
+        (u64::from(l.part) << 32) | u64::from(l.at)
+    }
+
+    fn unpack(v: u64) -> Loc {
+        Loc {
+            part: (v >> 32) as u32,
+            at: v as u32,
         }
-        *self = kept;
     }
 }
-
-/// An iterator of known length (`flat_map` does not know its own).
-struct Exact<I>(I, usize);
-
-impl<I: Iterator> Iterator for Exact<I> {
-    type Item = I::Item;
-    fn next(&mut self) -> Option<I::Item> {
-        let v = self.0.next()?;
-        self.1 -= 1;
-        Some(v)
-    }
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        (self.1, Some(self.1))
-    }
-}
-
-impl<I: Iterator> ExactSizeIterator for Exact<I> {}
 
 /// The desired entries of one table schema, with their sources and the
 /// entries that were skipped.
@@ -172,10 +136,11 @@ impl Desired {
             h.update(p.digest());
             h.update((p.entries.len() as u64).to_le_bytes());
         }
-        for &(first, l) in &self.locs.runs {
-            h.update([first, l.part, l.at].map(u32::to_le_bytes).concat());
+        for &(first, v) in self.locs.0.runs() {
+            h.update(first.to_le_bytes());
+            h.update(v.to_le_bytes());
         }
-        h.update(self.locs.len.to_le_bytes());
+        h.update((self.locs.len() as u64).to_le_bytes());
         h.finalize().into()
     }
 
@@ -186,7 +151,7 @@ impl Desired {
     }
 
     /// The desired entries in order, borrowed.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = &Entry> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = &Entry> + '_ {
         self.locs
             .iter()
             .map(|l| &self.parts[l.part as usize].entries[l.at as usize])
@@ -220,7 +185,7 @@ impl Desired {
     }
 
     fn source_of(&self, l: Loc) -> Source {
-        let line = self.parts[l.part as usize].lines.get(l.at as usize);
+        let line = self.parts[l.part as usize].lines.get(l.at as usize) as u32;
         match l.part {
             0 => Source::Inline(line as usize),
             p => Source::Line {
@@ -346,7 +311,7 @@ pub fn assemble(
         }) {
             Ok(e) => {
                 inline.entries.push(e);
-                inline.lines.push(i as u32);
+                inline.lines.push(i as u64);
                 if let Some(m) = meter {
                     inline.meters.push((inline.entries.len() as u32 - 1, m));
                 }
@@ -491,9 +456,9 @@ pub(crate) mod tests {
         l.push(Loc { part: 3, at: 5 });
         l.push(Loc { part: 3, at: 6 });
         l.push(Loc { part: 3, at: 8 });
-        assert_eq!((l.len(), l.runs.len()), (100_005, 4));
+        assert_eq!((l.len(), l.0.runs().len()), (100_005, 4));
         let all: Vec<Loc> = l.iter().collect();
-        assert_eq!(l.iter().len(), all.len());
+        assert_eq!(l.len(), all.len());
         assert!(all.iter().enumerate().all(|(i, &x)| l.get(i) == x));
         assert_eq!(all[2], Loc { part: 2, at: 0 });
         assert_eq!(
@@ -508,7 +473,7 @@ pub(crate) mod tests {
         keep[1] = false;
         keep[50_000] = false;
         l.retain(&keep);
-        assert_eq!((l.len(), l.runs.len()), (100_003, 5));
+        assert_eq!((l.len(), l.0.runs().len()), (100_003, 5));
         assert_eq!(l.get(1), Loc { part: 2, at: 0 });
         // Kept 49,998 is entry 49,999 overall; entry 50,000 was dropped.
         assert_eq!(
