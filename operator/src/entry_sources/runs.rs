@@ -39,12 +39,14 @@ impl Runs {
         v + u64::from(i - first)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
-        let ends = self.runs.iter().skip(1).map(|&(f, _)| f).chain([self.len]);
-        self.runs
-            .iter()
-            .zip(ends)
-            .flat_map(|(&(first, v), end)| (0..u64::from(end - first)).map(move |k| v + k))
+    /// The values in order; of known length, so that what collects them
+    /// (a sync's million entry references) allocates once.
+    pub fn iter(&self) -> Iter<'_> {
+        Iter {
+            runs: self,
+            run: 0,
+            i: 0,
+        }
     }
 
     /// Keeps the values whose `keep` is true.
@@ -81,3 +83,39 @@ impl Runs {
         self.runs.shrink_to_fit();
     }
 }
+
+/// [`Runs::iter`].
+pub struct Iter<'a> {
+    runs: &'a Runs,
+    /// The run of index `i`.
+    run: usize,
+    i: u32,
+}
+
+impl Iterator for Iter<'_> {
+    type Item = u64;
+
+    fn next(&mut self) -> Option<u64> {
+        if self.i >= self.runs.len {
+            return None;
+        }
+        while self
+            .runs
+            .runs
+            .get(self.run + 1)
+            .is_some_and(|&(f, _)| f <= self.i)
+        {
+            self.run += 1;
+        }
+        let (first, v) = self.runs.runs[self.run];
+        self.i += 1;
+        Some(v + u64::from(self.i - 1 - first))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = (self.runs.len - self.i) as usize;
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}

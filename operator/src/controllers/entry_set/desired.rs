@@ -63,7 +63,7 @@ impl Locs {
         Self::unpack(self.0.get(i))
     }
 
-    fn iter(&self) -> impl Iterator<Item = Loc> + '_ {
+    fn iter(&self) -> impl ExactSizeIterator<Item = Loc> + '_ {
         self.0.iter().map(Self::unpack)
     }
 
@@ -151,7 +151,7 @@ impl Desired {
     }
 
     /// The desired entries in order, borrowed.
-    pub fn iter(&self) -> impl Iterator<Item = &Entry> + '_ {
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &Entry> + '_ {
         self.locs
             .iter()
             .map(|l| &self.parts[l.part as usize].entries[l.at as usize])
@@ -458,7 +458,7 @@ pub(crate) mod tests {
         l.push(Loc { part: 3, at: 8 });
         assert_eq!((l.len(), l.0.runs().len()), (100_005, 4));
         let all: Vec<Loc> = l.iter().collect();
-        assert_eq!(l.len(), all.len());
+        assert_eq!(l.iter().len(), all.len());
         assert!(all.iter().enumerate().all(|(i, &x)| l.get(i) == x));
         assert_eq!(all[2], Loc { part: 2, at: 0 });
         assert_eq!(
