@@ -68,8 +68,9 @@ enum Step {
 /// A blocking job over a text or ConfigMap this large returns what it
 /// freed (the text, the gunzip buffers) to the OS when it ends
 /// ([`crate::allocator::release_freed`]); below it, what a job frees is
-/// too little to matter and the release would cost more than it saves
-/// (1,000 sets of 1,000 entries: docs/fleet.md).
+/// too little to matter, and a purge makes the next allocations fault
+/// pages in again. (Its cost on small jobs was not isolated:
+/// docs/fleet.md.)
 const RELEASE_FROM: usize = 1 << 20;
 
 /// How long a sync waits for the ConfigMap watch's first list.
