@@ -20,6 +20,7 @@ use tonic::{Request, Response, Status};
 
 use super::arbitration::{check_primary, from_uint128};
 use super::entry::{canonical, is_max};
+use super::pipeline::reservation;
 use super::wire::{ActionView, FieldView, MatchView, ParamView, Scratch, TableEntryView};
 use crate::key::MatchKind;
 use crate::p4runtime::schema::TableInfo;
@@ -333,10 +334,11 @@ impl BulkWrite for BulkService {
                 })?;
             let plan = Plan::new(&req, table, n)?;
             if ty == Type::Insert {
-                // One growth step for the whole batch instead of rehashing
-                // while the lock is held.
+                // At most one growth step for the whole batch, and few in a
+                // whole load (`pipeline::reservation`).
                 if let Some(t) = pipeline.tables.get_mut(&req.table_id) {
-                    t.entries.reserve(n);
+                    let e = &mut t.entries;
+                    e.reserve(reservation(e.len(), e.capacity(), n, table.size));
                 }
             }
             let mut key = Vec::with_capacity(64);
