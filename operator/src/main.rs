@@ -62,7 +62,12 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Operator(args) => {
-            let rt = match tokio::runtime::Runtime::new() {
+            let mut rt = tokio::runtime::Builder::new_multi_thread();
+            rt.enable_all();
+            if let Some(n) = args.concurrency.worker_threads {
+                rt.worker_threads(n.into());
+            }
+            let rt = match rt.build() {
                 Ok(rt) => rt,
                 Err(e) => {
                     eprintln!("p4fleet: tokio runtime: {e}");
