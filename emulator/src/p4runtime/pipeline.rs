@@ -519,12 +519,21 @@ mod tests {
         // Fits: nothing reserved.
         assert_eq!(reservation(10, 100, 50, Some(1000)), 0);
         // Outgrown: room for four times what it will hold...
-        assert_eq!(reservation(30_000, 32_768, 10_000, Some(1 << 20)), 160_000 - 30_000);
+        assert_eq!(
+            reservation(30_000, 32_768, 10_000, Some(1 << 20)),
+            160_000 - 30_000
+        );
         // ...but never past the P4Info size...
-        assert_eq!(reservation(300_000, 310_000, 10_000, Some(1_000_000)), 700_000);
+        assert_eq!(
+            reservation(300_000, 305_000, 10_000, Some(1_000_000)),
+            700_000
+        );
         // ...unless the batch itself needs more (the inserts past the size
         // are refused one by one, as before).
-        assert_eq!(reservation(990_000, 1_000_000, 20_000, Some(1_000_000)), 20_000);
+        assert_eq!(
+            reservation(990_000, 1_000_000, 20_000, Some(1_000_000)),
+            20_000
+        );
         // No size known: four times.
         assert_eq!(reservation(0, 0, 10, None), 40);
     }
