@@ -38,11 +38,12 @@ const GROWTH: usize = 4;
 /// `len` with room for `capacity`: none while it fits; else room for
 /// [`GROWTH`] times what the table will hold, within its P4Info `size`.
 /// Doubling (the map's own growth) rehashed a million-entry bulk load five
-/// times, and each larger table's fresh pages were zeroed by the kernel: a
-/// quarter of the emulator's time in that load (docs/fleet.md, issue 14
-/// (b)). A device's table is sized by its program; growing by four keeps
-/// the memory of a table that stops short of its size within four times
-/// its entries.
+/// times, and the kernel zeroed each larger table's fresh pages: a quarter
+/// of the emulator's time in that load. Growing fourfold took about a tenth
+/// off its CPU there (the last table's pages are zeroed either way;
+/// docs/fleet.md, issue 14 (b)). A device's table is sized by its program;
+/// growing by four keeps the memory of a table that stops short of its
+/// size within four times its entries.
 pub(crate) fn reservation(len: usize, capacity: usize, n: usize, size: Option<usize>) -> usize {
     let need = len.saturating_add(n);
     if need <= capacity {
@@ -512,7 +513,8 @@ pub(crate) fn key_of(
 
 #[cfg(test)]
 mod tests {
-    use super::reservation;
+    use super::*;
+    use crate::testing::{P4INFO, xorshift};
 
     #[test]
     fn a_bulk_load_grows_tables_by_four_within_their_size() {
@@ -537,9 +539,6 @@ mod tests {
         // No size known: four times.
         assert_eq!(reservation(0, 0, 10, None), 40);
     }
-
-    use super::*;
-    use crate::testing::{P4INFO, xorshift};
 
     fn pipeline() -> Pipeline {
         let info = p4fleet_proto::p4info::parse_text(P4INFO).unwrap();
