@@ -208,6 +208,9 @@ impl Program {
         match ty {
             Type::Insert | Type::Modify | Type::InsertOrModify => {
                 check_data(table, action_id, &scratch.data, false)?;
+                if ty != Type::Modify {
+                    crate::key::make_room(&mut state.entries, 1, table.size);
+                }
                 let len = state.entries.len();
                 match state.entries.entry(Key::new(key)) {
                     std::collections::hash_map::Entry::Occupied(_) if ty == Type::Insert => {

@@ -20,7 +20,6 @@ use tonic::{Request, Response, Status};
 
 use super::arbitration::{check_primary, from_uint128};
 use super::entry::{canonical, is_max};
-use super::pipeline::reservation;
 use super::wire::{ActionView, FieldView, MatchView, ParamView, Scratch, TableEntryView};
 use crate::key::MatchKind;
 use crate::p4runtime::schema::TableInfo;
@@ -335,10 +334,9 @@ impl BulkWrite for BulkService {
             let plan = Plan::new(&req, table, n)?;
             if ty == Type::Insert {
                 // At most one growth step for the whole batch, and few in a
-                // whole load (`pipeline::reservation`).
+                // whole load (`key::make_room`).
                 if let Some(t) = pipeline.tables.get_mut(&req.table_id) {
-                    let e = &mut t.entries;
-                    e.reserve(reservation(e.len(), e.capacity(), n, table.size));
+                    crate::key::make_room(&mut t.entries, n, table.size);
                 }
             }
             let mut key = Vec::with_capacity(64);

@@ -31,29 +31,6 @@ pub(crate) type StoredEntry<'f> = dyn FnMut(&Scratch<'_>) -> Result<Box<[u8]>, U
 /// `size` of millions does not reserve memory nobody writes.
 const PRESIZE_MAX: usize = 1 << 15;
 
-/// How much a table grows at once when a batch of inserts outgrows it.
-const GROWTH: usize = 4;
-
-/// Entries to reserve before inserting a batch of `n` into a table holding
-/// `len` with room for `capacity`: none while it fits; else room for
-/// [`GROWTH`] times what the table will hold, within its P4Info `size`.
-/// Doubling (the map's own growth) rehashed a million-entry bulk load five
-/// times, and the kernel zeroed each larger table's fresh pages: a quarter
-/// of the emulator's time in that load. Growing fourfold took about a tenth
-/// off its CPU there (the last table's pages are zeroed either way;
-/// docs/fleet.md, issue 14 (b)). A device's table is sized by its program;
-/// growing by four keeps the memory of a table that stops short of its
-/// size within four times its entries.
-pub(crate) fn reservation(len: usize, capacity: usize, n: usize, size: Option<usize>) -> usize {
-    let need = len.saturating_add(n);
-    if need <= capacity {
-        return 0;
-    }
-    let target = need.saturating_mul(GROWTH);
-    let target = size.map_or(target, |s| target.min(s.max(need)));
-    target - len
-}
-
 pub(crate) struct TableState {
     pub entries: Entries,
     pub default_action: Option<p4::Action>,
@@ -364,6 +341,7 @@ impl Pipeline {
         }
         match ty {
             Type::Insert => {
+                crate::key::make_room(&mut state.entries, 1, table.size);
                 // One hash and probe for the common (new key) case.
                 let len = state.entries.len();
                 match state.entries.entry(Key::new(key)) {
@@ -515,30 +493,6 @@ pub(crate) fn key_of(
 mod tests {
     use super::*;
     use crate::testing::{P4INFO, xorshift};
-
-    #[test]
-    fn a_bulk_load_grows_tables_by_four_within_their_size() {
-        // Fits: nothing reserved.
-        assert_eq!(reservation(10, 100, 50, Some(1000)), 0);
-        // Outgrown: room for four times what it will hold...
-        assert_eq!(
-            reservation(30_000, 32_768, 10_000, Some(1 << 20)),
-            160_000 - 30_000
-        );
-        // ...but never past the P4Info size...
-        assert_eq!(
-            reservation(300_000, 305_000, 10_000, Some(1_000_000)),
-            700_000
-        );
-        // ...unless the batch itself needs more (the inserts past the size
-        // are refused one by one, as before).
-        assert_eq!(
-            reservation(990_000, 1_000_000, 20_000, Some(1_000_000)),
-            20_000
-        );
-        // No size known: four times.
-        assert_eq!(reservation(0, 0, 10, None), 40);
-    }
 
     fn pipeline() -> Pipeline {
         let info = p4fleet_proto::p4info::parse_text(P4INFO).unwrap();
