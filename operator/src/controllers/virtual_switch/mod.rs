@@ -211,7 +211,6 @@ async fn apply(
     ctx.unreported_swaps
         .carry(&me, obj.status.as_ref(), &mut new);
     update_status_noting(ctx, api, obj, &mut new, &notes).await?;
-    ctx.unreported_swaps.written(&me);
     tracing::debug!(virtual_switch = %me, claim_ms = claimed.as_millis() as u64,
         program_and_load_ms = (loaded - claimed).as_millis() as u64,
         reapplied_ms = (counted - loaded).as_millis() as u64,
@@ -297,7 +296,7 @@ async fn sync_replication(
 async fn cleanup(ctx: &Context, obj: &VirtualSwitch) -> Result<Action, Error> {
     let me = object_key(obj);
     ctx.devices.pipelines().forget(&me);
-    ctx.unreported_swaps.written(&me);
+    ctx.unreported_swaps.forget(&me);
     let api: Api<Switch> = ctx.all();
     for sw in ctx.reads.switches().await? {
         if sw.spec.effective_protocol() == p4fleet_crds::SwitchProtocol::Bfrt {

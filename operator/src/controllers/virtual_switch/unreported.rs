@@ -1,8 +1,11 @@
-//! Swaps the device confirmed whose status write has not gone through
-//! yet. A swap is seen once, when its push happens: if the status write
-//! after it fails (API server busy, restarted), the next reconcile finds
-//! the new program in place, pushes nothing and would never record the
-//! swap. Kept here per VirtualSwitch until a status write carries it.
+//! Swaps the device confirmed that a status read does not show yet. A swap
+//! is seen once, when its push happens: the next reconcile finds the new
+//! program in place and pushes nothing. If the status write after the push
+//! failed (API server busy, restarted), or went through but the next
+//! reconcile starts from a cached VirtualSwitch the watch has not brought
+//! up to that write, the status it writes (server-side apply, the whole
+//! status) would drop the swap for good. So a swap is kept here per
+//! VirtualSwitch until the status a reconcile starts from carries it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -48,8 +51,8 @@ impl Unreported {
         }
     }
 
-    /// The status carrying `key`'s swap was written.
-    pub fn written(&self, key: &str) {
+    /// `key` is gone (its VirtualSwitch deleted).
+    pub fn forget(&self, key: &str) {
         self.swaps
             .lock()
             .expect("unreported swaps lock")
@@ -79,21 +82,32 @@ mod tests {
     }
 
     #[test]
-    fn a_swap_whose_write_failed_comes_back_until_written() {
+    fn a_swap_comes_back_until_a_status_read_shows_it() {
         let u = Unreported::default();
         let old = status(Some(swap("t1", "a")), "a");
         // The push of b: a new swap, kept.
         let mut new = status(Some(swap("t2", "b")), "b");
         u.carry("ns/vs", Some(&old), &mut new);
-        // Its write failed; the next reconcile pushes nothing and starts
-        // from the old status again.
-        let mut next = status(old.last_swap.clone(), "b");
-        u.carry("ns/vs", Some(&old), &mut next);
-        assert_eq!(next.last_swap.as_ref().unwrap().at, "t2");
-        u.written("ns/vs");
-        let mut after = status(old.last_swap.clone(), "b");
-        u.carry("ns/vs", Some(&old), &mut after);
-        assert_eq!(after.last_swap.unwrap().at, "t1");
+        // Whether its write failed or the cache has not seen it yet, the
+        // next reconciles push nothing and start from the old status: the
+        // swap is put back every time, not only once.
+        for _ in 0..2 {
+            let mut next = status(old.last_swap.clone(), "b");
+            u.carry("ns/vs", Some(&old), &mut next);
+            assert_eq!(next.last_swap.as_ref().unwrap().at, "t2");
+        }
+        // A reconcile that starts from a status showing it lets it go.
+        let seen = status(Some(swap("t2", "b")), "b");
+        let mut next = seen.clone();
+        u.carry("ns/vs", Some(&seen), &mut next);
+        assert!(u.swaps.lock().unwrap().is_empty());
+        // A deleted VirtualSwitch's swap goes with it.
+        let mut new = status(Some(swap("t3", "c")), "c");
+        u.carry("ns/vs", Some(&seen), &mut new);
+        u.forget("ns/vs");
+        let mut after = status(seen.last_swap.clone(), "c");
+        u.carry("ns/vs", Some(&seen), &mut after);
+        assert_eq!(after.last_swap.unwrap().at, "t2");
     }
 
     #[test]
