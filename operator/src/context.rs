@@ -83,8 +83,11 @@ pub struct Context {
     pub entry_sources: EntrySources,
     /// Ready programs the VirtualSwitch controller resolved, by digest.
     pub programs: crate::controllers::virtual_switch::pipeline::ProgramCache,
-    /// Swaps confirmed by a device whose status write has not gone through.
+    /// Swaps confirmed by a device that no status read shows yet.
     pub unreported_swaps: crate::controllers::virtual_switch::unreported::Unreported,
+    /// VirtualSwitch statuses this process wrote, until the cache has them.
+    pub virtual_switch_statuses:
+        crate::controllers::written::Written<p4fleet_crds::VirtualSwitchStatus>,
     /// When each TableEntrySet's next periodic resync is due.
     pub resync_due: Arc<crate::controllers::entry_set::resync_due::ResyncDue>,
     /// The learning tasks of TableEntrySets with `spec.learn`.
@@ -154,6 +157,7 @@ impl Context {
             entry_sources: EntrySources::new(metrics.entry_sources.clone()),
             programs: Default::default(),
             unreported_swaps: Default::default(),
+            virtual_switch_statuses: Default::default(),
             resync_due: Default::default(),
             learners: Default::default(),
             digest_sinks: Default::default(),

@@ -21,6 +21,7 @@ pub mod switch;
 pub mod switch_pipelines;
 pub mod switch_probe;
 pub mod virtual_switch;
+pub mod written;
 
 use std::fmt::Debug;
 use std::future::Future;

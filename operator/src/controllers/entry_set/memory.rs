@@ -30,11 +30,11 @@ pub struct SyncMemory {
     targets: Mutex<HashMap<TargetKey, Remembered>>,
     /// Sets (`namespace/name`) reconciled by this process.
     seen: Mutex<HashSet<String>>,
-    /// Per set: the resourceVersion a sync started from and the status it
-    /// wrote. A reconcile that starts from that same version again (the
+    /// Per set: the resourceVersions a sync replaced and the status it
+    /// wrote. A reconcile that starts from one of those versions again (the
     /// cache has not seen the write yet, e.g. right after a device-change
     /// trigger) builds on the written status instead of the stale one.
-    written: Mutex<HashMap<String, (Vec<String>, TableEntrySetStatus)>>,
+    pub written: crate::controllers::written::Written<TableEntrySetStatus>,
     /// `batchSize`/`maxInFlight: Auto`: per Switch and which of the two
     /// are Auto, what its writes have tuned them to.
     tuners: Mutex<HashMap<(String, bool, bool), Tuner>>,
@@ -79,25 +79,6 @@ impl SyncMemory {
     pub fn first_sight(&self, set: &str) -> bool {
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         seen.insert(set.to_string())
-    }
-
-    /// Remembers that a sync wrote `status` over each of `replaced` (the
-    /// resourceVersion it started from and those of its own intermediate
-    /// status writes).
-    pub fn remember_written(&self, set: &str, replaced: Vec<String>, status: TableEntrySetStatus) {
-        self.written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(set.to_string(), (replaced, status));
-    }
-
-    /// The status this process wrote for `set` if the object at hand is
-    /// still the version that write started from (so its status is stale).
-    pub fn written_over(&self, set: &str, resource_version: &str) -> Option<TableEntrySetStatus> {
-        let w = self.written.lock().unwrap_or_else(|e| e.into_inner());
-        w.get(set)
-            .filter(|(replaced, _)| replaced.iter().any(|rv| rv == resource_version))
-            .map(|(_, st)| st.clone())
     }
 
     /// The batch size and requests in flight Auto uses next on `switch`
@@ -158,10 +139,7 @@ impl SyncMemory {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(set);
-        self.written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(set);
+        self.written.forget(set);
         self.with(|m| m.retain(|k, _| k.set != set));
         self.desired.forget(set);
     }
@@ -176,24 +154,6 @@ mod tests {
             set: set.into(),
             virtual_switch: vs.into(),
         }
-    }
-
-    #[test]
-    fn a_status_written_over_a_version_replaces_only_that_version() {
-        let m = SyncMemory::default();
-        let st = TableEntrySetStatus {
-            last_sync_updates: Some(3),
-            ..Default::default()
-        };
-        assert_eq!(m.written_over("ns/s", "10"), None);
-        // Started from 10, marked Syncing at 11, then wrote `st` (12).
-        m.remember_written("ns/s", vec!["10".into(), "11".into()], st.clone());
-        assert_eq!(m.written_over("ns/s", "10"), Some(st.clone()));
-        assert_eq!(m.written_over("ns/s", "11"), Some(st));
-        // The cache has caught up (or someone else wrote): trust it.
-        assert_eq!(m.written_over("ns/s", "12"), None);
-        m.forget_set("ns/s");
-        assert_eq!(m.written_over("ns/s", "10"), None);
     }
 
     #[test]

@@ -182,7 +182,8 @@ async fn sync(
     // when the cached object predates that write.
     let mut written: Option<TableEntrySet> =
         ctx.sync_memory
-            .written_over(&me, &start_version)
+            .written
+            .over(&me, &start_version)
             .map(|status| TableEntrySet {
                 status: Some(status),
                 ..set.clone()
@@ -322,7 +323,7 @@ async fn sync(
             .counters
             .readout(&ns, &name, &c.counter, &extras.per_switch, &top);
     }
-    ctx.sync_memory.remember_written(&me, replaced, new.clone());
+    ctx.sync_memory.written.remember(&me, replaced, new.clone());
     for ev in report.events.iter().chain(&idle_event) {
         ctx.events.publish(set, ev).await;
     }

@@ -32,7 +32,7 @@ use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Api, ResourceExt};
 use p4fleet_crds::{P4Program, Switch, SwitchTarget, VirtualSwitch};
 
-use super::{Error, finalized, namespace, object_key, on_device_changes, update_status_noting};
+use super::{Error, finalized, namespace, object_key, on_device_changes, write_status_noting};
 use crate::context::Context;
 use crate::reads::Reads;
 use crate::status::now_rfc3339;
@@ -108,6 +108,17 @@ async fn apply(
 ) -> Result<Action, Error> {
     let ns = namespace(obj)?;
     let me = object_key(obj);
+    // The status this process last wrote, while the cache still shows the
+    // version that write replaced (`crate::controllers::written`).
+    let start_version = obj.resource_version().unwrap_or_default();
+    let fresher = ctx
+        .virtual_switch_statuses
+        .over(&me, &start_version)
+        .map(|status| VirtualSwitch {
+            status: Some(status),
+            ..obj.clone()
+        });
+    let obj = fresher.as_ref().unwrap_or(obj);
     // Phase times, logged at debug (the swap benchmark's breakdown).
     let started = std::time::Instant::now();
     let program = ctx.reads.program(&ns, &obj.spec.program_ref).await?;
@@ -210,7 +221,13 @@ async fn apply(
     let counted = started.elapsed();
     ctx.unreported_swaps
         .carry(&me, obj.status.as_ref(), &mut new);
-    update_status_noting(ctx, api, obj, &mut new, &notes).await?;
+    if write_status_noting(ctx, api, obj, &mut new, &notes)
+        .await?
+        .is_some()
+    {
+        ctx.virtual_switch_statuses
+            .remember(&me, vec![start_version], new.clone());
+    }
     tracing::debug!(virtual_switch = %me, claim_ms = claimed.as_millis() as u64,
         program_and_load_ms = (loaded - claimed).as_millis() as u64,
         reapplied_ms = (counted - loaded).as_millis() as u64,
@@ -297,6 +314,7 @@ async fn cleanup(ctx: &Context, obj: &VirtualSwitch) -> Result<Action, Error> {
     let me = object_key(obj);
     ctx.devices.pipelines().forget(&me);
     ctx.unreported_swaps.forget(&me);
+    ctx.virtual_switch_statuses.forget(&me);
     let api: Api<Switch> = ctx.all();
     for sw in ctx.reads.switches().await? {
         if sw.spec.effective_protocol() == p4fleet_crds::SwitchProtocol::Bfrt {
