@@ -118,6 +118,10 @@ async fn apply(
             status: Some(status),
             ..obj.clone()
         });
+    if fresher.is_some() {
+        tracing::debug!(virtual_switch = %me, version = %start_version,
+            "the cache has not shown this process's last status write yet; building on that write");
+    }
     let obj = fresher.as_ref().unwrap_or(obj);
     // Phase times, logged at debug (the swap benchmark's breakdown).
     let started = std::time::Instant::now();
