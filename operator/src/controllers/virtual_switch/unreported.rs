@@ -6,6 +6,11 @@
 //! up to that write, the status it writes (server-side apply, the whole
 //! status) would drop the swap for good. So a swap is kept here per
 //! VirtualSwitch until the status a reconcile starts from carries it.
+//!
+//! [`crate::controllers::written`] already makes a reconcile that starts
+//! from the very version a write replaced build on that write. This covers
+//! what it cannot: a failed write, and a start from a version someone else
+//! wrote in between (a metadata edit) that the cache shows before ours.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
