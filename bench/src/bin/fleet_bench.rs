@@ -23,6 +23,12 @@ struct Args {
     /// Fleet sizes of scenario (a), (c) and (d); 0 skips them.
     #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
     switches: Vec<usize>,
+    /// Fleet sizes run again after those of --switches with one shared
+    /// selector set instead of per-Switch sets (the `shared` layout of
+    /// --sets): its 1 % change is one ConfigMap, not one per Switch; 0
+    /// skips them.
+    #[arg(long, value_delimiter = ',', default_value = "1000")]
+    shared_switches: Vec<usize>,
     /// Entries per Switch.
     #[arg(long, default_value_t = 1000)]
     entries: usize,
@@ -132,6 +138,12 @@ fn main() -> anyhow::Result<()> {
         .filter(|n| **n > 0)
         .map(|n| format!("fleet:{n}"))
         .collect();
+    scenarios.extend(
+        args.shared_switches
+            .iter()
+            .filter(|n| **n > 0)
+            .map(|n| format!("shared:{n}")),
+    );
     if args.big_entries > 0 {
         scenarios.push(format!("big:{}", args.big_entries));
     }
@@ -187,10 +199,17 @@ fn spawn_child(scenario: &str) -> anyhow::Result<Run> {
 }
 
 fn run_child(args: &Args, child: &str) -> anyhow::Result<()> {
+    let mut layout = args.sets;
     let scenario = match child.split_once(':') {
         Some(("fleet", n)) => Scenario::Fleet {
             switches: n.parse()?,
         },
+        Some(("shared", n)) => {
+            layout = SetLayout::Shared;
+            Scenario::Fleet {
+                switches: n.parse()?,
+            }
+        }
         Some(("big", n)) => Scenario::Big {
             entries: n.parse()?,
             per_map: args
@@ -198,7 +217,7 @@ fn run_child(args: &Args, child: &str) -> anyhow::Result<()> {
                 .unwrap_or(if args.big_plain { 25_000 } else { 100_000 }),
             gzip: !args.big_plain,
         },
-        _ => bail!("--child {child}: want fleet:N or big:M"),
+        _ => bail!("--child {child}: want fleet:N, shared:N or big:M"),
     };
     let switches = match scenario {
         Scenario::Fleet { switches } => switches,
@@ -222,7 +241,7 @@ fn run_child(args: &Args, child: &str) -> anyhow::Result<()> {
             args.devices_per_emulator
         },
         apply: args.apply,
-        layout: args.sets,
+        layout,
         resync_seconds: args.resync_seconds,
         drift_seconds: args.drift_seconds,
         operator_log_level: args.operator_log_level.clone(),
