@@ -120,6 +120,10 @@ pub struct Phase {
     pub api: Vec<ApiUse>,
     pub api_requests: f64,
     pub api_bytes: f64,
+    /// Events and bytes kube-apiserver sent to watchers during the phase,
+    /// by resource (results before 2026-11-28 17:00 UTC have none).
+    #[serde(default)]
+    pub watch_sent: BTreeMap<String, (f64, f64)>,
     pub status_writes: f64,
     pub reconciles: BTreeMap<String, f64>,
     /// Reconciles by `Kind/trigger` (the operator's
@@ -240,6 +244,7 @@ struct Env {
 #[derive(Debug, Clone)]
 struct Snapshot {
     api: ApiCounts,
+    watch_sent: BTreeMap<String, (f64, f64)>,
     reconciles: BTreeMap<String, f64>,
     triggers: BTreeMap<String, f64>,
     operator: ProcSample,
@@ -270,6 +275,7 @@ impl Env {
         let operator = self.operator.metrics()?;
         Ok(Snapshot {
             api: ApiCounts::parse(&text),
+            watch_sent: prom::watch_sent(&text),
             reconciles: prom::reconciles(&operator),
             triggers: prom::triggers(&operator),
             operator: ProcSample::read(self.operator.proc.pid()),
@@ -579,6 +585,15 @@ fn measure(name: &str, before: &Snapshot, after: &Snapshot, applied: usize) -> P
             .collect(),
         api_requests: api.requests(),
         api_bytes: api.bytes(),
+        watch_sent: after
+            .watch_sent
+            .iter()
+            .map(|(k, (n, b))| {
+                let (n0, b0) = before.watch_sent.get(k).copied().unwrap_or_default();
+                (k.clone(), (n - n0, b - b0))
+            })
+            .filter(|(_, (n, _))| *n > 0.0)
+            .collect(),
         status_writes: api.status_writes(),
         reconciles,
         triggers,

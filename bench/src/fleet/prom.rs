@@ -1,7 +1,9 @@
 //! Prometheus text exposition, as far as the fleet benchmark reads it:
 //! kube-apiserver's `apiserver_request_total` and
-//! `apiserver_response_sizes_sum` by verb, resource and subresource, and
-//! the operator's `p4fleet_reconciles_total` by kind. Pure.
+//! `apiserver_response_sizes_sum` by verb, resource and subresource, what
+//! it sent to watchers (`apiserver_watch_events_total` and
+//! `apiserver_watch_events_sizes_sum` by resource), and the operator's
+//! `p4fleet_reconciles_total` by kind. Pure.
 
 use std::collections::BTreeMap;
 
@@ -124,6 +126,26 @@ fn total(values: impl Iterator<Item = f64>) -> f64 {
     values.fold(0.0, |a, b| a + b)
 }
 
+/// Events and bytes kube-apiserver sent to watchers, by resource (a
+/// WATCH request's own response size is recorded only when it ends, so
+/// this is where watch traffic shows while the watches stand).
+pub fn watch_sent(text: &str) -> BTreeMap<String, (f64, f64)> {
+    let events = sums_by(text, "apiserver_watch_events_total", |l| {
+        label(l, "resource").to_string()
+    });
+    let bytes = sums_by(text, "apiserver_watch_events_sizes_sum", |l| {
+        label(l, "resource").to_string()
+    });
+    let mut out = BTreeMap::new();
+    for (k, n) in events {
+        out.entry(k).or_insert((0.0, 0.0)).0 = n;
+    }
+    for (k, b) in bytes {
+        out.entry(k).or_insert((0.0, 0.0)).1 = b;
+    }
+    out
+}
+
 /// `p4fleet_reconciles_total` by kind.
 pub fn reconciles(text: &str) -> BTreeMap<String, f64> {
     sums_by(text, "p4fleet_reconciles_total", |l| {
@@ -228,6 +250,9 @@ apiserver_request_total{code="404",component="apiserver",dry_run="",group="",res
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="p4fleet.dev",resource="switches",scope="resource",subresource="status",verb="APPLY",version="v1alpha1"} 3
 apiserver_response_sizes_sum{component="apiserver",group="",resource="configmaps",scope="namespace",subresource="",verb="LIST",version="v1"} 4096
 apiserver_response_sizes_count{component="apiserver",group="",resource="configmaps",scope="namespace",subresource="",verb="LIST",version="v1"} 7
+apiserver_watch_events_total{group="",resource="configmaps",version="v1"} 12
+apiserver_watch_events_sizes_sum{group="",resource="configmaps",version="v1"} 324000
+apiserver_watch_events_sizes_count{group="",resource="configmaps",version="v1"} 12
 p4fleet_reconciles_total{kind="Switch"} 4
 p4fleet_reconciles_total{kind="TableEntrySet"} 2
 p4fleet_reconcile_triggers_total{kind="Switch",trigger="requeue"} 3
@@ -249,6 +274,15 @@ weird_metric{a="x\"y,}z"} 1
         assert_eq!(c.verb("LIST"), 8.0);
         assert_eq!(c.requests(), 11.0);
         assert_eq!(list.label(), "LIST configmaps");
+    }
+
+    #[test]
+    fn watch_traffic_is_events_and_bytes_by_resource() {
+        let w = watch_sent(TEXT);
+        assert_eq!(w.len(), 1);
+        assert_eq!(w["configmaps"], (12.0, 324000.0));
+        // Not API requests: the request counts are as before.
+        assert_eq!(ApiCounts::parse(TEXT).requests(), 11.0);
     }
 
     #[test]

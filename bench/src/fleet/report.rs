@@ -345,7 +345,7 @@ impl Report {
             .collect();
         let _ = writeln!(
             w,
-            "## API server requests by verb and resource\n\nkube-apiserver's `apiserver_request_total` and `apiserver_response_sizes_sum`, after minus before each phase; requests (response KiB). The bench's own requests are in these counts: one apply per object applied, and its four watches.\n"
+            "## API server requests by verb and resource\n\nkube-apiserver's `apiserver_request_total` and `apiserver_response_sizes_sum`, after minus before each phase; requests (response KiB). The bench's own requests are in these counts: one apply per object applied, and its four watches. A WATCH's response size is recorded only when it ends; what the watches carried while they stood is in the rows \"events sent to watchers\" (`apiserver_watch_events_total` and `apiserver_watch_events_sizes_sum`): events (KiB), the bench's watches and the API server's own included.\n"
         );
         for phase in ["create", "idle", "change", "big"] {
             let cols: Vec<(&Run, &Phase)> = runs
@@ -392,6 +392,21 @@ impl Report {
                         let req: f64 = rows.iter().map(|a| a.requests).sum();
                         let bytes: f64 = rows.iter().map(|a| a.bytes).sum();
                         let _ = write!(w, " {} ({}) |", thousands(req), thousands(bytes / 1024.0));
+                    }
+                }
+                w.push('\n');
+            }
+            let watched: BTreeSet<&String> =
+                cols.iter().flat_map(|(_, p)| p.watch_sent.keys()).collect();
+            for resource in watched {
+                let _ = write!(w, "| events sent to watchers: {resource} |");
+                for (_, p) in &cols {
+                    match p.watch_sent.get(resource) {
+                        None => w.push_str(" – |"),
+                        Some((n, bytes)) => {
+                            let _ =
+                                write!(w, " {} ({}) |", thousands(*n), thousands(bytes / 1024.0));
+                        }
                     }
                 }
                 w.push('\n');
@@ -675,6 +690,7 @@ mod tests {
                 bytes: 2048.0,
             }],
             api_requests: 3.0 * n as f64,
+            watch_sent: [("configmaps".to_string(), (n as f64, 2048.0 * n as f64))].into(),
             reconciles: [("TableEntrySet".to_string(), n as f64)].into(),
             operator_cpu_seconds: 0.01 * n as f64,
             ..Phase::default()
@@ -720,6 +736,7 @@ mod tests {
         assert!(md.contains("| (a) 100 Switches × 1000 entries Ready | < 60 s | 20.00 s | yes |"));
         assert!(md.contains("10: 3.00, 100: 3.00 | yes |"));
         assert!(md.contains("| LIST configmaps | 10 (2) | 100 (2) |"));
+        assert!(md.contains("| events sent to watchers: configmaps | 10 (20) | 100 (200) |"));
     }
 
     /// A shared-set run has goal rows of its own and stays out of the
