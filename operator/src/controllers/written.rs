@@ -9,14 +9,23 @@
 //! kind that writes such status remembers, per object, the
 //! resourceVersions a write replaced and the status it wrote; a reconcile
 //! that starts from one of those versions builds on the written status.
+//! A write that built on the last one (the cache still behind it) replaced
+//! that one's versions too, and the version it produced: a cache that then
+//! shows the older write is just as stale.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// Per object (`namespace/name`): the versions the last write replaced,
-/// and the status it wrote.
+/// Per object (`namespace/name`): what the last write replaced and wrote.
 pub struct Written<S> {
-    by_key: Mutex<HashMap<String, (Vec<String>, S)>>,
+    by_key: Mutex<HashMap<String, Write<S>>>,
+}
+
+struct Write<S> {
+    replaced: Vec<String>,
+    /// The version the write produced (None: nothing was sent).
+    produced: Option<String>,
+    status: S,
 }
 
 impl<S> Default for Written<S> {
@@ -29,9 +38,30 @@ impl<S> Default for Written<S> {
 
 impl<S: Clone> Written<S> {
     /// A write of `status` replaced each of `replaced` (the version the
-    /// reconcile started from, and those of its own earlier writes).
-    pub fn remember(&self, key: &str, replaced: Vec<String>, status: S) {
-        self.lock().insert(key.to_string(), (replaced, status));
+    /// reconcile started from, and those of its own earlier writes) and
+    /// produced `produced`.
+    pub fn remember(
+        &self,
+        key: &str,
+        mut replaced: Vec<String>,
+        mut produced: Option<String>,
+        status: S,
+    ) {
+        let mut by_key = self.lock();
+        if let Some(last) = by_key.get(key)
+            && replaced.iter().any(|rv| last.replaced.contains(rv))
+        {
+            // Built on the last write: the cache may show it next.
+            replaced.extend(last.replaced.iter().cloned());
+            replaced.extend(last.produced.iter().cloned());
+            produced = produced.or_else(|| last.produced.clone());
+        }
+        let write = Write {
+            replaced,
+            produced,
+            status,
+        };
+        by_key.insert(key.to_string(), write);
     }
 
     /// The status this process wrote for `key` when the object at hand is
@@ -39,8 +69,8 @@ impl<S: Clone> Written<S> {
     pub fn over(&self, key: &str, resource_version: &str) -> Option<S> {
         self.lock()
             .get(key)
-            .filter(|(replaced, _)| replaced.iter().any(|rv| rv == resource_version))
-            .map(|(_, st)| st.clone())
+            .filter(|w| w.replaced.iter().any(|rv| rv == resource_version))
+            .map(|w| w.status.clone())
     }
 
     /// `key` is gone.
@@ -48,7 +78,7 @@ impl<S: Clone> Written<S> {
         self.lock().remove(key);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Vec<String>, S)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Write<S>>> {
         self.by_key.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -62,7 +92,7 @@ mod tests {
         let w = Written::<u32>::default();
         assert_eq!(w.over("ns/s", "10"), None);
         // Started from 10, wrote an intermediate status (11), then 3 (12).
-        w.remember("ns/s", vec!["10".into(), "11".into()], 3);
+        w.remember("ns/s", vec!["10".into(), "11".into()], Some("12".into()), 3);
         assert_eq!(w.over("ns/s", "10"), Some(3));
         assert_eq!(w.over("ns/s", "11"), Some(3));
         // The cache has caught up (or someone else wrote): trust it.
@@ -70,5 +100,26 @@ mod tests {
         assert_eq!(w.over("ns/other", "10"), None);
         w.forget("ns/s");
         assert_eq!(w.over("ns/s", "10"), None);
+    }
+
+    /// Two reconciles in a row start from a cache behind their writes:
+    /// the second write also replaced the first one's version, so a cache
+    /// that shows that version next is stale too.
+    #[test]
+    fn a_write_built_on_the_last_one_replaced_its_versions_too() {
+        let w = Written::<u32>::default();
+        w.remember("ns/s", vec!["10".into()], Some("12".into()), 1);
+        // Started from 10 again (cache behind), built on 1, wrote 2 (13).
+        w.remember("ns/s", vec!["10".into()], Some("13".into()), 2);
+        assert_eq!(w.over("ns/s", "10"), Some(2));
+        assert_eq!(w.over("ns/s", "12"), Some(2), "the first write's version");
+        assert_eq!(w.over("ns/s", "13"), None);
+        // A reconcile from the cache caught up starts the history anew.
+        w.remember("ns/s", vec!["13".into()], Some("14".into()), 3);
+        assert_eq!(w.over("ns/s", "12"), None);
+        assert_eq!(w.over("ns/s", "13"), Some(3));
+        // Nothing sent: the version on the server is still the last one's.
+        w.remember("ns/s", vec!["13".into()], None, 3);
+        assert_eq!(w.over("ns/s", "14"), Some(3));
     }
 }

@@ -57,8 +57,8 @@ use kube::{Api, ResourceExt};
 use p4fleet_crds::{TableEntrySet, VirtualSwitch};
 
 use super::{
-    Error, finalized, namespace, object_key, on_device_changes, scoped_api, update_status_noting,
-    watcher_config, write_status_noting,
+    Error, finalized, namespace, object_key, on_device_changes, scoped_api, watcher_config,
+    write_status_noting,
 };
 use crate::context::Context;
 use crate::entry_sources;
@@ -309,7 +309,8 @@ async fn sync(
     digests::finish(&mut new, set, &learned, MAX_ERRORS);
     let (idle, idle_event) = idle::sync(ctx, set, desired.first());
     new.idle = idle;
-    update_status_noting(ctx, api, set, &mut new, &report.events).await?;
+    let stored = write_status_noting(ctx, api, set, &mut new, &report.events).await?;
+    let produced = stored.and_then(|s| s.resource_version());
     ctx.metrics
         .entry_set(&namespace(set)?, &set.name_any(), &new);
     if let Some(c) = new
@@ -323,7 +324,9 @@ async fn sync(
             .counters
             .readout(&ns, &name, &c.counter, &extras.per_switch, &top);
     }
-    ctx.sync_memory.written.remember(&me, replaced, new.clone());
+    ctx.sync_memory
+        .written
+        .remember(&me, replaced, produced, new.clone());
     for ev in report.events.iter().chain(&idle_event) {
         ctx.events.publish(set, ev).await;
     }

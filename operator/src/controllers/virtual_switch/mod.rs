@@ -225,12 +225,13 @@ async fn apply(
     let counted = started.elapsed();
     ctx.unreported_swaps
         .carry(&me, obj.status.as_ref(), &mut new);
-    if write_status_noting(ctx, api, obj, &mut new, &notes)
-        .await?
-        .is_some()
-    {
-        ctx.virtual_switch_statuses
-            .remember(&me, vec![start_version], new.clone());
+    if let Some(stored) = write_status_noting(ctx, api, obj, &mut new, &notes).await? {
+        ctx.virtual_switch_statuses.remember(
+            &me,
+            vec![start_version],
+            stored.resource_version(),
+            new.clone(),
+        );
     }
     tracing::debug!(virtual_switch = %me, claim_ms = claimed.as_millis() as u64,
         program_and_load_ms = (loaded - claimed).as_millis() as u64,
