@@ -47,7 +47,7 @@ pub struct ProfileMember {
     )]
     #[schemars(extend(
         "maxProperties" = 64,
-        "additionalProperties" = {"x-kubernetes-int-or-string": true, "maxLength": 256, "anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]}
+        "additionalProperties" = {"x-kubernetes-int-or-string": true, "maxLength": 256, "minLength": 1}
     ))]
     pub params: BTreeMap<String, String>,
 }
@@ -100,7 +100,7 @@ pub struct WeightedAction {
     )]
     #[schemars(extend(
         "maxProperties" = 64,
-        "additionalProperties" = {"x-kubernetes-int-or-string": true, "maxLength": 256, "anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]}
+        "additionalProperties" = {"x-kubernetes-int-or-string": true, "maxLength": 256, "minLength": 1}
     ))]
     pub params: BTreeMap<String, String>,
     /// Weight, 1 when absent.

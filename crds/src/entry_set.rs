@@ -130,7 +130,7 @@ pub struct DefaultAction {
     )]
     #[schemars(extend(
         "maxProperties" = 64,
-        "additionalProperties" = {"x-kubernetes-int-or-string": true, "maxLength": 256, "anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]}
+        "additionalProperties" = {"x-kubernetes-int-or-string": true, "maxLength": 256, "minLength": 1}
     ))]
     pub params: BTreeMap<String, String>,
 }
@@ -152,7 +152,7 @@ pub struct TableEntry {
     #[schemars(extend(
         "minProperties" = 1,
         "maxProperties" = 16,
-        "additionalProperties" = {"x-kubernetes-int-or-string": true, "maxLength": 128, "anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]}
+        "additionalProperties" = {"x-kubernetes-int-or-string": true, "maxLength": 128, "minLength": 1}
     ))]
     pub match_: BTreeMap<String, String>,
     /// Action name, e.g. `MyIngress.allow` or `allow` (empty when the
@@ -168,7 +168,7 @@ pub struct TableEntry {
     )]
     #[schemars(extend(
         "maxProperties" = 64,
-        "additionalProperties" = {"x-kubernetes-int-or-string": true, "maxLength": 256, "anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]}
+        "additionalProperties" = {"x-kubernetes-int-or-string": true, "maxLength": 256, "minLength": 1}
     ))]
     pub params: BTreeMap<String, String>,
     /// Priority, required for ternary, range and optional matches (higher wins).

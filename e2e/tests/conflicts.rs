@@ -121,6 +121,18 @@ async fn an_exclusive_and_a_merge_set_on_one_table_are_reported_and_stop_churnin
         eprintln!(
             "{kind:?}: the younger set says: {younger}\n{kind:?}: the older set says: {older}"
         );
+        // The held set's Valid and Synced say it is held, by whom and what
+        // to do (not "no resolved VirtualSwitch").
+        let held = sets.get(YOUNGER).await.unwrap().status.unwrap_or_default();
+        for t in ["Valid", "Synced"] {
+            let c = find_condition(&held.conditions, t).expect(t);
+            assert!(
+                c.reason == "OwnershipConflict"
+                    && c.message.contains("fw is older and keeps it, so this set is held")
+                    && c.message.contains("make both Merge"),
+                "{kind:?}: {t}: {c:?}"
+            );
+        }
         for name in ["fw", YOUNGER] {
             event_about(&client, ns.name(), name, Some("OwnershipConflict")).await;
         }

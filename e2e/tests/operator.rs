@@ -218,3 +218,54 @@ async fn operator_reconciles_programs_and_serves_probes() {
     };
     assert!(status.success(), "operator exit status {status}");
 }
+
+/// A finalizer patch built on an object that someone else changed
+/// meanwhile (kube's helper tests the finalizer list it read) is refused
+/// by the real API server, and the operator reads that refusal as a lost
+/// race (a quiet retry), not as a failed reconcile.
+#[tokio::test]
+async fn a_finalizer_patch_that_lost_a_race_is_a_conflict_not_a_failure() {
+    use kube::api::{Patch, PatchParams};
+    use kube::runtime::controller::Action;
+    use p4fleet::controllers::{Error, finalized, lost_race};
+    use p4fleet_crds::TableEntrySet;
+
+    let cp = ControlPlane::shared().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns.name());
+    let set: TableEntrySet = serde_json::from_value(serde_json::json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+        "metadata": {"name": "raced"},
+        "spec": {"virtualSwitchRef": "vs", "table": "t",
+            "entries": [{"match": {"f": "1"}, "action": "a"}]}
+    }))
+    .unwrap();
+    let stale = sets.create(&PostParams::default(), &set).await.unwrap();
+    // Another writer adds its finalizer after our read.
+    let theirs = serde_json::json!({"metadata": {"finalizers": ["example.com/theirs"]}});
+    sets.patch("raced", &PatchParams::default(), &Patch::Merge(&theirs))
+        .await
+        .unwrap();
+    let res = kube::runtime::finalizer::finalizer(
+        &sets,
+        "p4fleet.dev/table-entries",
+        std::sync::Arc::new(stale),
+        |_| async { Ok::<_, Error>(Action::await_change()) },
+    )
+    .await;
+    match finalized(res) {
+        Err(Error::Conflict(e)) => assert!(lost_race(&e)),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let now = sets.get("raced").await.unwrap();
+    assert_eq!(now.metadata.finalizers, Some(vec!["example.com/theirs".into()]));
+    sets.patch(
+        "raced",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    ns.delete(&client).await.unwrap();
+}

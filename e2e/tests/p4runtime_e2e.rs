@@ -56,11 +56,11 @@ fn start(kubeconfig: PathBuf) -> Env {
     let tag = std::process::id();
 
     let mut emu = Command::new(bin.join("p4fleet-emulator"));
-    emu.args(["--device-ids", "1,2,3,4,5,11,12,13,14,21"])
+    emu.args(["--device-ids", "1,2,3,4,5,11,12,13,14,21,22"])
         .args(["--bfrt-addr", "127.0.0.1:0"])
-        // Device 21 is a Dpdk target (tests/p4runtime_e2e.rs's Dpdk
-        // scenario): a bounded traffic rate and one extern core.
-        .args(["--dpdk-device-ids", "21", "--dpdk-extern-cores", "1"])
+        // Devices 21 and 22 are Dpdk targets (this file's Dpdk scenarios):
+        // a bounded traffic rate and one extern core.
+        .args(["--dpdk-device-ids", "21,22", "--dpdk-extern-cores", "1"])
         .args(["--dpdk-rate-pps", "20000", "--dpdk-flows", "4"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -1134,4 +1134,164 @@ async fn dpdk_switch_entries_steer_the_data_plane_and_policies_change_what_runs(
         }
     })
     .await;
+}
+
+/// The `(status, reason, message)` of condition `t` of policy `name`, once
+/// `pred` holds for it.
+async fn policy_condition(
+    api: &Api<p4fleet_crds::AsyncExternPolicy>,
+    name: &str,
+    t: &str,
+    pred: impl Fn(bool, &str, &str) -> bool,
+) -> String {
+    wait_for(&format!("{name}: {t}"), Duration::from_secs(60), || async {
+        let p = api.get(name).await.map_err(|e| e.to_string())?;
+        let st = p.status.unwrap_or_default();
+        match find_condition(&st.conditions, t) {
+            Some(c) if pred(c.is_true(), &c.reason, &c.message) => Ok(c.message.clone()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await
+}
+
+/// Two AsyncExternPolicies naming one VirtualSwitch: its device holds one
+/// extern policy. The older keeps it and is applied, the younger is held
+/// and says by whom, both name each other, and the device is left alone
+/// (no SetPolicy back and forth). Deleting the held one changes nothing
+/// on the device; deleting the holder hands the device to the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_policies_of_one_virtual_switch_one_holds_it_and_the_device_is_left_alone() {
+    const DEV: u64 = 22;
+    const SET_POLICY: &str = "/p4fleet.externs.v1.ExternRuntime/SetPolicy";
+    let (cp, env) = env().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    let sw_name = format!("{ns}-dpdk");
+    let p: P4Program = serde_json::from_value(json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
+        "metadata": {"name": "l2crypt"},
+        "spec": {"p4info": {"inline": l2crypt("p4info.txt")}, "artifacts": {"dpdk": {
+            "spec": {"inline": l2crypt("l2crypt.spec")},
+            "context": {"inline": l2crypt("context.json")},
+            "bfrtJson": {"inline": l2crypt("bfrt.json")}
+        }}}
+    }))
+    .unwrap();
+    Api::<P4Program>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap();
+    let sw: Switch = serde_json::from_value(json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
+        "metadata": {"name": sw_name},
+        "spec": {"target": "Dpdk", "endpoint": env.p4runtime.to_string(), "deviceId": DEV, "slots": 1,
+                 "capacity": {"cores": 2}}
+    }))
+    .unwrap();
+    Api::<Switch>::all(client.clone())
+        .create(&PostParams::default(), &sw)
+        .await
+        .unwrap();
+    let vs: VirtualSwitch = serde_json::from_value(json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
+        "metadata": {"name": "l2"},
+        "spec": {"programRef": "l2crypt", "switchRef": sw_name, "slot": 0}
+    }))
+    .unwrap();
+    Api::<VirtualSwitch>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &vs)
+        .await
+        .unwrap();
+    let mode_of_encrypt = || {
+        let modes = dataplane(env, DEV).map(|s| extern_modes(&s)).unwrap_or_default();
+        modes
+            .into_iter()
+            .find(|(n, _)| n == "async_encrypt")
+            .map(|(_, m)| m)
+    };
+    let policies: Api<p4fleet_crds::AsyncExternPolicy> = Api::namespaced(client.clone(), &ns);
+    let policy = |name: &str, mode: &str| -> p4fleet_crds::AsyncExternPolicy {
+        let mut e = json!({"name": "async_encrypt", "mode": mode});
+        if mode == "Async" {
+            e["executor"] = json!("DedicatedCores");
+            e["cores"] = json!(1);
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "AsyncExternPolicy",
+            "metadata": {"name": name},
+            "spec": {"virtualSwitchRef": "l2", "externs": [e]}
+        }))
+        .unwrap()
+    };
+    policies
+        .create(&PostParams::default(), &policy("first", "Skip"))
+        .await
+        .unwrap();
+    policy_condition(&policies, "first", "Ready", |ok, _, _| ok).await;
+    assert_eq!(mode_of_encrypt().as_deref(), Some("Skip"));
+    // A second later (creation times have seconds): the younger.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    policies
+        .create(&PostParams::default(), &policy("second", "Sync"))
+        .await
+        .unwrap();
+    let held = policy_condition(&policies, "second", "Applied", |ok, reason, _| {
+        !ok && reason == "OwnershipConflict"
+    })
+    .await;
+    assert!(
+        held.contains("also set by AsyncExternPolicy first")
+            && held.contains("first is older and keeps it, so this policy is held"),
+        "{held}"
+    );
+    let holder = policy_condition(&policies, "first", "ResolvedRefs", |ok, reason, _| {
+        !ok && reason == "OwnershipConflict"
+    })
+    .await;
+    assert!(
+        holder.contains("AsyncExternPolicy second; this policy is older and keeps it"),
+        "{holder}"
+    );
+    policy_condition(&policies, "first", "Applied", |ok, _, _| ok).await;
+    // Left alone: no SetPolicy, the holder's mode throughout.
+    let calls = || http(env.stats, "GET", "/stats", "")["rpcs"][SET_POLICY].as_u64().unwrap_or(0);
+    let before = calls();
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(mode_of_encrypt().as_deref(), Some("Skip"));
+    }
+    assert_eq!(calls(), before, "SetPolicy calls while both claim the device");
+    // The held one goes: the device keeps the holder's policy.
+    policies
+        .delete("second", &DeleteParams::default())
+        .await
+        .unwrap();
+    policy_condition(&policies, "first", "ResolvedRefs", |ok, _, _| ok).await;
+    wait_for("second gone", Duration::from_secs(60), || async {
+        match policies.get_opt("second").await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(mode_of_encrypt().as_deref(), Some("Skip"));
+    assert_eq!(calls(), before, "deleting the held policy touched the device");
+    // The holder goes while another waits: the other takes the device.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    policies
+        .create(&PostParams::default(), &policy("third", "Async"))
+        .await
+        .unwrap();
+    policy_condition(&policies, "third", "Applied", |ok, reason, _| {
+        !ok && reason == "OwnershipConflict"
+    })
+    .await;
+    policies
+        .delete("first", &DeleteParams::default())
+        .await
+        .unwrap();
+    policy_condition(&policies, "third", "Ready", |ok, _, _| ok).await;
+    assert_eq!(mode_of_encrypt().as_deref(), Some("Async"));
 }

@@ -22,6 +22,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -553,6 +554,135 @@ async fn isolation_clashes_are_named_and_a_hot_swap_leaves_other_slots_forwardin
         st.isolation.map(|i| i.vlan_id),
         Some(20),
         "isolation set again"
+    );
+    ns.delete(&client).await.unwrap();
+}
+
+/// gRPC calls of `path` the emulator behind `stats` has received.
+fn rpc_calls(stats: SocketAddr, path: &str) -> u64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(stats).unwrap();
+    write!(s, "GET /stats HTTP/1.0\r\nHost: {stats}\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    v["rpcs"][path].as_u64().unwrap_or(0)
+}
+
+const LOAD_SLOT: &str = "/p4fleet.fpga.v1.SlotService/LoadSlot";
+
+/// A bitstream the board refuses after shifting it in (no sync word) is
+/// loaded again on the backoff (1 s, 2 s, 4 s, ...), not at once, and the
+/// status it fails with is written once: the same refusal does not
+/// rewrite it, so no write brings the next attempt.
+#[tokio::test]
+async fn a_bitstream_the_board_refuses_is_retried_on_its_backoff_not_in_a_loop() {
+    let (client, ns) = setup().await;
+    let (addr, stats) = board(&[]).await;
+    let sw = fpga_switch(&client, addr).await;
+    // The right length, but zeros: the configuration logic finds no sync word.
+    program_with_bitstream(&client, ns.name(), "refused", L2, vec![0; 350_000]).await;
+    let api = Api::<VirtualSwitch>::namespaced(client.clone(), ns.name());
+    api.create(&PostParams::default(), &vs("bad", "refused", &sw, 10))
+        .await
+        .unwrap();
+    let message = until("bad: PipelineLoaded=False LoadFailed", || async {
+        let v = api.get("bad").await.ok()?;
+        condition(&v, "PipelineLoaded")
+            .filter(|c| !c.0 && c.1 == "LoadFailed")
+            .map(|c| c.2)
+    })
+    .await;
+    assert!(
+        message.contains("configuration failed") && message.contains("sync word"),
+        "{message}"
+    );
+    let version = api.get("bad").await.unwrap().resource_version();
+    // Every LoadSlot call for 12 s, timed by polling the board's counter.
+    let start = tokio::time::Instant::now();
+    let mut seen = rpc_calls(stats, LOAD_SLOT);
+    let mut at = Vec::new();
+    while start.elapsed() < Duration::from_secs(12) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let n = rpc_calls(stats, LOAD_SLOT);
+        at.extend((seen..n).map(|_| start.elapsed()));
+        seen = n;
+    }
+    // On the backoff the attempts come about 1, 3 and 7 s after the first
+    // failure (11 s of 2, 4, 8-second gaps at most fit in 12 s); in a loop
+    // they would be dozens; at a fixed 10 s retry, one.
+    assert!(
+        (2..=5).contains(&at.len()),
+        "LoadSlot calls in 12 s at {at:?}"
+    );
+    let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps.iter().all(|g| *g >= Duration::from_millis(1500)),
+        "attempts {at:?} are closer than the backoff"
+    );
+    let now = api.get("bad").await.unwrap();
+    assert_eq!(
+        now.resource_version(),
+        version,
+        "the same refusal rewrote the status: {:?}",
+        condition(&now, "PipelineLoaded")
+    );
+    ns.delete(&client).await.unwrap();
+}
+
+/// A load refused because the slot is busy (another load of it still
+/// runs, e.g. one an operator started before it restarted) is retried at
+/// its backoff (1 s, then 2 s), not at the next periodic check (10 s).
+#[tokio::test]
+async fn a_slot_busy_with_another_load_is_retried_at_its_backoff() {
+    let (client, ns) = setup().await;
+    // 2.8 Mb at 1.4 Mb/s: each load of a slot takes 2 s.
+    let (addr, _stats) = board(&["--fpga-port-bps", "1400000"]).await;
+    let sw = fpga_switch(&client, addr).await;
+    program(&client, ns.name(), L2).await;
+    // Another client's load of slot 0 is running.
+    let other = p4fleet_emulator::fpga::bitstream::synthetic(2_800_000, "other").unwrap();
+    let busy = tokio::spawn(async move {
+        let text = std::fs::read_to_string(
+            p4fleet_e2e::repo_root().join("examples/l2switch/p4info.txt"),
+        )
+        .unwrap();
+        let header = pb::LoadSlotHeader {
+            slot: 0,
+            program_digest: "other".into(),
+            resources: [("luts".to_string(), L2.1), ("ffs".to_string(), L2.2)].into(),
+            p4info: Some(p4fleet_proto::p4info::parse_text(&text).unwrap()),
+            ..Default::default()
+        };
+        slots(addr).load_slot(header, &other).await
+    });
+    until("slot 0 Loading", || async {
+        let st = slots(addr).slot_state(0).await.ok()?;
+        (st.phase() == pb::SlotPhase::Loading).then_some(())
+    })
+    .await;
+    let api = Api::<VirtualSwitch>::namespaced(client.clone(), ns.name());
+    let mut v = vs("late", "l2switch", &sw, 10);
+    v.spec.slot = Some(0);
+    api.create(&PostParams::default(), &v).await.unwrap();
+    until("late: PipelineLoaded=False SlotBusy", || async {
+        let v = api.get("late").await.ok()?;
+        condition(&v, "PipelineLoaded").filter(|c| !c.0 && c.1 == "SlotBusy")
+    })
+    .await;
+    let refused = tokio::time::Instant::now();
+    busy.await.unwrap().expect("the other load");
+    until("late Ready", || async {
+        ready(&api.get("late").await.ok()?).then_some(())
+    })
+    .await;
+    // Retried at 1 s (still busy) and 3 s, loaded 2 s later: about 5 s.
+    // Waiting for the 10 s periodic check would take 12 s.
+    let took = refused.elapsed();
+    assert!(
+        took < Duration::from_secs(9),
+        "Ready {took:?} after SlotBusy"
     );
     ns.delete(&client).await.unwrap();
 }

@@ -31,7 +31,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use p4fleet_crds::{
-    P4Program, SLOT_CLAIMS_ANNOTATION, SlotClaim, Switch, TableEntrySet, VirtualSwitch,
+    AsyncExternPolicy, P4Program, SLOT_CLAIMS_ANNOTATION, SlotClaim, Switch, TableEntrySet, VirtualSwitch,
 };
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
@@ -367,6 +367,10 @@ pub struct Caches {
     /// The TableEntrySet controller's own objects, also read by the
     /// VirtualSwitch controller (entries re-applied after a swap).
     pub entry_sets: Cache<TableEntrySet>,
+    /// The AsyncExternPolicy controller's own objects, filed under the
+    /// VirtualSwitch they name: one policy per VirtualSwitch holds its
+    /// device's extern policy, the others are told who does.
+    pub extern_policies: Cache<AsyncExternPolicy>,
 }
 
 impl Default for Caches {
@@ -376,6 +380,7 @@ impl Default for Caches {
             virtual_switches: Cache::indexed(placed_on),
             programs: Cache::default(),
             entry_sets: Cache::indexed(fills_key),
+            extern_policies: Cache::indexed(policy_key),
         }
     }
 }
@@ -409,6 +414,12 @@ fn fills_key(set: &TableEntrySet) -> Vec<String> {
     keys
 }
 
+/// A policy is filed under the VirtualSwitch it names ([`filled_key`]).
+fn policy_key(p: &AsyncExternPolicy) -> Vec<String> {
+    let ns = p.metadata.namespace.as_deref().unwrap_or_default();
+    vec![filled_key(ns, &p.spec.virtual_switch_ref)]
+}
+
 /// The key of the sets naming VirtualSwitch `vs` of namespace `ns`.
 pub fn filled_key(ns: &str, vs: &str) -> String {
     format!("{ns}/{vs}")
@@ -430,7 +441,7 @@ fn placed_on(vs: &VirtualSwitch) -> Vec<String> {
 }
 
 impl Caches {
-    /// Runs the four watches until `shutdown`: Switches cluster-wide,
+    /// Runs the five watches until `shutdown`: Switches cluster-wide,
     /// the namespaced kinds in `watch_namespace` (all when None).
     pub async fn run(
         &self,
@@ -450,12 +461,17 @@ impl Caches {
             Some(ns) => Api::namespaced(client.clone(), ns),
             None => Api::all(client.clone()),
         };
+        let policies = match watch_namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
         tokio::join!(
             self.switches
                 .run(Api::all(client.clone()), shutdown.clone()),
             self.virtual_switches.run(vss, shutdown.clone()),
             self.programs.run(programs, shutdown.clone()),
             self.entry_sets.run(sets, shutdown.clone()),
+            self.extern_policies.run(policies, shutdown.clone()),
         );
     }
 
@@ -465,7 +481,8 @@ impl Caches {
             self.switches.ready(),
             self.virtual_switches.ready(),
             self.programs.ready(),
-            self.entry_sets.ready()
+            self.entry_sets.ready(),
+            self.extern_policies.ready()
         );
     }
 }

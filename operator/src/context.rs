@@ -74,6 +74,10 @@ pub struct Context {
     pub readiness: Readiness,
     /// Per-object consecutive failures, for error backoff.
     pub backoff: Backoff,
+    /// Failed attempts per object and cause (a device that refused a
+    /// load, a policy, an artifact that could not be fetched): held
+    /// until their backoff is due or their inputs change.
+    pub retries: crate::retries::Retries,
     /// What TableEntrySet syncs remember between runs (drift, statuses).
     pub sync_memory: SyncMemory,
     /// TableEntrySets' durable ownership records (devices without entry
@@ -152,6 +156,7 @@ impl Context {
             events,
             readiness: Readiness::default(),
             backoff: Backoff::default(),
+            retries: Default::default(),
             sync_memory: SyncMemory::default(),
             ownership: Default::default(),
             entry_sources: EntrySources::new(metrics.entry_sources.clone()),

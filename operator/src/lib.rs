@@ -15,6 +15,7 @@
 pub mod allocator;
 pub mod artifacts;
 pub mod cache;
+pub mod claimants;
 pub mod cli;
 pub mod context;
 pub mod controllers;
@@ -38,6 +39,7 @@ pub mod ownership;
 pub mod process_metrics;
 pub mod reads;
 pub mod reconcile_triggers;
+pub mod retries;
 pub mod status;
 pub mod telemetry;
 pub mod tls_secrets;

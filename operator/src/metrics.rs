@@ -92,6 +92,9 @@ pub struct Metrics {
     pub reconciles: Family<KindLabel, Counter>,
     /// Reconciles that returned an error, by kind and reason.
     pub reconcile_errors: Family<ErrorLabels, Counter>,
+    /// Reconciles that lost an optimistic-concurrency race (not errors:
+    /// retried quietly), by kind.
+    pub reconcile_conflicts: Family<KindLabel, Counter>,
     /// Reconcile duration in seconds, by kind.
     pub reconcile_duration: HistogramFamily<KindLabel>,
     /// Status writes actually sent (idle reconciles skip them), by kind.
@@ -144,6 +147,7 @@ impl Metrics {
         let m = Metrics {
             reconciles: Family::default(),
             reconcile_errors: Family::default(),
+            reconcile_conflicts: Family::default(),
             reconcile_duration: Family::new_with_constructor(reconcile_histogram),
             status_writes: Family::default(),
             entries_written: Family::default(),
@@ -182,6 +186,11 @@ impl Metrics {
             "reconcile_errors",
             "Reconciles that failed",
             m.reconcile_errors.clone(),
+        );
+        r.register(
+            "reconcile_conflicts",
+            "Reconciles that lost a race with another write of their object and were retried",
+            m.reconcile_conflicts.clone(),
         );
         r.register(
             "reconcile_duration_seconds",
@@ -306,6 +315,7 @@ impl Metrics {
         let label = KindLabel { kind: kind.into() };
         let _ = self.reconciles.get_or_create(&label);
         let _ = self.status_writes.get_or_create(&label);
+        let _ = self.reconcile_conflicts.get_or_create(&label);
         for reason in reasons {
             let _ = self.reconcile_errors.get_or_create(&ErrorLabels {
                 kind: kind.into(),
@@ -333,6 +343,12 @@ impl Metrics {
                 reason: reason.into(),
             })
             .inc();
+    }
+
+    /// Counts a reconcile that lost a race with another write.
+    pub fn reconcile_conflict(&self, kind: &str) {
+        let label = KindLabel { kind: kind.into() };
+        self.reconcile_conflicts.get_or_create(&label).inc();
     }
 
     /// Counts a status write.

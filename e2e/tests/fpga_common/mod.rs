@@ -41,8 +41,20 @@ pub const ROUTER: (&str, u64, u64) = ("router", 57_704, 84_149);
 pub const FIREWALL: (&str, u64, u64) = ("firewall", 45_683, 74_344);
 
 /// A P4Program with FPGA artifacts (bitstream in a ConfigMap's binaryData).
-pub async fn program(client: &Client, ns: &str, (name, luts, ffs): (&str, u64, u64)) -> String {
-    let bits = p4fleet_emulator::fpga::bitstream::synthetic(2_800_000, name).unwrap();
+pub async fn program(client: &Client, ns: &str, of: (&str, u64, u64)) -> String {
+    let bits = p4fleet_emulator::fpga::bitstream::synthetic(2_800_000, of.0).unwrap();
+    program_with_bitstream(client, ns, of.0, of, bits).await
+}
+
+/// P4Program `name`: the P4Info and resources of P4VBox's program `of`,
+/// `bits` as its bitstream (2.8 Mb long).
+pub async fn program_with_bitstream(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    (example, luts, ffs): (&str, u64, u64),
+    bits: Vec<u8>,
+) -> String {
     let cm: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": format!("{name}-fpga")},
     }))
@@ -54,7 +66,8 @@ pub async fn program(client: &Client, ns: &str, (name, luts, ffs): (&str, u64, u
         .await
         .unwrap();
     let p4info =
-        std::fs::read_to_string(repo_root().join(format!("examples/{name}/p4info.txt"))).unwrap();
+        std::fs::read_to_string(repo_root().join(format!("examples/{example}/p4info.txt")))
+            .unwrap();
     let p: P4Program = serde_json::from_value(json!({
         "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
         "metadata": {"name": name},

@@ -158,7 +158,6 @@ impl Board {
             .unwrap_or_else(|e| {
                 Err(SlotError::ConfigurationFailed {
                     slot: Some(slot),
-                    after: Duration::ZERO,
                     why: format!("load task: {e}"),
                 })
             })
@@ -203,7 +202,6 @@ impl Board {
             }),
             Some(why) => Err(SlotError::ConfigurationFailed {
                 slot: Some(slot),
-                after: took,
                 why: format!("{why}; the slot is Failed"),
             }),
         }
@@ -219,7 +217,6 @@ impl Board {
             .unwrap_or_else(|e| {
                 Err(SlotError::ConfigurationFailed {
                     slot: None,
-                    after: Duration::ZERO,
                     why: format!("configuration task: {e}"),
                 })
             })
@@ -247,7 +244,6 @@ impl Board {
             // one keeps its static region so it stays usable.
             return Err(SlotError::ConfigurationFailed {
                 slot: None,
-                after: took,
                 why: "the configuration logic found no sync word 0xAA995566".into(),
             });
         }

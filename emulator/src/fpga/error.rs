@@ -2,7 +2,6 @@
 //! its gRPC code and a typed `p4fleet.fpga.v1.SlotError` in the status
 //! details, so clients decide on the reason rather than the text.
 
-use std::time::Duration;
 
 use p4fleet_proto::fpga as pb;
 use p4fleet_proto::rpc;
@@ -52,12 +51,11 @@ pub(crate) enum SlotError {
     BadRequest { slot: Option<u32>, msg: String },
     #[error("slot {slot}: p4info: {msg}")]
     BadP4Info { slot: u32, msg: String },
-    #[error("{}configuration failed after {after:?}: {why}", prefix(*slot))]
-    ConfigurationFailed {
-        slot: Option<u32>,
-        after: Duration,
-        why: String,
-    },
+    /// How long the load ran before it failed is the board's log and its
+    /// slot state's, not this message's: a message that changes with
+    /// every attempt reads as a new failure each time.
+    #[error("{}configuration failed: {why}", prefix(*slot))]
+    ConfigurationFailed { slot: Option<u32>, why: String },
     #[error("slot {slot}: Sid {sid} is already slot {other}'s")]
     SidInUse { slot: u32, other: u32, sid: String },
     #[error(

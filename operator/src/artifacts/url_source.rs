@@ -99,6 +99,25 @@ impl FetchError {
     }
 }
 
+impl FetchError {
+    /// Whether a download was tried and failed (the server, the network,
+    /// or the bytes it gave): tried again only on the backoff. The others
+    /// (a malformed source, a missing Secret) fail before any request.
+    pub fn is_download_failure(&self) -> bool {
+        matches!(
+            self,
+            FetchError::Status { .. }
+                | FetchError::Timeout { .. }
+                | FetchError::Tls { .. }
+                | FetchError::Connect { .. }
+                | FetchError::Transfer { .. }
+                | FetchError::TooManyRedirects { .. }
+                | FetchError::DigestMismatch { .. }
+                | FetchError::TooLarge { .. }
+        )
+    }
+}
+
 /// A source that passed its checks: where to start and what to expect.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checked {

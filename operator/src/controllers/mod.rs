@@ -57,9 +57,14 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("object has no {0}")]
     MissingObjectKey(&'static str),
-    /// Adding or removing a finalizer failed (e.g. a concurrent change).
+    /// Adding or removing a finalizer failed.
     #[error("finalizer: {0}")]
     Finalizer(#[source] kube::Error),
+    /// A write lost an optimistic-concurrency race: the object changed
+    /// since this reconcile read it (a finalizer patch whose test of the
+    /// list it read failed). Expected, not a failure: retried quietly.
+    #[error("the object changed meanwhile: {0}")]
+    Conflict(#[source] kube::Error),
     /// kube's finalizer helper could not use the name as a JSON pointer
     /// (the names are constants, so this is a bug).
     #[error("finalizer name is not a valid JSON pointer")]
@@ -85,7 +90,7 @@ impl Error {
         match self {
             Error::Kube(_) | Error::OwnershipRecord(_) => "kube",
             Error::MissingObjectKey(_) => "invalid_object",
-            Error::Finalizer(_) | Error::InvalidFinalizer => "finalizer",
+            Error::Finalizer(_) | Error::InvalidFinalizer | Error::Conflict(_) => "finalizer",
             Error::EntriesNotRemoved(_) | Error::PolicyNotRestored(_) => "device",
         }
     }
@@ -102,11 +107,30 @@ pub fn finalized(res: Result<Action, finalizer::Error<Error>>) -> Result<Action,
         Err(F::RemoveFinalizer(kube::Error::Api(s))) if s.is_not_found() => {
             Ok(Action::await_change())
         }
+        Err(F::AddFinalizer(e) | F::RemoveFinalizer(e)) if lost_race(&e) => Err(Error::Conflict(e)),
         Err(F::AddFinalizer(e) | F::RemoveFinalizer(e)) => Err(Error::Finalizer(e)),
         Err(F::UnnamedObject) => Err(Error::MissingObjectKey("name")),
         Err(F::InvalidFinalizer) => Err(Error::InvalidFinalizer),
     }
 }
+
+/// Whether a write was refused because the object changed since it was
+/// read: 409 Conflict (a resourceVersion precondition), or 422 without
+/// field causes, which is how the API server refuses a JSON patch whose
+/// `test` operation failed (kube's finalizer helper tests the finalizer
+/// list it read). A 422 of a validation failure names its fields.
+pub fn lost_race(e: &kube::Error) -> bool {
+    let kube::Error::Api(s) = e else {
+        return false;
+    };
+    let causes = s.details.as_ref().map_or(0, |d| d.causes.len());
+    s.code == 409 || (s.code == 422 && causes == 0)
+}
+
+/// The backoff from which a conflict is warned and counted as an error
+/// after all (the fourth in a row: 1, 2, 4 s quiet): a race lost again
+/// and again is no race.
+const QUIET_CONFLICT_DELAY: Duration = Duration::from_secs(8);
 
 /// The namespace of a namespaced object.
 pub fn namespace<K: Resource>(obj: &K) -> Result<String, Error> {
@@ -128,8 +152,16 @@ where
 {
     let kind = K::kind(&());
     let key = object_key(obj.as_ref());
-    ctx.metrics.reconcile_error(&kind, err.metric_label());
     let delay = ctx.backoff.failed(&format!("{kind}/{key}"));
+    if let Error::Conflict(_) = err
+        && delay < QUIET_CONFLICT_DELAY
+    {
+        ctx.metrics.reconcile_conflict(&kind);
+        tracing::debug!(%kind, object = %key, error = %err, retry_in = ?delay,
+            "the object changed meanwhile; retrying");
+        return Action::requeue(delay);
+    }
+    ctx.metrics.reconcile_error(&kind, err.metric_label());
     tracing::warn!(%kind, object = %key, error = %err, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
@@ -526,8 +558,21 @@ mod tests {
         // The object is gone: nothing left to do.
         let gone = finalized(Err(F::RemoveFinalizer(api(404, "NotFound"))));
         assert_eq!(gone.unwrap(), done);
+        // A lost race (the JSON patch's test failed: 422 without causes,
+        // or a 409) is a conflict; a 422 naming fields is a real refusal.
         let conflict = finalized(Err(F::AddFinalizer(api(422, "Invalid")))).unwrap_err();
-        assert_eq!(conflict.metric_label(), "finalizer");
+        assert!(matches!(conflict, Error::Conflict(_)), "{conflict:?}");
+        let conflict = finalized(Err(F::RemoveFinalizer(api(409, "Conflict")))).unwrap_err();
+        assert!(matches!(conflict, Error::Conflict(_)), "{conflict:?}");
+        let mut invalid = Status::failure("x", "Invalid").with_code(422);
+        invalid.details = serde_json::from_value(serde_json::json!({
+            "causes": [{"reason": "FieldValueInvalid", "field": "metadata.finalizers"}]
+        }))
+        .unwrap();
+        let refused = finalized(Err(F::AddFinalizer(kube::Error::Api(invalid.boxed()))));
+        assert!(matches!(refused, Err(Error::Finalizer(_))), "{refused:?}");
+        let other = finalized(Err(F::AddFinalizer(api(403, "Forbidden")))).unwrap_err();
+        assert_eq!(other.metric_label(), "finalizer");
         let stage = finalized(Err(F::CleanupFailed(Error::MissingObjectKey("namespace"))));
         assert!(matches!(stage, Err(Error::MissingObjectKey("namespace"))));
         assert!(matches!(

@@ -20,6 +20,7 @@ use p4fleet_model::p4info as model_p4info;
 use super::{Error, namespace, program_hold, scoped_api, update_status_noting, watch_related};
 use crate::artifacts::{self, P4InfoError, Resolved};
 use crate::context::Context;
+use crate::retries::Gate;
 use crate::status::{EventNote, ready_from};
 
 /// Watches P4Programs and the ConfigMaps they reference. The ConfigMap
@@ -118,9 +119,40 @@ pub fn build_status(
     st
 }
 
+/// The cause of a program's backoff in [`Context::retries`]: downloading
+/// a `url` source.
+const FETCH: &str = "fetch";
+
 pub async fn reconcile(obj: Arc<P4Program>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = namespace(obj.as_ref())?;
+    // A download that failed is not tried again for the same spec before
+    // its backoff is due (1 s doubling to 5 min); its status already says
+    // why, so a reconcile meanwhile (its own status write, a ConfigMap
+    // event) has nothing to do. An edited spec tries at once.
+    let key = format!("P4Program/{}", super::object_key(obj.as_ref()));
+    let now = tokio::time::Instant::now();
+    let inputs = crate::retries::inputs(&obj.metadata.generation);
+    if let Gate::Wait { retry_in, .. } = ctx.retries.gate(&key, FETCH, inputs, now) {
+        return Ok(Action::requeue(retry_in));
+    }
     let resolved = artifacts::resolve(&ctx.reads, &ns, &obj.spec).await?;
+    let fetch_failed = resolved.problems().find_map(|e| match e {
+        artifacts::SourceError::Url { error, .. } if error.is_download_failure() => Some(e),
+        _ => None,
+    });
+    let fetch_retry = match fetch_failed {
+        Some(e) => {
+            let failed = crate::retries::Refusal {
+                reason: e.reason(),
+                message: e.to_string(),
+            };
+            Some(ctx.retries.failed(&key, FETCH, inputs, now, failed))
+        }
+        None => {
+            ctx.retries.succeeded(&key, FETCH);
+            None
+        }
+    };
     let mut new = build_status(&obj.spec, &resolved, obj.metadata.generation);
     let old = obj.status.clone().unwrap_or_default();
     let held = hold(&ctx, obj.as_ref(), &old, &mut new);
@@ -147,7 +179,8 @@ pub async fn reconcile(obj: Arc<P4Program>, ctx: Arc<Context>) -> Result<Action,
         ctx.events.publish(obj.as_ref(), &ev).await;
     }
     let key = super::object_key(obj.as_ref());
-    Ok(Action::requeue(super::spread(ctx.config.resync, &key)))
+    let resync = super::spread(ctx.config.resync, &key);
+    Ok(Action::requeue(fetch_retry.map_or(resync, |r| r.min(resync))))
 }
 
 /// Holds a change that removes tables sets still fill ([`program_hold`]):

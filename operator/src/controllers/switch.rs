@@ -31,8 +31,6 @@ use crate::tls_secrets::TlsSecretError;
 
 /// How long a capabilities probe may take before the Switch counts as unreachable.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Retry period while unreachable (shorter than the resync).
-const UNREACHABLE_RETRY: Duration = Duration::from_secs(10);
 /// How long the first read of a TLS Secret, and the device's verdict on
 /// this operator (arbitration / subscription), may take.
 const SETTLE_WAIT: Duration = Duration::from_secs(3);
@@ -455,6 +453,7 @@ fn forget(ctx: &Context, name: &str) {
     ctx.drift_probes.unhealthy(name);
     ctx.metrics.forget_switch(name);
     ctx.sync_memory.forget_switch(name);
+    ctx.retries.forget(&format!("Switch/{name}"));
 }
 
 pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -505,11 +504,31 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
         }
         _ => ctx.drift_probes.unhealthy(&name),
     }
+    let key = format!("Switch/{name}");
     Ok(match (healthy, probe) {
-        (true, _) | (_, None) => Action::requeue(super::spread(ctx.config.drift, &name)),
-        _ => Action::requeue(UNREACHABLE_RETRY.min(ctx.config.drift)),
+        (true, _) | (_, None) => {
+            ctx.retries.succeeded(&key, PROBE);
+            Action::requeue(super::spread(ctx.config.drift, &name))
+        }
+        // Unreachable or refusing: probed again on the backoff (1 s
+        // doubling), never less often than a healthy device. A device
+        // that comes back brings this reconcile at once (its connection's
+        // epoch), whatever the backoff.
+        _ => {
+            let now = tokio::time::Instant::now();
+            let inputs = crate::retries::inputs(&generation);
+            let failed = crate::retries::Refusal {
+                reason: PROBE,
+                message: String::new(),
+            };
+            let backoff = ctx.retries.failed(&key, PROBE, inputs, now, failed);
+            Action::requeue(backoff.min(ctx.config.drift))
+        }
     })
 }
+
+/// The cause of a Switch's backoff in [`Context::retries`]: its probe.
+const PROBE: &str = "probe";
 
 /// A probed device for the probe tests: an emulator's Bmv2 Switch
 /// (generation 1) connected through a pool, slot 0 running the firewall

@@ -98,6 +98,7 @@ pub async fn cleanup(ctx: &Context, set: &TableEntrySet) -> Result<Action, Error
         }
     }
     ctx.sync_memory.forget_set(&me);
+    ctx.retries.forget(&format!("TableEntrySet/{me}"));
     if failures.is_empty() {
         ctx.entry_sources.release(&me);
         ctx.ownership.remove(&ctx.client, set).await?;

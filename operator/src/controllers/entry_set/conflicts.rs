@@ -1,14 +1,15 @@
-//! Conflicting ownership (pure): two TableEntrySets of a namespace that
-//! fill one VirtualSwitch's table (so one table of one device), at least
-//! one of them Exclusive. Left alone they fight: the Exclusive set deletes
-//! the other's entries and the other writes them again, every sync.
+//! Conflicting claims (pure): two TableEntrySets of a namespace that
+//! claim something one VirtualSwitch's device holds once ([`Claim`]):
+//! a table's entries (one of the two Exclusive: left alone, the Exclusive
+//! set deletes the other's entries and the other writes them again, every
+//! sync), a table's default action (both set `spec.defaultAction`), a
+//! digest's configuration (both configure it in `spec.digests`).
 //!
-//! The older set keeps the table, decided the same way by both sets and
-//! by every operator process: the earlier `creationTimestamp`, then the
-//! name. The younger set does not write that target while the conflict
-//! lasts. Both report it (`ResolvedRefs=False`, reason
-//! `OwnershipConflict`, naming the other set and the table). Two Merge
-//! sets never conflict: each owns only its own entries.
+//! The older set keeps the claim ([`crate::claimants`]); the younger does
+//! not write it while the conflict lasts: for a table, that target; for a
+//! default action or a digest, only that. Both report it
+//! (`ResolvedRefs=False`, reason `OwnershipConflict`, naming the other
+//! set). Two Merge sets never conflict over entries: each owns only its own.
 
 use std::sync::Arc;
 
@@ -16,23 +17,62 @@ use kube::ResourceExt;
 use p4fleet_crds::entry_set::Ownership;
 use p4fleet_crds::{TableEntrySet, VirtualSwitch};
 
-/// A target this set and another claim, at least one Exclusive.
+pub use crate::claimants::older;
+
+/// What two sets claim on one VirtualSwitch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The table's entries: one of the two sets is Exclusive.
+    Table,
+    /// The table's default action: both set `spec.defaultAction`.
+    DefaultAction,
+    /// The configuration of this digest: both list it in `spec.digests`.
+    Digest(String),
+}
+
+/// A claim this set and another make on one VirtualSwitch.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "table {table} of VirtualSwitch {virtual_switch} is also filled by TableEntrySet {other} ({other_ownership:?}; this set: {ownership:?}); {}",
+#[error("{}; {}; to resolve it, {}",
+    what(self),
     if *keeps { format!("this set is older and keeps it; {other} does not write it") }
-    else { format!("{other} is older and keeps it; this set does not write it") }
+    else { format!("{other} is older and keeps it, so this set is held: it writes nothing of it there") },
+    remedy(claim),
 )]
 pub struct Conflict {
     pub virtual_switch: String,
     /// The table's full name.
     pub table: String,
+    pub claim: Claim,
     /// The other set's name (same namespace).
     pub other: String,
     pub ownership: Ownership,
     pub other_ownership: Ownership,
-    /// Whether this set keeps the target (it is the older one).
+    /// Whether this set keeps the claim (it is the older one).
     pub keeps: bool,
+}
+
+fn what(c: &Conflict) -> String {
+    let (vs, table, other) = (&c.virtual_switch, &c.table, &c.other);
+    match &c.claim {
+        Claim::Table => format!(
+            "table {table} of VirtualSwitch {vs} is also filled by TableEntrySet {other} ({:?}; this set: {:?})",
+            c.other_ownership, c.ownership
+        ),
+        Claim::DefaultAction => format!(
+            "the default action of table {table} of VirtualSwitch {vs} is also set by TableEntrySet {other} (spec.defaultAction)"
+        ),
+        Claim::Digest(d) => format!(
+            "digest {d} of VirtualSwitch {vs} is also configured by TableEntrySet {other} (spec.digests)"
+        ),
+    }
+}
+
+fn remedy(claim: &Claim) -> &'static str {
+    match claim {
+        Claim::Table => "delete one of the two sets or make both Merge",
+        Claim::DefaultAction => "remove spec.defaultAction from one of the two sets",
+        Claim::Digest(_) => "configure the digest in one of the two sets only",
+    }
 }
 
 /// Whether a set's `spec.table` (full or short name) names `full`.
@@ -43,16 +83,24 @@ pub fn names_table(spec_table: &str, full: &str) -> bool {
             .is_some_and(|p| p.ends_with('.'))
 }
 
-/// Whether `a` precedes `b`: created earlier, or at the same second with
-/// the smaller name. A set without a creation time (never stored) comes last.
-pub fn older(a: &TableEntrySet, b: &TableEntrySet) -> bool {
-    let when = |s: &TableEntrySet| s.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    match (when(a), when(b)) {
-        (Some(x), Some(y)) if x != y => x < y,
-        (Some(_), None) => true,
-        (None, Some(_)) => false,
-        _ => a.name_any() < b.name_any(),
+/// What `me` and `o`, both filling table `table`, claim alike.
+fn shared(me: &TableEntrySet, o: &TableEntrySet, table: &str) -> Vec<Claim> {
+    let mut out = Vec::new();
+    let same_table = names_table(&o.spec.table, table);
+    if same_table
+        && (me.spec.ownership == Ownership::Exclusive || o.spec.ownership == Ownership::Exclusive)
+    {
+        out.push(Claim::Table);
     }
+    if same_table && me.spec.default_action.is_some() && o.spec.default_action.is_some() {
+        out.push(Claim::DefaultAction);
+    }
+    for d in &me.spec.digests {
+        if o.spec.digests.iter().any(|x| x.name == d.name) {
+            out.push(Claim::Digest(d.name.clone()));
+        }
+    }
+    out
 }
 
 /// The conflicts of `me` on its `targets` (VirtualSwitch, full table
@@ -70,41 +118,49 @@ pub fn find(
         let Some(vs) = virtual_switch(vs_name) else {
             continue;
         };
-        let mut rivals: Vec<&Arc<TableEntrySet>> = others
+        let mut rivals: Vec<(&Arc<TableEntrySet>, Vec<Claim>)> = others
             .iter()
             // Borrowed fields, cheapest test first: every sync runs this
             // over the sets that may fill its VirtualSwitches.
-            .filter(|o| {
-                (me.spec.ownership == Ownership::Exclusive
-                    || o.spec.ownership == Ownership::Exclusive)
-                    && o.metadata.namespace == me.metadata.namespace
-                    && o.metadata.name != me.metadata.name
-                    && o.metadata.deletion_timestamp.is_none()
-                    && names_table(&o.spec.table, table)
-                    && super::fills(o, &vs)
-            })
+            .filter(|o| crate::claimants::rival(me, o.as_ref()))
+            .map(|o| (o, shared(me, o, table)))
+            .filter(|(o, claims)| !claims.is_empty() && super::fills(o, &vs))
             .collect();
-        rivals.sort_by_key(|o| o.name_any());
-        out.extend(rivals.into_iter().map(|o| Conflict {
-            virtual_switch: vs_name.to_string(),
-            table: table.to_string(),
-            other: o.name_any(),
-            ownership: me.spec.ownership,
-            other_ownership: o.spec.ownership,
-            keeps: older(me, o),
-        }));
+        rivals.sort_by_key(|(o, _)| o.name_any());
+        for (o, claims) in rivals {
+            out.extend(claims.into_iter().map(|claim| Conflict {
+                virtual_switch: vs_name.to_string(),
+                table: table.to_string(),
+                claim,
+                other: o.name_any(),
+                ownership: me.spec.ownership,
+                other_ownership: o.spec.ownership,
+                keeps: older(me, o),
+            }));
+        }
     }
     out
 }
 
+/// The conflicts this set loses: an older set keeps the claim.
+pub fn held(conflicts: &[Conflict]) -> impl Iterator<Item = &Conflict> {
+    conflicts.iter().filter(|c| !c.keeps)
+}
+
 /// The targets (VirtualSwitch names) this set must not write: those where
-/// an older set wins a conflict.
+/// an older set keeps the table.
 pub fn yielded(conflicts: &[Conflict]) -> Vec<&str> {
-    conflicts
-        .iter()
-        .filter(|c| !c.keeps)
+    held(conflicts)
+        .filter(|c| c.claim == Claim::Table)
         .map(|c| c.virtual_switch.as_str())
         .collect()
+}
+
+/// Whether an older set keeps `claim` on VirtualSwitch `vs`: its holder.
+pub fn held_by<'a>(conflicts: &'a [Conflict], vs: &str, claim: &Claim) -> Option<&'a str> {
+    held(conflicts)
+        .find(|c| c.virtual_switch == vs && &c.claim == claim)
+        .map(|c| c.other.as_str())
 }
 
 #[cfg(test)]
@@ -164,7 +220,8 @@ mod tests {
         assert!(
             msg.contains("TableEntrySet a (Exclusive; this set: Merge)")
                 && msg.contains("table MyIngress.firewall of VirtualSwitch edge1")
-                && msg.contains("a is older and keeps it"),
+                && msg.contains("a is older and keeps it, so this set is held")
+                && msg.contains("delete one of the two sets or make both Merge"),
             "{msg}"
         );
     }
@@ -206,9 +263,52 @@ mod tests {
         assert!(find(&a, &[("core1", FW)], &[a.clone(), b], lookup).is_empty());
     }
 
+    /// A Merge set with a default action and a digest config.
+    fn with_extras(name: &str, created: i64, digest: &str) -> Arc<TableEntrySet> {
+        let mut s = (*set(name, "Merge", FW, Some(created))).clone();
+        s.spec.default_action =
+            Some(serde_json::from_value(serde_json::json!({"action": "drop"})).unwrap());
+        s.spec.digests = vec![serde_json::from_value(serde_json::json!({"name": digest})).unwrap()];
+        Arc::new(s)
+    }
+
+    #[test]
+    fn two_merge_sets_conflict_over_a_default_action_and_a_shared_digest_only() {
+        let a = with_extras("a", 100, "mac_learn");
+        let b = with_extras("b", 200, "mac_learn");
+        let all = [a.clone(), b.clone()];
+        let of_b = find(&b, &[("edge1", FW)], &all, lookup);
+        let claims: Vec<&Claim> = of_b.iter().map(|c| &c.claim).collect();
+        assert_eq!(
+            claims,
+            [&Claim::DefaultAction, &Claim::Digest("mac_learn".into())]
+        );
+        assert!(of_b.iter().all(|c| !c.keeps && c.other == "a"));
+        // Entries are not held: both Merge.
+        assert!(yielded(&of_b).is_empty());
+        assert_eq!(held_by(&of_b, "edge1", &Claim::DefaultAction), Some("a"));
+        assert_eq!(held_by(&of_b, "core1", &Claim::DefaultAction), None);
+        let of_a = find(&a, &[("edge1", FW)], &all, lookup);
+        assert!(of_a.iter().all(|c| c.keeps));
+        assert_eq!(held_by(&of_a, "edge1", &Claim::DefaultAction), None);
+        let msg = of_b[0].to_string();
+        assert!(
+            msg.contains("the default action of table MyIngress.firewall of VirtualSwitch edge1 is also set by TableEntrySet a")
+                && msg.contains("remove spec.defaultAction from one of the two sets"),
+            "{msg}"
+        );
+        assert!(of_b[1].to_string().contains("digest mac_learn of VirtualSwitch edge1"));
+        // Other digests, another table's default action: no conflict.
+        let c = with_extras("c", 300, "other");
+        let mut d = (*with_extras("d", 400, "third")).clone();
+        d.spec.table = "MyIngress.acl".into();
+        let all = [c.clone(), Arc::new(d)];
+        assert!(find(&c, &[("edge1", FW)], &all, lookup).is_empty());
+    }
+
     #[test]
     fn a_stored_set_precedes_one_without_a_creation_time() {
         let (a, b) = (set("z", "Merge", FW, Some(5)), set("a", "Merge", FW, None));
-        assert!(older(&a, &b) && !older(&b, &a));
+        assert!(older(a.as_ref(), b.as_ref()) && !older(b.as_ref(), a.as_ref()));
     }
 }

@@ -38,6 +38,9 @@ pub enum Plan {
     Reset,
     /// The spec's default action is not allowed for this table.
     Invalid(DefaultActionError),
+    /// An older set sets this table's default action on this target
+    /// ([`super::conflicts`]): nothing is written, not even a reset.
+    Held { by: String },
 }
 
 /// What happened to one target's default entry.
@@ -53,6 +56,10 @@ pub enum Outcome {
     /// Reset to the program's initial default.
     Reset,
     Invalid(DefaultActionError),
+    /// Left to the older set named (`Plan::Held`).
+    Held {
+        by: String,
+    },
     /// The target cannot set default actions (a client error
     /// `Unsupported`).
     Unsupported(String),
@@ -86,6 +93,7 @@ pub async fn sync_target(ctx: &Context, t: &Target, plan: Plan) -> Outcome {
     let call = match plan {
         Plan::Untouched => return Outcome::Untouched,
         Plan::Invalid(e) => return Outcome::Invalid(e),
+        Plan::Held { by } => return Outcome::Held { by },
         Plan::Reset => {
             return match t.device(&ctx.devices) {
                 Ok(dev) => match reset_on(&dev, t).await {
@@ -214,6 +222,12 @@ pub fn fold(report: &mut Report, set: &TableEntrySet, outcomes: &[(String, Outco
                 ("UnsupportedOnTarget", format!("{what} is not supported"))
             }
             Outcome::Failed(m) => ("DefaultActionFailed", m.clone()),
+            Outcome::Held { by } => (
+                "OwnershipConflict",
+                format!(
+                    "TableEntrySet {by} is older and sets it, so this set is held: it does not write it; remove spec.defaultAction from one of the two sets"
+                ),
+            ),
             _ => return None,
         };
         Some(Condition::new(
@@ -385,6 +399,30 @@ mod tests {
         );
         let c = find_condition(&r.status.conditions, DEFAULT_ACTION).unwrap();
         assert_eq!(c.reason, "UnsupportedOnTarget");
+    }
+
+    #[test]
+    fn a_default_action_an_older_set_holds_is_left_to_it_and_said_so() {
+        let s = set(Some(("drop", &[])), Some("drop()"));
+        let mut r = report(true);
+        let held = Outcome::Held {
+            by: "older".into(),
+        };
+        fold(&mut r, &s, &[("vs".into(), held)]);
+        let c = find_condition(&r.status.conditions, DEFAULT_ACTION).unwrap();
+        assert_eq!(
+            (c.is_true(), c.reason.as_str()),
+            (false, "OwnershipConflict")
+        );
+        assert!(
+            c.message.contains("TableEntrySet older is older and sets it, so this set is held")
+                && c.message.contains("VirtualSwitch vs"),
+            "{}",
+            c.message
+        );
+        assert_eq!(r.status.default_action, None, "this set set none");
+        let ready = find_condition(&r.status.conditions, READY).unwrap();
+        assert_eq!(ready.reason, "OwnershipConflict");
     }
 
     #[test]

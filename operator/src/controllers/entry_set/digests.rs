@@ -260,7 +260,12 @@ async fn read_configs(
 
 /// Applies the set's digest configs, reads them back, runs its learning
 /// and counts what it learned, on every target.
-pub async fn sync(ctx: &Context, set: &TableEntrySet, targets: &[Target]) -> Outcome {
+pub async fn sync(
+    ctx: &Context,
+    set: &TableEntrySet,
+    targets: &[Target],
+    held: &[super::conflicts::Conflict],
+) -> Outcome {
     let key = object_key(set);
     let mut out = Outcome {
         targets: targets.len(),
@@ -320,6 +325,21 @@ pub async fn sync(ctx: &Context, set: &TableEntrySet, targets: &[Target]) -> Out
             out.learn_message = "the digest configs are invalid".into();
         }
         return out;
+    }
+    // A digest an older set configures on a target is left to it there.
+    for ((t, _, _), ok) in resolved.iter().zip(planned.iter_mut()) {
+        let vs = &t.virtual_switch;
+        ok.retain(|(name, _)| {
+            let claim = super::conflicts::Claim::Digest(name.clone());
+            let Some(by) = super::conflicts::held_by(held, vs, &claim) else {
+                return true;
+            };
+            let why = format!(
+                "digest {name}: TableEntrySet {by} is older and configures it, so this set is held: it does not write it; configure the digest in one of the two sets only"
+            );
+            out.fail("OwnershipConflict", format!("VirtualSwitch {vs}"), why);
+            false
+        });
     }
     let released = released_names(set);
     let mut learning = Vec::new();

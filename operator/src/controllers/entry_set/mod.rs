@@ -199,7 +199,7 @@ async fn sync(
     let ns = namespace(set)?;
     let mut refs = dereference::dereference(&ctx.reads, &ctx.entry_sources, &ns, set).await?;
     let dereferenced = started.elapsed();
-    settle_conflicts(ctx, set, &mut refs);
+    let held = settle_conflicts(ctx, set, &mut refs);
     // Tables with an action profile go through `profiles` instead.
     let (indirect, direct): (Vec<_>, Vec<_>) = refs
         .targets
@@ -268,7 +268,7 @@ async fn sync(
         .put(&ctx.client, set, with_targets(&record.record, owned))
         .await?;
     let set = written.as_ref().unwrap_or(set);
-    let defaults = sync_default_actions(ctx, set, &refs.targets).await;
+    let defaults = sync_default_actions(ctx, set, &refs.targets, &held).await;
     let mut metered = sync_direct_meters(ctx, &direct, &desired).await;
     metered.extend(indirect.iter().filter_map(|t| {
         let o = direct_meters::on_indirect_table(set, t)?;
@@ -283,7 +283,7 @@ async fn sync(
         &now,
     )
     .await;
-    let learned = digests::sync(ctx, set, &refs.targets).await;
+    let learned = digests::sync(ctx, set, &refs.targets, &held).await;
     let mut report = status::report(&status::Input {
         set,
         problems: &refs.problems,
@@ -333,6 +333,7 @@ async fn sync(
     let resync = super::spread(ctx.config.resync, &me);
     let action = resources::requeue(set, report.action, resync);
     let action = digests::requeue(set, action);
+    let action = on_backoff(ctx, &me, set, &outcomes, &refs.problems, action);
     resync_due::after_sync(&ctx.resync_due, set, started, &action, resync);
     // Where a sync's time went, from its start (a large set's read-back
     // and write show here, and a sync that ran again shows twice).
@@ -351,16 +352,67 @@ async fn sync(
     Ok(action)
 }
 
+/// The causes of a set's retries ([`Context::retries`]): a device that
+/// could not be written or answered a transient failure, and a device out
+/// of room (RESOURCE_EXHAUSTED).
+const DEVICE: &str = "device";
+const FULL: &str = "full";
+
+/// The sync's requeue with its retries on the backoff: a retry the status
+/// stage asked for ([`status::RETRY`], [`status::RETRY_FULL`]) because a
+/// device failed comes after that cause's backoff instead (1 s doubling
+/// to 5 min per set and cause); a cause that did not fail this time starts
+/// afresh. Waiting for a dependency (a VirtualSwitch not ready, a source
+/// missing) keeps its poll: no device is asked meanwhile.
+fn on_backoff(
+    ctx: &Context,
+    me: &str,
+    set: &TableEntrySet,
+    outcomes: &[apply::Outcome],
+    problems: &[dereference::Problem],
+    action: Action,
+) -> Action {
+    let key = format!("TableEntrySet/{me}");
+    let now = tokio::time::Instant::now();
+    let inputs = crate::retries::inputs(&set.metadata.generation);
+    let failed = |cause| crate::retries::Refusal {
+        reason: cause,
+        message: String::new(),
+    };
+    let device = outcomes
+        .iter()
+        .any(|o| o.device_error.is_some() || o.retry == Some(status::RETRY));
+    let full = outcomes.iter().any(|o| o.retry == Some(status::RETRY_FULL));
+    let polls = problems.iter().any(dereference::Problem::polls);
+    for (cause, hit) in [(DEVICE, device), (FULL, full)] {
+        if !hit {
+            ctx.retries.succeeded(&key, cause);
+        }
+    }
+    if device && !polls && action == Action::requeue(status::RETRY) {
+        return Action::requeue(ctx.retries.failed(&key, DEVICE, inputs, now, failed(DEVICE)));
+    }
+    if full && action == Action::requeue(status::RETRY_FULL) {
+        return Action::requeue(ctx.retries.failed(&key, FULL, inputs, now, failed(FULL)));
+    }
+    action
+}
+
 /// Each target's default entry (`spec.defaultAction`), one target after
 /// the other: one small read (and at most a write and a read) each.
 async fn sync_default_actions(
     ctx: &Context,
     set: &TableEntrySet,
     targets: &[dereference::Target],
+    held: &[conflicts::Conflict],
 ) -> Vec<(String, default_action::Outcome)> {
     let mut out = Vec::with_capacity(targets.len());
     for t in targets {
-        let plan = default_action::plan(set, t);
+        let claim = conflicts::Claim::DefaultAction;
+        let plan = match conflicts::held_by(held, &t.virtual_switch, &claim) {
+            Some(by) => default_action::Plan::Held { by: by.into() },
+            None => default_action::plan(set, t),
+        };
         let outcome = default_action::sync_target(ctx, t, plan).await;
         out.push((t.virtual_switch.clone(), outcome));
     }
@@ -399,9 +451,15 @@ async fn sync_profiles(
     out
 }
 
-/// Reports conflicting ownership with other sets (on both sides: the other
-/// set finds the same conflict) and drops the targets an older set keeps.
-fn settle_conflicts(ctx: &Context, set: &TableEntrySet, refs: &mut dereference::Dereferenced) {
+/// Reports conflicting claims with other sets (on both sides: the other
+/// set finds the same conflict), drops the targets whose table an older
+/// set keeps, and returns the conflicts this set loses (the default
+/// actions and digests it must leave alone).
+fn settle_conflicts(
+    ctx: &Context,
+    set: &TableEntrySet,
+    refs: &mut dereference::Dereferenced,
+) -> Vec<conflicts::Conflict> {
     let targets: Vec<(&str, &str)> = refs
         .targets
         .iter()
@@ -431,11 +489,13 @@ fn settle_conflicts(ctx: &Context, set: &TableEntrySet, refs: &mut dereference::
         .collect();
     refs.targets
         .retain(|t| !yielded.contains(&t.virtual_switch));
+    let held = conflicts::held(&found).cloned().collect();
     refs.problems.extend(
         found
             .into_iter()
             .map(dereference::Problem::OwnershipConflict),
     );
+    held
 }
 
 /// `record` with the keys of `targets` replaced; other targets (not

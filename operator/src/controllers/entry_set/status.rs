@@ -26,6 +26,7 @@ use p4fleet_model::sync::{self, SyncTally};
 
 use super::MAX_ERRORS;
 use super::apply::Outcome;
+use super::conflicts::Claim;
 use super::dereference::Problem;
 use super::desired::Desired;
 use crate::controllers::object_key;
@@ -174,7 +175,13 @@ pub fn report(input: &Input) -> Report {
 
     let resolved = resolved_refs(&me, input.problems);
     let valid = valid(&me, input.problems, &counts, &errors, input.outcomes);
-    let synced = synced(&counts, device_errors.first().copied(), input.outcomes);
+    let synced = synced(
+        &me,
+        input.problems,
+        &counts,
+        device_errors.first().copied(),
+        input.outcomes,
+    );
     let ready = ready_from(&[&resolved, &valid, &synced], READY, "all entries applied");
 
     // The generation counts as observed once it was applied: a target whose
@@ -274,6 +281,9 @@ fn valid(
         return Condition::new(VALID, false, "InvalidEntries", message);
     }
     if outcomes.is_empty() {
+        if let Some(message) = held(me, problems) {
+            return Condition::unknown(VALID, HELD, message);
+        }
         return Condition::unknown(
             VALID,
             "NoTarget",
@@ -288,7 +298,32 @@ fn valid(
     )
 }
 
-fn synced(counts: &Counts, first: Option<&StatusEntryError>, outcomes: &[Outcome]) -> Condition {
+/// Reason of Valid and Synced when every target this set fills is kept by
+/// an older set (the same as ResolvedRefs', so one Event says it).
+const HELD: &str = "OwnershipConflict";
+
+/// When conflicts with older sets left this set no target: that it is
+/// held, by which set, and what to do (the conflicts' own words).
+fn held(me: &str, problems: &[Problem]) -> Option<String> {
+    let held: Vec<String> = problems
+        .iter()
+        .filter_map(|p| match p {
+            Problem::OwnershipConflict(c) if !c.keeps && c.claim == Claim::Table => {
+                Some(c.to_string())
+            }
+            _ => None,
+        })
+        .collect();
+    (!held.is_empty()).then(|| format!("TableEntrySet {me}: {}", held.join("; ")))
+}
+
+fn synced(
+    me: &str,
+    problems: &[Problem],
+    counts: &Counts,
+    first: Option<&StatusEntryError>,
+    outcomes: &[Outcome],
+) -> Condition {
     let unavailable: Vec<String> = outcomes
         .iter()
         .filter_map(|o| o.device_error.as_ref().map(ToString::to_string))
@@ -297,6 +332,9 @@ fn synced(counts: &Counts, first: Option<&StatusEntryError>, outcomes: &[Outcome
         return Condition::new(SYNCED, false, "DeviceUnavailable", unavailable.join("; "));
     }
     if outcomes.is_empty() {
+        if let Some(message) = held(me, problems) {
+            return Condition::new(SYNCED, false, HELD, message);
+        }
         return Condition::unknown(SYNCED, "NoTarget", "no resolved VirtualSwitch");
     }
     if counts.on_devices() > 0 {
@@ -889,6 +927,37 @@ mod tests {
         assert_eq!(state(&r, READY), is(False, "DeviceUnavailable"));
         assert_eq!((r.status.desired, r.status.applied), (Some(3), 0));
         assert_eq!(r.action, Action::requeue(RETRY));
+    }
+
+    #[test]
+    fn a_set_held_by_an_older_one_says_so_by_name_not_no_target() {
+        use super::super::conflicts::Conflict;
+        use p4fleet_crds::entry_set::Ownership;
+        let (s, d) = with_entries(false);
+        let held = Conflict {
+            virtual_switch: "vs".into(),
+            table: "MyIngress.fw".into(),
+            claim: Claim::Table,
+            other: "merged".into(),
+            ownership: Ownership::Exclusive,
+            other_ownership: Ownership::Merge,
+            keeps: false,
+        };
+        let r = run(&s, &[Problem::OwnershipConflict(held)], Some(&d), &[]);
+        for t in [VALID, SYNCED, READY, RESOLVED_REFS] {
+            assert_eq!(state(&r, t).1, "OwnershipConflict", "{t}");
+            let m = &cond(&r, t).message;
+            assert!(
+                m.contains("TableEntrySet merged (Merge; this set: Exclusive)")
+                    && m.contains("this set is held")
+                    && m.contains("delete one of the two sets or make both Merge"),
+                "{t}: {m}"
+            );
+        }
+        assert_eq!(state(&r, SYNCED).0, False);
+        // A set with no target for another reason still says NoTarget.
+        let r = run(&s, &[], Some(&d), &[]);
+        assert_eq!(state(&r, VALID), is(Unknown, "NoTarget"));
     }
 
     #[test]

@@ -28,11 +28,15 @@ use p4fleet_crds::{
     SwitchTarget, VirtualSwitch,
 };
 
-use super::{Error, finalized, namespace, primary, update_status};
+use super::{Error, finalized, namespace, update_status};
 use crate::context::Context;
 use crate::reads::Reads;
 use crate::status::ready_from;
+use crate::retries::{self, Gate};
 use runtime::{Applied, RuntimeTarget};
+
+/// The cause of a policy's backoff in [`Context::retries`]: applying it.
+const APPLY: &str = "apply";
 
 /// Finalizer: the target's externs go back to Sync before the policy goes.
 pub const FINALIZER: &str = "p4fleet.dev/extern-policy";
@@ -45,12 +49,62 @@ pub const APPLIED: &str = "Applied";
 /// device runs).
 pub const T4P4S_OPTIONS: &str = "T4P4SOptions";
 
-/// Watches policies and the VirtualSwitches they name.
+/// Watches policies, the VirtualSwitches they name and the other policies
+/// naming the same VirtualSwitch (one that goes or changes may leave the
+/// extern policy to another).
 pub fn controller(ctx: &Context) -> Controller<AsyncExternPolicy> {
     let names = |p: &AsyncExternPolicy, vs: &VirtualSwitch| {
         p.namespace() == vs.namespace() && p.spec.virtual_switch_ref == vs.name_any()
     };
-    ctx.caches.virtual_switches.watched_by(primary(ctx), names)
+    let c = ctx.caches.extern_policies.controller();
+    let c = ctx.caches.virtual_switches.watched_by(c, names);
+    let peers = |p: &AsyncExternPolicy, other: &AsyncExternPolicy| {
+        p.namespace() == other.namespace()
+            && p.name_any() != other.name_any()
+            && p.spec.virtual_switch_ref == other.spec.virtual_switch_ref
+    };
+    ctx.caches.extern_policies.watched_by(c, peers)
+}
+
+/// Another policy naming the same VirtualSwitch: the device holds one
+/// extern policy, so the older policy keeps it ([`crate::claimants`]) and
+/// the other is held (nothing of it is applied). Both report it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the extern policy of VirtualSwitch {virtual_switch} is also set by AsyncExternPolicy {other}; {}; to resolve it, delete one of the two or merge them into one policy",
+    if *keeps { format!("this policy is older and keeps it; {other} is not applied") }
+    else { format!("{other} is older and keeps it, so this policy is held: nothing of it is applied") }
+)]
+pub struct Conflict {
+    pub virtual_switch: String,
+    pub other: String,
+    /// Whether this policy keeps the device's extern policy.
+    pub keeps: bool,
+}
+
+/// The conflicts of `me` with the other policies naming its VirtualSwitch
+/// (`named`, `me` may be among them), by name. Pure.
+pub fn conflicts(me: &AsyncExternPolicy, named: &[Arc<AsyncExternPolicy>]) -> Vec<Conflict> {
+    let mut out: Vec<Conflict> = named
+        .iter()
+        .filter(|o| {
+            crate::claimants::rival(me, o.as_ref())
+                && o.spec.virtual_switch_ref == me.spec.virtual_switch_ref
+        })
+        .map(|o| Conflict {
+            virtual_switch: me.spec.virtual_switch_ref.clone(),
+            other: o.name_any(),
+            keeps: crate::claimants::older(me, o.as_ref()),
+        })
+        .collect();
+    out.sort_by(|a, b| a.other.cmp(&b.other));
+    out
+}
+
+/// The policies naming `spec`'s VirtualSwitch in namespace `ns`, from the cache.
+fn named(ctx: &Context, ns: &str, spec: &AsyncExternPolicySpec) -> Vec<Arc<AsyncExternPolicy>> {
+    let key = crate::cache::filled_key(ns, &spec.virtual_switch_ref);
+    ctx.caches.extern_policies.filed_under(&key)
 }
 
 /// What the policy's references resolved to.
@@ -181,11 +235,11 @@ pub fn validate(spec: &AsyncExternPolicySpec, target: &Placement) -> Vec<Problem
 
 /// The `Applied` condition and the measured fields for what applying found.
 fn applied_condition(applied: &Applied) -> Condition {
-    match applied {
-        Applied::MissingExterns { missing, available } => Condition::new(
-            APPLIED,
+    let reason = applied.reason();
+    let (ok, message) = match applied {
+        Applied::Held(r) => (false, r.message.clone()),
+        Applied::MissingExterns { missing, available } => (
             false,
-            "ExternNotFound",
             format!(
                 "spec.externs: the target has no extern {} (it has: {})",
                 missing.join(", "),
@@ -196,34 +250,22 @@ fn applied_condition(applied: &Applied) -> Condition {
                 }
             ),
         ),
-        Applied::Refused(m) => Condition::new(
-            APPLIED,
+        Applied::Refused(m) => (false, format!("the target refused the policy: {m}")),
+        Applied::Unavailable { code, message } => {
+            (false, format!("extern runtime: {code:?}: {message}"))
+        }
+        Applied::Reported { in_force: true, .. } => {
+            (true, "the device reports the policy in force".to_string())
+        }
+        Applied::Reported { effective, .. } => (
             false,
-            "PolicyRefused",
-            format!("the target refused the policy: {m}"),
-        ),
-        Applied::Unavailable { code, message } => Condition::new(
-            APPLIED,
-            false,
-            "ExternRuntimeUnavailable",
-            format!("extern runtime: {code:?}: {message}"),
-        ),
-        Applied::Reported { in_force: true, .. } => Condition::new(
-            APPLIED,
-            true,
-            "InForce",
-            "the device reports the policy in force",
-        ),
-        Applied::Reported { effective, .. } => Condition::new(
-            APPLIED,
-            false,
-            "NotInForce",
             format!(
                 "the device reports another policy: {}",
                 desired::mode_summary(effective).1
             ),
         ),
-    }
+    };
+    Condition::new(APPLIED, ok, reason, message)
 }
 
 /// The policy's T4P4S rendering, when its target is resolved and valid
@@ -270,11 +312,16 @@ pub fn build_status(
     spec: &AsyncExternPolicySpec,
     generation: Option<i64>,
     target: &Placement,
+    conflicts: &[Conflict],
     applied: Option<&Applied>,
     rendered: Option<&t4p4s::Rendering>,
 ) -> AsyncExternPolicyStatus {
     let vs = &spec.virtual_switch_ref;
     let refs = match target {
+        _ if !conflicts.is_empty() => {
+            let all: Vec<String> = conflicts.iter().map(ToString::to_string).collect();
+            Condition::new(RESOLVED_REFS, false, "OwnershipConflict", all.join("; "))
+        }
         Placement::VirtualSwitchNotFound => Condition::new(
             RESOLVED_REFS,
             false,
@@ -309,9 +356,11 @@ pub fn build_status(
     } else {
         Condition::unknown(VALID, "RefsUnresolved", "the target could not be checked")
     };
-    let applied_cond = match applied {
-        Some(a) => applied_condition(a),
-        None => Condition::unknown(
+    let held = conflicts.iter().find(|c| !c.keeps);
+    let applied_cond = match (applied, held) {
+        (_, Some(c)) => Condition::new(APPLIED, false, "OwnershipConflict", c.to_string()),
+        (Some(a), None) => applied_condition(a),
+        (None, None) => Condition::unknown(
             APPLIED,
             "NotApplied",
             "not applied: see the other conditions",
@@ -331,10 +380,12 @@ pub fn build_status(
             .map(|l| l.config_map.clone()),
         ..Default::default()
     };
+    // Only a policy in force: a failure is reported in words that a held
+    // retry repeats exactly (the device's other policy is in the message).
     if let Some(Applied::Reported {
         effective,
         measured,
-        ..
+        in_force: true,
     }) = applied
     {
         let (mode, modes) = desired::mode_summary(effective);
@@ -370,10 +421,36 @@ async fn sync(
     obj: &AsyncExternPolicy,
 ) -> Result<Action, Error> {
     let target = dereference(&ctx.reads, &ctx.devices, ns, &obj.spec).await?;
+    let conflicts = conflicts(obj, &named(ctx, ns, &obj.spec));
+    let held = conflicts.iter().any(|c| !c.keeps);
+    let key = format!("AsyncExternPolicy/{}", super::object_key(obj));
+    let mut retry = None;
     let applied = match (target.runtime(), &target) {
-        (Some(rt), Placement::Switch { name, .. }) if validate(&obj.spec, &target).is_empty() => {
-            let wanted = desired::desired(&obj.spec);
-            Some(runtime::apply(&ctx.devices, name, rt, &wanted).await)
+        (Some(rt), Placement::Switch { name, .. })
+            if !held && validate(&obj.spec, &target).is_empty() =>
+        {
+            // A policy the target did not take is not set again with the
+            // same inputs before its backoff is due (`crate::retries`).
+            let epoch = ctx.devices.get(name).map(|d| *d.changes().borrow());
+            let inputs = retries::inputs(&(obj.metadata.generation, name, rt.device_id, epoch));
+            let now = tokio::time::Instant::now();
+            match ctx.retries.gate(&key, APPLY, inputs, now) {
+                Gate::Wait { retry_in, last } => {
+                    retry = Some(retry_in);
+                    Some(Applied::Held(last))
+                }
+                Gate::Go => {
+                    let wanted = desired::desired(&obj.spec);
+                    let a = runtime::apply(&ctx.devices, name, rt, &wanted).await;
+                    match a.failure() {
+                        None => ctx.retries.succeeded(&key, APPLY),
+                        Some(why) => {
+                            retry = Some(ctx.retries.failed(&key, APPLY, inputs, now, why));
+                        }
+                    }
+                    Some(a)
+                }
+            }
         }
         _ => None,
     };
@@ -385,19 +462,28 @@ async fn sync(
         &obj.spec,
         obj.metadata.generation,
         &target,
+        &conflicts,
         applied.as_ref(),
         rendered.as_ref(),
     );
     update_status(ctx, api, obj, &mut new).await?;
-    Ok(match applied {
-        Some(_) => Action::requeue(ctx.config.extern_stats),
-        None => Action::requeue(ctx.config.resync),
+    Ok(match (applied, retry) {
+        (_, Some(backoff)) => Action::requeue(backoff),
+        (Some(_), None) => Action::requeue(ctx.config.extern_stats),
+        (None, None) => Action::requeue(ctx.config.resync),
     })
 }
 
 /// Restores the target's defaults. A policy whose target is gone (or
-/// never resolved) has nothing to restore.
+/// never resolved) has nothing to restore, and neither has one while
+/// another policy names its VirtualSwitch: the device runs, or is about
+/// to run, that one's policy.
 async fn cleanup(ctx: &Context, ns: &str, obj: &AsyncExternPolicy) -> Result<Action, Error> {
+    ctx.retries
+        .forget(&format!("AsyncExternPolicy/{}", super::object_key(obj)));
+    if !conflicts(obj, &named(ctx, ns, &obj.spec)).is_empty() {
+        return Ok(Action::await_change());
+    }
     let target = dereference(&ctx.reads, &ctx.devices, ns, &obj.spec).await?;
     if let (Some(rt), Placement::Switch { name, .. }) = (target.runtime(), &target) {
         runtime::restore_defaults(&ctx.devices, name, rt)
@@ -460,6 +546,7 @@ mod tests {
             &spec(),
             Some(1),
             &target,
+            &[],
             Some(&reported(true)),
             rendered.as_ref(),
         );
@@ -486,12 +573,13 @@ mod tests {
         );
 
         // Resolved and valid, but nothing confirmed: not Ready.
-        let st = build_status(&spec(), Some(1), &on(SwitchTarget::Dpdk), None, None);
+        let st = build_status(&spec(), Some(1), &on(SwitchTarget::Dpdk), &[], None, None);
         assert_ne!(ready(&st).status, ConditionStatus::True);
         let st = build_status(
             &spec(),
             Some(1),
             &on(SwitchTarget::Dpdk),
+            &[],
             Some(&reported(false)),
             None,
         );
@@ -501,9 +589,65 @@ mod tests {
             code: tonic::Code::Unavailable,
             message: "connection refused".into(),
         };
-        let st = build_status(&spec(), Some(1), &on(SwitchTarget::Dpdk), Some(&down), None);
+        let st = build_status(&spec(), Some(1), &on(SwitchTarget::Dpdk), &[], Some(&down), None);
         assert_eq!(ready(&st).reason, "ExternRuntimeUnavailable");
         assert_eq!(st.packets_per_second, None);
+    }
+
+    fn policy(name: &str, vs: &str, created: i64) -> Arc<AsyncExternPolicy> {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let mut p = AsyncExternPolicy::new(
+            name,
+            AsyncExternPolicySpec {
+                virtual_switch_ref: vs.into(),
+                ..spec()
+            },
+        );
+        p.metadata.namespace = Some("ns".into());
+        p.metadata.creation_timestamp = Some(Time(
+            k8s_openapi::jiff::Timestamp::from_second(created).unwrap(),
+        ));
+        Arc::new(p)
+    }
+
+    #[test]
+    fn two_policies_of_one_virtual_switch_the_older_keeps_it_both_say_so() {
+        let (a, b) = (policy("a", "ipsec", 100), policy("b", "ipsec", 200));
+        let other_vs = policy("c", "elsewhere", 1);
+        let all = [a.clone(), b.clone(), other_vs];
+        let of_a = conflicts(&a, &all);
+        let of_b = conflicts(&b, &all);
+        assert_eq!(of_a.len(), 1);
+        assert_eq!(of_b.len(), 1);
+        assert!(of_a[0].keeps && !of_b[0].keeps);
+        assert_eq!((of_a[0].other.as_str(), of_b[0].other.as_str()), ("b", "a"));
+        let target = on(SwitchTarget::Dpdk);
+        // The holder applies and is told of the other.
+        let st = build_status(&spec(), Some(1), &target, &of_a, Some(&reported(true)), None);
+        let refs = p4fleet_crds::find_condition(&st.conditions, RESOLVED_REFS).unwrap();
+        assert_eq!(refs.reason, "OwnershipConflict");
+        assert!(
+            refs.message
+                .contains("also set by AsyncExternPolicy b; this policy is older and keeps it"),
+            "{}",
+            refs.message
+        );
+        let applied = p4fleet_crds::find_condition(&st.conditions, APPLIED).unwrap();
+        assert_eq!(applied.reason, "InForce");
+        // The held one applies nothing and says who holds it.
+        let st = build_status(&spec(), Some(1), &target, &of_b, None, None);
+        let applied = p4fleet_crds::find_condition(&st.conditions, APPLIED).unwrap();
+        assert_eq!(
+            (applied.status, applied.reason.as_str()),
+            (ConditionStatus::False, "OwnershipConflict")
+        );
+        assert!(
+            applied.message.contains("a is older and keeps it, so this policy is held")
+                && applied.message.contains("delete one of the two"),
+            "{}",
+            applied.message
+        );
+        assert_eq!(ready(&st).status, ConditionStatus::False);
     }
 
     #[test]
@@ -516,6 +660,7 @@ mod tests {
             &spec(),
             Some(1),
             &on(SwitchTarget::Dpdk),
+            &[],
             Some(&missing),
             None,
         );
@@ -543,7 +688,7 @@ mod tests {
             *name = "tofino-1".into();
         }
         assert!(tofino.runtime().is_none());
-        let st = build_status(&spec(), Some(1), &tofino, None, None);
+        let st = build_status(&spec(), Some(1), &tofino, &[], None, None);
         let ready = p4fleet_crds::find_condition(&st.conditions, "Ready").unwrap();
         assert_eq!(ready.status, ConditionStatus::False);
         assert_eq!(ready.reason, "NotDpdkTarget");
@@ -556,6 +701,7 @@ mod tests {
             &spec(),
             Some(1),
             &Placement::VirtualSwitchNotFound,
+            &[],
             None,
             None,
         );
@@ -587,6 +733,7 @@ mod tests {
             &s,
             Some(1),
             &target,
+            &[],
             Some(&reported(true)),
             rendered.as_ref(),
         );

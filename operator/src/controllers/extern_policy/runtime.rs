@@ -42,6 +42,33 @@ pub enum Applied {
         in_force: bool,
         measured: Option<Measured>,
     },
+    /// Not asked: the last attempt with the same inputs failed like this
+    /// and its backoff is not due ([`crate::retries`]).
+    Held(crate::retries::Refusal),
+}
+
+impl Applied {
+    /// The `Applied` condition's reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Applied::MissingExterns { .. } => "ExternNotFound",
+            Applied::Refused(_) => "PolicyRefused",
+            Applied::Unavailable { .. } => "ExternRuntimeUnavailable",
+            Applied::Reported { in_force: true, .. } => "InForce",
+            Applied::Reported { .. } => "NotInForce",
+            Applied::Held(r) => r.reason,
+        }
+    }
+
+    /// What failed, as the `Applied` condition shows it; None when the
+    /// device reports the policy in force.
+    pub fn failure(&self) -> Option<crate::retries::Refusal> {
+        let c = super::applied_condition(self);
+        (!c.is_true()).then(|| crate::retries::Refusal {
+            reason: self.reason(),
+            message: c.message,
+        })
+    }
 }
 
 /// The Switch's kept side channel (`DevicePool::side_channel_to`: its

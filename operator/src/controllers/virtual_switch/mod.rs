@@ -36,12 +36,26 @@ use super::{Error, finalized, namespace, object_key, on_device_changes, write_st
 use crate::context::Context;
 use crate::reads::Reads;
 use crate::status::now_rfc3339;
+use crate::retries::Gate;
+use pipeline::LoadError;
 use placement::{PlacementError, Request};
 use status::{Outcome, Pipeline, Swap};
+use std::time::Duration;
 
 /// Held while a VirtualSwitch holds a slot: deleting it unloads the slot
 /// and releases the claim first.
 pub const FINALIZER: &str = "p4fleet.dev/slot";
+
+/// The steps that can fail, each on its own backoff
+/// ([`crate::retries`]): placing, resolving the program, loading it.
+const PLACEMENT: &str = "placement";
+const PROGRAM: &str = "program";
+const LOAD: &str = "load";
+
+/// The key of a VirtualSwitch in [`Context::retries`].
+fn retry_key(me: &str) -> String {
+    format!("VirtualSwitch/{me}")
+}
 
 /// Watches VirtualSwitches, the P4Programs they run, the Switches they run
 /// on and those Switches' devices.
@@ -194,7 +208,8 @@ async fn apply(
             super::spread(ctx.config.drift, &me)
         }
     };
-    let report = status::report(obj, &outcome, period);
+    let retry = retry_after(ctx, &me, obj, &outcome);
+    let report = status::report(obj, &outcome, period, retry);
     let mut new = report.status;
     let mut requeue = report.requeue;
     if let (
@@ -241,6 +256,44 @@ async fn apply(
         ctx.events.publish(obj, ev).await;
     }
     Ok(Action::requeue(requeue))
+}
+
+/// When to come back after `outcome`: each failed step on its own backoff
+/// (a load's was recorded where it was tried, [`push`]); a loaded
+/// VirtualSwitch starts every step's backoff afresh.
+fn retry_after(ctx: &Context, me: &str, obj: &VirtualSwitch, outcome: &Outcome) -> Duration {
+    let key = retry_key(me);
+    let now = tokio::time::Instant::now();
+    // Placement and the program are read from the caches, whose changes
+    // bring the VirtualSwitch back: their backoff only spaces the polls.
+    let inputs = crate::retries::inputs(&obj.metadata.generation);
+    let polled = |cause, e: &dyn std::fmt::Display| {
+        let refusal = crate::retries::Refusal {
+            reason: cause,
+            message: e.to_string(),
+        };
+        ctx.retries.failed(&key, cause, inputs, now, refusal)
+    };
+    match outcome {
+        Outcome::Unplaced(e) => polled(PLACEMENT, e),
+        Outcome::Placed { pipeline, .. } => {
+            ctx.retries.succeeded(&key, PLACEMENT);
+            match pipeline {
+                Pipeline::NotReady(n) => polled(PROGRAM, n),
+                Pipeline::Failed(_) => {
+                    ctx.retries.succeeded(&key, PROGRAM);
+                    ctx.retries
+                        .due_in(&key, LOAD, now)
+                        .unwrap_or(crate::context::Backoff::MIN)
+                }
+                Pipeline::Loaded { .. } => {
+                    ctx.retries.succeeded(&key, PROGRAM);
+                    ctx.retries.succeeded(&key, LOAD);
+                    crate::context::Backoff::MAX
+                }
+            }
+        }
+    }
 }
 
 /// Whether `vs` has replication entries on its device to read back and
@@ -317,6 +370,7 @@ async fn sync_replication(
 /// (in that order, so no one else is loaded into a slot it still runs).
 async fn cleanup(ctx: &Context, obj: &VirtualSwitch) -> Result<Action, Error> {
     let me = object_key(obj);
+    ctx.retries.forget(&retry_key(&me));
     ctx.devices.pipelines().forget(&me);
     ctx.unreported_swaps.forget(&me);
     ctx.virtual_switch_statuses.forget(&me);
@@ -405,7 +459,7 @@ async fn push(
 ) -> Pipeline {
     let slot = claim.slot;
     if let Some(u) = pipeline::unsupported(&obj.spec, sw) {
-        return Pipeline::Failed(u.into());
+        return Pipeline::Failed(LoadError::from(u).refusal());
     }
     // The Switch probe found this very pipeline on the same device
     // connection, epoch and Switch generation within the last
@@ -427,6 +481,40 @@ async fn push(
             swap: None,
         };
     }
+    // A load the device refused is not tried again with the same inputs
+    // before its backoff is due: the refusal is reported again instead
+    // (nothing is written, so nothing brings this reconcile back).
+    let key = retry_key(&object_key(obj));
+    let epoch = ctx.devices.get(&sw.name_any()).map(|d| *d.changes().borrow());
+    let inputs = crate::retries::inputs(&(
+        &program.digest,
+        obj.metadata.generation,
+        sw.name_any(),
+        sw.metadata.generation,
+        slot,
+        epoch,
+    ));
+    let now = tokio::time::Instant::now();
+    if let Gate::Wait { last, .. } = ctx.retries.gate(&key, LOAD, inputs, now) {
+        return Pipeline::Failed(last);
+    }
+    let pipeline = load(ctx, obj, sw, claim, program).await;
+    if let Pipeline::Failed(refusal) = &pipeline {
+        ctx.retries.failed(&key, LOAD, inputs, now, refusal.clone());
+    }
+    pipeline
+}
+
+/// Loads `program` into `claim`'s slot on `sw`: through the slot service
+/// on an FPGA board, as a device config elsewhere.
+async fn load(
+    ctx: &Context,
+    obj: &VirtualSwitch,
+    sw: &Switch,
+    claim: &p4fleet_crds::SlotClaim,
+    program: &pipeline::ReadyProgram,
+) -> Pipeline {
+    let slot = claim.slot;
     if sw.spec.target == SwitchTarget::Fpga {
         return match slot_load::load(&ctx.devices, sw, slot, &obj.spec, program).await {
             Ok(l) => Pipeline::Loaded {
@@ -441,7 +529,7 @@ async fn push(
                     update: None,
                 }),
             },
-            Err(e) => Pipeline::Failed(e.into()),
+            Err(e) => Pipeline::Failed(LoadError::from(e).refusal()),
         };
     }
     let strategy = obj.spec.update_strategy.type_;
@@ -477,6 +565,6 @@ async fn push(
                 })
             }),
         },
-        Err(e) => Pipeline::Failed(e),
+        Err(e) => Pipeline::Failed(e.refusal()),
     }
 }

@@ -338,6 +338,14 @@ pub enum LoadError {
 }
 
 impl LoadError {
+    /// The failure as the `PipelineLoaded` condition shows it.
+    pub fn refusal(&self) -> crate::retries::Refusal {
+        crate::retries::Refusal {
+            reason: self.reason(),
+            message: self.to_string(),
+        }
+    }
+
     /// The `PipelineLoaded` condition's reason.
     pub fn reason(&self) -> &'static str {
         match self {

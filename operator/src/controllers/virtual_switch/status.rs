@@ -6,13 +6,11 @@ use std::time::Duration;
 use p4fleet_crds::condition_types::{PIPELINE_LOADED, READY, SCHEDULED};
 use p4fleet_crds::{Condition, LastSwap, UpdateStrategyType, VirtualSwitch, VirtualSwitchStatus};
 
-use super::pipeline::{LoadError, NotReady};
+use super::pipeline::NotReady;
 use super::placement::PlacementError;
 use crate::artifacts;
+use crate::retries::Refusal;
 use crate::status::{EventNote, ready_from};
-
-/// Requeue while not placed or not loaded.
-pub const RETRY: Duration = Duration::from_secs(10);
 
 /// What placing and loading achieved.
 #[derive(Debug)]
@@ -29,7 +27,9 @@ pub enum Outcome {
 #[derive(Debug)]
 pub enum Pipeline {
     NotReady(NotReady),
-    Failed(LoadError),
+    /// The load failed (or, held until its backoff is due, failed last
+    /// time): in the words of the condition.
+    Failed(Refusal),
     /// Running `digest`; `pushed` is how long the push took when this
     /// reconcile pushed it (None: the device already ran it).
     Loaded {
@@ -62,8 +62,9 @@ pub struct Report {
     pub requeue: Duration,
 }
 
-/// Computes the [`Report`] of one reconcile of `vs`.
-pub fn report(vs: &VirtualSwitch, outcome: &Outcome, resync: Duration) -> Report {
+/// Computes the [`Report`] of one reconcile of `vs`: back after `resync`
+/// when loaded, after `retry` (the failed step's backoff) when not.
+pub fn report(vs: &VirtualSwitch, outcome: &Outcome, resync: Duration, retry: Duration) -> Report {
     let old = vs.status.as_ref();
     let mut st = VirtualSwitchStatus {
         observed_generation: vs.metadata.generation,
@@ -77,7 +78,7 @@ pub fn report(vs: &VirtualSwitch, outcome: &Outcome, resync: Duration) -> Report
     let mut event = None;
     let (scheduled, loaded) = match outcome {
         Outcome::Unplaced(e) => {
-            requeue = RETRY;
+            requeue = retry;
             st.loaded_digest = None;
             st.loaded_short_digest = None;
             (
@@ -101,12 +102,12 @@ pub fn report(vs: &VirtualSwitch, outcome: &Outcome, resync: Duration) -> Report
             let program = &vs.spec.program_ref;
             let loaded = match pipeline {
                 Pipeline::NotReady(n) => {
-                    requeue = RETRY;
+                    requeue = retry;
                     n.condition()
                 }
                 Pipeline::Failed(e) => {
-                    requeue = RETRY;
-                    Condition::new(PIPELINE_LOADED, false, e.reason(), e.to_string())
+                    requeue = retry;
+                    Condition::new(PIPELINE_LOADED, false, e.reason, e.message.clone())
                 }
                 Pipeline::Loaded {
                     digest,
@@ -185,9 +186,11 @@ pub fn report(vs: &VirtualSwitch, outcome: &Outcome, resync: Duration) -> Report
 mod tests {
     use super::*;
     use p4fleet_crds::ConditionStatus::{self, False, True, Unknown};
+    use super::super::pipeline::LoadError;
     use p4fleet_crds::{VirtualSwitchSpec, find_condition};
 
     const RESYNC: Duration = Duration::from_secs(60);
+    const RETRY: Duration = Duration::from_secs(4);
     const DIGEST: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
     fn vs(old: Option<VirtualSwitchStatus>) -> VirtualSwitch {
@@ -215,7 +218,7 @@ mod tests {
 
     /// The report for a VirtualSwitch without status placed on sw slot 1.
     fn fresh(pipeline: Pipeline) -> Report {
-        report(&vs(None), &placed(pipeline), RESYNC)
+        report(&vs(None), &placed(pipeline), RESYNC, RETRY)
     }
 
     fn loaded_before() -> VirtualSwitchStatus {
@@ -244,6 +247,7 @@ mod tests {
                 }),
             }),
             RESYNC,
+            RETRY,
         );
         let st = &r.status;
         assert_eq!((st.switch.as_deref(), st.slot), (Some("sw"), Some(1)));
@@ -281,6 +285,7 @@ mod tests {
                 swap: None,
             }),
             RESYNC,
+            RETRY,
         );
         assert_eq!(r.status.last_swap_millis, Some(7));
         assert!(r.event.is_none());
@@ -307,6 +312,7 @@ mod tests {
                 }),
             }),
             RESYNC,
+            RETRY,
         );
         let swap = r.status.last_swap.as_ref().unwrap();
         assert_eq!(swap.strategy, UpdateStrategyType::Recreate);
@@ -329,7 +335,12 @@ mod tests {
                 vec![super::super::placement::Unfit::NoFreeSlot],
             )],
         };
-        let r = report(&vs(Some(loaded_before())), &Outcome::Unplaced(e), RESYNC);
+        let r = report(
+            &vs(Some(loaded_before())),
+            &Outcome::Unplaced(e),
+            RESYNC,
+            RETRY,
+        );
         assert_eq!(state(&r, SCHEDULED), (False, "Unschedulable"));
         assert_eq!(
             find_condition(&r.status.conditions, SCHEDULED)
@@ -355,10 +366,11 @@ mod tests {
             program: "fw".into(),
             switch: "sw".into(),
         };
-        let r = fresh(Pipeline::Failed(LoadError::MissingTofinoArtifacts(missing)));
+        let failed = |e: LoadError| Pipeline::Failed(e.refusal());
+        let r = fresh(failed(LoadError::MissingTofinoArtifacts(missing)));
         assert_eq!(state(&r, READY), (False, "MissingTofinoArtifacts"));
         let unreachable = p4fleet_client::Error::Unsupported("x");
-        let r = fresh(Pipeline::Failed(LoadError::Device(unreachable)));
+        let r = fresh(failed(LoadError::Device(unreachable)));
         assert_eq!(state(&r, PIPELINE_LOADED), (False, "LoadFailed"));
         assert_eq!(r.requeue, RETRY);
     }
