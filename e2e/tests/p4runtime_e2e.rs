@@ -1163,7 +1163,6 @@ async fn policy_condition(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_policies_of_one_virtual_switch_one_holds_it_and_the_device_is_left_alone() {
     const DEV: u64 = 22;
-    const SET_POLICY: &str = "/p4fleet.externs.v1.ExternRuntime/SetPolicy";
     let (cp, env) = env().await;
     let client = cp.client().await;
     let ns = TestNamespace::new(&client).await;
@@ -1256,7 +1255,7 @@ async fn two_policies_of_one_virtual_switch_one_holds_it_and_the_device_is_left_
     );
     policy_condition(&policies, "first", "Applied", |ok, _, _| ok).await;
     // Left alone: no SetPolicy, the holder's mode throughout.
-    let calls = || http(env.stats, "GET", "/stats", "")["rpcs"][SET_POLICY].as_u64().unwrap_or(0);
+    let calls = || dataplane(env, DEV).unwrap()["policy_sets"].as_u64().unwrap();
     let before = calls();
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -203,6 +203,8 @@ impl Run {
 struct Control {
     run: Option<Run>,
     policies: Vec<ExternPolicy>,
+    /// Policies applied (SetPolicy calls that changed nothing included).
+    policy_sets: u64,
     workers: u32,
     rx_burst: u32,
     traffic: TrafficConfig,
@@ -318,6 +320,7 @@ impl Engine {
         };
         Ok(Engine {
             ctl: Mutex::new(Control {
+                policy_sets: 0,
                 run: None,
                 policies: vec![ExternPolicy::default(); n_ext],
                 workers: config.workers,
@@ -400,6 +403,7 @@ impl Engine {
         }
         let was_running = self.halt(&mut ctl);
         ctl.policies = resolved;
+        ctl.policy_sets += 1;
         if was_running {
             self.launch(&mut ctl);
         }
@@ -594,13 +598,14 @@ impl Engine {
 
     /// All counters, summed over workers.
     pub fn stats(&self) -> EngineStats {
-        let (running, workers, extern_cores, policies) = {
+        let (running, workers, extern_cores, policies, policy_sets) = {
             let ctl = self.ctl.lock().expect("control lock");
             (
                 ctl.run.is_some(),
                 ctl.workers,
                 ctl.run.as_ref().map(|r| r.extern_cores).unwrap_or(0) as u32,
                 ctl.policies.clone(),
+                ctl.policy_sets,
             )
         };
         let sh = &self.shared;
@@ -688,6 +693,7 @@ impl Engine {
             running,
             workers,
             extern_cores,
+            policy_sets,
             rx_packets: sum(&|c| c.rx.get()),
             rx_nombuf: sum(&|c| c.rx_nombuf.get()),
             tx_packets: sum(&|c| c.tx.get()),

@@ -237,6 +237,9 @@ pub struct EngineStats {
     pub running: bool,
     pub workers: u32,
     pub extern_cores: u32,
+    /// Extern policies applied (SetPolicy calls), each a restart of the
+    /// cores: a controller that keeps setting policies shows here.
+    pub policy_sets: u64,
     pub rx_packets: u64,
     pub rx_nombuf: u64,
     pub tx_packets: u64,
