@@ -37,6 +37,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
 use crate::channel::{self, MAX_MESSAGE};
+use crate::endpoint;
 use crate::observe::{Observe, WriteObserver};
 use crate::pipeline::{self, UpdateErrors};
 use crate::raw::{self, BFRT_WRITE};
@@ -214,6 +215,9 @@ pub struct BfrtDevice {
     target: Target,
     client_id: u32,
     client: BfRuntimeClient<Channel>,
+    /// The channel under `client`, for a look at what answered a failed
+    /// probe (`crate::endpoint`).
+    channel: Channel,
     /// Writes encoded by [`p4fleet_model::entries::bfrt::bfrt_write_request`].
     raw: tonic::client::Grpc<Channel>,
     sessions: Sessions<Subscription>,
@@ -236,7 +240,7 @@ impl BfrtDevice {
         let raw = tonic::client::Grpc::new(channel.clone())
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
-        let client = BfRuntimeClient::new(channel)
+        let client = BfRuntimeClient::new(channel.clone())
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
         let subscription = Subscription {
@@ -248,6 +252,7 @@ impl BfrtDevice {
             target,
             client_id,
             client,
+            channel,
             raw,
             loaded: Mutex::new(HashMap::new()),
             pipe_programs: Mutex::new(HashMap::new()),
@@ -294,6 +299,15 @@ impl BfrtDevice {
         &self,
         device_id: u64,
     ) -> Result<bfrt::GetForwardingPipelineConfigResponse, Error> {
+        self.ask_config(device_id)
+            .await
+            .map_err(|s| self.rpc_error("GetForwardingPipelineConfig", device_id, s))
+    }
+
+    async fn ask_config(
+        &self,
+        device_id: u64,
+    ) -> Result<bfrt::GetForwardingPipelineConfigResponse, tonic::Status> {
         self.client
             .clone()
             .get_forwarding_pipeline_config(GetForwardingPipelineConfigRequest {
@@ -302,12 +316,20 @@ impl BfrtDevice {
             })
             .await
             .map(|r| r.into_inner())
-            .map_err(|s| self.rpc_error("GetForwardingPipelineConfig", device_id, s))
     }
 
-    /// Reachability probe: the programs the device reports.
+    /// Reachability probe: the programs the device reports. A failure
+    /// says what answered instead of a BFRT server, when something did
+    /// (`crate::endpoint`).
     pub async fn capabilities(&self) -> Result<Capabilities, Error> {
-        let cfg = self.get_config(self.target.device_id).await?;
+        let id = self.target.device_id;
+        let cfg = match self.ask_config(id).await {
+            Ok(cfg) => cfg,
+            Err(s) => {
+                let rpc = "GetForwardingPipelineConfig";
+                return Err(endpoint::call_error(&self.channel, &self.target, rpc, id, s).await);
+            }
+        };
         let names: Vec<&str> = cfg.config.iter().map(|c| c.p4_name.as_str()).collect();
         Ok(Capabilities {
             protocol: "BFRT",

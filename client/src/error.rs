@@ -38,20 +38,28 @@ pub enum Error {
         /// the size of every `Result` carrying this error.
         refusal: Box<crate::Refusal>,
     },
-    #[error("{rpc} on device {device_id} failed: {status}")]
+    #[error("{rpc} on device {device_id} at {endpoint} failed: {status}")]
     Rpc {
+        endpoint: String,
         rpc: &'static str,
         device_id: u64,
         status: Box<tonic::Status>,
     },
+    /// The endpoint answered, but not as the device's protocol: what it
+    /// seems to be instead (another protocol's server, an HTTP server, not
+    /// HTTP/2 at all), by [`crate::Found`].
+    #[error(transparent)]
+    WrongEndpoint(#[from] crate::WrongEndpoint),
     #[error("device {device_id} sent an invalid answer: {reason}")]
     Protocol { device_id: u64, reason: String },
 }
 
 impl Error {
     /// The error of a failed call: a failed TLS handshake is [`Error::Tls`],
-    /// UNAVAILABLE means the device could not be reached, anything else is
-    /// the device's answer.
+    /// UNAVAILABLE, or a connection that failed in a way
+    /// [`crate::ConnectCause`] knows (a reset is UNKNOWN to tonic), means
+    /// the device could not be reached, anything else is the device's
+    /// answer.
     pub(crate) fn rpc(
         endpoint: &str,
         rpc: &'static str,
@@ -64,20 +72,34 @@ impl Error {
                 failure,
                 detail,
             }
-        } else if status.code() == tonic::Code::Unavailable {
+        } else if let Some(cause) = unreachable(&status) {
             Error::Unreachable {
                 endpoint: endpoint.to_string(),
                 device_id,
-                cause: crate::ConnectCause::of(&status),
+                cause,
                 reason: status.message().to_string(),
             }
         } else {
             Error::Rpc {
+                endpoint: endpoint.to_string(),
                 rpc,
                 device_id,
                 status: Box::new(status),
             }
         }
+    }
+}
+
+/// Why the call of `status` never reached the device, if it did not.
+/// Only a failed call has a source (an answer has none), so a known
+/// cause under any code is a connection that failed.
+fn unreachable(status: &tonic::Status) -> Option<crate::ConnectCause> {
+    let cause = crate::ConnectCause::of(status);
+    if status.code() == tonic::Code::Unavailable {
+        Some(cause)
+    } else {
+        (std::error::Error::source(status).is_some() && cause != crate::ConnectCause::Other)
+            .then_some(cause)
     }
 }
 
@@ -101,6 +123,22 @@ mod tests {
         assert!(
             matches!(&e, Error::Rpc { rpc: "Read", status, .. } if status.code() == tonic::Code::NotFound)
         );
+        // A connection reset under UNKNOWN (how tonic reports it) is no answer.
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let e = Error::rpc("h:1", "Read", 3, tonic::Status::from_error(Box::new(reset)));
+        assert!(
+            matches!(
+                &e,
+                Error::Unreachable {
+                    cause: crate::ConnectCause::Reset,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        // Every call's error names the endpoint.
+        let e = Error::rpc("h:1", "Read", 3, tonic::Status::internal("x"));
+        assert!(e.to_string().contains(" at h:1 "), "{e}");
         assert_eq!(
             status_line(&tonic::Status::aborted("no")),
             "Aborted: no".to_string()

@@ -32,6 +32,10 @@ pub enum SlotCallError {
     /// The endpoint does not serve the slot service (no FPGA host agent).
     #[error("{endpoint} does not serve the p4fleet.fpga.v1 slot service")]
     NotServed { endpoint: String },
+    /// The endpoint is not a gRPC server at all: what it seems to be (an
+    /// HTTP server, not HTTP/2), by [`crate::Found`].
+    #[error(transparent)]
+    WrongEndpoint(crate::WrongEndpoint),
     /// The board refused the call; `detail` is its typed reason.
     #[error("{rpc} refused: {message}")]
     Refused {
@@ -88,6 +92,9 @@ fn slot_error(status: &tonic::Status) -> Option<pb::SlotError> {
 #[derive(Clone)]
 pub struct SlotClient {
     client: SlotServiceClient<Channel>,
+    /// The channel under `client`, for a look at what answered a failed
+    /// call (`crate::endpoint`).
+    channel: Channel,
     endpoint: String,
 }
 
@@ -122,25 +129,50 @@ impl SlotClient {
     /// (one kept by the caller: no new connection per client).
     pub fn on_channel(channel: Channel, endpoint: &str) -> SlotClient {
         SlotClient {
-            client: SlotServiceClient::new(channel)
+            client: SlotServiceClient::new(channel.clone())
                 .max_decoding_message_size(crate::channel::MAX_MESSAGE)
                 .max_encoding_message_size(crate::channel::MAX_MESSAGE),
+            channel,
             endpoint: endpoint.to_string(),
         }
     }
 
-    fn err(&self, rpc: &'static str) -> impl FnOnce(tonic::Status) -> SlotCallError + '_ {
-        move |s| SlotCallError::from_status(&self.endpoint, rpc, s)
+    /// The answer of call `rpc`, or why it failed: a gRPC server without
+    /// the slot service is [`SlotCallError::NotServed`], an endpoint that
+    /// is no gRPC server [`SlotCallError::WrongEndpoint`].
+    async fn answer<T>(
+        &self,
+        rpc: &'static str,
+        r: Result<tonic::Response<T>, tonic::Status>,
+    ) -> Result<T, SlotCallError> {
+        let status = match r {
+            Ok(r) => return Ok(r.into_inner()),
+            Err(s) => s,
+        };
+        // The board's typed refusal is the service's own answer.
+        if slot_error(&status).is_some() {
+            return Err(SlotCallError::from_status(&self.endpoint, rpc, status));
+        }
+        let expected = crate::Service::FpgaSlots;
+        let found = crate::identify(&self.channel, &self.endpoint, expected, &status).await;
+        Err(match found {
+            Some(crate::Found::Serves(_) | crate::Found::OtherGrpc) => SlotCallError::NotServed {
+                endpoint: self.endpoint.clone(),
+            },
+            Some(found) => SlotCallError::WrongEndpoint(crate::WrongEndpoint {
+                endpoint: self.endpoint.clone(),
+                expected,
+                found,
+            }),
+            None => SlotCallError::from_status(&self.endpoint, rpc, status),
+        })
     }
 
     /// What the board is: resources, configuration port, slots, ports.
     pub async fn board_info(&self) -> Result<pb::BoardInfo, SlotCallError> {
         let mut c = self.client.clone();
-        let r = c
-            .get_board_info(pb::GetBoardInfoRequest {})
-            .await
-            .map_err(self.err("GetBoardInfo"))?;
-        Ok(r.into_inner())
+        let r = c.get_board_info(pb::GetBoardInfoRequest {}).await;
+        self.answer("GetBoardInfo", r).await
     }
 
     /// Loads `bitstream` into `header.slot` (size and sha256 are computed
@@ -152,20 +184,15 @@ impl SlotClient {
     ) -> Result<pb::LoadSlotResponse, SlotCallError> {
         let msgs = load_slot_messages(header, bitstream);
         let mut c = self.client.clone();
-        let r = c
-            .load_slot(futures::stream::iter(msgs))
-            .await
-            .map_err(self.err("LoadSlot"))?;
-        Ok(r.into_inner())
+        let r = c.load_slot(futures::stream::iter(msgs)).await;
+        self.answer("LoadSlot", r).await
     }
 
     /// Empties `slot` (program, resources, isolation, port map).
     pub async fn unload_slot(&self, slot: u32) -> Result<(), SlotCallError> {
         let mut c = self.client.clone();
-        c.unload_slot(pb::UnloadSlotRequest { slot })
-            .await
-            .map_err(self.err("UnloadSlot"))?;
-        Ok(())
+        let r = c.unload_slot(pb::UnloadSlotRequest { slot }).await;
+        self.answer("UnloadSlot", r).await.map(drop)
     }
 
     /// Sets (or, with None, clears) the Sid that steers frames to `slot`.
@@ -175,10 +202,10 @@ impl SlotClient {
         isolation: Option<pb::Isolation>,
     ) -> Result<(), SlotCallError> {
         let mut c = self.client.clone();
-        c.set_isolation(pb::SetIsolationRequest { slot, isolation })
-            .await
-            .map_err(self.err("SetIsolation"))?;
-        Ok(())
+        let r = c
+            .set_isolation(pb::SetIsolationRequest { slot, isolation })
+            .await;
+        self.answer("SetIsolation", r).await.map(drop)
     }
 
     /// Sets the physical-to-virtual port map of `slot` (empty: every port).
@@ -188,10 +215,10 @@ impl SlotClient {
         mappings: Vec<pb::PortMapping>,
     ) -> Result<(), SlotCallError> {
         let mut c = self.client.clone();
-        c.set_port_map(pb::SetPortMapRequest { slot, mappings })
-            .await
-            .map_err(self.err("SetPortMap"))?;
-        Ok(())
+        let r = c
+            .set_port_map(pb::SetPortMapRequest { slot, mappings })
+            .await;
+        self.answer("SetPortMap", r).await.map(drop)
     }
 
     /// The state of one slot.
@@ -199,9 +226,9 @@ impl SlotClient {
         let mut c = self.client.clone();
         let r = c
             .get_slot_state(pb::GetSlotStateRequest { slots: vec![slot] })
-            .await
-            .map_err(self.err("GetSlotState"))?;
-        r.into_inner()
+            .await;
+        self.answer("GetSlotState", r)
+            .await?
             .slots
             .into_iter()
             .find(|s| s.slot == slot)
@@ -221,9 +248,8 @@ impl SlotClient {
         let mut c = self.client.clone();
         let r = c
             .get_slot_counters(pb::GetSlotCountersRequest { slots })
-            .await
-            .map_err(self.err("GetSlotCounters"))?;
-        Ok(r.into_inner())
+            .await;
+        self.answer("GetSlotCounters", r).await
     }
 }
 

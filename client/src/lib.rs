@@ -26,6 +26,7 @@
 mod bfrt;
 mod bulk;
 mod channel;
+mod endpoint;
 mod error;
 pub mod fpga;
 mod observe;
@@ -46,6 +47,7 @@ use p4fleet_proto::p4runtime::TableEntry;
 
 pub use bfrt::{BfrtDevice, TofinoPipeline};
 pub use channel::connect_lazy;
+pub use endpoint::{Found, Service, WrongEndpoint, identify};
 pub use error::Error;
 pub use fpga::{SlotCallError, SlotClient};
 pub use observe::{UpdateCounts, WriteObserver, WriteRpc};

@@ -28,6 +28,7 @@ use tonic::transport::Channel;
 
 use crate::bulk::BulkState;
 use crate::channel::{self, MAX_MESSAGE};
+use crate::endpoint;
 use crate::observe::{Observe, WriteObserver};
 use crate::pipeline::{self, UpdateErrors};
 use crate::raw::{self, P4RT_WRITE};
@@ -129,6 +130,9 @@ pub struct P4RuntimeDevice {
     target: Target,
     election_id: Uint128,
     client: P4RuntimeClient<Channel>,
+    /// The channel under `client`, for a look at what answered a failed
+    /// probe (`crate::endpoint`).
+    channel: Channel,
     /// Writes encoded by [`p4fleet_model::entries::wire`], on the same channel.
     raw: tonic::client::Grpc<Channel>,
     sessions: Sessions<Arbitration>,
@@ -150,7 +154,7 @@ impl P4RuntimeDevice {
         let raw = tonic::client::Grpc::new(channel.clone())
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
-        let client = P4RuntimeClient::new(channel)
+        let client = P4RuntimeClient::new(channel.clone())
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
         let election_id = Uint128 {
@@ -168,6 +172,7 @@ impl P4RuntimeDevice {
             target,
             election_id,
             client,
+            channel,
             raw,
             bulk,
             observer: None,
@@ -207,13 +212,21 @@ impl P4RuntimeDevice {
         Error::rpc(&self.target.endpoint, rpc, device_id, status)
     }
 
+    /// The reachability probe: a failure says what answered instead of a
+    /// P4Runtime server, when something did (`crate::endpoint`).
     pub async fn capabilities(&self) -> Result<Capabilities, Error> {
-        let resp = self
+        let resp = match self
             .client
             .clone()
             .capabilities(CapabilitiesRequest {})
             .await
-            .map_err(|s| self.rpc_error("Capabilities", self.target.device_id, s))?;
+        {
+            Ok(r) => r,
+            Err(s) => {
+                let (rpc, id) = ("Capabilities", self.target.device_id);
+                return Err(endpoint::call_error(&self.channel, &self.target, rpc, id, s).await);
+            }
+        };
         Ok(Capabilities {
             protocol: "P4Runtime",
             api_version: resp.into_inner().p4runtime_api_version,

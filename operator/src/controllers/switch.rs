@@ -120,7 +120,7 @@ pub fn slots_in_use(switch: &str, vss: &[VirtualSwitch]) -> Vec<SlotUse> {
 /// Why a probe found the device unreachable.
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
-    #[error(transparent)]
+    #[error("{0}{hint}", hint = spec_hint(.0))]
     Device(#[from] p4fleet_client::Error),
     #[error("no answer from {endpoint} within {after:?}")]
     Timeout { endpoint: String, after: Duration },
@@ -139,9 +139,27 @@ impl ProbeError {
             ProbeError::Device(E::Tls { failure, .. }) => failure.reason(),
             ProbeError::Device(E::TlsMaterial(_)) => "TlsMaterialInvalid",
             ProbeError::Device(E::Unreachable { cause, .. }) => cause.reason(),
+            ProbeError::Device(E::WrongEndpoint(w)) => w.reason(),
             ProbeError::Timeout { .. } => p4fleet_client::ConnectCause::TimedOut.reason(),
             ProbeError::Device(_) => "Unreachable",
         }
+    }
+}
+
+/// The spec change a wrong endpoint asks for, when it is the protocol:
+/// the endpoint serves the other one.
+fn spec_hint(e: &p4fleet_client::Error) -> String {
+    use p4fleet_client::{Error as E, Found, Protocol};
+    let E::WrongEndpoint(w) = e else {
+        return String::new();
+    };
+    match w.found {
+        Found::Serves(s) => match s.protocol() {
+            Some(Protocol::P4Runtime) => "; set spec.protocol: P4Runtime".into(),
+            Some(Protocol::Bfrt) => "; set spec.protocol: Bfrt".into(),
+            None => String::new(),
+        },
+        _ => String::new(),
     }
 }
 
@@ -291,7 +309,8 @@ async fn ask_capabilities(dev: &Device, sw: &Switch) -> Probe {
 fn may_hide_tls_verdict(e: &p4fleet_client::Error) -> bool {
     use p4fleet_client::{ConnectCause as C, Error as E};
     match e {
-        E::Tls { .. } => false,
+        // Something answered after the handshake: nothing hidden.
+        E::Tls { .. } | E::WrongEndpoint(_) => false,
         E::Unreachable { cause, .. } => {
             !matches!(cause, C::Refused | C::NoRoute | C::Dns | C::TimedOut)
         }
@@ -604,6 +623,7 @@ mod tests {
         };
         // What a request that met the device's close looked like.
         let closed = E::Rpc {
+            endpoint: "d:9559".into(),
             rpc: "Capabilities",
             device_id: 1,
             status: Box::new(tonic::Status::unknown("transport error")),
@@ -623,6 +643,114 @@ mod tests {
             detail: String::new(),
         };
         assert!(!may_hide_tls_verdict(&tls), "already named");
+        let http = E::WrongEndpoint(p4fleet_client::WrongEndpoint {
+            endpoint: "d:9559".into(),
+            expected: p4fleet_client::Service::P4Runtime,
+            found: p4fleet_client::Found::Http1 { status: 404 },
+        });
+        assert!(!may_hide_tls_verdict(&http), "it answered");
+    }
+
+    /// Real servers of the other protocol: the emulator's BFRT port as a
+    /// P4Runtime Switch's endpoint, and its P4Runtime port as a BFRT one's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_switch_at_the_other_protocols_port_says_what_to_set() {
+        let running = p4fleet_emulator::Emulator::start(p4fleet_emulator::EmulatorConfig {
+            bfrt_addr: Some("127.0.0.1:0".parse().unwrap()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let bfrt = running.bfrt_addr().unwrap().to_string();
+        let p4rt = running.p4runtime_addr().to_string();
+        let devices = DevicePool::with_election_id(1);
+        for (target, protocol, endpoint, set) in [
+            ("Bmv2", "P4Runtime", &bfrt, "Bfrt"),
+            ("Tofino", "Bfrt", &p4rt, "P4Runtime"),
+        ] {
+            let spec = serde_json::json!({"target": target, "protocol": protocol,
+                "endpoint": endpoint, "deviceId": 1});
+            let sw = Switch::new(
+                &format!("sw-{target}"),
+                serde_json::from_value(spec).unwrap(),
+            );
+            let (p, standing) = probe(&devices, &sw).await;
+            assert!(standing.is_none());
+            let e = p.expect_err("the other protocol's port");
+            println!("{}: {e}", e.reason());
+            assert_eq!(e.reason(), "WrongProtocol");
+            let m = e.to_string();
+            assert!(
+                m.starts_with(&format!("{endpoint} answered, but not as a ")),
+                "{m}"
+            );
+            assert!(m.ends_with(&format!("; set spec.protocol: {set}")), "{m}");
+        }
+        running.shutdown().await.unwrap();
+    }
+
+    #[test]
+    fn a_wrong_endpoint_is_a_reason_of_its_own_and_says_what_to_set() {
+        use p4fleet_client::{Found, Service, WrongEndpoint};
+        let s = spec(SwitchTarget::Tofino, "10.0.0.5:50052");
+        let wrong = |expected, found| {
+            ProbeError::Device(p4fleet_client::Error::WrongEndpoint(WrongEndpoint {
+                endpoint: s.endpoint.clone(),
+                expected,
+                found,
+            }))
+        };
+        let mut reasons = std::collections::HashSet::new();
+        for (expected, found, set) in [
+            (
+                Service::P4Runtime,
+                Found::Serves(Service::Bfrt),
+                Some("set spec.protocol: Bfrt"),
+            ),
+            (
+                Service::Bfrt,
+                Found::Serves(Service::P4Runtime),
+                Some("set spec.protocol: P4Runtime"),
+            ),
+            (Service::P4Runtime, Found::OtherGrpc, None),
+            (
+                Service::P4Runtime,
+                Found::Http {
+                    status: 404,
+                    content_type: None,
+                },
+                None,
+            ),
+            (Service::Bfrt, Found::Http1 { status: 400 }, None),
+            (Service::P4Runtime, Found::NotHttp, None),
+        ] {
+            let reason = found.reason();
+            let st = build_status(
+                "sw",
+                &s,
+                Some(1),
+                Some(&Err(wrong(expected, found))),
+                None,
+                &[],
+            );
+            let reachable = condition(&st, REACHABLE);
+            assert!(!reachable.is_true());
+            assert_eq!(reachable.reason, reason);
+            assert_eq!(condition(&st, "Ready").reason, reason);
+            assert!(
+                reachable.message.starts_with("10.0.0.5:50052 "),
+                "{reachable:?}"
+            );
+            match set {
+                Some(set) => assert!(reachable.message.ends_with(set), "{reachable:?}"),
+                None => assert!(
+                    !reachable.message.contains("spec.protocol"),
+                    "{reachable:?}"
+                ),
+            }
+            reasons.insert(reason);
+        }
+        assert_eq!(reasons.len(), 5, "WrongProtocol both ways, four others");
     }
 
     fn spec(target: SwitchTarget, endpoint: &str) -> SwitchSpec {
