@@ -88,6 +88,11 @@ warnings() {
   local w
   w="$(kubectl get events -A --field-selector type=Warning --no-headers 2>/dev/null || true)"
   if [[ -z "$w" ]]; then echo "none"; else echo "$w"; fi
+  # Nor does it log a warning: an expected race (a finalizer patch that
+  # met another write) is a quiet retry (docs/resources.md).
+  say "Warnings in the operator's log"
+  w="$(grep -E '(^| )WARN ' "$LOCAL/operator.log" || true)"
+  if [[ -z "$w" ]]; then echo "none"; else echo "$w"; fi
 }
 
 # --- emulated switches: the whole write path ---------------------------------
