@@ -128,7 +128,8 @@ async fn an_exclusive_and_a_merge_set_on_one_table_are_reported_and_stop_churnin
             let c = find_condition(&held.conditions, t).expect(t);
             assert!(
                 c.reason == "OwnershipConflict"
-                    && c.message.contains("fw is older and keeps it, so this set is held")
+                    && c.message
+                        .contains("fw is older and keeps it, so this set is held")
                     && c.message.contains("make both Merge"),
                 "{kind:?}: {t}: {c:?}"
             );

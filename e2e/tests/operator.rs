@@ -259,7 +259,10 @@ async fn a_finalizer_patch_that_lost_a_race_is_a_conflict_not_a_failure() {
         other => panic!("expected a conflict, got {other:?}"),
     }
     let now = sets.get("raced").await.unwrap();
-    assert_eq!(now.metadata.finalizers, Some(vec!["example.com/theirs".into()]));
+    assert_eq!(
+        now.metadata.finalizers,
+        Some(vec!["example.com/theirs".into()])
+    );
     sets.patch(
         "raced",
         &PatchParams::default(),

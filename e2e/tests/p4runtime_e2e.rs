@@ -1204,7 +1204,9 @@ async fn two_policies_of_one_virtual_switch_one_holds_it_and_the_device_is_left_
         .await
         .unwrap();
     let mode_of_encrypt = || {
-        let modes = dataplane(env, DEV).map(|s| extern_modes(&s)).unwrap_or_default();
+        let modes = dataplane(env, DEV)
+            .map(|s| extern_modes(&s))
+            .unwrap_or_default();
         modes
             .into_iter()
             .find(|(n, _)| n == "async_encrypt")
@@ -1255,13 +1257,21 @@ async fn two_policies_of_one_virtual_switch_one_holds_it_and_the_device_is_left_
     );
     policy_condition(&policies, "first", "Applied", |ok, _, _| ok).await;
     // Left alone: no SetPolicy, the holder's mode throughout.
-    let calls = || dataplane(env, DEV).unwrap()["policy_sets"].as_u64().unwrap();
+    let calls = || {
+        dataplane(env, DEV).unwrap()["policy_sets"]
+            .as_u64()
+            .unwrap()
+    };
     let before = calls();
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(mode_of_encrypt().as_deref(), Some("Skip"));
     }
-    assert_eq!(calls(), before, "SetPolicy calls while both claim the device");
+    assert_eq!(
+        calls(),
+        before,
+        "SetPolicy calls while both claim the device"
+    );
     // The held one goes: the device keeps the holder's policy.
     policies
         .delete("second", &DeleteParams::default())
@@ -1276,7 +1286,11 @@ async fn two_policies_of_one_virtual_switch_one_holds_it_and_the_device_is_left_
     })
     .await;
     assert_eq!(mode_of_encrypt().as_deref(), Some("Skip"));
-    assert_eq!(calls(), before, "deleting the held policy touched the device");
+    assert_eq!(
+        calls(),
+        before,
+        "deleting the held policy touched the device"
+    );
     // The holder goes while another waits: the other takes the device.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     policies

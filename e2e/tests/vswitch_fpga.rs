@@ -644,10 +644,9 @@ async fn a_slot_busy_with_another_load_is_retried_at_its_backoff() {
     // Another client's load of slot 0 is running.
     let other = p4fleet_emulator::fpga::bitstream::synthetic(2_800_000, "other").unwrap();
     let busy = tokio::spawn(async move {
-        let text = std::fs::read_to_string(
-            p4fleet_e2e::repo_root().join("examples/l2switch/p4info.txt"),
-        )
-        .unwrap();
+        let text =
+            std::fs::read_to_string(p4fleet_e2e::repo_root().join("examples/l2switch/p4info.txt"))
+                .unwrap();
         let header = pb::LoadSlotHeader {
             slot: 0,
             program_digest: "other".into(),

@@ -31,7 +31,8 @@ use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use p4fleet_crds::{
-    AsyncExternPolicy, P4Program, SLOT_CLAIMS_ANNOTATION, SlotClaim, Switch, TableEntrySet, VirtualSwitch,
+    AsyncExternPolicy, P4Program, SLOT_CLAIMS_ANNOTATION, SlotClaim, Switch, TableEntrySet,
+    VirtualSwitch,
 };
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};

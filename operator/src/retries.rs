@@ -99,14 +99,12 @@ impl<T: Clone> Retries<T> {
         last: T,
     ) -> Duration {
         let mut g = self.failed.lock().unwrap_or_else(|p| p.into_inner());
-        let f = g
-            .entry((key.to_string(), cause))
-            .or_insert_with(|| Failed {
-                inputs,
-                failures: 0,
-                due: now,
-                last: last.clone(),
-            });
+        let f = g.entry((key.to_string(), cause)).or_insert_with(|| Failed {
+            inputs,
+            failures: 0,
+            due: now,
+            last: last.clone(),
+        });
         if f.inputs != inputs {
             f.inputs = inputs;
             f.failures = 0;

@@ -2,7 +2,6 @@
 //! its gRPC code and a typed `p4fleet.fpga.v1.SlotError` in the status
 //! details, so clients decide on the reason rather than the text.
 
-
 use p4fleet_proto::fpga as pb;
 use p4fleet_proto::rpc;
 use prost::Message;

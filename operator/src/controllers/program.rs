@@ -180,7 +180,9 @@ pub async fn reconcile(obj: Arc<P4Program>, ctx: Arc<Context>) -> Result<Action,
     }
     let key = super::object_key(obj.as_ref());
     let resync = super::spread(ctx.config.resync, &key);
-    Ok(Action::requeue(fetch_retry.map_or(resync, |r| r.min(resync))))
+    Ok(Action::requeue(
+        fetch_retry.map_or(resync, |r| r.min(resync)),
+    ))
 }
 
 /// Holds a change that removes tables sets still fill ([`program_hold`]):

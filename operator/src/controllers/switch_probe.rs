@@ -123,6 +123,7 @@ pub fn complete(
             Err(e) => {
                 let reason = match e {
                     SlotCallError::NotServed { .. } => "NotServed",
+                    SlotCallError::WrongEndpoint(w) => w.reason(),
                     SlotCallError::Unreachable { cause, .. } => cause.reason(),
                     _ => "Unavailable",
                 };

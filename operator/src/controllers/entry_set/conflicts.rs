@@ -297,7 +297,11 @@ mod tests {
                 && msg.contains("remove spec.defaultAction from one of the two sets"),
             "{msg}"
         );
-        assert!(of_b[1].to_string().contains("digest mac_learn of VirtualSwitch edge1"));
+        assert!(
+            of_b[1]
+                .to_string()
+                .contains("digest mac_learn of VirtualSwitch edge1")
+        );
         // Other digests, another table's default action: no conflict.
         let c = with_extras("c", 300, "other");
         let mut d = (*with_extras("d", 400, "third")).clone();

@@ -405,9 +405,7 @@ mod tests {
     fn a_default_action_an_older_set_holds_is_left_to_it_and_said_so() {
         let s = set(Some(("drop", &[])), Some("drop()"));
         let mut r = report(true);
-        let held = Outcome::Held {
-            by: "older".into(),
-        };
+        let held = Outcome::Held { by: "older".into() };
         fold(&mut r, &s, &[("vs".into(), held)]);
         let c = find_condition(&r.status.conditions, DEFAULT_ACTION).unwrap();
         assert_eq!(
@@ -415,7 +413,8 @@ mod tests {
             (false, "OwnershipConflict")
         );
         assert!(
-            c.message.contains("TableEntrySet older is older and sets it, so this set is held")
+            c.message
+                .contains("TableEntrySet older is older and sets it, so this set is held")
                 && c.message.contains("VirtualSwitch vs"),
             "{}",
             c.message

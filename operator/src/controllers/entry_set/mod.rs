@@ -390,7 +390,10 @@ fn on_backoff(
         }
     }
     if device && !polls && action == Action::requeue(status::RETRY) {
-        return Action::requeue(ctx.retries.failed(&key, DEVICE, inputs, now, failed(DEVICE)));
+        return Action::requeue(
+            ctx.retries
+                .failed(&key, DEVICE, inputs, now, failed(DEVICE)),
+        );
     }
     if full && action == Action::requeue(status::RETRY_FULL) {
         return Action::requeue(ctx.retries.failed(&key, FULL, inputs, now, failed(FULL)));

@@ -31,8 +31,8 @@ use p4fleet_crds::{
 use super::{Error, finalized, namespace, update_status};
 use crate::context::Context;
 use crate::reads::Reads;
-use crate::status::ready_from;
 use crate::retries::{self, Gate};
+use crate::status::ready_from;
 use runtime::{Applied, RuntimeTarget};
 
 /// The cause of a policy's backoff in [`Context::retries`]: applying it.
@@ -238,6 +238,7 @@ fn applied_condition(applied: &Applied) -> Condition {
     let reason = applied.reason();
     let (ok, message) = match applied {
         Applied::Held(r) => (false, r.message.clone()),
+        Applied::WrongEndpoint(w) => (false, format!("extern runtime: {w}")),
         Applied::MissingExterns { missing, available } => (
             false,
             format!(
@@ -589,7 +590,14 @@ mod tests {
             code: tonic::Code::Unavailable,
             message: "connection refused".into(),
         };
-        let st = build_status(&spec(), Some(1), &on(SwitchTarget::Dpdk), &[], Some(&down), None);
+        let st = build_status(
+            &spec(),
+            Some(1),
+            &on(SwitchTarget::Dpdk),
+            &[],
+            Some(&down),
+            None,
+        );
         assert_eq!(ready(&st).reason, "ExternRuntimeUnavailable");
         assert_eq!(st.packets_per_second, None);
     }
@@ -623,7 +631,14 @@ mod tests {
         assert_eq!((of_a[0].other.as_str(), of_b[0].other.as_str()), ("b", "a"));
         let target = on(SwitchTarget::Dpdk);
         // The holder applies and is told of the other.
-        let st = build_status(&spec(), Some(1), &target, &of_a, Some(&reported(true)), None);
+        let st = build_status(
+            &spec(),
+            Some(1),
+            &target,
+            &of_a,
+            Some(&reported(true)),
+            None,
+        );
         let refs = p4fleet_crds::find_condition(&st.conditions, RESOLVED_REFS).unwrap();
         assert_eq!(refs.reason, "OwnershipConflict");
         assert!(
@@ -642,12 +657,39 @@ mod tests {
             (ConditionStatus::False, "OwnershipConflict")
         );
         assert!(
-            applied.message.contains("a is older and keeps it, so this policy is held")
+            applied
+                .message
+                .contains("a is older and keeps it, so this policy is held")
                 && applied.message.contains("delete one of the two"),
             "{}",
             applied.message
         );
         assert_eq!(ready(&st).status, ConditionStatus::False);
+    }
+
+    #[test]
+    fn an_endpoint_that_is_no_extern_runtime_says_what_it_is() {
+        let wrong = Applied::WrongEndpoint(p4fleet_client::WrongEndpoint {
+            endpoint: "10.0.0.5:50052".into(),
+            expected: p4fleet_client::Service::ExternRuntime,
+            found: p4fleet_client::Found::Http1 { status: 404 },
+        });
+        let st = build_status(
+            &spec(),
+            Some(1),
+            &on(SwitchTarget::Dpdk),
+            &[],
+            Some(&wrong),
+            None,
+        );
+        let applied = p4fleet_crds::find_condition(&st.conditions, APPLIED).unwrap();
+        assert_eq!(applied.reason, "Http1Server");
+        assert!(
+            applied.message.contains("10.0.0.5:50052"),
+            "{}",
+            applied.message
+        );
+        assert_eq!(wrong.failure().map(|f| f.reason), Some("Http1Server"));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use p4fleet_client::Service;
 use p4fleet_proto::externs::{self as pb, extern_runtime_client::ExternRuntimeClient};
 use tonic::transport::Channel;
 
@@ -42,6 +43,9 @@ pub enum Applied {
         in_force: bool,
         measured: Option<Measured>,
     },
+    /// The endpoint answered, but not as an extern runtime (what it is
+    /// instead: another gRPC service, an HTTP server, ...).
+    WrongEndpoint(p4fleet_client::WrongEndpoint),
     /// Not asked: the last attempt with the same inputs failed like this
     /// and its backoff is not due ([`crate::retries`]).
     Held(crate::retries::Refusal),
@@ -56,6 +60,7 @@ impl Applied {
             Applied::Unavailable { .. } => "ExternRuntimeUnavailable",
             Applied::Reported { in_force: true, .. } => "InForce",
             Applied::Reported { .. } => "NotInForce",
+            Applied::WrongEndpoint(w) => w.reason(),
             Applied::Held(r) => r.reason,
         }
     }
@@ -106,16 +111,30 @@ pub async fn apply(
     t: &RuntimeTarget,
     wanted: &[pb::ExternPolicy],
 ) -> Applied {
-    let c = match channel(devices, switch, t) {
-        Ok(ch) => ExternRuntimeClient::new(ch),
+    let ch = match channel(devices, switch, t) {
+        Ok(ch) => ch,
         Err(s) => return unavailable(s),
     };
-    tokio::time::timeout(CALL_DEADLINE, apply_now(c, t, wanted))
+    let c = ExternRuntimeClient::new(ch.clone());
+    let applied = tokio::time::timeout(CALL_DEADLINE, apply_now(c, t, wanted))
         .await
         .unwrap_or_else(|_| Applied::Unavailable {
             code: tonic::Code::DeadlineExceeded,
             message: format!("no answer within {} s", CALL_DEADLINE.as_secs()),
-        })
+        });
+    // An endpoint that is not an extern runtime says what it is instead.
+    let Applied::Unavailable { code, message } = &applied else {
+        return applied;
+    };
+    let status = tonic::Status::new(*code, message.clone());
+    match p4fleet_client::identify(&ch, &t.endpoint, Service::ExternRuntime, &status).await {
+        Some(found) => Applied::WrongEndpoint(p4fleet_client::WrongEndpoint {
+            endpoint: t.endpoint.clone(),
+            expected: Service::ExternRuntime,
+            found,
+        }),
+        None => applied,
+    }
 }
 
 async fn apply_now(

@@ -35,8 +35,8 @@ use p4fleet_crds::{P4Program, Switch, SwitchTarget, VirtualSwitch};
 use super::{Error, finalized, namespace, object_key, on_device_changes, write_status_noting};
 use crate::context::Context;
 use crate::reads::Reads;
-use crate::status::now_rfc3339;
 use crate::retries::Gate;
+use crate::status::now_rfc3339;
 use pipeline::LoadError;
 use placement::{PlacementError, Request};
 use status::{Outcome, Pipeline, Swap};
@@ -485,7 +485,10 @@ async fn push(
     // before its backoff is due: the refusal is reported again instead
     // (nothing is written, so nothing brings this reconcile back).
     let key = retry_key(&object_key(obj));
-    let epoch = ctx.devices.get(&sw.name_any()).map(|d| *d.changes().borrow());
+    let epoch = ctx
+        .devices
+        .get(&sw.name_any())
+        .map(|d| *d.changes().borrow());
     let inputs = crate::retries::inputs(&(
         &program.digest,
         obj.metadata.generation,

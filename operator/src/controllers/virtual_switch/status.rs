@@ -184,9 +184,9 @@ pub fn report(vs: &VirtualSwitch, outcome: &Outcome, resync: Duration, retry: Du
 
 #[cfg(test)]
 mod tests {
+    use super::super::pipeline::LoadError;
     use super::*;
     use p4fleet_crds::ConditionStatus::{self, False, True, Unknown};
-    use super::super::pipeline::LoadError;
     use p4fleet_crds::{VirtualSwitchSpec, find_condition};
 
     const RESYNC: Duration = Duration::from_secs(60);
