@@ -136,10 +136,9 @@ pub async fn reconcile(obj: Arc<P4Program>, ctx: Arc<Context>) -> Result<Action,
         return Ok(Action::requeue(retry_in));
     }
     let resolved = artifacts::resolve(&ctx.reads, &ns, &obj.spec).await?;
-    let fetch_failed = resolved.problems().find_map(|e| match e {
-        artifacts::SourceError::Url { error, .. } if error.is_download_failure() => Some(e),
-        _ => None,
-    });
+    let fetch_failed = resolved.problems().find(
+        |e| matches!(e, artifacts::SourceError::Url { error, .. } if error.is_download_failure()),
+    );
     let fetch_retry = match fetch_failed {
         Some(e) => {
             let failed = crate::retries::Refusal {
