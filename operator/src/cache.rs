@@ -690,20 +690,8 @@ mod tests {
     /// read by `ApiReads` in reads.rs, outside it.
     #[test]
     fn controllers_do_not_read_the_api() {
-        fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-            for e in std::fs::read_dir(dir).unwrap() {
-                let path = e.unwrap().path();
-                if path.is_dir() {
-                    rust_files(&path, out);
-                } else if path.extension().is_some_and(|x| x == "rs") {
-                    out.push(path);
-                }
-            }
-        }
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/controllers");
-        let mut files = Vec::new();
-        rust_files(&root, &mut files);
-        assert!(files.len() > 10, "scanned {}", root.display());
+        let files = crate::source_scan::rust_files("controllers");
+        assert!(files.len() > 10, "scanned {} files", files.len());
         let forbidden = [
             ".list(",
             ".get_opt(",
@@ -713,12 +701,10 @@ mod tests {
         ];
         let mut found = Vec::new();
         for f in &files {
-            let text = std::fs::read_to_string(f).unwrap();
-            for (i, line) in text.lines().enumerate() {
-                let code = line.split("//").next().unwrap_or("");
+            for (n, code) in crate::source_scan::code_lines(f) {
                 for pat in forbidden {
                     if code.contains(pat) {
-                        found.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+                        found.push(format!("{}:{n}: {}", f.display(), code.trim()));
                     }
                 }
             }

@@ -101,7 +101,7 @@ pub struct Context {
     /// Idle timeout notifications about sets' own entries.
     pub idle: Arc<crate::idle_reports::IdleReports>,
     /// Healthy Switches' devices, probed between their reconciles.
-    pub drift_probes: crate::controllers::drift_probe::DriftProbes,
+    pub drift_probes: crate::controllers::switch::drift_probe::DriftProbes,
 }
 
 impl Context {
@@ -138,7 +138,7 @@ impl Context {
             }
             crate::devices::NoticeEvent::Lost(k) => n.lost(switch, k),
         }));
-        let drift_probes = crate::controllers::drift_probe::DriftProbes::new(config.drift);
+        let drift_probes = crate::controllers::switch::drift_probe::DriftProbes::new(config.drift);
         Arc::new(Context {
             reads: ApiReads::new(
                 client.clone(),

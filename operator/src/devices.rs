@@ -520,7 +520,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn side_services_are_asked_on_one_kept_connection() {
-        use crate::controllers::extern_policy::runtime::serves_extern_runtime;
+        use crate::fleet::extern_runtime::serves_extern_runtime;
         use std::sync::atomic::Ordering::SeqCst;
         let running = p4fleet_emulator::Emulator::start(Default::default())
             .await

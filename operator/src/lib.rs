@@ -27,6 +27,7 @@ pub mod entries_cli;
 pub mod entry_sources;
 pub mod event_names;
 pub mod fencing;
+pub mod fleet;
 pub mod http;
 pub mod idle_reports;
 pub mod leader;
@@ -40,6 +41,8 @@ pub mod process_metrics;
 pub mod reads;
 pub mod reconcile_triggers;
 pub mod retries;
+#[cfg(test)]
+mod source_scan;
 pub mod status;
 pub mod telemetry;
 pub mod tls_secrets;

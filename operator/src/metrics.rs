@@ -353,8 +353,8 @@ impl Metrics {
 
     /// Counts a status write.
     /// Counts a drift probe (`controllers::drift_probe`) by its verdict.
-    pub fn drift_probe(&self, verdict: &crate::controllers::drift_probe::Verdict) {
-        use crate::controllers::drift_probe::Verdict;
+    pub fn drift_probe(&self, verdict: &crate::controllers::switch::drift_probe::Verdict) {
+        use crate::controllers::switch::drift_probe::Verdict;
         let outcome = match verdict {
             Verdict::Confirmed => "confirmed",
             Verdict::Changed(_) => "changed",

@@ -17,9 +17,10 @@ use p4fleet_crds::{
 };
 use p4fleet_model::p4info as model_p4info;
 
-use super::{Error, namespace, program_hold, scoped_api, update_status_noting, watch_related};
+use super::{Error, namespace, scoped_api, update_status_noting, watch_related};
 use crate::artifacts::{self, P4InfoError, Resolved};
 use crate::context::Context;
+use crate::fleet::program_hold;
 use crate::retries::Gate;
 use crate::status::{EventNote, ready_from};
 

@@ -18,6 +18,7 @@ use p4fleet_crds::entry_set::Ownership;
 use p4fleet_crds::{TableEntrySet, VirtualSwitch};
 
 pub use crate::claimants::older;
+use crate::fleet::fills::{fills, names_table};
 
 /// What two sets claim on one VirtualSwitch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,14 +76,6 @@ fn remedy(claim: &Claim) -> &'static str {
     }
 }
 
-/// Whether a set's `spec.table` (full or short name) names `full`.
-pub fn names_table(spec_table: &str, full: &str) -> bool {
-    spec_table == full
-        || full
-            .strip_suffix(spec_table)
-            .is_some_and(|p| p.ends_with('.'))
-}
-
 /// What `me` and `o`, both filling table `table`, claim alike.
 fn shared(me: &TableEntrySet, o: &TableEntrySet, table: &str) -> Vec<Claim> {
     let mut out = Vec::new();
@@ -124,7 +117,7 @@ pub fn find(
             // over the sets that may fill its VirtualSwitches.
             .filter(|o| crate::claimants::rival(me, o.as_ref()))
             .map(|o| (o, shared(me, o, table)))
-            .filter(|(o, claims)| !claims.is_empty() && super::fills(o, &vs))
+            .filter(|(o, claims)| !claims.is_empty() && fills(o, &vs))
             .collect();
         rivals.sort_by_key(|(o, _)| o.name_any());
         for (o, claims) in rivals {

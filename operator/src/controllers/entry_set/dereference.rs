@@ -14,9 +14,9 @@ use p4fleet_model::entries::{EntryError, TableSchema, const_default_action};
 
 use super::memory::TargetKey;
 use crate::artifacts::{self, P4InfoError};
-use crate::controllers::virtual_switch::claims;
 use crate::entry_sources::EntrySources;
 pub use crate::entry_sources::{SourceProblem, SourceText, Sources};
+use crate::fleet::slot_claims as claims;
 use crate::reads::Reads;
 
 /// A VirtualSwitch the set fills, resolved down to a device slot.

@@ -54,7 +54,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use p4fleet_crds::{TableEntrySet, VirtualSwitch};
+use p4fleet_crds::TableEntrySet;
 
 use super::{
     Error, finalized, namespace, object_key, on_device_changes, scoped_api, watcher_config,
@@ -62,6 +62,7 @@ use super::{
 };
 use crate::context::Context;
 use crate::entry_sources;
+use crate::fleet::fills::fills;
 use crate::ownership::Record;
 use crate::status::now_rfc3339;
 pub use cleanup::DELETE_GRACE;
@@ -133,16 +134,6 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
         }
         hit
     })
-}
-
-/// Whether set `s` fills VirtualSwitch `vs` (by reference or selector).
-pub fn fills(s: &TableEntrySet, vs: &VirtualSwitch) -> bool {
-    s.namespace() == vs.namespace()
-        && (s.spec.virtual_switch_ref.as_deref() == Some(vs.name_any().as_str())
-            || s.spec
-                .virtual_switch_selector
-                .as_ref()
-                .is_some_and(|sel| sel.matches(vs.labels())))
 }
 
 /// Reconciles one TableEntrySet: sync it, or clean up after it.

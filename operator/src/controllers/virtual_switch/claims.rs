@@ -18,6 +18,7 @@ use p4fleet_crds::{SLOT_CLAIMS_ANNOTATION, SlotClaim, Switch};
 
 use super::placement::{Candidate, PlacementError, Request, place};
 use crate::cache::Cache;
+use crate::fleet::slot_claims::{Malformed, read};
 
 /// How many times a claim is retried after losing a race (409).
 const ATTEMPTS: usize = 32;
@@ -42,54 +43,6 @@ async fn catch_up(cache: &Cache<Switch>, sw: &Switch) {
     }
 }
 
-/// The claims recorded on a Switch. A malformed annotation counts as no
-/// claims only when absent; otherwise it is an error, since ignoring it
-/// could overbook the board.
-pub fn read(sw: &Switch) -> Result<Vec<SlotClaim>, ClaimError> {
-    match sw.annotations().get(SLOT_CLAIMS_ANNOTATION) {
-        None => Ok(Vec::new()),
-        Some(s) => serde_json::from_str(s).map_err(|e| ClaimError::Malformed {
-            switch: sw.name_any(),
-            reason: e.to_string(),
-        }),
-    }
-}
-
-/// The first pipe of `vs`'s (`namespace/name`) pipe set on `sw`, from
-/// its slot claim; None when it holds a whole device or slot.
-pub fn first_pipe(sw: &Switch, vs: &str) -> Option<u32> {
-    read(sw)
-        .ok()?
-        .into_iter()
-        .find(|c| c.virtual_switch == vs)?
-        .pipes
-        .into_iter()
-        .min()
-}
-
-/// The device that holds `vs`'s program in `slot` of `sw`: the pool's
-/// connection, or on a pipe set starting at `first_pipe` the program's
-/// own client (its entries are written and read through it).
-pub fn program_device(
-    pool: &crate::devices::DevicePool,
-    sw: &Switch,
-    slot: u32,
-    first_pipe: Option<u32>,
-    vs: &str,
-) -> Result<std::sync::Arc<p4fleet_client::Device>, p4fleet_client::Error> {
-    let dev = pool.connect(sw)?;
-    let Some(first) = first_pipe else {
-        return Ok(dev);
-    };
-    dev.pipe_set(slot, first)
-        .ok_or_else(|| p4fleet_client::Error::Protocol {
-            device_id: sw.spec.device_id + u64::from(slot),
-            reason: format!(
-                "VirtualSwitch {vs}: its program is not loaded on its pipe set (from pipe {first}) by this operator yet"
-            ),
-        })
-}
-
 /// `claims` with `me`'s claim replaced by `new` (or removed), sorted by slot.
 pub fn with_claim(claims: &[SlotClaim], me: &str, new: Option<SlotClaim>) -> Vec<SlotClaim> {
     let mut out: Vec<SlotClaim> = claims
@@ -105,8 +58,8 @@ pub fn with_claim(claims: &[SlotClaim], me: &str, new: Option<SlotClaim>) -> Vec
 /// Why claiming or releasing failed (not a placement verdict).
 #[derive(Debug, thiserror::Error)]
 pub enum ClaimError {
-    #[error("Switch {switch}: annotation {SLOT_CLAIMS_ANNOTATION} is not a claim list: {reason}")]
-    Malformed { switch: String, reason: String },
+    #[error(transparent)]
+    Malformed(#[from] Malformed),
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
     #[error("gave up claiming after {ATTEMPTS} conflicting writes on Switch {0}")]

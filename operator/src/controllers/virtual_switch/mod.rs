@@ -383,7 +383,7 @@ async fn cleanup(ctx: &Context, obj: &VirtualSwitch) -> Result<Action, Error> {
         if sw.spec.target != SwitchTarget::Fpga {
             continue;
         }
-        let mine = claims::read(&sw)
+        let mine = crate::fleet::slot_claims::read(&sw)
             .unwrap_or_default()
             .into_iter()
             .filter(|c| c.virtual_switch == me);
@@ -409,7 +409,7 @@ async fn cleanup(ctx: &Context, obj: &VirtualSwitch) -> Result<Action, Error> {
 /// so its pipes are free for the next. A device that cannot be reached is
 /// logged and skipped, as for FPGA slots.
 async fn remove_pipe_sets(ctx: &Context, sw: &Switch, me: &str) {
-    let mine = claims::read(sw)
+    let mine = crate::fleet::slot_claims::read(sw)
         .unwrap_or_default()
         .into_iter()
         .filter(|c| c.virtual_switch == me && !c.pipes.is_empty());

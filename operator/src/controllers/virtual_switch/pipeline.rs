@@ -145,11 +145,8 @@ pub async fn ready_program(
     let (true, Some(digest)) = (ready, st.digest) else {
         return Ok(Err(NotReady::NotReady(name.into())));
     };
-    let held = find_condition(
-        &st.conditions,
-        crate::controllers::program_hold::ROLLOUT_HELD,
-    )
-    .is_some_and(|c| c.is_true());
+    let held = find_condition(&st.conditions, crate::fleet::program_hold::ROLLOUT_HELD)
+        .is_some_and(|c| c.is_true());
     let resolved = artifacts::resolve(reads, ns, &p.spec).await?;
     let url_problem = resolved
         .problems()
@@ -443,7 +440,13 @@ pub async fn load(
                 true => {
                     let first = claim.pipes.iter().min().copied();
                     let vs = &claim.virtual_switch;
-                    match super::claims::program_device(&ctx.devices, sw, slot, first, vs) {
+                    match crate::fleet::slot_claims::program_device(
+                        &ctx.devices,
+                        sw,
+                        slot,
+                        first,
+                        vs,
+                    ) {
                         Ok(own) => Some(super::hitless::observed(&own, slot, info).await),
                         Err(e) => {
                             tracing::warn!(virtual_switch = %vs, error = %e,

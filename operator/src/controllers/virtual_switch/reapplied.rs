@@ -16,7 +16,6 @@ use p4fleet_model::entries::TableSchema;
 use p4fleet_proto::p4info::P4Info;
 
 use crate::context::Context;
-use crate::controllers::entry_set;
 
 /// How long after a swap the count is waited for.
 pub const WINDOW: Duration = Duration::from_secs(120);
@@ -109,7 +108,9 @@ pub async fn count(
         .store()
         .state()
         .into_iter()
-        .filter(|s| s.namespace().as_deref() == Some(ns.as_str()) && entry_set::fills(s, vs))
+        .filter(|s| {
+            s.namespace().as_deref() == Some(ns.as_str()) && crate::fleet::fills::fills(s, vs)
+        })
         .map(|s| TableEntrySet::clone(&s))
         .collect();
     let Some(expected) = expected_with_kept(&sets, &vs.name_any(), p4info, at, kept) else {
@@ -117,11 +118,12 @@ pub async fn count(
     };
     // A pipe set's entries are read through its program's own client.
     let me = format!("{ns}/{}", vs.name_any());
-    let first_pipe = super::claims::first_pipe(sw, &me);
-    let held = match super::claims::program_device(&ctx.devices, sw, slot, first_pipe, &me) {
-        Ok(dev) => dev.read_table(slot, 0).await.map(|e| e.len() as u64),
-        Err(e) => Err(e),
-    };
+    let first_pipe = crate::fleet::slot_claims::first_pipe(sw, &me);
+    let held =
+        match crate::fleet::slot_claims::program_device(&ctx.devices, sw, slot, first_pipe, &me) {
+            Ok(dev) => dev.read_table(slot, 0).await.map(|e| e.len() as u64),
+            Err(e) => Err(e),
+        };
     match held {
         Ok(n) if n >= expected => Ok(Some(n)),
         Ok(_) => Ok(None),

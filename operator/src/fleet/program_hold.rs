@@ -13,7 +13,7 @@ use std::sync::Arc;
 use kube::ResourceExt;
 use p4fleet_crds::{Condition, P4Program, P4ProgramStatus, TableEntrySet, VirtualSwitch};
 
-use super::entry_set::conflicts::names_table;
+use super::fills::{fills, names_table};
 
 /// Condition type on a P4Program whose change is held.
 pub const ROLLOUT_HELD: &str = "RolloutHeld";
@@ -65,9 +65,7 @@ pub fn still_used(
         .filter(|v| v.namespace() == ns && v.spec.program_ref == name)
     {
         for s in sets.iter().filter(|s| {
-            s.namespace() == ns
-                && s.metadata.deletion_timestamp.is_none()
-                && super::entry_set::fills(s, vs)
+            s.namespace() == ns && s.metadata.deletion_timestamp.is_none() && fills(s, vs)
         }) {
             if let Some(t) = removed.iter().find(|t| names_table(&s.spec.table, t)) {
                 uses.push(TableUse {

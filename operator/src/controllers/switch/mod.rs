@@ -3,11 +3,15 @@
 //! connect through the device pool, probe capabilities (kept while the
 //! connection, its stream and the spec stay the same, [`probe`]), check
 //! the pipeline of every slot with a VirtualSwitch loaded
-//! ([`super::switch_pipelines`]: a lost one brings its VirtualSwitch back
+//! ([`pipelines`]: a lost one brings its VirtualSwitch back
 //! at once) and ask whether the device accepts this operator on the device
 //! id (only for a valid spec); dereference the VirtualSwitches placed on
 //! it; build the status ([`build_status`], pure: Valid, Reachable,
 //! Primary, slot usage); update status.
+
+pub mod board;
+pub mod drift_probe;
+pub mod pipelines;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +26,7 @@ use p4fleet_crds::{
     SwitchTarget, VirtualSwitch,
 };
 
-use super::{Error, drift_probe, object_key, switch_pipelines, update_status};
+use super::{Error, object_key, update_status};
 use crate::context::Context;
 use crate::devices::{Asked, DevicePool};
 use crate::reads::Reads;
@@ -40,7 +44,7 @@ const SETTLE_WAIT: Duration = Duration::from_secs(3);
 pub fn controller(ctx: &Context) -> Controller<Switch> {
     let c = ctx.caches.switches.controller();
     let c = super::on_device_changes(c, ctx, |sw: &Switch, name| sw.name_any() == name);
-    // A drift probe that found a difference (`super::drift_probe`).
+    // A drift probe that found a difference ([`drift_probe`]).
     let c = super::on_named(c, ctx.drift_probes.subscribe(), |name| {
         Some(ObjectRef::new(name))
     });
@@ -329,7 +333,7 @@ async fn tls_verdict(dev: &Device) -> Option<p4fleet_client::Error> {
 
 /// The Switch probe: connects (once, shared); asks the device for its
 /// capabilities; checks the pipeline of every slot with a VirtualSwitch
-/// loaded ([`super::switch_pipelines`]: a lost one brings its
+/// loaded ([`pipelines`]: a lost one brings its
 /// VirtualSwitch back at once); asks for the device's verdict on this
 /// operator on slot 0 (no RPC while its stream stands).
 ///
@@ -357,7 +361,7 @@ pub async fn probe(devices: &DevicePool, sw: &Switch) -> (Probe, Option<Standing
     let asked = Asked::of(sw, &dev);
     let caps = match devices.capabilities.get(&name, asked) {
         Some(kept) => {
-            let checked = switch_pipelines::check(devices, sw, Some(&dev), PROBE_TIMEOUT).await;
+            let checked = pipelines::check(devices, sw, Some(&dev), PROBE_TIMEOUT).await;
             if checked.answered > 0 {
                 Ok(kept)
             } else {
@@ -374,7 +378,7 @@ pub async fn probe(devices: &DevicePool, sw: &Switch) -> (Probe, Option<Standing
                 devices.capabilities.keep(&name, asked, c.clone());
             }
             let reached = caps.as_ref().ok().map(|_| dev.as_ref());
-            switch_pipelines::check(devices, sw, reached, PROBE_TIMEOUT).await;
+            pipelines::check(devices, sw, reached, PROBE_TIMEOUT).await;
             caps
         }
     };
@@ -428,7 +432,7 @@ async fn probe_async_externs(ctx: &Context, sw: &Switch) -> bool {
     let Ok(ch) = ctx.devices.side_channel(sw) else {
         return false;
     };
-    let answer = super::extern_policy::runtime::extern_runtime_answer(ch, sw.spec.device_id).await;
+    let answer = crate::fleet::extern_runtime::extern_runtime_answer(ch, sw.spec.device_id).await;
     if let (Some(a), Some(e)) = (answer, epoch) {
         ctx.devices.externs.keep(&name, e, a);
     }
@@ -505,11 +509,11 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
         caps.async_externs = probe_async_externs(&ctx, &obj).await;
     }
     let board = match probe {
-        Some(_) => super::switch_probe::probe(&ctx.devices, &obj, PROBE_TIMEOUT).await,
+        Some(_) => board::probe(&ctx.devices, &obj, PROBE_TIMEOUT).await,
         None => None,
     };
-    let claims = super::switch_probe::claims_of(&obj);
-    super::switch_probe::complete(&mut new, &obj, board.as_ref(), &claims);
+    let claims = board::claims_of(&obj);
+    board::complete(&mut new, &obj, board.as_ref(), &claims);
     update_status(&ctx, &ctx.all(), obj.as_ref(), &mut new).await?;
     let healthy = matches!((&probe, &standing), (Some(Ok(_)), Some(Ok(()))));
     // A healthy device is probed every `--drift-seconds` outside this
@@ -553,7 +557,7 @@ const PROBE: &str = "probe";
 /// (generation 1) connected through a pool, slot 0 running the firewall
 /// P4Info with cookie 7, recorded as VirtualSwitch `ns/a`'s pipeline.
 #[cfg(test)]
-pub(super) mod probed {
+pub(crate) mod probed {
     use super::*;
     use crate::loaded_pipelines::PipelineCheck;
 

@@ -1,8 +1,8 @@
 //! The drift probe between a Switch's reconciles. Every `--drift-seconds`
-//! (spread per Switch, `super::spread`) the device of a Switch whose last
+//! (spread per Switch, `controllers::spread`) the device of a Switch whose last
 //! reconcile found it reachable and accepting this operator is asked what
 //! that reconcile's probe asks: the pipeline of every loaded slot
-//! (`super::switch_pipelines::check`, which names a lost one to its
+//! (`super::pipelines::check`, which names a lost one to its
 //! VirtualSwitch's controller), or Capabilities when no slot is loaded,
 //! and whether its stream still accepts this operator (no RPC while it
 //! stands). The Switch is reconciled only when an answer differs from what
@@ -15,7 +15,7 @@
 //! (docs/fleet.md, "The drift probe outside the reconcile loop"). A Switch
 //! is now reconciled on its changes, its device's changes, a probe that
 //! found a difference, and as a safety net every ten resyncs
-//! (`super::covered`).
+//! (`controllers::covered`).
 //!
 //! Probes due within a short window of each other run together
 //! ([`window`]): early by at most that window, never late, and the
@@ -38,8 +38,8 @@ use p4fleet_crds::{Switch, SwitchTarget};
 use tokio::sync::{Notify, broadcast};
 use tokio::time::Instant;
 
-use super::{Shutdown, spread};
 use crate::context::Context;
+use crate::controllers::{Shutdown, spread};
 use crate::devices::{Asked, DevicePool};
 
 /// Probes in flight at once (a device that does not answer holds one for
@@ -291,7 +291,7 @@ impl DriftProbes {
 }
 
 /// One probe of `sw`'s device against what its reconcile confirmed: the
-/// reconcile's own probe (`super::switch::probe`: the loaded slots'
+/// reconcile's own probe (`super::probe`: the loaded slots'
 /// pipelines, or Capabilities, and the stream's verdict), on the
 /// connection and stamp the reconcile saw.
 async fn probe(devices: &DevicePool, sw: &Switch, mark: &Healthy) -> Verdict {
@@ -305,7 +305,7 @@ async fn probe(devices: &DevicePool, sw: &Switch, mark: &Healthy) -> Verdict {
     if !mark.on(Asked::of(sw, &dev), &dev) {
         return Verdict::Changed("the Switch or its device changed since its reconcile");
     }
-    match super::switch::probe(devices, sw).await {
+    match super::probe(devices, sw).await {
         (Ok(_), Some(Ok(()))) => Verdict::Confirmed,
         (Err(_), _) => Verdict::Changed("the device did not answer"),
         (Ok(_), _) => Verdict::Changed("the device no longer accepts this operator"),

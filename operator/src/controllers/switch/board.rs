@@ -11,8 +11,8 @@ use p4fleet_client::SlotCallError;
 use p4fleet_crds::{Condition, ConfigPortStatus, SlotClaim, Switch, SwitchStatus, SwitchTarget};
 use p4fleet_proto::fpga as pb;
 
-use super::virtual_switch::claims;
 use crate::devices;
+use crate::fleet::slot_claims as claims;
 
 /// Condition type of an FPGA Switch: the slot service answered.
 pub const SLOT_SERVICE: &str = "SlotService";
