@@ -20,9 +20,10 @@ use anyhow::{Context as _, anyhow};
 use k8s_openapi::api::core::v1::ConfigMap;
 use p4fleet::artifacts::url_source::FetchError;
 use p4fleet::context::{Context, OperatorConfig};
+use p4fleet::controllers::Ctx;
 use p4fleet::controllers::entry_set::dereference::Target;
 use p4fleet::controllers::entry_set::memory::Auto;
-use p4fleet::controllers::entry_set::{apply, parse, status};
+use p4fleet::controllers::entry_set::{EntrySets, SetCtx, apply, parse, status};
 use p4fleet::devices::DevicePool;
 use p4fleet::metrics::Metrics;
 use p4fleet::reads::Reads;
@@ -158,7 +159,7 @@ pub fn p4info(entries: usize) -> anyhow::Result<P4Info> {
 
 /// One set with one target, synced by the operator's stages.
 pub struct EntryPath {
-    pub ctx: Arc<Context>,
+    pub ctx: Arc<SetCtx>,
     reads: MemReads,
     pub set: TableEntrySet,
     set_key: String,
@@ -195,12 +196,14 @@ impl EntryPath {
     ) -> anyhow::Result<EntryPath> {
         // Never contacted: the stages here make no API request.
         let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
-        let ctx = Context::new(
+        let shared = Context::new(
             client,
             OperatorConfig::default(),
             Arc::new(Metrics::new()),
             DevicePool::new(),
         );
+        let own = EntrySets::new(&shared);
+        let ctx = Ctx::new(shared, own);
         let from: Vec<serde_json::Value> = reads
             .maps
             .keys()
@@ -257,7 +260,7 @@ impl EntryPath {
     /// the end of each stage while what it built is still held.
     pub async fn sync(&self, at: &mut dyn FnMut(Stage)) -> anyhow::Result<Synced> {
         let ns = NAMESPACE;
-        let cache = &self.ctx.entry_sources;
+        let cache = &self.ctx.own.entry_sources;
         let (sources, problems) = cache
             .read(&self.reads, &self.set_key, ns, &self.set.spec.entries_from)
             .await?;
@@ -270,7 +273,7 @@ impl EntryPath {
         // Held to the end, as the reconciler holds what dereference read.
         let desired = parse::per_target(
             cache,
-            &self.ctx.sync_memory.desired,
+            &self.ctx.own.sync_memory.desired,
             &self.set_key,
             &self.set,
             targets,
@@ -327,7 +330,7 @@ impl EntryPath {
     /// uses (Auto: what the device's writes tuned them to).
     pub fn settings(&self) -> (usize, usize) {
         let base = p4fleet::convert::write_options(&self.set.spec.write);
-        self.ctx.sync_memory.tuned(
+        self.ctx.own.sync_memory.tuned(
             self.switch(),
             self.auto(),
             (base.batch_size, base.max_in_flight),
@@ -336,7 +339,7 @@ impl EntryPath {
 
     /// Whether Auto's climb has settled for this set's Switch.
     pub fn settled(&self) -> bool {
-        self.ctx.sync_memory.settled(self.switch(), self.auto())
+        self.ctx.own.sync_memory.settled(self.switch(), self.auto())
     }
 
     fn switch(&self) -> &str {

@@ -52,7 +52,7 @@ async fn every_entry_of_gzip_config_maps_reaches_the_device_through_every_stage(
     let again = path.sync(&mut |_| {}).await.unwrap();
     assert_eq!((again.applied, again.written), (12_000, 0));
     // The cache holds the 3 parses (and the 3 fetched maps) it shares.
-    assert_eq!(path.ctx.entry_sources.held(), (3, 3));
+    assert_eq!(path.ctx.own.entry_sources.held(), (3, 3));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -39,7 +39,7 @@ use tokio::sync::{broadcast, watch};
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
-use crate::controllers::{Shutdown, watcher_config};
+use crate::shutdown::Shutdown;
 
 /// Events buffered per subscriber before it counts as lagged.
 const FEED: usize = 4096;
@@ -357,6 +357,11 @@ where
         };
         tokio::time::timeout(timeout, poll).await.is_ok()
     }
+}
+
+/// Default watcher configuration for the watched kinds.
+pub fn watcher_config() -> watcher::Config {
+    watcher::Config::default().any_semantic()
 }
 
 /// The caches of every kind reconcilers read (ConfigMaps are read by GET;

@@ -41,6 +41,7 @@ pub mod process_metrics;
 pub mod reads;
 pub mod reconcile_triggers;
 pub mod retries;
+pub mod shutdown;
 #[cfg(test)]
 mod source_scan;
 pub mod status;

@@ -1,7 +1,7 @@
 //! When a failed attempt may be made again (pure: the caller passes the
 //! time). Per object and per cause, a failure is retried on the
 //! documented backoff (1 s doubling to 5 min, as failed reconciles:
-//! [`crate::context::Backoff`]); an attempt with the same inputs as the
+//! [`Backoff`]); an attempt with the same inputs as the
 //! one that failed is held until that backoff is due, whatever brought
 //! the reconcile back (a watch event, its own status write, a device
 //! notice). Changed inputs (a new program digest, an edited spec, a
@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::context::Backoff;
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 
 /// A fingerprint of what an attempt depends on: equal inputs would fail
 /// the same way.
@@ -137,11 +137,59 @@ impl<T: Clone> Retries<T> {
     }
 }
 
+/// Exponential per-object backoff for failed reconciles (1 s doubling to
+/// 5 min): one backon schedule per failing object, dropped on success.
+#[derive(Default)]
+pub struct Backoff {
+    failing: Mutex<HashMap<String, ExponentialBackoff>>,
+}
+
+impl Backoff {
+    pub const MIN: Duration = Duration::from_secs(1);
+    pub const MAX: Duration = Duration::from_secs(300);
+
+    fn schedule() -> ExponentialBackoff {
+        ExponentialBuilder::default()
+            .with_min_delay(Backoff::MIN)
+            .with_max_delay(Backoff::MAX)
+            .without_max_times()
+            .build()
+    }
+
+    /// Records a failure of `key` and returns how long to wait before retrying.
+    pub fn failed(&self, key: &str) -> Duration {
+        let mut g = self.failing.lock().unwrap_or_else(|p| p.into_inner());
+        g.entry(key.to_string())
+            .or_insert_with(Backoff::schedule)
+            .next()
+            .unwrap_or(Backoff::MAX)
+    }
+
+    /// Forgets the failures of `key` after a successful reconcile.
+    pub fn succeeded(&self, key: &str) {
+        let mut g = self.failing.lock().unwrap_or_else(|p| p.into_inner());
+        g.remove(key);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn backoff_doubles_and_resets() {
+        let b = Backoff::default();
+        assert_eq!(b.failed("a"), Duration::from_secs(1));
+        assert_eq!(b.failed("a"), Duration::from_secs(2));
+        assert_eq!(b.failed("a"), Duration::from_secs(4));
+        b.succeeded("a");
+        assert_eq!(b.failed("a"), Duration::from_secs(1));
+        let forty = (0..40).map(|_| b.failed("b")).last();
+        assert_eq!(forty, Some(Backoff::MAX));
+        assert_eq!(b.failed("a"), Duration::from_secs(2), "per object");
+    }
 
     #[test]
     fn delays_double_from_one_second_to_five_minutes() {

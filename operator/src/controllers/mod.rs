@@ -25,25 +25,18 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::{BoxFuture, Shared};
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use kube::core::object::HasStatus;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer;
-use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use crate::context::Context;
 use crate::status::{WithConditions, apply_status, now_rfc3339, settle, unchanged};
 
-/// Resolves once the process should stop; cheap to clone.
-pub type Shutdown = Shared<BoxFuture<'static, ()>>;
-
-/// Wraps any future as a [`Shutdown`].
-pub fn shutdown_on(fut: impl Future<Output = ()> + Send + 'static) -> Shutdown {
-    fut.boxed().shared()
-}
+pub use crate::cache::watcher_config;
+pub use crate::shutdown::{Shutdown, shutdown_on};
 
 /// Why a reconcile failed (it is retried with backoff). What a resource
 /// gets wrong, or a device cannot do, is status, not an error: these are
@@ -90,6 +83,34 @@ impl Error {
             Error::Finalizer(_) | Error::InvalidFinalizer | Error::Conflict(_) => "finalizer",
             Error::EntriesNotRemoved(_) | Error::PolicyNotRestored(_) => "device",
         }
+    }
+}
+
+/// A controller's context: what every controller shares ([`Context`],
+/// through `Deref`) and the state this one keeps for itself (`own`: a
+/// TableEntrySet's sync memory, a VirtualSwitch's resolved programs, the
+/// Switches' drift probes). No controller sees another's state.
+pub struct Ctx<S> {
+    shared: Arc<Context>,
+    pub own: S,
+}
+
+impl<S> Ctx<S> {
+    pub fn new(shared: Arc<Context>, own: S) -> Arc<Ctx<S>> {
+        Arc::new(Ctx { shared, own })
+    }
+
+    /// The shared context, for tasks that outlive a reconcile.
+    pub fn shared(&self) -> &Arc<Context> {
+        &self.shared
+    }
+}
+
+impl<S> std::ops::Deref for Ctx<S> {
+    type Target = Context;
+
+    fn deref(&self) -> &Context {
+        &self.shared
     }
 }
 
@@ -143,7 +164,7 @@ pub fn object_key<K: Resource>(obj: &K) -> String {
 }
 
 /// Shared error policy: count, log, and requeue with per-object exponential backoff.
-pub fn error_policy<K>(obj: Arc<K>, err: &Error, ctx: Arc<Context>) -> Action
+pub fn error_policy<K, S>(obj: Arc<K>, err: &Error, ctx: Arc<Ctx<S>>) -> Action
 where
     K: Resource<DynamicType = ()>,
 {
@@ -307,21 +328,17 @@ pub fn covered(resync: Duration, key: &str) -> Duration {
 /// Resyncs between the reconciles of [`covered`] objects.
 pub const COVERED_RESYNCS: u32 = 10;
 
-/// Default watcher configuration for primary resources.
-pub fn watcher_config() -> watcher::Config {
-    watcher::Config::default().any_semantic()
-}
-
 /// Runs one controller until shutdown: registers it for readiness, marks it
 /// synced when its store is, times every reconcile, resets backoff on success.
-pub async fn drive<K, F, Fut>(
+pub async fn drive<K, S, F, Fut>(
     controller: Controller<K>,
     reconcile: F,
-    ctx: Arc<Context>,
+    ctx: Arc<Ctx<S>>,
     shutdown: Shutdown,
 ) where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
+    S: Send + Sync + 'static,
+    F: Fn(Arc<K>, Arc<Ctx<S>>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Action, Error>> + Send + 'static,
 {
     let kind = K::kind(&()).to_string();
@@ -359,7 +376,7 @@ pub async fn drive<K, F, Fut>(
     controller
         .graceful_shutdown_on(shutdown)
         .run(
-            move |obj: Arc<K>, ctx: Arc<Context>| {
+            move |obj: Arc<K>, ctx: Arc<Ctx<S>>| {
                 let reconcile = reconcile.clone();
                 let kind = kind.clone();
                 let (gate, latest) = (gate.clone(), latest.clone());
@@ -390,7 +407,7 @@ pub async fn drive<K, F, Fut>(
                     res
                 }
             },
-            error_policy::<K>,
+            error_policy::<K, S>,
             ctx,
         )
         .for_each(move |res| {
@@ -417,25 +434,29 @@ pub async fn run_controllers(ctx: Arc<Context>, shutdown: Shutdown) {
     // as tasks"). The set aborts them when this future is dropped (a lost
     // lease), as the joined future did.
     let mut tasks = tokio::task::JoinSet::new();
-    // One `drive` per kind module (its `controller` and `reconcile`). The
-    // controllers subscribe to the caches' feeds when built, so they are
-    // built before the caches' watches start.
+    // One `drive` per kind module: its context (the shared one and the
+    // state the controller keeps for itself), its `controller` and
+    // `reconcile`. The controllers subscribe to the caches' feeds when
+    // built, so they are built before the caches' watches start.
     macro_rules! drive {
-        ($kind:ident) => {{
-            let c = $kind::controller(&ctx);
-            tasks.spawn(drive(c, $kind::reconcile, ctx.clone(), shutdown.clone()));
+        ($kind:ident, $own:expr) => {{
+            let own = Ctx::new(ctx.clone(), $own);
+            let c = $kind::controller(&own);
+            tasks.spawn(drive(c, $kind::reconcile, own.clone(), shutdown.clone()));
+            own
         }};
     }
-    drive!(switch);
-    drive!(program);
-    drive!(virtual_switch);
-    drive!(entry_set);
-    drive!(extern_policy);
-    tasks.spawn(switch::forget_deleted(ctx.clone(), shutdown.clone()));
+    let switches = drive!(switch, switch::Switches::new(&ctx.config));
+    drive!(program, ());
+    drive!(virtual_switch, virtual_switch::VirtualSwitches::default());
+    let sets = drive!(entry_set, entry_set::EntrySets::new(&ctx));
+    drive!(extern_policy, ());
+    tasks.spawn(switch::forget_deleted(switches.clone(), shutdown.clone()));
     tasks.spawn(switch::drift_probe::DriftProbes::run(
-        ctx.clone(),
+        switches,
         shutdown.clone(),
     ));
+    tasks.spawn(entry_set::forget_deleted_switches(sets, shutdown.clone()));
     let (c, stop) = (ctx.clone(), shutdown.clone());
     tasks.spawn(async move {
         let ns = c.config.watch_namespace.as_deref();

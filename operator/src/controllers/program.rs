@@ -124,7 +124,7 @@ pub fn build_status(
 /// a `url` source.
 const FETCH: &str = "fetch";
 
-pub async fn reconcile(obj: Arc<P4Program>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(obj: Arc<P4Program>, ctx: Arc<super::Ctx<()>>) -> Result<Action, Error> {
     let ns = namespace(obj.as_ref())?;
     // A download that failed is not tried again for the same spec before
     // its backoff is due (1 s doubling to 5 min); its status already says

@@ -17,11 +17,11 @@ use p4fleet_model::entries::{Entry, EntryKey, format_key};
 use p4fleet_model::sync::{self, DeviceEntry, Origin, Phase, SyncTally, WriteStats};
 
 use super::MAX_ERRORS;
+use super::SetCtx;
 use super::dereference::Target;
 use super::desired::Desired;
 use super::memory::{Auto, SyncMemory};
 use super::read_check::{self, ReadBack};
-use crate::context::Context;
 use crate::convert;
 use crate::ownership::Record;
 
@@ -111,7 +111,7 @@ impl Planned<'_> {
 
 /// Reads one target back and plans its sync. A device that cannot be
 /// read is the outcome (`Err`), never an error.
-pub async fn plan_target<'a>(ctx: &Context, job: Job<'a>) -> Result<Planned<'a>, Outcome> {
+pub async fn plan_target<'a>(ctx: &SetCtx, job: Job<'a>) -> Result<Planned<'a>, Outcome> {
     let Job {
         set,
         set_key,
@@ -199,7 +199,7 @@ pub async fn plan_target<'a>(ctx: &Context, job: Job<'a>) -> Result<Planned<'a>,
 }
 
 /// Writes a planned target and tallies what the device accepted.
-pub async fn write_target(ctx: &Context, planned: Planned<'_>) -> Outcome {
+pub async fn write_target(ctx: &SetCtx, planned: Planned<'_>) -> Outcome {
     let owned_at_most = planned.owned_at_most();
     let Planned {
         job,
@@ -219,7 +219,7 @@ pub async fn write_target(ctx: &Context, planned: Planned<'_>) -> Outcome {
     let metadata = sync::tag_metadata(tag);
     let w = &set.spec.write;
     let tuning = Tuning {
-        memory: &ctx.sync_memory,
+        memory: &ctx.own.sync_memory,
         switch: &out.switch,
         auto: Auto {
             batch: w.batch_size.is_auto(),
@@ -262,7 +262,7 @@ pub async fn write_target(ctx: &Context, planned: Planned<'_>) -> Outcome {
     let failed: Vec<Origin> = w.failed.iter().map(|(o, _, _)| *o).collect();
     out.tally = SyncTally::of(&plan, &failed, w.stats);
     let complete = out.device_error.is_none() && out.tally.applied == out.tally.desired;
-    if ctx.sync_memory.record_sync(&key, d.digest, complete) {
+    if ctx.own.sync_memory.record_sync(&key, d.digest, complete) {
         out.drift = out.tally.changes();
     }
     out
@@ -464,7 +464,7 @@ fn push_capped(errors: &mut Vec<StatusEntryError>, e: StatusEntryError) {
 
 /// The target's device (connected through the pool) and its table, read back.
 pub async fn connect_and_read(
-    ctx: &Context,
+    ctx: &SetCtx,
     t: &Target,
 ) -> Result<(std::sync::Arc<Device>, Vec<DeviceEntry>), p4fleet_client::Error> {
     let dev = t.device(&ctx.devices)?;
@@ -475,7 +475,7 @@ pub async fn connect_and_read(
 /// The target's device (connected through the pool) and its table read
 /// back against `desired` ([`read_check`]).
 async fn connect_and_check(
-    ctx: &Context,
+    ctx: &SetCtx,
     t: &Target,
     desired: &Desired,
     tag: u64,

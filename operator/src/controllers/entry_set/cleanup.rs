@@ -15,11 +15,11 @@ use p4fleet_crds::TableEntrySet;
 use p4fleet_model::entries::EntryKey;
 use p4fleet_model::sync;
 
+use super::SetCtx;
 use super::apply::{connect_and_read, infer_ownership, tag};
 use super::dereference::{Target, dereference};
 use super::desired::Desired;
 use super::parse;
-use crate::context::Context;
 use crate::controllers::{Error, namespace, object_key};
 use crate::convert;
 use crate::status::EventNote;
@@ -59,20 +59,20 @@ impl std::fmt::Display for RemovalFailures {
 
 /// Removes the set's entries from every target that resolves; Ok lets the
 /// finalizer go.
-pub async fn cleanup(ctx: &Context, set: &TableEntrySet) -> Result<Action, Error> {
+pub async fn cleanup(ctx: &SetCtx, set: &TableEntrySet) -> Result<Action, Error> {
     let ns = namespace(set)?;
     let me = object_key(set);
-    let refs = dereference(&ctx.reads, &ctx.entry_sources, &ns, set).await?;
+    let refs = dereference(&ctx.reads, &ctx.own.entry_sources, &ns, set).await?;
     let desired = parse::per_target(
-        &ctx.entry_sources,
-        &ctx.sync_memory.desired,
+        &ctx.own.entry_sources,
+        &ctx.own.sync_memory.desired,
         &me,
         set,
         &refs.targets,
         &refs.sources,
     )
     .await;
-    let record = ctx.ownership.get(&ctx.client, set).await?;
+    let record = ctx.own.ownership.get(&ctx.client, set).await?;
     if let Some(d) = &record.damage {
         // Removes only entries equal to desired ones (the empty record).
         let ev = crate::ownership::damage_event(d, set.spec.ownership);
@@ -97,11 +97,11 @@ pub async fn cleanup(ctx: &Context, set: &TableEntrySet) -> Result<Action, Error
             }),
         }
     }
-    ctx.sync_memory.forget_set(&me);
+    ctx.own.sync_memory.forget_set(&me);
     ctx.retries.forget(&format!("TableEntrySet/{me}"));
     if failures.is_empty() {
-        ctx.entry_sources.release(&me);
-        ctx.ownership.remove(&ctx.client, set).await?;
+        ctx.own.entry_sources.release(&me);
+        ctx.own.ownership.remove(&ctx.client, set).await?;
         ctx.metrics.forget_entry_set(&ns, &set.name_any());
         tracing::info!(set = %me, removed, "removed entries of deleted set");
         return Ok(Action::await_change());
@@ -124,7 +124,7 @@ pub async fn cleanup(ctx: &Context, set: &TableEntrySet) -> Result<Action, Error
 /// carry) the set's tag; returns how many. NOT_FOUND is success: the
 /// entry is already gone.
 async fn remove_entries(
-    ctx: &Context,
+    ctx: &SetCtx,
     set: &TableEntrySet,
     t: &Target,
     desired: &Desired,

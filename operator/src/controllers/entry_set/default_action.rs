@@ -17,9 +17,9 @@ use p4fleet_model::entries::{
 };
 use p4fleet_proto::p4runtime::{TableAction, table_action};
 
+use super::SetCtx;
 use super::dereference::Target;
 use super::status::Report;
-use crate::context::Context;
 use crate::controllers::object_key;
 use crate::status::{EventNote, ready_from};
 
@@ -89,7 +89,7 @@ pub fn plan(set: &TableEntrySet, t: &Target) -> Plan {
 
 /// Carries out `plan` on `t`: read back, write only what differs, read
 /// back what was written. Never an error: a failure is the outcome.
-pub async fn sync_target(ctx: &Context, t: &Target, plan: Plan) -> Outcome {
+pub async fn sync_target(ctx: &SetCtx, t: &Target, plan: Plan) -> Outcome {
     let call = match plan {
         Plan::Untouched => return Outcome::Untouched,
         Plan::Invalid(e) => return Outcome::Invalid(e),

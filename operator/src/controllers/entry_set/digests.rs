@@ -31,9 +31,9 @@ use p4fleet_model::sync;
 use p4fleet_proto::p4info::P4Info;
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity};
 
+use super::SetCtx;
 use super::apply::tag;
 use super::dereference::Target;
-use crate::context::Context;
 use crate::controllers::object_key;
 use crate::digest_sink::{self, SinkJob, SinkRule};
 use crate::learning::Job;
@@ -224,7 +224,7 @@ impl TargetProblem {
 }
 
 /// The target's P4Runtime device and running P4Info, or why not.
-async fn program(ctx: &Context, t: &Target) -> Result<(Arc<Device>, P4Info), TargetProblem> {
+async fn program(ctx: &SetCtx, t: &Target) -> Result<(Arc<Device>, P4Info), TargetProblem> {
     let dev = ctx.devices.connect(&t.switch)?;
     let Device::P4Runtime(p) = dev.as_ref() else {
         return Err(TargetProblem::NotP4Runtime {
@@ -261,7 +261,7 @@ async fn read_configs(
 /// Applies the set's digest configs, reads them back, runs its learning
 /// and counts what it learned, on every target.
 pub async fn sync(
-    ctx: &Context,
+    ctx: &SetCtx,
     set: &TableEntrySet,
     targets: &[Target],
     held: &[super::conflicts::Conflict],
@@ -272,8 +272,8 @@ pub async fn sync(
         ..Outcome::default()
     };
     if !wanted(set) {
-        ctx.learners.retain(&key, &[]);
-        ctx.digest_sinks.stop(&key).await;
+        ctx.own.learners.retain(&key, &[]);
+        ctx.own.digest_sinks.stop(&key).await;
         return out;
     }
     let mut resolved = Vec::new();
@@ -316,8 +316,8 @@ pub async fn sync(
         }
     }
     if invalid {
-        ctx.learners.retain(&key, &[]);
-        ctx.digest_sinks.retain(&key, &[]);
+        ctx.own.learners.retain(&key, &[]);
+        ctx.own.digest_sinks.retain(&key, &[]);
         // Nothing changes while the spec is invalid: what was written stays.
         out.sink_config_maps.extend(status_sinks(set));
         if out.learn_failure.is_none() && set.spec.learn.is_some() {
@@ -358,7 +358,7 @@ pub async fn sync(
     if set.spec.learn.is_some() {
         learn_targets(ctx, set, &key, learning, &mut out).await;
     } else {
-        ctx.learners.retain(&key, &[]);
+        ctx.own.learners.retain(&key, &[]);
     }
     out
 }
@@ -435,7 +435,7 @@ async fn write_configs(
 /// that left the spec deleted), and a listener on each target whose
 /// configs are confirmed (`targets`).
 async fn sync_sinks(
-    ctx: &Context,
+    ctx: &SetCtx,
     set: &TableEntrySet,
     key: &str,
     targets: &[(&Target, Arc<Device>, &P4Info)],
@@ -443,7 +443,12 @@ async fn sync_sinks(
 ) {
     let mut books = Vec::new();
     for (i, name, digest, keep) in wanted_sinks(set) {
-        match ctx.digest_sinks.claim(&ctx.client, key, set, &name).await {
+        match ctx
+            .own
+            .digest_sinks
+            .claim(&ctx.client, key, set, &name)
+            .await
+        {
             Ok(()) => {
                 out.sink_config_maps.insert(name.clone());
                 books.push((name, digest, keep));
@@ -451,7 +456,8 @@ async fn sync_sinks(
             Err(e) => out.fail(e.reason(), format!("digests[{i}]"), format!("sink: {e}")),
         }
     }
-    ctx.digest_sinks
+    ctx.own
+        .digest_sinks
         .configure(&ctx.client, key, set, &books)
         .await;
     let ns = set.namespace().unwrap_or_default();
@@ -496,15 +502,15 @@ async fn sync_sinks(
             slot: t.slot,
             rules,
         };
-        ctx.digest_sinks.ensure(key, job);
+        ctx.own.digest_sinks.ensure(key, job);
     }
-    ctx.digest_sinks.retain(key, &keep);
+    ctx.own.digest_sinks.retain(key, &keep);
 }
 
 /// Starts (or keeps) each target's learning task and counts the learned
 /// entries the devices hold.
 async fn learn_targets(
-    ctx: &Context,
+    ctx: &SetCtx,
     set: &TableEntrySet,
     key: &str,
     learning: Vec<(&Target, Arc<Device>, LearnRule, bool)>,
@@ -547,11 +553,11 @@ async fn learn_targets(
             max_learned: max,
             learned: held,
         };
-        ctx.learners.ensure(key, job, &ctx.events);
+        ctx.own.learners.ensure(key, job, &ctx.events);
     }
-    ctx.learners.retain(key, &keep);
+    ctx.own.learners.retain(key, &keep);
     out.learned = total;
-    out.aged_out = ctx.learners.aged_out(key);
+    out.aged_out = ctx.own.learners.aged_out(key);
     if out.learn_failure.is_some() {
         return;
     }
@@ -602,14 +608,14 @@ pub fn requeue(
 /// device that cannot be reached keeps them (the entries' cleanup
 /// reports unreachable devices).
 pub async fn cleanup(
-    ctx: &Context,
+    ctx: &SetCtx,
     set: &TableEntrySet,
     targets: &[Target],
 ) -> Result<(), kube::Error> {
     let key = object_key(set);
-    ctx.learners.retain(&key, &[]);
+    ctx.own.learners.retain(&key, &[]);
     // The writer first, so no write lands after the delete.
-    ctx.digest_sinks.stop(&key).await;
+    ctx.own.digest_sinks.stop(&key).await;
     let ns = set.namespace().unwrap_or_default();
     let mut sinks: BTreeSet<String> = status_sinks(set).into_iter().collect();
     sinks.extend(wanted_sinks(set).into_iter().map(|s| s.1));

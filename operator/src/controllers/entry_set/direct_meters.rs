@@ -22,9 +22,9 @@ use p4fleet_model::entries::direct_meter::{self as model, DirectMeterSchema, Met
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, update::Type};
 
 use super::MAX_ERRORS;
+use super::SetCtx;
 use super::dereference::Target;
 use super::desired::Desired;
-use crate::context::Context;
 use crate::controllers::object_key;
 use crate::status::{EventNote, ready_from};
 
@@ -56,7 +56,7 @@ impl Outcome {
 
 /// Sets target `t`'s direct meters to what `desired` asks; None when no
 /// entry sets one (nothing is read or written then).
-pub async fn sync_target(ctx: &Context, t: &Target, desired: &Desired) -> Option<Outcome> {
+pub async fn sync_target(ctx: &SetCtx, t: &Target, desired: &Desired) -> Option<Outcome> {
     let wanted = desired.meters();
     if wanted.is_empty() {
         return None;

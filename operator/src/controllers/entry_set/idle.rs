@@ -10,9 +10,9 @@ use p4fleet_model::entries::{EntryKey, TableSchema, format_key};
 use p4fleet_model::sync;
 use p4fleet_proto::p4runtime as p4;
 
+use super::SetCtx;
 use super::apply::tag;
 use super::desired::Desired;
-use crate::context::Context;
 use crate::status::EventNote;
 
 /// The metadata the set's own entries carry.
@@ -24,18 +24,19 @@ fn metadata(set: &TableEntrySet) -> Vec<u8> {
 /// timeout (stops otherwise); its status and the Event the rate limit
 /// held back until now.
 pub fn sync(
-    ctx: &Context,
+    ctx: &SetCtx,
     set: &TableEntrySet,
     desired: Option<&Desired>,
 ) -> (Option<IdleStatus>, Option<EventNote>) {
     let md = metadata(set);
     let Some(d) = desired.filter(|d| d.iter().any(|e| e.idle_timeout_ns != 0)) else {
-        ctx.idle.forget(&md);
+        ctx.own.idle.forget(&md);
         return (None, None);
     };
-    ctx.idle.register(set, md.clone());
-    let due = ctx.idle.take_due(&md, tokio::time::Instant::now());
+    ctx.own.idle.register(set, md.clone());
+    let due = ctx.own.idle.take_due(&md, tokio::time::Instant::now());
     let status = ctx
+        .own
         .idle
         .seen(&md)
         .map(|(notified, recent)| status(&d.schema, notified, &recent));
@@ -43,8 +44,8 @@ pub fn sync(
 }
 
 /// On deletion: nothing more to report.
-pub fn forget(ctx: &Context, set: &TableEntrySet) {
-    ctx.idle.forget(&metadata(set));
+pub fn forget(ctx: &SetCtx, set: &TableEntrySet) {
+    ctx.own.idle.forget(&metadata(set));
 }
 
 /// `status.idle` (pure): the count and the recent entries' keys in the

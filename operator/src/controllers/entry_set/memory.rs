@@ -133,6 +133,15 @@ impl SyncMemory {
             .retain(|(s, _, _), _| s != switch);
     }
 
+    /// Forgets every Switch `gone` says is deleted (after the Switches'
+    /// watch relisted: a deletion may have been missed).
+    pub fn forget_switches_where(&self, gone: impl Fn(&str) -> bool) {
+        self.tuners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(s, _, _), _| !gone(s));
+    }
+
     /// Forgets a deleted set.
     pub fn forget_set(&self, set: &str) {
         self.seen

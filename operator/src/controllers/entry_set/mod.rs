@@ -70,6 +70,86 @@ pub use memory::SyncMemory;
 use p4fleet_model::entries::EntryKey;
 use resync_due::Touch;
 
+/// What the TableEntrySet controller keeps between reconciles.
+pub struct EntrySets {
+    /// What syncs remember between runs (drift, statuses, tuned writes).
+    pub sync_memory: SyncMemory,
+    /// When each set's next periodic resync is due.
+    pub resync_due: Arc<resync_due::ResyncDue>,
+    /// Durable ownership records (devices without entry metadata: BFRT).
+    pub ownership: crate::ownership::Records,
+    /// ConfigMap sources: watched, fetched and parsed once.
+    pub entry_sources: entry_sources::EntrySources,
+    /// Entry syncs in flight per device.
+    pub permits: crate::limits::DevicePermits,
+    /// The learning tasks of sets with `spec.learn`.
+    pub learners: crate::learning::Learners,
+    /// The digest sinks (log, ConfigMap) of sets.
+    pub digest_sinks: crate::digest_sink::DigestSinks,
+    /// Idle timeout notifications about sets' own entries.
+    pub idle: Arc<crate::idle_reports::IdleReports>,
+}
+
+impl EntrySets {
+    /// The state of a new process. Devices' notices (digest lists, idle
+    /// timeouts) are counted in the metrics and idle timeouts of sets'
+    /// own entries reported on the set from here on.
+    pub fn new(shared: &Context) -> EntrySets {
+        let n = shared.metrics.notices.clone();
+        let idle = Arc::new(crate::idle_reports::IdleReports::new(
+            n.idle_set_entries.clone(),
+        ));
+        let (reports, ev) = (idle.clone(), shared.events.clone());
+        shared
+            .devices
+            .observe_notices(Arc::new(move |switch, event| match event {
+                crate::devices::NoticeEvent::Notice(notice) => {
+                    n.record(switch, notice);
+                    if let p4fleet_client::Notice::IdleTimeout { notification, .. } = notice {
+                        let now = tokio::time::Instant::now();
+                        for (set, note) in reports.observe(notification, now) {
+                            let ev = ev.clone();
+                            tokio::spawn(async move { ev.publish(set.as_ref(), &note).await });
+                        }
+                    }
+                }
+                crate::devices::NoticeEvent::Lost(k) => n.lost(switch, k),
+            }));
+        EntrySets {
+            sync_memory: SyncMemory::default(),
+            resync_due: Default::default(),
+            ownership: Default::default(),
+            entry_sources: entry_sources::EntrySources::new(shared.metrics.entry_sources.clone()),
+            permits: crate::limits::DevicePermits::new(shared.config.limits.syncs_per_device),
+            learners: Default::default(),
+            digest_sinks: Default::default(),
+            idle,
+        }
+    }
+}
+
+/// The TableEntrySet controller's context.
+pub type SetCtx = super::Ctx<EntrySets>;
+
+/// Forgets what syncs remembered of a Switch once it is deleted.
+pub async fn forget_deleted_switches(ctx: Arc<SetCtx>, shutdown: super::Shutdown) {
+    use crate::cache::Seen;
+    use futures::StreamExt;
+    let events = ctx.caches.switches.events().take_until(shutdown);
+    let mut events = std::pin::pin!(events);
+    while let Some(seen) = events.next().await {
+        match seen {
+            Seen::Deleted(sw) => ctx.own.sync_memory.forget_switch(&sw.name_any()),
+            Seen::Relisted => {
+                let store = ctx.caches.switches.store();
+                let gone = |name: &str| store.get(&ObjectRef::new(name)).is_none();
+                ctx.own.sync_memory.forget_switches_where(gone);
+            }
+            Seen::Applied(_) => {}
+        }
+    }
+}
+
 /// Finalizer that removes a deleted set's entries from its devices.
 pub const FINALIZER: &str = "p4fleet.dev/table-entries";
 /// Per-entry errors kept in status.
@@ -77,18 +157,19 @@ pub const MAX_ERRORS: usize = 10;
 
 /// Watches TableEntrySets, the ConfigMaps and VirtualSwitches they use and
 /// the devices they were synced to.
-pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
+pub fn controller(ctx: &SetCtx) -> Controller<TableEntrySet> {
     // ConfigMaps: one metadata-only watch feeds the entry-source index and
     // requeues the sets reading what changed (by name or selector).
     let c = ctx.caches.entry_sets.controller();
     let sets = c.store();
     let config_maps = ctx
+        .own
         .entry_sources
         .index
         .metadata_feed(scoped_api(ctx), watcher_config());
-    let readers = ctx.entry_sources.readers();
+    let readers = ctx.own.entry_sources.readers();
     // Every trigger is noted as it happens (`resync_due`).
-    let due = ctx.resync_due.clone();
+    let due = ctx.own.resync_due.clone();
     let c = c.watches_stream(config_maps, move |cm| {
         let (ns, name) = (cm.namespace().unwrap_or_default(), cm.name_any());
         // The sets that read it last (looked up, not a scan: a change of
@@ -110,7 +191,7 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
             })
             .collect::<Vec<_>>()
     });
-    let due = ctx.resync_due.clone();
+    let due = ctx.own.resync_due.clone();
     let c = ctx.caches.virtual_switches.watched_by(c, move |s, vs| {
         let hit = fills(s, vs);
         if hit {
@@ -122,7 +203,7 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
         }
         hit
     });
-    let due = ctx.resync_due.clone();
+    let due = ctx.own.resync_due.clone();
     // A device lost, back (maybe empty) or given its pipeline again. A set
     // whose cached status names no target yet (never synced, or the first
     // sync's status not yet seen by the cache) may run there too.
@@ -137,8 +218,8 @@ pub fn controller(ctx: &Context) -> Controller<TableEntrySet> {
 }
 
 /// Reconciles one TableEntrySet: sync it, or clean up after it.
-pub async fn reconcile(set: Arc<TableEntrySet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    if let Some(wait) = resync_due::skip(&ctx.resync_due, &set) {
+pub async fn reconcile(set: Arc<TableEntrySet>, ctx: Arc<SetCtx>) -> Result<Action, Error> {
+    if let Some(wait) = resync_due::skip(&ctx.own.resync_due, &set) {
         return Ok(Action::requeue(wait));
     }
     let api: Api<TableEntrySet> = Api::namespaced(ctx.client.clone(), &namespace(set.as_ref())?);
@@ -161,7 +242,7 @@ pub async fn reconcile(set: Arc<TableEntrySet>, ctx: Arc<Context>) -> Result<Act
 /// turns a Ready True False (Syncing) before its first write (a set not
 /// Ready says Syncing only before a large write: `status::MARK_NEW_FROM`).
 async fn sync(
-    ctx: &Context,
+    ctx: &SetCtx,
     api: &Api<TableEntrySet>,
     set: &TableEntrySet,
 ) -> Result<Action, Error> {
@@ -171,24 +252,25 @@ async fn sync(
     // The set as last written by this sync (its status is what the next
     // write is compared with), starting from what this process last wrote
     // when the cached object predates that write.
-    let mut written: Option<TableEntrySet> =
-        ctx.sync_memory
-            .written
-            .over(&me, &start_version)
-            .map(|status| TableEntrySet {
-                status: Some(status),
-                ..set.clone()
-            });
+    let mut written: Option<TableEntrySet> = ctx
+        .own
+        .sync_memory
+        .written
+        .over(&me, &start_version)
+        .map(|status| TableEntrySet {
+            status: Some(status),
+            ..set.clone()
+        });
     // Versions whose status this sync's final write replaces: the start and
     // each intermediate mark, so a cache that shows a mark (not yet the
     // final write) is not mistaken for the truth by the next reconcile.
     let mut replaced = vec![start_version];
-    if ctx.sync_memory.first_sight(&me) {
+    if ctx.own.sync_memory.first_sight(&me) {
         let marked = mark(ctx, api, set, &mut written, status::Pending::Unconfirmed).await?;
         replaced.extend(marked);
     }
     let ns = namespace(set)?;
-    let mut refs = dereference::dereference(&ctx.reads, &ctx.entry_sources, &ns, set).await?;
+    let mut refs = dereference::dereference(&ctx.reads, &ctx.own.entry_sources, &ns, set).await?;
     let dereferenced = started.elapsed();
     let held = settle_conflicts(ctx, set, &mut refs);
     // Tables with an action profile go through `profiles` instead.
@@ -198,8 +280,8 @@ async fn sync(
         .cloned()
         .partition(|t| t.profile.is_some());
     let desired = parse::per_target(
-        &ctx.entry_sources,
-        &ctx.sync_memory.desired,
+        &ctx.own.entry_sources,
+        &ctx.own.sync_memory.desired,
         &me,
         set,
         &direct,
@@ -207,7 +289,7 @@ async fn sync(
     )
     .await;
     let parsed = started.elapsed();
-    let record = ctx.ownership.get(&ctx.client, set).await?;
+    let record = ctx.own.ownership.get(&ctx.client, set).await?;
     // A damaged record stands in as an empty one (see crate::ownership):
     // an Event when found, a condition for a while after.
     let found_damage = record.damage.is_some();
@@ -226,7 +308,7 @@ async fn sync(
         };
         (switch_of(target), apply::plan_target(ctx, job))
     });
-    let planned = ctx.permits.each(parallel, jobs).await;
+    let planned = ctx.own.permits.each(parallel, jobs).await;
     let updates: usize = planned.iter().flatten().map(apply::Planned::writes).sum();
     let planned_at = started.elapsed();
     // Before any device write: the record knows every entry the set may
@@ -236,14 +318,14 @@ async fn sync(
         .flatten()
         .filter_map(|p| Some((p.virtual_switch().to_string(), p.owned_at_most()?)));
     let grown = with_targets(&record.record, at_most);
-    let record = ctx.ownership.put(&ctx.client, set, grown).await?;
+    let record = ctx.own.ownership.put(&ctx.client, set, grown).await?;
     if updates > 0 {
         let syncing = status::Pending::Syncing { updates };
         replaced.extend(mark(ctx, api, set, &mut written, syncing).await?);
     }
     let writes = direct.iter().map(switch_of).zip(planned);
     let writes = writes.map(|(switch, p)| (switch, write_planned(ctx, p)));
-    let mut outcomes = ctx.permits.each(parallel, writes).await;
+    let mut outcomes = ctx.own.permits.each(parallel, writes).await;
     let written_at = started.elapsed();
     let mut profiled = Vec::with_capacity(indirect.len());
     let sources = (&refs.sources, refs.sources_complete());
@@ -255,7 +337,8 @@ async fn sync(
     let owned = outcomes
         .iter()
         .filter_map(|o| Some((o.virtual_switch.clone(), o.owned.clone()?)));
-    ctx.ownership
+    ctx.own
+        .ownership
         .put(&ctx.client, set, with_targets(&record.record, owned))
         .await?;
     let set = written.as_ref().unwrap_or(set);
@@ -286,7 +369,7 @@ async fn sync(
     default_action::fold(&mut report, set, &defaults);
     profiles::fold(&mut report, set, &profiled, direct.len());
     direct_meters::fold(&mut report, set, &metered);
-    if let Some(d) = ctx.ownership.recent_damage(set) {
+    if let Some(d) = ctx.own.ownership.recent_damage(set) {
         let ownership = set.spec.ownership;
         let conditions = &mut report.status.conditions;
         conditions.push(crate::ownership::damage_condition(&d, ownership));
@@ -315,7 +398,8 @@ async fn sync(
             .counters
             .readout(&ns, &name, &c.counter, &extras.per_switch, &top);
     }
-    ctx.sync_memory
+    ctx.own
+        .sync_memory
         .written
         .remember(&me, replaced, produced, new.clone());
     for ev in report.events.iter().chain(&idle_event) {
@@ -325,7 +409,7 @@ async fn sync(
     let action = resources::requeue(set, report.action, resync);
     let action = digests::requeue(set, action);
     let action = on_backoff(ctx, &me, set, &outcomes, &refs.problems, action);
-    resync_due::after_sync(&ctx.resync_due, set, started, &action, resync);
+    resync_due::after_sync(&ctx.own.resync_due, set, started, &action, resync);
     // Where a sync's time went, from its start (a large set's read-back
     // and write show here, and a sync that ran again shows twice).
     let ms = |d: std::time::Duration| d.as_millis() as u64;
@@ -356,7 +440,7 @@ const FULL: &str = "full";
 /// afresh. Waiting for a dependency (a VirtualSwitch not ready, a source
 /// missing) keeps its poll: no device is asked meanwhile.
 fn on_backoff(
-    ctx: &Context,
+    ctx: &SetCtx,
     me: &str,
     set: &TableEntrySet,
     outcomes: &[apply::Outcome],
@@ -395,7 +479,7 @@ fn on_backoff(
 /// Each target's default entry (`spec.defaultAction`), one target after
 /// the other: one small read (and at most a write and a read) each.
 async fn sync_default_actions(
-    ctx: &Context,
+    ctx: &SetCtx,
     set: &TableEntrySet,
     targets: &[dereference::Target],
     held: &[conflicts::Conflict],
@@ -416,7 +500,7 @@ async fn sync_default_actions(
 /// Each direct target's entry meters, one target after the other (two
 /// small reads and at most one write each, only for sets that set one).
 async fn sync_direct_meters(
-    ctx: &Context,
+    ctx: &SetCtx,
     targets: &[dereference::Target],
     desired: &desired::PerTarget,
 ) -> Vec<(String, direct_meters::Outcome)> {
@@ -432,7 +516,7 @@ async fn sync_direct_meters(
 /// Each target with an action profile, one after the other (they are few
 /// and small: members, groups and the entries that use them).
 async fn sync_profiles(
-    ctx: &Context,
+    ctx: &SetCtx,
     set: &TableEntrySet,
     targets: &[dereference::Target],
     (sources, complete): (&crate::entry_sources::Sources, bool),
@@ -450,7 +534,7 @@ async fn sync_profiles(
 /// set keeps, and returns the conflicts this set loses (the default
 /// actions and digests it must leave alone).
 fn settle_conflicts(
-    ctx: &Context,
+    ctx: &SetCtx,
     set: &TableEntrySet,
     refs: &mut dereference::Dereferenced,
 ) -> Vec<conflicts::Conflict> {
@@ -511,7 +595,7 @@ fn with_targets(
 
 /// Writes a planned target; one that could not be planned is its outcome.
 async fn write_planned(
-    ctx: &Context,
+    ctx: &SetCtx,
     p: Result<apply::Planned<'_>, apply::Outcome>,
 ) -> apply::Outcome {
     match p {
@@ -523,7 +607,7 @@ async fn write_planned(
 /// Writes the status [`status::pending`] gives (if any) and keeps the set
 /// with it in `written`.
 async fn mark(
-    ctx: &Context,
+    ctx: &SetCtx,
     api: &Api<TableEntrySet>,
     set: &TableEntrySet,
     written: &mut Option<TableEntrySet>,

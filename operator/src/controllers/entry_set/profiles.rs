@@ -32,11 +32,11 @@ use p4fleet_model::entries::{
 use p4fleet_model::sync::{self, SyncTally};
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, update::Type};
 
+use super::SetCtx;
 use super::apply::{self, DeviceError};
 use super::cleanup::RemovalError;
 use super::dereference::Target;
 use super::status::Report;
-use crate::context::Context;
 use crate::controllers::object_key;
 use crate::entry_sources::Sources;
 use crate::status::{EventNote, ready_from};
@@ -399,7 +399,7 @@ fn confirmed(
 /// is deleted: its entries may be among those on the device. Never an
 /// error: a failure is in the outcome.
 pub async fn sync_target(
-    ctx: &Context,
+    ctx: &SetCtx,
     set: &TableEntrySet,
     t: &Target,
     sources: &Sources,
@@ -414,7 +414,7 @@ pub async fn sync_target(
 }
 
 async fn sync_into(
-    ctx: &Context,
+    ctx: &SetCtx,
     set: &TableEntrySet,
     t: &Target,
     (sources, sources_complete): (&Sources, bool),
@@ -619,7 +619,7 @@ async fn sync_into(
 /// Removes the set's entries of `t`'s table, then every member and group
 /// of the profile (the set owns it); returns how many. NOT_FOUND counts
 /// as removed.
-pub async fn remove(ctx: &Context, set: &TableEntrySet, t: &Target) -> Result<usize, RemovalError> {
+pub async fn remove(ctx: &SetCtx, set: &TableEntrySet, t: &Target) -> Result<usize, RemovalError> {
     let dev = t.device(&ctx.devices)?;
     let Device::P4Runtime(p) = dev.as_ref() else {
         return Ok(0);

@@ -21,9 +21,9 @@ use p4fleet_model::resources::{
 };
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, update::Type};
 
+use super::SetCtx;
 use super::dereference::Target;
 use super::status::RETRY;
-use crate::context::Context;
 
 pub const RESOURCES_SYNCED: &str = "ResourcesSynced";
 
@@ -197,7 +197,7 @@ struct Resolved<'a> {
 
 /// Connects to each target and reads its running P4Info; a target that
 /// cannot do this is an error in `out`.
-async fn resolve<'a>(ctx: &Context, targets: &'a [Target], out: &mut Outcome) -> Vec<Resolved<'a>> {
+async fn resolve<'a>(ctx: &SetCtx, targets: &'a [Target], out: &mut Outcome) -> Vec<Resolved<'a>> {
     let mut resolved = Vec::new();
     for t in targets {
         let source = format!("VirtualSwitch {}", t.virtual_switch);
@@ -229,7 +229,7 @@ async fn resolve<'a>(ctx: &Context, targets: &'a [Target], out: &mut Outcome) ->
 /// Applies the set's meters and registers and reads its counters (when
 /// due) on every target.
 pub async fn sync(
-    ctx: &Context,
+    ctx: &SetCtx,
     set: &TableEntrySet,
     targets: &[Target],
     now_unix: i64,

@@ -402,7 +402,10 @@ pub fn build_status(
 }
 
 /// Reconciles one policy: apply it, or restore the defaults after it.
-pub async fn reconcile(obj: Arc<AsyncExternPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(
+    obj: Arc<AsyncExternPolicy>,
+    ctx: Arc<super::Ctx<()>>,
+) -> Result<Action, Error> {
     let ns = namespace(obj.as_ref())?;
     let api: Api<AsyncExternPolicy> = Api::namespaced(ctx.client.clone(), &ns);
     let res = finalizer(&api, FINALIZER, obj, |event| async {

@@ -38,7 +38,6 @@ use p4fleet_crds::{Switch, SwitchTarget};
 use tokio::sync::{Notify, broadcast};
 use tokio::time::Instant;
 
-use crate::context::Context;
 use crate::controllers::{Shutdown, spread};
 use crate::devices::{Asked, DevicePool};
 
@@ -214,8 +213,8 @@ impl DriftProbes {
     }
 
     /// Probes the healthy Switches until `shutdown`.
-    pub async fn run(ctx: Arc<Context>, shutdown: Shutdown) {
-        let this = &ctx.drift_probes;
+    pub async fn run(ctx: Arc<super::SwitchCtx>, shutdown: Shutdown) {
+        let this = &ctx.own.drift_probes;
         let mut running = FuturesUnordered::new();
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
@@ -240,14 +239,14 @@ impl DriftProbes {
             for name in lock(&this.schedule).take_due(until, room) {
                 let ctx = ctx.clone();
                 running.push(async move {
-                    let verdict = ctx.drift_probes.probe(&ctx, &name).await;
+                    let verdict = ctx.own.drift_probes.probe(&ctx, &name).await;
                     (name, verdict)
                 });
             }
         }
     }
 
-    async fn probe(&self, ctx: &Context, name: &str) -> Verdict {
+    async fn probe(&self, ctx: &super::SwitchCtx, name: &str) -> Verdict {
         let Some(mark) = self.mark(name) else {
             return Verdict::Dropped;
         };
@@ -273,7 +272,7 @@ impl DriftProbes {
         }
     }
 
-    fn settle(&self, ctx: &Context, name: &str, verdict: Verdict) {
+    fn settle(&self, ctx: &super::SwitchCtx, name: &str, verdict: Verdict) {
         ctx.metrics.drift_probe(&verdict);
         let again = match &verdict {
             Verdict::Confirmed => Some(Instant::now() + spread(self.period, name)),

@@ -27,11 +27,27 @@ use p4fleet_crds::{
 };
 
 use super::{Error, object_key, update_status};
-use crate::context::Context;
 use crate::devices::{Asked, DevicePool};
 use crate::reads::Reads;
 use crate::status::ready_from;
 use crate::tls_secrets::TlsSecretError;
+
+/// What the Switch controller keeps between reconciles.
+pub struct Switches {
+    /// Healthy Switches' devices, probed between their reconciles.
+    pub drift_probes: drift_probe::DriftProbes,
+}
+
+impl Switches {
+    pub fn new(config: &crate::context::OperatorConfig) -> Switches {
+        Switches {
+            drift_probes: drift_probe::DriftProbes::new(config.drift),
+        }
+    }
+}
+
+/// The Switch controller's context.
+pub type SwitchCtx = super::Ctx<Switches>;
 
 /// How long a capabilities probe may take before the Switch counts as unreachable.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -41,11 +57,11 @@ const SETTLE_WAIT: Duration = Duration::from_secs(3);
 
 /// Watches Switches, the VirtualSwitches placed on them (slot usage) and
 /// their devices (a lost device is Reachable=False at once).
-pub fn controller(ctx: &Context) -> Controller<Switch> {
+pub fn controller(ctx: &SwitchCtx) -> Controller<Switch> {
     let c = ctx.caches.switches.controller();
     let c = super::on_device_changes(c, ctx, |sw: &Switch, name| sw.name_any() == name);
     // A drift probe that found a difference ([`drift_probe`]).
-    let c = super::on_named(c, ctx.drift_probes.subscribe(), |name| {
+    let c = super::on_named(c, ctx.own.drift_probes.subscribe(), |name| {
         Some(ObjectRef::new(name))
     });
     c.watches_shared_stream(
@@ -395,12 +411,16 @@ pub async fn probe(devices: &DevicePool, sw: &Switch) -> (Probe, Option<Standing
 /// answer is kept: the periodic reconcile of a steady Switch then costs no
 /// RPC beyond the drift probe's own. Its stream's verdict is still asked
 /// (no RPC while it stands).
-async fn confirmed_by_drift_probe(ctx: &Context, sw: &Switch) -> Option<(Probe, Option<Standing>)> {
+async fn confirmed_by_drift_probe(
+    ctx: &SwitchCtx,
+    sw: &Switch,
+) -> Option<(Probe, Option<Standing>)> {
     let name = sw.name_any();
     ctx.devices.target(sw).ok()?;
     let dev = ctx.devices.get(&name)?;
     let asked = Asked::of(sw, &dev);
     if !ctx
+        .own
         .drift_probes
         .confirmed_within(&name, asked, &dev, ctx.config.drift)
     {
@@ -416,7 +436,7 @@ async fn confirmed_by_drift_probe(ctx: &Context, sw: &Switch) -> Option<(Probe, 
 /// serve it. Asked once per device connection: the answer is kept while
 /// the device's epoch (`Device::changes`: its stream lost, back, refused)
 /// stays the same; a failure to answer is not kept.
-async fn probe_async_externs(ctx: &Context, sw: &Switch) -> bool {
+async fn probe_async_externs(ctx: &SwitchCtx, sw: &Switch) -> bool {
     if sw.spec.effective_protocol() != p4fleet_crds::SwitchProtocol::P4Runtime {
         return false;
     }
@@ -445,7 +465,7 @@ async fn probe_async_externs(ctx: &Context, sw: &Switch) -> bool {
 /// Switch cache's feed, subscribed now (before the caches start); runs
 /// until `shutdown`.
 pub fn forget_deleted(
-    ctx: Arc<Context>,
+    ctx: Arc<SwitchCtx>,
     shutdown: super::Shutdown,
 ) -> impl std::future::Future<Output = ()> + Send {
     use crate::cache::Seen;
@@ -470,16 +490,15 @@ pub fn forget_deleted(
     }
 }
 
-fn forget(ctx: &Context, name: &str) {
+fn forget(ctx: &SwitchCtx, name: &str) {
     tracing::info!(switch = %name, "Switch deleted: closing its connection");
     ctx.devices.forget(name);
-    ctx.drift_probes.unhealthy(name);
+    ctx.own.drift_probes.unhealthy(name);
     ctx.metrics.forget_switch(name);
-    ctx.sync_memory.forget_switch(name);
     ctx.retries.forget(&format!("Switch/{name}"));
 }
 
-pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<SwitchCtx>) -> Result<Action, Error> {
     let name = obj.name_any();
     ctx.devices.track_tls(&ctx.client, &obj, SETTLE_WAIT).await;
     // A device is contacted only for a valid spec.
@@ -522,10 +541,12 @@ pub async fn reconcile(obj: Arc<Switch>, ctx: Arc<Context>) -> Result<Action, Er
     let dev = ctx.devices.get(&name);
     match (healthy && drift_probe::probed_here(&obj), dev) {
         (true, Some(dev)) => {
-            ctx.drift_probes.healthy(&name, Asked::of(&obj, &dev), &dev);
+            ctx.own
+                .drift_probes
+                .healthy(&name, Asked::of(&obj, &dev), &dev);
             return Ok(Action::requeue(super::covered(ctx.config.resync, &name)));
         }
-        _ => ctx.drift_probes.unhealthy(&name),
+        _ => ctx.own.drift_probes.unhealthy(&name),
     }
     let key = format!("Switch/{name}");
     Ok(match (healthy, probe) {

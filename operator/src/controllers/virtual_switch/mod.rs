@@ -33,7 +33,6 @@ use kube::{Api, ResourceExt};
 use p4fleet_crds::{P4Program, Switch, SwitchTarget, VirtualSwitch};
 
 use super::{Error, finalized, namespace, object_key, on_device_changes, write_status_noting};
-use crate::context::Context;
 use crate::reads::Reads;
 use crate::retries::Gate;
 use crate::status::now_rfc3339;
@@ -45,6 +44,20 @@ use std::time::Duration;
 /// Held while a VirtualSwitch holds a slot: deleting it unloads the slot
 /// and releases the claim first.
 pub const FINALIZER: &str = "p4fleet.dev/slot";
+
+/// What the VirtualSwitch controller keeps between reconciles.
+#[derive(Default)]
+pub struct VirtualSwitches {
+    /// Ready programs resolved, by digest.
+    pub programs: pipeline::ProgramCache,
+    /// Swaps confirmed by a device that no status read shows yet.
+    pub unreported_swaps: unreported::Unreported,
+    /// Statuses this process wrote, until the cache has them.
+    pub statuses: super::written::Written<p4fleet_crds::VirtualSwitchStatus>,
+}
+
+/// The VirtualSwitch controller's context.
+pub type VsCtx = super::Ctx<VirtualSwitches>;
 
 /// The steps that can fail, each on its own backoff
 /// ([`crate::retries`]): placing, resolving the program, loading it.
@@ -59,7 +72,7 @@ fn retry_key(me: &str) -> String {
 
 /// Watches VirtualSwitches, the P4Programs they run, the Switches they run
 /// on and those Switches' devices.
-pub fn controller(ctx: &Context) -> Controller<VirtualSwitch> {
+pub fn controller(ctx: &VsCtx) -> Controller<VirtualSwitch> {
     let runs = |v: &VirtualSwitch, p: &P4Program| {
         v.namespace() == p.namespace() && v.spec.program_ref == p.name_any()
     };
@@ -92,7 +105,7 @@ pub fn controller(ctx: &Context) -> Controller<VirtualSwitch> {
 /// Adds the Switch probe's findings to `c`: a VirtualSwitch whose pipeline
 /// the probe did not find on its device (`crate::loaded_pipelines`) is
 /// reconciled at once; every one if findings were missed.
-fn on_lost_pipelines(c: Controller<VirtualSwitch>, ctx: &Context) -> Controller<VirtualSwitch> {
+fn on_lost_pipelines(c: Controller<VirtualSwitch>, ctx: &VsCtx) -> Controller<VirtualSwitch> {
     use kube::runtime::reflector::ObjectRef;
     super::on_named(c, ctx.devices.pipelines().subscribe(), |key| {
         key.split_once('/')
@@ -101,7 +114,7 @@ fn on_lost_pipelines(c: Controller<VirtualSwitch>, ctx: &Context) -> Controller<
 }
 
 /// Reconciles one VirtualSwitch: place and load it, or unload and release it.
-pub async fn reconcile(obj: Arc<VirtualSwitch>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(obj: Arc<VirtualSwitch>, ctx: Arc<VsCtx>) -> Result<Action, Error> {
     let api: Api<VirtualSwitch> = Api::namespaced(ctx.client.clone(), &namespace(obj.as_ref())?);
     let res = finalizer(&api, FINALIZER, obj, |event| async {
         match event {
@@ -116,7 +129,7 @@ pub async fn reconcile(obj: Arc<VirtualSwitch>, ctx: Arc<Context>) -> Result<Act
 /// Claim a slot (placement with a resourceVersion precondition), load the
 /// program into it, report.
 async fn apply(
-    ctx: &Context,
+    ctx: &VsCtx,
     api: &Api<VirtualSwitch>,
     obj: &VirtualSwitch,
 ) -> Result<Action, Error> {
@@ -126,7 +139,8 @@ async fn apply(
     // version that write replaced (`crate::controllers::written`).
     let start_version = obj.resource_version().unwrap_or_default();
     let fresher = ctx
-        .virtual_switch_statuses
+        .own
+        .statuses
         .over(&me, &start_version)
         .map(|status| VirtualSwitch {
             status: Some(status),
@@ -238,10 +252,11 @@ async fn apply(
         notes.push(note);
     }
     let counted = started.elapsed();
-    ctx.unreported_swaps
+    ctx.own
+        .unreported_swaps
         .carry(&me, obj.status.as_ref(), &mut new);
     if let Some(stored) = write_status_noting(ctx, api, obj, &mut new, &notes).await? {
-        ctx.virtual_switch_statuses.remember(
+        ctx.own.statuses.remember(
             &me,
             vec![start_version],
             stored.resource_version(),
@@ -261,7 +276,7 @@ async fn apply(
 /// When to come back after `outcome`: each failed step on its own backoff
 /// (a load's was recorded where it was tried, [`push`]); a loaded
 /// VirtualSwitch starts every step's backoff afresh.
-fn retry_after(ctx: &Context, me: &str, obj: &VirtualSwitch, outcome: &Outcome) -> Duration {
+fn retry_after(ctx: &VsCtx, me: &str, obj: &VirtualSwitch, outcome: &Outcome) -> Duration {
     let key = retry_key(me);
     let now = tokio::time::Instant::now();
     // Placement and the program are read from the caches, whose changes
@@ -284,12 +299,12 @@ fn retry_after(ctx: &Context, me: &str, obj: &VirtualSwitch, outcome: &Outcome) 
                     ctx.retries.succeeded(&key, PROGRAM);
                     ctx.retries
                         .due_in(&key, LOAD, now)
-                        .unwrap_or(crate::context::Backoff::MIN)
+                        .unwrap_or(crate::retries::Backoff::MIN)
                 }
                 Pipeline::Loaded { .. } => {
                     ctx.retries.succeeded(&key, PROGRAM);
                     ctx.retries.succeeded(&key, LOAD);
-                    crate::context::Backoff::MAX
+                    crate::retries::Backoff::MAX
                 }
             }
         }
@@ -310,7 +325,7 @@ fn replicates(vs: &VirtualSwitch) -> bool {
 /// sessions onto the device ([`replication`]), into `new` (status, the
 /// ReplicationSynced condition); returns the Event to publish, if any.
 async fn sync_replication(
-    ctx: &Context,
+    ctx: &VsCtx,
     obj: &VirtualSwitch,
     outcome: &Outcome,
     placed_on: &Option<(Switch, u32, pipeline::ReadyProgram)>,
@@ -368,12 +383,12 @@ async fn sync_replication(
 
 /// A deleted VirtualSwitch: empty its FPGA slots, then release its claims
 /// (in that order, so no one else is loaded into a slot it still runs).
-async fn cleanup(ctx: &Context, obj: &VirtualSwitch) -> Result<Action, Error> {
+async fn cleanup(ctx: &VsCtx, obj: &VirtualSwitch) -> Result<Action, Error> {
     let me = object_key(obj);
     ctx.retries.forget(&retry_key(&me));
     ctx.devices.pipelines().forget(&me);
-    ctx.unreported_swaps.forget(&me);
-    ctx.virtual_switch_statuses.forget(&me);
+    ctx.own.unreported_swaps.forget(&me);
+    ctx.own.statuses.forget(&me);
     let api: Api<Switch> = ctx.all();
     for sw in ctx.reads.switches().await? {
         if sw.spec.effective_protocol() == p4fleet_crds::SwitchProtocol::Bfrt {
@@ -408,7 +423,7 @@ async fn cleanup(ctx: &Context, obj: &VirtualSwitch) -> Result<Action, Error> {
 /// taken off the device (the others keep running and keep their entries),
 /// so its pipes are free for the next. A device that cannot be reached is
 /// logged and skipped, as for FPGA slots.
-async fn remove_pipe_sets(ctx: &Context, sw: &Switch, me: &str) {
+async fn remove_pipe_sets(ctx: &VsCtx, sw: &Switch, me: &str) {
     let mine = crate::fleet::slot_claims::read(sw)
         .unwrap_or_default()
         .into_iter()
@@ -431,19 +446,23 @@ async fn remove_pipe_sets(ctx: &Context, sw: &Switch, me: &str) {
 /// (FPGA boards: through the slot service). Returns the program too when
 /// it was ready.
 async fn load_program(
-    ctx: &Context,
+    ctx: &VsCtx,
     ns: &str,
     obj: &VirtualSwitch,
     sw: &Switch,
     claim: &p4fleet_crds::SlotClaim,
 ) -> Result<(Pipeline, Option<pipeline::ReadyProgram>), Error> {
-    let program =
-        match pipeline::ready_program_cached(&ctx.reads, &ctx.programs, ns, &obj.spec.program_ref)
-            .await?
-        {
-            Ok(p) => p,
-            Err(not_ready) => return Ok((Pipeline::NotReady(not_ready), None)),
-        };
+    let program = match pipeline::ready_program_cached(
+        &ctx.reads,
+        &ctx.own.programs,
+        ns,
+        &obj.spec.program_ref,
+    )
+    .await?
+    {
+        Ok(p) => p,
+        Err(not_ready) => return Ok((Pipeline::NotReady(not_ready), None)),
+    };
     let pipeline = push(ctx, obj, sw, claim, &program).await;
     Ok((pipeline, Some(program)))
 }
@@ -451,7 +470,7 @@ async fn load_program(
 /// Pushes a ready program into the slot (and, on BFRT, the pipes) of
 /// `claim` on `sw`.
 async fn push(
-    ctx: &Context,
+    ctx: &VsCtx,
     obj: &VirtualSwitch,
     sw: &Switch,
     claim: &p4fleet_crds::SlotClaim,
@@ -511,7 +530,7 @@ async fn push(
 /// Loads `program` into `claim`'s slot on `sw`: through the slot service
 /// on an FPGA board, as a device config elsewhere.
 async fn load(
-    ctx: &Context,
+    ctx: &VsCtx,
     obj: &VirtualSwitch,
     sw: &Switch,
     claim: &p4fleet_crds::SlotClaim,
