@@ -13,8 +13,18 @@
 //! that one's versions too, and the version it produced: a cache that then
 //! shows the older write is just as stale.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::fmt::Debug;
 use std::sync::Mutex;
+
+use kube::core::object::HasStatus;
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use super::Error;
+use crate::context::Context;
+use crate::status::{EventNote, WithConditions};
 
 /// Per object (`namespace/name`): what the last write replaced and wrote.
 pub struct Written<S> {
@@ -80,6 +90,86 @@ impl<S: Clone> Written<S> {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Write<S>>> {
         self.by_key.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// One object's status writes within a reconcile, so that no controller
+/// handles resourceVersions: it starts from the status this process last
+/// wrote while the cache still shows a version that write replaced
+/// ([`Written::over`]), collects the versions its own writes replace (an
+/// intermediate mark, then the final status), and remembers the final
+/// write for the next reconcile ([`Written::remember`]).
+pub struct StatusWriter<'a, K: HasStatus + Clone> {
+    memory: &'a Written<K::Status>,
+    api: &'a Api<K>,
+    key: String,
+    /// The object as this reconcile last wrote it, or as cached.
+    object: Cow<'a, K>,
+    replaced: Vec<String>,
+}
+
+impl<'a, K> StatusWriter<'a, K>
+where
+    K: HasStatus + Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    K::Status: Clone + WithConditions + PartialEq + serde::Serialize,
+{
+    /// The writer of `cached`'s status (`key`: `namespace/name`).
+    pub fn start(
+        memory: &'a Written<K::Status>,
+        api: &'a Api<K>,
+        key: &str,
+        cached: &'a K,
+    ) -> Self {
+        let version = cached.resource_version().unwrap_or_default();
+        let object = match memory.over(key, &version) {
+            Some(status) => {
+                tracing::debug!(object = %key, %version,
+                    "the cache has not shown this process's last status write yet; building on that write");
+                let mut fresher = cached.clone();
+                *fresher.status_mut() = Some(status);
+                Cow::Owned(fresher)
+            }
+            None => Cow::Borrowed(cached),
+        };
+        StatusWriter {
+            memory,
+            api,
+            key: key.to_string(),
+            object,
+            replaced: vec![version],
+        }
+    }
+
+    /// The object with the freshest status this process knows of.
+    pub fn object(&self) -> &K {
+        &self.object
+    }
+
+    /// Writes `new` (settled against the current status) on the way, e.g.
+    /// a mark before a long write; what comes after builds on it.
+    pub async fn mark(&mut self, ctx: &Context, mut new: K::Status) -> Result<(), Error> {
+        let stored = super::write_status_noting(ctx, self.api, &self.object, &mut new, &[]).await?;
+        self.replaced
+            .extend(stored.and_then(|s| s.resource_version()));
+        *self.object.to_mut().status_mut() = Some(new);
+        Ok(())
+    }
+
+    /// Writes the reconcile's final status (Events for the conditions that
+    /// changed, but those `notes` publish) and remembers it. Returns
+    /// whether anything was sent.
+    pub async fn finish(
+        self,
+        ctx: &Context,
+        new: &mut K::Status,
+        notes: &[EventNote],
+    ) -> Result<bool, Error> {
+        let stored = super::write_status_noting(ctx, self.api, &self.object, new, notes).await?;
+        let wrote = stored.is_some();
+        let produced = stored.and_then(|s| s.resource_version());
+        self.memory
+            .remember(&self.key, self.replaced, produced, new.clone());
+        Ok(wrote)
     }
 }
 

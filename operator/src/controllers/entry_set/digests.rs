@@ -4,7 +4,7 @@
 //! written as the exact difference from the device's `DigestEntry`s and
 //! read back; `spec.learn` resolved into a rule ([`p4fleet_model::learn`])
 //! whose task ([`crate::learning`]) turns digest messages into entries;
-//! learned entries counted from the devices' tables. [`finish`] (pure)
+//! learned entries counted from the devices' tables. [`fold`] (pure)
 //! puts it into the status: `status.digests`, per-item errors, the
 //! `DigestsSynced` and `Learning` conditions and `Ready`.
 //!
@@ -680,7 +680,7 @@ pub async fn cleanup(
 /// the others, within `max_errors`), `DigestsSynced`, `Learning` and,
 /// when either fails for a reason of the spec or the device, `Ready`
 /// False.
-pub fn finish(
+pub fn fold(
     status: &mut TableEntrySetStatus,
     set: &TableEntrySet,
     out: &Outcome,
@@ -872,7 +872,7 @@ mod tests {
             conditions: vec![Condition::new("Ready", true, "Synced", "")],
             ..Default::default()
         };
-        finish(
+        fold(
             &mut st,
             &set(vec![digest("mac_learn_digest_t", "0")], None),
             &out,
@@ -907,7 +907,7 @@ mod tests {
             ..Default::default()
         };
         let mut st = TableEntrySetStatus::default();
-        finish(&mut st, &s, &out, 10);
+        fold(&mut st, &s, &out, 10);
         assert_eq!(
             st.digests.unwrap().sink_config_maps,
             ["s-digest-mac-learn-digest-t"]
@@ -964,7 +964,7 @@ mod tests {
             ..Default::default()
         };
         let mut st = ready();
-        finish(&mut st, &s, &out, 10);
+        fold(&mut st, &s, &out, 10);
         let c = |st: &TableEntrySetStatus, t: &str| {
             let c = st.conditions.iter().find(|c| c.type_ == t).unwrap();
             (c.is_true(), c.reason.clone())
@@ -985,18 +985,18 @@ mod tests {
             table: "MyIngress.smac".into(),
         }));
         let mut st = ready();
-        finish(&mut st, &s, &out, 10);
+        fold(&mut st, &s, &out, 10);
         assert_eq!(c(&st, DIGESTS_SYNCED), (true, "Synced".into()));
         assert_eq!(c(&st, "Ready"), (false, "LearnInvalid".into()));
         assert_eq!(st.errors[0].source, "learn.idleTimeout");
         // No target yet: nothing is claimed.
         let mut st = ready();
-        finish(&mut st, &s, &Outcome::default(), 10);
+        fold(&mut st, &s, &Outcome::default(), 10);
         assert_eq!(c(&st, DIGESTS_SYNCED), (false, "NoTarget".into()));
         assert_eq!(c(&st, LEARNING), (false, "NoTarget".into()));
         // Nothing asked and nothing configured before: no status at all.
         let mut st = ready();
-        finish(&mut st, &set(vec![], None), &Outcome::default(), 10);
+        fold(&mut st, &set(vec![], None), &Outcome::default(), 10);
         assert!(st.digests.is_none());
         assert_eq!(st.conditions.len(), 1);
     }

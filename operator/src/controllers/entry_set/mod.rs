@@ -56,9 +56,9 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use p4fleet_crds::TableEntrySet;
 
+use super::written::StatusWriter;
 use super::{
     Error, finalized, namespace, object_key, on_device_changes, scoped_api, watcher_config,
-    write_status_noting,
 };
 use crate::context::Context;
 use crate::entry_sources;
@@ -233,8 +233,8 @@ pub async fn reconcile(set: Arc<TableEntrySet>, ctx: Arc<SetCtx>) -> Result<Acti
     finalized(res)
 }
 
-/// One sync: dereference → desired → plan per target → (status says
-/// Syncing) → write per target → status.
+/// One sync, as a table of contents: each stage returns what the next
+/// takes (docs/architecture.md, "One TableEntrySet, from apply to status").
 ///
 /// Status never claims more than this process confirmed: a set first seen
 /// by this process (operator restart) with an old Ready is marked
@@ -247,72 +247,119 @@ async fn sync(
     set: &TableEntrySet,
 ) -> Result<Action, Error> {
     let me = object_key(set);
-    let started = std::time::Instant::now();
-    let start_version = set.resource_version().unwrap_or_default();
-    // The set as last written by this sync (its status is what the next
-    // write is compared with), starting from what this process last wrote
-    // when the cached object predates that write.
-    let mut written: Option<TableEntrySet> = ctx
-        .own
-        .sync_memory
-        .written
-        .over(&me, &start_version)
-        .map(|status| TableEntrySet {
-            status: Some(status),
-            ..set.clone()
-        });
-    // Versions whose status this sync's final write replaces: the start and
-    // each intermediate mark, so a cache that shows a mark (not yet the
-    // final write) is not mistaken for the truth by the next reconcile.
-    let mut replaced = vec![start_version];
+    let mut phases = Phases::start();
+    let mut status = StatusWriter::start(&ctx.own.sync_memory.written, api, &me, set);
     if ctx.own.sync_memory.first_sight(&me) {
-        let marked = mark(ctx, api, set, &mut written, status::Pending::Unconfirmed).await?;
-        replaced.extend(marked);
+        mark(ctx, &mut status, status::Pending::Unconfirmed).await?;
     }
+    let refs = resolve(ctx, set).await?;
+    phases.at(Phase::Dereferenced);
+    let desired = desired(ctx, &me, set, &refs).await;
+    phases.at(Phase::Parsed);
+    let entries = write_entries(ctx, &me, set, &refs, &desired, &mut status, &mut phases).await?;
+    let latest = status.object();
+    let features = sync_features(ctx, latest, &refs, &desired).await;
+    let (mut new, events, asked) =
+        build_status(ctx, &me, latest, &refs, &desired, &entries, &features);
+    status.finish(ctx, &mut new, &events).await?;
+    publish(ctx, set, &new, &events, &features).await?;
+    let action = requeue(ctx, &me, set, &refs, &entries, asked, phases.started);
+    phases.log(&me, refs.all.targets.len(), entries.updates);
+    Ok(action)
+}
+
+/// What a set refers to, resolved, with what older sets keep of it.
+struct Resolved {
+    all: dereference::Dereferenced,
+    /// The claims this set loses to older sets (default actions, digests).
+    held: Vec<conflicts::Conflict>,
+    /// Targets written entry by entry, and those with an action profile
+    /// (written through `profiles`).
+    direct: Vec<dereference::Target>,
+    indirect: Vec<dereference::Target>,
+}
+
+/// Dereference: the VirtualSwitches, tables and sources of the set, less
+/// the targets an older set keeps ([`settle_conflicts`]).
+async fn resolve(ctx: &SetCtx, set: &TableEntrySet) -> Result<Resolved, Error> {
     let ns = namespace(set)?;
-    let mut refs = dereference::dereference(&ctx.reads, &ctx.own.entry_sources, &ns, set).await?;
-    let dereferenced = started.elapsed();
-    let held = settle_conflicts(ctx, set, &mut refs);
-    // Tables with an action profile go through `profiles` instead.
-    let (indirect, direct): (Vec<_>, Vec<_>) = refs
+    let mut all = dereference::dereference(&ctx.reads, &ctx.own.entry_sources, &ns, set).await?;
+    let held = settle_conflicts(ctx, set, &mut all);
+    let (indirect, direct): (Vec<_>, Vec<_>) = all
         .targets
         .iter()
         .cloned()
         .partition(|t| t.profile.is_some());
-    let desired = parse::per_target(
+    Ok(Resolved {
+        all,
+        held,
+        direct,
+        indirect,
+    })
+}
+
+/// Build: the desired entries of each direct target.
+async fn desired(
+    ctx: &SetCtx,
+    me: &str,
+    set: &TableEntrySet,
+    refs: &Resolved,
+) -> desired::PerTarget {
+    parse::per_target(
         &ctx.own.entry_sources,
         &ctx.own.sync_memory.desired,
-        &me,
+        me,
         set,
-        &direct,
-        &refs.sources,
+        &refs.direct,
+        &refs.all.sources,
     )
-    .await;
-    let parsed = started.elapsed();
+    .await
+}
+
+/// What writing the entries came to.
+struct Entries {
+    outcomes: Vec<apply::Outcome>,
+    profiled: Vec<(String, profiles::Profiled)>,
+    updates: usize,
+    /// The ownership record was found damaged (an Event, once).
+    found_damage: bool,
+}
+
+/// Apply: each target planned against its read-back and written (targets
+/// in parallel, at most `syncs_per_device` per device over all sets,
+/// `crate::limits`: a slow device delays only its own targets); the
+/// ownership record grown before the writes (a crash in between leaves no
+/// entry unknown) and shrunk to what the devices confirmed after; the
+/// status marked Syncing before a write.
+async fn write_entries(
+    ctx: &SetCtx,
+    me: &str,
+    set: &TableEntrySet,
+    refs: &Resolved,
+    desired: &desired::PerTarget,
+    status: &mut StatusWriter<'_, TableEntrySet>,
+    phases: &mut Phases,
+) -> Result<Entries, Error> {
     let record = ctx.own.ownership.get(&ctx.client, set).await?;
     // A damaged record stands in as an empty one (see crate::ownership):
     // an Event when found, a condition for a while after.
     let found_damage = record.damage.is_some();
-    // Targets in parallel, at most `syncs_per_device` per device over all
-    // sets (`crate::limits`): a slow device delays only its own targets.
     let parallel = ctx.config.limits.targets_per_set;
     let switch_of = |t: &dereference::Target| t.switch.name_any();
-    let jobs = direct.iter().enumerate().map(|(i, target)| {
+    let jobs = refs.direct.iter().enumerate().map(|(i, target)| {
         let job = apply::Job {
             set,
-            set_key: &me,
+            set_key: me,
             target,
             desired: desired.of(i),
-            deletes: refs.sources_complete(),
+            deletes: refs.all.sources_complete(),
             record: &record.record,
         };
         (switch_of(target), apply::plan_target(ctx, job))
     });
     let planned = ctx.own.permits.each(parallel, jobs).await;
     let updates: usize = planned.iter().flatten().map(apply::Planned::writes).sum();
-    let planned_at = started.elapsed();
-    // Before any device write: the record knows every entry the set may
-    // own once the writes are done (a crash in between leaves none unknown).
+    phases.at(Phase::Planned);
     let at_most = planned
         .iter()
         .flatten()
@@ -320,20 +367,18 @@ async fn sync(
     let grown = with_targets(&record.record, at_most);
     let record = ctx.own.ownership.put(&ctx.client, set, grown).await?;
     if updates > 0 {
-        let syncing = status::Pending::Syncing { updates };
-        replaced.extend(mark(ctx, api, set, &mut written, syncing).await?);
+        mark(ctx, status, status::Pending::Syncing { updates }).await?;
     }
-    let writes = direct.iter().map(switch_of).zip(planned);
+    let writes = refs.direct.iter().map(switch_of).zip(planned);
     let writes = writes.map(|(switch, p)| (switch, write_planned(ctx, p)));
     let mut outcomes = ctx.own.permits.each(parallel, writes).await;
-    let written_at = started.elapsed();
-    let mut profiled = Vec::with_capacity(indirect.len());
-    let sources = (&refs.sources, refs.sources_complete());
-    for (vs, (outcome, p)) in sync_profiles(ctx, set, &indirect, sources).await {
+    phases.at(Phase::Written);
+    let mut profiled = Vec::with_capacity(refs.indirect.len());
+    let sources = (&refs.all.sources, refs.all.sources_complete());
+    for (vs, (outcome, p)) in sync_profiles(ctx, set, &refs.indirect, sources).await {
         outcomes.push(outcome);
         profiled.push((vs, p));
     }
-    // After: only what the devices confirmed.
     let owned = outcomes
         .iter()
         .filter_map(|o| Some((o.virtual_switch.clone(), o.owned.clone()?)));
@@ -341,90 +386,183 @@ async fn sync(
         .ownership
         .put(&ctx.client, set, with_targets(&record.record, owned))
         .await?;
-    let set = written.as_ref().unwrap_or(set);
-    let defaults = sync_default_actions(ctx, set, &refs.targets, &held).await;
-    let mut metered = sync_direct_meters(ctx, &direct, &desired).await;
-    metered.extend(indirect.iter().filter_map(|t| {
+    Ok(Entries {
+        outcomes,
+        profiled,
+        updates,
+        found_damage,
+    })
+}
+
+/// What the set's features beyond its entries found on the devices.
+struct Features {
+    defaults: Vec<(String, default_action::Outcome)>,
+    metered: Vec<(String, direct_meters::Outcome)>,
+    extras: resources::Outcome,
+    learned: digests::Outcome,
+    idle: (
+        Option<p4fleet_crds::IdleStatus>,
+        Option<crate::status::EventNote>,
+    ),
+    now: String,
+}
+
+/// The features of the set beyond its entries, each on every target
+/// (default action, direct meters, counters/meters/registers, digests and
+/// learning, idle timeouts), on the set with its freshest status.
+async fn sync_features(
+    ctx: &SetCtx,
+    set: &TableEntrySet,
+    refs: &Resolved,
+    desired: &desired::PerTarget,
+) -> Features {
+    let targets = &refs.all.targets;
+    let defaults = sync_default_actions(ctx, set, targets, &refs.held).await;
+    let mut metered = sync_direct_meters(ctx, &refs.direct, desired).await;
+    metered.extend(refs.indirect.iter().filter_map(|t| {
         let o = direct_meters::on_indirect_table(set, t)?;
         Some((t.virtual_switch.clone(), o))
     }));
     let now = now_rfc3339();
-    let extras = resources::sync(
-        ctx,
-        set,
-        &refs.targets,
-        chrono::Utc::now().timestamp(),
-        &now,
-    )
-    .await;
-    let learned = digests::sync(ctx, set, &refs.targets, &held).await;
+    let unix = chrono::Utc::now().timestamp();
+    let extras = resources::sync(ctx, set, targets, unix, &now).await;
+    let learned = digests::sync(ctx, set, targets, &refs.held).await;
+    let idle = idle::sync(ctx, set, desired.first());
+    Features {
+        defaults,
+        metered,
+        extras,
+        learned,
+        idle,
+        now,
+    }
+}
+
+/// Status (pure but for the ownership record's recent damage): the
+/// entries' report, then each feature folded into it.
+fn build_status(
+    ctx: &SetCtx,
+    me: &str,
+    set: &TableEntrySet,
+    refs: &Resolved,
+    desired: &desired::PerTarget,
+    entries: &Entries,
+    f: &Features,
+) -> (
+    p4fleet_crds::TableEntrySetStatus,
+    Vec<crate::status::EventNote>,
+    Action,
+) {
     let mut report = status::report(&status::Input {
         set,
-        problems: &refs.problems,
+        problems: &refs.all.problems,
         parse: desired.first(),
-        outcomes: &outcomes,
-        default_resync: super::spread(ctx.config.resync, &me),
-        now: &now,
+        outcomes: &entries.outcomes,
+        default_resync: super::spread(ctx.config.resync, me),
+        now: &f.now,
     });
-    default_action::fold(&mut report, set, &defaults);
-    profiles::fold(&mut report, set, &profiled, direct.len());
-    direct_meters::fold(&mut report, set, &metered);
+    default_action::fold(&mut report, set, &f.defaults);
+    profiles::fold(&mut report, set, &entries.profiled, refs.direct.len());
+    direct_meters::fold(&mut report, set, &f.metered);
     if let Some(d) = ctx.own.ownership.recent_damage(set) {
         let ownership = set.spec.ownership;
         let conditions = &mut report.status.conditions;
         conditions.push(crate::ownership::damage_condition(&d, ownership));
-        if found_damage {
+        if entries.found_damage {
             let ev = crate::ownership::damage_event(&d, ownership);
             report.events.push(ev);
         }
     }
     let mut new = report.status;
-    resources::finish(&mut new, &extras, resources::wanted(set), MAX_ERRORS);
-    digests::finish(&mut new, set, &learned, MAX_ERRORS);
-    let (idle, idle_event) = idle::sync(ctx, set, desired.first());
-    new.idle = idle;
-    let stored = write_status_noting(ctx, api, set, &mut new, &report.events).await?;
-    let produced = stored.and_then(|s| s.resource_version());
-    ctx.metrics
-        .entry_set(&namespace(set)?, &set.name_any(), &new);
+    resources::fold(&mut new, &f.extras, resources::wanted(set), MAX_ERRORS);
+    digests::fold(&mut new, set, &f.learned, MAX_ERRORS);
+    new.idle = f.idle.0.clone();
+    let mut events = report.events;
+    events.extend(f.idle.1.clone());
+    (new, events, report.action)
+}
+
+/// After the write: metrics and Events.
+async fn publish(
+    ctx: &SetCtx,
+    set: &TableEntrySet,
+    new: &p4fleet_crds::TableEntrySetStatus,
+    events: &[crate::status::EventNote],
+    f: &Features,
+) -> Result<(), Error> {
+    let (ns, name) = (namespace(set)?, set.name_any());
+    ctx.metrics.entry_set(&ns, &name, new);
     if let Some(c) = new
         .counters
         .as_ref()
-        .filter(|_| !extras.per_switch.is_empty())
+        .filter(|_| !f.extras.per_switch.is_empty())
     {
         let top: Vec<u64> = c.top.iter().map(|t| t.packets).collect();
-        let (ns, name) = (namespace(set)?, set.name_any());
         ctx.metrics
             .counters
-            .readout(&ns, &name, &c.counter, &extras.per_switch, &top);
+            .readout(&ns, &name, &c.counter, &f.extras.per_switch, &top);
     }
-    ctx.own
-        .sync_memory
-        .written
-        .remember(&me, replaced, produced, new.clone());
-    for ev in report.events.iter().chain(&idle_event) {
+    for ev in events {
         ctx.events.publish(set, ev).await;
     }
-    let resync = super::spread(ctx.config.resync, &me);
-    let action = resources::requeue(set, report.action, resync);
+    Ok(())
+}
+
+/// When to come back: the status stage's ask, bounded by the counters'
+/// readout and learning's count, its retries on the backoff; noted for
+/// the resync schedule (`resync_due`).
+fn requeue(
+    ctx: &SetCtx,
+    me: &str,
+    set: &TableEntrySet,
+    refs: &Resolved,
+    entries: &Entries,
+    asked: Action,
+    started: std::time::Instant,
+) -> Action {
+    let resync = super::spread(ctx.config.resync, me);
+    let action = resources::requeue(set, asked, resync);
     let action = digests::requeue(set, action);
-    let action = on_backoff(ctx, &me, set, &outcomes, &refs.problems, action);
+    let action = on_backoff(ctx, me, set, &entries.outcomes, &refs.all.problems, action);
     resync_due::after_sync(&ctx.own.resync_due, set, started, &action, resync);
-    // Where a sync's time went, from its start (a large set's read-back
-    // and write show here, and a sync that ran again shows twice).
-    let ms = |d: std::time::Duration| d.as_millis() as u64;
-    tracing::debug!(
-        set = %me,
-        targets = refs.targets.len(),
-        updates,
-        dereferenced_ms = ms(dereferenced),
-        parsed_ms = ms(parsed),
-        planned_ms = ms(planned_at),
-        written_ms = ms(written_at),
-        total_ms = ms(started.elapsed()),
-        "synced"
-    );
-    Ok(action)
+    action
+}
+
+/// The stages of a sync, timed from its start (logged at debug: a large
+/// set's read-back and write show here, and a sync that ran again shows
+/// twice).
+struct Phases {
+    started: std::time::Instant,
+    at: [std::time::Duration; 4],
+}
+
+#[derive(Clone, Copy)]
+enum Phase {
+    Dereferenced,
+    Parsed,
+    Planned,
+    Written,
+}
+
+impl Phases {
+    fn start() -> Phases {
+        Phases {
+            started: std::time::Instant::now(),
+            at: Default::default(),
+        }
+    }
+
+    fn at(&mut self, p: Phase) {
+        self.at[p as usize] = self.started.elapsed();
+    }
+
+    fn log(&self, me: &str, targets: usize, updates: usize) {
+        let ms = |d: std::time::Duration| d.as_millis() as u64;
+        let [dereferenced, parsed, planned, written] = self.at.map(ms);
+        tracing::debug!(set = %me, targets, updates, dereferenced_ms = dereferenced,
+            parsed_ms = parsed, planned_ms = planned, written_ms = written,
+            total_ms = ms(self.started.elapsed()), "synced");
+    }
 }
 
 /// The causes of a set's retries ([`Context::retries`]): a device that
@@ -604,23 +742,15 @@ async fn write_planned(
     }
 }
 
-/// Writes the status [`status::pending`] gives (if any) and keeps the set
-/// with it in `written`.
+/// Marks the set's status with what [`status::pending`] gives (if
+/// anything) before the sync goes on.
 async fn mark(
     ctx: &SetCtx,
-    api: &Api<TableEntrySet>,
-    set: &TableEntrySet,
-    written: &mut Option<TableEntrySet>,
+    status: &mut StatusWriter<'_, TableEntrySet>,
     pending: status::Pending,
-) -> Result<Option<String>, Error> {
-    let current = written.as_ref().unwrap_or(set);
-    let Some(mut new) = status::pending(current.status.as_ref(), pending) else {
-        return Ok(None);
-    };
-    let stored = write_status_noting(ctx, api, current, &mut new, &[]).await?;
-    let version = stored.as_ref().and_then(|s| s.resource_version());
-    let mut next = current.clone();
-    next.status = Some(new);
-    *written = Some(next);
-    Ok(version)
+) -> Result<(), Error> {
+    match status::pending(status.object().status.as_ref(), pending) {
+        Some(new) => status.mark(ctx, new).await,
+        None => Ok(()),
+    }
 }

@@ -3,7 +3,7 @@
 //! target's running P4Info (names, indexes, widths, PIR >= CIR) and, only
 //! when every one is valid everywhere, written as the exact difference
 //! from what each device reports; `spec.counters` read back once per
-//! interval into one readout over all targets. [`finish`] (pure) puts the
+//! interval into one readout over all targets. [`fold`] (pure) puts the
 //! outcome into the status: the readout, per-item errors, the
 //! `ResourcesSynced` condition and `Ready`.
 
@@ -501,7 +501,7 @@ fn unix(rfc3339: &str) -> Option<i64> {
 /// Puts `out` into `status` (pure): the readout, the errors (after the
 /// entries' own, within `max_errors`), `ResourcesSynced` and, when that is
 /// False, `Ready` False with its reason.
-pub fn finish(status: &mut TableEntrySetStatus, out: &Outcome, wanted: bool, max_errors: usize) {
+pub fn fold(status: &mut TableEntrySetStatus, out: &Outcome, wanted: bool, max_errors: usize) {
     status.counters = out.counters.clone();
     if !wanted {
         return;
@@ -662,7 +662,7 @@ registers { preamble { id: 9 name: "MyIngress.seen" } type_spec { bitstring { bi
             ..Default::default()
         };
         let mut out = Outcome::default();
-        finish(&mut st, &out, true, 10);
+        fold(&mut st, &out, true, 10);
         assert!(st.conditions.iter().all(|c| c.is_true()));
         out.fail(
             "SettingInvalid",
@@ -674,7 +674,7 @@ registers { preamble { id: 9 name: "MyIngress.seen" } type_spec { bitstring { bi
             conditions: vec![Condition::new("Ready", true, "Synced", "")],
             ..Default::default()
         };
-        finish(&mut st, &out, true, 10);
+        fold(&mut st, &out, true, 10);
         let ready = st.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
         assert!(!ready.is_true());
         assert_eq!(ready.reason, "SettingInvalid");
@@ -682,7 +682,7 @@ registers { preamble { id: 9 name: "MyIngress.seen" } type_spec { bitstring { bi
         assert_eq!(st.errors.len(), 1);
         // Not asked for: no condition.
         let mut st = TableEntrySetStatus::default();
-        finish(&mut st, &Outcome::default(), false, 10);
+        fold(&mut st, &Outcome::default(), false, 10);
         assert!(st.conditions.is_empty());
     }
 }

@@ -32,7 +32,7 @@ use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Api, ResourceExt};
 use p4fleet_crds::{P4Program, Switch, SwitchTarget, VirtualSwitch};
 
-use super::{Error, finalized, namespace, object_key, on_device_changes, write_status_noting};
+use super::{Error, finalized, namespace, object_key, on_device_changes};
 use crate::reads::Reads;
 use crate::retries::Gate;
 use crate::status::now_rfc3339;
@@ -135,22 +135,11 @@ async fn apply(
 ) -> Result<Action, Error> {
     let ns = namespace(obj)?;
     let me = object_key(obj);
-    // The status this process last wrote, while the cache still shows the
-    // version that write replaced (`crate::controllers::written`).
-    let start_version = obj.resource_version().unwrap_or_default();
-    let fresher = ctx
-        .own
-        .statuses
-        .over(&me, &start_version)
-        .map(|status| VirtualSwitch {
-            status: Some(status),
-            ..obj.clone()
-        });
-    if fresher.is_some() {
-        tracing::debug!(virtual_switch = %me, version = %start_version,
-            "the cache has not shown this process's last status write yet; building on that write");
-    }
-    let obj = fresher.as_ref().unwrap_or(obj);
+    // Status writes go through the writer, which starts from this
+    // process's last write while the cache still shows an older version.
+    let cached = obj;
+    let status = super::written::StatusWriter::start(&ctx.own.statuses, api, &me, cached);
+    let obj = status.object();
     // Phase times, logged at debug (the swap benchmark's breakdown).
     let started = std::time::Instant::now();
     let program = ctx.reads.program(&ns, &obj.spec.program_ref).await?;
@@ -255,14 +244,8 @@ async fn apply(
     ctx.own
         .unreported_swaps
         .carry(&me, obj.status.as_ref(), &mut new);
-    if let Some(stored) = write_status_noting(ctx, api, obj, &mut new, &notes).await? {
-        ctx.own.statuses.remember(
-            &me,
-            vec![start_version],
-            stored.resource_version(),
-            new.clone(),
-        );
-    }
+    status.finish(ctx, &mut new, &notes).await?;
+    let obj = cached;
     tracing::debug!(virtual_switch = %me, claim_ms = claimed.as_millis() as u64,
         program_and_load_ms = (loaded - claimed).as_millis() as u64,
         reapplied_ms = (counted - loaded).as_millis() as u64,
