@@ -32,3 +32,55 @@ pub fn code_lines(file: &Path) -> Vec<(usize, String)> {
         .map(|(i, l)| (i + 1, l.split("//").next().unwrap_or("").to_string()))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    /// docs/architecture.md's walkthrough of one TableEntrySet names, per
+    /// step, a file and the functions it runs there ("(`FILE` at `a`,
+    /// `b`)"): each must be defined in that file, so the walkthrough
+    /// cannot name code that no longer exists, and it names at most a
+    /// dozen files.
+    #[test]
+    fn the_walkthrough_names_what_exists() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let doc = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+        let start = doc.find("## One TableEntrySet").expect("the walkthrough");
+        let end = doc[start + 1..]
+            .find("\n## ")
+            .map_or(doc.len(), |e| start + 1 + e);
+        let walk = doc[start..end].replace('\n', " ");
+        let mut files = std::collections::BTreeSet::new();
+        let mut missing = Vec::new();
+        let mut rest = walk.as_str();
+        while let Some(open) = rest.find("(`") {
+            rest = &rest[open + 2..];
+            let Some(close) = rest.find('`') else { break };
+            let file = &rest[..close];
+            let after = &rest[close + 1..];
+            let Some(names) = after.strip_prefix(" at ") else {
+                continue;
+            };
+            let names = &names[..names.find(')').unwrap_or(names.len())];
+            let text =
+                std::fs::read_to_string(root.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+            files.insert(file.to_string());
+            for name in names.split(',').map(|n| n.trim().trim_matches('`')) {
+                let defined = [
+                    format!("fn {name}("),
+                    format!("fn {name}<"),
+                    format!("struct {name}<"),
+                    format!("struct {name} "),
+                    format!("enum {name} "),
+                ]
+                .iter()
+                .any(|d| text.contains(d.as_str()));
+                if !defined {
+                    missing.push(format!("{file}: {name}"));
+                }
+            }
+        }
+        assert!(files.len() >= 10, "read {files:?}");
+        assert!(files.len() <= 12, "{} files: {files:?}", files.len());
+        assert!(missing.is_empty(), "named but not defined: {missing:?}");
+    }
+}
