@@ -279,8 +279,17 @@ pub const WAITING_REASONS: &[&str] = &[
 /// same object (nothing to validate without a target, no probe of an
 /// invalid spec, …): no Event of their own when that other condition
 /// changed too.
-pub const DERIVED_REASONS: &[&str] =
-    &["NoTarget", "SourcesUnresolved", "NotProbed", "NotScheduled"];
+pub const DERIVED_REASONS: &[&str] = &[
+    "NoTarget",
+    "SourcesUnresolved",
+    "NotProbed",
+    "NotScheduled",
+    // An AsyncExternPolicy whose VirtualSwitch is not resolved yet: its
+    // Valid, Applied and T4P4SOptions follow from ResolvedRefs.
+    "RefsUnresolved",
+    "NotApplied",
+    "NotRendered",
+];
 
 /// The Events of a status change: one per root cause, not one per
 /// condition.
@@ -517,6 +526,25 @@ mod tests {
         assert_eq!(evs.len(), 1, "{evs:?}");
         assert!(evs[0].warning);
         assert_eq!(evs[0].reason, "VirtualSwitchNotFound");
+
+        // A policy whose VirtualSwitch is not placed yet: one Normal Event
+        // (waiting), none for what follows from it.
+        let unplaced = vec![
+            with("Valid", None, "RefsUnresolved", ""),
+            with(
+                "ResolvedRefs",
+                Some(false),
+                "VirtualSwitchNotScheduled",
+                "not placed",
+            ),
+            with("Applied", None, "NotApplied", ""),
+            with("T4P4SOptions", None, "NotRendered", ""),
+            with("Ready", Some(false), "VirtualSwitchNotScheduled", "not placed"),
+        ];
+        let evs = condition_events(&[], &unplaced, &[]);
+        assert_eq!(evs.len(), 1, "{evs:?}");
+        assert!(!evs[0].warning, "{evs:?}");
+        assert_eq!(evs[0].reason, "VirtualSwitchNotScheduled");
 
         // The stage's own Synced note replaces the condition's Event, and
         // the Ready that success brings.
