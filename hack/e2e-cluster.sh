@@ -30,12 +30,13 @@ PROFILE="${P4FLEET_IMAGE_PROFILE:-debug}"
 
 T0=$SECONDS
 TIMINGS=()
-step() { # name cmd...
-  local name="$1" start=$SECONDS
+step() { # name cmd...; a failed step is timed too
+  local name="$1" start=$SECONDS rc=0
   shift
   echo "e2e-cluster: == $name" >&2
-  "$@"
-  TIMINGS+=("$(printf '%5ds  %s' $((SECONDS - start)) "$name")")
+  "$@" || rc=$?
+  TIMINGS+=("$(printf '%5ds  %s' $((SECONDS - start)) "$name")$( ((rc == 0)) || echo " (FAILED: exit $rc)")")
+  return "$rc"
 }
 
 finish() {
