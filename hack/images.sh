@@ -8,9 +8,10 @@
 #
 #   hack/images.sh [operator] [emulator] [pause]     default: all three
 #
-# Inputs: target/release/p4fleet and target/release/p4fleet-emulator
-# (`cargo build --release --workspace --bins`), bin/pause
-# (`hack/install-deps.sh cluster`). Output: .local/images/NAME.tar, an OCI
+# Inputs: target/$P4FLEET_IMAGE_PROFILE/p4fleet and .../p4fleet-emulator
+# (profile release, the default: `cargo build --release --workspace --bins`;
+# debug: `cargo build --workspace --all-targets`, what `make e2e-cluster`
+# uses), bin/pause (`hack/install-deps.sh cluster`). Output: .local/images/NAME.tar, an OCI
 # archive whose one image is tagged $P4FLEET_IMAGE_TAG (default e2e; pause:
 # 3.10); rebuilt only when its inputs change. Prints one line per image:
 # `NAME ARCHIVE TAG`.
@@ -19,6 +20,8 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="$REPO/.local/images"
 TAG="${P4FLEET_IMAGE_TAG:-e2e}"
+PROFILE="${P4FLEET_IMAGE_PROFILE:-release}"
+[[ "$PROFILE" == debug || "$PROFILE" == release ]] || { echo "images: P4FLEET_IMAGE_PROFILE=$PROFILE: want debug or release" >&2; exit 2; }
 
 log() { echo "images: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -67,7 +70,7 @@ add_binary() { # rootfs binary dest
 build() {
   local name="$1" tag="$2" binary="$3" dest="$4" user="$5" entrypoint="$6"
   shift 6
-  [[ -x "$binary" ]] || die "$binary missing (operator/emulator: cargo build --release --workspace --bins; pause: hack/install-deps.sh cluster)"
+  [[ -x "$binary" ]] || die "$binary missing (operator/emulator: cargo build --release --workspace --bins, or with P4FLEET_IMAGE_PROFILE=debug cargo build --workspace --all-targets; pause: hack/install-deps.sh cluster)"
   local archive="$OUT/$name.tar" stamp
   stamp="$(cat "$binary" "${BASH_SOURCE[0]}" <(echo "$tag") | sha256sum | cut -d' ' -f1)"
   if [[ -f "$archive" && "$(cat "$OUT/.$name.stamp" 2>/dev/null)" == "$stamp" ]]; then
@@ -105,8 +108,8 @@ targets=("$@")
 (( ${#targets[@]} )) || targets=(operator emulator pause)
 for t in "${targets[@]}"; do
   case "$t" in
-    operator) build p4fleet "$TAG" "$REPO/target/release/p4fleet" /p4fleet 65532:65532 /p4fleet operator ;;
-    emulator) build p4fleet-emulator "$TAG" "$REPO/target/release/p4fleet-emulator" /p4fleet-emulator 65532:65532 /p4fleet-emulator ;;
+    operator) build p4fleet "$TAG" "$REPO/target/$PROFILE/p4fleet" /p4fleet 65532:65532 /p4fleet operator ;;
+    emulator) build p4fleet-emulator "$TAG" "$REPO/target/$PROFILE/p4fleet-emulator" /p4fleet-emulator 65532:65532 /p4fleet-emulator ;;
     pause) build pause 3.10 "$REPO/bin/pause" /pause 65535:65535 /pause ;;
     *) die "unknown image $t (operator, emulator, pause)" ;;
   esac
