@@ -85,7 +85,7 @@ bench-fleet: deps
 	$(CARGO) build --release --workspace --bins
 	target/release/p4fleet-fleet-bench --command "make bench-fleet $(FLEET_BENCH_ARGS)" $(FLEET_BENCH_ARGS)
 
-# Adaptive batching (docs/fleet.md, "Adaptive batching"): batchSize/maxInFlight
+# Adaptive batching (docs/performance.md, docs/batching.md): batchSize/maxInFlight
 # Auto against a grid of static settings through the operator's sync stages,
 # against the emulator with and without its tofino profile. Writes
 # docs/batching.md. A quick look:
@@ -96,7 +96,7 @@ bench-batching:
 	target/release/p4fleet-batching-bench --command "make bench-batching $(BATCHING_BENCH_ARGS)" $(BATCHING_BENCH_ARGS)
 
 # Memory (live heap, exact) and time per stage of one 1,000,000-entry
-# TableEntrySet sync from gzip ConfigMaps (docs/fleet.md, "Memory per entry").
+# TableEntrySet sync from gzip ConfigMaps (docs/performance.md).
 ENTRY_PATH_ARGS ?=
 bench-entry-path:
 	$(CARGO) build --release --workspace --bins

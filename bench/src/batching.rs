@@ -1,5 +1,5 @@
 //! Adaptive batching against static settings (`make bench-batching`,
-//! docs/fleet.md, "Adaptive batching"): the same set synced through the
+//! docs/batching.md, docs/performance.md): the same set synced through the
 //! operator's stages ([`crate::entry_path`]) with each static batch size ×
 //! requests in flight of a grid, and with both `Auto`, on one emulated
 //! device (its table emptied before every sync). The rate compared is the

@@ -8,7 +8,7 @@
 //! and ownership-record writes).
 //!
 //! Used by `p4fleet-entry-path` (memory and time per stage at 1 M
-//! entries, docs/fleet.md) and `p4fleet-batching-bench` (Auto against
+//! entries, docs/performance.md) and `p4fleet-batching-bench` (Auto against
 //! static write settings), and at a small size by `tests/entry_path.rs`.
 
 use std::collections::BTreeMap;

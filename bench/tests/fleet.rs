@@ -119,8 +119,8 @@ async fn a_shared_set_fleet_writes_its_change_to_every_switch() {
     );
 }
 
-/// What the design says an idle round runs (docs/fleet.md, "What an idle
-/// round runs"): each object's own periodic check and nothing else (no
+/// What the design says an idle round runs (docs/performance.md and
+/// docs/reliability.md): each object's own periodic check and nothing else (no
 /// watch event, no device change, no retry), each at most once per its
 /// period, spread by up to a tenth below it: Switches every
 /// `--drift-seconds` (their probe checks the VirtualSwitches' pipelines),

@@ -325,7 +325,7 @@ impl EntriesSource {
 #[serde(rename_all = "camelCase")]
 pub struct WriteOptions {
     /// Updates per Write request, or `Auto`: tuned per device from the
-    /// entries/s its writes achieve (docs/fleet.md, "Adaptive batching").
+    /// entries/s its writes achieve (docs/resources.md; measured in docs/batching.md).
     #[serde(
         default = "default_batch_size",
         deserialize_with = "batch_size_or_default"

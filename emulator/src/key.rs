@@ -17,7 +17,7 @@ const GROWTH: usize = 4;
 /// bulk load five times, and the kernel zeroed each larger table's fresh
 /// pages: a quarter of the emulator's time in that load. Growing fourfold
 /// took about a tenth off its CPU there (the last table's pages are zeroed
-/// either way; docs/fleet.md, issue 14 (b)). A device's table is sized by
+/// either way; docs/dev/fleet-lab-notes.md). A device's table is sized by
 /// its program; growing by four keeps the memory of a table that stops
 /// short of its size within four times its entries.
 fn reservation(len: usize, capacity: usize, n: usize, size: Option<usize>) -> usize {

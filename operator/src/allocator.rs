@@ -5,8 +5,8 @@
 /// thread's freed pages, and purges them later only when that thread
 /// allocates again; the blocking pool's threads go idle right after a
 /// parse, so the texts and buffers they freed stayed resident through
-/// the write that follows (docs/fleet.md, "What the allocator held",
-/// which also has what it costs). Called by the entry sources after a
+/// the write that follows (measured, with what the release costs, in
+/// docs/dev/fleet-lab-notes.md). Called by the entry sources after a
 /// blocking job over a large text. `force`: freed pages are purged now;
 /// without it, mimalloc keeps some of them (the peak then varied by 20
 /// MiB from run to run).

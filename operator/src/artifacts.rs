@@ -223,7 +223,8 @@ pub async fn p4info(
 
 /// P4Infos parsed from their text, kept by the text's SHA-256: every sync
 /// of every set looks up its tables' schemas, and parsing the text each
-/// time was a visible part of an idle round (docs/fleet.md). A text that
+/// time was 2 % of an idle round's operator CPU at 1,000 Switches
+/// (docs/dev/fleet-lab-notes.md). A text that
 /// does not parse is not kept (its error is given again).
 #[derive(Default)]
 pub struct ParsedP4Infos {

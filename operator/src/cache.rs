@@ -101,7 +101,7 @@ pub fn list_order<K: Resource>(a: &K, b: &K) -> std::cmp::Ordering {
 /// Switch a VirtualSwitch is placed on, the VirtualSwitches a Switch's
 /// slot claims name), so a reconcile finds its few related objects
 /// without scanning the fleet: at 1,000 Switches those scans were a
-/// tenth of an idle round's CPU (docs/fleet.md). Kept in step with the
+/// tenth of an idle round's CPU (docs/dev/fleet-lab-notes.md). Kept in step with the
 /// store by the watch, before the feed passes the event on; a reader still
 /// checks what it finds against the object.
 struct Index<K: Resource<DynamicType = ()>> {
@@ -226,7 +226,7 @@ where
         // per manager) are most of an applied object's metadata and no
         // reconcile reads them; every cached read clones the object, and
         // at fleet size those clones were most of an idle round's CPU
-        // (docs/fleet.md).
+        // (docs/dev/fleet-lab-notes.md).
         let events = watcher(api, watcher_config())
             .default_backoff()
             .modify(|obj: &mut K| obj.meta_mut().managed_fields = None);

@@ -162,7 +162,7 @@ pub struct ConcurrencyArgs {
     /// use). Parses of large entry sources run on separate blocking
     /// threads either way. One thread took 17 % less CPU per idle resync
     /// round at 1,000 Switches and wrote a 1,000,000-entry set 7 % slower
-    /// on a 2-CPU machine (docs/fleet.md).
+    /// on a 2-CPU machine (docs/performance.md).
     #[arg(long, env = "P4FLEET_WORKER_THREADS",
         value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub worker_threads: Option<u16>,

@@ -21,7 +21,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// runtime allocates, and mimalloc keeps an option set before its own
 /// start-up. Arenas are committed as they are used, not eagerly: the
 /// operator's peak RSS with one 1,000,000-entry set was 405 to 416 MiB
-/// with eager commit and 350 to 360 without (docs/fleet.md), with the
+/// with eager commit and 350 to 360 without (docs/dev/fleet-lab-notes.md), with the
 /// same live heap.
 /// (`.init_array` is ELF's: Linux, where the operator runs.)
 #[cfg(target_os = "linux")]

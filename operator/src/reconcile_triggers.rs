@@ -7,7 +7,7 @@
 //! counts them by kind and trigger ([`trigger_of`]), whatever the log level
 //! (telemetry.rs gives it its own filter). This is how an idle round is
 //! broken down into its periodic checks, watch events and device changes
-//! (docs/fleet.md).
+//! (docs/performance.md says what an idle round runs).
 
 use std::sync::OnceLock;
 

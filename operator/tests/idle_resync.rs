@@ -4,7 +4,7 @@
 //! them, before (re-assembled, decoded, planned) and after (the kept
 //! assembly, the read-back compared as bytes). The emulator runs on its
 //! own runtime, whose threads are not counted. Prints the counts that
-//! docs/fleet.md records ("What an idle round runs"):
+//! docs/dev/fleet-lab-notes.md records:
 //! `cargo test --workspace --test idle_resync -- --nocapture`.
 
 use std::alloc::{GlobalAlloc, Layout, System};

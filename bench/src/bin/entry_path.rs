@@ -1,5 +1,5 @@
 //! `p4fleet-entry-path`: where the bytes and the time of one large
-//! TableEntrySet sync go (docs/fleet.md, "Memory per entry"). Runs the
+//! TableEntrySet sync go (docs/performance.md). Runs the
 //! operator's stages in process ([`p4fleet_bench::entry_path`]) against a
 //! child emulator (its memory is not counted) and prints, per stage, the
 //! live heap when it ends and the peak during it, exact (a counting

@@ -6,7 +6,7 @@
 //! field, one per parameter, one per value) and converting it was most of
 //! its cost. Instead the caller compares an [`EntitySum`] of the answer
 //! with the sum of the encodings it expects, and decodes only when they
-//! differ (`docs/fleet.md`, "What an idle round runs").
+//! differ (the allocations it saves are counted in docs/dev/fleet-lab-notes.md).
 
 use std::hash::BuildHasher;
 

@@ -4,8 +4,9 @@
 //!
 //! kube-runtime starts reconciles in the order their times come due, so at
 //! fleet size a change of many objects queued behind the periodic resyncs
-//! that were due at the same moment (docs/fleet.md: 1,054 resyncs in the
-//! 1 % change of 1,000 sets). [`drive`](super::drive) therefore lets
+//! that were due at the same moment (`make bench-fleet`: 1,054 resyncs in
+//! the 1 % change of 1,000 sets; docs/dev/fleet-lab-notes.md).
+//! [`drive`](super::drive) therefore lets
 //! kube-runtime start every due reconcile and bounds the work here
 //! instead: a [`Gate`] of the kind's limit, with one queue per [`Lane`];
 //! a freed permit goes to the oldest waiting change, and to a periodic

@@ -430,9 +430,9 @@ pub async fn run_controllers(ctx: Arc<Context>, shutdown: Shutdown) {
     // their own. Joined in one future, every wake of any of them (each
     // reconcile that finishes) polled all of them on the thread that
     // awaits this, and woke that thread: a quarter of the operator's CPU
-    // in an idle round at 1,000 Switches (docs/fleet.md, "The controllers
-    // as tasks"). The set aborts them when this future is dropped (a lost
-    // lease), as the joined future did.
+    // in an idle round at 1,000 Switches (profiled with `make bench-fleet`:
+    // docs/dev/fleet-lab-notes.md). The set aborts them when this future
+    // is dropped (a lost lease), as the joined future did.
     let mut tasks = tokio::task::JoinSet::new();
     // One `drive` per kind module: its context (the shared one and the
     // state the controller keeps for itself), its `controller` and

@@ -70,7 +70,7 @@ enum Step {
 /// ([`crate::allocator::release_freed`]); below it, what a job frees is
 /// too little to matter, and a purge makes the next allocations fault
 /// pages in again. (Its cost on small jobs was not isolated:
-/// docs/fleet.md.)
+/// docs/dev/fleet-lab-notes.md.)
 const RELEASE_FROM: usize = 1 << 20;
 
 /// How long a sync waits for the ConfigMap watch's first list.

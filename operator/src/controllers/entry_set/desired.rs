@@ -90,7 +90,7 @@ impl Locs {
 /// The entries are not copied: they stay in the parsed texts the
 /// entry-source cache shares between sets and resyncs (`Arc`), and this
 /// keeps an index into them. A million desired entries are then held once
-/// (docs/fleet.md, "Memory per entry").
+/// (bytes per entry: docs/performance.md).
 #[derive(Debug, Clone)]
 pub struct Desired {
     pub schema: TableSchema,

@@ -7,7 +7,7 @@
 //!   period) still has the resync its sync before asked for, due
 //!   somewhere in (t, t + period). That resync would read the whole table
 //!   back moments after the change did; at fleet size such leftovers ran
-//!   beside a 1 % change of every set (docs/fleet.md).
+//!   beside a 1 % change of every set (docs/dev/fleet-lab-notes.md).
 //! - the set's own status write, echoed back by its watch
 //!   (`object_updated` with nothing changed but status): every sync that
 //!   wrote status was followed by a second full read-back.

@@ -99,7 +99,7 @@ pub enum Pending {
 /// True: a new set, or one that failed) is not marked Syncing first: the
 /// mark costs a status write and an Event (two API round trips) per set
 /// for a write that is over in moments, and at fleet size those writes
-/// delayed the create itself (docs/fleet.md). A Ready True is always
+/// delayed the create itself (docs/dev/fleet-lab-notes.md). A Ready True is always
 /// retracted before a write, whatever its size.
 pub const MARK_NEW_FROM: usize = 50_000;
 

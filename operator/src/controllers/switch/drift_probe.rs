@@ -12,7 +12,7 @@
 //! The probe used to be the Switch reconcile itself, requeued every
 //! `--drift-seconds`: at 1,000 Switches, kube-runtime's scheduling and the
 //! reconcile's own status build were half of an idle round's operator CPU
-//! (docs/fleet.md, "The drift probe outside the reconcile loop"). A Switch
+//! (profiled with `make bench-fleet`, docs/dev/fleet-lab-notes.md). A Switch
 //! is now reconciled on its changes, its device's changes, a probe that
 //! found a difference, and as a safety net every ten resyncs
 //! (`controllers::covered`).
