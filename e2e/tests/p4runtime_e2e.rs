@@ -791,6 +791,46 @@ fn l2crypt(file: &str) -> String {
     std::fs::read_to_string(repo_root().join("examples/l2crypt").join(file)).unwrap()
 }
 
+/// The l2crypt program with its DPDK artifacts in `ns`, Switch `sw_name`
+/// for Dpdk device `dev` of the emulator, and VirtualSwitch `l2` on it.
+async fn l2crypt_on_dpdk(client: &Client, env: &Env, ns: &str, sw_name: &str, dev: u64) {
+    let p: P4Program = serde_json::from_value(json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
+        "metadata": {"name": "l2crypt"},
+        "spec": {"p4info": {"inline": l2crypt("p4info.txt")}, "artifacts": {"dpdk": {
+            "spec": {"inline": l2crypt("l2crypt.spec")},
+            "context": {"inline": l2crypt("context.json")},
+            "bfrtJson": {"inline": l2crypt("bfrt.json")}
+        }}}
+    }))
+    .unwrap();
+    Api::<P4Program>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap();
+    let sw: Switch = serde_json::from_value(json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
+        "metadata": {"name": sw_name},
+        "spec": {"target": "Dpdk", "endpoint": env.p4runtime.to_string(), "deviceId": dev, "slots": 1,
+                 "capacity": {"cores": 2}}
+    }))
+    .unwrap();
+    Api::<Switch>::all(client.clone())
+        .create(&PostParams::default(), &sw)
+        .await
+        .unwrap();
+    let vs: VirtualSwitch = serde_json::from_value(json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
+        "metadata": {"name": "l2"},
+        "spec": {"programRef": "l2crypt", "switchRef": sw_name, "slot": 0}
+    }))
+    .unwrap();
+    Api::<VirtualSwitch>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &vs)
+        .await
+        .unwrap();
+}
+
 fn tx_port(stats: &Value, port: u64) -> u64 {
     stats["tx_per_port"]
         .as_array()
@@ -869,39 +909,7 @@ async fn dpdk_switch_entries_steer_the_data_plane_and_policies_change_what_runs(
 
     // The l2crypt program with its DPDK artifacts, a Dpdk Switch, a
     // VirtualSwitch on it.
-    let progs: Api<P4Program> = Api::namespaced(client.clone(), &ns);
-    let p: P4Program = serde_json::from_value(json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
-        "metadata": {"name": "l2crypt"},
-        "spec": {"p4info": {"inline": l2crypt("p4info.txt")}, "artifacts": {"dpdk": {
-            "spec": {"inline": l2crypt("l2crypt.spec")},
-            "context": {"inline": l2crypt("context.json")},
-            "bfrtJson": {"inline": l2crypt("bfrt.json")}
-        }}}
-    }))
-    .unwrap();
-    progs.create(&PostParams::default(), &p).await.unwrap();
-    let sw: Switch = serde_json::from_value(json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
-        "metadata": {"name": sw_name},
-        "spec": {"target": "Dpdk", "endpoint": env.p4runtime.to_string(), "deviceId": DEV, "slots": 1,
-                 "capacity": {"cores": 2}}
-    }))
-    .unwrap();
-    Api::<Switch>::all(client.clone())
-        .create(&PostParams::default(), &sw)
-        .await
-        .unwrap();
-    let vs: VirtualSwitch = serde_json::from_value(json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
-        "metadata": {"name": "l2"},
-        "spec": {"programRef": "l2crypt", "switchRef": sw_name, "slot": 0}
-    }))
-    .unwrap();
-    Api::<VirtualSwitch>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &vs)
-        .await
-        .unwrap();
+    l2crypt_on_dpdk(&client, env, &ns, &sw_name, DEV).await;
 
     // The packed config was accepted: the data plane runs and, without
     // entries, floods.
@@ -1168,41 +1176,7 @@ async fn two_policies_of_one_virtual_switch_one_holds_it_and_the_device_is_left_
     let ns = TestNamespace::new(&client).await;
     let ns = ns.name().to_string();
     let sw_name = format!("{ns}-dpdk");
-    let p: P4Program = serde_json::from_value(json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
-        "metadata": {"name": "l2crypt"},
-        "spec": {"p4info": {"inline": l2crypt("p4info.txt")}, "artifacts": {"dpdk": {
-            "spec": {"inline": l2crypt("l2crypt.spec")},
-            "context": {"inline": l2crypt("context.json")},
-            "bfrtJson": {"inline": l2crypt("bfrt.json")}
-        }}}
-    }))
-    .unwrap();
-    Api::<P4Program>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &p)
-        .await
-        .unwrap();
-    let sw: Switch = serde_json::from_value(json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
-        "metadata": {"name": sw_name},
-        "spec": {"target": "Dpdk", "endpoint": env.p4runtime.to_string(), "deviceId": DEV, "slots": 1,
-                 "capacity": {"cores": 2}}
-    }))
-    .unwrap();
-    Api::<Switch>::all(client.clone())
-        .create(&PostParams::default(), &sw)
-        .await
-        .unwrap();
-    let vs: VirtualSwitch = serde_json::from_value(json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
-        "metadata": {"name": "l2"},
-        "spec": {"programRef": "l2crypt", "switchRef": sw_name, "slot": 0}
-    }))
-    .unwrap();
-    Api::<VirtualSwitch>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &vs)
-        .await
-        .unwrap();
+    l2crypt_on_dpdk(&client, env, &ns, &sw_name, DEV).await;
     let mode_of_encrypt = || {
         let modes = dataplane(env, DEV)
             .map(|s| extern_modes(&s))

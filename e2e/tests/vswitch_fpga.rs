@@ -121,16 +121,22 @@ async fn board_luts_used(addr: SocketAddr) -> u64 {
         .used
 }
 
-/// Entries held by P4Runtime device `device` (the emulator's side channel).
-fn entries(stats: SocketAddr, device: u64) -> u64 {
+/// GET `path` of the emulator's side channel at `stats`, as JSON.
+fn side_channel(stats: SocketAddr, path: &str) -> serde_json::Value {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(stats).unwrap();
-    write!(s, "GET /stats/{device} HTTP/1.0\r\nHost: {stats}\r\n\r\n").unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {stats}\r\n\r\n").unwrap();
     let mut resp = String::new();
     s.read_to_string(&mut resp).unwrap();
     let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
-    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
-    v["entries"].as_u64().unwrap_or(0)
+    serde_json::from_str(body).unwrap_or_default()
+}
+
+/// Entries held by P4Runtime device `device` (the emulator's side channel).
+fn entries(stats: SocketAddr, device: u64) -> u64 {
+    side_channel(stats, &format!("/stats/{device}"))["entries"]
+        .as_u64()
+        .unwrap_or(0)
 }
 
 async fn setup() -> (Client, TestNamespace) {
@@ -560,14 +566,9 @@ async fn isolation_clashes_are_named_and_a_hot_swap_leaves_other_slots_forwardin
 
 /// gRPC calls of `path` the emulator behind `stats` has received.
 fn rpc_calls(stats: SocketAddr, path: &str) -> u64 {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(stats).unwrap();
-    write!(s, "GET /stats HTTP/1.0\r\nHost: {stats}\r\n\r\n").unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
-    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
-    v["rpcs"][path].as_u64().unwrap_or(0)
+    side_channel(stats, "/stats")["rpcs"][path]
+        .as_u64()
+        .unwrap_or(0)
 }
 
 const LOAD_SLOT: &str = "/p4fleet.fpga.v1.SlotService/LoadSlot";

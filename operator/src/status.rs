@@ -539,7 +539,12 @@ mod tests {
             ),
             with("Applied", None, "NotApplied", ""),
             with("T4P4SOptions", None, "NotRendered", ""),
-            with("Ready", Some(false), "VirtualSwitchNotScheduled", "not placed"),
+            with(
+                "Ready",
+                Some(false),
+                "VirtualSwitchNotScheduled",
+                "not placed",
+            ),
         ];
         let evs = condition_events(&[], &unplaced, &[]);
         assert_eq!(evs.len(), 1, "{evs:?}");
