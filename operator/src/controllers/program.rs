@@ -2,8 +2,11 @@
 //! (inline or ConfigMaps, [`crate::artifacts`]). Validate and build
 //! ([`build_status`], pure): check the P4Info and list its tables and
 //! actions ([`p4fleet_model::p4info`]), compute the digest. Nothing is
-//! applied to a device (VirtualSwitches load programs). Update status, with
-//! a `DigestChanged` Event when the digest moves.
+//! applied to a device (VirtualSwitches load programs); the content in
+//! force is recorded as a revision ([`crate::fleet::revisions`]: a
+//! ControllerRevision and immutable snapshot ConfigMaps) and the history
+//! past `spec.revisionHistoryLimit` pruned. Update status, with a
+//! `DigestChanged` Event when the digest moves.
 
 use std::sync::Arc;
 
@@ -13,7 +16,8 @@ use kube::runtime::controller::{Action, Controller};
 use kube::{Api, ResourceExt};
 use p4fleet_crds::condition_types::{RESOLVED_REFS, VALID};
 use p4fleet_crds::{
-    Condition, P4Program, P4ProgramSpec, P4ProgramStatus, TableInfo, find_condition,
+    Condition, P4Program, P4ProgramSpec, P4ProgramStatus, RevisionRef, TableInfo, VirtualSwitch,
+    find_condition,
 };
 use p4fleet_model::p4info as model_p4info;
 
@@ -21,6 +25,8 @@ use super::{Error, namespace, scoped_api, update_status_noting, watch_related};
 use crate::artifacts::{self, P4InfoError, Resolved};
 use crate::context::Context;
 use crate::fleet::program_hold;
+use crate::fleet::revisions::{self, REVISION_RECORDED};
+use crate::reads::Reads;
 use crate::retries::Gate;
 use crate::status::{EventNote, ready_from};
 
@@ -28,12 +34,24 @@ use crate::status::{EventNote, ready_from};
 /// watch is metadata only: a reference is by name, and a full watch would
 /// bring every ConfigMap of the cluster through this process, entry
 /// sources included (27 MB per change of the fleet benchmark's 1,000).
+/// A VirtualSwitch brings its program back only while a change is on its
+/// way (current and update revision differ): its loaded digest moves the
+/// current revision; a steady fleet wakes no program.
 pub fn controller(ctx: &Context) -> Controller<P4Program> {
     let uses = |p: &P4Program, cm: &PartialObjectMeta<ConfigMap>| {
         p.namespace() == cm.namespace()
             && artifacts::referenced_config_maps(&p.spec).contains(&cm.name_any())
     };
-    watch_related(ctx.caches.programs.controller(), scoped_api(ctx), uses)
+    let c = watch_related(ctx.caches.programs.controller(), scoped_api(ctx), uses);
+    let moving = |p: &P4Program, v: &VirtualSwitch| {
+        p.namespace() == v.namespace()
+            && v.spec.program_ref == p.name_any()
+            && p.status.as_ref().is_some_and(|s| {
+                let digest = |r: &Option<RevisionRef>| r.as_ref().map(|r| r.digest.clone());
+                digest(&s.current_revision) != digest(&s.update_revision)
+            })
+    };
+    ctx.caches.virtual_switches.watched_by(c, moving)
 }
 
 /// A table of the model's P4Info summary as status lists it.
@@ -166,9 +184,15 @@ pub async fn reconcile(obj: Arc<P4Program>, ctx: Arc<super::Ctx<()>>) -> Result<
         // Sets moving away or being deleted release it: look again soon.
         return Ok(Action::requeue(std::time::Duration::from_secs(5)));
     }
+    record(&ctx, obj.as_ref(), &resolved, &old, &mut new).await?;
     let digest = (new.digest.is_some() && new.digest != old_digest).then(|| {
+        let revision = new
+            .update_revision
+            .as_ref()
+            .map(|r| format!(", revision {}", r.revision))
+            .unwrap_or_default();
         let note = format!(
-            "pipeline digest is now {} ({} tables)",
+            "pipeline digest is now {} ({} tables){revision}",
             new.short_digest.clone().unwrap_or_default(),
             new.table_count.unwrap_or(0)
         );
@@ -183,6 +207,82 @@ pub async fn reconcile(obj: Arc<P4Program>, ctx: Arc<super::Ctx<()>>) -> Result<
     Ok(Action::requeue(
         fetch_retry.map_or(resync, |r| r.min(resync)),
     ))
+}
+
+/// Records the content in force (`new.digest`, read as `resolved`) as the
+/// program's update revision, names in `new` the revision the fleet runs
+/// (from its VirtualSwitches' loaded digests), and deletes the revisions
+/// past the history limit that nothing runs. A content without digest
+/// (invalid, unresolved) changes nothing: the revisions stay as they were.
+/// A content that cannot be snapshotted is a `RevisionRecorded=False`
+/// condition.
+async fn record(
+    ctx: &Context,
+    obj: &P4Program,
+    resolved: &Resolved,
+    old: &P4ProgramStatus,
+    new: &mut P4ProgramStatus,
+) -> Result<(), Error> {
+    new.update_revision = old.update_revision.clone();
+    new.current_revision = old.current_revision.clone();
+    let Some(digest) = new.digest.clone() else {
+        return Ok(());
+    };
+    let (ns, name) = (namespace(obj)?, obj.name_any());
+    let kept: Vec<revisions::Kept> = ctx
+        .reads
+        .program_revisions(&ns, &name)
+        .await?
+        .iter()
+        .filter_map(revisions::kept)
+        .collect();
+    let store = &ctx.caches.revisions;
+    let recorded =
+        revisions::store::record_content(&ctx.client, store, obj, resolved, &kept, &digest).await?;
+    let was_refused = find_condition(&old.conditions, REVISION_RECORDED).is_some();
+    let update = match recorded {
+        Ok(r) => r.kept,
+        Err(e) => {
+            // The content still loads from its sources; only a later
+            // rollback to it would have nothing to restore.
+            // (Its Event is the condition's.)
+            let c = Condition::new(REVISION_RECORDED, false, e.reason(), e.to_string());
+            new.conditions.push(c);
+            return Ok(());
+        }
+    };
+    if was_refused {
+        let message = format!(
+            "revision {} kept in ControllerRevision {}",
+            update.revision, update.name
+        );
+        new.conditions
+            .push(Condition::new(REVISION_RECORDED, true, "Recorded", message));
+    }
+    let vss = ctx.reads.virtual_switches(Some(&ns)).await?;
+    let loaded: Vec<&str> = vss
+        .iter()
+        .filter(|v| v.spec.program_ref == name)
+        .filter_map(|v| v.status.as_ref()?.loaded_digest.as_deref())
+        .collect();
+    let mut all: Vec<revisions::Kept> = kept
+        .into_iter()
+        .filter(|k| k.digest != update.digest)
+        .collect();
+    all.push(update.clone());
+    let update = update.reference();
+    let current = revisions::current(&update, old.current_revision.as_ref(), &loaded, &all);
+    let mut in_use: std::collections::HashSet<&str> = loaded.iter().copied().collect();
+    in_use.extend([update.digest.as_str(), current.digest.as_str()]);
+    let limit = obj
+        .spec
+        .revision_history_limit
+        .unwrap_or(revisions::DEFAULT_HISTORY_LIMIT);
+    let gone = revisions::prune(&all, limit, &in_use);
+    revisions::store::delete(&ctx.client, &ns, &gone).await?;
+    new.update_revision = Some(update);
+    new.current_revision = Some(current);
+    Ok(())
 }
 
 /// Holds a change that removes tables sets still fill ([`program_hold`]):
@@ -241,7 +341,7 @@ mod tests {
                 inline: Some(text.into()),
                 ..Default::default()
             },
-            artifacts: Default::default(),
+            ..Default::default()
         }
     }
 
@@ -340,7 +440,7 @@ mod tests {
                 }),
                 url: None,
             },
-            artifacts: Default::default(),
+            ..Default::default()
         };
         let mut r = Resolved::default();
         r.insert(

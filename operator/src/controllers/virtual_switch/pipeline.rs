@@ -1,5 +1,6 @@
 //! The program a VirtualSwitch runs: dereference it ([`ready_program`]:
-//! Ready, and its sources still those of its digest), build what the
+//! Ready, and its sources still those of its digest, or else its
+//! revision's snapshot), build what the
 //! Switch loads ([`device_config`], [`tofino_pipeline`], pure) and apply
 //! it ([`load`]: P4Runtime with the target's device config and the digest
 //! as cookie, or BFRT with the Tofino artifacts).
@@ -17,6 +18,7 @@ use p4fleet_proto::p4info::P4Info;
 
 use crate::artifacts::{self, Resolved, field};
 use crate::context::Context;
+use crate::fleet::revisions::{self, RestoreError};
 use crate::loaded_pipelines::PipelineCheck;
 use crate::metrics::SwitchLabel;
 use crate::reads::Reads;
@@ -53,6 +55,10 @@ pub enum NotReady {
     /// digest (the program's own status says so at its next resolve).
     #[error("P4Program {0}: {1}")]
     ArtifactUnavailable(String, String),
+    /// Its sources changed and the revision of the content in force
+    /// cannot be read back from its snapshot.
+    #[error("P4Program {0}: {1}")]
+    RevisionUnavailable(String, String),
 }
 
 impl NotReady {
@@ -72,6 +78,9 @@ impl NotReady {
             NotReady::Held(_) => Condition::unknown(PIPELINE_LOADED, "ProgramChangeHeld", message),
             NotReady::ArtifactUnavailable(..) => {
                 Condition::new(PIPELINE_LOADED, false, "ArtifactUnavailable", message)
+            }
+            NotReady::RevisionUnavailable(..) => {
+                Condition::new(PIPELINE_LOADED, false, "RevisionUnavailable", message)
             }
         }
     }
@@ -157,23 +166,52 @@ pub async fn ready_program(
             e.to_string(),
         )));
     }
-    Ok(match resolved.p4info() {
-        Ok(p4info) if resolved.digest() == digest => Ok(ReadyProgram {
+    if let Ok(p4info) = resolved.p4info()
+        && resolved.digest() == digest
+    {
+        return Ok(Ok(ReadyProgram {
             name: name.into(),
             digest,
             p4info,
             resolved,
-            fpga_resources: fpga_resources(&p),
+            fpga_resources: fpga_resources(&p.spec),
+        }));
+    }
+    // The sources no longer give the content in force (edited in place,
+    // or a held change): its revision's snapshot does.
+    let restored = match revisions::load(reads, ns, name, &digest).await? {
+        Ok(r) => r,
+        // Recorded before revisions existed: wait for the program.
+        Err(RestoreError::NotRecorded { .. }) if held => {
+            return Ok(Err(NotReady::Held(name.into())));
+        }
+        Err(RestoreError::NotRecorded { .. }) => {
+            return Ok(Err(NotReady::Changing(name.into())));
+        }
+        Err(e) => {
+            return Ok(Err(NotReady::RevisionUnavailable(
+                name.into(),
+                e.to_string(),
+            )));
+        }
+    };
+    Ok(match restored.resolved.p4info() {
+        Ok(p4info) => Ok(ReadyProgram {
+            name: name.into(),
+            digest,
+            p4info,
+            fpga_resources: fpga_resources(&restored.spec),
+            resolved: restored.resolved,
         }),
-        _ if held => Err(NotReady::Held(name.into())),
-        _ => Err(NotReady::Changing(name.into())),
+        Err(e) => Err(NotReady::RevisionUnavailable(name.into(), e.to_string())),
     })
 }
 
-/// What one instance of `p` occupies on an FPGA board.
-pub fn fpga_resources(p: &p4fleet_crds::P4Program) -> std::collections::BTreeMap<String, u64> {
-    p.spec
-        .artifacts
+/// What one instance of a program with `spec` occupies on an FPGA board.
+pub fn fpga_resources(
+    spec: &p4fleet_crds::P4ProgramSpec,
+) -> std::collections::BTreeMap<String, u64> {
+    spec.artifacts
         .fpga
         .as_ref()
         .map(|f| f.resources.clone())
@@ -738,6 +776,68 @@ mod tests {
             NotReady::NotFound("fw".into()).condition().message,
             "spec.programRef: P4Program fw not found"
         );
+    }
+
+    /// The program's P4Info edited in place (a held change, or one its
+    /// controller has not seen yet): the content in force comes from its
+    /// revision's snapshot, byte for byte; without a revision it waits.
+    #[tokio::test]
+    async fn edited_sources_load_the_content_in_force_from_its_revision() {
+        use crate::fleet::revisions;
+        let before: Resolved = [(field::P4INFO, Ok(FIREWALL.as_bytes().to_vec()))]
+            .into_iter()
+            .collect();
+        let digest = before.digest();
+        let mut p = program(true, Some(digest.clone()));
+        p.metadata.uid = Some("u-1".into());
+        p.spec.artifacts.fpga = serde_json::from_value(serde_json::json!({
+            "bitstream": {"inline": "b"}, "resources": {"luts": 7}}))
+        .unwrap();
+        let mut recorded = before.clone();
+        recorded.insert(field::FPGA_BITSTREAM, Ok(b"b".to_vec()));
+        let digest = recorded.digest();
+        let name = revisions::revision_name("fw", &digest);
+        let snap = revisions::snapshot(&name, &p.spec, &recorded).unwrap();
+        let mut cr = revisions::revision_object(&p, &name, 4, &snap.manifest);
+        cr.metadata.namespace = Some("ns".into());
+        let parts: Vec<_> = snap
+            .parts
+            .iter()
+            .map(|(n, d)| {
+                let mut cm = revisions::part_object(&p, n, d);
+                cm.metadata.namespace = Some("ns".into());
+                cm
+            })
+            .collect();
+        // Now edited: another P4Info, other FPGA resources; the status
+        // still names the recorded digest.
+        p.spec.p4info.inline = Some(FIREWALL.replace("firewall", "firewall_v2"));
+        p.spec.artifacts.fpga.as_mut().unwrap().resources = [("luts".into(), 9)].into();
+        p.status.as_mut().unwrap().digest = Some(digest.clone());
+        let cluster = Cluster {
+            programs: vec![p.clone()],
+            config_maps: parts,
+            revisions: vec![cr],
+            ..Default::default()
+        };
+        let got = ready_program(&cluster, "ns", "fw").await.unwrap().unwrap();
+        assert_eq!(got.digest, digest);
+        assert_eq!(got.resolved, recorded);
+        assert_eq!(
+            got.p4info.tables[0].preamble.as_ref().unwrap().name,
+            "MyIngress.firewall"
+        );
+        assert_eq!(got.fpga_resources["luts"], 7, "as recorded");
+
+        let unrecorded = Cluster {
+            programs: vec![p],
+            ..Default::default()
+        };
+        let e = ready_program(&unrecorded, "ns", "fw")
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e, NotReady::Changing("fw".into()));
     }
 
     #[tokio::test]
