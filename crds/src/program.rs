@@ -44,6 +44,11 @@ pub struct P4ProgramSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 100))]
     pub revision_history_limit: Option<u32>,
+    /// How a new revision reaches the VirtualSwitches running the
+    /// program: all at once (the default), or as a Canary in steps with a
+    /// health gate after each (docs/rollouts.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::Rollout>,
 }
 
 /// Per-target pipeline artifacts.
@@ -157,6 +162,9 @@ pub struct P4ProgramStatus {
     /// differs from the update revision while a change reaches them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_revision: Option<RevisionRef>,
+    /// The last Canary rollout's progress (docs/rollouts.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutStatus>,
 }
 
 /// One revision of a program's content, kept as a ControllerRevision.

@@ -10,4 +10,5 @@ pub mod extern_runtime;
 pub mod fills;
 pub mod program_hold;
 pub mod revisions;
+pub mod rollout;
 pub mod slot_claims;

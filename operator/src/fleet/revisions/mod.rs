@@ -219,6 +219,7 @@ pub fn snapshot(
 pub fn recorded_spec(spec: &P4ProgramSpec) -> P4ProgramSpec {
     P4ProgramSpec {
         revision_history_limit: None,
+        rollout: None,
         ..spec.clone()
     }
 }
@@ -560,7 +561,8 @@ mod tests {
             "artifacts": {"bmv2": {"json": {"inline": "{}"}},
                 "fpga": {"bitstream": {"configMapKeyRef": {"name": "bits", "key": "b"}},
                          "resources": {"luts": 10}}},
-            "revisionHistoryLimit": 3
+            "revisionHistoryLimit": 3,
+            "rollout": {"strategy": "Canary", "steps": [{"percent": 100}]}
         }));
         // Random-looking bytes do not compress: kept as they are.
         let bitstream = noise(4096, 7);
@@ -574,6 +576,7 @@ mod tests {
         let snap = snapshot("fw-0123", &s, &resolved).unwrap();
         assert_eq!(snap.manifest.digest, resolved.digest());
         assert_eq!(snap.manifest.spec.revision_history_limit, None);
+        assert_eq!(snap.manifest.spec.rollout, None, "not content");
         assert_eq!(
             snap.manifest
                 .spec
