@@ -11,9 +11,11 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use kube::ResourceExt;
 use p4fleet_crds::{
-    GateFailure, MovedState, MovedSwitch, Rollout, RolloutPhase, RolloutRevision, RolloutStatus,
-    RolloutStrategy,
+    ConditionStatus, GateFailure, MovedState, MovedSwitch, P4ProgramStatus, Rollout, RolloutPhase,
+    RolloutRevision, RolloutStatus, RolloutStrategy, Switch, TableEntrySet, VirtualSwitch,
+    find_condition,
 };
 
 use super::revisions::Kept;
@@ -400,6 +402,10 @@ pub struct Input<'a> {
     pub spec: &'a Rollout,
     /// The revision to roll out ([`target`]).
     pub target: RolloutRevision,
+    /// Whether `target` is pinned (`spec.rollout.pinRevision`) rather
+    /// than the content in force: then even a fleet at rest keeps a
+    /// status naming it, which the VirtualSwitches follow.
+    pub pinned: bool,
     /// The revision the fleet ran before (the last good one); None when
     /// none ran (a first rollout moves everything at once: nothing to protect).
     pub stable: Option<RolloutRevision>,
@@ -470,7 +476,18 @@ pub fn advance(input: &Input) -> Result<Decision, SpecError> {
     } = input;
     let steady = |status: Option<RolloutStatus>| Decision {
         assign: all_on(members, target),
-        status,
+        // A pinned revision at rest: a status that names it.
+        status: status.or_else(|| {
+            input.pinned.then(|| RolloutStatus {
+                phase: RolloutPhase::Completed,
+                to: target.clone(),
+                step_started_at: stamp(*now),
+                started_at: stamp(*now),
+                finished_at: Some(stamp(*now)),
+                updated: members.len() as u32,
+                ..Default::default()
+            })
+        }),
         notes: Vec::new(),
         requeue: None,
     };
@@ -802,6 +819,88 @@ pub fn advance(input: &Input) -> Result<Decision, SpecError> {
     })
 }
 
+/// The digest VirtualSwitch `vs` is to run, by its program's status: with
+/// a Canary rollout, the revision the rollout assigns it (the new one once
+/// moved, the one before otherwise, the one before again after a rollback);
+/// without one, the content in force (`status.digest`).
+pub fn assigned<'a>(status: &'a P4ProgramStatus, vs: &str) -> Option<&'a str> {
+    let Some(r) = &status.rollout else {
+        return status.digest.as_deref();
+    };
+    let moved = r.moved.iter().find(|m| m.virtual_switch == vs);
+    let on_target = match r.phase {
+        RolloutPhase::Completed => true,
+        RolloutPhase::RolledBack => false,
+        RolloutPhase::Progressing | RolloutPhase::Paused => moved.is_some_and(|m| {
+            matches!(
+                m.state,
+                MovedState::Moving | MovedState::Healthy | MovedState::Failed
+            )
+        }),
+    };
+    match (on_target, &r.from) {
+        (false, Some(from)) => Some(from.digest.as_str()),
+        _ => Some(r.to.digest.as_str()),
+    }
+}
+
+/// A VirtualSwitch as the gate sees it: its order label, where it runs,
+/// its loaded digest and `PipelineLoaded`, the sets that fill it (`sets`:
+/// Ready, failed there, re-applied since its last swap) and its Switch's
+/// `Reachable`. Pure.
+pub fn member(vs: &VirtualSwitch, sets: &[&TableEntrySet], switch: Option<&Switch>) -> Member {
+    use p4fleet_crds::condition_types::{PIPELINE_LOADED, REACHABLE, READY};
+    let name = vs.name_any();
+    let st = vs.status.clone().unwrap_or_default();
+    let pipeline = match find_condition(&st.conditions, PIPELINE_LOADED) {
+        Some(c) if c.is_true() => PipelineFact::Loaded,
+        Some(c) if c.status == ConditionStatus::False => PipelineFact::Failed {
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+        },
+        _ => PipelineFact::Pending,
+    };
+    // Entries are re-applied once the VirtualSwitch counted them after its
+    // swap into what it runs now (a load that was no swap has none).
+    let counted = match &st.last_swap {
+        Some(s) if Some(&s.to_digest) == st.loaded_digest.as_ref() => s.entries_reapplied.is_some(),
+        _ => true,
+    };
+    let sets = sets
+        .iter()
+        .map(|s| {
+            let sst = s.status.clone().unwrap_or_default();
+            SetFact {
+                name: s.name_any(),
+                ready: find_condition(&sst.conditions, READY).is_some_and(|c| c.is_true()),
+                failed: sst
+                    .targets
+                    .iter()
+                    .find(|t| t.virtual_switch == name)
+                    .map_or(0, |t| t.failed),
+                reapplied: counted,
+            }
+        })
+        .collect();
+    let reachable = switch.and_then(|sw| {
+        let c = find_condition(&sw.status.as_ref()?.conditions, REACHABLE)?;
+        (c.status != ConditionStatus::Unknown).then(|| c.is_true())
+    });
+    Member {
+        order: vs.labels().get(ORDER_LABEL).cloned(),
+        switch: st.switch.clone(),
+        observed: Observed {
+            loaded_digest: st.loaded_digest,
+            pipeline,
+            sets,
+            reachable,
+            // Not gathered yet: the throughput check passes, saying so.
+            packets_per_second: None,
+        },
+        name,
+    }
+}
+
 fn next_step(st: &mut RolloutStatus, now: DateTime<Utc>) {
     st.step += 1;
     st.step_started_at = stamp(now);
@@ -922,6 +1021,7 @@ mod tests {
             let d = advance(&Input {
                 spec,
                 target: target.clone(),
+                pinned: false,
                 stable: Some(self.stable.clone()),
                 previous: previous.as_ref(),
                 members: &self.members,
@@ -1307,6 +1407,7 @@ mod tests {
             let d = advance(&Input {
                 spec: &spec,
                 target: target.clone(),
+                pinned: false,
                 stable: Some(rev(1)),
                 previous: w.status.as_ref(),
                 members: &w.members,
@@ -1331,12 +1432,101 @@ mod tests {
     }
 
     #[test]
+    fn a_virtual_switch_runs_what_the_rollout_assigns_it() {
+        let mut st = P4ProgramStatus {
+            digest: Some(rev(3).digest),
+            ..Default::default()
+        };
+        assert_eq!(
+            assigned(&st, "a"),
+            Some(rev(3).digest.as_str()),
+            "no rollout"
+        );
+        let moved = |n: &str, state| MovedSwitch {
+            virtual_switch: n.into(),
+            switch: None,
+            step: 0,
+            state,
+            packets_per_second_before: None,
+        };
+        st.rollout = Some(RolloutStatus {
+            phase: RolloutPhase::Progressing,
+            from: Some(rev(1)),
+            to: rev(2),
+            moved: vec![
+                moved("a", MovedState::Healthy),
+                moved("b", MovedState::RolledBack),
+            ],
+            ..Default::default()
+        });
+        let on = |st: &P4ProgramStatus, vs| assigned(st, vs).map(str::to_string);
+        assert_eq!(on(&st, "a"), Some(rev(2).digest));
+        assert_eq!(on(&st, "b"), Some(rev(1).digest));
+        assert_eq!(on(&st, "c"), Some(rev(1).digest), "not moved yet");
+        st.rollout.as_mut().unwrap().phase = RolloutPhase::RolledBack;
+        assert_eq!(on(&st, "a"), Some(rev(1).digest));
+        st.rollout.as_mut().unwrap().phase = RolloutPhase::Completed;
+        assert_eq!(
+            on(&st, "c"),
+            Some(rev(2).digest),
+            "a pinned revision, not status.digest"
+        );
+    }
+
+    #[test]
+    fn the_gates_facts_come_from_the_objects_status() {
+        let vs: VirtualSwitch = serde_json::from_value(serde_json::json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
+            "metadata": {"name": "edge", "namespace": "ns", "labels": {ORDER_LABEL: "0"}},
+            "spec": {"programRef": "fw", "switchRef": "sw1"},
+            "status": {"switch": "sw1", "loadedDigest": "d2",
+                "conditions": [{"type": "PipelineLoaded", "status": "True", "reason": "Loaded"}],
+                "lastSwap": {"at": "2026-12-01T10:00:00Z", "fromDigest": "d1", "toDigest": "d2",
+                             "strategy": "Recreate", "durationMillis": 5}}
+        }))
+        .unwrap();
+        let set: TableEntrySet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+            "metadata": {"name": "fw", "namespace": "ns"},
+            "spec": {"virtualSwitchRef": "edge", "table": "t", "ownership": "Exclusive"},
+            "status": {"applied": 7, "failed": 3,
+                "conditions": [{"type": "Ready", "status": "False", "reason": "Failed"}],
+                "targets": [{"virtualSwitch": "edge", "applied": 7, "failed": 3}]}
+        }))
+        .unwrap();
+        let sw: Switch = serde_json::from_value(serde_json::json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
+            "metadata": {"name": "sw1"},
+            "spec": {"target": "Bmv2", "endpoint": "h:1"},
+            "status": {"conditions": [{"type": "Reachable", "status": "False", "reason": "ConnectionRefused"}]}
+        }))
+        .unwrap();
+        let m = super::member(&vs, &[&set], Some(&sw));
+        assert_eq!(m.order.as_deref(), Some("0"));
+        assert_eq!(m.switch.as_deref(), Some("sw1"));
+        assert_eq!(m.observed.pipeline, PipelineFact::Loaded);
+        assert_eq!(
+            m.observed.sets,
+            [SetFact {
+                name: "fw".into(),
+                ready: false,
+                failed: 3,
+                reapplied: false
+            }],
+            "the swap into d2 has not counted its entries yet"
+        );
+        assert_eq!(m.observed.reachable, Some(false));
+        assert_eq!(super::member(&vs, &[], None).observed.reachable, None);
+    }
+
+    #[test]
     fn all_at_once_moves_everything_and_a_pin_must_exist() {
         let ms = fleet(3);
         let all = Rollout::default();
         let d = advance(&Input {
             spec: &all,
             target: rev(2),
+            pinned: false,
             stable: Some(rev(1)),
             previous: None,
             members: &ms,
@@ -1351,6 +1541,7 @@ mod tests {
         let d = advance(&Input {
             spec: &c,
             target: rev(1),
+            pinned: false,
             stable: None,
             previous: None,
             members: &ms,
@@ -1359,6 +1550,33 @@ mod tests {
         })
         .unwrap();
         assert!(d.status.is_none() && d.assign.values().all(|r| *r == rev(1)));
+        // A pin at rest (AllAtOnce, or the fleet on it already) keeps a
+        // status naming it: the VirtualSwitches run it, not the newest.
+        let pinned_all = Rollout {
+            pin_revision: Some(1),
+            ..Rollout::default()
+        };
+        let d = advance(&Input {
+            spec: &pinned_all,
+            target: rev(1),
+            pinned: true,
+            stable: Some(rev(2)),
+            previous: None,
+            members: &ms,
+            resume: None,
+            now: Utc::now(),
+        })
+        .unwrap();
+        let st = P4ProgramStatus {
+            digest: Some(rev(2).digest),
+            rollout: d.status.clone(),
+            ..Default::default()
+        };
+        assert_eq!(
+            d.status.as_ref().map(|s| s.phase),
+            Some(RolloutPhase::Completed)
+        );
+        assert_eq!(assigned(&st, "vs-00"), Some(rev(1).digest.as_str()));
 
         let kept = |n: i64| Kept {
             name: format!("fw-{n}"),

@@ -440,6 +440,7 @@ async fn load_program(
         &ctx.own.programs,
         ns,
         &obj.spec.program_ref,
+        &obj.name_any(),
     )
     .await?
     {

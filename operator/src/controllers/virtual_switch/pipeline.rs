@@ -19,6 +19,7 @@ use p4fleet_proto::p4info::P4Info;
 use crate::artifacts::{self, Resolved, field};
 use crate::context::Context;
 use crate::fleet::revisions::{self, RestoreError};
+use crate::fleet::rollout;
 use crate::loaded_pipelines::PipelineCheck;
 use crate::metrics::SwitchLabel;
 use crate::reads::Reads;
@@ -86,6 +87,9 @@ impl NotReady {
     }
 }
 
+/// Ready programs kept per `namespace/name`, each with its generation.
+type Kept = std::collections::HashMap<String, Vec<(i64, ReadyProgram)>>;
+
 /// Ready programs by `namespace/name`, each with the generation and digest
 /// it was resolved for. A VirtualSwitch is reconciled after every status
 /// write and device change; without this each reconcile GETs the
@@ -94,24 +98,31 @@ impl NotReady {
 /// digest pins the bytes: a hit loads exactly what the P4Program's status
 /// names, and a new digest or spec (generation) is a miss.
 #[derive(Clone, Default)]
-pub struct ProgramCache(
-    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, (i64, ReadyProgram)>>>,
-);
+pub struct ProgramCache(std::sync::Arc<std::sync::Mutex<Kept>>);
 
 impl ProgramCache {
+    /// Revisions kept per program: during a rollout its VirtualSwitches
+    /// run two (the one before and the new one).
+    const PER_PROGRAM: usize = 2;
+
     fn get(&self, key: &str, generation: i64, digest: &str) -> Option<ReadyProgram> {
         let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(key)
-            .filter(|(g, p)| *g == generation && p.digest == digest)
+        map.get(key)?
+            .iter()
+            .find(|(g, p)| *g == generation && p.digest == digest)
             .map(|(_, p)| p.clone())
     }
 
-    fn put(&self, key: String, generation: i64, program: Option<&ReadyProgram>) {
+    /// Keeps `program` (the newest first), or forgets the program's
+    /// revision `digest` when None.
+    fn put(&self, key: String, generation: i64, digest: &str, program: Option<&ReadyProgram>) {
         let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        match program {
-            Some(p) => map.insert(key, (generation, p.clone())),
-            None => map.remove(&key),
-        };
+        let kept = map.entry(key).or_default();
+        kept.retain(|(g, p)| *g == generation && p.digest != digest);
+        if let Some(p) = program {
+            kept.insert(0, (generation, p.clone()));
+            kept.truncate(Self::PER_PROGRAM);
+        }
     }
 }
 
@@ -122,36 +133,43 @@ pub async fn ready_program_cached(
     cache: &ProgramCache,
     ns: &str,
     name: &str,
+    vs: &str,
 ) -> Result<Result<ReadyProgram, NotReady>, kube::Error> {
     let key = format!("{ns}/{name}");
     let seen = reads.program(ns, name).await?.and_then(|p| {
         let st = p.status.as_ref()?;
         find_condition(&st.conditions, READY).filter(|c| c.is_true())?;
-        Some((p.metadata.generation.unwrap_or(0), st.digest.clone()?))
+        let digest = rollout::assigned(st, vs)?.to_string();
+        Some((p.metadata.generation.unwrap_or(0), digest))
     });
     if let Some((generation, digest)) = &seen
         && let Some(hit) = cache.get(&key, *generation, digest)
     {
         return Ok(Ok(hit));
     }
-    let ready = ready_program(reads, ns, name).await?;
-    let generation = seen.map_or(0, |(g, _)| g);
-    cache.put(key, generation, ready.as_ref().ok());
+    let ready = ready_program(reads, ns, name, vs).await?;
+    let (generation, digest) = seen.unwrap_or_default();
+    cache.put(key, generation, &digest, ready.as_ref().ok());
     Ok(ready)
 }
 
-/// The program `ns/name` when it is Ready and its sources still match its digest.
+/// The program `ns/name` when it is Ready, at the revision VirtualSwitch
+/// `vs` is to run ([`rollout::assigned`]: the content in force, or what a
+/// Canary rollout assigns it): from its sources when they give that
+/// digest, else from the revision's snapshot.
 pub async fn ready_program(
     reads: &impl Reads,
     ns: &str,
     name: &str,
+    vs: &str,
 ) -> Result<Result<ReadyProgram, NotReady>, kube::Error> {
     let Some(p) = reads.program(ns, name).await? else {
         return Ok(Err(NotReady::NotFound(name.into())));
     };
     let st = p.status.clone().unwrap_or_default();
     let ready = find_condition(&st.conditions, READY).is_some_and(|c| c.is_true());
-    let (true, Some(digest)) = (ready, st.digest) else {
+    let assigned = rollout::assigned(&st, vs).map(str::to_string);
+    let (true, Some(digest)) = (ready, assigned) else {
         return Ok(Err(NotReady::NotReady(name.into())));
     };
     let held = find_condition(&st.conditions, crate::fleet::program_hold::ROLLOUT_HELD)
@@ -745,7 +763,7 @@ mod tests {
             programs: vec![p],
             ..Default::default()
         };
-        let ok = ready_program(&with(program(true, Some(digest.clone()))), "ns", "fw")
+        let ok = ready_program(&with(program(true, Some(digest.clone()))), "ns", "fw", "v")
             .await
             .unwrap()
             .unwrap();
@@ -755,8 +773,12 @@ mod tests {
         );
         assert_eq!(ok.p4info.tables.len(), 1);
 
-        let not =
-            |c: Cluster| async move { ready_program(&c, "ns", "fw").await.unwrap().unwrap_err() };
+        let not = |c: Cluster| async move {
+            ready_program(&c, "ns", "fw", "v")
+                .await
+                .unwrap()
+                .unwrap_err()
+        };
         assert_eq!(
             not(Cluster::default()).await,
             NotReady::NotFound("fw".into())
@@ -820,7 +842,10 @@ mod tests {
             revisions: vec![cr],
             ..Default::default()
         };
-        let got = ready_program(&cluster, "ns", "fw").await.unwrap().unwrap();
+        let got = ready_program(&cluster, "ns", "fw", "v")
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(got.digest, digest);
         assert_eq!(got.resolved, recorded);
         assert_eq!(
@@ -833,7 +858,7 @@ mod tests {
             programs: vec![p],
             ..Default::default()
         };
-        let e = ready_program(&unrecorded, "ns", "fw")
+        let e = ready_program(&unrecorded, "ns", "fw", "v")
             .await
             .unwrap()
             .unwrap_err();
@@ -870,8 +895,11 @@ mod tests {
             ..Default::default()
         };
         let cache = ProgramCache::default();
-        let get =
-            |c, cache| async move { ready_program_cached(c, cache, "ns", "fw").await.unwrap() };
+        let get = |c, cache| async move {
+            ready_program_cached(c, cache, "ns", "fw", "v")
+                .await
+                .unwrap()
+        };
         assert_eq!(get(&full, &cache).await.unwrap().digest, digest);
         // A hit reads nothing: the ConfigMap may be gone meanwhile.
         assert_eq!(get(&without_cm, &cache).await.unwrap().digest, digest);

@@ -55,7 +55,7 @@ pub async fn load(
                     return Ok(Err(RestoreError::Url {
                         revision: name,
                         field: rec.field.clone(),
-                        error,
+                        error: Box::new(error),
                     }));
                 }
             },

@@ -263,7 +263,7 @@ pub enum RestoreError {
     Url {
         revision: String,
         field: String,
-        error: artifacts::url_source::FetchError,
+        error: Box<artifacts::url_source::FetchError>,
     },
     #[error("revision {revision}: its bytes have digest {got}, not {want}")]
     DigestMismatch {
