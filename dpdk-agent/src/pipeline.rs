@@ -275,6 +275,7 @@ impl Pipeline {
         write(&spec_path, spec)?;
         write(&io_path, &ports.iospec())?;
 
+        let t0 = Instant::now();
         let mut line = 0u32;
         let mut msg = [0u8; 512];
         // SAFETY: valid C strings and a buffer of the given length.
@@ -306,6 +307,7 @@ impl Pipeline {
             });
         }
 
+        let t_codegen = t0.elapsed();
         let mut cmd = Command::new(&cfg.cc);
         cmd.args(["-O3", "-fPIC", "-shared", "-Wno-deprecated-declarations"])
             .args(cfg.cflags.split_whitespace())
@@ -328,6 +330,7 @@ impl Pipeline {
             });
         }
 
+        let t_cc = t0.elapsed() - t_codegen;
         let mut p: *mut ffi::Pipeline = std::ptr::null_mut();
         // SAFETY: valid C strings; `p` receives the pipeline.
         let status = unsafe {
@@ -357,6 +360,13 @@ impl Pipeline {
         }
         let h = Handles { p, ctl };
         let info = read_info(h.p).map_err(BuildError::Build)?;
+        tracing::info!(
+            pipeline = name,
+            codegen_ms = t_codegen.as_millis() as u64,
+            cc_ms = t_cc.as_millis() as u64,
+            build_ms = (t0.elapsed() - t_codegen - t_cc).as_millis() as u64,
+            "pipeline built from its .spec"
+        );
         Ok(Pipeline {
             h,
             name: name.to_string(),
