@@ -115,6 +115,7 @@ fn main() {
         "rte_table",
         "rte_port",
         "rte_ethdev",
+        "rte_cryptodev",
         "rte_mbuf",
         "rte_mempool",
         "rte_ring",

@@ -1,8 +1,9 @@
 //! Single-core rates of the real DPDK pipeline through the agent, in the
 //! shape of T4P4S's Figure 1: L2 forwarding (examples/l2crypt, `smac` and
 //! `dmac` hit for all 16 flows) with no extern, an empty extern, encrypt,
-//! encrypt + decrypt (the mailbox variant: one AES block per call); Sync
-//! and Async on one dedicated extern core. Starts the agent (pcap source
+//! encrypt + decrypt (the mailbox variant: one AES block per call); Sync,
+//! Async on one dedicated extern core, Async on the crypto device (DPDK's
+//! OpenSSL PMD, polled by the pipeline's core). Starts the agent (pcap source
 //! looped as fast as the pipeline takes it, counting sinks), measures
 //! packets and the CPU time of its `dataplane` and `extern-core-*`
 //! threads (/proc/PID/task/*/schedstat). Prints a markdown table.
@@ -220,8 +221,10 @@ async fn main() {
     for (name, spec, ext_names) in &workloads {
         let modes: &[&str] = if ext_names.is_empty() {
             &["-"]
-        } else {
+        } else if ext_names == &["empty"] {
             &["Sync", "Async"]
+        } else {
+            &["Sync", "Async", "Async, crypto device"]
         };
         for mode in modes {
             let mut runs = Vec::new();
@@ -245,15 +248,15 @@ async fn main() {
                     .iter()
                     .map(|n| xpb::ExternPolicy {
                         name: n.to_string(),
-                        mode: if *mode == "Async" {
+                        mode: if mode.starts_with("Async") {
                             xpb::Mode::Async as i32
                         } else {
                             xpb::Mode::Sync as i32
                         },
-                        executor: if *mode == "Async" {
-                            xpb::Executor::DedicatedCores as i32
-                        } else {
-                            0
+                        executor: match *mode {
+                            "Async" => xpb::Executor::DedicatedCores as i32,
+                            "Async, crypto device" => xpb::Executor::InlineCryptoDevice as i32,
+                            _ => 0,
                         },
                         ..Default::default()
                     })

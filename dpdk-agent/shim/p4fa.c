@@ -506,3 +506,196 @@ int p4fa_ethdev_start(const char *name, const char *pool, uint16_t descriptors)
 	rte_eth_promiscuous_enable(port);
 	return 0;
 }
+
+/* ---- crypto device: the InlineCryptoDevice executor --------------------- */
+
+#include <rte_crypto.h>
+#include <rte_cryptodev.h>
+
+#define P4FA_IV_OFF (sizeof(struct rte_crypto_op) + sizeof(struct rte_crypto_sym_op))
+#define P4FA_CDEV_PENDING 1024
+#define P4FA_DONE 2
+
+/* The agent's mailbox (src/externs.rs, MAILBOX_FIELDS): one AES block as
+ * two numbers (its bytes in network order) and the call's state. */
+struct p4fa_mailbox {
+	uint64_t w0;
+	uint64_t w1;
+	uint64_t state;
+};
+
+static struct {
+	int ready;
+	uint8_t dev;
+	void *sess[2];
+	struct rte_mempool *ops;
+	struct rte_mempool *mbufs;
+	uint8_t iv[16];
+	struct rte_crypto_op *pending[P4FA_CDEV_PENDING];
+	uint32_t n_pending;
+	uint64_t submitted;
+	uint64_t completed;
+	uint64_t failed;
+} cdev;
+
+/* Configures and starts crypto device `name` (a software PMD given to the
+ * EAL as --vdev, e.g. crypto_openssl0 or crypto_aesni_mb0): one queue
+ * pair, AES-128-CBC sessions to encrypt and decrypt with `key`, pools
+ * for `n_ops` operations in flight. */
+int p4fa_cdev_init(const char *name, const uint8_t *key, const uint8_t *iv, uint32_t n_ops)
+{
+	struct rte_cryptodev_config conf = {.socket_id = 0, .nb_queue_pairs = 1};
+	struct rte_crypto_sym_xform x;
+	struct rte_cryptodev_qp_conf qp;
+	struct rte_mempool *sessions;
+	uint8_t key_copy[16];
+	int id, status, i;
+
+	id = rte_cryptodev_get_dev_id(name);
+	if (id < 0)
+		return -ENODEV;
+	cdev.dev = (uint8_t)id;
+	status = rte_cryptodev_configure(cdev.dev, &conf);
+	if (status)
+		return status;
+	sessions = rte_cryptodev_sym_session_pool_create(
+		"P4FA_CSESS", 4, rte_cryptodev_sym_get_private_session_size(cdev.dev), 0, 0, 0);
+	if (!sessions)
+		return -rte_errno;
+	qp.nb_descriptors = n_ops;
+	qp.mp_session = sessions;
+	status = rte_cryptodev_queue_pair_setup(cdev.dev, 0, &qp, 0);
+	if (status)
+		return status;
+	status = rte_cryptodev_start(cdev.dev);
+	if (status)
+		return status;
+	memcpy(key_copy, key, 16);
+	memcpy(cdev.iv, iv, 16);
+	for (i = 0; i < 2; i++) {
+		memset(&x, 0, sizeof(x));
+		x.type = RTE_CRYPTO_SYM_XFORM_CIPHER;
+		x.cipher.op = i ? RTE_CRYPTO_CIPHER_OP_DECRYPT : RTE_CRYPTO_CIPHER_OP_ENCRYPT;
+		x.cipher.algo = RTE_CRYPTO_CIPHER_AES_CBC;
+		x.cipher.key.data = key_copy;
+		x.cipher.key.length = 16;
+		x.cipher.iv.offset = P4FA_IV_OFF;
+		x.cipher.iv.length = 16;
+		cdev.sess[i] = rte_cryptodev_sym_session_create(cdev.dev, &x, sessions);
+		if (!cdev.sess[i])
+			return -rte_errno;
+	}
+	/* IV, then the mailbox pointer, in each op's private area. */
+	cdev.ops = rte_crypto_op_pool_create("P4FA_COPS", RTE_CRYPTO_OP_TYPE_SYMMETRIC, n_ops, 0,
+					     16 + sizeof(void *), 0);
+	if (!cdev.ops)
+		return -rte_errno;
+	cdev.mbufs = rte_pktmbuf_pool_create("P4FA_CMBUF", n_ops, 0, 0,
+					     RTE_PKTMBUF_HEADROOM + 64, 0);
+	if (!cdev.mbufs)
+		return -rte_errno;
+	cdev.ready = 1;
+	return 0;
+}
+
+static void cdev_flush(void)
+{
+	uint16_t n;
+
+	if (!cdev.n_pending)
+		return;
+	n = rte_cryptodev_enqueue_burst(cdev.dev, 0, cdev.pending, (uint16_t)cdev.n_pending);
+	if (n && n < cdev.n_pending)
+		memmove(cdev.pending, cdev.pending + n, (cdev.n_pending - n) * sizeof(void *));
+	cdev.n_pending -= n;
+}
+
+/* Queues the mailbox's block for the device (encrypt, or decrypt when
+ * `decrypt`); operations go to the device `burst` at a time (and at every
+ * poll). -ENOBUFS: no free operation now (ask again later). Called from
+ * the pipeline's thread only. */
+int p4fa_cdev_submit(void *mailbox, int decrypt, uint32_t burst)
+{
+	struct p4fa_mailbox *mb = mailbox;
+	struct rte_crypto_op *op;
+	struct rte_mbuf *m;
+	uint64_t w[2];
+	uint8_t *p;
+
+	if (!cdev.ready)
+		return -ENODEV;
+	if (cdev.n_pending >= P4FA_CDEV_PENDING)
+		return -ENOBUFS;
+	op = rte_crypto_op_alloc(cdev.ops, RTE_CRYPTO_OP_TYPE_SYMMETRIC);
+	if (!op)
+		return -ENOBUFS;
+	m = rte_pktmbuf_alloc(cdev.mbufs);
+	if (!m) {
+		rte_crypto_op_free(op);
+		return -ENOBUFS;
+	}
+	w[0] = rte_cpu_to_be_64(mb->w0);
+	w[1] = rte_cpu_to_be_64(mb->w1);
+	memcpy(rte_pktmbuf_append(m, 16), w, 16);
+	rte_crypto_op_attach_sym_session(op, cdev.sess[decrypt ? 1 : 0]);
+	op->sym->m_src = m;
+	op->sym->cipher.data.offset = 0;
+	op->sym->cipher.data.length = 16;
+	p = rte_crypto_op_ctod_offset(op, uint8_t *, P4FA_IV_OFF);
+	memcpy(p, cdev.iv, 16);
+	memcpy(p + 16, &mb, sizeof(mb));
+	cdev.pending[cdev.n_pending++] = op;
+	cdev.submitted++;
+	if (cdev.n_pending >= burst)
+		cdev_flush();
+	return 0;
+}
+
+/* Sends what is queued, takes what the device finished: each result goes
+ * back into its mailbox, which is marked done. Returns how many finished. */
+uint32_t p4fa_cdev_poll(void)
+{
+	struct rte_crypto_op *done[64];
+	uint16_t n, i;
+	uint32_t total = 0;
+
+	if (!cdev.ready)
+		return 0;
+	cdev_flush();
+	do {
+		n = rte_cryptodev_dequeue_burst(cdev.dev, 0, done, 64);
+		for (i = 0; i < n; i++) {
+			struct rte_crypto_op *op = done[i];
+			struct rte_mbuf *m = op->sym->m_src;
+			struct p4fa_mailbox *mb;
+			uint64_t w[2];
+
+			memcpy(&mb, rte_crypto_op_ctod_offset(op, uint8_t *, P4FA_IV_OFF + 16),
+			       sizeof(mb));
+			if (op->status == RTE_CRYPTO_OP_STATUS_SUCCESS) {
+				memcpy(w, rte_pktmbuf_mtod(m, uint8_t *), 16);
+				mb->w0 = rte_be_to_cpu_64(w[0]);
+				mb->w1 = rte_be_to_cpu_64(w[1]);
+			} else {
+				cdev.failed++;
+			}
+			__atomic_store_n(&mb->state, P4FA_DONE, __ATOMIC_RELEASE);
+			rte_pktmbuf_free(m);
+			rte_crypto_op_free(op);
+		}
+		total += n;
+	} while (n == 64);
+	cdev.completed += total;
+	return total;
+}
+
+/* Operations submitted and not finished; operations the device failed. */
+uint64_t p4fa_cdev_in_flight(void)
+{
+	return cdev.submitted - cdev.completed;
+}
+
+uint64_t p4fa_cdev_failed(void)
+{
+	return cdev.failed;
+}

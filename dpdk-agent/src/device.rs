@@ -34,6 +34,8 @@ pub struct Config {
     pub rate_pps: u64,
     /// Most extern cores one extern may get (0: no DedicatedCores).
     pub max_extern_cores: u32,
+    /// The crypto device started for InlineCryptoDevice (`--crypto-dev`).
+    pub crypto_dev: Option<String>,
     pub stats_interval: Duration,
 }
 
@@ -138,6 +140,16 @@ fn spec_defaults(spec: &str) -> HashMap<String, String> {
         }
     }
     out
+}
+
+impl Config {
+    /// The executors extern policies may use.
+    pub fn executors(&self) -> policy::Executors {
+        policy::Executors {
+            max_cores: self.max_extern_cores,
+            crypto_device: self.crypto_dev.is_some(),
+        }
+    }
 }
 
 impl Device {
@@ -439,9 +451,9 @@ impl Device {
         target: Option<&xpb::Target>,
         desired: &[xpb::ExternPolicy],
     ) -> Result<Result<Vec<xpb::ExternPolicy>, policy::Refusal>, Status> {
-        let max = self.config.max_extern_cores;
+        let ex = self.config.executors();
         self.with_loaded(target, |l, runtime| {
-            let effective = match policy::resolve(&l.pipeline.externs, desired, max) {
+            let effective = match policy::resolve(&l.pipeline.externs, desired, ex) {
                 Ok(p) => p,
                 Err(r) => return Ok(Err(r)),
             };

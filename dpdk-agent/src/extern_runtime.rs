@@ -42,7 +42,7 @@ impl ExternRuntime for ExternRuntimeService {
         &self,
         request: Request<pb::ListExternsRequest>,
     ) -> Result<Response<pb::ListExternsResponse>, Status> {
-        let max = self.device.config.max_extern_cores;
+        let ex = self.device.config.executors();
         let r = self
             .device
             .with_loaded(request.get_ref().target.as_ref(), |l, _| {
@@ -59,7 +59,7 @@ impl ExternRuntime for ExternRuntimeService {
                                 .map(|i| externs::EXTERNS[i].1.as_str())
                                 .unwrap_or_default()
                                 .to_string(),
-                            capabilities: Some(policy::capabilities(max)),
+                            capabilities: Some(policy::capabilities(name, ex)),
                         })
                         .collect(),
                 })

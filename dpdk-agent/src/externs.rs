@@ -49,8 +49,12 @@ pub const MAILBOX_STRUCT: &str = "p4fleet_extern_mailbox_t";
 pub const MAILBOX_FIELDS: [(&str, u32); 3] = [("w0", 64), ("w1", 64), ("p4fleet_state", 64)];
 
 const IDLE: u64 = 0;
+/// Handed to an extern core.
 const SUBMITTED: u64 = 1;
+/// The result is in the mailbox (shim/p4fa.c writes it too).
 const DONE: u64 = 2;
+/// Queued on the crypto device.
+const SUBMITTED_CDEV: u64 = 3;
 
 /// The mailbox as DPDK lays it out (fields in order, bytes packed).
 #[repr(C)]
@@ -150,8 +154,11 @@ pub fn apply(kind: Kind, block: &mut [u8; 16]) {
 }
 
 pub const MODE_SYNC: u8 = 0;
+/// Async on dedicated extern cores.
 pub const MODE_ASYNC: u8 = 1;
 pub const MODE_SKIP: u8 = 2;
+/// Async on the crypto device, polled from the pipeline's thread.
+pub const MODE_INLINE: u8 = 3;
 
 /// A request to an extern core: the parked packet's mailbox.
 #[derive(Clone, Copy)]
@@ -168,9 +175,14 @@ struct Slot {
     mode: AtomicU8,
     /// Most calls in flight (submitted, not resumed).
     pool: AtomicU32,
+    /// Operations handed to the crypto device at once.
+    burst: AtomicU32,
     sync_calls: AtomicU64,
     skipped: AtomicU64,
     submitted: AtomicU64,
+    /// Of those, handed to extern cores (the rest went to the crypto
+    /// device).
+    to_cores: AtomicU64,
     /// Calls that found the mailbox done (the packet resumed).
     resumed: AtomicU64,
     /// Calls that found their request still running (the thread yielded
@@ -198,9 +210,11 @@ impl Slot {
         Slot {
             mode: AtomicU8::new(MODE_SYNC),
             pool: AtomicU32::new(u32::MAX),
+            burst: AtomicU32::new(1),
             sync_calls: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             submitted: AtomicU64::new(0),
+            to_cores: AtomicU64::new(0),
             resumed: AtomicU64::new(0),
             polls: AtomicU64::new(0),
             waits: AtomicU64::new(0),
@@ -236,6 +250,18 @@ unsafe extern "C" fn call<const I: usize>(mailbox: *mut c_void) -> c_int {
             bump(&slot.resumed);
             return 1;
         }
+        SUBMITTED_CDEV => {
+            // The crypto device is polled by the packet's own core: here.
+            // SAFETY: the device's queue pair is used by this thread only.
+            unsafe { crate::ffi::p4fa_cdev_poll() };
+            if state.load(Ordering::Acquire) == DONE {
+                state.store(IDLE, Ordering::Relaxed);
+                bump(&slot.resumed);
+                return 1;
+            }
+            bump(&slot.polls);
+            return 0;
+        }
         _ => {
             bump(&slot.polls);
             return 0;
@@ -246,6 +272,31 @@ unsafe extern "C" fn call<const I: usize>(mailbox: *mut c_void) -> c_int {
         MODE_SKIP => {
             bump(&slot.skipped);
             1
+        }
+        MODE_INLINE if kind != Kind::Empty => {
+            let in_flight =
+                slot.submitted.load(Ordering::Relaxed) - slot.resumed.load(Ordering::Relaxed);
+            if in_flight >= u64::from(slot.pool.load(Ordering::Relaxed)) {
+                bump(&slot.waits);
+                return 0;
+            }
+            state.store(SUBMITTED_CDEV, Ordering::Relaxed);
+            // SAFETY: the mailbox stays valid until the device is done
+            // (`Runtime::drain`); this thread alone uses the device.
+            let st = unsafe {
+                crate::ffi::p4fa_cdev_submit(
+                    mailbox,
+                    c_int::from(kind == Kind::Decrypt),
+                    slot.burst.load(Ordering::Relaxed),
+                )
+            };
+            if st != 0 {
+                state.store(IDLE, Ordering::Relaxed);
+                bump(&slot.waits);
+                return 0;
+            }
+            bump(&slot.submitted);
+            0
         }
         MODE_ASYNC => {
             let in_flight =
@@ -269,6 +320,7 @@ unsafe extern "C" fn call<const I: usize>(mailbox: *mut c_void) -> c_int {
                 if producers[i].push(Request(mb)).is_ok() {
                     *next = (i + 1) % n;
                     bump(&slot.submitted);
+                    bump(&slot.to_cores);
                     return 0;
                 }
             }
@@ -331,7 +383,8 @@ pub struct Setting {
     pub mode: u8,
     /// Extern cores (Async).
     pub cores: u32,
-    /// Requests an extern core takes from a ring at once.
+    /// Requests an extern core takes from a ring at once; operations
+    /// handed to the crypto device at once.
     pub burst: u32,
     /// Most calls in flight.
     pub pool: u32,
@@ -371,13 +424,21 @@ impl Runtime {
     pub fn drain(&self) {
         let start = std::time::Instant::now();
         loop {
-            let busy = SLOTS
+            // The crypto device is polled here while the pipeline is
+            // paused or stopped: then nothing else uses its queue pair.
+            // SAFETY: as said.
+            let device_busy = unsafe {
+                crate::ffi::p4fa_cdev_poll();
+                crate::ffi::p4fa_cdev_in_flight() > 0
+            };
+            let cores_busy = SLOTS
                 .iter()
-                .any(|s| s.executed.load(Ordering::Acquire) < s.submitted.load(Ordering::Acquire));
-            if !busy {
+                .any(|s| s.executed.load(Ordering::Acquire) < s.to_cores.load(Ordering::Acquire));
+            if !device_busy && !cores_busy {
                 return;
             }
-            if self.threads.is_empty() || start.elapsed() > Duration::from_secs(10) {
+            if (cores_busy && self.threads.is_empty()) || start.elapsed() > Duration::from_secs(10)
+            {
                 // Nothing can finish them: a bug, said loudly.
                 tracing::error!("extern requests left unexecuted");
                 return;
@@ -427,6 +488,7 @@ impl Runtime {
                 *slot.next.get() = 0;
             }
             slot.pool.store(s.pool.max(1), Ordering::Relaxed);
+            slot.burst.store(s.burst.max(1), Ordering::Relaxed);
             slot.mode.store(s.mode, Ordering::Release);
         }
         for (c, rings) in per_core.into_iter().enumerate() {
@@ -448,6 +510,7 @@ impl Runtime {
                 &s.sync_calls,
                 &s.skipped,
                 &s.submitted,
+                &s.to_cores,
                 &s.resumed,
                 &s.polls,
                 &s.waits,

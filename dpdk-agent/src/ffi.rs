@@ -159,6 +159,12 @@ unsafe extern "C" {
     ) -> c_int;
     pub fn p4fa_commit(ctl: *mut Ctl, abort_on_fail: c_int) -> c_int;
     pub fn p4fa_abort(ctl: *mut Ctl);
+
+    pub fn p4fa_cdev_init(name: *const c_char, key: *const u8, iv: *const u8, n_ops: u32) -> c_int;
+    pub fn p4fa_cdev_submit(mailbox: *mut c_void, decrypt: c_int, burst: u32) -> c_int;
+    pub fn p4fa_cdev_poll() -> u32;
+    pub fn p4fa_cdev_in_flight() -> u64;
+    pub fn p4fa_cdev_failed() -> u64;
 }
 
 /// DPDK's text for an error code (negative or positive errno).

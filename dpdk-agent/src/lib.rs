@@ -45,6 +45,24 @@ pub fn create_ring(name: &str, count: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// Starts crypto device `name` (given to the EAL as `--vdev`) with the
+/// crypto externs' key and IV, for the InlineCryptoDevice executor.
+pub fn start_crypto_device(name: &str) -> Result<(), String> {
+    // SAFETY: valid C string, 16-byte key and IV; the EAL is initialized.
+    let st = unsafe {
+        ffi::p4fa_cdev_init(
+            cstr(name)?.as_ptr(),
+            externs::KEY.as_ptr(),
+            externs::IV.as_ptr(),
+            2048,
+        )
+    };
+    if st != 0 {
+        return Err(format!("crypto device {name}: {}", ffi::strerror(st)));
+    }
+    Ok(())
+}
+
 /// Configures and starts an ethdev (one rx and one tx queue).
 pub fn start_ethdev(name: &str, mempool: &str) -> Result<(), String> {
     // SAFETY: as above.

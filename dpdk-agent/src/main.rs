@@ -72,6 +72,13 @@ struct Args {
     /// (rte_swx_pipeline_internal.h, rte_swx_pipeline_spec.h).
     #[arg(long, default_value = agent::DPDK_PIPELINE_INCLUDE)]
     pipeline_include: PathBuf,
+    /// The DPDK crypto device of the InlineCryptoDevice executor: a
+    /// software PMD the agent adds to the EAL as `--vdev` (crypto_openssl0,
+    /// the OpenSSL PMD T4P4S used; crypto_aesni_mb0, Intel's multi-buffer
+    /// library) or a device the EAL arguments already give; `none`: no
+    /// InlineCryptoDevice.
+    #[arg(long, default_value = "crypto_openssl0")]
+    crypto_dev: String,
     /// Packet buffers in the input ports' mempool.
     #[arg(long, default_value_t = 8191)]
     mbufs: u32,
@@ -147,8 +154,21 @@ fn main() -> anyhow::Result<()> {
         }
     }
 
-    eal::init(&eal::split(&args.eal)).map_err(anyhow::Error::msg)?;
+    let crypto_dev = (args.crypto_dev != "none").then(|| args.crypto_dev.clone());
+    let mut eal_args = eal::split(&args.eal);
+    if let Some(dev) = &crypto_dev
+        && dev.starts_with("crypto_")
+        && !args.eal.contains(dev.as_str())
+    {
+        eal_args.push(format!("--vdev={dev}"));
+    }
+    eal::init(&eal_args).map_err(anyhow::Error::msg)?;
     agent::create_mempool(MEMPOOL, args.mbufs, 2304).map_err(anyhow::Error::msg)?;
+    if let Some(dev) = &crypto_dev {
+        agent::start_crypto_device(dev).map_err(|e| {
+            anyhow::anyhow!("{e} (--crypto-dev none runs without the InlineCryptoDevice executor)")
+        })?;
+    }
     let mut ethdevs: Vec<&str> = Vec::new();
     for p in &ins {
         match p {
@@ -193,6 +213,7 @@ fn main() -> anyhow::Result<()> {
         },
         rate_pps: args.rate_pps,
         max_extern_cores: args.extern_cores.unwrap_or(cores.saturating_sub(1)),
+        crypto_dev,
         stats_interval: Duration::from_millis(args.stats_interval_ms.max(10)),
     };
     let device = Device::new(config);

@@ -5,7 +5,7 @@
 
 use p4fleet_proto::externs as pb;
 
-use crate::externs::{MODE_ASYNC, MODE_SKIP, MODE_SYNC, Setting};
+use crate::externs::{self, Kind, MODE_ASYNC, MODE_INLINE, MODE_SKIP, MODE_SYNC, Setting};
 
 pub const DEFAULT_BURST: u32 = 64;
 pub const DEFAULT_CONTEXT_POOL: u32 = 1023;
@@ -39,8 +39,26 @@ fn refuse(
     )
 }
 
-/// What this agent offers per extern.
-pub fn capabilities(max_cores: u32) -> pb::Capabilities {
+/// The executors this agent has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Executors {
+    /// Most dedicated extern cores one extern may get (0: none).
+    pub max_cores: u32,
+    /// A DPDK crypto device is started (`--crypto-dev`): the crypto
+    /// externs can run on it.
+    pub crypto_device: bool,
+}
+
+/// What this agent offers to extern `name`.
+pub fn capabilities(name: &str, ex: Executors) -> pb::Capabilities {
+    let mut executors = Vec::new();
+    if ex.crypto_device && is_crypto(name) {
+        executors.push(pb::Executor::InlineCryptoDevice as i32);
+    }
+    if ex.max_cores > 0 {
+        executors.push(pb::Executor::DedicatedCores as i32);
+    }
+    let max_cores = ex.max_cores;
     pb::Capabilities {
         modes: vec![
             pb::Mode::Sync as i32,
@@ -48,16 +66,18 @@ pub fn capabilities(max_cores: u32) -> pb::Capabilities {
             pb::Mode::Skip as i32,
         ],
         suspend_methods: vec![pb::SuspendMethod::PacketDescriptor as i32],
-        executors: if max_cores > 0 {
-            vec![pb::Executor::DedicatedCores as i32]
-        } else {
-            vec![]
-        },
+        executors,
         max_cores,
         max_burst_size: MAX_BURST,
         max_context_pool: MAX_CONTEXT_POOL,
         max_queue_depth: MAX_QUEUE_DEPTH,
     }
+}
+
+/// Whether `name` is one of the crypto externs (what a crypto device can
+/// run).
+fn is_crypto(name: &str) -> bool {
+    externs::slot_of(name).is_some_and(|i| externs::EXTERNS[i].1 != Kind::Empty)
 }
 
 fn range(name: &str, field: &str, v: u32, max: u32) -> Result<(), Refusal> {
@@ -74,7 +94,8 @@ fn range(name: &str, field: &str, v: u32, max: u32) -> Result<(), Refusal> {
 }
 
 /// One extern's effective policy, or why not.
-pub fn normalize(p: &pb::ExternPolicy, max_cores: u32) -> Result<pb::ExternPolicy, Refusal> {
+pub fn normalize(p: &pb::ExternPolicy, ex: Executors) -> Result<pb::ExternPolicy, Refusal> {
+    let max_cores = ex.max_cores;
     use pb::policy_error::Reason;
     let name = p.name.as_str();
     let mut out = p.clone();
@@ -138,17 +159,19 @@ pub fn normalize(p: &pb::ExternPolicy, max_cores: u32) -> Result<pb::ExternPolic
                         ),
                     ));
                 }
+                pb::Executor::InlineCryptoDevice if ex.crypto_device && is_crypto(name) => {}
                 pb::Executor::InlineCryptoDevice => {
+                    let why = if ex.crypto_device {
+                        "it is not a crypto extern (a crypto device runs AES operations)"
+                    } else {
+                        "the agent runs without a crypto device (--crypto-dev none)"
+                    };
                     return Err(refuse(
                         tonic::Code::FailedPrecondition,
                         Reason::UnsupportedExecutor,
                         name,
                         "executor",
-                        format!(
-                            "extern {name:?}: executor InlineCryptoDevice is not available on \
-                             this agent yet (a DPDK software cryptodev executor is not \
-                             implemented; use DedicatedCores)"
-                        ),
+                        format!("extern {name:?}: executor InlineCryptoDevice: {why}"),
                     ));
                 }
                 pb::Executor::Accelerator => {
@@ -180,10 +203,12 @@ pub fn normalize(p: &pb::ExternPolicy, max_cores: u32) -> Result<pb::ExternPolic
                     ));
                 }
             }
-            if out.cores == 0 {
-                out.cores = 1;
+            if executor == pb::Executor::DedicatedCores {
+                if out.cores == 0 {
+                    out.cores = 1;
+                }
+                range(name, "cores", out.cores, max_cores)?;
             }
-            range(name, "cores", out.cores, max_cores)?;
             if out.burst_size > out.queue_depth {
                 return Err(refuse(
                     tonic::Code::InvalidArgument,
@@ -223,7 +248,7 @@ pub fn sync(name: &str) -> pb::ExternPolicy {
 pub fn resolve(
     externs: &[String],
     desired: &[pb::ExternPolicy],
-    max_cores: u32,
+    ex: Executors,
 ) -> Result<Vec<pb::ExternPolicy>, Refusal> {
     use pb::policy_error::Reason;
     let mut out: Vec<Option<pb::ExternPolicy>> = vec![None; externs.len()];
@@ -254,7 +279,7 @@ pub fn resolve(
                 format!("extern {:?} is named twice", p.name),
             ));
         }
-        out[i] = Some(normalize(p, max_cores)?);
+        out[i] = Some(normalize(p, ex)?);
     }
     Ok(out
         .into_iter()
@@ -267,7 +292,11 @@ pub fn resolve(
 pub fn setting(p: &pb::ExternPolicy) -> Setting {
     match pb::Mode::try_from(p.mode) {
         Ok(pb::Mode::Async) => Setting {
-            mode: MODE_ASYNC,
+            mode: if p.executor == pb::Executor::InlineCryptoDevice as i32 {
+                MODE_INLINE
+            } else {
+                MODE_ASYNC
+            },
             cores: p.cores,
             burst: p.burst_size,
             pool: p.context_pool,
@@ -287,6 +316,11 @@ pub fn setting(p: &pb::ExternPolicy) -> Setting {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const EX: Executors = Executors {
+        max_cores: 2,
+        crypto_device: true,
+    };
 
     fn names() -> Vec<String> {
         vec!["async_encrypt".into(), "async_decrypt".into()]
@@ -310,7 +344,7 @@ mod tests {
                 pb::Mode::Async,
                 pb::Executor::DedicatedCores,
             )],
-            2,
+            EX,
         )
         .unwrap();
         assert_eq!(got[0], sync("async_encrypt"));
@@ -321,6 +355,42 @@ mod tests {
             (got[1].burst_size, got[1].context_pool, got[1].queue_depth),
             (64, 1023, 1024)
         );
+        assert_eq!(setting(&got[1]).mode, MODE_ASYNC);
+    }
+
+    #[test]
+    fn the_crypto_device_runs_crypto_externs_only() {
+        let inline = p(
+            "async_encrypt",
+            pb::Mode::Async,
+            pb::Executor::InlineCryptoDevice,
+        );
+        let n = normalize(&inline, EX).unwrap();
+        assert_eq!(n.cores, 0);
+        assert_eq!(setting(&n).mode, MODE_INLINE);
+        let caps = capabilities("async_encrypt", EX);
+        assert!(
+            caps.executors
+                .contains(&(pb::Executor::InlineCryptoDevice as i32))
+        );
+        let e = normalize(
+            &p("empty", pb::Mode::Async, pb::Executor::InlineCryptoDevice),
+            EX,
+        )
+        .unwrap_err();
+        assert!(e.1.message.contains("not a crypto extern"), "{e:?}");
+        assert!(
+            !capabilities("empty", EX)
+                .executors
+                .contains(&(pb::Executor::InlineCryptoDevice as i32))
+        );
+        let none = Executors {
+            crypto_device: false,
+            ..EX
+        };
+        let e = normalize(&inline, none).unwrap_err();
+        assert_eq!(e.0, tonic::Code::FailedPrecondition);
+        assert!(e.1.message.contains("--crypto-dev none"), "{e:?}");
     }
 
     #[test]
@@ -328,33 +398,32 @@ mod tests {
         let e = resolve(
             &names(),
             &[p("compress", pb::Mode::Skip, pb::Executor::Unspecified)],
-            2,
+            EX,
         )
         .unwrap_err();
         assert_eq!(e.0, tonic::Code::NotFound);
         assert!(e.1.message.contains("async_encrypt, async_decrypt"));
-        let e = normalize(
-            &p("x", pb::Mode::Async, pb::Executor::InlineCryptoDevice),
-            2,
-        )
-        .unwrap_err();
-        assert_eq!(e.0, tonic::Code::FailedPrecondition);
-        assert_eq!(e.1.field, "executor");
         let mut ctx = p("x", pb::Mode::Async, pb::Executor::DedicatedCores);
         ctx.suspend = pb::SuspendMethod::Context as i32;
-        let e = normalize(&ctx, 2).unwrap_err();
+        let e = normalize(&ctx, EX).unwrap_err();
         assert_eq!(
             e.1.reason,
             pb::policy_error::Reason::UnsupportedSuspend as i32
         );
         let mut many = p("x", pb::Mode::Async, pb::Executor::DedicatedCores);
         many.cores = 3;
-        assert_eq!(normalize(&many, 2).unwrap_err().1.field, "cores");
+        assert_eq!(normalize(&many, EX).unwrap_err().1.field, "cores");
+        let no_cores = Executors { max_cores: 0, ..EX };
         assert_eq!(
-            normalize(&p("x", pb::Mode::Async, pb::Executor::DedicatedCores), 0)
-                .unwrap_err()
-                .0,
+            normalize(
+                &p("x", pb::Mode::Async, pb::Executor::DedicatedCores),
+                no_cores
+            )
+            .unwrap_err()
+            .0,
             tonic::Code::FailedPrecondition
         );
+        let e = normalize(&p("x", pb::Mode::Async, pb::Executor::Accelerator), EX).unwrap_err();
+        assert_eq!(e.1.field, "executor");
     }
 }

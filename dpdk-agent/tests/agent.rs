@@ -419,6 +419,48 @@ async fn l2crypt_entries_steer_traffic_and_policies_change_what_the_pipeline_cou
     let tx_async = st.pipeline.as_ref().unwrap().tx_packets;
     assert!(tx_async > 0);
 
+    // The e2e scenario's mix: encrypt on an extern core, decrypt on the
+    // crypto device (DPDK's OpenSSL PMD, polled by the pipeline's core).
+    let mut dec = policy("async_decrypt", xpb::Mode::Async);
+    dec.executor = xpb::Executor::InlineCryptoDevice as i32;
+    let eff = s
+        .set_policy(vec![policy("async_encrypt", xpb::Mode::Async), dec])
+        .await
+        .unwrap();
+    assert_eq!(eff[1].executor, xpb::Executor::InlineCryptoDevice as i32);
+    assert_eq!(eff[1].cores, 0);
+    let before = ext(&s.stats().await, "async_decrypt").async_completed;
+    wait_for(
+        "decrypt completed on the crypto device",
+        Duration::from_secs(30),
+        async || {
+            let st = s.stats().await;
+            let x = ext(&st, "async_decrypt");
+            let e = ext(&st, "async_encrypt");
+            if x.async_completed > before + 100 && e.async_completed > tx_async {
+                Ok(())
+            } else {
+                Err(format!("{x:?} {e:?}"))
+            }
+        },
+    )
+    .await;
+    // `empty` is no crypto operation: a crypto device cannot run it.
+    let caps = s
+        .externs
+        .list_externs(xpb::ListExternsRequest { target: target() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        caps.externs[0]
+            .capabilities
+            .as_ref()
+            .unwrap()
+            .executors
+            .contains(&(xpb::Executor::InlineCryptoDevice as i32))
+    );
+
     // Skip: skipped grows, nothing else does.
     s.set_policy(vec![
         policy("async_encrypt", xpb::Mode::Skip),
@@ -489,9 +531,10 @@ async fn l2crypt_entries_steer_traffic_and_policies_change_what_the_pipeline_cou
 
 /// The mailbox variant on DPDK: with async_decrypt skipped, the first 16
 /// bytes after the IPv4 header leave encrypted (AES-128-CBC with the
-/// emulator's key and IV), on port 1's pcap sink, for Sync and Async.
+/// emulator's key and IV), on port 1's pcap sink: Sync, Async on an
+/// extern core, Async on the crypto device.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_mailbox_variant_encrypts_the_payload_block_sync_and_async() {
+async fn the_mailbox_variant_encrypts_the_payload_block_sync_async_and_on_the_crypto_device() {
     let agent = start_agent(&["--port-out", "sink", "--port-out", "sink:port1.pcap"]);
     let mut s = session(&agent).await;
     s.device
@@ -524,16 +567,19 @@ async fn the_mailbox_variant_encrypts_the_payload_block_sync_and_async() {
         }
     })
     .await;
-    for mode in [xpb::Mode::Sync, xpb::Mode::Async] {
-        s.set_policy(vec![
-            policy("async_encrypt", mode),
-            policy("async_decrypt", xpb::Mode::Skip),
-        ])
-        .await
-        .unwrap();
+    for (mode, executor) in [
+        (xpb::Mode::Sync, xpb::Executor::Unspecified),
+        (xpb::Mode::Async, xpb::Executor::DedicatedCores),
+        (xpb::Mode::Async, xpb::Executor::InlineCryptoDevice),
+    ] {
+        let mut enc = policy("async_encrypt", mode);
+        enc.executor = executor as i32;
+        s.set_policy(vec![enc, policy("async_decrypt", xpb::Mode::Skip)])
+            .await
+            .unwrap();
         let seen = read_pcap(&pcap).len();
         wait_for(
-            &format!("flow 3 encrypted ({mode:?})"),
+            &format!("flow 3 encrypted ({mode:?}, {executor:?})"),
             Duration::from_secs(30),
             async || {
                 let frames = read_pcap(&pcap);
