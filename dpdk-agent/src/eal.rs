@@ -17,8 +17,20 @@ pub const NO_HUGE_ARGS: &str =
 /// Initializes the EAL with `args` (argv without the program name). A
 /// second call returns the first call's result (the EAL cannot be
 /// initialized twice in one process).
+///
+/// `rte_eal_init` pins the calling thread to its main lcore (`-l 0`: CPU
+/// 0), and every thread created afterwards inherits that: the data plane,
+/// the extern cores and the gRPC runtime would all share one CPU. The
+/// calling thread's CPU set from before is restored afterwards (call this
+/// before starting other threads). Pinning the data plane and extern
+/// cores to CPUs of their own is not done yet.
 pub fn init(args: &[String]) -> Result<(), String> {
     EAL.get_or_init(|| {
+        // SAFETY: a zeroed cpu_set_t filled by the kernel for this thread.
+        let mut before: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        let have = unsafe {
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut before)
+        } == 0;
         let mut owned: Vec<CString> = vec![CString::new("p4fleet-dpdk-agent").expect("no NUL")];
         for a in args {
             owned.push(CString::new(a.as_str()).map_err(|_| format!("EAL argument {a:?}"))?);
@@ -30,6 +42,12 @@ pub fn init(args: &[String]) -> Result<(), String> {
         let n = unsafe { ffi::p4fa_eal_init(owned.len() as i32, argv.as_mut_ptr()) };
         // The EAL keeps pointers into argv for its lifetime.
         std::mem::forget(owned);
+        if have {
+            // SAFETY: the set read above, for this thread.
+            unsafe {
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &before);
+            }
+        }
         if n < 0 {
             return Err(format!(
                 "rte_eal_init({}) failed: {}",
