@@ -110,7 +110,8 @@ impl Ports {
 /// How the agent turns a `.spec` into a pipeline.
 #[derive(Debug, Clone)]
 pub struct BuildConfig {
-    /// Where the generated C, shared objects and iospecs go.
+    /// Where the generated C, shared objects and iospecs go (removed once
+    /// their pipeline is built).
     pub workdir: PathBuf,
     /// The C compiler (`cc`).
     pub cc: String,
@@ -359,6 +360,11 @@ impl Pipeline {
             ));
         }
         let h = Handles { p, ctl };
+        // The shared object is mapped now: the files of a pipeline that
+        // built go (those of one that failed stay, for diagnosis).
+        for f in [&spec_path, &c_path, &so_path, &io_path] {
+            let _ = std::fs::remove_file(f);
+        }
         let info = read_info(h.p).map_err(BuildError::Build)?;
         tracing::info!(
             pipeline = name,

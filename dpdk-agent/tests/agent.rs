@@ -282,6 +282,12 @@ async fn l2crypt_entries_steer_traffic_and_policies_change_what_the_pipeline_cou
             .await
             .unwrap()
     );
+    // The generated C and shared object are gone once the pipeline runs.
+    let left: Vec<_> = std::fs::read_dir(agent.dir.join("work"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
     // The cookie is the device's answer now: a second push is skipped.
     assert!(
         !s.device
