@@ -42,7 +42,7 @@ e2e-cluster:
 	hack/e2e-cluster.sh
 
 clean-local:
-	-for p in .local/operator.pid .local/emulator.pid .local/fpga-emulator.pid; do [[ -f $$p ]] && kill -9 "$$(cat $$p)" 2>/dev/null; done; true
+	-for p in .local/operator.pid .local/emulator.pid .local/fpga-emulator.pid .local/dpdk-agent.pid; do [[ -f $$p ]] && kill -9 "$$(cat $$p)" 2>/dev/null; done; true
 	hack/controlplane.sh down
 	rm -rf .local
 

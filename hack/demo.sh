@@ -100,7 +100,7 @@ EMU_NS="${DEMO_EMU_NS:-p4fleet-emulated}"
 EMU_ENTRIES="${DEMO_ENTRIES:-30000}"
 
 emulator() {
-  say "emulated switches (p4fleet-emulator: devices 1-2 bmv2-like over P4Runtime, device 3 Tofino-like over BFRT, device 4 a DPDK software switch; logs: .local/emulator.log)"
+  say "emulated switches (p4fleet-emulator: devices 1-2 bmv2-like over P4Runtime, device 3 Tofino-like over BFRT; logs: .local/emulator.log)"
   if [[ -f "$LOCAL/emulator.pid" ]] && kill -0 "$(cat "$LOCAL/emulator.pid")" 2>/dev/null; then
     kill "$(cat "$LOCAL/emulator.pid")" 2>/dev/null || true
     sleep 0.5
@@ -110,13 +110,11 @@ emulator() {
   stats="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
   bfrt="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
   # One process serves both protocols on two ports (device ids are shared,
-  # so the Tofino switch gets a device of its own). Device 4 is a DPDK
-  # target: its data plane is offered 100,000 packets/s (64 bytes), more
-  # than this debug build encrypts and decrypts, so the extern mode shows
-  # in packets/s.
-  nohup "$REPO/target/debug/p4fleet-emulator" --devices 4 \
+  # so the Tofino switch gets a device of its own). The DPDK switch is the
+  # real thing: p4fleet-dpdk-agent (the `dpdk` step).
+  nohup "$REPO/target/debug/p4fleet-emulator" --devices 3 \
     --p4runtime-addr "127.0.0.1:$port" --stats-addr "127.0.0.1:$stats" \
-    --bfrt-addr "127.0.0.1:$bfrt" --dpdk-device-ids 4 --dpdk-extern-cores 1 \
+    --bfrt-addr "127.0.0.1:$bfrt" \
     >"$LOCAL/emulator.log" 2>&1 </dev/null &
   echo $! > "$LOCAL/emulator.pid"
   echo "127.0.0.1:$port" > "$LOCAL/emulator.addr"
@@ -295,8 +293,49 @@ YAML
   kubectl get aep -n "$EMU_NS" l2crypt
 }
 
+stop_dpdk_agent() {
+  [[ -f "$LOCAL/dpdk-agent.pid" ]] || return 0
+  kill "$(cat "$LOCAL/dpdk-agent.pid")" 2>/dev/null || true
+  rm -f "$LOCAL/dpdk-agent.pid"
+}
+
+# A real DPDK software switch: p4fleet-dpdk-agent on DPDK 22.11's SWX
+# pipeline, without hugepages or a NIC (docs/dpdk.md): a pcap of four
+# 64-byte flows looped at 100,000 packets/s into the pipeline, counting
+# sinks out, one extern core for Async.
+dpdk_agent() {
+  stop_dpdk_agent
+  mkdir -p "$LOCAL/dpdk-agent"
+  python3 - "$LOCAL/dpdk-agent/flows.pcap" <<'PY'
+import struct, sys
+frames = []
+for i in range(4):
+    dst, src = bytes([2, 0, 0, 0, 1, i]), bytes([2, 0, 0, 0, 2, i])
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 46, 0, 0, 64, 17, 0, bytes([10, 0, 0, i]), bytes([10, 0, 1, i]))
+    frames.append(dst + src + b"\x08\x00" + ip + bytes(46 - 20))
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+    for fr in frames:
+        f.write(struct.pack("<IIII", 0, 0, len(fr), len(fr)) + fr)
+PY
+  nohup "$REPO/target/debug/p4fleet-dpdk-agent" --addr 127.0.0.1:0 --device-id 4 \
+    --port-in "source:$LOCAL/dpdk-agent/flows.pcap" --rate-pps 100000 --extern-cores 1 \
+    --workdir "$LOCAL/dpdk-agent/work" \
+    >"$LOCAL/dpdk-agent.log" 2>&1 </dev/null &
+  echo $! > "$LOCAL/dpdk-agent.pid"
+  for _ in $(seq 100); do
+    grep -q "p4runtime listening on" "$LOCAL/dpdk-agent.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  sed -n 's/^p4runtime listening on //p' "$LOCAL/dpdk-agent.log" > "$LOCAL/dpdk-agent.addr"
+  [[ -s "$LOCAL/dpdk-agent.addr" ]] \
+    || { echo "p4fleet-dpdk-agent did not start; its log:"; tail -20 "$LOCAL/dpdk-agent.log"; exit 1; }
+  echo "  p4fleet-dpdk-agent listening on $(cat "$LOCAL/dpdk-agent.addr") (logs: .local/dpdk-agent.log)"
+}
+
 dpdk() {
-  say "a DPDK switch (device 4): l2crypt (L2 forwarding + async_encrypt, async_decrypt), its AsyncExternPolicy Sync -> Async -> Skip"
+  say "a DPDK switch (p4fleet-dpdk-agent on DPDK's SWX pipeline, device 4): l2crypt (L2 forwarding + async_encrypt, async_decrypt), its AsyncExternPolicy Sync -> Async -> Skip"
+  dpdk_agent
   kubectl create configmap l2crypt -n "$EMU_NS" --from-file="$REPO/examples/l2crypt/" \
     --dry-run=client -o yaml | kubectl apply --server-side --force-conflicts --field-manager=p4fleet-demo -f - >/dev/null
   kubectl apply --server-side --force-conflicts --field-manager=p4fleet-demo \
@@ -305,10 +344,10 @@ dpdk() {
 apiVersion: p4fleet.dev/v1alpha1
 kind: Switch
 metadata:
-  name: emulated-dpdk
+  name: dpdk-agent
 spec:
   target: Dpdk
-  endpoint: $(cat "$LOCAL/emulator.addr")
+  endpoint: $(cat "$LOCAL/dpdk-agent.addr")
   deviceId: 4
   slots: 1
   capacity: {cores: 2}
@@ -319,7 +358,7 @@ metadata:
   name: l2crypt
 spec:
   programRef: l2crypt
-  switchRef: emulated-dpdk
+  switchRef: dpdk-agent
   slot: 0
 YAML
   kubectl wait -n "$EMU_NS" --for=condition=Ready --timeout=120s virtualswitch/l2crypt
@@ -423,6 +462,7 @@ for s in b.get("slots", []):
 if [[ "${1:-}" == stop ]]; then
   stop_operator
   stop_fpga_emulator
+  stop_dpdk_agent
   if [[ -f "$LOCAL/emulator.pid" ]]; then
     kill "$(cat "$LOCAL/emulator.pid")" 2>/dev/null || true
     rm -f "$LOCAL/emulator.pid"

@@ -10,6 +10,11 @@
 #   actionlint      bin/actionlint, `go install` (e2e/tests/workflows.rs lints
 #                   .github/workflows with it)
 #   ShellCheck      apt, package shellcheck (the same test checks hack/*.sh and e2e/kind/run.sh)
+#   DPDK            apt: dpdk, libdpdk-dev, pkg-config, gcc (p4fleet-dpdk-agent
+#                   links Debian's DPDK 22.11 and compiles pipelines at run
+#                   time); two internal headers of the installed version from
+#                   Debian's source package (`apt-get source`, deb-src added
+#                   when missing) into .local/dpdk-src/<version>/
 #   p4runtime-shell .local/p4runtime-shell-venv from e2e/python/requirements.txt
 #                   (recreated when the requirements change; used by
 #                   e2e/tests/p4runtime_shell.rs)
@@ -110,6 +115,65 @@ if command -v shellcheck >/dev/null; then
 else
   apt_install shellcheck
   done_step "installed"
+fi
+
+# --- DPDK (p4fleet-dpdk-agent) ----------------------------------------------
+# Debian's DPDK 22.11 (libraries and headers, linked by dpdk-agent/build.rs),
+# pkg-config, and the C compiler the agent runs at pipeline load time
+# (a .spec becomes C through rte_swx_pipeline_codegen, then a shared object).
+# That generated C includes rte_swx_pipeline_internal.h and
+# rte_swx_pipeline_spec.h, which libdpdk-dev does not ship: they come from
+# Debian's source package of the installed version (deb-src is added when
+# the system has none), into .local/dpdk-src/<version>/. Nothing of DPDK is
+# in the repository. docs/dpdk.md, "The DPDK host agent".
+begin "dpdk"
+DPDK_PKGS=(dpdk libdpdk-dev pkg-config gcc libc6-dev)
+missing=()
+for p in "${DPDK_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if (( ${#missing[@]} > 0 )); then
+  apt_install "${missing[@]}"
+fi
+DPDK_VERSION="$(pkg-config --modversion libdpdk)"
+DPDK_DEB_VERSION="$(dpkg-query -W -f='${Version}' libdpdk-dev)"
+DPDK_SRC="$REPO/.local/dpdk-src/$DPDK_VERSION"
+if [[ -f "$DPDK_SRC/rte_swx_pipeline_internal.h" && "$(cat "$DPDK_SRC/.debian-version" 2>/dev/null)" == "$DPDK_DEB_VERSION" ]]; then
+  done_step "present: libdpdk $DPDK_VERSION, internal headers in ${DPDK_SRC#"$REPO"/}${missing[*]:+ (installed ${missing[*]})}"
+else
+  export DEBIAN_FRONTEND=noninteractive
+  if ! apt-get source --print-uris "dpdk=$DPDK_DEB_VERSION" >/dev/null 2>&1; then
+    # No deb-src for it yet: Debian's own archive, the suites the binaries
+    # come from.
+    cat > /etc/apt/sources.list.d/p4fleet-deb-src.sources <<'EOF'
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb-src
+URIs: http://deb.debian.org/debian-security
+Suites: bookworm-security
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+    apt-get update -qq
+    apt_updated=1
+  fi
+  tmp="$(mktemp -d)"
+  (cd "$tmp" && apt-get source --download-only -qq "dpdk=$DPDK_DEB_VERSION" >/dev/null 2>&1) ||
+    { echo "install-deps: error: apt-get source dpdk=$DPDK_DEB_VERSION failed (deb-src for Debian 12?)" >&2; exit 1; }
+  # Debian's patches do not touch lib/pipeline, so the upstream tarball's
+  # copies are the source package's.
+  tar -xf "$tmp"/dpdk_*.orig.tar.* -C "$tmp" --wildcards \
+    '*/lib/pipeline/rte_swx_pipeline_internal.h' '*/lib/pipeline/rte_swx_pipeline_spec.h' '*/license/bsd-3-clause.txt'
+  mkdir -p "$DPDK_SRC"
+  cp "$tmp"/*/lib/pipeline/rte_swx_pipeline_internal.h "$tmp"/*/lib/pipeline/rte_swx_pipeline_spec.h "$DPDK_SRC/"
+  cp "$tmp"/*/license/bsd-3-clause.txt "$DPDK_SRC/LICENSE"
+  echo "$DPDK_DEB_VERSION" > "$DPDK_SRC/.debian-version"
+  rm -rf "$tmp"
+  done_step "libdpdk $DPDK_VERSION; internal headers from source package $DPDK_DEB_VERSION in ${DPDK_SRC#"$REPO"/}${missing[*]:+ (installed ${missing[*]})}"
 fi
 
 # --- p4runtime-shell venv ---------------------------------------------------

@@ -161,8 +161,7 @@ fn p4info_text() -> String {
 
 /// The firewall table's schema (from the example's P4Info).
 pub fn schema() -> TableSchema {
-    let info = p4fleet_proto::p4info::parse_text(&p4info_text()).unwrap();
-    TableSchema::from_p4info(&info, "firewall").unwrap()
+    p4fleet_model::fixtures::firewall()
 }
 
 /// The entries of a line-format text of the firewall table.

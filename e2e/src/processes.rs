@@ -326,3 +326,55 @@ pub fn shared_operator(
         rx.recv().unwrap()
     });
 }
+
+/// An emulator and an operator that the tests of one binary share, and the
+/// addresses those tests use.
+pub struct Fleet {
+    pub p4runtime: SocketAddr,
+    /// The emulator's BFRT port, when its arguments ask for one.
+    pub bfrt: Option<SocketAddr>,
+    /// The emulator's side channel (`/stats`, faults, frames).
+    pub stats: SocketAddr,
+    /// The operator's HTTP address (`/metrics`, `/livez`).
+    pub metrics: SocketAddr,
+    pub operator_log: PathBuf,
+}
+
+impl Fleet {
+    /// The BFRT address (the emulator's arguments must ask for one).
+    pub fn bfrt(&self) -> SocketAddr {
+        self.bfrt
+            .expect("the emulator was started with --bfrt-addr")
+    }
+}
+
+/// The test binary's [`Fleet`], started on first use (the cell is the
+/// binary's): an emulator with `emulator` arguments, an operator named
+/// `operator` (its log's name) with `operator_args`, against the binary's
+/// shared control plane.
+pub async fn fleet(
+    cell: &'static std::sync::OnceLock<Fleet>,
+    emulator: &'static [&'static str],
+    operator: &'static str,
+    operator_args: &'static [&'static str],
+) -> (&'static crate::ControlPlane, &'static Fleet) {
+    let cp = crate::ControlPlane::shared().await;
+    let kubeconfig = cp.kubeconfig_path().to_path_buf();
+    let fleet = once_per_binary(cell, move || {
+        let bin = build_binaries();
+        let emu = spawn_emulator(&bin, emulator);
+        let op = spawn_operator(&bin, &kubeconfig, operator, operator_args);
+        let fleet = Fleet {
+            p4runtime: emu.p4runtime,
+            bfrt: emu.bfrt,
+            stats: emu.stats,
+            metrics: operator_http_addr(&op.log, Duration::from_secs(60)),
+            operator_log: op.log.clone(),
+        };
+        // Owned by the parked start thread (PDEATHSIG).
+        std::mem::forget((emu, op));
+        fleet
+    })
+    .await;
+    (cp, fleet)
+}

@@ -9,14 +9,13 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::api::Api;
 use p4fleet_crds::{P4Program, Switch, VirtualSwitch, find_condition};
 use p4fleet_e2e::firewall;
-use p4fleet_e2e::processes::{build_binaries, spawn_operator};
+use p4fleet_e2e::processes::{build_binaries as bin, spawn_operator};
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, event_about, repo_root, wait_for};
 use p4fleet_proto::p4runtime::p4_runtime_client::P4RuntimeClient;
 use p4fleet_proto::p4runtime::{
@@ -25,11 +24,6 @@ use p4fleet_proto::p4runtime::{
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-fn bin() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_binaries).clone()
-}
 
 /// Requests per path, as the server saw them.
 type Hits = Arc<Mutex<HashMap<String, usize>>>;

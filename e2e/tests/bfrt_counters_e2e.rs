@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use kube::Api;
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
-use p4fleet_e2e::processes::{build_binaries, once_per_binary, spawn_emulator, spawn_operator};
+use p4fleet_e2e::processes::{Fleet, fleet};
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root};
 use p4fleet_proto::bfrt::{
     self, DataField, ForwardingPipelineConfig, KeyField, ReadRequest,
@@ -33,29 +33,15 @@ const DMAC: u32 = 44918510;
 const FORWARD: u32 = 29683729;
 const REGISTER: u32 = 383189205;
 
-struct Env {
-    bfrt: SocketAddr,
-}
-
-fn start(kubeconfig: std::path::PathBuf) -> Env {
-    let bin = build_binaries();
-    let emu = spawn_emulator(&bin, &["--device-ids", "41", "--bfrt-addr", "127.0.0.1:0"]);
-    let op = spawn_operator(
-        &bin,
-        &kubeconfig,
+async fn env() -> (&'static ControlPlane, &'static Fleet) {
+    static ENV: OnceLock<Fleet> = OnceLock::new();
+    fleet(
+        &ENV,
+        &["--device-ids", "41", "--bfrt-addr", "127.0.0.1:0"],
         "operator-bfrt-counters",
         &["--resync-seconds", "30"],
-    );
-    let bfrt = emu.bfrt.expect("bfrt address");
-    std::mem::forget((emu, op));
-    Env { bfrt }
-}
-
-async fn env() -> (&'static ControlPlane, &'static Env) {
-    static ENV: OnceLock<Env> = OnceLock::new();
-    let cp = ControlPlane::shared().await;
-    let kubeconfig = cp.kubeconfig_path().to_path_buf();
-    (cp, once_per_binary(&ENV, move || start(kubeconfig)).await)
+    )
+    .await
 }
 
 fn counted(file: &str) -> String {
@@ -205,7 +191,7 @@ async fn tofino_counters_and_registers_sync_over_bfrt() {
     create_json(
         &Api::<p4fleet_crds::Switch>::all(client.clone()),
         json!({"apiVersion": v1, "kind": "Switch", "metadata": {"name": format!("{ns}-tofino")},
-            "spec": {"target": "Tofino", "endpoint": env.bfrt.to_string(), "deviceId": DEV, "slots": 1}}),
+            "spec": {"target": "Tofino", "endpoint": env.bfrt().to_string(), "deviceId": DEV, "slots": 1}}),
     )
     .await;
     create_json(
@@ -242,7 +228,7 @@ async fn tofino_counters_and_registers_sync_over_bfrt() {
     );
 
     // The register cell, read with plain BFRT: once per pipe, full width.
-    let mut raw = Raw::connect(env.bfrt).await;
+    let mut raw = Raw::connect(env.bfrt()).await;
     let cell = raw
         .read(TableEntry {
             table_id: REGISTER,

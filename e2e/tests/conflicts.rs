@@ -7,13 +7,12 @@
 //! an independent read shows exactly the older set's entries, and the
 //! emulator counts no write over several seconds.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use kube::api::{Api, DeleteParams};
 use p4fleet_crds::{TableEntrySet, find_condition};
 use p4fleet_e2e::firewall::{self, FirewallSet, Kind, Other};
-use p4fleet_e2e::processes::{build_binaries, device_stat, spawn_operator};
+use p4fleet_e2e::processes::{build_binaries as bin, device_stat, spawn_operator};
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, event_about, wait_for};
 use serde_json::json;
 
@@ -21,11 +20,6 @@ const ENTRIES: usize = 100;
 /// The younger set: its name also sorts after `fw`, so the name would
 /// decide the same way if both were created within one second.
 const YOUNGER: &str = "zz-merge";
-
-fn bin() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_binaries).clone()
-}
 
 /// Waits until set `name`'s ResolvedRefs is False with reason
 /// OwnershipConflict and a message containing each of `words`.

@@ -6,15 +6,13 @@
 //! device, and bad settings are reported without writing any of them.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use kube::Api;
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
-use p4fleet_e2e::processes::{
-    build_binaries, once_per_binary, operator_http_addr, spawn_emulator, spawn_operator,
-};
+use p4fleet_e2e::processes::{Fleet, fleet};
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient};
 use serde_json::json;
@@ -24,15 +22,10 @@ const DEV: u64 = 31;
 const RATE: u32 = 335000001;
 const SEEN: u32 = 369000001;
 
-struct Env {
-    p4runtime: SocketAddr,
-    metrics: SocketAddr,
-}
-
-fn start(kubeconfig: std::path::PathBuf) -> Env {
-    let bin = build_binaries();
-    let emu = spawn_emulator(
-        &bin,
+async fn env() -> (&'static ControlPlane, &'static Fleet) {
+    static ENV: OnceLock<Fleet> = OnceLock::new();
+    fleet(
+        &ENV,
         &[
             "--device-ids",
             "31",
@@ -43,24 +36,10 @@ fn start(kubeconfig: std::path::PathBuf) -> Env {
             "--dpdk-flows",
             "4",
         ],
-    );
-    let op = spawn_operator(
-        &bin,
-        &kubeconfig,
         "operator-counters",
         &["--resync-seconds", "30"],
-    );
-    let metrics = operator_http_addr(&op.log, Duration::from_secs(60));
-    let p4runtime = emu.p4runtime;
-    std::mem::forget((emu, op));
-    Env { p4runtime, metrics }
-}
-
-async fn env() -> (&'static ControlPlane, &'static Env) {
-    static ENV: OnceLock<Env> = OnceLock::new();
-    let cp = ControlPlane::shared().await;
-    let kubeconfig = cp.kubeconfig_path().to_path_buf();
-    (cp, once_per_binary(&ENV, move || start(kubeconfig)).await)
+    )
+    .await
 }
 
 fn l2crypt(file: &str) -> String {
@@ -81,7 +60,7 @@ registers {{ preamble {{ id: {SEEN} name: "MyIngress.seen" alias: "seen" }} type
 }
 
 /// The operator's /metrics text.
-fn scrape(env: &Env) -> String {
+fn scrape(env: &Fleet) -> String {
     let mut s = TcpStream::connect(env.metrics).unwrap();
     write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
     let mut resp = String::new();
@@ -106,7 +85,7 @@ fn cond(st: &TableEntrySetStatus, t: &str) -> Option<(bool, String, String)> {
 }
 
 /// The Switch, program and VirtualSwitch `l2` in `ns`.
-async fn setup(client: &kube::Client, env: &Env, ns: &str) {
+async fn setup(client: &kube::Client, env: &Fleet, ns: &str) {
     create_json(
         &Api::<p4fleet_crds::P4Program>::namespaced(client.clone(), ns),
         json!({
@@ -141,7 +120,7 @@ async fn setup(client: &kube::Client, env: &Env, ns: &str) {
     .await;
 }
 
-async fn read(env: &Env, filter: Entity) -> Vec<Entity> {
+async fn read(env: &Fleet, filter: Entity) -> Vec<Entity> {
     let mut c = P4RuntimeClient::connect(format!("http://{}", env.p4runtime))
         .await
         .unwrap();
@@ -163,7 +142,7 @@ async fn read(env: &Env, filter: Entity) -> Vec<Entity> {
     out
 }
 
-async fn meter_at(env: &Env, index: i64) -> Option<p4::MeterConfig> {
+async fn meter_at(env: &Fleet, index: i64) -> Option<p4::MeterConfig> {
     let got = read(
         env,
         Entity::MeterEntry(p4::MeterEntry {
@@ -179,7 +158,7 @@ async fn meter_at(env: &Env, index: i64) -> Option<p4::MeterConfig> {
     }
 }
 
-async fn register_at(env: &Env, index: i64) -> Vec<u8> {
+async fn register_at(env: &Fleet, index: i64) -> Vec<u8> {
     let got = read(
         env,
         Entity::RegisterEntry(p4::RegisterEntry {

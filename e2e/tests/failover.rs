@@ -38,11 +38,6 @@ fn firewall_p4info() -> String {
     std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt")).unwrap()
 }
 
-fn firewall_schema() -> TableSchema {
-    let info = p4fleet_proto::p4info::parse_text(&firewall_p4info()).unwrap();
-    TableSchema::from_p4info(&info, "firewall").unwrap()
-}
-
 fn entries(schema: &TableSchema, n: usize) -> Vec<Entry> {
     let mut text = String::from("#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n");
     for i in 0..n {
@@ -179,7 +174,7 @@ async fn a_frozen_leader_is_fenced_and_the_standby_finishes_the_sync() {
     let b_id: Identity = identity_for_term(Term(2));
 
     // A firewall on device 1 and 30,000 entries for it.
-    let schema = firewall_schema();
+    let schema = p4fleet_model::fixtures::firewall();
     let all = entries(&schema, ENTRIES);
     let sw_name = format!("{ns}-sw");
     create(

@@ -19,7 +19,7 @@
 //! the operator's own retry, never a periodic pass. The times printed are
 //! those in docs/reliability.md.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -29,7 +29,7 @@ use p4fleet_crds::TableEntrySet;
 use p4fleet_e2e::firewall::{self, Addrs, FirewallSet, Kind, Other};
 use p4fleet_e2e::lie_watch::LieWatch;
 use p4fleet_e2e::processes::{
-    Proc, build_binaries, device_entries, shared_operator, spawn_operator,
+    Proc, build_binaries as bin, device_entries, shared_operator, spawn_operator,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace, firewall_lines};
 use serde_json::json;
@@ -40,11 +40,6 @@ const ENTRIES: usize = 10_000;
 const CHANGED_FROM: usize = 20_000;
 const CHANGED: usize = 8_000;
 const PERIODS: [&str; 4] = ["--resync-seconds", "3600", "--drift-seconds", "3600"];
-
-fn bin() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_binaries).clone()
-}
 
 fn operator(kubeconfig: &Path, log: &str) -> Proc {
     spawn_operator(&bin(), kubeconfig, log, &PERIODS)

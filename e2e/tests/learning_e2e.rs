@@ -12,14 +12,13 @@
 //! naming the field, and an Event.
 
 use p4fleet_e2e::set_status_within_90s as status_where;
-use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, ResourceExt};
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
-use p4fleet_e2e::processes::{build_binaries, once_per_binary, spawn_emulator, spawn_operator};
+use p4fleet_e2e::processes::{Fleet, fleet};
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
 use p4fleet_model::sync;
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient};
@@ -36,36 +35,15 @@ const TAKEN_DEV: u64 = 55;
 const SMAC: u32 = 41683160;
 const DIGEST: u32 = 402184575;
 
-struct Env {
-    p4runtime: SocketAddr,
-    stats: SocketAddr,
-    /// The operator's log file.
-    operator_log: std::path::PathBuf,
-}
-
-fn start(kubeconfig: std::path::PathBuf) -> Env {
-    let bin = build_binaries();
-    let emu = spawn_emulator(&bin, &["--device-ids", "51,52,53,54,55"]);
-    let op = spawn_operator(
-        &bin,
-        &kubeconfig,
+async fn env() -> (&'static ControlPlane, &'static Fleet) {
+    static ENV: OnceLock<Fleet> = OnceLock::new();
+    fleet(
+        &ENV,
+        &["--device-ids", "51,52,53,54,55"],
         "operator-learning",
         &["--resync-seconds", "30"],
-    );
-    let env = Env {
-        p4runtime: emu.p4runtime,
-        stats: emu.stats,
-        operator_log: op.log.clone(),
-    };
-    std::mem::forget((emu, op));
-    env
-}
-
-async fn env() -> (&'static ControlPlane, &'static Env) {
-    static ENV: OnceLock<Env> = OnceLock::new();
-    let cp = ControlPlane::shared().await;
-    let kubeconfig = cp.kubeconfig_path().to_path_buf();
-    (cp, once_per_binary(&ENV, move || start(kubeconfig)).await)
+    )
+    .await
 }
 
 /// examples/l2switch's P4Info with `smac` compiled for idle timeouts
@@ -87,7 +65,7 @@ fn cond(st: &TableEntrySetStatus, t: &str) -> Option<(bool, String, String)> {
 }
 
 /// Every entity matching `filter` on `device`, read over P4Runtime.
-async fn read(env: &Env, device: u64, filter: Entity) -> Vec<Entity> {
+async fn read(env: &Fleet, device: u64, filter: Entity) -> Vec<Entity> {
     let mut c = P4RuntimeClient::connect(format!("http://{}", env.p4runtime))
         .await
         .unwrap();
@@ -110,12 +88,12 @@ async fn read(env: &Env, device: u64, filter: Entity) -> Vec<Entity> {
 }
 
 /// The `smac` entries of the learning test's device.
-async fn smac(env: &Env) -> Vec<p4::TableEntry> {
+async fn smac(env: &Fleet) -> Vec<p4::TableEntry> {
     smac_of(env, DEV).await
 }
 
 /// The `smac` entries of `device`.
-async fn smac_of(env: &Env, device: u64) -> Vec<p4::TableEntry> {
+async fn smac_of(env: &Fleet, device: u64) -> Vec<p4::TableEntry> {
     let filter = Entity::TableEntry(p4::TableEntry {
         table_id: SMAC,
         ..Default::default()
@@ -132,7 +110,7 @@ async fn smac_of(env: &Env, device: u64) -> Vec<p4::TableEntry> {
 
 /// One frame from `src` into port `port` of `device`, through the
 /// emulator's side channel.
-fn send_frame(env: &Env, device: u64, src: &str, port: u32) -> serde_json::Value {
+fn send_frame(env: &Fleet, device: u64, src: &str, port: u32) -> serde_json::Value {
     use std::io::{Read, Write};
     let body = json!([{"port": port, "src": src, "dst": "ff:ff:ff:ff:ff:ff"}]).to_string();
     let mut s = std::net::TcpStream::connect(env.stats).unwrap();
@@ -153,7 +131,7 @@ fn send_frame(env: &Env, device: u64, src: &str, port: u32) -> serde_json::Value
 /// and one operator: each names only its own device, because two Switches
 /// on one device are two connections with the operator's one election id,
 /// and the device refuses the second ("election id already used").
-async fn setup(client: &kube::Client, env: &Env, ns: &str, switches: &[(&str, u64)]) {
+async fn setup(client: &kube::Client, env: &Fleet, ns: &str, switches: &[(&str, u64)]) {
     p4fleet_e2e::p4info_program(client, ns, "l2switch", &p4info()).await;
     for &(vs, dev) in switches {
         let sw = format!("{ns}-{vs}");

@@ -12,25 +12,19 @@
 //! Deleting the sets must leave only the foreign entry (and no record).
 
 use std::collections::HashSet;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use p4fleet_crds::TableEntrySet;
 use p4fleet_e2e::firewall::{self, FirewallSet, Kind, Other};
-use p4fleet_e2e::processes::{Proc, build_binaries, device_entries, spawn_operator};
+use p4fleet_e2e::processes::{Proc, build_binaries as bin, device_entries, spawn_operator};
 use p4fleet_e2e::{ControlPlane, TestNamespace, firewall_lines, wait_for};
 use serde_json::json;
 
 const ENTRIES: usize = 30_000;
 const REMOVED: usize = 500;
 const RECORD: &str = "p4fleet-owned.fw";
-
-fn bin() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_binaries).clone()
-}
 
 /// The operator, with periodic passes longer than the test: only its
 /// first sync after a start can repair anything.

@@ -8,22 +8,16 @@
 //! longer holds those bytes). The annotation
 //! `p4fleet.dev/allow-table-removal: "true"` then lets the change out.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};
 use p4fleet_crds::{P4Program, VirtualSwitch, find_condition};
 use p4fleet_e2e::firewall::{self, FirewallSet, Kind};
-use p4fleet_e2e::processes::{build_binaries, device_entries, device_stat, spawn_operator};
+use p4fleet_e2e::processes::{build_binaries as bin, device_entries, device_stat, spawn_operator};
 use p4fleet_e2e::{ControlPlane, TestNamespace, event_about, repo_root, wait_for};
 use serde_json::json;
 
 const ENTRIES: usize = 100;
-
-fn bin() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_binaries).clone()
-}
 
 /// Waits until condition `type_` of P4Program `firewall` has `reason`;
 /// returns its message.

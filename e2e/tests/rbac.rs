@@ -22,7 +22,9 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use p4fleet_crds::{AsyncExternPolicy, P4Program, Switch, TableEntrySet, VirtualSwitch};
 use p4fleet_e2e::certs::{TestCa, Validity};
-use p4fleet_e2e::processes::{EmulatorProc, Proc, build_binaries, log_file, spawn_tls_emulator};
+use p4fleet_e2e::processes::{
+    EmulatorProc, Proc, build_binaries as bin, log_file, spawn_tls_emulator,
+};
 use p4fleet_e2e::{
     ControlPlane, TestNamespace, create_json, firewall_workload, helm_bin, output_text, repo_root,
     wait_for, wait_object_ready,
@@ -37,11 +39,6 @@ const RBAC_KINDS: [&str; 5] = [
     "Role",
     "RoleBinding",
 ];
-
-fn bin() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_binaries).clone()
-}
 
 /// The chart's ServiceAccount and RBAC objects as `helm template` renders
 /// them for `release` in `ns` with `sets`.

@@ -12,7 +12,6 @@
 //!   back on the last good revision, and the three others never loaded it.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -20,17 +19,12 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use p4fleet_crds::{P4Program, RolloutPhase, Switch, TableEntrySet, VirtualSwitch, find_condition};
 use p4fleet_e2e::firewall::{self, arm_fault};
-use p4fleet_e2e::processes::{build_binaries, device_stat, spawn_operator};
+use p4fleet_e2e::processes::{build_binaries as bin, device_stat, spawn_operator};
 use p4fleet_e2e::{
     ControlPlane, TestNamespace, create_json, event_about, firewall_lines, repo_root, wait_for,
     wait_object_ready,
 };
 use serde_json::json;
-
-fn bin() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_binaries).clone()
-}
 
 const V1: &str = "p4fleet.dev/v1alpha1";
 const DEVICES: [u64; 4] = [1, 2, 3, 4];

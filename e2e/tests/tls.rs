@@ -9,7 +9,7 @@
 //! unreachable device's Reachable reason naming the cause (refused, DNS).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
@@ -19,7 +19,7 @@ use p4fleet_client::{Device, Identity, Target};
 use p4fleet_crds::{Condition, Switch, TableEntrySet, find_condition};
 use p4fleet_e2e::certs::{Pair, TestCa, Validity};
 use p4fleet_e2e::processes::{
-    EmulatorProc, Proc, build_binaries, device_entries, spawn_emulator, spawn_operator,
+    EmulatorProc, Proc, build_binaries as bin, device_entries, spawn_emulator, spawn_operator,
     spawn_tls_emulator,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, firewall_workload, wait_for};
@@ -33,11 +33,6 @@ const ENTRIES: usize = 100;
 /// at once would both arbitrate for the other test's devices and write
 /// its status. One test with an operator at a time.
 static ONE_OPERATOR: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn bin() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_binaries).clone()
-}
 
 fn tls_emulator(
     dir: &Path,

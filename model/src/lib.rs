@@ -21,6 +21,8 @@
 
 pub mod bulk;
 pub mod entries;
+#[doc(hidden)]
+pub mod fixtures;
 pub mod learn;
 pub mod p4info;
 pub mod pipeline_config;

@@ -161,19 +161,23 @@ impl Ring {
     }
 
     /// Messages this process received for it.
+    #[cfg(test)]
     pub fn received(&self) -> u64 {
         self.received
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lines.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.lines.is_empty()
     }
 
     /// Whether it changed since it was last written.
+    #[cfg(test)]
     pub fn dirty(&self) -> bool {
         self.dirty
     }

@@ -12,38 +12,38 @@
 //! `fencing` (the device identity a leader's term gives it) and
 //! `entries_cli` (the offline `p4fleet entries` tools).
 
-pub mod allocator;
+pub(crate) mod allocator;
 pub mod artifacts;
-pub mod cache;
-pub mod claimants;
+pub(crate) mod cache;
+pub(crate) mod claimants;
 pub mod cli;
 pub mod context;
 pub mod controllers;
 pub mod convert;
-pub mod counter_metrics;
+pub(crate) mod counter_metrics;
 pub mod devices;
-pub mod digest_sink;
+pub(crate) mod digest_sink;
 pub mod entries_cli;
 pub mod entry_sources;
-pub mod event_names;
+pub(crate) mod event_names;
 pub mod fencing;
-pub mod fleet;
+pub(crate) mod fleet;
 pub mod http;
-pub mod idle_reports;
+pub(crate) mod idle_reports;
 pub mod leader;
-pub mod learning;
-pub mod limits;
-pub mod loaded_pipelines;
+pub(crate) mod learning;
+pub(crate) mod limits;
+pub(crate) mod loaded_pipelines;
 pub mod metrics;
 pub mod notice_metrics;
 pub mod ownership;
-pub mod process_metrics;
+pub(crate) mod process_metrics;
 pub mod reads;
-pub mod reconcile_triggers;
-pub mod retries;
-pub mod shutdown;
+pub(crate) mod reconcile_triggers;
+pub(crate) mod retries;
+pub(crate) mod shutdown;
 #[cfg(test)]
 mod source_scan;
 pub mod status;
 pub mod telemetry;
-pub mod tls_secrets;
+pub(crate) mod tls_secrets;

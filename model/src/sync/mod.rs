@@ -420,16 +420,10 @@ pub fn desired_digest<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> [u8; 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entries::{TableSchema, parse_text};
+    use crate::entries::parse_text;
     use p4fleet_proto::p4runtime::{entity, update};
 
-    fn firewall() -> TableSchema {
-        let p4info = p4fleet_proto::p4info::parse_text(include_str!(
-            "../../../examples/firewall/p4info.txt"
-        ))
-        .unwrap();
-        TableSchema::from_p4info(&p4info, "firewall").unwrap()
-    }
+    use crate::fixtures::firewall;
 
     const HDR: &str = "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n";
 

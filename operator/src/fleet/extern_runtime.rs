@@ -15,11 +15,12 @@ use tonic::transport::Channel;
 /// status never claims what the device did not confirm. Asked on `ch`, a
 /// channel the caller keeps (the Switch probe asks every
 /// `--drift-seconds`: a new channel each time would be a new connection).
+#[cfg(test)]
 pub async fn serves_extern_runtime(ch: Channel, device_id: u64) -> bool {
     extern_runtime_answer(ch, device_id).await.unwrap_or(false)
 }
 
-/// The device's own answer to [`serves_extern_runtime`]'s question, or
+/// The device's own answer to whether it serves an extern runtime, or
 /// None when it gave none (unreachable, timed out, another failure): an
 /// answer holds as long as the device does, a missing one does not.
 pub async fn extern_runtime_answer(ch: Channel, device_id: u64) -> Option<bool> {

@@ -395,16 +395,11 @@ impl PerTarget {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::controllers::entry_set::dereference::tests::FIREWALL;
     use p4fleet_crds::TableEntrySetSpec;
     use p4fleet_crds::entry_set::TableEntry as SpecEntry;
-    use p4fleet_proto::p4info;
     use std::collections::BTreeMap;
 
-    pub fn firewall() -> TableSchema {
-        let p4info = p4info::parse_text(FIREWALL).unwrap();
-        TableSchema::from_p4info(&p4info, "firewall").unwrap()
-    }
+    pub use p4fleet_model::fixtures::firewall;
 
     pub fn set(entries: Vec<SpecEntry>) -> TableEntrySet {
         let spec: TableEntrySetSpec = serde_json::from_value(serde_json::json!({
