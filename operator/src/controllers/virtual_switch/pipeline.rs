@@ -213,6 +213,8 @@ pub async fn ready_program(
             )));
         }
     };
+    tracing::debug!(namespace = %ns, program = %name, revision = restored.revision,
+        snapshot = %restored.name, "content read from its revision's snapshot");
     Ok(match restored.resolved.p4info() {
         Ok(p4info) => Ok(ReadyProgram {
             name: name.into(),

@@ -18,7 +18,7 @@
 pub mod load;
 pub mod store;
 
-pub use load::{Restored, load};
+pub use load::load;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io::{Read, Write};
