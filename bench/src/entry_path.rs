@@ -138,6 +138,20 @@ impl Reads for MemReads {
     async fn config_map(&self, _: &str, name: &str) -> Result<Option<ConfigMap>, kube::Error> {
         Ok(self.maps.get(name).cloned())
     }
+    async fn controller_revision(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> Result<Option<k8s_openapi::api::apps::v1::ControllerRevision>, kube::Error> {
+        Ok(None)
+    }
+    async fn program_revisions(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> Result<Vec<k8s_openapi::api::apps::v1::ControllerRevision>, kube::Error> {
+        Ok(Vec::new())
+    }
     async fn artifact(
         &self,
         _: &str,

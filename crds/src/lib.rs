@@ -12,6 +12,7 @@ pub mod extern_policy;
 pub mod program;
 pub mod replication;
 pub mod resources;
+pub mod rollout;
 pub mod switch;
 pub mod virtual_switch;
 
@@ -24,6 +25,7 @@ pub use extern_policy::*;
 pub use program::*;
 pub use replication::*;
 pub use resources::*;
+pub use rollout::*;
 pub use switch::*;
 pub use virtual_switch::*;
 

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::common::{ArtifactSource, Condition, conditions_schema};
 
 /// A compiled P4 pipeline: P4Info plus the artifacts each kind of target loads.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "p4fleet.dev",
     version = "v1alpha1",
@@ -23,6 +23,8 @@ use crate::common::{ArtifactSource, Condition, conditions_schema};
     printcolumn = r#"{"name":"Targets","type":"string","jsonPath":".status.targets"}"#,
     printcolumn = r#"{"name":"Tables","type":"integer","jsonPath":".status.tableCount"}"#,
     printcolumn = r#"{"name":"Digest","type":"string","jsonPath":".status.shortDigest"}"#,
+    printcolumn = r#"{"name":"Current","type":"integer","jsonPath":".status.currentRevision.revision"}"#,
+    printcolumn = r#"{"name":"Updated","type":"integer","jsonPath":".status.updateRevision.revision"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
     printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message","priority":1}"#,
@@ -35,6 +37,18 @@ pub struct P4ProgramSpec {
     /// Artifacts per target kind; a program may carry several.
     #[serde(default)]
     pub artifacts: ProgramArtifacts,
+    /// Old revisions kept besides those in use (the update revision, the
+    /// current one, and any a VirtualSwitch still runs); default 10.
+    /// Each revision is a ControllerRevision with the program's bytes
+    /// snapshotted into immutable ConfigMaps (docs/rollouts.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub revision_history_limit: Option<u32>,
+    /// How a new revision reaches the VirtualSwitches running the
+    /// program: all at once (the default), or as a Canary in steps with a
+    /// health gate after each (docs/rollouts.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::Rollout>,
 }
 
 /// Per-target pipeline artifacts.
@@ -140,6 +154,30 @@ pub struct P4ProgramStatus {
     /// Actions found in the P4Info.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub actions: Vec<String>,
+    /// The revision of the program's content in force (its digest): what
+    /// VirtualSwitches are moved to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_revision: Option<RevisionRef>,
+    /// The revision every VirtualSwitch running the program runs; it
+    /// differs from the update revision while a change reaches them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_revision: Option<RevisionRef>,
+    /// The last Canary rollout's progress (docs/rollouts.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutStatus>,
+}
+
+/// One revision of a program's content, kept as a ControllerRevision.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionRef {
+    /// Name of the ControllerRevision (`<program>-<first 16 digest digits>`).
+    pub name: String,
+    /// Revision number: increases with every content change (a content
+    /// seen before takes the next number again, as a Deployment does).
+    pub revision: i64,
+    /// The content's digest (sha256, hex), as in `status.digest`.
+    pub digest: String,
 }
 
 /// A table of the program.

@@ -245,6 +245,12 @@ pub fn arm_fault(stats: SocketAddr, device: u64, query: &str) {
     assert!(r.contains("\"armed\":true"), "arming {query}: {r}");
 }
 
+/// Disarms every injected fault of `device`.
+pub fn clear_faults(stats: SocketAddr, device: u64) {
+    let r = post(stats, &format!("/devices/{device}/faults/clear"), "");
+    assert!(r.contains("\"cleared\":true"), "clearing faults: {r}");
+}
+
 /// How many RPCs each injected fault of `device` hit so far (the side
 /// channel's `GET /devices/{device}/faults`): `unavailable`,
 /// `stalled_writes`, `failed_updates_writes`, `stalled_reads`.

@@ -247,3 +247,41 @@ async fn invalid_objects_are_rejected_by_the_server() {
         failures.join("\n\n")
     );
 }
+
+/// The rollout of docs/rollouts.md's example passes the schema's CEL rules
+/// (the invalid corpus shows each rule refusing; this shows them letting a
+/// real rollout through, pause durations included).
+#[tokio::test]
+async fn a_canary_rollout_as_documented_is_accepted() {
+    let cp = ControlPlane::shared().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let doc = std::fs::read_to_string(repo_root().join("docs/rollouts.md")).unwrap();
+    let start = doc
+        .find("```yaml\napiVersion: p4fleet.dev/v1alpha1\nkind: P4Program")
+        .unwrap();
+    let body = &doc[start + "```yaml\n".len()..];
+    let yaml = &body[..body.find("```").unwrap()];
+    let out = cp.kubectl_with_stdin(
+        [
+            "apply",
+            "--server-side",
+            "--field-manager=p4fleet-e2e",
+            "-n",
+            ns.name(),
+            "-f",
+            "-",
+        ],
+        yaml.as_bytes(),
+    );
+    assert!(out.status.success(), "{}", output_text(&out));
+    let got = cp.kubectl(["get", "p4p", "firewall", "-n", ns.name(), "-o", "json"]);
+    let got: Value = serde_json::from_slice(&got.stdout).unwrap();
+    let steps = &got["spec"]["rollout"]["steps"];
+    assert_eq!(steps.as_array().map(Vec::len), Some(5), "{got}");
+    assert_eq!(steps[1]["pause"]["duration"], "5m");
+    assert_eq!(
+        got["spec"]["rollout"]["analysis"]["minThroughputRatio"],
+        0.9
+    );
+}

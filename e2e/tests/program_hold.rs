@@ -2,8 +2,10 @@
 //! is held (issue 10, item 9): on a Bmv2 Switch with a synced set, the
 //! program's P4Info is changed so that its table is renamed. The program
 //! says `RolloutHeld=True` naming the set and the table (and an Event),
-//! the VirtualSwitch keeps its pipeline (`ProgramChangeHeld`) and the
-//! device keeps every entry; the annotation
+//! the VirtualSwitch keeps its pipeline and the device keeps every entry.
+//! The device then restarts empty: the VirtualSwitch loads the content in
+//! force again, from its revision's snapshot (the program's spec no
+//! longer holds those bytes). The annotation
 //! `p4fleet.dev/allow-table-removal: "true"` then lets the change out.
 
 use std::time::Duration;
@@ -11,7 +13,7 @@ use std::time::Duration;
 use kube::api::{Api, Patch, PatchParams};
 use p4fleet_crds::{P4Program, VirtualSwitch, find_condition};
 use p4fleet_e2e::firewall::{self, FirewallSet, Kind};
-use p4fleet_e2e::processes::{build_binaries as bin, device_entries, spawn_operator};
+use p4fleet_e2e::processes::{build_binaries as bin, device_entries, device_stat, spawn_operator};
 use p4fleet_e2e::{ControlPlane, TestNamespace, event_about, repo_root, wait_for};
 use serde_json::json;
 
@@ -55,7 +57,7 @@ async fn pipeline_loaded(vss: &Api<VirtualSwitch>, reason: &str) {
 async fn a_change_removing_a_filled_table_is_held_until_confirmed() {
     let cp = ControlPlane::shared().await;
     let client = cp.client().await;
-    let (_emu, addrs) = firewall::emulator(&bin(), "1", None);
+    let (emu, addrs) = firewall::emulator(&bin(), "1", None);
     let _op = spawn_operator(
         &bin(),
         cp.kubeconfig_path(),
@@ -104,7 +106,6 @@ async fn a_change_removing_a_filled_table_is_held_until_confirmed() {
         "{held}"
     );
     event_about(&client, ns.name(), "firewall", Some("RolloutHeld")).await;
-    pipeline_loaded(&vss, "ProgramChangeHeld").await;
     assert_eq!(digest().await, in_force, "the content in force stays");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
@@ -112,6 +113,28 @@ async fn a_change_removing_a_filled_table_is_held_until_confirmed() {
         Some(ENTRIES as u64),
         "the device keeps the set's entries"
     );
+    let v = vss.get("fw").await.unwrap().status.unwrap_or_default();
+    assert_eq!(v.loaded_digest, in_force, "the pipeline in force stays");
+
+    // The device restarts empty while the change is held: the content in
+    // force is loaded again from its revision's snapshot (before
+    // revisions, the VirtualSwitch waited with ProgramChangeHeld and the
+    // device stayed empty).
+    drop(emu);
+    let (_emu, _) = firewall::emulator(&bin(), "1", Some(addrs));
+    let cookie = p4fleet::artifacts::cookie(in_force.as_deref().unwrap());
+    wait_for(
+        "the pipeline in force back on the device",
+        Duration::from_secs(60),
+        || async {
+            let got = device_stat(addrs.stats, 1, "cookie");
+            (got == Some(cookie))
+                .then_some(())
+                .ok_or(format!("cookie {got:?}, want {cookie}"))
+        },
+    )
+    .await;
+    pipeline_loaded(&vss, "Loaded").await;
 
     // Confirmed: the change goes out (the emulator empties the table with
     // the new pipeline) and the hold is released.

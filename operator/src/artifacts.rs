@@ -32,6 +32,24 @@ pub mod field {
     pub const DPDK_CONTEXT: &str = "spec.artifacts.dpdk.context";
     pub const DPDK_BFRT_JSON: &str = "spec.artifacts.dpdk.bfrtJson";
     pub const FPGA_BITSTREAM: &str = "spec.artifacts.fpga.bitstream";
+
+    /// Every field path, P4Info first.
+    pub const ALL: [&str; 9] = [
+        P4INFO,
+        BMV2_JSON,
+        TOFINO_BFRT_JSON,
+        TOFINO_CONTEXT_JSON,
+        TOFINO_BINARY,
+        DPDK_SPEC,
+        DPDK_CONTEXT,
+        DPDK_BFRT_JSON,
+        FPGA_BITSTREAM,
+    ];
+
+    /// The field path spelled `name` (as a revision's snapshot records it).
+    pub fn by_name(name: &str) -> Option<&'static str> {
+        ALL.into_iter().find(|f| *f == name)
+    }
 }
 
 /// Every artifact source of a spec with the field path that names it, P4Info first.
@@ -388,6 +406,7 @@ mod tests {
                 }),
                 ..Default::default()
             },
+            ..Default::default()
         };
         let cluster = Cluster {
             config_maps: vec![config_map("fw", &[("p4info.txt", FIREWALL)])],
@@ -464,6 +483,7 @@ mod tests {
                 bmv2: Some(p4fleet_crds::Bmv2Artifacts { json }),
                 ..Default::default()
             },
+            ..Default::default()
         };
         let cluster = Cluster {
             artifacts: vec![("https://h/a.json".into(), json.clone())],

@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -219,6 +220,12 @@ where
     /// Watches `api` into the store and the feed until `shutdown`. Runs
     /// once per cache: a second call returns at once.
     pub async fn run(&self, api: Api<K>, shutdown: Shutdown) {
+        self.run_with(api, watcher_config(), shutdown).await
+    }
+
+    /// [`Cache::run`] with a watch of its own configuration (a label
+    /// selector: only what p4fleet created).
+    pub async fn run_with(&self, api: Api<K>, config: watcher::Config, shutdown: Shutdown) {
         let taken = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
         let Some(mut writer) = taken else { return };
         let kind = K::kind(&());
@@ -227,7 +234,7 @@ where
         // reconcile reads them; every cached read clones the object, and
         // at fleet size those clones were most of an idle round's CPU
         // (docs/dev/fleet-lab-notes.md).
-        let events = watcher(api, watcher_config())
+        let events = watcher(api, config)
             .default_backoff()
             .modify(|obj: &mut K| obj.meta_mut().managed_fields = None);
         let mut events = std::pin::pin!(events.take_until(shutdown));
@@ -342,6 +349,23 @@ where
         })
     }
 
+    /// Waits (up to `timeout`) until the cached `obj_ref` exists and
+    /// satisfies `shown` (a write of this process has come back through
+    /// the watch). False on timeout.
+    pub async fn shows(
+        &self,
+        obj_ref: &ObjectRef<K>,
+        shown: impl Fn(&K) -> bool,
+        timeout: Duration,
+    ) -> bool {
+        let poll = async {
+            while !self.store.get(obj_ref).is_some_and(|o| shown(&o)) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(timeout, poll).await.is_ok()
+    }
+
     /// Waits (up to `timeout`) until the cached `obj_ref` is no longer at
     /// resourceVersion `stale` (changed or gone). False on timeout.
     pub async fn newer_than(&self, obj_ref: &ObjectRef<K>, stale: &str, timeout: Duration) -> bool {
@@ -377,6 +401,9 @@ pub struct Caches {
     /// VirtualSwitch they name: one policy per VirtualSwitch holds its
     /// device's extern policy, the others are told who does.
     pub extern_policies: Cache<AsyncExternPolicy>,
+    /// The P4Programs' revisions (ControllerRevisions p4fleet created),
+    /// filed under their program ([`revision_of`]).
+    pub revisions: Cache<ControllerRevision>,
 }
 
 impl Default for Caches {
@@ -387,8 +414,24 @@ impl Default for Caches {
             programs: Cache::default(),
             entry_sets: Cache::indexed(fills_key),
             extern_policies: Cache::indexed(policy_key),
+            revisions: Cache::indexed(revision_owner),
         }
     }
+}
+
+/// The key under which the revisions of P4Program `name` in `ns` are filed.
+pub fn revision_of(ns: &str, name: &str) -> String {
+    format!("P4Program/{ns}/{name}")
+}
+
+/// A revision is filed under the P4Program its owner reference names.
+fn revision_owner(cr: &ControllerRevision) -> Vec<String> {
+    let ns = cr.metadata.namespace.as_deref().unwrap_or_default();
+    cr.owner_references()
+        .iter()
+        .filter(|o| o.kind == "P4Program" && o.api_version.starts_with("p4fleet.dev/"))
+        .map(|o| revision_of(ns, &o.name))
+        .collect()
 }
 
 /// A Switch is filed under the VirtualSwitches (`namespace/name`) its
@@ -447,7 +490,7 @@ fn placed_on(vs: &VirtualSwitch) -> Vec<String> {
 }
 
 impl Caches {
-    /// Runs the five watches until `shutdown`: Switches cluster-wide,
+    /// Runs the six watches until `shutdown`: Switches cluster-wide,
     /// the namespaced kinds in `watch_namespace` (all when None).
     pub async fn run(
         &self,
@@ -471,6 +514,14 @@ impl Caches {
             Some(ns) => Api::namespaced(client.clone(), ns),
             None => Api::all(client.clone()),
         };
+        let revisions = match watch_namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        // Only the revisions p4fleet wrote: Deployments' and
+        // StatefulSets' would cost memory and wake nothing.
+        let (k, v) = crate::fleet::revisions::MANAGED_BY;
+        let ours = watcher_config().labels(&format!("{k}={v}"));
         tokio::join!(
             self.switches
                 .run(Api::all(client.clone()), shutdown.clone()),
@@ -478,6 +529,7 @@ impl Caches {
             self.programs.run(programs, shutdown.clone()),
             self.entry_sets.run(sets, shutdown.clone()),
             self.extern_policies.run(policies, shutdown.clone()),
+            self.revisions.run_with(revisions, ours, shutdown.clone()),
         );
     }
 
@@ -488,7 +540,8 @@ impl Caches {
             self.virtual_switches.ready(),
             self.programs.ready(),
             self.entry_sets.ready(),
-            self.extern_policies.ready()
+            self.extern_policies.ready(),
+            self.revisions.ready()
         );
     }
 }

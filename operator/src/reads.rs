@@ -12,6 +12,7 @@ use std::future::Future;
 
 use std::sync::Arc;
 
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -60,6 +61,18 @@ pub trait Reads: Send + Sync {
             Ok(vss)
         }
     }
+    /// The ControllerRevision `ns/name` (fresh: a GET).
+    fn controller_revision(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<ControllerRevision>, kube::Error>> + Send;
+    /// The revisions p4fleet keeps of P4Program `ns/program` (cached).
+    fn program_revisions(
+        &self,
+        ns: &str,
+        program: &str,
+    ) -> impl Future<Output = Result<Vec<ControllerRevision>, kube::Error>> + Send;
     /// The ConfigMap `ns/name`.
     fn config_map(
         &self,
@@ -90,6 +103,8 @@ pub struct ApiReads {
     /// VirtualSwitches by the Switch they are placed on.
     placed: Filing<VirtualSwitch>,
     programs: Store<P4Program>,
+    /// Revisions by the program that owns them.
+    revisions: Filing<ControllerRevision>,
     fetcher: Arc<Fetcher>,
 }
 
@@ -102,6 +117,7 @@ impl ApiReads {
             virtual_switches: caches.virtual_switches.store(),
             placed: caches.virtual_switches.filing(),
             programs: caches.programs.store(),
+            revisions: caches.revisions.filing(),
             fetcher,
         }
     }
@@ -177,6 +193,31 @@ impl Reads for ApiReads {
             .collect())
     }
 
+    async fn controller_revision(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<ControllerRevision>, kube::Error> {
+        // Fresh: a VirtualSwitch asks for the revision of a digest it has
+        // just seen in the program's status, written after the revision.
+        Api::<ControllerRevision>::namespaced(self.client.clone(), ns)
+            .get_opt(name)
+            .await
+    }
+
+    async fn program_revisions(
+        &self,
+        ns: &str,
+        program: &str,
+    ) -> Result<Vec<ControllerRevision>, kube::Error> {
+        Ok(self
+            .revisions
+            .under(&crate::cache::revision_of(ns, program))
+            .iter()
+            .map(|r| ControllerRevision::clone(r))
+            .collect())
+    }
+
     async fn config_map(&self, ns: &str, name: &str) -> Result<Option<ConfigMap>, kube::Error> {
         Api::<ConfigMap>::namespaced(self.client.clone(), ns)
             .get_opt(name)
@@ -217,6 +258,7 @@ pub mod fixture {
         pub programs: Vec<P4Program>,
         pub virtual_switches: Vec<VirtualSwitch>,
         pub config_maps: Vec<ConfigMap>,
+        pub revisions: Vec<ControllerRevision>,
         /// URL artifacts by URL (served as a server would: unchecked).
         pub artifacts: Vec<(String, Vec<u8>)>,
     }
@@ -262,6 +304,28 @@ pub mod fixture {
 
         async fn config_map(&self, ns: &str, name: &str) -> Result<Option<ConfigMap>, kube::Error> {
             Ok(find(&self.config_maps, Some(ns), name))
+        }
+
+        async fn controller_revision(
+            &self,
+            ns: &str,
+            name: &str,
+        ) -> Result<Option<ControllerRevision>, kube::Error> {
+            Ok(find(&self.revisions, Some(ns), name))
+        }
+
+        async fn program_revisions(
+            &self,
+            ns: &str,
+            program: &str,
+        ) -> Result<Vec<ControllerRevision>, kube::Error> {
+            Ok(self
+                .revisions
+                .iter()
+                .filter(|r| r.namespace().as_deref() == Some(ns))
+                .filter(|r| r.owner_references().iter().any(|o| o.name == program))
+                .cloned()
+                .collect())
         }
 
         async fn artifact(

@@ -103,10 +103,18 @@ applied status.
 # docs/bfrt.md) and their digest sinks (<set>-digest-<digest>,
 # docs/entities/digests.md): server-side apply creates and updates them
 # (create is checked when the apply creates one); a policy without a
-# rendering, a deleted set's record and sinks are deleted.
+# rendering, a deleted set's record and sinks are deleted. A P4Program's
+# revision snapshots (<program>-<digest>-<n>, immutable) are created, and
+# deleted past its revisionHistoryLimit (docs/rollouts.md).
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["create", "patch", "delete"]
+# P4Programs' revisions (docs/rollouts.md): watched (only p4fleet's, by
+# label), read by VirtualSwitches, created per content, renumbered when
+# a content comes back, deleted past the history limit.
+- apiGroups: ["apps"]
+  resources: ["controllerrevisions"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]

@@ -2,8 +2,11 @@
 //! (inline or ConfigMaps, [`crate::artifacts`]). Validate and build
 //! ([`build_status`], pure): check the P4Info and list its tables and
 //! actions ([`p4fleet_model::p4info`]), compute the digest. Nothing is
-//! applied to a device (VirtualSwitches load programs). Update status, with
-//! a `DigestChanged` Event when the digest moves.
+//! applied to a device (VirtualSwitches load programs); the content in
+//! force is recorded as a revision ([`crate::fleet::revisions`]: a
+//! ControllerRevision and immutable snapshot ConfigMaps) and the history
+//! past `spec.revisionHistoryLimit` pruned. Update status, with a
+//! `DigestChanged` Event when the digest moves.
 
 use std::sync::Arc;
 
@@ -13,7 +16,8 @@ use kube::runtime::controller::{Action, Controller};
 use kube::{Api, ResourceExt};
 use p4fleet_crds::condition_types::{RESOLVED_REFS, VALID};
 use p4fleet_crds::{
-    Condition, P4Program, P4ProgramSpec, P4ProgramStatus, TableInfo, find_condition,
+    Condition, P4Program, P4ProgramSpec, P4ProgramStatus, RevisionRef, RolloutPhase,
+    RolloutRevision, RolloutStrategy, TableEntrySet, TableInfo, VirtualSwitch, find_condition,
 };
 use p4fleet_model::p4info as model_p4info;
 
@@ -21,6 +25,9 @@ use super::{Error, namespace, scoped_api, update_status_noting, watch_related};
 use crate::artifacts::{self, P4InfoError, Resolved};
 use crate::context::Context;
 use crate::fleet::program_hold;
+use crate::fleet::revisions::{self, REVISION_RECORDED};
+use crate::fleet::rollout;
+use crate::reads::Reads;
 use crate::retries::Gate;
 use crate::status::{EventNote, ready_from};
 
@@ -28,12 +35,24 @@ use crate::status::{EventNote, ready_from};
 /// watch is metadata only: a reference is by name, and a full watch would
 /// bring every ConfigMap of the cluster through this process, entry
 /// sources included (27 MB per change of the fleet benchmark's 1,000).
+/// A VirtualSwitch brings its program back only while a change is on its
+/// way (current and update revision differ): its loaded digest moves the
+/// current revision; a steady fleet wakes no program.
 pub fn controller(ctx: &Context) -> Controller<P4Program> {
     let uses = |p: &P4Program, cm: &PartialObjectMeta<ConfigMap>| {
         p.namespace() == cm.namespace()
             && artifacts::referenced_config_maps(&p.spec).contains(&cm.name_any())
     };
-    watch_related(ctx.caches.programs.controller(), scoped_api(ctx), uses)
+    let c = watch_related(ctx.caches.programs.controller(), scoped_api(ctx), uses);
+    let moving = |p: &P4Program, v: &VirtualSwitch| {
+        p.namespace() == v.namespace()
+            && v.spec.program_ref == p.name_any()
+            && p.status.as_ref().is_some_and(|s| {
+                let digest = |r: &Option<RevisionRef>| r.as_ref().map(|r| r.digest.clone());
+                digest(&s.current_revision) != digest(&s.update_revision)
+            })
+    };
+    ctx.caches.virtual_switches.watched_by(c, moving)
 }
 
 /// A table of the model's P4Info summary as status lists it.
@@ -166,23 +185,243 @@ pub async fn reconcile(obj: Arc<P4Program>, ctx: Arc<super::Ctx<()>>) -> Result<
         // Sets moving away or being deleted release it: look again soon.
         return Ok(Action::requeue(std::time::Duration::from_secs(5)));
     }
+    let kept = record(&ctx, obj.as_ref(), &resolved, &old, &mut new).await?;
+    let (rolled, rollout_requeue) = match &kept {
+        Some(kept) => roll(&ctx, obj.as_ref(), kept, &mut new),
+        None => (Vec::new(), None),
+    };
     let digest = (new.digest.is_some() && new.digest != old_digest).then(|| {
+        let revision = new
+            .update_revision
+            .as_ref()
+            .map(|r| format!(", revision {}", r.revision))
+            .unwrap_or_default();
         let note = format!(
-            "pipeline digest is now {} ({} tables)",
+            "pipeline digest is now {} ({} tables){revision}",
             new.short_digest.clone().unwrap_or_default(),
             new.table_count.unwrap_or(0)
         );
         EventNote::normal("DigestChanged", "Digest", note)
     });
-    let wrote = update_status_noting(&ctx, &api, obj.as_ref(), &mut new, digest.as_slice()).await?;
-    if let Some(ev) = digest.filter(|_| wrote) {
-        ctx.events.publish(obj.as_ref(), &ev).await;
+    let notes: Vec<EventNote> = digest.into_iter().chain(rolled).collect();
+    let wrote = update_status_noting(&ctx, &api, obj.as_ref(), &mut new, &notes).await?;
+    for ev in notes.iter().filter(|_| wrote) {
+        ctx.events.publish(obj.as_ref(), ev).await;
     }
     let key = super::object_key(obj.as_ref());
     let resync = super::spread(ctx.config.resync, &key);
-    Ok(Action::requeue(
-        fetch_retry.map_or(resync, |r| r.min(resync)),
+    let next = [fetch_retry, rollout_requeue]
+        .into_iter()
+        .flatten()
+        .fold(resync, std::cmp::min);
+    Ok(Action::requeue(next))
+}
+
+/// Records the content in force (`new.digest`, read as `resolved`) as the
+/// program's update revision, names in `new` the revision the fleet runs
+/// (from its VirtualSwitches' loaded digests), and deletes the revisions
+/// past the history limit that nothing runs. A content without digest
+/// (invalid, unresolved) changes nothing: the revisions stay as they were.
+/// A content that cannot be snapshotted is a `RevisionRecorded=False`
+/// condition.
+async fn record(
+    ctx: &Context,
+    obj: &P4Program,
+    resolved: &Resolved,
+    old: &P4ProgramStatus,
+    new: &mut P4ProgramStatus,
+) -> Result<Option<Vec<revisions::Kept>>, Error> {
+    new.update_revision = old.update_revision.clone();
+    new.current_revision = old.current_revision.clone();
+    new.rollout = old.rollout.clone();
+    let Some(digest) = new.digest.clone() else {
+        return Ok(None);
+    };
+    let (ns, name) = (namespace(obj)?, obj.name_any());
+    let kept: Vec<revisions::Kept> = ctx
+        .reads
+        .program_revisions(&ns, &name)
+        .await?
+        .iter()
+        .filter_map(revisions::kept)
+        .collect();
+    let store = &ctx.caches.revisions;
+    let recorded =
+        revisions::store::record_content(&ctx.client, store, obj, resolved, &kept, &digest).await?;
+    let was_refused = find_condition(&old.conditions, REVISION_RECORDED).is_some();
+    let update = match recorded {
+        Ok(r) => r.kept,
+        Err(e) => {
+            // The content still loads from its sources; only a later
+            // rollback to it would have nothing to restore.
+            // (Its Event is the condition's.)
+            let c = Condition::new(REVISION_RECORDED, false, e.reason(), e.to_string());
+            new.conditions.push(c);
+            return Ok(None);
+        }
+    };
+    if was_refused {
+        let message = format!(
+            "revision {} kept in ControllerRevision {}",
+            update.revision, update.name
+        );
+        new.conditions
+            .push(Condition::new(REVISION_RECORDED, true, "Recorded", message));
+    }
+    let vss = ctx.reads.virtual_switches(Some(&ns)).await?;
+    let loaded: Vec<&str> = vss
+        .iter()
+        .filter(|v| v.spec.program_ref == name)
+        .filter_map(|v| v.status.as_ref()?.loaded_digest.as_deref())
+        .collect();
+    let mut all: Vec<revisions::Kept> = kept
+        .into_iter()
+        .filter(|k| k.digest != update.digest)
+        .collect();
+    all.push(update.clone());
+    let update = update.reference();
+    let current = revisions::current(&update, old.current_revision.as_ref(), &loaded, &all);
+    let mut in_use: std::collections::HashSet<&str> = loaded.iter().copied().collect();
+    in_use.extend([update.digest.as_str(), current.digest.as_str()]);
+    // A rollout's revisions, and a pinned one, are in use too.
+    if let Some(r) = &old.rollout {
+        in_use.extend(r.from.iter().map(|f| f.digest.as_str()));
+        in_use.insert(r.to.digest.as_str());
+    }
+    let pinned = obj.spec.rollout.as_ref().and_then(|r| r.pin_revision);
+    in_use.extend(
+        all.iter()
+            .filter(|k| Some(k.revision) == pinned)
+            .map(|k| k.digest.as_str()),
+    );
+    let limit = obj
+        .spec
+        .revision_history_limit
+        .unwrap_or(revisions::DEFAULT_HISTORY_LIMIT);
+    let gone = revisions::prune(&all, limit, &in_use);
+    revisions::store::delete(&ctx.client, &ns, &gone).await?;
+    let gone: Vec<String> = gone.into_iter().map(|g| g.name.clone()).collect();
+    new.update_revision = Some(update);
+    new.current_revision = Some(current);
+    Ok(Some(
+        all.into_iter()
+            .filter(|k| !gone.contains(&k.name))
+            .collect(),
     ))
+}
+
+/// How often a rollout in progress looks at its VirtualSwitches, their
+/// sets and Switches (whose changes do not all bring the program back).
+const ROLLOUT_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Condition type on a P4Program whose rollout cannot be followed (a
+/// pinned revision gone, a pause it cannot read).
+pub const ROLLOUT_VALID: &str = "RolloutValid";
+
+/// A Canary rollout's next move ([`rollout::advance`]) from the facts in
+/// the caches: `new.rollout` (which the VirtualSwitches follow), the
+/// Events to publish, when to look again. `kept`: the program's revisions.
+fn roll(
+    ctx: &Context,
+    obj: &P4Program,
+    kept: &[revisions::Kept],
+    new: &mut P4ProgramStatus,
+) -> (Vec<EventNote>, Option<std::time::Duration>) {
+    let spec = obj.spec.rollout.clone().unwrap_or_default();
+    let (Some(update), current) = (&new.update_revision, &new.current_revision) else {
+        return (Vec::new(), None);
+    };
+    // All at once and unpinned, as before rollouts: nothing to gather.
+    if spec.strategy == RolloutStrategy::AllAtOnce && spec.pin_revision.is_none() {
+        new.rollout = None;
+        return (Vec::new(), None);
+    }
+    let as_rev = |r: &RevisionRef| RolloutRevision {
+        revision: r.revision,
+        digest: r.digest.clone(),
+    };
+    let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
+    let vss: Vec<_> = ctx
+        .caches
+        .virtual_switches
+        .store()
+        .state()
+        .into_iter()
+        .filter(|v| v.namespace().as_deref() == Some(&ns) && v.spec.program_ref == name)
+        .collect();
+    let sets = &ctx.caches.entry_sets;
+    let selecting = sets.filed_under(&crate::cache::selecting_key(&ns));
+    let switches = ctx.caches.switches.store();
+    let members: Vec<rollout::Member> = vss
+        .iter()
+        .map(|v| {
+            // The sets naming it, and those selecting in its namespace.
+            let named = sets.filed_under(&crate::cache::filled_key(&ns, &v.name_any()));
+            let fill: Vec<&TableEntrySet> = named
+                .iter()
+                .chain(&selecting)
+                .filter(|s| crate::fleet::fills::fills(s, v))
+                .map(|s| s.as_ref())
+                .collect();
+            let on = v.status.as_ref().and_then(|s| s.switch.clone());
+            let sw = on.and_then(|n| switches.get(&kube::runtime::reflector::ObjectRef::new(&n)));
+            rollout::member(v, &fill, sw.as_deref())
+        })
+        .collect();
+    let input = rollout::target(&spec, &as_rev(update), kept).map(|target| rollout::Input {
+        spec: &spec,
+        pinned: target.digest != update.digest,
+        target,
+        stable: current.as_ref().map(as_rev),
+        previous: new.rollout.as_ref(),
+        members: &members,
+        resume: obj
+            .annotations()
+            .get(rollout::RESUME_ANNOTATION)
+            .and_then(|v| rollout::resume(v)),
+        now: chrono::Utc::now(),
+    });
+    let decided = input.and_then(|i| rollout::advance(&i));
+    // Once refused, the condition stays (True) so the fix is seen.
+    let was_invalid = obj
+        .status
+        .as_ref()
+        .is_some_and(|s| find_condition(&s.conditions, ROLLOUT_VALID).is_some());
+    let d = match decided {
+        Ok(d) => d,
+        Err(e) => {
+            // Nothing moves: the VirtualSwitches keep what they run.
+            let c = Condition::new(ROLLOUT_VALID, false, e.reason(), e.to_string());
+            new.conditions.push(c);
+            return (Vec::new(), None);
+        }
+    };
+    if was_invalid {
+        new.conditions.push(Condition::new(
+            ROLLOUT_VALID,
+            true,
+            "Valid",
+            "the rollout can be followed",
+        ));
+    }
+    new.rollout = d.status;
+    let notes = d
+        .notes
+        .into_iter()
+        .map(|n| match n.warning {
+            true => EventNote::warning(n.reason, "Rollout", n.message),
+            false => EventNote::normal(n.reason, "Rollout", n.message),
+        })
+        .collect();
+    let progressing = new
+        .rollout
+        .as_ref()
+        .is_some_and(|r| r.phase == RolloutPhase::Progressing);
+    let requeue = match (d.requeue, progressing) {
+        (r, true) => Some(r.map_or(ROLLOUT_POLL, |r| r.min(ROLLOUT_POLL))),
+        (r, false) => r,
+    };
+    (notes, requeue)
 }
 
 /// Holds a change that removes tables sets still fill ([`program_hold`]):
@@ -241,7 +480,7 @@ mod tests {
                 inline: Some(text.into()),
                 ..Default::default()
             },
-            artifacts: Default::default(),
+            ..Default::default()
         }
     }
 
@@ -340,7 +579,7 @@ mod tests {
                 }),
                 url: None,
             },
-            artifacts: Default::default(),
+            ..Default::default()
         };
         let mut r = Resolved::default();
         r.insert(

@@ -48,6 +48,20 @@ impl Reads for Counting {
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         self.cluster.config_map(ns, n).await
     }
+    async fn controller_revision(
+        &self,
+        ns: &str,
+        n: &str,
+    ) -> Result<Option<k8s_openapi::api::apps::v1::ControllerRevision>, kube::Error> {
+        self.cluster.controller_revision(ns, n).await
+    }
+    async fn program_revisions(
+        &self,
+        ns: &str,
+        p: &str,
+    ) -> Result<Vec<k8s_openapi::api::apps::v1::ControllerRevision>, kube::Error> {
+        self.cluster.program_revisions(ns, p).await
+    }
     async fn artifact(
         &self,
         ns: &str,

@@ -1,10 +1,14 @@
 //! What the controllers share about the fleet, so that no controller
 //! reaches into another's module: slot claims as recorded on Switches,
 //! which sets fill which VirtualSwitch, the hold on a program change that
-//! would remove tables sets still fill, and the extern runtime that the
-//! Switch controller probes and AsyncExternPolicies apply through.
+//! would remove tables sets still fill, the extern runtime that the
+//! Switch controller probes and AsyncExternPolicies apply through, and a
+//! program's revisions (written by the P4Program controller, loaded by
+//! VirtualSwitches).
 
 pub mod extern_runtime;
 pub mod fills;
 pub mod program_hold;
+pub mod revisions;
+pub mod rollout;
 pub mod slot_claims;

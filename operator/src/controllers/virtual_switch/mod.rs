@@ -145,7 +145,7 @@ async fn apply(
     let program = ctx.reads.program(&ns, &obj.spec.program_ref).await?;
     let resources = program
         .as_ref()
-        .map(pipeline::fpga_resources)
+        .map(|p| pipeline::fpga_resources(&p.spec))
         .unwrap_or_default();
     let mut req = Request::new(&me, &obj.spec, resources);
     let pipes = program
@@ -440,6 +440,7 @@ async fn load_program(
         &ctx.own.programs,
         ns,
         &obj.spec.program_ref,
+        &obj.name_any(),
     )
     .await?
     {

@@ -1,5 +1,6 @@
 //! The program a VirtualSwitch runs: dereference it ([`ready_program`]:
-//! Ready, and its sources still those of its digest), build what the
+//! Ready, and its sources still those of its digest, or else its
+//! revision's snapshot), build what the
 //! Switch loads ([`device_config`], [`tofino_pipeline`], pure) and apply
 //! it ([`load`]: P4Runtime with the target's device config and the digest
 //! as cookie, or BFRT with the Tofino artifacts).
@@ -17,6 +18,8 @@ use p4fleet_proto::p4info::P4Info;
 
 use crate::artifacts::{self, Resolved, field};
 use crate::context::Context;
+use crate::fleet::revisions::{self, RestoreError};
+use crate::fleet::rollout;
 use crate::loaded_pipelines::PipelineCheck;
 use crate::metrics::SwitchLabel;
 use crate::reads::Reads;
@@ -53,6 +56,10 @@ pub enum NotReady {
     /// digest (the program's own status says so at its next resolve).
     #[error("P4Program {0}: {1}")]
     ArtifactUnavailable(String, String),
+    /// Its sources changed and the revision of the content in force
+    /// cannot be read back from its snapshot.
+    #[error("P4Program {0}: {1}")]
+    RevisionUnavailable(String, String),
 }
 
 impl NotReady {
@@ -73,9 +80,15 @@ impl NotReady {
             NotReady::ArtifactUnavailable(..) => {
                 Condition::new(PIPELINE_LOADED, false, "ArtifactUnavailable", message)
             }
+            NotReady::RevisionUnavailable(..) => {
+                Condition::new(PIPELINE_LOADED, false, "RevisionUnavailable", message)
+            }
         }
     }
 }
+
+/// Ready programs kept per `namespace/name`, each with its generation.
+type Kept = std::collections::HashMap<String, Vec<(i64, ReadyProgram)>>;
 
 /// Ready programs by `namespace/name`, each with the generation and digest
 /// it was resolved for. A VirtualSwitch is reconciled after every status
@@ -85,24 +98,31 @@ impl NotReady {
 /// digest pins the bytes: a hit loads exactly what the P4Program's status
 /// names, and a new digest or spec (generation) is a miss.
 #[derive(Clone, Default)]
-pub struct ProgramCache(
-    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, (i64, ReadyProgram)>>>,
-);
+pub struct ProgramCache(std::sync::Arc<std::sync::Mutex<Kept>>);
 
 impl ProgramCache {
+    /// Revisions kept per program: during a rollout its VirtualSwitches
+    /// run two (the one before and the new one).
+    const PER_PROGRAM: usize = 2;
+
     fn get(&self, key: &str, generation: i64, digest: &str) -> Option<ReadyProgram> {
         let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(key)
-            .filter(|(g, p)| *g == generation && p.digest == digest)
+        map.get(key)?
+            .iter()
+            .find(|(g, p)| *g == generation && p.digest == digest)
             .map(|(_, p)| p.clone())
     }
 
-    fn put(&self, key: String, generation: i64, program: Option<&ReadyProgram>) {
+    /// Keeps `program` (the newest first), or forgets the program's
+    /// revision `digest` when None.
+    fn put(&self, key: String, generation: i64, digest: &str, program: Option<&ReadyProgram>) {
         let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        match program {
-            Some(p) => map.insert(key, (generation, p.clone())),
-            None => map.remove(&key),
-        };
+        let kept = map.entry(key).or_default();
+        kept.retain(|(g, p)| *g == generation && p.digest != digest);
+        if let Some(p) = program {
+            kept.insert(0, (generation, p.clone()));
+            kept.truncate(Self::PER_PROGRAM);
+        }
     }
 }
 
@@ -113,36 +133,43 @@ pub async fn ready_program_cached(
     cache: &ProgramCache,
     ns: &str,
     name: &str,
+    vs: &str,
 ) -> Result<Result<ReadyProgram, NotReady>, kube::Error> {
     let key = format!("{ns}/{name}");
     let seen = reads.program(ns, name).await?.and_then(|p| {
         let st = p.status.as_ref()?;
         find_condition(&st.conditions, READY).filter(|c| c.is_true())?;
-        Some((p.metadata.generation.unwrap_or(0), st.digest.clone()?))
+        let digest = rollout::assigned(st, vs)?.to_string();
+        Some((p.metadata.generation.unwrap_or(0), digest))
     });
     if let Some((generation, digest)) = &seen
         && let Some(hit) = cache.get(&key, *generation, digest)
     {
         return Ok(Ok(hit));
     }
-    let ready = ready_program(reads, ns, name).await?;
-    let generation = seen.map_or(0, |(g, _)| g);
-    cache.put(key, generation, ready.as_ref().ok());
+    let ready = ready_program(reads, ns, name, vs).await?;
+    let (generation, digest) = seen.unwrap_or_default();
+    cache.put(key, generation, &digest, ready.as_ref().ok());
     Ok(ready)
 }
 
-/// The program `ns/name` when it is Ready and its sources still match its digest.
+/// The program `ns/name` when it is Ready, at the revision VirtualSwitch
+/// `vs` is to run ([`rollout::assigned`]: the content in force, or what a
+/// Canary rollout assigns it): from its sources when they give that
+/// digest, else from the revision's snapshot.
 pub async fn ready_program(
     reads: &impl Reads,
     ns: &str,
     name: &str,
+    vs: &str,
 ) -> Result<Result<ReadyProgram, NotReady>, kube::Error> {
     let Some(p) = reads.program(ns, name).await? else {
         return Ok(Err(NotReady::NotFound(name.into())));
     };
     let st = p.status.clone().unwrap_or_default();
     let ready = find_condition(&st.conditions, READY).is_some_and(|c| c.is_true());
-    let (true, Some(digest)) = (ready, st.digest) else {
+    let assigned = rollout::assigned(&st, vs).map(str::to_string);
+    let (true, Some(digest)) = (ready, assigned) else {
         return Ok(Err(NotReady::NotReady(name.into())));
     };
     let held = find_condition(&st.conditions, crate::fleet::program_hold::ROLLOUT_HELD)
@@ -157,23 +184,54 @@ pub async fn ready_program(
             e.to_string(),
         )));
     }
-    Ok(match resolved.p4info() {
-        Ok(p4info) if resolved.digest() == digest => Ok(ReadyProgram {
+    if let Ok(p4info) = resolved.p4info()
+        && resolved.digest() == digest
+    {
+        return Ok(Ok(ReadyProgram {
             name: name.into(),
             digest,
             p4info,
             resolved,
-            fpga_resources: fpga_resources(&p),
+            fpga_resources: fpga_resources(&p.spec),
+        }));
+    }
+    // The sources no longer give the content in force (edited in place,
+    // or a held change): its revision's snapshot does.
+    let restored = match revisions::load(reads, ns, name, &digest).await? {
+        Ok(r) => r,
+        // Recorded before revisions existed: wait for the program.
+        Err(RestoreError::NotRecorded { .. }) if held => {
+            return Ok(Err(NotReady::Held(name.into())));
+        }
+        Err(RestoreError::NotRecorded { .. }) => {
+            return Ok(Err(NotReady::Changing(name.into())));
+        }
+        Err(e) => {
+            return Ok(Err(NotReady::RevisionUnavailable(
+                name.into(),
+                e.to_string(),
+            )));
+        }
+    };
+    tracing::debug!(namespace = %ns, program = %name, revision = restored.revision,
+        snapshot = %restored.name, "content read from its revision's snapshot");
+    Ok(match restored.resolved.p4info() {
+        Ok(p4info) => Ok(ReadyProgram {
+            name: name.into(),
+            digest,
+            p4info,
+            fpga_resources: fpga_resources(&restored.spec),
+            resolved: restored.resolved,
         }),
-        _ if held => Err(NotReady::Held(name.into())),
-        _ => Err(NotReady::Changing(name.into())),
+        Err(e) => Err(NotReady::RevisionUnavailable(name.into(), e.to_string())),
     })
 }
 
-/// What one instance of `p` occupies on an FPGA board.
-pub fn fpga_resources(p: &p4fleet_crds::P4Program) -> std::collections::BTreeMap<String, u64> {
-    p.spec
-        .artifacts
+/// What one instance of a program with `spec` occupies on an FPGA board.
+pub fn fpga_resources(
+    spec: &p4fleet_crds::P4ProgramSpec,
+) -> std::collections::BTreeMap<String, u64> {
+    spec.artifacts
         .fpga
         .as_ref()
         .map(|f| f.resources.clone())
@@ -707,7 +765,7 @@ mod tests {
             programs: vec![p],
             ..Default::default()
         };
-        let ok = ready_program(&with(program(true, Some(digest.clone()))), "ns", "fw")
+        let ok = ready_program(&with(program(true, Some(digest.clone()))), "ns", "fw", "v")
             .await
             .unwrap()
             .unwrap();
@@ -717,8 +775,12 @@ mod tests {
         );
         assert_eq!(ok.p4info.tables.len(), 1);
 
-        let not =
-            |c: Cluster| async move { ready_program(&c, "ns", "fw").await.unwrap().unwrap_err() };
+        let not = |c: Cluster| async move {
+            ready_program(&c, "ns", "fw", "v")
+                .await
+                .unwrap()
+                .unwrap_err()
+        };
         assert_eq!(
             not(Cluster::default()).await,
             NotReady::NotFound("fw".into())
@@ -738,6 +800,71 @@ mod tests {
             NotReady::NotFound("fw".into()).condition().message,
             "spec.programRef: P4Program fw not found"
         );
+    }
+
+    /// The program's P4Info edited in place (a held change, or one its
+    /// controller has not seen yet): the content in force comes from its
+    /// revision's snapshot, byte for byte; without a revision it waits.
+    #[tokio::test]
+    async fn edited_sources_load_the_content_in_force_from_its_revision() {
+        use crate::fleet::revisions;
+        let before: Resolved = [(field::P4INFO, Ok(FIREWALL.as_bytes().to_vec()))]
+            .into_iter()
+            .collect();
+        let digest = before.digest();
+        let mut p = program(true, Some(digest.clone()));
+        p.metadata.uid = Some("u-1".into());
+        p.spec.artifacts.fpga = serde_json::from_value(serde_json::json!({
+            "bitstream": {"inline": "b"}, "resources": {"luts": 7}}))
+        .unwrap();
+        let mut recorded = before.clone();
+        recorded.insert(field::FPGA_BITSTREAM, Ok(b"b".to_vec()));
+        let digest = recorded.digest();
+        let name = revisions::revision_name("fw", &digest);
+        let snap = revisions::snapshot(&name, &p.spec, &recorded).unwrap();
+        let mut cr = revisions::revision_object(&p, &name, 4, &snap.manifest);
+        cr.metadata.namespace = Some("ns".into());
+        let parts: Vec<_> = snap
+            .parts
+            .iter()
+            .map(|(n, d)| {
+                let mut cm = revisions::part_object(&p, n, d);
+                cm.metadata.namespace = Some("ns".into());
+                cm
+            })
+            .collect();
+        // Now edited: another P4Info, other FPGA resources; the status
+        // still names the recorded digest.
+        p.spec.p4info.inline = Some(FIREWALL.replace("firewall", "firewall_v2"));
+        p.spec.artifacts.fpga.as_mut().unwrap().resources = [("luts".into(), 9)].into();
+        p.status.as_mut().unwrap().digest = Some(digest.clone());
+        let cluster = Cluster {
+            programs: vec![p.clone()],
+            config_maps: parts,
+            revisions: vec![cr],
+            ..Default::default()
+        };
+        let got = ready_program(&cluster, "ns", "fw", "v")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.digest, digest);
+        assert_eq!(got.resolved, recorded);
+        assert_eq!(
+            got.p4info.tables[0].preamble.as_ref().unwrap().name,
+            "MyIngress.firewall"
+        );
+        assert_eq!(got.fpga_resources["luts"], 7, "as recorded");
+
+        let unrecorded = Cluster {
+            programs: vec![p],
+            ..Default::default()
+        };
+        let e = ready_program(&unrecorded, "ns", "fw", "v")
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e, NotReady::Changing("fw".into()));
     }
 
     #[tokio::test]
@@ -770,8 +897,11 @@ mod tests {
             ..Default::default()
         };
         let cache = ProgramCache::default();
-        let get =
-            |c, cache| async move { ready_program_cached(c, cache, "ns", "fw").await.unwrap() };
+        let get = |c, cache| async move {
+            ready_program_cached(c, cache, "ns", "fw", "v")
+                .await
+                .unwrap()
+        };
         assert_eq!(get(&full, &cache).await.unwrap().digest, digest);
         // A hit reads nothing: the ConfigMap may be gone meanwhile.
         assert_eq!(get(&without_cm, &cache).await.unwrap().digest, digest);

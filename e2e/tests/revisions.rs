@@ -1,0 +1,276 @@
+//! A P4Program's revisions survive edits in place (issue 34, item 1),
+//! against a real kube-apiserver and the operator: the program reads its
+//! P4Info and bmv2 JSON from the user's ConfigMap.
+//!
+//! - The first content is revision 1: a ControllerRevision owned by the
+//!   program, its bytes in immutable snapshot ConfigMaps; status and
+//!   `kubectl get p4p` name it.
+//! - The ConfigMap edited in place: revision 2 appears, and revision 1's
+//!   snapshot still holds the old bytes.
+//! - The ConfigMap deleted: both snapshots remain, byte for byte.
+//! - More contents with `revisionHistoryLimit: 2`: the oldest revisions
+//!   and their snapshots are deleted, the newest two old ones kept.
+//! - A content seen before is renumbered, not recorded twice.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use p4fleet_crds::{P4Program, RevisionRef, find_condition};
+use p4fleet_e2e::processes::{build_binaries, spawn_operator};
+use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, output_text, repo_root, wait_for};
+use serde_json::{Value, json};
+
+fn bin() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_binaries).clone()
+}
+
+const V1: &str = "p4fleet.dev/v1alpha1";
+const LIMIT: usize = 2;
+
+/// The bmv2 JSON of content `n`: the example's, told apart by a field
+/// bmv2 ignores.
+fn json_v(n: usize) -> String {
+    let text =
+        std::fs::read_to_string(repo_root().join("examples/firewall/firewall.json")).unwrap();
+    let at = text.find('{').unwrap() + 1;
+    format!(
+        "{}\"p4fleet_test_version\": {n},{}",
+        &text[..at],
+        &text[at..]
+    )
+}
+
+fn p4info() -> String {
+    std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt")).unwrap()
+}
+
+/// Writes the user's ConfigMap `fw-src` with content `n`.
+async fn source(cms: &Api<ConfigMap>, n: usize) {
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw-src"},
+        "data": {"p4info.txt": p4info(), "fw.json": json_v(n)}});
+    cms.patch(
+        "fw-src",
+        &PatchParams::apply("p4fleet-e2e").force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .unwrap();
+}
+
+/// Waits until the program's update revision is `number` (and Ready);
+/// returns it.
+async fn update_revision(programs: &Api<P4Program>, number: i64) -> RevisionRef {
+    wait_for(
+        &format!("update revision {number}"),
+        Duration::from_secs(60),
+        || async {
+            let p = programs.get("fw").await.map_err(|e| e.to_string())?;
+            let st = p.status.unwrap_or_default();
+            let ready = find_condition(&st.conditions, "Ready").is_some_and(|c| c.is_true());
+            match &st.update_revision {
+                Some(r)
+                    if r.revision == number && ready && st.digest.as_ref() == Some(&r.digest) =>
+                {
+                    Ok(r.clone())
+                }
+                other => Err(format!("{other:?}, ready {ready}")),
+            }
+        },
+    )
+    .await
+}
+
+/// The program's revisions by number.
+async fn revisions(crs: &Api<ControllerRevision>) -> BTreeMap<i64, ControllerRevision> {
+    let list = crs
+        .list(&kube::api::ListParams::default().labels("p4fleet.dev/program=fw"))
+        .await
+        .unwrap();
+    list.items.into_iter().map(|c| (c.revision, c)).collect()
+}
+
+/// The bytes revision `cr` keeps for `field`, read from its snapshot.
+async fn snapshot_bytes(cms: &Api<ConfigMap>, cr: &ControllerRevision, field: &str) -> Vec<u8> {
+    let data = &cr.data.as_ref().expect("data").0;
+    let rec = data["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["field"] == field)
+        .unwrap_or_else(|| panic!("{field} in {data}"));
+    let at = &rec["at"]["configMap"];
+    let cm = cms.get(at["name"].as_str().unwrap()).await.unwrap();
+    assert_eq!(cm.immutable, Some(true), "snapshots are immutable");
+    let owner = &cm.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("P4Program", "fw")
+    );
+    let stored = &cm.binary_data.as_ref().unwrap()[at["key"].as_str().unwrap()].0;
+    if at["gzip"] == Value::Bool(true) {
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(stored.as_slice())
+            .read_to_end(&mut out)
+            .unwrap();
+        out
+    } else {
+        stored.clone()
+    }
+}
+
+/// The snapshot ConfigMaps revision `cr` names.
+fn parts(cr: &ControllerRevision) -> Vec<String> {
+    let data = &cr.data.as_ref().unwrap().0;
+    let mut names: Vec<String> = data["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["at"]["configMap"]["name"].as_str().map(str::to_string))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revisions_keep_the_bytes_through_edits_and_deletion_and_are_bounded() {
+    let cp = ControlPlane::shared().await;
+    let client: Client = cp.client().await;
+    let _op = spawn_operator(&bin(), cp.kubeconfig_path(), "revisions-operator", &[]);
+    let ns = TestNamespace::new(&client).await;
+    let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
+    let crs: Api<ControllerRevision> = Api::namespaced(client.clone(), ns.name());
+    source(&cms, 1).await;
+    create_json(
+        &programs,
+        json!({"apiVersion": V1, "kind": "P4Program", "metadata": {"name": "fw"},
+            "spec": {"p4info": {"configMapKeyRef": {"name": "fw-src", "key": "p4info.txt"}},
+                "artifacts": {"bmv2": {"json": {"configMapKeyRef": {"name": "fw-src", "key": "fw.json"}}}},
+                "revisionHistoryLimit": LIMIT}}),
+    )
+    .await;
+
+    // Revision 1: recorded, owned by the program, named in status and by kubectl.
+    let r1 = update_revision(&programs, 1).await;
+    let p = programs.get("fw").await.unwrap();
+    assert_eq!(
+        p.status.as_ref().unwrap().current_revision.as_ref(),
+        Some(&r1)
+    );
+    let cr1 = crs.get(&r1.name).await.unwrap();
+    assert_eq!(cr1.revision, 1);
+    let owner = &cr1.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(owner.uid, p.metadata.uid.clone().unwrap());
+    assert_eq!(owner.controller, Some(true));
+    assert_eq!(
+        snapshot_bytes(&cms, &cr1, "spec.artifacts.bmv2.json").await,
+        json_v(1).into_bytes()
+    );
+    assert_eq!(
+        snapshot_bytes(&cms, &cr1, "spec.p4info").await,
+        p4info().into_bytes()
+    );
+    let out = cp.kubectl(["get", "p4p", "fw", "-n", ns.name()]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let header = text.lines().next().unwrap_or_default();
+    assert!(
+        header.contains("CURRENT") && header.contains("UPDATED"),
+        "{text}"
+    );
+
+    // Edited in place: revision 2, and revision 1 still holds the old bytes.
+    source(&cms, 2).await;
+    let r2 = update_revision(&programs, 2).await;
+    assert_ne!(r2.digest, r1.digest);
+    let kept = revisions(&crs).await;
+    assert_eq!(kept.keys().copied().collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(
+        snapshot_bytes(&cms, &kept[&1], "spec.artifacts.bmv2.json").await,
+        json_v(1).into_bytes(),
+        "revision 1 keeps the bytes it recorded"
+    );
+    assert_eq!(
+        snapshot_bytes(&cms, &kept[&2], "spec.artifacts.bmv2.json").await,
+        json_v(2).into_bytes()
+    );
+
+    // The user's ConfigMap deleted: the program is not Ready, the
+    // snapshots stay.
+    cms.delete("fw-src", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "the program to miss its source",
+        Duration::from_secs(60),
+        || async {
+            let p = programs.get("fw").await.map_err(|e| e.to_string())?;
+            let st = p.status.unwrap_or_default();
+            find_condition(&st.conditions, "ResolvedRefs")
+                .filter(|c| !c.is_true())
+                .map(drop)
+                .ok_or(format!("{:?}", st.conditions))
+        },
+    )
+    .await;
+    let p = programs.get("fw").await.unwrap();
+    assert_eq!(
+        p.status.unwrap().update_revision,
+        Some(r2.clone()),
+        "an unresolved content records nothing and forgets nothing"
+    );
+    let kept = revisions(&crs).await;
+    assert_eq!(kept.len(), 2);
+    for (n, cr) in &kept {
+        assert_eq!(
+            snapshot_bytes(&cms, cr, "spec.artifacts.bmv2.json").await,
+            json_v(*n as usize).into_bytes()
+        );
+    }
+
+    // Three more contents with a history limit of 2: revisions 1 and 2
+    // and their snapshots are deleted, 3 and 4 kept besides 5.
+    let first_parts: Vec<String> = kept.values().flat_map(parts).collect();
+    for n in 3..=5 {
+        source(&cms, n).await;
+        update_revision(&programs, n as i64).await;
+    }
+    let kept = wait_for("the history pruned", Duration::from_secs(30), || async {
+        let kept = revisions(&crs).await;
+        let numbers: Vec<i64> = kept.keys().copied().collect();
+        (numbers == [3, 4, 5])
+            .then_some(kept)
+            .ok_or(format!("revisions {numbers:?}"))
+    })
+    .await;
+    assert_eq!(kept.len(), LIMIT + 1);
+    for name in &first_parts {
+        assert!(
+            cms.get_opt(name).await.unwrap().is_none(),
+            "snapshot {name} of a pruned revision is gone"
+        );
+    }
+    for cr in kept.values() {
+        for name in parts(cr) {
+            assert!(cms.get_opt(&name).await.unwrap().is_some(), "{name}");
+        }
+    }
+
+    // Back to content 3: its revision is renumbered 6, nothing recorded twice.
+    let r3 = kept[&3].metadata.name.clone().unwrap();
+    source(&cms, 3).await;
+    let r6 = update_revision(&programs, 6).await;
+    assert_eq!(r6.name, r3);
+    let kept = revisions(&crs).await;
+    assert_eq!(kept.keys().copied().collect::<Vec<_>>(), [4, 5, 6]);
+
+    ns.delete(&client).await.unwrap();
+}

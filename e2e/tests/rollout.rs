@@ -1,0 +1,279 @@
+//! A Canary rollout of a P4Program across four Bmv2 Switches on the
+//! emulator (issue 34, item 2, first wiring): a selector TableEntrySet
+//! fills all four; the program rolls out `{switches: 1}` then
+//! `{percent: 100}` with a 3 s analysis window.
+//!
+//! - A good revision: the canary (the VirtualSwitch with the lowest
+//!   `p4fleet.dev/rollout-order`) runs it while the three others still run
+//!   the old one (their devices' cookies); then all four, `Completed`.
+//! - A revision whose entries fail on the canary's device (the emulator's
+//!   injected fault): `RolledBack` with the failed check
+//!   `EntriesReapplied` and the canary named, a Warning Event, the canary
+//!   back on the last good revision, and the three others never loaded it.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use p4fleet_crds::{P4Program, RolloutPhase, Switch, TableEntrySet, VirtualSwitch, find_condition};
+use p4fleet_e2e::firewall::{self, arm_fault};
+use p4fleet_e2e::processes::{build_binaries as bin, device_stat, spawn_operator};
+use p4fleet_e2e::{
+    ControlPlane, TestNamespace, create_json, event_about, firewall_lines, repo_root, wait_for,
+    wait_object_ready,
+};
+use serde_json::json;
+
+const V1: &str = "p4fleet.dev/v1alpha1";
+const DEVICES: [u64; 4] = [1, 2, 3, 4];
+const ENTRIES: usize = 20;
+
+fn p4info(version: &str) -> String {
+    let text = std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt")).unwrap();
+    // A comment changes the digest, not the program.
+    format!("{text}# {version}\n")
+}
+
+async fn source(cms: &Api<ConfigMap>, version: &str) {
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw-src"},
+        "data": {"p4info.txt": p4info(version)}});
+    cms.patch(
+        "fw-src",
+        &PatchParams::apply("p4fleet-e2e").force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .unwrap();
+}
+
+/// The pipeline cookie each device runs.
+fn cookies(stats: SocketAddr) -> Vec<Option<u64>> {
+    DEVICES
+        .iter()
+        .map(|d| device_stat(stats, *d, "cookie"))
+        .collect()
+}
+
+/// Waits until the program's update revision is `n`; returns its cookie.
+async fn revision_cookie(programs: &Api<P4Program>, n: i64) -> u64 {
+    let digest = wait_for(
+        &format!("update revision {n}"),
+        Duration::from_secs(60),
+        || async {
+            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
+            let st = p.status.unwrap_or_default();
+            st.update_revision
+                .filter(|r| r.revision == n)
+                .map(|r| r.digest)
+                .ok_or(format!("{:?}", st.conditions))
+        },
+    )
+    .await;
+    p4fleet::artifacts::cookie(&digest)
+}
+
+async fn phase(programs: &Api<P4Program>, want: RolloutPhase) -> p4fleet_crds::RolloutStatus {
+    wait_for(
+        &format!("rollout {want:?}"),
+        Duration::from_secs(120),
+        || async {
+            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
+            let r = p.status.unwrap_or_default().rollout;
+            r.clone()
+                .filter(|r| r.phase == want)
+                .ok_or(format!("{r:?}"))
+        },
+    )
+    .await
+}
+
+async fn set_ready(sets: &Api<TableEntrySet>) {
+    wait_for(
+        "the set on all four, Ready",
+        Duration::from_secs(90),
+        || async {
+            let s = sets.get("fw").await.map_err(|e| e.to_string())?;
+            let st = s.status.unwrap_or_default();
+            let ready = find_condition(&st.conditions, "Ready").is_some_and(|c| c.is_true());
+            (ready && st.applied == (ENTRIES * DEVICES.len()) as u64)
+                .then_some(())
+                .ok_or(format!("applied {} {:?}", st.applied, st.conditions))
+        },
+    )
+    .await;
+}
+
+async fn setup(client: &Client, ns: &str, p4runtime: SocketAddr) {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    source(&cms, "v1").await;
+    create_json(
+        &Api::<P4Program>::namespaced(client.clone(), ns),
+        json!({"apiVersion": V1, "kind": "P4Program", "metadata": {"name": "firewall"},
+            "spec": {"p4info": {"configMapKeyRef": {"name": "fw-src", "key": "p4info.txt"}},
+                "rollout": {"strategy": "Canary",
+                    "steps": [{"switches": 1}, {"percent": 100}],
+                    "maxUnavailable": 2, "analysis": {"seconds": 3},
+                    "progressDeadlineSeconds": 60}}}),
+    )
+    .await;
+    for (i, d) in DEVICES.iter().enumerate() {
+        let sw = format!("{ns}-sw{d}");
+        create_json(
+            &Api::<Switch>::all(client.clone()),
+            json!({"apiVersion": V1, "kind": "Switch", "metadata": {"name": sw},
+                "spec": {"target": "Bmv2", "endpoint": p4runtime.to_string(),
+                    "deviceId": d, "slots": 1}}),
+        )
+        .await;
+        // Recreate: every program change clears the tables, so the set's
+        // entries are written again (and the canary's fail).
+        create_json(
+            &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
+            json!({"apiVersion": V1, "kind": "VirtualSwitch",
+                "metadata": {"name": format!("vs-{i}"),
+                    "labels": {"app": "fw", "p4fleet.dev/rollout-order": i.to_string()}},
+                "spec": {"programRef": "firewall", "switchRef": sw, "slot": 0,
+                    "updateStrategy": {"type": "Recreate"}}}),
+        )
+        .await;
+    }
+    create_json(
+        &cms,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw"},
+            "data": {"entries": firewall_lines(0, ENTRIES)}}),
+    )
+    .await;
+    create_json(
+        &Api::<TableEntrySet>::namespaced(client.clone(), ns),
+        json!({"apiVersion": V1, "kind": "TableEntrySet", "metadata": {"name": "fw"},
+            "spec": {"virtualSwitchSelector": {"matchLabels": {"app": "fw"}},
+                "table": "MyIngress.firewall", "entriesFrom": [{"configMap": "fw"}]}}),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_rollout_moves_the_canary_first_and_a_failed_gate_rolls_it_back() {
+    let cp = ControlPlane::shared().await;
+    let client = cp.client().await;
+    let (_emu, addrs) = firewall::emulator(&bin(), "1,2,3,4", None);
+    let _op = spawn_operator(&bin(), cp.kubeconfig_path(), "rollout-operator", &[]);
+    let ns = TestNamespace::new(&client).await;
+    setup(&client, ns.name(), addrs.p4runtime).await;
+    let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
+    let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns.name());
+    let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns.name());
+    for i in 0..DEVICES.len() {
+        wait_object_ready(&vss, &format!("vs-{i}"), Duration::from_secs(90)).await;
+    }
+    set_ready(&sets).await;
+    // The first content is no rollout: nothing ran before it.
+    let c1 = revision_cookie(&programs, 1).await;
+    assert_eq!(cookies(addrs.stats), vec![Some(c1); 4]);
+
+    // A good revision: the canary first, alone, then everyone.
+    source(&cms, "v2").await;
+    let c2 = revision_cookie(&programs, 2).await;
+    let at_canary = wait_for(
+        "the canary on revision 2",
+        Duration::from_secs(60),
+        || async {
+            let now = cookies(addrs.stats);
+            (now[0] == Some(c2))
+                .then_some(now.clone())
+                .ok_or(format!("{now:?}"))
+        },
+    )
+    .await;
+    assert_eq!(at_canary[1..], [Some(c1); 3], "only the canary moved first");
+    let done = phase(&programs, RolloutPhase::Completed).await;
+    assert_eq!(
+        (done.to.revision, done.from.as_ref().map(|f| f.revision)),
+        (2, Some(1))
+    );
+    assert_eq!(done.moved[0].virtual_switch, "vs-0");
+    assert_eq!(cookies(addrs.stats), vec![Some(c2); 4]);
+    set_ready(&sets).await;
+    wait_for(
+        "the current revision 2",
+        Duration::from_secs(30),
+        || async {
+            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
+            let cur = p.status.unwrap_or_default().current_revision;
+            cur.clone()
+                .filter(|c| c.revision == 2)
+                .map(drop)
+                .ok_or(format!("{cur:?}"))
+        },
+    )
+    .await;
+
+    // A revision whose entries fail on the canary's device: rolled back.
+    arm_fault(
+        addrs.stats,
+        DEVICES[0],
+        "kind=fail-updates&every=1&count=1000",
+    );
+    source(&cms, "v3").await;
+    let c3 = revision_cookie(&programs, 3).await;
+    let back = wait_for("the rollback", Duration::from_secs(120), || async {
+        let now = cookies(addrs.stats);
+        assert!(
+            now[1..].iter().all(|c| *c == Some(c2)),
+            "an untouched Switch saw revision 3: {now:?} (3 is {c3})"
+        );
+        let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
+        let r = p.status.unwrap_or_default().rollout;
+        r.clone()
+            .filter(|r| r.phase == RolloutPhase::RolledBack)
+            .ok_or(format!("{r:?}"))
+    })
+    .await;
+    let f = back.failure.clone().unwrap();
+    assert_eq!(
+        (f.check.as_str(), f.virtual_switch.as_str()),
+        ("EntriesReapplied", "vs-0"),
+        "{f:?}"
+    );
+    assert!(f.message.contains("entries failed"), "{}", f.message);
+    assert_eq!(back.to.revision, 3);
+    assert_eq!(back.rolled_back, 1);
+    let ev = event_about(&client, ns.name(), "firewall", Some("RolledBack")).await;
+    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+    wait_for(
+        "the canary back on revision 2",
+        Duration::from_secs(60),
+        || async {
+            let now = cookies(addrs.stats);
+            (now == vec![Some(c2); 4])
+                .then_some(())
+                .ok_or(format!("{now:?}"))
+        },
+    )
+    .await;
+    // Once the device takes entries again, the set is whole again.
+    firewall::clear_faults(addrs.stats, DEVICES[0]);
+    set_ready(&sets).await;
+    assert_eq!(
+        programs
+            .get("firewall")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .rollout
+            .unwrap()
+            .phase,
+        RolloutPhase::RolledBack,
+        "a rolled back revision stays back"
+    );
+    for d in DEVICES {
+        let _ = Api::<Switch>::all(client.clone())
+            .delete(&format!("{}-sw{d}", ns.name()), &Default::default())
+            .await;
+    }
+    ns.delete(&client).await.unwrap();
+}
