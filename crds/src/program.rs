@@ -25,6 +25,8 @@ use crate::common::{ArtifactSource, Condition, conditions_schema};
     printcolumn = r#"{"name":"Digest","type":"string","jsonPath":".status.shortDigest"}"#,
     printcolumn = r#"{"name":"Current","type":"integer","jsonPath":".status.currentRevision.revision"}"#,
     printcolumn = r#"{"name":"Updated","type":"integer","jsonPath":".status.updateRevision.revision"}"#,
+    printcolumn = r#"{"name":"Rollout","type":"string","jsonPath":".status.rollout.phase"}"#,
+    printcolumn = r#"{"name":"Step","type":"integer","jsonPath":".status.rollout.step","priority":1}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
     printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message","priority":1}"#,

@@ -24,6 +24,18 @@ pub fn build_binaries() -> PathBuf {
     crate::workspace_binaries().to_path_buf()
 }
 
+/// The operator's `/metrics` text, from its HTTP address.
+pub fn metrics_text(addr: SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("operator's /metrics");
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    resp.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or(resp)
+}
+
 /// Makes the child die (SIGKILL) when the thread that spawned it exits.
 pub fn with_pdeathsig(cmd: &mut Command) {
     // SAFETY: prctl is async-signal-safe; nothing else runs between fork and

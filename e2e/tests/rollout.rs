@@ -19,7 +19,9 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use p4fleet_crds::{P4Program, RolloutPhase, Switch, TableEntrySet, VirtualSwitch, find_condition};
 use p4fleet_e2e::firewall::{self, arm_fault};
-use p4fleet_e2e::processes::{build_binaries as bin, device_stat, spawn_operator};
+use p4fleet_e2e::processes::{
+    build_binaries as bin, device_stat, metrics_text, operator_http_addr, spawn_operator,
+};
 use p4fleet_e2e::{
     ControlPlane, TestNamespace, create_json, event_about, firewall_lines, repo_root, wait_for,
     wait_object_ready,
@@ -159,7 +161,8 @@ async fn a_canary_rollout_moves_the_canary_first_and_a_failed_gate_rolls_it_back
     let cp = ControlPlane::shared().await;
     let client = cp.client().await;
     let (_emu, addrs) = firewall::emulator(&bin(), "1,2,3,4", None);
-    let _op = spawn_operator(&bin(), cp.kubeconfig_path(), "rollout-operator", &[]);
+    let op = spawn_operator(&bin(), cp.kubeconfig_path(), "rollout-operator", &[]);
+    let metrics = operator_http_addr(&op.log, Duration::from_secs(60));
     let ns = TestNamespace::new(&client).await;
     setup(&client, ns.name(), addrs.p4runtime).await;
     let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
@@ -243,6 +246,39 @@ async fn a_canary_rollout_moves_the_canary_first_and_a_failed_gate_rolls_it_back
     assert_eq!(back.rolled_back, 1);
     let ev = event_about(&client, ns.name(), "firewall", Some("RolledBack")).await;
     assert_eq!(ev.type_.as_deref(), Some("Warning"));
+    let p = programs.get("firewall").await.unwrap();
+    let c = find_condition(&p.status.unwrap().conditions, "RolledBack")
+        .cloned()
+        .expect("a RolledBack condition");
+    assert!(c.is_true(), "{c:?}");
+    assert!(
+        c.message.contains("EntriesReapplied") && c.message.contains("vs-0"),
+        "{}",
+        c.message
+    );
+    let text = metrics_text(metrics);
+    let series = |name: &str, extra: &str| {
+        format!(
+            "p4fleet_rollout_{name}{{namespace=\"{}\",name=\"firewall\"{extra}}}",
+            ns.name()
+        )
+    };
+    for (line, want) in [
+        (series("phase", ",phase=\"RolledBack\""), "1"),
+        (series("phase", ",phase=\"Completed\""), "0"),
+        (series("revision", ""), "3"),
+        (series("rollbacks_total", ""), "1"),
+        (series("completed_total", ""), "1"),
+    ] {
+        let got = text.lines().find_map(|l| {
+            l.strip_prefix(&line)?
+                .trim()
+                .split(' ')
+                .next()
+                .map(str::to_string)
+        });
+        assert_eq!(got.as_deref(), Some(want), "{line} in /metrics:\n{text}");
+    }
     wait_for(
         "the canary back on revision 2",
         Duration::from_secs(60),

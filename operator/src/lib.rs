@@ -41,6 +41,7 @@ pub(crate) mod process_metrics;
 pub mod reads;
 pub(crate) mod reconcile_triggers;
 pub(crate) mod retries;
+pub(crate) mod rollout_metrics;
 pub(crate) mod shutdown;
 #[cfg(test)]
 mod source_scan;

@@ -133,6 +133,8 @@ pub struct Metrics {
     pub counters: crate::counter_metrics::CounterMetrics,
     /// Digest lists and idle timeout notifications (`crate::notice_metrics`).
     pub notices: crate::notice_metrics::NoticeMetrics,
+    /// P4Program rollouts (`crate::rollout_metrics`).
+    pub(crate) rollouts: crate::rollout_metrics::RolloutMetrics,
 }
 
 impl Default for Metrics {
@@ -169,12 +171,14 @@ impl Metrics {
             set_sync_updates: Family::default(),
             counters: Default::default(),
             notices: Default::default(),
+            rollouts: Default::default(),
             registry: Registry::default(),
             process: Registry::default(),
         };
         m.entry_sources.register(&mut registry);
         m.counters.register(&mut registry);
         m.notices.register(&mut registry);
+        m.rollouts.register(&mut registry);
         let r = &mut registry;
         r.register("reconciles", "Reconciles started", m.reconciles.clone());
         r.register(

@@ -203,10 +203,19 @@ pub async fn reconcile(obj: Arc<P4Program>, ctx: Arc<super::Ctx<()>>) -> Result<
         );
         EventNote::normal("DigestChanged", "Digest", note)
     });
+    if let Some(c) = new
+        .rollout
+        .as_ref()
+        .and_then(rollout::rolled_back_condition)
+    {
+        new.conditions.push(c);
+    }
     let notes: Vec<EventNote> = digest.into_iter().chain(rolled).collect();
     let wrote = update_status_noting(&ctx, &api, obj.as_ref(), &mut new, &notes).await?;
     for ev in notes.iter().filter(|_| wrote) {
         ctx.events.publish(obj.as_ref(), ev).await;
+        let ns = obj.namespace().unwrap_or_default();
+        ctx.metrics.rollouts.noted(&ns, &obj.name_any(), &ev.reason);
     }
     let key = super::object_key(obj.as_ref());
     let resync = super::spread(ctx.config.resync, &key);

@@ -13,9 +13,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use kube::ResourceExt;
 use p4fleet_crds::{
-    ConditionStatus, GateFailure, MovedState, MovedSwitch, P4ProgramStatus, Rollout, RolloutPhase,
-    RolloutRevision, RolloutStatus, RolloutStrategy, Switch, TableEntrySet, VirtualSwitch,
-    find_condition,
+    Condition, ConditionStatus, GateFailure, MovedState, MovedSwitch, P4ProgramStatus, Rollout,
+    RolloutPhase, RolloutRevision, RolloutStatus, RolloutStrategy, Switch, TableEntrySet,
+    VirtualSwitch, find_condition,
 };
 
 use super::revisions::Kept;
@@ -417,6 +417,38 @@ pub struct Input<'a> {
     pub now: DateTime<Utc>,
 }
 
+/// The Events' reasons ([`Note::reason`]); `RolledBack` is also the
+/// P4Program's condition type while a rollout stays rolled back.
+pub const STARTED: &str = "RolloutStarted";
+pub const STEP_PASSED: &str = "RolloutStepPassed";
+pub const COMPLETED: &str = "RolloutCompleted";
+pub const ROLLED_BACK: &str = "RolledBack";
+
+/// The `RolledBack` condition of a program whose rollout is rolled back
+/// (None otherwise: a new rollout or a pin clears it). Its reason is the
+/// Event's, so the transition is told once (by the note); the message
+/// names the check, the VirtualSwitch and its Switch.
+pub fn rolled_back_condition(st: &RolloutStatus) -> Option<Condition> {
+    if st.phase != RolloutPhase::RolledBack {
+        return None;
+    }
+    let message = match &st.failure {
+        Some(f) => format!(
+            "revision {} failed {} on VirtualSwitch {}{}: {}",
+            st.to.revision,
+            f.check,
+            f.virtual_switch,
+            f.switch
+                .as_deref()
+                .map(|s| format!(" (Switch {s})"))
+                .unwrap_or_default(),
+            f.message
+        ),
+        None => format!("revision {} was rolled back", st.to.revision),
+    };
+    Some(Condition::new(ROLLED_BACK, true, ROLLED_BACK, message))
+}
+
 /// Something to tell as an Event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Note {
@@ -535,7 +567,7 @@ pub fn advance(input: &Input) -> Result<Decision, SpecError> {
             });
             notes.push(Note {
                 warning: false,
-                reason: "RolloutStarted",
+                reason: STARTED,
                 message: format!(
                     "rolling out revision {} from revision {}{}",
                     target.revision,
@@ -587,7 +619,7 @@ pub fn advance(input: &Input) -> Result<Decision, SpecError> {
             st.finished_at = Some(stamp(*now));
             notes.push(Note {
                 warning: false,
-                reason: "RolloutCompleted",
+                reason: COMPLETED,
                 message: format!(
                     "revision {} runs on all {} VirtualSwitches",
                     target.revision,
@@ -701,7 +733,7 @@ pub fn advance(input: &Input) -> Result<Decision, SpecError> {
                     }
                     notes.push(Note {
                         warning: true,
-                        reason: "RolledBack",
+                        reason: ROLLED_BACK,
                         message: format!(
                             "revision {} failed {} on VirtualSwitch {}{}: {}; {} VirtualSwitches back on revision {}",
                             target.revision,
@@ -773,7 +805,7 @@ pub fn advance(input: &Input) -> Result<Decision, SpecError> {
                 }
                 notes.push(Note {
                     warning: false,
-                    reason: "RolloutStepPassed",
+                    reason: STEP_PASSED,
                     message: format!(
                         "step {}: {} of {} VirtualSwitches on revision {}, gate passed",
                         st.step,
@@ -1429,6 +1461,40 @@ mod tests {
             ("ProgressDeadline", "vs-00")
         );
         assert!(rolled.is_some());
+    }
+
+    #[test]
+    fn a_rolled_back_rollout_is_a_condition_naming_the_check_and_where() {
+        let mut st = RolloutStatus {
+            phase: RolloutPhase::Progressing,
+            to: rev(3),
+            ..Default::default()
+        };
+        assert_eq!(rolled_back_condition(&st), None);
+        st.phase = RolloutPhase::RolledBack;
+        st.failure = Some(GateFailure {
+            check: "EntriesReapplied".into(),
+            virtual_switch: "vs-0".into(),
+            switch: Some("sw1".into()),
+            message: "TableEntrySet fw: 3 entries failed there".into(),
+        });
+        let c = rolled_back_condition(&st).unwrap();
+        assert!(c.is_true());
+        assert_eq!(
+            (c.type_.as_str(), c.reason.as_str()),
+            (ROLLED_BACK, ROLLED_BACK)
+        );
+        assert_eq!(
+            c.message,
+            "revision 3 failed EntriesReapplied on VirtualSwitch vs-0 (Switch sw1): \
+             TableEntrySet fw: 3 entries failed there"
+        );
+        st.phase = RolloutPhase::Completed;
+        assert_eq!(
+            rolled_back_condition(&st),
+            None,
+            "a later rollout clears it"
+        );
     }
 
     #[test]

@@ -1,0 +1,311 @@
+//! `p4fleet_rollout_*`: where each P4Program's rollout stands (gauges
+//! read from the cached programs' `status.rollout` at each scrape, so a
+//! deleted program leaves no series behind) and what rollouts did
+//! (counters, one per Event the P4Program controller published).
+
+use std::sync::{Arc, OnceLock};
+
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+use p4fleet_crds::{P4Program, RolloutPhase};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+
+use crate::fleet::rollout;
+use crate::metrics::SetLabels;
+
+/// Labels: a P4Program (`namespace`, `name`), as for TableEntrySets.
+pub type ProgramLabels = SetLabels;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    pub namespace: String,
+    pub name: String,
+    pub phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub namespace: String,
+    pub name: String,
+    pub state: String,
+}
+
+/// The programs the gauges are read from: set once the controllers'
+/// caches exist (a standby replica has none and reports no rollout).
+type Programs = Arc<OnceLock<Store<P4Program>>>;
+
+#[derive(Clone, Default)]
+pub struct RolloutMetrics {
+    programs: Programs,
+    pub started: Family<ProgramLabels, Counter>,
+    pub steps_passed: Family<ProgramLabels, Counter>,
+    pub completed: Family<ProgramLabels, Counter>,
+    pub rollbacks: Family<ProgramLabels, Counter>,
+}
+
+impl RolloutMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        let counters = [
+            ("rollout_started", "Rollouts started", &self.started),
+            (
+                "rollout_steps_passed",
+                "Rollout steps whose health gate passed",
+                &self.steps_passed,
+            ),
+            (
+                "rollout_completed",
+                "Rollouts that reached every VirtualSwitch",
+                &self.completed,
+            ),
+            (
+                "rollout_rollbacks",
+                "Rollouts rolled back on a failed health gate",
+                &self.rollbacks,
+            ),
+        ];
+        for (name, help, family) in counters {
+            registry.register(name, help, family.clone());
+        }
+        registry.register_collector(Box::new(Gauges(self.programs.clone())));
+    }
+
+    /// Reads the gauges from `programs` from now on.
+    pub fn watch(&self, programs: Store<P4Program>) {
+        let _ = self.programs.set(programs);
+    }
+
+    /// Counts an Event the P4Program controller published (`reason`: one
+    /// of [`rollout`]'s note reasons; others are not a rollout's).
+    pub fn noted(&self, namespace: &str, name: &str, reason: &str) {
+        let family = match reason {
+            rollout::STARTED => &self.started,
+            rollout::STEP_PASSED => &self.steps_passed,
+            rollout::COMPLETED => &self.completed,
+            rollout::ROLLED_BACK => &self.rollbacks,
+            _ => return,
+        };
+        family
+            .get_or_create(&ProgramLabels {
+                namespace: namespace.into(),
+                name: name.into(),
+            })
+            .inc();
+    }
+}
+
+/// One program's gauges. Pure.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub namespace: String,
+    pub name: String,
+    pub phase: RolloutPhase,
+    pub step: u32,
+    pub to_revision: i64,
+    /// updated, healthy, pending, rolled_back.
+    pub counts: [(&'static str, u32); 4],
+}
+
+const PHASES: [(RolloutPhase, &str); 4] = [
+    (RolloutPhase::Progressing, "Progressing"),
+    (RolloutPhase::Paused, "Paused"),
+    (RolloutPhase::Completed, "Completed"),
+    (RolloutPhase::RolledBack, "RolledBack"),
+];
+
+/// The rows of the programs that have a rollout status, by namespace and name.
+pub fn rows<'a>(programs: impl IntoIterator<Item = &'a P4Program>) -> Vec<Row> {
+    let mut rows: Vec<Row> = programs
+        .into_iter()
+        .filter_map(|p| {
+            let r = p.status.as_ref()?.rollout.as_ref()?;
+            Some(Row {
+                namespace: p.namespace().unwrap_or_default(),
+                name: p.name_any(),
+                phase: r.phase,
+                step: r.step,
+                to_revision: r.to.revision,
+                counts: [
+                    ("updated", r.updated),
+                    ("healthy", r.healthy),
+                    ("pending", r.pending),
+                    ("rolled_back", r.rolled_back),
+                ],
+            })
+        })
+        .collect();
+    rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    rows
+}
+
+#[derive(Debug)]
+struct Gauges(Programs);
+
+impl Collector for Gauges {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(store) = self.0.get() else {
+            return Ok(());
+        };
+        let programs = store.state();
+        let rows = rows(programs.iter().map(|p| p.as_ref()));
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let program = |r: &Row| ProgramLabels {
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+        };
+        let mut m = encoder.encode_descriptor(
+            "rollout_phase",
+            "1 for the phase a P4Program's rollout is in, 0 for the others",
+            None,
+            MetricType::Gauge,
+        )?;
+        for r in &rows {
+            for (phase, label) in PHASES {
+                let labels = PhaseLabels {
+                    namespace: r.namespace.clone(),
+                    name: r.name.clone(),
+                    phase: label.into(),
+                };
+                ConstGauge::new(i64::from(r.phase == phase)).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        let mut m = encoder.encode_descriptor(
+            "rollout_step",
+            "The step a P4Program's rollout is at (0-based; the number of steps once done)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for r in &rows {
+            ConstGauge::new(i64::from(r.step)).encode(m.encode_family(&program(r))?)?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "rollout_revision",
+            "The revision a P4Program's rollout rolls out",
+            None,
+            MetricType::Gauge,
+        )?;
+        for r in &rows {
+            ConstGauge::new(r.to_revision).encode(m.encode_family(&program(r))?)?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "rollout_virtual_switches",
+            "A P4Program rollout's VirtualSwitches: updated, healthy, pending, rolled_back",
+            None,
+            MetricType::Gauge,
+        )?;
+        for r in &rows {
+            for (state, n) in r.counts {
+                let labels = StateLabels {
+                    namespace: r.namespace.clone(),
+                    name: r.name.clone(),
+                    state: state.into(),
+                };
+                ConstGauge::new(i64::from(n)).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector::{self, ObjectRef};
+    use kube::runtime::watcher;
+    use p4fleet_crds::{P4ProgramStatus, RolloutRevision, RolloutStatus};
+
+    fn program(ns: &str, name: &str, rollout: Option<RolloutStatus>) -> P4Program {
+        let mut p: P4Program = serde_json::from_value(serde_json::json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"p4info": {"configMapKeyRef": {"name": "x", "key": "p4info.txt"}}}
+        }))
+        .unwrap();
+        p.status = Some(P4ProgramStatus {
+            rollout,
+            ..Default::default()
+        });
+        p
+    }
+
+    fn progressing() -> RolloutStatus {
+        RolloutStatus {
+            phase: RolloutPhase::Progressing,
+            to: RolloutRevision {
+                revision: 7,
+                digest: "d7".into(),
+            },
+            step: 2,
+            updated: 3,
+            healthy: 1,
+            pending: 9,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_programs_with_a_rollout_have_rows_in_a_stable_order() {
+        let ps = [
+            program("b", "fw", Some(progressing())),
+            program("a", "plain", None),
+            program("a", "fw", Some(progressing())),
+        ];
+        let rows = rows(&ps);
+        let names: Vec<_> = rows
+            .iter()
+            .map(|r| format!("{}/{}", r.namespace, r.name))
+            .collect();
+        assert_eq!(names, ["a/fw", "b/fw"]);
+        assert_eq!(rows[0].step, 2);
+        assert_eq!(rows[0].counts[2], ("pending", 9));
+    }
+
+    #[test]
+    fn a_scrape_reads_the_cached_programs_and_counts_the_events() {
+        let m = RolloutMetrics::default();
+        let mut registry = Registry::with_prefix("p4fleet");
+        m.register(&mut registry);
+        let text = |r: &Registry| {
+            let mut out = String::new();
+            prometheus_client::encoding::text::encode(&mut out, r).unwrap();
+            out
+        };
+        assert!(
+            !text(&registry).contains("p4fleet_rollout_phase"),
+            "no store yet"
+        );
+
+        let (store, mut writer) = reflector::store::<P4Program>();
+        let p = program("ns", "fw", Some(progressing()));
+        writer.apply_watcher_event(&watcher::Event::Apply(p.clone()));
+        m.watch(store.clone());
+        m.noted("ns", "fw", rollout::STARTED);
+        m.noted("ns", "fw", rollout::ROLLED_BACK);
+        m.noted("ns", "fw", "DigestChanged");
+        let out = text(&registry);
+        for line in [
+            r#"p4fleet_rollout_phase{namespace="ns",name="fw",phase="Progressing"} 1"#,
+            r#"p4fleet_rollout_phase{namespace="ns",name="fw",phase="RolledBack"} 0"#,
+            r#"p4fleet_rollout_step{namespace="ns",name="fw"} 2"#,
+            r#"p4fleet_rollout_revision{namespace="ns",name="fw"} 7"#,
+            r#"p4fleet_rollout_virtual_switches{namespace="ns",name="fw",state="updated"} 3"#,
+            r#"p4fleet_rollout_started_total{namespace="ns",name="fw"} 1"#,
+            r#"p4fleet_rollout_rollbacks_total{namespace="ns",name="fw"} 1"#,
+        ] {
+            assert!(out.contains(line), "{line} not in:\n{out}");
+        }
+        assert!(!out.contains("p4fleet_rollout_completed_total{"), "{out}");
+
+        // A deleted program leaves no gauge behind.
+        writer.apply_watcher_event(&watcher::Event::Delete(p));
+        assert!(store.get(&ObjectRef::new("fw").within("ns")).is_none());
+        assert!(!text(&registry).contains("p4fleet_rollout_phase{"));
+    }
+}
