@@ -20,6 +20,7 @@ pub mod certs;
 pub mod firewall;
 pub mod lie_watch;
 pub mod processes;
+pub mod rollout;
 
 use std::ffi::OsStr;
 use std::io::Write;

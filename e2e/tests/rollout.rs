@@ -11,150 +11,18 @@
 //!   `EntriesReapplied` and the canary named, a Warning Event, the canary
 //!   back on the last good revision, and the three others never loaded it.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use p4fleet_crds::{P4Program, RolloutPhase, Switch, TableEntrySet, VirtualSwitch, find_condition};
 use p4fleet_e2e::firewall::{self, arm_fault};
 use p4fleet_e2e::processes::{
-    build_binaries as bin, device_stat, metrics_text, operator_http_addr, spawn_operator,
+    build_binaries as bin, metrics_text, operator_http_addr, spawn_operator,
 };
-use p4fleet_e2e::{
-    ControlPlane, TestNamespace, create_json, event_about, firewall_lines, repo_root, wait_for,
-    wait_object_ready,
-};
+use p4fleet_e2e::rollout::{DEVICES, cookies, phase, revision_cookie, set_ready, setup, source};
+use p4fleet_e2e::{ControlPlane, TestNamespace, event_about, wait_for, wait_object_ready};
 use serde_json::json;
-
-const V1: &str = "p4fleet.dev/v1alpha1";
-const DEVICES: [u64; 4] = [1, 2, 3, 4];
-const ENTRIES: usize = 20;
-
-fn p4info(version: &str) -> String {
-    let text = std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt")).unwrap();
-    // A comment changes the digest, not the program.
-    format!("{text}# {version}\n")
-}
-
-async fn source(cms: &Api<ConfigMap>, version: &str) {
-    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw-src"},
-        "data": {"p4info.txt": p4info(version)}});
-    cms.patch(
-        "fw-src",
-        &PatchParams::apply("p4fleet-e2e").force(),
-        &Patch::Apply(&cm),
-    )
-    .await
-    .unwrap();
-}
-
-/// The pipeline cookie each device runs.
-fn cookies(stats: SocketAddr) -> Vec<Option<u64>> {
-    DEVICES
-        .iter()
-        .map(|d| device_stat(stats, *d, "cookie"))
-        .collect()
-}
-
-/// Waits until the program's update revision is `n`; returns its cookie.
-async fn revision_cookie(programs: &Api<P4Program>, n: i64) -> u64 {
-    let digest = wait_for(
-        &format!("update revision {n}"),
-        Duration::from_secs(60),
-        || async {
-            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
-            let st = p.status.unwrap_or_default();
-            st.update_revision
-                .filter(|r| r.revision == n)
-                .map(|r| r.digest)
-                .ok_or(format!("{:?}", st.conditions))
-        },
-    )
-    .await;
-    p4fleet::artifacts::cookie(&digest)
-}
-
-async fn phase(programs: &Api<P4Program>, want: RolloutPhase) -> p4fleet_crds::RolloutStatus {
-    wait_for(
-        &format!("rollout {want:?}"),
-        Duration::from_secs(120),
-        || async {
-            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
-            let r = p.status.unwrap_or_default().rollout;
-            r.clone()
-                .filter(|r| r.phase == want)
-                .ok_or(format!("{r:?}"))
-        },
-    )
-    .await
-}
-
-async fn set_ready(sets: &Api<TableEntrySet>) {
-    wait_for(
-        "the set on all four, Ready",
-        Duration::from_secs(90),
-        || async {
-            let s = sets.get("fw").await.map_err(|e| e.to_string())?;
-            let st = s.status.unwrap_or_default();
-            let ready = find_condition(&st.conditions, "Ready").is_some_and(|c| c.is_true());
-            (ready && st.applied == (ENTRIES * DEVICES.len()) as u64)
-                .then_some(())
-                .ok_or(format!("applied {} {:?}", st.applied, st.conditions))
-        },
-    )
-    .await;
-}
-
-async fn setup(client: &Client, ns: &str, p4runtime: SocketAddr) {
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    source(&cms, "v1").await;
-    create_json(
-        &Api::<P4Program>::namespaced(client.clone(), ns),
-        json!({"apiVersion": V1, "kind": "P4Program", "metadata": {"name": "firewall"},
-            "spec": {"p4info": {"configMapKeyRef": {"name": "fw-src", "key": "p4info.txt"}},
-                "rollout": {"strategy": "Canary",
-                    "steps": [{"switches": 1}, {"percent": 100}],
-                    "maxUnavailable": 2, "analysis": {"seconds": 3},
-                    "progressDeadlineSeconds": 60}}}),
-    )
-    .await;
-    for (i, d) in DEVICES.iter().enumerate() {
-        let sw = format!("{ns}-sw{d}");
-        create_json(
-            &Api::<Switch>::all(client.clone()),
-            json!({"apiVersion": V1, "kind": "Switch", "metadata": {"name": sw},
-                "spec": {"target": "Bmv2", "endpoint": p4runtime.to_string(),
-                    "deviceId": d, "slots": 1}}),
-        )
-        .await;
-        // Recreate: every program change clears the tables, so the set's
-        // entries are written again (and the canary's fail).
-        create_json(
-            &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
-            json!({"apiVersion": V1, "kind": "VirtualSwitch",
-                "metadata": {"name": format!("vs-{i}"),
-                    "labels": {"app": "fw", "p4fleet.dev/rollout-order": i.to_string()}},
-                "spec": {"programRef": "firewall", "switchRef": sw, "slot": 0,
-                    "updateStrategy": {"type": "Recreate"}}}),
-        )
-        .await;
-    }
-    create_json(
-        &cms,
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw"},
-            "data": {"entries": firewall_lines(0, ENTRIES)}}),
-    )
-    .await;
-    create_json(
-        &Api::<TableEntrySet>::namespaced(client.clone(), ns),
-        json!({"apiVersion": V1, "kind": "TableEntrySet", "metadata": {"name": "fw"},
-            "spec": {"virtualSwitchSelector": {"matchLabels": {"app": "fw"}},
-                "table": "MyIngress.firewall", "entriesFrom": [{"configMap": "fw"}]}}),
-    )
-    .await;
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_canary_rollout_moves_the_canary_first_and_a_failed_gate_rolls_it_back() {
@@ -164,7 +32,11 @@ async fn a_canary_rollout_moves_the_canary_first_and_a_failed_gate_rolls_it_back
     let op = spawn_operator(&bin(), cp.kubeconfig_path(), "rollout-operator", &[]);
     let metrics = operator_http_addr(&op.log, Duration::from_secs(60));
     let ns = TestNamespace::new(&client).await;
-    setup(&client, ns.name(), addrs.p4runtime).await;
+    let rollout = json!({"strategy": "Canary",
+        "steps": [{"switches": 1}, {"percent": 100}],
+        "maxUnavailable": 2, "analysis": {"seconds": 3},
+        "progressDeadlineSeconds": 60});
+    setup(&client, ns.name(), addrs.p4runtime, rollout).await;
     let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
     let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns.name());

@@ -1,0 +1,160 @@
+//! The fleet the rollout tests share (e2e/tests/rollout.rs,
+//! rollout_faults.rs): four Bmv2 Switches on one emulator, a VirtualSwitch
+//! on each (`vs-0` the canary, by `p4fleet.dev/rollout-order`), a selector
+//! TableEntrySet filling all four, and a P4Program `firewall` whose
+//! content changes by a comment in its P4Info.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use p4fleet_crds::{P4Program, RolloutPhase, Switch, TableEntrySet, VirtualSwitch, find_condition};
+use serde_json::json;
+
+use crate::processes::device_stat;
+use crate::{create_json, firewall_lines, repo_root, wait_for};
+
+pub const V1: &str = "p4fleet.dev/v1alpha1";
+pub const DEVICES: [u64; 4] = [1, 2, 3, 4];
+pub const ENTRIES: usize = 20;
+
+pub fn p4info(version: &str) -> String {
+    let text = std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt")).unwrap();
+    // A comment changes the digest, not the program.
+    format!("{text}# {version}\n")
+}
+
+pub async fn source(cms: &Api<ConfigMap>, version: &str) {
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw-src"},
+        "data": {"p4info.txt": p4info(version)}});
+    cms.patch(
+        "fw-src",
+        &PatchParams::apply("p4fleet-e2e").force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .unwrap();
+}
+
+/// The pipeline cookie each device runs.
+pub fn cookies(stats: SocketAddr) -> Vec<Option<u64>> {
+    DEVICES
+        .iter()
+        .map(|d| device_stat(stats, *d, "cookie"))
+        .collect()
+}
+
+/// Waits until the program's update revision is `n`; returns its cookie.
+pub async fn revision_cookie(programs: &Api<P4Program>, n: i64) -> u64 {
+    let digest = wait_for(
+        &format!("update revision {n}"),
+        Duration::from_secs(60),
+        || async {
+            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
+            let st = p.status.unwrap_or_default();
+            st.update_revision
+                .filter(|r| r.revision == n)
+                .map(|r| r.digest)
+                .ok_or(format!("{:?}", st.conditions))
+        },
+    )
+    .await;
+    // The pipeline cookie is the digest's first 8 bytes (docs/resources.md).
+    u64::from_str_radix(&digest[..16], 16).expect("a hex digest")
+}
+
+pub async fn phase(programs: &Api<P4Program>, want: RolloutPhase) -> p4fleet_crds::RolloutStatus {
+    phase_of(programs, want, |_| true).await
+}
+
+/// Waits until the rollout is in `want` and `also` holds of it.
+pub async fn phase_of(
+    programs: &Api<P4Program>,
+    want: RolloutPhase,
+    also: impl Fn(&p4fleet_crds::RolloutStatus) -> bool,
+) -> p4fleet_crds::RolloutStatus {
+    wait_for(
+        &format!("rollout {want:?}"),
+        Duration::from_secs(120),
+        || async {
+            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
+            let r = p.status.unwrap_or_default().rollout;
+            r.clone()
+                .filter(|r| r.phase == want && also(r))
+                .ok_or(format!("{r:?}"))
+        },
+    )
+    .await
+}
+
+pub async fn set_ready(sets: &Api<TableEntrySet>) {
+    wait_for(
+        "the set on all four, Ready",
+        Duration::from_secs(90),
+        || async {
+            let s = sets.get("fw").await.map_err(|e| e.to_string())?;
+            let st = s.status.unwrap_or_default();
+            let ready = find_condition(&st.conditions, "Ready").is_some_and(|c| c.is_true());
+            (ready && st.applied == (ENTRIES * DEVICES.len()) as u64)
+                .then_some(())
+                .ok_or(format!("applied {} {:?}", st.applied, st.conditions))
+        },
+    )
+    .await;
+}
+
+pub async fn setup(client: &Client, ns: &str, p4runtime: SocketAddr, rollout: serde_json::Value) {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    source(&cms, "v1").await;
+    create_json(
+        &Api::<P4Program>::namespaced(client.clone(), ns),
+        json!({"apiVersion": V1, "kind": "P4Program", "metadata": {"name": "firewall"},
+            "spec": {"p4info": {"configMapKeyRef": {"name": "fw-src", "key": "p4info.txt"}},
+                "rollout": rollout}}),
+    )
+    .await;
+    for (i, d) in DEVICES.iter().enumerate() {
+        let sw = format!("{ns}-sw{d}");
+        create_json(
+            &Api::<Switch>::all(client.clone()),
+            json!({"apiVersion": V1, "kind": "Switch", "metadata": {"name": sw},
+                "spec": {"target": "Bmv2", "endpoint": p4runtime.to_string(),
+                    "deviceId": d, "slots": 1}}),
+        )
+        .await;
+        // Recreate: every program change clears the tables, so the set's
+        // entries are written again (and the canary's fail).
+        create_json(
+            &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
+            json!({"apiVersion": V1, "kind": "VirtualSwitch",
+                "metadata": {"name": format!("vs-{i}"),
+                    "labels": {"app": "fw", "p4fleet.dev/rollout-order": i.to_string()}},
+                "spec": {"programRef": "firewall", "switchRef": sw, "slot": 0,
+                    "updateStrategy": {"type": "Recreate"}}}),
+        )
+        .await;
+    }
+    create_json(
+        &cms,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw"},
+            "data": {"entries": firewall_lines(0, ENTRIES)}}),
+    )
+    .await;
+    create_json(
+        &Api::<TableEntrySet>::namespaced(client.clone(), ns),
+        json!({"apiVersion": V1, "kind": "TableEntrySet", "metadata": {"name": "fw"},
+            "spec": {"virtualSwitchSelector": {"matchLabels": {"app": "fw"}},
+                "table": "MyIngress.firewall", "entriesFrom": [{"configMap": "fw"}]}}),
+    )
+    .await;
+}
+
+/// Pipeline pushes each device received so far (`set_pipeline_rpcs`).
+pub fn pushes(stats: SocketAddr) -> Vec<u64> {
+    DEVICES
+        .iter()
+        .map(|d| device_stat(stats, *d, "set_pipeline_rpcs").expect("device stats"))
+        .collect()
+}

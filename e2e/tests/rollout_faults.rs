@@ -1,0 +1,185 @@
+//! A Canary rollout with an indefinite pause after the canary, across the
+//! four Bmv2 Switches of [`p4fleet_e2e::rollout`] (issue 34, item 5): the
+//! operator killed (SIGKILL) while paused and while the last step moves, a
+//! new revision during the pause; no device reloads on a restart, none
+//! moves twice, and none but the canary ever sees the abandoned revision.
+//! (Its own binary: each operator here watches the whole control plane.)
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+use p4fleet_crds::{P4Program, RolloutPhase, Switch, TableEntrySet, VirtualSwitch};
+use p4fleet_e2e::firewall;
+use p4fleet_e2e::processes::{
+    build_binaries as bin, metrics_text, operator_http_addr, spawn_operator,
+};
+use p4fleet_e2e::rollout::{
+    DEVICES, cookies, phase_of, pushes, revision_cookie, set_ready, setup, source,
+};
+use p4fleet_e2e::{ControlPlane, TestNamespace, wait_for, wait_object_ready};
+use serde_json::json;
+
+/// Starts an operator and waits until it serves /metrics and, when
+/// `restart`, has reconciled the (existing) program at least once.
+async fn operator(cp: &ControlPlane, log: &str, restart: bool) -> p4fleet_e2e::processes::Proc {
+    let op = spawn_operator(&bin(), cp.kubeconfig_path(), log, &[]);
+    let metrics = operator_http_addr(&op.log, Duration::from_secs(60));
+    if !restart {
+        return op;
+    }
+    wait_for(
+        "the new operator's first P4Program reconcile",
+        Duration::from_secs(60),
+        || async {
+            let text = metrics_text(metrics);
+            text.lines()
+                .find_map(|l| {
+                    l.strip_prefix("p4fleet_reconciles_total{kind=\"P4Program\"} ")?
+                        .parse::<f64>()
+                        .ok()
+                })
+                .filter(|n| *n >= 1.0)
+                .map(drop)
+                .ok_or_else(|| "no P4Program reconcile yet".to_string())
+        },
+    )
+    .await;
+    op
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_survives_kill_9_and_a_new_revision_restarts_it() {
+    let cp = ControlPlane::shared().await;
+    let client = cp.client().await;
+    let (_emu, addrs) = firewall::emulator(&bin(), "1,2,3,4", None);
+    let op = operator(cp, "rollout-faults-operator-1", false).await;
+    let ns = TestNamespace::new(&client).await;
+    let rollout = json!({"strategy": "Canary",
+        "steps": [{"switches": 1}, {"pause": {}}, {"percent": 100}],
+        "analysis": {"seconds": 2}, "progressDeadlineSeconds": 120});
+    setup(&client, ns.name(), addrs.p4runtime, rollout).await;
+    let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
+    let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns.name());
+    let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns.name());
+    for i in 0..DEVICES.len() {
+        wait_object_ready(&vss, &format!("vs-{i}"), Duration::from_secs(90)).await;
+    }
+    set_ready(&sets).await;
+    let c1 = revision_cookie(&programs, 1).await;
+    assert_eq!(cookies(addrs.stats), vec![Some(c1); 4]);
+    let start = pushes(addrs.stats);
+
+    // Revision 2 reaches the canary, then waits at the indefinite pause.
+    source(&cms, "v2").await;
+    let c2 = revision_cookie(&programs, 2).await;
+    let paused = phase_of(&programs, RolloutPhase::Paused, |r| r.to.revision == 2).await;
+    assert_eq!(paused.step, 1, "{paused:?}");
+    assert_eq!(
+        cookies(addrs.stats),
+        vec![Some(c2), Some(c1), Some(c1), Some(c1)]
+    );
+    let one_load = pushes(addrs.stats)[0] - start[0];
+    assert!(one_load > 0, "the canary was pushed its pipeline");
+    assert_eq!(
+        pushes(addrs.stats)[1..],
+        start[1..],
+        "only the canary moved"
+    );
+
+    // kill -9 while paused: the new operator resumes the pause from the
+    // status and pushes nothing.
+    let before = pushes(addrs.stats);
+    drop(op);
+    let op = operator(cp, "rollout-faults-operator-2", true).await;
+    set_ready(&sets).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = phase_of(&programs, RolloutPhase::Paused, |_| true).await;
+    assert_eq!((after.to.revision, after.step), (2, 1), "{after:?}");
+    assert_eq!(after.moved.len(), 1, "{after:?}");
+    assert_eq!(pushes(addrs.stats), before, "a restart reloads nothing");
+    assert_eq!(
+        cookies(addrs.stats),
+        vec![Some(c2), Some(c1), Some(c1), Some(c1)]
+    );
+
+    // Revision 3 during the pause: the rollout starts again from the first
+    // step; the three others never see revision 2 or 3 before the pause.
+    source(&cms, "v3").await;
+    let c3 = revision_cookie(&programs, 3).await;
+    let restarted = wait_for(
+        "revision 3's rollout paused after its canary",
+        Duration::from_secs(120),
+        || async {
+            let now = cookies(addrs.stats);
+            assert_eq!(
+                now[1..],
+                [Some(c1); 3],
+                "an untouched Switch moved: {now:?}"
+            );
+            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
+            let r = p.status.unwrap_or_default().rollout;
+            r.clone()
+                .filter(|r| r.phase == RolloutPhase::Paused && r.to.revision == 3)
+                .ok_or(format!("{r:?}"))
+        },
+    )
+    .await;
+    assert_eq!(restarted.step, 1, "{restarted:?}");
+    assert_eq!(restarted.from.as_ref().map(|f| f.revision), Some(1));
+    assert_eq!(cookies(addrs.stats)[0], Some(c3));
+
+    // An annotation naming revision 2's pause passes nothing.
+    let annotate = |value: &str| {
+        let patch = json!({"metadata": {"annotations": {"p4fleet.dev/rollout-resume": value}}});
+        let programs = programs.clone();
+        async move {
+            programs
+                .patch("firewall", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
+    };
+    annotate("2/1").await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let still = phase_of(&programs, RolloutPhase::Paused, |_| true).await;
+    assert_eq!((still.to.revision, still.step), (3, 1), "{still:?}");
+
+    // Resumed: the last step moves the three others one at a time; the
+    // operator is killed while it does, and the new one finishes the step.
+    let moving = pushes(addrs.stats);
+    annotate("3/1").await;
+    wait_for(
+        "the last step moving a VirtualSwitch",
+        Duration::from_secs(60),
+        || async {
+            let now = pushes(addrs.stats);
+            (now[1..] != moving[1..])
+                .then_some(())
+                .ok_or(format!("{now:?}"))
+        },
+    )
+    .await;
+    drop(op);
+    let _op = operator(cp, "rollout-faults-operator-3", true).await;
+    let done = phase_of(&programs, RolloutPhase::Completed, |r| r.to.revision == 3).await;
+    assert_eq!(done.moved.len(), 4, "{done:?}");
+    assert_eq!(cookies(addrs.stats), vec![Some(c3); 4]);
+    let end = pushes(addrs.stats);
+    for i in 1..DEVICES.len() {
+        assert_eq!(
+            end[i] - start[i],
+            one_load,
+            "vs-{i} moved once, from revision 1 to 3: {start:?} -> {end:?}"
+        );
+    }
+    assert_eq!(end[0] - start[0], 2 * one_load, "the canary: 2, then 3");
+    set_ready(&sets).await;
+    for d in DEVICES {
+        let _ = Api::<Switch>::all(client.clone())
+            .delete(&format!("{}-sw{d}", ns.name()), &Default::default())
+            .await;
+    }
+    ns.delete(&client).await.unwrap();
+}
