@@ -86,7 +86,9 @@ warnings() {
   # Events, and each root cause is one Event (docs/troubleshooting.md).
   say "Warning events"
   local w
-  w="$(kubectl get events -A --field-selector type=Warning --no-headers 2>/dev/null || true)"
+  # Except the one the rollout step causes on purpose (RolledBack).
+  w="$(kubectl get events -A --field-selector type=Warning --no-headers 2>/dev/null |
+    grep -v " RolledBack " || true)"
   if [[ -z "$w" ]]; then echo "none"; else echo "$w"; fi
   # Nor does it log a warning: an expected race (a finalizer patch that
   # met another write) is a quiet retry (docs/resources.md).
@@ -127,7 +129,8 @@ emulator() {
   grep "listening" "$LOCAL/emulator.log" | sed 's/^/  /'
 }
 
-# $1 ConfigMap name, $2 first entry index, $3 count: firewall entries in the line format.
+# $1 ConfigMap name, $2 first entry index, $3 count: firewall entries in the
+# line format; $4 namespace (default $EMU_NS).
 entries_configmap() {
   python3 - "$2" "$3" <<'PY' >"$LOCAL/$1.entries"
 import sys
@@ -138,7 +141,7 @@ print("#! action allow")
 for i in range(start, start + n):
     print("10.%d.%d.%d 192.168.0.1 %d" % ((i >> 16) & 255, (i >> 8) & 255, i & 255, i % 500))
 PY
-  kubectl create configmap "$1" -n "$EMU_NS" --from-file=entries="$LOCAL/$1.entries" \
+  kubectl create configmap "$1" -n "${4:-$EMU_NS}" --from-file=entries="$LOCAL/$1.entries" \
     --dry-run=client -o yaml | kubectl apply --server-side --force-conflicts --field-manager=p4fleet-demo -f - >/dev/null
 }
 
@@ -459,10 +462,165 @@ for s in b.get("slots", []):
         print("  slot %s (vlan %s): rx %s, dropped %s" % (s["slot"], (s.get("isolation") or {}).get("vlan"), c["rx_packets"], c["dropped_packets"]))' || true
 }
 
+# --- a staged rollout with a rollback (docs/rollouts.md) ---------------------
+ROLL_NS="${DEMO_ROLLOUT_NS:-p4fleet-rollout}"
+
+# $1 version: the firewall's P4Info with a comment naming it (a new digest,
+# the same program), applied to the ConfigMap firewall-fleet-src.
+rollout_source() {
+  { cat "$REPO/examples/firewall/p4info.txt"; echo "# $1"; } >"$LOCAL/firewall-fleet.p4info.txt"
+  kubectl create configmap firewall-fleet-src -n "$ROLL_NS" \
+    --from-file=p4info.txt="$LOCAL/firewall-fleet.p4info.txt" --dry-run=client -o yaml |
+    kubectl apply --server-side --force-conflicts --field-manager=p4fleet-demo -f - >/dev/null
+}
+
+# The program's update revision (the newest content), empty before one.
+rollout_revision() {
+  kubectl get p4p firewall-fleet -n "$ROLL_NS" -o jsonpath='{.status.updateRevision.revision}'
+}
+
+# $1 phase, $2 the update revision before the change: waits (up to 120 s)
+# until a newer revision's rollout is in that phase.
+rollout_wait() {
+  local now
+  for _ in $(seq 600); do
+    now="$(rollout_revision)"
+    if [[ -n "$now" && "$now" != "$2" ]] &&
+      [[ "$(kubectl get p4p firewall-fleet -n "$ROLL_NS" -o jsonpath='{.status.rollout.phase}/{.status.rollout.to.revision}')" == "$1/$now" ]]; then
+      return 0
+    fi
+    sleep 0.2
+  done
+  echo "no rollout after revision $2 is $1 after 120 s:"
+  kubectl get p4p firewall-fleet -n "$ROLL_NS" -o jsonpath='{.status.rollout}{"\n"}'
+  return 1
+}
+
+# The pipeline cookie each of the fleet's four devices runs.
+rollout_cookies() {
+  local stats d
+  stats="$(cat "$LOCAL/rollout-emulator.stats")"
+  for d in 1 2 3 4; do
+    printf '  device %s: cookie %s\n' "$d" "$(curl -s "http://$stats/stats/$d" | python3 -c 'import json,sys; c=json.load(sys.stdin).get("cookie"); print("%016x" % c if c is not None else "none")')"
+  done
+}
+
+rollout() {
+  say "a fleet of four bmv2 Switches for a staged rollout (its own p4fleet-emulator, devices 1-4; logs: .local/rollout-emulator.log)"
+  if [[ -f "$LOCAL/rollout-emulator.pid" ]] && kill -0 "$(cat "$LOCAL/rollout-emulator.pid")" 2>/dev/null; then
+    kill "$(cat "$LOCAL/rollout-emulator.pid")" 2>/dev/null || true
+    sleep 0.5
+  fi
+  local port stats
+  port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  stats="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  nohup "$REPO/target/debug/p4fleet-emulator" --devices 4 \
+    --p4runtime-addr "127.0.0.1:$port" --stats-addr "127.0.0.1:$stats" \
+    >"$LOCAL/rollout-emulator.log" 2>&1 </dev/null &
+  echo $! > "$LOCAL/rollout-emulator.pid"
+  echo "127.0.0.1:$stats" > "$LOCAL/rollout-emulator.stats"
+  for _ in $(seq 50); do
+    grep -q "listening" "$LOCAL/rollout-emulator.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  kubectl create namespace "$ROLL_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  # A re-run goes on from the revisions of the last one (the waits below
+  # follow the newest revision, whatever its number).
+  rollout_source v1
+  entries_configmap firewall-fleet-entries 0 20 "$ROLL_NS"
+  {
+    cat <<YAML
+apiVersion: p4fleet.dev/v1alpha1
+kind: P4Program
+metadata:
+  name: firewall-fleet
+spec:
+  p4info:
+    configMapKeyRef: {name: firewall-fleet-src, key: p4info.txt}
+  rollout:
+    strategy: Canary
+    steps: [{switches: 1}, {percent: 50}, {percent: 100}]
+    analysis: {seconds: 3}
+    progressDeadlineSeconds: 60
+---
+apiVersion: p4fleet.dev/v1alpha1
+kind: TableEntrySet
+metadata:
+  name: firewall-fleet
+spec:
+  virtualSwitchSelector: {matchLabels: {app: firewall-fleet}}
+  table: MyIngress.firewall
+  entriesFrom: [{configMap: firewall-fleet-entries}]
+YAML
+    for d in 1 2 3 4; do
+      cat <<YAML
+---
+apiVersion: p4fleet.dev/v1alpha1
+kind: Switch
+metadata:
+  name: fleet-$d
+spec:
+  target: Bmv2
+  endpoint: 127.0.0.1:$port
+  deviceId: $d
+  slots: 1
+---
+apiVersion: p4fleet.dev/v1alpha1
+kind: VirtualSwitch
+metadata:
+  name: fleet-$d
+  labels: {app: firewall-fleet, p4fleet.dev/rollout-order: "$d"}
+spec:
+  programRef: firewall-fleet
+  switchRef: fleet-$d
+  slot: 0
+  updateStrategy: {type: Recreate}
+YAML
+    done
+  } | kubectl apply --server-side --force-conflicts --field-manager=p4fleet-demo -n "$ROLL_NS" -f - >/dev/null
+  kubectl wait --for=condition=Ready tableentryset/firewall-fleet -n "$ROLL_NS" --timeout=120s >/dev/null
+  kubectl get p4p firewall-fleet -n "$ROLL_NS"
+  rollout_cookies
+
+  say "rollout: a new revision to the canary (fleet-1), then half, then all, each step gated for 3 s"
+  local before
+  before="$(rollout_revision)"
+  rollout_source v2
+  rollout_wait Completed "$before"
+  kubectl get p4p firewall-fleet -n "$ROLL_NS" -o wide
+  kubectl get p4p firewall-fleet -n "$ROLL_NS" \
+    -o jsonpath='{range .status.rollout.moved[*]}  {.virtualSwitch}: moved at step {.step}, {.state}{"\n"}{end}'
+  rollout_cookies
+
+  say "rollout: another revision, whose entries the canary's device refuses (an injected fault): rolled back, the other three never see it"
+  curl -s -X POST "http://127.0.0.1:$stats/devices/1/faults?kind=fail-updates&every=1&count=100000" |
+    grep -q '"armed":true' || { echo "could not arm the fault on device 1"; return 1; }
+  before="$(rollout_revision)"
+  rollout_source v3
+  rollout_wait RolledBack "$before"
+  kubectl get p4p firewall-fleet -n "$ROLL_NS" -o jsonpath='  RolledBack: {.status.conditions[?(@.type=="RolledBack")].message}{"\n"}'
+  kubectl get p4p firewall-fleet -n "$ROLL_NS"
+  # The canary back on the revision before (its entries re-applied once
+  # the device takes them again).
+  for _ in $(seq 300); do
+    [[ "$(curl -s "http://127.0.0.1:$stats/stats/1" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("cookie"))')" == \
+       "$(curl -s "http://127.0.0.1:$stats/stats/2" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("cookie"))')" ]] && break
+    sleep 0.2
+  done
+  rollout_cookies
+  curl -s -X POST "http://127.0.0.1:$stats/devices/1/faults/clear" >/dev/null
+  kubectl wait --for=condition=Ready tableentryset/firewall-fleet -n "$ROLL_NS" --timeout=120s >/dev/null
+  echo "  (fault cleared; the set is Ready again on all four)"
+}
+
 if [[ "${1:-}" == stop ]]; then
   stop_operator
   stop_fpga_emulator
   stop_dpdk_agent
+  if [[ -f "$LOCAL/rollout-emulator.pid" ]]; then
+    kill "$(cat "$LOCAL/rollout-emulator.pid")" 2>/dev/null || true
+    rm -f "$LOCAL/rollout-emulator.pid"
+  fi
   if [[ -f "$LOCAL/emulator.pid" ]]; then
     kill "$(cat "$LOCAL/emulator.pid")" 2>/dev/null || true
     rm -f "$LOCAL/emulator.pid"
@@ -481,6 +639,7 @@ operator
 emulated
 dpdk
 fpga_board
+rollout
 show
 warnings
 

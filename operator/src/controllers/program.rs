@@ -17,7 +17,8 @@ use kube::{Api, ResourceExt};
 use p4fleet_crds::condition_types::{RESOLVED_REFS, VALID};
 use p4fleet_crds::{
     Condition, P4Program, P4ProgramSpec, P4ProgramStatus, RevisionRef, RolloutPhase,
-    RolloutRevision, RolloutStrategy, TableEntrySet, TableInfo, VirtualSwitch, find_condition,
+    RolloutRevision, RolloutStrategy, Switch, TableEntrySet, TableInfo, VirtualSwitch,
+    find_condition,
 };
 use p4fleet_model::p4info as model_p4info;
 
@@ -37,7 +38,9 @@ use crate::status::{EventNote, ready_from};
 /// sources included (27 MB per change of the fleet benchmark's 1,000).
 /// A VirtualSwitch brings its program back only while a change is on its
 /// way (current and update revision differ): its loaded digest moves the
-/// current revision; a steady fleet wakes no program.
+/// current revision; a steady fleet wakes no program. A progressing
+/// rollout is also woken by its VirtualSwitches, the TableEntrySets on
+/// the ones it moved and their Switches (the gate's facts).
 pub fn controller(ctx: &Context) -> Controller<P4Program> {
     let uses = |p: &P4Program, cm: &PartialObjectMeta<ConfigMap>| {
         p.namespace() == cm.namespace()
@@ -49,10 +52,39 @@ pub fn controller(ctx: &Context) -> Controller<P4Program> {
             && v.spec.program_ref == p.name_any()
             && p.status.as_ref().is_some_and(|s| {
                 let digest = |r: &Option<RevisionRef>| r.as_ref().map(|r| r.digest.clone());
-                digest(&s.current_revision) != digest(&s.update_revision)
+                digest(&s.current_revision) != digest(&s.update_revision) || rolling(p).is_some()
             })
     };
-    ctx.caches.virtual_switches.watched_by(c, moving)
+    let c = ctx.caches.virtual_switches.watched_by(c, moving);
+    // A progressing rollout's gate reads the sets on its moved
+    // VirtualSwitches and their Switches: their changes wake it at once.
+    let gated_set = |p: &P4Program, s: &TableEntrySet| {
+        p.namespace() == s.namespace()
+            && rolling(p).is_some_and(|r| {
+                let targets = s.status.as_ref().map(|st| &st.targets[..]).unwrap_or(&[]);
+                r.moved
+                    .iter()
+                    .any(|m| targets.iter().any(|t| t.virtual_switch == m.virtual_switch))
+            })
+    };
+    let c = ctx.caches.entry_sets.watched_by(c, gated_set);
+    let gated_switch = |p: &P4Program, sw: &Switch| {
+        rolling(p).is_some_and(|r| {
+            r.moved
+                .iter()
+                .any(|m| m.switch.as_deref() == Some(sw.name_any().as_str()))
+        })
+    };
+    ctx.caches.switches.watched_by(c, gated_switch)
+}
+
+/// The program's rollout while it progresses (its gate is being watched).
+fn rolling(p: &P4Program) -> Option<&p4fleet_crds::RolloutStatus> {
+    p.status
+        .as_ref()?
+        .rollout
+        .as_ref()
+        .filter(|r| r.phase == RolloutPhase::Progressing)
 }
 
 /// A table of the model's P4Info summary as status lists it.
@@ -319,9 +351,11 @@ async fn record(
     ))
 }
 
-/// How often a rollout in progress looks at its VirtualSwitches, their
-/// sets and Switches (whose changes do not all bring the program back).
-const ROLLOUT_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+/// How often a rollout in progress looks again without a change to wake
+/// it (changes of its VirtualSwitches, of the sets on the moved ones and
+/// of their Switches do; the analysis window and pauses requeue at
+/// their end): a backstop.
+const ROLLOUT_POLL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Condition type on a P4Program whose rollout cannot be followed (a
 /// pinned revision gone, a pause it cannot read).

@@ -1300,6 +1300,29 @@ mod tests {
     }
 
     #[test]
+    fn a_revision_after_a_completed_rollout_rolls_out_again() {
+        let mut w = World::new(4);
+        let spec = canary(vec![step_switches(1), step_percent(50), step_percent(100)]);
+        w.until(&spec, &rev(2), RolloutPhase::Completed, 60);
+        assert_eq!(w.on(2), 4);
+        // The fleet runs revision 2 now: the operator's current revision.
+        w.stable = rev(2);
+        let d = w.tick(&spec, &rev(3), None);
+        assert_eq!(d.notes[0].reason, STARTED);
+        let st = w.status.clone().unwrap();
+        assert_eq!(
+            (
+                st.phase,
+                st.step,
+                st.to.revision,
+                st.from.map(|f| f.revision)
+            ),
+            (RolloutPhase::Progressing, 0, 3, Some(2))
+        );
+        assert_eq!((w.on(3), w.on(2)), (1, 3), "the canary alone");
+    }
+
+    #[test]
     fn throughput_falling_below_the_ratio_fails_at_the_windows_end() {
         let mut w = World::new(3);
         let spec = canary(vec![step_switches(1), step_percent(100)]);
