@@ -598,8 +598,8 @@ YAML
   before="$(rollout_revision)"
   rollout_source v3
   rollout_wait RolledBack "$before"
-  kubectl get p4p firewall-fleet -n "$ROLL_NS" -o jsonpath='  RolledBack: {.status.conditions[?(@.type=="RolledBack")].message}{"\n"}'
   kubectl get p4p firewall-fleet -n "$ROLL_NS"
+  "$OPERATOR" rollout status firewall-fleet -n "$ROLL_NS"
   # The canary back on the revision before (its entries re-applied once
   # the device takes them again).
   for _ in $(seq 300); do

@@ -1,4 +1,4 @@
-//! Command line: `p4fleet operator | entries | crds | version`.
+//! Command line: `p4fleet operator | entries | rollout | crds | version`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -25,6 +25,11 @@ pub enum Command {
     /// them back from a device: validate, fmt, convert, export.
     #[command(subcommand)]
     Entries(EntriesCommand),
+    /// Follow and steer a P4Program's rollout (docs/rollouts.md, "From the
+    /// command line"): status, pause, resume, undo. Talks to the cluster of
+    /// $KUBECONFIG (or ~/.kube/config, or in-cluster), as kubectl does.
+    #[command(subcommand)]
+    Rollout(RolloutCommand),
     /// Print the CustomResourceDefinitions of all p4fleet resources as YAML
     /// (what charts/p4fleet/crds and config/crd hold).
     Crds,
@@ -264,6 +269,58 @@ pub enum EntriesCommand {
     },
 }
 
+/// `p4fleet rollout ...` (docs/rollouts.md, "From the command line").
+/// Exit codes: 0 done, 1 the watched rollout rolled back, 2 an error
+/// (no such program, the API refused, a timeout).
+#[derive(Debug, Subcommand)]
+pub enum RolloutCommand {
+    /// Print the program's rollout: phase, revisions, step, counts, moved
+    /// VirtualSwitches, failure.
+    Status {
+        #[command(flatten)]
+        program: ProgramArgs,
+        /// Follow until the rollout completes (exit 0), rolls back (exit 1)
+        /// or pauses (exit 0).
+        #[arg(short, long)]
+        watch: bool,
+        /// With --watch: give up (exit 2) after this long, a Go duration
+        /// such as 90s or 10m.
+        #[arg(long, default_value = "10m", value_parser = go_duration)]
+        timeout: std::time::Duration,
+    },
+    /// Set spec.rollout.paused: nothing more moves, nothing rolls back.
+    Pause(ProgramArgs),
+    /// Clear spec.rollout.paused, and pass the indefinite pause step the
+    /// rollout waits at, if any (the annotation p4fleet.dev/rollout-resume).
+    Resume(ProgramArgs),
+    /// Pin the revision before (spec.rollout.pinRevision): where the
+    /// rollout in progress started, else the revision the fleet ran, else
+    /// the highest kept revision below the one in force.
+    Undo {
+        #[command(flatten)]
+        program: ProgramArgs,
+        /// Pin this revision instead (one of the program's kept revisions).
+        #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
+        to_revision: Option<i64>,
+    },
+}
+
+/// The P4Program a `rollout` command acts on.
+#[derive(Debug, Args)]
+pub struct ProgramArgs {
+    /// The P4Program.
+    pub name: String,
+    /// Its namespace (default: the kubeconfig context's).
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+}
+
+/// A Go duration (`30s`, `10m`, `1h30m`), read as the rollout steps are.
+fn go_duration(s: &str) -> Result<std::time::Duration, String> {
+    crate::fleet::rollout::parse_duration(s)
+        .ok_or_else(|| format!("{s:?} is not a duration such as 90s, 10m or 1h30m"))
+}
+
 /// The P4Info, table and files of `validate` and `fmt`.
 #[derive(Debug, Args)]
 pub struct EntriesFiles {
@@ -387,6 +444,44 @@ mod tests {
                 arg.get_id()
             );
         }
+    }
+
+    #[test]
+    fn rollout_commands_parse() {
+        let cli = Cli::try_parse_from(["p4fleet", "rollout", "status", "fw", "-n", "team-a", "-w"]);
+        let Command::Rollout(RolloutCommand::Status {
+            program,
+            watch,
+            timeout,
+        }) = cli.unwrap().command
+        else {
+            panic!("rollout status")
+        };
+        assert_eq!(
+            (program.name.as_str(), program.namespace.as_deref()),
+            ("fw", Some("team-a"))
+        );
+        assert!(watch);
+        assert_eq!(timeout, std::time::Duration::from_secs(600));
+        let cli = Cli::try_parse_from(["p4fleet", "rollout", "status", "fw", "--timeout=1m30s"]);
+        let Command::Rollout(RolloutCommand::Status { timeout, watch, .. }) = cli.unwrap().command
+        else {
+            panic!("rollout status")
+        };
+        assert_eq!((timeout.as_secs(), watch), (90, false));
+        assert!(
+            Cli::try_parse_from(["p4fleet", "rollout", "status", "fw", "--timeout=soon"]).is_err()
+        );
+        let cli = Cli::try_parse_from(["p4fleet", "rollout", "undo", "fw", "--to-revision=3"]);
+        let Command::Rollout(RolloutCommand::Undo { to_revision, .. }) = cli.unwrap().command
+        else {
+            panic!("rollout undo")
+        };
+        assert_eq!(to_revision, Some(3));
+        assert!(
+            Cli::try_parse_from(["p4fleet", "rollout", "undo", "fw", "--to-revision=0"]).is_err()
+        );
+        assert!(Cli::try_parse_from(["p4fleet", "rollout", "pause"]).is_err());
     }
 
     #[test]

@@ -9,8 +9,9 @@
 //! digest), `devices` (one client connection per Switch), `convert` (CRD
 //! enums in the model's and client's terms), plus the runtime pieces
 //! (`context`, `status`, `metrics`, `process_metrics`, `http`, `telemetry`, `leader`, `cli`),
-//! `fencing` (the device identity a leader's term gives it) and
-//! `entries_cli` (the offline `p4fleet entries` tools).
+//! `fencing` (the device identity a leader's term gives it),
+//! `entries_cli` (the offline `p4fleet entries` tools) and `rollout_cli`
+//! (`p4fleet rollout status | pause | resume | undo`).
 
 pub(crate) mod allocator;
 pub mod artifacts;
@@ -41,6 +42,7 @@ pub(crate) mod process_metrics;
 pub mod reads;
 pub(crate) mod reconcile_triggers;
 pub(crate) mod retries;
+pub mod rollout_cli;
 pub(crate) mod rollout_metrics;
 pub(crate) mod shutdown;
 #[cfg(test)]

@@ -57,6 +57,17 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Rollout(cmd) => {
+            let (mut out, mut diag) = (std::io::stdout().lock(), std::io::stderr().lock());
+            match p4fleet::rollout_cli::run(cmd, &mut out, &mut diag) {
+                Ok(p4fleet::rollout_cli::Outcome::Done) => ExitCode::SUCCESS,
+                Ok(p4fleet::rollout_cli::Outcome::RolledBack) => ExitCode::from(1),
+                Err(e) => {
+                    let _ = writeln!(diag, "p4fleet: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Version => {
             print!("{}", p4fleet::cli::version_text());
             ExitCode::SUCCESS

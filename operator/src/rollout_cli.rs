@@ -1,0 +1,1030 @@
+//! `p4fleet rollout status | pause | resume | undo NAME`: a person's view
+//! of a P4Program's rollout and one-off control over it, as `kubectl
+//! rollout` gives for a Deployment (docs/rollouts.md, "From the command
+//! line").
+//!
+//! The pure parts are separate and unit-tested: [`render`] (status.rollout
+//! as text), [`settled`] (when `--watch` stops), and the patches
+//! ([`pause_patch`], [`resume_patch`], [`undo_patch`] with [`undo_target`]).
+//! [`run`] does the API calls. Every change is a JSON merge patch, as
+//! `kubectl rollout pause` makes one, not a server-side apply: a person's
+//! one-off change should not take ownership of `spec.rollout` away from
+//! the GitOps tool that manages the program (with Argo CD self-heal on,
+//! Git wins; a lasting pause or pin belongs in Git).
+
+use std::fmt::Write as _;
+use std::io::Write;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use p4fleet_crds::{
+    MovedState, P4Program, RevisionRef, RolloutPhase, RolloutRevision, RolloutStep, RolloutStrategy,
+};
+use serde_json::{Value, json};
+
+use crate::artifacts::short_digest;
+use crate::cli::RolloutCommand;
+use crate::fleet::revisions;
+use crate::fleet::rollout::{self, RESUME_ANNOTATION, Step};
+
+/// How often `status --watch` reads the program again.
+const POLL: Duration = Duration::from_secs(2);
+
+/// What stops a command (exit code 2). Each names the program.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("no cluster to talk to (KUBECONFIG, ~/.kube/config or in-cluster): {0}")]
+    Client(#[source] Box<kube::Error>),
+    #[error("P4Program {namespace}/{program} not found")]
+    NotFound { program: String, namespace: String },
+    #[error("P4Program {namespace}/{program}: {action}: {source}")]
+    Api {
+        program: String,
+        namespace: String,
+        action: &'static str,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error("P4Program {namespace}/{program}: cannot undo: {refusal}")]
+    Undo {
+        program: String,
+        namespace: String,
+        refusal: Refusal,
+    },
+    #[error(
+        "P4Program {namespace}/{program}: the rollout did not finish, roll back or pause within {timeout:?}"
+    )]
+    Timeout {
+        program: String,
+        namespace: String,
+        timeout: Duration,
+    },
+    #[error("tokio runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("writing output: {0}")]
+    Output(std::io::Error),
+}
+
+/// How a command ended when nothing stopped it: exit code 0 or 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    /// `status --watch` saw the rollout roll back.
+    RolledBack,
+}
+
+/// Why `undo` has no revision to go back to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("{0}")]
+    NothingBefore(String),
+    #[error(
+        "revision {revision} is not kept (kept: {kept}); `kubectl get controllerrevisions -l p4fleet.dev/program=NAME` lists them"
+    )]
+    NotKept { revision: i64, kept: String },
+}
+
+/// Runs one `rollout` subcommand against the cluster of KUBECONFIG (as
+/// kubectl finds it); results on `out`, notes on `diag`.
+pub fn run(
+    cmd: RolloutCommand,
+    out: &mut dyn Write,
+    diag: &mut dyn Write,
+) -> Result<Outcome, Error> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::Runtime)?;
+    rt.block_on(run_async(cmd, out, diag))
+}
+
+async fn run_async(
+    cmd: RolloutCommand,
+    out: &mut dyn Write,
+    diag: &mut dyn Write,
+) -> Result<Outcome, Error> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = Client::try_default()
+        .await
+        .map_err(|e| Error::Client(Box::new(e)))?;
+    let args = match &cmd {
+        RolloutCommand::Status { program, .. }
+        | RolloutCommand::Pause(program)
+        | RolloutCommand::Resume(program)
+        | RolloutCommand::Undo { program, .. } => program,
+    };
+    let target = Target {
+        namespace: args
+            .namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_string()),
+        name: args.name.clone(),
+        client,
+    };
+    match cmd {
+        RolloutCommand::Status { watch, timeout, .. } => {
+            if !watch {
+                let p = target.get().await?;
+                out.write_all(render(&p).as_bytes())
+                    .map_err(Error::Output)?;
+                return Ok(Outcome::Done);
+            }
+            match tokio::time::timeout(timeout, target.watch(out)).await {
+                Ok(r) => r,
+                Err(_) => Err(Error::Timeout {
+                    program: target.name.clone(),
+                    namespace: target.namespace.clone(),
+                    timeout,
+                }),
+            }
+        }
+        RolloutCommand::Pause(_) => {
+            let p = target.get().await?;
+            let was = p.spec.rollout.as_ref().is_some_and(|r| r.paused);
+            target.patch(&pause_patch(), "pause").await?;
+            let note = if was { " (it was already)" } else { "" };
+            writeln!(out, "P4Program {} paused{note}", target.display()).map_err(Error::Output)?;
+            if p.spec.rollout.as_ref().is_none_or(|r| {
+                r.strategy == RolloutStrategy::AllAtOnce && r.pin_revision.is_none()
+            }) {
+                writeln!(
+                    diag,
+                    "note: strategy AllAtOnce: a pause holds nothing back (it acts on Canary rollouts and pins)"
+                )
+                .map_err(Error::Output)?;
+            }
+            Ok(Outcome::Done)
+        }
+        RolloutCommand::Resume(_) => {
+            let p = target.get().await?;
+            let resume = indefinite_pause(&p);
+            target.patch(&resume_patch(&p), "resume").await?;
+            match resume {
+                Some(r) => writeln!(
+                    out,
+                    "P4Program {} resumed: passes steps[{}] (an indefinite pause) of revision {}'s rollout ({RESUME_ANNOTATION}={}/{})",
+                    target.display(),
+                    r.step,
+                    r.revision,
+                    r.revision,
+                    r.step
+                ),
+                None => writeln!(out, "P4Program {} resumed", target.display()),
+            }
+            .map_err(Error::Output)?;
+            Ok(Outcome::Done)
+        }
+        RolloutCommand::Undo { to_revision, .. } => {
+            let p = target.get().await?;
+            let kept = target.kept(&p).await?;
+            let to = undo_target(&p, &kept, to_revision).map_err(|refusal| Error::Undo {
+                program: target.name.clone(),
+                namespace: target.namespace.clone(),
+                refusal,
+            })?;
+            target.patch(&undo_patch(to), "undo").await?;
+            writeln!(
+                out,
+                "P4Program {} rolled back: spec.rollout.pinRevision={to}",
+                target.display()
+            )
+            .map_err(Error::Output)?;
+            writeln!(
+                diag,
+                "note: a one-off change; where Git manages this program, commit `pinRevision: {to}` there, or the next sync removes the pin"
+            )
+            .map_err(Error::Output)?;
+            Ok(Outcome::Done)
+        }
+    }
+}
+
+/// The program a command acts on.
+struct Target {
+    client: Client,
+    namespace: String,
+    name: String,
+}
+
+impl Target {
+    fn display(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    fn api(&self) -> Api<P4Program> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn api_error(&self, action: &'static str, source: kube::Error) -> Error {
+        Error::Api {
+            program: self.name.clone(),
+            namespace: self.namespace.clone(),
+            action,
+            source: Box::new(source),
+        }
+    }
+
+    async fn get(&self) -> Result<P4Program, Error> {
+        match self.api().get_opt(&self.name).await {
+            Ok(Some(p)) => Ok(p),
+            Ok(None) => Err(Error::NotFound {
+                program: self.name.clone(),
+                namespace: self.namespace.clone(),
+            }),
+            Err(e) => Err(self.api_error("read", e)),
+        }
+    }
+
+    async fn patch(&self, patch: &Value, action: &'static str) -> Result<(), Error> {
+        match self
+            .api()
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Err(Error::NotFound {
+                program: self.name.clone(),
+                namespace: self.namespace.clone(),
+            }),
+            Err(e) => Err(self.api_error(action, e)),
+        }
+    }
+
+    /// The revision numbers kept for `p`: its ControllerRevisions that
+    /// the operator can read back (what a pin may name). Matched by owner
+    /// reference, since the program label is left off long names.
+    async fn kept(&self, p: &P4Program) -> Result<Vec<i64>, Error> {
+        let (k, v) = revisions::MANAGED_BY;
+        let crs: Api<ControllerRevision> = Api::namespaced(self.client.clone(), &self.namespace);
+        let list = crs
+            .list(&ListParams::default().labels(&format!("{k}={v}")))
+            .await
+            .map_err(|e| self.api_error("list its ControllerRevisions", e))?;
+        let uid = p.uid();
+        let mut kept: Vec<i64> = list
+            .items
+            .iter()
+            .filter(|cr| {
+                cr.owner_references().iter().any(|o| {
+                    o.kind == "P4Program"
+                        && o.name == self.name
+                        && uid.as_ref().is_none_or(|u| *u == o.uid)
+                })
+            })
+            .filter_map(revisions::kept)
+            .map(|k| k.revision)
+            .collect();
+        kept.sort_unstable();
+        kept.dedup();
+        Ok(kept)
+    }
+
+    /// Prints the status each time it changes until [`settled`].
+    async fn watch(&self, out: &mut dyn Write) -> Result<Outcome, Error> {
+        let mut last = String::new();
+        loop {
+            let p = self.get().await?;
+            let text = render(&p);
+            if text != last {
+                if !last.is_empty() {
+                    writeln!(out).map_err(Error::Output)?;
+                }
+                out.write_all(text.as_bytes()).map_err(Error::Output)?;
+                out.flush().map_err(Error::Output)?;
+                last = text;
+            }
+            if let Some(s) = settled(&p) {
+                writeln!(out, "{}", s.summary(&p)).map_err(Error::Output)?;
+                return Ok(match s {
+                    Settled::RolledBack => Outcome::RolledBack,
+                    _ => Outcome::Done,
+                });
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+/// `spec.rollout.paused: true`: nothing more moves, nothing rolls back.
+pub fn pause_patch() -> Value {
+    json!({"spec": {"rollout": {"paused": true}}})
+}
+
+/// `spec.rollout.paused: false`, and, when the rollout waits at an
+/// indefinite `pause: {}` step, the resume annotation that passes that
+/// step (of that revision only, so it cannot pass a later one).
+pub fn resume_patch(p: &P4Program) -> Value {
+    let mut patch = json!({"spec": {"rollout": {"paused": false}}});
+    if let Some(r) = indefinite_pause(p) {
+        patch["metadata"] = json!({"annotations": {
+            RESUME_ANNOTATION: format!("{}/{}", r.revision, r.step)
+        }});
+    }
+    patch
+}
+
+/// The rollout's current step when it is an indefinite pause of a
+/// rollout not finished: the revision rolled out and the step.
+pub(crate) fn indefinite_pause(p: &P4Program) -> Option<rollout::Resume> {
+    let st = p.status.as_ref()?.rollout.as_ref()?;
+    if !matches!(st.phase, RolloutPhase::Progressing | RolloutPhase::Paused) {
+        return None;
+    }
+    let spec = p.spec.rollout.as_ref()?;
+    // The operator's own reading of the steps; a spec it cannot follow
+    // (a bad duration) is not waiting on any pause.
+    let steps = rollout::plan(spec, 1).ok()?;
+    match (spec.strategy, steps.get(st.step as usize)) {
+        (RolloutStrategy::Canary, Some(Step::Pause(None))) => Some(rollout::Resume {
+            revision: st.to.revision,
+            step: st.step,
+        }),
+        _ => None,
+    }
+}
+
+/// `spec.rollout.pinRevision: revision`.
+pub fn undo_patch(revision: i64) -> Value {
+    json!({"spec": {"rollout": {"pinRevision": revision}}})
+}
+
+/// The revision `undo` pins, among the revision numbers `kept`:
+///
+/// 1. `--to-revision N`, when N is kept;
+/// 2. else, while a rollout is in progress, paused or rolled back, the
+///    revision it started from (`status.rollout.from`): where the fleet
+///    was before this change;
+/// 3. else, when the fleet has not caught up (`status.currentRevision`
+///    differs from the revision in force, the pin or else
+///    `status.updateRevision`), the current revision;
+/// 4. else the highest kept revision below the one in force, so a second
+///    undo goes one further back (unlike `kubectl rollout undo`, which
+///    swaps between the last two: here the newest content stays the
+///    highest number until it changes).
+///
+/// The revision chosen must be kept, or the operator could not load it.
+pub fn undo_target(p: &P4Program, kept: &[i64], to_revision: Option<i64>) -> Result<i64, Refusal> {
+    let must_be_kept = |revision: i64| {
+        if kept.contains(&revision) {
+            Ok(revision)
+        } else {
+            Err(Refusal::NotKept {
+                revision,
+                kept: list(kept),
+            })
+        }
+    };
+    if let Some(n) = to_revision {
+        return must_be_kept(n);
+    }
+    let status = p.status.clone().unwrap_or_default();
+    if let Some(r) = &status.rollout
+        && matches!(
+            r.phase,
+            RolloutPhase::Progressing | RolloutPhase::Paused | RolloutPhase::RolledBack
+        )
+        && let Some(from) = &r.from
+    {
+        return must_be_kept(from.revision);
+    }
+    let pinned = p.spec.rollout.as_ref().and_then(|r| r.pin_revision);
+    let Some(in_force) = pinned.or(status.update_revision.as_ref().map(|u| u.revision)) else {
+        return Err(Refusal::NothingBefore(
+            "it has no revision yet (no status.updateRevision): the operator has not recorded its content".into(),
+        ));
+    };
+    if let Some(c) = &status.current_revision
+        && c.revision != in_force
+    {
+        return must_be_kept(c.revision);
+    }
+    kept.iter()
+        .copied()
+        .filter(|k| *k < in_force)
+        .max()
+        .ok_or_else(|| {
+            Refusal::NothingBefore(format!(
+                "no revision before revision {in_force} is kept (kept: {})",
+                list(kept)
+            ))
+        })
+}
+
+fn list(revisions: &[i64]) -> String {
+    if revisions.is_empty() {
+        return "none".into();
+    }
+    let v: Vec<String> = revisions.iter().map(i64::to_string).collect();
+    v.join(", ")
+}
+
+/// Where `status --watch` stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// The rollout completed (exit 0).
+    Completed,
+    /// No staged rollout, and the fleet runs the revision in force.
+    Steady,
+    /// A gate failed (exit 1).
+    RolledBack,
+    /// At a pause step or `spec.rollout.paused` (exit 0: waiting on a person).
+    Paused,
+}
+
+impl Settled {
+    /// The last line `--watch` prints.
+    fn summary(self, p: &P4Program) -> String {
+        let st = p.status.as_ref().and_then(|s| s.rollout.as_ref());
+        let to = st.map_or_else(String::new, |r| format!(" of revision {}", r.to.revision));
+        match self {
+            Settled::Completed => format!("rollout{to} complete"),
+            Settled::Steady => "the fleet runs the revision in force".into(),
+            Settled::RolledBack => {
+                let why = st
+                    .and_then(|r| r.failure.as_ref())
+                    .map_or_else(String::new, |f| format!(": {}", failure(f)));
+                format!("rollout{to} rolled back{why}")
+            }
+            Settled::Paused => format!(
+                "rollout{to} paused; resume with `p4fleet rollout resume {} -n {}`",
+                p.name_any(),
+                p.namespace().unwrap_or_default()
+            ),
+        }
+    }
+}
+
+/// Whether the rollout of `p` has come to rest, as far as its status
+/// says. A status older than the spec (`observedGeneration`), or a
+/// rollout of another revision than the one in force, has not.
+pub fn settled(p: &P4Program) -> Option<Settled> {
+    let status = p.status.as_ref()?;
+    if let (Some(seen), Some(generation)) = (status.observed_generation, p.metadata.generation)
+        && seen < generation
+    {
+        return None;
+    }
+    let pinned = p.spec.rollout.as_ref().and_then(|r| r.pin_revision);
+    let in_force = pinned.or(status.update_revision.as_ref().map(|u| u.revision));
+    match &status.rollout {
+        Some(r) => {
+            if in_force.is_some_and(|f| f != r.to.revision) {
+                return None;
+            }
+            match r.phase {
+                RolloutPhase::Completed => Some(Settled::Completed),
+                RolloutPhase::RolledBack => Some(Settled::RolledBack),
+                RolloutPhase::Paused => Some(Settled::Paused),
+                RolloutPhase::Progressing => None,
+            }
+        }
+        None => match (&status.current_revision, in_force) {
+            (Some(c), Some(f)) if c.revision == f => Some(Settled::Steady),
+            _ => None,
+        },
+    }
+}
+
+/// `revision 3 (a54f3b9f5505)`.
+fn revision(r: &RolloutRevision) -> String {
+    format!("revision {} ({})", r.revision, short_digest(&r.digest))
+}
+
+fn revision_ref(r: &RevisionRef) -> String {
+    format!("revision {} ({})", r.revision, short_digest(&r.digest))
+}
+
+fn failure(f: &p4fleet_crds::GateFailure) -> String {
+    let on = f
+        .switch
+        .as_ref()
+        .map_or_else(String::new, |s| format!(" (Switch {s})"));
+    format!(
+        "{} failed on VirtualSwitch {}{on}: {}",
+        f.check, f.virtual_switch, f.message
+    )
+}
+
+/// The steps the operator follows: a step with none of its fields is
+/// skipped, as [`rollout::plan`] skips it (the schema refuses one).
+fn steps(p: &P4Program) -> Vec<&RolloutStep> {
+    p.spec
+        .rollout
+        .as_ref()
+        .filter(|r| r.strategy == RolloutStrategy::Canary)
+        .map(|r| {
+            r.steps
+                .iter()
+                .filter(|s| s.switches.is_some() || s.percent.is_some() || s.pause.is_some())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn describe(s: &RolloutStep) -> String {
+    match (&s.switches, &s.percent, &s.pause) {
+        (Some(n), _, _) => format!("switches: {n}"),
+        (_, Some(pc), _) => format!("percent: {pc}"),
+        (_, _, Some(pause)) => match &pause.duration {
+            Some(d) => format!("pause {d}"),
+            None => "pause until resumed".into(),
+        },
+        (None, None, None) => "empty".into(),
+    }
+}
+
+/// `p`'s rollout as text for a person: the strategy, the revisions, the
+/// step, the counts, every moved VirtualSwitch, the failure and the
+/// times; or why there is no rollout.
+pub fn render(p: &P4Program) -> String {
+    let mut s = String::new();
+    let name = p.name_any();
+    let ns = p.namespace().unwrap_or_default();
+    let spec = p.spec.rollout.clone().unwrap_or_default();
+    let steps = steps(p);
+    // Writing to a String cannot fail.
+    let _ = writeln!(s, "P4Program {ns}/{name}");
+    let _ = write!(s, "  strategy: {:?}", spec.strategy);
+    if spec.strategy == RolloutStrategy::Canary {
+        let _ = write!(s, ", {} steps", steps.len());
+    }
+    if spec.paused {
+        let _ = write!(s, ", paused (spec.rollout.paused)");
+    }
+    if let Some(pin) = spec.pin_revision {
+        let _ = write!(s, ", pinned to revision {pin} (spec.rollout.pinRevision)");
+    }
+    s.push('\n');
+    let Some(status) = &p.status else {
+        let _ = writeln!(
+            s,
+            "  no status yet: the operator has not reconciled this program"
+        );
+        return s;
+    };
+    let revisions = match (&status.current_revision, &status.update_revision) {
+        (Some(c), Some(u)) => format!("current {}, update {}", revision_ref(c), revision_ref(u)),
+        (None, Some(u)) => format!("update {}, no current revision yet", revision_ref(u)),
+        (Some(c), None) => format!("current {}", revision_ref(c)),
+        (None, None) => "none recorded yet".into(),
+    };
+    let Some(r) = &status.rollout else {
+        let why = match spec.strategy {
+            RolloutStrategy::AllAtOnce => "strategy AllAtOnce moves every VirtualSwitch at once",
+            RolloutStrategy::Canary => {
+                "nothing rolled out in steps yet (the first content is never staged)"
+            }
+        };
+        let _ = writeln!(s, "  no rollout: {why}");
+        let _ = writeln!(s, "  revisions: {revisions}");
+        return s;
+    };
+    let _ = writeln!(s, "  rollout: {:?}", r.phase);
+    let from = r
+        .from
+        .as_ref()
+        .map_or_else(|| "nothing".to_string(), revision);
+    let _ = writeln!(s, "  from {from} to {}", revision(&r.to));
+    let _ = writeln!(s, "  revisions: {revisions}");
+    let n = steps.len();
+    let at = r.step as usize;
+    let step = match steps.get(at) {
+        _ if n == 0 => "no steps".to_string(),
+        Some(st) => {
+            let mut line = format!("step {} of {n}: steps[{at}] {}", at + 1, describe(st));
+            if st.pause.as_ref().is_some_and(|p| p.duration.is_none())
+                && r.phase == RolloutPhase::Paused
+            {
+                let _ = write!(line, " (p4fleet rollout resume {name} -n {ns})");
+            }
+            line
+        }
+        None => format!("all {n} steps done"),
+    };
+    let _ = writeln!(s, "  {step}");
+    let _ = writeln!(
+        s,
+        "  VirtualSwitches: {} updated, {} healthy, {} pending, {} rolled back",
+        r.updated, r.healthy, r.pending, r.rolled_back
+    );
+    if !r.moved.is_empty() {
+        let _ = writeln!(s, "  moved:");
+        for m in &r.moved {
+            let on = m
+                .switch
+                .as_ref()
+                .map_or_else(String::new, |sw| format!(" on Switch {sw}"));
+            let state = match m.state {
+                MovedState::Moving => "Moving",
+                MovedState::Healthy => "Healthy",
+                MovedState::Failed => "Failed",
+                MovedState::RolledBack => "RolledBack",
+            };
+            let _ = writeln!(
+                s,
+                "    {}{on}: {state} (moved at steps[{}])",
+                m.virtual_switch, m.step
+            );
+        }
+    }
+    if let Some(f) = &r.failure {
+        let _ = writeln!(s, "  failure: {}", failure(f));
+    }
+    let times = [
+        ("started", Some(&r.started_at)),
+        ("step started", Some(&r.step_started_at)),
+        ("healthy since", r.healthy_since.as_ref()),
+        ("progressed", r.progressed_at.as_ref()),
+        ("finished", r.finished_at.as_ref()),
+    ];
+    let times: Vec<String> = times
+        .iter()
+        .filter_map(|(k, v)| v.filter(|v| !v.is_empty()).map(|v| format!("{k} {v}")))
+        .collect();
+    if !times.is_empty() {
+        let _ = writeln!(s, "  {}", times.join(", "));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use p4fleet_crds::{GateFailure, MovedSwitch, P4ProgramStatus, RolloutStatus};
+
+    const D1: &str = "1111111111111111aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const D2: &str = "2222222222222222bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+    const D3: &str = "3333333333333333cccccccccccccccccccccccccccccccccccccccccccccccc";
+
+    fn digest(n: i64) -> &'static str {
+        match n {
+            1 => D1,
+            2 => D2,
+            _ => D3,
+        }
+    }
+
+    fn rref(n: i64) -> RevisionRef {
+        RevisionRef {
+            name: format!("fw-{}", &digest(n)[..16]),
+            revision: n,
+            digest: digest(n).into(),
+        }
+    }
+
+    fn rrev(n: i64) -> RolloutRevision {
+        RolloutRevision {
+            revision: n,
+            digest: digest(n).into(),
+        }
+    }
+
+    /// Program `fw` in `team-a` with `rollout` as its spec.rollout.
+    fn program(rollout: Value) -> P4Program {
+        serde_json::from_value(json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
+            "metadata": {"name": "fw", "namespace": "team-a", "generation": 1},
+            "spec": {"p4info": {"inline": "x"}, "rollout": rollout}
+        }))
+        .unwrap()
+    }
+
+    fn canary() -> Value {
+        json!({"strategy": "Canary", "steps": [
+            {"switches": 1}, {"pause": {"duration": "5m"}}, {"pause": {}}, {"percent": 100}
+        ]})
+    }
+
+    fn in_progress(phase: RolloutPhase, step: u32) -> RolloutStatus {
+        RolloutStatus {
+            phase,
+            from: Some(rrev(1)),
+            to: rrev(2),
+            step,
+            step_started_at: "2026-01-02T03:04:05Z".into(),
+            started_at: "2026-01-02T03:00:00Z".into(),
+            updated: 1,
+            healthy: 1,
+            pending: 3,
+            moved: vec![MovedSwitch {
+                virtual_switch: "vs-0".into(),
+                switch: Some("edge-1".into()),
+                step: 0,
+                state: MovedState::Healthy,
+                packets_per_second_before: None,
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn with_status(
+        mut p: P4Program,
+        rollout: Option<RolloutStatus>,
+        cur: i64,
+        upd: i64,
+    ) -> P4Program {
+        p.status = Some(P4ProgramStatus {
+            observed_generation: Some(1),
+            current_revision: Some(rref(cur)),
+            update_revision: Some(rref(upd)),
+            rollout,
+            ..Default::default()
+        });
+        p
+    }
+
+    #[test]
+    fn status_renders_phase_revisions_step_counts_moved_and_times() {
+        let p = with_status(
+            program(canary()),
+            Some(in_progress(RolloutPhase::Paused, 2)),
+            1,
+            2,
+        );
+        let text = render(&p);
+        assert!(text.starts_with("P4Program team-a/fw\n"), "{text}");
+        assert!(text.contains("strategy: Canary, 4 steps"), "{text}");
+        assert!(text.contains("rollout: Paused"), "{text}");
+        assert!(
+            text.contains("from revision 1 (111111111111) to revision 2 (222222222222)"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "step 3 of 4: steps[2] pause until resumed (p4fleet rollout resume fw -n team-a)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("VirtualSwitches: 1 updated, 1 healthy, 3 pending, 0 rolled back"),
+            "{text}"
+        );
+        assert!(
+            text.contains("vs-0 on Switch edge-1: Healthy (moved at steps[0])"),
+            "{text}"
+        );
+        assert!(
+            text.contains("started 2026-01-02T03:00:00Z, step started 2026-01-02T03:04:05Z"),
+            "{text}"
+        );
+        assert!(!text.contains("failure"), "{text}");
+        assert!(!text.contains("finished"), "{text}");
+    }
+
+    #[test]
+    fn status_renders_the_failure_of_a_rollback() {
+        let mut r = in_progress(RolloutPhase::RolledBack, 0);
+        r.moved[0].state = MovedState::RolledBack;
+        r.rolled_back = 1;
+        r.failure = Some(GateFailure {
+            check: "EntriesReapplied".into(),
+            virtual_switch: "vs-0".into(),
+            switch: Some("edge-1".into()),
+            message: "TableEntrySet fw: 3 entries failed".into(),
+        });
+        r.finished_at = Some("2026-01-02T03:05:00Z".into());
+        let p = with_status(program(canary()), Some(r), 1, 2);
+        let text = render(&p);
+        assert!(text.contains("rollout: RolledBack"), "{text}");
+        assert!(
+            text.contains(
+                "failure: EntriesReapplied failed on VirtualSwitch vs-0 (Switch edge-1): TableEntrySet fw: 3 entries failed"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("vs-0 on Switch edge-1: RolledBack"), "{text}");
+        assert!(text.contains("finished 2026-01-02T03:05:00Z"), "{text}");
+        assert!(
+            text.contains("step 1 of 4: steps[0] switches: 1\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn status_says_why_there_is_no_rollout() {
+        let all = with_status(program(json!({})), None, 2, 3);
+        let text = render(&all);
+        assert!(text.contains("strategy: AllAtOnce\n"), "{text}");
+        assert!(
+            text.contains("no rollout: strategy AllAtOnce moves every VirtualSwitch at once"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "revisions: current revision 2 (222222222222), update revision 3 (333333333333)"
+            ),
+            "{text}"
+        );
+        let first = with_status(program(canary()), None, 1, 1);
+        let text = render(&first);
+        assert!(
+            text.contains("no rollout: nothing rolled out in steps yet"),
+            "{text}"
+        );
+        let bare = program(canary());
+        assert!(render(&bare).contains("no status yet"), "{}", render(&bare));
+    }
+
+    #[test]
+    fn odd_statuses_render_without_panicking() {
+        // No rollout block at all, an empty rollout status, a step past
+        // the end, a Canary whose steps vanished from the spec.
+        let mut odd = in_progress(RolloutPhase::Progressing, 9);
+        odd.moved.clear();
+        odd.from = None;
+        odd.started_at = String::new();
+        let none = with_status(program(Value::Null), Some(odd.clone()), 1, 2);
+        let text = render(&none);
+        assert!(text.contains("no steps"), "{text}");
+        assert!(text.contains("from nothing to revision 2"), "{text}");
+        assert!(!text.contains("started ,"), "{text}");
+        let past = with_status(program(canary()), Some(odd.clone()), 1, 2);
+        assert!(
+            render(&past).contains("all 4 steps done"),
+            "{}",
+            render(&past)
+        );
+        let empty = with_status(
+            program(json!({"strategy": "Canary", "steps": []})),
+            Some(RolloutStatus::default()),
+            1,
+            2,
+        );
+        assert!(render(&empty).contains("no steps"));
+        let mut no_revs = program(canary());
+        no_revs.status = Some(P4ProgramStatus::default());
+        assert!(render(&no_revs).contains("revisions: none recorded yet"));
+        assert_eq!(undo_target(&no_revs, &[], None).ok(), None);
+        assert_eq!(indefinite_pause(&no_revs), None);
+        assert_eq!(settled(&no_revs), None);
+    }
+
+    #[test]
+    fn pause_sets_paused_true() {
+        assert_eq!(
+            pause_patch(),
+            json!({"spec": {"rollout": {"paused": true}}})
+        );
+    }
+
+    #[test]
+    fn resume_annotates_only_an_indefinite_pause_of_a_rollout_in_progress() {
+        let at = |phase, step| with_status(program(canary()), Some(in_progress(phase, step)), 1, 2);
+        // steps[2] is `pause: {}`: unpause and pass that step of revision 2.
+        let p = at(RolloutPhase::Paused, 2);
+        assert_eq!(
+            resume_patch(&p),
+            json!({"spec": {"rollout": {"paused": false}},
+                "metadata": {"annotations": {RESUME_ANNOTATION: "2/2"}}})
+        );
+        // The annotation says what the operator's parser reads.
+        let value = resume_patch(&p)["metadata"]["annotations"][RESUME_ANNOTATION].clone();
+        assert_eq!(
+            rollout::resume(value.as_str().unwrap()),
+            Some(rollout::Resume {
+                revision: 2,
+                step: 2
+            })
+        );
+        let plain = json!({"spec": {"rollout": {"paused": false}}});
+        // A timed pause, a moving step, a finished or rolled-back rollout.
+        assert_eq!(resume_patch(&at(RolloutPhase::Paused, 1)), plain);
+        assert_eq!(resume_patch(&at(RolloutPhase::Progressing, 0)), plain);
+        assert_eq!(resume_patch(&at(RolloutPhase::Completed, 2)), plain);
+        assert_eq!(resume_patch(&at(RolloutPhase::RolledBack, 2)), plain);
+        // No rollout status, or no steps.
+        assert_eq!(resume_patch(&program(canary())), plain);
+        let all = with_status(
+            program(json!({"paused": true})),
+            Some(in_progress(RolloutPhase::Paused, 0)),
+            1,
+            2,
+        );
+        assert_eq!(resume_patch(&all), plain);
+    }
+
+    #[test]
+    fn undo_goes_to_the_named_revision_only_when_kept() {
+        let p = with_status(program(canary()), None, 3, 3);
+        assert_eq!(undo_target(&p, &[1, 2, 3], Some(1)), Ok(1));
+        assert_eq!(
+            undo_target(&p, &[2, 3], Some(1)),
+            Err(Refusal::NotKept {
+                revision: 1,
+                kept: "2, 3".into()
+            })
+        );
+        assert_eq!(
+            undo_patch(1),
+            json!({"spec": {"rollout": {"pinRevision": 1}}})
+        );
+    }
+
+    #[test]
+    fn undo_goes_back_to_where_a_rollout_started() {
+        for phase in [
+            RolloutPhase::Progressing,
+            RolloutPhase::Paused,
+            RolloutPhase::RolledBack,
+        ] {
+            let p = with_status(program(canary()), Some(in_progress(phase, 0)), 1, 2);
+            assert_eq!(undo_target(&p, &[1, 2], None), Ok(1), "{phase:?}");
+            // From a revision no longer kept: refused, not pinned to nothing.
+            assert!(matches!(
+                undo_target(&p, &[2], None),
+                Err(Refusal::NotKept { revision: 1, .. })
+            ));
+        }
+        // A completed rollout is history: the revision before the one in force.
+        let mut done = in_progress(RolloutPhase::Completed, 4);
+        done.from = Some(rrev(2));
+        done.to = rrev(3);
+        let p = with_status(program(canary()), Some(done), 3, 3);
+        assert_eq!(undo_target(&p, &[1, 2, 3], None), Ok(2));
+    }
+
+    #[test]
+    fn undo_goes_back_to_the_current_revision_while_the_fleet_catches_up() {
+        let p = with_status(program(json!({})), None, 1, 3);
+        assert_eq!(undo_target(&p, &[1, 2, 3], None), Ok(1));
+    }
+
+    #[test]
+    fn undo_goes_to_the_highest_kept_revision_below_the_one_in_force() {
+        let p = with_status(program(json!({})), None, 3, 3);
+        assert_eq!(undo_target(&p, &[1, 2, 3], None), Ok(2));
+        assert_eq!(undo_target(&p, &[1, 3], None), Ok(1));
+        // Pinned to 2 and settled there: one further back.
+        let pinned = with_status(program(json!({"pinRevision": 2})), None, 2, 3);
+        assert_eq!(undo_target(&pinned, &[1, 2, 3], None), Ok(1));
+    }
+
+    #[test]
+    fn undo_refuses_when_nothing_is_before() {
+        let p = with_status(program(json!({})), None, 1, 1);
+        let e = undo_target(&p, &[1], None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "no revision before revision 1 is kept (kept: 1)"
+        );
+        let mut fresh = program(json!({}));
+        fresh.status = Some(P4ProgramStatus::default());
+        let e = undo_target(&fresh, &[], None).unwrap_err();
+        assert!(e.to_string().contains("no status.updateRevision"), "{e}");
+        let wrapped = Error::Undo {
+            program: "fw".into(),
+            namespace: "team-a".into(),
+            refusal: e,
+        };
+        assert!(
+            wrapped
+                .to_string()
+                .starts_with("P4Program team-a/fw: cannot undo: "),
+            "{wrapped}"
+        );
+    }
+
+    #[test]
+    fn watch_settles_on_completed_rolled_back_and_paused_only() {
+        let at = |phase| with_status(program(canary()), Some(in_progress(phase, 2)), 1, 2);
+        assert_eq!(settled(&at(RolloutPhase::Progressing)), None);
+        assert_eq!(
+            settled(&at(RolloutPhase::Completed)),
+            Some(Settled::Completed)
+        );
+        assert_eq!(
+            settled(&at(RolloutPhase::RolledBack)),
+            Some(Settled::RolledBack)
+        );
+        assert_eq!(settled(&at(RolloutPhase::Paused)), Some(Settled::Paused));
+        // A status older than the spec says nothing yet.
+        let mut stale = at(RolloutPhase::Completed);
+        stale.metadata.generation = Some(2);
+        assert_eq!(settled(&stale), None);
+        // A rollout of a revision no longer in force (a newer one came).
+        let newer = with_status(
+            program(canary()),
+            Some(in_progress(RolloutPhase::Completed, 4)),
+            2,
+            3,
+        );
+        assert_eq!(settled(&newer), None);
+        // No staged rollout: settled once the fleet runs the revision in force.
+        assert_eq!(
+            settled(&with_status(program(json!({})), None, 3, 3)),
+            Some(Settled::Steady)
+        );
+        assert_eq!(settled(&with_status(program(json!({})), None, 2, 3)), None);
+        let rolled = at(RolloutPhase::RolledBack);
+        assert_eq!(
+            Settled::Paused.summary(&at(RolloutPhase::Paused)),
+            "rollout of revision 2 paused; resume with `p4fleet rollout resume fw -n team-a`"
+        );
+        assert_eq!(
+            Settled::RolledBack.summary(&rolled),
+            "rollout of revision 2 rolled back"
+        );
+    }
+}
