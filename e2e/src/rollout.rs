@@ -105,7 +105,13 @@ pub async fn set_ready(sets: &Api<TableEntrySet>) {
     .await;
 }
 
-pub async fn setup(client: &Client, ns: &str, p4runtime: SocketAddr, rollout: serde_json::Value) {
+/// The fleet in namespace `ns`: device `DEVICES[i]` at `endpoints[i]`.
+pub async fn setup(
+    client: &Client,
+    ns: &str,
+    endpoints: [SocketAddr; 4],
+    rollout: serde_json::Value,
+) {
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     source(&cms, "v1").await;
     create_json(
@@ -120,7 +126,7 @@ pub async fn setup(client: &Client, ns: &str, p4runtime: SocketAddr, rollout: se
         create_json(
             &Api::<Switch>::all(client.clone()),
             json!({"apiVersion": V1, "kind": "Switch", "metadata": {"name": sw},
-                "spec": {"target": "Bmv2", "endpoint": p4runtime.to_string(),
+                "spec": {"target": "Bmv2", "endpoint": endpoints[i].to_string(),
                     "deviceId": d, "slots": 1}}),
         )
         .await;

@@ -36,7 +36,7 @@ async fn a_canary_rollout_moves_the_canary_first_and_a_failed_gate_rolls_it_back
         "steps": [{"switches": 1}, {"percent": 100}],
         "maxUnavailable": 2, "analysis": {"seconds": 3},
         "progressDeadlineSeconds": 60});
-    setup(&client, ns.name(), addrs.p4runtime, rollout).await;
+    setup(&client, ns.name(), [addrs.p4runtime; 4], rollout).await;
     let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
     let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns.name());

@@ -58,7 +58,7 @@ async fn a_rollout_survives_kill_9_and_a_new_revision_restarts_it() {
     let rollout = json!({"strategy": "Canary",
         "steps": [{"switches": 1}, {"pause": {}}, {"percent": 100}],
         "analysis": {"seconds": 2}, "progressDeadlineSeconds": 120});
-    setup(&client, ns.name(), addrs.p4runtime, rollout).await;
+    setup(&client, ns.name(), [addrs.p4runtime; 4], rollout).await;
     let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
     let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns.name());

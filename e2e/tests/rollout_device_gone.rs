@@ -1,0 +1,118 @@
+//! A device that goes away in the middle of a Canary rollout's first step
+//! (issue 34, item 5): the canary's device runs in an emulator process of
+//! its own, which is killed right after the new revision is recorded. The
+//! step's gate fails (the device cannot load the revision, or its Switch
+//! is no longer Reachable) instead of hanging: `RolledBack` naming the
+//! canary, and the three other devices never see the revision. When the
+//! device comes back (empty, at the same address) the canary runs the
+//! revision before again, its entries re-applied.
+//! (Its own binary: its operator watches the whole control plane.)
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use p4fleet_crds::{P4Program, RolloutPhase, Switch, TableEntrySet, VirtualSwitch};
+use p4fleet_e2e::firewall;
+use p4fleet_e2e::processes::{build_binaries as bin, device_stat, spawn_operator};
+use p4fleet_e2e::rollout::{DEVICES, revision_cookie, set_ready, setup, source};
+use p4fleet_e2e::{ControlPlane, TestNamespace, wait_for, wait_object_ready};
+use serde_json::json;
+
+/// The cookie each device runs: device 1 on `canary`'s side channel, the
+/// others on `rest`'s (None while a device does not answer).
+fn cookies(canary: SocketAddr, rest: SocketAddr) -> Vec<Option<u64>> {
+    DEVICES
+        .iter()
+        .map(|d| device_stat(if *d == 1 { canary } else { rest }, *d, "cookie"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_gone_mid_step_fails_the_gate_and_the_others_never_move() {
+    let cp = ControlPlane::shared().await;
+    let client = cp.client().await;
+    let (canary_emu, canary) = firewall::emulator(&bin(), "1", None);
+    let (_rest_emu, rest) = firewall::emulator(&bin(), "2,3,4", None);
+    let _op = spawn_operator(&bin(), cp.kubeconfig_path(), "rollout-gone-operator", &[]);
+    let ns = TestNamespace::new(&client).await;
+    let rollout = json!({"strategy": "Canary",
+        "steps": [{"switches": 1}, {"percent": 100}],
+        "analysis": {"seconds": 3}, "progressDeadlineSeconds": 20});
+    let endpoints = [
+        canary.p4runtime,
+        rest.p4runtime,
+        rest.p4runtime,
+        rest.p4runtime,
+    ];
+    setup(&client, ns.name(), endpoints, rollout).await;
+    let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
+    let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns.name());
+    let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns.name());
+    for i in 0..DEVICES.len() {
+        wait_object_ready(&vss, &format!("vs-{i}"), Duration::from_secs(90)).await;
+    }
+    set_ready(&sets).await;
+    let c1 = revision_cookie(&programs, 1).await;
+    assert_eq!(cookies(canary.stats, rest.stats), vec![Some(c1); 4]);
+
+    // Revision 2; the canary's device goes away as it is recorded.
+    source(&cms, "v2").await;
+    let c2 = revision_cookie(&programs, 2).await;
+    drop(canary_emu);
+    let back = wait_for(
+        "the rollback of revision 2",
+        Duration::from_secs(120),
+        || async {
+            let now = cookies(canary.stats, rest.stats);
+            assert_eq!(
+                now[1..],
+                [Some(c1); 3],
+                "an untouched Switch moved (2 is {c2}): {now:?}"
+            );
+            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
+            let r = p.status.unwrap_or_default().rollout;
+            r.clone()
+                .filter(|r| r.phase == RolloutPhase::RolledBack && r.to.revision == 2)
+                .ok_or(format!("{r:?}"))
+        },
+    )
+    .await;
+    let f = back.failure.clone().expect("a failure");
+    assert_eq!(f.virtual_switch, "vs-0", "{f:?}");
+    assert!(
+        ["PipelineLoaded", "SwitchReachable", "ProgressDeadline"].contains(&f.check.as_str()),
+        "{f:?}"
+    );
+    assert_eq!(back.moved.len(), 1, "{back:?}");
+
+    // The device comes back empty at the same address: the canary runs
+    // revision 1 again, and the set is whole on all four.
+    let (_canary_emu, _) = firewall::emulator(&bin(), "1", Some(canary));
+    wait_for(
+        "the canary back on revision 1",
+        Duration::from_secs(90),
+        || async {
+            let now = cookies(canary.stats, rest.stats);
+            (now == vec![Some(c1); 4])
+                .then_some(())
+                .ok_or(format!("{now:?}"))
+        },
+    )
+    .await;
+    set_ready(&sets).await;
+    let p = programs.get("firewall").await.unwrap();
+    assert_eq!(
+        p.status.unwrap().rollout.map(|r| r.phase),
+        Some(RolloutPhase::RolledBack),
+        "a rolled back revision stays back"
+    );
+    for d in DEVICES {
+        let _ = Api::<Switch>::all(client.clone())
+            .delete(&format!("{}-sw{d}", ns.name()), &Default::default())
+            .await;
+    }
+    ns.delete(&client).await.unwrap();
+}
