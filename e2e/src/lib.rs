@@ -18,6 +18,7 @@
 
 pub mod certs;
 pub mod firewall;
+pub mod leaders;
 pub mod lie_watch;
 pub mod processes;
 pub mod rollout;

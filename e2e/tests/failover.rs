@@ -13,18 +13,17 @@
 //! The standby is started first, so with election ids from process start
 //! times (the old scheme) it would have the lower id and stay a backup.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, PostParams};
 use p4fleet::fencing::identity_for_term;
 use p4fleet::leader::{LEASE_NAME, Term};
 use p4fleet_client::{Device, Identity, Target};
 use p4fleet_crds::{P4Program, Switch, TableEntrySet, VirtualSwitch, find_condition};
-use p4fleet_e2e::processes::{EmulatorProc, Proc, build_binaries, log_file, spawn_emulator};
+use p4fleet_e2e::leaders::{LEASE, promise_lease, replica, wait_holder};
+use p4fleet_e2e::processes::{EmulatorProc, build_binaries, spawn_emulator};
 use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, format_entries};
 use p4fleet_model::sync::{self, DeviceEntry, Ownership};
@@ -74,53 +73,6 @@ fn primary(emu: &EmulatorProc) -> Option<u128> {
     stats(emu)["primaries"][""].as_str()?.parse().ok()
 }
 
-/// An operator replica named `name` with short leader election timings.
-fn operator(bin: &std::path::Path, cp: &ControlPlane, ns: &str, name: &str) -> Proc {
-    let (log, file) = log_file(&format!("failover-{name}"));
-    let mut cmd = Command::new(bin.join("p4fleet"));
-    cmd.args([
-        "operator",
-        "--listen-addr=127.0.0.1:0",
-        "--log-level=info,p4fleet=debug",
-        "--resync-seconds=30",
-        "--leader-election",
-        "--lease-duration-seconds=4",
-        "--renew-deadline-seconds=3",
-        "--retry-period-seconds=1",
-        &format!("--watch-namespace={ns}"),
-    ])
-    .env("KUBECONFIG", cp.kubeconfig_path())
-    .env("POD_NAMESPACE", ns)
-    .env("POD_NAME", name)
-    .stdout(file.try_clone().unwrap())
-    .stderr(file);
-    Proc::spawn(cmd, log)
-}
-
-async fn lease(api: &Api<Lease>) -> Option<LeaseSpec> {
-    api.get_opt(LEASE_NAME).await.ok().flatten()?.spec
-}
-
-/// Waits until `holder` holds the Lease in `term` (its transition count).
-async fn wait_holder(api: &Api<Lease>, holder: &str, term: i32, timeout: Duration) {
-    wait_for(
-        &format!("{holder} holds the lease in term {term}"),
-        timeout,
-        || async {
-            match lease(api).await {
-                Some(s)
-                    if s.holder_identity.as_deref() == Some(holder)
-                        && s.lease_transitions == Some(term) =>
-                {
-                    Ok(())
-                }
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await
-}
-
 async fn create<K>(api: &Api<K>, v: serde_json::Value)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
@@ -153,20 +105,11 @@ async fn a_frozen_leader_is_fenced_and_the_standby_finishes_the_sync() {
     // "a" is meant to lead first; the Lease says so before anyone starts, so
     // "b" (started first) waits.
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
-    create(
-        &leases,
-        json!({
-            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": LEASE_NAME},
-            "spec": {"holderIdentity": "a", "leaseDurationSeconds": 30,
-                     "renewTime": MicroTime(k8s_openapi::jiff::Timestamp::now()),
-                     "leaseTransitions": 0}
-        }),
-    )
-    .await;
-    let mut b = operator(&bin, cp, &ns, "b");
+    assert_eq!(LEASE, LEASE_NAME);
+    promise_lease(&leases, "a").await;
+    let mut b = replica(&bin, cp, &ns, "failover", "b");
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let mut a = operator(&bin, cp, &ns, "a");
+    let mut a = replica(&bin, cp, &ns, "failover", "a");
     // Its first acquisition by this process is a new term, though the
     // Lease already named it.
     wait_holder(&leases, "a", 1, Duration::from_secs(60)).await;
