@@ -11,6 +11,8 @@
 //! - More contents with `revisionHistoryLimit: 2`: the oldest revisions
 //!   and their snapshots are deleted, the newest two old ones kept.
 //! - A content seen before is renumbered, not recorded twice.
+//! - The program deleted and made again: a history of its own from 1, and
+//!   the leftover revision of its content adopted.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -149,14 +151,11 @@ async fn revisions_keep_the_bytes_through_edits_and_deletion_and_are_bounded() {
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
     let crs: Api<ControllerRevision> = Api::namespaced(client.clone(), ns.name());
     source(&cms, 1).await;
-    create_json(
-        &programs,
-        json!({"apiVersion": V1, "kind": "P4Program", "metadata": {"name": "fw"},
-            "spec": {"p4info": {"configMapKeyRef": {"name": "fw-src", "key": "p4info.txt"}},
-                "artifacts": {"bmv2": {"json": {"configMapKeyRef": {"name": "fw-src", "key": "fw.json"}}}},
-                "revisionHistoryLimit": LIMIT}}),
-    )
-    .await;
+    let program = json!({"apiVersion": V1, "kind": "P4Program", "metadata": {"name": "fw"},
+        "spec": {"p4info": {"configMapKeyRef": {"name": "fw-src", "key": "p4info.txt"}},
+            "artifacts": {"bmv2": {"json": {"configMapKeyRef": {"name": "fw-src", "key": "fw.json"}}}},
+            "revisionHistoryLimit": LIMIT}});
+    create_json(&programs, program.clone()).await;
 
     // Revision 1: recorded, owned by the program, named in status and by kubectl.
     let r1 = update_revision(&programs, 1).await;
@@ -271,6 +270,51 @@ async fn revisions_keep_the_bytes_through_edits_and_deletion_and_are_bounded() {
     assert_eq!(r6.name, r3);
     let kept = revisions(&crs).await;
     assert_eq!(kept.keys().copied().collect::<Vec<_>>(), [4, 5, 6]);
+
+    // The program deleted and made again before its leftovers are
+    // collected (no garbage collector runs here): the new one's history
+    // starts at 1, and it adopts the revision of the content it has (or
+    // the collector would delete it with the old program's).
+    let old_uid = programs.get("fw").await.unwrap().metadata.uid.unwrap();
+    programs
+        .delete("fw", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("fw deleted", Duration::from_secs(30), || async {
+        match programs.get_opt("fw").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(_) => Err("still there".to_string()),
+        }
+    })
+    .await;
+    create_json(&programs, program).await;
+    let r1 = update_revision(&programs, 1).await;
+    assert_eq!(r1.name, r3, "the content's revision, adopted");
+    let new_uid = programs.get("fw").await.unwrap().metadata.uid.unwrap();
+    assert_ne!(new_uid, old_uid);
+    let owned = |owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference]| {
+        owners
+            .iter()
+            .any(|o| o.uid == new_uid && o.controller == Some(true))
+    };
+    let cr = crs.get(&r3).await.unwrap();
+    assert_eq!(cr.revision, 1);
+    assert!(owned(
+        cr.metadata.owner_references.as_deref().unwrap_or_default()
+    ));
+    for name in parts(&cr) {
+        let cm = cms.get(&name).await.unwrap();
+        assert!(
+            owned(cm.metadata.owner_references.as_deref().unwrap_or_default()),
+            "snapshot {name} adopted"
+        );
+    }
+    let st = programs.get("fw").await.unwrap().status.unwrap();
+    assert_eq!(
+        st.current_revision.map(|r| r.revision),
+        Some(1),
+        "the old program's revisions 4 and 5 are not this one's history"
+    );
 
     ns.delete(&client).await.unwrap();
 }

@@ -284,6 +284,9 @@ async fn record(
         .program_revisions(&ns, &name)
         .await?
         .iter()
+        // Not those an earlier program of this name left behind (deleted,
+        // not yet collected): this one's history starts afresh.
+        .filter(|cr| revisions::store::owned_by(cr.owner_references(), obj))
         .filter_map(revisions::kept)
         .collect();
     let store = &ctx.caches.revisions;

@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use p4fleet_crds::P4Program;
 
 use super::{Kept, Record, SnapshotError, part_object, record, revision_object, snapshot};
@@ -77,10 +77,13 @@ pub async fn record_content(
             for (part, data) in &snap.parts {
                 // Content-addressed and immutable: one that exists holds
                 // these bytes already (a retry after a crash).
-                exists_ok(cms.create(&pp, &part_object(program, part, data)).await)?;
+                let part = part_object(program, part, data);
+                create_or_adopt(&cms, &pp, &part, program, serde_json::json!({})).await?;
             }
             let cr = revision_object(program, &name, number, &snap.manifest);
-            exists_ok(api.create(&pp, &cr).await)?;
+            // An adopted revision takes this history's number.
+            let number_patch = serde_json::json!({"revision": number});
+            create_or_adopt(&api, &pp, &cr, program, number_patch).await?;
             let r = ObjectRef::new(&name).within(&ns);
             cache.shows(&r, |_| true, CACHE_WAIT).await;
             let kept = Kept {
@@ -111,16 +114,91 @@ pub async fn delete(client: &Client, ns: &str, gone: &[&Kept]) -> Result<(), kub
     Ok(())
 }
 
-fn exists_ok<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
-    match r {
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        other => other.map(drop),
+/// Creates `obj` (content-addressed: one of its name holds the same
+/// bytes). One that exists is kept; if it belongs to an earlier P4Program
+/// of this name (deleted, its leftovers not yet collected), `program`
+/// adopts it (merging `also` into the patch), or the garbage collector
+/// would take this revision's bytes with the old program's.
+async fn create_or_adopt<K>(
+    api: &Api<K>,
+    pp: &PostParams,
+    obj: &K,
+    program: &P4Program,
+    also: serde_json::Value,
+) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    match api.create(pp, obj).await {
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        other => return other.map(drop),
     }
+    let name = obj.meta().name.clone().unwrap_or_default();
+    let Some(existing) = api.get_opt(&name).await? else {
+        // Collected meanwhile: the next reconcile creates it.
+        return Ok(());
+    };
+    if owned_by(existing.owner_references(), program) {
+        return Ok(());
+    }
+    let owner = program.controller_owner_ref(&());
+    let mut patch = also;
+    patch["metadata"] =
+        serde_json::json!({"ownerReferences": owner.into_iter().collect::<Vec<_>>()});
+    let pp = PatchParams {
+        field_manager: pp.field_manager.clone(),
+        ..Default::default()
+    };
+    api.patch(&name, &pp, &Patch::Merge(&patch)).await?;
+    tracing::info!(namespace = ?program.namespace(), program = %program.name_any(), object = %name,
+        "adopted a revision object left by an earlier P4Program of this name");
+    Ok(())
+}
+
+/// Whether `owners` has `program` (this object, by uid) as controller.
+pub fn owned_by(
+    owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    program: &P4Program,
+) -> bool {
+    let uid = program.metadata.uid.as_deref();
+    owners
+        .iter()
+        .any(|o| o.controller == Some(true) && uid == Some(o.uid.as_str()))
 }
 
 fn gone_ok<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
     match r {
         Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
         other => other.map(drop),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    #[test]
+    fn only_the_program_itself_by_uid_owns_its_revisions() {
+        let mut p: P4Program = serde_json::from_value(serde_json::json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
+            "metadata": {"name": "fw", "namespace": "ns", "uid": "new"},
+            "spec": {"p4info": {"configMapKeyRef": {"name": "x", "key": "p4info.txt"}}}
+        }))
+        .unwrap();
+        let owner = |uid: &str, controller| OwnerReference {
+            api_version: "p4fleet.dev/v1alpha1".into(),
+            kind: "P4Program".into(),
+            name: "fw".into(),
+            uid: uid.into(),
+            controller: Some(controller),
+            ..Default::default()
+        };
+        assert!(owned_by(&[owner("new", true)], &p));
+        assert!(!owned_by(&[owner("old", true)], &p), "an earlier fw's");
+        assert!(!owned_by(&[owner("new", false)], &p), "not as controller");
+        assert!(!owned_by(&[], &p));
+        p.metadata.uid = None;
+        assert!(!owned_by(&[owner("new", true)], &p));
     }
 }
