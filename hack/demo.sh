@@ -86,9 +86,10 @@ warnings() {
   # Events, and each root cause is one Event (docs/troubleshooting.md).
   say "Warning events"
   local w
-  # Except the one the rollout step causes on purpose (RolledBack).
+  # Except those the rollout step causes on purpose: the canary's entries
+  # refused by the injected fault, and the rollback it brings.
   w="$(kubectl get events -A --field-selector type=Warning --no-headers 2>/dev/null |
-    grep -v " RolledBack " || true)"
+    grep -vE "^$ROLL_NS +.* (RolledBack|EntriesFailed) " || true)"
   if [[ -z "$w" ]]; then echo "none"; else echo "$w"; fi
   # Nor does it log a warning: an expected race (a finalizer patch that
   # met another write) is a quiet retry (docs/resources.md).

@@ -273,6 +273,8 @@ pub const WAITING_REASONS: &[&str] = &[
     "ProgramNotReady",
     "VirtualSwitchNotReady",
     "VirtualSwitchNotScheduled",
+    // A VirtualSwitch waiting for its candidate Switches' first probe.
+    "SwitchNotProbed",
 ];
 
 /// Reasons of a condition that only follows from another condition of the

@@ -35,6 +35,9 @@ pub struct Candidate {
     pub pipes: Option<u32>,
     /// Whether it speaks BFRT (its slots are shared by pipe sets).
     pub bfrt: bool,
+    /// Whether the operator has probed it (its status says whether it is
+    /// Reachable): before that its slots and capacity are not known yet.
+    pub probed: bool,
 }
 
 impl Candidate {
@@ -57,6 +60,13 @@ impl Candidate {
             counts_resources: sw.spec.target == SwitchTarget::Fpga,
             pipes: st.and_then(|s| s.pipes),
             bfrt: sw.spec.effective_protocol() == p4fleet_crds::SwitchProtocol::Bfrt,
+            probed: st.is_some_and(|s| {
+                p4fleet_crds::find_condition(
+                    &s.conditions,
+                    p4fleet_crds::condition_types::REACHABLE,
+                )
+                .is_some()
+            }),
         }
     }
 
@@ -295,6 +305,9 @@ impl fmt::Display for Unfit {
     }
 }
 
+/// [`PlacementError::NotProbed`]'s reason (a waiting one).
+pub const NOT_PROBED: &str = "SwitchNotProbed";
+
 /// Why a VirtualSwitch could not be placed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlacementError {
@@ -309,6 +322,10 @@ pub enum PlacementError {
     /// The claim could not be recorded (malformed claims, endless conflicts).
     #[error("{0}")]
     ClaimFailed(String),
+    /// No candidate fits yet, and these have not been probed: their slots
+    /// and capacity are still unknown (a wait, not a refusal).
+    #[error("waiting for the first probe of Switch {}", .0.join(", "))]
+    NotProbed(Vec<String>),
     /// The program's `spec.artifacts.tofino.pipes` names no pipes.
     #[error("P4Program {program}: {reason}")]
     InvalidPipes { program: String, reason: String },
@@ -320,6 +337,7 @@ impl PlacementError {
             PlacementError::SwitchNotFound(_) => "SwitchNotFound",
             PlacementError::Unschedulable { .. } => "Unschedulable",
             PlacementError::ClaimFailed(_) => "ClaimFailed",
+            PlacementError::NotProbed(_) => NOT_PROBED,
             PlacementError::InvalidPipes { .. } => "InvalidPipes",
         }
     }
@@ -517,7 +535,12 @@ pub fn place(req: &Request, switches: &[Candidate]) -> Result<(String, u32), Pla
     };
     let mut feasible = Vec::new();
     let mut unfit = Vec::new();
+    let mut unprobed = Vec::new();
     for c in &candidates {
+        if !c.probed {
+            unprobed.push(c.name.clone());
+            continue;
+        }
         match filter(req, c) {
             Ok(slot) => feasible.push((score(req, c), c.name.clone(), slot)),
             Err(why) => unfit.push((c.name.clone(), why)),
@@ -526,6 +549,7 @@ pub fn place(req: &Request, switches: &[Candidate]) -> Result<(String, u32), Pla
     feasible.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
     match feasible.into_iter().next() {
         Some((_, name, slot)) => Ok((name, slot)),
+        None if !unprobed.is_empty() => Err(PlacementError::NotProbed(unprobed)),
         None => Err(PlacementError::Unschedulable {
             candidates: candidates.len(),
             unfit,
@@ -555,7 +579,30 @@ mod tests {
             counts_resources: true,
             pipes: None,
             bfrt: false,
+            probed: true,
         }
+    }
+
+    #[test]
+    fn an_unprobed_switch_is_waited_for_not_refused() {
+        let mut fresh = board("fresh", 1);
+        fresh.probed = false;
+        fresh.capacity = None;
+        let r = req("vs", &L2);
+        let e = place(&r, std::slice::from_ref(&fresh)).unwrap_err();
+        assert_eq!(e, PlacementError::NotProbed(vec!["fresh".into()]));
+        assert_eq!(e.reason(), NOT_PROBED);
+        assert!(crate::status::WAITING_REASONS.contains(&NOT_PROBED));
+        // A probed one that fits is taken meanwhile.
+        let placed = place(&r, &[fresh.clone(), board("sume", 2)]).unwrap();
+        assert_eq!(placed.0, "sume");
+        // One that does not fit leaves the wait for the unprobed one.
+        let mut full = board("full", 1);
+        full.capacity = Some([("luts".into(), 1), ("ffs".into(), 1)].into());
+        assert!(matches!(
+            place(&r, &[fresh, full]),
+            Err(PlacementError::NotProbed(_))
+        ));
     }
 
     fn req(me: &str, program: &[(&str, u64)]) -> Request {
