@@ -14,7 +14,7 @@ use p4fleet_crds::{P4Program, RolloutPhase, Switch, TableEntrySet, VirtualSwitch
 use serde_json::json;
 
 use crate::processes::device_stat;
-use crate::{create_json, firewall_lines, repo_root, wait_for};
+use crate::{TestNamespace, create_json, firewall_lines, repo_root, wait_for, wait_object_ready};
 
 pub const V1: &str = "p4fleet.dev/v1alpha1";
 pub const DEVICES: [u64; 4] = [1, 2, 3, 4];
@@ -163,4 +163,47 @@ pub fn pushes(stats: SocketAddr) -> Vec<u64> {
         .iter()
         .map(|d| device_stat(stats, *d, "set_pipeline_rpcs").expect("device stats"))
         .collect()
+}
+
+/// The fleet's objects as the tests read them, and revision 1's cookie.
+pub struct Fleet {
+    pub programs: Api<P4Program>,
+    pub cms: Api<ConfigMap>,
+    pub sets: Api<TableEntrySet>,
+    pub c1: u64,
+}
+
+/// [`setup`], then waits until every VirtualSwitch and the set are Ready
+/// on revision 1 (the first content: no rollout, nothing ran before it).
+pub async fn start(
+    client: &Client,
+    ns: &str,
+    endpoints: [SocketAddr; 4],
+    rollout: serde_json::Value,
+) -> Fleet {
+    setup(client, ns, endpoints, rollout).await;
+    let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns);
+    for i in 0..DEVICES.len() {
+        wait_object_ready(&vss, &format!("vs-{i}"), Duration::from_secs(90)).await;
+    }
+    let programs: Api<P4Program> = Api::namespaced(client.clone(), ns);
+    let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns);
+    set_ready(&sets).await;
+    let c1 = revision_cookie(&programs, 1).await;
+    Fleet {
+        programs,
+        cms: Api::namespaced(client.clone(), ns),
+        sets,
+        c1,
+    }
+}
+
+/// Deletes the fleet's Switches (cluster-scoped), then its namespace.
+pub async fn teardown(client: &Client, ns: TestNamespace) {
+    for d in DEVICES {
+        let _ = Api::<Switch>::all(client.clone())
+            .delete(&format!("{}-sw{d}", ns.name()), &Default::default())
+            .await;
+    }
+    ns.delete(client).await.unwrap();
 }

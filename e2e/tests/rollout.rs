@@ -13,15 +13,15 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::Api;
-use p4fleet_crds::{P4Program, RolloutPhase, Switch, TableEntrySet, VirtualSwitch, find_condition};
+use p4fleet_crds::{RolloutPhase, find_condition};
 use p4fleet_e2e::firewall::{self, arm_fault};
 use p4fleet_e2e::processes::{
     build_binaries as bin, metrics_text, operator_http_addr, spawn_operator,
 };
-use p4fleet_e2e::rollout::{DEVICES, cookies, phase, revision_cookie, set_ready, setup, source};
-use p4fleet_e2e::{ControlPlane, TestNamespace, event_about, wait_for, wait_object_ready};
+use p4fleet_e2e::rollout::{
+    DEVICES, Fleet, cookies, phase, revision_cookie, set_ready, source, start, teardown,
+};
+use p4fleet_e2e::{ControlPlane, TestNamespace, event_about, wait_for};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -36,17 +36,12 @@ async fn a_canary_rollout_moves_the_canary_first_and_a_failed_gate_rolls_it_back
         "steps": [{"switches": 1}, {"percent": 100}],
         "maxUnavailable": 2, "analysis": {"seconds": 3},
         "progressDeadlineSeconds": 60});
-    setup(&client, ns.name(), [addrs.p4runtime; 4], rollout).await;
-    let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
-    let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns.name());
-    let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns.name());
-    for i in 0..DEVICES.len() {
-        wait_object_ready(&vss, &format!("vs-{i}"), Duration::from_secs(90)).await;
-    }
-    set_ready(&sets).await;
-    // The first content is no rollout: nothing ran before it.
-    let c1 = revision_cookie(&programs, 1).await;
+    let Fleet {
+        programs,
+        cms,
+        sets,
+        c1,
+    } = start(&client, ns.name(), [addrs.p4runtime; 4], rollout).await;
     assert_eq!(cookies(addrs.stats), vec![Some(c1); 4]);
 
     // A good revision: the canary first, alone, then everyone.
@@ -178,10 +173,5 @@ async fn a_canary_rollout_moves_the_canary_first_and_a_failed_gate_rolls_it_back
         RolloutPhase::RolledBack,
         "a rolled back revision stays back"
     );
-    for d in DEVICES {
-        let _ = Api::<Switch>::all(client.clone())
-            .delete(&format!("{}-sw{d}", ns.name()), &Default::default())
-            .await;
-    }
-    ns.delete(&client).await.unwrap();
+    teardown(&client, ns).await;
 }

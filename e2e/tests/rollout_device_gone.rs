@@ -11,13 +11,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::Api;
-use p4fleet_crds::{P4Program, RolloutPhase, Switch, TableEntrySet, VirtualSwitch};
+use p4fleet_crds::RolloutPhase;
 use p4fleet_e2e::firewall;
 use p4fleet_e2e::processes::{build_binaries as bin, device_stat, spawn_operator};
-use p4fleet_e2e::rollout::{DEVICES, revision_cookie, set_ready, setup, source};
-use p4fleet_e2e::{ControlPlane, TestNamespace, wait_for, wait_object_ready};
+use p4fleet_e2e::rollout::{DEVICES, Fleet, revision_cookie, set_ready, source, start, teardown};
+use p4fleet_e2e::{ControlPlane, TestNamespace, wait_for};
 use serde_json::json;
 
 /// The cookie each device runs: device 1 on `canary`'s side channel, the
@@ -46,16 +44,12 @@ async fn a_device_gone_mid_step_fails_the_gate_and_the_others_never_move() {
         rest.p4runtime,
         rest.p4runtime,
     ];
-    setup(&client, ns.name(), endpoints, rollout).await;
-    let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
-    let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns.name());
-    let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns.name());
-    for i in 0..DEVICES.len() {
-        wait_object_ready(&vss, &format!("vs-{i}"), Duration::from_secs(90)).await;
-    }
-    set_ready(&sets).await;
-    let c1 = revision_cookie(&programs, 1).await;
+    let Fleet {
+        programs,
+        cms,
+        sets,
+        c1,
+    } = start(&client, ns.name(), endpoints, rollout).await;
     assert_eq!(cookies(canary.stats, rest.stats), vec![Some(c1); 4]);
 
     // Revision 2; the canary's device goes away as it is recorded.
@@ -109,10 +103,5 @@ async fn a_device_gone_mid_step_fails_the_gate_and_the_others_never_move() {
         Some(RolloutPhase::RolledBack),
         "a rolled back revision stays back"
     );
-    for d in DEVICES {
-        let _ = Api::<Switch>::all(client.clone())
-            .delete(&format!("{}-sw{d}", ns.name()), &Default::default())
-            .await;
-    }
-    ns.delete(&client).await.unwrap();
+    teardown(&client, ns).await;
 }

@@ -7,17 +7,16 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, Patch, PatchParams};
-use p4fleet_crds::{P4Program, RolloutPhase, Switch, TableEntrySet, VirtualSwitch};
+use kube::api::{Patch, PatchParams};
+use p4fleet_crds::RolloutPhase;
 use p4fleet_e2e::firewall;
 use p4fleet_e2e::processes::{
     build_binaries as bin, metrics_text, operator_http_addr, spawn_operator,
 };
 use p4fleet_e2e::rollout::{
-    DEVICES, cookies, phase_of, pushes, revision_cookie, set_ready, setup, source,
+    DEVICES, Fleet, cookies, phase_of, pushes, revision_cookie, set_ready, source, start, teardown,
 };
-use p4fleet_e2e::{ControlPlane, TestNamespace, wait_for, wait_object_ready};
+use p4fleet_e2e::{ControlPlane, TestNamespace, wait_for};
 use serde_json::json;
 
 /// Starts an operator and waits until it serves /metrics and, when
@@ -58,16 +57,12 @@ async fn a_rollout_survives_kill_9_and_a_new_revision_restarts_it() {
     let rollout = json!({"strategy": "Canary",
         "steps": [{"switches": 1}, {"pause": {}}, {"percent": 100}],
         "analysis": {"seconds": 2}, "progressDeadlineSeconds": 120});
-    setup(&client, ns.name(), [addrs.p4runtime; 4], rollout).await;
-    let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
-    let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns.name());
-    let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns.name());
-    for i in 0..DEVICES.len() {
-        wait_object_ready(&vss, &format!("vs-{i}"), Duration::from_secs(90)).await;
-    }
-    set_ready(&sets).await;
-    let c1 = revision_cookie(&programs, 1).await;
+    let Fleet {
+        programs,
+        cms,
+        sets,
+        c1,
+    } = start(&client, ns.name(), [addrs.p4runtime; 4], rollout).await;
     assert_eq!(cookies(addrs.stats), vec![Some(c1); 4]);
     let start = pushes(addrs.stats);
 
@@ -176,10 +171,5 @@ async fn a_rollout_survives_kill_9_and_a_new_revision_restarts_it() {
     }
     assert_eq!(end[0] - start[0], 2 * one_load, "the canary: 2, then 3");
     set_ready(&sets).await;
-    for d in DEVICES {
-        let _ = Api::<Switch>::all(client.clone())
-            .delete(&format!("{}-sw{d}", ns.name()), &Default::default())
-            .await;
-    }
-    ns.delete(&client).await.unwrap();
+    teardown(&client, ns).await;
 }
