@@ -36,6 +36,15 @@ pub fn metrics_text(addr: SocketAddr) -> String {
         .unwrap_or(resp)
 }
 
+/// The value of the series `name{labels}` (labels as exposed, in order)
+/// in a `/metrics` text; None when the series does not exist.
+pub fn metric_sample(text: &str, name: &str, labels: &str) -> Option<f64> {
+    let series = format!("{name}{{{labels}}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .map(|v| v.trim().parse().expect("a sample value"))
+}
+
 /// Makes the child die (SIGKILL) when the thread that spawned it exits.
 pub fn with_pdeathsig(cmd: &mut Command) {
     // SAFETY: prctl is async-signal-safe; nothing else runs between fork and

@@ -207,3 +207,30 @@ pub async fn teardown(client: &Client, ns: TestNamespace) {
     }
     ns.delete(client).await.unwrap();
 }
+
+/// Annotates the program with the resume `value` (`<revision>/<step>`).
+pub async fn annotate_resume(programs: &Api<P4Program>, value: &str) {
+    let patch = json!({"metadata": {"annotations": {"p4fleet.dev/rollout-resume": value}}});
+    programs
+        .patch("firewall", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// Resumes the pause with `value` and waits until the next step has
+/// pushed a pipeline to one of the devices after the canary.
+pub async fn resume_until_moving(programs: &Api<P4Program>, stats: SocketAddr, value: &str) {
+    let before = pushes(stats);
+    annotate_resume(programs, value).await;
+    wait_for(
+        "the last step moving a VirtualSwitch",
+        Duration::from_secs(60),
+        || async {
+            let now = pushes(stats);
+            (now[1..] != before[1..])
+                .then_some(())
+                .ok_or(format!("{now:?}"))
+        },
+    )
+    .await;
+}

@@ -5,14 +5,12 @@
 //! meter configs and register values are written and read back at the
 //! device, and bad settings are reported without writing any of them.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use kube::Api;
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
-use p4fleet_e2e::processes::{Fleet, fleet};
+use p4fleet_e2e::processes::{Fleet, fleet, metrics_text};
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient};
 use serde_json::json;
@@ -57,17 +55,6 @@ registers {{ preamble {{ id: {SEEN} name: "MyIngress.seen" alias: "seen" }} type
 "#,
         l2crypt("p4info.txt")
     )
-}
-
-/// The operator's /metrics text.
-fn scrape(env: &Fleet) -> String {
-    let mut s = TcpStream::connect(env.metrics).unwrap();
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    resp.split_once("\r\n\r\n")
-        .map(|x| x.1.to_string())
-        .unwrap_or_default()
 }
 
 async fn status_where(
@@ -234,7 +221,7 @@ async fn counters_show_in_status_and_metrics_and_settings_reach_the_device() {
     })
     .await;
     let text = wait_for("counter metrics", Duration::from_secs(30), || async {
-        let text = scrape(env);
+        let text = metrics_text(env.metrics);
         let series = format!(
             "p4fleet_direct_counter_packets{{namespace=\"{ns}\",name=\"dmac\",switch=\"{ns}-dpdk\",counter=\"MyIngress.dmac_counter\"}} "
         );
@@ -319,7 +306,7 @@ async fn counters_show_in_status_and_metrics_and_settings_reach_the_device() {
     // The set's counter series go with it.
     sets.delete("dmac", &Default::default()).await.unwrap();
     wait_for("series removed", Duration::from_secs(60), || async {
-        let text = scrape(env);
+        let text = metrics_text(env.metrics);
         if text.contains(&format!("namespace=\"{ns}\",name=\"dmac\",switch")) {
             Err(text)
         } else {

@@ -30,7 +30,8 @@ use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
 use p4fleet_e2e::processes::{
-    build_binaries, once_per_binary, operator_http_addr, spawn_operator, target_dir, with_pdeathsig,
+    build_binaries, metric_sample, metrics_text, once_per_binary, operator_http_addr,
+    spawn_operator, target_dir, with_pdeathsig,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
@@ -133,31 +134,11 @@ fn stat(env: &Env, device: u64, field: &str) -> u64 {
     stats(env, device)[field].as_u64().unwrap_or(0)
 }
 
-/// The operator's /metrics text.
-fn scrape(env: &Env) -> String {
-    let mut s = TcpStream::connect(env.metrics).unwrap();
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    resp.split_once("\r\n\r\n")
-        .map(|x| x.1.to_string())
-        .unwrap_or_default()
-}
-
-/// The value of the series `name{labels}` (labels as exposed, in order),
-/// None when the series does not exist.
-fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
-    let series = format!("{name}{{{labels}}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&series))
-        .map(|v| v.trim().parse().unwrap())
-}
-
 /// The operator counted one Write RPC for each the emulator received on
 /// the Switch's slot 0 (device id `dev`).
 fn write_requests_match_the_device(env: &Env, ns: &str, dev: u64) {
-    let text = scrape(env);
-    let counted = sample(
+    let text = metrics_text(env.metrics);
+    let counted = metric_sample(
         &text,
         "p4fleet_write_requests_total",
         &format!("switch=\"{ns}-sw\""),
@@ -167,15 +148,15 @@ fn write_requests_match_the_device(env: &Env, ns: &str, dev: u64) {
     assert!(received > 0);
     assert_eq!(counted, Some(received as f64), "{text}");
     let latencies = "p4fleet_write_request_duration_seconds_count";
-    let samples = sample(&text, latencies, &format!("switch=\"{ns}-sw\""));
+    let samples = metric_sample(&text, latencies, &format!("switch=\"{ns}-sw\""));
     assert_eq!(samples, Some(received as f64));
 }
 
 /// The set's gauges say what its status says.
 fn set_gauges_match(env: &Env, ns: &str, name: &str, st: &TableEntrySetStatus) {
-    let text = scrape(env);
+    let text = metrics_text(env.metrics);
     let labels = format!("namespace=\"{ns}\",name=\"{name}\"");
-    let g = |what: &str| sample(&text, &format!("p4fleet_table_entry_set_{what}"), &labels);
+    let g = |what: &str| metric_sample(&text, &format!("p4fleet_table_entry_set_{what}"), &labels);
     assert_eq!(g("desired_entries"), st.desired.map(|d| d as f64), "{text}");
     assert_eq!(g("applied_entries"), Some(st.applied as f64));
     assert_eq!(g("failed_entries"), Some(st.failed as f64));
@@ -184,7 +165,7 @@ fn set_gauges_match(env: &Env, ns: &str, name: &str, st: &TableEntrySetStatus) {
 
 /// A deleted set has no series left.
 fn set_series_gone(env: &Env, ns: &str, name: &str) {
-    let text = scrape(env);
+    let text = metrics_text(env.metrics);
     let labels = format!("namespace=\"{ns}\",name=\"{name}\"");
     assert!(!text.contains(&labels), "{text}");
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use p4fleet_crds::{RolloutPhase, find_condition};
 use p4fleet_e2e::firewall::{self, arm_fault};
 use p4fleet_e2e::processes::{
-    build_binaries as bin, metrics_text, operator_http_addr, spawn_operator,
+    build_binaries as bin, metric_sample, metrics_text, operator_http_addr, spawn_operator,
 };
 use p4fleet_e2e::rollout::{
     DEVICES, Fleet, cookies, phase, revision_cookie, set_ready, source, start, teardown,
@@ -124,27 +124,22 @@ async fn a_canary_rollout_moves_the_canary_first_and_a_failed_gate_rolls_it_back
         c.message
     );
     let text = metrics_text(metrics);
-    let series = |name: &str, extra: &str| {
-        format!(
-            "p4fleet_rollout_{name}{{namespace=\"{}\",name=\"firewall\"{extra}}}",
-            ns.name()
-        )
-    };
-    for (line, want) in [
-        (series("phase", ",phase=\"RolledBack\""), "1"),
-        (series("phase", ",phase=\"Completed\""), "0"),
-        (series("revision", ""), "3"),
-        (series("rollbacks_total", ""), "1"),
-        (series("completed_total", ""), "1"),
+    let labels = |extra: &str| format!("namespace=\"{}\",name=\"firewall\"{extra}", ns.name());
+    for (name, extra, want) in [
+        ("phase", ",phase=\"RolledBack\"", 1.0),
+        ("phase", ",phase=\"Completed\"", 0.0),
+        ("revision", "", 3.0),
+        ("rollbacks_total", "", 1.0),
+        ("completed_total", "", 1.0),
     ] {
-        let got = text.lines().find_map(|l| {
-            l.strip_prefix(&line)?
-                .trim()
-                .split(' ')
-                .next()
-                .map(str::to_string)
-        });
-        assert_eq!(got.as_deref(), Some(want), "{line} in /metrics:\n{text}");
+        let name = format!("p4fleet_rollout_{name}");
+        let got = metric_sample(&text, &name, &labels(extra));
+        assert_eq!(
+            got,
+            Some(want),
+            "{name}{{{}}} in /metrics:\n{text}",
+            labels(extra)
+        );
     }
     wait_for(
         "the canary back on revision 2",

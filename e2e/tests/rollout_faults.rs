@@ -7,14 +7,14 @@
 
 use std::time::Duration;
 
-use kube::api::{Patch, PatchParams};
 use p4fleet_crds::RolloutPhase;
 use p4fleet_e2e::firewall;
 use p4fleet_e2e::processes::{
-    build_binaries as bin, metrics_text, operator_http_addr, spawn_operator,
+    build_binaries as bin, metric_sample, metrics_text, operator_http_addr, spawn_operator,
 };
 use p4fleet_e2e::rollout::{
-    DEVICES, Fleet, cookies, phase_of, pushes, revision_cookie, set_ready, source, start, teardown,
+    DEVICES, Fleet, annotate_resume, cookies, phase_of, pushes, resume_until_moving,
+    revision_cookie, set_ready, source, start, teardown,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace, wait_for};
 use serde_json::json;
@@ -32,12 +32,7 @@ async fn operator(cp: &ControlPlane, log: &str, restart: bool) -> p4fleet_e2e::p
         Duration::from_secs(60),
         || async {
             let text = metrics_text(metrics);
-            text.lines()
-                .find_map(|l| {
-                    l.strip_prefix("p4fleet_reconciles_total{kind=\"P4Program\"} ")?
-                        .parse::<f64>()
-                        .ok()
-                })
+            metric_sample(&text, "p4fleet_reconciles_total", "kind=\"P4Program\"")
                 .filter(|n| *n >= 1.0)
                 .map(drop)
                 .ok_or_else(|| "no P4Program reconcile yet".to_string())
@@ -126,36 +121,14 @@ async fn a_rollout_survives_kill_9_and_a_new_revision_restarts_it() {
     assert_eq!(cookies(addrs.stats)[0], Some(c3));
 
     // An annotation naming revision 2's pause passes nothing.
-    let annotate = |value: &str| {
-        let patch = json!({"metadata": {"annotations": {"p4fleet.dev/rollout-resume": value}}});
-        let programs = programs.clone();
-        async move {
-            programs
-                .patch("firewall", &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .unwrap();
-        }
-    };
-    annotate("2/1").await;
+    annotate_resume(&programs, "2/1").await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let still = phase_of(&programs, RolloutPhase::Paused, |_| true).await;
     assert_eq!((still.to.revision, still.step), (3, 1), "{still:?}");
 
     // Resumed: the last step moves the three others one at a time; the
     // operator is killed while it does, and the new one finishes the step.
-    let moving = pushes(addrs.stats);
-    annotate("3/1").await;
-    wait_for(
-        "the last step moving a VirtualSwitch",
-        Duration::from_secs(60),
-        || async {
-            let now = pushes(addrs.stats);
-            (now[1..] != moving[1..])
-                .then_some(())
-                .ok_or(format!("{now:?}"))
-        },
-    )
-    .await;
+    resume_until_moving(&programs, addrs.stats, "3/1").await;
     drop(op);
     let _op = operator(cp, "rollout-faults-operator-3", true).await;
     let done = phase_of(&programs, RolloutPhase::Completed, |r| r.to.revision == 3).await;

@@ -9,15 +9,16 @@
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use p4fleet_crds::RolloutPhase;
 use p4fleet_e2e::firewall;
 use p4fleet_e2e::leaders::{promise_lease, replica, wait_holder};
 use p4fleet_e2e::processes::build_binaries as bin;
 use p4fleet_e2e::rollout::{
-    DEVICES, Fleet, cookies, phase_of, pushes, revision_cookie, set_ready, source, start, teardown,
+    DEVICES, Fleet, cookies, phase_of, pushes, resume_until_moving, revision_cookie, set_ready,
+    source, start, teardown,
 };
-use p4fleet_e2e::{ControlPlane, TestNamespace, wait_for};
+use p4fleet_e2e::{ControlPlane, TestNamespace};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,23 +54,7 @@ async fn a_leader_change_mid_step_moves_nobody_twice() {
     assert!(one_load > 0);
 
     // Resume; freeze the leader as soon as the last step moves one.
-    let moving = pushes(addrs.stats);
-    let patch = json!({"metadata": {"annotations": {"p4fleet.dev/rollout-resume": "2/1"}}});
-    programs
-        .patch("firewall", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    wait_for(
-        "the last step moving a VirtualSwitch",
-        Duration::from_secs(60),
-        || async {
-            let now = pushes(addrs.stats);
-            (now[1..] != moving[1..])
-                .then_some(())
-                .ok_or(format!("{now:?}"))
-        },
-    )
-    .await;
+    resume_until_moving(&programs, addrs.stats, "2/1").await;
     a.signal(libc::SIGSTOP);
 
     // The standby takes over and finishes from the status.
