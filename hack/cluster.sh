@@ -57,6 +57,8 @@ SYSCTLS=(net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables
   kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 # The machine-wide marker naming the state dir of the running cluster.
 OWNER_FILE=/run/p4fleet-cluster.owner
+# preflight refuses to bring a node up with less free disk than this (MB).
+MIN_FREE_MB="${P4FLEET_CLUSTER_MIN_FREE_MB:-2048}"
 # The CRI's network namespaces (/var/run/netns, which is /run/netns here;
 # mountinfo names the resolved path).
 NETNS_DIR="$(readlink -f /var/run)/netns"
@@ -152,6 +154,14 @@ preflight() {
   [[ -d /sys/fs/cgroup/memory ]] || die "cgroup v1 memory controller not mounted at /sys/fs/cgroup/memory (only cgroup v1/hybrid hosts are supported)"
   # Unix socket paths are limited to 108 bytes; containerd's are the longest.
   (( ${#DIR} <= 70 )) || die "state dir $DIR is too long for unix sockets; set P4FLEET_CLUSTER_DIR to a shorter path"
+  # Pods, images and logs need room; below this the kubelet soon reports
+  # DiskPressure and the scheduler places nothing (pods Pending, no error).
+  local free_mb
+  mkdir -p "$DIR"
+  free_mb="$(df -Pm "$DIR" | awk 'NR == 2 { print $4 }')"
+  (( free_mb >= MIN_FREE_MB )) \
+    || die "only ${free_mb} MB free on the disk of $DIR (need ${MIN_FREE_MB} MB): free some (cargo clean in other checkouts) first"
+  log "disk: ${free_mb} MB free under $DIR"
   if [[ -f "$OWNER_FILE" && "$(cat "$OWNER_FILE")" != "$DIR" ]]; then
     die "another cluster is up on this machine (state in $(cat "$OWNER_FILE")); run its hack/cluster.sh down first"
   fi
@@ -463,14 +473,17 @@ failSwapOn: false
 oomScoreAdj: 0
 rotateCertificates: false
 serverTLSBootstrap: false
-# Images come from archives and cannot be pulled again: never collect them,
-# and do not evict for disk pressure on a shared development disk.
+# Images come from archives and cannot be pulled again: never collect them.
+# Disk-pressure thresholds are absolute: a percentage of a large shared disk
+# (1 % of 250 GB is 2.5 GB) tainted the node DiskPressure while cargo's
+# target dirs still had room, and every pod stayed Pending. preflight
+# refuses to start with less than MIN_FREE_MB free instead.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard:
   memory.available: 100Mi
-  nodefs.available: "1%"
-  imagefs.available: "1%"
+  nodefs.available: 256Mi
+  imagefs.available: 256Mi
   nodefs.inodesFree: "1%"
 maxPods: 50
 EOF
