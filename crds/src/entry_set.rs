@@ -111,6 +111,11 @@ pub struct TableEntrySetSpec {
     /// (docs/entities/digests.md, "Learning").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learn: Option<LearnSpec>,
+    /// Plan only: compute, per target and against a live read-back, what
+    /// a sync would write (`status.plan`) and write nothing to any
+    /// device. Set it back to false to apply (docs/plans.md).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plan: bool,
 }
 
 /// A table's default action: an action of the table that is not
@@ -542,6 +547,61 @@ pub struct TableEntrySetStatus {
     /// `idleTimeout` (absent when none has one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<IdleStatus>,
+    /// What a sync would write, while `spec.plan` is true (docs/plans.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<EntryPlan>,
+}
+
+/// The updates a sync would write, computed against the devices'
+/// read-back while `spec.plan` is true.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryPlan {
+    /// Generation of the spec planned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// A digest of every planned update on every target: applying
+    /// compares it with what the devices need then.
+    pub digest: String,
+    /// Entries to insert, over all targets.
+    pub insert: u64,
+    /// Entries to modify (another action or idle timeout).
+    pub modify: u64,
+    /// Entries to delete.
+    pub delete: u64,
+    /// Desired entries the devices already hold.
+    pub unchanged: u64,
+    /// Per target.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<TargetPlan>,
+}
+
+/// One target's plan.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetPlan {
+    pub virtual_switch: String,
+    pub switch: String,
+    pub insert: u64,
+    pub modify: u64,
+    pub delete: u64,
+    pub unchanged: u64,
+    /// Desired entries another set holds with another action (Merge):
+    /// they would not be written.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub conflicts: u64,
+    /// The first updates in the line format: `+ LINE` inserts, `~ LINE`
+    /// modifies (the new entry), `- LINE` deletes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<String>,
+    /// Why the target could not be planned (its device unreachable, its
+    /// table planned by another stage).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One entry that failed.

@@ -107,6 +107,29 @@ impl Planned<'_> {
     pub fn virtual_switch(&self) -> &str {
         &self.job.target.virtual_switch
     }
+
+    /// The planned updates, for `status.plan` ([`super::plan`]).
+    pub fn updates(&self) -> super::plan::Updates<'_> {
+        super::plan::Updates {
+            virtual_switch: &self.job.target.virtual_switch,
+            switch: &self.out.switch,
+            schema: &self.job.target.schema,
+            plan: &self.plan,
+            desired: &self.desired,
+            on_device: &self.on_device,
+        }
+    }
+
+    /// The outcome of not writing the plan (`spec.plan`): the entries
+    /// the device already holds are applied, those another set holds
+    /// failed; the updates not sent are neither (the plan shows them,
+    /// and Synced says nothing was written).
+    pub fn unwritten(self) -> Outcome {
+        let mut out = self.out;
+        out.tally.applied = self.plan.unchanged as u64;
+        out.tally.failed = self.plan.conflicts.len() as u64;
+        out
+    }
 }
 
 /// Reads one target back and plans its sync. A device that cannot be

@@ -13,6 +13,8 @@
 //!   Device I/O only; targets are independent of each other.
 //! - [`status`]: conditions, counts, rates, per-target status, Events and
 //!   the requeue, from the tallies and what dereference found. Pure.
+//! - [`plan`]: `spec.plan`, what a sync would write as `status.plan`,
+//!   nothing written; the Event of the apply after it. Pure.
 //! - [`cleanup`]: on deletion, remove the set's entries (finalizer).
 //!
 //! Choices worth knowing:
@@ -41,6 +43,7 @@ pub mod direct_meters;
 pub mod idle;
 pub mod memory;
 pub mod parse;
+pub mod plan;
 pub mod profiles;
 pub mod read_check;
 pub mod resources;
@@ -256,6 +259,9 @@ async fn sync(
     phases.at(Phase::Dereferenced);
     let desired = desired(ctx, &me, set, &refs).await;
     phases.at(Phase::Parsed);
+    if set.spec.plan {
+        return plan_only(ctx, &me, set, &refs, &desired, status).await;
+    }
     let entries = write_entries(ctx, &me, set, &refs, &desired, &mut status, &mut phases).await?;
     let latest = status.object();
     let features = sync_features(ctx, latest, &refs, &desired).await;
@@ -323,6 +329,8 @@ struct Entries {
     updates: usize,
     /// The ownership record was found damaged (an Event, once).
     found_damage: bool,
+    /// The first apply after a plan: whether it wrote what was planned.
+    after_plan: Option<crate::status::EventNote>,
 }
 
 /// Apply: each target planned against its read-back and written (targets
@@ -346,20 +354,18 @@ async fn write_entries(
     let found_damage = record.damage.is_some();
     let parallel = ctx.config.limits.targets_per_set;
     let switch_of = |t: &dereference::Target| t.switch.name_any();
-    let jobs = refs.direct.iter().enumerate().map(|(i, target)| {
-        let job = apply::Job {
-            set,
-            set_key: me,
-            target,
-            desired: desired.of(i),
-            deletes: refs.all.sources_complete(),
-            record: &record.record,
-        };
-        (switch_of(target), apply::plan_target(ctx, job))
-    });
-    let planned = ctx.own.permits.each(parallel, jobs).await;
+    let planned = plan_targets(ctx, me, set, refs, desired, &record.record).await;
     let updates: usize = planned.iter().flatten().map(apply::Planned::writes).sum();
     phases.at(Phase::Planned);
+    // The first apply after a plan says whether it writes what was planned.
+    let after_plan = set
+        .status
+        .as_ref()
+        .and_then(|s| s.plan.as_ref())
+        .map(|old| {
+            let now = plan_status(set, &planned, refs);
+            plan::applied_event(old, &now.digest, &now)
+        });
     let at_most = planned
         .iter()
         .flatten()
@@ -391,7 +397,123 @@ async fn write_entries(
         profiled,
         updates,
         found_damage,
+        after_plan,
     })
+}
+
+/// Each direct target read back and planned (targets in parallel, at
+/// most `syncs_per_device` per device over all sets, `crate::limits`).
+async fn plan_targets<'a>(
+    ctx: &SetCtx,
+    me: &'a str,
+    set: &'a TableEntrySet,
+    refs: &'a Resolved,
+    desired: &'a desired::PerTarget,
+    record: &'a Record,
+) -> Vec<Result<apply::Planned<'a>, apply::Outcome>> {
+    let jobs = refs.direct.iter().enumerate().map(|(i, target)| {
+        let job = apply::Job {
+            set,
+            set_key: me,
+            target,
+            desired: desired.of(i),
+            deletes: refs.all.sources_complete(),
+            record,
+        };
+        (target.switch.name_any(), apply::plan_target(ctx, job))
+    });
+    let parallel = ctx.config.limits.targets_per_set;
+    ctx.own.permits.each(parallel, jobs).await
+}
+
+/// `status.plan` of planned targets; a target that could not be read, or
+/// whose table has an action profile (its entries go through
+/// `profiles`, which does not plan), is shown with why.
+fn plan_status(
+    set: &TableEntrySet,
+    planned: &[Result<apply::Planned<'_>, apply::Outcome>],
+    refs: &Resolved,
+) -> p4fleet_crds::EntryPlan {
+    let updates: Vec<plan::Updates> = planned
+        .iter()
+        .flatten()
+        .map(apply::Planned::updates)
+        .collect();
+    let unreadable = planned.iter().filter_map(|p| p.as_ref().err()).map(|o| {
+        let error = o.device_error.as_ref().map(ToString::to_string);
+        (o.virtual_switch.clone(), o.switch.clone(), error)
+    });
+    let profiled = refs.indirect.iter().map(|t| {
+        let why = "a table with an action profile is not planned; nothing written";
+        (
+            t.virtual_switch.clone(),
+            t.switch.name_any(),
+            Some(why.to_string()),
+        )
+    });
+    let unplanned = unreadable
+        .chain(profiled)
+        .map(|(virtual_switch, switch, error)| p4fleet_crds::TargetPlan {
+            virtual_switch,
+            switch,
+            error,
+            ..Default::default()
+        })
+        .collect();
+    plan::status(set.metadata.generation, &updates, unplanned)
+}
+
+/// Plan only (`spec.plan`): each target read back and planned like a
+/// sync, the plan written into `status.plan`, nothing written to any
+/// device (entries, ownership record or the set's other features).
+async fn plan_only(
+    ctx: &SetCtx,
+    me: &str,
+    set: &TableEntrySet,
+    refs: &Resolved,
+    desired: &desired::PerTarget,
+    status: StatusWriter<'_, TableEntrySet>,
+) -> Result<Action, Error> {
+    let record = ctx.own.ownership.get(&ctx.client, set).await?;
+    let planned = plan_targets(ctx, me, set, refs, desired, &record.record).await;
+    let the_plan = plan_status(set, &planned, refs);
+    let outcomes: Vec<apply::Outcome> = planned
+        .into_iter()
+        .map(|p| p.map_or_else(|o| o, apply::Planned::unwritten))
+        .collect();
+    let latest = status.object();
+    let old = latest.status.as_ref();
+    let report = status::report(&status::Input {
+        set: latest,
+        problems: &refs.all.problems,
+        parse: desired.first(),
+        outcomes: &outcomes,
+        default_resync: super::spread(ctx.config.resync, me),
+        now: &now_rfc3339(),
+    });
+    let mut new = report.status;
+    // What the other stages last confirmed still stands: nothing of it
+    // was written since.
+    if let Some(old) = old {
+        new.default_action = old.default_action.clone();
+        new.counters = old.counters.clone();
+        new.action_profile = old.action_profile.clone();
+        new.digests = old.digests.clone();
+        new.idle = old.idle.clone();
+    }
+    let mut events = report.events;
+    events.extend(plan::planned_event(
+        old.and_then(|s| s.plan.as_ref()),
+        &the_plan,
+    ));
+    plan::mark_plan_only(&mut new, the_plan);
+    status.finish(ctx, &mut new, &events).await?;
+    let (ns, name) = (namespace(set)?, set.name_any());
+    ctx.metrics.entry_set(&ns, &name, &new);
+    for ev in &events {
+        ctx.events.publish(set, ev).await;
+    }
+    Ok(report.action)
 }
 
 /// What the set's features beyond its entries found on the devices.
@@ -479,6 +601,7 @@ fn build_status(
     new.idle = f.idle.0.clone();
     let mut events = report.events;
     events.extend(f.idle.1.clone());
+    events.extend(entries.after_plan.clone());
     (new, events, report.action)
 }
 

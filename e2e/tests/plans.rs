@@ -1,0 +1,153 @@
+//! A plan before apply (issue 34, item 4) for entries: on a Bmv2
+//! (P4Runtime) and a Tofino (BFRT) Switch, an Exclusive TableEntrySet of
+//! 100 entries is synced, `spec.plan` is turned on and its ConfigMap
+//! shifted by 50 entries. The plan in status must show 50 inserts and 50
+//! deletes with their lines while an independent read shows the devices
+//! untouched; turning `plan` off must write exactly that (Event
+//! PlanApplied). A second plan, then an entry written behind the
+//! operator's back, must be reported as outdated when applied (Event
+//! PlanOutdated) and the device still end exact.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+use p4fleet_crds::{TableEntrySet, find_condition};
+use p4fleet_e2e::firewall::{self, FirewallSet, Kind, Other};
+use p4fleet_e2e::processes::{build_binaries as bin, spawn_operator};
+use p4fleet_e2e::{ControlPlane, TestNamespace, firewall_lines, set_status_where, wait_event};
+use serde_json::json;
+
+const ENTRIES: usize = 100;
+
+async fn patch_set(sets: &Api<TableEntrySet>, plan: bool) {
+    let patch = json!({"spec": {"plan": plan}});
+    sets.patch("fw", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+async fn desire(cms: &Api<ConfigMap>, start: usize) {
+    let patch = json!({"data": {"entries": firewall_lines(start, ENTRIES)}});
+    cms.patch("fw", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// Waits for a plan of `(insert, modify, delete)` of the current
+/// generation, with Ready False for PlanOnly; returns its digest.
+async fn planned(sets: &Api<TableEntrySet>, want: (u64, u64, u64)) -> String {
+    let st = set_status_where(
+        sets,
+        "fw",
+        &format!("a plan of {want:?}"),
+        Duration::from_secs(90),
+        |st| {
+            let not_ready = find_condition(&st.conditions, "Ready")
+                .is_some_and(|c| !c.is_true() && c.reason == "PlanOnly");
+            st.plan
+                .as_ref()
+                .is_some_and(|p| (p.insert, p.modify, p.delete) == want)
+                && not_ready
+        },
+    )
+    .await;
+    let plan = st.plan.unwrap();
+    assert_eq!(plan.targets.len(), 1, "{plan:?}");
+    let t = &plan.targets[0];
+    assert_eq!(t.virtual_switch, "fw");
+    assert!(t.error.is_none(), "{t:?}");
+    assert_eq!(t.changes.len(), 10, "the first updates as lines: {t:?}");
+    let ops: HashSet<char> = t.changes.iter().filter_map(|l| l.chars().next()).collect();
+    let expected: HashSet<char> = [(want.0, '+'), (want.1, '~'), (want.2, '-')]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(_, op)| op)
+        .collect();
+    assert!(ops.is_subset(&expected), "{:?}", t.changes);
+    assert!(
+        t.changes
+            .iter()
+            .all(|l| l.contains("hdr.ipv4.srcAddr=") && l.contains("=>")),
+        "lines in the line format: {:?}",
+        t.changes
+    );
+    plan.digest
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_shows_what_a_sync_would_write_and_applying_writes_it() {
+    let cp = ControlPlane::shared().await;
+    let client = cp.client().await;
+    let (_emu, addrs) = firewall::emulator(&bin(), "1,11", None);
+    // Long periodic passes: only a change of the set or its sources
+    // plans or writes.
+    let _op = spawn_operator(
+        &bin(),
+        cp.kubeconfig_path(),
+        "plans-operator",
+        &["--resync-seconds", "3600", "--drift-seconds", "3600"],
+    );
+    let mut cases = Vec::new();
+    for (kind, device) in [(Kind::Bmv2, 1), (Kind::Tofino, 11)] {
+        let ns = TestNamespace::new(&client).await;
+        let set = FirewallSet {
+            entries: ENTRIES,
+            ownership: "Exclusive",
+        };
+        firewall::setup(&client, ns.name(), kind, addrs, device, set).await;
+        cases.push((kind, device, ns));
+    }
+    for (kind, device, ns) in &cases {
+        let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns.name());
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
+        firewall::ready_with(&sets, ENTRIES).await;
+        let other = Other::connect(*kind, addrs, *device).await;
+        assert_eq!(other.keys().await, firewall::keys_of_lines(0, ENTRIES));
+
+        // Plan: 50 entries go, 50 come; nothing is written.
+        patch_set(&sets, true).await;
+        desire(&cms, 50).await;
+        let digest = planned(&sets, (50, 0, 50)).await;
+        // Events of one reason on one object form a series that keeps
+        // its first note (events.k8s.io): the first plan may be the one
+        // before the ConfigMap changed.
+        wait_event(&client, ns.name(), Some("Planned"), "nothing written").await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(
+            other.keys().await,
+            firewall::keys_of_lines(0, ENTRIES),
+            "{kind:?}: a plan writes nothing"
+        );
+
+        // Apply: exactly the plan.
+        patch_set(&sets, false).await;
+        firewall::ready_with(&sets, ENTRIES).await;
+        wait_event(&client, ns.name(), Some("PlanApplied"), &digest).await;
+        assert_eq!(other.keys().await, firewall::keys_of_lines(50, ENTRIES));
+        let st = sets.get("fw").await.unwrap().status.unwrap();
+        assert!(st.plan.is_none(), "{kind:?}: the plan is gone once applied");
+
+        // A second plan, then the device changes behind it: the apply
+        // says so, and the device still ends exact.
+        patch_set(&sets, true).await;
+        desire(&cms, 100).await;
+        let second = planned(&sets, (50, 0, 50)).await;
+        assert_ne!(second, digest);
+        other
+            .insert(&firewall::foreign_entry(), addrs.stats, *device)
+            .await;
+        patch_set(&sets, false).await;
+        wait_event(&client, ns.name(), Some("PlanOutdated"), &second).await;
+        firewall::ready_with(&sets, ENTRIES).await;
+        assert_eq!(
+            other.keys().await,
+            firewall::keys_of_lines(100, ENTRIES),
+            "{kind:?}: the Exclusive set removed the foreign entry too"
+        );
+    }
+    for (_, _, ns) in cases {
+        ns.delete(&client).await.unwrap();
+    }
+}
