@@ -51,6 +51,11 @@ pub struct P4ProgramSpec {
     /// health gate after each (docs/rollouts.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<crate::rollout::Rollout>,
+    /// Plan only: a changed content is not rolled out; `status.plan` says
+    /// which VirtualSwitches would reload and how, and which tables keep
+    /// their entries. Set it back to false to roll it out (docs/plans.md).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plan: bool,
 }
 
 /// Per-target pipeline artifacts.
@@ -167,6 +172,55 @@ pub struct P4ProgramStatus {
     /// The last Canary rollout's progress (docs/rollouts.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<crate::rollout::RolloutStatus>,
+    /// What rolling out the changed content would do, while `spec.plan`
+    /// holds it (docs/plans.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<ProgramPlan>,
+}
+
+/// What rolling out a changed program content would do.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProgramPlan {
+    /// Short digest of the content in force.
+    pub from: String,
+    /// Short digest of the content planned.
+    pub to: String,
+    /// Tables whose definition is unchanged: a hitless load
+    /// (RECONCILE_AND_COMMIT) keeps their entries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tables_kept: Vec<String>,
+    /// Tables in both whose definition changed: they start empty and
+    /// their sets write them again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tables_changed: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tables_added: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tables_removed: Vec<String>,
+    /// Every VirtualSwitch running the program.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub virtual_switches: Vec<VirtualSwitchPlan>,
+    /// TableEntrySets that fill a removed table: they would become
+    /// `TableNotInProgram` (and hold the change, docs/rollouts.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sets_losing_table: Vec<String>,
+}
+
+/// What one VirtualSwitch would do.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualSwitchPlan {
+    pub name: String,
+    /// Its Switch (absent while it is not placed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch: Option<String>,
+    /// `Hitless` (P4Runtime, HotSwap: RECONCILE_AND_COMMIT, unchanged
+    /// tables keep their entries; a replace if the target refuses),
+    /// `PartialReconfiguration` (Fpga, HotSwap: this slot only),
+    /// `Replace` (Recreate, or BFRT: every table starts empty),
+    /// `None` (it runs the planned content already, or is not placed).
+    pub load: String,
 }
 
 /// One revision of a program's content, kept as a ControllerRevision.

@@ -10,7 +10,8 @@
 //!   emulator with RECONCILE_AND_COMMIT acl's entries stay (0 re-inserts
 //!   counted at the emulator) and nexthop's are re-applied; on one
 //!   started with `--no-reconcile` the operator falls back, says so, and
-//!   everything is re-applied.
+//!   everything is re-applied. With `spec.plan` the update is held and
+//!   its plan names the tables the emulator then keeps.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -54,7 +55,7 @@ fn start(kubeconfig: PathBuf) -> Env {
     let bin = build_binaries();
     let a = spawn_emulator(
         &bin,
-        &["--device-ids", "1,2,3,4", "--bfrt-addr", "127.0.0.1:0"],
+        &["--device-ids", "1,2,3,4,5", "--bfrt-addr", "127.0.0.1:0"],
     );
     let b = spawn_emulator(&bin, &["--device-ids", "1", "--no-reconcile"]);
     let env = Env {
@@ -394,13 +395,15 @@ struct Updated {
     acl_after: u64,
 }
 
-/// v1 with entries in acl and nexthop, then v2 (nexthop's size changed).
+/// v1 with entries in acl and nexthop, then v2 (nexthop's size changed),
+/// planned first (`spec.plan`, [`plan_v2`]) when `plan` is true.
 async fn update_program(
     client: &Client,
     ns: &str,
     emu: Emu,
     device: u64,
     strategy: &str,
+    plan: bool,
 ) -> Updated {
     setup(client, ns, emu, device, strategy).await;
     let acl = create_set(
@@ -429,7 +432,10 @@ async fn update_program(
     let device_before = stats(emu, device)["inserts"].as_u64().unwrap();
 
     let progs: Api<p4fleet_crds::P4Program> = Api::namespaced(client.clone(), ns);
-    let v2 = json!({"spec": {"p4info": {"inline": p4info("v2")}}});
+    if plan {
+        plan_v2(&progs, ns, emu, device).await;
+    }
+    let v2 = json!({"spec": {"p4info": {"inline": p4info("v2")}, "plan": false}});
     progs
         .patch("hitless", &PatchParams::default(), &Patch::Merge(&v2))
         .await
@@ -463,6 +469,49 @@ async fn update_program(
     }
 }
 
+/// v2 with `spec.plan`: the change is held (v1 stays in force, the device
+/// is not pushed) and the plan says what the update will do.
+async fn plan_v2(progs: &Api<p4fleet_crds::P4Program>, ns: &str, emu: Emu, device: u64) {
+    let in_force = progs.get("hitless").await.unwrap().status.unwrap().digest;
+    let v2 = json!({"spec": {"p4info": {"inline": p4info("v2")}, "plan": true}});
+    progs
+        .patch("hitless", &PatchParams::default(), &Patch::Merge(&v2))
+        .await
+        .unwrap();
+    let plan = wait_for("the program's plan", Duration::from_secs(60), || async {
+        let p = progs.get("hitless").await.map_err(|e| e.to_string())?;
+        let st = p.status.unwrap_or_default();
+        st.plan.ok_or(format!("{:?}", st.conditions))
+    })
+    .await;
+    assert_eq!(plan.tables_kept, ["MyIngress.acl", "MyIngress.fixed"]);
+    assert_eq!(plan.tables_changed, ["MyIngress.nexthop"]);
+    assert!(plan.tables_removed.is_empty() && plan.sets_losing_table.is_empty());
+    let vs = &plan.virtual_switches;
+    assert_eq!(vs.len(), 1, "{plan:?}");
+    assert_eq!(
+        (
+            vs[0].name.as_str(),
+            vs[0].switch.clone(),
+            vs[0].load.as_str()
+        ),
+        ("vs", Some(format!("{ns}-sw")), "Hitless")
+    );
+    // Held: v1 stays in force and on the device.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let st = progs.get("hitless").await.unwrap().status.unwrap();
+    assert_eq!(st.digest, in_force, "a planned change is not rolled out");
+    let planned = find_condition(&st.conditions, "Planned").expect("Planned");
+    assert!(planned.is_true(), "{planned:?}");
+    assert!(
+        stats(emu, device)["last_reconcile"].is_null(),
+        "the device was not pushed"
+    );
+    let vss: Api<VirtualSwitch> = Api::namespaced(progs.clone().into_client(), ns);
+    let loaded = vss.get("vs").await.unwrap().status.unwrap().loaded_digest;
+    assert_eq!(loaded, in_force);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_program_update_keeps_the_entries_of_unchanged_tables() {
     let (cp, env) = env().await;
@@ -470,7 +519,7 @@ async fn a_program_update_keeps_the_entries_of_unchanged_tables() {
     let ns = TestNamespace::new(&client).await;
     let ns = ns.name().to_string();
     let emu = env.reconciling;
-    let u = update_program(&client, &ns, emu, 2, "HotSwap").await;
+    let u = update_program(&client, &ns, emu, 2, "HotSwap", false).await;
     let swap = &u.swap;
     assert_eq!(swap.mode, Some(ProgramUpdateMode::Reconciled), "{swap:?}");
     assert_eq!(swap.entries_kept, Some(3), "{swap:?}");
@@ -504,7 +553,7 @@ async fn without_reconcile_the_update_falls_back_and_says_so() {
     let ns = TestNamespace::new(&client).await;
     let ns = ns.name().to_string();
     let emu = env.plain;
-    let u = update_program(&client, &ns, emu, 1, "HotSwap").await;
+    let u = update_program(&client, &ns, emu, 1, "HotSwap", false).await;
     let swap = &u.swap;
     assert_eq!(swap.mode, Some(ProgramUpdateMode::Replaced), "{swap:?}");
     assert_eq!(swap.entries_kept, Some(0));
@@ -528,6 +577,34 @@ async fn without_reconcile_the_update_falls_back_and_says_so() {
     .await;
 }
 
+/// A planned update (`spec.plan`) is held until the plan is turned off,
+/// then does what the plan said: the tables it called kept are those the
+/// emulator kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_program_update_waits_then_does_what_the_plan_said() {
+    let (cp, env) = env().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    let emu = env.reconciling;
+    let u = update_program(&client, &ns, emu, 5, "HotSwap", true).await;
+    assert_eq!(
+        u.swap.mode,
+        Some(ProgramUpdateMode::Reconciled),
+        "{:?}",
+        u.swap
+    );
+    assert_eq!(u.acl_after, u.acl_before, "acl kept its entries");
+    let last = &stats(emu, 5)["last_reconcile"];
+    assert_eq!(
+        last["kept_tables"],
+        json!(["MyIngress.acl", "MyIngress.fixed"])
+    );
+    let progs: Api<p4fleet_crds::P4Program> = Api::namespaced(client.clone(), &ns);
+    let st = progs.get("hitless").await.unwrap().status.unwrap();
+    assert!(st.plan.is_none(), "the plan is gone once rolled out");
+}
+
 /// `updateStrategy: Recreate` on a target that could reconcile: the
 /// program is replaced (VERIFY_AND_COMMIT), every entry written again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -537,7 +614,7 @@ async fn a_recreate_replaces_the_program_though_the_target_could_reconcile() {
     let ns = TestNamespace::new(&client).await;
     let ns = ns.name().to_string();
     let emu = env.reconciling;
-    let u = update_program(&client, &ns, emu, 4, "Recreate").await;
+    let u = update_program(&client, &ns, emu, 4, "Recreate", false).await;
     let swap = &u.swap;
     assert_eq!(swap.strategy, p4fleet_crds::UpdateStrategyType::Recreate);
     assert_eq!(swap.mode, Some(ProgramUpdateMode::Replaced), "{swap:?}");

@@ -25,9 +25,9 @@ use p4fleet_model::p4info as model_p4info;
 use super::{Error, namespace, scoped_api, update_status_noting, watch_related};
 use crate::artifacts::{self, P4InfoError, Resolved};
 use crate::context::Context;
-use crate::fleet::program_hold;
 use crate::fleet::revisions::{self, REVISION_RECORDED};
 use crate::fleet::rollout;
+use crate::fleet::{program_hold, program_plan};
 use crate::reads::Reads;
 use crate::retries::Gate;
 use crate::status::{EventNote, ready_from};
@@ -206,9 +206,22 @@ pub async fn reconcile(obj: Arc<P4Program>, ctx: Arc<super::Ctx<()>>) -> Result<
     };
     let mut new = build_status(&obj.spec, &resolved, obj.metadata.generation);
     let old = obj.status.clone().unwrap_or_default();
+    let api: Api<P4Program> = Api::namespaced(ctx.client.clone(), &ns);
+    if plan_only(&ctx, obj.as_ref(), &old, &mut new) {
+        let notes: Vec<EventNote> = program_plan::planned_event(old.plan.as_ref(), &new)
+            .into_iter()
+            .collect();
+        if update_status_noting(&ctx, &api, obj.as_ref(), &mut new, &notes).await? {
+            for ev in &notes {
+                ctx.events.publish(obj.as_ref(), ev).await;
+            }
+        }
+        // The plan reads VirtualSwitches, Switches and sets from the
+        // caches; this controller does not watch them all: look again.
+        return Ok(Action::requeue(PLAN_POLL));
+    }
     let held = hold(&ctx, obj.as_ref(), &old, &mut new);
     let old_digest = old.digest.clone();
-    let api: Api<P4Program> = Api::namespaced(ctx.client.clone(), &ns);
     if let Some(ev) = held {
         let notes = std::slice::from_ref(&ev);
         if update_status_noting(&ctx, &api, obj.as_ref(), &mut new, notes).await? {
@@ -468,6 +481,53 @@ fn roll(
         (r, false) => r,
     };
     (notes, requeue)
+}
+
+/// How often a planned change looks at the fleet again.
+const PLAN_POLL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Plan only (`spec.plan`, [`program_plan`]): a content that differs from
+/// the one in force is held, and `new` says what rolling it out would do.
+/// False when there is nothing to plan (no change, or nothing in force
+/// yet: the first content loads as usual).
+fn plan_only(
+    ctx: &Context,
+    obj: &P4Program,
+    old: &P4ProgramStatus,
+    new: &mut P4ProgramStatus,
+) -> bool {
+    let changed = old.digest.is_some() && new.digest.is_some() && old.digest != new.digest;
+    if !obj.spec.plan || !changed {
+        return false;
+    }
+    let (ns, name) = (obj.namespace(), obj.name_any());
+    let sets = ctx.caches.entry_sets.store().state();
+    let vss = ctx.caches.virtual_switches.store().state();
+    let removed = program_hold::removed_tables(old, new);
+    let losing = program_hold::still_used(obj, &removed, &sets, &vss);
+    let switches = ctx.caches.switches.store();
+    let mine: Vec<_> = vss
+        .iter()
+        .filter(|v| v.namespace() == ns && v.spec.program_ref == name)
+        .collect();
+    let placed: Vec<_> = mine
+        .iter()
+        .map(|v| {
+            let on = v.status.as_ref().and_then(|s| s.switch.clone());
+            on.and_then(|n| switches.get(&kube::runtime::reflector::ObjectRef::new(&n)))
+        })
+        .collect();
+    let members: Vec<program_plan::Member> = mine
+        .iter()
+        .zip(&placed)
+        .map(|(vs, switch)| program_plan::Member {
+            vs,
+            switch: switch.as_deref(),
+        })
+        .collect();
+    let plan = program_plan::plan(old, new, &members, &losing);
+    *new = program_plan::planned_status(old, std::mem::take(new), plan);
+    true
 }
 
 /// Holds a change that removes tables sets still fill ([`program_hold`]):

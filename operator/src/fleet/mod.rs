@@ -9,6 +9,7 @@
 pub mod extern_runtime;
 pub mod fills;
 pub mod program_hold;
+pub mod program_plan;
 pub mod revisions;
 pub mod rollout;
 pub mod slot_claims;

@@ -172,8 +172,15 @@ pub async fn ready_program(
     let (true, Some(digest)) = (ready, assigned) else {
         return Ok(Err(NotReady::NotReady(name.into())));
     };
-    let held = find_condition(&st.conditions, crate::fleet::program_hold::ROLLOUT_HELD)
-        .is_some_and(|c| c.is_true());
+    // Held by a removal or by a plan: the content in force is not what
+    // the sources give now.
+    let holds = [
+        crate::fleet::program_hold::ROLLOUT_HELD,
+        crate::fleet::program_plan::PLANNED,
+    ];
+    let held = holds
+        .iter()
+        .any(|h| find_condition(&st.conditions, h).is_some_and(|c| c.is_true()));
     let resolved = artifacts::resolve(reads, ns, &p.spec).await?;
     let url_problem = resolved
         .problems()

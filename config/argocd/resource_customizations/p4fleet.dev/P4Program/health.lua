@@ -5,6 +5,7 @@
 -- Degraded with the Ready condition's message otherwise. A valid program
 -- with a rollout (status.rollout) is Progressing while it rolls out,
 -- Suspended while paused, Degraded once rolled back, Healthy when done.
+-- A changed content held by spec.plan (Planned=True) is Suspended.
 -- Argo CD runs health scripts with the base and table libraries only.
 local hs = {}
 
@@ -38,6 +39,12 @@ end
 local message = ready.message
 if message == nil or message == "" then
   message = ready.reason or ""
+end
+local planned = find(st.conditions, "Planned")
+if ready.status == "True" and planned ~= nil and planned.status == "True" then
+  hs.status = "Suspended"
+  hs.message = planned.message
+  return hs
 end
 local r = st.rollout
 if ready.status == "True" and r ~= nil and r.to ~= nil then

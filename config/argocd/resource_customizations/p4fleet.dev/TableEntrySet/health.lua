@@ -2,6 +2,7 @@
 -- Healthy only when the operator has seen the current spec (observedGeneration
 -- = metadata.generation) and says Ready=True; Progressing while it has not
 -- reported yet or has not caught up with the spec, or while it waits for its VirtualSwitches;
+-- Suspended while it only plans (spec.plan: Ready=False, reason PlanOnly);
 -- Degraded with the Ready condition's message otherwise.
 -- Argo CD runs health scripts with the base and table libraries only.
 local hs = {}
@@ -53,6 +54,9 @@ if message == nil or message == "" then
 end
 if ready.status == "True" then
   hs.status = "Healthy"
+  hs.message = message
+elseif ready.status == "False" and ready.reason == "PlanOnly" then
+  hs.status = "Suspended"
   hs.message = message
 elseif ready.status == "False" and not waiting[ready.reason or ""] then
   hs.status = "Degraded"
