@@ -589,6 +589,7 @@ impl Device {
                         })
                         .collect(),
                     tables,
+                    policy_sets: l.policy_sets,
                 }),
                 externs,
             })

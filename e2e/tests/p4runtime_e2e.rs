@@ -11,8 +11,10 @@
 //! Tests share one emulator (each uses its own device id; the emulator
 //! serves P4Runtime and BFRT on two ports) and one operator.
 //!
-//! The Dpdk Switch scenario runs on the emulator and on p4fleet-dpdk-agent
-//! (a process of its own: a real DPDK 22.11 SWX pipeline), the same body;
+//! The Dpdk Switch scenarios (entries and policies, two policies on one
+//! VirtualSwitch, a device restart) run on the emulator and on
+//! p4fleet-dpdk-agent (a process of its own: a real DPDK 22.11 SWX
+//! pipeline), the same body;
 //! where the real pipeline differs (a full context pool parks packets
 //! instead of dropping them) the step says so (docs/dpdk.md).
 
@@ -781,10 +783,90 @@ enum DpdkTarget {
 struct DpdkDevice {
     endpoint: SocketAddr,
     device: u64,
+    target: DpdkTarget,
     /// The emulator's HTTP side channel (Emulator).
     stats: Option<SocketAddr>,
-    /// The agent process (killed on drop) and its temp dir.
-    _agent: Option<(p4fleet_e2e::processes::Proc, tempfile::TempDir)>,
+    /// The scenario's own process serving the device (the agent, or an
+    /// emulator of its own that [`DpdkDevice::restart`] may kill), killed on
+    /// drop, and its temp dir.
+    own: Option<(p4fleet_e2e::processes::Proc, tempfile::TempDir)>,
+    /// The temp dir of the process [`DpdkDevice::stop`] killed.
+    stopped: Option<tempfile::TempDir>,
+}
+
+/// Starts p4fleet-dpdk-agent for `device` on `addr` with the emulator's
+/// traffic settings here (4 flows at 20,000 packets/s from a pcap source
+/// in `dir`, one extern core; no hugepages, counting sinks); returns it
+/// and its P4Runtime endpoint.
+fn spawn_agent(
+    dir: &std::path::Path,
+    device: u64,
+    addr: &str,
+) -> (p4fleet_e2e::processes::Proc, SocketAddr) {
+    let pcap = dir.join("flows.pcap");
+    if !pcap.exists() {
+        flows_pcap(&pcap, 4);
+    }
+    let (log, file) = p4fleet_e2e::processes::log_file(&format!("dpdk-agent-{device}"));
+    let mut cmd = Command::new(build_binaries().join("p4fleet-dpdk-agent"));
+    cmd.args(["--addr", addr, "--device-id", &device.to_string()])
+        .arg("--port-in")
+        .arg(format!("source:{}", pcap.display()))
+        .args(["--rate-pps", "20000", "--extern-cores", "1"])
+        .arg("--workdir")
+        .arg(dir.join("work"))
+        .stdout(Stdio::piped())
+        .stderr(file);
+    let mut agent = p4fleet_e2e::processes::Proc::spawn(cmd, log);
+    let out = agent.stdout().unwrap();
+    let mut out = BufReader::new(out);
+    let endpoint = loop {
+        let mut line = String::new();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "the DPDK agent exited: {}",
+            std::fs::read_to_string(&agent.log).unwrap_or_default()
+        );
+        if let Some(a) = line.trim().strip_prefix("p4runtime listening on ") {
+            break a.parse().unwrap();
+        }
+    };
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    (agent, endpoint)
+}
+
+/// An emulator serving Dpdk device `device` alone, with the shared one's
+/// traffic settings, on `addrs` (P4Runtime, side channel; None: free
+/// ports).
+fn spawn_dpdk_emulator(
+    device: u64,
+    addrs: Option<(SocketAddr, SocketAddr)>,
+) -> (p4fleet_e2e::processes::Proc, SocketAddr, SocketAddr) {
+    let (p4rt, stats) = addrs.map_or(
+        ("127.0.0.1:0".to_string(), "127.0.0.1:0".to_string()),
+        |(a, b)| (a.to_string(), b.to_string()),
+    );
+    let id = device.to_string();
+    let emu = p4fleet_e2e::processes::spawn_emulator(
+        &build_binaries(),
+        &[
+            "--device-ids",
+            &id,
+            "--dpdk-device-ids",
+            &id,
+            "--dpdk-extern-cores",
+            "1",
+            "--dpdk-rate-pps",
+            "20000",
+            "--dpdk-flows",
+            "4",
+            "--p4runtime-addr",
+            &p4rt,
+            "--stats-addr",
+            &stats,
+        ],
+    );
+    (emu.proc, emu.p4runtime, emu.stats)
 }
 
 /// 60-byte frames of `flows` flows as the emulator generates them (flow i:
@@ -810,52 +892,65 @@ fn flows_pcap(path: &std::path::Path, flows: u32) {
 }
 
 impl DpdkDevice {
-    /// The emulator's Dpdk device `device`, or a new agent serving it with
-    /// the emulator's traffic settings here (4 flows at 20,000 packets/s,
-    /// one extern core; no hugepages, a pcap source, counting sinks).
+    /// The shared emulator's Dpdk device `device`, or a new agent serving
+    /// it ([`spawn_agent`]).
     fn new(env: &Env, target: DpdkTarget, device: u64) -> DpdkDevice {
         if target == DpdkTarget::Emulator {
             return DpdkDevice {
                 endpoint: env.p4runtime,
                 device,
+                target,
                 stats: Some(env.stats),
-                _agent: None,
+                own: None,
+                stopped: None,
             };
         }
+        DpdkDevice::own(target, device)
+    }
+
+    /// Device `device` served by a process of the scenario's own, so that
+    /// it can be restarted: an agent, or an emulator serving it alone.
+    fn own(target: DpdkTarget, device: u64) -> DpdkDevice {
         let dir = tempfile::tempdir().unwrap();
-        let pcap = dir.path().join("flows.pcap");
-        flows_pcap(&pcap, 4);
-        let (log, file) = p4fleet_e2e::processes::log_file(&format!("dpdk-agent-{device}"));
-        let mut cmd = Command::new(build_binaries().join("p4fleet-dpdk-agent"));
-        cmd.args(["--addr", "127.0.0.1:0", "--device-id", &device.to_string()])
-            .arg("--port-in")
-            .arg(format!("source:{}", pcap.display()))
-            .args(["--rate-pps", "20000", "--extern-cores", "1"])
-            .arg("--workdir")
-            .arg(dir.path().join("work"))
-            .stdout(Stdio::piped())
-            .stderr(file);
-        let mut agent = p4fleet_e2e::processes::Proc::spawn(cmd, log);
-        let out = agent.stdout().unwrap();
-        let mut out = BufReader::new(out);
-        let endpoint = loop {
-            let mut line = String::new();
-            assert!(
-                out.read_line(&mut line).unwrap() > 0,
-                "the DPDK agent exited: {}",
-                std::fs::read_to_string(&agent.log).unwrap_or_default()
-            );
-            if let Some(a) = line.trim().strip_prefix("p4runtime listening on ") {
-                break a.parse().unwrap();
+        let (proc, endpoint, stats) = match target {
+            DpdkTarget::Agent => {
+                let (p, e) = spawn_agent(dir.path(), device, "127.0.0.1:0");
+                (p, e, None)
+            }
+            DpdkTarget::Emulator => {
+                let (p, e, s) = spawn_dpdk_emulator(device, None);
+                (p, e, Some(s))
             }
         };
-        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
         DpdkDevice {
             endpoint,
             device,
-            stats: None,
-            _agent: Some((agent, dir)),
+            target,
+            stats,
+            own: Some((proc, dir)),
+            stopped: None,
         }
+    }
+
+    /// Kills the device's process (kill -9: no goodbye on any stream).
+    fn stop(&mut self) {
+        let (proc, dir) = self.own.take().expect("a device of the scenario's own");
+        drop(proc);
+        self.stopped = Some(dir);
+    }
+
+    /// Starts the stopped device again on the same addresses, empty (no
+    /// pipeline, no entries, every extern Sync).
+    fn start_again(&mut self) {
+        let dir = self.stopped.take().expect("a stopped device");
+        let proc = match self.target {
+            DpdkTarget::Agent => spawn_agent(dir.path(), self.device, &self.endpoint.to_string()).0,
+            DpdkTarget::Emulator => {
+                let addrs = (self.endpoint, self.stats.expect("side channel"));
+                spawn_dpdk_emulator(self.device, Some(addrs)).0
+            }
+        };
+        self.own = Some((proc, dir));
     }
 
     /// The data plane's stats in the emulator's `/stats/{device}/dataplane`
@@ -897,6 +992,7 @@ impl DpdkDevice {
             _ => "",
         };
         Some(json!({
+            "policy_sets": p.policy_sets,
             "tx_per_port": p.tx_ports.iter().map(|t| json!([t.port, t.packets])).collect::<Vec<_>>(),
             "tables": p.tables.iter().map(|t| json!({
                 "name": t.name, "entries": t.entries,
@@ -908,13 +1004,6 @@ impl DpdkDevice {
             })).collect::<Vec<_>>(),
         }))
     }
-}
-
-/// The Dpdk device's data plane stats (`/stats/21/dataplane`); `None`
-/// until it runs a pipeline.
-fn dataplane(env: &Env, device: u64) -> Option<Value> {
-    let v = http(env.stats, "GET", &format!("/stats/{device}/dataplane"), "");
-    v.get("stats").cloned()
 }
 
 fn l2crypt(file: &str) -> String {
@@ -1321,6 +1410,135 @@ async fn policy_condition(
     .await
 }
 
+/// A Dpdk device that restarts empty (its process killed and started
+/// again on the same address) gets its pipeline, its entries and its
+/// extern policy back from the operator, without anyone touching the
+/// objects: on the emulator and on p4fleet-dpdk-agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_dpdk_device_gets_pipeline_entries_and_policy_back() {
+    dpdk_restart_scenario(DpdkTarget::Emulator).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_dpdk_agent_gets_pipeline_entries_and_policy_back() {
+    dpdk_restart_scenario(DpdkTarget::Agent).await;
+}
+
+/// Entries of `MyIngress.dmac` in the data plane, and the mode it runs
+/// `async_encrypt` in, once it runs a pipeline.
+async fn dmac_entries_and_encrypt_mode(dp: &DpdkDevice) -> Option<(u64, String)> {
+    let s = dp.dataplane().await?;
+    let dmac = s["tables"]
+        .as_array()?
+        .iter()
+        .find(|t| t["name"] == "MyIngress.dmac")?["entries"]
+        .as_u64()?;
+    let mode = extern_modes(&s)
+        .into_iter()
+        .find(|(n, _)| n == "async_encrypt")?
+        .1;
+    Some((dmac, mode))
+}
+
+/// Waits until the data plane holds the 3 dmac entries of
+/// [`dpdk_restart_scenario`] and runs `async_encrypt` Async.
+async fn in_force(dp: &DpdkDevice, what: &str) {
+    wait_for(what, Duration::from_secs(90), || async {
+        match dmac_entries_and_encrypt_mode(dp).await {
+            Some((3, mode)) if mode == "Async" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+}
+
+async fn dpdk_restart_scenario(target: DpdkTarget) {
+    // A device of its own: the shared emulator is not restarted.
+    const DEV: u64 = 23;
+    let (cp, _env) = env().await;
+    let mut dp = DpdkDevice::own(target, DEV);
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let ns = ns.name().to_string();
+    let sw_name = format!("{ns}-dpdk");
+    l2crypt_on_dpdk(&client, dp.endpoint, &ns, &sw_name, DEV).await;
+    let entries: Vec<Value> = (0..3u32)
+        .map(|i| {
+            let mac = p4fleet_emulator::dataplane::packet::dst_mac(i);
+            let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
+            json!({"match": {"hdr.ethernet.dstAddr": format!("0x{hex}")},
+                   "action": "forward", "params": {"port": "1"}})
+        })
+        .collect();
+    let sets = create_set(
+        &client,
+        &ns,
+        json!({"name": "dmac", "virtualSwitchRef": "l2", "table": "MyIngress.dmac",
+               "entries": entries}),
+    )
+    .await;
+    let policies: Api<p4fleet_crds::AsyncExternPolicy> = Api::namespaced(client.clone(), &ns);
+    let policy: p4fleet_crds::AsyncExternPolicy = serde_json::from_value(json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "AsyncExternPolicy",
+        "metadata": {"name": "l2"},
+        "spec": {"virtualSwitchRef": "l2", "externs": [
+            {"name": "async_encrypt", "mode": "Async", "executor": "DedicatedCores", "cores": 1}]}
+    }))
+    .unwrap();
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    in_force(&dp, "3 dmac entries and async_encrypt Async").await;
+    p4fleet_e2e::set_status_where(&sets, "dmac", "dmac Ready", Duration::from_secs(60), |s| {
+        is(s, "Ready", true)
+    })
+    .await;
+
+    dp.stop();
+    let sws: Api<Switch> = Api::all(client.clone());
+    wait_for(
+        "Switch Reachable=False",
+        Duration::from_secs(30),
+        || async {
+            let c = sws.get(&sw_name).await.map_err(|e| e.to_string())?;
+            let c = c.status.unwrap_or_default().conditions;
+            let down = find_condition(&c, "Reachable").is_some_and(|c| !c.is_true());
+            down.then_some(()).ok_or(format!("{c:?}"))
+        },
+    )
+    .await;
+    dp.start_again();
+    let restarted = Instant::now();
+    assert_eq!(
+        dmac_entries_and_encrypt_mode(&dp).await,
+        None,
+        "{target:?}: restarted empty, no pipeline"
+    );
+    in_force(
+        &dp,
+        "3 dmac entries and async_encrypt Async again after the restart",
+    )
+    .await;
+    eprintln!(
+        "{target:?}: pipeline, entries and policy back {:?} after the restart",
+        restarted.elapsed()
+    );
+    policy_where(&policies, "the policy Ready, async_encrypt Async", |s| {
+        let modes = s.modes.as_deref().unwrap_or_default();
+        ready_reason(s).0 && modes.contains("async_encrypt=Async")
+    })
+    .await;
+    p4fleet_e2e::set_status_where(&sets, "dmac", "dmac Ready", Duration::from_secs(60), |s| {
+        is(s, "Ready", true) && s.applied == 3
+    })
+    .await;
+    Api::<Switch>::all(client.clone())
+        .delete(&sw_name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
 /// Two AsyncExternPolicies naming one VirtualSwitch: its device holds one
 /// extern policy. The older keeps it and is applied, the younger is held
 /// and says by whom, both name each other, and the device is left alone
@@ -1328,22 +1546,44 @@ async fn policy_condition(
 /// on the device; deleting the holder hands the device to the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_policies_of_one_virtual_switch_one_holds_it_and_the_device_is_left_alone() {
+    two_policies_scenario(DpdkTarget::Emulator).await;
+}
+
+/// The same on p4fleet-dpdk-agent: SetPolicy calls counted by the agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_policies_of_one_virtual_switch_on_the_dpdk_agent() {
+    two_policies_scenario(DpdkTarget::Agent).await;
+}
+
+/// The mode the data plane runs `async_encrypt` in.
+async fn mode_of_encrypt(dp: &DpdkDevice) -> Option<String> {
+    let modes = dp
+        .dataplane()
+        .await
+        .map(|s| extern_modes(&s))
+        .unwrap_or_default();
+    modes
+        .into_iter()
+        .find(|(n, _)| n == "async_encrypt")
+        .map(|(_, m)| m)
+}
+
+/// SetPolicy calls the data plane applied.
+async fn policy_sets(dp: &DpdkDevice) -> u64 {
+    dp.dataplane().await.expect("a running pipeline")["policy_sets"]
+        .as_u64()
+        .unwrap()
+}
+
+async fn two_policies_scenario(target: DpdkTarget) {
     const DEV: u64 = 22;
     let (cp, env) = env().await;
+    let dp = DpdkDevice::new(env, target, DEV);
     let client = cp.client().await;
     let ns = TestNamespace::new(&client).await;
     let ns = ns.name().to_string();
     let sw_name = format!("{ns}-dpdk");
-    l2crypt_on_dpdk(&client, env.p4runtime, &ns, &sw_name, DEV).await;
-    let mode_of_encrypt = || {
-        let modes = dataplane(env, DEV)
-            .map(|s| extern_modes(&s))
-            .unwrap_or_default();
-        modes
-            .into_iter()
-            .find(|(n, _)| n == "async_encrypt")
-            .map(|(_, m)| m)
-    };
+    l2crypt_on_dpdk(&client, dp.endpoint, &ns, &sw_name, DEV).await;
     let policies: Api<p4fleet_crds::AsyncExternPolicy> = Api::namespaced(client.clone(), &ns);
     let policy = |name: &str, mode: &str| -> p4fleet_crds::AsyncExternPolicy {
         let mut e = json!({"name": "async_encrypt", "mode": mode});
@@ -1363,7 +1603,7 @@ async fn two_policies_of_one_virtual_switch_one_holds_it_and_the_device_is_left_
         .await
         .unwrap();
     policy_condition(&policies, "first", "Ready", |ok, _, _| ok).await;
-    assert_eq!(mode_of_encrypt().as_deref(), Some("Skip"));
+    assert_eq!(mode_of_encrypt(&dp).await.as_deref(), Some("Skip"));
     // A second later (creation times have seconds): the younger.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     policies
@@ -1389,18 +1629,13 @@ async fn two_policies_of_one_virtual_switch_one_holds_it_and_the_device_is_left_
     );
     policy_condition(&policies, "first", "Applied", |ok, _, _| ok).await;
     // Left alone: no SetPolicy, the holder's mode throughout.
-    let calls = || {
-        dataplane(env, DEV).unwrap()["policy_sets"]
-            .as_u64()
-            .unwrap()
-    };
-    let before = calls();
+    let before = policy_sets(&dp).await;
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(mode_of_encrypt().as_deref(), Some("Skip"));
+        assert_eq!(mode_of_encrypt(&dp).await.as_deref(), Some("Skip"));
     }
     assert_eq!(
-        calls(),
+        policy_sets(&dp).await,
         before,
         "SetPolicy calls while both claim the device"
     );
@@ -1417,9 +1652,9 @@ async fn two_policies_of_one_virtual_switch_one_holds_it_and_the_device_is_left_
         }
     })
     .await;
-    assert_eq!(mode_of_encrypt().as_deref(), Some("Skip"));
+    assert_eq!(mode_of_encrypt(&dp).await.as_deref(), Some("Skip"));
     assert_eq!(
-        calls(),
+        policy_sets(&dp).await,
         before,
         "deleting the held policy touched the device"
     );
@@ -1438,5 +1673,5 @@ async fn two_policies_of_one_virtual_switch_one_holds_it_and_the_device_is_left_
         .await
         .unwrap();
     policy_condition(&policies, "third", "Ready", |ok, _, _| ok).await;
-    assert_eq!(mode_of_encrypt().as_deref(), Some("Async"));
+    assert_eq!(mode_of_encrypt(&dp).await.as_deref(), Some("Async"));
 }

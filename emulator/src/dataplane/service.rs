@@ -361,6 +361,7 @@ pub fn stats_to_pb(pipeline: &str, s: &EngineStats) -> pb::GetStatsResponse {
                     error: t.compile_error.clone().unwrap_or_default(),
                 })
                 .collect(),
+            policy_sets: s.policy_sets,
         }),
         externs: s.externs.iter().map(extern_stats_pb).collect(),
     }
