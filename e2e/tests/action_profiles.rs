@@ -23,9 +23,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
-use p4fleet_e2e::processes::{
-    EmulatorProc, Proc, build_binaries, once_per_binary, spawn_emulator, spawn_operator,
-};
+use p4fleet_e2e::processes::{Fleet, fleet};
 use p4fleet_e2e::{
     Bmv2Slot, ControlPlane, TestNamespace, bmv2_virtual_switch, create_json, p4info_program,
     repo_root, wait_for,
@@ -39,26 +37,15 @@ const DEVICE: u64 = 1;
 /// one device would be two connections with the operator's election id).
 const SHARED_DEVICE: u64 = 2;
 
-fn env_start(kubeconfig: std::path::PathBuf) -> (EmulatorProc, Proc) {
-    let bin = build_binaries();
-    let emu = spawn_emulator(&bin, &["--device-ids", "1,2"]);
-    let op = spawn_operator(
-        &bin,
-        &kubeconfig,
+async fn env() -> (&'static ControlPlane, &'static Fleet) {
+    static ENV: OnceLock<Fleet> = OnceLock::new();
+    fleet(
+        &ENV,
+        &["--device-ids", "1,2"],
         "action-profiles-operator",
         &["--resync-seconds", "3"],
-    );
-    (emu, op)
-}
-
-async fn env() -> (&'static ControlPlane, &'static (EmulatorProc, Proc)) {
-    static ENV: OnceLock<(EmulatorProc, Proc)> = OnceLock::new();
-    let cp = ControlPlane::shared().await;
-    let kubeconfig = cp.kubeconfig_path().to_path_buf();
-    (
-        cp,
-        once_per_binary(&ENV, move || env_start(kubeconfig)).await,
     )
+    .await
 }
 
 fn p4info_of(example: &str) -> String {
@@ -124,15 +111,13 @@ struct Held {
     entries: BTreeMap<Vec<u8>, String>,
 }
 
-async fn p4_client(
-    emu: &EmulatorProc,
-) -> Result<P4RuntimeClient<tonic::transport::Channel>, String> {
+async fn p4_client(emu: &Fleet) -> Result<P4RuntimeClient<tonic::transport::Channel>, String> {
     P4RuntimeClient::connect(format!("http://{}", emu.p4runtime))
         .await
         .map_err(|e| e.to_string())
 }
 
-async fn held(emu: &EmulatorProc, ids: &Ids) -> Result<Held, String> {
+async fn held(emu: &Fleet, ids: &Ids) -> Result<Held, String> {
     let mut c = p4_client(emu).await?;
     let mut filters = vec![
         Entity::ActionProfileMember(p4::ActionProfileMember {
@@ -196,7 +181,7 @@ async fn held(emu: &EmulatorProc, ids: &Ids) -> Result<Held, String> {
     Ok(out)
 }
 
-async fn until(emu: &EmulatorProc, ids: &Ids, what: &str, pred: impl Fn(&Held) -> bool) -> Held {
+async fn until(emu: &Fleet, ids: &Ids, what: &str, pred: impl Fn(&Held) -> bool) -> Held {
     wait_for(what, Duration::from_secs(60), || async {
         let got = held(emu, ids).await?;
         pred(&got).then_some(got.clone()).ok_or(format!("{got:?}"))
@@ -206,7 +191,7 @@ async fn until(emu: &EmulatorProc, ids: &Ids, what: &str, pred: impl Fn(&Held) -
 
 /// `POST /devices/1/drop-entries` on the emulator's side channel: the
 /// response body.
-fn drop_entries(emu: &EmulatorProc, table: u32, count: u32) -> String {
+fn drop_entries(emu: &Fleet, table: u32, count: u32) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(emu.stats).unwrap();
     write!(
@@ -260,7 +245,7 @@ fn spec(members: &[u32], weights: &[(u32, i32)]) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ecmp_group_syncs_changes_in_place_repairs_drift_and_leaves_nothing_when_deleted() {
-    let (cp, (emu, _op)) = env().await;
+    let (cp, emu) = env().await;
     let ids = ids();
     let client = cp.client().await;
     let ns = TestNamespace::new(&client).await;
@@ -489,7 +474,7 @@ fn shared_spec(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_profile_shared_by_two_sets_keeps_what_the_other_set_uses() {
-    let (cp, (emu, op)) = env().await;
+    let (cp, emu) = env().await;
     let ids = ids_of(
         "shared_ecmp",
         SHARED_DEVICE,
@@ -589,7 +574,7 @@ async fn a_profile_shared_by_two_sets_keeps_what_the_other_set_uses() {
     // (the operator's log: a reconcile error).
     let set_key = format!("{ns}/v4");
     wait_for("the refusal logged", Duration::from_secs(30), || async {
-        let log = std::fs::read_to_string(&op.log).map_err(|e| e.to_string())?;
+        let log = std::fs::read_to_string(&emu.operator_log).map_err(|e| e.to_string())?;
         log.lines()
             .find(|l| {
                 l.contains(&set_key)

@@ -9,7 +9,6 @@
 //! refilled, status is polled against the emulator's own entry count.
 //! The times printed are those in docs/reliability.md.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use kube::Client;
@@ -27,14 +26,9 @@ const ENTRIES: usize = 30_000;
 const PERIODS: &str = "3600";
 
 /// The emulator and operator binaries, built (debug) once per test binary.
-fn bin(name: &str) -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_binaries).join(name)
-}
-
 /// The emulator with devices 1 (Bmv2) and 11 (Tofino).
 fn emulator(addrs: Option<Addrs>) -> (Proc, Addrs) {
-    firewall::emulator(bin("p4fleet-emulator").parent().unwrap(), "1,11", addrs)
+    firewall::emulator(&build_binaries(), "1,11", addrs)
 }
 
 /// Program, Switch, VirtualSwitch and a 30,000-entry TableEntrySet.
@@ -70,7 +64,7 @@ async fn restarted_empty_device(kind: Kind, device: u64) {
     let client = cp.client().await;
     let kubeconfig = cp.kubeconfig_path().to_path_buf();
     shared_operator(
-        bin("p4fleet").parent().unwrap(),
+        &build_binaries(),
         &kubeconfig,
         "restart-operator",
         &["--resync-seconds", PERIODS, "--drift-seconds", PERIODS],

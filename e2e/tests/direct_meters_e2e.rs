@@ -19,9 +19,7 @@ use kube::api::{Api, Patch, PatchParams};
 use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
-use p4fleet_e2e::processes::{
-    EmulatorProc, Proc, build_binaries, once_per_binary, spawn_emulator, spawn_operator,
-};
+use p4fleet_e2e::processes::{Fleet, fleet};
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
 use p4fleet_proto::p4info::{self, P4Info};
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient};
@@ -29,26 +27,15 @@ use serde_json::json;
 
 const DEVICE: u64 = 1;
 
-fn env_start(kubeconfig: std::path::PathBuf) -> (EmulatorProc, Proc) {
-    let bin = build_binaries();
-    let emu = spawn_emulator(&bin, &["--device-ids", "1"]);
-    let op = spawn_operator(
-        &bin,
-        &kubeconfig,
+async fn env() -> (&'static ControlPlane, &'static Fleet) {
+    static ENV: OnceLock<Fleet> = OnceLock::new();
+    fleet(
+        &ENV,
+        &["--device-ids", "1"],
         "direct-meters-operator",
         &["--resync-seconds", "3"],
-    );
-    (emu, op)
-}
-
-async fn env() -> (&'static ControlPlane, &'static (EmulatorProc, Proc)) {
-    static ENV: OnceLock<(EmulatorProc, Proc)> = OnceLock::new();
-    let cp = ControlPlane::shared().await;
-    let kubeconfig = cp.kubeconfig_path().to_path_buf();
-    (
-        cp,
-        once_per_binary(&ENV, move || env_start(kubeconfig)).await,
     )
+    .await
 }
 
 fn fabric_p4info() -> String {
@@ -70,10 +57,7 @@ type Config = (i64, i64, i64, i64);
 
 /// The table's direct meter configs on the device, by the entry's first
 /// match value (the srcAddr of the ACL's entries): None when unconfigured.
-async fn meters(
-    emu: &EmulatorProc,
-    table: u32,
-) -> Result<BTreeMap<Vec<u8>, Option<Config>>, String> {
+async fn meters(emu: &Fleet, table: u32) -> Result<BTreeMap<Vec<u8>, Option<Config>>, String> {
     let mut c = P4RuntimeClient::connect(format!("http://{}", emu.p4runtime))
         .await
         .map_err(|e| e.to_string())?;
@@ -110,7 +94,7 @@ async fn meters(
 }
 
 async fn until(
-    emu: &EmulatorProc,
+    emu: &Fleet,
     table: u32,
     what: &str,
     pred: impl Fn(&BTreeMap<Vec<u8>, Option<Config>>) -> bool,
@@ -146,7 +130,7 @@ fn acl_spec(meter_a: Config) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entry_meters_are_written_read_back_changed_in_place_and_bad_ones_named() {
-    let (cp, (emu, _op)) = env().await;
+    let (cp, emu) = env().await;
     let acl = table_id("MyIngress.acl");
     let l2 = table_id("MyIngress.l2_fwd");
     let client = cp.client().await;

@@ -7,9 +7,7 @@
 //! with names too long for kube's Recorder.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::Command;
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -22,51 +20,19 @@ use kube::{Client, ResourceExt};
 use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
-use p4fleet_e2e::processes::{Proc, build_binaries, log_file, once_per_binary, spawn_emulator};
+use p4fleet_e2e::processes::{Fleet, fleet};
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, event_about, repo_root, wait_for};
 use serde_json::{Value, json};
 
-struct Env {
-    p4runtime: SocketAddr,
-    stats: SocketAddr,
-    /// The operator's HTTP port (/livez, /metrics).
-    http: u16,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-fn start(kubeconfig: PathBuf) -> Env {
-    let bin = build_binaries();
-    let emu = spawn_emulator(&bin, &["--device-ids", "1,2,3,4"]);
-    let http = free_port();
-    let (log, file) = log_file("operator-entry-sources");
-    let mut cmd = Command::new(bin.join("p4fleet"));
-    cmd.args(["operator", &format!("--listen-addr=127.0.0.1:{http}")])
-        .args(["--log-level", "info", "--resync-seconds", "3"])
-        .env("KUBECONFIG", kubeconfig)
-        .stdout(file.try_clone().unwrap())
-        .stderr(file);
-    let op = Proc::spawn(cmd, log);
-    let env = Env {
-        p4runtime: emu.p4runtime,
-        stats: emu.stats,
-        http,
-    };
-    // Owned by the parked thread that spawned them (PDEATHSIG).
-    std::mem::forget((emu, op));
-    env
-}
-
-async fn env() -> (&'static ControlPlane, &'static Env) {
-    static ENV: OnceLock<Env> = OnceLock::new();
-    let cp = ControlPlane::shared().await;
-    let kubeconfig = cp.kubeconfig_path().to_path_buf();
-    (cp, once_per_binary(&ENV, move || start(kubeconfig)).await)
+async fn env() -> (&'static ControlPlane, &'static Fleet) {
+    static ENV: OnceLock<Fleet> = OnceLock::new();
+    fleet(
+        &ENV,
+        &["--device-ids", "1,2,3,4"],
+        "operator-entry-sources",
+        &["--resync-seconds", "3"],
+    )
+    .await
 }
 
 /// GET over HTTP/1.0 with a deadline: (status, body).
@@ -86,13 +52,9 @@ fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<(u16, Str
     Ok((code, body.to_string()))
 }
 
-fn operator_addr(env: &Env) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], env.http))
-}
-
 /// A counter of the operator's /metrics for namespace `ns`.
-fn metric(env: &Env, name: &str, ns: &str) -> u64 {
-    let (_, body) = http_get(operator_addr(env), "/metrics", Duration::from_secs(5)).unwrap();
+fn metric(env: &Fleet, name: &str, ns: &str) -> u64 {
+    let (_, body) = http_get(env.metrics, "/metrics", Duration::from_secs(5)).unwrap();
     let prefix = format!("{name}{{namespace=\"{ns}\"}} ");
     body.lines()
         .find_map(|l| l.strip_prefix(&prefix))
@@ -100,7 +62,7 @@ fn metric(env: &Env, name: &str, ns: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn device_entries(env: &Env, device: u64) -> u64 {
+fn device_entries(env: &Fleet, device: u64) -> u64 {
     let (_, body) = http_get(
         env.stats,
         &format!("/stats/{device}"),
@@ -113,7 +75,7 @@ fn device_entries(env: &Env, device: u64) -> u64 {
 
 /// A firewall P4Program, a Switch on emulator device `device` and a
 /// VirtualSwitch `fw` on it.
-async fn setup_target(client: &Client, env: &Env, ns: &str, device: u64) {
+async fn setup_target(client: &Client, env: &Fleet, ns: &str, device: u64) {
     let p4info = std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt")).unwrap();
     let p: P4Program = serde_json::from_value(json!({
         "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
@@ -334,7 +296,7 @@ async fn livez_answers_while_a_large_source_parses_and_a_malformed_one_is_reject
     // Once the operator is ready, poll /livez and /readyz every 50 ms from
     // a thread of its own until told to stop.
     wait_for("/readyz", Duration::from_secs(60), || async {
-        match http_get(operator_addr(env), "/readyz", timeout) {
+        match http_get(env.metrics, "/readyz", timeout) {
             Ok((200, _)) => Ok(()),
             other => Err(format!("{other:?}")),
         }
@@ -343,7 +305,7 @@ async fn livez_answers_while_a_large_source_parses_and_a_malformed_one_is_reject
     let stop = Arc::new(AtomicBool::new(false));
     let slowest = Arc::new(Mutex::new((Duration::ZERO, 0usize, Vec::<String>::new())));
     let poller = {
-        let (stop, slowest, addr) = (stop.clone(), slowest.clone(), operator_addr(env));
+        let (stop, slowest, addr) = (stop.clone(), slowest.clone(), env.metrics);
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 for probe in ["/livez", "/readyz"] {

@@ -20,7 +20,6 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -31,22 +30,10 @@ use kube::{Client, ResourceExt};
 use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
-use p4fleet_e2e::processes::{
-    build_binaries, metric_sample, metrics_text, once_per_binary, operator_http_addr,
-    spawn_operator, target_dir, with_pdeathsig,
-};
+use p4fleet_e2e::processes::{Fleet, build_binaries, fleet, metric_sample, metrics_text};
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
 use serde_json::{Value, json};
-
-/// Addresses of the shared child processes.
-struct Env {
-    p4runtime: SocketAddr,
-    bfrt: SocketAddr,
-    stats: SocketAddr,
-    /// The operator's /metrics.
-    metrics: SocketAddr,
-}
 
 /// The kind of Switch a scenario runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,59 +44,30 @@ enum Kind {
     Tofino,
 }
 
-fn start(kubeconfig: PathBuf) -> Env {
-    let bin = build_binaries();
-    let logs = target_dir().join("e2e-logs");
-    std::fs::create_dir_all(&logs).unwrap();
-    let tag = std::process::id();
-
-    let mut emu = Command::new(bin.join("p4fleet-emulator"));
-    emu.args(["--device-ids", "1,2,3,4,5,11,12,13,14,21,22"])
-        .args(["--bfrt-addr", "127.0.0.1:0"])
-        // Devices 21 and 22 are Dpdk targets (this file's Dpdk scenarios):
-        // a bounded traffic rate and one extern core.
-        .args(["--dpdk-device-ids", "21,22", "--dpdk-extern-cores", "1"])
-        .args(["--dpdk-rate-pps", "20000", "--dpdk-flows", "4"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(logs.join(format!("emulator-{tag}.log"))).unwrap());
-    with_pdeathsig(&mut emu);
-    let mut emu = emu.spawn().expect("spawn p4fleet-emulator");
-    let mut out = BufReader::new(emu.stdout.take().unwrap());
-    let (mut p4runtime, mut bfrt, mut stats) = (None, None, None);
-    while p4runtime.is_none() || bfrt.is_none() || stats.is_none() {
-        let mut line = String::new();
-        assert!(out.read_line(&mut line).unwrap() > 0, "emulator exited");
-        if let Some(a) = line.trim().strip_prefix("p4runtime listening on ") {
-            p4runtime = Some(a.parse().unwrap());
-        }
-        if let Some(a) = line.trim().strip_prefix("bfrt listening on ") {
-            bfrt = Some(a.parse().unwrap());
-        }
-        if let Some(a) = line.trim().strip_prefix("stats listening on ") {
-            stats = Some(a.parse().unwrap());
-        }
-    }
-    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
-
-    let op = spawn_operator(&bin, &kubeconfig, "operator", &["--resync-seconds", "30"]);
-    let metrics = operator_http_addr(&op.log, Duration::from_secs(60));
-    // Keep the children owned by this (parked) thread for PDEATHSIG.
-    std::mem::forget((emu, op));
-    Env {
-        p4runtime: p4runtime.unwrap(),
-        bfrt: bfrt.unwrap(),
-        stats: stats.unwrap(),
-        metrics,
-    }
-}
-
-async fn env() -> (&'static ControlPlane, &'static Env) {
-    static ENV: OnceLock<Env> = OnceLock::new();
-    let cp = ControlPlane::shared().await;
-    let kubeconfig = cp.kubeconfig_path().to_path_buf();
-    let env = once_per_binary(&ENV, move || start(kubeconfig)).await;
-    (cp, env)
+/// The shared emulator and operator. Devices 21 and 22 are Dpdk targets
+/// (this file's Dpdk scenarios): a bounded traffic rate and one extern core.
+async fn env() -> (&'static ControlPlane, &'static Fleet) {
+    static ENV: OnceLock<Fleet> = OnceLock::new();
+    fleet(
+        &ENV,
+        &[
+            "--device-ids",
+            "1,2,3,4,5,11,12,13,14,21,22",
+            "--bfrt-addr",
+            "127.0.0.1:0",
+            "--dpdk-device-ids",
+            "21,22",
+            "--dpdk-extern-cores",
+            "1",
+            "--dpdk-rate-pps",
+            "20000",
+            "--dpdk-flows",
+            "4",
+        ],
+        "operator",
+        &["--resync-seconds", "30"],
+    )
+    .await
 }
 
 // --- the emulator's HTTP side channel --------------------------------------
@@ -128,17 +86,17 @@ fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{method} {path}: {e}: {resp}"))
 }
 
-fn stats(env: &Env, device: u64) -> Value {
+fn stats(env: &Fleet, device: u64) -> Value {
     http(env.stats, "GET", &format!("/stats/{device}"), "")
 }
 
-fn stat(env: &Env, device: u64, field: &str) -> u64 {
+fn stat(env: &Fleet, device: u64, field: &str) -> u64 {
     stats(env, device)[field].as_u64().unwrap_or(0)
 }
 
 /// The operator counted one Write RPC for each the emulator received on
 /// the Switch's slot 0 (device id `dev`).
-fn write_requests_match_the_device(env: &Env, ns: &str, dev: u64) {
+fn write_requests_match_the_device(env: &Fleet, ns: &str, dev: u64) {
     let text = metrics_text(env.metrics);
     let counted = metric_sample(
         &text,
@@ -155,7 +113,7 @@ fn write_requests_match_the_device(env: &Env, ns: &str, dev: u64) {
 }
 
 /// The set's gauges say what its status says.
-fn set_gauges_match(env: &Env, ns: &str, name: &str, st: &TableEntrySetStatus) {
+fn set_gauges_match(env: &Fleet, ns: &str, name: &str, st: &TableEntrySetStatus) {
     let text = metrics_text(env.metrics);
     let labels = format!("namespace=\"{ns}\",name=\"{name}\"");
     let g = |what: &str| metric_sample(&text, &format!("p4fleet_table_entry_set_{what}"), &labels);
@@ -166,7 +124,7 @@ fn set_gauges_match(env: &Env, ns: &str, name: &str, st: &TableEntrySetStatus) {
 }
 
 /// A deleted set has no series left.
-fn set_series_gone(env: &Env, ns: &str, name: &str) {
+fn set_series_gone(env: &Fleet, ns: &str, name: &str) {
     let text = metrics_text(env.metrics);
     let labels = format!("namespace=\"{ns}\",name=\"{name}\"");
     assert!(!text.contains(&labels), "{text}");
@@ -215,7 +173,7 @@ async fn tofino_artifacts(client: &Client, ns: &str) {
 /// artifacts: bfrt.json and binary from a ConfigMap, context.json inline), a
 /// two-slot Switch of `kind` on the emulator's device `device` and a
 /// VirtualSwitch in slot 0; returns the VirtualSwitch name.
-async fn setup_target(client: &Client, env: &Env, ns: &str, kind: Kind, device: u64) -> String {
+async fn setup_target(client: &Client, env: &Fleet, ns: &str, kind: Kind, device: u64) -> String {
     let sw_name = format!("{ns}-sw");
     let progs: Api<P4Program> = Api::namespaced(client.clone(), ns);
     let mut spec = json!({"p4info": {"inline": firewall_p4info()}});
@@ -237,7 +195,7 @@ async fn setup_target(client: &Client, env: &Env, ns: &str, kind: Kind, device: 
     let sws: Api<Switch> = Api::all(client.clone());
     let (target, endpoint) = match kind {
         Kind::Bmv2 => ("Bmv2", env.p4runtime),
-        Kind::Tofino => ("Tofino", env.bfrt),
+        Kind::Tofino => ("Tofino", env.bfrt()),
     };
     let sw: Switch = serde_json::from_value(json!({
         "apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
@@ -717,7 +675,7 @@ async fn bad_input_gives_conditions_and_valid_entries_still_apply(kind: Kind, de
 /// Installs `192.168.1.1 -> 192.168.1.2: drop` behind the operator's back,
 /// after its pipeline is loaded: on Bmv2 through the emulator's
 /// inject-entry, on Tofino as a second BFRT client bound to the program.
-async fn plant_foreign_entry(env: &Env, kind: Kind, dev: u64) {
+async fn plant_foreign_entry(env: &Fleet, kind: Kind, dev: u64) {
     match kind {
         Kind::Bmv2 => {
             let foreign = "table_id: 39123287\nmatch { field_id: 1 exact { value: \"\\xc0\\xa8\\x01\\x01\" } }\nmatch { field_id: 2 exact { value: \"\\xc0\\xa8\\x01\\x02\" } }\naction { action { action_id: 25652968 } }\n";
@@ -738,7 +696,7 @@ async fn plant_foreign_entry(env: &Env, kind: Kind, dev: u64) {
                 .unwrap();
             // The operator's BFRT client ids fit in 16 bits.
             let foreign = p4fleet_client::Device::connect(
-                p4fleet_client::Target::bfrt(env.bfrt.to_string(), dev),
+                p4fleet_client::Target::bfrt(env.bfrt().to_string(), dev),
                 p4fleet_client::Identity {
                     election_id: 1,
                     client_id: 0x1_0000 + dev as u32,
@@ -894,7 +852,7 @@ fn flows_pcap(path: &std::path::Path, flows: u32) {
 impl DpdkDevice {
     /// The shared emulator's Dpdk device `device`, or a new agent serving
     /// it ([`spawn_agent`]).
-    fn new(env: &Env, target: DpdkTarget, device: u64) -> DpdkDevice {
+    fn new(env: &Fleet, target: DpdkTarget, device: u64) -> DpdkDevice {
         if target == DpdkTarget::Emulator {
             return DpdkDevice {
                 endpoint: env.p4runtime,

@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};
 use p4fleet_crds::{P4Program, Switch, VirtualSwitch, find_condition};
-use p4fleet_e2e::processes::{
-    EmulatorProc, Proc, build_binaries, once_per_binary, spawn_emulator, spawn_operator,
-};
+use p4fleet_e2e::processes::{Fleet, fleet};
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
 use p4fleet_proto::p4runtime::{
     self as p4, p4_runtime_client::P4RuntimeClient, packet_replication_engine_entry::Type as Pre,
@@ -21,33 +19,22 @@ use serde_json::json;
 
 const DEVICE: u64 = 1;
 
-fn env_start(kubeconfig: std::path::PathBuf) -> (EmulatorProc, Proc) {
-    let bin = build_binaries();
-    let emu = spawn_emulator(&bin, &["--device-ids", "1"]);
-    let op = spawn_operator(
-        &bin,
-        &kubeconfig,
+async fn env() -> (&'static ControlPlane, &'static Fleet) {
+    static ENV: OnceLock<Fleet> = OnceLock::new();
+    fleet(
+        &ENV,
+        &["--device-ids", "1"],
         "replication-operator",
         &["--resync-seconds", "30"],
-    );
-    (emu, op)
-}
-
-async fn env() -> (&'static ControlPlane, &'static (EmulatorProc, Proc)) {
-    static ENV: OnceLock<(EmulatorProc, Proc)> = OnceLock::new();
-    let cp = ControlPlane::shared().await;
-    let kubeconfig = cp.kubeconfig_path().to_path_buf();
-    (
-        cp,
-        once_per_binary(&ENV, move || env_start(kubeconfig)).await,
     )
+    .await
 }
 
 /// (multicast groups as (id, sorted ports)), (clone sessions as (id, ports,
 /// cos, truncation)) on the device, read over P4Runtime.
 type Held = (Vec<(u32, Vec<u32>)>, Vec<(u32, Vec<u32>, u32, i32)>);
 
-async fn held(emu: &EmulatorProc) -> Result<Held, String> {
+async fn held(emu: &Fleet) -> Result<Held, String> {
     let mut c = P4RuntimeClient::connect(format!("http://{}", emu.p4runtime))
         .await
         .map_err(|e| e.to_string())?;
@@ -99,7 +86,7 @@ async fn held(emu: &EmulatorProc) -> Result<Held, String> {
     Ok(out)
 }
 
-async fn until_held(emu: &EmulatorProc, want: &Held, what: &str) {
+async fn until_held(emu: &Fleet, want: &Held, what: &str) {
     wait_for(what, Duration::from_secs(60), || async {
         let got = held(emu).await?;
         (&got == want).then_some(()).ok_or(format!("{got:?}"))
@@ -109,7 +96,7 @@ async fn until_held(emu: &EmulatorProc, want: &Held, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn virtual_switch_multicast_groups_and_clone_sessions_sync_change_and_refuse_bad_input() {
-    let (cp, (emu, _op)) = env().await;
+    let (cp, emu) = env().await;
     let client = cp.client().await;
     let ns = TestNamespace::new(&client).await;
     let ns = ns.name().to_string();

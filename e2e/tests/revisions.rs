@@ -16,7 +16,6 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -27,11 +26,6 @@ use p4fleet_crds::{P4Program, RevisionRef, find_condition};
 use p4fleet_e2e::processes::{build_binaries, spawn_operator};
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, output_text, repo_root, wait_for};
 use serde_json::{Value, json};
-
-fn bin() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_binaries).clone()
-}
 
 const V1: &str = "p4fleet.dev/v1alpha1";
 const LIMIT: usize = 2;
@@ -145,7 +139,12 @@ fn parts(cr: &ControllerRevision) -> Vec<String> {
 async fn revisions_keep_the_bytes_through_edits_and_deletion_and_are_bounded() {
     let cp = ControlPlane::shared().await;
     let client: Client = cp.client().await;
-    let _op = spawn_operator(&bin(), cp.kubeconfig_path(), "revisions-operator", &[]);
+    let _op = spawn_operator(
+        &build_binaries(),
+        cp.kubeconfig_path(),
+        "revisions-operator",
+        &[],
+    );
     let ns = TestNamespace::new(&client).await;
     let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
