@@ -1,9 +1,11 @@
 //! `p4fleet_rollout_*`: where each P4Program's rollout stands (gauges
-//! read from the cached programs' `status.rollout` at each scrape, so a
-//! deleted program leaves no series behind) and what rollouts did
-//! (counters, one per Event the P4Program controller published).
+//! read from the cached programs' `status.rollout` at each scrape) and
+//! what rollouts did (counters, one per Event the P4Program controller
+//! published). Both are encoded at the scrape from the programs in the
+//! cache, so a deleted program leaves no series behind.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
@@ -11,8 +13,7 @@ use p4fleet_crds::{P4Program, RolloutPhase};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
@@ -40,39 +41,41 @@ pub struct StateLabels {
 /// caches exist (a standby replica has none and reports no rollout).
 type Programs = Arc<OnceLock<Store<P4Program>>>;
 
+/// Counters per program, in [`COUNTERS`] order.
+type Counts = Arc<Mutex<HashMap<ProgramLabels, [u64; 4]>>>;
+
+/// The counters: metric name, help, and the note reason each counts.
+const COUNTERS: [(&str, &str, &str); 4] = [
+    ("rollout_started", "Rollouts started", rollout::STARTED),
+    (
+        "rollout_steps_passed",
+        "Rollout steps whose health gate passed",
+        rollout::STEP_PASSED,
+    ),
+    (
+        "rollout_completed",
+        "Rollouts that reached every VirtualSwitch",
+        rollout::COMPLETED,
+    ),
+    (
+        "rollout_rollbacks",
+        "Rollouts rolled back on a failed health gate",
+        rollout::ROLLED_BACK,
+    ),
+];
+
 #[derive(Clone, Default)]
 pub struct RolloutMetrics {
     programs: Programs,
-    pub started: Family<ProgramLabels, Counter>,
-    pub steps_passed: Family<ProgramLabels, Counter>,
-    pub completed: Family<ProgramLabels, Counter>,
-    pub rollbacks: Family<ProgramLabels, Counter>,
+    counts: Counts,
 }
 
 impl RolloutMetrics {
     pub fn register(&self, registry: &mut Registry) {
-        let counters = [
-            ("rollout_started", "Rollouts started", &self.started),
-            (
-                "rollout_steps_passed",
-                "Rollout steps whose health gate passed",
-                &self.steps_passed,
-            ),
-            (
-                "rollout_completed",
-                "Rollouts that reached every VirtualSwitch",
-                &self.completed,
-            ),
-            (
-                "rollout_rollbacks",
-                "Rollouts rolled back on a failed health gate",
-                &self.rollbacks,
-            ),
-        ];
-        for (name, help, family) in counters {
-            registry.register(name, help, family.clone());
-        }
-        registry.register_collector(Box::new(Gauges(self.programs.clone())));
+        registry.register_collector(Box::new(Scrape {
+            programs: self.programs.clone(),
+            counts: self.counts.clone(),
+        }));
     }
 
     /// Reads the gauges from `programs` from now on.
@@ -83,19 +86,15 @@ impl RolloutMetrics {
     /// Counts an Event the P4Program controller published (`reason`: one
     /// of [`rollout`]'s note reasons; others are not a rollout's).
     pub fn noted(&self, namespace: &str, name: &str, reason: &str) {
-        let family = match reason {
-            rollout::STARTED => &self.started,
-            rollout::STEP_PASSED => &self.steps_passed,
-            rollout::COMPLETED => &self.completed,
-            rollout::ROLLED_BACK => &self.rollbacks,
-            _ => return,
+        let Some(i) = COUNTERS.iter().position(|c| c.2 == reason) else {
+            return;
         };
-        family
-            .get_or_create(&ProgramLabels {
-                namespace: namespace.into(),
-                name: name.into(),
-            })
-            .inc();
+        let labels = ProgramLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        let mut counts = self.counts.lock().expect("rollout counts");
+        counts.entry(labels).or_default()[i] += 1;
     }
 }
 
@@ -144,14 +143,36 @@ pub fn rows<'a>(programs: impl IntoIterator<Item = &'a P4Program>) -> Vec<Row> {
 }
 
 #[derive(Debug)]
-struct Gauges(Programs);
+struct Scrape {
+    programs: Programs,
+    counts: Counts,
+}
 
-impl Collector for Gauges {
+impl Collector for Scrape {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Some(store) = self.0.get() else {
+        let Some(store) = self.programs.get() else {
             return Ok(());
         };
         let programs = store.state();
+        let counted = {
+            let mut counts = self.counts.lock().expect("rollout counts");
+            // The counters of a program that is gone go with it.
+            counts.retain(|k, _| {
+                programs.iter().any(|p| {
+                    p.name_any() == k.name && p.namespace().as_deref() == Some(&k.namespace)
+                })
+            });
+            let mut counted: Vec<(ProgramLabels, [u64; 4])> =
+                counts.iter().map(|(k, v)| (k.clone(), *v)).collect();
+            counted.sort_by(|a, b| (&a.0.namespace, &a.0.name).cmp(&(&b.0.namespace, &b.0.name)));
+            counted
+        };
+        for (i, (name, help, _)) in COUNTERS.iter().enumerate() {
+            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (labels, n) in counted.iter().filter(|(_, n)| n[i] > 0) {
+                ConstCounter::new(n[i]).encode(m.encode_family(labels)?)?;
+            }
+        }
         let rows = rows(programs.iter().map(|p| p.as_ref()));
         if rows.is_empty() {
             return Ok(());
@@ -303,9 +324,11 @@ mod tests {
         }
         assert!(!out.contains("p4fleet_rollout_completed_total{"), "{out}");
 
-        // A deleted program leaves no gauge behind.
+        // A deleted program leaves no gauge and no counter behind.
         writer.apply_watcher_event(&watcher::Event::Delete(p));
         assert!(store.get(&ObjectRef::new("fw").within("ns")).is_none());
-        assert!(!text(&registry).contains("p4fleet_rollout_phase{"));
+        let out = text(&registry);
+        assert!(!out.contains("p4fleet_rollout_phase{"), "{out}");
+        assert!(!out.contains("p4fleet_rollout_started_total{"), "{out}");
     }
 }
