@@ -304,7 +304,7 @@ impl EntryPath {
             deletes: true,
             record: &record,
         };
-        let planned = match apply::plan_target(&self.ctx, job).await {
+        let planned = match apply::plan_target(&self.ctx.devices, job).await {
             Ok(p) => p,
             Err(out) => return Err(anyhow!("read back: {:?}", out.device_error)),
         };

@@ -6,7 +6,10 @@
 //! untouched; turning `plan` off must write exactly that (Event
 //! PlanApplied). A second plan, then an entry written behind the
 //! operator's back, must be reported as outdated when applied (Event
-//! PlanOutdated) and the device still end exact.
+//! PlanOutdated) and the device still end exact. `p4fleet plan -f` of the
+//! changed ConfigMap, run first, must print the same plan and digest on
+//! the Bmv2 Switch (a BFRT target it leaves to `spec.plan`, and says so),
+//! and a set the API server refuses is named with exit code 1.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -76,6 +79,35 @@ async fn planned(sets: &Api<TableEntrySet>, want: (u64, u64, u64)) -> String {
     plan.digest
 }
 
+/// Runs `p4fleet plan -f` on a manifest of ConfigMap `fw` in `ns` holding
+/// `entries`; returns what it printed (it must exit 0).
+fn plan_cli(cp: &ControlPlane, ns: &str, entries: &str) -> String {
+    let manifest = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "fw", "namespace": ns}, "data": {"entries": entries}});
+    run_plan(cp, &serde_yaml::to_string(&manifest).unwrap(), Some(0))
+}
+
+/// `p4fleet plan -f` on `manifest`: its output, once it exited with `code`.
+fn run_plan(cp: &ControlPlane, manifest: &str, code: Option<i32>) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("change.yaml");
+    std::fs::write(&file, manifest).unwrap();
+    let out = std::process::Command::new(bin().join("p4fleet"))
+        .args(["plan", "-f"])
+        .arg(&file)
+        .env("KUBECONFIG", cp.kubeconfig_path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(
+        out.status.code(),
+        code,
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_shows_what_a_sync_would_write_and_applying_writes_it() {
     let cp = ControlPlane::shared().await;
@@ -106,10 +138,40 @@ async fn a_plan_shows_what_a_sync_would_write_and_applying_writes_it() {
         let other = Other::connect(*kind, addrs, *device).await;
         assert_eq!(other.keys().await, firewall::keys_of_lines(0, ENTRIES));
 
+        // `p4fleet plan -f` of the changed ConfigMap, before anything is
+        // applied: the set that reads it, planned against the device.
+        let cli = plan_cli(cp, ns.name(), &firewall_lines(50, ENTRIES));
+        let sw = format!("{}-sw", ns.name());
+        let cli_digest = match kind {
+            Kind::Bmv2 => {
+                assert!(
+                    cli.contains(&format!("  fw on {sw}: +50 ~0 -50 (50 unchanged)")),
+                    "{cli}"
+                );
+                let head = format!("TableEntrySet {}/fw: +50 ~0 -50", ns.name());
+                let line = cli.lines().find(|l| l.starts_with(&head)).expect(&cli);
+                Some(line.rsplit(' ').next().unwrap().to_string())
+            }
+            Kind::Tofino => {
+                assert!(
+                    cli.contains(&format!("  fw on {sw}: not planned: a BFRT target")),
+                    "{cli}"
+                );
+                None
+            }
+        };
+        assert_eq!(other.keys().await, firewall::keys_of_lines(0, ENTRIES));
+
         // Plan: 50 entries go, 50 come; nothing is written.
         patch_set(&sets, true).await;
         desire(&cms, 50).await;
         let digest = planned(&sets, (50, 0, 50)).await;
+        if let Some(d) = cli_digest {
+            assert_eq!(
+                d, digest,
+                "the command line planned what the operator plans"
+            );
+        }
         // Events of one reason on one object form a series that keeps
         // its first note (events.k8s.io): the first plan may be the one
         // before the ConfigMap changed.
@@ -147,6 +209,17 @@ async fn a_plan_shows_what_a_sync_would_write_and_applying_writes_it() {
             "{kind:?}: the Exclusive set removed the foreign entry too"
         );
     }
+    // What the API server refuses is refused here too, named (exit 1).
+    let ns = cases[0].2.name();
+    let bad = json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+        "metadata": {"name": "bad", "namespace": ns},
+        "spec": {"virtualSwitchRef": "fw", "table": "MyIngress.firewall",
+            "entries": [{"match": {"hdr.ipv4.srcAddr": ""}, "action": "drop"}]}});
+    let text = run_plan(cp, &serde_yaml::to_string(&bad).unwrap(), Some(1));
+    assert!(
+        text.contains(&format!("refused: TableEntrySet {ns}/bad: ")),
+        "{text}"
+    );
     for (_, _, ns) in cases {
         ns.delete(&client).await.unwrap();
     }

@@ -469,10 +469,45 @@ async fn update_program(
     }
 }
 
+/// `p4fleet plan -f` on a manifest of program `hitless` in `ns` with
+/// `p4info`; what it printed (it must exit 0).
+async fn plan_cli(ns: &str, p4info: &str) -> String {
+    let cp = ControlPlane::shared().await;
+    let manifest = json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
+        "metadata": {"name": "hitless", "namespace": ns},
+        "spec": {"p4info": {"inline": p4info}}});
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("program.yaml");
+    std::fs::write(&file, serde_yaml::to_string(&manifest).unwrap()).unwrap();
+    let out = std::process::Command::new(build_binaries().join("p4fleet"))
+        .args(["plan", "-f"])
+        .arg(&file)
+        .env("KUBECONFIG", cp.kubeconfig_path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 /// v2 with `spec.plan`: the change is held (v1 stays in force, the device
 /// is not pushed) and the plan says what the update will do.
 async fn plan_v2(progs: &Api<p4fleet_crds::P4Program>, ns: &str, emu: Emu, device: u64) {
     let in_force = progs.get("hitless").await.unwrap().status.unwrap().digest;
+    // `p4fleet plan -f` of the v2 manifest says the same before anything
+    // is applied.
+    let cli = plan_cli(ns, &p4info("v2")).await;
+    for line in [
+        "  tables kept: MyIngress.acl, MyIngress.fixed\n",
+        "  tables changed: MyIngress.nexthop\n",
+        &format!("  vs on {ns}-sw: Hitless\n"),
+    ] {
+        assert!(cli.contains(line), "{line:?} not in:\n{cli}");
+    }
     let v2 = json!({"spec": {"p4info": {"inline": p4info("v2")}, "plan": true}});
     progs
         .patch("hitless", &PatchParams::default(), &Patch::Merge(&v2))

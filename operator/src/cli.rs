@@ -30,6 +30,12 @@ pub enum Command {
     /// $KUBECONFIG (or ~/.kube/config, or in-cluster), as kubectl does.
     #[command(subcommand)]
     Rollout(RolloutCommand),
+    /// Show what applying a manifest would do, without applying it: each
+    /// object checked by the API server (server-side apply, dry run), each
+    /// TableEntrySet's updates per Switch against a read-back of its
+    /// devices, each P4Program's reload per VirtualSwitch (docs/plans.md).
+    /// Exit codes: 0 planned, 1 something refused or invalid, 2 an error.
+    Plan(PlanArgs),
     /// Print the CustomResourceDefinitions of all p4fleet resources as YAML
     /// (what charts/p4fleet/crds and config/crd hold).
     Crds,
@@ -303,6 +309,19 @@ pub enum RolloutCommand {
         #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
         to_revision: Option<i64>,
     },
+}
+
+/// `p4fleet plan`'s input.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The manifest: YAML documents (or a `List`) as `kubectl apply -f`
+    /// takes them.
+    #[arg(short = 'f', long)]
+    pub filename: PathBuf,
+    /// Namespace of the objects that name none (default: the kubeconfig
+    /// context's).
+    #[arg(short, long)]
+    pub namespace: Option<String>,
 }
 
 /// The P4Program a `rollout` command acts on.

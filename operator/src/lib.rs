@@ -38,6 +38,7 @@ pub(crate) mod loaded_pipelines;
 pub mod metrics;
 pub mod notice_metrics;
 pub mod ownership;
+pub mod plan_cli;
 pub(crate) mod process_metrics;
 pub mod reads;
 pub(crate) mod reconcile_triggers;

@@ -68,6 +68,17 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Plan(args) => {
+            let (mut out, mut diag) = (std::io::stdout().lock(), std::io::stderr().lock());
+            match p4fleet::plan_cli::run(args, &mut out, &mut diag) {
+                Ok(p4fleet::plan_cli::Outcome::Clean) => ExitCode::SUCCESS,
+                Ok(p4fleet::plan_cli::Outcome::Refused) => ExitCode::from(1),
+                Err(e) => {
+                    let _ = writeln!(diag, "p4fleet: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Version => {
             print!("{}", p4fleet::cli::version_text());
             ExitCode::SUCCESS

@@ -229,19 +229,33 @@ impl Reads for ApiReads {
         ns: &str,
         src: &UrlSource,
     ) -> Result<Result<Vec<u8>, FetchError>, kube::Error> {
+        ApiReads::fetch_artifact(&self.client, &self.fetcher, ns, src).await
+    }
+}
+
+impl ApiReads {
+    /// The bytes of `src` (kept by `fetcher`, or downloaded with the
+    /// credentials its Secret in `ns` gives), only when they match its
+    /// sha256.
+    pub async fn fetch_artifact(
+        client: &kube::Client,
+        fetcher: &Fetcher,
+        ns: &str,
+        src: &UrlSource,
+    ) -> Result<Result<Vec<u8>, FetchError>, kube::Error> {
         let checked = match url_source::check(src) {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
         // A kept download needs no Secret read.
-        if let Some(hit) = self.fetcher.cached(&checked.sha256) {
+        if let Some(hit) = fetcher.cached(&checked.sha256) {
             return Ok(Ok(hit.to_vec()));
         }
-        let creds = match fetch::credentials(&self.client, ns, src).await? {
+        let creds = match fetch::credentials(client, ns, src).await? {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
-        Ok(self.fetcher.get(&checked, &creds).await.map(|b| b.to_vec()))
+        Ok(fetcher.get(&checked, &creds).await.map(|b| b.to_vec()))
     }
 }
 

@@ -500,32 +500,14 @@ fn plan_only(
     if !obj.spec.plan || !changed {
         return false;
     }
-    let (ns, name) = (obj.namespace(), obj.name_any());
-    let sets = ctx.caches.entry_sets.store().state();
-    let vss = ctx.caches.virtual_switches.store().state();
-    let removed = program_hold::removed_tables(old, new);
-    let losing = program_hold::still_used(obj, &removed, &sets, &vss);
-    let switches = ctx.caches.switches.store();
-    let mine: Vec<_> = vss
-        .iter()
-        .filter(|v| v.namespace() == ns && v.spec.program_ref == name)
-        .collect();
-    let placed: Vec<_> = mine
-        .iter()
-        .map(|v| {
-            let on = v.status.as_ref().and_then(|s| s.switch.clone());
-            on.and_then(|n| switches.get(&kube::runtime::reflector::ObjectRef::new(&n)))
-        })
-        .collect();
-    let members: Vec<program_plan::Member> = mine
-        .iter()
-        .zip(&placed)
-        .map(|(vs, switch)| program_plan::Member {
-            vs,
-            switch: switch.as_deref(),
-        })
-        .collect();
-    let plan = program_plan::plan(old, new, &members, &losing);
+    let plan = program_plan::of_fleet(
+        obj,
+        old,
+        new,
+        &ctx.caches.virtual_switches.store().state(),
+        &ctx.caches.switches.store().state(),
+        &ctx.caches.entry_sets.store().state(),
+    );
     *new = program_plan::planned_status(old, std::mem::take(new), plan);
     true
 }

@@ -225,18 +225,25 @@ impl ConfigMapIndex {
         self.store.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Fills the index by hand (unit tests).
-    #[cfg(test)]
-    pub fn insert_for_tests(&self, metas: &[Meta]) {
+    /// Fills the index once from a list instead of a watch (`p4fleet
+    /// plan`: the cluster's ConfigMaps and the manifest's).
+    pub fn fill(&self, metas: &[Meta]) -> reflector::store::Writer<Meta> {
         let (store, mut w) = reflector::store();
         w.apply_watcher_event(&watcher::Event::Init);
         for m in metas {
             w.apply_watcher_event(&watcher::Event::InitApply(m.clone()));
         }
         w.apply_watcher_event(&watcher::Event::InitDone);
-        *self.store.lock().unwrap() = store;
-        *self.writer.lock().unwrap() = Some(w);
+        *self.store.lock().unwrap_or_else(|p| p.into_inner()) = store;
         self.watched.store(true, Ordering::Relaxed);
+        w
+    }
+
+    /// Fills the index by hand (unit tests).
+    #[cfg(test)]
+    pub fn insert_for_tests(&self, metas: &[Meta]) {
+        let w = self.fill(metas);
+        *self.writer.lock().unwrap() = Some(w);
     }
 
     /// Whether lookups can use the store: Ok(true) when it is listed,

@@ -5,12 +5,15 @@
 //! their entries, which VirtualSwitches reload and how, which sets would
 //! lose their table.
 
+use std::sync::Arc;
+
+use kube::ResourceExt;
 use p4fleet_crds::{
-    Condition, P4ProgramStatus, ProgramPlan, Switch, SwitchProtocol, SwitchTarget, TableInfo,
-    UpdateStrategyType, VirtualSwitch, VirtualSwitchPlan,
+    Condition, P4Program, P4ProgramStatus, ProgramPlan, Switch, SwitchProtocol, SwitchTarget,
+    TableEntrySet, TableInfo, UpdateStrategyType, VirtualSwitch, VirtualSwitchPlan,
 };
 
-use super::program_hold::TableUse;
+use super::program_hold::{self, TableUse};
 use crate::status::EventNote;
 
 /// Condition type on a P4Program whose changed content is only planned.
@@ -75,8 +78,8 @@ pub fn plan(
     p.virtual_switches = members
         .iter()
         .map(|m| VirtualSwitchPlan {
-            name: kube::ResourceExt::name_any(m.vs),
-            switch: m.switch.map(kube::ResourceExt::name_any),
+            name: m.vs.name_any(),
+            switch: m.switch.map(ResourceExt::name_any),
             load: load(m, &to).to_string(),
         })
         .collect();
@@ -86,6 +89,35 @@ pub fn plan(
         .map(|u| format!("{} ({} on {})", u.set, u.table, u.virtual_switch))
         .collect();
     p
+}
+
+/// The plan of `program` rolling `new` out over `old` (the content in
+/// force), from the fleet's objects: the controller's caches, or what a
+/// command line listed.
+pub fn of_fleet(
+    program: &P4Program,
+    old: &P4ProgramStatus,
+    new: &P4ProgramStatus,
+    vss: &[Arc<VirtualSwitch>],
+    switches: &[Arc<Switch>],
+    sets: &[Arc<TableEntrySet>],
+) -> ProgramPlan {
+    let (ns, name) = (program.namespace(), program.name_any());
+    let removed = program_hold::removed_tables(old, new);
+    let losing = program_hold::still_used(program, &removed, sets, vss);
+    let members: Vec<Member> = vss
+        .iter()
+        .filter(|v| v.namespace() == ns && v.spec.program_ref == name)
+        .map(|vs| {
+            let on = vs.status.as_ref().and_then(|s| s.switch.as_deref());
+            let switch = on.and_then(|n| switches.iter().find(|s| s.name_any() == n));
+            Member {
+                vs,
+                switch: switch.map(AsRef::as_ref),
+            }
+        })
+        .collect();
+    plan(old, new, &members, &losing)
 }
 
 /// The held status: the content in force stays (as in a removal hold),

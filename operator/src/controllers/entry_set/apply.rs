@@ -134,7 +134,10 @@ impl Planned<'_> {
 
 /// Reads one target back and plans its sync. A device that cannot be
 /// read is the outcome (`Err`), never an error.
-pub async fn plan_target<'a>(ctx: &SetCtx, job: Job<'a>) -> Result<Planned<'a>, Outcome> {
+pub async fn plan_target<'a>(
+    devices: &crate::devices::DevicePool,
+    job: Job<'a>,
+) -> Result<Planned<'a>, Outcome> {
     let Job {
         set,
         set_key,
@@ -154,7 +157,7 @@ pub async fn plan_target<'a>(ctx: &SetCtx, job: Job<'a>) -> Result<Planned<'a>, 
         retry: None,
     };
     let (tag, key) = (tag(set), t.key(set_key));
-    let (dev, read) = match connect_and_check(ctx, t, d, tag).await {
+    let (dev, read) = match connect_and_check(devices, t, d, tag).await {
         Ok(r) => r,
         Err(error) => {
             out.device_error = Some(DeviceError {
@@ -498,12 +501,12 @@ pub async fn connect_and_read(
 /// The target's device (connected through the pool) and its table read
 /// back against `desired` ([`read_check`]).
 async fn connect_and_check(
-    ctx: &SetCtx,
+    devices: &crate::devices::DevicePool,
     t: &Target,
     desired: &Desired,
     tag: u64,
 ) -> Result<(std::sync::Arc<Device>, ReadBack), p4fleet_client::Error> {
-    let dev = t.device(&ctx.devices)?;
+    let dev = t.device(devices)?;
     let read = read_check::read(&dev, t, desired, tag).await?;
     Ok((dev, read))
 }

@@ -363,7 +363,7 @@ async fn write_entries(
         .as_ref()
         .and_then(|s| s.plan.as_ref())
         .map(|old| {
-            let now = plan_status(set, &planned, refs);
+            let now = plan::of_targets(set.metadata.generation, &planned, &refs.indirect);
             plan::applied_event(old, &now.digest, &now)
         });
     let at_most = planned
@@ -420,47 +420,13 @@ async fn plan_targets<'a>(
             deletes: refs.all.sources_complete(),
             record,
         };
-        (target.switch.name_any(), apply::plan_target(ctx, job))
+        (
+            target.switch.name_any(),
+            apply::plan_target(&ctx.devices, job),
+        )
     });
     let parallel = ctx.config.limits.targets_per_set;
     ctx.own.permits.each(parallel, jobs).await
-}
-
-/// `status.plan` of planned targets; a target that could not be read, or
-/// whose table has an action profile (its entries go through
-/// `profiles`, which does not plan), is shown with why.
-fn plan_status(
-    set: &TableEntrySet,
-    planned: &[Result<apply::Planned<'_>, apply::Outcome>],
-    refs: &Resolved,
-) -> p4fleet_crds::EntryPlan {
-    let updates: Vec<plan::Updates> = planned
-        .iter()
-        .flatten()
-        .map(apply::Planned::updates)
-        .collect();
-    let unreadable = planned.iter().filter_map(|p| p.as_ref().err()).map(|o| {
-        let error = o.device_error.as_ref().map(ToString::to_string);
-        (o.virtual_switch.clone(), o.switch.clone(), error)
-    });
-    let profiled = refs.indirect.iter().map(|t| {
-        let why = "a table with an action profile is not planned; nothing written";
-        (
-            t.virtual_switch.clone(),
-            t.switch.name_any(),
-            Some(why.to_string()),
-        )
-    });
-    let unplanned = unreadable
-        .chain(profiled)
-        .map(|(virtual_switch, switch, error)| p4fleet_crds::TargetPlan {
-            virtual_switch,
-            switch,
-            error,
-            ..Default::default()
-        })
-        .collect();
-    plan::status(set.metadata.generation, &updates, unplanned)
 }
 
 /// Plan only (`spec.plan`): each target read back and planned like a
@@ -476,7 +442,7 @@ async fn plan_only(
 ) -> Result<Action, Error> {
     let record = ctx.own.ownership.get(&ctx.client, set).await?;
     let planned = plan_targets(ctx, me, set, refs, desired, &record.record).await;
-    let the_plan = plan_status(set, &planned, refs);
+    let the_plan = plan::of_targets(set.metadata.generation, &planned, &refs.indirect);
     let outcomes: Vec<apply::Outcome> = planned
         .into_iter()
         .map(|p| p.map_or_else(|o| o, apply::Planned::unwritten))

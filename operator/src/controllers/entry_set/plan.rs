@@ -9,7 +9,10 @@ use p4fleet_model::entries::{Entry, TableSchema, format_entry, format_key};
 use p4fleet_model::sync::{DeviceEntry, Plan};
 use sha2::{Digest, Sha256};
 
+use super::apply::{Outcome, Planned};
+use super::dereference::Target;
 use crate::status::EventNote;
+use kube::ResourceExt;
 
 /// Updates shown per target as lines; the counts and digest cover all.
 pub const SHOWN: usize = 10;
@@ -106,6 +109,40 @@ pub fn status(
         unchanged: sum(|t| t.unchanged),
         targets: all,
     }
+}
+
+/// `status.plan` of the targets read back and planned
+/// ([`super::apply::plan_target`]); a target that could not be read, or
+/// whose table has an action profile (`indirect`: its entries go through
+/// `profiles`, which does not plan), is shown with why.
+pub fn of_targets(
+    generation: Option<i64>,
+    planned: &[Result<Planned<'_>, Outcome>],
+    indirect: &[Target],
+) -> EntryPlan {
+    let updates: Vec<Updates> = planned.iter().flatten().map(Planned::updates).collect();
+    let unreadable = planned.iter().filter_map(|p| p.as_ref().err()).map(|o| {
+        let error = o.device_error.as_ref().map(ToString::to_string);
+        (o.virtual_switch.clone(), o.switch.clone(), error)
+    });
+    let profiled = indirect.iter().map(|t| {
+        let why = "a table with an action profile is not planned; nothing written";
+        (
+            t.virtual_switch.clone(),
+            t.switch.name_any(),
+            Some(why.to_string()),
+        )
+    });
+    let unplanned = unreadable
+        .chain(profiled)
+        .map(|(virtual_switch, switch, error)| TargetPlan {
+            virtual_switch,
+            switch,
+            error,
+            ..Default::default()
+        })
+        .collect();
+    status(generation, &updates, unplanned)
 }
 
 /// `+3 ~1 -2`
