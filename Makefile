@@ -4,7 +4,7 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: deps build test crds demo lint clean-local bench bench-dataplane bench-fpga bench-fleet bench-batching bench-entry-path e2e-cluster
+.PHONY: deps build test crds demo lint clean-local bench bench-dataplane bench-fpga bench-fleet bench-rollout bench-batching bench-entry-path e2e-cluster
 
 deps:
 	hack/install-deps.sh
@@ -84,6 +84,15 @@ FLEET_BENCH_ARGS ?=
 bench-fleet: deps
 	$(CARGO) build --release --workspace --bins
 	target/release/p4fleet-fleet-bench --command "make bench-fleet $(FLEET_BENCH_ARGS)" $(FLEET_BENCH_ARGS)
+
+# A Canary rollout over 1,000 emulated Switches in 10 % steps with a 10 s
+# analysis window, then a failed gate rolled back (docs/rollouts.md,
+# "Benchmark"; prints Markdown). A quick look:
+# make bench-rollout ROLLOUT_BENCH_ARGS="--switches 20 --analysis-seconds 2"
+ROLLOUT_BENCH_ARGS ?=
+bench-rollout: deps
+	$(CARGO) build --release --workspace --bins
+	target/release/p4fleet-rollout-bench --command "make bench-rollout $(ROLLOUT_BENCH_ARGS)" $(ROLLOUT_BENCH_ARGS)
 
 # Adaptive batching (docs/performance.md, docs/batching.md): batchSize/maxInFlight
 # Auto against a grid of static settings through the operator's sync stages,

@@ -17,6 +17,7 @@ pub mod procs;
 pub mod prom;
 pub mod ready;
 pub mod report;
+pub mod rollout;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
