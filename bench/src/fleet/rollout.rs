@@ -31,11 +31,11 @@ const POLL: Duration = Duration::from_millis(200);
 #[derive(Debug, Clone, Serialize)]
 pub struct StepTime {
     pub step: u32,
-    /// From the step seen starting to every VirtualSwitch of it seen
-    /// healthy (devices loading, entries written and read back).
+    /// From the step's start to every VirtualSwitch of it healthy
+    /// (devices loading, entries written and read back), as the operator
+    /// stamped them (`stepStartedAt`, `healthySince`).
     pub to_healthy: Option<f64>,
-    /// From the step seen starting to the next seen starting (or the
-    /// rollout seen Completed).
+    /// From the step's start to the next step's (or `finishedAt`).
     pub seconds: f64,
 }
 
@@ -183,8 +183,10 @@ pub async fn run(
     let before = env.snapshot().await?;
     new_revision(&programs, &p4info, 2).await?;
     let started = Instant::now();
-    let mut seen: Vec<(u32, Instant, Option<Instant>)> = Vec::new();
-    loop {
+    // Per step as the operator stamped it: started, every VirtualSwitch
+    // healthy (the window's start).
+    let mut seen: Vec<(u32, String, Option<String>)> = Vec::new();
+    let finished = loop {
         if started.elapsed() > cfg.timeout {
             bail!("the rollout did not complete within {:?}", cfg.timeout);
         }
@@ -193,31 +195,40 @@ pub async fn run(
             tokio::time::sleep(POLL).await;
             continue;
         };
-        let now = Instant::now();
         if seen.last().is_none_or(|s| s.0 != r.step) {
-            seen.push((r.step, now, None));
+            seen.push((r.step, r.step_started_at.clone(), None));
         }
         let last = seen.last_mut().expect("pushed");
-        if last.2.is_none() && r.healthy_since.is_some() {
-            last.2 = Some(now);
+        if last.2.is_none() {
+            last.2 = r.healthy_since.clone();
         }
         match r.phase {
-            RolloutPhase::Completed => break,
+            RolloutPhase::Completed => break r.finished_at.clone().unwrap_or_default(),
             RolloutPhase::RolledBack => bail!("the good revision rolled back: {:?}", r.failure),
             _ => {}
         }
         tokio::time::sleep(POLL).await;
-    }
+    };
     let total_seconds = started.elapsed().as_secs_f64();
     let after = env.snapshot().await?;
     let by_kind = requests(&before, &after);
     let all: f64 = by_kind.iter().map(|r| r.1).sum();
+    let at = |s: &str| chrono::DateTime::parse_from_rfc3339(s).ok();
+    let between = |a: &str, b: &str| match (at(a), at(b)) {
+        (Some(a), Some(b)) => Some((b - a).num_milliseconds() as f64 / 1000.0),
+        _ => None,
+    };
     let steps: Vec<StepTime> = seen
-        .windows(2)
-        .map(|w| StepTime {
-            step: w[0].0,
-            to_healthy: w[0].2.map(|h| (h - w[0].1).as_secs_f64()),
-            seconds: (w[1].1 - w[0].1).as_secs_f64(),
+        .iter()
+        .filter(|s| s.0 < 100 / step_percent)
+        .enumerate()
+        .map(|(i, s)| {
+            let next = seen.get(i + 1).map_or(finished.as_str(), |n| n.1.as_str());
+            StepTime {
+                step: s.0,
+                to_healthy: s.2.as_deref().and_then(|h| between(&s.1, h)),
+                seconds: between(&s.1, next).unwrap_or(f64::NAN),
+            }
         })
         .collect();
     eprintln!("rollout bench: revision 2 completed in {total_seconds:.1} s");

@@ -475,8 +475,11 @@ fn at(s: &str) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
+/// Milliseconds: the analysis window counts from `healthySince`, and a
+/// stamp cut to the second made it up to a second short (seen in the
+/// rollout benchmark). Stamps change only when the rollout moves.
 fn stamp(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 /// Time from `since` to `now`, zero when `since` is later or unreadable.
