@@ -399,3 +399,22 @@ pub async fn fleet(
     .await;
     (cp, fleet)
 }
+
+/// `p4fleet plan -f` on `manifest` (YAML) against the cluster of
+/// `kubeconfig`: its exit code, what it printed, and its stderr.
+pub fn p4fleet_plan(kubeconfig: &std::path::Path, manifest: &str) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("change.yaml");
+    std::fs::write(&file, manifest).expect("write the manifest");
+    let out = Command::new(build_binaries().join("p4fleet"))
+        .args(["plan", "-f"])
+        .arg(&file)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("run p4fleet plan");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 use p4fleet_crds::{TableEntrySet, find_condition};
 use p4fleet_e2e::firewall::{self, FirewallSet, Kind, Other};
-use p4fleet_e2e::processes::{build_binaries as bin, spawn_operator};
+use p4fleet_e2e::processes::{build_binaries as bin, p4fleet_plan, spawn_operator};
 use p4fleet_e2e::{ControlPlane, TestNamespace, firewall_lines, set_status_where, wait_event};
 use serde_json::json;
 
@@ -89,22 +89,8 @@ fn plan_cli(cp: &ControlPlane, ns: &str, entries: &str) -> String {
 
 /// `p4fleet plan -f` on `manifest`: its output, once it exited with `code`.
 fn run_plan(cp: &ControlPlane, manifest: &str, code: Option<i32>) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("change.yaml");
-    std::fs::write(&file, manifest).unwrap();
-    let out = std::process::Command::new(bin().join("p4fleet"))
-        .args(["plan", "-f"])
-        .arg(&file)
-        .env("KUBECONFIG", cp.kubeconfig_path())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert_eq!(
-        out.status.code(),
-        code,
-        "{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (exit, text, err) = p4fleet_plan(cp.kubeconfig_path(), manifest);
+    assert_eq!(exit, code, "{text}\n{err}");
     text
 }
 

@@ -25,7 +25,8 @@ use p4fleet_crds::{
     ProgramUpdateMode, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
 use p4fleet_e2e::processes::{
-    build_binaries, once_per_binary, operator_http_addr, spawn_emulator, spawn_operator,
+    build_binaries, once_per_binary, operator_http_addr, p4fleet_plan, spawn_emulator,
+    spawn_operator,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
 use p4fleet_proto::p4runtime::{self as p4, p4_runtime_client::P4RuntimeClient};
@@ -476,21 +477,9 @@ async fn plan_cli(ns: &str, p4info: &str) -> String {
     let manifest = json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
         "metadata": {"name": "hitless", "namespace": ns},
         "spec": {"p4info": {"inline": p4info}}});
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("program.yaml");
-    std::fs::write(&file, serde_yaml::to_string(&manifest).unwrap()).unwrap();
-    let out = std::process::Command::new(build_binaries().join("p4fleet"))
-        .args(["plan", "-f"])
-        .arg(&file)
-        .env("KUBECONFIG", cp.kubeconfig_path())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let manifest = serde_yaml::to_string(&manifest).unwrap();
+    let (exit, text, err) = p4fleet_plan(cp.kubeconfig_path(), &manifest);
+    assert_eq!(exit, Some(0), "{text}{err}");
     text
 }
 

@@ -359,7 +359,7 @@ impl Report {
         );
         let _ = writeln!(
             t,
-            "Bad revision: `RolledBack` seen {:.1} s after it was applied; its {} moved VirtualSwitches ran the old revision again {:.1} s after that, with every entry exact {:.1} s after it.",
+            "Bad revision: `RolledBack` seen {:.1} s after it was applied; from then, its {} moved VirtualSwitches ran the old revision again after {:.1} s and had every entry exact after {:.1} s.",
             self.to_rolled_back, self.rolled_back, self.reloaded_seconds, self.rollback_seconds
         );
         t
