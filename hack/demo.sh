@@ -466,10 +466,16 @@ for s in b.get("slots", []):
 # --- a staged rollout with a rollback (docs/rollouts.md) ---------------------
 ROLL_NS="${DEMO_ROLLOUT_NS:-p4fleet-rollout}"
 
+# This run's mark in the contents: a re-run's versions are new revisions.
+# The same text as the last run's would be the content the fleet already
+# runs, which is no rollout at all (nothing to move), and the waits below
+# would wait for one.
+ROLL_RUN="$(date +%s)"
+
 # $1 version: the firewall's P4Info with a comment naming it (a new digest,
 # the same program), applied to the ConfigMap firewall-fleet-src.
 rollout_source() {
-  { cat "$REPO/examples/firewall/p4info.txt"; echo "# $1"; } >"$LOCAL/firewall-fleet.p4info.txt"
+  { cat "$REPO/examples/firewall/p4info.txt"; echo "# $1, demo run $ROLL_RUN"; } >"$LOCAL/firewall-fleet.p4info.txt"
   kubectl create configmap firewall-fleet-src -n "$ROLL_NS" \
     --from-file=p4info.txt="$LOCAL/firewall-fleet.p4info.txt" --dry-run=client -o yaml |
     kubectl apply --server-side --force-conflicts --field-manager=p4fleet-demo -f - >/dev/null
@@ -526,7 +532,8 @@ rollout() {
   done
   kubectl create namespace "$ROLL_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   # A re-run goes on from the revisions of the last one (the waits below
-  # follow the newest revision, whatever its number).
+  # follow the newest revision, whatever its number; ROLL_RUN makes each
+  # run's contents new).
   rollout_source v1
   entries_configmap firewall-fleet-entries 0 20 "$ROLL_NS"
   {
