@@ -137,6 +137,50 @@ async fn until_writing(rig: &Rig) {
     }
 }
 
+/// The reasons of set `fw`'s Ready condition while not True, in every
+/// status version written from the start on (a watch, not polls).
+struct ReadyReasons {
+    task: tokio::task::JoinHandle<()>,
+    seen: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+}
+
+impl ReadyReasons {
+    /// Returns once the watch has listed the set: later writes are seen.
+    async fn start(sets: Api<TableEntrySet>) -> ReadyReasons {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+        let into = seen.clone();
+        let config = watcher::Config::default().fields("metadata.name=fw");
+        let (listed, first) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut listed = Some(listed);
+            let mut events = std::pin::pin!(watcher(sets, config).applied_objects());
+            while let Some(Ok(set)) = events.next().await {
+                if let Some(l) = listed.take() {
+                    let _ = l.send(());
+                }
+                let st = set.status.unwrap_or_default();
+                if let Some(c) = p4fleet_crds::find_condition(&st.conditions, "Ready")
+                    && !c.is_true()
+                {
+                    into.lock().unwrap().insert(c.reason.clone());
+                }
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(30), first)
+            .await
+            .expect("the set listed by the watch")
+            .expect("the watch task");
+        ReadyReasons { task, seen }
+    }
+
+    fn finish(self) -> std::collections::BTreeSet<String> {
+        self.task.abort();
+        self.seen.lock().unwrap().clone()
+    }
+}
+
 /// A device fault on each kind of Switch at once, through the operator
 /// shared by this binary's device-fault tests: arms `faults` (side channel
 /// queries), changes the entries, and checks the recovery. Returns what the
@@ -156,6 +200,7 @@ async fn device_fault(
             let (_emu, addrs) = firewall::emulator(&bin(), &device.to_string(), None);
             let rig = Rig::new(&client, kind, device, addrs).await;
             let watch = rig.watch(&client);
+            let every = ReadyReasons::start(rig.sets(&client)).await;
             for q in faults {
                 firewall::arm_fault(addrs.stats, device, q);
             }
@@ -163,7 +208,10 @@ async fn device_fault(
             rig.desire(&client, CHANGED_FROM, CHANGED).await;
             firewall::ready_with(&rig.sets(&client), CHANGED).await;
             let recovered = changed.elapsed();
-            let seen = watch.finish().await;
+            let mut seen = watch.finish().await;
+            // The polls can miss a Syncing mark shorter than their
+            // interval; the watch sees every status written.
+            seen.reasons.extend(every.finish());
             let fired = firewall::faults_fired(addrs.stats, device);
             eprintln!(
                 "{what} {kind:?}: change to Ready with {CHANGED} in {recovered:?}; \
