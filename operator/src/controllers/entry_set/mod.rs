@@ -479,7 +479,10 @@ async fn plan_only(
     for ev in &events {
         ctx.events.publish(set, ev).await;
     }
-    Ok(report.action)
+    // An unreachable device is asked again on the set's backoff, as in a
+    // sync, not every RETRY.
+    let problems = &refs.all.problems;
+    Ok(on_backoff(ctx, me, set, &outcomes, problems, report.action))
 }
 
 /// What the set's features beyond its entries found on the devices.
