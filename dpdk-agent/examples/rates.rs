@@ -39,6 +39,12 @@ struct Args {
     /// Runs per row (the median is printed).
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// The policies' `burst_size` (0: the agent's default).
+    #[arg(long, default_value_t = 0)]
+    burst: u32,
+    /// Only the workloads whose name contains this.
+    #[arg(long)]
+    only: Option<String>,
 }
 
 fn example(file: &str) -> String {
@@ -219,6 +225,9 @@ async fn main() {
     let mut rows: Vec<Row> = Vec::new();
     let mut cookie = 100;
     for (name, spec, ext_names) in &workloads {
+        if !ext_names.is_empty() && args.only.as_ref().is_some_and(|o| !name.contains(o.as_str())) {
+            continue;
+        }
         let modes: &[&str] = if ext_names.is_empty() {
             &["-"]
         } else if ext_names == &["empty"] {
@@ -258,6 +267,7 @@ async fn main() {
                             "Async, crypto device" => xpb::Executor::InlineCryptoDevice as i32,
                             _ => 0,
                         },
+                        burst_size: args.burst,
                         ..Default::default()
                     })
                     .collect();

@@ -18,12 +18,23 @@
 //! **Async.** An extern that returns 0 parks its packet: the pipeline
 //! switches to another of its 16 internal threads and calls the extern
 //! again, with the same mailbox, when it comes back to that thread. So
-//! the first call of an Async extern hands the mailbox to an extern core
-//! (a lock-free SPSC ring per extern and core, [`rtrb`]) and returns 0; the
-//! extern core runs the work and marks the mailbox done; the next call
-//! that finds it done returns 1 and the packet goes on. At most 16 packets
-//! are parked per pipeline (`RTE_SWX_PIPELINE_THREADS_MAX`) and packets
-//! can leave out of order.
+//! the first call of an Async extern copies the mailbox's block into a
+//! [`Lane`] to an extern core and returns 0; the extern core runs the work
+//! into the lane's result slot and publishes how far it got; the next call
+//! that finds its request done copies the result back into the mailbox,
+//! returns 1 and the packet goes on. At most 16 packets are parked per
+//! pipeline (`RTE_SWX_PIPELINE_THREADS_MAX`) and packets can leave out of
+//! order.
+//!
+//! **Why lanes, not mailbox pointers.** The mailbox is the pipeline core's
+//! memory. An extern core that writes into it (the result, a done mark)
+//! pulls its cache line over to itself, and the pipeline core pulls it
+//! back for every packet: two line transfers per packet, ~150 ns on this
+//! VM, which made Async 2.7 times slower than Sync for an empty extern.
+//! A lane keeps every line one-way per burst: requests and results are
+//! packed four to a line, and the only shared words are two counters
+//! (published, completed), each written by one side once per burst. The
+//! empty extern copies no block at all.
 //!
 //! The extern functions run on the pipeline's core only (one data plane
 //! thread per pipeline); the per-extern counters they bump are written by
@@ -49,8 +60,6 @@ pub const MAILBOX_STRUCT: &str = "p4fleet_extern_mailbox_t";
 pub const MAILBOX_FIELDS: [(&str, u32); 3] = [("w0", 64), ("w1", 64), ("p4fleet_state", 64)];
 
 const IDLE: u64 = 0;
-/// Handed to an extern core.
-const SUBMITTED: u64 = 1;
 /// The result is in the mailbox (shim/p4fa.c writes it too).
 const DONE: u64 = 2;
 /// Queued on the crypto device.
@@ -160,22 +169,149 @@ pub const MODE_SKIP: u8 = 2;
 /// Async on the crypto device, polled from the pipeline's thread.
 pub const MODE_INLINE: u8 = 3;
 
-/// A request to an extern core: the parked packet's mailbox.
-#[derive(Clone, Copy)]
-struct Request(*mut Mailbox);
-// SAFETY: the mailbox is DPDK's per-thread memory of a pipeline that
-// outlives the request: a pipeline is freed only after every submitted
-// request has been executed (`Runtime::drain`), and while SUBMITTED only
-// the extern core touches its fields.
-unsafe impl Send for Request {}
+/// Requests one lane holds (a power of two). The pipeline parks at most
+/// 16 packets, so more is never used; a larger `queue_depth` is accepted
+/// and reported as asked.
+const LANE_SLOTS: usize = 64;
+
+/// A value on a cache line of its own (no false sharing between the
+/// pipeline's and the extern core's words).
+#[repr(align(64))]
+struct Padded<T>(T);
+
+/// The pipeline thread's side of a lane (only that thread touches it).
+struct LaneProducer {
+    /// Sequence number of the next request.
+    next: u64,
+    /// Requests below this are visible to the extern core.
+    published: u64,
+    /// Last `completed` read (re-read only when a request needs more).
+    completed_seen: u64,
+    /// Result slots held by a parked packet (bit `seq % LANE_SLOTS`).
+    claimed: u64,
+    /// The mailbox of each claimed slot: a policy change settles them
+    /// (`Lane::settle`) before it replaces the lanes.
+    owners: [*mut Mailbox; LANE_SLOTS],
+}
+
+impl Default for LaneProducer {
+    fn default() -> Self {
+        LaneProducer {
+            next: 0,
+            published: 0,
+            completed_seen: 0,
+            claimed: 0,
+            owners: [std::ptr::null_mut(); LANE_SLOTS],
+        }
+    }
+}
+
+/// One extern's requests to one extern core: a single-producer
+/// (pipeline thread) single-consumer (extern core) ring of blocks, with
+/// the results in a parallel ring. Request `seq` lives in slot
+/// `seq % LANE_SLOTS` of both.
+struct Lane {
+    /// Written by the pipeline thread once per burst.
+    published: Padded<AtomicU64>,
+    /// Written by the extern core once per burst: results below it are
+    /// in `results`.
+    completed: Padded<AtomicU64>,
+    /// Requests in flight at most (`queue_depth`, at most [`LANE_SLOTS`]).
+    capacity: u64,
+    requests: [UnsafeCell<[u64; 2]>; LANE_SLOTS],
+    results: [UnsafeCell<[u64; 2]>; LANE_SLOTS],
+    producer: Padded<UnsafeCell<LaneProducer>>,
+}
+
+// SAFETY: `requests[i]` is written by the pipeline thread before it
+// publishes `i` (release) and read by the extern core after it sees it
+// (acquire), and not written again until the extern core has completed it
+// (the producer's capacity check); `results[i]` is written by the extern
+// core before it publishes completion (release) and read by the pipeline
+// thread after it sees it (acquire), and not written again until the
+// parked packet has read it and released its claim. `producer` is the
+// pipeline thread's alone (or the control side's while that thread is
+// paused or stopped), and so are the mailboxes it points at.
+unsafe impl Sync for Lane {}
+// SAFETY: as above (the raw mailbox pointers are only dereferenced by the
+// pipeline thread or the control side while that thread is paused).
+unsafe impl Send for Lane {}
+
+impl Lane {
+    fn new(queue_depth: u32) -> Lane {
+        Lane {
+            published: Padded(AtomicU64::new(0)),
+            completed: Padded(AtomicU64::new(0)),
+            capacity: u64::from(queue_depth).clamp(1, LANE_SLOTS as u64),
+            requests: std::array::from_fn(|_| UnsafeCell::new([0; 2])),
+            results: std::array::from_fn(|_| UnsafeCell::new([0; 2])),
+            producer: Padded(UnsafeCell::new(LaneProducer::default())),
+        }
+    }
+
+    /// Makes every request so far visible to the extern core.
+    ///
+    /// # Safety
+    /// The pipeline's thread, or the control side while it is paused or
+    /// stopped (the owner of `producer`).
+    unsafe fn publish(&self) {
+        // SAFETY: see the function's contract.
+        let p = unsafe { &mut *self.producer.0.get() };
+        if p.published != p.next {
+            p.published = p.next;
+            self.published.0.store(p.next, Ordering::Release);
+        }
+    }
+
+    /// Hands every parked packet its result in its own mailbox, marked
+    /// done, so that the packet resumes after the lanes are replaced.
+    ///
+    /// # Safety
+    /// The control side, with the pipeline's thread paused or stopped and
+    /// every published request completed (`Runtime::drain`).
+    unsafe fn settle(&self, kind: Kind) {
+        // SAFETY: see the function's contract.
+        let p = unsafe { &mut *self.producer.0.get() };
+        for i in 0..LANE_SLOTS {
+            if p.claimed & (1 << i) == 0 {
+                continue;
+            }
+            let mb = p.owners[i];
+            // SAFETY: a claimed slot's mailbox belongs to a parked packet
+            // of the paused pipeline; its request is completed.
+            unsafe {
+                if kind != Kind::Empty {
+                    let [w0, w1] = *self.results[i].get();
+                    (*mb).w0 = w0;
+                    (*mb).w1 = w1;
+                }
+                (*mb).state.store(DONE, Ordering::Release);
+            }
+        }
+        p.claimed = 0;
+    }
+}
+
+/// Most requests published at once (a quarter of DPDK's 16 pipeline
+/// threads).
+const PUBLISH_MAX: u32 = 4;
+
+/// A mailbox state that names a lane request: `LANE_TAG`, the lane's index
+/// in its extern's lanes (12 bits) and the request's sequence number.
+const LANE_TAG: u64 = 4;
+
+fn lane_state(lane: usize, seq: u64) -> u64 {
+    LANE_TAG | (lane as u64) << 4 | seq << 16
+}
 
 /// One extern's state. The counters are written by the pipeline's thread
-/// only (`bump`), except `executed` (extern cores).
+/// only (`bump`), except `executed` (extern cores, on a line of its own).
 struct Slot {
     mode: AtomicU8,
     /// Most calls in flight (submitted, not resumed).
     pool: AtomicU32,
-    /// Operations handed to the crypto device at once.
+    /// Requests published to an extern core at once; operations handed
+    /// to the crypto device at once.
     burst: AtomicU32,
     sync_calls: AtomicU64,
     skipped: AtomicU64,
@@ -188,24 +324,20 @@ struct Slot {
     /// Calls that found their request still running (the thread yielded
     /// again).
     polls: AtomicU64,
-    /// Async calls that waited because the pool or every queue was full
+    /// Async calls that waited because the pool or the lane was full
     /// (DPDK has no way to drop from an extern: the packet stays parked
     /// and asks again).
     waits: AtomicU64,
     /// Requests the extern cores finished.
-    executed: AtomicU64,
-    /// The rings to this extern's cores; touched by the pipeline's thread,
+    executed: Padded<AtomicU64>,
+    /// The lanes to this extern's cores; used by the pipeline's thread,
     /// replaced only while it is paused or stopped.
-    producers: UnsafeCell<Vec<rtrb::Producer<Request>>>,
+    lanes: UnsafeCell<Vec<Arc<Lane>>>,
+    /// The lane the next request goes to (round robin).
     next: UnsafeCell<usize>,
-    /// Submitted calls not yet in a ring: they go out `burst` at a time,
-    /// or when the pipeline comes back to a parked packet of this extern
-    /// (one ring commit for many requests: fewer cache lines bouncing
-    /// between the cores). Same ownership as `producers`.
-    pending: UnsafeCell<Vec<Request>>,
 }
 
-// SAFETY: `producers` and `next` are used by the one pipeline thread, and
+// SAFETY: `lanes` and `next` are used by the one pipeline thread, and
 // replaced by the control side only while that thread is paused or gone
 // (with the pause flag's release/acquire ordering between them).
 unsafe impl Sync for Slot {}
@@ -223,60 +355,114 @@ impl Slot {
             resumed: AtomicU64::new(0),
             polls: AtomicU64::new(0),
             waits: AtomicU64::new(0),
-            executed: AtomicU64::new(0),
-            producers: UnsafeCell::new(Vec::new()),
+            executed: Padded(AtomicU64::new(0)),
+            lanes: UnsafeCell::new(Vec::new()),
             next: UnsafeCell::new(0),
-            pending: UnsafeCell::new(Vec::new()),
         }
     }
 }
 
 static SLOTS: [Slot; EXTERNS.len()] = [const { Slot::new() }; EXTERNS.len()];
 
-/// Most requests one extern keeps pending (the pipeline parks 16; the
-/// buffer is allocated once, at `Runtime::apply`).
-const PENDING_MAX: usize = 64;
-
 #[inline]
 fn bump(c: &AtomicU64) {
     c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }
 
-/// Hands a slot's pending requests to its extern cores' rings, one
-/// commit per ring; what does not fit stays pending.
+/// Publishes every lane's requests of a slot.
 ///
 /// # Safety
-/// Called by the pipeline's thread, or by the control side while that
-/// thread is paused or stopped (the ownership of `Slot::producers`).
+/// Called by the control side while the pipeline's thread is paused or
+/// stopped (the ownership of `Slot::lanes`).
 unsafe fn flush(slot: &Slot) {
     // SAFETY: see the function's contract.
-    let (producers, next, pending) = unsafe {
-        (
-            &mut *slot.producers.get(),
-            &mut *slot.next.get(),
-            &mut *slot.pending.get(),
-        )
-    };
-    let n = producers.len();
-    if n == 0 || pending.is_empty() {
-        return;
+    for lane in unsafe { &*slot.lanes.get() } {
+        // SAFETY: as above.
+        unsafe { lane.publish() };
     }
-    let share = pending.len().div_ceil(n);
-    for k in 0..n {
-        if pending.is_empty() {
-            break;
-        }
-        let i = (*next + k) % n;
-        let take = share.min(pending.len()).min(producers[i].slots());
-        if take == 0 {
-            continue;
-        }
-        let chunk = producers[i]
-            .write_chunk_uninit(take)
-            .expect("`take` slots are free");
-        chunk.fill_from_iter(pending.drain(..take));
-        *next = (i + 1) % n;
+}
+
+/// A parked packet's call on a lane request: done (result copied back,
+/// returns true) or not yet.
+///
+/// # Safety
+/// The pipeline's thread; `mb` is the mailbox whose state names `lane`'s
+/// request `seq`.
+#[inline]
+unsafe fn resume(kind: Kind, lane: &Lane, seq: u64, mb: *mut Mailbox) -> bool {
+    // SAFETY: the pipeline thread owns the producer side (contract).
+    let p = unsafe { &mut *lane.producer.0.get() };
+    if seq >= p.published {
+        // Back at a parked packet whose request is still unpublished: the
+        // burst did not fill; send what there is.
+        // SAFETY: as above.
+        unsafe { lane.publish() };
     }
+    if seq >= p.completed_seen {
+        p.completed_seen = lane.completed.0.load(Ordering::Acquire);
+        if seq >= p.completed_seen {
+            return false;
+        }
+    }
+    let i = seq as usize % LANE_SLOTS;
+    if kind != Kind::Empty {
+        // SAFETY: completed (acquire above): the extern core is done with
+        // this result slot, and it is this packet's claim.
+        unsafe {
+            let [w0, w1] = *lane.results[i].get();
+            (*mb).w0 = w0;
+            (*mb).w1 = w1;
+        }
+    }
+    p.claimed &= !(1 << i);
+    true
+}
+
+/// Hands a call to one of the slot's lanes; false when it cannot take
+/// it now (the packet asks again).
+///
+/// # Safety
+/// The pipeline's thread; `mb` is the call's mailbox.
+#[inline]
+unsafe fn submit(slot: &Slot, kind: Kind, lanes: &[Arc<Lane>], mb: *mut Mailbox) -> bool {
+    // SAFETY: the pipeline thread owns `next` (contract).
+    let next = unsafe { &mut *slot.next.get() };
+    let l = *next % lanes.len();
+    let lane = &lanes[l];
+    // SAFETY: as above, and the producer side.
+    let p = unsafe { &mut *lane.producer.0.get() };
+    if p.next - p.completed_seen >= lane.capacity {
+        p.completed_seen = lane.completed.0.load(Ordering::Acquire);
+        if p.next - p.completed_seen >= lane.capacity {
+            return false;
+        }
+    }
+    let seq = p.next;
+    let i = seq as usize % LANE_SLOTS;
+    if p.claimed & (1 << i) != 0 {
+        // A parked packet has not picked its result up from this slot yet.
+        return false;
+    }
+    if kind != Kind::Empty {
+        // SAFETY: the slot is free (capacity and claim checked); the
+        // extern core reads it only after `publish`.
+        unsafe { *lane.requests[i].get() = [(*mb).w0, (*mb).w1] };
+    }
+    p.claimed |= 1 << i;
+    p.owners[i] = mb;
+    p.next = seq + 1;
+    // SAFETY: the mailbox is this thread's.
+    unsafe { (*mb).state.store(lane_state(l, seq), Ordering::Relaxed) };
+    *next = l + 1;
+    // A few parked packets at a time at most: the extern core works
+    // through one group while the pipeline fills the next (a whole round
+    // of 16 ran the two cores in lock step, docs/dpdk.md).
+    let burst = slot.burst.load(Ordering::Relaxed).min(PUBLISH_MAX);
+    if p.next - p.published >= u64::from(burst) {
+        // SAFETY: the pipeline thread.
+        unsafe { lane.publish() };
+    }
+    true
 }
 
 /// The extern function of slot `I` (what DPDK calls).
@@ -286,9 +472,11 @@ unsafe fn flush(slot: &Slot) {
 /// as [`MAILBOX_FIELDS`]; called only from the pipeline's thread.
 unsafe extern "C" fn call<const I: usize>(mailbox: *mut c_void) -> c_int {
     let slot = &SLOTS[I];
+    let kind = EXTERNS[I].1;
     let mb = mailbox.cast::<Mailbox>();
-    // SAFETY: see the function's contract; the state is only read here
-    // while an extern core may store to it (atomically).
+    // SAFETY: see the function's contract. The state is written by this
+    // thread, and by the crypto device's completion (shim/p4fa.c), which
+    // also runs on this thread (`p4fa_cdev_poll`).
     let state = unsafe { &(*mb).state };
     match state.load(Ordering::Acquire) {
         IDLE => {}
@@ -309,18 +497,23 @@ unsafe extern "C" fn call<const I: usize>(mailbox: *mut c_void) -> c_int {
             bump(&slot.polls);
             return 0;
         }
-        _ => {
-            // SAFETY: the pipeline's thread (the function's contract).
-            unsafe {
-                if !(*slot.pending.get()).is_empty() {
-                    flush(slot);
-                }
+        st => {
+            debug_assert_eq!(st & 0xf, LANE_TAG);
+            // SAFETY: the pipeline's thread (the function's contract); the
+            // lanes are not replaced while a packet is parked on them
+            // (`Runtime::apply` drains first).
+            let lanes = unsafe { &*slot.lanes.get() };
+            let lane = &lanes[((st >> 4) & 0xfff) as usize];
+            // SAFETY: the state names this lane's request.
+            if unsafe { resume(kind, lane, st >> 16, mb) } {
+                state.store(IDLE, Ordering::Relaxed);
+                bump(&slot.resumed);
+                return 1;
             }
             bump(&slot.polls);
             return 0;
         }
     }
-    let kind = EXTERNS[I].1;
     match slot.mode.load(Ordering::Relaxed) {
         MODE_SKIP => {
             bump(&slot.skipped);
@@ -359,28 +552,22 @@ unsafe extern "C" fn call<const I: usize>(mailbox: *mut c_void) -> c_int {
                 return 0;
             }
             // SAFETY: only this thread uses them (see `Slot`).
-            let (producers, pending) =
-                unsafe { (&*slot.producers.get(), &mut *slot.pending.get()) };
-            if producers.is_empty() {
+            let lanes = unsafe { &*slot.lanes.get() };
+            if lanes.is_empty() {
                 // No extern core (cannot happen with a valid policy): run it.
                 unsafe { work(kind, &mut (*mb).w0, &mut (*mb).w1) };
                 bump(&slot.sync_calls);
                 return 1;
             }
-            // A full ring keeps requests pending: the packet stays parked
-            // and asks again (DPDK cannot drop from an extern).
-            if pending.len() >= PENDING_MAX {
+            // A full lane keeps the packet parked: it asks again (DPDK
+            // cannot drop from an extern).
+            // SAFETY: this thread, this call's mailbox.
+            if !unsafe { submit(slot, kind, lanes, mb) } {
                 bump(&slot.waits);
                 return 0;
             }
-            state.store(SUBMITTED, Ordering::Relaxed);
-            pending.push(Request(mb));
             bump(&slot.submitted);
             bump(&slot.to_cores);
-            if pending.len() >= slot.burst.load(Ordering::Relaxed) as usize {
-                // SAFETY: this thread (contract).
-                unsafe { flush(slot) };
-            }
             0
         }
         _ => {
@@ -428,7 +615,7 @@ pub fn counters(slot: usize) -> Counters {
         resumed: r(&s.resumed),
         polls: r(&s.polls),
         waits: r(&s.waits),
-        executed: r(&s.executed),
+        executed: r(&s.executed.0),
     }
 }
 
@@ -475,7 +662,9 @@ impl Default for Runtime {
 impl Runtime {
     /// Waits until every submitted request has been executed (the extern
     /// cores keep running; the pipeline must be paused or stopped, so
-    /// that nothing new is submitted).
+    /// that nothing new is submitted), then hands each parked packet its
+    /// result in its mailbox, marked done: it resumes whatever lanes
+    /// come next, and no lane points into a pipeline that is freed.
     pub fn drain(&self) {
         let start = std::time::Instant::now();
         loop {
@@ -492,8 +681,14 @@ impl Runtime {
             };
             let cores_busy = SLOTS
                 .iter()
-                .any(|s| s.executed.load(Ordering::Acquire) < s.to_cores.load(Ordering::Acquire));
+                .any(|s| s.executed.0.load(Ordering::Acquire) < s.to_cores.load(Ordering::Acquire));
             if !device_busy && !cores_busy {
+                for (s, (_, kind)) in SLOTS.iter().zip(EXTERNS) {
+                    // SAFETY: paused or stopped, every request completed.
+                    for lane in unsafe { &*s.lanes.get() } {
+                        unsafe { lane.settle(kind) };
+                    }
+                }
                 return;
             }
             if (cores_busy && self.threads.is_empty()) || start.elapsed() > Duration::from_secs(10)
@@ -529,25 +724,23 @@ impl Runtime {
             .map(|s| s.cores)
             .max()
             .unwrap_or(0) as usize;
-        let mut per_core: Vec<Vec<(usize, u32, rtrb::Consumer<Request>)>> =
+        let mut per_core: Vec<Vec<(usize, u32, Arc<Lane>)>> =
             (0..n_cores).map(|_| Vec::new()).collect();
         for (i, s) in settings.iter().enumerate() {
             let slot = &SLOTS[i];
-            let mut producers = Vec::new();
+            let mut lanes = Vec::new();
             if s.mode == MODE_ASYNC {
                 for core in per_core.iter_mut().take(s.cores as usize) {
-                    let (p, c) = rtrb::RingBuffer::new(s.queue_depth.max(1) as usize);
-                    producers.push(p);
-                    core.push((i, s.burst.max(1), c));
+                    let lane = Arc::new(Lane::new(s.queue_depth));
+                    lanes.push(lane.clone());
+                    core.push((i, s.burst.max(1), lane));
                 }
             }
-            // SAFETY: the pipeline's thread is paused or stopped (contract).
+            // SAFETY: the pipeline's thread is paused or stopped (contract);
+            // `drain` settled its parked packets.
             unsafe {
-                *slot.producers.get() = producers;
+                *slot.lanes.get() = lanes;
                 *slot.next.get() = 0;
-                let pending = &mut *slot.pending.get();
-                pending.clear();
-                pending.reserve(PENDING_MAX);
             }
             slot.pool.store(s.pool.max(1), Ordering::Relaxed);
             slot.burst.store(s.burst.max(1), Ordering::Relaxed);
@@ -576,7 +769,7 @@ impl Runtime {
                 &s.resumed,
                 &s.polls,
                 &s.waits,
-                &s.executed,
+                &s.executed.0,
             ] {
                 c.store(0, Ordering::Relaxed);
             }
@@ -595,35 +788,48 @@ impl Drop for Runtime {
     }
 }
 
-/// An extern core: takes bursts from its rings, runs each call, marks its
-/// mailbox done. Idle, it keeps polling for 200 µs, then sleeps 50 µs at a
-/// time (an idle agent leaves the machine's cores alone). It never yields:
-/// the pipeline parks at most 16 packets, so each extern core round trip
-/// that takes a scheduler time slice (a yield on a busy machine, a long
-/// sleep) stalls the whole pipeline for it (first measured with
-/// spin-yield-sleep: ~4,000 packets/s).
-fn extern_core(mut rings: Vec<(usize, u32, rtrb::Consumer<Request>)>, stop: Arc<AtomicBool>) {
+/// An extern core: takes bursts of published requests from its lanes,
+/// runs each into its result slot, publishes how far it got. Idle, it
+/// keeps polling for 200 µs, then sleeps 50 µs at a time (an idle agent
+/// leaves the machine's cores alone). It never yields: the pipeline parks
+/// at most 16 packets, so each extern core round trip that takes a
+/// scheduler time slice (a yield on a busy machine, a long sleep) stalls
+/// the whole pipeline for it (first measured with spin-yield-sleep:
+/// ~4,000 packets/s).
+fn extern_core(lanes: Vec<(usize, u32, Arc<Lane>)>, stop: Arc<AtomicBool>) {
     const KEEP_POLLING: Duration = Duration::from_micros(200);
     let mut idle_since: Option<Instant> = None;
     let mut spins = 0u32;
+    // How far each lane is done (this core is its only consumer).
+    let mut done: Vec<u64> = lanes
+        .iter()
+        .map(|(_, _, l)| l.completed.0.load(Ordering::Relaxed))
+        .collect();
     while !stop.load(Ordering::Acquire) {
-        let mut did = 0usize;
-        for (slot, burst, ring) in &mut rings {
-            let n = ring.slots().min(*burst as usize);
+        let mut did = 0u64;
+        for ((slot, burst, lane), done) in lanes.iter().zip(&mut done) {
+            let published = lane.published.0.load(Ordering::Acquire);
+            let n = (published - *done).min(u64::from(*burst));
             if n == 0 {
                 continue;
             }
             let kind = EXTERNS[*slot].1;
-            let chunk = ring.read_chunk(n).expect("n slots are there");
-            for Request(mb) in chunk {
-                // SAFETY: a SUBMITTED mailbox is this core's until DONE
-                // (see `Request`).
+            for seq in *done..*done + n {
+                let i = seq as usize % LANE_SLOTS;
+                // SAFETY: published (acquire above) and not completed: the
+                // request is this core's to read, the result slot to write
+                // (see `Lane`).
                 unsafe {
-                    work(kind, &mut (*mb).w0, &mut (*mb).w1);
-                    (*mb).state.store(DONE, Ordering::Release);
+                    let [mut w0, mut w1] = *lane.requests[i].get();
+                    work(kind, &mut w0, &mut w1);
+                    if kind != Kind::Empty {
+                        *lane.results[i].get() = [w0, w1];
+                    }
                 }
             }
-            SLOTS[*slot].executed.fetch_add(n as u64, Ordering::Release);
+            *done += n;
+            lane.completed.0.store(*done, Ordering::Release);
+            SLOTS[*slot].executed.0.fetch_add(n, Ordering::Release);
             did += n;
         }
         if did > 0 {
@@ -661,6 +867,108 @@ mod tests {
         assert_eq!(block, plain);
         apply(Kind::Empty, &mut block);
         assert_eq!(block, plain);
+    }
+
+    fn mailbox(seed: u64) -> Mailbox {
+        Mailbox {
+            w0: seed.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            w1: !seed,
+            state: AtomicU64::new(IDLE),
+        }
+    }
+
+    fn expected(mb: &Mailbox, kind: Kind) -> (u64, u64) {
+        let (mut w0, mut w1) = (mb.w0, mb.w1);
+        work(kind, &mut w0, &mut w1);
+        (w0, w1)
+    }
+
+    /// The only test that touches the process-wide slots (tests run in
+    /// parallel): the lanes as the pipeline thread uses them, without DPDK.
+    #[test]
+    fn async_calls_park_resume_with_their_own_results_and_survive_a_policy_change() {
+        const ENC: usize = 3; // "encrypt"
+        const EMPTY: usize = 2;
+        assert_eq!(EXTERNS[ENC], ("encrypt", Kind::Encrypt));
+        let f = functions();
+        let mut rt = Runtime::default();
+        rt.reset();
+        let mut settings = [Setting::SYNC; EXTERNS.len()];
+        for i in [ENC, EMPTY] {
+            settings[i] = Setting {
+                mode: MODE_ASYNC,
+                cores: 2,
+                burst: 64,
+                pool: 1023,
+                queue_depth: 8,
+            };
+        }
+        rt.apply(&settings);
+        assert_eq!(rt.cores(), 2);
+
+        // 16 parked packets (DPDK's most) over two lanes of 8: every call
+        // parks, then each resumes with its own block encrypted.
+        let mut mbs: Vec<Mailbox> = (0..16).map(mailbox).collect();
+        let want: Vec<_> = mbs.iter().map(|m| expected(m, Kind::Encrypt)).collect();
+        for mb in &mut mbs {
+            let r = unsafe { f[ENC]((mb as *mut Mailbox).cast()) };
+            assert_eq!(r, 0, "an Async call parks its packet");
+        }
+        let mut resumed = vec![false; mbs.len()];
+        let start = Instant::now();
+        while resumed.iter().any(|r| !r) {
+            assert!(start.elapsed() < Duration::from_secs(10), "{resumed:?}");
+            for (mb, r) in mbs.iter_mut().zip(&mut resumed) {
+                if !*r && unsafe { f[ENC]((mb as *mut Mailbox).cast()) } == 1 {
+                    *r = true;
+                }
+            }
+        }
+        for (i, (mb, w)) in mbs.iter().zip(&want).enumerate() {
+            assert_eq!((mb.w0, mb.w1), *w, "packet {i}'s own result");
+            assert_eq!(mb.state.load(Ordering::Relaxed), IDLE);
+        }
+        let c = counters(ENC);
+        assert_eq!((c.submitted, c.resumed, c.executed), (16, 16, 16));
+        assert_eq!(c.sync_calls, 0);
+
+        // More calls than two lanes of 8 hold: each parks, submitted or
+        // waiting for room (DPDK cannot drop from an extern), none run
+        // inline.
+        let mut more: Vec<Mailbox> = (100..140).map(mailbox).collect();
+        for mb in &mut more {
+            assert_eq!(unsafe { f[EMPTY]((mb as *mut Mailbox).cast()) }, 0);
+        }
+        let c = counters(EMPTY);
+        assert_eq!((c.submitted + c.waits, c.sync_calls), (40, 0));
+        assert!(c.submitted >= 16, "each lane takes its 8 at once: {c:?}");
+
+        // A policy change while packets are parked (the pipeline paused):
+        // each parked packet resumes on its next call with its result,
+        // although its lane is gone.
+        let mut parked: Vec<Mailbox> = (200..210).map(mailbox).collect();
+        let want: Vec<_> = parked.iter().map(|m| expected(m, Kind::Encrypt)).collect();
+        for mb in &mut parked {
+            assert_eq!(unsafe { f[ENC]((mb as *mut Mailbox).cast()) }, 0);
+        }
+        rt.apply(&[Setting::SYNC; EXTERNS.len()]);
+        assert_eq!(rt.cores(), 0);
+        for (mb, w) in parked.iter_mut().zip(&want) {
+            assert_eq!(mb.state.load(Ordering::Relaxed), DONE);
+            assert_eq!(unsafe { f[ENC]((mb as *mut Mailbox).cast()) }, 1);
+            assert_eq!((mb.w0, mb.w1), *w);
+        }
+        // Empty's parked ones resume too, and new calls are Sync.
+        for mb in &mut more {
+            if mb.state.load(Ordering::Relaxed) == DONE {
+                assert_eq!(unsafe { f[EMPTY]((mb as *mut Mailbox).cast()) }, 1);
+            }
+        }
+        let mut mb = mailbox(7);
+        let w = expected(&mb, Kind::Encrypt);
+        assert_eq!(unsafe { f[ENC]((&mut mb as *mut Mailbox).cast()) }, 1);
+        assert_eq!((mb.w0, mb.w1), w);
+        rt.reset();
     }
 
     #[test]
