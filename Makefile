@@ -4,7 +4,7 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: deps build test crds demo lint clean-local bench bench-dataplane bench-fpga bench-fleet bench-rollout bench-batching bench-entry-path e2e-cluster
+.PHONY: deps build test crds demo lint clean-local bench bench-dataplane bench-dpdk bench-fpga bench-fleet bench-rollout bench-batching bench-entry-path e2e-cluster
 
 deps:
 	hack/install-deps.sh
@@ -61,6 +61,15 @@ DATAPLANE_BENCH_ARGS ?=
 bench-dataplane:
 	$(CARGO) build --release --workspace --bins
 	target/release/p4fleet-dataplane-bench $(DATAPLANE_BENCH_ARGS)
+
+# T4P4S Figure 1 on the real DPDK pipeline (p4fleet-dpdk-agent) beside the
+# emulator's, one run per frame size (docs/dpdk.md, "Measured").
+# E.g. make bench-dpdk DPDK_BENCH_ARGS="--only empty --runs 5".
+DPDK_BENCH_ARGS ?=
+bench-dpdk: deps
+	$(CARGO) build --release -p p4fleet-dpdk-agent -p p4fleet-emulator -p p4fleet-bench --bins
+	target/release/p4fleet-dpdk-bench --size 64 $(DPDK_BENCH_ARGS)
+	target/release/p4fleet-dpdk-bench --size 1024 $(DPDK_BENCH_ARGS)
 
 # FPGA swaps (docs/fpga.md, "Swap benchmark"): the device side (load time
 # vs bitstream size, JTAG and ICAP, packets lost on other slots), then the
