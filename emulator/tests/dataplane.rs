@@ -1,7 +1,9 @@
 //! The emulated DPDK data plane end to end (in-process): generated traffic
 //! through the l2crypt example, entries from a TableSource changing what it
-//! forwards, extern policies changing what runs, context pools and queues
-//! dropping instead of blocking, and the ExternRuntime gRPC service.
+//! forwards, extern policies changing what runs (externs that see only
+//! their mailbox: l2crypt_mailbox.spec moves one payload block through
+//! them), full context pools and queues holding packets back (dropping
+//! only with T4P4S's Context method), and the ExternRuntime gRPC service.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +20,7 @@ use p4fleet_proto::externs::{self as pb, extern_runtime_client::ExternRuntimeCli
 use p4fleet_proto::p4info;
 
 const SPEC: &str = include_str!("../../examples/l2crypt/l2crypt.spec");
+const MAILBOX_SPEC: &str = include_str!("../../examples/l2crypt/l2crypt_mailbox.spec");
 const P4INFO: &str = include_str!("../../examples/l2crypt/p4info.txt");
 const SMAC: u32 = 41683160;
 const DMAC: u32 = 44918510;
@@ -25,15 +28,23 @@ const NO_ACTION: u32 = 21257015;
 const FORWARD: u32 = 29683729;
 const DROP: u32 = 25652968;
 const FLOOD: u32 = 255;
-/// Ethernet + IPv4 + UDP: where the encrypted payload starts (the program
-/// parses up to IPv4, so UDP is payload).
-const PAYLOAD_AT: usize = 14 + 20;
+/// After Ethernet + IPv4: the 16-byte block l2crypt_mailbox.spec moves
+/// through the externs' mailboxes (UDP header and 8 bytes of data).
+const BLOCK: std::ops::Range<usize> = 14 + 20..14 + 20 + 16;
 
 fn engine(traffic: TrafficConfig, capture: usize) -> (Arc<MemoryTableSource>, Engine) {
+    engine_of(SPEC, traffic, capture)
+}
+
+fn engine_of(
+    spec: &str,
+    traffic: TrafficConfig,
+    capture: usize,
+) -> (Arc<MemoryTableSource>, Engine) {
     let source = Arc::new(MemoryTableSource::new());
     let info = p4info::parse_text(P4INFO).unwrap();
     let engine = Engine::load(
-        SPEC,
+        spec,
         &info,
         source.clone(),
         EngineConfig {
@@ -194,24 +205,23 @@ fn bad_entries_keep_the_previous_table() {
     assert_eq!(port(&s, 1), 10);
 }
 
-/// The payload of a frame from the generator after running `kinds` on it.
-fn expected_payload(kinds: &[ExternKind]) -> Vec<u8> {
+/// A frame of flow 0 from the generator with `kinds` run on its block
+/// (what l2crypt_mailbox.spec sends when those externs ran in that order).
+fn expected_frame(kinds: &[ExternKind]) -> Vec<u8> {
     let mut f = packet::build_frame(128, false);
+    let mut block: [u8; 16] = f[BLOCK].try_into().unwrap();
     for k in kinds {
-        ExternFn::new(*k, &CryptoKeys::default()).call(&mut f[PAYLOAD_AT..]);
+        ExternFn::new(*k, &CryptoKeys::default()).call_block(&mut block);
     }
-    f[PAYLOAD_AT..].to_vec()
+    f[BLOCK].copy_from_slice(&block);
+    f
 }
 
 fn run_and_capture(engine: &Engine, total: u64, before: u64) -> (EngineStats, Vec<Vec<u8>>) {
     engine.clear_capture();
     engine.start();
     let s = wait(engine, "the phase's packets", settled(before + total));
-    let caps = engine
-        .captured()
-        .into_iter()
-        .map(|(_, b)| b[PAYLOAD_AT..].to_vec())
-        .collect();
+    let caps = engine.captured().into_iter().map(|(_, b)| b).collect();
     (s, caps)
 }
 
@@ -229,39 +239,57 @@ fn set(engine: &Engine, encrypt: ExternPolicy, decrypt: ExternPolicy) {
 
 #[test]
 fn sync_async_skip_change_what_runs() {
-    let (_source, engine) = engine(finite(200, 1), 8);
+    // The mailbox variant: the block after IPv4 goes into async_encrypt's
+    // mailbox, from there into async_decrypt's, and back into the packet,
+    // as p4fleet-dpdk-agent runs it (dpdk-agent/tests/agent.rs).
+    let (_source, engine) = engine_of(MAILBOX_SPEC, finite(200, 1), 8);
     let skip = ExternPolicy::with_mode(Mode::Skip);
     let sync = ExternPolicy::with_mode(Mode::Sync);
-    let plain = expected_payload(&[]);
-    let encrypted = expected_payload(&[ExternKind::Encrypt]);
+    let plain = expected_frame(&[]);
+    let encrypted = expected_frame(&[ExternKind::Encrypt]);
     assert_ne!(plain, encrypted);
+    assert_eq!(plain[BLOCK.end..], encrypted[BLOCK.end..]);
 
-    // Sync encrypt, skip decrypt: the payload leaves encrypted.
+    // Sync encrypt, skip decrypt: the block leaves AES-128-CBC-encrypted,
+    // the rest of the frame as it came.
     set(&engine, sync, skip);
     let (s, caps) = run_and_capture(&engine, 200, 0);
     assert_eq!(caps.len(), 8);
-    assert!(caps.iter().all(|c| *c == encrypted));
+    assert!(caps.iter().all(|c| *c == encrypted), "{caps:02x?}");
     assert_eq!((s.externs[0].sync_calls, s.externs[1].skipped), (200, 200));
+
+    // Both Sync: decrypted again, the frame leaves as it came.
+    set(&engine, sync, sync);
+    let (s, caps) = run_and_capture(&engine, 200, 200);
+    assert_eq!(caps.len(), 8);
+    assert!(caps.iter().all(|c| *c == plain), "{caps:02x?}");
+    assert_eq!(s.externs[1].sync_calls, 200);
 
     // Both skipped: untouched.
     set(&engine, skip, skip);
-    let (_, caps) = run_and_capture(&engine, 200, 200);
+    let (_, caps) = run_and_capture(&engine, 200, 400);
     assert!(caps.iter().all(|c| *c == plain));
 
     // Async encrypt on a dedicated core, async decrypt on the inline
-    // crypto device: both ran, so the payload is back to plain, and no
-    // sync call was made.
+    // crypto device: both ran on the mailboxes the packets carried while
+    // parked, so the frame is back to plain, and no sync call was made.
     let dedicated = ExternPolicy::asynchronous(Executor::DedicatedCores);
     let device = ExternPolicy::asynchronous(Executor::InlineCryptoDevice);
     set(&engine, dedicated, device);
-    let (s, caps) = run_and_capture(&engine, 200, 400);
+    let (s, caps) = run_and_capture(&engine, 200, 600);
     assert!(caps.iter().all(|c| *c == plain));
     for x in &s.externs {
         assert_eq!((x.async_submitted, x.async_completed), (200, 200), "{x:#?}");
         assert!(x.latency_p50_ns.is_some());
     }
-    assert_eq!(s.externs[0].sync_calls, 200, "no new sync calls");
+    assert_eq!(s.externs[0].sync_calls, 400, "no new sync calls");
     assert_eq!(s.extern_cores, 1);
+
+    // Async encrypt on the inline device, decrypt skipped: the device's
+    // result reaches the packet.
+    set(&engine, device, skip);
+    let (_, caps) = run_and_capture(&engine, 200, 800);
+    assert!(caps.iter().all(|c| *c == encrypted), "{caps:02x?}");
 
     // Async encrypt suspended as a coroutine context, decrypt skipped.
     let context = ExternPolicy {
@@ -269,11 +297,35 @@ fn sync_async_skip_change_what_runs() {
         ..dedicated
     };
     set(&engine, context, skip);
-    let (s, caps) = run_and_capture(&engine, 200, 600);
+    let (s, caps) = run_and_capture(&engine, 200, 1000);
     assert!(caps.iter().all(|c| *c == encrypted));
-    assert_eq!(s.externs[0].async_completed, 400);
+    assert_eq!(s.externs[0].async_completed, 600);
     assert_eq!(s.externs[0].policy.suspend, Some(SuspendMethod::Context));
-    assert_eq!(s.tx_packets, 800);
+    assert_eq!(s.tx_packets, 1200);
+}
+
+#[test]
+fn an_extern_sees_only_its_mailbox() {
+    // l2crypt.spec moves nothing into the mailboxes: its externs run (and
+    // are counted) but no byte of the packet changes, as on DPDK SWX.
+    let (_source, engine) = engine(finite(200, 1), 8);
+    let sync = ExternPolicy::with_mode(Mode::Sync);
+    set(&engine, sync, ExternPolicy::with_mode(Mode::Skip));
+    let (s, caps) = run_and_capture(&engine, 200, 0);
+    assert_eq!(caps.len(), 8);
+    assert!(
+        caps.iter().all(|c| *c == expected_frame(&[])),
+        "{caps:02x?}"
+    );
+    assert_eq!(s.externs[0].sync_calls, 200);
+    set(
+        &engine,
+        ExternPolicy::asynchronous(Executor::DedicatedCores),
+        ExternPolicy::asynchronous(Executor::InlineCryptoDevice),
+    );
+    let (s, caps) = run_and_capture(&engine, 200, 200);
+    assert!(caps.iter().all(|c| *c == expected_frame(&[])));
+    assert!(s.externs.iter().all(|x| x.async_completed == 200), "{s:#?}");
 }
 
 #[test]
@@ -311,7 +363,7 @@ fn policy_change_while_running_accounts_for_every_packet() {
 }
 
 #[test]
-fn context_pool_exhaustion_drops_and_never_blocks() {
+fn a_full_context_pool_holds_packets_back_and_drops_none() {
     let (_source, engine) = engine(finite(5000, 4), 0);
     let tiny = ExternPolicy {
         context_pool: 1,
@@ -320,20 +372,37 @@ fn context_pool_exhaustion_drops_and_never_blocks() {
     };
     set(&engine, tiny, ExternPolicy::default());
     engine.start();
-    // A 32-packet rx burst meets a pool of one: most park nowhere.
+    // A 32-packet rx burst meets a pool of one: the rest of the burst
+    // waits for the context (as DPDK SWX keeps a packet parked), and the
+    // worker takes nothing more from rx meanwhile.
     let s = wait(&engine, "all 5000 packets accounted", settled(5000));
+    assert_eq!(s.drops.total(), 0, "{s:#?}");
+    assert!(s.externs[0].async_waits > 0, "{s:#?}");
+    assert_eq!(s.externs[0].drops_pool_exhausted, 0);
+    assert_eq!(s.externs[0].async_completed, 5000, "{s:#?}");
+    assert_eq!(s.tx_packets, 5000);
+
+    // T4P4S's coroutine contexts (Context, which DPDK SWX does not have)
+    // drop what finds the pool taken, and count it.
+    let context = ExternPolicy {
+        suspend: Some(SuspendMethod::Context),
+        ..tiny
+    };
+    set(&engine, context, ExternPolicy::default());
+    engine.start();
+    let s = wait(&engine, "5000 more packets accounted", settled(10_000));
     assert!(s.drops.pool_exhausted > 0, "{s:#?}");
     assert_eq!(s.externs[0].drops_pool_exhausted, s.drops.pool_exhausted);
     assert_eq!(
         s.externs[0].async_completed + s.drops.pool_exhausted,
-        5000,
+        10_000,
         "{s:#?}"
     );
     assert_eq!(s.tx_packets, s.externs[0].async_completed);
 }
 
 #[test]
-fn full_device_queue_drops() {
+fn a_full_device_queue_holds_packets_back() {
     let (_source, engine) = engine(finite(3200, 4), 0);
     let shallow = ExternPolicy {
         queue_depth: 1,
@@ -344,12 +413,55 @@ fn full_device_queue_drops() {
     engine.start();
     let s = wait(&engine, "all 3200 packets accounted", settled(3200));
     // The device queue holds one call per poll; the rest of each rx burst
-    // finds it full.
-    assert!(s.drops.queue_full > 0, "{s:#?}");
-    assert_eq!(s.externs[1].drops_queue_full, s.drops.queue_full);
-    assert_eq!(s.tx_packets + s.drops.queue_full, 3200);
+    // waits for it.
+    assert_eq!(s.drops.total(), 0, "{s:#?}");
+    assert!(s.externs[1].async_waits > 0, "{s:#?}");
+    assert_eq!(s.externs[1].async_completed, 3200);
+    assert_eq!(s.tx_packets, 3200);
     // The encrypt extern, Sync, ran on every packet first.
     assert_eq!(s.externs[0].sync_calls, 3200);
+
+    // With the Context method (T4P4S) a full queue drops.
+    let context = ExternPolicy {
+        suspend: Some(SuspendMethod::Context),
+        ..shallow
+    };
+    set(&engine, ExternPolicy::default(), context);
+    engine.start();
+    let s = wait(&engine, "3200 more packets accounted", settled(6400));
+    assert!(s.drops.queue_full > 0, "{s:#?}");
+    assert_eq!(s.externs[1].drops_queue_full, s.drops.queue_full);
+    assert_eq!(s.tx_packets + s.drops.queue_full, 6400);
+}
+
+#[test]
+fn what_a_held_back_worker_cannot_take_is_lost_by_its_rx_queue() {
+    // 5 Mpps offered to a worker whose extern parks one packet at a time:
+    // far more than it takes. Its rx queue overflows (counted as the
+    // port's rx_missed, never received), and no extern drops anything.
+    let (_source, engine) = engine(
+        TrafficConfig {
+            rate_pps: Some(5_000_000),
+            flows: 4,
+            ..TrafficConfig::default()
+        },
+        0,
+    );
+    let tiny = ExternPolicy {
+        context_pool: 1,
+        burst_size: 1,
+        ..ExternPolicy::asynchronous(Executor::DedicatedCores)
+    };
+    set(&engine, tiny, ExternPolicy::default());
+    engine.start();
+    wait(&engine, "rx queue losses", |s| {
+        s.rx_missed > 0 && s.externs[0].async_waits > 0 && s.tx_packets > 100
+    });
+    engine.stop();
+    let s = engine.stats();
+    assert_eq!(s.drops.total(), 0, "{s:#?}");
+    assert_eq!(s.tx_packets, s.rx_packets, "{s:#?}");
+    assert_eq!(s.externs[0].async_completed, s.rx_packets);
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The data plane's per-packet path allocates nothing: a counting global
 //! allocator sees (almost) no allocation while hundreds of thousands of
-//! packets go through Sync and Async externs. Its own test binary, so the
-//! allocator counts only this.
+//! packets go through Sync and Async externs (their mailboxes, and packets
+//! waiting for a full context pool). Its own test binary, so the allocator
+//! counts only this.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,7 +36,7 @@ fn no_allocation_per_packet() {
     let info = p4fleet_proto::p4info::parse_text(include_str!("../../examples/l2crypt/p4info.txt"))
         .unwrap();
     let engine = Engine::load(
-        include_str!("../../examples/l2crypt/l2crypt.spec"),
+        include_str!("../../examples/l2crypt/l2crypt_mailbox.spec"),
         &info,
         source,
         EngineConfig {
@@ -74,6 +75,26 @@ fn no_allocation_per_packet() {
     }
     let (allocs, packets) = measure(&engine);
     assert!(allocs < 10, "{allocs} allocations for {packets} packets");
+
+    // Backpressure: a pool of 4 holds most of each rx burst back in the
+    // extern's wait list.
+    engine
+        .set_policy(&[(
+            "async_encrypt".into(),
+            ExternPolicy {
+                context_pool: 4,
+                burst_size: 2,
+                ..ExternPolicy::asynchronous(Executor::DedicatedCores)
+            },
+        )])
+        .unwrap();
+    let waits = engine.stats().externs[0].async_waits;
+    let (allocs, packets) = measure(&engine);
+    assert!(
+        allocs < 10,
+        "{allocs} allocations for {packets} packets (waiting)"
+    );
+    assert!(engine.stats().externs[0].async_waits > waits);
 
     engine
         .set_policy(&[("async_decrypt".into(), ExternPolicy::default())])

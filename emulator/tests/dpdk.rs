@@ -20,6 +20,7 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 const SPEC: &str = include_str!("../../examples/l2crypt/l2crypt.spec");
+const MAILBOX_SPEC: &str = include_str!("../../examples/l2crypt/l2crypt_mailbox.spec");
 const P4INFO: &str = include_str!("../../examples/l2crypt/p4info.txt");
 const BFRT: &str = include_str!("../../examples/l2crypt/bfrt.json");
 const CONTEXT: &str = include_str!("../../examples/l2crypt/context.json");
@@ -64,11 +65,15 @@ async fn set_pipeline(
 }
 
 fn packed() -> Vec<u8> {
+    packed_spec(SPEC)
+}
+
+fn packed_spec(spec: &str) -> Vec<u8> {
     BfPipelineConfig::dpdk(
         "l2crypt",
         BFRT.as_bytes().to_vec(),
         CONTEXT.as_bytes().to_vec(),
-        SPEC.as_bytes().to_vec(),
+        spec.as_bytes().to_vec(),
     )
     .pack()
 }
@@ -228,4 +233,45 @@ async fn only_dpdk_devices_have_an_extern_runtime() {
         .await
         .unwrap();
     assert!(emu.emulator().dataplane(2).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mailbox_variant_loads_and_a_write_of_the_state_word_is_refused() {
+    let emu = start().await;
+    let mut c = P4RuntimeClient::connect(emu.p4runtime_url()).await.unwrap();
+    let _stream = common::arbitrate(&mut c, 1).await;
+    // f.<extern>.w0/w1 operands load, as on p4fleet-dpdk-agent.
+    set_pipeline(&mut c, 1, packed_spec(MAILBOX_SPEC))
+        .await
+        .unwrap();
+    let s = wait(&emu, "traffic through the mailboxes", |s| {
+        s.externs.iter().all(|x| x.sync_calls > 10)
+    })
+    .await;
+    assert_eq!(s.drops.total(), 0, "{s:#?}");
+
+    // The agent's own mailbox word: refused with its line, and the running
+    // pipeline stays.
+    let bad = MAILBOX_SPEC.replace(
+        "\tmov f.async_encrypt.w1 h.payload.w1\n",
+        "\tmov f.async_encrypt.w1 h.payload.w1\n\tmov f.async_encrypt.p4fleet_state 0\n",
+    );
+    let line = bad
+        .lines()
+        .position(|l| l.contains("p4fleet_state 0"))
+        .unwrap()
+        + 1;
+    let err = set_pipeline(&mut c, 1, packed_spec(&bad))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().contains(&format!("line {line}")) && err.message().contains("p4fleet_state"),
+        "{err:?}"
+    );
+    let before = emu.emulator().dataplane(1).unwrap().stats().tx_packets;
+    wait(&emu, "the mailbox pipeline still running", |s| {
+        s.tx_packets > before
+    })
+    .await;
 }

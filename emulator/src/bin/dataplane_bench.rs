@@ -4,6 +4,11 @@
 //! encrypt + decrypt; each Sync and Async (packet descriptor and coroutine
 //! context, on dedicated extern cores or the inline crypto device), for
 //! 1..N worker and extern cores. Prints a markdown table (docs/dpdk.md).
+//! An extern sees only its mailbox (as on DPDK SWX), so the encrypt rows
+//! run examples/l2crypt/l2crypt_mailbox.spec, which moves one 16-byte
+//! payload block through the mailboxes (encrypt: its decrypt call
+//! replaced by the move back), as p4fleet-dpdk-agent's `rates` example
+//! does; l2crypt.spec's calls would encrypt a mailbox nobody reads.
 //!
 //! Build and run:
 //! `cargo build --release -p p4fleet-bench -p p4fleet-emulator &&
@@ -29,6 +34,12 @@ use p4fleet_proto::p4info::{self, ExternInstance, P4Info, Preamble};
 static GLOBAL: CountingAllocator = CountingAllocator::new();
 
 const SPEC: &str = include_str!("../../../examples/l2crypt/l2crypt.spec");
+const MAILBOX_SPEC: &str = include_str!("../../../examples/l2crypt/l2crypt_mailbox.spec");
+/// l2crypt_mailbox.spec's decrypt step, and what replaces it in the
+/// encrypt-only workload (the encrypted block goes back to the packet).
+const DECRYPT_STEP: &str = "\tmov f.async_decrypt.w0 f.async_encrypt.w0\n\tmov f.async_decrypt.w1 f.async_encrypt.w1\n\textern f.async_decrypt\n\tmov h.payload.w0 f.async_decrypt.w0\n\tmov h.payload.w1 f.async_decrypt.w1\n";
+const ENCRYPT_ONLY: &str =
+    "\tmov h.payload.w0 f.async_encrypt.w0\n\tmov h.payload.w1 f.async_encrypt.w1\n";
 const P4INFO: &str = include_str!("../../../examples/l2crypt/p4info.txt");
 const SMAC: u32 = 41683160;
 const DMAC: u32 = 44918510;
@@ -139,8 +150,20 @@ impl Workload {
         }
     }
 
-    /// The example's spec with this workload's extern calls.
+    /// The example's spec with this workload's extern calls: the crypto
+    /// workloads move a payload block through the mailboxes.
     fn spec(self) -> String {
+        match self {
+            Workload::Encrypt => {
+                assert!(
+                    MAILBOX_SPEC.contains(DECRYPT_STEP),
+                    "l2crypt_mailbox.spec changed"
+                );
+                return MAILBOX_SPEC.replace(DECRYPT_STEP, ENCRYPT_ONLY);
+            }
+            Workload::EncDec => return MAILBOX_SPEC.to_string(),
+            Workload::NoExtern | Workload::Empty => {}
+        }
         let calls: String = self
             .externs()
             .iter()
@@ -563,4 +586,57 @@ fn main() {
         load_average(),
         round_trip_ns()
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use p4fleet_emulator::dataplane::externs::{CryptoKeys, ExternFn, ExternKind};
+
+    /// What each workload's program sends for flow 0 with every extern
+    /// Sync: the crypto workloads do real AES on the payload block.
+    #[test]
+    fn workloads_load_and_the_encrypt_rows_encrypt_a_payload_block() {
+        let block = 14 + 20..14 + 20 + 16;
+        let plain = packet::build_frame(64, false);
+        let mut encrypted = plain.clone();
+        let mut b: [u8; 16] = plain[block.clone()].try_into().unwrap();
+        ExternFn::new(ExternKind::Encrypt, &CryptoKeys::default()).call_block(&mut b);
+        encrypted[block].copy_from_slice(&b);
+        for (w, want) in [
+            (Workload::NoExtern, &plain),
+            (Workload::Empty, &plain),
+            (Workload::Encrypt, &encrypted),
+            (Workload::EncDec, &plain),
+        ] {
+            let engine = Engine::load(
+                &w.spec(),
+                &w.p4info(),
+                source(1),
+                EngineConfig {
+                    pipeline: "l2crypt".into(),
+                    traffic: TrafficConfig {
+                        total_packets: Some(4),
+                        flows: 1,
+                        ..TrafficConfig::default()
+                    },
+                    capture: 4,
+                    ..EngineConfig::default()
+                },
+            )
+            .unwrap_or_else(|e| panic!("{}: {e}", w.name()));
+            engine.start();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while engine.captured().len() < 4 {
+                assert!(Instant::now() < deadline, "{}: no traffic", w.name());
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let s = engine.stats();
+            assert_eq!(s.externs.len(), w.externs().len(), "{}", w.name());
+            assert!(s.externs.iter().all(|x| x.sync_calls == 4), "{s:#?}");
+            for (_, f) in engine.captured() {
+                assert_eq!(&f, want, "{}", w.name());
+            }
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! What a packet holds while its async extern call runs: a reservation
 //! in its extern's per-worker context pool (T4P4S's context pool), which
-//! bounds how many packets may wait. Exhaustion is an answer (`None`: the
-//! caller drops the packet and counts it), never a wait.
+//! bounds how many packets may be parked. Exhaustion is an answer (`None`):
+//! the worker decides what the packet does then (waits for a context, as
+//! on DPDK SWX; with the Context method, is dropped, as in T4P4S).
 //!
 //! The packet itself does not move: it runs in its descriptor slot from rx
 //! on (`worker.rs`), so the two suspend methods cost what they cost in

@@ -528,7 +528,7 @@ impl Engine {
                             });
                         }
                     }
-                    ExtRt::new(p, plan.context_bytes, req, comp)
+                    ExtRt::new(p, plan.context_bytes, plan.mbufs_per_worker, req, comp)
                 })
                 .collect();
             workers.push(Worker::new(
@@ -680,6 +680,7 @@ impl Engine {
                     in_flight: submitted.saturating_sub(completed),
                     drops_pool_exhausted: sum(&|c| c.externs[e].drop_pool.get()),
                     drops_queue_full: sum(&|c| c.externs[e].drop_queue.get()),
+                    async_waits: sum(&|c| c.externs[e].waits.get()),
                     latency_p50_ns: stats::quantile(&h, 0.5),
                     latency_p99_ns: stats::quantile(&h, 0.99),
                 }
@@ -696,6 +697,7 @@ impl Engine {
             policy_sets,
             rx_packets: sum(&|c| c.rx.get()),
             rx_nombuf: sum(&|c| c.rx_nombuf.get()),
+            rx_missed: sum(&|c| c.rx_missed.get()),
             tx_packets: sum(&|c| c.tx.get()),
             tx_bytes: sum(&|c| c.tx_bytes.get()),
             drops,

@@ -1,20 +1,27 @@
-//! The extern functions the emulated DPDK target implements: AES-128-CBC
-//! encryption and decryption of the packet payload (the bytes behind the
-//! parsed headers, whole 16-byte blocks, in place: the packet keeps its
-//! size, as with a cipher-only DPDK crypto op over a data range) and an
-//! empty extern that only measures the cost of calling one.
+//! The extern functions the emulated DPDK target implements, as DPDK SWX
+//! runs extern functions: each call sees only its *mailbox*, two 64-bit
+//! words `w0`, `w1` that the program moves values into and out of (`mov
+//! f.async_encrypt.w0 h.payload.w0`), never the packet. The crypto externs
+//! encrypt or decrypt the one AES block the mailbox holds (AES-128-CBC of
+//! one block: AES of the block XOR the IV; `w0` is the block's first 8
+//! bytes as a big-endian number, as `mov` from a header field leaves
+//! them), byte for byte what p4fleet-dpdk-agent's externs compute; the
+//! empty extern only measures the cost of calling one.
 
-use aes::cipher::{
-    BlockDecryptMut, BlockEncryptMut, InnerIvInit, KeyInit, block_padding::NoPadding,
-};
+use aes::cipher::{BlockDecrypt, BlockEncrypt, KeyInit};
 use aes::{Aes128Dec, Aes128Enc};
+
+/// An extern call's mailbox: `w0`, `w1` (the agent's mailbox struct also
+/// has `p4fleet_state`, its own bookkeeping, which a program never sees
+/// change).
+pub type Mailbox = [u64; 2];
 
 /// What an extern does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ExternKind {
-    /// AES-128-CBC encrypt the payload.
+    /// AES-128-CBC encrypt the mailbox's block.
     Encrypt,
-    /// AES-128-CBC decrypt the payload.
+    /// AES-128-CBC decrypt the mailbox's block.
     Decrypt,
     /// Nothing (overhead measurements).
     Empty,
@@ -82,31 +89,51 @@ impl ExternFn {
         }
     }
 
-    /// Runs the extern over `payload` (whole blocks; a tail shorter than
-    /// 16 bytes is left as is).
+    /// Runs the extern over one call's mailbox (in place).
     #[inline]
-    pub fn call(&self, payload: &mut [u8]) {
-        let n = payload.len() & !15;
+    pub fn call(&self, mb: &mut Mailbox) {
+        let mut block = [0u8; 16];
+        block[..8].copy_from_slice(&mb[0].to_be_bytes());
+        block[8..].copy_from_slice(&mb[1].to_be_bytes());
         match self {
             ExternFn::Encrypt { cipher, iv } => {
-                let c = cbc::Encryptor::<Aes128Enc>::inner_iv_init(cipher.clone(), iv.into());
-                let _ = c.encrypt_padded_mut::<NoPadding>(&mut payload[..n], n);
+                for (b, v) in block.iter_mut().zip(iv) {
+                    *b ^= v;
+                }
+                cipher.encrypt_block((&mut block).into());
             }
             ExternFn::Decrypt { cipher, iv } => {
-                let c = cbc::Decryptor::<Aes128Dec>::inner_iv_init(cipher.clone(), iv.into());
-                let _ = c.decrypt_padded_mut::<NoPadding>(&mut payload[..n]);
+                cipher.decrypt_block((&mut block).into());
+                for (b, v) in block.iter_mut().zip(iv) {
+                    *b ^= v;
+                }
             }
             ExternFn::Empty => {
-                std::hint::black_box(payload);
+                std::hint::black_box(mb);
+                return;
             }
         }
+        mb[0] = u64::from_be_bytes(block[..8].try_into().expect("8 bytes"));
+        mb[1] = u64::from_be_bytes(block[8..].try_into().expect("8 bytes"));
+    }
+
+    /// Runs the extern over 16 bytes in wire order, as a program that
+    /// moves them from a header into the mailbox and back sees it (tests).
+    pub fn call_block(&self, block: &mut [u8; 16]) {
+        let mut mb = [
+            u64::from_be_bytes(block[..8].try_into().expect("8 bytes")),
+            u64::from_be_bytes(block[8..].try_into().expect("8 bytes")),
+        ];
+        self.call(&mut mb);
+        block[..8].copy_from_slice(&mb[0].to_be_bytes());
+        block[8..].copy_from_slice(&mb[1].to_be_bytes());
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use aes::cipher::KeyIvInit;
+    use aes::cipher::{BlockEncryptMut, KeyIvInit, block_padding::NoPadding};
 
     #[test]
     fn names() {
@@ -123,28 +150,35 @@ mod tests {
     }
 
     #[test]
-    fn encrypt_matches_aes_cbc_and_decrypt_restores() {
+    fn encrypt_is_one_aes_cbc_block_and_decrypt_restores() {
         let keys = CryptoKeys::default();
-        let orig: Vec<u8> = (0..37u8).collect();
-        let mut buf = orig.clone();
-        ExternFn::new(ExternKind::Encrypt, &keys).call(&mut buf);
-        // Reference: the same two blocks through cbc's own key/iv API.
-        let mut want = orig[..32].to_vec();
+        let orig: [u8; 16] = std::array::from_fn(|i| i as u8 * 3 + 1);
+        let mut b = orig;
+        ExternFn::new(ExternKind::Encrypt, &keys).call_block(&mut b);
+        // Reference: the same block through cbc's own key/iv API.
+        let mut want = orig;
         let _ = cbc::Encryptor::<aes::Aes128>::new(&keys.key.into(), &keys.iv.into())
-            .encrypt_padded_mut::<NoPadding>(&mut want, 32)
+            .encrypt_padded_mut::<NoPadding>(&mut want, 16)
             .unwrap();
-        assert_eq!(&buf[..32], &want[..]);
-        assert_eq!(&buf[32..], &orig[32..], "the tail is not a whole block");
-        ExternFn::new(ExternKind::Decrypt, &keys).call(&mut buf);
-        assert_eq!(buf, orig);
+        assert_eq!(b, want);
+        // The mailbox words are the block's halves, big-endian.
+        let mut mb = [
+            u64::from_be_bytes(orig[..8].try_into().unwrap()),
+            u64::from_be_bytes(orig[8..].try_into().unwrap()),
+        ];
+        ExternFn::new(ExternKind::Encrypt, &keys).call(&mut mb);
+        assert_eq!(mb[0].to_be_bytes(), want[..8]);
+        assert_eq!(mb[1].to_be_bytes(), want[8..]);
+        ExternFn::new(ExternKind::Decrypt, &keys).call_block(&mut b);
+        assert_eq!(b, orig);
         // Known answer: FIPS-197 key 000102..0f on plaintext 00112233..ff
         // with a zero IV (CBC's first block is then plain AES).
         let k = CryptoKeys {
             key: std::array::from_fn(|i| i as u8),
             iv: [0; 16],
         };
-        let mut b: Vec<u8> = (0..16).map(|i| (i * 0x11) as u8).collect();
-        ExternFn::new(ExternKind::Encrypt, &k).call(&mut b);
+        let mut b: [u8; 16] = std::array::from_fn(|i| (i * 0x11) as u8);
+        ExternFn::new(ExternKind::Encrypt, &k).call_block(&mut b);
         assert_eq!(
             b,
             [
@@ -156,8 +190,8 @@ mod tests {
 
     #[test]
     fn empty_changes_nothing() {
-        let mut b = [1u8, 2, 3];
-        ExternFn::new(ExternKind::Empty, &CryptoKeys::default()).call(&mut b);
-        assert_eq!(b, [1, 2, 3]);
+        let mut mb = [1u64, 2];
+        ExternFn::new(ExternKind::Empty, &CryptoKeys::default()).call(&mut mb);
+        assert_eq!(mb, [1, 2]);
     }
 }

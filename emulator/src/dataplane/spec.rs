@@ -6,7 +6,8 @@
 //! [`SpecError`] naming the line out.
 //!
 //! Supported instructions: `rx`, `extract`, `emit`, `mov` (header field,
-//! metadata, action argument `t.x`, immediate), `jmp`, `jmpeq`, `jmpneq`,
+//! metadata, action argument `t.x`, immediate; in the `apply` block also an
+//! extern function's mailbox field `f.NAME.w0` / `f.NAME.w1`), `jmp`, `jmpeq`, `jmpneq`,
 //! `jmpv`, `jmpnv` with `LABEL :` labels, `table`, `extern f.NAME`, `tx`,
 //! `drop`, and `return` in actions. Anything else is refused with
 //! [`SpecErrorKind::Unsupported`].
@@ -21,8 +22,11 @@ pub const MAX_META: usize = 16;
 pub const MAX_ARGS: usize = 4;
 /// Widest table key, all fields together (bits).
 pub const MAX_KEY_BITS: u32 = 128;
-/// Most tables / actions / externs (indices are `u8`).
+/// Most tables / actions (indices are `u8`).
 pub const MAX_OBJECTS: usize = 255;
+/// Most extern functions one program calls (each has a mailbox in the
+/// packet descriptor; the target implements fewer anyway).
+pub const MAX_EXTERNS: usize = 8;
 
 /// Why a `.spec` does not load: the line (1-based) and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -92,6 +96,9 @@ pub enum Operand {
     Meta(u8),
     /// Action argument (only inside actions).
     Arg(u8),
+    /// Word `word` (0 = `w0`, 1 = `w1`) of extern `ext`'s mailbox (only in
+    /// the `apply` block's `mov`).
+    Mailbox { ext: u8, word: u8 },
     /// Immediate.
     Imm(u64),
 }
@@ -589,8 +596,54 @@ struct Scope<'a> {
 
 fn check_dst(line: usize, dst: Operand) -> Result<(), SpecError> {
     match dst {
-        Operand::Header { .. } | Operand::Meta(_) => Ok(()),
+        Operand::Header { .. } | Operand::Meta(_) | Operand::Mailbox { .. } => Ok(()),
         _ => syntax(line, "destination must be a header field or metadata"),
+    }
+}
+
+/// Resolves `f.NAME.FIELD`, a field of extern function NAME's mailbox
+/// (`None`: not an `f.` operand). NAME must be an extern the program
+/// calls (`externs`); `p4fleet_state` is the target's own word: never
+/// written by a program, and read it is always idle (0) whenever the
+/// program runs (the agent sets it back before a call returns done).
+fn mailbox(
+    line: usize,
+    s: &str,
+    externs: &[String],
+    write: bool,
+) -> Result<Option<Operand>, SpecError> {
+    let Some(rest) = s.strip_prefix("f.") else {
+        return Ok(None);
+    };
+    let Some((name, field)) = rest.split_once('.') else {
+        return syntax(line, format!("{s:?}: expected f.EXTERN.FIELD"));
+    };
+    let Some(ext) = externs.iter().position(|e| e == name) else {
+        return err(
+            line,
+            SpecErrorKind::Undefined {
+                what: "extern function (no `extern f.NAME` calls it)",
+                name: name.to_string(),
+            },
+        );
+    };
+    match field {
+        "w0" | "w1" => Ok(Some(Operand::Mailbox {
+            ext: ext as u8,
+            word: u8::from(field == "w1"),
+        })),
+        "p4fleet_state" if write => unsupported(
+            line,
+            format!("{s}: p4fleet_state is the target's own state; a program must not write it"),
+        ),
+        "p4fleet_state" => Ok(Some(Operand::Imm(0))),
+        _ => err(
+            line,
+            SpecErrorKind::Undefined {
+                what: "mailbox field (w0, w1)",
+                name: s.to_string(),
+            },
+        ),
     }
 }
 
@@ -657,6 +710,12 @@ impl Scope<'_> {
         if s.starts_with("e.") {
             return unsupported(line, format!("{s:?}: extern object mailboxes"));
         }
+        if s.starts_with("f.") {
+            return unsupported(
+                line,
+                format!("{s:?}: extern function mailboxes only in the apply block's mov"),
+            );
+        }
         if s.starts_with(|c: char| c.is_ascii_digit()) {
             return Ok(Operand::Imm(parse_number(line, s)?));
         }
@@ -693,7 +752,7 @@ impl Scope<'_> {
         match op {
             Operand::Header { bytes, .. } => bytes as u32 * 8,
             Operand::Meta(i) => self.meta[i as usize].1,
-            _ => 64,
+            Operand::Mailbox { .. } | Operand::Arg(_) | Operand::Imm(_) => 64,
         }
     }
 }
@@ -845,6 +904,7 @@ fn compile_apply(
     // it does not take an index).
     let mut labels: HashMap<&str, u16> = HashMap::new();
     let mut body: Vec<(usize, &[&str])> = Vec::new();
+    let mut externs: Vec<String> = Vec::new();
     let mut next_op = 0u16;
     for (l, t) in &block.lines {
         let mut t: &[&str] = t;
@@ -875,6 +935,20 @@ fn compile_apply(
         if t[0] != "emit" {
             next_op += 1;
         }
+        // Extern functions in order of their first call, so that a mailbox
+        // operand can name one called further down.
+        if let ["extern", target] = t
+            && let Some(f) = target.strip_prefix("f.")
+            && !externs.iter().any(|e| e == f)
+        {
+            if externs.len() == MAX_EXTERNS {
+                return err(
+                    *l,
+                    SpecErrorKind::Limit(format!("at most {MAX_EXTERNS} extern functions")),
+                );
+            }
+            externs.push(f.to_string());
+        }
         body.push((*l, t));
     }
     let label = |l: usize, name: &str| -> Result<u16, SpecError> {
@@ -889,7 +963,6 @@ fn compile_apply(
 
     let mut ops = Vec::new();
     let mut op_lines = Vec::new();
-    let mut externs: Vec<String> = Vec::new();
     let mut extracted: Vec<u8> = Vec::new();
     let mut emitted: Vec<u8> = Vec::new();
     // The in-place packet model: headers stay where they were parsed, so
@@ -927,12 +1000,16 @@ fn compile_apply(
                 continue;
             }
             ["mov", d, s] => {
-                let dst = scope.operand(l, d, None)?;
+                let dst = match mailbox(l, d, &externs, true)? {
+                    Some(m) => m,
+                    None => scope.operand(l, d, None)?,
+                };
                 check_dst(l, dst)?;
-                Op::Mov {
-                    dst,
-                    src: scope.operand(l, s, None)?,
-                }
+                let src = match mailbox(l, s, &externs, false)? {
+                    Some(m) => m,
+                    None => scope.operand(l, s, None)?,
+                };
+                Op::Mov { dst, src }
             }
             ["jmp", lbl] => Op::Jmp {
                 target: label(l, lbl)?,
@@ -976,19 +1053,10 @@ fn compile_apply(
                         format!("extern {target}: only extern functions (`extern f.NAME`)"),
                     );
                 };
-                let ext = match externs.iter().position(|e| e == f) {
-                    Some(i) => i,
-                    None => {
-                        if externs.len() == MAX_OBJECTS {
-                            return err(
-                                l,
-                                SpecErrorKind::Limit(format!("at most {MAX_OBJECTS} externs")),
-                            );
-                        }
-                        externs.push(f.to_string());
-                        externs.len() - 1
-                    }
-                };
+                let ext = externs
+                    .iter()
+                    .position(|e| e == f)
+                    .expect("pass 1 collected every extern call");
                 Op::Extern { ext: ext as u8 }
             }
             ["drop"] => Op::Drop,
@@ -1037,6 +1105,76 @@ mod tests {
     use super::*;
 
     const L2CRYPT: &str = include_str!("../../../examples/l2crypt/l2crypt.spec");
+    const MAILBOX: &str = include_str!("../../../examples/l2crypt/l2crypt_mailbox.spec");
+
+    #[test]
+    fn loads_the_mailbox_variant() {
+        let p = load(MAILBOX).unwrap();
+        assert_eq!(p.externs, ["async_encrypt", "async_decrypt"]);
+        let payload = Operand::Header {
+            hdr: 3,
+            offset: 8,
+            bytes: 8,
+        };
+        let movs: Vec<_> = p
+            .ops
+            .iter()
+            .filter_map(|o| match o {
+                Op::Mov { dst, src } => Some((*dst, *src)),
+                _ => None,
+            })
+            .collect();
+        let mb = |ext, word| Operand::Mailbox { ext, word };
+        // In: payload -> encrypt's mailbox; across: encrypt's -> decrypt's;
+        // out: decrypt's -> payload.
+        assert_eq!(movs[1], (mb(0, 1), payload));
+        assert_eq!(movs[2], (mb(1, 0), mb(0, 0)));
+        assert_eq!(movs[5], (payload, mb(1, 1)));
+        assert_eq!(movs.len(), 6);
+    }
+
+    #[test]
+    fn mailbox_operands_are_checked() {
+        let call = "\textern f.async_encrypt\n\tdrop";
+        // The target's state word: never written (the line named); read, 0.
+        let text = with_apply(&format!("\tmov f.async_encrypt.p4fleet_state 1\n{call}"));
+        let e = load(&text).unwrap_err();
+        assert_eq!(e.line, line_of(&text, "p4fleet_state"));
+        assert!(matches!(e.kind, SpecErrorKind::Unsupported(_)), "{e}");
+        assert!(e.to_string().contains("must not write"), "{e}");
+        let text = with_apply(&format!(
+            "\tmov m.standard_metadata_egress_spec f.async_encrypt.p4fleet_state\n{call}"
+        ));
+        let p = load(&text).unwrap();
+        assert_eq!(
+            p.ops[0],
+            Op::Mov {
+                dst: Operand::Meta(1),
+                src: Operand::Imm(0)
+            }
+        );
+        // A field the mailbox does not have, named.
+        let text = with_apply(&format!("\tmov f.async_encrypt.w2 1\n{call}"));
+        let e = load(&text).unwrap_err();
+        assert_eq!(e.line, line_of(&text, "w2"));
+        assert!(
+            matches!(&e.kind, SpecErrorKind::Undefined { name, .. } if name == "f.async_encrypt.w2"),
+            "{e}"
+        );
+        // An extern the program does not call, named.
+        let text = with_apply(&format!("\tmov f.compress.w0 1\n{call}"));
+        let e = load(&text).unwrap_err();
+        assert_eq!(e.line, line_of(&text, "f.compress"));
+        assert!(
+            matches!(&e.kind, SpecErrorKind::Undefined { name, .. } if name == "compress"),
+            "{e}"
+        );
+        // Only in the apply block's mov.
+        let text =
+            with_apply("\tjmpeq L f.async_encrypt.w0 1\n\tL : extern f.async_encrypt\n\tdrop");
+        let e = load(&text).unwrap_err();
+        assert!(matches!(e.kind, SpecErrorKind::Unsupported(_)), "{e}");
+    }
 
     #[test]
     fn loads_the_l2crypt_example() {

@@ -114,9 +114,10 @@ pub enum DropCause {
     Program = 0,
     /// Shorter than a header it extracts.
     Truncated = 1,
-    /// No free context for an async call.
+    /// No free context for an async call (Context method only: T4P4S
+    /// drops; elsewhere the packet waits).
     PoolExhausted = 2,
-    /// The executor's queue was full.
+    /// The executor's queue was full (Context method only, as above).
     QueueFull = 3,
     /// Egress port outside 0..=255.
     BadPort = 4,
@@ -136,6 +137,8 @@ pub struct ExternCounters {
     pub completed: Counter,
     pub drop_pool: Counter,
     pub drop_queue: Counter,
+    /// Async calls that found the pool or queue full and waited for room.
+    pub waits: Counter,
     /// Sync: sampled call duration; Async: submit-to-resume time.
     pub latency: Histogram,
 }
@@ -146,6 +149,8 @@ pub struct WorkerCounters {
     pub rx: Counter,
     /// Generator found no free buffer (a NIC's rx_nombuf).
     pub rx_nombuf: Counter,
+    /// Lost by the rx port's full queue (a NIC's imissed).
+    pub rx_missed: Counter,
     pub tx: Counter,
     pub tx_bytes: Counter,
     pub drops: [Counter; DROP_CAUSES],
@@ -163,6 +168,7 @@ impl WorkerCounters {
         WorkerCounters {
             rx: Counter::default(),
             rx_nombuf: Counter::default(),
+            rx_missed: Counter::default(),
             tx: Counter::default(),
             tx_bytes: Counter::default(),
             drops: Default::default(),
@@ -225,8 +231,12 @@ pub struct ExternStats {
     pub async_ops_per_second: f64,
     /// Submitted, not yet resumed (queued or being worked on).
     pub in_flight: u64,
+    /// Context method only (T4P4S drops; otherwise 0, as on DPDK).
     pub drops_pool_exhausted: u64,
     pub drops_queue_full: u64,
+    /// Calls that found the pool or queue full and waited (not in
+    /// ExternRuntime, which has no field for them).
+    pub async_waits: u64,
     pub latency_p50_ns: Option<u64>,
     pub latency_p99_ns: Option<u64>,
 }
@@ -242,6 +252,8 @@ pub struct EngineStats {
     pub policy_sets: u64,
     pub rx_packets: u64,
     pub rx_nombuf: u64,
+    /// Lost by the rx ports' full queues (never received; not in `drops`).
+    pub rx_missed: u64,
     pub tx_packets: u64,
     pub tx_bytes: u64,
     pub drops: DropCounts,

@@ -5,16 +5,25 @@
 //! the compiled program until it is sent, dropped or suspended at an async
 //! extern call; hand suspended packets to their executor in bursts; send
 //! the tx burst. An extern core loops over the request rings of the
-//! workers it serves, runs the extern on each packet's payload and rings
-//! the completion back. Nothing here locks or allocates: buffers, contexts,
-//! rings and bursts are sized when the run starts.
+//! workers it serves, runs the extern on each request's mailbox and rings
+//! the result back. Nothing here locks or allocates: buffers, contexts,
+//! rings, bursts and wait lists are sized when the run starts.
 //!
 //! Every packet runs in its own descriptor slot from rx on (one slot per
 //! buffer, indexed like the buffer): suspending a packet copies nothing,
-//! the slot simply stays put with its program counter, and resuming
-//! continues there. What a suspended packet holds is a context-pool
-//! reservation of its extern (the pool bounds how many may wait) and, with
-//! the Context method, a coroutine image.
+//! the slot simply stays put with its program counter and its externs'
+//! mailboxes (an extern sees only its mailbox, as on DPDK SWX), and
+//! resuming continues there. What a suspended packet holds is a
+//! context-pool reservation of its extern (the pool bounds how many may
+//! be parked) and, with the Context method, a coroutine image.
+//!
+//! A packet whose extern cannot park it (pool or executor queue full)
+//! waits in the extern's wait list and the worker takes nothing from rx
+//! until the list is empty, as a DPDK SWX pipeline keeps such a packet
+//! parked and asks again (an extern cannot drop on DPDK); the rx port's
+//! queue then loses what does not fit (`rx_missed`). The Context method,
+//! T4P4S's coroutines (which DPDK SWX does not have), keeps T4P4S's
+//! behaviour instead: the packet is dropped and counted.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -27,10 +36,10 @@ use rtrb::{Consumer, Producer};
 
 use super::bind::Binding;
 use super::context::ContextPool;
-use super::externs::ExternFn;
+use super::externs::{ExternFn, Mailbox};
 use super::packet::{FreeList, Generator, MbufPool, RxPacket};
 use super::policy::{Executor, ExternPolicy, Mode, SuspendMethod};
-use super::spec::{ActionOp, MAX_ARGS, MAX_HEADERS, MAX_META, Op, Operand, Program};
+use super::spec::{ActionOp, MAX_ARGS, MAX_EXTERNS, MAX_HEADERS, MAX_META, Op, Operand, Program};
 use super::stats::{DropCause, PORTS, WorkerCounters};
 use super::table::CompiledTable;
 
@@ -116,7 +125,8 @@ pub(crate) struct Plan {
 /// to tx, suspended or not.
 ///
 /// The fields every packet touches come first (one cache line), then the
-/// metadata slots (only the program's are reset at rx).
+/// metadata slots and the externs' mailboxes (only the program's are reset
+/// at rx).
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub(crate) struct Pkt {
@@ -132,6 +142,9 @@ pub(crate) struct Pkt {
     valid: u8,
     hdr_off: [u16; MAX_HEADERS],
     meta: [u64; MAX_META],
+    /// Per extern of the program, this packet's mailbox (DPDK SWX keeps one
+    /// per pipeline thread, i.e. per packet in flight).
+    mbox: [Mailbox; MAX_EXTERNS],
 }
 
 impl Default for Pkt {
@@ -146,38 +159,31 @@ impl Default for Pkt {
             valid: 0,
             hdr_off: [0; MAX_HEADERS],
             meta: [0; MAX_META],
+            mbox: [[0; 2]; MAX_EXTERNS],
             rx_ns: 0,
             ext_ns: 0,
         }
     }
 }
 
-impl Pkt {
-    /// The bytes behind the parsed headers.
-    #[inline]
-    fn payload(&self) -> (*mut u8, usize) {
-        // SAFETY: cursor <= len <= buffer size (extract checks it).
-        (
-            unsafe { self.ptr.add(self.cursor as usize) },
-            (self.len - self.cursor) as usize,
-        )
-    }
-}
-
-/// An async call on its way to an extern core: the payload, and the
-/// buffer (= descriptor slot) to resume.
+/// An async call on its way to an extern core: a copy of the call's
+/// mailbox (the extern core never touches the packet or its descriptor),
+/// and the buffer (= descriptor slot) to resume.
 #[derive(Clone, Copy)]
 pub(crate) struct Req {
-    ptr: *mut u8,
-    len: u32,
+    mbox: Mailbox,
     mbuf: u32,
     /// Its context-pool slot (released if the call cannot be queued).
     slot: u32,
 }
 
-// SAFETY: the buffer behind `ptr` is owned by whoever holds the request
-// (see `MbufPool`).
-unsafe impl Send for Req {}
+/// A finished call on its way back: the mailbox the extern left and the
+/// buffer to resume.
+#[derive(Clone, Copy)]
+pub(crate) struct Comp {
+    mbox: Mailbox,
+    mbuf: u32,
+}
 
 enum Exit {
     Tx(u64),
@@ -203,20 +209,28 @@ pub(crate) struct ExtRt {
     queue_depth: usize,
     pool: ContextPool,
     req: Vec<Producer<Req>>,
-    comp: Vec<Consumer<u32>>,
+    comp: Vec<Consumer<Comp>>,
+    /// Parked calls not in a ring yet: they go `burst` at a time, and
+    /// (PacketDescriptor) those a full ring does not take stay here.
     staged: Vec<Req>,
     next_core: usize,
     /// The inline crypto device's queue (buffers of submitted calls).
     device: VecDeque<u32>,
+    /// Packets at this extern's call that could not be parked (pool or
+    /// queue full), in arrival order; never grows past the worker's
+    /// buffers (PacketDescriptor only).
+    waiting: VecDeque<u32>,
     sample: Cell<u32>,
 }
 
 impl ExtRt {
+    /// `mbufs`: the worker's buffers (the most packets that can wait).
     pub fn new(
         p: &ExternPolicy,
         context_bytes: usize,
+        mbufs: u32,
         req: Vec<Producer<Req>>,
-        comp: Vec<Consumer<u32>>,
+        comp: Vec<Consumer<Comp>>,
     ) -> ExtRt {
         let is_async = p.mode == Mode::Async;
         let context = is_async && p.suspend == Some(SuspendMethod::Context);
@@ -237,6 +251,11 @@ impl ExtRt {
             next_core: 0,
             device: VecDeque::with_capacity(if inline_device {
                 p.queue_depth as usize
+            } else {
+                0
+            }),
+            waiting: VecDeque::with_capacity(if is_async && !context {
+                mbufs as usize
             } else {
                 0
             }),
@@ -310,7 +329,7 @@ pub(crate) struct Worker {
     /// One descriptor per buffer of `pool` (same index).
     descs: Box<[Pkt]>,
     tx: Vec<TxItem>,
-    done: Vec<u32>,
+    done: Vec<Comp>,
     stack: Box<[u8]>,
     stop: Arc<AtomicBool>,
 }
@@ -361,8 +380,18 @@ impl Worker {
         &self.shared.counters[self.id]
     }
 
+    /// Packets parked or waiting to be.
     fn in_flight(&self) -> u32 {
-        self.ext.iter().map(|e| e.pool.in_use()).sum()
+        self.ext
+            .iter()
+            .map(|e| e.pool.in_use() + e.waiting.len() as u32)
+            .sum()
+    }
+
+    /// Whether a packet waits for room at an extern (the worker then takes
+    /// nothing new from rx).
+    fn held(&self) -> bool {
+        self.ext.iter().any(|e| !e.waiting.is_empty())
     }
 
     pub fn run(mut self) {
@@ -382,16 +411,23 @@ impl Worker {
             }
             let mut work = 0;
             let mut received = 0;
-            if !stopping {
+            if !stopping && self.held() {
+                // Backpressure: the rx queue keeps filling (and loses what
+                // overflows it) while the worker cannot park more packets.
+                self.generator.idle_poll(now);
+                self.count_missed();
+            } else if !stopping {
                 let n = self
                     .generator
                     .rx_burst(&self.pool, &mut self.free, &mut self.rx, now);
+                self.count_missed();
                 if n > 0 {
                     self.counters().rx.add(n as u64);
                 } else if self.free.available() == 0 {
                     self.counters().rx_nombuf.inc();
                 }
                 let n_meta = self.shared.program.meta.len();
+                let n_ext = self.shared.program.externs.len();
                 for i in 0..n {
                     let r = self.rx[i];
                     let p = &mut descs[r.mbuf as usize];
@@ -408,6 +444,11 @@ impl Worker {
                     // (A loop: `fill` calls memset for these few slots.)
                     for m in &mut p.meta[..n_meta] {
                         *m = 0;
+                    }
+                    // Zeroed, so a read before any write is deterministic
+                    // (DPDK leaves the previous packet's values).
+                    for m in &mut p.mbox[..n_ext] {
+                        *m = [0; 2];
                     }
                     let exit = self.exec(p);
                     self.finish(r.mbuf, p, exit, now);
@@ -432,6 +473,20 @@ impl Worker {
                     work += self.poll(e, at, &mut descs);
                 }
             }
+            // What completed made room: park the waiting packets, in order.
+            for e in 0..self.ext.len() {
+                while let Some(&mbuf) = self.ext[e].waiting.front() {
+                    let at = match polled_at {
+                        Some(t) => t,
+                        None => *polled_at.insert(self.shared.now_ns()),
+                    };
+                    if self.park(e, mbuf, &mut descs[mbuf as usize], at).is_err() {
+                        break;
+                    }
+                    self.ext[e].waiting.pop_front();
+                    work += 1;
+                }
+            }
             if !self.tx.is_empty() {
                 let end = self.shared.now_ns();
                 self.tx_burst(end);
@@ -453,6 +508,14 @@ impl Worker {
             }
         }
         self.descs = descs;
+    }
+
+    #[inline]
+    fn count_missed(&mut self) {
+        let m = self.generator.take_missed();
+        if m > 0 {
+            self.counters().rx_missed.add(m);
+        }
     }
 
     /// Under a packet rate below what the core can do, sleeps until the
@@ -484,6 +547,7 @@ impl Worker {
                 v
             }
             Operand::Meta(i) => p.meta[i as usize],
+            Operand::Mailbox { ext, word } => p.mbox[ext as usize][word as usize],
             Operand::Arg(i) => args[i as usize],
             Operand::Imm(v) => v,
         }
@@ -504,6 +568,7 @@ impl Worker {
                 }
             }
             Operand::Meta(i) => p.meta[i as usize] = v & self.shared.meta_mask[i as usize],
+            Operand::Mailbox { ext, word } => p.mbox[ext as usize][word as usize] = v,
             Operand::Arg(_) | Operand::Imm(_) => {}
         }
     }
@@ -563,19 +628,17 @@ impl Worker {
                     match x.mode {
                         Mode::Skip => self.counters().externs[e].skipped.inc(),
                         Mode::Sync => {
-                            let (ptr, len) = p.payload();
-                            // SAFETY: the worker owns the packet's buffer.
-                            let payload = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+                            let mb = &mut p.mbox[e];
                             let c = &self.counters().externs[e];
                             let s = x.sample.get() + 1;
                             if s == SYNC_SAMPLE {
                                 x.sample.set(0);
                                 let t0 = Instant::now();
-                                self.shared.ext_fns[e].call(payload);
+                                self.shared.ext_fns[e].call(mb);
                                 c.latency.record(t0.elapsed().as_nanos() as u64);
                             } else {
                                 x.sample.set(s);
-                                self.shared.ext_fns[e].call(payload);
+                                self.shared.ext_fns[e].call(mb);
                             }
                             c.sync_calls.inc();
                         }
@@ -649,48 +712,80 @@ impl Worker {
     }
 
     /// Suspends packet `mbuf` (its descriptor `p` stays in its slot) for an
-    /// async call of extern `e`.
+    /// async call of extern `e`. When the extern cannot park it (context
+    /// pool or executor queue full), the packet waits for room (DPDK SWX:
+    /// an extern cannot drop), or with the Context method is dropped and
+    /// counted (T4P4S).
     #[inline(always)]
     fn suspend(&mut self, e: usize, mbuf: u32, p: &mut Pkt, now: u64) {
+        // Behind packets already waiting: they go first.
+        let cause = if self.ext[e].waiting.is_empty() {
+            match self.park(e, mbuf, p, now) {
+                Ok(()) => return,
+                Err(cause) => cause,
+            }
+        } else {
+            DropCause::PoolExhausted
+        };
         let c = &self.shared.counters[self.id];
         let x = &mut self.ext[e];
-        let Some(slot) = x.pool.acquire() else {
-            c.drop(DropCause::PoolExhausted);
-            c.externs[e].drop_pool.inc();
-            self.free.release(mbuf);
-            return;
-        };
-        p.ext_ns = now;
         if x.context {
-            p.ctx = slot;
+            c.drop(cause);
+            match cause {
+                DropCause::QueueFull => c.externs[e].drop_queue.inc(),
+                _ => c.externs[e].drop_pool.inc(),
+            }
+            self.free.release(mbuf);
+        } else {
+            x.waiting.push_back(mbuf);
+            c.externs[e].waits.inc();
+        }
+    }
+
+    /// Takes a context of extern `e` for packet `mbuf` and hands its call
+    /// to the executor; the error says what was full (nothing taken then).
+    #[inline(always)]
+    fn park(&mut self, e: usize, mbuf: u32, p: &mut Pkt, now: u64) -> Result<(), DropCause> {
+        let x = &self.ext[e];
+        if x.inline_device {
+            if x.device.len() == x.queue_depth {
+                return Err(DropCause::QueueFull);
+            }
+        } else if x.staged.len() == x.burst {
+            // A full ring left the burst staged; it may have room now.
+            self.flush(e);
+            if self.ext[e].staged.len() == self.ext[e].burst {
+                return Err(DropCause::QueueFull);
+            }
+        }
+        let c = &self.shared.counters[self.id];
+        let x = &mut self.ext[e];
+        let slot = x.pool.acquire().ok_or(DropCause::PoolExhausted)?;
+        p.ext_ns = now;
+        p.ctx = slot;
+        if x.context {
             x.pool.save_context(slot, &self.stack);
         }
         if x.inline_device {
-            if x.device.len() == x.queue_depth {
-                x.pool.release(slot);
-                c.drop(DropCause::QueueFull);
-                c.externs[e].drop_queue.inc();
-                self.free.release(mbuf);
-            } else {
-                x.device.push_back(mbuf);
-                c.externs[e].submitted.inc();
-            }
-            return;
+            x.device.push_back(mbuf);
+            c.externs[e].submitted.inc();
+            return Ok(());
         }
-        let (ptr, len) = p.payload();
         x.staged.push(Req {
-            ptr,
-            len: len as u32,
+            mbox: p.mbox[e],
             mbuf,
             slot,
         });
         if x.staged.len() == x.burst {
             self.flush(e);
         }
+        Ok(())
     }
 
-    /// Hands extern `e`'s staged calls to its next core in one burst;
-    /// those that do not fit are dropped (queue full).
+    /// Hands extern `e`'s staged calls to its next core in one burst.
+    /// Those that do not fit stay staged (they keep their contexts and go
+    /// with the next flush), or with the Context method are dropped
+    /// (queue full, as T4P4S).
     fn flush(&mut self, e: usize) {
         let c = &self.shared.counters[self.id];
         let x = &mut self.ext[e];
@@ -704,6 +799,10 @@ impl Worker {
                 .expect("n is at most the free slots");
             chunk.fill_from_iter(x.staged[..n].iter().copied());
             c.externs[e].submitted.add(n as u64);
+        }
+        if !x.context {
+            x.staged.drain(..n);
+            return;
         }
         for r in &x.staged[n..] {
             x.pool.release(r.slot);
@@ -730,9 +829,7 @@ impl Worker {
             self.completed(e, n);
             for _ in 0..n {
                 let mbuf = self.ext[e].device.pop_front().expect("n <= len");
-                let (ptr, len) = descs[mbuf as usize].payload();
-                // SAFETY: the suspended packet's buffer belongs to this worker.
-                f.call(unsafe { std::slice::from_raw_parts_mut(ptr, len) });
+                f.call(&mut descs[mbuf as usize].mbox[e]);
                 self.resume(e, mbuf, now, descs);
             }
             return n;
@@ -752,7 +849,8 @@ impl Worker {
             chunk.commit_all();
             self.completed(e, n);
             for i in 0..n {
-                let mbuf = self.done[i];
+                let Comp { mbox, mbuf } = self.done[i];
+                descs[mbuf as usize].mbox[e] = mbox;
                 self.resume(e, mbuf, now, descs);
             }
             work += n;
@@ -823,7 +921,7 @@ pub(crate) struct CorePort {
     pub ext: usize,
     pub burst: usize,
     pub req: Consumer<Req>,
-    pub comp: Producer<u32>,
+    pub comp: Producer<Comp>,
 }
 
 /// A core dedicated to extern calls.
@@ -848,10 +946,9 @@ impl ExternCore {
                 let (a, b) = chunk.as_slices();
                 let out = port.comp.write_chunk_uninit(n).expect("n <= free slots");
                 out.fill_from_iter(a.iter().chain(b).map(|r| {
-                    // SAFETY: the request carries ownership of the buffer
-                    // until its completion is pushed.
-                    f.call(unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len as usize) });
-                    r.mbuf
+                    let mut mbox = r.mbox;
+                    f.call(&mut mbox);
+                    Comp { mbox, mbuf: r.mbuf }
                 }));
                 chunk.commit_all();
                 work += n;
