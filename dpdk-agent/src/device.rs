@@ -37,6 +37,9 @@ pub struct Config {
     /// The crypto device started for InlineCryptoDevice (`--crypto-dev`).
     pub crypto_dev: Option<String>,
     pub stats_interval: Duration,
+    /// CPUs to pin to (`--cpus`): the data plane on the first, extern
+    /// cores on the others in turn; empty: not pinned.
+    pub cpus: Vec<usize>,
 }
 
 /// One update's refusal: its code and message.
@@ -155,13 +158,16 @@ impl Config {
 impl Device {
     pub fn new(config: Config) -> Arc<Device> {
         Arc::new(Device {
-            config,
             state: Mutex::new(State {
                 loaded: None,
                 saved: None,
-                runtime: Runtime::default(),
+                runtime: Runtime::pinned(match config.cpus.len() {
+                    0 | 1 => config.cpus.clone(),
+                    _ => config.cpus[1..].to_vec(),
+                }),
             }),
             rates: Mutex::new(Rates::default()),
+            config,
         })
     }
 
@@ -262,7 +268,7 @@ impl Device {
             p4_name,
             spec_defaults,
         } = prepared;
-        pipeline.start(self.config.rate_pps);
+        pipeline.start(self.config.rate_pps, self.config.cpus.first().copied());
         tracing::info!(pipeline = %p4_name, "pipeline running");
         let policy = pipeline.externs.iter().map(|n| policy::sync(n)).collect();
         st.loaded = Some(Loaded {

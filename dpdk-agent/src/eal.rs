@@ -22,8 +22,8 @@ pub const NO_HUGE_ARGS: &str =
 /// 0), and every thread created afterwards inherits that: the data plane,
 /// the extern cores and the gRPC runtime would all share one CPU. The
 /// calling thread's CPU set from before is restored afterwards (call this
-/// before starting other threads). Pinning the data plane and extern
-/// cores to CPUs of their own is not done yet.
+/// before starting other threads); `--cpus` pins the data plane and the
+/// extern cores ([`pin_current_thread`]).
 pub fn init(args: &[String]) -> Result<(), String> {
     EAL.get_or_init(|| {
         // SAFETY: a zeroed cpu_set_t filled by the kernel for this thread.
@@ -64,4 +64,30 @@ pub fn init(args: &[String]) -> Result<(), String> {
 /// needs here).
 pub fn split(args: &str) -> Vec<String> {
     args.split_whitespace().map(str::to_string).collect()
+}
+
+/// Pins the calling thread to `cpu`. A busy-polling thread that the
+/// scheduler moves between CPUs starts over with cold caches each time
+/// (and the data plane and an extern core can end up sharing a CPU for a
+/// time slice, which stalls every parked packet).
+pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t with one CPU set, for this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Pins the calling thread to `cpu` if one is given; a failure is logged
+/// (the thread runs unpinned, as without `--cpus`).
+pub fn pin_or_log(cpu: Option<usize>, what: &str) {
+    if let Some(cpu) = cpu
+        && let Err(e) = pin_current_thread(cpu)
+    {
+        tracing::warn!("{what}: cannot pin to CPU {cpu}: {e}; running unpinned");
+    }
 }

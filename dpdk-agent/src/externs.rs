@@ -296,6 +296,10 @@ impl Lane {
 /// threads).
 const PUBLISH_MAX: u32 = 4;
 
+/// An extern core's view of one lane: the extern's slot, its burst, the
+/// lane.
+type CoreLane = Padded<(usize, u32, Arc<Lane>)>;
+
 /// A mailbox state that names a lane request: `LANE_TAG`, the lane's index
 /// in its extern's lanes (12 bits) and the request's sequence number.
 const LANE_TAG: u64 = 4;
@@ -646,20 +650,32 @@ impl Setting {
 
 /// The extern cores of the settings in force.
 pub struct Runtime {
-    stop: Arc<AtomicBool>,
+    /// On a line of its own: the extern cores read it in their loop, and a
+    /// heap neighbour the pipeline writes would bounce that line between
+    /// the cores (measured: Async at -50 % instead of -18 %, depending on
+    /// where the allocator put it).
+    stop: Arc<Padded<AtomicBool>>,
     threads: Vec<JoinHandle<()>>,
+    /// CPUs the extern cores are pinned to, in turn (empty: not pinned).
+    cpus: Vec<usize>,
 }
 
 impl Default for Runtime {
     fn default() -> Self {
-        Runtime {
-            stop: Arc::new(AtomicBool::new(false)),
-            threads: Vec::new(),
-        }
+        Runtime::pinned(Vec::new())
     }
 }
 
 impl Runtime {
+    /// Extern core `c` runs pinned to `cpus[c % cpus.len()]`.
+    pub fn pinned(cpus: Vec<usize>) -> Runtime {
+        Runtime {
+            stop: Arc::new(Padded(AtomicBool::new(false))),
+            threads: Vec::new(),
+            cpus,
+        }
+    }
+
     /// Waits until every submitted request has been executed (the extern
     /// cores keep running; the pipeline must be paused or stopped, so
     /// that nothing new is submitted), then hands each parked packet its
@@ -702,11 +718,11 @@ impl Runtime {
     }
 
     fn stop_threads(&mut self) {
-        self.stop.store(true, Ordering::Release);
+        self.stop.0.store(true, Ordering::Release);
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-        self.stop = Arc::new(AtomicBool::new(false));
+        self.stop = Arc::new(Padded(AtomicBool::new(false)));
     }
 
     /// Applies `settings` (one per slot; the pipeline's thread must be
@@ -724,8 +740,10 @@ impl Runtime {
             .map(|s| s.cores)
             .max()
             .unwrap_or(0) as usize;
-        let mut per_core: Vec<Vec<(usize, u32, Arc<Lane>)>> =
-            (0..n_cores).map(|_| Vec::new()).collect();
+        // Each entry on a cache line of its own: an extern core reads its
+        // entries all the time, and a heap neighbour that the pipeline
+        // writes would bounce the line between the cores.
+        let mut per_core: Vec<Vec<CoreLane>> = (0..n_cores).map(|_| Vec::new()).collect();
         for (i, s) in settings.iter().enumerate() {
             let slot = &SLOTS[i];
             let mut lanes = Vec::new();
@@ -733,7 +751,7 @@ impl Runtime {
                 for core in per_core.iter_mut().take(s.cores as usize) {
                     let lane = Arc::new(Lane::new(s.queue_depth));
                     lanes.push(lane.clone());
-                    core.push((i, s.burst.max(1), lane));
+                    core.push(Padded((i, s.burst.max(1), lane)));
                 }
             }
             // SAFETY: the pipeline's thread is paused or stopped (contract);
@@ -748,10 +766,14 @@ impl Runtime {
         }
         for (c, rings) in per_core.into_iter().enumerate() {
             let stop = self.stop.clone();
+            let cpu = (!self.cpus.is_empty()).then(|| self.cpus[c % self.cpus.len()]);
             self.threads.push(
                 std::thread::Builder::new()
                     .name(format!("extern-core-{c}"))
-                    .spawn(move || extern_core(rings, stop))
+                    .spawn(move || {
+                        crate::eal::pin_or_log(cpu, "an extern core");
+                        extern_core(rings, stop)
+                    })
                     .expect("spawn an extern core"),
             );
         }
@@ -790,31 +812,30 @@ impl Drop for Runtime {
 
 /// An extern core: takes bursts of published requests from its lanes,
 /// runs each into its result slot, publishes how far it got. Idle, it
-/// keeps polling for 200 µs, then sleeps 50 µs at a time (an idle agent
+/// keeps polling for 50 ms, then sleeps 50 µs at a time (an idle agent
 /// leaves the machine's cores alone). It never yields: the pipeline parks
 /// at most 16 packets, so each extern core round trip that takes a
-/// scheduler time slice (a yield on a busy machine, a long sleep) stalls
-/// the whole pipeline for it (first measured with spin-yield-sleep:
-/// ~4,000 packets/s).
-fn extern_core(lanes: Vec<(usize, u32, Arc<Lane>)>, stop: Arc<AtomicBool>) {
-    const KEEP_POLLING: Duration = Duration::from_micros(200);
+/// scheduler time slice stalls the whole pipeline for it (first measured
+/// with spin-yield-sleep: ~4,000 packets/s). With 200 µs of polling before
+/// a sleep, a run fell now and then into a state where the core slept
+/// between groups: the empty extern at -45..-69 % instead of -13..-17 %
+/// (docs/dpdk.md).
+fn extern_core(lanes: Vec<CoreLane>, stop: Arc<Padded<AtomicBool>>) {
+    const KEEP_POLLING: Duration = Duration::from_millis(50);
     let mut idle_since: Option<Instant> = None;
     let mut spins = 0u32;
-    // How far each lane is done (this core is its only consumer).
-    let mut done: Vec<u64> = lanes
-        .iter()
-        .map(|(_, _, l)| l.completed.0.load(Ordering::Relaxed))
-        .collect();
-    while !stop.load(Ordering::Acquire) {
+    while !stop.0.load(Ordering::Acquire) {
         let mut did = 0u64;
-        for ((slot, burst, lane), done) in lanes.iter().zip(&mut done) {
+        for Padded((slot, burst, lane)) in &lanes {
             let published = lane.published.0.load(Ordering::Acquire);
-            let n = (published - *done).min(u64::from(*burst));
+            // This core is `completed`'s only writer: its own value.
+            let done = lane.completed.0.load(Ordering::Relaxed);
+            let n = (published - done).min(u64::from(*burst));
             if n == 0 {
                 continue;
             }
             let kind = EXTERNS[*slot].1;
-            for seq in *done..*done + n {
+            for seq in done..done + n {
                 let i = seq as usize % LANE_SLOTS;
                 // SAFETY: published (acquire above) and not completed: the
                 // request is this core's to read, the result slot to write
@@ -827,8 +848,7 @@ fn extern_core(lanes: Vec<(usize, u32, Arc<Lane>)>, stop: Arc<AtomicBool>) {
                     }
                 }
             }
-            *done += n;
-            lane.completed.0.store(*done, Ordering::Release);
+            lane.completed.0.store(done + n, Ordering::Release);
             SLOTS[*slot].executed.0.fetch_add(n, Ordering::Release);
             did += n;
         }

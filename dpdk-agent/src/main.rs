@@ -82,6 +82,12 @@ struct Args {
     /// Packet buffers in the input ports' mempool.
     #[arg(long, default_value_t = 8191)]
     mbufs: u32,
+    /// CPUs to pin to, e.g. "2,3,4": the data plane on the first, extern
+    /// cores on the others in turn (with one CPU, all on it). Default: not
+    /// pinned (the scheduler moves the threads; fine for tests, costly for
+    /// a switch: docs/dpdk.md).
+    #[arg(long, value_delimiter = ',')]
+    cpus: Vec<usize>,
     /// Rate sampling interval (packets/s, async ops/s), ms.
     #[arg(long, default_value_t = 1000)]
     stats_interval_ms: u64,
@@ -215,6 +221,7 @@ fn main() -> anyhow::Result<()> {
         max_extern_cores: args.extern_cores.unwrap_or(cores.saturating_sub(1)),
         crypto_dev,
         stats_interval: Duration::from_millis(args.stats_interval_ms.max(10)),
+        cpus: args.cpus,
     };
     let device = Device::new(config);
 

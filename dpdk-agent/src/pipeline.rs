@@ -385,8 +385,9 @@ impl Pipeline {
         })
     }
 
-    /// Starts the data plane thread. `rate_pps` > 0 paces the input ports.
-    pub fn start(&mut self, rate_pps: u64) {
+    /// Starts the data plane thread, on `cpu` if given. `rate_pps` > 0
+    /// paces the input ports.
+    pub fn start(&mut self, rate_pps: u64, cpu: Option<usize>) {
         if self.thread.is_some() {
             return;
         }
@@ -396,6 +397,7 @@ impl Pipeline {
             std::thread::Builder::new()
                 .name("dataplane".into())
                 .spawn(move || {
+                    crate::eal::pin_or_log(cpu, "the data plane");
                     // Paced: small steps so the pacing is smooth; otherwise
                     // DPDK's pipeline example quantum.
                     let quantum = if rate_pps > 0 { 64 } else { 1000 };

@@ -47,6 +47,10 @@ struct Args {
     /// Only this target (agent or emulator).
     #[arg(long)]
     target: Option<String>,
+    /// The agent's `--cpus` (its data plane on the first CPU, the extern
+    /// core on the second); empty: not pinned.
+    #[arg(long, default_value = "0,1")]
+    agent_cpus: String,
     /// Frame size in bytes (no FCS).
     #[arg(long, default_value_t = 64)]
     size: usize,
@@ -195,7 +199,8 @@ impl Drop for Running {
     }
 }
 
-fn start(kind: Kind, bin_dir: &Path, dir: &Path, size: usize) -> Running {
+fn start(kind: Kind, args: &Args, bin_dir: &Path, dir: &Path) -> Running {
+    let size = args.size;
     let (bin, args): (&str, Vec<String>) = match kind {
         Kind::Agent => (
             "p4fleet-dpdk-agent",
@@ -208,7 +213,15 @@ fn start(kind: Kind, bin_dir: &Path, dir: &Path, size: usize) -> Running {
                 format!("source:{}", dir.join("flows.pcap").display()),
                 "--workdir".into(),
                 dir.join("work").display().to_string(),
-            ],
+            ]
+            .into_iter()
+            .chain(
+                (!args.agent_cpus.is_empty())
+                    .then(|| ["--cpus".to_string(), args.agent_cpus.clone()])
+                    .into_iter()
+                    .flatten(),
+            )
+            .collect(),
         ),
         Kind::Emulator => (
             "p4fleet-emulator",
@@ -507,7 +520,7 @@ async fn main() {
     let mut results: Vec<Vec<Outcome>> = Vec::new();
     let mut cookie = 100;
     for &kind in &kinds {
-        let mut r = start(kind, &bin_dir, dir.path(), args.size);
+        let mut r = start(kind, &args, &bin_dir, dir.path());
         let mut rows = Vec::new();
         for w in &workloads {
             for mode in modes(w) {
