@@ -582,7 +582,7 @@ async fn main() {
                         }
                     }
                     Outcome::Refused(why) => {
-                        line += &format!(" refused | - | - | - |");
+                        line += " refused | - | - | - |";
                         eprintln!("{} {} {mode}: {why}", kinds[k].name(), w.name);
                     }
                 }
