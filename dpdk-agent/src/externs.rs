@@ -174,9 +174,12 @@ pub const MODE_INLINE: u8 = 3;
 /// and reported as asked.
 const LANE_SLOTS: usize = 64;
 
-/// A value on a cache line of its own (no false sharing between the
-/// pipeline's and the extern core's words).
-#[repr(align(64))]
+/// A value on a 128-byte block of its own (no false sharing between the
+/// pipeline's and the extern core's words). Not 64: x86 cores prefetch
+/// the neighbouring line of a pair, so two words on the two lines of one
+/// 128-byte pair still bounce between the cores (as crossbeam's
+/// CachePadded has it).
+#[repr(align(128))]
 struct Padded<T>(T);
 
 /// The pipeline thread's side of a lane (only that thread touches it).

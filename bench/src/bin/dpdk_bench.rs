@@ -114,6 +114,52 @@ fn write_pcap(path: &Path, size: usize) {
     std::fs::write(path, b).unwrap();
 }
 
+/// Round trip of one cache line between two CPUs (ns), two threads
+/// pinned there handing a counter back and forth. On a VM the host moves
+/// the vCPUs: here it was 50-120 ns at times and 520 ns at others, and
+/// every Async row moves with it (its requests and completions cross
+/// between the pipeline's and the extern core's CPUs).
+fn cross_core_round_trip_ns(a: usize, b: usize) -> f64 {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const N: u64 = 200_000;
+    fn pin(cpu: usize) {
+        // SAFETY: a zeroed cpu_set_t with one CPU, for this thread.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+    #[repr(align(128))]
+    struct Line(AtomicU64);
+    let ping = Arc::new((Line(AtomicU64::new(0)), Line(AtomicU64::new(0))));
+    let pong = ping.clone();
+    let t = std::thread::spawn(move || {
+        pin(b);
+        for i in 1..=N {
+            while pong.0.0.load(Ordering::Acquire) != i {
+                std::hint::spin_loop();
+            }
+            pong.1.0.store(i, Ordering::Release);
+        }
+    });
+    let measure = std::thread::spawn(move || {
+        pin(a);
+        let t0 = Instant::now();
+        for i in 1..=N {
+            ping.0.0.store(i, Ordering::Release);
+            while ping.1.0.load(Ordering::Acquire) != i {
+                std::hint::spin_loop();
+            }
+        }
+        t0.elapsed().as_nanos() as f64 / N as f64
+    });
+    let ns = measure.join().unwrap();
+    t.join().unwrap();
+    ns
+}
+
 /// One of the two targets.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -516,6 +562,16 @@ async fn main() {
         .into_iter()
         .filter(|k| args.target.as_deref().is_none_or(|t| t == k.name()))
         .collect();
+    let cpus: Vec<usize> = args
+        .agent_cpus
+        .split(',')
+        .filter_map(|c| c.trim().parse().ok())
+        .collect();
+    let round_trip = || match cpus[..] {
+        [a, b, ..] => format!("{:.0} ns", cross_core_round_trip_ns(a, b)),
+        _ => "not measured (no two --agent-cpus)".to_string(),
+    };
+    let rt_before = round_trip();
     // results[kind][row]
     let mut results: Vec<Vec<Outcome>> = Vec::new();
     let mut cookie = 100;
@@ -534,10 +590,12 @@ async fn main() {
         }
         results.push(rows);
     }
+    let rt_after = round_trip();
     println!(
         "frame {} B, 16 flows, smac and dmac hit; one pipeline core and one extern core per target; \
-         median of {} runs of {} s after {} s warm-up",
-        args.size, args.runs, args.seconds, args.warmup
+         median of {} runs of {} s after {} s warm-up; cache line round trip between the agent's \
+         CPUs {}: {rt_before} before, {rt_after} after",
+        args.size, args.runs, args.seconds, args.warmup, args.agent_cpus
     );
     let mut header = "| workload | mode |".to_string();
     let mut rule = "|---|---|".to_string();
