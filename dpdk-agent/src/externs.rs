@@ -12,8 +12,12 @@
 //! numerically) and the call's state. The crypto externs encrypt or decrypt
 //! that block (AES-128-CBC, one block: AES of the block XOR the IV, with
 //! the emulator's key and IV); a program that moves nothing into the
-//! mailbox encrypts zeros (examples/l2crypt/l2crypt.spec does; the variant
-//! l2crypt_mailbox.spec moves the first 16 payload bytes in and out).
+//! mailbox encrypts whatever its pipeline thread's mailbox held (zeros at
+//! first, then the previous packet's result: DPDK keeps a thread's
+//! mailbox between packets, where the emulator zeroes it per packet) and
+//! changes no byte of the packet (examples/l2crypt/l2crypt.spec; the
+//! variant l2crypt_mailbox.spec moves the first 16 payload bytes in and
+//! out).
 //!
 //! **Async.** An extern that returns 0 parks its packet: the pipeline
 //! switches to another of its 16 internal threads and calls the extern
