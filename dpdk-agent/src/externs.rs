@@ -657,10 +657,9 @@ impl Setting {
 
 /// The extern cores of the settings in force.
 pub struct Runtime {
-    /// On a line of its own: the extern cores read it in their loop, and a
-    /// heap neighbour the pipeline writes would bounce that line between
-    /// the cores (measured: Async at -50 % instead of -18 %, depending on
-    /// where the allocator put it).
+    /// On a block of its own: the extern cores read it in their loop, and
+    /// a heap neighbour the pipeline writes would bounce that line between
+    /// the cores.
     stop: Arc<Padded<AtomicBool>>,
     threads: Vec<JoinHandle<()>>,
     /// CPUs the extern cores are pinned to, in turn (empty: not pinned).
@@ -823,10 +822,9 @@ impl Drop for Runtime {
 /// leaves the machine's cores alone). It never yields: the pipeline parks
 /// at most 16 packets, so each extern core round trip that takes a
 /// scheduler time slice stalls the whole pipeline for it (first measured
-/// with spin-yield-sleep: ~4,000 packets/s). With 200 µs of polling before
-/// a sleep, a run fell now and then into a state where the core slept
-/// between groups: the empty extern at -45..-69 % instead of -13..-17 %
-/// (docs/dpdk.md).
+/// with spin-yield-sleep: ~4,000 packets/s). 50 ms rather than the first
+/// 200 µs: a core that falls asleep while the pipeline is briefly
+/// descheduled costs a sleep per group when the packets come back.
 fn extern_core(lanes: Vec<CoreLane>, stop: Arc<Padded<AtomicBool>>) {
     const KEEP_POLLING: Duration = Duration::from_millis(50);
     let mut idle_since: Option<Instant> = None;
