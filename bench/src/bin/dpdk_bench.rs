@@ -33,6 +33,7 @@ use p4fleet_client::model::pipeline_config::BfPipelineConfig;
 use p4fleet_client::proto::externs::{self as xpb, extern_runtime_client::ExternRuntimeClient};
 use p4fleet_client::proto::p4info;
 use p4fleet_client::{Device, Identity, Target, WriteOptions};
+use p4fleet_emulator::dataplane::measure;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -114,52 +115,6 @@ fn write_pcap(path: &Path, size: usize) {
     std::fs::write(path, b).unwrap();
 }
 
-/// Round trip of one cache line between two CPUs (ns), two threads
-/// pinned there handing a counter back and forth. On a VM the host moves
-/// the vCPUs: here it was 50-120 ns at times and 520 ns at others, and
-/// every Async row moves with it (its requests and completions cross
-/// between the pipeline's and the extern core's CPUs).
-fn cross_core_round_trip_ns(a: usize, b: usize) -> f64 {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    const N: u64 = 200_000;
-    fn pin(cpu: usize) {
-        // SAFETY: a zeroed cpu_set_t with one CPU, for this thread.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-        }
-    }
-    #[repr(align(128))]
-    struct Line(AtomicU64);
-    let ping = Arc::new((Line(AtomicU64::new(0)), Line(AtomicU64::new(0))));
-    let pong = ping.clone();
-    let t = std::thread::spawn(move || {
-        pin(b);
-        for i in 1..=N {
-            while pong.0.0.load(Ordering::Acquire) != i {
-                std::hint::spin_loop();
-            }
-            pong.1.0.store(i, Ordering::Release);
-        }
-    });
-    let measure = std::thread::spawn(move || {
-        pin(a);
-        let t0 = Instant::now();
-        for i in 1..=N {
-            ping.0.0.store(i, Ordering::Release);
-            while ping.1.0.load(Ordering::Acquire) != i {
-                std::hint::spin_loop();
-            }
-        }
-        t0.elapsed().as_nanos() as f64 / N as f64
-    });
-    let ns = measure.join().unwrap();
-    t.join().unwrap();
-    ns
-}
-
 /// One of the two targets.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -182,28 +137,6 @@ impl Kind {
             Kind::Emulator => ("dp-worker", "dp-extern"),
         }
     }
-}
-
-/// CPU ns of a target's data plane and extern core threads.
-fn cpu_ns(pid: u32, kind: Kind) -> (u64, u64) {
-    let (dp_prefix, ext_prefix) = kind.threads();
-    let (mut dp, mut ext) = (0, 0);
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return (0, 0);
-    };
-    for t in tasks.flatten() {
-        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        let ns: u64 = std::fs::read_to_string(t.path().join("schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
-            .unwrap_or(0);
-        if comm.starts_with(dp_prefix) {
-            dp += ns;
-        } else if comm.starts_with(ext_prefix) {
-            ext += ns;
-        }
-    }
-    (dp, ext)
 }
 
 /// One measured row of one target.
@@ -501,13 +434,19 @@ async fn measure(
     };
     let (tx0, c0, t0) = (
         stats(&mut r.externs).await,
-        cpu_ns(pid, kind),
+        {
+            let (d, e) = kind.threads();
+            measure::thread_cpu_ns(Some(pid), d, e)
+        },
         Instant::now(),
     );
     tokio::time::sleep(Duration::from_secs_f64(args.seconds)).await;
     let (tx1, c1, dt) = (
         stats(&mut r.externs).await,
-        cpu_ns(pid, kind),
+        {
+            let (d, e) = kind.threads();
+            measure::thread_cpu_ns(Some(pid), d, e)
+        },
         t0.elapsed().as_secs_f64(),
     );
     let n = tx1.saturating_sub(tx0).max(1) as f64;
@@ -568,7 +507,7 @@ async fn main() {
         .filter_map(|c| c.trim().parse().ok())
         .collect();
     let round_trip = || match cpus[..] {
-        [a, b, ..] => format!("{:.0} ns", cross_core_round_trip_ns(a, b)),
+        [a, b, ..] => format!("{:.0} ns", measure::round_trip_ns(Some((a, b)), 200_000)),
         _ => "not measured (no two --agent-cpus)".to_string(),
     };
     let rt_before = round_trip();

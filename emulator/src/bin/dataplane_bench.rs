@@ -23,11 +23,11 @@ use clap::Parser;
 use p4fleet_emulator::dataplane::alloc::CountingAllocator;
 use p4fleet_emulator::dataplane::engine::available_cores;
 use p4fleet_emulator::dataplane::packet::{self, TrafficConfig};
-use p4fleet_emulator::dataplane::report;
 use p4fleet_emulator::dataplane::{
     ActionCall, Engine, EngineConfig, Executor, ExternPolicy, FieldValue, MemoryTableSource, Mode,
     SnapshotEntry, SuspendMethod,
 };
+use p4fleet_emulator::dataplane::{measure, report};
 use p4fleet_proto::p4info::{self, ExternInstance, P4Info, Preamble};
 
 #[global_allocator]
@@ -313,7 +313,7 @@ fn run(args: &Args, workload: Workload, variant: Variant, workers: u32) -> Row {
     engine.start();
     std::thread::sleep(Duration::from_secs_f64(args.warmup));
     let s0 = engine.stats();
-    let c0 = core_cpu_ns();
+    let c0 = measure::thread_cpu_ns(None, "dp-worker", "dp-extern");
     let a0 = GLOBAL.count();
     let t0 = Instant::now();
     if args.verbose {
@@ -335,7 +335,7 @@ fn run(args: &Args, workload: Workload, variant: Variant, workers: u32) -> Row {
         std::thread::sleep(Duration::from_secs_f64(args.seconds));
     }
     let a1 = GLOBAL.count();
-    let c1 = core_cpu_ns();
+    let c1 = measure::thread_cpu_ns(None, "dp-worker", "dp-extern");
     let s1 = engine.stats();
     let dt = t0.elapsed().as_secs_f64();
     engine.stop();
@@ -360,57 +360,6 @@ fn run(args: &Args, workload: Workload, variant: Variant, workers: u32) -> Row {
     }
 }
 
-/// Median cross-thread round trip (two threads bouncing a counter), the
-/// floor under every handoff to an extern core. On a machine whose cores
-/// are busy with other work it is a scheduling delay, not a cache transfer.
-fn round_trip_ns() -> f64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    const N: u64 = 20_000;
-    let flag = Arc::new(AtomicU64::new(0));
-    let f = flag.clone();
-    let pong = std::thread::spawn(move || {
-        for i in 0..N {
-            while f.load(Ordering::Acquire) != 2 * i + 1 {
-                std::hint::spin_loop();
-            }
-            f.store(2 * i + 2, Ordering::Release);
-        }
-    });
-    let t0 = Instant::now();
-    for i in 0..N {
-        flag.store(2 * i + 1, Ordering::Release);
-        while flag.load(Ordering::Acquire) != 2 * i + 2 {
-            std::hint::spin_loop();
-        }
-    }
-    let ns = t0.elapsed().as_nanos() as f64 / N as f64;
-    pong.join().expect("pong thread");
-    ns
-}
-
-/// On-CPU nanoseconds of this process's worker and extern-core threads
-/// (`/proc/self/task/*/schedstat`): what the cores actually got, whatever
-/// else the machine was running.
-fn core_cpu_ns() -> (u64, u64) {
-    let (mut workers, mut externs) = (0, 0);
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return (0, 0);
-    };
-    for t in tasks.flatten() {
-        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        let ns: u64 = std::fs::read_to_string(t.path().join("schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
-            .unwrap_or(0);
-        if comm.starts_with("dp-worker") {
-            workers += ns;
-        } else if comm.starts_with("dp-extern") {
-            externs += ns;
-        }
-    }
-    (workers, externs)
-}
-
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -430,7 +379,7 @@ fn main() {
     println!(
         "load average before: {}; cross-core round trip: {:.0} ns",
         load_average(),
-        round_trip_ns()
+        measure::round_trip_ns(None, 20_000)
     );
     let variants_for = |w: Workload| -> Vec<Variant> {
         let sync = Variant {
@@ -584,7 +533,7 @@ fn main() {
     println!(
         "\nload average after: {}; cross-core round trip: {:.0} ns",
         load_average(),
-        round_trip_ns()
+        measure::round_trip_ns(None, 20_000)
     );
 }
 

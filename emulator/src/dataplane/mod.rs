@@ -19,6 +19,7 @@ pub mod context;
 pub mod engine;
 pub mod externs;
 pub mod hits;
+pub mod measure;
 pub mod packet;
 pub mod policy;
 pub mod report;
