@@ -272,18 +272,23 @@ pub fn device_entries(stats: SocketAddr, device: u64) -> Option<u64> {
 /// One counter of the emulator's stats of `device` (`/stats/<device>`:
 /// `entries`, `write_rpcs`, …), None while it does not answer.
 pub fn device_stat(stats: SocketAddr, device: u64, field: &str) -> Option<u64> {
+    stats_get(stats, &format!("/stats/{device}"))?[field].as_u64()
+}
+
+/// The JSON the emulator's side channel at `stats` answers to a GET of
+/// `path` (e.g. `/stats/3/dataplane`), None while it does not answer.
+pub fn stats_get(stats: SocketAddr, path: &str) -> Option<serde_json::Value> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect_timeout(&stats, Duration::from_secs(1)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     write!(
         s,
-        "GET /stats/{device} HTTP/1.1\r\nHost: {stats}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {stats}\r\nConnection: close\r\n\r\n"
     )
     .ok()?;
     let mut resp = String::new();
     s.read_to_string(&mut resp).ok()?;
-    let body: serde_json::Value = serde_json::from_str(resp.split_once("\r\n\r\n")?.1).ok()?;
-    body[field].as_u64()
+    serde_json::from_str(resp.split_once("\r\n\r\n")?.1).ok()
 }
 
 /// Starts `p4fleet-emulator` from `bin` serving TLS on `addr` (None: any

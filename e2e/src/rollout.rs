@@ -75,11 +75,22 @@ pub async fn phase_of(
     want: RolloutPhase,
     also: impl Fn(&p4fleet_crds::RolloutStatus) -> bool,
 ) -> p4fleet_crds::RolloutStatus {
+    program_phase(programs, "firewall", want, also).await
+}
+
+/// Waits until the rollout of program `name` is in `want` and `also`
+/// holds of it.
+pub async fn program_phase(
+    programs: &Api<P4Program>,
+    name: &str,
+    want: RolloutPhase,
+    also: impl Fn(&p4fleet_crds::RolloutStatus) -> bool,
+) -> p4fleet_crds::RolloutStatus {
     wait_for(
-        &format!("rollout {want:?}"),
+        &format!("rollout of {name} {want:?}"),
         Duration::from_secs(120),
         || async {
-            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
+            let p = programs.get(name).await.map_err(|e| e.to_string())?;
             let r = p.status.unwrap_or_default().rollout;
             r.clone()
                 .filter(|r| r.phase == want && also(r))

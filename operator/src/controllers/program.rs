@@ -232,7 +232,7 @@ pub async fn reconcile(obj: Arc<P4Program>, ctx: Arc<super::Ctx<()>>) -> Result<
     }
     let kept = record(&ctx, obj.as_ref(), &resolved, &old, &mut new).await?;
     let (rolled, rollout_requeue) = match &kept {
-        Some(kept) => roll(&ctx, obj.as_ref(), kept, &mut new),
+        Some(kept) => roll(&ctx, obj.as_ref(), kept, &mut new).await,
         None => (Vec::new(), None),
     };
     let digest = (new.digest.is_some() && new.digest != old_digest).then(|| {
@@ -380,7 +380,7 @@ pub const ROLLOUT_VALID: &str = "RolloutValid";
 /// A Canary rollout's next move ([`rollout::advance`]) from the facts in
 /// the caches: `new.rollout` (which the VirtualSwitches follow), the
 /// Events to publish, when to look again. `kept`: the program's revisions.
-fn roll(
+async fn roll(
     ctx: &Context,
     obj: &P4Program,
     kept: &[revisions::Kept],
@@ -411,7 +411,7 @@ fn roll(
     let sets = &ctx.caches.entry_sets;
     let selecting = sets.filed_under(&crate::cache::selecting_key(&ns));
     let switches = ctx.caches.switches.store();
-    let members: Vec<rollout::Member> = vss
+    let mut members: Vec<rollout::Member> = vss
         .iter()
         .map(|v| {
             // The sets naming it, and those selecting in its namespace.
@@ -427,6 +427,12 @@ fn roll(
             rollout::member(v, &fill, sw.as_deref())
         })
         .collect();
+    if gauges_throughput(&spec, new.rollout.as_ref(), update) {
+        let rates = throughputs(ctx, &vss).await;
+        for m in &mut members {
+            m.observed.packets_per_second = rates.get(&m.name).copied();
+        }
+    }
     let input = rollout::target(&spec, &as_rev(update), kept).map(|target| rollout::Input {
         spec: &spec,
         pinned: target.digest != update.digest,
@@ -481,6 +487,52 @@ fn roll(
         (r, false) => r,
     };
     (notes, requeue)
+}
+
+/// Whether this look at a rollout needs its VirtualSwitches' data-plane
+/// rates: a `minThroughputRatio` is set and the rollout of `update` may
+/// move or judge one (not yet started, moving or paused). A rollout at
+/// rest needs none: asking every device at each resync would cost a
+/// round of calls for nothing.
+fn gauges_throughput(
+    spec: &p4fleet_crds::Rollout,
+    rollout: Option<&p4fleet_crds::RolloutStatus>,
+    update: &RevisionRef,
+) -> bool {
+    let ratio = spec
+        .analysis
+        .as_ref()
+        .is_some_and(|a| a.min_throughput_ratio.is_some());
+    let at_rest = rollout.is_some_and(|r| {
+        r.to.digest == update.digest
+            && matches!(r.phase, RolloutPhase::Completed | RolloutPhase::RolledBack)
+    });
+    ratio && spec.strategy == RolloutStrategy::Canary && !at_rest
+}
+
+/// The packets/s of each VirtualSwitch in `vss` whose target reports a
+/// rate, asked of its device now (`fleet::throughput`).
+async fn throughputs(
+    ctx: &Context,
+    vss: &[Arc<VirtualSwitch>],
+) -> std::collections::HashMap<String, u64> {
+    use crate::fleet::throughput;
+    let switches = ctx.caches.switches.store();
+    let asks = vss
+        .iter()
+        .filter_map(|v| {
+            let st = v.status.as_ref()?;
+            let sw = switches.get(&kube::runtime::reflector::ObjectRef::new(
+                st.switch.as_deref()?,
+            ))?;
+            Some(throughput::Ask {
+                virtual_switch: v.name_any(),
+                source: throughput::source(&ctx.devices, &sw, st.slot)?,
+                switch: (*sw).clone(),
+            })
+        })
+        .collect();
+    throughput::sample(&ctx.devices, asks).await
 }
 
 /// How often a planned change looks at the fleet again.
@@ -561,6 +613,42 @@ mod tests {
     use std::collections::HashSet;
 
     const FIREWALL: &str = include_str!("../../../examples/firewall/p4info.txt");
+
+    #[test]
+    fn rates_are_asked_only_while_a_ratio_gated_rollout_can_move_or_judge() {
+        let spec: p4fleet_crds::Rollout = serde_json::from_value(serde_json::json!({
+            "strategy": "Canary", "steps": [{"percent": 100}],
+            "analysis": {"seconds": 3, "minThroughputRatio": 0.5}}))
+        .unwrap();
+        let rev = |n: i64| RevisionRef {
+            revision: n,
+            digest: format!("{n:0>64}"),
+            ..Default::default()
+        };
+        let status = |phase, to: i64| p4fleet_crds::RolloutStatus {
+            phase,
+            to: RolloutRevision {
+                revision: to,
+                digest: format!("{to:0>64}"),
+            },
+            ..Default::default()
+        };
+        assert!(gauges_throughput(&spec, None, &rev(2)));
+        let moving = status(RolloutPhase::Progressing, 2);
+        assert!(gauges_throughput(&spec, Some(&moving), &rev(2)));
+        let done = status(RolloutPhase::Completed, 2);
+        assert!(!gauges_throughput(&spec, Some(&done), &rev(2)));
+        // A new revision after a finished one starts a rollout again.
+        assert!(gauges_throughput(&spec, Some(&done), &rev(3)));
+        let rolled_back = status(RolloutPhase::RolledBack, 2);
+        assert!(!gauges_throughput(&spec, Some(&rolled_back), &rev(2)));
+        let mut no_ratio = spec.clone();
+        no_ratio.analysis = None;
+        assert!(!gauges_throughput(&no_ratio, None, &rev(2)));
+        let mut all_at_once = spec;
+        all_at_once.strategy = RolloutStrategy::AllAtOnce;
+        assert!(!gauges_throughput(&all_at_once, None, &rev(2)));
+    }
 
     fn spec_inline(text: &str) -> P4ProgramSpec {
         P4ProgramSpec {

@@ -41,3 +41,17 @@ pub async fn extern_runtime_answer(ch: Channel, device_id: u64) -> Option<bool> 
         Err(_) => None,
     }
 }
+
+/// Where the extern runtime of the VirtualSwitch in `slot` of `sw` is:
+/// the Switch's side target with the slot's device id (a Dpdk Switch's
+/// slots are consecutive device ids from its own).
+pub fn target(
+    devices: &crate::devices::DevicePool,
+    sw: &p4fleet_crds::Switch,
+    slot: Option<u32>,
+) -> p4fleet_client::Target {
+    p4fleet_client::Target {
+        device_id: sw.spec.device_id + u64::from(slot.unwrap_or(0)),
+        ..devices.side_target(sw)
+    }
+}

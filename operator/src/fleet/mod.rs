@@ -4,7 +4,7 @@
 //! would remove tables sets still fill, the extern runtime that the
 //! Switch controller probes and AsyncExternPolicies apply through, and a
 //! program's revisions (written by the P4Program controller, loaded by
-//! VirtualSwitches).
+//! VirtualSwitches), and the data-plane rates a rollout's gate compares.
 
 pub mod extern_runtime;
 pub mod fills;
@@ -13,3 +13,4 @@ pub mod program_plan;
 pub mod revisions;
 pub mod rollout;
 pub mod slot_claims;
+pub mod throughput;

@@ -157,10 +157,7 @@ pub async fn dereference(
         Some(sw) => Placement::Switch {
             name,
             target: sw.spec.target,
-            runtime: RuntimeTarget {
-                device_id: sw.spec.device_id + u64::from(st.slot.unwrap_or(0)),
-                ..devices.side_target(&sw)
-            },
+            runtime: crate::fleet::extern_runtime::target(devices, &sw, st.slot),
             host: t4p4s::Host {
                 program: vs.spec.program_ref.clone(),
                 cores: sw.spec.capacity.get("cores").copied(),

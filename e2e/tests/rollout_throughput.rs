@@ -1,0 +1,207 @@
+//! The rollout gate's throughput check on DPDK targets (issue 34): three
+//! Dpdk Switches on the emulator forward its generated traffic through
+//! the l2crypt pipeline, and the program rolls out Canary
+//! `{switches: 1}`, `{percent: 100}` with `minThroughputRatio: 0.5`.
+//!
+//! - A revision that forwards as before passes the check, which names the
+//!   packets/s it compared, and completes on all three.
+//! - A revision whose `dmac` default action drops every packet loads, and
+//!   its Switch stays Reachable: only the data plane shows what is wrong.
+//!   The gate fails on `Throughput` at the canary and rolls it back; the
+//!   canary forwards again, and the two others never loaded the revision.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+use p4fleet_crds::{P4Program, RolloutPhase, Switch, VirtualSwitch};
+use p4fleet_e2e::processes::{
+    build_binaries as bin, device_stat, spawn_emulator, spawn_operator, stats_get,
+};
+use p4fleet_e2e::rollout::program_phase;
+use p4fleet_e2e::{
+    ControlPlane, TestNamespace, create_json, event_about, repo_root, wait_for, wait_object_ready,
+};
+use serde_json::json;
+
+const V1: &str = "p4fleet.dev/v1alpha1";
+const DEVICES: [u64; 3] = [1, 2, 3];
+
+fn l2crypt(file: &str) -> String {
+    std::fs::read_to_string(repo_root().join("examples/l2crypt").join(file)).unwrap()
+}
+
+/// The l2crypt program's sources: `spec` is its SWX pipeline.
+async fn sources(cms: &Api<ConfigMap>, spec: &str) {
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "l2-src"},
+        "data": {"p4info.txt": l2crypt("p4info.txt"), "pipeline.spec": spec,
+            "context.json": l2crypt("context.json"), "bfrt.json": l2crypt("bfrt.json")}});
+    cms.patch(
+        "l2-src",
+        &PatchParams::apply("rollout-throughput-test").force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .unwrap();
+}
+
+/// Packets device `d` forwarded per second, measured from its data
+/// plane's counter over one second (not the operator's figure).
+async fn forwarded_per_second(stats: SocketAddr, d: u64) -> u64 {
+    let tx = || {
+        stats_get(stats, &format!("/stats/{d}/dataplane"))
+            .and_then(|v| v["stats"]["tx_packets"].as_u64())
+            .unwrap_or(0)
+    };
+    let a = tx();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    tx().saturating_sub(a)
+}
+
+fn pushes(stats: SocketAddr) -> Vec<u64> {
+    DEVICES
+        .iter()
+        .map(|d| device_stat(stats, *d, "set_pipeline_rpcs").expect("device stats"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_that_forwards_nothing_fails_the_throughput_check_and_rolls_back() {
+    let cp = ControlPlane::shared().await;
+    let client = cp.client().await;
+    let emu = spawn_emulator(
+        &bin(),
+        &[
+            "--device-ids",
+            "1,2,3",
+            "--dpdk-device-ids",
+            "1,2,3",
+            "--dpdk-extern-cores",
+            "1",
+            "--dpdk-rate-pps",
+            "20000",
+            "--dpdk-flows",
+            "4",
+        ],
+    );
+    let _op = spawn_operator(
+        &bin(),
+        cp.kubeconfig_path(),
+        "rollout-throughput-operator",
+        &[],
+    );
+    let ns = TestNamespace::new(&client).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
+    let v1 = l2crypt("l2crypt.spec");
+    sources(&cms, &v1).await;
+    let src = |key: &str| json!({"configMapKeyRef": {"name": "l2-src", "key": key}});
+    let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
+    create_json(
+        &programs,
+        json!({"apiVersion": V1, "kind": "P4Program", "metadata": {"name": "l2crypt"},
+            "spec": {"p4info": src("p4info.txt"),
+                "artifacts": {"dpdk": {"spec": src("pipeline.spec"),
+                    "context": src("context.json"), "bfrtJson": src("bfrt.json")}},
+                "rollout": {"strategy": "Canary",
+                    "steps": [{"switches": 1}, {"percent": 100}],
+                    "maxUnavailable": 2,
+                    "analysis": {"seconds": 3, "minThroughputRatio": 0.5},
+                    "progressDeadlineSeconds": 60}}}),
+    )
+    .await;
+    let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns.name());
+    for (i, d) in DEVICES.iter().enumerate() {
+        let sw = format!("{}-dsw{d}", ns.name());
+        create_json(
+            &Api::<Switch>::all(client.clone()),
+            json!({"apiVersion": V1, "kind": "Switch", "metadata": {"name": sw},
+                "spec": {"target": "Dpdk", "endpoint": emu.p4runtime.to_string(),
+                    "deviceId": d, "slots": 1, "capacity": {"cores": 2}}}),
+        )
+        .await;
+        create_json(
+            &vss,
+            json!({"apiVersion": V1, "kind": "VirtualSwitch",
+                "metadata": {"name": format!("vs-{i}"),
+                    "labels": {"p4fleet.dev/rollout-order": i.to_string()}},
+                "spec": {"programRef": "l2crypt", "switchRef": sw, "slot": 0}}),
+        )
+        .await;
+    }
+    for i in 0..DEVICES.len() {
+        wait_object_ready(&vss, &format!("vs-{i}"), Duration::from_secs(90)).await;
+    }
+    // Revision 1 forwards the generated traffic (dmac's default floods).
+    for d in DEVICES {
+        let pps = forwarded_per_second(emu.stats, d).await;
+        assert!(pps > 5_000, "device {d} forwards {pps} packets/s on v1");
+    }
+
+    // A revision that forwards as before passes the check.
+    sources(&cms, &format!("{v1}\n; revision 2: the same pipeline\n")).await;
+    let done = program_phase(&programs, "l2crypt", RolloutPhase::Completed, |_| true).await;
+    assert_eq!(done.to.revision, 2, "{done:?}");
+    for m in &done.moved {
+        let before = m.packets_per_second_before.unwrap_or(0);
+        assert!(
+            before > 5_000,
+            "{} moved with {before} packets/s recorded before its step",
+            m.virtual_switch
+        );
+    }
+
+    // A revision that drops every packet: it loads and nothing else
+    // complains; the data plane's rate is what fails.
+    let dropping = v1.replace(
+        "default_action broadcast args none",
+        "default_action drop args none",
+    );
+    assert_ne!(dropping, v1, "the pipeline's dmac default action changed");
+    let before = pushes(emu.stats);
+    sources(&cms, &dropping).await;
+    let st = program_phase(&programs, "l2crypt", RolloutPhase::RolledBack, |_| true).await;
+    assert_eq!(st.to.revision, 3, "{st:?}");
+    let failure = st.failure.clone().expect("the failed check");
+    assert_eq!(failure.check, "Throughput", "{failure:?}");
+    assert_eq!(failure.virtual_switch, "vs-0", "{failure:?}");
+    assert!(
+        failure.message.contains("packets/s before the step"),
+        "the check says what it compared: {}",
+        failure.message
+    );
+    let ev = event_about(&client, ns.name(), "l2crypt", Some("RolledBack")).await;
+    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+    // The canary is back on revision 2 and forwards again.
+    wait_for(
+        "the canary forwarding again",
+        Duration::from_secs(60),
+        || async {
+            let pps = forwarded_per_second(emu.stats, DEVICES[0]).await;
+            (pps > 5_000)
+                .then_some(())
+                .ok_or(format!("{pps} packets/s"))
+        },
+    )
+    .await;
+    let after = pushes(emu.stats);
+    assert!(
+        after[0] >= before[0] + 2,
+        "the canary loaded v3, then v2 again: {before:?} -> {after:?}"
+    );
+    assert_eq!(
+        after[1..],
+        before[1..],
+        "the others never loaded the revision that dropped everything"
+    );
+    for d in &DEVICES[1..] {
+        let pps = forwarded_per_second(emu.stats, *d).await;
+        assert!(pps > 5_000, "device {d} forwards {pps} packets/s");
+    }
+    for d in DEVICES {
+        let _ = Api::<Switch>::all(client.clone())
+            .delete(&format!("{}-dsw{d}", ns.name()), &Default::default())
+            .await;
+    }
+    ns.delete(&client).await.unwrap();
+}

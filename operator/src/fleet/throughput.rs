@@ -1,0 +1,219 @@
+//! Data-plane packets/s of a rollout's VirtualSwitches, asked of their
+//! devices where the target reports it, for the gate's throughput check
+//! (`rollout::checks`):
+//! - a DPDK pipeline: the forwarded packets/s its extern runtime reports
+//!   (`GetStats`, over the target's own sampling interval);
+//! - an FPGA slot: the packets it sent, from two reads of the board's
+//!   monotonic slot counters [`FPGA_SPAN`] apart.
+//!
+//! Bmv2 and Tofino report no rate: their check says "not reported".
+//! Figures are asked at each look of the gate rather than read from
+//! status (an AsyncExternPolicy's rate is written only when it changes,
+//! with no time of its own), so a figure is never older than the look
+//! that judges it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::ResourceExt;
+use p4fleet_crds::{Switch, SwitchTarget};
+use p4fleet_proto::externs::{self as pb, extern_runtime_client::ExternRuntimeClient};
+
+use crate::devices::DevicePool;
+
+/// Time between the two reads of an FPGA board's counters: long enough
+/// for a rate at the boards' line rates, short enough for a reconcile.
+pub const FPGA_SPAN: Duration = Duration::from_millis(500);
+/// The longest one device is waited for: a device that does not answer
+/// has no figure (the check waits for one), it does not hold the gate.
+const CALL_DEADLINE: Duration = Duration::from_secs(3);
+/// Devices asked at once.
+const PARALLEL: usize = 32;
+
+/// Where a VirtualSwitch's rate comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    /// The Switch's extern runtime, at the VirtualSwitch's device id.
+    Dpdk(p4fleet_client::Target),
+    /// Slot `n` of an FPGA board.
+    FpgaSlot(u32),
+}
+
+/// The source of a VirtualSwitch in `slot` of `sw`, if its target
+/// reports a rate.
+pub fn source(devices: &DevicePool, sw: &Switch, slot: Option<u32>) -> Option<Source> {
+    match sw.spec.target {
+        SwitchTarget::Dpdk => Some(Source::Dpdk(super::extern_runtime::target(
+            devices, sw, slot,
+        ))),
+        SwitchTarget::Fpga => Some(Source::FpgaSlot(slot?)),
+        SwitchTarget::Bmv2 | SwitchTarget::Tofino => None,
+    }
+}
+
+/// One VirtualSwitch to ask about.
+#[derive(Debug, Clone)]
+pub struct Ask {
+    pub virtual_switch: String,
+    pub switch: Switch,
+    pub source: Source,
+}
+
+/// Packets/s between two reads of a monotonic counter, `secs` apart;
+/// None when the counter went back (a board that restarted) or no time
+/// passed.
+pub fn rate(first: u64, second: u64, secs: f64) -> Option<u64> {
+    let sent = second.checked_sub(first)?;
+    (secs > 0.0).then(|| (sent as f64 / secs).round() as u64)
+}
+
+/// The packets/s of each asked VirtualSwitch that its device reported,
+/// by name. A device that does not answer is left out.
+pub async fn sample(devices: &DevicePool, asks: Vec<Ask>) -> HashMap<String, u64> {
+    let (dpdk, fpga): (Vec<Ask>, Vec<Ask>) = asks
+        .into_iter()
+        .partition(|a| matches!(a.source, Source::Dpdk(_)));
+    let dpdk = futures::stream::iter(dpdk)
+        .map(|a| async move {
+            let pps = dpdk_rate(devices, &a).await?;
+            Some((a.virtual_switch, pps))
+        })
+        .buffer_unordered(PARALLEL)
+        .filter_map(|x| async { x })
+        .collect::<Vec<_>>();
+    let (mut got, fpga): (HashMap<String, u64>, _) = futures::join!(
+        async { dpdk.await.into_iter().collect() },
+        fpga_rates(devices, fpga)
+    );
+    got.extend(fpga);
+    got
+}
+
+async fn dpdk_rate(devices: &DevicePool, a: &Ask) -> Option<u64> {
+    let Source::Dpdk(t) = &a.source else {
+        return None;
+    };
+    let ch = devices.side_channel_to(&a.switch.name_any(), t).ok()?;
+    let mut client = ExternRuntimeClient::new(ch);
+    let ask = client.get_stats(pb::GetStatsRequest {
+        target: Some(pb::Target {
+            device_id: t.device_id,
+            pipeline: String::new(),
+        }),
+    });
+    let stats = tokio::time::timeout(CALL_DEADLINE, ask)
+        .await
+        .ok()?
+        .ok()?
+        .into_inner();
+    // A pipeline that is not running forwards nothing: that is a figure.
+    let p = stats.pipeline?;
+    Some(p.packets_per_second.max(0.0).round() as u64)
+}
+
+/// One read of a board: its slots' sent packets and when.
+type Read = (HashMap<u32, u64>, f64);
+
+/// The FPGA slots' rates: every board read once, then again after
+/// [`FPGA_SPAN`]. The board's own time of each read is used where it
+/// gives one (`GetSlotCountersResponse.at`), this process's otherwise.
+async fn fpga_rates(devices: &DevicePool, asks: Vec<Ask>) -> HashMap<String, u64> {
+    let mut boards: BTreeMap<String, (Switch, Vec<(String, u32)>)> = BTreeMap::new();
+    for a in asks {
+        let Source::FpgaSlot(slot) = a.source else {
+            continue;
+        };
+        let e = boards
+            .entry(a.switch.name_any())
+            .or_insert_with(|| (a.switch.clone(), Vec::new()));
+        e.1.push((a.virtual_switch, slot));
+    }
+    if boards.is_empty() {
+        return HashMap::new();
+    }
+    let origin = Instant::now();
+    let read_all = || {
+        futures::future::join_all(
+            boards
+                .values()
+                .map(|(sw, _)| read_board(devices, sw, origin)),
+        )
+    };
+    let first = read_all().await;
+    tokio::time::sleep(FPGA_SPAN).await;
+    let second = read_all().await;
+    let mut got = HashMap::new();
+    for (((_, vss), a), b) in boards.values().zip(first).zip(second) {
+        let (Some((a, ta)), Some((b, tb))) = (a, b) else {
+            continue;
+        };
+        for (vs, slot) in vss {
+            let (Some(x), Some(y)) = (a.get(slot), b.get(slot)) else {
+                continue;
+            };
+            if let Some(pps) = rate(*x, *y, tb - ta) {
+                got.insert(vs.clone(), pps);
+            }
+        }
+    }
+    got
+}
+
+async fn read_board(devices: &DevicePool, sw: &Switch, origin: Instant) -> Option<Read> {
+    let client = devices.slot_client(sw).ok()?;
+    let answer = tokio::time::timeout(CALL_DEADLINE, client.counters(Vec::new()))
+        .await
+        .ok()?
+        .ok()?;
+    let at = answer
+        .at
+        .map(|t| t.seconds as f64 + f64::from(t.nanos) / 1e9)
+        .unwrap_or_else(|| origin.elapsed().as_secs_f64());
+    let sent = answer
+        .slots
+        .iter()
+        .map(|s| (s.slot, s.tx_packets))
+        .collect();
+    Some((sent, at))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_is_sent_packets_over_the_time_between_reads() {
+        assert_eq!(rate(1_000, 1_500, 0.5), Some(1_000));
+        assert_eq!(rate(7, 7, 0.5), Some(0));
+        // A board that restarted between the reads: no figure, not a
+        // huge one.
+        assert_eq!(rate(1_000, 10, 0.5), None);
+        assert_eq!(rate(1, 2, 0.0), None);
+    }
+
+    fn switch(target: SwitchTarget) -> Switch {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
+            "metadata": {"name": "sw"},
+            "spec": {"target": target, "endpoint": "127.0.0.1:9559", "deviceId": 4}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_dpdk_and_fpga_slots_report_a_rate() {
+        let devices = DevicePool::new();
+        let dpdk = source(&devices, &switch(SwitchTarget::Dpdk), Some(2));
+        // The VirtualSwitch's slot picks the device id, as for its policy.
+        assert!(matches!(dpdk, Some(Source::Dpdk(t)) if t.device_id == 6));
+        let fpga = source(&devices, &switch(SwitchTarget::Fpga), Some(3));
+        assert_eq!(fpga, Some(Source::FpgaSlot(3)));
+        assert_eq!(source(&devices, &switch(SwitchTarget::Fpga), None), None);
+        assert_eq!(source(&devices, &switch(SwitchTarget::Bmv2), Some(0)), None);
+        assert_eq!(
+            source(&devices, &switch(SwitchTarget::Tofino), Some(0)),
+            None
+        );
+    }
+}
