@@ -247,6 +247,10 @@ pub async fn p4info(
 #[derive(Default)]
 pub struct ParsedP4Infos {
     kept: std::sync::Mutex<std::collections::HashMap<[u8; 32], Arc<P4Info>>>,
+    /// The P4Info of program revisions read from their snapshots, by
+    /// `namespace/program/digest`: a revision is immutable, so one read
+    /// serves every later sync.
+    revisions: std::sync::Mutex<std::collections::HashMap<String, Arc<P4Info>>>,
 }
 
 impl ParsedP4Infos {
@@ -269,6 +273,22 @@ impl ParsedP4Infos {
         }
         kept.insert(digest, info.clone());
         Ok(info)
+    }
+
+    /// The P4Info of revision `digest` of program `ns/program`, if read
+    /// before ([`ParsedP4Infos::keep_revision`]).
+    pub fn of_revision(&self, ns: &str, program: &str, digest: &str) -> Option<Arc<P4Info>> {
+        let kept = self.revisions.lock().unwrap_or_else(|e| e.into_inner());
+        kept.get(&format!("{ns}/{program}/{digest}")).cloned()
+    }
+
+    /// Keeps the P4Info of revision `digest` of program `ns/program`.
+    pub fn keep_revision(&self, ns: &str, program: &str, digest: &str, info: Arc<P4Info>) {
+        let mut kept = self.revisions.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() >= Self::KEEP {
+            kept.clear();
+        }
+        kept.insert(format!("{ns}/{program}/{digest}"), info);
     }
 
     /// How many texts are kept.

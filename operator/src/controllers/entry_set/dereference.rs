@@ -248,8 +248,9 @@ impl<R: Reads> Lookup<'_, R> {
 
     async fn targets(&mut self) -> Result<Vec<Target>, kube::Error> {
         let table = &self.set.spec.table;
-        // VirtualSwitches running the same program share one read of it.
-        let mut schemas: HashMap<String, Result<TableFacts, ProgramError>> = HashMap::new();
+        // VirtualSwitches running the same content share one read of it.
+        type Runs = (String, Option<String>);
+        let mut schemas: HashMap<Runs, Result<TableFacts, ProgramError>> = HashMap::new();
         let mut targets = Vec::new();
         for vs in self.virtual_switches().await? {
             let vs_name = vs.name_any();
@@ -268,11 +269,12 @@ impl<R: Reads> Lookup<'_, R> {
                 continue;
             };
             let program = vs.spec.program_ref.clone();
-            if !schemas.contains_key(&program) {
-                let schema = self.schema(&program, table).await?;
-                schemas.insert(program.clone(), schema);
+            let runs = (program.clone(), st.loaded_digest.clone());
+            if !schemas.contains_key(&runs) {
+                let schema = self.schema(&program, table, runs.1.as_deref()).await?;
+                schemas.insert(runs.clone(), schema);
             }
-            match &schemas[&program] {
+            match &schemas[&runs] {
                 Ok((schema, const_default_action, profile)) => targets.push(Target {
                     first_pipe: claims::first_pipe(&switch, &format!("{}/{vs_name}", self.ns)),
                     virtual_switch: vs_name,
@@ -329,7 +331,7 @@ impl<R: Reads> Lookup<'_, R> {
         programs.sort();
         programs.dedup();
         for p in programs {
-            if self.schema(&p, table).await?.is_ok() {
+            if self.schema(&p, table, None).await?.is_ok() {
                 return Ok(true);
             }
         }
@@ -337,21 +339,37 @@ impl<R: Reads> Lookup<'_, R> {
     }
 
     /// The schema of `table` in program `program`, its const default
-    /// action and whether it has an action profile.
+    /// action and whether it has an action profile. `runs`: the content
+    /// the VirtualSwitch has loaded; when it is not the program's content
+    /// in force (a rollout's VirtualSwitch not moved yet, or back after a
+    /// rollback; a held change), the P4Info is that revision's, so its
+    /// entries are encoded for the pipeline the device runs.
     async fn schema(
         &self,
         program: &str,
         table: &str,
+        runs: Option<&str>,
     ) -> Result<Result<TableFacts, ProgramError>, kube::Error> {
         let Some(p) = self.reads.program(self.ns, program).await? else {
             return Ok(Err(ProgramError::NotFound(program.to_string())));
         };
-        let info = match artifacts::p4info(self.reads, self.p4infos, self.ns, &p.spec).await? {
-            Ok(info) => info,
-            Err(error) => {
-                let program = program.to_string();
-                return Ok(Err(ProgramError::P4Info { program, error }));
-            }
+        let in_force = p.status.as_ref().and_then(|s| s.digest.as_deref());
+        let older = runs.filter(|r| in_force.is_some_and(|f| f != *r));
+        let recorded = match older {
+            Some(digest) => self.revision_p4info(program, digest).await?,
+            None => None,
+        };
+        let info = match recorded {
+            Some(info) => info,
+            // Not recorded (a content from before revisions, or one that
+            // could not be snapshotted): the sources in force, as before.
+            None => match artifacts::p4info(self.reads, self.p4infos, self.ns, &p.spec).await? {
+                Ok(info) => info,
+                Err(error) => {
+                    let program = program.to_string();
+                    return Ok(Err(ProgramError::P4Info { program, error }));
+                }
+            },
         };
         Ok(TableSchema::from_p4info(&info, table)
             .map(|s| {
@@ -363,6 +381,32 @@ impl<R: Reads> Lookup<'_, R> {
                 program: program.to_string(),
                 error,
             }))
+    }
+}
+
+impl<R: Reads> Lookup<'_, R> {
+    /// The P4Info of revision `digest` of `program`, from its snapshot
+    /// (read once per process: a revision never changes); None when it is
+    /// not recorded or does not parse.
+    async fn revision_p4info(
+        &self,
+        program: &str,
+        digest: &str,
+    ) -> Result<Option<std::sync::Arc<p4fleet_proto::p4info::P4Info>>, kube::Error> {
+        if let Some(info) = self.p4infos.of_revision(self.ns, program, digest) {
+            return Ok(Some(info));
+        }
+        let loaded =
+            crate::fleet::revisions::load::load(self.reads, self.ns, program, digest).await?;
+        let Ok(info) = loaded
+            .map_err(drop)
+            .and_then(|r| self.p4infos.of(&r.resolved).map_err(drop))
+        else {
+            return Ok(None);
+        };
+        self.p4infos
+            .keep_revision(self.ns, program, digest, info.clone());
+        Ok(Some(info))
     }
 }
 
@@ -580,6 +624,82 @@ pub(crate) mod tests {
             d.problems[0].to_string(),
             "table \"MyIngress.dmac\" is not in the program of VirtualSwitch a: P4Program fw: table \"MyIngress.dmac\" not found in P4Info"
         );
+    }
+
+    #[tokio::test]
+    async fn a_virtual_switch_on_an_older_revision_gets_that_revisions_schema() {
+        use crate::artifacts::{Resolved, field};
+        use crate::fleet::revisions::{part_object, revision_name, revision_object, snapshot};
+        // Revision 1 of fw had the firewall's P4Info; its sources now give
+        // the router's (revision 2, in force).
+        let mut c = cluster();
+        let old: Resolved = [(field::P4INFO, Ok(FIREWALL.as_bytes().to_vec()))]
+            .into_iter()
+            .collect();
+        let old_digest = old.digest();
+        let fw = c
+            .programs
+            .iter_mut()
+            .find(|p| p.name_any() == "fw")
+            .unwrap();
+        fw.metadata.uid = Some("u-1".into());
+        let name = revision_name("fw", &old_digest);
+        let snap = snapshot(&name, &fw.spec, &old).unwrap();
+        let mut cr = revision_object(fw, &name, 1, &snap.manifest);
+        cr.metadata.namespace = Some("ns".into());
+        c.revisions.push(cr);
+        for (n, d) in &snap.parts {
+            let mut cm = part_object(fw, n, d);
+            cm.metadata.namespace = Some("ns".into());
+            c.config_maps.push(cm);
+        }
+        fw.spec.p4info.inline = Some(ROUTER.into());
+        fw.status = Some(p4fleet_crds::P4ProgramStatus {
+            digest: Some("2".repeat(64)),
+            ..Default::default()
+        });
+        for v in c.virtual_switches.iter_mut() {
+            let runs = if v.name_any() == "a" {
+                old_digest.clone()
+            } else {
+                "2".repeat(64)
+            };
+            if let Some(st) = v.status.as_mut() {
+                st.loaded_digest = Some(runs);
+            }
+        }
+        let set = set(
+            serde_json::json!({"virtualSwitchSelector": {"matchLabels": {"pool": "x"}},
+            "table": "firewall"}),
+        );
+        let sources = EntrySources::default();
+        let d = dereference(&c, &sources, "ns", &set).await.unwrap();
+        // a runs revision 1: the firewall table, from its snapshot; b runs
+        // the router content, which has no such table.
+        let names: Vec<&str> = d
+            .targets
+            .iter()
+            .map(|t| t.virtual_switch.as_str())
+            .collect();
+        assert_eq!(names, ["a"]);
+        assert_eq!(d.targets[0].schema.name, "MyIngress.firewall");
+        assert_eq!(d.problems.len(), 1, "{:?}", d.problems);
+        // A VirtualSwitch on the content in force reads the sources.
+        c.virtual_switches
+            .iter_mut()
+            .filter_map(|v| v.status.as_mut())
+            .for_each(|st| st.loaded_digest = Some("2".repeat(64)));
+        let d = dereference(&c, &sources, "ns", &set).await.unwrap();
+        assert!(d.targets.is_empty(), "{:?}", d.targets);
+        // A revision read once is kept: the snapshot gone, a still resolves.
+        c.config_maps.retain(|cm| !cm.name_any().starts_with(&name));
+        c.virtual_switches
+            .iter_mut()
+            .filter(|v| v.name_any() == "a")
+            .filter_map(|v| v.status.as_mut())
+            .for_each(|st| st.loaded_digest = Some(old_digest.clone()));
+        let d = dereference(&c, &sources, "ns", &set).await.unwrap();
+        assert_eq!(d.targets.len(), 1);
     }
 
     #[tokio::test]
