@@ -244,6 +244,7 @@ impl EntryPath {
             const_default_action: None,
             profile: None,
             first_pipe: None,
+            runs: None,
         };
         let mut path = EntryPath {
             ctx,

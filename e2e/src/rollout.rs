@@ -27,8 +27,13 @@ pub fn p4info(version: &str) -> String {
 }
 
 pub async fn source(cms: &Api<ConfigMap>, version: &str) {
+    source_text(cms, &p4info(version)).await
+}
+
+/// The program's source ConfigMap with P4Info `text`.
+pub async fn source_text(cms: &Api<ConfigMap>, text: &str) {
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw-src"},
-        "data": {"p4info.txt": p4info(version)}});
+        "data": {"p4info.txt": text}});
     cms.patch(
         "fw-src",
         &PatchParams::apply("p4fleet-e2e").force(),

@@ -905,15 +905,19 @@ pub fn member(vs: &VirtualSwitch, sets: &[&TableEntrySet], switch: Option<&Switc
         .iter()
         .map(|s| {
             let sst = s.status.clone().unwrap_or_default();
+            let here = sst.targets.iter().find(|t| t.virtual_switch == name);
+            // A sync whose entries were encoded for another content (it
+            // saw the VirtualSwitch before its swap) says nothing of this
+            // one: its refusals are not this revision's, and the next
+            // sync is waited for. (No digest: an older operator's status.)
+            let for_loaded = here.is_none_or(|t| {
+                t.pipeline_digest.is_none() || t.pipeline_digest == st.loaded_digest
+            });
             SetFact {
                 name: s.name_any(),
                 ready: find_condition(&sst.conditions, READY).is_some_and(|c| c.is_true()),
-                failed: sst
-                    .targets
-                    .iter()
-                    .find(|t| t.virtual_switch == name)
-                    .map_or(0, |t| t.failed),
-                reapplied: counted,
+                failed: here.filter(|_| for_loaded).map_or(0, |t| t.failed),
+                reapplied: counted && for_loaded,
             }
         })
         .collect();
@@ -1609,6 +1613,18 @@ mod tests {
         );
         assert_eq!(m.observed.reachable, Some(false));
         assert_eq!(super::member(&vs, &[], None).observed.reachable, None);
+
+        // Refusals of a sync that encoded its entries for d1 (it saw the
+        // VirtualSwitch before the swap) are not d2's: waited past.
+        let mut stale = set.clone();
+        let t = &mut stale.status.as_mut().unwrap().targets[0];
+        t.pipeline_digest = Some("d1".into());
+        let f = &super::member(&vs, &[&stale], Some(&sw)).observed.sets[0];
+        assert_eq!((f.failed, f.reapplied), (0, false));
+        let mut fresh = stale.clone();
+        fresh.status.as_mut().unwrap().targets[0].pipeline_digest = Some("d2".into());
+        let f = &super::member(&vs, &[&fresh], Some(&sw)).observed.sets[0];
+        assert_eq!(f.failed, 3, "a sync for d2 counts");
     }
 
     #[test]

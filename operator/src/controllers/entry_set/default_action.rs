@@ -326,6 +326,7 @@ mod tests {
                 .unwrap();
         Target {
             first_pipe: None,
+            runs: None,
             virtual_switch: "vs".into(),
             switch: p4fleet_crds::Switch::new("s1", sw),
             slot: 0,

@@ -37,6 +37,9 @@ pub struct Target {
     /// claim), when it runs on one: its entries go through that program's
     /// own client ([`Target::device`]).
     pub first_pipe: Option<u32>,
+    /// The content the VirtualSwitch has loaded (`loadedDigest`), whose
+    /// P4Info gave `schema`.
+    pub runs: Option<String>,
 }
 
 impl Target {
@@ -283,6 +286,7 @@ impl<R: Reads> Lookup<'_, R> {
                     schema: schema.clone(),
                     const_default_action: *const_default_action,
                     profile: profile.clone(),
+                    runs: runs.1.clone(),
                 }),
                 Err(
                     error @ ProgramError::Table {
@@ -340,10 +344,11 @@ impl<R: Reads> Lookup<'_, R> {
 
     /// The schema of `table` in program `program`, its const default
     /// action and whether it has an action profile. `runs`: the content
-    /// the VirtualSwitch has loaded; when it is not the program's content
-    /// in force (a rollout's VirtualSwitch not moved yet, or back after a
-    /// rollback; a held change), the P4Info is that revision's, so its
-    /// entries are encoded for the pipeline the device runs.
+    /// the VirtualSwitch has loaded, whose recorded revision gives the
+    /// P4Info, so its entries are encoded for the pipeline the device
+    /// runs: a rollout's VirtualSwitch not moved yet or rolled back, one
+    /// under a held change, and one whose program's sources were just
+    /// edited (the sources then already say what it does not run yet).
     async fn schema(
         &self,
         program: &str,
@@ -353,9 +358,7 @@ impl<R: Reads> Lookup<'_, R> {
         let Some(p) = self.reads.program(self.ns, program).await? else {
             return Ok(Err(ProgramError::NotFound(program.to_string())));
         };
-        let in_force = p.status.as_ref().and_then(|s| s.digest.as_deref());
-        let older = runs.filter(|r| in_force.is_some_and(|f| f != *r));
-        let recorded = match older {
+        let recorded = match runs {
             Some(digest) => self.revision_p4info(program, digest).await?,
             None => None,
         };
@@ -387,7 +390,8 @@ impl<R: Reads> Lookup<'_, R> {
 impl<R: Reads> Lookup<'_, R> {
     /// The P4Info of revision `digest` of `program`, from its snapshot
     /// (read once per process: a revision never changes); None when it is
-    /// not recorded or does not parse.
+    /// not recorded or does not parse (then the sources in force give it,
+    /// as before revisions).
     async fn revision_p4info(
         &self,
         program: &str,
@@ -395,6 +399,13 @@ impl<R: Reads> Lookup<'_, R> {
     ) -> Result<Option<std::sync::Arc<p4fleet_proto::p4info::P4Info>>, kube::Error> {
         if let Some(info) = self.p4infos.of_revision(self.ns, program, digest) {
             return Ok(Some(info));
+        }
+        // The revision cache says whether it is recorded at all: a content
+        // that is not costs no read of the API server at each sync.
+        let name = crate::fleet::revisions::revision_name(program, digest);
+        let recorded = self.reads.program_revisions(self.ns, program).await?;
+        if !recorded.iter().any(|cr| cr.name_any() == name) {
+            return Ok(None);
         }
         let loaded =
             crate::fleet::revisions::load::load(self.reads, self.ns, program, digest).await?;

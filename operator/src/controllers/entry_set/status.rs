@@ -441,6 +441,7 @@ fn target_statuses(old: Option<&TableEntrySetStatus>, outcomes: &[Outcome]) -> V
                     0 => before,
                     _ => entries_per_second(&o.tally).map(|r| r as u64),
                 },
+                pipeline_digest: o.pipeline_digest.clone(),
             }
         })
         .collect()
@@ -591,6 +592,7 @@ mod tests {
             drift: 0,
             owned: None,
             retry: None,
+            pipeline_digest: Some("d1".into()),
         }
     }
 
@@ -722,6 +724,8 @@ mod tests {
         assert_eq!(st.last_sync_time.as_deref(), Some("2025-01-01T00:00:00Z"));
         assert_eq!(st.targets[0].entries_per_second, Some(20));
         assert_eq!(st.targets[0].switch.as_deref(), Some("sw"));
+        // Which content's P4Info encoded them, for a rollout's gate.
+        assert_eq!(st.targets[0].pipeline_digest.as_deref(), Some("d1"));
         assert_eq!(r.events.len(), 1);
         assert_eq!(
             r.events[0].note,
