@@ -18,15 +18,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow};
 use k8s_openapi::api::core::v1::ConfigMap;
-use p4fleet::artifacts::url_source::FetchError;
-use p4fleet::context::{Context, OperatorConfig};
-use p4fleet::controllers::Ctx;
-use p4fleet::controllers::entry_set::dereference::Target;
-use p4fleet::controllers::entry_set::memory::Auto;
-use p4fleet::controllers::entry_set::{EntrySets, SetCtx, apply, parse, status};
-use p4fleet::devices::DevicePool;
-use p4fleet::metrics::Metrics;
-use p4fleet::reads::Reads;
+use p4fleet::stages::{
+    Auto, Ctx, EntrySets, FetchError, Reads, SetCtx, Target, apply, parse, status,
+};
+use p4fleet::{Context, DevicePool, Metrics, OperatorConfig};
 use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, UrlSource, VirtualSwitch,
 };
@@ -296,7 +291,7 @@ impl EntryPath {
         )
         .await;
         at(Stage::Parse);
-        let record = p4fleet::ownership::Record::default();
+        let record = p4fleet::stages::Record::default();
         let job = apply::Job {
             set: &self.set,
             set_key: &self.set_key,
@@ -318,7 +313,7 @@ impl EntryPath {
             return Err(anyhow!("write: {e}"));
         }
         at(Stage::Write);
-        let now = p4fleet::status::now_rfc3339();
+        let now = p4fleet::stages::now_rfc3339();
         let outcomes = [outcome];
         let report = status::report(&status::Input {
             set: &self.set,
@@ -344,7 +339,7 @@ impl EntryPath {
     /// The batch size and requests in flight the next write of this set
     /// uses (Auto: what the device's writes tuned them to).
     pub fn settings(&self) -> (usize, usize) {
-        let base = p4fleet::convert::write_options(&self.set.spec.write);
+        let base = p4fleet::stages::write_options(&self.set.spec.write);
         self.ctx.own.sync_memory.tuned(
             self.switch(),
             self.auto(),

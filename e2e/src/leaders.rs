@@ -13,7 +13,7 @@ use kube::api::{Api, PostParams};
 use crate::processes::{Proc, log_file};
 use crate::{ControlPlane, wait_for};
 
-/// The operator's Lease (`p4fleet::leader::LEASE_NAME`).
+/// The operator's Lease (`p4fleet::LEASE_NAME`).
 pub const LEASE: &str = "p4fleet-leader";
 
 /// An operator replica `name` (its identity) watching namespace `ns`, its

@@ -207,12 +207,12 @@ async fn a_large_artifact_from_a_url_is_checked_loaded_and_downloaded_once() {
     // Ready, with the digest an inline source of the same bytes gives.
     program_condition(&programs, "firewall", "Ready", "Ready").await;
     let st = programs.get("firewall").await.unwrap().status.unwrap();
-    let expected = p4fleet::artifacts::digest(&[
+    let expected = p4fleet::digest(&[
         ("spec.artifacts.bmv2.json", json.as_slice()),
         ("spec.p4info", p4info.as_bytes()),
     ]);
     assert_eq!(st.digest.as_deref(), Some(expected.as_str()));
-    let cookie = p4fleet::artifacts::cookie(&expected);
+    let cookie = p4fleet::cookie(&expected);
     let loaded = wait_for(
         "the artifact on device 1",
         Duration::from_secs(90),

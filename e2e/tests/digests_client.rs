@@ -174,8 +174,7 @@ async fn digest_lists_reach_subscribers_and_are_acked_by_the_session() {
 /// observer (the operator's metrics), lists already acked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_device_pool_forwards_notices_to_its_observer() {
-    use p4fleet::devices::{DevicePool, NoticeEvent};
-    use p4fleet::notice_metrics::{DigestLabels, NoticeMetrics};
+    use p4fleet::{DevicePool, DigestLabels, NoticeEvent, NoticeMetrics};
     use p4fleet_crds::switch::{Switch, SwitchSpec};
 
     let emu = Emulator::start(EmulatorConfig::default()).await.unwrap();

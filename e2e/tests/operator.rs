@@ -227,7 +227,7 @@ async fn operator_reconciles_programs_and_serves_probes() {
 async fn a_finalizer_patch_that_lost_a_race_is_a_conflict_not_a_failure() {
     use kube::api::{Patch, PatchParams};
     use kube::runtime::controller::Action;
-    use p4fleet::controllers::{Error, finalized, lost_race};
+    use p4fleet::{Error, finalized, lost_race};
     use p4fleet_crds::TableEntrySet;
 
     let cp = ControlPlane::shared().await;

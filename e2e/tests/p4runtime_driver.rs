@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use p4fleet::devices::DevicePool;
+use p4fleet::DevicePool;
 use p4fleet_client::{Atomicity, WriteOptions, WriteRpc};
 use p4fleet_crds::switch::{Switch, SwitchSpec};
 use p4fleet_emulator::{Emulator, EmulatorConfig};

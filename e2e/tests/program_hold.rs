@@ -122,7 +122,7 @@ async fn a_change_removing_a_filled_table_is_held_until_confirmed() {
     // device stayed empty).
     drop(emu);
     let (_emu, _) = firewall::emulator(&bin(), "1", Some(addrs));
-    let cookie = p4fleet::artifacts::cookie(in_force.as_deref().unwrap());
+    let cookie = p4fleet::cookie(in_force.as_deref().unwrap());
     wait_for(
         "the pipeline in force back on the device",
         Duration::from_secs(60),

@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use clap::Parser;
 use p4fleet::cli::{Cli, Command, OperatorArgs};
-use p4fleet::context::{Context, OperatorConfig};
-use p4fleet::controllers::{Shutdown, run_controllers, shutdown_on};
-use p4fleet::devices::DevicePool;
-use p4fleet::leader::{Elector, LeaderConfig};
-use p4fleet::metrics::Metrics;
+use p4fleet::{
+    Context, DevicePool, Elector, LeaderConfig, Metrics, OperatorConfig, Shutdown, run_controllers,
+    shutdown_on,
+};
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -128,7 +127,7 @@ async fn signal() {
 async fn operator(args: OperatorArgs) -> anyhow::Result<()> {
     // One crypto provider for every TLS client (kube, gRPC) in the process.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    p4fleet::telemetry::init(args.log_format, &args.log_level);
+    p4fleet::init_telemetry(args.log_format, &args.log_level);
 
     let shutdown: Shutdown = shutdown_on(signal());
     let client = kube::Client::try_default().await?;
@@ -144,8 +143,8 @@ async fn operator(args: OperatorArgs) -> anyhow::Result<()> {
     };
     let metrics = Arc::new(Metrics::new());
     let ctx = Context::new(client.clone(), config, metrics.clone(), DevicePool::new());
-    let router = p4fleet::http::router(metrics.clone(), ctx.readiness.clone());
-    let http = p4fleet::http::serve(args.listen_addr, router, shutdown.clone()).await?;
+    let router = p4fleet::router(metrics.clone(), ctx.readiness.clone());
+    let http = p4fleet::serve(args.listen_addr, router, shutdown.clone()).await?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         commit = env!("P4FLEET_COMMIT"),
@@ -179,7 +178,7 @@ async fn operator(args: OperatorArgs) -> anyhow::Result<()> {
         };
         // Before any controller connects: devices see this term's
         // election id, above every earlier leader's.
-        let identity = p4fleet::fencing::identity_for_term(term);
+        let identity = p4fleet::identity_for_term(term);
         ctx.devices.set_identity(identity);
         tracing::info!(
             term = term.0,

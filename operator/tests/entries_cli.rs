@@ -5,8 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use p4fleet::controllers::entry_set::dereference::{SourceText, Sources};
-use p4fleet::controllers::entry_set::desired;
+use p4fleet::stages::{SourceText, Sources, desired};
 use p4fleet_crds::{TableEntrySet, TableEntrySetSpec};
 use p4fleet_model::entries::{TableSchema, WriteOp, parse_text};
 use p4fleet_proto::p4info;

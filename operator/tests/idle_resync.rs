@@ -13,11 +13,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use p4fleet::controllers::entry_set::dereference::{SourceText, Sources};
-use p4fleet::controllers::entry_set::desired::{self, Desired};
-use p4fleet::controllers::entry_set::desired_cache::{DesiredCache, Inputs};
-use p4fleet::controllers::entry_set::read_check::{self, ReadBack};
-use p4fleet::entry_sources::parsed;
+use p4fleet::stages::{
+    Desired, DesiredCache, Inputs, ReadBack, SourceText, Sources, desired, parsed, read_check,
+};
 use p4fleet_crds::{TableEntrySet, TableEntrySetSpec};
 use p4fleet_model::entries::{TableSchema, WriteOp};
 use p4fleet_model::sync::{self, Ownership};
@@ -156,7 +154,7 @@ fn an_idle_resync_assembles_nothing_and_decodes_nothing() {
             ))]
         };
         let parsed = parse(&schema);
-        let digest = p4fleet::entry_sources::schema_digest(&schema);
+        let digest = p4fleet::stages::schema_digest(&schema);
         let (d, assemble_allocs, assemble_bytes) =
             counted(async { Arc::new(desired::assemble(&set, &schema, &sources, &parsed)) }).await;
         assert_eq!(d.len(), N, "{:?}", d.errors);

@@ -64,6 +64,7 @@ impl DigestCache {
     }
 
     /// Bytes held.
+    #[cfg(test)]
     pub fn size(&self) -> u64 {
         self.size
     }

@@ -102,6 +102,7 @@ impl Gate {
     }
 
     /// Reconciles waiting per lane (changes, periodic).
+    #[cfg(test)]
     pub fn waiting(&self) -> (usize, usize) {
         let s = self.inner.lock();
         (s.changes.len(), s.periodic.len())

@@ -214,20 +214,6 @@ where
     }
 }
 
-/// A controller of the namespaced kind `K` in the watched namespaces.
-pub fn primary<K>(ctx: &Context) -> Controller<K>
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    Controller::new(scoped_api::<K>(ctx), watcher_config())
-}
-
 /// Adds a watch of `api` to `c`: when an `R` changes, the cached objects
 /// that `refers(obj, related)` says depend on it are reconciled.
 pub fn watch_related<K, R>(

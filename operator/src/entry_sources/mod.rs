@@ -40,7 +40,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use sha2::{Digest, Sha256};
 use tokio::sync::{OnceCell, Semaphore};
 
-pub use decode::{DecodeError, GZIP_SUFFIX, MAX_TEXT_BYTES, Text};
+pub use decode::{DecodeError, MAX_TEXT_BYTES, Text};
 pub use parsed::ParsedText;
 
 use crate::reads::Reads;

@@ -68,7 +68,6 @@ use crate::entry_sources;
 use crate::fleet::fills::fills;
 use crate::ownership::Record;
 use crate::status::now_rfc3339;
-pub use cleanup::DELETE_GRACE;
 pub use memory::SyncMemory;
 use p4fleet_model::entries::EntryKey;
 use resync_due::Touch;

@@ -41,7 +41,7 @@ pub enum NotReady {
     #[error("spec.programRef: P4Program {0} not found")]
     NotFound(String),
     #[error("spec.programRef: P4Program {0} is not Ready")]
-    NotReady(String),
+    Unready(String),
     /// Its sources changed after it was last reconciled; it will be again,
     /// and that status change brings the VirtualSwitch back.
     #[error("P4Program {0} sources changed; waiting for its new digest")]
@@ -70,7 +70,7 @@ impl NotReady {
             NotReady::NotFound(_) => {
                 Condition::new(PIPELINE_LOADED, false, "ProgramNotFound", message)
             }
-            NotReady::NotReady(_) => {
+            NotReady::Unready(_) => {
                 Condition::new(PIPELINE_LOADED, false, "ProgramNotReady", message)
             }
             NotReady::Changing(_) => {
@@ -170,7 +170,7 @@ pub async fn ready_program(
     let ready = find_condition(&st.conditions, READY).is_some_and(|c| c.is_true());
     let assigned = rollout::assigned(&st, vs).map(str::to_string);
     let (true, Some(digest)) = (ready, assigned) else {
-        return Ok(Err(NotReady::NotReady(name.into())));
+        return Ok(Err(NotReady::Unready(name.into())));
     };
     // Held by a removal or by a plan: the content in force is not what
     // the sources give now.
@@ -794,7 +794,7 @@ mod tests {
         );
         assert_eq!(
             not(with(program(false, Some(digest)))).await,
-            NotReady::NotReady("fw".into())
+            NotReady::Unready("fw".into())
         );
         let changed = not(with(program(true, Some("0".repeat(64))))).await;
         assert_eq!(changed, NotReady::Changing("fw".into()));

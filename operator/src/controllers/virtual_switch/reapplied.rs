@@ -38,6 +38,7 @@ pub fn waiting(swap: Option<&LastSwap>, now: DateTime<Utc>) -> bool {
 /// `vs` yet has not synced there (before the swap its table may have been
 /// missing), whatever its `desired` says; a set that is not Ready (its
 /// sync was refused, or it reports TableNotInProgram) is waited for. Pure.
+#[cfg(test)]
 pub fn expected(sets: &[TableEntrySet], vs: &str, p4info: &P4Info, at: &str) -> Option<u64> {
     expected_with_kept(sets, vs, p4info, at, &[])
 }

@@ -357,7 +357,7 @@ mod tests {
 
     #[test]
     fn a_program_not_ready_or_a_failed_load_is_retried() {
-        let r = fresh(Pipeline::NotReady(NotReady::NotReady("fw".into())));
+        let r = fresh(Pipeline::NotReady(NotReady::Unready("fw".into())));
         assert_eq!(state(&r, PIPELINE_LOADED), (False, "ProgramNotReady"));
         assert_eq!(state(&r, SCHEDULED), (True, "Scheduled"));
         assert_eq!(r.requeue, RETRY);
