@@ -557,7 +557,35 @@ pub fn advance(input: &Input) -> Result<Decision, SpecError> {
         // The fleet runs the target already (a pin back to it, or a
         // revision reverted): a rollout of another revision in progress is
         // abandoned, its moved VirtualSwitches go back with everyone.
-        return Ok(steady(None));
+        // After a rollout of another revision, the status says the fleet
+        // is back on this one (a pin's own status says so already), so the
+        // earlier rollout's phase does not linger or vanish unexplained.
+        let left = previous.filter(|p| p.to != *target && !input.pinned);
+        let Some(left) = left else {
+            return Ok(steady(None));
+        };
+        let mut back = steady(Some(RolloutStatus {
+            phase: RolloutPhase::Completed,
+            from: Some(left.to.clone()),
+            to: target.clone(),
+            step_started_at: stamp(*now),
+            started_at: stamp(*now),
+            finished_at: Some(stamp(*now)),
+            updated: members.len() as u32,
+            ..Default::default()
+        }));
+        back.notes.push(Note {
+            warning: false,
+            reason: COMPLETED,
+            message: format!(
+                "revision {} runs on all {} VirtualSwitches again; revision {} ({:?}) is left",
+                target.revision,
+                members.len(),
+                left.to.revision,
+                left.phase
+            ),
+        });
+        return Ok(back);
     }
     let mut notes = Vec::new();
     let mut st = match previous {
@@ -1491,6 +1519,43 @@ mod tests {
             ("ProgressDeadline", "vs-00")
         );
         assert!(rolled.is_some());
+    }
+
+    #[test]
+    fn a_revert_to_the_revision_the_fleet_runs_completes_naming_the_one_left() {
+        let spec = canary(vec![step_switches(1), step_percent(100)]);
+        let ms = fleet(3);
+        let rolled_back = RolloutStatus {
+            phase: RolloutPhase::RolledBack,
+            from: Some(rev(1)),
+            to: rev(2),
+            ..Default::default()
+        };
+        let input = |previous| Input {
+            spec: &spec,
+            target: rev(1),
+            pinned: false,
+            stable: Some(rev(1)),
+            previous,
+            members: &ms,
+            resume: None,
+            now: Utc.with_ymd_and_hms(2026, 12, 1, 10, 0, 0).unwrap(),
+        };
+        let d = advance(&input(Some(&rolled_back))).unwrap();
+        let st = d.status.clone().expect("a status naming the revert");
+        assert_eq!(st.phase, RolloutPhase::Completed);
+        assert_eq!((st.from.clone(), st.to.clone()), (Some(rev(2)), rev(1)));
+        assert_eq!(st.updated, 3);
+        assert_eq!(rolled_back_condition(&st), None, "the rollback is over");
+        assert_eq!(d.notes.len(), 1);
+        assert!(d.notes[0].message.contains("revision 2 (RolledBack) is left"));
+        assert!(d.assign.values().all(|r| *r == rev(1)));
+        // Once said, it stays without a new Event.
+        let again = advance(&input(d.status.as_ref())).unwrap();
+        assert_eq!(again.status, d.status);
+        assert!(again.notes.is_empty());
+        // Nothing rolled out before: nothing to say.
+        assert_eq!(advance(&input(None)).unwrap().status, None);
     }
 
     #[test]
