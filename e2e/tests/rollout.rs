@@ -10,6 +10,9 @@
 //!   injected fault): `RolledBack` with the failed check
 //!   `EntriesReapplied` and the canary named, a Warning Event, the canary
 //!   back on the last good revision, and the three others never loaded it.
+//! - The sources reverted to the good revision: the rollout ends
+//!   `Completed` from revision 3, the `RolledBack` condition goes, and no
+//!   device is pushed.
 
 use std::time::Duration;
 
@@ -19,7 +22,8 @@ use p4fleet_e2e::processes::{
     build_binaries as bin, metric_sample, metrics_text, operator_http_addr, spawn_operator,
 };
 use p4fleet_e2e::rollout::{
-    DEVICES, Fleet, cookies, phase, revision_cookie, set_ready, source, start, teardown,
+    DEVICES, Fleet, cookies, phase, phase_of, pushes, revision_cookie, set_ready, source, start,
+    teardown,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace, event_about, wait_for};
 use serde_json::json;
@@ -168,5 +172,27 @@ async fn a_canary_rollout_moves_the_canary_first_and_a_failed_gate_rolls_it_back
         RolloutPhase::RolledBack,
         "a rolled back revision stays back"
     );
+
+    // The sources reverted to what the fleet runs: the rollout of
+    // revision 3 ends, Completed back on that content, and no device is
+    // pushed for it.
+    let before = pushes(addrs.stats);
+    source(&cms, "v2").await;
+    let reverted = phase_of(&programs, RolloutPhase::Completed, |r| {
+        r.from.as_ref().is_some_and(|f| f.revision == 3)
+    })
+    .await;
+    assert_eq!(
+        u64::from_str_radix(&reverted.to.digest[..16], 16).unwrap(),
+        c2,
+        "{reverted:?}"
+    );
+    let p = programs.get("firewall").await.unwrap();
+    let conditions = p.status.unwrap().conditions;
+    assert!(
+        find_condition(&conditions, "RolledBack").is_none(),
+        "{conditions:?}"
+    );
+    assert_eq!(pushes(addrs.stats), before, "nothing to load");
     teardown(&client, ns).await;
 }

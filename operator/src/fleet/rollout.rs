@@ -1548,7 +1548,11 @@ mod tests {
         assert_eq!(st.updated, 3);
         assert_eq!(rolled_back_condition(&st), None, "the rollback is over");
         assert_eq!(d.notes.len(), 1);
-        assert!(d.notes[0].message.contains("revision 2 (RolledBack) is left"));
+        assert!(
+            d.notes[0]
+                .message
+                .contains("revision 2 (RolledBack) is left")
+        );
         assert!(d.assign.values().all(|r| *r == rev(1)));
         // Once said, it stays without a new Event.
         let again = advance(&input(d.status.as_ref())).unwrap();
