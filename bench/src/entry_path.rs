@@ -240,6 +240,8 @@ impl EntryPath {
             profile: None,
             first_pipe: None,
             runs: None,
+            program: "big".into(),
+            p4info: std::sync::Arc::new(info.clone()),
         };
         let mut path = EntryPath {
             ctx,

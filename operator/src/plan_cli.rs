@@ -45,7 +45,11 @@ use crate::reads::{ApiReads, Reads, placed_on};
 const MANAGER: &str = "p4fleet-plan";
 /// The election id of the plan's device sessions: the lowest, so the
 /// operator stays primary and this client only reads.
-const ELECTION_ID: u64 = 1;
+const ELECTION_ID: u128 = 1;
+/// The plan's BFRT client id: above every id an operator takes (those
+/// fit in 16 bits, `crate::fencing`), so its subscription never stands
+/// in for the operator's.
+const BFRT_CLIENT_ID: u32 = 0x1_0000;
 
 /// `p4fleet plan` succeeded: `Clean` (exit 0) or something was refused
 /// or invalid (exit 1, each said on the way).
@@ -77,6 +81,12 @@ pub enum Error {
         what: String,
         #[source]
         source: Box<kube::Error>,
+    },
+    #[error("TableEntrySet {set}: {error}")]
+    Ownership {
+        set: String,
+        #[source]
+        error: Box<crate::ownership::StoreError>,
     },
     #[error("writing the plan: {0}")]
     Output(#[source] std::io::Error),
@@ -443,6 +453,26 @@ async fn sets_to_plan(reads: &PlanReads) -> Result<Vec<TableEntrySet>, Error> {
     Ok(sets)
 }
 
+/// On a BFRT target, binds the plan's client to the program the
+/// VirtualSwitch runs (as a reader: the operator's client loaded it); the
+/// reason it cannot be planned otherwise.
+async fn attach_bfrt(pool: &DevicePool, t: &dereference::Target) -> Result<(), String> {
+    if t.switch.spec.effective_protocol() != SwitchProtocol::Bfrt {
+        return Ok(());
+    }
+    if t.first_pipe.is_some() {
+        // Each pipe set is its own client in the operator.
+        return Err("a BFRT pipe set is planned by the operator: use spec.plan: true".into());
+    }
+    let dev = pool.connect(&t.switch).map_err(|e| e.to_string())?;
+    if let p4fleet_client::Device::Bfrt(b) = dev.as_ref() {
+        b.attach(t.slot, &t.p4info, Some(&t.program))
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 /// One TableEntrySet's plan, as [`render_entries`] prints it.
 #[derive(Debug, Default)]
 pub struct SetPlan {
@@ -486,21 +516,20 @@ async fn plan_set(reads: &PlanReads, set: &TableEntrySet) -> Result<SetPlan, Err
         problems: d.problems.iter().map(ToString::to_string).collect(),
         ..Default::default()
     };
-    let pool = DevicePool::with_election_id(ELECTION_ID);
+    let pool = DevicePool::with_identity(p4fleet_client::Identity {
+        election_id: ELECTION_ID,
+        client_id: BFRT_CLIENT_ID,
+    });
     let (indirect, direct): (Vec<_>, Vec<_>) =
         d.targets.iter().cloned().partition(|t| t.profile.is_some());
     let mut unplanned = Vec::new();
     let mut parsed = Vec::new();
     for t in direct {
-        if t.switch.spec.effective_protocol() == SwitchProtocol::Bfrt {
+        if let Err(error) = attach_bfrt(&pool, &t).await {
             unplanned.push(TargetPlan {
                 virtual_switch: t.virtual_switch.clone(),
                 switch: t.switch.name_any(),
-                error: Some(
-                    "a BFRT target is read back by a client bound to its program: \
-                     plan it with spec.plan: true"
-                        .into(),
-                ),
+                error: Some(error),
                 ..Default::default()
             });
             continue;
@@ -515,7 +544,22 @@ async fn plan_set(reads: &PlanReads, set: &TableEntrySet) -> Result<SetPlan, Err
         }
         parsed.push((t, desired));
     }
-    let record = crate::ownership::Record::default();
+    // BFRT keeps no entry metadata: the set's record says which entries
+    // on the device are its own (a Merge set deletes only those).
+    let record = match crate::ownership::store::load(&reads.client, &ns, &set.name_any()).await {
+        Ok(stored) => stored.record,
+        Err(e @ crate::ownership::StoreError::Damaged { .. }) => {
+            out.problems
+                .push(format!("{e}: planned as if empty, as the operator would"));
+            crate::ownership::Record::default()
+        }
+        Err(e) => {
+            return Err(Error::Ownership {
+                set: key.clone(),
+                error: Box::new(e),
+            });
+        }
+    };
     let mut planned = Vec::new();
     for (t, desired) in &parsed {
         let job = apply::Job {

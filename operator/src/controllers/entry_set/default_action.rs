@@ -327,6 +327,8 @@ mod tests {
         Target {
             first_pipe: None,
             runs: None,
+            program: "fw".into(),
+            p4info: Default::default(),
             virtual_switch: "vs".into(),
             switch: p4fleet_crds::Switch::new("s1", sw),
             slot: 0,

@@ -5,12 +5,14 @@
 //! syncs what did resolve. Only failed reads are errors.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use kube::ResourceExt;
 use p4fleet_crds::condition_types::PIPELINE_LOADED;
 use p4fleet_crds::{Switch, TableEntrySet, VirtualSwitch, find_condition};
 use p4fleet_model::entries::profile::ProfileSchema;
 use p4fleet_model::entries::{EntryError, TableSchema, const_default_action};
+use p4fleet_proto::p4info::P4Info;
 
 use super::memory::TargetKey;
 use crate::artifacts::{self, P4InfoError};
@@ -40,6 +42,10 @@ pub struct Target {
     /// The content the VirtualSwitch has loaded (`loadedDigest`), whose
     /// P4Info gave `schema`.
     pub runs: Option<String>,
+    /// The P4Program it runs, and that content's P4Info (a BFRT reader
+    /// binds to the program with it).
+    pub program: String,
+    pub p4info: Arc<P4Info>,
 }
 
 impl Target {
@@ -70,7 +76,7 @@ impl Target {
 
 /// A table's schema, its const default action and whether it has an
 /// action profile.
-type TableFacts = (TableSchema, Option<u32>, Option<ProfileSchema>);
+type TableFacts = (TableSchema, Option<u32>, Option<ProfileSchema>, Arc<P4Info>);
 
 /// Why the program of a VirtualSwitch gives no schema for the set's table.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -278,7 +284,7 @@ impl<R: Reads> Lookup<'_, R> {
                 schemas.insert(runs.clone(), schema);
             }
             match &schemas[&runs] {
-                Ok((schema, const_default_action, profile)) => targets.push(Target {
+                Ok((schema, const_default_action, profile, p4info)) => targets.push(Target {
                     first_pipe: claims::first_pipe(&switch, &format!("{}/{vs_name}", self.ns)),
                     virtual_switch: vs_name,
                     switch,
@@ -287,6 +293,8 @@ impl<R: Reads> Lookup<'_, R> {
                     const_default_action: *const_default_action,
                     profile: profile.clone(),
                     runs: runs.1.clone(),
+                    program: program.clone(),
+                    p4info: p4info.clone(),
                 }),
                 Err(
                     error @ ProgramError::Table {
@@ -378,7 +386,7 @@ impl<R: Reads> Lookup<'_, R> {
             .map(|s| {
                 let const_default = const_default_action(&info, s.id);
                 let profile = ProfileSchema::of_table(&info, s.id);
-                (s, const_default, profile)
+                (s, const_default, profile, info.clone())
             })
             .map_err(|error| ProgramError::Table {
                 program: program.to_string(),
@@ -396,7 +404,7 @@ impl<R: Reads> Lookup<'_, R> {
         &self,
         program: &str,
         digest: &str,
-    ) -> Result<Option<std::sync::Arc<p4fleet_proto::p4info::P4Info>>, kube::Error> {
+    ) -> Result<Option<Arc<P4Info>>, kube::Error> {
         if let Some(info) = self.p4infos.of_revision(self.ns, program, digest) {
             return Ok(Some(info));
         }
