@@ -5,14 +5,15 @@
 //! `OwnershipConflict`, and an Event); the older Exclusive set keeps the
 //! table, the younger does not write it, and the device stops churning:
 //! an independent read shows exactly the older set's entries, and the
-//! emulator counts no write over several seconds.
+//! emulator counts no write over several seconds. `p4fleet plan -f` of a
+//! change to the younger set plans nothing on the held table and says why.
 
 use std::time::Duration;
 
 use kube::api::{Api, DeleteParams};
 use p4fleet_crds::{TableEntrySet, find_condition};
 use p4fleet_e2e::firewall::{self, FirewallSet, Kind, Other};
-use p4fleet_e2e::processes::{build_binaries as bin, device_stat, spawn_operator};
+use p4fleet_e2e::processes::{build_binaries as bin, device_stat, p4fleet_plan, spawn_operator};
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, event_about, wait_for};
 use serde_json::json;
 
@@ -131,6 +132,28 @@ async fn an_exclusive_and_a_merge_set_on_one_table_are_reported_and_stop_churnin
         for name in ["fw", YOUNGER] {
             event_about(&client, ns.name(), name, Some("OwnershipConflict")).await;
         }
+        // `p4fleet plan -f` of a change to the younger set leaves the
+        // table to the older one, as the operator does: nothing planned
+        // there, and the conflict said.
+        let change = json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+            "metadata": {"name": YOUNGER, "namespace": ns.name()},
+            "spec": {"virtualSwitchRef": "fw", "table": "firewall", "ownership": "Merge",
+                "entries": [{"match": {"hdr.ipv4.srcAddr": "10.200.0.2", "hdr.ipv4.dstAddr": "172.16.0.1"},
+                    "action": "allow", "params": {"port": "2"}}]}});
+        let (exit, text, err) = p4fleet_plan(
+            cp.kubeconfig_path(),
+            &serde_yaml::to_string(&change).unwrap(),
+        );
+        assert_eq!(exit, Some(0), "{kind:?}: {text}\n{err}");
+        let head = format!(
+            "TableEntrySet {}/{YOUNGER}: +0 ~0 -0 (0 unchanged) on 0 target(s)",
+            ns.name()
+        );
+        assert!(text.contains(&head), "{kind:?}: {text}");
+        assert!(
+            text.contains("problem:") && text.contains("fw is older and keeps it"),
+            "{kind:?}: {text}"
+        );
         // No churn: with a 2 s resync, a fight would write every period.
         let writes = || device_stat(addrs.stats, *device, "write_rpcs").unwrap();
         let before = writes();

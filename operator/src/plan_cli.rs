@@ -35,7 +35,7 @@ use serde_json::Value;
 
 use crate::artifacts::fetch::{FetchLimits, Fetcher};
 use crate::artifacts::url_source::FetchError;
-use crate::controllers::entry_set::{apply, dereference, desired, plan};
+use crate::controllers::entry_set::{apply, conflicts, dereference, desired, plan};
 use crate::devices::DevicePool;
 use crate::entry_sources::{EntrySources, Meta, SourceMetrics};
 use crate::fleet::program_plan;
@@ -505,11 +505,30 @@ async fn plan_set(reads: &PlanReads, set: &TableEntrySet) -> Result<SetPlan, Err
         })
         .collect();
     let _index = sources.index.fill(&metas);
-    let d = dereference::dereference(reads, &sources, &ns, set)
+    let mut d = dereference::dereference(reads, &sources, &ns, set)
         .await
         .map_err(api_err(format!(
             "reading what TableEntrySet {key} refers to"
         )))?;
+    // What an older set keeps is left to it, as the operator leaves it.
+    let listed: Vec<TableEntrySet> = reads
+        .list(Some(&ns))
+        .await
+        .map_err(api_err(format!("listing TableEntrySets of {ns}")))?;
+    let others: Vec<Arc<TableEntrySet>> = merged(listed, &reads.overlay.sets, Some(&ns))
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    let vss = reads
+        .virtual_switches(Some(&ns))
+        .await
+        .map_err(api_err(format!("listing VirtualSwitches of {ns}")))?;
+    conflicts::settle(set, &mut d, &others, |name| {
+        vss.iter()
+            .find(|v| v.name_any() == name)
+            .cloned()
+            .map(Arc::new)
+    });
     let mut out = SetPlan {
         namespace: ns.clone(),
         name: set.name_any(),

@@ -135,6 +135,35 @@ pub fn find(
     out
 }
 
+/// `refs` less the targets an older set keeps (`others`: the sets that
+/// may fill the same VirtualSwitches, looked up by `virtual_switch`),
+/// each conflict a problem of `refs`; the claims `set` does not hold
+/// (default actions and digests it does not write). The operator's sync
+/// and `p4fleet plan -f` settle alike.
+pub fn settle(
+    set: &TableEntrySet,
+    refs: &mut super::dereference::Dereferenced,
+    others: &[Arc<TableEntrySet>],
+    virtual_switch: impl Fn(&str) -> Option<Arc<VirtualSwitch>>,
+) -> Vec<Conflict> {
+    let targets: Vec<(&str, &str)> = refs
+        .targets
+        .iter()
+        .map(|t| (t.virtual_switch.as_str(), t.schema.name.as_str()))
+        .collect();
+    let found = find(set, &targets, others, virtual_switch);
+    let yielded: Vec<String> = yielded(&found).into_iter().map(str::to_string).collect();
+    refs.targets
+        .retain(|t| !yielded.contains(&t.virtual_switch));
+    let lost = held(&found).cloned().collect();
+    refs.problems.extend(
+        found
+            .into_iter()
+            .map(super::dereference::Problem::OwnershipConflict),
+    );
+    lost
+}
+
 /// The conflicts this set loses: an older set keeps the claim.
 pub fn held(conflicts: &[Conflict]) -> impl Iterator<Item = &Conflict> {
     conflicts.iter().filter(|c| !c.keeps)

@@ -767,18 +767,17 @@ fn settle_conflicts(
     set: &TableEntrySet,
     refs: &mut dereference::Dereferenced,
 ) -> Vec<conflicts::Conflict> {
-    let targets: Vec<(&str, &str)> = refs
-        .targets
-        .iter()
-        .map(|t| (t.virtual_switch.as_str(), t.schema.name.as_str()))
-        .collect();
     let ns = set.namespace().unwrap_or_default();
     let vss = ctx.caches.virtual_switches.store();
     // Only sets that may fill the same VirtualSwitches can conflict: those
     // naming one of them, and those selecting by label.
     let sets = ctx.caches.entry_sets.filing();
     let mut others = sets.under(&crate::cache::selecting_key(&ns));
-    let mut named: Vec<&str> = targets.iter().map(|(vs, _)| *vs).collect();
+    let mut named: Vec<&str> = refs
+        .targets
+        .iter()
+        .map(|t| t.virtual_switch.as_str())
+        .collect();
     named.sort_unstable();
     named.dedup();
     for vs in named {
@@ -787,22 +786,9 @@ fn settle_conflicts(
     // A set that names one and selects others is filed under both.
     others.sort_by(|a, b| crate::cache::list_order(a.as_ref(), b.as_ref()));
     others.dedup_by(|a, b| Arc::ptr_eq(a, b));
-    let found = conflicts::find(set, &targets, &others, |vs| {
+    conflicts::settle(set, refs, &others, |vs| {
         vss.get(&ObjectRef::new(vs).within(&ns))
-    });
-    let yielded: Vec<String> = conflicts::yielded(&found)
-        .into_iter()
-        .map(str::to_string)
-        .collect();
-    refs.targets
-        .retain(|t| !yielded.contains(&t.virtual_switch));
-    let held = conflicts::held(&found).cloned().collect();
-    refs.problems.extend(
-        found
-            .into_iter()
-            .map(dereference::Problem::OwnershipConflict),
-    );
-    held
+    })
 }
 
 /// `record` with the keys of `targets` replaced; other targets (not
