@@ -6,14 +6,16 @@
 //! action id of the revision it runs: the canary's under revision 2, the
 //! three others' still under revision 1 (their pipelines refuse the new
 //! id), so the set stays Ready with 0 failed on all four. After the
-//! resume, all four run revision 2 with every entry.
+//! resume, all four run revision 2 with every entry. Before it is
+//! applied, `p4fleet plan -f` of the source ConfigMap alone plans the
+//! program that reads it.
 //! (Its own binary: its operator watches the whole control plane.)
 
 use std::time::Duration;
 
 use p4fleet_crds::{RolloutPhase, find_condition};
 use p4fleet_e2e::firewall;
-use p4fleet_e2e::processes::{build_binaries as bin, device_entries, spawn_operator};
+use p4fleet_e2e::processes::{build_binaries as bin, device_entries, p4fleet_plan, spawn_operator};
 use p4fleet_e2e::rollout::{
     DEVICES, ENTRIES, Fleet, cookies, p4info, phase_of, resume_until_moving, revision_cookie,
     source_text, start, teardown,
@@ -45,6 +47,24 @@ async fn entries_follow_the_p4info_of_the_revision_each_virtual_switch_runs() {
 
     let v2 = p4info("v2").replace(ALLOW, RENUMBERED);
     assert_eq!(v2.matches(RENUMBERED).count(), 2, "the action and its ref");
+    // `p4fleet plan -f` of the ConfigMap alone plans the program that
+    // reads it: every VirtualSwitch would reload, from revision 1.
+    let manifest = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "fw-src", "namespace": ns.name()}, "data": {"p4info.txt": &v2}});
+    let (exit, text, err) = p4fleet_plan(
+        cp.kubeconfig_path(),
+        &serde_yaml::to_string(&manifest).unwrap(),
+    );
+    assert_eq!(exit, Some(0), "{text}\n{err}");
+    let head = format!("P4Program {}/firewall: ", ns.name());
+    assert!(
+        text.contains(&head) && text.contains("(revision 1) -> "),
+        "{text}"
+    );
+    for i in 0..DEVICES.len() {
+        assert!(text.contains(&format!("  vs-{i} on ")), "{text}");
+    }
+    assert_eq!(cookies(addrs.stats), [Some(c1); 4], "a plan writes nothing");
     source_text(&cms, &v2).await;
     let c2 = revision_cookie(&programs, 2).await;
     let paused = phase_of(&programs, RolloutPhase::Paused, |r| r.to.revision == 2).await;

@@ -163,14 +163,15 @@ async fn run_async(
         out.write_all(render_entries(&planned).as_bytes())
             .map_err(Error::Output)?;
     }
-    for program in &reads.overlay.programs {
+    let programs = programs_to_plan(&reads).await?;
+    for program in &programs {
         let (text, ok) = plan_program(&reads, program).await?;
         if !ok {
             outcome = Outcome::Refused;
         }
         out.write_all(text.as_bytes()).map_err(Error::Output)?;
     }
-    if sets.is_empty() && reads.overlay.programs.is_empty() {
+    if sets.is_empty() && programs.is_empty() {
         let _ = writeln!(diag, "p4fleet: no TableEntrySet or P4Program to plan");
     }
     Ok(outcome)
@@ -419,6 +420,38 @@ impl Reads for PlanReads {
     ) -> Result<Result<Vec<u8>, FetchError>, kube::Error> {
         ApiReads::fetch_artifact(&self.client, &self.fetcher, ns, src).await
     }
+}
+
+/// The file's P4Programs, then the cluster's that read one of the file's
+/// ConfigMaps (a new P4Info is often only its ConfigMap).
+async fn programs_to_plan(reads: &PlanReads) -> Result<Vec<P4Program>, Error> {
+    let mut programs = reads.overlay.programs.clone();
+    let mut namespaces: Vec<String> = reads
+        .overlay
+        .config_maps
+        .iter()
+        .filter_map(|c| c.namespace())
+        .collect();
+    namespaces.sort();
+    namespaces.dedup();
+    for ns in namespaces {
+        let listed: Vec<P4Program> = reads
+            .list(Some(&ns))
+            .await
+            .map_err(api_err(format!("listing P4Programs of {ns}")))?;
+        for p in listed {
+            let in_file = find(&programs, Some(&ns), &p.name_any()).is_some();
+            let reads_one = crate::artifacts::sources(&p.spec).iter().any(|(_, src)| {
+                src.config_map_key_ref
+                    .as_ref()
+                    .is_some_and(|r| find(&reads.overlay.config_maps, Some(&ns), &r.name).is_some())
+            });
+            if reads_one && !in_file {
+                programs.push(p);
+            }
+        }
+    }
+    Ok(programs)
 }
 
 /// The file's TableEntrySets, then the cluster's that read one of the
