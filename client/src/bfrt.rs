@@ -11,8 +11,9 @@
 //! while encoding (no messages built).
 //!
 //! BFRT has no pipeline cookie: a program is pushed unless the device
-//! already reports one of the same name with the same bfrt.json (by
-//! SHA-256). BFRT has no entry metadata either: reads return none.
+//! already reports one of the same name with the same bfrt.json,
+//! context.json and binary (by SHA-256, [`TofinoSha256`]). BFRT has no
+//! entry metadata either: reads return none.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -58,6 +59,44 @@ pub struct TofinoPipeline {
     pub context_json: Vec<u8>,
     /// tofino.bin.
     pub binary: Vec<u8>,
+}
+
+impl TofinoPipeline {
+    /// The SHA-256 of each of its parts.
+    pub fn sha256(&self) -> TofinoSha256 {
+        TofinoSha256 {
+            bfrt_json: Sha256::digest(&self.bfrt_json).to_vec(),
+            context_json: Sha256::digest(&self.context_json).to_vec(),
+            binary: Sha256::digest(&self.binary).to_vec(),
+        }
+    }
+}
+
+/// What tells one build of a Tofino program from another on a device
+/// (BFRT has no pipeline cookie): the SHA-256 of its bfrt.json,
+/// context.json and binary. A rebuild that keeps the tables keeps the
+/// bfrt.json, so that alone would take a new binary for the one loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TofinoSha256 {
+    pub bfrt_json: Vec<u8>,
+    pub context_json: Vec<u8>,
+    pub binary: Vec<u8>,
+}
+
+impl TofinoSha256 {
+    /// Whether `c`, a program as the device reports it, is this build: the
+    /// same bfrt.json, and each profile's context.json and binary the same
+    /// where the device reports them (one that leaves them out is judged
+    /// by its bfrt.json alone). Pure.
+    pub fn matches(&self, c: &ForwardingPipelineConfig) -> bool {
+        let same = |reported: &[u8], want: &[u8]| {
+            reported.is_empty() || Sha256::digest(reported).as_slice() == want
+        };
+        Sha256::digest(&c.bfruntime_info).as_slice() == self.bfrt_json
+            && c.profiles
+                .iter()
+                .all(|p| same(&p.context, &self.context_json) && same(&p.binary, &self.binary))
+    }
 }
 
 /// The subscription stream of a device id: subscribed when the device
@@ -354,7 +393,8 @@ impl BfrtDevice {
     }
 
     /// Pushes the program to `slot` unless the device already runs one of
-    /// the same name and bfrt.json; learns the table translation either way.
+    /// the same name and build ([`TofinoSha256`]); learns the table
+    /// translation either way.
     /// Returns whether it was pushed. Then binds.
     pub async fn set_pipeline(
         &self,
@@ -364,12 +404,12 @@ impl BfrtDevice {
     ) -> Result<bool, Error> {
         let device_id = self.target.device_id(slot);
         let map = program_map(device_id, p4info, &pipeline.bfrt_json)?;
-        let want = Sha256::digest(&pipeline.bfrt_json);
+        let want = pipeline.sha256();
         let current = self.get_config(device_id).await?;
         let loaded = current
             .config
             .iter()
-            .any(|c| c.p4_name == pipeline.p4_name && Sha256::digest(&c.bfruntime_info) == want);
+            .any(|c| c.p4_name == pipeline.p4_name && want.matches(c));
         if !loaded {
             let config = vec![ForwardingPipelineConfig {
                 p4_name: pipeline.p4_name.clone(),
@@ -397,22 +437,22 @@ impl BfrtDevice {
         Ok(!loaded)
     }
 
-    /// Whether `slot`'s device runs a program named `p4_name` whose
-    /// bfrt.json has SHA-256 `bfrt_sha256`, on exactly `pipes` (empty: any
-    /// pipes, a whole-device program): the check [`BfrtDevice::set_pipeline`]
-    /// and [`BfrtDevice::set_pipes`] make before pushing, without pushing.
+    /// Whether `slot`'s device runs a program named `p4_name` of build
+    /// `sha256`, on exactly `pipes` (empty: any pipes, a whole-device
+    /// program): the check [`BfrtDevice::set_pipeline`] and
+    /// [`BfrtDevice::set_pipes`] make before pushing, without pushing.
     pub async fn runs(
         &self,
         slot: u32,
         p4_name: &str,
-        bfrt_sha256: &[u8],
+        sha256: &TofinoSha256,
         pipes: &[u32],
     ) -> Result<bool, Error> {
         let current = self.get_config(self.target.device_id(slot)).await?;
         let wanted: std::collections::BTreeSet<u32> = pipes.iter().copied().collect();
         Ok(current.config.iter().any(|c| {
             c.p4_name == p4_name
-                && Sha256::digest(&c.bfruntime_info).as_slice() == bfrt_sha256
+                && sha256.matches(c)
                 && (pipes.is_empty() || program_pipes(c).as_ref() == Some(&wanted))
         }))
     }
@@ -480,14 +520,14 @@ impl BfrtDevice {
             reason: format!("program {}: no pipes to load it on", pipeline.p4_name),
         })?;
         let map = program_map(device_id, p4info, &pipeline.bfrt_json)?;
-        let want = Sha256::digest(&pipeline.bfrt_json);
+        let want = pipeline.sha256();
         let wanted: std::collections::BTreeSet<u32> = pipes.iter().copied().collect();
         let pushed = {
             let _config = self.config_lock.lock().await;
             let current = self.get_config(device_id).await?;
             let runs = current.config.iter().any(|c| {
                 c.p4_name == pipeline.p4_name
-                    && Sha256::digest(&c.bfruntime_info) == want
+                    && want.matches(c)
                     && program_pipes(c).as_ref() == Some(&wanted)
             });
             if !runs {
@@ -848,4 +888,55 @@ pub fn reported_pipes(non_p4_bfrt_json: &[u8]) -> Option<u32> {
 /// Per-update errors of a failed BFRT Write (`bfrt_proto.Error` details).
 fn decode_update_errors(status: &tonic::Status, n: usize) -> Option<UpdateErrors> {
     pipeline::decode_update_errors::<bfrt::Error>(status, n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_build_is_its_bfrt_json_context_and_binary_where_the_device_reports_them() {
+        let built = TofinoPipeline {
+            p4_name: "fw".into(),
+            bfrt_json: b"{}".to_vec(),
+            context_json: b"{\"build\": 1}".to_vec(),
+            binary: vec![1],
+        };
+        let reported = |p: &TofinoPipeline| ForwardingPipelineConfig {
+            p4_name: p.p4_name.clone(),
+            bfruntime_info: p.bfrt_json.clone(),
+            profiles: vec![Profile {
+                profile_name: "pipe".into(),
+                context: p.context_json.clone(),
+                binary: p.binary.clone(),
+                pipe_scope: vec![],
+            }],
+        };
+        let want = built.sha256();
+        assert!(want.matches(&reported(&built)));
+        // The same tables, another binary or context: another build.
+        for rebuilt in [
+            TofinoPipeline {
+                binary: vec![2],
+                ..built.clone()
+            },
+            TofinoPipeline {
+                context_json: b"{\"build\": 2}".to_vec(),
+                ..built.clone()
+            },
+            TofinoPipeline {
+                bfrt_json: b"{ }".to_vec(),
+                ..built.clone()
+            },
+        ] {
+            assert!(!want.matches(&reported(&rebuilt)), "{rebuilt:?}");
+        }
+        // A device that does not report the profiles' bytes: by bfrt.json.
+        let bare = TofinoPipeline {
+            context_json: vec![],
+            binary: vec![],
+            ..built.clone()
+        };
+        assert!(want.matches(&reported(&bare)));
+    }
 }

@@ -45,7 +45,7 @@ use std::time::Duration;
 use p4fleet_proto::p4info::P4Info;
 use p4fleet_proto::p4runtime::TableEntry;
 
-pub use bfrt::{BfrtDevice, TofinoPipeline};
+pub use bfrt::{BfrtDevice, TofinoPipeline, TofinoSha256};
 pub use channel::connect_lazy;
 pub use endpoint::{Found, Service, WrongEndpoint, identify};
 pub use error::Error;
@@ -501,18 +501,18 @@ impl Device {
     }
 
     /// Whether `slot` of a BFRT device runs the Tofino program `p4_name`
-    /// with a bfrt.json of SHA-256 `bfrt_sha256` on exactly `pipes` (empty:
-    /// a whole-device program); what [`Device::set_tofino_pipeline`] and
+    /// of build `sha256` on exactly `pipes` (empty: a whole-device
+    /// program); what [`Device::set_tofino_pipeline`] and
     /// [`Device::set_tofino_pipes`] check before pushing.
     pub async fn runs_tofino(
         &self,
         slot: u32,
         p4_name: &str,
-        bfrt_sha256: &[u8],
+        sha256: &TofinoSha256,
         pipes: &[u32],
     ) -> Result<bool, Error> {
         match self {
-            Device::Bfrt(d) => d.runs(slot, p4_name, bfrt_sha256, pipes).await,
+            Device::Bfrt(d) => d.runs(slot, p4_name, sha256, pipes).await,
             Device::P4Runtime(_) => {
                 Err(Error::Unsupported("Tofino artifacts on a P4Runtime device"))
             }

@@ -20,6 +20,7 @@ pub mod certs;
 pub mod firewall;
 pub mod leaders;
 pub mod lie_watch;
+pub mod mixed;
 pub mod processes;
 pub mod rollout;
 

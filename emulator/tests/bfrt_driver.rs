@@ -76,6 +76,17 @@ async fn bfrt_driver_pushes_writes_and_reads() {
         !dev.set_tofino_pipeline(0, &info, &pipeline).await.unwrap(),
         "already loaded"
     );
+    // A rebuild that keeps the tables (the same bfrt.json, a new binary
+    // and context.json) is another program: pushed, once; so is going
+    // back to the first build.
+    let rebuilt = TofinoPipeline {
+        context_json: br#"{"build": 2}"#.to_vec(),
+        binary: vec![4, 5, 6],
+        ..pipeline.clone()
+    };
+    assert!(dev.set_tofino_pipeline(0, &info, &rebuilt).await.unwrap());
+    assert!(!dev.set_tofino_pipeline(0, &info, &rebuilt).await.unwrap());
+    assert!(dev.set_tofino_pipeline(0, &info, &pipeline).await.unwrap());
     assert!(
         dev.capabilities()
             .await

@@ -26,12 +26,13 @@ pub enum PipelineCheck {
     /// P4Runtime: the slot's device id reports this pipeline cookie
     /// (GetForwardingPipelineConfig, COOKIE_ONLY).
     Cookie { slot: u32, cookie: u64 },
-    /// BFRT: the slot's device runs a program of this name and bfrt.json
-    /// (SHA-256) on exactly `pipes` (empty: the whole device).
+    /// BFRT: the slot's device runs a program of this name and build
+    /// (its bfrt.json, context.json and binary) on exactly `pipes` (empty:
+    /// the whole device).
     Tofino {
         slot: u32,
         p4_name: String,
-        bfrt_sha256: Vec<u8>,
+        sha256: p4fleet_client::TofinoSha256,
         pipes: Vec<u32>,
     },
     /// FPGA: the slot service reports the slot Loaded with this program

@@ -230,6 +230,23 @@ mod tests {
     }
 
     #[test]
+    fn binds_the_firewall_example() {
+        // The DPDK artifact of the firewall (e2e/tests/rollout_mixed.rs
+        // rolls it out next to its bmv2, Tofino and FPGA artifacts).
+        let p = spec::load(include_str!("../../../examples/firewall/firewall.spec")).unwrap();
+        let info =
+            p4info::parse_text(include_str!("../../../examples/firewall/p4info.txt")).unwrap();
+        let b = bind(&p, &info).unwrap();
+        let fw = &b.tables[p.table_index("firewall").unwrap()];
+        assert_eq!(
+            (fw.table_id, fw.name.as_str(), &fw.field_ids[..]),
+            (39123287, "MyIngress.firewall", &[1, 2][..])
+        );
+        assert_eq!(b.action(17724422), p.action_index("allow").map(|i| i as u8));
+        assert_eq!(b.action(25652968), p.action_index("drop").map(|i| i as u8));
+    }
+
+    #[test]
     fn undeclared_extern_is_named() {
         let text = SPEC.replace("extern f.async_decrypt", "extern f.compress");
         let p = spec::load(&text).unwrap();

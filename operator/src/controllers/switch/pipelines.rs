@@ -46,9 +46,9 @@ async fn confirm(
         PipelineCheck::Tofino {
             slot,
             p4_name,
-            bfrt_sha256,
+            sha256,
             pipes,
-        } => dev.runs_tofino(*slot, p4_name, bfrt_sha256, pipes).await?,
+        } => dev.runs_tofino(*slot, p4_name, sha256, pipes).await?,
         PipelineCheck::Slot { slot, .. } => {
             let state = devices.slot_client(sw)?.slot_state(*slot).await?;
             check.slot_holds(&state)

@@ -441,7 +441,6 @@ pub fn drift_check(
     program: &ReadyProgram,
     spec: &p4fleet_crds::VirtualSwitchSpec,
 ) -> Option<PipelineCheck> {
-    use sha2::Digest;
     let slot = claim.slot;
     if sw.spec.target == SwitchTarget::Fpga {
         return Some(PipelineCheck::Slot {
@@ -456,8 +455,8 @@ pub fn drift_check(
             let p = tofino_pipeline(&program.name, &sw.name_any(), &program.resolved).ok()?;
             PipelineCheck::Tofino {
                 slot,
+                sha256: p.sha256(),
                 p4_name: p.p4_name,
-                bfrt_sha256: sha2::Sha256::digest(&p.bfrt_json).to_vec(),
                 pipes: claim.pipes.clone(),
             }
         }
@@ -649,7 +648,12 @@ mod tests {
             Some(PipelineCheck::Tofino {
                 slot: 2,
                 p4_name: "fw".into(),
-                bfrt_sha256: sha2::Sha256::digest(b"{}").to_vec(),
+                // No context.json or binary: those of empty ones.
+                sha256: p4fleet_client::TofinoSha256 {
+                    bfrt_json: sha2::Sha256::digest(b"{}").to_vec(),
+                    context_json: sha2::Sha256::digest(b"").to_vec(),
+                    binary: sha2::Sha256::digest(b"").to_vec(),
+                },
                 pipes: vec![0, 1],
             })
         );
