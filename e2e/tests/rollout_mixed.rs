@@ -11,7 +11,9 @@
 //!   exactly the step's VirtualSwitches run the new build and were loaded,
 //!   the others still run the old one and were not loaded. While a step
 //!   runs, no device past it may move. At the end all twelve run it, and
-//!   each table holds the set's entries (read back).
+//!   each table holds the set's entries (read back). With a
+//!   `minThroughputRatio`, each Dpdk and FPGA VirtualSwitch moved with its
+//!   packets/s recorded, and no Bmv2 or Tofino one (they report none).
 //! - A revision whose entries fail on the canary's device (a Tofino; the
 //!   emulator's injected fault): `RolledBack` with the failed check
 //!   `EntriesReapplied` and the canary named, the canary back on the old
@@ -21,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use p4fleet_crds::{RolloutPhase, RolloutStatus, find_condition};
 use p4fleet_e2e::firewall::{arm_fault, clear_faults, keys_of_lines};
-use p4fleet_e2e::mixed::Mixed;
+use p4fleet_e2e::mixed::{Kind, Mixed};
 use p4fleet_e2e::processes::{build_binaries as bin, spawn_operator};
 use p4fleet_e2e::rollout::{ENTRIES, annotate_resume};
 use p4fleet_e2e::{ControlPlane, TestNamespace, event_about, wait_for};
@@ -112,7 +114,7 @@ async fn a_canary_across_twelve_switches_of_four_kinds_moves_step_by_step_and_ro
     let rollout = json!({"strategy": "Canary",
         "steps": [{"switches": 1}, {"pause": {}}, {"percent": 50}, {"pause": {}},
             {"percent": 100}],
-        "maxUnavailable": 3, "analysis": {"seconds": 2},
+        "maxUnavailable": 3, "analysis": {"seconds": 2, "minThroughputRatio": 0.1},
         "progressDeadlineSeconds": 120});
     let fleet = Mixed::start(&client, ns.name(), rollout).await;
     assert_eq!(fleet.builds().await, vec!["v1"; 12]);
@@ -133,6 +135,15 @@ async fn a_canary_across_twelve_switches_of_four_kinds_moves_step_by_step_and_ro
     let done = wait_step(&fleet, 2, RolloutPhase::Completed, None, 12, "v1").await;
     after_step(&fleet, &done, 12, ("v1", "v2"), &before).await;
     assert_eq!(done.from.as_ref().map(|f| f.revision), Some(1));
+    // The throughput check had figures where the target reports them (a
+    // DPDK pipeline's packets/s, an FPGA slot's sent packets), and none
+    // on Bmv2 and Tofino.
+    for m in &fleet.members {
+        let moved = done.moved.iter().find(|x| x.virtual_switch == m.vs);
+        let before = moved.expect(&m.vs).packets_per_second_before;
+        let reports = matches!(m.kind, Kind::Dpdk | Kind::Fpga);
+        assert_eq!(before.is_some(), reports, "{}: {before:?}", m.vs);
+    }
     fleet.set_ready().await;
     entries_on_every_device(&fleet).await;
     wait_for(
