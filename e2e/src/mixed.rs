@@ -28,8 +28,8 @@ use p4fleet_proto::bfrt::bf_runtime_client::BfRuntimeClient;
 use serde_json::json;
 
 use crate::processes::{Proc, build_binaries, device_stat, spawn_emulator};
-use crate::rollout::{ENTRIES, V1, p4info};
-use crate::{create_json, firewall, firewall_lines, repo_root, wait_for, wait_object_ready};
+use crate::rollout::{ENTRIES, V1, p4info, selector_set};
+use crate::{create_json, firewall, repo_root, wait_for, wait_object_ready};
 
 /// The FPGA bitstream's size (a small one: it is in the source ConfigMap
 /// and in every revision's snapshot).
@@ -247,19 +247,7 @@ impl Mixed {
                 });
             }
         }
-        create_json(
-            &cms,
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw"},
-                "data": {"entries": firewall_lines(0, ENTRIES)}}),
-        )
-        .await;
-        create_json(
-            &Api::<TableEntrySet>::namespaced(client.clone(), ns),
-            json!({"apiVersion": V1, "kind": "TableEntrySet", "metadata": {"name": "fw"},
-                "spec": {"virtualSwitchSelector": {"matchLabels": {"app": "fw"}},
-                    "table": "MyIngress.firewall", "entriesFrom": [{"configMap": "fw"}]}}),
-        )
-        .await;
+        selector_set(client, ns).await;
         let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns);
         for m in &mut members {
             wait_object_ready(&vss, &m.vs, Duration::from_secs(120)).await;

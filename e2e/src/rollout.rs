@@ -158,8 +158,14 @@ pub async fn setup(
         )
         .await;
     }
+    selector_set(client, ns).await;
+}
+
+/// The selector TableEntrySet `fw` of the VirtualSwitches labelled
+/// `app: fw`, with [`ENTRIES`] firewall lines from ConfigMap `fw`.
+pub async fn selector_set(client: &Client, ns: &str) {
     create_json(
-        &cms,
+        &Api::<ConfigMap>::namespaced(client.clone(), ns),
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw"},
             "data": {"entries": firewall_lines(0, ENTRIES)}}),
     )

@@ -425,39 +425,43 @@ impl Reads for PlanReads {
 /// The file's P4Programs, then the cluster's that read one of the file's
 /// ConfigMaps (a new P4Info is often only its ConfigMap).
 async fn programs_to_plan(reads: &PlanReads) -> Result<Vec<P4Program>, Error> {
-    let mut programs = reads.overlay.programs.clone();
-    let mut namespaces: Vec<String> = reads
-        .overlay
-        .config_maps
-        .iter()
-        .filter_map(|c| c.namespace())
-        .collect();
-    namespaces.sort();
-    namespaces.dedup();
-    for ns in namespaces {
-        let listed: Vec<P4Program> = reads
-            .list(Some(&ns))
-            .await
-            .map_err(api_err(format!("listing P4Programs of {ns}")))?;
-        for p in listed {
-            let in_file = find(&programs, Some(&ns), &p.name_any()).is_some();
-            let reads_one = crate::artifacts::sources(&p.spec).iter().any(|(_, src)| {
-                src.config_map_key_ref
-                    .as_ref()
-                    .is_some_and(|r| find(&reads.overlay.config_maps, Some(&ns), &r.name).is_some())
-            });
-            if reads_one && !in_file {
-                programs.push(p);
-            }
-        }
-    }
-    Ok(programs)
+    let in_file = reads.overlay.programs.clone();
+    with_readers(reads, in_file, "P4Programs", |p: &P4Program, ns| {
+        crate::artifacts::sources(&p.spec).iter().any(|(_, src)| {
+            let name = src.config_map_key_ref.as_ref().map(|r| r.name.as_str());
+            name.is_some_and(|n| find(&reads.overlay.config_maps, Some(ns), n).is_some())
+        })
+    })
+    .await
 }
 
 /// The file's TableEntrySets, then the cluster's that read one of the
 /// file's ConfigMaps (a change of entries is often only its ConfigMap).
 async fn sets_to_plan(reads: &PlanReads) -> Result<Vec<TableEntrySet>, Error> {
-    let mut sets = reads.overlay.sets.clone();
+    let in_file = reads.overlay.sets.clone();
+    with_readers(reads, in_file, "TableEntrySets", |s: &TableEntrySet, ns| {
+        s.spec.entries_from.iter().any(|src| {
+            reads.overlay.config_maps.iter().any(|c| {
+                c.namespace().as_deref() == Some(ns) && src.selects(&c.name_any(), c.labels())
+            })
+        })
+    })
+    .await
+}
+
+/// `in_file`, then the cluster's objects of that kind (`what`, for
+/// errors) that are not in the file and that `reads_one` says read one
+/// of the file's ConfigMaps, in the namespaces those ConfigMaps are in.
+async fn with_readers<K>(
+    reads: &PlanReads,
+    mut in_file: Vec<K>,
+    what: &str,
+    reads_one: impl Fn(&K, &str) -> bool,
+) -> Result<Vec<K>, Error>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>,
+{
     let mut namespaces: Vec<String> = reads
         .overlay
         .config_maps
@@ -467,23 +471,18 @@ async fn sets_to_plan(reads: &PlanReads) -> Result<Vec<TableEntrySet>, Error> {
     namespaces.sort();
     namespaces.dedup();
     for ns in namespaces {
-        let listed: Vec<TableEntrySet> = reads
+        let listed: Vec<K> = reads
             .list(Some(&ns))
             .await
-            .map_err(api_err(format!("listing TableEntrySets of {ns}")))?;
-        for s in listed {
-            let in_file = find(&sets, Some(&ns), &s.name_any()).is_some();
-            let reads_one = s.spec.entries_from.iter().any(|src| {
-                reads.overlay.config_maps.iter().any(|c| {
-                    c.namespace().as_deref() == Some(&ns) && src.selects(&c.name_any(), c.labels())
-                })
-            });
-            if !in_file && reads_one {
-                sets.push(s);
+            .map_err(api_err(format!("listing {what} of {ns}")))?;
+        for o in listed {
+            let known = find(&in_file, Some(&ns), &o.name_any()).is_some();
+            if !known && reads_one(&o, &ns) {
+                in_file.push(o);
             }
         }
     }
-    Ok(sets)
+    Ok(in_file)
 }
 
 /// On a BFRT target, binds the plan's client to the program the
