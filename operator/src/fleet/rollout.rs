@@ -509,20 +509,21 @@ pub fn advance(input: &Input) -> Result<Decision, SpecError> {
         now,
         ..
     } = input;
+    // The whole fleet on the target now, `from` the revision left (if any).
+    let at_rest = |from: Option<RolloutRevision>| RolloutStatus {
+        phase: RolloutPhase::Completed,
+        from,
+        to: target.clone(),
+        step_started_at: stamp(*now),
+        started_at: stamp(*now),
+        finished_at: Some(stamp(*now)),
+        updated: members.len() as u32,
+        ..Default::default()
+    };
     let steady = |status: Option<RolloutStatus>| Decision {
         assign: all_on(members, target),
         // A pinned revision at rest: a status that names it.
-        status: status.or_else(|| {
-            input.pinned.then(|| RolloutStatus {
-                phase: RolloutPhase::Completed,
-                to: target.clone(),
-                step_started_at: stamp(*now),
-                started_at: stamp(*now),
-                finished_at: Some(stamp(*now)),
-                updated: members.len() as u32,
-                ..Default::default()
-            })
-        }),
+        status: status.or_else(|| input.pinned.then(|| at_rest(None))),
         notes: Vec::new(),
         requeue: None,
     };
@@ -564,16 +565,7 @@ pub fn advance(input: &Input) -> Result<Decision, SpecError> {
         let Some(left) = left else {
             return Ok(steady(None));
         };
-        let mut back = steady(Some(RolloutStatus {
-            phase: RolloutPhase::Completed,
-            from: Some(left.to.clone()),
-            to: target.clone(),
-            step_started_at: stamp(*now),
-            started_at: stamp(*now),
-            finished_at: Some(stamp(*now)),
-            updated: members.len() as u32,
-            ..Default::default()
-        }));
+        let mut back = steady(Some(at_rest(Some(left.to.clone()))));
         back.notes.push(Note {
             warning: false,
             reason: COMPLETED,
