@@ -28,8 +28,8 @@ use p4fleet_proto::bfrt::bf_runtime_client::BfRuntimeClient;
 use serde_json::json;
 
 use crate::processes::{Proc, build_binaries, device_stat, spawn_emulator};
-use crate::rollout::{ENTRIES, V1, p4info, selector_set};
-use crate::{create_json, firewall, repo_root, wait_for, wait_object_ready};
+use crate::rollout::{ENTRIES, V1, p4info, revision_digest, selector_set};
+use crate::{create_json, firewall, repo_root, wait_object_ready};
 
 /// The FPGA bitstream's size (a small one: it is in the source ConfigMap
 /// and in every revision's snapshot).
@@ -283,23 +283,7 @@ impl Mixed {
     /// Waits until the program's update revision is `n`, and remembers its
     /// digest as `build`'s.
     pub async fn record(&self, n: i64, build: &str) {
-        let digest = wait_for(
-            &format!("update revision {n}"),
-            Duration::from_secs(60),
-            || async {
-                let p = self
-                    .programs
-                    .get("firewall")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let st = p.status.unwrap_or_default();
-                st.update_revision
-                    .filter(|r| r.revision == n)
-                    .map(|r| r.digest)
-                    .ok_or(format!("{:?}", st.conditions))
-            },
-        )
-        .await;
+        let digest = revision_digest(&self.programs, n).await;
         self.builds
             .lock()
             .unwrap()

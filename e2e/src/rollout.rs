@@ -51,9 +51,9 @@ pub fn cookies(stats: SocketAddr) -> Vec<Option<u64>> {
         .collect()
 }
 
-/// Waits until the program's update revision is `n`; returns its cookie.
-pub async fn revision_cookie(programs: &Api<P4Program>, n: i64) -> u64 {
-    let digest = wait_for(
+/// Waits until the program's update revision is `n`; returns its digest.
+pub async fn revision_digest(programs: &Api<P4Program>, n: i64) -> String {
+    wait_for(
         &format!("update revision {n}"),
         Duration::from_secs(60),
         || async {
@@ -65,7 +65,12 @@ pub async fn revision_cookie(programs: &Api<P4Program>, n: i64) -> u64 {
                 .ok_or(format!("{:?}", st.conditions))
         },
     )
-    .await;
+    .await
+}
+
+/// Waits until the program's update revision is `n`; returns its cookie.
+pub async fn revision_cookie(programs: &Api<P4Program>, n: i64) -> u64 {
+    let digest = revision_digest(programs, n).await;
     // The pipeline cookie is the digest's first 8 bytes (docs/resources.md).
     u64::from_str_radix(&digest[..16], 16).expect("a hex digest")
 }
