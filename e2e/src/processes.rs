@@ -405,18 +405,25 @@ pub async fn fleet(
     (cp, fleet)
 }
 
+/// Runs the `p4fleet` command line with `args` against the cluster of
+/// `kubeconfig` (blocking: call it off the async runtime's threads).
+pub fn p4fleet(kubeconfig: &std::path::Path, args: &[&str]) -> std::process::Output {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let bin = BIN.get_or_init(|| build_binaries().join("p4fleet"));
+    Command::new(bin)
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("run p4fleet")
+}
+
 /// `p4fleet plan -f` on `manifest` (YAML) against the cluster of
 /// `kubeconfig`: its exit code, what it printed, and its stderr.
 pub fn p4fleet_plan(kubeconfig: &std::path::Path, manifest: &str) -> (Option<i32>, String, String) {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("change.yaml");
     std::fs::write(&file, manifest).expect("write the manifest");
-    let out = Command::new(build_binaries().join("p4fleet"))
-        .args(["plan", "-f"])
-        .arg(&file)
-        .env("KUBECONFIG", kubeconfig)
-        .output()
-        .expect("run p4fleet plan");
+    let out = p4fleet(kubeconfig, &["plan", "-f", &file.to_string_lossy()]);
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),

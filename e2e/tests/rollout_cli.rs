@@ -13,14 +13,12 @@
 //!   of a revision not kept, a program with nothing before, and a program
 //!   that does not exist are refused, naming the program.
 
-use std::path::PathBuf;
 use std::process::Output;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use p4fleet_crds::P4Program;
-use p4fleet_e2e::processes::build_binaries;
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, output_text};
 use serde_json::{Value, json};
 
@@ -44,14 +42,11 @@ async fn p4fleet(cp: &ControlPlane, args: &[&str]) -> Output {
     let kubeconfig = cp.kubeconfig_path().to_path_buf();
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     tokio::task::spawn_blocking(move || {
-        static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-        let bin = BIN.get_or_init(|| build_binaries().join("p4fleet"));
-        std::process::Command::new(bin)
-            .arg("rollout")
-            .args(&args)
-            .env("KUBECONFIG", kubeconfig)
-            .output()
-            .expect("run p4fleet")
+        let args: Vec<&str> = ["rollout"]
+            .into_iter()
+            .chain(args.iter().map(String::as_str))
+            .collect();
+        p4fleet_e2e::processes::p4fleet(&kubeconfig, &args)
     })
     .await
     .unwrap()

@@ -5,7 +5,8 @@
 //! is no longer Reachable) instead of hanging: `RolledBack` naming the
 //! canary, and the three other devices never see the revision. When the
 //! device comes back (empty, at the same address) the canary runs the
-//! revision before again, its entries re-applied.
+//! revision before again, its entries re-applied; `p4fleet rollout retry`
+//! then rolls the revision out again, to completion on all four.
 //! (Its own binary: its operator watches the whole control plane.)
 
 use std::net::SocketAddr;
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use p4fleet_crds::RolloutPhase;
 use p4fleet_e2e::firewall;
-use p4fleet_e2e::processes::{build_binaries as bin, device_stat, spawn_operator};
+use p4fleet_e2e::processes::{build_binaries as bin, device_stat, p4fleet, spawn_operator};
 use p4fleet_e2e::rollout::{DEVICES, Fleet, revision_cookie, set_ready, source, start, teardown};
 use p4fleet_e2e::{ControlPlane, TestNamespace, wait_for};
 use serde_json::json;
@@ -103,5 +104,39 @@ async fn a_device_gone_mid_step_fails_the_gate_and_the_others_never_move() {
         Some(RolloutPhase::RolledBack),
         "a rolled back revision stays back"
     );
+
+    // The cause gone, a person retries the revision: it rolls out again
+    // from its first step and completes on all four.
+    let kubeconfig = cp.kubeconfig_path().to_path_buf();
+    let args = ["rollout", "retry", "firewall", "-n", ns.name()].map(String::from);
+    let out = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        p4fleet(&kubeconfig, &args)
+    })
+    .await
+    .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("p4fleet.dev/rollout-retry=2@"), "{said}");
+    let done = wait_for(
+        "the retried revision 2 on all four",
+        Duration::from_secs(120),
+        || async {
+            let now = cookies(canary.stats, rest.stats);
+            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
+            let r = p.status.unwrap_or_default().rollout;
+            r.clone()
+                .filter(|r| r.phase == RolloutPhase::Completed && r.to.revision == 2)
+                .filter(|_| now == vec![Some(c2); 4])
+                .ok_or(format!("{now:?} {r:?}"))
+        },
+    )
+    .await;
+    assert_eq!(done.moved.len(), DEVICES.len(), "{done:?}");
     teardown(&client, ns).await;
 }

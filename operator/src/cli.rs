@@ -299,6 +299,9 @@ pub enum RolloutCommand {
     /// Clear spec.rollout.paused, and pass the indefinite pause step the
     /// rollout waits at, if any (the annotation p4fleet.dev/rollout-resume).
     Resume(ProgramArgs),
+    /// Try the rolled-back revision once more, from the first step (the
+    /// annotation p4fleet.dev/rollout-retry, naming this rollback).
+    Retry(ProgramArgs),
     /// Pin the revision before (spec.rollout.pinRevision): where the
     /// rollout in progress started, else the revision the fleet ran, else
     /// the highest kept revision below the one in force.

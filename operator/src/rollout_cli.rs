@@ -1,11 +1,12 @@
-//! `p4fleet rollout status | pause | resume | undo NAME`: a person's view
+//! `p4fleet rollout status | pause | resume | retry | undo NAME`: a person's view
 //! of a P4Program's rollout and one-off control over it, as `kubectl
 //! rollout` gives for a Deployment (docs/rollouts.md, "From the command
 //! line").
 //!
 //! The pure parts are separate and unit-tested: [`render`] (status.rollout
 //! as text), [`settled`] (when `--watch` stops), and the patches
-//! ([`pause_patch`], [`resume_patch`], [`undo_patch`] with [`undo_target`]).
+//! ([`pause_patch`], [`resume_patch`], [`retry_patch`], [`undo_patch`]
+//! with [`undo_target`]).
 //! [`run`] does the API calls. Every change is a JSON merge patch, as
 //! `kubectl rollout pause` makes one, not a server-side apply: a person's
 //! one-off change should not take ownership of `spec.rollout` away from
@@ -27,7 +28,7 @@ use serde_json::{Value, json};
 use crate::artifacts::short_digest;
 use crate::cli::RolloutCommand;
 use crate::fleet::revisions;
-use crate::fleet::rollout::{self, RESUME_ANNOTATION, Step};
+use crate::fleet::rollout::{self, RESUME_ANNOTATION, RETRY_ANNOTATION, Step};
 
 /// How often `status --watch` reads the program again.
 const POLL: Duration = Duration::from_secs(2);
@@ -46,6 +47,12 @@ pub enum Error {
         action: &'static str,
         #[source]
         source: Box<kube::Error>,
+    },
+    #[error("P4Program {namespace}/{program}: nothing to retry: {why}")]
+    Retry {
+        program: String,
+        namespace: String,
+        why: String,
     },
     #[error("P4Program {namespace}/{program}: cannot undo: {refusal}")]
     Undo {
@@ -113,6 +120,7 @@ async fn run_async(
         RolloutCommand::Status { program, .. }
         | RolloutCommand::Pause(program)
         | RolloutCommand::Resume(program)
+        | RolloutCommand::Retry(program)
         | RolloutCommand::Undo { program, .. } => program,
     };
     let target = Target {
@@ -173,6 +181,24 @@ async fn run_async(
                 ),
                 None => writeln!(out, "P4Program {} resumed", target.display()),
             }
+            .map_err(Error::Output)?;
+            Ok(Outcome::Done)
+        }
+        RolloutCommand::Retry(_) => {
+            let p = target.get().await?;
+            let patch = retry_patch(&p).map_err(|why| Error::Retry {
+                program: target.name.clone(),
+                namespace: target.namespace.clone(),
+                why,
+            })?;
+            target.patch(&patch, "retry").await?;
+            let value = &patch["metadata"]["annotations"][RETRY_ANNOTATION];
+            writeln!(
+                out,
+                "P4Program {} retries its rolled-back revision from the first step ({RETRY_ANNOTATION}={})",
+                target.display(),
+                value.as_str().unwrap_or_default()
+            )
             .map_err(Error::Output)?;
             Ok(Outcome::Done)
         }
@@ -323,6 +349,28 @@ pub fn resume_patch(p: &P4Program) -> Value {
         }});
     }
     patch
+}
+
+/// The annotation that retries the rollout's revision once after the
+/// rollback it ended in (`<revision>@<finishedAt>`); why not when it did
+/// not roll back.
+pub fn retry_patch(p: &P4Program) -> Result<Value, String> {
+    let r = p.status.as_ref().and_then(|s| s.rollout.as_ref());
+    let Some(r) = r else {
+        return Err("the program has no rollout".into());
+    };
+    let at = match (r.phase, &r.finished_at) {
+        (RolloutPhase::RolledBack, Some(at)) => at,
+        (phase, _) => {
+            return Err(format!(
+                "the rollout of revision {} is {phase:?}, not RolledBack",
+                r.to.revision
+            ));
+        }
+    };
+    Ok(json!({"metadata": {"annotations": {
+        RETRY_ANNOTATION: format!("{}@{at}", r.to.revision)
+    }}}))
 }
 
 /// The rollout's current step when it is an indefinite pause of a
@@ -903,6 +951,42 @@ mod tests {
             2,
         );
         assert_eq!(resume_patch(&all), plain);
+    }
+
+    #[test]
+    fn retry_names_the_rollback_and_only_a_rolled_back_rollout_has_one() {
+        let mut back = in_progress(RolloutPhase::RolledBack, 0);
+        back.finished_at = Some("2026-01-02T03:05:00.250Z".into());
+        let p = with_status(program(canary()), Some(back), 1, 2);
+        let patch = retry_patch(&p).unwrap();
+        let value = patch["metadata"]["annotations"][RETRY_ANNOTATION].as_str();
+        assert_eq!(value, Some("2@2026-01-02T03:05:00.250Z"));
+        // The annotation says what the operator's parser reads.
+        assert_eq!(
+            rollout::retry(value.unwrap()),
+            Some(rollout::Retry {
+                revision: 2,
+                rolled_back_at: "2026-01-02T03:05:00.250Z".into()
+            })
+        );
+        assert!(
+            patch.get("spec").is_none(),
+            "nothing of the spec is touched"
+        );
+        let moving = with_status(
+            program(canary()),
+            Some(in_progress(RolloutPhase::Progressing, 0)),
+            1,
+            2,
+        );
+        assert_eq!(
+            retry_patch(&moving).unwrap_err(),
+            "the rollout of revision 2 is Progressing, not RolledBack"
+        );
+        assert_eq!(
+            retry_patch(&program(canary())).unwrap_err(),
+            "the program has no rollout"
+        );
     }
 
     #[test]

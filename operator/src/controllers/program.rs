@@ -444,6 +444,10 @@ async fn roll(
             .annotations()
             .get(rollout::RESUME_ANNOTATION)
             .and_then(|v| rollout::resume(v)),
+        retry: obj
+            .annotations()
+            .get(rollout::RETRY_ANNOTATION)
+            .and_then(|v| rollout::retry(v)),
         now: chrono::Utc::now(),
     });
     let decided = input.and_then(|i| rollout::advance(&i));

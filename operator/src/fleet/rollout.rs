@@ -30,6 +30,11 @@ pub const ORDER_LABEL: &str = "p4fleet.dev/rollout-order";
 /// step 2 (0-based). Naming both keeps it from passing a later rollout's
 /// pause when it stays in Git.
 pub const RESUME_ANNOTATION: &str = "p4fleet.dev/rollout-resume";
+/// Annotation on a P4Program that tries a rolled-back revision again:
+/// `<revision>@<the rollback's finishedAt>`, e.g.
+/// `4@2026-11-29T10:00:00.123Z`. Naming that rollback makes it one retry:
+/// left in Git, it does not retry again after the retry's own rollback.
+pub const RETRY_ANNOTATION: &str = "p4fleet.dev/rollout-retry";
 /// `spec.rollout.maxUnavailable` when not given.
 pub const DEFAULT_MAX_UNAVAILABLE: u32 = 1;
 /// `spec.rollout.progressDeadlineSeconds` when not given.
@@ -396,6 +401,33 @@ pub fn resume(value: &str) -> Option<Resume> {
     })
 }
 
+/// A retry of a rolled-back revision, from [`RETRY_ANNOTATION`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retry {
+    pub revision: i64,
+    /// The `finishedAt` of the rollback it retries.
+    pub rolled_back_at: String,
+}
+
+/// The retry an annotation value `4@2026-11-29T10:00:00.123Z` says; None
+/// for anything else.
+pub fn retry(value: &str) -> Option<Retry> {
+    let (r, at) = value.trim().split_once('@')?;
+    Some(Retry {
+        revision: r.trim().parse().ok()?,
+        rolled_back_at: at.trim().to_string(),
+    })
+    .filter(|r| !r.rolled_back_at.is_empty())
+}
+
+/// Whether `retry` names the rollback `p` ended in.
+fn retries(retry: Option<&Retry>, p: &RolloutStatus) -> bool {
+    p.phase == RolloutPhase::RolledBack
+        && retry.is_some_and(|r| {
+            r.revision == p.to.revision && Some(&r.rolled_back_at) == p.finished_at.as_ref()
+        })
+}
+
 /// What [`advance`] works from.
 #[derive(Debug, Clone)]
 pub struct Input<'a> {
@@ -414,6 +446,8 @@ pub struct Input<'a> {
     /// The VirtualSwitches running the program, in any order.
     pub members: &'a [Member],
     pub resume: Option<Resume>,
+    /// A retry of a rolled-back revision ([`RETRY_ANNOTATION`]).
+    pub retry: Option<Retry>,
     pub now: DateTime<Utc>,
 }
 
@@ -540,10 +574,11 @@ pub fn advance(input: &Input) -> Result<Decision, SpecError> {
         // Nothing ran before: nothing to protect.
         return Ok(steady(None));
     };
+    let retrying = ours.is_some_and(|p| retries(input.retry.as_ref(), p));
     match ours {
         // The same revision rolled back: it stays back until another
-        // revision (or pin) comes.
-        Some(p) if p.phase == RolloutPhase::RolledBack => {
+        // revision (or pin) comes, or a retry names this rollback.
+        Some(p) if p.phase == RolloutPhase::RolledBack && !retrying => {
             return Ok(Decision {
                 assign: all_on(members, &stable),
                 status: Some(p.clone()),
@@ -581,7 +616,7 @@ pub fn advance(input: &Input) -> Result<Decision, SpecError> {
     }
     let mut notes = Vec::new();
     let mut st = match previous {
-        Some(p) if p.to == *target => RolloutStatus::clone(p),
+        Some(p) if p.to == *target && !retrying => RolloutStatus::clone(p),
         _ => {
             // A new revision: from the first step, even mid-rollout (the
             // canary must see the newest revision).
@@ -595,10 +630,10 @@ pub fn advance(input: &Input) -> Result<Decision, SpecError> {
                     "rolling out revision {} from revision {}{}",
                     target.revision,
                     stable.revision,
-                    if restarted {
-                        " (the rollout in progress restarts from its first step)"
-                    } else {
-                        ""
+                    match (restarted, retrying) {
+                        (_, true) => " (a retry after its rollback)",
+                        (true, _) => " (the rollout in progress restarts from its first step)",
+                        _ => "",
                     }
                 ),
             });
@@ -1075,6 +1110,16 @@ mod tests {
             target: &RolloutRevision,
             resume: Option<Resume>,
         ) -> Decision {
+            self.tick_retrying(spec, target, resume, None)
+        }
+
+        fn tick_retrying(
+            &mut self,
+            spec: &Rollout,
+            target: &RolloutRevision,
+            resume: Option<Resume>,
+            retry: Option<Retry>,
+        ) -> Decision {
             let text = serde_json::to_string(&self.status).unwrap();
             let previous: Option<RolloutStatus> = serde_json::from_str(&text).unwrap();
             let d = advance(&Input {
@@ -1085,6 +1130,7 @@ mod tests {
                 previous: previous.as_ref(),
                 members: &self.members,
                 resume,
+                retry,
                 now: self.now,
             })
             .unwrap();
@@ -1327,6 +1373,60 @@ mod tests {
     }
 
     #[test]
+    fn a_retry_names_one_rollback_and_tries_the_revision_once_more() {
+        let mut w = World::new(4);
+        w.broken = Some(2);
+        let spec = canary(vec![step_switches(1), step_percent(100)]);
+        let target = rev(2);
+        w.until(&spec, &target, RolloutPhase::RolledBack, 5);
+        let first = w.status.clone().unwrap().finished_at.unwrap();
+        assert_eq!(
+            retry(&format!(" 2@{first} ")),
+            Some(Retry {
+                revision: 2,
+                rolled_back_at: first.clone()
+            })
+        );
+        assert_eq!(retry("2@"), None);
+        assert_eq!(retry("2"), None);
+        // Another revision's, or another rollback's, retry passes nothing.
+        for other in [format!("3@{first}"), "2@2020-01-01T00:00:00.000Z".into()] {
+            w.tick_retrying(&spec, &target, None, retry(&other));
+            assert_eq!(w.status.as_ref().unwrap().phase, RolloutPhase::RolledBack);
+        }
+        assert_eq!(w.loads.len(), 2, "the canary there and back only");
+        // The right one starts over from the first step.
+        w.now += chrono::Duration::seconds(1);
+        let again = retry(&format!("2@{first}"));
+        let d = w.tick_retrying(&spec, &target, None, again.clone());
+        assert_eq!(d.notes[0].reason, STARTED);
+        assert!(d.notes[0].message.contains("a retry after its rollback"));
+        let st = w.status.clone().unwrap();
+        assert_eq!(
+            (st.phase, st.step, st.moved.len()),
+            (RolloutPhase::Progressing, 0, 1)
+        );
+        // Still broken: back again, and the annotation left in place does
+        // not retry once more.
+        for _ in 0..5 {
+            w.tick_retrying(&spec, &target, None, again.clone());
+        }
+        let st = w.status.clone().unwrap();
+        assert_eq!(st.phase, RolloutPhase::RolledBack);
+        assert_ne!(st.finished_at.as_deref(), Some(first.as_str()));
+        assert_eq!(w.loads.len(), 4, "one more canary move and back");
+        // Fixed on the device, a retry of this rollback completes.
+        w.broken = None;
+        let second = st.finished_at.unwrap();
+        for _ in 0..10 {
+            w.tick_retrying(&spec, &target, None, retry(&format!("2@{second}")));
+            w.now += chrono::Duration::seconds(1);
+        }
+        assert_eq!(w.status.as_ref().unwrap().phase, RolloutPhase::Completed);
+        assert_eq!(w.on(2), 4);
+    }
+
+    #[test]
     fn a_revision_after_a_completed_rollout_rolls_out_again() {
         let mut w = World::new(4);
         let spec = canary(vec![step_switches(1), step_percent(50), step_percent(100)]);
@@ -1494,6 +1594,7 @@ mod tests {
                 previous: w.status.as_ref(),
                 members: &w.members,
                 resume: None,
+                retry: None,
                 now: before,
             })
             .unwrap();
@@ -1531,6 +1632,7 @@ mod tests {
             previous,
             members: &ms,
             resume: None,
+            retry: None,
             now: Utc.with_ymd_and_hms(2026, 12, 1, 10, 0, 0).unwrap(),
         };
         let d = advance(&input(Some(&rolled_back))).unwrap();
@@ -1700,6 +1802,7 @@ mod tests {
             previous: None,
             members: &ms,
             resume: None,
+            retry: None,
             now: Utc::now(),
         })
         .unwrap();
@@ -1715,6 +1818,7 @@ mod tests {
             previous: None,
             members: &ms,
             resume: None,
+            retry: None,
             now: Utc::now(),
         })
         .unwrap();
@@ -1733,6 +1837,7 @@ mod tests {
             previous: None,
             members: &ms,
             resume: None,
+            retry: None,
             now: Utc::now(),
         })
         .unwrap();
