@@ -600,6 +600,14 @@ pub fn advance(input: &Input) -> Result<Decision, SpecError> {
         let Some(left) = left else {
             return Ok(steady(None));
         };
+        // Completed only once every VirtualSwitch runs it; until then the
+        // earlier rollout's status stands while they move back.
+        let runs = |m: &Member| m.observed.loaded_digest.as_deref() == Some(target.digest.as_str());
+        if !members.iter().all(runs) {
+            let mut moving = steady(Some(left.clone()));
+            moving.requeue = Some(Duration::from_secs(10));
+            return Ok(moving);
+        }
         let mut back = steady(Some(at_rest(Some(left.to.clone()))));
         back.notes.push(Note {
             warning: false,
@@ -1635,6 +1643,17 @@ mod tests {
             retry: None,
             now: Utc.with_ymd_and_hms(2026, 12, 1, 10, 0, 0).unwrap(),
         };
+        // The canary still runs revision 2: the rollback's status stands
+        // while it moves back, and nothing is claimed.
+        let mut moving = fleet(3);
+        moving[0].observed.loaded_digest = Some(rev(2).digest);
+        let d = advance(&Input {
+            members: &moving,
+            ..input(Some(&rolled_back))
+        })
+        .unwrap();
+        assert_eq!(d.status.as_ref(), Some(&rolled_back));
+        assert!(d.notes.is_empty() && d.assign.values().all(|r| *r == rev(1)));
         let d = advance(&input(Some(&rolled_back))).unwrap();
         let st = d.status.clone().expect("a status naming the revert");
         assert_eq!(st.phase, RolloutPhase::Completed);

@@ -112,8 +112,9 @@ async fn dpdk_rate(devices: &DevicePool, a: &Ask) -> Option<u64> {
     Some(p.packets_per_second.max(0.0).round() as u64)
 }
 
-/// One read of a board: its slots' sent packets and when.
-type Read = (HashMap<u32, u64>, f64);
+/// One read of a board: its slots' sent packets, and when by the board's
+/// clock (if it says) and by this process's.
+type Read = (HashMap<u32, u64>, Option<f64>, f64);
 
 /// The FPGA slots' rates: every board read once, then again after
 /// [`FPGA_SPAN`]. The board's own time of each read is used where it
@@ -145,14 +146,19 @@ async fn fpga_rates(devices: &DevicePool, asks: Vec<Ask>) -> HashMap<String, u64
     let second = read_all().await;
     let mut got = HashMap::new();
     for (((_, vss), a), b) in boards.values().zip(first).zip(second) {
-        let (Some((a, ta)), Some((b, tb))) = (a, b) else {
+        let (Some((a, board_a, ta)), Some((b, board_b, tb))) = (a, b) else {
             continue;
+        };
+        // One clock for both reads: the board's where both carry it.
+        let secs = match (board_a, board_b) {
+            (Some(x), Some(y)) => y - x,
+            _ => tb - ta,
         };
         for (vs, slot) in vss {
             let (Some(x), Some(y)) = (a.get(slot), b.get(slot)) else {
                 continue;
             };
-            if let Some(pps) = rate(*x, *y, tb - ta) {
+            if let Some(pps) = rate(*x, *y, secs) {
                 got.insert(vs.clone(), pps);
             }
         }
@@ -166,16 +172,16 @@ async fn read_board(devices: &DevicePool, sw: &Switch, origin: Instant) -> Optio
         .await
         .ok()?
         .ok()?;
-    let at = answer
+    let board = answer
         .at
-        .map(|t| t.seconds as f64 + f64::from(t.nanos) / 1e9)
-        .unwrap_or_else(|| origin.elapsed().as_secs_f64());
+        .map(|t| t.seconds as f64 + f64::from(t.nanos) / 1e9);
+    let local = origin.elapsed().as_secs_f64();
     let sent = answer
         .slots
         .iter()
         .map(|s| (s.slot, s.tx_packets))
         .collect();
-    Some((sent, at))
+    Some((sent, board, local))
 }
 
 #[cfg(test)]

@@ -393,9 +393,7 @@ impl<R: Reads> Lookup<'_, R> {
                 error,
             }))
     }
-}
 
-impl<R: Reads> Lookup<'_, R> {
     /// The P4Info of revision `digest` of `program`, from its snapshot
     /// (read once per process: a revision never changes); None when it is
     /// not recorded or does not parse (then the sources in force give it,
