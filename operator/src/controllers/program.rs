@@ -427,7 +427,11 @@ async fn roll(
             rollout::member(v, &fill, sw.as_deref())
         })
         .collect();
-    if gauges_throughput(&spec, new.rollout.as_ref(), update) {
+    let retry = obj
+        .annotations()
+        .get(rollout::RETRY_ANNOTATION)
+        .and_then(|v| rollout::retry(v));
+    if gauges_throughput(&spec, new.rollout.as_ref(), update, retry.as_ref()) {
         let rates = throughputs(ctx, &vss).await;
         for m in &mut members {
             m.observed.packets_per_second = rates.get(&m.name).copied();
@@ -444,10 +448,7 @@ async fn roll(
             .annotations()
             .get(rollout::RESUME_ANNOTATION)
             .and_then(|v| rollout::resume(v)),
-        retry: obj
-            .annotations()
-            .get(rollout::RETRY_ANNOTATION)
-            .and_then(|v| rollout::retry(v)),
+        retry,
         now: chrono::Utc::now(),
     });
     let decided = input.and_then(|i| rollout::advance(&i));
@@ -495,13 +496,14 @@ async fn roll(
 
 /// Whether this look at a rollout needs its VirtualSwitches' data-plane
 /// rates: a `minThroughputRatio` is set and the rollout of `update` may
-/// move or judge one (not yet started, moving or paused). A rollout at
-/// rest needs none: asking every device at each resync would cost a
-/// round of calls for nothing.
+/// move or judge one (not yet started, moving, paused, or rolled back
+/// and retried by `retry`). A rollout at rest needs none: asking every
+/// device at each resync would cost a round of calls for nothing.
 fn gauges_throughput(
     spec: &p4fleet_crds::Rollout,
     rollout: Option<&p4fleet_crds::RolloutStatus>,
     update: &RevisionRef,
+    retry: Option<&rollout::Retry>,
 ) -> bool {
     let ratio = spec
         .analysis
@@ -509,7 +511,11 @@ fn gauges_throughput(
         .is_some_and(|a| a.min_throughput_ratio.is_some());
     let at_rest = rollout.is_some_and(|r| {
         r.to.digest == update.digest
-            && matches!(r.phase, RolloutPhase::Completed | RolloutPhase::RolledBack)
+            && match r.phase {
+                RolloutPhase::Completed => true,
+                RolloutPhase::RolledBack => !rollout::retries(retry, r),
+                RolloutPhase::Progressing | RolloutPhase::Paused => false,
+            }
     });
     ratio && spec.strategy == RolloutStrategy::Canary && !at_rest
 }
@@ -637,21 +643,31 @@ mod tests {
             },
             ..Default::default()
         };
-        assert!(gauges_throughput(&spec, None, &rev(2)));
+        assert!(gauges_throughput(&spec, None, &rev(2), None));
         let moving = status(RolloutPhase::Progressing, 2);
-        assert!(gauges_throughput(&spec, Some(&moving), &rev(2)));
+        assert!(gauges_throughput(&spec, Some(&moving), &rev(2), None));
         let done = status(RolloutPhase::Completed, 2);
-        assert!(!gauges_throughput(&spec, Some(&done), &rev(2)));
+        assert!(!gauges_throughput(&spec, Some(&done), &rev(2), None));
         // A new revision after a finished one starts a rollout again.
-        assert!(gauges_throughput(&spec, Some(&done), &rev(3)));
+        assert!(gauges_throughput(&spec, Some(&done), &rev(3), None));
         let rolled_back = status(RolloutPhase::RolledBack, 2);
-        assert!(!gauges_throughput(&spec, Some(&rolled_back), &rev(2)));
+        assert!(!gauges_throughput(&spec, Some(&rolled_back), &rev(2), None));
+        // ... unless a retry names that rollback.
+        let mut back = rolled_back.clone();
+        back.finished_at = Some("2026-12-01T10:00:00.000Z".into());
+        let retry = rollout::retry("2@2026-12-01T10:00:00.000Z");
+        assert!(gauges_throughput(
+            &spec,
+            Some(&back),
+            &rev(2),
+            retry.as_ref()
+        ));
         let mut no_ratio = spec.clone();
         no_ratio.analysis = None;
-        assert!(!gauges_throughput(&no_ratio, None, &rev(2)));
+        assert!(!gauges_throughput(&no_ratio, None, &rev(2), None));
         let mut all_at_once = spec;
         all_at_once.strategy = RolloutStrategy::AllAtOnce;
-        assert!(!gauges_throughput(&all_at_once, None, &rev(2)));
+        assert!(!gauges_throughput(&all_at_once, None, &rev(2), None));
     }
 
     fn spec_inline(text: &str) -> P4ProgramSpec {

@@ -421,7 +421,7 @@ pub fn retry(value: &str) -> Option<Retry> {
 }
 
 /// Whether `retry` names the rollback `p` ended in.
-fn retries(retry: Option<&Retry>, p: &RolloutStatus) -> bool {
+pub fn retries(retry: Option<&Retry>, p: &RolloutStatus) -> bool {
     p.phase == RolloutPhase::RolledBack
         && retry.is_some_and(|r| {
             r.revision == p.to.revision && Some(&r.rolled_back_at) == p.finished_at.as_ref()
