@@ -239,7 +239,7 @@ impl EntryPath {
             const_default_action: None,
             profile: None,
             first_pipe: None,
-            runs: None,
+            encoded_for: None,
             program: "big".into(),
             p4info: std::sync::Arc::new(info.clone()),
         };

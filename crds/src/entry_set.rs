@@ -636,9 +636,10 @@ pub struct TargetStatus {
     /// when that sync was too small to measure one, like `rate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entries_per_second: Option<u64>,
-    /// The program content (the VirtualSwitch's `loadedDigest` as the
-    /// sync saw it) whose P4Info encoded the entries of the last sync
-    /// there: a result for another content than the VirtualSwitch now
+    /// The program content whose P4Info encoded the entries of the last
+    /// sync there: the VirtualSwitch's `loadedDigest` as the sync saw it,
+    /// or the program's content in force when that one is not recorded as
+    /// a revision. A result for another content than the VirtualSwitch now
     /// runs says nothing of it (a rollout's gate waits for the next).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline_digest: Option<String>,

@@ -55,7 +55,7 @@ pub struct Outcome {
     /// ([`super::status::retry_after`]; None: only a change or the
     /// regular resync will).
     pub retry: Option<std::time::Duration>,
-    /// The content whose P4Info encoded the entries ([`Target::runs`]).
+    /// The content whose P4Info encoded the entries ([`Target::encoded_for`]).
     pub pipeline_digest: Option<String>,
 }
 
@@ -157,7 +157,7 @@ pub async fn plan_target<'a>(
         drift: 0,
         owned: None,
         retry: None,
-        pipeline_digest: t.runs.clone(),
+        pipeline_digest: t.encoded_for.clone(),
     };
     let (tag, key) = (tag(set), t.key(set_key));
     let (dev, read) = match connect_and_check(devices, t, d, tag).await {

@@ -326,7 +326,7 @@ mod tests {
                 .unwrap();
         Target {
             first_pipe: None,
-            runs: None,
+            encoded_for: None,
             program: "fw".into(),
             p4info: Default::default(),
             virtual_switch: "vs".into(),

@@ -39,9 +39,10 @@ pub struct Target {
     /// claim), when it runs on one: its entries go through that program's
     /// own client ([`Target::device`]).
     pub first_pipe: Option<u32>,
-    /// The content the VirtualSwitch has loaded (`loadedDigest`), whose
-    /// P4Info gave `schema`.
-    pub runs: Option<String>,
+    /// The program content whose P4Info gave `schema`: the revision the
+    /// VirtualSwitch has loaded, or, when that is not recorded, the content
+    /// in force (the program's `status.digest`; None before it has one).
+    pub encoded_for: Option<String>,
     /// The P4Program it runs, and that content's P4Info (a BFRT reader
     /// binds to the program with it).
     pub program: String,
@@ -76,7 +77,13 @@ impl Target {
 
 /// A table's schema, its const default action and whether it has an
 /// action profile.
-type TableFacts = (TableSchema, Option<u32>, Option<ProfileSchema>, Arc<P4Info>);
+type TableFacts = (
+    TableSchema,
+    Option<u32>,
+    Option<ProfileSchema>,
+    Arc<P4Info>,
+    Option<String>,
+);
 
 /// Why the program of a VirtualSwitch gives no schema for the set's table.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -284,18 +291,20 @@ impl<R: Reads> Lookup<'_, R> {
                 schemas.insert(runs.clone(), schema);
             }
             match &schemas[&runs] {
-                Ok((schema, const_default_action, profile, p4info)) => targets.push(Target {
-                    first_pipe: claims::first_pipe(&switch, &format!("{}/{vs_name}", self.ns)),
-                    virtual_switch: vs_name,
-                    switch,
-                    slot,
-                    schema: schema.clone(),
-                    const_default_action: *const_default_action,
-                    profile: profile.clone(),
-                    runs: runs.1.clone(),
-                    program: program.clone(),
-                    p4info: p4info.clone(),
-                }),
+                Ok((schema, const_default_action, profile, p4info, encoded_for)) => {
+                    targets.push(Target {
+                        first_pipe: claims::first_pipe(&switch, &format!("{}/{vs_name}", self.ns)),
+                        virtual_switch: vs_name,
+                        switch,
+                        slot,
+                        schema: schema.clone(),
+                        const_default_action: *const_default_action,
+                        profile: profile.clone(),
+                        encoded_for: encoded_for.clone(),
+                        program: program.clone(),
+                        p4info: p4info.clone(),
+                    })
+                }
                 Err(
                     error @ ProgramError::Table {
                         error: EntryError::UnknownTable(_),
@@ -370,12 +379,12 @@ impl<R: Reads> Lookup<'_, R> {
             Some(digest) => self.revision_p4info(program, digest).await?,
             None => None,
         };
-        let info = match recorded {
-            Some(info) => info,
+        let (info, encoded_for) = match recorded {
+            Some(info) => (info, runs.map(str::to_string)),
             // Not recorded (a content from before revisions, or one that
             // could not be snapshotted): the sources in force, as before.
             None => match artifacts::p4info(self.reads, self.p4infos, self.ns, &p.spec).await? {
-                Ok(info) => info,
+                Ok(info) => (info, p.status.as_ref().and_then(|s| s.digest.clone())),
                 Err(error) => {
                     let program = program.to_string();
                     return Ok(Err(ProgramError::P4Info { program, error }));
@@ -386,7 +395,7 @@ impl<R: Reads> Lookup<'_, R> {
             .map(|s| {
                 let const_default = const_default_action(&info, s.id);
                 let profile = ProfileSchema::of_table(&info, s.id);
-                (s, const_default, profile, info.clone())
+                (s, const_default, profile, info.clone(), encoded_for)
             })
             .map_err(|error| ProgramError::Table {
                 program: program.to_string(),
@@ -700,6 +709,7 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(names, ["a"]);
         assert_eq!(d.targets[0].schema.name, "MyIngress.firewall");
+        assert_eq!(d.targets[0].encoded_for, Some(old_digest.clone()));
         assert_eq!(d.problems.len(), 1, "{:?}", d.problems);
         // A VirtualSwitch on the content in force reads the sources.
         c.virtual_switches
@@ -717,6 +727,46 @@ pub(crate) mod tests {
             .for_each(|st| st.loaded_digest = Some(old_digest.clone()));
         let d = dereference(&c, &sources, "ns", &set).await.unwrap();
         assert_eq!(d.targets.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_content_not_recorded_is_encoded_for_the_content_in_force() {
+        // No revisions: the sources give the P4Info, and the target says
+        // it is the program's content in force, not what it has loaded.
+        let mut c = cluster();
+        for v in c
+            .virtual_switches
+            .iter_mut()
+            .filter_map(|v| v.status.as_mut())
+        {
+            v.loaded_digest = Some("1".repeat(64));
+        }
+        let set = set(
+            serde_json::json!({"virtualSwitchSelector": {"matchLabels": {"pool": "x"}},
+            "table": "firewall"}),
+        );
+        let d = dereference(&c, &EntrySources::default(), "ns", &set)
+            .await
+            .unwrap();
+        assert!(d.targets.iter().all(|t| t.encoded_for.is_none()));
+        let fw = c
+            .programs
+            .iter_mut()
+            .find(|p| p.name_any() == "fw")
+            .unwrap();
+        fw.status = Some(p4fleet_crds::P4ProgramStatus {
+            digest: Some("2".repeat(64)),
+            ..Default::default()
+        });
+        let d = dereference(&c, &EntrySources::default(), "ns", &set)
+            .await
+            .unwrap();
+        assert_eq!(d.targets.len(), 2);
+        assert!(
+            d.targets
+                .iter()
+                .all(|t| t.encoded_for == Some("2".repeat(64)))
+        );
     }
 
     #[tokio::test]

@@ -88,7 +88,7 @@ fn outcome(t: &Target) -> apply::Outcome {
         drift: 0,
         owned: None,
         retry: None,
-        pipeline_digest: t.runs.clone(),
+        pipeline_digest: t.encoded_for.clone(),
     }
 }
 
