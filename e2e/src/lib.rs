@@ -1123,6 +1123,22 @@ where
     }
 }
 
+/// Server-side applies `obj` (JSON with apiVersion, kind, metadata.name),
+/// taking its fields from any other manager: a test's "the user edits it".
+pub async fn apply_json<K>(api: &Api<K>, obj: serde_json::Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .expect("metadata.name")
+        .to_string();
+    let pp = kube::api::PatchParams::apply("p4fleet-e2e").force();
+    if let Err(e) = api.patch(&name, &pp, &kube::api::Patch::Apply(&obj)).await {
+        panic!("apply {name}: {e}");
+    }
+}
+
 /// Waits (up to 60 s) for an Event in `ns` regarding object `name` (with
 /// `reason`, if given).
 pub async fn event_about(

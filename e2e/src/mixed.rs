@@ -19,7 +19,7 @@ use std::time::Duration;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use p4fleet_client::{Device, Identity, SlotClient, Target};
 use p4fleet_crds::{P4Program, Switch, TableEntrySet, VirtualSwitch, find_condition};
 use p4fleet_model::entries::{Entry, EntryKey};
@@ -29,7 +29,7 @@ use serde_json::json;
 
 use crate::processes::{Proc, build_binaries, device_stat, spawn_emulator};
 use crate::rollout::{ENTRIES, V1, p4info, revision_digest, selector_set};
-use crate::{create_json, firewall, repo_root, wait_object_ready};
+use crate::{apply_json, create_json, firewall, repo_root, wait_object_ready};
 
 /// The FPGA bitstream's size (a small one: it is in the source ConfigMap
 /// and in every revision's snapshot).
@@ -129,13 +129,7 @@ pub async fn source(cms: &Api<ConfigMap>, build: &str) {
         "tofino.bin": b64(tofino_bin(build).into_bytes()),
         "bitstream": b64(bitstream(build)),
     }});
-    cms.patch(
-        "fw-src",
-        &PatchParams::apply("p4fleet-e2e").force(),
-        &Patch::Apply(&cm),
-    )
-    .await
-    .unwrap();
+    apply_json(cms, cm).await;
 }
 
 fn key(k: &str) -> serde_json::Value {

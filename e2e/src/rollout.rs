@@ -14,7 +14,9 @@ use p4fleet_crds::{P4Program, RolloutPhase, Switch, TableEntrySet, VirtualSwitch
 use serde_json::json;
 
 use crate::processes::device_stat;
-use crate::{TestNamespace, create_json, firewall_lines, repo_root, wait_for, wait_object_ready};
+use crate::{
+    TestNamespace, apply_json, create_json, firewall_lines, repo_root, wait_for, wait_object_ready,
+};
 
 pub const V1: &str = "p4fleet.dev/v1alpha1";
 pub const DEVICES: [u64; 4] = [1, 2, 3, 4];
@@ -34,13 +36,7 @@ pub async fn source(cms: &Api<ConfigMap>, version: &str) {
 pub async fn source_text(cms: &Api<ConfigMap>, text: &str) {
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw-src"},
         "data": {"p4info.txt": text}});
-    cms.patch(
-        "fw-src",
-        &PatchParams::apply("p4fleet-e2e").force(),
-        &Patch::Apply(&cm),
-    )
-    .await
-    .unwrap();
+    apply_json(cms, cm).await;
 }
 
 /// The pipeline cookie each device runs.

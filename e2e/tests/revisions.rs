@@ -21,10 +21,12 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams};
 use p4fleet_crds::{P4Program, RevisionRef, find_condition};
 use p4fleet_e2e::processes::{build_binaries, spawn_operator};
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, output_text, repo_root, wait_for};
+use p4fleet_e2e::{
+    ControlPlane, TestNamespace, apply_json, create_json, output_text, repo_root, wait_for,
+};
 use serde_json::{Value, json};
 
 const V1: &str = "p4fleet.dev/v1alpha1";
@@ -51,13 +53,7 @@ fn p4info() -> String {
 async fn source(cms: &Api<ConfigMap>, n: usize) {
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw-src"},
         "data": {"p4info.txt": p4info(), "fw.json": json_v(n)}});
-    cms.patch(
-        "fw-src",
-        &PatchParams::apply("p4fleet-e2e").force(),
-        &Patch::Apply(&cm),
-    )
-    .await
-    .unwrap();
+    apply_json(cms, cm).await;
 }
 
 /// Waits until the program's update revision is `number` (and Ready);

@@ -14,14 +14,15 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use p4fleet_crds::{P4Program, RolloutPhase, Switch, VirtualSwitch};
 use p4fleet_e2e::processes::{
     build_binaries as bin, device_stat, spawn_emulator, spawn_operator, stats_get,
 };
 use p4fleet_e2e::rollout::program_phase;
 use p4fleet_e2e::{
-    ControlPlane, TestNamespace, create_json, event_about, repo_root, wait_for, wait_object_ready,
+    ControlPlane, TestNamespace, apply_json, create_json, event_about, repo_root, wait_for,
+    wait_object_ready,
 };
 use serde_json::json;
 
@@ -37,13 +38,7 @@ async fn sources(cms: &Api<ConfigMap>, spec: &str) {
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "l2-src"},
         "data": {"p4info.txt": l2crypt("p4info.txt"), "pipeline.spec": spec,
             "context.json": l2crypt("context.json"), "bfrt.json": l2crypt("bfrt.json")}});
-    cms.patch(
-        "l2-src",
-        &PatchParams::apply("rollout-throughput-test").force(),
-        &Patch::Apply(&cm),
-    )
-    .await
-    .unwrap();
+    apply_json(cms, cm).await;
 }
 
 /// Packets device `d` forwarded per second, measured from its data
