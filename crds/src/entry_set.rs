@@ -30,6 +30,7 @@ use crate::resources::{CounterReadout, CountersStatus, MeterSetting, RegisterSet
     printcolumn = r#"{"name":"Rate","type":"string","jsonPath":".status.rate"}"#,
     printcolumn = r#"{"name":"Groups","type":"integer","jsonPath":".status.actionProfile.groups","priority":1}"#,
     printcolumn = r#"{"name":"Packets","type":"integer","jsonPath":".status.counters.packets","priority":1}"#,
+    printcolumn = r#"{"name":"Rollout","type":"string","jsonPath":".status.rollout.phase","priority":1}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
     printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message","priority":1}"#,
@@ -42,7 +43,9 @@ use crate::resources::{CounterReadout, CountersStatus, MeterSetting, RegisterSet
     {"rule": "(has(self.entries) && size(self.entries) > 0) || (has(self.entriesFrom) && size(self.entriesFrom) > 0) || (has(self.ownership) && self.ownership == 'Exclusive') || has(self.defaultAction) || has(self.learn)",
      "message": "entries, entriesFrom, defaultAction or learn must be given (only an Exclusive set may be empty, to clear its table)"},
     {"rule": "!has(self.learn) || (has(self.digests) && self.digests.exists(d, d.name == self.learn.digest))",
-     "message": "learn.digest must be configured in digests"}
+     "message": "learn.digest must be configured in digests"},
+    {"rule": "!has(self.rollout) || !has(self.rollout.strategy) || self.rollout.strategy != 'Canary' || !has(self.actionProfile)",
+     "message": "rollout: a Canary rollout of entries is not available for a table with an actionProfile (its members and groups are shared by every entry); use AllAtOnce"}
 ]))]
 pub struct TableEntrySetSpec {
     /// Name of the VirtualSwitch (same namespace) whose table this fills.
@@ -116,6 +119,16 @@ pub struct TableEntrySetSpec {
     /// device. Set it back to false to apply (docs/plans.md).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub plan: bool,
+    /// How a change of the entries reaches the selected VirtualSwitches:
+    /// all at once (the default), or a Canary in steps with a health gate
+    /// after each and a rollback to the previous entries on a failed gate
+    /// (docs/rollouts.md, "Rolling out entries").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::Rollout>,
+    /// Old entry revisions kept for rollbacks and pins (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub revision_history_limit: Option<u32>,
 }
 
 /// A table's default action: an action of the table that is not
@@ -550,6 +563,10 @@ pub struct TableEntrySetStatus {
     /// What a sync would write, while `spec.plan` is true (docs/plans.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<EntryPlan>,
+    /// A Canary rollout's progress (docs/rollouts.md, "Rolling out
+    /// entries"); revisions are those of the entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutStatus>,
 }
 
 /// The updates a sync would write, computed against the devices'
@@ -632,6 +649,10 @@ pub struct TargetStatus {
     /// Entries that failed there.
     #[serde(default)]
     pub failed: u64,
+    /// Entries the set wanted gone that the device still holds there
+    /// (their delete was refused or not sent).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stale: u64,
     /// Achieved rate there in the last sync that wrote something (absent
     /// when that sync was too small to measure one, like `rate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -643,6 +664,11 @@ pub struct TargetStatus {
     /// runs says nothing of it (a rollout's gate waits for the next).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline_digest: Option<String>,
+    /// With a Canary rollout: the entries revision (its digest) the last
+    /// sync there wrote and the device confirmed, with `failed` of them
+    /// refused. Absent when the sync could not reach the device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries_digest: Option<String>,
 }
 
 #[cfg(test)]

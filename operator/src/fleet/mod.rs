@@ -4,8 +4,10 @@
 //! would remove tables sets still fill, the extern runtime that the
 //! Switch controller probes and AsyncExternPolicies apply through, and a
 //! program's revisions (written by the P4Program controller, loaded by
-//! VirtualSwitches), and the data-plane rates a rollout's gate compares.
+//! VirtualSwitches) and a TableEntrySet's entry revisions, and the
+//! data-plane rates a rollout's gate compares.
 
+pub mod entry_revisions;
 pub mod extern_runtime;
 pub mod fills;
 pub mod program_hold;

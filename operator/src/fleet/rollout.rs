@@ -922,9 +922,15 @@ pub fn advance(input: &Input) -> Result<Decision, SpecError> {
 /// moved, the one before otherwise, the one before again after a rollback);
 /// without one, the content in force (`status.digest`).
 pub fn assigned<'a>(status: &'a P4ProgramStatus, vs: &str) -> Option<&'a str> {
-    let Some(r) = &status.rollout else {
-        return status.digest.as_deref();
-    };
+    match &status.rollout {
+        Some(r) => Some(assigned_in(r, vs)),
+        None => status.digest.as_deref(),
+    }
+}
+
+/// The digest `vs` is to run by rollout `r`: the new revision once moved
+/// (or once complete), the one before otherwise and after a rollback.
+pub fn assigned_in<'a>(r: &'a RolloutStatus, vs: &str) -> &'a str {
     let moved = r.moved.iter().find(|m| m.virtual_switch == vs);
     let on_target = match r.phase {
         RolloutPhase::Completed => true,
@@ -937,8 +943,8 @@ pub fn assigned<'a>(status: &'a P4ProgramStatus, vs: &str) -> Option<&'a str> {
         }),
     };
     match (on_target, &r.from) {
-        (false, Some(from)) => Some(from.digest.as_str()),
-        _ => Some(r.to.digest.as_str()),
+        (false, Some(from)) => from.digest.as_str(),
+        _ => r.to.digest.as_str(),
     }
 }
 
@@ -979,7 +985,9 @@ pub fn member(vs: &VirtualSwitch, sets: &[&TableEntrySet], switch: Option<&Switc
             SetFact {
                 name: s.name_any(),
                 ready: find_condition(&sst.conditions, READY).is_some_and(|c| c.is_true()),
-                failed: here.filter(|_| for_loaded).map_or(0, |t| t.failed),
+                failed: here
+                    .filter(|_| for_loaded)
+                    .map_or(0, |t| t.failed + t.stale),
                 reapplied: counted && for_loaded,
             }
         })

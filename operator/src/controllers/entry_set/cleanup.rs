@@ -101,6 +101,9 @@ pub async fn cleanup(ctx: &SetCtx, set: &TableEntrySet) -> Result<Action, Error>
     ctx.retries.forget(&format!("TableEntrySet/{me}"));
     if failures.is_empty() {
         ctx.own.entry_sources.release(&me);
+        let revisions = super::rollout::revision_key(&me);
+        ctx.own.entry_sources.release(&revisions);
+        ctx.own.rollouts.forget(&me);
         ctx.own.ownership.remove(&ctx.client, set).await?;
         ctx.metrics.forget_entry_set(&ns, &set.name_any());
         tracing::info!(set = %me, removed, "removed entries of deleted set");

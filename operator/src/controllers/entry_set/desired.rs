@@ -386,6 +386,22 @@ impl PerTarget {
         &self.parses[self.of_target[i]]
     }
 
+    /// Built from the desired entries of groups of targets: each group's
+    /// target indices (of `n`) and its desired entries, in that order.
+    /// The first group's first parse is the one status reports.
+    pub fn gather(n: usize, groups: Vec<(Vec<usize>, PerTarget)>) -> PerTarget {
+        let mut parses = Vec::new();
+        let mut of_target = vec![0; n];
+        for (at, p) in groups {
+            let base = parses.len();
+            for (j, i) in at.into_iter().enumerate() {
+                of_target[i] = base + p.of_target[j];
+            }
+            parses.extend(p.parses);
+        }
+        PerTarget { parses, of_target }
+    }
+
     /// The first parse, whose problems status reports (None without targets).
     pub fn first(&self) -> Option<&Desired> {
         self.parses.first().map(|d| &**d)
@@ -400,6 +416,22 @@ pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     pub use p4fleet_model::fixtures::firewall;
+
+    #[test]
+    fn per_target_groups_gather_in_target_order() {
+        // Told apart by their `invalid` count.
+        let d = |n: usize| {
+            let mut d = parse(&set(vec![]), &firewall(), &Default::default());
+            d.invalid = n;
+            Arc::new(d)
+        };
+        let now = PerTarget::from_parts(vec![d(1)], vec![0, 0]);
+        let kept = PerTarget::from_parts(vec![d(2), d(3)], vec![1, 0]);
+        let all = PerTarget::gather(4, vec![(vec![0, 3], now), (vec![2, 1], kept)]);
+        let sizes: Vec<usize> = (0..4).map(|i| all.of(i).invalid).collect();
+        assert_eq!(sizes, [1, 2, 3, 1]);
+        assert_eq!(all.first().map(|d| d.invalid), Some(1));
+    }
 
     pub fn set(entries: Vec<SpecEntry>) -> TableEntrySet {
         let spec: TableEntrySetSpec = serde_json::from_value(serde_json::json!({

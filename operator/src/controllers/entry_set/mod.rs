@@ -15,6 +15,8 @@
 //!   the requeue, from the tallies and what dereference found. Pure.
 //! - [`plan`]: `spec.plan`, what a sync would write as `status.plan`,
 //!   nothing written; the Event of the apply after it. Pure.
+//! - [`rollout`]: `spec.rollout`, the entries revision each target is to
+//!   hold (the content read now, or a kept one during a Canary rollout).
 //! - [`cleanup`]: on deletion, remove the set's entries (finalizer).
 //!
 //! Choices worth knowing:
@@ -48,6 +50,7 @@ pub mod profiles;
 pub mod read_check;
 pub mod resources;
 pub mod resync_due;
+pub mod rollout;
 pub mod status;
 
 use std::collections::HashSet;
@@ -90,6 +93,8 @@ pub struct EntrySets {
     pub digest_sinks: crate::digest_sink::DigestSinks,
     /// Idle timeout notifications about sets' own entries.
     pub idle: Arc<crate::idle_reports::IdleReports>,
+    /// Entry revisions read and loaded (`spec.rollout`).
+    pub rollouts: rollout::Memory,
 }
 
 impl EntrySets {
@@ -126,6 +131,7 @@ impl EntrySets {
             learners: Default::default(),
             digest_sinks: Default::default(),
             idle,
+            rollouts: Default::default(),
         }
     }
 }
@@ -254,9 +260,10 @@ async fn sync(
     if ctx.own.sync_memory.first_sight(&me) {
         mark(ctx, &mut status, status::Pending::Unconfirmed).await?;
     }
-    let refs = resolve(ctx, set).await?;
+    let mut refs = resolve(ctx, set).await?;
+    let rolled = roll(ctx, &me, status.object(), &mut refs).await?;
     phases.at(Phase::Dereferenced);
-    let desired = desired(ctx, &me, set, &refs).await;
+    let desired = desired(ctx, &me, set, &refs, &rolled).await;
     phases.at(Phase::Parsed);
     if set.spec.plan {
         return plan_only(ctx, &me, set, &refs, &desired, status).await;
@@ -264,10 +271,13 @@ async fn sync(
     let entries = write_entries(ctx, &me, set, &refs, &desired, &mut status, &mut phases).await?;
     let latest = status.object();
     let features = sync_features(ctx, latest, &refs, &desired).await;
-    let (mut new, events, asked) =
+    let (mut new, mut events, asked) =
         build_status(ctx, &me, latest, &refs, &desired, &entries, &features);
+    let old = latest.status.as_ref();
+    rollout::fold(&mut new, old, &mut events, &rolled, &entries.outcomes);
     status.finish(ctx, &mut new, &events).await?;
     publish(ctx, set, &new, &events, &features).await?;
+    let asked = rolled.requeue.map_or(asked, Action::requeue);
     let action = requeue(ctx, &me, set, &refs, &entries, asked, phases.started);
     phases.log(&me, refs.all.targets.len(), entries.updates);
     Ok(action)
@@ -303,22 +313,55 @@ async fn resolve(ctx: &SetCtx, set: &TableEntrySet) -> Result<Resolved, Error> {
     })
 }
 
-/// Build: the desired entries of each direct target.
+/// The entries revision of each direct target (`spec.rollout`); a
+/// target whose revision cannot be read back is left alone this sync.
+async fn roll(
+    ctx: &SetCtx,
+    me: &str,
+    latest: &TableEntrySet,
+    refs: &mut Resolved,
+) -> Result<rollout::Rolled, Error> {
+    let sources = &refs.all.sources;
+    let complete = refs.all.sources_complete();
+    let rolled = rollout::roll(ctx, me, latest, &refs.direct, sources, complete).await?;
+    refs.direct
+        .retain(|t| !rolled.unreadable.contains(&t.virtual_switch));
+    Ok(rolled)
+}
+
+/// Build: the desired entries of each direct target, from the content
+/// read now or, during a rollout, from the revision it is to hold.
 async fn desired(
     ctx: &SetCtx,
     me: &str,
     set: &TableEntrySet,
     refs: &Resolved,
+    rolled: &rollout::Rolled,
 ) -> desired::PerTarget {
-    parse::per_target(
-        &ctx.own.entry_sources,
-        &ctx.own.sync_memory.desired,
-        me,
-        set,
-        &refs.direct,
-        &refs.all.sources,
-    )
-    .await
+    let (cache, assembled) = (&ctx.own.entry_sources, &ctx.own.sync_memory.desired);
+    let (now, kept) = rollout::groups(rolled, &refs.direct);
+    let targets: Vec<_> = now.iter().map(|i| refs.direct[*i].clone()).collect();
+    let sources = &refs.all.sources;
+    let mut groups = vec![(
+        now,
+        parse::per_target(cache, assembled, me, set, &targets, sources).await,
+    )];
+    // Revisions' parses are kept under a key of their own, so the live
+    // content's stay as they are.
+    let key = rollout::revision_key(me);
+    if kept.is_empty() {
+        cache.begin(&key);
+        cache.finish(&key);
+    }
+    for (digest, at) in kept {
+        let snapshot = &rolled.snapshots[&digest];
+        let then = crate::fleet::entry_revisions::as_of(set, snapshot);
+        let sources = crate::fleet::entry_revisions::sources(snapshot);
+        let targets: Vec<_> = at.iter().map(|i| refs.direct[*i].clone()).collect();
+        let d = parse::per_target(cache, assembled, &key, &then, &targets, &sources).await;
+        groups.push((at, d));
+    }
+    desired::PerTarget::gather(refs.direct.len(), groups)
 }
 
 /// What writing the entries came to.
@@ -465,6 +508,7 @@ async fn plan_only(
         new.action_profile = old.action_profile.clone();
         new.digests = old.digests.clone();
         new.idle = old.idle.clone();
+        new.rollout = old.rollout.clone();
     }
     let mut events = report.events;
     events.extend(plan::planned_event(

@@ -435,6 +435,7 @@ fn target_statuses(old: Option<&TableEntrySetStatus>, outcomes: &[Outcome]) -> V
                 switch: Some(o.switch.clone()),
                 applied: o.tally.applied,
                 failed: o.tally.failed,
+                stale: o.tally.stale,
                 // A target that wrote describes its own sync (measured or
                 // not); one that wrote nothing keeps its last rate.
                 entries_per_second: match o.tally.written {
@@ -442,6 +443,8 @@ fn target_statuses(old: Option<&TableEntrySetStatus>, outcomes: &[Outcome]) -> V
                     _ => entries_per_second(&o.tally).map(|r| r as u64),
                 },
                 pipeline_digest: o.pipeline_digest.clone(),
+                // Filled in by the rollout stage (`rollout::fold`).
+                entries_digest: None,
             }
         })
         .collect()

@@ -224,7 +224,7 @@ pub fn recorded_spec(spec: &P4ProgramSpec) -> P4ProgramSpec {
     }
 }
 
-fn gzip(bytes: &[u8]) -> Vec<u8> {
+pub(crate) fn gzip(bytes: &[u8]) -> Vec<u8> {
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     enc.write_all(bytes).expect("writing to a Vec");
     enc.finish().expect("writing to a Vec")

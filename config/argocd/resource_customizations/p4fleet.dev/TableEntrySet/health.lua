@@ -3,7 +3,9 @@
 -- = metadata.generation) and says Ready=True; Progressing while it has not
 -- reported yet or has not caught up with the spec, or while it waits for its VirtualSwitches;
 -- Suspended while it only plans (spec.plan: Ready=False, reason PlanOnly);
--- Degraded with the Ready condition's message otherwise.
+-- Degraded with the Ready condition's message otherwise. A Ready set with a
+-- Canary rollout of its entries (status.rollout) is Progressing while it
+-- rolls out, Suspended while paused, Degraded once rolled back.
 -- Argo CD runs health scripts with the base and table libraries only.
 local hs = {}
 -- Ready=False reasons that mean waiting for another object, not a fault.
@@ -51,6 +53,31 @@ end
 local message = ready.message
 if message == nil or message == "" then
   message = ready.reason or ""
+end
+local r = st.rollout
+if ready.status == "True" and r ~= nil and r.to ~= nil then
+  local to = "entries revision " .. tostring(r.to.revision)
+  local counts = tostring(r.updated or 0) .. " updated, " .. tostring(r.healthy or 0) ..
+    " healthy, " .. tostring(r.pending or 0) .. " pending"
+  if r.phase == "Progressing" then
+    hs.status = "Progressing"
+    hs.message = "Rolling out " .. to .. ", step " .. tostring(r.step or 0) .. ": " .. counts
+    return hs
+  elseif r.phase == "Paused" then
+    hs.status = "Suspended"
+    hs.message = "Rollout of " .. to .. " paused at step " .. tostring(r.step or 0) .. ": " .. counts
+    return hs
+  elseif r.phase == "RolledBack" then
+    hs.status = "Degraded"
+    local f = r.failure
+    if f ~= nil then
+      hs.message = to .. " rolled back: " .. (f.check or "?") .. " failed on VirtualSwitch " ..
+        (f.virtualSwitch or "?") .. ": " .. (f.message or "")
+    else
+      hs.message = to .. " rolled back"
+    end
+    return hs
+  end
 end
 if ready.status == "True" then
   hs.status = "Healthy"

@@ -1,0 +1,214 @@
+//! A Canary rollout of a selector TableEntrySet's entries (issue 34): the
+//! four Bmv2 Switches of [`p4fleet_e2e::rollout`], the set `fw` filling
+//! all four with `{switches: 1}`, `{pause: {}}`, `{percent: 100}`.
+//!
+//! - Revision 2 of the entries (five more lines in the user's ConfigMap)
+//!   reaches the canary alone: paused after it, the canary holds 25
+//!   entries, the three others exactly revision 1's 20, and the set is
+//!   Ready with 0 failed. The resume moves the other three.
+//! - Revision 3 replaces every line; the canary's device refuses the
+//!   updates of its next Write (an injected fault), so it took only part
+//!   of the change, if any. The gate fails on `EntriesReapplied` at
+//!   `vs-0`: the set is `RolledBack` with a Warning Event, and the canary
+//!   holds exactly revision 2's entries again, from the revision the
+//!   operator kept (the user's ConfigMap holds revision 3 by then). The
+//!   three others were never written to.
+//! - Each revision is an immutable ConfigMap owned by the set.
+//! - `pinRevision: 1` takes the fleet back to revision 1 (read from its
+//!   ConfigMap) through the same steps.
+//!
+//! (Its own binary: its operator watches the whole control plane.)
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use p4fleet_crds::{RolloutPhase, RolloutStatus, TableEntrySet, find_condition};
+use p4fleet_e2e::firewall::{self, Kind, Other, arm_fault, faults_fired, keys_of_lines};
+use p4fleet_e2e::processes::{build_binaries as bin, device_stat, spawn_operator};
+use p4fleet_e2e::rollout::{DEVICES, ENTRIES, Fleet, start, teardown};
+use p4fleet_e2e::{ControlPlane, TestNamespace, apply_json, event_about, firewall_lines, wait_for};
+use p4fleet_model::entries::EntryKey;
+use serde_json::json;
+
+/// Waits until set `fw`'s rollout is in `want` with `also`.
+async fn set_phase(
+    sets: &Api<TableEntrySet>,
+    want: RolloutPhase,
+    also: impl Fn(&RolloutStatus) -> bool,
+) -> RolloutStatus {
+    wait_for(
+        &format!("the entries rollout {want:?}"),
+        Duration::from_secs(120),
+        || async {
+            let s = sets.get("fw").await.map_err(|e| e.to_string())?;
+            let r = s.status.unwrap_or_default().rollout;
+            r.clone()
+                .filter(|r| r.phase == want && also(r))
+                .ok_or(format!("{r:?}"))
+        },
+    )
+    .await
+}
+
+/// The user's ConfigMap `fw` with `n` lines from `start`.
+async fn lines(cms: &Api<ConfigMap>, start: usize, n: usize) {
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw"},
+        "data": {"entries": firewall_lines(start, n)}});
+    apply_json(cms, cm).await;
+}
+
+/// Each device's firewall keys, read by another client.
+async fn held(readers: &[Other]) -> Vec<HashSet<EntryKey>> {
+    let mut out = Vec::new();
+    for r in readers {
+        out.push(r.keys().await);
+    }
+    out
+}
+
+/// Waits until the devices hold `want` (in device order).
+async fn wait_held(readers: &[Other], what: &str, want: Vec<HashSet<EntryKey>>) {
+    wait_for(what, Duration::from_secs(60), || async {
+        let now = held(readers).await;
+        let sizes: Vec<usize> = now.iter().map(HashSet::len).collect();
+        (now == want)
+            .then_some(())
+            .ok_or(format!("sizes {sizes:?}"))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selector_set_rolls_its_entries_out_in_steps_and_back_on_a_failed_gate() {
+    let cp = ControlPlane::shared().await;
+    let client = cp.client().await;
+    let (_emu, addrs) = firewall::emulator(&bin(), "1,2,3,4", None);
+    let _op = spawn_operator(
+        &bin(),
+        cp.kubeconfig_path(),
+        "rollout-entries-operator",
+        &[],
+    );
+    let ns = TestNamespace::new(&client).await;
+    let Fleet { sets, cms, .. } = start(&client, ns.name(), [addrs.p4runtime; 4], json!({})).await;
+    let mut readers = Vec::new();
+    for d in DEVICES {
+        readers.push(Other::connect(Kind::Bmv2, addrs, d).await);
+    }
+    let rollout = json!({"spec": {"rollout": {"strategy": "Canary",
+        "steps": [{"switches": 1}, {"pause": {}}, {"percent": 100}],
+        "analysis": {"seconds": 1}, "progressDeadlineSeconds": 90}}});
+    sets.patch("fw", &PatchParams::default(), &Patch::Merge(&rollout))
+        .await
+        .unwrap();
+    // At rest, the status names the revision the fleet holds.
+    let r1 = set_phase(&sets, RolloutPhase::Completed, |r| r.to.revision == 1).await;
+    let rev1 = keys_of_lines(0, ENTRIES);
+    assert_eq!(held(&readers).await, vec![rev1.clone(); 4]);
+
+    // Revision 2: the canary alone, then paused.
+    lines(&cms, 0, ENTRIES + 5).await;
+    let rev2 = keys_of_lines(0, ENTRIES + 5);
+    let paused = set_phase(&sets, RolloutPhase::Paused, |r| r.to.revision == 2).await;
+    assert_eq!(paused.from.as_ref(), Some(&r1.to), "{paused:?}");
+    let moved: Vec<&str> = paused
+        .moved
+        .iter()
+        .map(|m| m.virtual_switch.as_str())
+        .collect();
+    assert_eq!(moved, ["vs-0"]);
+    let canary = vec![rev2.clone(), rev1.clone(), rev1.clone(), rev1.clone()];
+    wait_held(&readers, "revision 2 on the canary only", canary).await;
+    let st = sets.get("fw").await.unwrap().status.unwrap();
+    assert!(find_condition(&st.conditions, "Ready").is_some_and(|c| c.is_true()));
+    assert_eq!(st.failed, 0);
+    let on: Vec<(&str, Option<&str>)> = st
+        .targets
+        .iter()
+        .map(|t| (t.virtual_switch.as_str(), t.entries_digest.as_deref()))
+        .collect();
+    let (d1, d2) = (r1.to.digest.as_str(), paused.to.digest.as_str());
+    assert!(
+        on.contains(&("vs-0", Some(d2))) && on.contains(&("vs-3", Some(d1))),
+        "{on:?}"
+    );
+
+    // Resumed: the other three.
+    let resume = json!({"metadata": {"annotations": {"p4fleet.dev/rollout-resume": "2/1"}}});
+    sets.patch("fw", &PatchParams::default(), &Patch::Merge(&resume))
+        .await
+        .unwrap();
+    let done = set_phase(&sets, RolloutPhase::Completed, |r| r.to.revision == 2).await;
+    assert_eq!(done.moved.len(), DEVICES.len(), "{done:?}");
+    assert_eq!(held(&readers).await, vec![rev2.clone(); 4]);
+
+    // Revision 3: the canary's device refuses the updates of its next
+    // Write. Rolled back from the kept revision 2.
+    let writes = |d| device_stat(addrs.stats, d, "write_rpcs").expect("device stats");
+    let before: Vec<u64> = DEVICES[1..].iter().map(|d| writes(*d)).collect();
+    arm_fault(addrs.stats, DEVICES[0], "kind=fail-updates&every=1&count=1");
+    lines(&cms, 100, ENTRIES + 5).await;
+    let back = set_phase(&sets, RolloutPhase::RolledBack, |r| r.to.revision == 3).await;
+    let f = back.failure.clone().expect("a failure");
+    assert_eq!(
+        (f.check.as_str(), f.virtual_switch.as_str()),
+        ("EntriesReapplied", "vs-0"),
+        "{f:?}"
+    );
+    assert!(f.message.contains("entries failed"), "{}", f.message);
+    assert_eq!(back.from.as_ref().map(|r| r.revision), Some(2));
+    let exact = vec![rev2.clone(); 4];
+    wait_held(&readers, "the canary exact on revision 2 again", exact).await;
+    let after: Vec<u64> = DEVICES[1..].iter().map(|d| writes(*d)).collect();
+    assert_eq!(after, before, "the untouched devices were written to");
+    let fired = faults_fired(addrs.stats, DEVICES[0]);
+    assert_eq!(fired["failed_updates_writes"], 1, "{fired}");
+    let ev = event_about(&client, ns.name(), "fw", Some("RolledBack")).await;
+    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+    let st = sets.get("fw").await.unwrap().status.unwrap();
+    let c = find_condition(&st.conditions, "RolledBack").expect("a RolledBack condition");
+    assert!(c.is_true() && c.message.contains("vs-0"), "{c:?}");
+
+    // Three revisions kept, immutable, owned by the set.
+    let uid = sets.get("fw").await.unwrap().metadata.uid.unwrap();
+    let lp = ListParams::default().labels(&format!("p4fleet.dev/entry-set-uid={uid}"));
+    let kept = cms.list(&lp).await.unwrap().items;
+    let mut numbers: Vec<String> = kept
+        .iter()
+        .map(|c| c.metadata.labels.as_ref().unwrap()["p4fleet.dev/entries-revision"].clone())
+        .collect();
+    numbers.sort();
+    assert_eq!(numbers, ["1", "2", "3"]);
+    for c in &kept {
+        assert_eq!(c.immutable, Some(true));
+        let owner = &c.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("TableEntrySet", uid.as_str())
+        );
+    }
+
+    // Undo from Git: pin revision 1, kept only as a ConfigMap of the
+    // operator's by now, through the same steps.
+    let pin = json!({"spec": {"rollout": {"pinRevision": 1}}});
+    sets.patch("fw", &PatchParams::default(), &Patch::Merge(&pin))
+        .await
+        .unwrap();
+    let pinned = set_phase(&sets, RolloutPhase::Paused, |r| r.to.revision == 1).await;
+    assert_eq!(pinned.from.as_ref().map(|r| r.revision), Some(2));
+    wait_held(
+        &readers,
+        "revision 1 on the canary only",
+        vec![rev1.clone(), rev2.clone(), rev2.clone(), rev2.clone()],
+    )
+    .await;
+    let resume = json!({"metadata": {"annotations": {"p4fleet.dev/rollout-resume": "1/1"}}});
+    sets.patch("fw", &PatchParams::default(), &Patch::Merge(&resume))
+        .await
+        .unwrap();
+    set_phase(&sets, RolloutPhase::Completed, |r| r.to.revision == 1).await;
+    assert_eq!(held(&readers).await, vec![rev1.clone(); 4]);
+    teardown(&client, ns).await;
+}
