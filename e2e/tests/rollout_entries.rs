@@ -6,6 +6,8 @@
 //!   reaches the canary alone: paused after it, the canary holds 25
 //!   entries, the three others exactly revision 1's 20, and the set is
 //!   Ready with 0 failed. The resume moves the other three.
+//! - The operator killed (SIGKILL) during the pause: the new one resumes
+//!   from the status, writes nothing and moves nobody.
 //! - Revision 3 replaces every line; the canary's device refuses the
 //!   updates of its next Write (an injected fault), so it took only part
 //!   of the change, if any. The gate fails on `EntriesReapplied` at
@@ -26,7 +28,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use p4fleet_crds::{RolloutPhase, RolloutStatus, TableEntrySet, find_condition};
 use p4fleet_e2e::firewall::{self, Kind, Other, arm_fault, faults_fired, keys_of_lines};
-use p4fleet_e2e::processes::{build_binaries as bin, device_stat, spawn_operator};
+use p4fleet_e2e::processes::{
+    build_binaries as bin, device_stat, metric_sample, metrics_text, operator_http_addr,
+    spawn_operator,
+};
 use p4fleet_e2e::rollout::{DEVICES, ENTRIES, Fleet, start, teardown};
 use p4fleet_e2e::{ControlPlane, TestNamespace, apply_json, event_about, firewall_lines, wait_for};
 use p4fleet_model::entries::EntryKey;
@@ -85,7 +90,7 @@ async fn a_selector_set_rolls_its_entries_out_in_steps_and_back_on_a_failed_gate
     let cp = ControlPlane::shared().await;
     let client = cp.client().await;
     let (_emu, addrs) = firewall::emulator(&bin(), "1,2,3,4", None);
-    let _op = spawn_operator(
+    let op = spawn_operator(
         &bin(),
         cp.kubeconfig_path(),
         "rollout-entries-operator",
@@ -135,6 +140,38 @@ async fn a_selector_set_rolls_its_entries_out_in_steps_and_back_on_a_failed_gate
         "{on:?}"
     );
 
+    // kill -9 while paused: the new operator resumes from the status,
+    // writes nothing and moves nobody before the resume.
+    let writes = |d| device_stat(addrs.stats, d, "write_rpcs").expect("device stats");
+    let before: Vec<u64> = DEVICES.iter().map(|d| writes(*d)).collect();
+    drop(op);
+    let restarted = spawn_operator(
+        &bin(),
+        cp.kubeconfig_path(),
+        "rollout-entries-operator-2",
+        &[],
+    );
+    let metrics = operator_http_addr(&restarted.log, Duration::from_secs(60));
+    wait_for(
+        "the new operator's syncs of the set",
+        Duration::from_secs(60),
+        || async {
+            let text = metrics_text(metrics);
+            metric_sample(&text, "p4fleet_reconciles_total", "kind=\"TableEntrySet\"")
+                .filter(|n| *n >= 2.0)
+                .map(drop)
+                .ok_or_else(|| "no TableEntrySet reconciles yet".to_string())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let again = set_phase(&sets, RolloutPhase::Paused, |r| r.to.revision == 2).await;
+    assert_eq!((again.step, again.moved.len()), (1, 1), "{again:?}");
+    let after: Vec<u64> = DEVICES.iter().map(|d| writes(*d)).collect();
+    assert_eq!(after, before, "a restart rewrote entries");
+    let canary = vec![rev2.clone(), rev1.clone(), rev1.clone(), rev1.clone()];
+    assert_eq!(held(&readers).await, canary);
+
     // Resumed: the other three.
     let resume = json!({"metadata": {"annotations": {"p4fleet.dev/rollout-resume": "2/1"}}});
     sets.patch("fw", &PatchParams::default(), &Patch::Merge(&resume))
@@ -146,7 +183,6 @@ async fn a_selector_set_rolls_its_entries_out_in_steps_and_back_on_a_failed_gate
 
     // Revision 3: the canary's device refuses the updates of its next
     // Write. Rolled back from the kept revision 2.
-    let writes = |d| device_stat(addrs.stats, d, "write_rpcs").expect("device stats");
     let before: Vec<u64> = DEVICES[1..].iter().map(|d| writes(*d)).collect();
     arm_fault(addrs.stats, DEVICES[0], "kind=fail-updates&every=1&count=1");
     lines(&cms, 100, ENTRIES + 5).await;
