@@ -133,6 +133,9 @@ impl Reads for MemReads {
     async fn config_map(&self, _: &str, name: &str) -> Result<Option<ConfigMap>, kube::Error> {
         Ok(self.maps.get(name).cloned())
     }
+    async fn entry_revisions(&self, _: &str, _: &str) -> Result<Vec<ConfigMap>, kube::Error> {
+        Ok(Vec::new())
+    }
     async fn controller_revision(
         &self,
         _: &str,

@@ -413,6 +413,16 @@ impl Reads for PlanReads {
             .await
     }
 
+    async fn entry_revisions(
+        &self,
+        ns: &str,
+        set_uid: &str,
+    ) -> Result<Vec<ConfigMap>, kube::Error> {
+        // A plan reads no revision (a set's plan is of the content read now).
+        let _ = (ns, set_uid);
+        Ok(Vec::new())
+    }
+
     async fn artifact(
         &self,
         ns: &str,

@@ -79,6 +79,13 @@ pub trait Reads: Send + Sync {
         ns: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<ConfigMap>, kube::Error>> + Send;
+    /// The entries revisions p4fleet keeps of the TableEntrySet with uid
+    /// `set_uid` in `ns` (fresh: a LIST by label).
+    fn entry_revisions(
+        &self,
+        ns: &str,
+        set_uid: &str,
+    ) -> impl Future<Output = Result<Vec<ConfigMap>, kube::Error>> + Send;
     /// The bytes of the `url` artifact source `src` of a P4Program in
     /// `ns`, only when they match its sha256; `Ok(Err)` says why not.
     fn artifact(
@@ -224,6 +231,19 @@ impl Reads for ApiReads {
             .await
     }
 
+    async fn entry_revisions(
+        &self,
+        ns: &str,
+        set_uid: &str,
+    ) -> Result<Vec<ConfigMap>, kube::Error> {
+        let label = crate::fleet::entry_revisions::SET_LABEL;
+        let lp = kube::api::ListParams::default().labels(&format!("{label}={set_uid}"));
+        let list = Api::<ConfigMap>::namespaced(self.client.clone(), ns)
+            .list(&lp)
+            .await?;
+        Ok(list.items)
+    }
+
     async fn artifact(
         &self,
         ns: &str,
@@ -318,6 +338,21 @@ pub mod fixture {
 
         async fn config_map(&self, ns: &str, name: &str) -> Result<Option<ConfigMap>, kube::Error> {
             Ok(find(&self.config_maps, Some(ns), name))
+        }
+
+        async fn entry_revisions(
+            &self,
+            ns: &str,
+            set_uid: &str,
+        ) -> Result<Vec<ConfigMap>, kube::Error> {
+            let label = crate::fleet::entry_revisions::SET_LABEL;
+            Ok(self
+                .config_maps
+                .iter()
+                .filter(|c| c.namespace().as_deref() == Some(ns))
+                .filter(|c| c.labels().get(label).map(String::as_str) == Some(set_uid))
+                .cloned()
+                .collect())
         }
 
         async fn controller_revision(

@@ -62,6 +62,9 @@ impl Reads for Counting {
     ) -> Result<Vec<k8s_openapi::api::apps::v1::ControllerRevision>, kube::Error> {
         self.cluster.program_revisions(ns, p).await
     }
+    async fn entry_revisions(&self, ns: &str, uid: &str) -> Result<Vec<ConfigMap>, kube::Error> {
+        self.cluster.entry_revisions(ns, uid).await
+    }
     async fn artifact(
         &self,
         ns: &str,

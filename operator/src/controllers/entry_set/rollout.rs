@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use p4fleet_crds::condition_types::REACHABLE;
 use p4fleet_crds::{
@@ -28,6 +28,7 @@ use crate::entry_sources::Sources;
 use crate::fleet::entry_revisions::{self as revisions, RevisionError, Snapshot};
 use crate::fleet::revisions::Kept;
 use crate::fleet::rollout;
+use crate::reads::Reads;
 use crate::status::EventNote;
 
 /// Condition type on a set whose entries could not be kept as a revision
@@ -126,7 +127,7 @@ pub async fn roll(
         None => None,
     };
     let Some((digest, snapshot)) = now else {
-        return hold(ctx, &api, me, previous, targets, out).await;
+        return hold(ctx, me, previous, targets, out).await;
     };
     let pinned = spec.pin_revision;
     let named = previous
@@ -139,7 +140,9 @@ pub async fn roll(
         .any(|r| Some(r.revision) == pinned);
     let mut kept = Vec::new();
     if !named || (pinned.is_some() && !pin_named) {
-        kept = list(&api, set).await?;
+        let uid = set.uid().unwrap_or_default();
+        let cms = ctx.reads.entry_revisions(&ns, &uid).await?;
+        kept = cms.iter().filter_map(revisions::kept).collect();
     }
     let (number, new) = revisions::numbered(&digest, previous.as_ref(), &kept);
     if new {
@@ -147,7 +150,7 @@ pub async fn roll(
             Ok(cm) => cm,
             Err(e) => {
                 out.conditions.push(not_recorded(&e));
-                return hold(ctx, &api, me, previous, targets, out).await;
+                return hold(ctx, me, previous, targets, out).await;
             }
         };
         create(&api, &cm).await?;
@@ -179,7 +182,7 @@ pub async fn roll(
                 e.reason(),
                 e.to_string(),
             ));
-            return hold(ctx, &api, me, previous, targets, out).await;
+            return hold(ctx, me, previous, targets, out).await;
         }
     };
     let statuses = set.status.as_ref().map(|s| &s.targets[..]).unwrap_or(&[]);
@@ -228,7 +231,7 @@ pub async fn roll(
                 e.reason(),
                 e.to_string(),
             ));
-            return hold(ctx, &api, me, previous, targets, out).await;
+            return hold(ctx, me, previous, targets, out).await;
         }
     };
     // At rest the status still names the revision the targets hold, so
@@ -252,7 +255,7 @@ pub async fn roll(
         (r, true) => Some(r.map_or(ROLLOUT_POLL, |r| r.min(ROLLOUT_POLL))),
         (r, false) => r,
     };
-    load_assigned(ctx, &api, me, &mut out).await?;
+    load_assigned(ctx, me, &mut out).await?;
     Ok(out)
 }
 
@@ -361,7 +364,6 @@ fn at_rest(target: &RolloutRevision) -> RolloutStatus {
 /// previous status stands); without a rollout yet, the content read now.
 async fn hold(
     ctx: &SetCtx,
-    api: &Api<ConfigMap>,
     me: &str,
     previous: Option<RolloutStatus>,
     targets: &[Target],
@@ -379,18 +381,13 @@ async fn hold(
         .collect();
     out.status = Some(p);
     out.requeue = Some(ROLLOUT_POLL);
-    load_assigned(ctx, api, me, &mut out).await?;
+    load_assigned(ctx, me, &mut out).await?;
     Ok(out)
 }
 
 /// Reads back the snapshots of the assigned digests other than the
 /// content read now; a target whose revision is gone is not written.
-async fn load_assigned(
-    ctx: &SetCtx,
-    api: &Api<ConfigMap>,
-    me: &str,
-    out: &mut Rolled,
-) -> Result<(), super::Error> {
+async fn load_assigned(ctx: &SetCtx, me: &str, out: &mut Rolled) -> Result<(), super::Error> {
     let set = me.split_once('/').map_or(me, |(_, n)| n);
     let wanted: HashSet<String> = out
         .assign
@@ -409,7 +406,8 @@ async fn load_assigned(
             continue;
         }
         let name = revisions::config_map_name(set, d);
-        let got = match api.get_opt(&name).await? {
+        let ns = set_ns(me);
+        let got = match ctx.reads.config_map(ns, &name).await? {
             Some(cm) => revisions::restore(&cm),
             None => Err(RevisionError::Missing { config_map: name }),
         };
@@ -429,16 +427,13 @@ async fn load_assigned(
     Ok(())
 }
 
-fn not_recorded(e: &RevisionError) -> Condition {
-    Condition::new(REVISION_RECORDED, false, e.reason(), e.to_string())
+/// The namespace of set key `me` (`namespace/name`).
+fn set_ns(me: &str) -> &str {
+    me.split_once('/').map_or("", |(ns, _)| ns)
 }
 
-/// The set's revision ConfigMaps.
-async fn list(api: &Api<ConfigMap>, set: &TableEntrySet) -> Result<Vec<Kept>, kube::Error> {
-    let uid = set.uid().unwrap_or_default();
-    let lp = ListParams::default().labels(&format!("{}={uid}", revisions::SET_LABEL));
-    let cms = api.list(&lp).await?;
-    Ok(cms.items.iter().filter_map(revisions::kept).collect())
+fn not_recorded(e: &RevisionError) -> Condition {
+    Condition::new(REVISION_RECORDED, false, e.reason(), e.to_string())
 }
 
 async fn create(api: &Api<ConfigMap>, cm: &ConfigMap) -> Result<(), kube::Error> {
