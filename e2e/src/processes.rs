@@ -46,6 +46,28 @@ pub fn metric_sample(text: &str, name: &str, labels: &str) -> Option<f64> {
 }
 
 /// Makes the child die (SIGKILL) when the thread that spawned it exits.
+/// Waits until the operator serving /metrics at `metrics` has started at
+/// least `at_least` reconciles of `kind` (a restarted operator has looked
+/// at what it found).
+pub async fn reconciled(metrics: SocketAddr, kind: &str, at_least: f64) {
+    crate::wait_for(
+        &format!("the operator's reconciles of {kind}"),
+        Duration::from_secs(60),
+        || async {
+            let text = metrics_text(metrics);
+            metric_sample(
+                &text,
+                "p4fleet_reconciles_total",
+                &format!("kind=\"{kind}\""),
+            )
+            .filter(|n| *n >= at_least)
+            .map(drop)
+            .ok_or_else(|| format!("fewer than {at_least} {kind} reconciles yet"))
+        },
+    )
+    .await
+}
+
 pub fn with_pdeathsig(cmd: &mut Command) {
     // SAFETY: prctl is async-signal-safe; nothing else runs between fork and
     // exec.

@@ -29,8 +29,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use p4fleet_crds::{RolloutPhase, RolloutStatus, TableEntrySet, find_condition};
 use p4fleet_e2e::firewall::{self, Kind, Other, arm_fault, faults_fired, keys_of_lines};
 use p4fleet_e2e::processes::{
-    build_binaries as bin, device_stat, metric_sample, metrics_text, operator_http_addr,
-    spawn_operator,
+    build_binaries as bin, device_stat, operator_http_addr, reconciled, spawn_operator,
 };
 use p4fleet_e2e::rollout::{DEVICES, ENTRIES, Fleet, start, teardown};
 use p4fleet_e2e::{ControlPlane, TestNamespace, apply_json, event_about, firewall_lines, wait_for};
@@ -152,18 +151,7 @@ async fn a_selector_set_rolls_its_entries_out_in_steps_and_back_on_a_failed_gate
         &[],
     );
     let metrics = operator_http_addr(&restarted.log, Duration::from_secs(60));
-    wait_for(
-        "the new operator's syncs of the set",
-        Duration::from_secs(60),
-        || async {
-            let text = metrics_text(metrics);
-            metric_sample(&text, "p4fleet_reconciles_total", "kind=\"TableEntrySet\"")
-                .filter(|n| *n >= 2.0)
-                .map(drop)
-                .ok_or_else(|| "no TableEntrySet reconciles yet".to_string())
-        },
-    )
-    .await;
+    reconciled(metrics, "TableEntrySet", 2.0).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let again = set_phase(&sets, RolloutPhase::Paused, |r| r.to.revision == 2).await;
     assert_eq!((again.step, again.moved.len()), (1, 1), "{again:?}");

@@ -10,7 +10,7 @@ use std::time::Duration;
 use p4fleet_crds::RolloutPhase;
 use p4fleet_e2e::firewall;
 use p4fleet_e2e::processes::{
-    build_binaries as bin, metric_sample, metrics_text, operator_http_addr, spawn_operator,
+    build_binaries as bin, operator_http_addr, reconciled, spawn_operator,
 };
 use p4fleet_e2e::rollout::{
     DEVICES, Fleet, annotate_resume, cookies, phase_of, pushes, resume_until_moving,
@@ -27,18 +27,7 @@ async fn operator(cp: &ControlPlane, log: &str, restart: bool) -> p4fleet_e2e::p
     if !restart {
         return op;
     }
-    wait_for(
-        "the new operator's first P4Program reconcile",
-        Duration::from_secs(60),
-        || async {
-            let text = metrics_text(metrics);
-            metric_sample(&text, "p4fleet_reconciles_total", "kind=\"P4Program\"")
-                .filter(|n| *n >= 1.0)
-                .map(drop)
-                .ok_or_else(|| "no P4Program reconcile yet".to_string())
-        },
-    )
-    .await;
+    reconciled(metrics, "P4Program", 1.0).await;
     op
 }
 

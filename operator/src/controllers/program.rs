@@ -431,7 +431,8 @@ async fn roll(
         .annotations()
         .get(rollout::RETRY_ANNOTATION)
         .and_then(|v| rollout::retry(v));
-    if gauges_throughput(&spec, new.rollout.as_ref(), update, retry.as_ref()) {
+    let rolling = new.rollout.as_ref();
+    if rollout::gauges_throughput(&spec, rolling, &update.digest, retry.as_ref()) {
         let rates = throughputs(ctx, &vss).await;
         for m in &mut members {
             m.observed.packets_per_second = rates.get(&m.name).copied();
@@ -492,32 +493,6 @@ async fn roll(
         (r, false) => r,
     };
     (notes, requeue)
-}
-
-/// Whether this look at a rollout needs its VirtualSwitches' data-plane
-/// rates: a `minThroughputRatio` is set and the rollout of `update` may
-/// move or judge one (not yet started, moving, paused, or rolled back
-/// and retried by `retry`). A rollout at rest needs none: asking every
-/// device at each resync would cost a round of calls for nothing.
-fn gauges_throughput(
-    spec: &p4fleet_crds::Rollout,
-    rollout: Option<&p4fleet_crds::RolloutStatus>,
-    update: &RevisionRef,
-    retry: Option<&rollout::Retry>,
-) -> bool {
-    let ratio = spec
-        .analysis
-        .as_ref()
-        .is_some_and(|a| a.min_throughput_ratio.is_some());
-    let at_rest = rollout.is_some_and(|r| {
-        r.to.digest == update.digest
-            && match r.phase {
-                RolloutPhase::Completed => true,
-                RolloutPhase::RolledBack => !rollout::retries(retry, r),
-                RolloutPhase::Progressing | RolloutPhase::Paused => false,
-            }
-    });
-    ratio && spec.strategy == RolloutStrategy::Canary && !at_rest
 }
 
 /// The packets/s of each VirtualSwitch in `vss` whose target reports a
@@ -623,52 +598,6 @@ mod tests {
     use std::collections::HashSet;
 
     const FIREWALL: &str = include_str!("../../../examples/firewall/p4info.txt");
-
-    #[test]
-    fn rates_are_asked_only_while_a_ratio_gated_rollout_can_move_or_judge() {
-        let spec: p4fleet_crds::Rollout = serde_json::from_value(serde_json::json!({
-            "strategy": "Canary", "steps": [{"percent": 100}],
-            "analysis": {"seconds": 3, "minThroughputRatio": 0.5}}))
-        .unwrap();
-        let rev = |n: i64| RevisionRef {
-            revision: n,
-            digest: format!("{n:0>64}"),
-            ..Default::default()
-        };
-        let status = |phase, to: i64| p4fleet_crds::RolloutStatus {
-            phase,
-            to: RolloutRevision {
-                revision: to,
-                digest: format!("{to:0>64}"),
-            },
-            ..Default::default()
-        };
-        assert!(gauges_throughput(&spec, None, &rev(2), None));
-        let moving = status(RolloutPhase::Progressing, 2);
-        assert!(gauges_throughput(&spec, Some(&moving), &rev(2), None));
-        let done = status(RolloutPhase::Completed, 2);
-        assert!(!gauges_throughput(&spec, Some(&done), &rev(2), None));
-        // A new revision after a finished one starts a rollout again.
-        assert!(gauges_throughput(&spec, Some(&done), &rev(3), None));
-        let rolled_back = status(RolloutPhase::RolledBack, 2);
-        assert!(!gauges_throughput(&spec, Some(&rolled_back), &rev(2), None));
-        // ... unless a retry names that rollback.
-        let mut back = rolled_back.clone();
-        back.finished_at = Some("2026-12-01T10:00:00.000Z".into());
-        let retry = rollout::retry("2@2026-12-01T10:00:00.000Z");
-        assert!(gauges_throughput(
-            &spec,
-            Some(&back),
-            &rev(2),
-            retry.as_ref()
-        ));
-        let mut no_ratio = spec.clone();
-        no_ratio.analysis = None;
-        assert!(!gauges_throughput(&no_ratio, None, &rev(2), None));
-        let mut all_at_once = spec;
-        all_at_once.strategy = RolloutStrategy::AllAtOnce;
-        assert!(!gauges_throughput(&all_at_once, None, &rev(2), None));
-    }
 
     fn spec_inline(text: &str) -> P4ProgramSpec {
         P4ProgramSpec {

@@ -385,6 +385,32 @@ pub fn checks(
     vec![loaded, reapplied, reachable, throughput]
 }
 
+/// Whether a look at a rollout needs the data-plane rates: a
+/// `minThroughputRatio` is set and the rollout to content `digest` may
+/// move or judge a member (not yet started, moving, paused, or rolled
+/// back and retried by `retry`). A rollout at rest needs none: asking
+/// every device at each resync would cost a round of calls for nothing.
+pub fn gauges_throughput(
+    spec: &Rollout,
+    previous: Option<&RolloutStatus>,
+    digest: &str,
+    retry: Option<&Retry>,
+) -> bool {
+    let ratio = spec
+        .analysis
+        .as_ref()
+        .is_some_and(|a| a.min_throughput_ratio.is_some());
+    let at_rest = previous.is_some_and(|r| {
+        r.to.digest == digest
+            && match r.phase {
+                RolloutPhase::Completed => true,
+                RolloutPhase::RolledBack => !retries(retry, r),
+                RolloutPhase::Progressing | RolloutPhase::Paused => false,
+            }
+    });
+    ratio && spec.strategy == RolloutStrategy::Canary && !at_rest
+}
+
 /// A resume of an indefinite pause: revision and step, from [`RESUME_ANNOTATION`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Resume {
@@ -1021,6 +1047,49 @@ fn next_step(st: &mut RolloutStatus, now: DateTime<Utc>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_are_asked_only_while_a_ratio_gated_rollout_can_move_or_judge() {
+        let spec: p4fleet_crds::Rollout = serde_json::from_value(serde_json::json!({
+            "strategy": "Canary", "steps": [{"percent": 100}],
+            "analysis": {"seconds": 3, "minThroughputRatio": 0.5}}))
+        .unwrap();
+        let rev = |n: i64| format!("{n:0>64}");
+        let status = |phase, to: i64| RolloutStatus {
+            phase,
+            to: RolloutRevision {
+                revision: to,
+                digest: format!("{to:0>64}"),
+            },
+            ..Default::default()
+        };
+        assert!(gauges_throughput(&spec, None, &rev(2), None));
+        let moving = status(RolloutPhase::Progressing, 2);
+        assert!(gauges_throughput(&spec, Some(&moving), &rev(2), None));
+        let done = status(RolloutPhase::Completed, 2);
+        assert!(!gauges_throughput(&spec, Some(&done), &rev(2), None));
+        // A new revision after a finished one starts a rollout again.
+        assert!(gauges_throughput(&spec, Some(&done), &rev(3), None));
+        let rolled_back = status(RolloutPhase::RolledBack, 2);
+        assert!(!gauges_throughput(&spec, Some(&rolled_back), &rev(2), None));
+        // ... unless a retry names that rollback.
+        let mut back = rolled_back.clone();
+        back.finished_at = Some("2026-12-01T10:00:00.000Z".into());
+        let retry = retry("2@2026-12-01T10:00:00.000Z");
+        assert!(gauges_throughput(
+            &spec,
+            Some(&back),
+            &rev(2),
+            retry.as_ref()
+        ));
+        let mut no_ratio = spec.clone();
+        no_ratio.analysis = None;
+        assert!(!gauges_throughput(&no_ratio, None, &rev(2), None));
+        let mut all_at_once = spec;
+        all_at_once.strategy = RolloutStrategy::AllAtOnce;
+        assert!(!gauges_throughput(&all_at_once, None, &rev(2), None));
+    }
+
     use chrono::TimeZone;
     use p4fleet_crds::{Analysis, Pause, RolloutStep};
 

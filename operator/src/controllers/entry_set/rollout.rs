@@ -130,14 +130,8 @@ pub async fn roll(
         return hold(ctx, me, previous, targets, out).await;
     };
     let pinned = spec.pin_revision;
-    let named = previous
-        .iter()
-        .flat_map(|p| p.from.iter().chain([&p.to]))
-        .any(|r| r.digest == digest);
-    let pin_named = previous
-        .iter()
-        .flat_map(|p| p.from.iter().chain([&p.to]))
-        .any(|r| Some(r.revision) == pinned);
+    let named = named_in(previous.as_ref()).any(|r| r.digest == digest);
+    let pin_named = named_in(previous.as_ref()).any(|r| Some(r.revision) == pinned);
     let mut kept = Vec::new();
     if !named || (pinned.is_some() && !pin_named) {
         let uid = set.uid().unwrap_or_default();
@@ -154,7 +148,7 @@ pub async fn roll(
             }
         };
         create(&api, &cm).await?;
-        kept.push(revisions::kept(&cm).expect("a revision ConfigMap"));
+        kept.extend(revisions::kept(&cm));
         prune(&api, set, previous.as_ref(), &kept, &digest).await?;
     }
     let update = RolloutRevision {
@@ -163,7 +157,7 @@ pub async fn roll(
     };
     // The pinned revision, when it is one the status names.
     let mut known = kept.clone();
-    for r in previous.iter().flat_map(|p| p.from.iter().chain([&p.to])) {
+    for r in named_in(previous.as_ref()) {
         if !known.iter().any(|k| k.digest == r.digest) {
             known.push(Kept {
                 name: revisions::config_map_name(&set.name_any(), &r.digest),
@@ -173,64 +167,16 @@ pub async fn roll(
             });
         }
     }
-    let target = match rollout::target(&spec, &update, &known) {
-        Ok(t) => t,
-        Err(e) => {
-            out.conditions.push(Condition::new(
-                ROLLOUT_VALID,
-                false,
-                e.reason(),
-                e.to_string(),
-            ));
-            return hold(ctx, me, previous, targets, out).await;
-        }
+    let target = rollout::target(&spec, &update, &known);
+    let decided = match target {
+        Ok(target) => decide(ctx, set, &spec, previous.as_ref(), targets, &digest, target).await,
+        Err(e) => Err(e),
     };
-    let statuses = set.status.as_ref().map(|s| &s.targets[..]).unwrap_or(&[]);
-    let vss = ctx.caches.virtual_switches.store();
-    let mut members: Vec<rollout::Member> = targets
-        .iter()
-        .map(|t| {
-            let vs = vss.get(&ObjectRef::new(&t.virtual_switch).within(&ns));
-            let order = vs.and_then(|v| v.labels().get(rollout::ORDER_LABEL).cloned());
-            let here = statuses
-                .iter()
-                .find(|s| s.virtual_switch == t.virtual_switch);
-            member(&set.name_any(), t, order, here)
-        })
-        .collect();
-    let retry = set
-        .annotations()
-        .get(rollout::RETRY_ANNOTATION)
-        .and_then(|v| rollout::retry(v));
-    if gauges_throughput(&spec, previous.as_ref(), &target, retry.as_ref()) {
-        let rates = throughputs(ctx, targets).await;
-        for m in &mut members {
-            m.observed.packets_per_second = rates.get(&m.name).copied();
-        }
-    }
-    let input = rollout::Input {
-        spec: &spec,
-        pinned: target.digest != digest,
-        target: target.clone(),
-        stable: revisions::stable(previous.as_ref()),
-        previous: previous.as_ref(),
-        members: &members,
-        resume: set
-            .annotations()
-            .get(rollout::RESUME_ANNOTATION)
-            .and_then(|v| rollout::resume(v)),
-        retry,
-        now: chrono::Utc::now(),
-    };
-    let d = match rollout::advance(&input) {
-        Ok(d) => d,
+    let (target, d) = match decided {
+        Ok(td) => td,
         Err(e) => {
-            out.conditions.push(Condition::new(
-                ROLLOUT_VALID,
-                false,
-                e.reason(),
-                e.to_string(),
-            ));
+            let c = Condition::new(ROLLOUT_VALID, false, e.reason(), e.to_string());
+            out.conditions.push(c);
             return hold(ctx, me, previous, targets, out).await;
         }
     };
@@ -257,6 +203,11 @@ pub async fn roll(
     };
     load_assigned(ctx, me, &mut out).await?;
     Ok(out)
+}
+
+/// The revisions a rollout's status names (`from`, `to`).
+fn named_in(p: Option<&RolloutStatus>) -> impl Iterator<Item = &RolloutRevision> {
+    p.into_iter().flat_map(|p| p.from.iter().chain([&p.to]))
 }
 
 /// The cache key under which the parses of a set's kept revisions live
@@ -360,6 +311,60 @@ fn at_rest(target: &RolloutRevision) -> RolloutStatus {
     }
 }
 
+/// The rollout's next move over `targets`, to `target` (the content read
+/// now, `digest`, unless pinned), from what the set's last syncs
+/// confirmed there.
+async fn decide(
+    ctx: &SetCtx,
+    set: &TableEntrySet,
+    spec: &p4fleet_crds::Rollout,
+    previous: Option<&RolloutStatus>,
+    targets: &[Target],
+    digest: &str,
+    target: RolloutRevision,
+) -> Result<(RolloutRevision, rollout::Decision), rollout::SpecError> {
+    let ns = set.namespace().unwrap_or_default();
+    let statuses = set.status.as_ref().map(|s| &s.targets[..]).unwrap_or(&[]);
+    let vss = ctx.caches.virtual_switches.store();
+    let mut members: Vec<rollout::Member> = targets
+        .iter()
+        .map(|t| {
+            let vs = vss.get(&ObjectRef::new(&t.virtual_switch).within(&ns));
+            let order = vs.and_then(|v| v.labels().get(rollout::ORDER_LABEL).cloned());
+            let here = statuses
+                .iter()
+                .find(|s| s.virtual_switch == t.virtual_switch);
+            member(&set.name_any(), t, order, here)
+        })
+        .collect();
+    let retry = set
+        .annotations()
+        .get(rollout::RETRY_ANNOTATION)
+        .and_then(|v| rollout::retry(v));
+    if rollout::gauges_throughput(spec, previous, &target.digest, retry.as_ref()) {
+        let rates = throughputs(ctx, targets).await;
+        for m in &mut members {
+            m.observed.packets_per_second = rates.get(&m.name).copied();
+        }
+    }
+    let input = rollout::Input {
+        spec,
+        pinned: target.digest != *digest,
+        target: target.clone(),
+        stable: revisions::stable(previous),
+        previous,
+        members: &members,
+        resume: set
+            .annotations()
+            .get(rollout::RESUME_ANNOTATION)
+            .and_then(|v| rollout::resume(v)),
+        retry,
+        now: chrono::Utc::now(),
+    };
+    let d = rollout::advance(&input)?;
+    Ok((target, d))
+}
+
 /// Nothing moves: each target holds what the rollout gave it (the
 /// previous status stands); without a rollout yet, the content read now.
 async fn hold(
@@ -379,8 +384,10 @@ async fn hold(
             (t.virtual_switch.clone(), d.to_string())
         })
         .collect();
+    // A rollout in progress keeps looking; one at rest waits for the
+    // change that lets the content be read.
+    out.requeue = (p.phase == RolloutPhase::Progressing).then_some(ROLLOUT_POLL);
     out.status = Some(p);
-    out.requeue = Some(ROLLOUT_POLL);
     load_assigned(ctx, me, &mut out).await?;
     Ok(out)
 }
@@ -511,29 +518,6 @@ pub fn member(
             packets_per_second: None,
         },
     }
-}
-
-/// Whether this look needs the targets' data-plane rates (as for a
-/// program: a ratio is set and the rollout may move or judge one).
-fn gauges_throughput(
-    spec: &p4fleet_crds::Rollout,
-    previous: Option<&RolloutStatus>,
-    target: &RolloutRevision,
-    retry: Option<&rollout::Retry>,
-) -> bool {
-    let ratio = spec
-        .analysis
-        .as_ref()
-        .is_some_and(|a| a.min_throughput_ratio.is_some());
-    let at_rest = previous.is_some_and(|r| {
-        r.to.digest == target.digest
-            && match r.phase {
-                RolloutPhase::Completed => true,
-                RolloutPhase::RolledBack => !rollout::retries(retry, r),
-                RolloutPhase::Progressing | RolloutPhase::Paused => false,
-            }
-    });
-    ratio && spec.strategy == RolloutStrategy::Canary && !at_rest
 }
 
 /// The packets/s of each target whose device reports a rate.
