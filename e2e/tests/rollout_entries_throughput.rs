@@ -1,0 +1,219 @@
+//! The throughput check of an entries rollout (issue 34): three Dpdk
+//! Switches on the emulator forward its generated traffic (four flows)
+//! through l2crypt, whose `dmac` table a selector TableEntrySet fills,
+//! rolled out Canary `{switches: 1}`, `{percent: 100}` with
+//! `minThroughputRatio: 0.5`.
+//!
+//! Revision 2 sends the four flows' destinations to `drop`: the device
+//! takes every entry (nothing is refused, the Switch stays Reachable), and
+//! only the data plane shows what is wrong. The gate fails on
+//! `Throughput` at the canary, whose entries go back to revision 1 and
+//! which forwards again; the two others were never written to.
+//! (Its own binary: its operator watches the whole control plane.)
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+use p4fleet_crds::{P4Program, RolloutPhase, Switch, TableEntrySet, VirtualSwitch};
+use p4fleet_e2e::processes::{
+    build_binaries as bin, device_stat, spawn_emulator, spawn_operator, stats_get,
+};
+use p4fleet_e2e::{
+    ControlPlane, TestNamespace, apply_json, create_json, event_about, repo_root, wait_for,
+    wait_object_ready,
+};
+use serde_json::{Value, json};
+
+const V1: &str = "p4fleet.dev/v1alpha1";
+const DEVICES: [u64; 3] = [1, 2, 3];
+
+fn l2crypt(file: &str) -> String {
+    std::fs::read_to_string(repo_root().join("examples/l2crypt").join(file)).unwrap()
+}
+
+/// Packets device `d` sent per second, from its data plane's counter over
+/// one second (not the operator's figure).
+async fn forwarded_per_second(stats: SocketAddr, d: u64) -> u64 {
+    let tx = || {
+        stats_get(stats, &format!("/stats/{d}/dataplane"))
+            .and_then(|v| v["stats"]["tx_packets"].as_u64())
+            .unwrap_or(0)
+    };
+    let a = tx();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    tx().saturating_sub(a)
+}
+
+/// `dmac` entries for the emulator's four flows (destinations
+/// 02:00:00:01:00:0i), each to `action`.
+fn entries(action: &str) -> Value {
+    let params = match action {
+        "MyIngress.forward" => json!({"port": 1}),
+        _ => json!({}),
+    };
+    Value::Array(
+        (0..4)
+            .map(|i| {
+                json!({"match": {"hdr.ethernet.dstAddr": format!("02:00:00:01:00:0{i}")},
+                    "action": action, "params": params})
+            })
+            .collect(),
+    )
+}
+
+/// Waits until set `dmac`'s rollout is in `want`.
+async fn set_phase(sets: &Api<TableEntrySet>, want: RolloutPhase) -> p4fleet_crds::RolloutStatus {
+    wait_for(
+        &format!("the entries rollout {want:?}"),
+        Duration::from_secs(120),
+        || async {
+            let s = sets.get("dmac").await.map_err(|e| e.to_string())?;
+            let r = s.status.unwrap_or_default().rollout;
+            r.clone()
+                .filter(|r| r.phase == want)
+                .ok_or(format!("{r:?}"))
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_that_drop_everything_fail_the_throughput_check_and_roll_back() {
+    let cp = ControlPlane::shared().await;
+    let client = cp.client().await;
+    let emu = spawn_emulator(
+        &bin(),
+        &[
+            "--device-ids",
+            "1,2,3",
+            "--dpdk-device-ids",
+            "1,2,3",
+            "--dpdk-extern-cores",
+            "1",
+            "--dpdk-rate-pps",
+            "20000",
+            "--dpdk-flows",
+            "4",
+        ],
+    );
+    let _op = spawn_operator(
+        &bin(),
+        cp.kubeconfig_path(),
+        "rollout-entries-throughput-operator",
+        &[],
+    );
+    let ns = TestNamespace::new(&client).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "l2-src"},
+        "data": {"p4info.txt": l2crypt("p4info.txt"), "pipeline.spec": l2crypt("l2crypt.spec"),
+            "context.json": l2crypt("context.json"), "bfrt.json": l2crypt("bfrt.json")}});
+    apply_json(&cms, cm).await;
+    let src = |key: &str| json!({"configMapKeyRef": {"name": "l2-src", "key": key}});
+    create_json(
+        &Api::<P4Program>::namespaced(client.clone(), ns.name()),
+        json!({"apiVersion": V1, "kind": "P4Program", "metadata": {"name": "l2crypt"},
+            "spec": {"p4info": src("p4info.txt"),
+                "artifacts": {"dpdk": {"spec": src("pipeline.spec"),
+                    "context": src("context.json"), "bfrtJson": src("bfrt.json")}}}}),
+    )
+    .await;
+    let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns.name());
+    for (i, d) in DEVICES.iter().enumerate() {
+        let sw = format!("{}-dsw{d}", ns.name());
+        create_json(
+            &Api::<Switch>::all(client.clone()),
+            json!({"apiVersion": V1, "kind": "Switch", "metadata": {"name": sw},
+                "spec": {"target": "Dpdk", "endpoint": emu.p4runtime.to_string(),
+                    "deviceId": d, "slots": 1, "capacity": {"cores": 2}}}),
+        )
+        .await;
+        create_json(
+            &vss,
+            json!({"apiVersion": V1, "kind": "VirtualSwitch",
+                "metadata": {"name": format!("vs-{i}"),
+                    "labels": {"app": "l2", "p4fleet.dev/rollout-order": i.to_string()}},
+                "spec": {"programRef": "l2crypt", "switchRef": sw, "slot": 0}}),
+        )
+        .await;
+    }
+    for i in 0..DEVICES.len() {
+        wait_object_ready(&vss, &format!("vs-{i}"), Duration::from_secs(90)).await;
+    }
+    let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns.name());
+    create_json(
+        &sets,
+        json!({"apiVersion": V1, "kind": "TableEntrySet", "metadata": {"name": "dmac"},
+            "spec": {"virtualSwitchSelector": {"matchLabels": {"app": "l2"}},
+                "table": "MyIngress.dmac", "entries": entries("MyIngress.forward"),
+                "rollout": {"strategy": "Canary",
+                    "steps": [{"switches": 1}, {"percent": 100}],
+                    "maxUnavailable": 2,
+                    "analysis": {"seconds": 3, "minThroughputRatio": 0.5},
+                    "progressDeadlineSeconds": 60}}}),
+    )
+    .await;
+    let r1 = set_phase(&sets, RolloutPhase::Completed).await;
+    assert_eq!(r1.to.revision, 1, "{r1:?}");
+    // Revision 1 forwards the generated traffic to port 1.
+    for d in DEVICES {
+        let pps = forwarded_per_second(emu.stats, d).await;
+        assert!(
+            pps > 5_000,
+            "device {d} forwards {pps} packets/s on revision 1"
+        );
+    }
+
+    // Revision 2 drops the four flows: every entry is taken.
+    let writes = |d| device_stat(emu.stats, d, "write_rpcs").expect("device stats");
+    let before: Vec<u64> = DEVICES[1..].iter().map(|d| writes(*d)).collect();
+    let patch = json!({"spec": {"entries": entries("MyIngress.drop")}});
+    sets.patch("dmac", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let st = set_phase(&sets, RolloutPhase::RolledBack).await;
+    assert_eq!(st.to.revision, 2, "{st:?}");
+    let failure = st.failure.clone().expect("the failed check");
+    assert_eq!(
+        (failure.check.as_str(), failure.virtual_switch.as_str()),
+        ("Throughput", "vs-0"),
+        "{failure:?}"
+    );
+    assert!(
+        failure.message.contains("packets/s before the step"),
+        "the check says what it compared: {}",
+        failure.message
+    );
+    let moved = &st.moved[0];
+    assert!(
+        moved.packets_per_second_before.unwrap_or(0) > 5_000,
+        "{moved:?}"
+    );
+    let ev = event_about(&client, ns.name(), "dmac", Some("RolledBack")).await;
+    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+    // The canary's entries are revision 1's again: it forwards.
+    wait_for(
+        "the canary forwarding again",
+        Duration::from_secs(60),
+        || async {
+            let pps = forwarded_per_second(emu.stats, DEVICES[0]).await;
+            (pps > 5_000)
+                .then_some(())
+                .ok_or(format!("{pps} packets/s"))
+        },
+    )
+    .await;
+    let after: Vec<u64> = DEVICES[1..].iter().map(|d| writes(*d)).collect();
+    assert_eq!(after, before, "the others were written to");
+    for d in &DEVICES[1..] {
+        let pps = forwarded_per_second(emu.stats, *d).await;
+        assert!(pps > 5_000, "device {d} forwards {pps} packets/s");
+    }
+    for d in DEVICES {
+        let _ = Api::<Switch>::all(client.clone())
+            .delete(&format!("{}-dsw{d}", ns.name()), &Default::default())
+            .await;
+    }
+    ns.delete(&client).await.unwrap();
+}
