@@ -29,7 +29,8 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use p4fleet_crds::{RolloutPhase, RolloutStatus, TableEntrySet, find_condition};
 use p4fleet_e2e::firewall::{self, Kind, Other, arm_fault, faults_fired, keys_of_lines};
 use p4fleet_e2e::processes::{
-    build_binaries as bin, device_stat, operator_http_addr, reconciled, spawn_operator,
+    build_binaries as bin, device_stat, metric_sample, metrics_text, operator_http_addr,
+    reconciled, spawn_operator,
 };
 use p4fleet_e2e::rollout::{DEVICES, ENTRIES, Fleet, start, teardown};
 use p4fleet_e2e::{ControlPlane, TestNamespace, apply_json, event_about, firewall_lines, wait_for};
@@ -234,5 +235,17 @@ async fn a_selector_set_rolls_its_entries_out_in_steps_and_back_on_a_failed_gate
         .unwrap();
     set_phase(&sets, RolloutPhase::Completed, |r| r.to.revision == 1).await;
     assert_eq!(held(&readers).await, vec![rev1.clone(); 4]);
+    // The (restarted) operator's metrics: one rollback, the pin done.
+    let text = metrics_text(metrics);
+    let labels = |extra: &str| format!("namespace=\"{}\",name=\"fw\"{extra}", ns.name());
+    for (name, extra, want) in [
+        ("rollbacks_total", "", 1.0),
+        ("phase", ",phase=\"Completed\"", 1.0),
+        ("revision", "", 1.0),
+    ] {
+        let name = format!("p4fleet_entries_rollout_{name}");
+        let got = metric_sample(&text, &name, &labels(extra));
+        assert_eq!(got, Some(want), "{name}{{{}}}", labels(extra));
+    }
     teardown(&client, ns).await;
 }

@@ -92,7 +92,8 @@ impl Context {
         let recorder = Recorder::new(client.clone(), reporter.clone());
         let events = Events::new(recorder).with_long_names(client.clone(), reporter);
         let caches = Caches::default();
-        metrics.rollouts.watch(caches.programs.store());
+        let sets = caches.entry_sets.store();
+        metrics.rollouts.watch(caches.programs.store(), sets);
         let m = metrics.clone();
         devices.observe_writes(Arc::new(move |switch, rpc| m.write_rpc(switch, rpc)));
         Arc::new(Context {

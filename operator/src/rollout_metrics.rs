@@ -1,15 +1,16 @@
 //! `p4fleet_rollout_*`: where each P4Program's rollout stands (gauges
 //! read from the cached programs' `status.rollout` at each scrape) and
 //! what rollouts did (counters, one per Event the P4Program controller
-//! published). Both are encoded at the scrape from the programs in the
-//! cache, so a deleted program leaves no series behind.
+//! published); `p4fleet_entries_rollout_*` the same for TableEntrySets'
+//! rollouts of their entries. Both are encoded at the scrape from the
+//! objects in the cache, so a deleted one leaves no series behind.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
-use p4fleet_crds::{P4Program, RolloutPhase};
+use p4fleet_crds::{P4Program, RolloutPhase, RolloutStatus, TableEntrySet};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -37,9 +38,9 @@ pub struct StateLabels {
     pub state: String,
 }
 
-/// The programs the gauges are read from: set once the controllers'
+/// The objects the gauges are read from: set once the controllers'
 /// caches exist (a standby replica has none and reports no rollout).
-type Programs = Arc<OnceLock<Store<P4Program>>>;
+type Cached<K> = Arc<OnceLock<Store<K>>>;
 
 /// Counters per program, in [`COUNTERS`] order.
 type Counts = Arc<Mutex<HashMap<ProgramLabels, [u64; 4]>>>;
@@ -66,8 +67,10 @@ const COUNTERS: [(&str, &str, &str); 4] = [
 
 #[derive(Clone, Default)]
 pub struct RolloutMetrics {
-    programs: Programs,
+    programs: Cached<P4Program>,
     counts: Counts,
+    sets: Cached<TableEntrySet>,
+    set_counts: Counts,
 }
 
 impl RolloutMetrics {
@@ -75,27 +78,39 @@ impl RolloutMetrics {
         registry.register_collector(Box::new(Scrape {
             programs: self.programs.clone(),
             counts: self.counts.clone(),
+            sets: self.sets.clone(),
+            set_counts: self.set_counts.clone(),
         }));
     }
 
-    /// Reads the gauges from `programs` from now on.
-    pub fn watch(&self, programs: Store<P4Program>) {
+    /// Reads the gauges from `programs` and `sets` from now on.
+    pub fn watch(&self, programs: Store<P4Program>, sets: Store<TableEntrySet>) {
         let _ = self.programs.set(programs);
+        let _ = self.sets.set(sets);
     }
 
     /// Counts an Event the P4Program controller published (`reason`: one
     /// of [`rollout`]'s note reasons; others are not a rollout's).
     pub fn noted(&self, namespace: &str, name: &str, reason: &str) {
-        let Some(i) = COUNTERS.iter().position(|c| c.2 == reason) else {
-            return;
-        };
-        let labels = ProgramLabels {
-            namespace: namespace.into(),
-            name: name.into(),
-        };
-        let mut counts = self.counts.lock().expect("rollout counts");
-        counts.entry(labels).or_default()[i] += 1;
+        count(&self.counts, namespace, name, reason);
     }
+
+    /// The same for an Event of a TableEntrySet's entries rollout.
+    pub fn noted_entries(&self, namespace: &str, name: &str, reason: &str) {
+        count(&self.set_counts, namespace, name, reason);
+    }
+}
+
+fn count(counts: &Counts, namespace: &str, name: &str, reason: &str) {
+    let Some(i) = COUNTERS.iter().position(|c| c.2 == reason) else {
+        return;
+    };
+    let labels = ProgramLabels {
+        namespace: namespace.into(),
+        name: name.into(),
+    };
+    let mut counts = counts.lock().unwrap_or_else(|p| p.into_inner());
+    counts.entry(labels).or_default()[i] += 1;
 }
 
 /// One program's gauges. Pure.
@@ -119,13 +134,31 @@ const PHASES: [(RolloutPhase, &str); 4] = [
 
 /// The rows of the programs that have a rollout status, by namespace and name.
 pub fn rows<'a>(programs: impl IntoIterator<Item = &'a P4Program>) -> Vec<Row> {
-    let mut rows: Vec<Row> = programs
+    rows_of(programs.into_iter().map(|p| {
+        let r = p.status.as_ref().and_then(|s| s.rollout.as_ref());
+        (p.namespace().unwrap_or_default(), p.name_any(), r)
+    }))
+}
+
+/// The rows of the sets that have an entries rollout status.
+pub fn set_rows<'a>(sets: impl IntoIterator<Item = &'a TableEntrySet>) -> Vec<Row> {
+    rows_of(sets.into_iter().map(|s| {
+        let r = s.status.as_ref().and_then(|s| s.rollout.as_ref());
+        (s.namespace().unwrap_or_default(), s.name_any(), r)
+    }))
+}
+
+/// Rows of (namespace, name, rollout status), by namespace and name.
+fn rows_of<'a>(
+    objects: impl IntoIterator<Item = (String, String, Option<&'a RolloutStatus>)>,
+) -> Vec<Row> {
+    let mut rows: Vec<Row> = objects
         .into_iter()
-        .filter_map(|p| {
-            let r = p.status.as_ref()?.rollout.as_ref()?;
+        .filter_map(|(namespace, name, r)| {
+            let r = r?;
             Some(Row {
-                namespace: p.namespace().unwrap_or_default(),
-                name: p.name_any(),
+                namespace,
+                name,
                 phase: r.phase,
                 step: r.step,
                 to_revision: r.to.revision,
@@ -144,95 +177,143 @@ pub fn rows<'a>(programs: impl IntoIterator<Item = &'a P4Program>) -> Vec<Row> {
 
 #[derive(Debug)]
 struct Scrape {
-    programs: Programs,
+    programs: Cached<P4Program>,
     counts: Counts,
+    sets: Cached<TableEntrySet>,
+    set_counts: Counts,
+}
+
+/// What one kind's families say: the name prefix (`""` or `entries_`),
+/// the kind and what its rollouts move, for the help texts.
+struct Family {
+    prefix: &'static str,
+    kind: &'static str,
+    members: &'static str,
+}
+
+const PROGRAMS: Family = Family {
+    prefix: "",
+    kind: "P4Program",
+    members: "VirtualSwitches",
+};
+const SETS: Family = Family {
+    prefix: "entries_",
+    kind: "TableEntrySet's entries",
+    members: "VirtualSwitches",
+};
+
+/// The counters of `counts` whose object is in `present`, sorted; the
+/// others (deleted objects) are dropped.
+fn counted(counts: &Counts, present: &[(String, String)]) -> Vec<(ProgramLabels, [u64; 4])> {
+    let mut counts = counts.lock().unwrap_or_else(|p| p.into_inner());
+    counts.retain(|k, _| {
+        present
+            .iter()
+            .any(|(ns, name)| *name == k.name && *ns == k.namespace)
+    });
+    let mut counted: Vec<(ProgramLabels, [u64; 4])> =
+        counts.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    counted.sort_by(|a, b| (&a.0.namespace, &a.0.name).cmp(&(&b.0.namespace, &b.0.name)));
+    counted
 }
 
 impl Collector for Scrape {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Some(store) = self.programs.get() else {
-            return Ok(());
-        };
-        let programs = store.state();
-        let counted = {
-            let mut counts = self.counts.lock().expect("rollout counts");
-            // The counters of a program that is gone go with it.
-            counts.retain(|k, _| {
-                programs.iter().any(|p| {
-                    p.name_any() == k.name && p.namespace().as_deref() == Some(&k.namespace)
-                })
-            });
-            let mut counted: Vec<(ProgramLabels, [u64; 4])> =
-                counts.iter().map(|(k, v)| (k.clone(), *v)).collect();
-            counted.sort_by(|a, b| (&a.0.namespace, &a.0.name).cmp(&(&b.0.namespace, &b.0.name)));
-            counted
-        };
-        for (i, (name, help, _)) in COUNTERS.iter().enumerate() {
-            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for (labels, n) in counted.iter().filter(|(_, n)| n[i] > 0) {
-                ConstCounter::new(n[i]).encode(m.encode_family(labels)?)?;
-            }
+        if let Some(store) = self.programs.get() {
+            let programs = store.state();
+            let present: Vec<(String, String)> = programs
+                .iter()
+                .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
+                .collect();
+            let counted = counted(&self.counts, &present);
+            let rows = rows(programs.iter().map(|p| p.as_ref()));
+            encode_family(&mut encoder, &PROGRAMS, &counted, &rows)?;
         }
-        let rows = rows(programs.iter().map(|p| p.as_ref()));
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let program = |r: &Row| ProgramLabels {
-            namespace: r.namespace.clone(),
-            name: r.name.clone(),
-        };
-        let mut m = encoder.encode_descriptor(
-            "rollout_phase",
-            "1 for the phase a P4Program's rollout is in, 0 for the others",
-            None,
-            MetricType::Gauge,
-        )?;
-        for r in &rows {
-            for (phase, label) in PHASES {
-                let labels = PhaseLabels {
-                    namespace: r.namespace.clone(),
-                    name: r.name.clone(),
-                    phase: label.into(),
-                };
-                ConstGauge::new(i64::from(r.phase == phase)).encode(m.encode_family(&labels)?)?;
-            }
-        }
-        let mut m = encoder.encode_descriptor(
-            "rollout_step",
-            "The step a P4Program's rollout is at (0-based; the number of steps once done)",
-            None,
-            MetricType::Gauge,
-        )?;
-        for r in &rows {
-            ConstGauge::new(i64::from(r.step)).encode(m.encode_family(&program(r))?)?;
-        }
-        let mut m = encoder.encode_descriptor(
-            "rollout_revision",
-            "The revision a P4Program's rollout rolls out",
-            None,
-            MetricType::Gauge,
-        )?;
-        for r in &rows {
-            ConstGauge::new(r.to_revision).encode(m.encode_family(&program(r))?)?;
-        }
-        let mut m = encoder.encode_descriptor(
-            "rollout_virtual_switches",
-            "A P4Program rollout's VirtualSwitches: updated, healthy, pending, rolled_back",
-            None,
-            MetricType::Gauge,
-        )?;
-        for r in &rows {
-            for (state, n) in r.counts {
-                let labels = StateLabels {
-                    namespace: r.namespace.clone(),
-                    name: r.name.clone(),
-                    state: state.into(),
-                };
-                ConstGauge::new(i64::from(n)).encode(m.encode_family(&labels)?)?;
-            }
+        if let Some(store) = self.sets.get() {
+            let sets = store.state();
+            let present: Vec<(String, String)> = sets
+                .iter()
+                .map(|s| (s.namespace().unwrap_or_default(), s.name_any()))
+                .collect();
+            let counted = counted(&self.set_counts, &present);
+            let rows = set_rows(sets.iter().map(|s| s.as_ref()));
+            encode_family(&mut encoder, &SETS, &counted, &rows)?;
         }
         Ok(())
     }
+}
+
+/// One kind's counters and gauges.
+fn encode_family(
+    encoder: &mut DescriptorEncoder,
+    f: &Family,
+    counted: &[(ProgramLabels, [u64; 4])],
+    rows: &[Row],
+) -> Result<(), std::fmt::Error> {
+    let name = |n: &str| format!("{}{n}", f.prefix);
+    for (i, (metric, help, _)) in COUNTERS.iter().enumerate() {
+        let help = format!("{help} ({})", f.kind);
+        let n = name(metric);
+        let mut m = encoder.encode_descriptor(&n, &help, None, MetricType::Counter)?;
+        for (labels, n) in counted.iter().filter(|(_, n)| n[i] > 0) {
+            ConstCounter::new(n[i]).encode(m.encode_family(labels)?)?;
+        }
+    }
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let object = |r: &Row| ProgramLabels {
+        namespace: r.namespace.clone(),
+        name: r.name.clone(),
+    };
+    let help = format!(
+        "1 for the phase a {} rollout is in, 0 for the others",
+        f.kind
+    );
+    let n = name("rollout_phase");
+    let mut m = encoder.encode_descriptor(&n, &help, None, MetricType::Gauge)?;
+    for r in rows {
+        for (phase, label) in PHASES {
+            let labels = PhaseLabels {
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+                phase: label.into(),
+            };
+            ConstGauge::new(i64::from(r.phase == phase)).encode(m.encode_family(&labels)?)?;
+        }
+    }
+    let help = format!(
+        "The step a {} rollout is at (0-based; the number of steps once done)",
+        f.kind
+    );
+    let n = name("rollout_step");
+    let mut m = encoder.encode_descriptor(&n, &help, None, MetricType::Gauge)?;
+    for r in rows {
+        ConstGauge::new(i64::from(r.step)).encode(m.encode_family(&object(r))?)?;
+    }
+    let help = format!("The revision a {} rollout rolls out", f.kind);
+    let n = name("rollout_revision");
+    let mut m = encoder.encode_descriptor(&n, &help, None, MetricType::Gauge)?;
+    for r in rows {
+        ConstGauge::new(r.to_revision).encode(m.encode_family(&object(r))?)?;
+    }
+    let help = format!(
+        "A {} rollout's {}: updated, healthy, pending, rolled_back",
+        f.kind, f.members
+    );
+    let n = name("rollout_virtual_switches");
+    let mut m = encoder.encode_descriptor(&n, &help, None, MetricType::Gauge)?;
+    for r in rows {
+        for (state, n) in r.counts {
+            let labels = StateLabels {
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+                state: state.into(),
+            };
+            ConstGauge::new(i64::from(n)).encode(m.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -306,7 +387,8 @@ mod tests {
         let (store, mut writer) = reflector::store::<P4Program>();
         let p = program("ns", "fw", Some(progressing()));
         writer.apply_watcher_event(&watcher::Event::Apply(p.clone()));
-        m.watch(store.clone());
+        let (sets, _) = reflector::store::<TableEntrySet>();
+        m.watch(store.clone(), sets);
         m.noted("ns", "fw", rollout::STARTED);
         m.noted("ns", "fw", rollout::ROLLED_BACK);
         m.noted("ns", "fw", "DigestChanged");
@@ -330,5 +412,44 @@ mod tests {
         let out = text(&registry);
         assert!(!out.contains("p4fleet_rollout_phase{"), "{out}");
         assert!(!out.contains("p4fleet_rollout_started_total{"), "{out}");
+    }
+
+    #[test]
+    fn a_sets_entries_rollout_has_its_own_families() {
+        let m = RolloutMetrics::default();
+        let mut registry = Registry::with_prefix("p4fleet");
+        m.register(&mut registry);
+        let (programs, _) = reflector::store::<P4Program>();
+        let (sets, mut writer) = reflector::store::<TableEntrySet>();
+        let mut set: TableEntrySet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+            "metadata": {"name": "acl", "namespace": "ns"},
+            "spec": {"virtualSwitchSelector": {"matchLabels": {"app": "fw"}},
+                "table": "t", "entries": [{"match": {"a": "1"}, "action": "x"}]}
+        }))
+        .unwrap();
+        set.status = Some(p4fleet_crds::TableEntrySetStatus {
+            rollout: Some(progressing()),
+            ..Default::default()
+        });
+        writer.apply_watcher_event(&watcher::Event::Apply(set));
+        m.watch(programs, sets);
+        m.noted_entries("ns", "acl", rollout::ROLLED_BACK);
+        // A program's Event is not counted for the set of the same name.
+        m.noted("ns", "acl", rollout::STARTED);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        for line in [
+            r#"p4fleet_entries_rollout_phase{namespace="ns",name="acl",phase="Progressing"} 1"#,
+            r#"p4fleet_entries_rollout_revision{namespace="ns",name="acl"} 7"#,
+            r#"p4fleet_entries_rollout_rollbacks_total{namespace="ns",name="acl"} 1"#,
+        ] {
+            assert!(out.contains(line), "{line} not in:\n{out}");
+        }
+        assert!(!out.contains("p4fleet_rollout_phase{"), "{out}");
+        assert!(
+            !out.contains("p4fleet_entries_rollout_started_total{"),
+            "{out}"
+        );
     }
 }

@@ -277,6 +277,12 @@ async fn sync(
     rollout::fold(&mut new, old, &mut events, &rolled, &entries.outcomes);
     status.finish(ctx, &mut new, &events).await?;
     publish(ctx, set, &new, &events, &features).await?;
+    for n in &rolled.notes {
+        let ns = set.namespace().unwrap_or_default();
+        ctx.metrics
+            .rollouts
+            .noted_entries(&ns, &set.name_any(), &n.reason);
+    }
     let asked = rolled.requeue.map_or(asked, Action::requeue);
     let action = requeue(ctx, &me, set, &refs, &entries, asked, phases.started);
     phases.log(&me, refs.all.targets.len(), entries.updates);
