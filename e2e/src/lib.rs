@@ -17,6 +17,7 @@
 //! URL and token); every test builds its own `kube::Client`.
 
 pub mod certs;
+pub mod dpdk;
 pub mod firewall;
 pub mod leaders;
 pub mod lie_watch;

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use kube::Api;
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
+use p4fleet_e2e::dpdk::l2crypt;
 use p4fleet_e2e::processes::{Fleet, fleet, metrics_text};
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
+use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, wait_for};
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient};
 use serde_json::json;
 
@@ -38,10 +39,6 @@ async fn env() -> (&'static ControlPlane, &'static Fleet) {
         &["--resync-seconds", "30"],
     )
     .await
-}
-
-fn l2crypt(file: &str) -> String {
-    std::fs::read_to_string(repo_root().join("examples/l2crypt").join(file)).unwrap()
 }
 
 /// l2crypt's P4Info with a direct counter on `dmac`, a meter and a

@@ -30,6 +30,7 @@ use kube::{Client, ResourceExt};
 use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
+use p4fleet_e2e::dpdk::l2crypt;
 use p4fleet_e2e::processes::{Fleet, build_binaries, fleet, metric_sample, metrics_text};
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
@@ -965,10 +966,6 @@ impl DpdkDevice {
             })).collect::<Vec<_>>(),
         }))
     }
-}
-
-fn l2crypt(file: &str) -> String {
-    std::fs::read_to_string(repo_root().join("examples/l2crypt").join(file)).unwrap()
 }
 
 /// The l2crypt program with its DPDK artifacts in `ns`, Switch `sw_name`

@@ -11,40 +11,17 @@
 //! which forwards again; the two others were never written to.
 //! (Its own binary: its operator watches the whole control plane.)
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
-use p4fleet_crds::{P4Program, RolloutPhase, Switch, TableEntrySet, VirtualSwitch};
-use p4fleet_e2e::processes::{
-    build_binaries as bin, device_stat, spawn_emulator, spawn_operator, stats_get,
-};
-use p4fleet_e2e::{
-    ControlPlane, TestNamespace, apply_json, create_json, event_about, repo_root, wait_for,
-    wait_object_ready,
-};
+use p4fleet_crds::{P4Program, RolloutPhase, TableEntrySet};
+use p4fleet_e2e::dpdk::{self, DEVICES, forwarded_per_second, l2crypt};
+use p4fleet_e2e::processes::{build_binaries as bin, device_stat, spawn_operator};
+use p4fleet_e2e::{ControlPlane, TestNamespace, apply_json, create_json, event_about, wait_for};
 use serde_json::{Value, json};
 
 const V1: &str = "p4fleet.dev/v1alpha1";
-const DEVICES: [u64; 3] = [1, 2, 3];
-
-fn l2crypt(file: &str) -> String {
-    std::fs::read_to_string(repo_root().join("examples/l2crypt").join(file)).unwrap()
-}
-
-/// Packets device `d` sent per second, from its data plane's counter over
-/// one second (not the operator's figure).
-async fn forwarded_per_second(stats: SocketAddr, d: u64) -> u64 {
-    let tx = || {
-        stats_get(stats, &format!("/stats/{d}/dataplane"))
-            .and_then(|v| v["stats"]["tx_packets"].as_u64())
-            .unwrap_or(0)
-    };
-    let a = tx();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    tx().saturating_sub(a)
-}
 
 /// `dmac` entries for the emulator's four flows (destinations
 /// 02:00:00:01:00:0i), each to `action`.
@@ -83,21 +60,7 @@ async fn set_phase(sets: &Api<TableEntrySet>, want: RolloutPhase) -> p4fleet_crd
 async fn entries_that_drop_everything_fail_the_throughput_check_and_roll_back() {
     let cp = ControlPlane::shared().await;
     let client = cp.client().await;
-    let emu = spawn_emulator(
-        &bin(),
-        &[
-            "--device-ids",
-            "1,2,3",
-            "--dpdk-device-ids",
-            "1,2,3",
-            "--dpdk-extern-cores",
-            "1",
-            "--dpdk-rate-pps",
-            "20000",
-            "--dpdk-flows",
-            "4",
-        ],
-    );
+    let emu = dpdk::emulator();
     let _op = spawn_operator(
         &bin(),
         cp.kubeconfig_path(),
@@ -106,41 +69,10 @@ async fn entries_that_drop_everything_fail_the_throughput_check_and_roll_back() 
     );
     let ns = TestNamespace::new(&client).await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
-    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "l2-src"},
-        "data": {"p4info.txt": l2crypt("p4info.txt"), "pipeline.spec": l2crypt("l2crypt.spec"),
-            "context.json": l2crypt("context.json"), "bfrt.json": l2crypt("bfrt.json")}});
-    apply_json(&cms, cm).await;
-    let src = |key: &str| json!({"configMapKeyRef": {"name": "l2-src", "key": key}});
-    create_json(
-        &Api::<P4Program>::namespaced(client.clone(), ns.name()),
-        json!({"apiVersion": V1, "kind": "P4Program", "metadata": {"name": "l2crypt"},
-            "spec": {"p4info": src("p4info.txt"),
-                "artifacts": {"dpdk": {"spec": src("pipeline.spec"),
-                    "context": src("context.json"), "bfrtJson": src("bfrt.json")}}}}),
-    )
-    .await;
-    let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns.name());
-    for (i, d) in DEVICES.iter().enumerate() {
-        let sw = format!("{}-dsw{d}", ns.name());
-        create_json(
-            &Api::<Switch>::all(client.clone()),
-            json!({"apiVersion": V1, "kind": "Switch", "metadata": {"name": sw},
-                "spec": {"target": "Dpdk", "endpoint": emu.p4runtime.to_string(),
-                    "deviceId": d, "slots": 1, "capacity": {"cores": 2}}}),
-        )
-        .await;
-        create_json(
-            &vss,
-            json!({"apiVersion": V1, "kind": "VirtualSwitch",
-                "metadata": {"name": format!("vs-{i}"),
-                    "labels": {"app": "l2", "p4fleet.dev/rollout-order": i.to_string()}},
-                "spec": {"programRef": "l2crypt", "switchRef": sw, "slot": 0}}),
-        )
-        .await;
-    }
-    for i in 0..DEVICES.len() {
-        wait_object_ready(&vss, &format!("vs-{i}"), Duration::from_secs(90)).await;
-    }
+    apply_json(&cms, dpdk::sources(&l2crypt("l2crypt.spec"))).await;
+    let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
+    create_json(&programs, dpdk::program(Value::Null)).await;
+    dpdk::fleet(&client, ns.name(), emu.p4runtime).await;
     let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns.name());
     create_json(
         &sets,
@@ -193,27 +125,13 @@ async fn entries_that_drop_everything_fail_the_throughput_check_and_roll_back() 
     let ev = event_about(&client, ns.name(), "dmac", Some("RolledBack")).await;
     assert_eq!(ev.type_.as_deref(), Some("Warning"));
     // The canary's entries are revision 1's again: it forwards.
-    wait_for(
-        "the canary forwarding again",
-        Duration::from_secs(60),
-        || async {
-            let pps = forwarded_per_second(emu.stats, DEVICES[0]).await;
-            (pps > 5_000)
-                .then_some(())
-                .ok_or(format!("{pps} packets/s"))
-        },
-    )
-    .await;
+    dpdk::wait_forwarding(emu.stats, DEVICES[0]).await;
     let after: Vec<u64> = DEVICES[1..].iter().map(|d| writes(*d)).collect();
     assert_eq!(after, before, "the others were written to");
     for d in &DEVICES[1..] {
         let pps = forwarded_per_second(emu.stats, *d).await;
         assert!(pps > 5_000, "device {d} forwards {pps} packets/s");
     }
-    for d in DEVICES {
-        let _ = Api::<Switch>::all(client.clone())
-            .delete(&format!("{}-dsw{d}", ns.name()), &Default::default())
-            .await;
-    }
+    dpdk::delete_switches(&client, ns.name()).await;
     ns.delete(&client).await.unwrap();
 }

@@ -11,47 +11,19 @@
 //!   canary forwards again, and the two others never loaded the revision.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
-use p4fleet_crds::{P4Program, RolloutPhase, Switch, VirtualSwitch};
-use p4fleet_e2e::processes::{
-    build_binaries as bin, device_stat, spawn_emulator, spawn_operator, stats_get,
-};
+use p4fleet_crds::{P4Program, RolloutPhase};
+use p4fleet_e2e::dpdk::{self, DEVICES, forwarded_per_second, l2crypt};
+use p4fleet_e2e::processes::{build_binaries as bin, device_stat, spawn_operator};
 use p4fleet_e2e::rollout::program_phase;
-use p4fleet_e2e::{
-    ControlPlane, TestNamespace, apply_json, create_json, event_about, repo_root, wait_for,
-    wait_object_ready,
-};
+use p4fleet_e2e::{ControlPlane, TestNamespace, apply_json, create_json, event_about};
 use serde_json::json;
-
-const V1: &str = "p4fleet.dev/v1alpha1";
-const DEVICES: [u64; 3] = [1, 2, 3];
-
-fn l2crypt(file: &str) -> String {
-    std::fs::read_to_string(repo_root().join("examples/l2crypt").join(file)).unwrap()
-}
 
 /// The l2crypt program's sources: `spec` is its SWX pipeline.
 async fn sources(cms: &Api<ConfigMap>, spec: &str) {
-    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "l2-src"},
-        "data": {"p4info.txt": l2crypt("p4info.txt"), "pipeline.spec": spec,
-            "context.json": l2crypt("context.json"), "bfrt.json": l2crypt("bfrt.json")}});
-    apply_json(cms, cm).await;
-}
-
-/// Packets device `d` forwarded per second, measured from its data
-/// plane's counter over one second (not the operator's figure).
-async fn forwarded_per_second(stats: SocketAddr, d: u64) -> u64 {
-    let tx = || {
-        stats_get(stats, &format!("/stats/{d}/dataplane"))
-            .and_then(|v| v["stats"]["tx_packets"].as_u64())
-            .unwrap_or(0)
-    };
-    let a = tx();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    tx().saturating_sub(a)
+    apply_json(cms, dpdk::sources(spec)).await;
 }
 
 fn pushes(stats: SocketAddr) -> Vec<u64> {
@@ -65,21 +37,7 @@ fn pushes(stats: SocketAddr) -> Vec<u64> {
 async fn a_revision_that_forwards_nothing_fails_the_throughput_check_and_rolls_back() {
     let cp = ControlPlane::shared().await;
     let client = cp.client().await;
-    let emu = spawn_emulator(
-        &bin(),
-        &[
-            "--device-ids",
-            "1,2,3",
-            "--dpdk-device-ids",
-            "1,2,3",
-            "--dpdk-extern-cores",
-            "1",
-            "--dpdk-rate-pps",
-            "20000",
-            "--dpdk-flows",
-            "4",
-        ],
-    );
+    let emu = dpdk::emulator();
     let _op = spawn_operator(
         &bin(),
         cp.kubeconfig_path(),
@@ -90,43 +48,14 @@ async fn a_revision_that_forwards_nothing_fails_the_throughput_check_and_rolls_b
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
     let v1 = l2crypt("l2crypt.spec");
     sources(&cms, &v1).await;
-    let src = |key: &str| json!({"configMapKeyRef": {"name": "l2-src", "key": key}});
     let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
-    create_json(
-        &programs,
-        json!({"apiVersion": V1, "kind": "P4Program", "metadata": {"name": "l2crypt"},
-            "spec": {"p4info": src("p4info.txt"),
-                "artifacts": {"dpdk": {"spec": src("pipeline.spec"),
-                    "context": src("context.json"), "bfrtJson": src("bfrt.json")}},
-                "rollout": {"strategy": "Canary",
-                    "steps": [{"switches": 1}, {"percent": 100}],
-                    "maxUnavailable": 2,
-                    "analysis": {"seconds": 3, "minThroughputRatio": 0.5},
-                    "progressDeadlineSeconds": 60}}}),
-    )
-    .await;
-    let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns.name());
-    for (i, d) in DEVICES.iter().enumerate() {
-        let sw = format!("{}-dsw{d}", ns.name());
-        create_json(
-            &Api::<Switch>::all(client.clone()),
-            json!({"apiVersion": V1, "kind": "Switch", "metadata": {"name": sw},
-                "spec": {"target": "Dpdk", "endpoint": emu.p4runtime.to_string(),
-                    "deviceId": d, "slots": 1, "capacity": {"cores": 2}}}),
-        )
-        .await;
-        create_json(
-            &vss,
-            json!({"apiVersion": V1, "kind": "VirtualSwitch",
-                "metadata": {"name": format!("vs-{i}"),
-                    "labels": {"p4fleet.dev/rollout-order": i.to_string()}},
-                "spec": {"programRef": "l2crypt", "switchRef": sw, "slot": 0}}),
-        )
-        .await;
-    }
-    for i in 0..DEVICES.len() {
-        wait_object_ready(&vss, &format!("vs-{i}"), Duration::from_secs(90)).await;
-    }
+    let rollout = json!({"strategy": "Canary",
+        "steps": [{"switches": 1}, {"percent": 100}],
+        "maxUnavailable": 2,
+        "analysis": {"seconds": 3, "minThroughputRatio": 0.5},
+        "progressDeadlineSeconds": 60});
+    create_json(&programs, dpdk::program(rollout)).await;
+    dpdk::fleet(&client, ns.name(), emu.p4runtime).await;
     // Revision 1 forwards the generated traffic (dmac's default floods).
     for d in DEVICES {
         let pps = forwarded_per_second(emu.stats, d).await;
@@ -168,17 +97,7 @@ async fn a_revision_that_forwards_nothing_fails_the_throughput_check_and_rolls_b
     let ev = event_about(&client, ns.name(), "l2crypt", Some("RolledBack")).await;
     assert_eq!(ev.type_.as_deref(), Some("Warning"));
     // The canary is back on revision 2 and forwards again.
-    wait_for(
-        "the canary forwarding again",
-        Duration::from_secs(60),
-        || async {
-            let pps = forwarded_per_second(emu.stats, DEVICES[0]).await;
-            (pps > 5_000)
-                .then_some(())
-                .ok_or(format!("{pps} packets/s"))
-        },
-    )
-    .await;
+    dpdk::wait_forwarding(emu.stats, DEVICES[0]).await;
     let after = pushes(emu.stats);
     assert!(
         after[0] >= before[0] + 2,
@@ -193,10 +112,6 @@ async fn a_revision_that_forwards_nothing_fails_the_throughput_check_and_rolls_b
         let pps = forwarded_per_second(emu.stats, *d).await;
         assert!(pps > 5_000, "device {d} forwards {pps} packets/s");
     }
-    for d in DEVICES {
-        let _ = Api::<Switch>::all(client.clone())
-            .delete(&format!("{}-dsw{d}", ns.name()), &Default::default())
-            .await;
-    }
+    dpdk::delete_switches(&client, ns.name()).await;
     ns.delete(&client).await.unwrap();
 }
