@@ -132,22 +132,6 @@ const PHASES: [(RolloutPhase, &str); 4] = [
     (RolloutPhase::RolledBack, "RolledBack"),
 ];
 
-/// The rows of the programs that have a rollout status, by namespace and name.
-pub fn rows<'a>(programs: impl IntoIterator<Item = &'a P4Program>) -> Vec<Row> {
-    rows_of(programs.into_iter().map(|p| {
-        let r = p.status.as_ref().and_then(|s| s.rollout.as_ref());
-        (p.namespace().unwrap_or_default(), p.name_any(), r)
-    }))
-}
-
-/// The rows of the sets that have an entries rollout status.
-pub fn set_rows<'a>(sets: impl IntoIterator<Item = &'a TableEntrySet>) -> Vec<Row> {
-    rows_of(sets.into_iter().map(|s| {
-        let r = s.status.as_ref().and_then(|s| s.rollout.as_ref());
-        (s.namespace().unwrap_or_default(), s.name_any(), r)
-    }))
-}
-
 /// Rows of (namespace, name, rollout status), by namespace and name.
 fn rows_of<'a>(
     objects: impl IntoIterator<Item = (String, String, Option<&'a RolloutStatus>)>,
@@ -219,28 +203,44 @@ fn counted(counts: &Counts, present: &[(String, String)]) -> Vec<(ProgramLabels,
 
 impl Collector for Scrape {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        if let Some(store) = self.programs.get() {
-            let programs = store.state();
-            let present: Vec<(String, String)> = programs
-                .iter()
-                .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
-                .collect();
-            let counted = counted(&self.counts, &present);
-            let rows = rows(programs.iter().map(|p| p.as_ref()));
-            encode_family(&mut encoder, &PROGRAMS, &counted, &rows)?;
-        }
-        if let Some(store) = self.sets.get() {
-            let sets = store.state();
-            let present: Vec<(String, String)> = sets
-                .iter()
-                .map(|s| (s.namespace().unwrap_or_default(), s.name_any()))
-                .collect();
-            let counted = counted(&self.set_counts, &present);
-            let rows = set_rows(sets.iter().map(|s| s.as_ref()));
-            encode_family(&mut encoder, &SETS, &counted, &rows)?;
-        }
-        Ok(())
+        let (e, programs, sets) = (&mut encoder, &self.programs, &self.sets);
+        encode_kind(e, programs, &self.counts, &PROGRAMS, program_rollout)?;
+        encode_kind(e, sets, &self.set_counts, &SETS, set_rollout)
     }
+}
+
+fn program_rollout(p: &P4Program) -> Option<&RolloutStatus> {
+    p.status.as_ref()?.rollout.as_ref()
+}
+
+fn set_rollout(s: &TableEntrySet) -> Option<&RolloutStatus> {
+    s.status.as_ref()?.rollout.as_ref()
+}
+
+/// The families of one kind, from its cached objects (none before the
+/// cache exists).
+fn encode_kind<K>(
+    encoder: &mut DescriptorEncoder,
+    cached: &Cached<K>,
+    counts: &Counts,
+    f: &Family,
+    rollout_of: fn(&K) -> Option<&RolloutStatus>,
+) -> Result<(), std::fmt::Error>
+where
+    K: kube::Resource<DynamicType = ()> + Clone,
+{
+    let Some(store) = cached.get() else {
+        return Ok(());
+    };
+    let objects = store.state();
+    let named = |o: &K| (o.namespace().unwrap_or_default(), o.name_any());
+    let present: Vec<(String, String)> = objects.iter().map(|o| named(o)).collect();
+    let counted = counted(counts, &present);
+    let rows = rows_of(objects.iter().map(|o| {
+        let (ns, name) = named(o);
+        (ns, name, rollout_of(o))
+    }));
+    encode_family(encoder, f, &counted, &rows)
 }
 
 /// One kind's counters and gauges.
@@ -335,6 +335,16 @@ mod tests {
             ..Default::default()
         });
         p
+    }
+
+    fn rows(programs: &[P4Program]) -> Vec<Row> {
+        rows_of(programs.iter().map(|p| {
+            (
+                p.namespace().unwrap_or_default(),
+                p.name_any(),
+                program_rollout(p),
+            )
+        }))
     }
 
     fn progressing() -> RolloutStatus {

@@ -341,16 +341,12 @@ async fn record(
     let mut in_use: std::collections::HashSet<&str> = loaded.iter().copied().collect();
     in_use.extend([update.digest.as_str(), current.digest.as_str()]);
     // A rollout's revisions, and a pinned one, are in use too.
-    if let Some(r) = &old.rollout {
-        in_use.extend(r.from.iter().map(|f| f.digest.as_str()));
-        in_use.insert(r.to.digest.as_str());
-    }
     let pinned = obj.spec.rollout.as_ref().and_then(|r| r.pin_revision);
-    in_use.extend(
-        all.iter()
-            .filter(|k| Some(k.revision) == pinned)
-            .map(|k| k.digest.as_str()),
-    );
+    in_use.extend(revisions::held_by_rollout(
+        old.rollout.as_ref(),
+        pinned,
+        &all,
+    ));
     let limit = obj
         .spec
         .revision_history_limit
@@ -366,16 +362,6 @@ async fn record(
             .collect(),
     ))
 }
-
-/// How often a rollout in progress looks again without a change to wake
-/// it (changes of its VirtualSwitches, of the sets on the moved ones and
-/// of their Switches do; the analysis window and pauses requeue at
-/// their end): a backstop.
-const ROLLOUT_POLL: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Condition type on a P4Program whose rollout cannot be followed (a
-/// pinned revision gone, a pause it cannot read).
-pub const ROLLOUT_VALID: &str = "RolloutValid";
 
 /// A Canary rollout's next move ([`rollout::advance`]) from the facts in
 /// the caches: `new.rollout` (which the VirtualSwitches follow), the
@@ -457,42 +443,27 @@ async fn roll(
     let was_invalid = obj
         .status
         .as_ref()
-        .is_some_and(|s| find_condition(&s.conditions, ROLLOUT_VALID).is_some());
+        .is_some_and(|s| find_condition(&s.conditions, rollout::ROLLOUT_VALID).is_some());
     let d = match decided {
         Ok(d) => d,
         Err(e) => {
             // Nothing moves: the VirtualSwitches keep what they run.
-            let c = Condition::new(ROLLOUT_VALID, false, e.reason(), e.to_string());
+            let c = Condition::new(rollout::ROLLOUT_VALID, false, e.reason(), e.to_string());
             new.conditions.push(c);
             return (Vec::new(), None);
         }
     };
     if was_invalid {
         new.conditions.push(Condition::new(
-            ROLLOUT_VALID,
+            rollout::ROLLOUT_VALID,
             true,
             "Valid",
             "the rollout can be followed",
         ));
     }
     new.rollout = d.status;
-    let notes = d
-        .notes
-        .into_iter()
-        .map(|n| match n.warning {
-            true => EventNote::warning(n.reason, "Rollout", n.message),
-            false => EventNote::normal(n.reason, "Rollout", n.message),
-        })
-        .collect();
-    let progressing = new
-        .rollout
-        .as_ref()
-        .is_some_and(|r| r.phase == RolloutPhase::Progressing);
-    let requeue = match (d.requeue, progressing) {
-        (r, true) => Some(r.map_or(ROLLOUT_POLL, |r| r.min(ROLLOUT_POLL))),
-        (r, false) => r,
-    };
-    (notes, requeue)
+    let notes = d.notes.into_iter().map(rollout::Note::event).collect();
+    (notes, rollout::wake(d.requeue, new.rollout.as_ref()))
 }
 
 /// The packets/s of each VirtualSwitch in `vss` whose target reports a
@@ -510,11 +481,7 @@ async fn throughputs(
             let sw = switches.get(&kube::runtime::reflector::ObjectRef::new(
                 st.switch.as_deref()?,
             ))?;
-            Some(throughput::Ask {
-                virtual_switch: v.name_any(),
-                source: throughput::source(&ctx.devices, &sw, st.slot)?,
-                switch: (*sw).clone(),
-            })
+            throughput::Ask::of(&ctx.devices, v.name_any(), &sw, st.slot)
         })
         .collect();
     throughput::sample(&ctx.devices, asks).await

@@ -101,11 +101,7 @@ pub fn snapshot(set: &TableEntrySet, sources: &Sources) -> Result<Snapshot, Revi
         .texts
         .iter()
         .map(|t| {
-            let text = t.text.get().map_err(|error| RevisionError::Source {
-                config_map: t.config_map.clone(),
-                key: t.key.clone(),
-                error,
-            })?;
+            let text = text_of(t)?;
             Ok(SnapshotText {
                 config_map: t.config_map.clone(),
                 key: t.key.clone(),
@@ -124,12 +120,43 @@ pub fn snapshot(set: &TableEntrySet, sources: &Sources) -> Result<Snapshot, Revi
 /// with where it came from, not the resourceVersions (a ConfigMap whose
 /// labels changed is the same content).
 pub fn digest(s: &Snapshot) -> String {
+    let texts = s.sources.iter();
+    hash(
+        &s.entries,
+        texts.map(|t| [&*t.config_map, &*t.key, &*t.text]),
+    )
+}
+
+/// [`digest`] of what `set` desires with `sources`, without copying the
+/// texts into a snapshot (a sync takes it whenever the content may have
+/// changed).
+pub fn digest_of(set: &TableEntrySet, sources: &Sources) -> Result<String, RevisionError> {
+    let texts = sources
+        .texts
+        .iter()
+        .map(|t| Ok((t, text_of(t)?)))
+        .collect::<Result<Vec<_>, RevisionError>>()?;
+    let parts = texts
+        .iter()
+        .map(|(t, text)| [&*t.config_map, &*t.key, &**text]);
+    Ok(hash(&set.spec.entries, parts))
+}
+
+fn text_of(t: &SourceText) -> Result<Arc<str>, RevisionError> {
+    t.text.get().map_err(|error| RevisionError::Source {
+        config_map: t.config_map.clone(),
+        key: t.key.clone(),
+        error,
+    })
+}
+
+fn hash<'a>(entries: &[TableEntry], texts: impl Iterator<Item = [&'a str; 3]>) -> String {
     let mut h = Sha256::new();
-    let entries = serde_json::to_vec(&s.entries).expect("entries serialize");
+    let entries = serde_json::to_vec(entries).expect("entries serialize");
     h.update((entries.len() as u64).to_be_bytes());
     h.update(&entries);
-    for t in &s.sources {
-        for part in [&t.config_map, &t.key, &t.text] {
+    for parts in texts {
+        for part in parts {
             h.update((part.len() as u64).to_be_bytes());
             h.update(part.as_bytes());
         }
@@ -332,6 +359,8 @@ mod tests {
     fn the_digest_is_the_content_not_where_or_when_it_was_read() {
         let (s, src) = set(&["10.0.0.1 allow\n"]);
         let d = digest(&snapshot(&s, &src).unwrap());
+        // Taken of the sources, it is the digest its ConfigMap is checked by.
+        assert_eq!(digest_of(&s, &src).unwrap(), d);
         let mut later = src.clone();
         later.texts[0].resource_version = "99".into();
         assert_eq!(digest(&snapshot(&s, &later).unwrap()), d);

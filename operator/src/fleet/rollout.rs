@@ -517,6 +517,43 @@ pub struct Note {
     pub message: String,
 }
 
+impl Note {
+    /// The Event to publish (action `Rollout`).
+    pub fn event(self) -> crate::status::EventNote {
+        use crate::status::EventNote;
+        match self.warning {
+            true => EventNote::warning(self.reason, "Rollout", self.message),
+            false => EventNote::normal(self.reason, "Rollout", self.message),
+        }
+    }
+}
+
+/// Condition type on an object whose rollout cannot be followed (a
+/// pinned revision gone, a pause it cannot read).
+pub const ROLLOUT_VALID: &str = "RolloutValid";
+
+/// How often a rollout in progress looks again without a change to wake
+/// it: a backstop (changes of what the gate reads wake it; the analysis
+/// window and timed pauses requeue at their end).
+pub const POLL: Duration = Duration::from_secs(10);
+
+/// When to look at a rollout again: the timer [`advance`] asked for, and
+/// at most [`POLL`] while it progresses.
+pub fn wake(asked: Option<Duration>, status: Option<&RolloutStatus>) -> Option<Duration> {
+    let progressing = status.is_some_and(|r| r.phase == RolloutPhase::Progressing);
+    match (asked, progressing) {
+        (r, true) => Some(r.map_or(POLL, |r| r.min(POLL))),
+        (r, false) => r,
+    }
+}
+
+/// A Switch's `Reachable` (None: not probed yet, or Unknown).
+pub fn reachable(sw: &Switch) -> Option<bool> {
+    use p4fleet_crds::condition_types::REACHABLE;
+    let c = find_condition(&sw.status.as_ref()?.conditions, REACHABLE)?;
+    (c.status != ConditionStatus::Unknown).then(|| c.is_true())
+}
+
 /// What [`advance`] decided.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
@@ -549,6 +586,26 @@ fn elapsed(since: &str, now: DateTime<Utc>) -> Duration {
         .unwrap_or(Duration::ZERO)
 }
 
+/// A rollout at rest: all `members` on `target`, `from` the revision
+/// left (if any), as of `now`.
+pub fn completed(
+    target: &RolloutRevision,
+    from: Option<RolloutRevision>,
+    members: usize,
+    now: DateTime<Utc>,
+) -> RolloutStatus {
+    RolloutStatus {
+        phase: RolloutPhase::Completed,
+        from,
+        to: target.clone(),
+        step_started_at: stamp(now),
+        started_at: stamp(now),
+        finished_at: Some(stamp(now)),
+        updated: members as u32,
+        ..Default::default()
+    }
+}
+
 /// Every member on `rev`.
 fn all_on(members: &[Member], rev: &RolloutRevision) -> BTreeMap<String, RolloutRevision> {
     members
@@ -570,16 +627,7 @@ pub fn advance(input: &Input) -> Result<Decision, SpecError> {
         ..
     } = input;
     // The whole fleet on the target now, `from` the revision left (if any).
-    let at_rest = |from: Option<RolloutRevision>| RolloutStatus {
-        phase: RolloutPhase::Completed,
-        from,
-        to: target.clone(),
-        step_started_at: stamp(*now),
-        started_at: stamp(*now),
-        finished_at: Some(stamp(*now)),
-        updated: members.len() as u32,
-        ..Default::default()
-    };
+    let at_rest = |from| completed(target, from, members.len(), *now);
     let steady = |status: Option<RolloutStatus>| Decision {
         assign: all_on(members, target),
         // A pinned revision at rest: a status that names it.
@@ -979,7 +1027,7 @@ pub fn assigned_in<'a>(r: &'a RolloutStatus, vs: &str) -> &'a str {
 /// Ready, failed there, re-applied since its last swap) and its Switch's
 /// `Reachable`. Pure.
 pub fn member(vs: &VirtualSwitch, sets: &[&TableEntrySet], switch: Option<&Switch>) -> Member {
-    use p4fleet_crds::condition_types::{PIPELINE_LOADED, REACHABLE, READY};
+    use p4fleet_crds::condition_types::{PIPELINE_LOADED, READY};
     let name = vs.name_any();
     let st = vs.status.clone().unwrap_or_default();
     let pipeline = match find_condition(&st.conditions, PIPELINE_LOADED) {
@@ -1018,10 +1066,7 @@ pub fn member(vs: &VirtualSwitch, sets: &[&TableEntrySet], switch: Option<&Switc
             }
         })
         .collect();
-    let reachable = switch.and_then(|sw| {
-        let c = find_condition(&sw.status.as_ref()?.conditions, REACHABLE)?;
-        (c.status != ConditionStatus::Unknown).then(|| c.is_true())
-    });
+    let reachable = switch.and_then(reachable);
     Member {
         order: vs.labels().get(ORDER_LABEL).cloned(),
         switch: st.switch.clone(),

@@ -60,6 +60,17 @@ pub struct Ask {
     pub source: Source,
 }
 
+impl Ask {
+    /// VirtualSwitch `vs` in `slot` of `sw`, if its target reports a rate.
+    pub fn of(devices: &DevicePool, vs: String, sw: &Switch, slot: Option<u32>) -> Option<Ask> {
+        Some(Ask {
+            source: source(devices, sw, slot)?,
+            virtual_switch: vs,
+            switch: sw.clone(),
+        })
+    }
+}
+
 /// Packets/s between two reads of a monotonic counter, `secs` apart;
 /// None when the counter went back (a board that restarted) or no time
 /// passed.

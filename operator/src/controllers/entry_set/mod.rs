@@ -345,20 +345,24 @@ async fn desired(
     rolled: &rollout::Rolled,
 ) -> desired::PerTarget {
     let (cache, assembled) = (&ctx.own.entry_sources, &ctx.own.sync_memory.desired);
-    let (now, kept) = rollout::groups(rolled, &refs.direct);
-    let targets: Vec<_> = now.iter().map(|i| refs.direct[*i].clone()).collect();
     let sources = &refs.all.sources;
+    let (now, kept) = rollout::groups(rolled, &refs.direct);
+    // Revisions' parses are cached under a key of their own, so the live
+    // content's stay as they are; released once no target needs them.
+    if ctx.own.rollouts.parses_revisions(me, !kept.is_empty()) {
+        cache.release(&rollout::revision_key(me));
+    }
+    if kept.is_empty() {
+        // Every target holds the content read now (always, without a
+        // rollout): no copy of the targets.
+        return parse::per_target(cache, assembled, me, set, &refs.direct, sources).await;
+    }
+    let targets: Vec<_> = now.iter().map(|i| refs.direct[*i].clone()).collect();
     let mut groups = vec![(
         now,
         parse::per_target(cache, assembled, me, set, &targets, sources).await,
     )];
-    // Revisions' parses are kept under a key of their own, so the live
-    // content's stay as they are.
     let key = rollout::revision_key(me);
-    if kept.is_empty() {
-        cache.begin(&key);
-        cache.finish(&key);
-    }
     for (digest, at) in kept {
         let snapshot = &rolled.snapshots[&digest];
         let then = crate::fleet::entry_revisions::as_of(set, snapshot);

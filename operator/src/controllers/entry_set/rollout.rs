@@ -16,10 +16,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
-use p4fleet_crds::condition_types::REACHABLE;
 use p4fleet_crds::{
-    Condition, ConditionStatus, RolloutPhase, RolloutRevision, RolloutStatus, RolloutStrategy,
-    TableEntrySet, TableEntrySetStatus, TargetStatus, find_condition,
+    Condition, RolloutPhase, RolloutRevision, RolloutStatus, RolloutStrategy, TableEntrySet,
+    TableEntrySetStatus, TargetStatus, find_condition,
 };
 
 use super::SetCtx;
@@ -27,36 +26,44 @@ use super::dereference::Target;
 use crate::entry_sources::Sources;
 use crate::fleet::entry_revisions::{self as revisions, RevisionError, Snapshot};
 use crate::fleet::revisions::Kept;
-use crate::fleet::rollout;
+use crate::fleet::rollout::{self, ROLLOUT_VALID};
 use crate::reads::Reads;
 use crate::status::EventNote;
 
 /// Condition type on a set whose entries could not be kept as a revision
 /// or read back from one (present once that happened).
 pub const REVISION_RECORDED: &str = crate::fleet::revisions::REVISION_RECORDED;
-/// Condition type on a set whose rollout cannot be followed.
-pub const ROLLOUT_VALID: &str = "RolloutValid";
-/// How often a rollout in progress looks again without a change to wake
-/// it: each look is a sync, which reads the moved targets back.
-const ROLLOUT_POLL: Duration = Duration::from_secs(10);
-
-/// What the stage keeps between syncs: per set, the content last read
-/// (so an unchanged one is not hashed again) and the revisions loaded
-/// back (so a long rollout reads its previous revision once).
+/// What the stage keeps between syncs, per set: the digest of the
+/// content last read with its fingerprint (so an unchanged one is not
+/// hashed again; the texts themselves are not kept), the revisions
+/// loaded back (so a long rollout reads its previous revision once), and
+/// whether parses of a kept revision are cached under its
+/// [`revision_key`].
 #[derive(Default)]
 pub struct Memory {
-    current: Mutex<HashMap<String, Content>>,
+    current: Mutex<HashMap<String, (String, String)>>,
     loaded: Mutex<HashMap<String, HashMap<String, Arc<Snapshot>>>>,
+    revision_parses: Mutex<HashSet<String>>,
 }
 
-/// A set's content as last read: its fingerprint, digest and snapshot.
-type Content = (String, String, Arc<Snapshot>);
-
 impl Memory {
-    /// Forgets a deleted set.
+    /// Forgets a deleted set, or one without a rollout.
     pub fn forget(&self, set: &str) {
         lock(&self.current).remove(set);
         lock(&self.loaded).remove(set);
+    }
+
+    /// Notes whether set `set` now has parses of kept revisions; true
+    /// when it had some and has none now (they are to be released).
+    pub fn parses_revisions(&self, set: &str, now: bool) -> bool {
+        let mut held = lock(&self.revision_parses);
+        if !now {
+            return held.remove(set);
+        }
+        if !held.contains(set) {
+            held.insert(set.to_string());
+        }
+        false
     }
 }
 
@@ -126,7 +133,7 @@ pub async fn roll(
         }
         None => None,
     };
-    let Some((digest, snapshot)) = now else {
+    let Some(digest) = now else {
         return hold(ctx, me, previous, targets, out).await;
     };
     let pinned = spec.pin_revision;
@@ -140,7 +147,9 @@ pub async fn roll(
     }
     let (number, new) = revisions::numbered(&digest, previous.as_ref(), &kept);
     if new {
-        let cm = match revisions::config_map(set, number, &digest, &snapshot) {
+        let snapshot = revisions::snapshot(set, sources);
+        let cm = snapshot.and_then(|s| revisions::config_map(set, number, &digest, &s));
+        let cm = match cm {
             Ok(cm) => cm,
             Err(e) => {
                 out.conditions.push(not_recorded(&e));
@@ -182,25 +191,15 @@ pub async fn roll(
     };
     // At rest the status still names the revision the targets hold, so
     // the next change has one to go back to.
-    out.status = d.status.or_else(|| Some(at_rest(&target)));
+    let now = chrono::Utc::now();
+    let rest = || rollout::completed(&target, None, targets.len(), now);
+    out.status = d.status.or_else(|| Some(rest()));
     out.assign = d.assign.into_iter().map(|(vs, r)| (vs, r.digest)).collect();
     out.current = Some(digest.clone());
-    for n in d.notes {
-        out.notes.push(match n.warning {
-            true => EventNote::warning(n.reason, "Rollout", n.message),
-            false => EventNote::normal(n.reason, "Rollout", n.message),
-        });
-    }
+    out.notes = d.notes.into_iter().map(rollout::Note::event).collect();
     out.conditions
         .extend(out.status.as_ref().and_then(rollout::rolled_back_condition));
-    let progressing = out
-        .status
-        .as_ref()
-        .is_some_and(|r| r.phase == RolloutPhase::Progressing);
-    out.requeue = match (d.requeue, progressing) {
-        (r, true) => Some(r.map_or(ROLLOUT_POLL, |r| r.min(ROLLOUT_POLL))),
-        (r, false) => r,
-    };
+    out.requeue = rollout::wake(d.requeue, out.status.as_ref());
     load_assigned(ctx, me, &mut out).await?;
     Ok(out)
 }
@@ -278,37 +277,23 @@ pub fn fold(
     events.extend(rolled.notes.iter().cloned());
 }
 
-/// The content read now: its digest and snapshot (hashed again only when
-/// the spec or a source's version changed).
+/// The digest of the content read now (hashed again only when the spec
+/// or a source's version changed).
 fn content(
     memory: &Memory,
     me: &str,
     set: &TableEntrySet,
     sources: &Sources,
-) -> Result<(String, Arc<Snapshot>), RevisionError> {
+) -> Result<String, RevisionError> {
     let f = revisions::fingerprint(set, sources);
-    if let Some((seen, digest, s)) = lock(&memory.current).get(me)
+    if let Some((seen, digest)) = lock(&memory.current).get(me)
         && *seen == f
     {
-        return Ok((digest.clone(), s.clone()));
+        return Ok(digest.clone());
     }
-    let s = Arc::new(revisions::snapshot(set, sources)?);
-    let digest = revisions::digest(&s);
-    lock(&memory.current).insert(me.to_string(), (f, digest.clone(), s.clone()));
-    Ok((digest, s))
-}
-
-/// The rollout's status at rest on `target`.
-fn at_rest(target: &RolloutRevision) -> RolloutStatus {
-    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    RolloutStatus {
-        phase: RolloutPhase::Completed,
-        to: target.clone(),
-        step_started_at: now.clone(),
-        started_at: now.clone(),
-        finished_at: Some(now),
-        ..Default::default()
-    }
+    let digest = revisions::digest_of(set, sources)?;
+    lock(&memory.current).insert(me.to_string(), (f, digest.clone()));
+    Ok(digest)
 }
 
 /// The rollout's next move over `targets`, to `target` (the content read
@@ -384,9 +369,10 @@ async fn hold(
             (t.virtual_switch.clone(), d.to_string())
         })
         .collect();
-    // A rollout in progress keeps looking; one at rest waits for the
-    // change that lets the content be read.
-    out.requeue = (p.phase == RolloutPhase::Progressing).then_some(ROLLOUT_POLL);
+    // A rollout in progress (or in a timed pause) keeps looking; one at
+    // rest waits for the change that lets the content be read.
+    let moving = matches!(p.phase, RolloutPhase::Progressing | RolloutPhase::Paused);
+    out.requeue = moving.then_some(rollout::POLL);
     out.status = Some(p);
     load_assigned(ctx, me, &mut out).await?;
     Ok(out)
@@ -461,17 +447,11 @@ async fn prune(
     kept: &[Kept],
     current: &str,
 ) -> Result<(), kube::Error> {
-    let mut in_use: HashSet<&str> = HashSet::from([current]);
-    if let Some(p) = previous {
-        in_use.extend(p.from.iter().map(|f| f.digest.as_str()));
-        in_use.insert(p.to.digest.as_str());
-    }
     let pinned = set.spec.rollout.as_ref().and_then(|r| r.pin_revision);
-    in_use.extend(
-        kept.iter()
-            .filter(|k| Some(k.revision) == pinned)
-            .map(|k| k.digest.as_str()),
-    );
+    let mut in_use: HashSet<&str> = HashSet::from([current]);
+    in_use.extend(crate::fleet::revisions::held_by_rollout(
+        previous, pinned, kept,
+    ));
     let limit = set
         .spec
         .revision_history_limit
@@ -496,10 +476,6 @@ pub fn member(
     here: Option<&TargetStatus>,
 ) -> rollout::Member {
     let held = here.and_then(|h| h.entries_digest.clone());
-    let reachable = t.switch.status.as_ref().and_then(|st| {
-        let c = find_condition(&st.conditions, REACHABLE)?;
-        (c.status != ConditionStatus::Unknown).then(|| c.is_true())
-    });
     rollout::Member {
         name: t.virtual_switch.clone(),
         order,
@@ -514,7 +490,7 @@ pub fn member(
                 reapplied: held.is_some(),
             }],
             loaded_digest: held,
-            reachable,
+            reachable: rollout::reachable(&t.switch),
             packets_per_second: None,
         },
     }
@@ -526,11 +502,8 @@ async fn throughputs(ctx: &SetCtx, targets: &[Target]) -> HashMap<String, u64> {
     let asks = targets
         .iter()
         .filter_map(|t| {
-            Some(throughput::Ask {
-                virtual_switch: t.virtual_switch.clone(),
-                source: throughput::source(&ctx.devices, &t.switch, Some(t.slot))?,
-                switch: t.switch.clone(),
-            })
+            let vs = t.virtual_switch.clone();
+            throughput::Ask::of(&ctx.devices, vs, &t.switch, Some(t.slot))
         })
         .collect();
     throughput::sample(&ctx.devices, asks).await
@@ -539,6 +512,7 @@ async fn throughputs(ctx: &SetCtx, targets: &[Target]) -> HashMap<String, u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use p4fleet_crds::condition_types::REACHABLE;
     use p4fleet_crds::{MovedState, MovedSwitch};
     use p4fleet_model::sync::SyncTally;
 
@@ -689,6 +663,16 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn revision_parses_are_released_once_no_target_needs_them() {
+        let m = Memory::default();
+        assert!(!m.parses_revisions("ns/a", false), "never had any");
+        assert!(!m.parses_revisions("ns/a", true));
+        assert!(!m.parses_revisions("ns/a", true));
+        assert!(m.parses_revisions("ns/a", false), "had some: release");
+        assert!(!m.parses_revisions("ns/a", false), "released once");
     }
 
     #[test]

@@ -462,6 +462,24 @@ pub fn record(program: &str, revisions: &[Kept], digest: &str) -> Record {
     }
 }
 
+/// The digests a rollout still needs, never pruned: its `from` and `to`,
+/// and the revision `pinned` names among `kept`.
+pub fn held_by_rollout<'a>(
+    rollout: Option<&'a p4fleet_crds::RolloutStatus>,
+    pinned: Option<i64>,
+    kept: &'a [Kept],
+) -> impl Iterator<Item = &'a str> {
+    let own = rollout
+        .into_iter()
+        .flat_map(|r| r.from.iter().chain([&r.to]))
+        .map(|r| r.digest.as_str());
+    let pin = kept
+        .iter()
+        .filter(move |k| Some(k.revision) == pinned)
+        .map(|k| k.digest.as_str());
+    own.chain(pin)
+}
+
 /// The revisions to delete: all but those in use (`in_use`: digests of
 /// the update and current revisions and of what VirtualSwitches run) and
 /// the newest `limit` of the others. Oldest first.
