@@ -421,7 +421,7 @@ async fn roll(
     if rollout::gauges_throughput(&spec, rolling, &update.digest, retry.as_ref()) {
         let rates = throughputs(ctx, &vss).await;
         for m in &mut members {
-            m.observed.packets_per_second = rates.get(&m.name).copied();
+            m.observed.rate = rollout::Rate::sampled(rates.get(&m.name));
         }
     }
     let input = rollout::target(&spec, &as_rev(update), kept).map(|target| rollout::Input {
@@ -471,7 +471,7 @@ async fn roll(
 async fn throughputs(
     ctx: &Context,
     vss: &[Arc<VirtualSwitch>],
-) -> std::collections::HashMap<String, u64> {
+) -> std::collections::HashMap<String, Option<u64>> {
     use crate::fleet::throughput;
     let switches = ctx.caches.switches.store();
     let asks = vss

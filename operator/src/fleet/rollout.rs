@@ -63,7 +63,38 @@ pub struct Observed {
     /// Its Switch's `Reachable` (None: not known).
     pub reachable: Option<bool>,
     /// Data-plane packets/s, where the target reports it.
-    pub packets_per_second: Option<u64>,
+    pub rate: Rate,
+}
+
+/// A member's data-plane rate at one look of the gate.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub enum Rate {
+    /// The target reports none (Bmv2, Tofino), or it was not asked.
+    #[default]
+    NotReported,
+    /// The target reports one, but its device did not answer this look:
+    /// a member is not moved without the figure to compare with later.
+    Unanswered,
+    PacketsPerSecond(u64),
+}
+
+impl Rate {
+    /// From a throughput sample's answer for one member: `None` when it
+    /// was not asked, `Some(None)` when its device did not answer.
+    pub fn sampled(answer: Option<&Option<u64>>) -> Rate {
+        match answer {
+            None => Rate::NotReported,
+            Some(None) => Rate::Unanswered,
+            Some(Some(pps)) => Rate::PacketsPerSecond(*pps),
+        }
+    }
+
+    pub fn figure(self) -> Option<u64> {
+        match self {
+            Rate::PacketsPerSecond(pps) => Some(pps),
+            Rate::NotReported | Rate::Unanswered => None,
+        }
+    }
 }
 
 /// A VirtualSwitch's `PipelineLoaded`.
@@ -358,7 +389,7 @@ pub fn checks(
             format!("Switch {sw} not probed yet"),
         ),
     };
-    let throughput = match (min_ratio, before, o.packets_per_second) {
+    let throughput = match (min_ratio, before, o.rate.figure()) {
         (None, ..) => check(
             Throughput,
             Pass,
@@ -536,6 +567,10 @@ pub const ROLLOUT_VALID: &str = "RolloutValid";
 /// it: a backstop (changes of what the gate reads wake it; the analysis
 /// window and timed pauses requeue at their end).
 pub const POLL: Duration = Duration::from_secs(10);
+
+/// How soon a member held for a figure its device did not give is asked
+/// again (one throughput call takes at most 3 s).
+const UNANSWERED_RETRY: Duration = Duration::from_secs(2);
 
 /// When to look at a rollout again: the timer [`advance`] asked for, and
 /// at most [`POLL`] while it progresses.
@@ -856,14 +891,22 @@ pub fn advance(input: &Input) -> Result<Decision, SpecError> {
                                 .map(|m| (m.name.clone(), m.switch.clone()))
                         });
                     let (virtual_switch, switch) = pending.unwrap_or_default();
+                    let unanswered = analysis.min_throughput_ratio.is_some()
+                        && by_name
+                            .get(virtual_switch.as_str())
+                            .is_some_and(|m| m.observed.rate == Rate::Unanswered);
                     failure = Some(GateFailure {
                         check: CheckKind::ProgressDeadline.name().into(),
                         virtual_switch,
                         switch,
                         message: format!(
-                            "step {} not healthy within {} s (progressDeadlineSeconds)",
+                            "step {} not healthy within {} s (progressDeadlineSeconds){}",
                             st.step,
-                            deadline.as_secs()
+                            deadline.as_secs(),
+                            match unanswered {
+                                true => "; its device gave no packets/s to compare with",
+                                false => "",
+                            }
                         ),
                     });
                 }
@@ -899,19 +942,27 @@ pub fn advance(input: &Input) -> Result<Decision, SpecError> {
                 let room = max_unavailable.saturating_sub(unhealthy);
                 let moved: HashSet<String> =
                     st.moved.iter().map(|m| m.virtual_switch.clone()).collect();
-                let next: Vec<&Member> = ordered
-                    .iter()
-                    .filter(|m| !moved.contains(&m.name))
-                    .take(n.saturating_sub(st.moved.len()).min(room))
+                // With a throughput check, a member whose device did not
+                // answer waits for a figure (in order: the canary is not
+                // skipped), or its check would have nothing to compare.
+                let want = n.saturating_sub(st.moved.len()).min(room);
+                let unmoved = ordered.iter().filter(|m| !moved.contains(&m.name));
+                let gauged = analysis.min_throughput_ratio.is_some();
+                let next: Vec<&Member> = unmoved
+                    .take(want)
+                    .take_while(|m| !(gauged && m.observed.rate == Rate::Unanswered))
                     .copied()
                     .collect();
+                if next.len() < want && gauged {
+                    wake(UNANSWERED_RETRY);
+                }
                 for m in &next {
                     st.moved.push(MovedSwitch {
                         virtual_switch: m.name.clone(),
                         switch: m.switch.clone(),
                         step: st.step,
                         state: MovedState::Moving,
-                        packets_per_second_before: m.observed.packets_per_second,
+                        packets_per_second_before: m.observed.rate.figure(),
                     });
                 }
                 if progressed || !next.is_empty() {
@@ -1076,7 +1127,7 @@ pub fn member(vs: &VirtualSwitch, sets: &[&TableEntrySet], switch: Option<&Switc
             sets,
             reachable,
             // Not gathered yet: the throughput check passes, saying so.
-            packets_per_second: None,
+            rate: Rate::NotReported,
         },
         name,
     }
@@ -1160,7 +1211,7 @@ mod tests {
                     reapplied: true,
                 }],
                 reachable: Some(true),
-                packets_per_second: Some(1000),
+                rate: Rate::PacketsPerSecond(1000),
             },
         }
     }
@@ -1400,7 +1451,7 @@ mod tests {
         );
         m.observed.sets[0].failed = 2;
         m.observed.reachable = Some(false);
-        m.observed.packets_per_second = Some(10);
+        m.observed.rate = Rate::PacketsPerSecond(10);
         let cs = checks(&m, &target, Some(0.9), Some(1000), true);
         assert_eq!(verdicts(&cs), [Pass, Fail, Fail, Fail]);
         assert_eq!(cs[1].compared, "TableEntrySet set-vs: 2 entries failed");
@@ -1585,7 +1636,7 @@ mod tests {
         let spec = canary(vec![step_switches(1), step_percent(100)]);
         let target = rev(2);
         w.tick(&spec, &target, None);
-        w.members[0].observed.packets_per_second = Some(500);
+        w.members[0].observed.rate = Rate::PacketsPerSecond(500);
         w.until(&spec, &target, RolloutPhase::RolledBack, 10);
         let f = w.status.unwrap().failure.unwrap();
         assert_eq!(f.check, "Throughput");
@@ -1593,6 +1644,55 @@ mod tests {
             f.message,
             "500 packets/s, at least 0.9 × 1000 packets/s before the step"
         );
+    }
+
+    #[test]
+    fn a_member_whose_device_gave_no_rate_is_moved_once_it_does() {
+        let mut w = World::new(3);
+        let spec = Rollout {
+            progress_deadline_seconds: Some(60),
+            ..canary(vec![step_switches(1), step_percent(100)])
+        };
+        let target = rev(2);
+        // The canary's device did not answer: nobody moves (not the next
+        // one in its place), and the rollout looks again soon.
+        w.members[0].observed.rate = Rate::Unanswered;
+        let d = w.tick(&spec, &target, None);
+        assert_eq!(w.on(2), 0);
+        assert!(w.status.as_ref().unwrap().moved.is_empty());
+        assert_eq!(d.requeue, Some(UNANSWERED_RETRY));
+        // It answers: it moves, with its figure to compare with.
+        w.members[0].observed.rate = Rate::PacketsPerSecond(800);
+        w.tick(&spec, &target, None);
+        let st = w.status.clone().unwrap();
+        assert_eq!(st.moved[0].virtual_switch, "vs-00");
+        assert_eq!(st.moved[0].packets_per_second_before, Some(800));
+        // Without a throughput check, the rate is not waited for.
+        let mut w = World::new(3);
+        w.members[0].observed.rate = Rate::Unanswered;
+        let plain = Rollout {
+            analysis: None,
+            ..spec.clone()
+        };
+        w.tick(&plain, &target, None);
+        assert_eq!(w.on(2), 1);
+        // A device that never answers fails the step at its deadline,
+        // saying why.
+        let mut w = World::new(3);
+        w.members[0].observed.rate = Rate::Unanswered;
+        w.until(&spec, &target, RolloutPhase::RolledBack, 10);
+        let f = w.status.unwrap().failure.unwrap();
+        assert_eq!(
+            (f.check.as_str(), f.virtual_switch.as_str()),
+            ("ProgressDeadline", "vs-00")
+        );
+        assert!(
+            f.message
+                .ends_with("its device gave no packets/s to compare with"),
+            "{}",
+            f.message
+        );
+        assert_eq!(w.loads, []);
     }
 
     #[test]

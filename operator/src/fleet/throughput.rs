@@ -79,21 +79,20 @@ pub fn rate(first: u64, second: u64, secs: f64) -> Option<u64> {
     (secs > 0.0).then(|| (sent as f64 / secs).round() as u64)
 }
 
-/// The packets/s of each asked VirtualSwitch that its device reported,
-/// by name. A device that does not answer is left out.
-pub async fn sample(devices: &DevicePool, asks: Vec<Ask>) -> HashMap<String, u64> {
+/// The packets/s of each asked VirtualSwitch, by name: None where its
+/// device did not answer (or gave no figure).
+pub async fn sample(devices: &DevicePool, asks: Vec<Ask>) -> HashMap<String, Option<u64>> {
     let (dpdk, fpga): (Vec<Ask>, Vec<Ask>) = asks
         .into_iter()
         .partition(|a| matches!(a.source, Source::Dpdk(_)));
     let dpdk = futures::stream::iter(dpdk)
         .map(|a| async move {
-            let pps = dpdk_rate(devices, &a).await?;
-            Some((a.virtual_switch, pps))
+            let pps = dpdk_rate(devices, &a).await;
+            (a.virtual_switch, pps)
         })
         .buffer_unordered(PARALLEL)
-        .filter_map(|x| async { x })
         .collect::<Vec<_>>();
-    let (mut got, fpga): (HashMap<String, u64>, _) = futures::join!(
+    let (mut got, fpga): (HashMap<String, Option<u64>>, _) = futures::join!(
         async { dpdk.await.into_iter().collect() },
         fpga_rates(devices, fpga)
     );
@@ -130,7 +129,7 @@ type Read = (HashMap<u32, u64>, Option<f64>, f64);
 /// The FPGA slots' rates: every board read once, then again after
 /// [`FPGA_SPAN`]. The board's own time of each read is used where it
 /// gives one (`GetSlotCountersResponse.at`), this process's otherwise.
-async fn fpga_rates(devices: &DevicePool, asks: Vec<Ask>) -> HashMap<String, u64> {
+async fn fpga_rates(devices: &DevicePool, asks: Vec<Ask>) -> HashMap<String, Option<u64>> {
     let mut boards: BTreeMap<String, (Switch, Vec<(String, u32)>)> = BTreeMap::new();
     for a in asks {
         let Source::FpgaSlot(slot) = a.source else {
@@ -155,7 +154,10 @@ async fn fpga_rates(devices: &DevicePool, asks: Vec<Ask>) -> HashMap<String, u64
     let first = read_all().await;
     tokio::time::sleep(FPGA_SPAN).await;
     let second = read_all().await;
-    let mut got = HashMap::new();
+    let mut got: HashMap<String, Option<u64>> = boards
+        .values()
+        .flat_map(|(_, vss)| vss.iter().map(|(vs, _)| (vs.clone(), None)))
+        .collect();
     for (((_, vss), a), b) in boards.values().zip(first).zip(second) {
         let (Some((a, board_a, ta)), Some((b, board_b, tb))) = (a, b) else {
             continue;
@@ -169,9 +171,7 @@ async fn fpga_rates(devices: &DevicePool, asks: Vec<Ask>) -> HashMap<String, u64
             let (Some(x), Some(y)) = (a.get(slot), b.get(slot)) else {
                 continue;
             };
-            if let Some(pps) = rate(*x, *y, secs) {
-                got.insert(vs.clone(), pps);
-            }
+            got.insert(vs.clone(), rate(*x, *y, secs));
         }
     }
     got

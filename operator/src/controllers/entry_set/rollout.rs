@@ -329,7 +329,7 @@ async fn decide(
     if rollout::gauges_throughput(spec, previous, &target.digest, retry.as_ref()) {
         let rates = throughputs(ctx, targets).await;
         for m in &mut members {
-            m.observed.packets_per_second = rates.get(&m.name).copied();
+            m.observed.rate = rollout::Rate::sampled(rates.get(&m.name));
         }
     }
     let input = rollout::Input {
@@ -491,13 +491,13 @@ pub fn member(
             }],
             loaded_digest: held,
             reachable: rollout::reachable(&t.switch),
-            packets_per_second: None,
+            rate: rollout::Rate::NotReported,
         },
     }
 }
 
 /// The packets/s of each target whose device reports a rate.
-async fn throughputs(ctx: &SetCtx, targets: &[Target]) -> HashMap<String, u64> {
+async fn throughputs(ctx: &SetCtx, targets: &[Target]) -> HashMap<String, Option<u64>> {
     use crate::fleet::throughput;
     let asks = targets
         .iter()
