@@ -7,7 +7,8 @@
 //!   entries, the three others exactly revision 1's 20, and the set is
 //!   Ready with 0 failed. The resume moves the other three.
 //! - The operator killed (SIGKILL) during the pause: the new one resumes
-//!   from the status, writes nothing and moves nobody.
+//!   from the status, writes nothing and moves nobody. `p4fleet rollout
+//!   resume tes/fw` passes the pause.
 //! - Revision 3 replaces every line; the canary's device refuses the
 //!   updates of its next Write (an injected fault), so it took only part
 //!   of the change, if any. The gate fails on `EntriesReapplied` at
@@ -16,7 +17,9 @@
 //!   operator kept (the user's ConfigMap holds revision 3 by then). The
 //!   three others were never written to.
 //! - Each revision is an immutable ConfigMap owned by the set.
-//! - `pinRevision: 1` takes the fleet back to revision 1 (read from its
+//! - `p4fleet rollout status tes/fw` names the failure; `p4fleet rollout
+//!   undo tes/fw --to-revision 1` pins revision 1 (it refuses one not
+//!   kept), which takes the fleet back to revision 1 (read from its
 //!   ConfigMap) through the same steps.
 //!
 //! (Its own binary: its operator watches the whole control plane.)
@@ -29,7 +32,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use p4fleet_crds::{RolloutPhase, RolloutStatus, TableEntrySet, find_condition};
 use p4fleet_e2e::firewall::{self, Kind, Other, arm_fault, faults_fired, keys_of_lines};
 use p4fleet_e2e::processes::{
-    build_binaries as bin, device_stat, metric_sample, metrics_text, operator_http_addr,
+    build_binaries as bin, device_stat, metric_sample, metrics_text, operator_http_addr, p4fleet,
     reconciled, spawn_operator,
 };
 use p4fleet_e2e::rollout::{DEVICES, ENTRIES, Fleet, start, teardown};
@@ -65,6 +68,25 @@ async fn lines(cms: &Api<ConfigMap>, start: usize, n: usize) {
 }
 
 /// Each device's firewall keys, read by another client.
+/// `p4fleet rollout ARGS` against the control plane: exit code, stdout,
+/// stderr.
+async fn rollout_cli(cp: &ControlPlane, args: &[&str]) -> (Option<i32>, String, String) {
+    let kubeconfig = cp.kubeconfig_path().to_path_buf();
+    let args: Vec<String> = ["rollout"]
+        .iter()
+        .chain(args)
+        .map(|a| a.to_string())
+        .collect();
+    let out = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        p4fleet(&kubeconfig, &args)
+    })
+    .await
+    .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
 async fn held(readers: &[Other]) -> Vec<HashSet<EntryKey>> {
     let mut out = Vec::new();
     for r in readers {
@@ -161,11 +183,11 @@ async fn a_selector_set_rolls_its_entries_out_in_steps_and_back_on_a_failed_gate
     let canary = vec![rev2.clone(), rev1.clone(), rev1.clone(), rev1.clone()];
     assert_eq!(held(&readers).await, canary);
 
-    // Resumed: the other three.
-    let resume = json!({"metadata": {"annotations": {"p4fleet.dev/rollout-resume": "2/1"}}});
-    sets.patch("fw", &PatchParams::default(), &Patch::Merge(&resume))
-        .await
-        .unwrap();
+    // Resumed by a person: the other three.
+    let (code, out, _) = rollout_cli(cp, &["resume", "tes/fw", "-n", ns.name()]).await;
+    assert_eq!(code, Some(0), "{out}");
+    let said = format!("TableEntrySet {}/fw resumed: passes steps[1]", ns.name());
+    assert!(out.starts_with(&said), "{out}");
     let done = set_phase(&sets, RolloutPhase::Completed, |r| r.to.revision == 2).await;
     assert_eq!(done.moved.len(), DEVICES.len(), "{done:?}");
     assert_eq!(held(&readers).await, vec![rev2.clone(); 4]);
@@ -215,12 +237,34 @@ async fn a_selector_set_rolls_its_entries_out_in_steps_and_back_on_a_failed_gate
         );
     }
 
-    // Undo from Git: pin revision 1, kept only as a ConfigMap of the
-    // operator's by now, through the same steps.
-    let pin = json!({"spec": {"rollout": {"pinRevision": 1}}});
-    sets.patch("fw", &PatchParams::default(), &Patch::Merge(&pin))
-        .await
-        .unwrap();
+    // What a person sees of it.
+    let (code, out, _) = rollout_cli(cp, &["status", "tes/fw", "-n", ns.name()]).await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("rollout: RolledBack"), "{out}");
+    assert!(
+        out.contains("failure: EntriesReapplied failed on VirtualSwitch vs-0"),
+        "{out}"
+    );
+
+    // Undo: pin revision 1, kept only as a ConfigMap of the operator's by
+    // now, through the same steps. A revision not kept is refused.
+    let (code, _, err) = rollout_cli(
+        cp,
+        &["undo", "tes/fw", "-n", ns.name(), "--to-revision", "7"],
+    )
+    .await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("revision 7 is not kept (kept: 1, 2, 3)"),
+        "{err}"
+    );
+    let (code, out, err) = rollout_cli(
+        cp,
+        &["undo", "tes/fw", "-n", ns.name(), "--to-revision", "1"],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("spec.rollout.pinRevision=1"), "{out}");
     let pinned = set_phase(&sets, RolloutPhase::Paused, |r| r.to.revision == 1).await;
     assert_eq!(pinned.from.as_ref().map(|r| r.revision), Some(2));
     wait_held(

@@ -275,16 +275,17 @@ pub enum EntriesCommand {
     },
 }
 
-/// `p4fleet rollout ...` (docs/rollouts.md, "From the command line").
+/// `p4fleet rollout ...` (docs/rollouts.md, "From the command line"), of
+/// a P4Program or a selector TableEntrySet.
 /// Exit codes: 0 done, 1 the watched rollout rolled back, 2 an error
-/// (no such program, the API refused, a timeout).
+/// (no such object, the API refused, a timeout).
 #[derive(Debug, Subcommand)]
 pub enum RolloutCommand {
-    /// Print the program's rollout: phase, revisions, step, counts, moved
-    /// VirtualSwitches, failure.
+    /// Print the rollout: phase, revisions, step, counts, moved
+    /// VirtualSwitches (a set's: targets), failure.
     Status {
         #[command(flatten)]
-        program: ProgramArgs,
+        object: RolloutArgs,
         /// Follow until the rollout completes (exit 0), rolls back (exit 1)
         /// or pauses (exit 0).
         #[arg(short, long)]
@@ -295,20 +296,20 @@ pub enum RolloutCommand {
         timeout: std::time::Duration,
     },
     /// Set spec.rollout.paused: nothing more moves, nothing rolls back.
-    Pause(ProgramArgs),
+    Pause(RolloutArgs),
     /// Clear spec.rollout.paused, and pass the indefinite pause step the
     /// rollout waits at, if any (the annotation p4fleet.dev/rollout-resume).
-    Resume(ProgramArgs),
+    Resume(RolloutArgs),
     /// Try the rolled-back revision once more, from the first step (the
     /// annotation p4fleet.dev/rollout-retry, naming this rollback).
-    Retry(ProgramArgs),
+    Retry(RolloutArgs),
     /// Pin the revision before (spec.rollout.pinRevision): where the
     /// rollout in progress started, else the revision the fleet ran, else
     /// the highest kept revision below the one in force.
     Undo {
         #[command(flatten)]
-        program: ProgramArgs,
-        /// Pin this revision instead (one of the program's kept revisions).
+        object: RolloutArgs,
+        /// Pin this revision instead (one of the kept revisions).
         #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
         to_revision: Option<i64>,
     },
@@ -327,11 +328,13 @@ pub struct PlanArgs {
     pub namespace: Option<String>,
 }
 
-/// The P4Program a `rollout` command acts on.
+/// The object a `rollout` command acts on.
 #[derive(Debug, Args)]
-pub struct ProgramArgs {
-    /// The P4Program.
-    pub name: String,
+pub struct RolloutArgs {
+    /// NAME (a P4Program) or TYPE/NAME: p4p/NAME, or tes/NAME for a
+    /// selector TableEntrySet.
+    #[arg(value_name = "[TYPE/]NAME", value_parser = crate::rollout_cli::parse_object)]
+    pub object: crate::rollout_cli::Object,
     /// Its namespace (default: the kubeconfig context's).
     #[arg(short, long)]
     pub namespace: Option<String>,
@@ -472,7 +475,7 @@ mod tests {
     fn rollout_commands_parse() {
         let cli = Cli::try_parse_from(["p4fleet", "rollout", "status", "fw", "-n", "team-a", "-w"]);
         let Command::Rollout(RolloutCommand::Status {
-            program,
+            object,
             watch,
             timeout,
         }) = cli.unwrap().command
@@ -480,9 +483,22 @@ mod tests {
             panic!("rollout status")
         };
         assert_eq!(
-            (program.name.as_str(), program.namespace.as_deref()),
-            ("fw", Some("team-a"))
+            (&object.object, object.namespace.as_deref()),
+            (
+                &crate::rollout_cli::parse_object("fw").unwrap(),
+                Some("team-a")
+            )
         );
+        assert_eq!(object.object.kind, crate::rollout_cli::Kind::Program);
+        let cli = Cli::try_parse_from(["p4fleet", "rollout", "pause", "tes/routes"]);
+        let Command::Rollout(RolloutCommand::Pause(args)) = cli.unwrap().command else {
+            panic!("rollout pause")
+        };
+        assert_eq!(
+            (args.object.kind, args.object.name.as_str()),
+            (crate::rollout_cli::Kind::EntrySet, "routes")
+        );
+        assert!(Cli::try_parse_from(["p4fleet", "rollout", "pause", "deploy/web"]).is_err());
         assert!(watch);
         assert_eq!(timeout, std::time::Duration::from_secs(600));
         let cli = Cli::try_parse_from(["p4fleet", "rollout", "status", "fw", "--timeout=1m30s"]);

@@ -1,16 +1,18 @@
-//! `p4fleet rollout status | pause | resume | retry | undo NAME`: a person's view
-//! of a P4Program's rollout and one-off control over it, as `kubectl
+//! `p4fleet rollout status | pause | resume | retry | undo [KIND/]NAME`: a
+//! person's view of a rollout and one-off control over it, as `kubectl
 //! rollout` gives for a Deployment (docs/rollouts.md, "From the command
-//! line").
+//! line"). NAME is a P4Program; `tes/NAME` a selector TableEntrySet,
+//! whose rollout moves entries revisions the same way.
 //!
-//! The pure parts are separate and unit-tested: [`render`] (status.rollout
-//! as text), [`settled`] (when `--watch` stops), and the patches
-//! ([`pause_patch`], [`resume_patch`], [`retry_patch`], [`undo_patch`]
-//! with [`undo_target`]).
+//! The pure parts are separate and unit-tested: [`Rolled`] (what the
+//! commands read of either kind), [`render`] (status.rollout as text),
+//! [`settled`] (when `--watch` stops), and the patches ([`pause_patch`],
+//! [`resume_patch`], [`retry_patch`], [`undo_patch`] with
+//! [`undo_target`]).
 //! [`run`] does the API calls. Every change is a JSON merge patch, as
 //! `kubectl rollout pause` makes one, not a server-side apply: a person's
 //! one-off change should not take ownership of `spec.rollout` away from
-//! the GitOps tool that manages the program (with Argo CD self-heal on,
+//! the GitOps tool that manages the object (with Argo CD self-heal on,
 //! Git wins; a lasting pause or pin belongs in Git).
 
 use std::fmt::Write as _;
@@ -18,53 +20,246 @@ use std::io::Write;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
+use p4fleet_crds::condition_types::READY;
 use p4fleet_crds::{
-    MovedState, P4Program, RevisionRef, RolloutPhase, RolloutRevision, RolloutStep, RolloutStrategy,
+    MovedState, P4Program, Rollout, RolloutPhase, RolloutRevision, RolloutStatus, RolloutStep,
+    RolloutStrategy, TableEntrySet, find_condition,
 };
 use serde_json::{Value, json};
 
 use crate::artifacts::short_digest;
 use crate::cli::RolloutCommand;
-use crate::fleet::revisions;
 use crate::fleet::rollout::{self, RESUME_ANNOTATION, RETRY_ANNOTATION, Step};
+use crate::fleet::{entry_revisions, revisions};
 
-/// How often `status --watch` reads the program again.
+/// How often `status --watch` reads the object again.
 const POLL: Duration = Duration::from_secs(2);
 
-/// What stops a command (exit code 2). Each names the program.
+/// The kinds that roll out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Program,
+    EntrySet,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Program => "P4Program",
+            Kind::EntrySet => "TableEntrySet",
+        }
+    }
+
+    /// What a rollout moves, in the status text.
+    fn moves(self) -> &'static str {
+        match self {
+            Kind::Program => "VirtualSwitches",
+            Kind::EntrySet => "targets",
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The object a command names: `NAME` (a P4Program) or `TYPE/NAME` as
+/// kubectl takes it (`p4p/NAME`, `tes/NAME`, the kind or its plural).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Object {
+    pub kind: Kind,
+    pub name: String,
+}
+
+/// Reads `NAME` or `TYPE/NAME` (a clap value parser).
+pub fn parse_object(s: &str) -> Result<Object, String> {
+    let (kind, name) = match s.split_once('/') {
+        None => (Kind::Program, s),
+        Some((t, name)) => {
+            let kind = match t.to_ascii_lowercase().as_str() {
+                "p4p" | "p4program" | "p4programs" | "p4programs.p4fleet.dev" => Kind::Program,
+                "tes" | "tableentryset" | "tableentrysets" | "tableentrysets.p4fleet.dev" => {
+                    Kind::EntrySet
+                }
+                _ => {
+                    return Err(format!(
+                        "{t:?} does not roll out: give a P4Program (NAME or p4p/NAME) or a TableEntrySet (tes/NAME)"
+                    ));
+                }
+            };
+            (kind, name)
+        }
+    };
+    if name.is_empty() || name.contains('/') {
+        return Err(format!("{s:?} is not NAME or TYPE/NAME"));
+    }
+    Ok(Object {
+        kind,
+        name: name.to_string(),
+    })
+}
+
+/// What the commands read of a P4Program or a TableEntrySet: its
+/// rollout spec and status, and the revisions its status names.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rolled {
+    pub kind: Option<Kind>,
+    pub name: String,
+    pub namespace: String,
+    pub generation: Option<i64>,
+    pub spec: Option<Rollout>,
+    /// None: the operator has not written a status yet.
+    pub status: Option<RolledStatus>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RolledStatus {
+    pub observed_generation: Option<i64>,
+    /// The revision the whole fleet ran last.
+    pub current: Option<RolloutRevision>,
+    /// The revision of the content read now (absent while a set's is
+    /// pinned: its status names only the pinned one).
+    pub update: Option<RolloutRevision>,
+    pub rollout: Option<RolloutStatus>,
+    /// With no rollout status: whether the fleet holds what the spec asks.
+    pub steady: bool,
+}
+
+impl Rolled {
+    fn kind(&self) -> Kind {
+        self.kind.unwrap_or(Kind::Program)
+    }
+
+    fn display(&self) -> String {
+        format!("{} {}/{}", self.kind(), self.namespace, self.name)
+    }
+
+    fn pin(&self) -> Option<i64> {
+        self.spec.as_ref().and_then(|r| r.pin_revision)
+    }
+
+    fn rollout(&self) -> Option<&RolloutStatus> {
+        self.status.as_ref()?.rollout.as_ref()
+    }
+
+    /// The revision the fleet is to hold: the pin, else the update.
+    fn in_force(&self) -> Option<i64> {
+        let update = self.status.as_ref()?.update.as_ref().map(|u| u.revision);
+        self.pin().or(update)
+    }
+}
+
+fn as_rev(r: &p4fleet_crds::RevisionRef) -> RolloutRevision {
+    RolloutRevision {
+        revision: r.revision,
+        digest: r.digest.clone(),
+    }
+}
+
+impl From<&P4Program> for Rolled {
+    fn from(p: &P4Program) -> Rolled {
+        let pin = p.spec.rollout.as_ref().and_then(|r| r.pin_revision);
+        Rolled {
+            kind: Some(Kind::Program),
+            name: p.name_any(),
+            namespace: p.namespace().unwrap_or_default(),
+            generation: p.metadata.generation,
+            spec: p.spec.rollout.clone(),
+            status: p.status.as_ref().map(|s| {
+                let current = s.current_revision.as_ref().map(as_rev);
+                let update = s.update_revision.as_ref().map(as_rev);
+                let in_force = pin.or(update.as_ref().map(|u| u.revision));
+                RolledStatus {
+                    observed_generation: s.observed_generation,
+                    steady: in_force.is_some() && current.as_ref().map(|c| c.revision) == in_force,
+                    current,
+                    update,
+                    rollout: s.rollout.clone(),
+                }
+            }),
+        }
+    }
+}
+
+impl From<&TableEntrySet> for Rolled {
+    /// A set's status names its revisions in `status.rollout` only: at
+    /// rest (Completed) the one its targets hold, else `from` (where
+    /// they were) and `to` (the content read now, or the pinned one).
+    fn from(set: &TableEntrySet) -> Rolled {
+        let pinned = set
+            .spec
+            .rollout
+            .as_ref()
+            .is_some_and(|r| r.pin_revision.is_some());
+        Rolled {
+            kind: Some(Kind::EntrySet),
+            name: set.name_any(),
+            namespace: set.namespace().unwrap_or_default(),
+            generation: set.metadata.generation,
+            spec: set.spec.rollout.clone(),
+            status: set.status.as_ref().map(|s| {
+                let r = s.rollout.as_ref();
+                let current = r.and_then(|r| match r.phase {
+                    RolloutPhase::Completed => Some(r.to.clone()),
+                    _ => r.from.clone(),
+                });
+                RolledStatus {
+                    observed_generation: s.observed_generation,
+                    current,
+                    update: r.filter(|_| !pinned).map(|r| r.to.clone()),
+                    rollout: s.rollout.clone(),
+                    steady: find_condition(&s.conditions, READY).is_some_and(|c| c.is_true()),
+                }
+            }),
+        }
+    }
+}
+
+/// What stops a command (exit code 2). Each names the object.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("no cluster to talk to (KUBECONFIG, ~/.kube/config or in-cluster): {0}")]
     Client(#[source] Box<kube::Error>),
-    #[error("P4Program {namespace}/{program} not found")]
-    NotFound { program: String, namespace: String },
-    #[error("P4Program {namespace}/{program}: {action}: {source}")]
+    #[error("{kind} {namespace}/{name} not found")]
+    NotFound {
+        kind: Kind,
+        name: String,
+        namespace: String,
+    },
+    #[error("{kind} {namespace}/{name}: {action}: {source}")]
     Api {
-        program: String,
+        kind: Kind,
+        name: String,
         namespace: String,
         action: &'static str,
         #[source]
         source: Box<kube::Error>,
     },
-    #[error("P4Program {namespace}/{program}: nothing to retry: {why}")]
+    #[error("{kind} {namespace}/{name}: nothing to retry: {why}")]
     Retry {
-        program: String,
+        kind: Kind,
+        name: String,
         namespace: String,
         why: String,
     },
-    #[error("P4Program {namespace}/{program}: cannot undo: {refusal}")]
+    #[error("{kind} {namespace}/{name}: cannot undo: {refusal}")]
     Undo {
-        program: String,
+        kind: Kind,
+        name: String,
         namespace: String,
         refusal: Refusal,
     },
     #[error(
-        "P4Program {namespace}/{program}: the rollout did not finish, roll back or pause within {timeout:?}"
+        "{kind} {namespace}/{name}: the rollout did not finish, roll back or pause within {timeout:?}"
     )]
     Timeout {
-        program: String,
+        kind: Kind,
+        name: String,
         namespace: String,
         timeout: Duration,
     },
@@ -87,10 +282,12 @@ pub enum Outcome {
 pub enum Refusal {
     #[error("{0}")]
     NothingBefore(String),
-    #[error(
-        "revision {revision} is not kept (kept: {kept}); `kubectl get controllerrevisions -l p4fleet.dev/program=NAME` lists them"
-    )]
-    NotKept { revision: i64, kept: String },
+    #[error("revision {revision} is not kept (kept: {kept}); {how}")]
+    NotKept {
+        revision: i64,
+        kept: String,
+        how: &'static str,
+    },
 }
 
 /// Runs one `rollout` subcommand against the cluster of KUBECONFIG (as
@@ -117,44 +314,46 @@ async fn run_async(
         .await
         .map_err(|e| Error::Client(Box::new(e)))?;
     let args = match &cmd {
-        RolloutCommand::Status { program, .. }
-        | RolloutCommand::Pause(program)
-        | RolloutCommand::Resume(program)
-        | RolloutCommand::Retry(program)
-        | RolloutCommand::Undo { program, .. } => program,
+        RolloutCommand::Status { object, .. }
+        | RolloutCommand::Pause(object)
+        | RolloutCommand::Resume(object)
+        | RolloutCommand::Retry(object)
+        | RolloutCommand::Undo { object, .. } => object,
     };
     let target = Target {
         namespace: args
             .namespace
             .clone()
             .unwrap_or_else(|| client.default_namespace().to_string()),
-        name: args.name.clone(),
+        kind: args.object.kind,
+        name: args.object.name.clone(),
         client,
     };
     match cmd {
         RolloutCommand::Status { watch, timeout, .. } => {
             if !watch {
-                let p = target.get().await?;
-                out.write_all(render(&p).as_bytes())
+                let r = target.get().await?;
+                out.write_all(render(&r).as_bytes())
                     .map_err(Error::Output)?;
                 return Ok(Outcome::Done);
             }
             match tokio::time::timeout(timeout, target.watch(out)).await {
                 Ok(r) => r,
                 Err(_) => Err(Error::Timeout {
-                    program: target.name.clone(),
+                    kind: target.kind,
+                    name: target.name.clone(),
                     namespace: target.namespace.clone(),
                     timeout,
                 }),
             }
         }
         RolloutCommand::Pause(_) => {
-            let p = target.get().await?;
-            let was = p.spec.rollout.as_ref().is_some_and(|r| r.paused);
+            let r = target.get().await?;
+            let was = r.spec.as_ref().is_some_and(|r| r.paused);
             target.patch(&pause_patch(), "pause").await?;
             let note = if was { " (it was already)" } else { "" };
-            writeln!(out, "P4Program {} paused{note}", target.display()).map_err(Error::Output)?;
-            if p.spec.rollout.as_ref().is_none_or(|r| {
+            writeln!(out, "{} paused{note}", r.display()).map_err(Error::Output)?;
+            if r.spec.as_ref().is_none_or(|r| {
                 r.strategy == RolloutStrategy::AllAtOnce && r.pin_revision.is_none()
             }) {
                 writeln!(
@@ -166,28 +365,29 @@ async fn run_async(
             Ok(Outcome::Done)
         }
         RolloutCommand::Resume(_) => {
-            let p = target.get().await?;
-            let resume = indefinite_pause(&p);
-            target.patch(&resume_patch(&p), "resume").await?;
+            let r = target.get().await?;
+            let resume = indefinite_pause(&r);
+            target.patch(&resume_patch(&r), "resume").await?;
             match resume {
-                Some(r) => writeln!(
+                Some(p) => writeln!(
                     out,
-                    "P4Program {} resumed: passes steps[{}] (an indefinite pause) of revision {}'s rollout ({RESUME_ANNOTATION}={}/{})",
-                    target.display(),
-                    r.step,
-                    r.revision,
-                    r.revision,
-                    r.step
+                    "{} resumed: passes steps[{}] (an indefinite pause) of revision {}'s rollout ({RESUME_ANNOTATION}={}/{})",
+                    r.display(),
+                    p.step,
+                    p.revision,
+                    p.revision,
+                    p.step
                 ),
-                None => writeln!(out, "P4Program {} resumed", target.display()),
+                None => writeln!(out, "{} resumed", r.display()),
             }
             .map_err(Error::Output)?;
             Ok(Outcome::Done)
         }
         RolloutCommand::Retry(_) => {
-            let p = target.get().await?;
-            let patch = retry_patch(&p).map_err(|why| Error::Retry {
-                program: target.name.clone(),
+            let r = target.get().await?;
+            let patch = retry_patch(&r).map_err(|why| Error::Retry {
+                kind: target.kind,
+                name: target.name.clone(),
                 namespace: target.namespace.clone(),
                 why,
             })?;
@@ -195,31 +395,33 @@ async fn run_async(
             let value = &patch["metadata"]["annotations"][RETRY_ANNOTATION];
             writeln!(
                 out,
-                "P4Program {} retries its rolled-back revision from the first step ({RETRY_ANNOTATION}={})",
-                target.display(),
+                "{} retries its rolled-back revision from the first step ({RETRY_ANNOTATION}={})",
+                r.display(),
                 value.as_str().unwrap_or_default()
             )
             .map_err(Error::Output)?;
             Ok(Outcome::Done)
         }
         RolloutCommand::Undo { to_revision, .. } => {
-            let p = target.get().await?;
-            let kept = target.kept(&p).await?;
-            let to = undo_target(&p, &kept, to_revision).map_err(|refusal| Error::Undo {
-                program: target.name.clone(),
+            let (r, uid) = target.get_with_uid().await?;
+            let kept = target.kept(uid.as_deref()).await?;
+            let to = undo_target(&r, &kept, to_revision).map_err(|refusal| Error::Undo {
+                kind: target.kind,
+                name: target.name.clone(),
                 namespace: target.namespace.clone(),
                 refusal,
             })?;
             target.patch(&undo_patch(to), "undo").await?;
             writeln!(
                 out,
-                "P4Program {} rolled back: spec.rollout.pinRevision={to}",
-                target.display()
+                "{} rolled back: spec.rollout.pinRevision={to}",
+                r.display()
             )
             .map_err(Error::Output)?;
             writeln!(
                 diag,
-                "note: a one-off change; where Git manages this program, commit `pinRevision: {to}` there, or the next sync removes the pin"
+                "note: a one-off change; where Git manages this {}, commit `pinRevision: {to}` there, or the next sync removes the pin",
+                target.kind
             )
             .map_err(Error::Output)?;
             Ok(Outcome::Done)
@@ -227,81 +429,131 @@ async fn run_async(
     }
 }
 
-/// The program a command acts on.
+/// The object a command acts on.
 struct Target {
     client: Client,
+    kind: Kind,
     namespace: String,
     name: String,
 }
 
 impl Target {
-    fn display(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), &self.namespace)
     }
 
-    fn api(&self) -> Api<P4Program> {
-        Api::namespaced(self.client.clone(), &self.namespace)
+    fn not_found(&self) -> Error {
+        Error::NotFound {
+            kind: self.kind,
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+        }
     }
 
     fn api_error(&self, action: &'static str, source: kube::Error) -> Error {
         Error::Api {
-            program: self.name.clone(),
+            kind: self.kind,
+            name: self.name.clone(),
             namespace: self.namespace.clone(),
             action,
             source: Box::new(source),
         }
     }
 
-    async fn get(&self) -> Result<P4Program, Error> {
-        match self.api().get_opt(&self.name).await {
-            Ok(Some(p)) => Ok(p),
-            Ok(None) => Err(Error::NotFound {
-                program: self.name.clone(),
-                namespace: self.namespace.clone(),
-            }),
+    async fn get(&self) -> Result<Rolled, Error> {
+        Ok(self.get_with_uid().await?.0)
+    }
+
+    /// The object as [`Rolled`], and its uid (what its revisions name).
+    async fn get_with_uid(&self) -> Result<(Rolled, Option<String>), Error> {
+        let read = match self.kind {
+            Kind::Program => self
+                .api::<P4Program>()
+                .get_opt(&self.name)
+                .await
+                .map(|o| o.map(|p| (Rolled::from(&p), p.uid()))),
+            Kind::EntrySet => self
+                .api::<TableEntrySet>()
+                .get_opt(&self.name)
+                .await
+                .map(|o| o.map(|s| (Rolled::from(&s), s.uid()))),
+        };
+        match read {
+            Ok(Some(got)) => Ok(got),
+            Ok(None) => Err(self.not_found()),
             Err(e) => Err(self.api_error("read", e)),
         }
     }
 
     async fn patch(&self, patch: &Value, action: &'static str) -> Result<(), Error> {
-        match self
-            .api()
-            .patch(&self.name, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 404 => Err(Error::NotFound {
-                program: self.name.clone(),
-                namespace: self.namespace.clone(),
-            }),
+        let pp = PatchParams::default();
+        let patch = Patch::Merge(patch);
+        let done = match self.kind {
+            Kind::Program => self
+                .api::<P4Program>()
+                .patch(&self.name, &pp, &patch)
+                .await
+                .map(drop),
+            Kind::EntrySet => self
+                .api::<TableEntrySet>()
+                .patch(&self.name, &pp, &patch)
+                .await
+                .map(drop),
+        };
+        match done {
+            Ok(()) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Err(self.not_found()),
             Err(e) => Err(self.api_error(action, e)),
         }
     }
 
-    /// The revision numbers kept for `p`: its ControllerRevisions that
-    /// the operator can read back (what a pin may name). Matched by owner
-    /// reference, since the program label is left off long names.
-    async fn kept(&self, p: &P4Program) -> Result<Vec<i64>, Error> {
-        let (k, v) = revisions::MANAGED_BY;
-        let crs: Api<ControllerRevision> = Api::namespaced(self.client.clone(), &self.namespace);
-        let list = crs
-            .list(&ListParams::default().labels(&format!("{k}={v}")))
-            .await
-            .map_err(|e| self.api_error("list its ControllerRevisions", e))?;
-        let uid = p.uid();
-        let mut kept: Vec<i64> = list
-            .items
-            .iter()
-            .filter(|cr| {
-                cr.owner_references().iter().any(|o| {
-                    o.kind == "P4Program"
-                        && o.name == self.name
-                        && uid.as_ref().is_none_or(|u| *u == o.uid)
-                })
-            })
-            .filter_map(revisions::kept)
-            .map(|k| k.revision)
-            .collect();
+    /// The revision numbers kept for the object of `uid`, that the
+    /// operator can read back (what a pin may name): a program's
+    /// ControllerRevisions (matched by owner reference, since the
+    /// program label is left off long names), a set's revision
+    /// ConfigMaps (by the uid label).
+    async fn kept(&self, uid: Option<&str>) -> Result<Vec<i64>, Error> {
+        let mut kept: Vec<i64> = match self.kind {
+            Kind::Program => {
+                let (k, v) = revisions::MANAGED_BY;
+                let list = self
+                    .api::<ControllerRevision>()
+                    .list(&ListParams::default().labels(&format!("{k}={v}")))
+                    .await
+                    .map_err(|e| self.api_error("list its ControllerRevisions", e))?;
+                list.items
+                    .iter()
+                    .filter(|cr| {
+                        cr.owner_references().iter().any(|o| {
+                            o.kind == "P4Program"
+                                && o.name == self.name
+                                && uid.is_none_or(|u| u == o.uid)
+                        })
+                    })
+                    .filter_map(revisions::kept)
+                    .map(|k| k.revision)
+                    .collect()
+            }
+            Kind::EntrySet => {
+                let Some(uid) = uid else {
+                    return Ok(Vec::new());
+                };
+                let label = entry_revisions::SET_LABEL;
+                let list = self
+                    .api::<ConfigMap>()
+                    .list(&ListParams::default().labels(&format!("{label}={uid}")))
+                    .await
+                    .map_err(|e| self.api_error("list its revision ConfigMaps", e))?;
+                list.items
+                    .iter()
+                    .filter_map(entry_revisions::kept)
+                    .map(|k| k.revision)
+                    .collect()
+            }
+        };
         kept.sort_unstable();
         kept.dedup();
         Ok(kept)
@@ -311,8 +563,8 @@ impl Target {
     async fn watch(&self, out: &mut dyn Write) -> Result<Outcome, Error> {
         let mut last = String::new();
         loop {
-            let p = self.get().await?;
-            let text = render(&p);
+            let r = self.get().await?;
+            let text = render(&r);
             if text != last {
                 if !last.is_empty() {
                     writeln!(out).map_err(Error::Output)?;
@@ -321,8 +573,8 @@ impl Target {
                 out.flush().map_err(Error::Output)?;
                 last = text;
             }
-            if let Some(s) = settled(&p) {
-                writeln!(out, "{}", s.summary(&p)).map_err(Error::Output)?;
+            if let Some(s) = settled(&r) {
+                writeln!(out, "{}", s.summary(&r)).map_err(Error::Output)?;
                 return Ok(match s {
                     Settled::RolledBack => Outcome::RolledBack,
                     _ => Outcome::Done,
@@ -341,7 +593,7 @@ pub fn pause_patch() -> Value {
 /// `spec.rollout.paused: false`, and, when the rollout waits at an
 /// indefinite `pause: {}` step, the resume annotation that passes that
 /// step (of that revision only, so it cannot pass a later one).
-pub fn resume_patch(p: &P4Program) -> Value {
+pub fn resume_patch(p: &Rolled) -> Value {
     let mut patch = json!({"spec": {"rollout": {"paused": false}}});
     if let Some(r) = indefinite_pause(p) {
         patch["metadata"] = json!({"annotations": {
@@ -354,10 +606,9 @@ pub fn resume_patch(p: &P4Program) -> Value {
 /// The annotation that retries the rollout's revision once after the
 /// rollback it ended in (`<revision>@<finishedAt>`); why not when it did
 /// not roll back.
-pub fn retry_patch(p: &P4Program) -> Result<Value, String> {
-    let r = p.status.as_ref().and_then(|s| s.rollout.as_ref());
-    let Some(r) = r else {
-        return Err("the program has no rollout".into());
+pub fn retry_patch(p: &Rolled) -> Result<Value, String> {
+    let Some(r) = p.rollout() else {
+        return Err(format!("the {} has no rollout", p.kind()));
     };
     let at = match (r.phase, &r.finished_at) {
         (RolloutPhase::RolledBack, Some(at)) => at,
@@ -375,12 +626,12 @@ pub fn retry_patch(p: &P4Program) -> Result<Value, String> {
 
 /// The rollout's current step when it is an indefinite pause of a
 /// rollout not finished: the revision rolled out and the step.
-pub(crate) fn indefinite_pause(p: &P4Program) -> Option<rollout::Resume> {
-    let st = p.status.as_ref()?.rollout.as_ref()?;
+fn indefinite_pause(p: &Rolled) -> Option<rollout::Resume> {
+    let st = p.rollout()?;
     if !matches!(st.phase, RolloutPhase::Progressing | RolloutPhase::Paused) {
         return None;
     }
-    let spec = p.spec.rollout.as_ref()?;
+    let spec = p.spec.as_ref()?;
     // The operator's own reading of the steps; a spec it cannot follow
     // (a bad duration) is not waiting on any pause.
     let steps = rollout::plan(spec, 1).ok()?;
@@ -413,7 +664,7 @@ pub fn undo_patch(revision: i64) -> Value {
 ///    highest number until it changes).
 ///
 /// The revision chosen must be kept, or the operator could not load it.
-pub fn undo_target(p: &P4Program, kept: &[i64], to_revision: Option<i64>) -> Result<i64, Refusal> {
+pub fn undo_target(p: &Rolled, kept: &[i64], to_revision: Option<i64>) -> Result<i64, Refusal> {
     let must_be_kept = |revision: i64| {
         if kept.contains(&revision) {
             Ok(revision)
@@ -421,6 +672,14 @@ pub fn undo_target(p: &P4Program, kept: &[i64], to_revision: Option<i64>) -> Res
             Err(Refusal::NotKept {
                 revision,
                 kept: list(kept),
+                how: match p.kind() {
+                    Kind::Program => {
+                        "`kubectl get controllerrevisions -l p4fleet.dev/program=NAME` lists them"
+                    }
+                    Kind::EntrySet => {
+                        "`kubectl get configmaps -L p4fleet.dev/entries-revision` lists them (NAME-entries-*)"
+                    }
+                },
             })
         }
     };
@@ -437,13 +696,16 @@ pub fn undo_target(p: &P4Program, kept: &[i64], to_revision: Option<i64>) -> Res
     {
         return must_be_kept(from.revision);
     }
-    let pinned = p.spec.rollout.as_ref().and_then(|r| r.pin_revision);
-    let Some(in_force) = pinned.or(status.update_revision.as_ref().map(|u| u.revision)) else {
-        return Err(Refusal::NothingBefore(
-            "it has no revision yet (no status.updateRevision): the operator has not recorded its content".into(),
-        ));
+    let Some(in_force) = p.in_force() else {
+        return Err(Refusal::NothingBefore(format!(
+            "it has no revision yet ({}): the operator has not recorded its content",
+            match p.kind() {
+                Kind::Program => "no status.updateRevision",
+                Kind::EntrySet => "no status.rollout",
+            }
+        )));
     };
-    if let Some(c) = &status.current_revision
+    if let Some(c) = &status.current
         && c.revision != in_force
     {
         return must_be_kept(c.revision);
@@ -483,12 +745,15 @@ pub enum Settled {
 
 impl Settled {
     /// The last line `--watch` prints.
-    fn summary(self, p: &P4Program) -> String {
-        let st = p.status.as_ref().and_then(|s| s.rollout.as_ref());
+    fn summary(self, p: &Rolled) -> String {
+        let st = p.rollout();
         let to = st.map_or_else(String::new, |r| format!(" of revision {}", r.to.revision));
         match self {
             Settled::Completed => format!("rollout{to} complete"),
-            Settled::Steady => "the fleet runs the revision in force".into(),
+            Settled::Steady => match p.kind() {
+                Kind::Program => "the fleet runs the revision in force".into(),
+                Kind::EntrySet => "every target holds the set's entries (Ready)".into(),
+            },
             Settled::RolledBack => {
                 let why = st
                     .and_then(|r| r.failure.as_ref())
@@ -496,9 +761,10 @@ impl Settled {
                 format!("rollout{to} rolled back{why}")
             }
             Settled::Paused => format!(
-                "rollout{to} paused; resume with `p4fleet rollout resume {} -n {}`",
-                p.name_any(),
-                p.namespace().unwrap_or_default()
+                "rollout{to} paused; resume with `p4fleet rollout resume {}{} -n {}`",
+                prefix(p.kind()),
+                p.name,
+                p.namespace
             ),
         }
     }
@@ -507,15 +773,14 @@ impl Settled {
 /// Whether the rollout of `p` has come to rest, as far as its status
 /// says. A status older than the spec (`observedGeneration`), or a
 /// rollout of another revision than the one in force, has not.
-pub fn settled(p: &P4Program) -> Option<Settled> {
+pub fn settled(p: &Rolled) -> Option<Settled> {
     let status = p.status.as_ref()?;
-    if let (Some(seen), Some(generation)) = (status.observed_generation, p.metadata.generation)
+    if let (Some(seen), Some(generation)) = (status.observed_generation, p.generation)
         && seen < generation
     {
         return None;
     }
-    let pinned = p.spec.rollout.as_ref().and_then(|r| r.pin_revision);
-    let in_force = pinned.or(status.update_revision.as_ref().map(|u| u.revision));
+    let in_force = p.in_force();
     match &status.rollout {
         Some(r) => {
             if in_force.is_some_and(|f| f != r.to.revision) {
@@ -528,10 +793,7 @@ pub fn settled(p: &P4Program) -> Option<Settled> {
                 RolloutPhase::Progressing => None,
             }
         }
-        None => match (&status.current_revision, in_force) {
-            (Some(c), Some(f)) if c.revision == f => Some(Settled::Steady),
-            _ => None,
-        },
+        None => status.steady.then_some(Settled::Steady),
     }
 }
 
@@ -540,8 +802,13 @@ fn revision(r: &RolloutRevision) -> String {
     format!("revision {} ({})", r.revision, short_digest(&r.digest))
 }
 
-fn revision_ref(r: &RevisionRef) -> String {
-    format!("revision {} ({})", r.revision, short_digest(&r.digest))
+/// What a command names the object by: nothing for a P4Program (the
+/// default kind), `tes/` for a set.
+fn prefix(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Program => "",
+        Kind::EntrySet => "tes/",
+    }
 }
 
 fn failure(f: &p4fleet_crds::GateFailure) -> String {
@@ -557,9 +824,8 @@ fn failure(f: &p4fleet_crds::GateFailure) -> String {
 
 /// The steps the operator follows: a step with none of its fields is
 /// skipped, as [`rollout::plan`] skips it (the schema refuses one).
-fn steps(p: &P4Program) -> Vec<&RolloutStep> {
+fn steps(p: &Rolled) -> Vec<&RolloutStep> {
     p.spec
-        .rollout
         .as_ref()
         .filter(|r| r.strategy == RolloutStrategy::Canary)
         .map(|r| {
@@ -586,14 +852,13 @@ fn describe(s: &RolloutStep) -> String {
 /// `p`'s rollout as text for a person: the strategy, the revisions, the
 /// step, the counts, every moved VirtualSwitch, the failure and the
 /// times; or why there is no rollout.
-pub fn render(p: &P4Program) -> String {
+pub fn render(p: &Rolled) -> String {
     let mut s = String::new();
-    let name = p.name_any();
-    let ns = p.namespace().unwrap_or_default();
-    let spec = p.spec.rollout.clone().unwrap_or_default();
+    let (name, ns, kind) = (&p.name, &p.namespace, p.kind());
+    let spec = p.spec.clone().unwrap_or_default();
     let steps = steps(p);
     // Writing to a String cannot fail.
-    let _ = writeln!(s, "P4Program {ns}/{name}");
+    let _ = writeln!(s, "{kind} {ns}/{name}");
     let _ = write!(s, "  strategy: {:?}", spec.strategy);
     if spec.strategy == RolloutStrategy::Canary {
         let _ = write!(s, ", {} steps", steps.len());
@@ -608,19 +873,22 @@ pub fn render(p: &P4Program) -> String {
     let Some(status) = &p.status else {
         let _ = writeln!(
             s,
-            "  no status yet: the operator has not reconciled this program"
+            "  no status yet: the operator has not reconciled this {kind}"
         );
         return s;
     };
-    let revisions = match (&status.current_revision, &status.update_revision) {
-        (Some(c), Some(u)) => format!("current {}, update {}", revision_ref(c), revision_ref(u)),
-        (None, Some(u)) => format!("update {}, no current revision yet", revision_ref(u)),
-        (Some(c), None) => format!("current {}", revision_ref(c)),
+    let revisions = match (&status.current, &status.update) {
+        (Some(c), Some(u)) => format!("current {}, update {}", revision(c), revision(u)),
+        (None, Some(u)) => format!("update {}, no current revision yet", revision(u)),
+        (Some(c), None) => format!("current {}", revision(c)),
         (None, None) => "none recorded yet".into(),
     };
     let Some(r) = &status.rollout else {
         let why = match spec.strategy {
-            RolloutStrategy::AllAtOnce => "strategy AllAtOnce moves every VirtualSwitch at once",
+            RolloutStrategy::AllAtOnce => match kind {
+                Kind::Program => "strategy AllAtOnce moves every VirtualSwitch at once",
+                Kind::EntrySet => "strategy AllAtOnce writes every target at once",
+            },
             RolloutStrategy::Canary => {
                 "nothing rolled out in steps yet (the first content is never staged)"
             }
@@ -645,7 +913,11 @@ pub fn render(p: &P4Program) -> String {
             if st.pause.as_ref().is_some_and(|p| p.duration.is_none())
                 && r.phase == RolloutPhase::Paused
             {
-                let _ = write!(line, " (p4fleet rollout resume {name} -n {ns})");
+                let _ = write!(
+                    line,
+                    " (p4fleet rollout resume {}{name} -n {ns})",
+                    prefix(kind)
+                );
             }
             line
         }
@@ -654,8 +926,12 @@ pub fn render(p: &P4Program) -> String {
     let _ = writeln!(s, "  {step}");
     let _ = writeln!(
         s,
-        "  VirtualSwitches: {} updated, {} healthy, {} pending, {} rolled back",
-        r.updated, r.healthy, r.pending, r.rolled_back
+        "  {}: {} updated, {} healthy, {} pending, {} rolled back",
+        kind.moves(),
+        r.updated,
+        r.healthy,
+        r.pending,
+        r.rolled_back
     );
     if !r.moved.is_empty() {
         let _ = writeln!(s, "  moved:");
@@ -700,7 +976,25 @@ pub fn render(p: &P4Program) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use p4fleet_crds::{GateFailure, MovedSwitch, P4ProgramStatus, RolloutStatus};
+    use p4fleet_crds::{GateFailure, MovedSwitch, P4ProgramStatus, RevisionRef, RolloutStatus};
+
+    // The pure functions as the program tests call them: on a P4Program
+    // read as [`Rolled`].
+    fn render(p: &P4Program) -> String {
+        super::render(&p.into())
+    }
+    fn settled(p: &P4Program) -> Option<Settled> {
+        super::settled(&p.into())
+    }
+    fn undo_target(p: &P4Program, kept: &[i64], to: Option<i64>) -> Result<i64, Refusal> {
+        super::undo_target(&p.into(), kept, to)
+    }
+    fn retry_patch(p: &P4Program) -> Result<Value, String> {
+        super::retry_patch(&p.into())
+    }
+    fn resume_patch(p: &P4Program) -> Value {
+        super::resume_patch(&p.into())
+    }
 
     const D1: &str = "1111111111111111aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     const D2: &str = "2222222222222222bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
@@ -905,7 +1199,7 @@ mod tests {
         no_revs.status = Some(P4ProgramStatus::default());
         assert!(render(&no_revs).contains("revisions: none recorded yet"));
         assert_eq!(undo_target(&no_revs, &[], None).ok(), None);
-        assert_eq!(indefinite_pause(&no_revs), None);
+        assert_eq!(indefinite_pause(&(&no_revs).into()), None);
         assert_eq!(settled(&no_revs), None);
     }
 
@@ -985,7 +1279,7 @@ mod tests {
         );
         assert_eq!(
             retry_patch(&program(canary())).unwrap_err(),
-            "the program has no rollout"
+            "the P4Program has no rollout"
         );
     }
 
@@ -997,7 +1291,8 @@ mod tests {
             undo_target(&p, &[2, 3], Some(1)),
             Err(Refusal::NotKept {
                 revision: 1,
-                kept: "2, 3".into()
+                kept: "2, 3".into(),
+                how: "`kubectl get controllerrevisions -l p4fleet.dev/program=NAME` lists them"
             })
         );
         assert_eq!(
@@ -1058,7 +1353,8 @@ mod tests {
         let e = undo_target(&fresh, &[], None).unwrap_err();
         assert!(e.to_string().contains("no status.updateRevision"), "{e}");
         let wrapped = Error::Undo {
-            program: "fw".into(),
+            kind: Kind::Program,
+            name: "fw".into(),
             namespace: "team-a".into(),
             refusal: e,
         };
@@ -1103,12 +1399,134 @@ mod tests {
         assert_eq!(settled(&with_status(program(json!({})), None, 2, 3)), None);
         let rolled = at(RolloutPhase::RolledBack);
         assert_eq!(
-            Settled::Paused.summary(&at(RolloutPhase::Paused)),
+            Settled::Paused.summary(&(&at(RolloutPhase::Paused)).into()),
             "rollout of revision 2 paused; resume with `p4fleet rollout resume fw -n team-a`"
         );
         assert_eq!(
-            Settled::RolledBack.summary(&rolled),
+            Settled::RolledBack.summary(&(&rolled).into()),
             "rollout of revision 2 rolled back"
+        );
+    }
+
+    /// Set `routes` in `team-a` with `rollout` and `status` (JSON).
+    fn set(rollout: Value, status: Value) -> TableEntrySet {
+        serde_json::from_value(json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+            "metadata": {"name": "routes", "namespace": "team-a", "generation": 1},
+            "spec": {"table": "MyIngress.dmac", "rollout": rollout},
+            "status": status
+        }))
+        .unwrap()
+    }
+
+    fn set_status(rollout: &RolloutStatus, ready: bool) -> Value {
+        json!({"observedGeneration": 1, "rollout": rollout,
+            "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"},
+                "reason": "R", "message": "m", "lastTransitionTime": "2026-01-02T03:04:05Z"}]})
+    }
+
+    #[test]
+    fn objects_are_named_as_kubectl_names_them() {
+        let named = |s: &str| parse_object(s).map(|o| (o.kind, o.name));
+        assert_eq!(named("fw"), Ok((Kind::Program, "fw".into())));
+        assert_eq!(named("p4p/fw"), Ok((Kind::Program, "fw".into())));
+        assert_eq!(named("P4Program/fw"), Ok((Kind::Program, "fw".into())));
+        assert_eq!(named("tes/routes"), Ok((Kind::EntrySet, "routes".into())));
+        assert_eq!(
+            named("tableentrysets.p4fleet.dev/routes"),
+            Ok((Kind::EntrySet, "routes".into()))
+        );
+        assert!(
+            named("deploy/web")
+                .unwrap_err()
+                .contains("does not roll out")
+        );
+        assert!(named("tes/").is_err());
+        assert!(named("tes/a/b").is_err());
+    }
+
+    #[test]
+    fn a_sets_rollout_renders_its_targets_and_resumes_with_its_type() {
+        let paused = in_progress(RolloutPhase::Paused, 2);
+        let s = set(canary(), set_status(&paused, false));
+        let r = Rolled::from(&s);
+        let text = super::render(&r);
+        assert!(text.starts_with("TableEntrySet team-a/routes\n"), "{text}");
+        assert!(
+            text.contains("targets: 1 updated, 1 healthy, 3 pending, 0 rolled back"),
+            "{text}"
+        );
+        // Where the fleet was, and the content read now.
+        assert!(
+            text.contains(
+                "revisions: current revision 1 (111111111111), update revision 2 (222222222222)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("(p4fleet rollout resume tes/routes -n team-a)"),
+            "{text}"
+        );
+        assert_eq!(
+            super::resume_patch(&r)["metadata"]["annotations"][RESUME_ANNOTATION],
+            "2/2"
+        );
+        assert_eq!(super::settled(&r), Some(Settled::Paused));
+        assert_eq!(
+            Settled::Paused.summary(&r),
+            "rollout of revision 2 paused; resume with `p4fleet rollout resume tes/routes -n team-a`"
+        );
+    }
+
+    #[test]
+    fn a_sets_undo_and_retry_read_its_rollout_status() {
+        // Mid-rollout: back to where it started.
+        let moving = set(
+            canary(),
+            set_status(&in_progress(RolloutPhase::Progressing, 0), false),
+        );
+        assert_eq!(super::undo_target(&(&moving).into(), &[1, 2], None), Ok(1));
+        assert_eq!(
+            super::retry_patch(&(&moving).into()).unwrap_err(),
+            "the rollout of revision 2 is Progressing, not RolledBack"
+        );
+        // At rest on revision 2: the highest kept below it.
+        let mut done = in_progress(RolloutPhase::Completed, 4);
+        done.from = Some(rrev(1));
+        let at_rest = Rolled::from(&set(canary(), set_status(&done, true)));
+        assert_eq!(super::undo_target(&at_rest, &[1, 2], None), Ok(1));
+        assert_eq!(super::settled(&at_rest), Some(Settled::Completed));
+        let e = super::undo_target(&at_rest, &[2], Some(1)).unwrap_err();
+        assert!(
+            e.to_string().contains("p4fleet.dev/entries-revision"),
+            "{e}"
+        );
+        // Pinned to 1 and there: nothing below.
+        let mut pinned_rollout = canary();
+        pinned_rollout["pinRevision"] = json!(1);
+        let mut on_1 = done.clone();
+        on_1.to = rrev(1);
+        let pinned = Rolled::from(&set(pinned_rollout, set_status(&on_1, true)));
+        assert_eq!(pinned.status.as_ref().unwrap().update, None);
+        assert!(matches!(
+            super::undo_target(&pinned, &[1, 2], None),
+            Err(Refusal::NothingBefore(_))
+        ));
+        // No rollout status: nothing recorded, and settled when Ready.
+        let plain = Rolled::from(&set(
+            json!({}),
+            json!({"observedGeneration": 1,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "R",
+                "message": "m", "lastTransitionTime": "2026-01-02T03:04:05Z"}]}),
+        ));
+        assert_eq!(super::settled(&plain), Some(Settled::Steady));
+        assert!(matches!(
+            super::undo_target(&plain, &[], None),
+            Err(Refusal::NothingBefore(m)) if m.contains("no status.rollout")
+        ));
+        assert!(
+            super::render(&plain)
+                .contains("no rollout: strategy AllAtOnce writes every target at once")
         );
     }
 }
