@@ -17,9 +17,11 @@
 //!   operator kept (the user's ConfigMap holds revision 3 by then). The
 //!   three others were never written to.
 //! - Each revision is an immutable ConfigMap owned by the set.
-//! - `p4fleet rollout status tes/fw` names the failure; `p4fleet rollout
-//!   undo tes/fw --to-revision 1` pins revision 1 (it refuses one not
-//!   kept), which takes the fleet back to revision 1 (read from its
+//! - `p4fleet rollout history tes/fw` lists the three revisions, 2 the
+//!   one the fleet holds and 3 the one rolled back; `status` names the
+//!   failure; `p4fleet rollout undo tes/fw --to-revision 1` pins
+//!   revision 1 (it refuses one not kept), which takes the fleet back to
+//!   revision 1 (read from its
 //!   ConfigMap) through the same steps.
 //!
 //! (Its own binary: its operator watches the whole control plane.)
@@ -238,6 +240,18 @@ async fn a_selector_set_rolls_its_entries_out_in_steps_and_back_on_a_failed_gate
     }
 
     // What a person sees of it.
+    let (code, out, _) = rollout_cli(cp, &["history", "tes/fw", "-n", ns.name()]).await;
+    assert_eq!(code, Some(0), "{out}");
+    let rows: Vec<&str> = out.lines().skip(2).collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    assert!(
+        rows[1].ends_with("current, rollout from (RolledBack)"),
+        "{out}"
+    );
+    assert!(
+        rows[2].ends_with("update, rollout to (RolledBack)"),
+        "{out}"
+    );
     let (code, out, _) = rollout_cli(cp, &["status", "tes/fw", "-n", ns.name()]).await;
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("rollout: RolledBack"), "{out}");

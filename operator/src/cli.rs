@@ -303,6 +303,9 @@ pub enum RolloutCommand {
     /// Try the rolled-back revision once more, from the first step (the
     /// annotation p4fleet.dev/rollout-retry, naming this rollback).
     Retry(RolloutArgs),
+    /// List the kept revisions, oldest first, with what the status says of
+    /// each (current, update, pinned, the rollout's from and to).
+    History(RolloutArgs),
     /// Pin the revision before (spec.rollout.pinRevision): where the
     /// rollout in progress started, else the revision the fleet ran, else
     /// the highest kept revision below the one in force.
@@ -499,6 +502,11 @@ mod tests {
             (crate::rollout_cli::Kind::EntrySet, "routes")
         );
         assert!(Cli::try_parse_from(["p4fleet", "rollout", "pause", "deploy/web"]).is_err());
+        let cli = Cli::try_parse_from(["p4fleet", "rollout", "history", "tes/routes", "-n", "a"]);
+        assert!(matches!(
+            cli.unwrap().command,
+            Command::Rollout(RolloutCommand::History(_))
+        ));
         assert!(watch);
         assert_eq!(timeout, std::time::Duration::from_secs(600));
         let cli = Cli::try_parse_from(["p4fleet", "rollout", "status", "fw", "--timeout=1m30s"]);

@@ -1,14 +1,14 @@
-//! `p4fleet rollout status | pause | resume | retry | undo [KIND/]NAME`: a
-//! person's view of a rollout and one-off control over it, as `kubectl
-//! rollout` gives for a Deployment (docs/rollouts.md, "From the command
-//! line"). NAME is a P4Program; `tes/NAME` a selector TableEntrySet,
-//! whose rollout moves entries revisions the same way.
+//! `p4fleet rollout status | history | pause | resume | retry | undo
+//! [TYPE/]NAME`: a person's view of a rollout and one-off control over
+//! it, as `kubectl rollout` gives for a Deployment (docs/rollouts.md,
+//! "From the command line"). NAME is a P4Program; `tes/NAME` a selector
+//! TableEntrySet, whose rollout moves entries revisions the same way.
 //!
 //! The pure parts are separate and unit-tested: [`Rolled`] (what the
 //! commands read of either kind), [`render`] (status.rollout as text),
-//! [`settled`] (when `--watch` stops), and the patches ([`pause_patch`],
-//! [`resume_patch`], [`retry_patch`], [`undo_patch`] with
-//! [`undo_target`]).
+//! [`settled`] (when `--watch` stops), [`history`] (the kept revisions
+//! as text), and the patches ([`pause_patch`], [`resume_patch`],
+//! [`retry_patch`], [`undo_patch`] with [`undo_target`]).
 //! [`run`] does the API calls. Every change is a JSON merge patch, as
 //! `kubectl rollout pause` makes one, not a server-side apply: a person's
 //! one-off change should not take ownership of `spec.rollout` away from
@@ -318,7 +318,8 @@ async fn run_async(
         | RolloutCommand::Pause(object)
         | RolloutCommand::Resume(object)
         | RolloutCommand::Retry(object)
-        | RolloutCommand::Undo { object, .. } => object,
+        | RolloutCommand::Undo { object, .. }
+        | RolloutCommand::History(object) => object,
     };
     let target = Target {
         namespace: args
@@ -346,6 +347,13 @@ async fn run_async(
                     timeout,
                 }),
             }
+        }
+        RolloutCommand::History(_) => {
+            let (r, uid) = target.get_with_uid().await?;
+            let kept = target.kept(uid.as_deref()).await?;
+            out.write_all(history(&r, &kept).as_bytes())
+                .map_err(Error::Output)?;
+            Ok(Outcome::Done)
         }
         RolloutCommand::Pause(_) => {
             let r = target.get().await?;
@@ -404,7 +412,12 @@ async fn run_async(
         }
         RolloutCommand::Undo { to_revision, .. } => {
             let (r, uid) = target.get_with_uid().await?;
-            let kept = target.kept(uid.as_deref()).await?;
+            let kept: Vec<i64> = target
+                .kept(uid.as_deref())
+                .await?
+                .iter()
+                .map(|k| k.revision)
+                .collect();
             let to = undo_target(&r, &kept, to_revision).map_err(|refusal| Error::Undo {
                 kind: target.kind,
                 name: target.name.clone(),
@@ -515,8 +528,8 @@ impl Target {
     /// ControllerRevisions (matched by owner reference, since the
     /// program label is left off long names), a set's revision
     /// ConfigMaps (by the uid label).
-    async fn kept(&self, uid: Option<&str>) -> Result<Vec<i64>, Error> {
-        let mut kept: Vec<i64> = match self.kind {
+    async fn kept(&self, uid: Option<&str>) -> Result<Vec<revisions::Kept>, Error> {
+        let mut kept: Vec<revisions::Kept> = match self.kind {
             Kind::Program => {
                 let (k, v) = revisions::MANAGED_BY;
                 let list = self
@@ -534,7 +547,6 @@ impl Target {
                         })
                     })
                     .filter_map(revisions::kept)
-                    .map(|k| k.revision)
                     .collect()
             }
             Kind::EntrySet => {
@@ -550,12 +562,11 @@ impl Target {
                 list.items
                     .iter()
                     .filter_map(entry_revisions::kept)
-                    .map(|k| k.revision)
                     .collect()
             }
         };
-        kept.sort_unstable();
-        kept.dedup();
+        kept.sort_by_key(|k| k.revision);
+        kept.dedup_by_key(|k| k.revision);
         Ok(kept)
     }
 
@@ -720,6 +731,56 @@ pub fn undo_target(p: &Rolled, kept: &[i64], to_revision: Option<i64>) -> Result
                 list(kept)
             ))
         })
+}
+
+/// The kept revisions of `p`, oldest first, each with its digest, the
+/// object that keeps it and what the status says of it (current, update,
+/// pinned, the rollout's from and to), as `kubectl rollout history`
+/// lists a Deployment's.
+pub fn history(p: &Rolled, kept: &[revisions::Kept]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{} {}/{}", p.kind(), p.namespace, p.name);
+    if kept.is_empty() {
+        let _ = writeln!(
+            s,
+            "  no revision kept yet: the operator records one for each content it rolls out"
+        );
+        return s;
+    }
+    let status = p.status.clone().unwrap_or_default();
+    let rollout = status.rollout.as_ref();
+    let width = kept.iter().map(|k| k.name.len()).max().unwrap_or(0);
+    let _ = writeln!(s, "  REVISION  DIGEST        {:width$}  NOTES", "KEPT IN");
+    for k in kept {
+        let mut notes = Vec::new();
+        let is = |r: Option<&RolloutRevision>| r.is_some_and(|r| r.revision == k.revision);
+        if is(status.current.as_ref()) {
+            notes.push("current".to_string());
+        }
+        if is(status.update.as_ref()) {
+            notes.push("update".to_string());
+        }
+        if p.pin() == Some(k.revision) {
+            notes.push("pinned".to_string());
+        }
+        if let Some(r) = rollout {
+            if is(r.from.as_ref()) && r.phase != RolloutPhase::Completed {
+                notes.push(format!("rollout from ({:?})", r.phase));
+            }
+            if r.to.revision == k.revision && r.phase != RolloutPhase::Completed {
+                notes.push(format!("rollout to ({:?})", r.phase));
+            }
+        }
+        let _ = writeln!(
+            s,
+            "  {:<8}  {}  {:width$}  {}",
+            k.revision,
+            short_digest(&k.digest),
+            k.name,
+            notes.join(", ")
+        );
+    }
+    s
 }
 
 fn list(revisions: &[i64]) -> String {
@@ -1528,5 +1589,48 @@ mod tests {
             super::render(&plain)
                 .contains("no rollout: strategy AllAtOnce writes every target at once")
         );
+    }
+
+    fn kept_rev(n: i64) -> revisions::Kept {
+        revisions::Kept {
+            name: format!("routes-entries-{}", &digest(n)[..16]),
+            revision: n,
+            digest: digest(n).into(),
+            parts: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn history_lists_kept_revisions_with_what_the_status_says_of_them() {
+        let paused = in_progress(RolloutPhase::Paused, 2);
+        let r = Rolled::from(&set(canary(), set_status(&paused, false)));
+        let text = super::history(&r, &[kept_rev(1), kept_rev(2), kept_rev(3)]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "TableEntrySet team-a/routes");
+        assert!(
+            lines[1].contains("REVISION  DIGEST        KEPT IN"),
+            "{text}"
+        );
+        assert!(
+            lines[2].starts_with("  1         111111111111  routes-entries-1111111111111111  current, rollout from (Paused)"),
+            "{text}"
+        );
+        assert!(lines[3].ends_with("update, rollout to (Paused)"), "{text}");
+        assert!(
+            lines[4]
+                .trim_end()
+                .ends_with("routes-entries-3333333333333333"),
+            "{text}"
+        );
+        // A program pinned at rest: the pin, and no rollout notes.
+        let mut pinned =
+            program(json!({"strategy": "Canary", "pinRevision": 1, "steps": [{"percent": 100}]}));
+        pinned = with_status(pinned, Some(in_progress(RolloutPhase::Completed, 1)), 1, 2);
+        let text = super::history(&(&pinned).into(), &[kept_rev(1), kept_rev(2)]);
+        assert!(text.contains("current, pinned\n"), "{text}");
+        assert!(text.contains("  update\n"), "{text}");
+        assert!(!text.contains("rollout"), "{text}");
+        // Nothing kept yet.
+        assert!(super::history(&r, &[]).contains("no revision kept yet"));
     }
 }
