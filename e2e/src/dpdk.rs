@@ -44,23 +44,21 @@ pub fn program(rollout: Value) -> Value {
     json!({"apiVersion": V1, "kind": "P4Program", "metadata": {"name": "l2crypt"}, "spec": spec})
 }
 
-/// The emulator with [`DEVICES`] as Dpdk devices and their traffic.
+/// The emulator's flags for the Dpdk devices' generated traffic: four
+/// flows at 20,000 packets/s, one extern core.
+pub const TRAFFIC: [&str; 6] = [
+    "--dpdk-extern-cores",
+    "1",
+    "--dpdk-rate-pps",
+    "20000",
+    "--dpdk-flows",
+    "4",
+];
+
+/// The emulator with [`DEVICES`] as Dpdk devices and their [`TRAFFIC`].
 pub fn emulator() -> EmulatorProc {
-    spawn_emulator(
-        &build_binaries(),
-        &[
-            "--device-ids",
-            "1,2,3",
-            "--dpdk-device-ids",
-            "1,2,3",
-            "--dpdk-extern-cores",
-            "1",
-            "--dpdk-rate-pps",
-            "20000",
-            "--dpdk-flows",
-            "4",
-        ],
-    )
+    let devices = ["--device-ids", "1,2,3", "--dpdk-device-ids", "1,2,3"];
+    spawn_emulator(&build_binaries(), &[&devices[..], &TRAFFIC].concat())
 }
 
 /// A Dpdk Switch per device at `endpoint` and a VirtualSwitch `vs-<i>` of

@@ -30,7 +30,7 @@ use kube::{Client, ResourceExt};
 use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
-use p4fleet_e2e::dpdk::l2crypt;
+use p4fleet_e2e::dpdk::{TRAFFIC, l2crypt};
 use p4fleet_e2e::processes::{Fleet, build_binaries, fleet, metric_sample, metrics_text};
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
@@ -49,6 +49,8 @@ enum Kind {
 /// (this file's Dpdk scenarios): a bounded traffic rate and one extern core.
 async fn env() -> (&'static ControlPlane, &'static Fleet) {
     static ENV: OnceLock<Fleet> = OnceLock::new();
+    // `fleet` keeps its arguments for the binary's life: a literal list
+    // (dpdk::TRAFFIC's flags spelled out).
     fleet(
         &ENV,
         &[
@@ -809,21 +811,11 @@ fn spawn_dpdk_emulator(
     let emu = p4fleet_e2e::processes::spawn_emulator(
         &build_binaries(),
         &[
-            "--device-ids",
-            &id,
-            "--dpdk-device-ids",
-            &id,
-            "--dpdk-extern-cores",
-            "1",
-            "--dpdk-rate-pps",
-            "20000",
-            "--dpdk-flows",
-            "4",
-            "--p4runtime-addr",
-            &p4rt,
-            "--stats-addr",
-            &stats,
-        ],
+            &["--device-ids", &id, "--dpdk-device-ids", &id][..],
+            &TRAFFIC,
+            &["--p4runtime-addr", &p4rt, "--stats-addr", &stats],
+        ]
+        .concat(),
     );
     (emu.proc, emu.p4runtime, emu.stats)
 }

@@ -106,9 +106,9 @@ pub fn parse_object(s: &str) -> Result<Object, String> {
 
 /// What the commands read of a P4Program or a TableEntrySet: its
 /// rollout spec and status, and the revisions its status names.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Rolled {
-    pub kind: Option<Kind>,
+    pub kind: Kind,
     pub name: String,
     pub namespace: String,
     pub generation: Option<i64>,
@@ -131,12 +131,8 @@ pub struct RolledStatus {
 }
 
 impl Rolled {
-    fn kind(&self) -> Kind {
-        self.kind.unwrap_or(Kind::Program)
-    }
-
     fn display(&self) -> String {
-        format!("{} {}/{}", self.kind(), self.namespace, self.name)
+        format!("{} {}/{}", self.kind, self.namespace, self.name)
     }
 
     fn pin(&self) -> Option<i64> {
@@ -163,26 +159,26 @@ fn as_rev(r: &p4fleet_crds::RevisionRef) -> RolloutRevision {
 
 impl From<&P4Program> for Rolled {
     fn from(p: &P4Program) -> Rolled {
-        let pin = p.spec.rollout.as_ref().and_then(|r| r.pin_revision);
-        Rolled {
-            kind: Some(Kind::Program),
+        let mut r = Rolled {
+            kind: Kind::Program,
             name: p.name_any(),
             namespace: p.namespace().unwrap_or_default(),
             generation: p.metadata.generation,
             spec: p.spec.rollout.clone(),
-            status: p.status.as_ref().map(|s| {
-                let current = s.current_revision.as_ref().map(as_rev);
-                let update = s.update_revision.as_ref().map(as_rev);
-                let in_force = pin.or(update.as_ref().map(|u| u.revision));
-                RolledStatus {
-                    observed_generation: s.observed_generation,
-                    steady: in_force.is_some() && current.as_ref().map(|c| c.revision) == in_force,
-                    current,
-                    update,
-                    rollout: s.rollout.clone(),
-                }
+            status: p.status.as_ref().map(|s| RolledStatus {
+                observed_generation: s.observed_generation,
+                current: s.current_revision.as_ref().map(as_rev),
+                update: s.update_revision.as_ref().map(as_rev),
+                rollout: s.rollout.clone(),
+                steady: false,
             }),
+        };
+        // Steady: the whole fleet runs the revision in force.
+        let in_force = r.in_force();
+        if let Some(st) = &mut r.status {
+            st.steady = in_force.is_some() && st.current.as_ref().map(|c| c.revision) == in_force;
         }
+        r
     }
 }
 
@@ -197,7 +193,7 @@ impl From<&TableEntrySet> for Rolled {
             .as_ref()
             .is_some_and(|r| r.pin_revision.is_some());
         Rolled {
-            kind: Some(Kind::EntrySet),
+            kind: Kind::EntrySet,
             name: set.name_any(),
             namespace: set.namespace().unwrap_or_default(),
             generation: set.metadata.generation,
@@ -619,7 +615,7 @@ pub fn resume_patch(p: &Rolled) -> Value {
 /// not roll back.
 pub fn retry_patch(p: &Rolled) -> Result<Value, String> {
     let Some(r) = p.rollout() else {
-        return Err(format!("the {} has no rollout", p.kind()));
+        return Err(format!("the {} has no rollout", p.kind));
     };
     let at = match (r.phase, &r.finished_at) {
         (RolloutPhase::RolledBack, Some(at)) => at,
@@ -683,7 +679,7 @@ pub fn undo_target(p: &Rolled, kept: &[i64], to_revision: Option<i64>) -> Result
             Err(Refusal::NotKept {
                 revision,
                 kept: list(kept),
-                how: match p.kind() {
+                how: match p.kind {
                     Kind::Program => {
                         "`kubectl get controllerrevisions -l p4fleet.dev/program=NAME` lists them"
                     }
@@ -710,7 +706,7 @@ pub fn undo_target(p: &Rolled, kept: &[i64], to_revision: Option<i64>) -> Result
     let Some(in_force) = p.in_force() else {
         return Err(Refusal::NothingBefore(format!(
             "it has no revision yet ({}): the operator has not recorded its content",
-            match p.kind() {
+            match p.kind {
                 Kind::Program => "no status.updateRevision",
                 Kind::EntrySet => "no status.rollout",
             }
@@ -739,7 +735,7 @@ pub fn undo_target(p: &Rolled, kept: &[i64], to_revision: Option<i64>) -> Result
 /// lists a Deployment's.
 pub fn history(p: &Rolled, kept: &[revisions::Kept]) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "{} {}/{}", p.kind(), p.namespace, p.name);
+    let _ = writeln!(s, "{} {}/{}", p.kind, p.namespace, p.name);
     if kept.is_empty() {
         let _ = writeln!(
             s,
@@ -811,7 +807,7 @@ impl Settled {
         let to = st.map_or_else(String::new, |r| format!(" of revision {}", r.to.revision));
         match self {
             Settled::Completed => format!("rollout{to} complete"),
-            Settled::Steady => match p.kind() {
+            Settled::Steady => match p.kind {
                 Kind::Program => "the fleet runs the revision in force".into(),
                 Kind::EntrySet => "every target holds the set's entries (Ready)".into(),
             },
@@ -823,7 +819,7 @@ impl Settled {
             }
             Settled::Paused => format!(
                 "rollout{to} paused; resume with `p4fleet rollout resume {}{} -n {}`",
-                prefix(p.kind()),
+                prefix(p.kind),
                 p.name,
                 p.namespace
             ),
@@ -915,7 +911,7 @@ fn describe(s: &RolloutStep) -> String {
 /// times; or why there is no rollout.
 pub fn render(p: &Rolled) -> String {
     let mut s = String::new();
-    let (name, ns, kind) = (&p.name, &p.namespace, p.kind());
+    let (name, ns, kind) = (&p.name, &p.namespace, p.kind);
     let spec = p.spec.clone().unwrap_or_default();
     let steps = steps(p);
     // Writing to a String cannot fail.

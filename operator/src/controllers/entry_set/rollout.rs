@@ -47,10 +47,18 @@ pub struct Memory {
 }
 
 impl Memory {
-    /// Forgets a deleted set, or one without a rollout.
-    pub fn forget(&self, set: &str) {
+    /// Forgets a set that has no rollout now. Whether its revisions'
+    /// parses are cached stays: the next [`Memory::parses_revisions`]
+    /// says to release them.
+    pub fn no_rollout(&self, set: &str) {
         lock(&self.current).remove(set);
         lock(&self.loaded).remove(set);
+    }
+
+    /// Forgets a deleted set (whose parses the cleanup releases).
+    pub fn forget(&self, set: &str) {
+        self.no_rollout(set);
+        lock(&self.revision_parses).remove(set);
     }
 
     /// Notes whether set `set` now has parses of kept revisions; true
@@ -115,7 +123,7 @@ pub async fn roll(
 ) -> Result<Rolled, super::Error> {
     let spec = set.spec.rollout.clone().unwrap_or_default();
     if spec.strategy == RolloutStrategy::AllAtOnce && spec.pin_revision.is_none() {
-        ctx.own.rollouts.forget(me);
+        ctx.own.rollouts.no_rollout(me);
         return Ok(Rolled::default());
     }
     let ns = set.namespace().unwrap_or_default();
@@ -673,6 +681,14 @@ mod tests {
         assert!(!m.parses_revisions("ns/a", true));
         assert!(m.parses_revisions("ns/a", false), "had some: release");
         assert!(!m.parses_revisions("ns/a", false), "released once");
+        // Losing its rollout keeps the note until the release; deletion
+        // drops it.
+        m.parses_revisions("ns/a", true);
+        m.no_rollout("ns/a");
+        assert!(m.parses_revisions("ns/a", false), "still to release");
+        m.parses_revisions("ns/a", true);
+        m.forget("ns/a");
+        assert!(!m.parses_revisions("ns/a", false), "forgotten with the set");
     }
 
     #[test]
