@@ -17,6 +17,7 @@
 //! URL and token); every test builds its own `kube::Client`.
 
 pub mod certs;
+pub mod device_read;
 pub mod dpdk;
 pub mod firewall;
 pub mod leaders;
@@ -580,6 +581,14 @@ where
 }
 
 fn run_with_stdin(mut cmd: Command, stdin: &[u8]) -> Output {
+    let child = spawn_feeding(&mut cmd, stdin)
+        .unwrap_or_else(|e| panic!("spawn {:?}: {e}", cmd.get_program()));
+    child.wait_with_output().expect("wait for child")
+}
+
+/// Spawns `cmd` with piped stdout and stderr, feeding it `stdin` (none
+/// when empty) from a thread, so a large input cannot deadlock against output.
+pub fn spawn_feeding(cmd: &mut Command, stdin: &[u8]) -> std::io::Result<Child> {
     cmd.stdin(if stdin.is_empty() {
         Stdio::null()
     } else {
@@ -587,34 +596,36 @@ fn run_with_stdin(mut cmd: Command, stdin: &[u8]) -> Output {
     })
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {:?}: {e}", cmd.get_program()));
+    let mut child = cmd.spawn()?;
     if !stdin.is_empty() {
         let mut pipe = child.stdin.take().expect("piped stdin");
         let data = stdin.to_vec();
-        // Write from a thread so a large input cannot deadlock against output.
         std::thread::spawn(move || {
             let _ = pipe.write_all(&data);
         });
     }
-    child.wait_with_output().expect("wait for child")
+    Ok(child)
 }
 
 /// Builds a client from a kubeconfig file (current context).
 pub async fn client_from_kubeconfig(path: &Path) -> Result<Client, HarnessError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = kubeconfig_config(path).await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// The client Config of a kubeconfig file's current context; errors name the file.
+async fn kubeconfig_config(path: &Path) -> Result<Config, HarnessError> {
     let kc = Kubeconfig::read_from(path).map_err(|e| HarnessError::Kubeconfig {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+    Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .map_err(|e| HarnessError::Kubeconfig {
             path: path.to_path_buf(),
             message: e.to_string(),
-        })?;
-    Ok(Client::try_from(config)?)
+        })
 }
 
 // ---------------------------------------------------------------------------
@@ -696,16 +707,7 @@ fn prepare(
 }
 
 async fn client_from_kubeconfig_url(path: &Path) -> Result<String, HarnessError> {
-    let kc = Kubeconfig::read_from(path).map_err(|e| HarnessError::Kubeconfig {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| HarnessError::Kubeconfig {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
+    let config = kubeconfig_config(path).await?;
     Ok(config
         .cluster_url
         .to_string()
@@ -1122,6 +1124,16 @@ where
     if let Err(e) = api.create(&PostParams::default(), &obj).await {
         panic!("create {:?}: {e}", obj.meta().name);
     }
+}
+
+/// Merge-patches object `name` of `api` with `patch`; panics on an error.
+pub async fn merge_patch<K>(api: &Api<K>, name: &str, patch: serde_json::Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
 }
 
 /// Server-side applies `obj` (JSON with apiVersion, kind, metadata.name),

@@ -21,12 +21,12 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams};
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
 use p4fleet_e2e::processes::{Fleet, fleet};
 use p4fleet_e2e::{
-    Bmv2Slot, ControlPlane, TestNamespace, bmv2_virtual_switch, create_json, p4info_program,
-    repo_root, wait_for,
+    Bmv2Slot, ControlPlane, TestNamespace, bmv2_virtual_switch, create_json, merge_patch,
+    p4info_program, repo_root, wait_for,
 };
 use p4fleet_proto::p4info::{self, P4Info};
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient};
@@ -297,9 +297,7 @@ async fn an_ecmp_group_syncs_changes_in_place_repairs_drift_and_leaves_nothing_w
 
     // New weights: the same group id, modified in place.
     let patch = json!({"spec": spec(&[1, 2, 3, 4], &[(1, 3), (2, 1), (3, 1), (4, 1)])});
-    sets.patch("ecmp", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    merge_patch(&sets, "ecmp", patch).await;
     let reweighted = until(emu, &ids, "the weights changed", |h| {
         h.groups
             .get(&group)
@@ -311,9 +309,7 @@ async fn an_ecmp_group_syncs_changes_in_place_repairs_drift_and_leaves_nothing_w
 
     // nh4 removed: out of the group and off the device.
     let patch = json!({"spec": spec(&[1, 2, 3], &[(1, 3), (2, 1), (3, 1)])});
-    sets.patch("ecmp", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    merge_patch(&sets, "ecmp", patch).await;
     let three = until(emu, &ids, "3 members in the group", |h| {
         h.members.len() == 3 && h.groups.get(&group).is_some_and(|g| g.len() == 3)
     })
@@ -345,13 +341,7 @@ async fn an_ecmp_group_syncs_changes_in_place_repairs_drift_and_leaves_nothing_w
         .as_array_mut()
         .unwrap()
         .push(json!({"match": {"hdr.ipv4.dstAddr": "12.0.0.0/8"}, "action": "drop"}));
-    sets.patch(
-        "ecmp",
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"spec": bad})),
-    )
-    .await
-    .unwrap();
+    merge_patch(&sets, "ecmp", json!({"spec": bad})).await;
     let st = status_where(&sets, "InvalidActionProfile", |s| {
         find_condition(&s.conditions, "ActionProfilesSynced")
             .is_some_and(|c| c.reason == "InvalidActionProfile")
@@ -389,13 +379,7 @@ async fn an_ecmp_group_syncs_changes_in_place_repairs_drift_and_leaves_nothing_w
     .await;
     let mut from = spec(&[1, 2, 3], &[(1, 3), (2, 1), (3, 1)]);
     from["entriesFrom"] = json!([{"configMap": "ecmp-lines"}]);
-    sets.patch(
-        "ecmp",
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"spec": from})),
-    )
-    .await
-    .unwrap();
+    merge_patch(&sets, "ecmp", json!({"spec": from})).await;
     let four = until(emu, &ids, "4 entries, 2 from the ConfigMap", |h| {
         h.entries.len() == 4
     })
@@ -415,13 +399,7 @@ async fn an_ecmp_group_syncs_changes_in_place_repairs_drift_and_leaves_nothing_w
     // A line naming a group the set does not have: refused by its place,
     // nothing written (the other lines' entries stay as they are).
     let bad_lines = format!("{lines}14.0.0.0/8 @group=nope\n");
-    cms.patch(
-        "ecmp-lines",
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"data": {"entries": bad_lines}})),
-    )
-    .await
-    .unwrap();
+    merge_patch(&cms, "ecmp-lines", json!({"data": {"entries": bad_lines}})).await;
     let st = status_where(&sets, "InvalidActionProfile from a line", |s| {
         find_condition(&s.conditions, "ActionProfilesSynced")
             .is_some_and(|c| c.reason == "InvalidActionProfile")
@@ -590,9 +568,7 @@ async fn a_profile_shared_by_two_sets_keeps_what_the_other_set_uses() {
     // src does not delete nh1 (shared, and no longer its own), v4's
     // finalizer does, and v4 is gone.
     let patch = json!({"spec": src(&[3], &[("1.1.1.1", "nh3"), ("3.3.3.3", "nh3")])});
-    sets.patch("src", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    merge_patch(&sets, "src", patch).await;
     wait_for("v4 deleted", Duration::from_secs(90), || async {
         match sets.get_opt("v4").await.map_err(|e| e.to_string())? {
             None => Ok(()),

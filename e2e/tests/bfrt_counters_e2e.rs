@@ -14,7 +14,7 @@ use std::time::Duration;
 use kube::Api;
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
 use p4fleet_e2e::processes::{Fleet, fleet};
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root};
+use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, merge_patch, repo_root};
 use p4fleet_proto::bfrt::{
     self, DataField, ForwardingPipelineConfig, KeyField, ReadRequest,
     SetForwardingPipelineConfigRequest, StreamMessageRequest, TableData, TableEntry, TableKey,
@@ -287,13 +287,7 @@ async fn tofino_counters_and_registers_sync_over_bfrt() {
         ..Default::default()
     })
     .await;
-    sets.patch(
-        "dmac",
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(&json!({"spec": {"resyncSeconds": 5}})),
-    )
-    .await
-    .unwrap();
+    merge_patch(&sets, "dmac", json!({"spec": {"resyncSeconds": 5}})).await;
     let raw = &raw;
     p4fleet_e2e::wait_for(
         "register written again",
@@ -321,13 +315,7 @@ async fn tofino_counters_and_registers_sync_over_bfrt() {
     let patch = json!({"spec": {
         "meters": [{"name": "port_meter", "index": 1, "cir": 1000, "cburst": 100, "pir": 2000, "pburst": 200}]
     }});
-    sets.patch(
-        "dmac",
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(&patch),
-    )
-    .await
-    .unwrap();
+    merge_patch(&sets, "dmac", patch).await;
     let st = status_where(&sets, "dmac", "meters unsupported", |s| {
         cond(s, "ResourcesSynced").is_some_and(|c| !c.0 && c.1 == "UnsupportedOnTarget")
     })
@@ -343,13 +331,7 @@ async fn tofino_counters_and_registers_sync_over_bfrt() {
         "meters": null,
         "registers": [{"name": "port_last_seen", "index": 512, "value": "1"}]
     }});
-    sets.patch(
-        "dmac",
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(&patch),
-    )
-    .await
-    .unwrap();
+    merge_patch(&sets, "dmac", patch).await;
     let st = status_where(&sets, "dmac", "a bad index", |s| {
         cond(s, "ResourcesSynced").is_some_and(|c| !c.0 && c.1 == "SettingInvalid")
     })

@@ -48,7 +48,9 @@ use kube::{Api, Client, Resource, ResourceExt};
 use p4fleet_crds::{
     AsyncExternPolicy, Condition, P4Program, Switch, TableEntrySet, VirtualSwitch, find_condition,
 };
-use p4fleet_e2e::{ControlPlane, KUBECONFIG_ENV, helm_bin, output_text, repo_root, wait_for};
+use p4fleet_e2e::{
+    ControlPlane, KUBECONFIG_ENV, helm_bin, output_text, repo_root, spawn_feeding, wait_for,
+};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -217,25 +219,9 @@ fn ok(out: Output, what: &str) -> String {
 /// test fails naming `what` and what the command printed.
 fn run_bounded(mut cmd: Command, stdin: &[u8], timeout: Duration, what: &str) -> Output {
     use std::os::unix::process::CommandExt;
-    cmd.process_group(0)
-        .stdin(if stdin.is_empty() {
-            Stdio::null()
-        } else {
-            Stdio::piped()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
+    cmd.process_group(0);
+    let mut child = spawn_feeding(&mut cmd, stdin)
         .unwrap_or_else(|e| panic!("{what}: spawn {:?}: {e}", cmd.get_program()));
-    if !stdin.is_empty() {
-        let mut pipe = child.stdin.take().expect("piped stdin");
-        let data = stdin.to_vec();
-        // From a thread, so a large input cannot deadlock against output.
-        std::thread::spawn(move || {
-            let _ = pipe.write_all(&data);
-        });
-    }
     let stdout = drain(child.stdout.take().expect("piped stdout"));
     let stderr = drain(child.stderr.take().expect("piped stderr"));
     let deadline = Instant::now() + timeout;

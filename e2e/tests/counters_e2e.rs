@@ -10,10 +10,14 @@ use std::time::Duration;
 
 use kube::Api;
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
+use p4fleet_e2e::device_read::read_entities;
 use p4fleet_e2e::dpdk::l2crypt;
 use p4fleet_e2e::processes::{Fleet, fleet, metrics_text};
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, wait_for};
-use p4fleet_proto::p4runtime::{self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient};
+use p4fleet_e2e::{
+    ControlPlane, TestNamespace, create_json, merge_patch, set_status_within_90s as status_where,
+    wait_for,
+};
+use p4fleet_proto::p4runtime::{self as p4, entity::Entity};
 use serde_json::json;
 
 /// The Dpdk device the test's Switch drives.
@@ -52,16 +56,6 @@ registers {{ preamble {{ id: {SEEN} name: "MyIngress.seen" alias: "seen" }} type
 "#,
         l2crypt("p4info.txt")
     )
-}
-
-async fn status_where(
-    api: &Api<TableEntrySet>,
-    name: &str,
-    what: &str,
-    pred: impl Fn(&TableEntrySetStatus) -> bool,
-) -> TableEntrySetStatus {
-    let timeout = Duration::from_secs(90);
-    p4fleet_e2e::set_status_where(api, name, what, timeout, pred).await
 }
 
 fn cond(st: &TableEntrySetStatus, t: &str) -> Option<(bool, String, String)> {
@@ -105,25 +99,7 @@ async fn setup(client: &kube::Client, env: &Fleet, ns: &str) {
 }
 
 async fn read(env: &Fleet, filter: Entity) -> Vec<Entity> {
-    let mut c = P4RuntimeClient::connect(format!("http://{}", env.p4runtime))
-        .await
-        .unwrap();
-    let mut stream = c
-        .read(p4::ReadRequest {
-            device_id: DEV,
-            entities: vec![p4::Entity {
-                entity: Some(filter),
-            }],
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut out = Vec::new();
-    while let Some(r) = stream.message().await.unwrap() {
-        out.extend(r.entities.into_iter().filter_map(|e| e.entity));
-    }
-    out
+    read_entities(env.p4runtime, DEV, filter).await
 }
 
 async fn meter_at(env: &Fleet, index: i64) -> Option<p4::MeterConfig> {
@@ -259,13 +235,7 @@ async fn counters_show_in_status_and_metrics_and_settings_reach_the_device() {
             {"name": "seen", "index": 3, "value": "4096"}
         ]
     }});
-    sets.patch(
-        "dmac",
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(&patch),
-    )
-    .await
-    .unwrap();
+    merge_patch(&sets, "dmac", patch).await;
     let st = status_where(&sets, "dmac", "bad settings reported", |s| {
         cond(s, "ResourcesSynced").is_some_and(|c| !c.0 && c.1 == "SettingInvalid")
     })

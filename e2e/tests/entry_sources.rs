@@ -17,11 +17,12 @@ use flate2::write::GzEncoder;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
-use p4fleet_crds::{
-    P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
-};
+use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
 use p4fleet_e2e::processes::{Fleet, fleet};
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, event_about, repo_root, wait_for};
+use p4fleet_e2e::{
+    Bmv2Slot, ControlPlane, TestNamespace, bmv2_virtual_switch, create_json, event_about,
+    firewall_lines, p4info_program, repo_root, wait_for,
+};
 use serde_json::{Value, json};
 
 async fn env() -> (&'static ControlPlane, &'static Fleet) {
@@ -77,50 +78,16 @@ fn device_entries(env: &Fleet, device: u64) -> u64 {
 /// VirtualSwitch `fw` on it.
 async fn setup_target(client: &Client, env: &Fleet, ns: &str, device: u64) {
     let p4info = std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt")).unwrap();
-    let p: P4Program = serde_json::from_value(json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
-        "metadata": {"name": "firewall"}, "spec": {"p4info": {"inline": p4info}}
-    }))
-    .unwrap();
-    Api::<P4Program>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &p)
-        .await
-        .unwrap();
-    let sw: Switch = serde_json::from_value(json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
-        "metadata": {"name": format!("{ns}-sw")},
-        "spec": {"target": "Bmv2", "endpoint": env.p4runtime.to_string(), "deviceId": device, "slots": 1}
-    }))
-    .unwrap();
-    Api::<Switch>::all(client.clone())
-        .create(&PostParams::default(), &sw)
-        .await
-        .unwrap();
-    let vs: VirtualSwitch = serde_json::from_value(json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
-        "metadata": {"name": "fw"},
-        "spec": {"programRef": "firewall", "switchRef": format!("{ns}-sw"), "slot": 0}
-    }))
-    .unwrap();
-    Api::<VirtualSwitch>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &vs)
-        .await
-        .unwrap();
-}
-
-/// Firewall lines for entries `start..start + n` (distinct keys).
-fn lines(start: usize, n: usize) -> String {
-    let mut s = String::from("#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n");
-    for i in start..start + n {
-        s.push_str(&format!(
-            "10.{}.{}.{} 172.16.0.1 {}\n",
-            (i >> 16) & 255,
-            (i >> 8) & 255,
-            i & 255,
-            i % 500
-        ));
-    }
-    s
+    p4info_program(client, ns, "firewall", &p4info).await;
+    let sw = format!("{ns}-sw");
+    let slot = Bmv2Slot {
+        switch: &sw,
+        virtual_switch: "fw",
+        program: "firewall",
+        endpoint: env.p4runtime,
+        device,
+    };
+    bmv2_virtual_switch(client, ns, slot).await;
 }
 
 fn gzip(text: &str) -> Vec<u8> {
@@ -199,10 +166,18 @@ async fn sources_by_list_selector_and_gzip_are_parsed_once_per_version() {
     let ns = TestNamespace::new(&client).await;
     let ns = ns.name().to_string();
     setup_target(&client, env, &ns, 1).await;
-    put_config_map(&client, &ns, "fw-list", &[], Some(&lines(0, 1000)), None).await;
+    put_config_map(
+        &client,
+        &ns,
+        "fw-list",
+        &[],
+        Some(&firewall_lines(0, 1000)),
+        None,
+    )
+    .await;
     let sel = [("p4fleet.dev/set", "fw")];
     for (name, start) in [("part-1", 1000), ("part-2", 2000)] {
-        let gz = gzip(&lines(start, 1000));
+        let gz = gzip(&firewall_lines(start, 1000));
         put_config_map(&client, &ns, name, &sel, None, Some(gz)).await;
     }
     // Not selected: another label.
@@ -211,7 +186,7 @@ async fn sources_by_list_selector_and_gzip_are_parsed_once_per_version() {
         &ns,
         "other",
         &[("p4fleet.dev/set", "x")],
-        Some(&lines(9000, 10)),
+        Some(&firewall_lines(9000, 10)),
         None,
     )
     .await;
@@ -246,7 +221,7 @@ async fn sources_by_list_selector_and_gzip_are_parsed_once_per_version() {
         "part-2",
         &sel,
         None,
-        Some(gzip(&lines(2000, 1500))),
+        Some(gzip(&firewall_lines(2000, 1500))),
     )
     .await;
     status_where(&api, "fw", "3,500 entries Ready", |st| {
@@ -259,7 +234,7 @@ async fn sources_by_list_selector_and_gzip_are_parsed_once_per_version() {
 
     // A new labelled ConfigMap is selected; an entry it repeats is an
     // error naming both places, and the rest still applies.
-    let mut dup = lines(5000, 100);
+    let mut dup = firewall_lines(5000, 100);
     dup.push_str("10.0.0.7 172.16.0.1 7\n");
     put_config_map(&client, &ns, "part-3", &sel, None, Some(gzip(&dup))).await;
     let st = status_where(&api, "fw", "3,600 entries and a duplicate", |st| {
@@ -326,7 +301,7 @@ async fn livez_answers_while_a_large_source_parses_and_a_malformed_one_is_reject
     };
 
     // ~1 MiB of entries (the most one ConfigMap holds).
-    let big = lines(0, 36_000);
+    let big = firewall_lines(0, 36_000);
     assert!(
         big.len() > 900_000 && big.len() < 1_000_000,
         "{}",
@@ -347,7 +322,7 @@ async fn livez_answers_while_a_large_source_parses_and_a_malformed_one_is_reject
 
     // A 300,000-digit value (and a 700 kB one) among good lines: refused
     // early, with short messages, and the good lines still apply.
-    let mut bad = lines(100_000, 100);
+    let mut bad = firewall_lines(100_000, 100);
     bad.push_str(&format!("10.9.9.9 172.16.0.1 {}\n", "9".repeat(300_000)));
     bad.push_str(&format!("10.9.9.8 172.16.0.{} 1\n", "7".repeat(500_000)));
     put_config_map(&client, &ns, "bad", &[], Some(&bad), None).await;

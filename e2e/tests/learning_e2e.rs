@@ -18,10 +18,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, ResourceExt};
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
+use p4fleet_e2e::device_read::read_entities;
 use p4fleet_e2e::processes::{Fleet, fleet};
 use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
 use p4fleet_model::sync;
-use p4fleet_proto::p4runtime::{self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient};
+use p4fleet_proto::p4runtime::{self as p4, entity::Entity};
 use serde_json::json;
 
 /// The device the learning set runs on, and the one the bad sets use.
@@ -66,25 +67,7 @@ fn cond(st: &TableEntrySetStatus, t: &str) -> Option<(bool, String, String)> {
 
 /// Every entity matching `filter` on `device`, read over P4Runtime.
 async fn read(env: &Fleet, device: u64, filter: Entity) -> Vec<Entity> {
-    let mut c = P4RuntimeClient::connect(format!("http://{}", env.p4runtime))
-        .await
-        .unwrap();
-    let mut stream = c
-        .read(p4::ReadRequest {
-            device_id: device,
-            entities: vec![p4::Entity {
-                entity: Some(filter),
-            }],
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut out = Vec::new();
-    while let Some(r) = stream.message().await.unwrap() {
-        out.extend(r.entities.into_iter().filter_map(|e| e.entity));
-    }
-    out
+    read_entities(env.p4runtime, device, filter).await
 }
 
 /// The `smac` entries of the learning test's device.
