@@ -16,8 +16,8 @@ pub use p4fleet_model::entries::EntryKey;
 use p4fleet_model::entries::{Entry, LineParser, TableSchema, WriteOp};
 use serde_json::json;
 
-use crate::processes::{Proc, spawn_emulator};
-use crate::{create_json, firewall_lines, repo_root};
+use crate::processes::{Proc, build_binaries, spawn_emulator, spawn_operator};
+use crate::{ControlPlane, TestNamespace, create_json, firewall_lines, repo_root};
 
 /// The kind of Switch: which protocol the operator speaks to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +77,21 @@ pub fn emulator(bin: &Path, devices: &str, addrs: Option<Addrs>) -> (Proc, Addrs
         stats: emu.stats,
     };
     (emu.proc, addrs)
+}
+
+/// The shared control plane, a client of it, the emulator with `devices`
+/// and an operator logging to `log` with `args`, started in that order:
+/// how the one-emulator firewall tests begin.
+pub async fn emulator_and_operator(
+    devices: &str,
+    log: &str,
+    args: &[&str],
+) -> (&'static ControlPlane, Client, (Proc, Addrs), Proc) {
+    let cp = ControlPlane::shared().await;
+    let client = cp.client().await;
+    let emu = emulator(&build_binaries(), devices, None);
+    let op = spawn_operator(&build_binaries(), cp.kubeconfig_path(), log, args);
+    (cp, client, emu, op)
 }
 
 /// The TableEntrySet `fw` of [`setup`].
@@ -153,6 +168,22 @@ pub async fn setup(
     )
     .await;
     sw
+}
+
+/// A namespace per kind, Bmv2 on device 1 and Tofino on device 11 (the
+/// emulator's "1,11"), each with [`setup`]'s objects and `set`, in that order.
+pub async fn setup_per_kind(
+    client: &Client,
+    addrs: Addrs,
+    set: FirewallSet,
+) -> Vec<(Kind, u64, TestNamespace)> {
+    let mut cases = Vec::new();
+    for (kind, device) in [(Kind::Bmv2, 1), (Kind::Tofino, 11)] {
+        let ns = TestNamespace::new(client).await;
+        setup(client, ns.name(), kind, addrs, device, set).await;
+        cases.push((kind, device, ns));
+    }
+    cases
 }
 
 fn p4info_text() -> String {

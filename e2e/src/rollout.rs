@@ -180,6 +180,15 @@ pub async fn selector_set(client: &Client, ns: &str) {
     .await;
 }
 
+/// The Canary rollout of the tests that pause after the canary: the
+/// canary, an indefinite pause, then all; a 2 s analysis window and
+/// `deadline` seconds of progress deadline.
+pub fn paused_canary(deadline: u64) -> serde_json::Value {
+    json!({"strategy": "Canary",
+        "steps": [{"switches": 1}, {"pause": {}}, {"percent": 100}],
+        "analysis": {"seconds": 2}, "progressDeadlineSeconds": deadline})
+}
+
 /// Pipeline pushes each device received so far (`set_pipeline_rpcs`).
 pub fn pushes(stats: SocketAddr) -> Vec<u64> {
     DEVICES

@@ -15,8 +15,7 @@ use std::time::Duration;
 use kube::api::Api;
 use p4fleet_crds::{P4Program, Switch, VirtualSwitch, find_condition};
 use p4fleet_e2e::firewall;
-use p4fleet_e2e::processes::{build_binaries as bin, spawn_operator};
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, event_about, repo_root, wait_for};
+use p4fleet_e2e::{TestNamespace, create_json, event_about, repo_root, wait_for};
 use p4fleet_proto::p4runtime::p4_runtime_client::P4RuntimeClient;
 use p4fleet_proto::p4runtime::{
     GetForwardingPipelineConfigRequest, get_forwarding_pipeline_config_request::ResponseType,
@@ -153,16 +152,13 @@ async fn a_large_artifact_from_a_url_is_checked_loaded_and_downloaded_once() {
     let (http, hits) = serve(files).await;
     let url = format!("http://{http}/artifacts/firewall.json");
 
-    let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let (_emu, addrs) = firewall::emulator(&bin(), "1,2", None);
     // Short resyncs: several happen while the test watches the server.
-    let _op = spawn_operator(
-        &bin(),
-        cp.kubeconfig_path(),
+    let (_cp, client, (_emu, addrs), _op) = firewall::emulator_and_operator(
+        "1,2",
         "artifact-url-operator",
         &["--resync-seconds", "2", "--drift-seconds", "2"],
-    );
+    )
+    .await;
     let ns = TestNamespace::new(&client).await;
     let p4info = std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt")).unwrap();
     let v1 = "p4fleet.dev/v1alpha1";

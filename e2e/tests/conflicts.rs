@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use kube::api::{Api, DeleteParams};
 use p4fleet_crds::{TableEntrySet, find_condition};
-use p4fleet_e2e::firewall::{self, FirewallSet, Kind, Other};
-use p4fleet_e2e::processes::{build_binaries as bin, device_stat, p4fleet_plan, spawn_operator};
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, event_about, wait_for};
+use p4fleet_e2e::firewall::{self, FirewallSet, Other};
+use p4fleet_e2e::processes::{device_stat, p4fleet_plan};
+use p4fleet_e2e::{create_json, event_about, wait_for};
 use serde_json::json;
 
 const ENTRIES: usize = 100;
@@ -46,25 +46,17 @@ async fn conflict_reported(sets: &Api<TableEntrySet>, name: &str, words: &[&str]
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exclusive_and_a_merge_set_on_one_table_are_reported_and_stop_churning() {
-    let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let (_emu, addrs) = firewall::emulator(&bin(), "1,11", None);
-    let _op = spawn_operator(
-        &bin(),
-        cp.kubeconfig_path(),
+    let (cp, client, (_emu, addrs), _op) = firewall::emulator_and_operator(
+        "1,11",
         "conflicts-operator",
         &["--resync-seconds", "2", "--drift-seconds", "3600"],
-    );
-    let mut cases = Vec::new();
-    for (kind, device) in [(Kind::Bmv2, 1u64), (Kind::Tofino, 11)] {
-        let ns = TestNamespace::new(&client).await;
-        let set = FirewallSet {
-            entries: ENTRIES,
-            ownership: "Exclusive",
-        };
-        firewall::setup(&client, ns.name(), kind, addrs, device, set).await;
-        cases.push((kind, device, ns));
-    }
+    )
+    .await;
+    let set = FirewallSet {
+        entries: ENTRIES,
+        ownership: "Exclusive",
+    };
+    let cases = firewall::setup_per_kind(&client, addrs, set).await;
     // The Exclusive set is synced first; then the younger Merge set.
     for (_, _, ns) in &cases {
         let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns.name());

@@ -15,12 +15,12 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
 use p4fleet_e2e::processes::{Fleet, fleet};
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
+use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, merge_patch, repo_root, wait_for};
 use p4fleet_proto::p4info::{self, P4Info};
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient};
 use serde_json::json;
@@ -188,9 +188,7 @@ async fn entry_meters_are_written_read_back_changed_in_place_and_bad_ones_named(
 
     // A changed config: a MODIFY of the meter, the entry kept.
     let patch = json!({"spec": acl_spec((5000, 500, 8000, 800))});
-    sets.patch("acl", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    merge_patch(&sets, "acl", patch).await;
     let changed = until(emu, acl, "the new config", |m| {
         m.get(&vec![10u8, 0, 0, 1]) == Some(&Some((5000, 500, 8000, 800)))
     })

@@ -31,7 +31,7 @@ use p4fleet_e2e::lie_watch::LieWatch;
 use p4fleet_e2e::processes::{
     Proc, build_binaries as bin, device_entries, shared_operator, spawn_operator,
 };
-use p4fleet_e2e::{ControlPlane, TestNamespace, firewall_lines};
+use p4fleet_e2e::{ControlPlane, TestNamespace, firewall_lines, merge_patch};
 use serde_json::json;
 
 const ENTRIES: usize = 10_000;
@@ -464,9 +464,7 @@ async fn a_damaged_or_deleted_ownership_record_is_reported_and_never_widens_dele
     };
     let mut tries = 0;
     loop {
-        cms.patch(RECORD, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
+        merge_patch(&cms, RECORD, patch.clone()).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
         if digest_of(cms.get_opt(RECORD).await.unwrap()).as_ref() == Some(&zeros) {
             // Desired: entries 5,000..14,000 instead of 0..10,000.

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use p4fleet_crds::{P4Program, find_condition};
-use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
+use p4fleet_e2e::{ControlPlane, TestNamespace, merge_patch, repo_root, wait_for};
 
 /// The operator binary, built with the workspace (a no-op when up to date).
 fn operator_binary() -> PathBuf {
@@ -244,9 +244,7 @@ async fn a_finalizer_patch_that_lost_a_race_is_a_conflict_not_a_failure() {
     let stale = sets.create(&PostParams::default(), &set).await.unwrap();
     // Another writer adds its finalizer after our read.
     let theirs = serde_json::json!({"metadata": {"finalizers": ["example.com/theirs"]}});
-    sets.patch("raced", &PatchParams::default(), &Patch::Merge(&theirs))
-        .await
-        .unwrap();
+    merge_patch(&sets, "raced", theirs).await;
     let res = kube::runtime::finalizer::finalizer(
         &sets,
         "p4fleet.dev/table-entries",

@@ -15,11 +15,11 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams};
 use p4fleet_crds::TableEntrySet;
 use p4fleet_e2e::firewall::{self, FirewallSet, Kind, Other};
 use p4fleet_e2e::processes::{Proc, build_binaries as bin, device_entries, spawn_operator};
-use p4fleet_e2e::{ControlPlane, TestNamespace, firewall_lines, wait_for};
+use p4fleet_e2e::{ControlPlane, TestNamespace, firewall_lines, merge_patch, wait_for};
 use serde_json::json;
 
 const ENTRIES: usize = 30_000;
@@ -54,10 +54,7 @@ impl Case {
     /// Replaces the entries of the set's ConfigMap `fw` with `text`.
     async fn desire(&self, client: &kube::Client, text: String) {
         let patch = json!({"data": {"entries": text}});
-        self.config_maps(client)
-            .patch("fw", &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
+        merge_patch(&self.config_maps(client), "fw", patch).await;
     }
 }
 
@@ -68,21 +65,20 @@ async fn a_restarted_operator_deletes_exactly_what_its_sets_wrote() {
     let kubeconfig = cp.kubeconfig_path().to_path_buf();
     let (_emu, addrs) = firewall::emulator(&bin(), "1,11", None);
     let op = operator(&kubeconfig);
-    let mut cases = Vec::new();
-    for (kind, device) in [(Kind::Bmv2, 1), (Kind::Tofino, 11)] {
-        let ns = TestNamespace::new(&client).await;
-        let set = FirewallSet {
-            entries: ENTRIES,
-            ownership: "Merge",
-        };
-        firewall::setup(&client, ns.name(), kind, addrs, device, set).await;
-        cases.push(Case {
+    let set = FirewallSet {
+        entries: ENTRIES,
+        ownership: "Merge",
+    };
+    let mut cases: Vec<Case> = firewall::setup_per_kind(&client, addrs, set)
+        .await
+        .into_iter()
+        .map(|(kind, device, ns)| Case {
             kind,
             device,
             ns,
             other: None,
-        });
-    }
+        })
+        .collect();
     let foreign = firewall::foreign_entry();
     for c in &mut cases {
         firewall::ready_with(&c.sets(&client), ENTRIES).await;

@@ -16,27 +16,23 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use p4fleet_crds::{TableEntrySet, find_condition};
-use p4fleet_e2e::firewall::{self, FirewallSet, Kind, Other};
-use p4fleet_e2e::processes::{build_binaries as bin, p4fleet_plan, spawn_operator};
-use p4fleet_e2e::{ControlPlane, TestNamespace, firewall_lines, set_status_where, wait_event};
+use p4fleet_e2e::firewall::{self, FirewallSet, Other};
+use p4fleet_e2e::processes::p4fleet_plan;
+use p4fleet_e2e::{ControlPlane, firewall_lines, merge_patch, set_status_where, wait_event};
 use serde_json::json;
 
 const ENTRIES: usize = 100;
 
 async fn patch_set(sets: &Api<TableEntrySet>, plan: bool) {
     let patch = json!({"spec": {"plan": plan}});
-    sets.patch("fw", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    merge_patch(sets, "fw", patch).await;
 }
 
 async fn desire(cms: &Api<ConfigMap>, start: usize) {
     let patch = json!({"data": {"entries": firewall_lines(start, ENTRIES)}});
-    cms.patch("fw", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    merge_patch(cms, "fw", patch).await;
 }
 
 /// Waits for a plan of `(insert, modify, delete)` of the current
@@ -97,27 +93,19 @@ fn run_plan(cp: &ControlPlane, manifest: &str, code: Option<i32>) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_shows_what_a_sync_would_write_and_applying_writes_it() {
-    let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let (_emu, addrs) = firewall::emulator(&bin(), "1,11", None);
     // Long periodic passes: only a change of the set or its sources
     // plans or writes.
-    let _op = spawn_operator(
-        &bin(),
-        cp.kubeconfig_path(),
+    let (cp, client, (_emu, addrs), _op) = firewall::emulator_and_operator(
+        "1,11",
         "plans-operator",
         &["--resync-seconds", "3600", "--drift-seconds", "3600"],
-    );
-    let mut cases = Vec::new();
-    for (kind, device) in [(Kind::Bmv2, 1), (Kind::Tofino, 11)] {
-        let ns = TestNamespace::new(&client).await;
-        let set = FirewallSet {
-            entries: ENTRIES,
-            ownership: "Exclusive",
-        };
-        firewall::setup(&client, ns.name(), kind, addrs, device, set).await;
-        cases.push((kind, device, ns));
-    }
+    )
+    .await;
+    let set = FirewallSet {
+        entries: ENTRIES,
+        ownership: "Exclusive",
+    };
+    let cases = firewall::setup_per_kind(&client, addrs, set).await;
     for (kind, device, ns) in &cases {
         let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns.name());
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());

@@ -10,11 +10,11 @@
 
 use std::time::Duration;
 
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use p4fleet_crds::{P4Program, VirtualSwitch, find_condition};
 use p4fleet_e2e::firewall::{self, FirewallSet, Kind};
-use p4fleet_e2e::processes::{build_binaries as bin, device_entries, device_stat, spawn_operator};
-use p4fleet_e2e::{ControlPlane, TestNamespace, event_about, repo_root, wait_for};
+use p4fleet_e2e::processes::{build_binaries as bin, device_entries, device_stat};
+use p4fleet_e2e::{TestNamespace, event_about, merge_patch, repo_root, wait_for};
 use serde_json::json;
 
 const ENTRIES: usize = 100;
@@ -55,15 +55,12 @@ async fn pipeline_loaded(vss: &Api<VirtualSwitch>, reason: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_removing_a_filled_table_is_held_until_confirmed() {
-    let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let (emu, addrs) = firewall::emulator(&bin(), "1", None);
-    let _op = spawn_operator(
-        &bin(),
-        cp.kubeconfig_path(),
+    let (_cp, client, (emu, addrs), _op) = firewall::emulator_and_operator(
+        "1",
         "hold-operator",
         &["--resync-seconds", "3600", "--drift-seconds", "3600"],
-    );
+    )
+    .await;
     let ns = TestNamespace::new(&client).await;
     let set = FirewallSet {
         entries: ENTRIES,
@@ -95,10 +92,7 @@ async fn a_change_removing_a_filled_table_is_held_until_confirmed() {
         .replace("\"MyIngress.firewall\"", "\"MyIngress.firewall_v2\"")
         .replace("alias: \"firewall\"", "alias: \"firewall_v2\"");
     let patch = json!({"spec": {"p4info": {"inline": p4info}}});
-    programs
-        .patch("firewall", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    merge_patch(&programs, "firewall", patch).await;
     let held = program_condition(&programs, "RolloutHeld", "TablesStillTargeted").await;
     eprintln!("held: {held}");
     assert!(
@@ -139,10 +133,7 @@ async fn a_change_removing_a_filled_table_is_held_until_confirmed() {
     // Confirmed: the change goes out (the emulator empties the table with
     // the new pipeline) and the hold is released.
     let confirm = json!({"metadata": {"annotations": {"p4fleet.dev/allow-table-removal": "true"}}});
-    programs
-        .patch("firewall", &PatchParams::default(), &Patch::Merge(&confirm))
-        .await
-        .unwrap();
+    merge_patch(&programs, "firewall", confirm).await;
     program_condition(&programs, "RolloutHeld", "Released").await;
     pipeline_loaded(&vss, "Loaded").await;
     assert_ne!(digest().await, in_force, "the new content is in force");

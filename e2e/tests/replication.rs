@@ -8,10 +8,10 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use p4fleet_crds::{P4Program, Switch, VirtualSwitch, find_condition};
 use p4fleet_e2e::processes::{Fleet, fleet};
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
+use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, merge_patch, repo_root, wait_for};
 use p4fleet_proto::p4runtime::{
     self as p4, p4_runtime_client::P4RuntimeClient, packet_replication_engine_entry::Type as Pre,
 };
@@ -166,9 +166,7 @@ async fn virtual_switch_multicast_groups_and_clone_sessions_sync_change_and_refu
             {"id": 1, "replicas": [{"port": 1}, {"port": 2}, {"port": 3}, {"port": 4}]},
             {"id": 2, "replicas": [{"port": 5}]}],
         "cloneSessions": [{"id": 6, "replicas": [{"port": 8}]}]}});
-    vss.patch("fabric", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    merge_patch(&vss, "fabric", patch).await;
     let second: Held = (
         vec![(1, vec![1, 2, 3, 4]), (2, vec![5])],
         vec![(6, vec![8], 0, 0)],
@@ -179,9 +177,7 @@ async fn virtual_switch_multicast_groups_and_clone_sessions_sync_change_and_refu
     let bad = json!({"spec": {"multicastGroups": [
         {"id": 1, "replicas": [{"port": 1}]},
         {"id": 2, "replicas": [{"port": 600}]}]}});
-    vss.patch("fabric", &PatchParams::default(), &Patch::Merge(&bad))
-        .await
-        .unwrap();
+    merge_patch(&vss, "fabric", bad).await;
     wait_for(
         "ReplicationSynced False InvalidReplication",
         Duration::from_secs(60),
@@ -209,9 +205,7 @@ async fn virtual_switch_multicast_groups_and_clone_sessions_sync_change_and_refu
     let fixed = json!({"spec": {
         "multicastGroups": [{"id": 1, "replicas": [{"port": 1}]}],
         "cloneSessions": null}});
-    vss.patch("fabric", &PatchParams::default(), &Patch::Merge(&fixed))
-        .await
-        .unwrap();
+    merge_patch(&vss, "fabric", fixed).await;
     until_held(emu, &(vec![(1, vec![1])], vec![]), "the fixed group only").await;
     wait_for(
         "ReplicationSynced with 1 group",

@@ -30,7 +30,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use p4fleet_crds::{RolloutPhase, RolloutStatus, TableEntrySet, find_condition};
 use p4fleet_e2e::firewall::{self, Kind, Other, arm_fault, faults_fired, keys_of_lines};
 use p4fleet_e2e::processes::{
@@ -38,7 +38,9 @@ use p4fleet_e2e::processes::{
     reconciled, spawn_operator,
 };
 use p4fleet_e2e::rollout::{DEVICES, ENTRIES, Fleet, start, teardown};
-use p4fleet_e2e::{ControlPlane, TestNamespace, apply_json, event_about, firewall_lines, wait_for};
+use p4fleet_e2e::{
+    ControlPlane, TestNamespace, apply_json, event_about, firewall_lines, merge_patch, wait_for,
+};
 use p4fleet_model::entries::EntryKey;
 use serde_json::json;
 
@@ -111,15 +113,8 @@ async fn wait_held(readers: &[Other], what: &str, want: Vec<HashSet<EntryKey>>) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_selector_set_rolls_its_entries_out_in_steps_and_back_on_a_failed_gate() {
-    let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let (_emu, addrs) = firewall::emulator(&bin(), "1,2,3,4", None);
-    let op = spawn_operator(
-        &bin(),
-        cp.kubeconfig_path(),
-        "rollout-entries-operator",
-        &[],
-    );
+    let (cp, client, (_emu, addrs), op) =
+        firewall::emulator_and_operator("1,2,3,4", "rollout-entries-operator", &[]).await;
     let ns = TestNamespace::new(&client).await;
     let Fleet { sets, cms, .. } = start(&client, ns.name(), [addrs.p4runtime; 4], json!({})).await;
     let mut readers = Vec::new();
@@ -129,9 +124,7 @@ async fn a_selector_set_rolls_its_entries_out_in_steps_and_back_on_a_failed_gate
     let rollout = json!({"spec": {"rollout": {"strategy": "Canary",
         "steps": [{"switches": 1}, {"pause": {}}, {"percent": 100}],
         "analysis": {"seconds": 1}, "progressDeadlineSeconds": 90}}});
-    sets.patch("fw", &PatchParams::default(), &Patch::Merge(&rollout))
-        .await
-        .unwrap();
+    merge_patch(&sets, "fw", rollout).await;
     // At rest, the status names the revision the fleet holds.
     let r1 = set_phase(&sets, RolloutPhase::Completed, |r| r.to.revision == 1).await;
     let rev1 = keys_of_lines(0, ENTRIES);
@@ -288,9 +281,7 @@ async fn a_selector_set_rolls_its_entries_out_in_steps_and_back_on_a_failed_gate
     )
     .await;
     let resume = json!({"metadata": {"annotations": {"p4fleet.dev/rollout-resume": "1/1"}}});
-    sets.patch("fw", &PatchParams::default(), &Patch::Merge(&resume))
-        .await
-        .unwrap();
+    merge_patch(&sets, "fw", resume).await;
     set_phase(&sets, RolloutPhase::Completed, |r| r.to.revision == 1).await;
     assert_eq!(held(&readers).await, vec![rev1.clone(); 4]);
     // The (restarted) operator's metrics: one rollback, the pin done.

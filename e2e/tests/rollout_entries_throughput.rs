@@ -14,11 +14,13 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use p4fleet_crds::{P4Program, RolloutPhase, TableEntrySet};
 use p4fleet_e2e::dpdk::{self, DEVICES, forwarded_per_second, l2crypt};
 use p4fleet_e2e::processes::{build_binaries as bin, device_stat, spawn_operator};
-use p4fleet_e2e::{ControlPlane, TestNamespace, apply_json, create_json, event_about, wait_for};
+use p4fleet_e2e::{
+    ControlPlane, TestNamespace, apply_json, create_json, event_about, merge_patch, wait_for,
+};
 use serde_json::{Value, json};
 
 const V1: &str = "p4fleet.dev/v1alpha1";
@@ -101,9 +103,7 @@ async fn entries_that_drop_everything_fail_the_throughput_check_and_roll_back() 
     let writes = |d| device_stat(emu.stats, d, "write_rpcs").expect("device stats");
     let before: Vec<u64> = DEVICES[1..].iter().map(|d| writes(*d)).collect();
     let patch = json!({"spec": {"entries": entries("MyIngress.drop")}});
-    sets.patch("dmac", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    merge_patch(&sets, "dmac", patch).await;
     let st = set_phase(&sets, RolloutPhase::RolledBack).await;
     assert_eq!(st.to.revision, 2, "{st:?}");
     let failure = st.failure.clone().expect("the failed check");

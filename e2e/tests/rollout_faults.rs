@@ -13,11 +13,10 @@ use p4fleet_e2e::processes::{
     build_binaries as bin, operator_http_addr, reconciled, spawn_operator,
 };
 use p4fleet_e2e::rollout::{
-    DEVICES, Fleet, annotate_resume, cookies, phase_of, pushes, resume_until_moving,
+    DEVICES, Fleet, annotate_resume, cookies, paused_canary, phase_of, pushes, resume_until_moving,
     revision_cookie, set_ready, source, start, teardown,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace, wait_for};
-use serde_json::json;
 
 /// Starts an operator and waits until it serves /metrics and, when
 /// `restart`, has reconciled the (existing) program at least once.
@@ -38,15 +37,12 @@ async fn a_rollout_survives_kill_9_and_a_new_revision_restarts_it() {
     let (_emu, addrs) = firewall::emulator(&bin(), "1,2,3,4", None);
     let op = operator(cp, "rollout-faults-operator-1", false).await;
     let ns = TestNamespace::new(&client).await;
-    let rollout = json!({"strategy": "Canary",
-        "steps": [{"switches": 1}, {"pause": {}}, {"percent": 100}],
-        "analysis": {"seconds": 2}, "progressDeadlineSeconds": 120});
     let Fleet {
         programs,
         cms,
         sets,
         c1,
-    } = start(&client, ns.name(), [addrs.p4runtime; 4], rollout).await;
+    } = start(&client, ns.name(), [addrs.p4runtime; 4], paused_canary(120)).await;
     assert_eq!(cookies(addrs.stats), vec![Some(c1); 4]);
     let start = pushes(addrs.stats);
 

@@ -15,11 +15,10 @@ use p4fleet_e2e::firewall;
 use p4fleet_e2e::leaders::{promise_lease, replica, wait_holder};
 use p4fleet_e2e::processes::build_binaries as bin;
 use p4fleet_e2e::rollout::{
-    DEVICES, Fleet, cookies, phase_of, pushes, resume_until_moving, revision_cookie, set_ready,
-    source, start, teardown,
+    DEVICES, Fleet, cookies, paused_canary, phase_of, pushes, resume_until_moving, revision_cookie,
+    set_ready, source, start, teardown,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace};
-use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_change_mid_step_moves_nobody_twice() {
@@ -32,15 +31,12 @@ async fn a_leader_change_mid_step_moves_nobody_twice() {
     let a = replica(&bin(), cp, ns.name(), "rollout-leader", "a");
     let _b = replica(&bin(), cp, ns.name(), "rollout-leader", "b");
     wait_holder(&leases, "a", 1, Duration::from_secs(60)).await;
-    let rollout = json!({"strategy": "Canary",
-        "steps": [{"switches": 1}, {"pause": {}}, {"percent": 100}],
-        "analysis": {"seconds": 2}, "progressDeadlineSeconds": 120});
     let Fleet {
         programs,
         cms,
         sets,
         c1,
-    } = start(&client, ns.name(), [addrs.p4runtime; 4], rollout).await;
+    } = start(&client, ns.name(), [addrs.p4runtime; 4], paused_canary(120)).await;
     let start = pushes(addrs.stats);
 
     source(&cms, "v2").await;

@@ -17,8 +17,8 @@ use p4fleet_crds::{RolloutPhase, find_condition};
 use p4fleet_e2e::firewall;
 use p4fleet_e2e::processes::{build_binaries as bin, device_entries, p4fleet_plan, spawn_operator};
 use p4fleet_e2e::rollout::{
-    DEVICES, ENTRIES, Fleet, cookies, p4info, phase_of, resume_until_moving, revision_cookie,
-    source_text, start, teardown,
+    DEVICES, ENTRIES, Fleet, cookies, p4info, paused_canary, phase_of, resume_until_moving,
+    revision_cookie, source_text, start, teardown,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace, wait_for};
 use serde_json::json;
@@ -35,15 +35,12 @@ async fn entries_follow_the_p4info_of_the_revision_each_virtual_switch_runs() {
     let (_emu, addrs) = firewall::emulator(&bin(), "1,2,3,4", None);
     let _op = spawn_operator(&bin(), cp.kubeconfig_path(), "rollout-p4info-operator", &[]);
     let ns = TestNamespace::new(&client).await;
-    let rollout = json!({"strategy": "Canary",
-        "steps": [{"switches": 1}, {"pause": {}}, {"percent": 100}],
-        "analysis": {"seconds": 2}, "progressDeadlineSeconds": 90});
     let Fleet {
         programs,
         cms,
         sets,
         c1,
-    } = start(&client, ns.name(), [addrs.p4runtime; 4], rollout).await;
+    } = start(&client, ns.name(), [addrs.p4runtime; 4], paused_canary(90)).await;
 
     let v2 = p4info("v2").replace(ALLOW, RENUMBERED);
     assert_eq!(v2.matches(RENUMBERED).count(), 2, "the action and its ref");

@@ -28,7 +28,7 @@ use p4fleet_e2e::processes::{
     build_binaries, once_per_binary, operator_http_addr, p4fleet_plan, spawn_emulator,
     spawn_operator,
 };
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
+use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, merge_patch, repo_root, wait_for};
 use p4fleet_proto::p4runtime::{self as p4, p4_runtime_client::P4RuntimeClient};
 use serde_json::{Value, json};
 
@@ -437,10 +437,7 @@ async fn update_program(
         plan_v2(&progs, ns, emu, device).await;
     }
     let v2 = json!({"spec": {"p4info": {"inline": p4info("v2")}, "plan": false}});
-    progs
-        .patch("hitless", &PatchParams::default(), &Patch::Merge(&v2))
-        .await
-        .unwrap();
+    merge_patch(&progs, "hitless", v2).await;
     let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns);
     let swap = wait_for("the swap counted", Duration::from_secs(90), || async {
         let vs = vss.get("vs").await.map_err(|e| e.to_string())?;
@@ -498,10 +495,7 @@ async fn plan_v2(progs: &Api<p4fleet_crds::P4Program>, ns: &str, emu: Emu, devic
         assert!(cli.contains(line), "{line:?} not in:\n{cli}");
     }
     let v2 = json!({"spec": {"p4info": {"inline": p4info("v2")}, "plan": true}});
-    progs
-        .patch("hitless", &PatchParams::default(), &Patch::Merge(&v2))
-        .await
-        .unwrap();
+    merge_patch(progs, "hitless", v2).await;
     let plan = wait_for("the program's plan", Duration::from_secs(60), || async {
         let p = progs.get("hitless").await.map_err(|e| e.to_string())?;
         let st = p.status.unwrap_or_default();
@@ -706,9 +700,7 @@ async fn default_action_on_a_tofino_target() {
     assert_eq!(st.default_action.as_deref(), Some("allow(port=3)"));
     assert_eq!(st.applied, 1);
     let remove = json!({"spec": {"defaultAction": null}});
-    api.patch("fw", &PatchParams::default(), &Patch::Merge(&remove))
-        .await
-        .unwrap();
+    merge_patch(&api, "fw", remove).await;
     let st = status_where(&api, "fw", "the default reset", |st| {
         st.default_action.is_none() && find_condition(&st.conditions, "DefaultAction").is_none()
     })

@@ -24,12 +24,12 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, ResourceExt};
 use p4fleet_client::{SlotClient, Target};
 use p4fleet_crds::{Switch, TableEntrySet, VirtualSwitch};
 use p4fleet_e2e::processes::{build_binaries, spawn_operator, with_pdeathsig};
-use p4fleet_e2e::{ControlPlane, TestNamespace};
+use p4fleet_e2e::{ControlPlane, TestNamespace, merge_patch};
 use p4fleet_proto::fpga as pb;
 use serde_json::json;
 
@@ -462,9 +462,7 @@ async fn isolation_clashes_are_named_and_a_hot_swap_leaves_other_slots_forwardin
     let board = slots(addr);
     let before = board.counters(vec![]).await.unwrap();
     let patch = json!({"spec": {"programRef": "firewall"}});
-    api.patch("b", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    merge_patch(&api, "b", patch).await;
     let swapped = until("b swapped to the firewall", || async {
         let v = api.get("b").await.ok()?;
         let swap = v.status.as_ref()?.last_swap.clone()?;
@@ -529,9 +527,7 @@ async fn isolation_clashes_are_named_and_a_hot_swap_leaves_other_slots_forwardin
     // the router's set re-applied, the firewall's now not in the program.
     let before = board.counters(vec![]).await.unwrap();
     let patch = json!({"spec": {"programRef": "router", "updateStrategy": {"type": "Recreate"}}});
-    api.patch("b", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    merge_patch(&api, "b", patch).await;
     let swap = until("b recreated with the router, entries counted", || async {
         let swap = api.get("b").await.ok()?.status?.last_swap?;
         (swap.to_digest == router && swap.entries_reapplied.is_some()).then_some(swap)
