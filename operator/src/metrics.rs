@@ -115,6 +115,8 @@ pub struct Metrics {
     pub switch_connected: Family<SwitchLabel, Gauge>,
     /// Drift probes between Switch reconciles, by what they found.
     pub drift_probes: Family<OutcomeLabel, Counter>,
+    /// TableEntrySet resyncs answered by the read-back alone, by outcome.
+    pub entry_set_rechecks: Family<OutcomeLabel, Counter>,
     /// 1 while this replica holds the leader lease (or runs without election).
     pub leader: Gauge,
     /// TableEntrySet ConfigMap sources: fetches, parses, cache size.
@@ -160,6 +162,7 @@ impl Metrics {
             pipeline_loads: Family::default(),
             switch_connected: Family::default(),
             drift_probes: Family::default(),
+            entry_set_rechecks: Family::default(),
             leader: Gauge::default(),
             entry_sources: Default::default(),
             build_info: Family::default(),
@@ -245,6 +248,11 @@ impl Metrics {
             "drift_probes",
             "Device probes between Switch reconciles, by outcome",
             m.drift_probes.clone(),
+        );
+        r.register(
+            "entry_set_rechecks",
+            "TableEntrySet resyncs that were a read-back alone, by outcome",
+            m.entry_set_rechecks.clone(),
         );
         r.register(
             "leader",
@@ -365,6 +373,17 @@ impl Metrics {
             Verdict::Dropped => "dropped",
         };
         self.drift_probes
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.into(),
+            })
+            .inc();
+    }
+
+    /// A TableEntrySet recheck: `held` (every target held its entries)
+    /// or `differed` (the full sync runs).
+    pub fn entry_set_recheck(&self, held: bool) {
+        let outcome = if held { "held" } else { "differed" };
+        self.entry_set_rechecks
             .get_or_create(&OutcomeLabel {
                 outcome: outcome.into(),
             })

@@ -57,6 +57,27 @@ pub struct Outcome {
     pub retry: Option<std::time::Duration>,
     /// The content whose P4Info encoded the entries ([`Target::encoded_for`]).
     pub pipeline_digest: Option<String>,
+    /// The read-back held exactly the desired entries' bytes
+    /// ([`ReadBack::InSync`]): nothing was decoded or written.
+    pub byte_equal: bool,
+}
+
+impl Outcome {
+    /// Target `t`'s, nothing done yet but `tally`.
+    pub fn of(t: &Target, tally: SyncTally) -> Outcome {
+        Outcome {
+            virtual_switch: t.virtual_switch.clone(),
+            switch: t.switch.name_any(),
+            tally,
+            errors: Vec::new(),
+            device_error: None,
+            drift: 0,
+            owned: None,
+            retry: None,
+            pipeline_digest: t.encoded_for.clone(),
+            byte_equal: false,
+        }
+    }
 }
 
 /// One target's sync: which set, where, what it desires.
@@ -148,17 +169,7 @@ pub async fn plan_target<'a>(
         deletes,
         record,
     } = job;
-    let mut out = Outcome {
-        virtual_switch: t.virtual_switch.clone(),
-        switch: t.switch.name_any(),
-        tally: SyncTally::unsynced(d.len()),
-        errors: Vec::new(),
-        device_error: None,
-        drift: 0,
-        owned: None,
-        retry: None,
-        pipeline_digest: t.encoded_for.clone(),
-    };
+    let mut out = Outcome::of(t, SyncTally::unsynced(d.len()));
     let (tag, key) = (tag(set), t.key(set_key));
     let (dev, read) = match connect_and_check(devices, t, d, tag).await {
         Ok(r) => r,
@@ -177,6 +188,7 @@ pub async fn plan_target<'a>(
         // The plan of a device holding exactly the desired entries, tagged
         // ours (read_check), without decoding them.
         ReadBack::InSync => {
+            out.byte_equal = true;
             let plan = sync::Plan {
                 unchanged: desired.len(),
                 ..Default::default()

@@ -98,6 +98,7 @@ pub async fn cleanup(ctx: &SetCtx, set: &TableEntrySet) -> Result<Action, Error>
         }
     }
     ctx.own.sync_memory.forget_set(&me);
+    ctx.own.rechecks.forget(&me);
     ctx.retries.forget(&format!("TableEntrySet/{me}"));
     if failures.is_empty() {
         ctx.own.entry_sources.release(&me);

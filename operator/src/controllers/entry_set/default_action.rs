@@ -290,7 +290,7 @@ pub fn fold(report: &mut Report, set: &TableEntrySet, outcomes: &[(String, Outco
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::entry_set::desired::tests::firewall;
+    use crate::controllers::entry_set::desired::tests::target;
     use kube::runtime::controller::Action;
     use p4fleet_crds::{DefaultAction, TableEntrySetSpec, TableEntrySetStatus, find_condition};
 
@@ -318,24 +318,6 @@ mod tests {
             ..Default::default()
         });
         s
-    }
-
-    fn target(const_default: Option<u32>) -> Target {
-        let sw: p4fleet_crds::SwitchSpec =
-            serde_json::from_value(serde_json::json!({"target": "Bmv2", "endpoint": "h:1"}))
-                .unwrap();
-        Target {
-            first_pipe: None,
-            encoded_for: None,
-            program: "fw".into(),
-            p4info: Default::default(),
-            virtual_switch: "vs".into(),
-            switch: p4fleet_crds::Switch::new("s1", sw),
-            slot: 0,
-            schema: firewall(),
-            const_default_action: const_default,
-            profile: None,
-        }
     }
 
     fn report(ready: bool) -> Report {

@@ -433,6 +433,25 @@ pub(crate) mod tests {
         assert_eq!(all.first().map(|d| d.invalid), Some(1));
     }
 
+    /// A target on Switch `s1` (Bmv2), VirtualSwitch `vs`, firewall table.
+    pub fn target(const_default: Option<u32>) -> super::super::dereference::Target {
+        let sw: p4fleet_crds::SwitchSpec =
+            serde_json::from_value(serde_json::json!({"target": "Bmv2", "endpoint": "h:1"}))
+                .unwrap();
+        super::super::dereference::Target {
+            first_pipe: None,
+            encoded_for: None,
+            program: "fw".into(),
+            p4info: Default::default(),
+            virtual_switch: "vs".into(),
+            switch: p4fleet_crds::Switch::new("s1", sw),
+            slot: 0,
+            schema: firewall(),
+            const_default_action: const_default,
+            profile: None,
+        }
+    }
+
     pub fn set(entries: Vec<SpecEntry>) -> TableEntrySet {
         let spec: TableEntrySetSpec = serde_json::from_value(serde_json::json!({
             "virtualSwitchRef": "vs", "table": "firewall"

@@ -9,6 +9,8 @@
 //!   unchanged assembly is reused ([`desired_cache`]).
 //! - [`read_check`]: a target's read-back, compared as bytes with the
 //!   desired entries before anything is decoded.
+//! - [`recheck`]: an idle set's periodic resync as that read-back alone,
+//!   when nothing it reads changed since a sync found it in sync.
 //! - [`apply`]: per target, read back, infer ownership, plan, write, tally.
 //!   Device I/O only; targets are independent of each other.
 //! - [`status`]: conditions, counts, rates, per-target status, Events and
@@ -48,6 +50,7 @@ pub mod parse;
 pub mod plan;
 pub mod profiles;
 pub mod read_check;
+pub mod recheck;
 pub mod resources;
 pub mod resync_due;
 pub mod rollout;
@@ -81,6 +84,8 @@ pub struct EntrySets {
     pub sync_memory: SyncMemory,
     /// When each set's next periodic resync is due.
     pub resync_due: Arc<resync_due::ResyncDue>,
+    /// The sets whose next resync may be a read-back alone.
+    pub rechecks: recheck::Rechecks,
     /// Durable ownership records (devices without entry metadata: BFRT).
     pub ownership: crate::ownership::Records,
     /// ConfigMap sources: watched, fetched and parsed once.
@@ -125,6 +130,7 @@ impl EntrySets {
         EntrySets {
             sync_memory: SyncMemory::default(),
             resync_due: Default::default(),
+            rechecks: Default::default(),
             ownership: Default::default(),
             entry_sources: entry_sources::EntrySources::new(shared.metrics.entry_sources.clone()),
             permits: crate::limits::DevicePermits::new(shared.config.limits.syncs_per_device),
@@ -230,6 +236,9 @@ pub async fn reconcile(set: Arc<TableEntrySet>, ctx: Arc<SetCtx>) -> Result<Acti
     if let Some(wait) = resync_due::skip(&ctx.own.resync_due, &set) {
         return Ok(Action::requeue(wait));
     }
+    if let Some(next) = recheck::run(&ctx, &set).await {
+        return Ok(next);
+    }
     let api: Api<TableEntrySet> = Api::namespaced(ctx.client.clone(), &namespace(set.as_ref())?);
     let res = finalizer(&api, FINALIZER, set, |event| async {
         match event {
@@ -257,6 +266,7 @@ async fn sync(
     let me = object_key(set);
     let mut phases = Phases::start();
     let mut status = StatusWriter::start(&ctx.own.sync_memory.written, api, &me, set);
+    ctx.own.rechecks.forget(&me);
     if ctx.own.sync_memory.first_sight(&me) {
         mark(ctx, &mut status, status::Pending::Unconfirmed).await?;
     }
@@ -284,9 +294,46 @@ async fn sync(
             .noted_entries(&ns, &set.name_any(), &n.reason);
     }
     let asked = rolled.requeue.map_or(asked, Action::requeue);
-    let action = requeue(ctx, &me, set, &refs, &entries, asked, phases.started);
+    let (action, period) = requeue(ctx, &me, set, &refs, &entries, asked, phases.started);
     phases.log(&me, refs.all.targets.len(), entries.updates);
+    let note = recheck::note(recheck::Synced {
+        set,
+        fingerprint: resync_due::fingerprint(set),
+        period,
+        targets: &refs.direct,
+        desired: &desired,
+        outcomes: &entries.outcomes,
+        plain: plain(ctx, set, &refs, &rolled, &entries, &features)
+            && desired
+                .first()
+                .is_none_or(|d| d.iter().all(|e| e.idle_timeout_ns == 0)),
+        tag: apply::tag(set),
+    });
+    ctx.own.rechecks.noted(&me, note);
     Ok(action)
+}
+
+/// Whether nothing but the entries' read-back stood in the sync's way
+/// ([`recheck::Synced::plain`]; idle timeouts are the caller's).
+fn plain(
+    ctx: &SetCtx,
+    set: &TableEntrySet,
+    refs: &Resolved,
+    rolled: &rollout::Rolled,
+    entries: &Entries,
+    features: &Features,
+) -> bool {
+    refs.all.problems.is_empty()
+        && refs.held.is_empty()
+        && refs.indirect.is_empty()
+        && rolled.snapshots.is_empty()
+        && rolled.unreadable.is_empty()
+        && rolled.requeue.is_none()
+        && rolled.conditions.is_empty()
+        && features.metered.is_empty()
+        && features.idle.0.is_none()
+        && !entries.found_damage
+        && ctx.own.ownership.recent_damage(set).is_none()
 }
 
 /// What a set refers to, resolved, with what older sets keep of it.
@@ -655,7 +702,8 @@ async fn publish(
 
 /// When to come back: the status stage's ask, bounded by the counters'
 /// readout and learning's count, its retries on the backoff; noted for
-/// the resync schedule (`resync_due`).
+/// the resync schedule (`resync_due`), with the regular period if that is
+/// what it asks for.
 fn requeue(
     ctx: &SetCtx,
     me: &str,
@@ -664,13 +712,13 @@ fn requeue(
     entries: &Entries,
     asked: Action,
     started: std::time::Instant,
-) -> Action {
+) -> (Action, Option<std::time::Duration>) {
     let resync = super::spread(ctx.config.resync, me);
     let action = resources::requeue(set, asked, resync);
     let action = digests::requeue(set, action);
     let action = on_backoff(ctx, me, set, &entries.outcomes, &refs.all.problems, action);
-    resync_due::after_sync(&ctx.own.resync_due, set, started, &action, resync);
-    action
+    let period = resync_due::after_sync(&ctx.own.resync_due, set, started, &action, resync);
+    (action, period)
 }
 
 /// The stages of a sync, timed from its start (logged at debug: a large

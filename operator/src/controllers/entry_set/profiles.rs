@@ -79,17 +79,7 @@ impl TargetOutcome {
 }
 
 fn outcome(t: &Target) -> apply::Outcome {
-    apply::Outcome {
-        virtual_switch: t.virtual_switch.clone(),
-        switch: t.switch.name_any(),
-        tally: SyncTally::default(),
-        errors: Vec::new(),
-        device_error: None,
-        drift: 0,
-        owned: None,
-        retry: None,
-        pipeline_digest: t.encoded_for.clone(),
-    }
+    apply::Outcome::of(t, SyncTally::default())
 }
 
 fn error(source: String, key: Option<String>, reason: String) -> StatusEntryError {

@@ -165,6 +165,21 @@ impl ResyncDue {
         skip.then_some(left)
     }
 
+    /// Whether a reconcile of `key` (now as `fingerprint`) is a regular
+    /// resync its last sync asked for, with nothing the set reads changed
+    /// since that sync started: what [`super::recheck`] may answer alone.
+    pub fn unchanged(&self, key: &str, started: Started, fingerprint: u64) -> bool {
+        let Some(last) = self.lock().get(key).copied() else {
+            return false;
+        };
+        let g = self.touched.lock().unwrap_or_else(|p| p.into_inner());
+        let touched = g.get(key).is_some_and(|t| *t >= last.started);
+        started == Started::Periodic
+            && last.due.is_some()
+            && last.fingerprint == fingerprint
+            && !touched
+    }
+
     /// Forgets `key` (deleted).
     pub fn forget(&self, key: &str) {
         self.lock().remove(key);
@@ -193,14 +208,14 @@ pub fn skip(due: &ResyncDue, set: &TableEntrySet) -> Option<Duration> {
 /// For `entry_set::sync`: remembers the set as synced and the due time of
 /// the resync `action` asks for, if it is the set's regular one
 /// (`resync`, the set's own `resyncSeconds` or its counters' interval),
-/// not a retry.
+/// not a retry. Returns that regular period, if it is one.
 pub fn after_sync(
     due: &ResyncDue,
     set: &TableEntrySet,
     started: Instant,
     action: &Action,
     resync: Duration,
-) {
+) -> Option<Duration> {
     let own = set
         .spec
         .resync_seconds
@@ -217,6 +232,7 @@ pub fn after_sync(
         .find(|d| *action == Action::requeue(*d));
     let now = Instant::now();
     due.synced(&object_key(set), fingerprint(set), started, now, regular);
+    regular
 }
 
 #[cfg(test)]
@@ -245,6 +261,25 @@ mod tests {
         assert_eq!(d.skip("ns/a", Started::Periodic, FP, at), left);
         // A change at that moment still runs.
         assert_eq!(d.skip("ns/a", Started::Other, FP, at), None);
+    }
+
+    #[test]
+    fn only_a_regular_resync_of_an_untouched_unchanged_set_is_unchanged() {
+        let d = ResyncDue::default();
+        let t0 = Instant::now();
+        assert!(!d.unchanged("ns/a", Started::Periodic, FP), "never synced");
+        d.synced("ns/a", FP, t0, t0, Some(PERIOD));
+        assert!(d.unchanged("ns/a", Started::Periodic, FP));
+        assert!(!d.unchanged("ns/a", Started::Other, FP));
+        assert!(!d.unchanged("ns/a", Started::ObjectUpdated, FP));
+        assert!(!d.unchanged("ns/a", Started::Periodic, FP + 1), "spec");
+        d.touched("ns/a", t0 + SLACK, Touch::ConfigMap);
+        assert!(!d.unchanged("ns/a", Started::Periodic, FP), "a source");
+        // The sync after the touch covers it; a retry is not regular.
+        d.synced("ns/a", FP, t0 + PERIOD, t0 + PERIOD, Some(PERIOD));
+        assert!(d.unchanged("ns/a", Started::Periodic, FP));
+        d.synced("ns/a", FP, t0 + PERIOD, t0 + PERIOD, None);
+        assert!(!d.unchanged("ns/a", Started::Periodic, FP));
     }
 
     #[test]

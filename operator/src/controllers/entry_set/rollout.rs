@@ -731,6 +731,7 @@ mod tests {
             owned: None,
             retry: None,
             pipeline_digest: None,
+            byte_equal: false,
         };
         let mut events = Vec::new();
         fold(

@@ -596,6 +596,7 @@ mod tests {
             owned: None,
             retry: None,
             pipeline_digest: Some("d1".into()),
+            byte_equal: false,
         }
     }
 
