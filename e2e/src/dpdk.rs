@@ -13,8 +13,10 @@ use kube::api::Api;
 use p4fleet_crds::{Switch, VirtualSwitch};
 use serde_json::{Value, json};
 
-use crate::processes::{EmulatorProc, build_binaries, spawn_emulator, stats_get};
-use crate::{create_json, repo_root, wait_object_ready};
+use crate::processes::{
+    EmulatorProc, Proc, build_binaries, spawn_emulator, spawn_operator, stats_get,
+};
+use crate::{ControlPlane, create_json, repo_root, wait_object_ready};
 
 pub const DEVICES: [u64; 3] = [1, 2, 3];
 const V1: &str = "p4fleet.dev/v1alpha1";
@@ -54,6 +56,18 @@ pub const TRAFFIC: [&str; 6] = [
     "--dpdk-flows",
     "4",
 ];
+
+/// The shared control plane, a client of it, [`emulator`] and an operator
+/// logging to `log` with no flags, started in that order.
+pub async fn emulator_and_operator(
+    log: &str,
+) -> (&'static ControlPlane, Client, EmulatorProc, Proc) {
+    let cp = ControlPlane::shared().await;
+    let client = cp.client().await;
+    let emu = emulator();
+    let op = spawn_operator(&build_binaries(), cp.kubeconfig_path(), log, &[]);
+    (cp, client, emu, op)
+}
 
 /// The emulator with [`DEVICES`] as Dpdk devices and their [`TRAFFIC`].
 pub fn emulator() -> EmulatorProc {

@@ -466,16 +466,10 @@ pub struct Bmv2Slot<'a> {
 
 /// Creates `slot`'s Switch (one slot) and VirtualSwitch in `ns`.
 pub async fn bmv2_virtual_switch(client: &Client, ns: &str, slot: Bmv2Slot<'_>) {
-    use p4fleet_crds::{Switch, VirtualSwitch};
+    use p4fleet_crds::VirtualSwitch;
     use serde_json::json;
     let v1 = "p4fleet.dev/v1alpha1";
-    create_json(
-        &Api::<Switch>::all(client.clone()),
-        json!({"apiVersion": v1, "kind": "Switch", "metadata": {"name": slot.switch},
-            "spec": {"target": "Bmv2", "endpoint": slot.endpoint.to_string(),
-                "deviceId": slot.device, "slots": 1}}),
-    )
-    .await;
+    bmv2_switch(client, slot.switch, slot.endpoint, slot.device).await;
     create_json(
         &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
         json!({"apiVersion": v1, "kind": "VirtualSwitch",
@@ -483,6 +477,43 @@ pub async fn bmv2_virtual_switch(client: &Client, ns: &str, slot: Bmv2Slot<'_>) 
             "spec": {"programRef": slot.program, "switchRef": slot.switch, "slot": 0}}),
     )
     .await;
+}
+
+/// Creates the one-slot Bmv2 Switch `name` (cluster-scoped) on device
+/// `device` of the P4Runtime server at `endpoint`.
+pub async fn bmv2_switch(client: &Client, name: &str, endpoint: SocketAddr, device: u64) {
+    create_json(
+        &Api::<p4fleet_crds::Switch>::all(client.clone()),
+        serde_json::json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
+            "metadata": {"name": name},
+            "spec": {"target": "Bmv2", "endpoint": endpoint.to_string(),
+                "deviceId": device, "slots": 1}}),
+    )
+    .await;
+}
+
+/// Waits up to `timeout` until condition `type_` of P4Program `name` has
+/// `reason`; returns its message.
+pub async fn program_condition(
+    programs: &Api<p4fleet_crds::P4Program>,
+    name: &str,
+    type_: &str,
+    reason: &str,
+    timeout: Duration,
+) -> String {
+    wait_for(
+        &format!("P4Program {name} {type_}: {reason}"),
+        timeout,
+        || async {
+            let p = programs.get(name).await.map_err(|e| e.to_string())?;
+            let st = p.status.unwrap_or_default();
+            p4fleet_crds::find_condition(&st.conditions, type_)
+                .filter(|c| c.reason == reason)
+                .map(|c| c.message.clone())
+                .ok_or(format!("{:?}", st.conditions))
+        },
+    )
+    .await
 }
 
 /// Waits until object `name` of `api` has condition Ready=True; panics

@@ -15,7 +15,8 @@ use serde_json::json;
 
 use crate::processes::device_stat;
 use crate::{
-    TestNamespace, apply_json, create_json, firewall_lines, repo_root, wait_for, wait_object_ready,
+    TestNamespace, apply_json, bmv2_switch, create_json, firewall_lines, repo_root, wait_for,
+    wait_object_ready,
 };
 
 pub const V1: &str = "p4fleet.dev/v1alpha1";
@@ -62,6 +63,23 @@ pub async fn revision_digest(programs: &Api<P4Program>, n: i64) -> String {
         },
     )
     .await
+}
+
+/// Waits up to 30 s until the program's current revision is `n`.
+pub async fn current_revision(programs: &Api<P4Program>, n: i64) {
+    wait_for(
+        &format!("the current revision {n}"),
+        Duration::from_secs(30),
+        || async {
+            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
+            let cur = p.status.unwrap_or_default().current_revision;
+            cur.clone()
+                .filter(|c| c.revision == n)
+                .map(drop)
+                .ok_or(format!("{cur:?}"))
+        },
+    )
+    .await;
 }
 
 /// Waits until the program's update revision is `n`; returns its cookie.
@@ -140,13 +158,7 @@ pub async fn setup(
     .await;
     for (i, d) in DEVICES.iter().enumerate() {
         let sw = format!("{ns}-sw{d}");
-        create_json(
-            &Api::<Switch>::all(client.clone()),
-            json!({"apiVersion": V1, "kind": "Switch", "metadata": {"name": sw},
-                "spec": {"target": "Bmv2", "endpoint": endpoints[i].to_string(),
-                    "deviceId": d, "slots": 1}}),
-        )
-        .await;
+        bmv2_switch(client, &sw, endpoints[i], *d).await;
         // Recreate: every program change clears the tables, so the set's
         // entries are written again (and the canary's fail).
         create_json(

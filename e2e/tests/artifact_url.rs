@@ -13,9 +13,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::api::Api;
-use p4fleet_crds::{P4Program, Switch, VirtualSwitch, find_condition};
+use p4fleet_crds::{P4Program, VirtualSwitch, find_condition};
 use p4fleet_e2e::firewall;
-use p4fleet_e2e::{TestNamespace, create_json, event_about, repo_root, wait_for};
+use p4fleet_e2e::{
+    Bmv2Slot, TestNamespace, bmv2_virtual_switch, create_json, event_about, repo_root, wait_for,
+};
 use p4fleet_proto::p4runtime::p4_runtime_client::P4RuntimeClient;
 use p4fleet_proto::p4runtime::{
     GetForwardingPipelineConfigRequest, get_forwarding_pipeline_config_request::ResponseType,
@@ -104,19 +106,7 @@ async fn program_condition(
     type_: &str,
     reason: &str,
 ) -> String {
-    wait_for(
-        &format!("P4Program {name} {type_}: {reason}"),
-        Duration::from_secs(90),
-        || async {
-            let p = programs.get(name).await.map_err(|e| e.to_string())?;
-            let st = p.status.unwrap_or_default();
-            find_condition(&st.conditions, type_)
-                .filter(|c| c.reason == reason)
-                .map(|c| c.message.clone())
-                .ok_or(format!("{:?}", st.conditions))
-        },
-    )
-    .await
+    p4fleet_e2e::program_condition(programs, name, type_, reason, Duration::from_secs(90)).await
 }
 
 /// The cookie and device config device `device` of the emulator at `addr`
@@ -181,23 +171,17 @@ async fn a_large_artifact_from_a_url_is_checked_loaded_and_downloaded_once() {
     )
     .await;
 
-    let switches: Api<Switch> = Api::all(client.clone());
     let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns.name());
     for (device, program) in [(1, "firewall"), (2, "wrong-digest")] {
         let sw = format!("{}-sw{device}", ns.name());
-        create_json(
-            &switches,
-            json!({"apiVersion": v1, "kind": "Switch", "metadata": {"name": sw},
-                "spec": {"target": "Bmv2", "endpoint": addrs.p4runtime.to_string(),
-                    "deviceId": device, "slots": 1}}),
-        )
-        .await;
-        create_json(
-            &vss,
-            json!({"apiVersion": v1, "kind": "VirtualSwitch", "metadata": {"name": program},
-                "spec": {"programRef": program, "switchRef": sw, "slot": 0}}),
-        )
-        .await;
+        let slot = Bmv2Slot {
+            switch: &sw,
+            virtual_switch: program,
+            program,
+            endpoint: addrs.p4runtime,
+            device,
+        };
+        bmv2_virtual_switch(&client, ns.name(), slot).await;
     }
 
     // Ready, with the digest an inline source of the same bytes gives.

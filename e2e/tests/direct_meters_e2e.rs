@@ -16,11 +16,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
-use p4fleet_crds::{
-    P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
-};
+use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
 use p4fleet_e2e::processes::{Fleet, fleet};
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, merge_patch, repo_root, wait_for};
+use p4fleet_e2e::{
+    Bmv2Slot, ControlPlane, TestNamespace, bmv2_virtual_switch, create_json, merge_patch,
+    p4info_program, repo_root, wait_for,
+};
 use p4fleet_proto::p4info::{self, P4Info};
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient};
 use serde_json::json;
@@ -137,26 +138,16 @@ async fn entry_meters_are_written_read_back_changed_in_place_and_bad_ones_named(
     let ns = TestNamespace::new(&client).await;
     let ns = ns.name().to_string();
     let v1 = "p4fleet.dev/v1alpha1";
-    create_json(
-        &Api::<P4Program>::namespaced(client.clone(), &ns),
-        json!({"apiVersion": v1, "kind": "P4Program", "metadata": {"name": "fabric"},
-            "spec": {"p4info": {"inline": fabric_p4info()}}}),
-    )
-    .await;
+    p4info_program(&client, &ns, "fabric", &fabric_p4info()).await;
     let sw = format!("{ns}-sw");
-    create_json(
-        &Api::<Switch>::all(client.clone()),
-        json!({"apiVersion": v1, "kind": "Switch", "metadata": {"name": sw},
-            "spec": {"target": "Bmv2", "endpoint": emu.p4runtime.to_string(),
-                "deviceId": DEVICE, "slots": 1}}),
-    )
-    .await;
-    create_json(
-        &Api::<VirtualSwitch>::namespaced(client.clone(), &ns),
-        json!({"apiVersion": v1, "kind": "VirtualSwitch", "metadata": {"name": "fabric"},
-            "spec": {"programRef": "fabric", "switchRef": sw, "slot": 0}}),
-    )
-    .await;
+    let slot = Bmv2Slot {
+        switch: &sw,
+        virtual_switch: "fabric",
+        program: "fabric",
+        endpoint: emu.p4runtime,
+        device: DEVICE,
+    };
+    bmv2_virtual_switch(&client, &ns, slot).await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     create_json(
         &cms,

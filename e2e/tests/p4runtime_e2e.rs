@@ -73,6 +73,9 @@ async fn env() -> (&'static ControlPlane, &'static Fleet) {
     .await
 }
 
+/// Resyncs answered by the read-back alone, by outcome.
+const RECHECKS: &str = "p4fleet_entry_set_rechecks_total";
+
 // --- the emulator's HTTP side channel --------------------------------------
 
 fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> Value {
@@ -366,8 +369,27 @@ async fn thirty_thousand_entries_sync_change_repair_and_delete(kind: Kind, dev: 
     write_requests_match_the_device(env, &ns, dev);
     let sync_time = st.last_sync_time.clone();
 
-    // Idle resyncs (3 s) leave the status alone.
+    // Idle resyncs (3 s) leave the status alone. On P4Runtime, once a
+    // resync found the table as desired, the next ones are the read-back
+    // alone (entry_set::recheck; BFRT sets always sync in full).
+    let held = || {
+        let text = metrics_text(env.metrics);
+        metric_sample(&text, RECHECKS, "outcome=\"held\"").unwrap_or(0.0)
+    };
+    let before = held();
     tokio::time::sleep(Duration::from_secs(4)).await;
+    if kind == Kind::Bmv2 {
+        wait_for(
+            "a resync that is a recheck",
+            Duration::from_secs(30),
+            || {
+                let now = held();
+                let grew = (now > before).then_some(()).ok_or(format!("{now} held"));
+                std::future::ready(grew)
+            },
+        )
+        .await;
+    }
     let idle = api.get("fw30k").await.unwrap().status.unwrap();
     assert_eq!(idle.last_sync_time, sync_time);
     assert_eq!(idle.drift_corrected, 0);

@@ -22,19 +22,8 @@ const ENTRIES: usize = 100;
 /// Waits until condition `type_` of P4Program `firewall` has `reason`;
 /// returns its message.
 async fn program_condition(programs: &Api<P4Program>, type_: &str, reason: &str) -> String {
-    wait_for(
-        &format!("P4Program {type_}: {reason}"),
-        Duration::from_secs(60),
-        || async {
-            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
-            let st = p.status.unwrap_or_default();
-            find_condition(&st.conditions, type_)
-                .filter(|c| c.reason == reason)
-                .map(|c| c.message.clone())
-                .ok_or(format!("{:?}", st.conditions))
-        },
-    )
-    .await
+    let timeout = Duration::from_secs(60);
+    p4fleet_e2e::program_condition(programs, "firewall", type_, reason, timeout).await
 }
 
 async fn pipeline_loaded(vss: &Api<VirtualSwitch>, reason: &str) {

@@ -9,9 +9,12 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use kube::api::Api;
-use p4fleet_crds::{P4Program, Switch, VirtualSwitch, find_condition};
+use p4fleet_crds::{VirtualSwitch, find_condition};
 use p4fleet_e2e::processes::{Fleet, fleet};
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, merge_patch, repo_root, wait_for};
+use p4fleet_e2e::{
+    ControlPlane, TestNamespace, bmv2_switch, create_json, merge_patch, p4info_program, repo_root,
+    wait_for,
+};
 use p4fleet_proto::p4runtime::{
     self as p4, p4_runtime_client::P4RuntimeClient, packet_replication_engine_entry::Type as Pre,
 };
@@ -102,20 +105,9 @@ async fn virtual_switch_multicast_groups_and_clone_sessions_sync_change_and_refu
     let ns = ns.name().to_string();
     let v1 = "p4fleet.dev/v1alpha1";
     let p4info = std::fs::read_to_string(repo_root().join("examples/fabric/p4info.txt")).unwrap();
-    create_json(
-        &Api::<P4Program>::namespaced(client.clone(), &ns),
-        json!({"apiVersion": v1, "kind": "P4Program", "metadata": {"name": "fabric"},
-            "spec": {"p4info": {"inline": p4info}}}),
-    )
-    .await;
+    p4info_program(&client, &ns, "fabric", &p4info).await;
     let sw = format!("{ns}-sw");
-    create_json(
-        &Api::<Switch>::all(client.clone()),
-        json!({"apiVersion": v1, "kind": "Switch", "metadata": {"name": sw},
-            "spec": {"target": "Bmv2", "endpoint": emu.p4runtime.to_string(),
-                "deviceId": DEVICE, "slots": 1}}),
-    )
-    .await;
+    bmv2_switch(&client, &sw, emu.p4runtime, DEVICE).await;
     let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), &ns);
     create_json(
         &vss,

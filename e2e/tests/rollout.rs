@@ -22,8 +22,8 @@ use p4fleet_e2e::processes::{
     build_binaries as bin, metric_sample, metrics_text, operator_http_addr, spawn_operator,
 };
 use p4fleet_e2e::rollout::{
-    DEVICES, Fleet, cookies, phase, phase_of, pushes, revision_cookie, set_ready, source, start,
-    teardown,
+    DEVICES, Fleet, cookies, current_revision, phase, phase_of, pushes, revision_cookie, set_ready,
+    source, start, teardown,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace, event_about, wait_for};
 use serde_json::json;
@@ -71,19 +71,7 @@ async fn a_canary_rollout_moves_the_canary_first_and_a_failed_gate_rolls_it_back
     assert_eq!(done.moved[0].virtual_switch, "vs-0");
     assert_eq!(cookies(addrs.stats), vec![Some(c2); 4]);
     set_ready(&sets).await;
-    wait_for(
-        "the current revision 2",
-        Duration::from_secs(30),
-        || async {
-            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
-            let cur = p.status.unwrap_or_default().current_revision;
-            cur.clone()
-                .filter(|c| c.revision == 2)
-                .map(drop)
-                .ok_or(format!("{cur:?}"))
-        },
-    )
-    .await;
+    current_revision(&programs, 2).await;
 
     // A revision whose entries fail on the canary's device: rolled back.
     arm_fault(

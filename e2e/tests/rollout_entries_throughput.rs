@@ -17,10 +17,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use p4fleet_crds::{P4Program, RolloutPhase, TableEntrySet};
 use p4fleet_e2e::dpdk::{self, DEVICES, forwarded_per_second, l2crypt};
-use p4fleet_e2e::processes::{build_binaries as bin, device_stat, spawn_operator};
-use p4fleet_e2e::{
-    ControlPlane, TestNamespace, apply_json, create_json, event_about, merge_patch, wait_for,
-};
+use p4fleet_e2e::processes::device_stat;
+use p4fleet_e2e::{TestNamespace, apply_json, create_json, event_about, merge_patch, wait_for};
 use serde_json::{Value, json};
 
 const V1: &str = "p4fleet.dev/v1alpha1";
@@ -60,15 +58,8 @@ async fn set_phase(sets: &Api<TableEntrySet>, want: RolloutPhase) -> p4fleet_crd
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entries_that_drop_everything_fail_the_throughput_check_and_roll_back() {
-    let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let emu = dpdk::emulator();
-    let _op = spawn_operator(
-        &bin(),
-        cp.kubeconfig_path(),
-        "rollout-entries-throughput-operator",
-        &[],
-    );
+    let (_cp, client, emu, _op) =
+        dpdk::emulator_and_operator("rollout-entries-throughput-operator").await;
     let ns = TestNamespace::new(&client).await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
     apply_json(&cms, dpdk::sources(&l2crypt("l2crypt.spec"))).await;

@@ -25,7 +25,7 @@ use p4fleet_crds::{RolloutPhase, RolloutStatus, find_condition};
 use p4fleet_e2e::firewall::{arm_fault, clear_faults, keys_of_lines};
 use p4fleet_e2e::mixed::{Kind, Mixed};
 use p4fleet_e2e::processes::{build_binaries as bin, spawn_operator};
-use p4fleet_e2e::rollout::{ENTRIES, annotate_resume};
+use p4fleet_e2e::rollout::{ENTRIES, annotate_resume, current_revision};
 use p4fleet_e2e::{ControlPlane, TestNamespace, event_about, wait_for};
 use serde_json::json;
 
@@ -146,23 +146,7 @@ async fn a_canary_across_twelve_switches_of_four_kinds_moves_step_by_step_and_ro
     }
     fleet.set_ready().await;
     entries_on_every_device(&fleet).await;
-    wait_for(
-        "the current revision 2",
-        Duration::from_secs(30),
-        || async {
-            let p = fleet
-                .programs
-                .get("firewall")
-                .await
-                .map_err(|e| e.to_string())?;
-            let cur = p.status.unwrap_or_default().current_revision;
-            cur.clone()
-                .filter(|c| c.revision == 2)
-                .map(drop)
-                .ok_or(format!("{cur:?}"))
-        },
-    )
-    .await;
+    current_revision(&fleet.programs, 2).await;
     eprintln!("revision 2 rolled out in three steps: {:?}", t.elapsed());
 
     // Revision 3: the canary's device refuses its entries. It rolls back,

@@ -16,9 +16,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use p4fleet_crds::{P4Program, RolloutPhase};
 use p4fleet_e2e::dpdk::{self, DEVICES, forwarded_per_second, l2crypt};
-use p4fleet_e2e::processes::{build_binaries as bin, device_stat, spawn_operator};
+use p4fleet_e2e::processes::device_stat;
 use p4fleet_e2e::rollout::program_phase;
-use p4fleet_e2e::{ControlPlane, TestNamespace, apply_json, create_json, event_about};
+use p4fleet_e2e::{TestNamespace, apply_json, create_json, event_about};
 use serde_json::json;
 
 /// The l2crypt program's sources: `spec` is its SWX pipeline.
@@ -35,15 +35,7 @@ fn pushes(stats: SocketAddr) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revision_that_forwards_nothing_fails_the_throughput_check_and_rolls_back() {
-    let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let emu = dpdk::emulator();
-    let _op = spawn_operator(
-        &bin(),
-        cp.kubeconfig_path(),
-        "rollout-throughput-operator",
-        &[],
-    );
+    let (_cp, client, emu, _op) = dpdk::emulator_and_operator("rollout-throughput-operator").await;
     let ns = TestNamespace::new(&client).await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
     let v1 = l2crypt("l2crypt.spec");

@@ -28,7 +28,9 @@ use p4fleet_e2e::processes::{
     build_binaries, once_per_binary, operator_http_addr, p4fleet_plan, spawn_emulator,
     spawn_operator,
 };
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, merge_patch, repo_root, wait_for};
+use p4fleet_e2e::{
+    ControlPlane, TestNamespace, bmv2_switch, create_json, merge_patch, repo_root, wait_for,
+};
 use p4fleet_proto::p4runtime::{self as p4, p4_runtime_client::P4RuntimeClient};
 use serde_json::{Value, json};
 
@@ -159,15 +161,7 @@ async fn setup(client: &Client, ns: &str, emu: Emu, device: u64, strategy: &str)
             "spec": {"p4info": {"inline": p4info("v1")}}}),
     )
     .await;
-    let sws: Api<p4fleet_crds::Switch> = Api::all(client.clone());
-    create_json(
-        &sws,
-        json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
-            "metadata": {"name": format!("{ns}-sw")},
-            "spec": {"target": "Bmv2", "endpoint": emu.p4runtime.to_string(),
-                     "deviceId": device, "slots": 1}}),
-    )
-    .await;
+    bmv2_switch(client, &format!("{ns}-sw"), emu.p4runtime, device).await;
     let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns);
     create_json(
         &vss,
