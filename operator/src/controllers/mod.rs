@@ -16,6 +16,7 @@ pub mod entry_set;
 pub mod extern_policy;
 pub mod lanes;
 pub mod program;
+pub mod schedule;
 pub mod switch;
 pub mod virtual_switch;
 pub mod written;
@@ -440,6 +441,10 @@ pub async fn run_controllers(ctx: Arc<Context>, shutdown: Shutdown) {
     tasks.spawn(switch::forget_deleted(switches.clone(), shutdown.clone()));
     tasks.spawn(switch::drift_probe::DriftProbes::run(
         switches,
+        shutdown.clone(),
+    ));
+    tasks.spawn(entry_set::recheck::Rechecks::run(
+        sets.clone(),
         shutdown.clone(),
     ));
     tasks.spawn(entry_set::forget_deleted_switches(sets, shutdown.clone()));

@@ -9,8 +9,9 @@
 //!   unchanged assembly is reused ([`desired_cache`]).
 //! - [`read_check`]: a target's read-back, compared as bytes with the
 //!   desired entries before anything is decoded.
-//! - [`recheck`]: an idle set's periodic resync as that read-back alone,
-//!   when nothing it reads changed since a sync found it in sync.
+//! - [`recheck`]: an idle set's resyncs as that read-back alone, from a
+//!   task of its own, while nothing it reads changes after a sync found
+//!   it in sync.
 //! - [`apply`]: per target, read back, infer ownership, plan, write, tally.
 //!   Device I/O only; targets are independent of each other.
 //! - [`status`]: conditions, counts, rates, per-target status, Events and
@@ -130,7 +131,7 @@ impl EntrySets {
         EntrySets {
             sync_memory: SyncMemory::default(),
             resync_due: Default::default(),
-            rechecks: Default::default(),
+            rechecks: recheck::Rechecks::new(shared.config.resync),
             ownership: Default::default(),
             entry_sources: entry_sources::EntrySources::new(shared.metrics.entry_sources.clone()),
             permits: crate::limits::DevicePermits::new(shared.config.limits.syncs_per_device),
@@ -221,6 +222,11 @@ pub fn controller(ctx: &SetCtx) -> Controller<TableEntrySet> {
     // A device lost, back (maybe empty) or given its pipeline again. A set
     // whose cached status names no target yet (never synced, or the first
     // sync's status not yet seen by the cache) may run there too.
+    // A recheck that found a difference (`recheck`).
+    let c = super::on_named(c, ctx.own.rechecks.subscribe(), |key| {
+        let (ns, name) = key.split_once('/')?;
+        Some(ObjectRef::new(name).within(ns))
+    });
     on_device_changes(c, ctx, move |s: &TableEntrySet, switch| {
         let targets = s.status.as_ref().map(|st| &st.targets[..]).unwrap_or(&[]);
         let hit = targets.is_empty() || targets.iter().any(|t| t.switch.as_deref() == Some(switch));
@@ -235,9 +241,6 @@ pub fn controller(ctx: &SetCtx) -> Controller<TableEntrySet> {
 pub async fn reconcile(set: Arc<TableEntrySet>, ctx: Arc<SetCtx>) -> Result<Action, Error> {
     if let Some(wait) = resync_due::skip(&ctx.own.resync_due, &set) {
         return Ok(Action::requeue(wait));
-    }
-    if let Some(next) = recheck::run(&ctx, &set).await {
-        return Ok(next);
     }
     let api: Api<TableEntrySet> = Api::namespaced(ctx.client.clone(), &namespace(set.as_ref())?);
     let res = finalizer(&api, FINALIZER, set, |event| async {
@@ -308,9 +311,20 @@ async fn sync(
                 .first()
                 .is_none_or(|d| d.iter().all(|e| e.idle_timeout_ns == 0)),
         tag: apply::tag(set),
+        at: tokio::time::Instant::now(),
     });
-    ctx.own.rechecks.noted(&me, note);
-    Ok(action)
+    Ok(match note {
+        // The resyncs in between are the recheck task's.
+        Some(n) => {
+            let full = n.period * recheck::FULL_EVERY;
+            let due = &ctx.own.resync_due;
+            let now = std::time::Instant::now();
+            due.synced(&me, n.fingerprint, phases.started, now, Some(full));
+            ctx.own.rechecks.noted(&me, Some(n));
+            Action::requeue(full)
+        }
+        None => action,
+    })
 }
 
 /// Whether nothing but the entries' read-back stood in the sync's way

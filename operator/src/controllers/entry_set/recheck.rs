@@ -1,43 +1,52 @@
-//! The idle fast path of a periodic resync: read back, compare, done.
+//! An idle set's periodic resync as its read-back alone, run by a task
+//! of its own (`controllers::schedule`), outside kube-runtime's loop.
 //!
 //! A set whose last sync found every target holding exactly its desired
 //! entries, compared as bytes ([`super::read_check`]), and that keeps
 //! nothing on its devices but entries (no default action, counters,
 //! meters, registers, action profile, digests, learning, idle timeouts,
-//! plan, or rollout in motion), needs at its next regular resync only
-//! that read-back and comparison, as long as nothing the set reads has
-//! changed since (no watch touched it, its spec and metadata are the same:
+//! plan, or rollout in motion), needs at its next resyncs only that
+//! read-back and comparison, as long as nothing the set reads has changed
+//! since (no watch touched it, its spec and metadata are the same:
 //! [`super::resync_due`], and each target's Switch is the one it read).
-//! That skips the dereference, the parse lookups, the feature stages, the
-//! status build and the ownership record: most of an idle set's cost
+//! Such a sync leaves a [`Note`]; its reconcile asks kube-runtime to come
+//! back only after [`FULL_EVERY`] periods, and this task rechecks the set
+//! every period in between. That skips kube-runtime's scheduling, the
+//! dereference, the parse lookups, the feature stages, the status build
+//! and the ownership record: most of an idle set's cost
 //! (docs/performance.md, "Idle cost").
 //!
-//! Any difference, failed read or doubt runs the full sync, which reads
-//! again and repairs; so does every [`FULL_EVERY`]th resync, as a safety
-//! net for what no watch reports. The notes live in memory only: a new
-//! process starts with full syncs.
+//! A difference or a failed read reconciles the set at once (the full
+//! sync reads again and repairs); a change of the set or of what it reads
+//! reconciles it through its watches, and this task lets it be. The notes
+//! live in memory only: a new process starts with full syncs.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use kube::ResourceExt;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use p4fleet_client::EntitySum;
 use p4fleet_crds::TableEntrySet;
+use tokio::sync::broadcast;
+use tokio::time::Instant;
 
 use super::SetCtx;
 use super::apply::Outcome;
 use super::dereference::Target;
 use super::desired::PerTarget;
-use super::resync_due::{self, Started};
-use crate::controllers::object_key;
+use super::resync_due;
+use crate::controllers::Shutdown;
+use crate::controllers::schedule::Queue;
 use crate::fleet::slot_claims;
 
-/// One resync in this many runs the full sync even when the read-backs
-/// match.
+/// One resync in this many is the full sync (kube-runtime's requeue), the
+/// others rechecks.
 pub const FULL_EVERY: u32 = 10;
+
+/// Rechecks in flight at once.
+const IN_FLIGHT: usize = 64;
 
 /// What one target's read-back must hold.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,46 +70,133 @@ pub struct Note {
     pub fingerprint: u64,
     /// Its regular resync period.
     pub period: Duration,
-    pub checks: Vec<Check>,
+    /// When it ended: the rechecks are due a period apart from here.
+    pub synced_at: Instant,
+    pub checks: Arc<[Check]>,
     /// Rechecks since that sync.
     pub rechecks: u32,
 }
 
-/// The notes of the sets that may be rechecked, by `namespace/name`.
-#[derive(Default)]
+impl Note {
+    /// When the next recheck is due (None: the full sync is next).
+    pub fn next_at(&self) -> Option<Instant> {
+        let n = self.rechecks + 1;
+        (n < FULL_EVERY).then(|| self.synced_at + self.period * n)
+    }
+}
+
+/// What a recheck found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every target holds its entries: nothing to do.
+    Held,
+    /// A target does not, or could not be read, or its Switch changed:
+    /// the set is reconciled.
+    Differed,
+    /// Not rechecked here (gone, changed, or its full sync is next).
+    Dropped,
+}
+
+/// The notes of the sets that may be rechecked, by `namespace/name`, their
+/// schedule, and who hears of differences.
 pub struct Rechecks {
     notes: Mutex<HashMap<String, Note>>,
+    queue: Queue,
+    differed: broadcast::Sender<String>,
 }
 
 impl Rechecks {
+    /// Rechecks of sets resynced about every `period` (`--resync-seconds`).
+    pub fn new(period: Duration) -> Rechecks {
+        Rechecks {
+            notes: Mutex::default(),
+            queue: Queue::new(period),
+            differed: broadcast::channel(4096).0,
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Note>> {
         self.notes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// After a full sync of `key`: its note, or none (it may not be
-    /// rechecked).
+    /// Keys of sets whose recheck found a difference, from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<String> {
+        self.differed.subscribe()
+    }
+
+    /// After a full sync of `key`: its note, queued for its first
+    /// recheck, or none (it may not be rechecked).
     pub fn noted(&self, key: &str, note: Option<Note>) {
-        match note {
-            Some(n) => self.lock().insert(key.to_string(), n),
-            None => self.lock().remove(key),
+        let Some(n) = note else {
+            self.forget(key);
+            return;
         };
+        let at = n.next_at();
+        self.lock().insert(key.to_string(), n);
+        if let Some(at) = at {
+            self.queue.add(key, at);
+        }
     }
 
     /// The checks of a recheck of `key` (as `fingerprint`) now, counted;
-    /// None when it has no note, the set changed, or a full sync is due.
-    pub fn take(&self, key: &str, fingerprint: u64) -> Option<(Vec<Check>, Duration)> {
+    /// None when it has no note, the set changed, or its full sync is next.
+    pub fn take(&self, key: &str, fingerprint: u64) -> Option<Arc<[Check]>> {
         let mut g = self.lock();
         let n = g.get_mut(key)?;
-        if n.fingerprint != fingerprint || n.rechecks + 1 >= FULL_EVERY {
+        if n.fingerprint != fingerprint || n.next_at().is_none() {
             return None;
         }
         n.rechecks += 1;
-        Some((n.checks.clone(), n.period))
+        Some(n.checks.clone())
     }
 
-    /// Forgets `key` (deleted, or its recheck found a difference).
+    /// Forgets `key` (deleted, or a full sync began).
     pub fn forget(&self, key: &str) {
         self.lock().remove(key);
+    }
+
+    fn next_at(&self, key: &str) -> Option<Instant> {
+        self.lock().get(key).and_then(Note::next_at)
+    }
+
+    /// Ends a recheck of `key`: queued again while its note has rechecks
+    /// left; a difference forgets the note and reconciles the set.
+    fn settle(&self, key: &str, verdict: Verdict) {
+        if verdict == Verdict::Differed {
+            self.forget(key);
+        }
+        let again = self.next_at(key);
+        self.queue.finish(key, again);
+        // A sync that noted the set while this recheck held its place in
+        // the queue could not queue it: it is queued now.
+        if again.is_none()
+            && let Some(at) = self.next_at(key)
+        {
+            self.queue.add(key, at);
+        }
+        if verdict == Verdict::Differed {
+            let _ = self.differed.send(key.to_string());
+        }
+    }
+
+    /// Rechecks the noted sets as they come due, until `shutdown`.
+    pub async fn run(ctx: Arc<SetCtx>, shutdown: Shutdown) {
+        let this = &ctx.own.rechecks;
+        let check = |key: String| {
+            let ctx = ctx.clone();
+            async move {
+                let verdict = recheck(&ctx, &key).await;
+                (key, verdict)
+            }
+        };
+        let settle = |key: String, verdict| {
+            if verdict != Verdict::Dropped {
+                ctx.metrics.entry_set_recheck(verdict == Verdict::Held);
+            }
+            tracing::debug!(set = %key, ?verdict, "recheck");
+            this.settle(&key, verdict);
+        };
+        this.queue.run(IN_FLIGHT, shutdown, check, settle).await;
     }
 }
 
@@ -134,6 +230,8 @@ pub struct Synced<'a> {
     /// no feature reported anything, no ownership damage.
     pub plain: bool,
     pub tag: u64,
+    /// When it ended.
+    pub at: Instant,
 }
 
 /// The note a sync leaves: Some when every target is a direct one that
@@ -169,53 +267,52 @@ pub fn note(s: Synced<'_>) -> Option<Note> {
     Some(Note {
         fingerprint: s.fingerprint,
         period,
-        checks: checks.collect::<Option<_>>()?,
+        synced_at: s.at,
+        checks: checks.collect::<Option<Vec<_>>>()?.into(),
         rechecks: 0,
     })
 }
 
-/// The recheck of a periodic reconcile, when the set may have one: the
-/// next resync if every target still holds its entries, None to run the
-/// full sync.
-pub async fn run(ctx: &SetCtx, set: &TableEntrySet) -> Option<Action> {
-    if set.metadata.deletion_timestamp.is_some() {
-        return None;
-    }
-    let key = object_key(set);
-    let due = &ctx.own.resync_due;
-    let started = Started::of(crate::reconcile_triggers::current().as_deref());
-    let fingerprint = resync_due::fingerprint(set);
-    if !due.unchanged(&key, started, fingerprint) {
-        return None;
-    }
-    let (checks, period) = ctx.own.rechecks.take(&key, fingerprint)?;
-    let began = Instant::now();
+/// One recheck of set `key` (`namespace/name`).
+async fn recheck(ctx: &SetCtx, key: &str) -> Verdict {
+    let Some((ns, name)) = key.split_once('/') else {
+        return Verdict::Dropped;
+    };
+    let sets = ctx.caches.entry_sets.store();
+    let Some(set) = sets.get(&ObjectRef::new(name).within(ns)) else {
+        return Verdict::Dropped;
+    };
+    let fingerprint = resync_due::fingerprint(&set);
+    let unchanged =
+        set.metadata.deletion_timestamp.is_none() && ctx.own.resync_due.unchanged(key, fingerprint);
+    let checks = unchanged
+        .then(|| ctx.own.rechecks.take(key, fingerprint))
+        .flatten();
+    let Some(checks) = checks else {
+        // Its watches reconcile it, or its full sync is next.
+        return Verdict::Dropped;
+    };
     let switches = ctx.caches.switches.store();
     let mut reads = Vec::with_capacity(checks.len());
-    for c in &checks {
-        let sw = switches.get(&ObjectRef::new(&c.switch))?;
-        if sw.resource_version() != c.switch_version {
-            return None;
+    for c in checks.iter() {
+        let sw = switches.get(&ObjectRef::new(&c.switch));
+        match sw.filter(|sw| sw.resource_version() == c.switch_version) {
+            Some(sw) => reads.push((c.switch.clone(), holds(ctx, sw, c))),
+            None => return Verdict::Differed,
         }
-        reads.push((c.switch.clone(), holds(ctx, sw, c)));
     }
     let parallel = ctx.config.limits.targets_per_set;
     let held = ctx.own.permits.each(parallel, reads).await;
-    let held = held.iter().all(|h| *h);
-    ctx.metrics.entry_set_recheck(held);
-    if !held {
-        tracing::debug!(set = %key, "recheck found a difference: full sync");
-        ctx.own.rechecks.forget(&key);
-        return None;
+    if held.iter().all(|h| *h) {
+        Verdict::Held
+    } else {
+        Verdict::Differed
     }
-    due.synced(&key, fingerprint, began, Instant::now(), Some(period));
-    tracing::debug!(set = %key, targets = checks.len(), "rechecked");
-    Some(Action::requeue(period))
 }
 
 /// Whether `c`'s table on `sw` holds exactly its entries (false on any
 /// error, or a device that cannot answer as bytes).
-async fn holds(ctx: &SetCtx, sw: std::sync::Arc<p4fleet_crds::Switch>, c: &Check) -> bool {
+async fn holds(ctx: &SetCtx, sw: Arc<p4fleet_crds::Switch>, c: &Check) -> bool {
     let dev =
         slot_claims::program_device(&ctx.devices, &sw, c.slot, c.first_pipe, &c.virtual_switch);
     let Ok(dev) = dev else { return false };
@@ -242,34 +339,55 @@ mod tests {
         }
     }
 
-    fn noted(r: &Rechecks) {
-        let n = Note {
+    const PERIOD: Duration = Duration::from_secs(30);
+
+    fn a_note(at: Instant) -> Note {
+        Note {
             fingerprint: 5,
-            period: Duration::from_secs(30),
-            checks: vec![check("a")],
+            period: PERIOD,
+            synced_at: at,
+            checks: vec![check("a")].into(),
             rechecks: 0,
-        };
-        r.noted("ns/s", Some(n));
+        }
     }
 
-    #[test]
-    fn a_note_gives_rechecks_until_a_full_sync_is_due() {
-        let r = Rechecks::default();
-        noted(&r);
-        for _ in 1..FULL_EVERY {
-            let (checks, period) = r.take("ns/s", 5).expect("a recheck");
-            assert_eq!(checks, vec![check("a")]);
-            assert_eq!(period, Duration::from_secs(30));
+    fn noted(r: &Rechecks) {
+        r.noted("ns/s", Some(a_note(Instant::now())));
+    }
+
+    #[tokio::test]
+    async fn a_note_gives_rechecks_a_period_apart_until_the_full_sync() {
+        let r = Rechecks::new(PERIOD);
+        let t0 = Instant::now();
+        r.noted("ns/s", Some(a_note(t0)));
+        for i in 1..FULL_EVERY {
+            assert_eq!(r.next_at("ns/s"), Some(t0 + PERIOD * i));
+            let checks = r.take("ns/s", 5).expect("a recheck");
+            assert_eq!(&checks[..], [check("a")]);
         }
-        assert!(r.take("ns/s", 5).is_none(), "the tenth is a full sync");
+        assert_eq!(r.next_at("ns/s"), None, "the full sync is next");
+        assert!(r.take("ns/s", 5).is_none());
         // The full sync's note starts the count again.
         noted(&r);
         assert!(r.take("ns/s", 5).is_some());
     }
 
-    #[test]
-    fn a_changed_set_or_no_note_gets_no_recheck() {
-        let r = Rechecks::default();
+    #[tokio::test]
+    async fn a_difference_forgets_the_note_and_names_the_set() {
+        let r = Rechecks::new(PERIOD);
+        let mut differed = r.subscribe();
+        noted(&r);
+        r.settle("ns/s", Verdict::Held);
+        assert!(differed.try_recv().is_err());
+        assert!(r.next_at("ns/s").is_some());
+        r.settle("ns/s", Verdict::Differed);
+        assert_eq!(differed.try_recv().unwrap(), "ns/s");
+        assert!(r.take("ns/s", 5).is_none(), "no recheck before a full sync");
+    }
+
+    #[tokio::test]
+    async fn a_changed_set_or_no_note_gets_no_recheck() {
+        let r = Rechecks::new(PERIOD);
         assert!(r.take("ns/s", 5).is_none());
         noted(&r);
         assert!(r.take("ns/s", 6).is_none(), "another fingerprint");
@@ -297,6 +415,7 @@ mod tests {
             outcomes,
             plain,
             tag: 9,
+            at: Instant::now(),
         };
         let outcome = |byte_equal| Outcome {
             byte_equal,

@@ -165,19 +165,17 @@ impl ResyncDue {
         skip.then_some(left)
     }
 
-    /// Whether a reconcile of `key` (now as `fingerprint`) is a regular
-    /// resync its last sync asked for, with nothing the set reads changed
-    /// since that sync started: what [`super::recheck`] may answer alone.
-    pub fn unchanged(&self, key: &str, started: Started, fingerprint: u64) -> bool {
+    /// Whether set `key` (now as `fingerprint`) is as its last sync left
+    /// it, that sync asked for its regular resync, and nothing the set
+    /// reads changed since that sync started: what [`super::recheck`] may
+    /// answer alone.
+    pub fn unchanged(&self, key: &str, fingerprint: u64) -> bool {
         let Some(last) = self.lock().get(key).copied() else {
             return false;
         };
         let g = self.touched.lock().unwrap_or_else(|p| p.into_inner());
         let touched = g.get(key).is_some_and(|t| *t >= last.started);
-        started == Started::Periodic
-            && last.due.is_some()
-            && last.fingerprint == fingerprint
-            && !touched
+        last.due.is_some() && last.fingerprint == fingerprint && !touched
     }
 
     /// Forgets `key` (deleted).
@@ -264,22 +262,20 @@ mod tests {
     }
 
     #[test]
-    fn only_a_regular_resync_of_an_untouched_unchanged_set_is_unchanged() {
+    fn only_an_untouched_unchanged_set_on_its_regular_resync_is_unchanged() {
         let d = ResyncDue::default();
         let t0 = Instant::now();
-        assert!(!d.unchanged("ns/a", Started::Periodic, FP), "never synced");
+        assert!(!d.unchanged("ns/a", FP), "never synced");
         d.synced("ns/a", FP, t0, t0, Some(PERIOD));
-        assert!(d.unchanged("ns/a", Started::Periodic, FP));
-        assert!(!d.unchanged("ns/a", Started::Other, FP));
-        assert!(!d.unchanged("ns/a", Started::ObjectUpdated, FP));
-        assert!(!d.unchanged("ns/a", Started::Periodic, FP + 1), "spec");
+        assert!(d.unchanged("ns/a", FP));
+        assert!(!d.unchanged("ns/a", FP + 1), "spec");
         d.touched("ns/a", t0 + SLACK, Touch::ConfigMap);
-        assert!(!d.unchanged("ns/a", Started::Periodic, FP), "a source");
+        assert!(!d.unchanged("ns/a", FP), "a source");
         // The sync after the touch covers it; a retry is not regular.
         d.synced("ns/a", FP, t0 + PERIOD, t0 + PERIOD, Some(PERIOD));
-        assert!(d.unchanged("ns/a", Started::Periodic, FP));
+        assert!(d.unchanged("ns/a", FP));
         d.synced("ns/a", FP, t0 + PERIOD, t0 + PERIOD, None);
-        assert!(!d.unchanged("ns/a", Started::Periodic, FP));
+        assert!(!d.unchanged("ns/a", FP));
     }
 
     #[test]

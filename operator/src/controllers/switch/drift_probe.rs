@@ -17,40 +17,30 @@
 //! found a difference, and as a safety net every ten resyncs
 //! (`controllers::covered`).
 //!
-//! Probes due within a short window of each other run together
-//! ([`window`]): early by at most that window, never late, and the
-//! runtime's threads wake once for the lot rather than once per probe.
+//! The schedule and the task's loop are `controllers::schedule`'s (probes
+//! due within a short window of each other run together).
 //!
 //! FPGA boards are not probed here: their reconcile also reads the board's
 //! slot service, which only the reconcile turns into status, so a board's
 //! Switch keeps its reconcile every `--drift-seconds`.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use kube::runtime::reflector::ObjectRef;
 use p4fleet_client::Device;
 use p4fleet_crds::{Switch, SwitchTarget};
-use tokio::sync::{Notify, broadcast};
+use tokio::sync::broadcast;
 use tokio::time::Instant;
 
+use crate::controllers::schedule::Queue;
 use crate::controllers::{Shutdown, spread};
 use crate::devices::{Asked, DevicePool};
 
 /// Probes in flight at once (a device that does not answer holds one for
 /// its timeout, not the others).
 const IN_FLIGHT: usize = 64;
-
-/// How far ahead of their time due probes are taken with the first one: a
-/// fortieth of the period, at most 250 ms (a 10 s period: about 25 probes
-/// together at 1,000 Switches). Pure.
-pub fn window(period: Duration) -> Duration {
-    (period / 40).min(Duration::from_millis(250))
-}
 
 /// What a probe found, against what the Switch's last reconcile confirmed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,57 +56,6 @@ pub enum Verdict {
 /// Whether a Switch is probed here rather than by its reconcile.
 pub fn probed_here(sw: &Switch) -> bool {
     sw.spec.target != SwitchTarget::Fpga
-}
-
-/// When each Switch is probed next (pure: the caller gives the time). A
-/// Switch is held from [`Schedule::add`] until [`Schedule::finish`]
-/// releases it, queued or while its probe runs, so it never has two
-/// probes.
-#[derive(Debug, Default)]
-pub struct Schedule {
-    due: BinaryHeap<Reverse<(Instant, String)>>,
-    held: HashSet<String>,
-}
-
-impl Schedule {
-    /// Queues `name` at `at` unless it is held already; whether it was.
-    pub fn add(&mut self, name: &str, at: Instant) -> bool {
-        if !self.held.insert(name.to_string()) {
-            return false;
-        }
-        self.due.push(Reverse((at, name.to_string())));
-        true
-    }
-
-    /// When the first queued probe is due.
-    pub fn next(&self) -> Option<Instant> {
-        self.due.peek().map(|Reverse((at, _))| *at)
-    }
-
-    /// Up to `max` Switches due at `now`, earliest first (still held).
-    pub fn take_due(&mut self, now: Instant, max: usize) -> Vec<String> {
-        let mut out = Vec::new();
-        while out.len() < max {
-            match self.due.peek() {
-                Some(Reverse((at, _))) if *at <= now => {
-                    let Reverse((_, name)) = self.due.pop().expect("peeked");
-                    out.push(name);
-                }
-                _ => break,
-            }
-        }
-        out
-    }
-
-    /// Ends a probe of `name`: queued again at `again`, or released.
-    pub fn finish(&mut self, name: &str, again: Option<Instant>) {
-        match again {
-            Some(at) => self.due.push(Reverse((at, name.to_string()))),
-            None => {
-                self.held.remove(name);
-            }
-        }
-    }
 }
 
 /// What the Switch's last reconcile confirmed: the stamp of its answers
@@ -143,9 +82,7 @@ impl Healthy {
 pub struct DriftProbes {
     period: Duration,
     healthy: Mutex<HashMap<String, Healthy>>,
-    schedule: Mutex<Schedule>,
-    /// Wakes the probe task when a Switch is queued.
-    queued: Notify,
+    queue: Queue,
     changed: broadcast::Sender<String>,
 }
 
@@ -154,8 +91,7 @@ impl DriftProbes {
         DriftProbes {
             period,
             healthy: Mutex::default(),
-            schedule: Mutex::default(),
-            queued: Notify::new(),
+            queue: Queue::new(period),
             changed: broadcast::channel(4096).0,
         }
     }
@@ -182,9 +118,7 @@ impl DriftProbes {
         healthy.insert(name.to_string(), h);
         drop(healthy);
         let at = Instant::now() + spread(self.period, name);
-        if lock(&self.schedule).add(name, at) {
-            self.queued.notify_one();
-        }
+        self.queue.add(name, at);
     }
 
     /// Switch `name` is not healthy (or gone): its reconcile probes it.
@@ -215,35 +149,15 @@ impl DriftProbes {
     /// Probes the healthy Switches until `shutdown`.
     pub async fn run(ctx: Arc<super::SwitchCtx>, shutdown: Shutdown) {
         let this = &ctx.own.drift_probes;
-        let mut running = FuturesUnordered::new();
-        let mut shutdown = std::pin::pin!(shutdown);
-        loop {
-            let next = lock(&this.schedule).next();
-            let wait = async {
-                match next {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = &mut shutdown => return,
-                () = this.queued.notified() => {}
-                () = wait, if running.len() < IN_FLIGHT => {}
-                Some((name, verdict)) = running.next(), if !running.is_empty() => {
-                    let name: String = name;
-                    this.settle(&ctx, &name, verdict);
-                }
+        let probe = |name: String| {
+            let ctx = ctx.clone();
+            async move {
+                let verdict = ctx.own.drift_probes.probe(&ctx, &name).await;
+                (name, verdict)
             }
-            let room = IN_FLIGHT - running.len();
-            let until = Instant::now() + window(this.period);
-            for name in lock(&this.schedule).take_due(until, room) {
-                let ctx = ctx.clone();
-                running.push(async move {
-                    let verdict = ctx.own.drift_probes.probe(&ctx, &name).await;
-                    (name, verdict)
-                });
-            }
-        }
+        };
+        let settle = |name: String, verdict| this.settle(&ctx, &name, verdict);
+        this.queue.run(IN_FLIGHT, shutdown, probe, settle).await;
     }
 
     async fn probe(&self, ctx: &super::SwitchCtx, name: &str) -> Verdict {
@@ -285,7 +199,7 @@ impl DriftProbes {
             }
             Verdict::Dropped => None,
         };
-        lock(&self.schedule).finish(name, again);
+        self.queue.finish(name, again);
     }
 }
 
@@ -433,35 +347,5 @@ mod tests {
             probe(&devices, &sw, &healthy).await,
             Verdict::Changed(_)
         ));
-    }
-
-    #[test]
-    fn a_switch_is_held_once_until_its_probe_is_finished() {
-        let t0 = Instant::now();
-        let s = |n| Duration::from_secs(n);
-        let mut sched = Schedule::default();
-        assert!(sched.add("a", t0 + s(10)));
-        assert!(sched.add("b", t0 + s(5)));
-        assert!(!sched.add("a", t0 + s(1)), "queued already");
-        assert_eq!(sched.next(), Some(t0 + s(5)));
-        assert!(sched.take_due(t0 + s(4), 10).is_empty());
-        assert_eq!(sched.take_due(t0 + s(10), 10), ["b", "a"]);
-        assert_eq!(sched.next(), None);
-        assert!(!sched.add("a", t0), "held while its probe runs");
-        sched.finish("a", Some(t0 + s(20)));
-        sched.finish("b", None);
-        assert_eq!(sched.next(), Some(t0 + s(20)));
-        assert!(sched.add("b", t0 + s(30)), "released");
-        assert_eq!(sched.take_due(t0 + s(40), 1), ["a"], "at most max");
-        assert_eq!(sched.take_due(t0 + s(40), 1), ["b"]);
-    }
-
-    #[test]
-    fn due_probes_are_taken_together_a_short_window_early() {
-        let ms = Duration::from_millis;
-        assert_eq!(window(Duration::from_secs(10)), ms(250));
-        assert_eq!(window(Duration::from_secs(2)), ms(50));
-        assert_eq!(window(Duration::from_secs(3600)), ms(250), "capped");
-        assert!(window(Duration::from_secs(1)) < Duration::from_secs(1) / 10);
     }
 }
