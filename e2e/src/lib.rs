@@ -479,6 +479,29 @@ pub async fn bmv2_virtual_switch(client: &Client, ns: &str, slot: Bmv2Slot<'_>) 
     .await;
 }
 
+/// P4Program `name` (P4Info `p4info` inline) on VirtualSwitch `name` of the
+/// one-slot Bmv2 Switch `<ns>-sw` (device `device` at `endpoint`): the
+/// objects of a test of one program on one device.
+pub async fn program_on_bmv2(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    p4info: &str,
+    endpoint: SocketAddr,
+    device: u64,
+) {
+    p4info_program(client, ns, name, p4info).await;
+    let sw = format!("{ns}-sw");
+    let slot = Bmv2Slot {
+        switch: &sw,
+        virtual_switch: name,
+        program: name,
+        endpoint,
+        device,
+    };
+    bmv2_virtual_switch(client, ns, slot).await;
+}
+
 /// Creates the one-slot Bmv2 Switch `name` (cluster-scoped) on device
 /// `device` of the P4Runtime server at `endpoint`.
 pub async fn bmv2_switch(client: &Client, name: &str, endpoint: SocketAddr, device: u64) {
@@ -580,9 +603,25 @@ pub async fn set_status_where(
     timeout: Duration,
     pred: impl Fn(&p4fleet_crds::TableEntrySetStatus) -> bool,
 ) -> p4fleet_crds::TableEntrySetStatus {
+    status_where(api, name, what, timeout, pred).await
+}
+
+/// Waits up to `timeout` until object `name`'s status (the default when it
+/// has none) satisfies `pred`, and returns it (the last one seen in the failure).
+pub async fn status_where<K>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(&K::Status) -> bool,
+) -> K::Status
+where
+    K: kube::core::object::HasStatus + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K::Status: Default + Clone + std::fmt::Debug,
+{
     wait_for(what, timeout, || async {
-        let set = api.get(name).await.map_err(|e| e.to_string())?;
-        let st = set.status.unwrap_or_default();
+        let obj = api.get(name).await.map_err(|e| e.to_string())?;
+        let st = obj.status().cloned().unwrap_or_default();
         if pred(&st) {
             Ok(st)
         } else {

@@ -26,7 +26,7 @@ use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
 use p4fleet_e2e::processes::{Fleet, fleet};
 use p4fleet_e2e::{
     Bmv2Slot, ControlPlane, TestNamespace, bmv2_virtual_switch, create_json, merge_patch,
-    p4info_program, repo_root, wait_for,
+    p4info_program, program_on_bmv2, repo_root, wait_for,
 };
 use p4fleet_proto::p4info::{self, P4Info};
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient};
@@ -251,16 +251,8 @@ async fn an_ecmp_group_syncs_changes_in_place_repairs_drift_and_leaves_nothing_w
     let ns = TestNamespace::new(&client).await;
     let ns = ns.name().to_string();
     let v1 = "p4fleet.dev/v1alpha1";
-    p4info_program(&client, &ns, "fabric", &fabric_p4info()).await;
-    let sw = format!("{ns}-sw");
-    let slot = Bmv2Slot {
-        switch: &sw,
-        virtual_switch: "fabric",
-        program: "fabric",
-        endpoint: emu.p4runtime,
-        device: DEVICE,
-    };
-    bmv2_virtual_switch(&client, &ns, slot).await;
+    let p4info = fabric_p4info();
+    program_on_bmv2(&client, &ns, "fabric", &p4info, emu.p4runtime, DEVICE).await;
     let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
     create_json(
         &sets,

@@ -1064,16 +1064,7 @@ async fn policy_where(
     what: &str,
     pred: impl Fn(&p4fleet_crds::AsyncExternPolicyStatus) -> bool,
 ) -> p4fleet_crds::AsyncExternPolicyStatus {
-    wait_for(what, Duration::from_secs(60), || async {
-        let p = api.get("l2").await.map_err(|e| e.to_string())?;
-        let st = p.status.unwrap_or_default();
-        if pred(&st) {
-            Ok(st)
-        } else {
-            Err(format!("{st:?}"))
-        }
-    })
-    .await
+    p4fleet_e2e::status_where(api, "l2", what, Duration::from_secs(60), pred).await
 }
 
 /// The `T4P4S_ARGS` of the policy's rendered ConfigMap once it holds
