@@ -1172,14 +1172,20 @@ fn base64(data: &[u8]) -> String {
 /// format (`hdr.ipv4.srcAddr hdr.ipv4.dstAddr`, action `allow`), source
 /// addresses counting up from `start`.
 pub fn firewall_lines(start: usize, n: usize) -> String {
+    firewall_lines_with(start, n, "172.16.0.1", 0)
+}
+
+/// [`firewall_lines`] with destination address `dst` and each entry's
+/// port (its index mod 500) shifted by `port_shift`.
+pub fn firewall_lines_with(start: usize, n: usize, dst: &str, port_shift: usize) -> String {
     let mut text = String::from("#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n");
     for i in start..start + n {
         text.push_str(&format!(
-            "10.{}.{}.{} 172.16.0.1 {}\n",
+            "10.{}.{}.{} {dst} {}\n",
             (i >> 16) & 255,
             (i >> 8) & 255,
             i & 255,
-            i % 500
+            (i + port_shift) % 500
         ));
     }
     text

@@ -23,7 +23,7 @@ use p4fleet_client::{Device, Identity, Target};
 use p4fleet_crds::{P4Program, Switch, TableEntrySet, VirtualSwitch, find_condition};
 use p4fleet_e2e::leaders::{LEASE, promise_lease, replica, wait_holder};
 use p4fleet_e2e::processes::{EmulatorProc, build_binaries, spawn_emulator};
-use p4fleet_e2e::{ControlPlane, TestNamespace, repo_root, wait_for};
+use p4fleet_e2e::{ControlPlane, TestNamespace, firewall_lines_with, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, format_entries};
 use p4fleet_model::sync::{self, DeviceEntry, Ownership};
 use p4fleet_proto::p4runtime as p4;
@@ -37,16 +37,7 @@ fn firewall_p4info() -> String {
 }
 
 fn entries(schema: &TableSchema, n: usize) -> Vec<Entry> {
-    let mut text = String::from("#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n");
-    for i in 0..n {
-        text.push_str(&format!(
-            "10.{}.{}.{} 172.16.0.9 {}\n",
-            (i >> 16) & 255,
-            (i >> 8) & 255,
-            i & 255,
-            i % 500
-        ));
-    }
+    let text = firewall_lines_with(0, n, "172.16.0.9", 0);
     let mut p = LineParser::new(schema);
     text.lines()
         .filter_map(|l| p.parse_line(l).unwrap())

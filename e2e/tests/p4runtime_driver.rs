@@ -26,17 +26,7 @@ fn firewall() -> (P4Info, TableSchema) {
 
 /// `n` distinct firewall entries in the line format.
 fn lines(n: usize, port_offset: usize) -> String {
-    let mut s = String::from("#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n");
-    for i in 0..n {
-        s.push_str(&format!(
-            "10.{}.{}.{} 192.168.0.1 {}\n",
-            (i >> 16) & 255,
-            (i >> 8) & 255,
-            i & 255,
-            (i + port_offset) % 500
-        ));
-    }
-    s
+    p4fleet_e2e::firewall_lines_with(0, n, "192.168.0.1", port_offset)
 }
 
 fn parse(schema: &TableSchema, text: &str) -> Vec<Entry> {

@@ -32,7 +32,9 @@ use p4fleet_crds::{
 };
 use p4fleet_e2e::dpdk::{TRAFFIC, l2crypt};
 use p4fleet_e2e::processes::{Fleet, build_binaries, fleet, metric_sample, metrics_text};
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
+use p4fleet_e2e::{
+    ControlPlane, TestNamespace, create_json, firewall_lines_with, repo_root, wait_for,
+};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
 use serde_json::{Value, json};
 
@@ -260,16 +262,7 @@ async fn config_map(client: &Client, ns: &str, name: &str, text: String) {
 
 /// `n` distinct firewall entries starting at `start`, ports shifted by `shift`.
 fn entries(schema: &TableSchema, start: usize, n: usize, shift: usize) -> Vec<Entry> {
-    let mut text = String::from("#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n");
-    for i in start..start + n {
-        text.push_str(&format!(
-            "10.{}.{}.{} 172.16.0.1 {}\n",
-            (i >> 16) & 255,
-            (i >> 8) & 255,
-            i & 255,
-            (i + shift) % 500
-        ));
-    }
+    let text = firewall_lines_with(start, n, "172.16.0.1", shift);
     let mut p = LineParser::new(schema);
     text.lines()
         .filter_map(|l| p.parse_line(l).unwrap())
