@@ -1212,6 +1212,23 @@ where
         .unwrap();
 }
 
+/// Creates TableEntrySet `name` with `spec` in `ns`; returns the
+/// namespace's TableEntrySets.
+pub async fn create_set(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    spec: serde_json::Value,
+) -> Api<p4fleet_crds::TableEntrySet> {
+    let api: Api<p4fleet_crds::TableEntrySet> = Api::namespaced(client.clone(), ns);
+    let obj = serde_json::json!({
+        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+        "metadata": {"name": name}, "spec": spec
+    });
+    create_json(&api, obj).await;
+    api
+}
+
 /// Server-side applies `obj` (JSON with apiVersion, kind, metadata.name),
 /// taking its fields from any other manager: a test's "the user edits it".
 pub async fn apply_json<K>(api: &Api<K>, obj: serde_json::Value)

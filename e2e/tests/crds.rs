@@ -35,6 +35,18 @@ fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// [`yaml_files`] of `dir` (from the repo root), asserting there are at
+/// least `min` (`what` names them in the failure).
+fn yaml_files_at_least(dir: &str, min: usize, what: &str) -> Vec<PathBuf> {
+    let files = yaml_files(&repo_root().join(dir));
+    assert!(
+        files.len() >= min,
+        "expected >= {min} {what} in {dir}, found {}",
+        files.len()
+    );
+    files
+}
+
 #[tokio::test]
 async fn all_crds_established_with_expected_names() {
     let cp = ControlPlane::shared().await;
@@ -117,12 +129,7 @@ async fn samples_apply_and_read_back() {
     let cp = ControlPlane::shared().await;
     let client = cp.client().await;
     let ns = TestNamespace::new(&client).await;
-    let files = yaml_files(&repo_root().join("config/samples"));
-    assert!(
-        files.len() >= MIN_SAMPLES,
-        "expected >= {MIN_SAMPLES} samples in config/samples, found {}",
-        files.len()
-    );
+    let files = yaml_files_at_least("config/samples", MIN_SAMPLES, "samples");
 
     let mut failures = Vec::new();
     for file in &files {
@@ -188,12 +195,7 @@ async fn invalid_objects_are_rejected_by_the_server() {
     let cp = ControlPlane::shared().await;
     let client = cp.client().await;
     let ns = TestNamespace::new(&client).await;
-    let files = yaml_files(&repo_root().join("e2e/testdata/invalid"));
-    assert!(
-        files.len() >= MIN_INVALID,
-        "expected >= {MIN_INVALID} files in e2e/testdata/invalid, found {}",
-        files.len()
-    );
+    let files = yaml_files_at_least("e2e/testdata/invalid", MIN_INVALID, "files");
 
     let mut failures = Vec::new();
     for file in &files {

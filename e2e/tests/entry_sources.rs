@@ -20,7 +20,7 @@ use kube::{Client, ResourceExt};
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
 use p4fleet_e2e::processes::{Fleet, fleet};
 use p4fleet_e2e::{
-    Bmv2Slot, ControlPlane, TestNamespace, bmv2_virtual_switch, create_json, event_about,
+    Bmv2Slot, ControlPlane, TestNamespace, bmv2_virtual_switch, create_set, event_about,
     firewall_lines, p4info_program, repo_root, wait_for,
 };
 use serde_json::{Value, json};
@@ -133,16 +133,6 @@ async fn put_config_map(
                 .unwrap();
         }
     }
-}
-
-async fn create_set(client: &Client, ns: &str, name: &str, spec: Value) -> Api<TableEntrySet> {
-    let api: Api<TableEntrySet> = Api::namespaced(client.clone(), ns);
-    let obj = json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
-        "metadata": {"name": name}, "spec": spec
-    });
-    create_json(&api, obj).await;
-    api
 }
 
 async fn status_where(

@@ -32,9 +32,7 @@ use p4fleet_crds::{
 };
 use p4fleet_e2e::dpdk::{TRAFFIC, l2crypt};
 use p4fleet_e2e::processes::{Fleet, build_binaries, fleet, metric_sample, metrics_text};
-use p4fleet_e2e::{
-    ControlPlane, TestNamespace, create_json, firewall_lines_with, repo_root, wait_for,
-};
+use p4fleet_e2e::{ControlPlane, TestNamespace, firewall_lines_with, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
 use serde_json::{Value, json};
 
@@ -224,16 +222,10 @@ async fn setup_target(client: &Client, env: &Fleet, ns: &str, kind: Kind, device
 }
 
 async fn create_set(client: &Client, ns: &str, spec: Value) -> Api<TableEntrySet> {
-    let api: Api<TableEntrySet> = Api::namespaced(client.clone(), ns);
     let name = spec["name"].as_str().unwrap().to_string();
     let mut spec = spec;
     spec.as_object_mut().unwrap().remove("name");
-    let obj = json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
-        "metadata": {"name": name}, "spec": spec
-    });
-    create_json(&api, obj).await;
-    api
+    p4fleet_e2e::create_set(client, ns, &name, spec).await
 }
 
 async fn config_map(client: &Client, ns: &str, name: &str, text: String) {

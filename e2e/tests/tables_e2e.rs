@@ -29,7 +29,8 @@ use p4fleet_e2e::processes::{
     spawn_operator,
 };
 use p4fleet_e2e::{
-    ControlPlane, TestNamespace, bmv2_switch, create_json, merge_patch, repo_root, wait_for,
+    ControlPlane, TestNamespace, bmv2_switch, create_json, create_set, merge_patch, repo_root,
+    wait_for,
 };
 use p4fleet_proto::p4runtime::{self as p4, p4_runtime_client::P4RuntimeClient};
 use serde_json::{Value, json};
@@ -171,17 +172,6 @@ async fn setup(client: &Client, ns: &str, emu: Emu, device: u64, strategy: &str)
                      "updateStrategy": {"type": strategy}}}),
     )
     .await;
-}
-
-async fn create_set(client: &Client, ns: &str, name: &str, spec: Value) -> Api<TableEntrySet> {
-    let api: Api<TableEntrySet> = Api::namespaced(client.clone(), ns);
-    create_json(
-        &api,
-        json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
-            "metadata": {"name": name}, "spec": spec}),
-    )
-    .await;
-    api
 }
 
 fn dst_entries(first: u8, n: u8) -> Value {
