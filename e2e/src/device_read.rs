@@ -3,7 +3,20 @@
 
 use std::net::SocketAddr;
 
+use p4fleet_model::entries::{Entry, TableSchema};
+use p4fleet_model::sync::{self, DeviceEntry};
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient};
+
+/// Table entries read from a device as a sync plans them: each entry of
+/// `schema`'s table with the ownership tag its metadata holds.
+pub fn tagged(schema: &TableSchema, read: &[p4::TableEntry]) -> Vec<DeviceEntry> {
+    read.iter()
+        .map(|t| DeviceEntry {
+            entry: Entry::from_proto(schema, t).unwrap(),
+            tag: sync::tag_of(&t.metadata),
+        })
+        .collect()
+}
 
 /// Every entity matching `filter` on `device` of the P4Runtime server at
 /// `p4runtime`; panics on any RPC error.

@@ -21,11 +21,12 @@ use kube::api::{Api, PostParams};
 use p4fleet::{LEASE_NAME, Term, identity_for_term};
 use p4fleet_client::{Device, Identity, Target};
 use p4fleet_crds::{P4Program, Switch, TableEntrySet, VirtualSwitch, find_condition};
+use p4fleet_e2e::device_read::tagged;
 use p4fleet_e2e::leaders::{LEASE, promise_lease, replica, wait_holder};
 use p4fleet_e2e::processes::{EmulatorProc, build_binaries, spawn_emulator};
 use p4fleet_e2e::{ControlPlane, TestNamespace, firewall_lines_with, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, format_entries};
-use p4fleet_model::sync::{self, DeviceEntry, Ownership};
+use p4fleet_model::sync::{self, Ownership};
 use p4fleet_proto::p4runtime as p4;
 use serde_json::json;
 
@@ -218,13 +219,7 @@ async fn a_frozen_leader_is_fenced_and_the_standby_finishes_the_sync() {
     let back = reader.read_table(0, schema.id).await.unwrap();
     assert_eq!(back.len(), ENTRIES, "entries on the device");
     let tag = sync::set_tag(&ns, "fw30k");
-    let on_device: Vec<DeviceEntry> = back
-        .iter()
-        .map(|t| DeviceEntry {
-            entry: Entry::from_proto(&schema, t).unwrap(),
-            tag: sync::tag_of(&t.metadata),
-        })
-        .collect();
+    let on_device = tagged(&schema, &back);
     let diff = sync::plan(&all, &on_device, Ownership::Exclusive, tag);
     assert_eq!(
         (diff.writes(), diff.unchanged),

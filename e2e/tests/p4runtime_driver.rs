@@ -10,9 +10,10 @@ use std::time::Instant;
 use p4fleet::DevicePool;
 use p4fleet_client::{Atomicity, WriteOptions, WriteRpc};
 use p4fleet_crds::switch::{Switch, SwitchSpec};
+use p4fleet_e2e::device_read::tagged;
 use p4fleet_emulator::{Emulator, EmulatorConfig};
 use p4fleet_model::entries::{Entry, LineParser, TableSchema};
-use p4fleet_model::sync::{self, DeviceEntry, Ownership};
+use p4fleet_model::sync::{self, Ownership};
 use p4fleet_proto::p4info::{self, P4Info};
 
 fn firewall() -> (P4Info, TableSchema) {
@@ -127,13 +128,7 @@ async fn driver_writes_reads_and_reports_per_update_errors() {
     // Read back: everything is there with our tag; the diff is empty.
     let back = dev.read_table(1, schema.id).await.unwrap();
     assert_eq!(back.len(), 30_000);
-    let on_device: Vec<DeviceEntry> = back
-        .iter()
-        .map(|t| DeviceEntry {
-            entry: Entry::from_proto(&schema, t).unwrap(),
-            tag: sync::tag_of(&t.metadata),
-        })
-        .collect();
+    let on_device = tagged(&schema, &back);
     assert!(on_device.iter().all(|d| d.tag == tag));
     let again = sync::plan(&desired, &on_device, Ownership::Merge, tag);
     assert_eq!((again.writes(), again.unchanged), (0, 30_000));
