@@ -594,6 +594,24 @@ pub async fn set_status_within_90s(
     set_status_where(api, name, what, Duration::from_secs(90), pred).await
 }
 
+/// Merge-patches TableEntrySet `name` with `patch` and waits (90 s, as
+/// `what`) until its ResourcesSynced is False with `reason`; returns the
+/// status: a counter, meter or register setting refused.
+pub async fn resources_refused(
+    api: &Api<p4fleet_crds::TableEntrySet>,
+    name: &str,
+    patch: serde_json::Value,
+    what: &str,
+    reason: &str,
+) -> p4fleet_crds::TableEntrySetStatus {
+    merge_patch(api, name, patch).await;
+    set_status_within_90s(api, name, what, |s| {
+        p4fleet_crds::find_condition(&s.conditions, "ResourcesSynced")
+            .is_some_and(|c| !c.is_true() && c.reason == reason)
+    })
+    .await
+}
+
 /// Waits up to `timeout` until TableEntrySet `name`'s status satisfies
 /// `pred`, and returns that status (the last one seen in the failure).
 pub async fn set_status_where(

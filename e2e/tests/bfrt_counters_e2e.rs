@@ -14,7 +14,9 @@ use std::time::Duration;
 use kube::Api;
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
 use p4fleet_e2e::processes::{Fleet, fleet};
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, merge_patch, repo_root};
+use p4fleet_e2e::{
+    ControlPlane, TestNamespace, create_json, merge_patch, repo_root, resources_refused,
+};
 use p4fleet_proto::bfrt::{
     self, DataField, ForwardingPipelineConfig, KeyField, ReadRequest,
     SetForwardingPipelineConfigRequest, StreamMessageRequest, TableData, TableEntry, TableKey,
@@ -315,10 +317,13 @@ async fn tofino_counters_and_registers_sync_over_bfrt() {
     let patch = json!({"spec": {
         "meters": [{"name": "port_meter", "index": 1, "cir": 1000, "cburst": 100, "pir": 2000, "pburst": 200}]
     }});
-    merge_patch(&sets, "dmac", patch).await;
-    let st = status_where(&sets, "dmac", "meters unsupported", |s| {
-        cond(s, "ResourcesSynced").is_some_and(|c| !c.0 && c.1 == "UnsupportedOnTarget")
-    })
+    let st = resources_refused(
+        &sets,
+        "dmac",
+        patch,
+        "meters unsupported",
+        "UnsupportedOnTarget",
+    )
     .await;
     assert!(
         st.errors
@@ -331,11 +336,7 @@ async fn tofino_counters_and_registers_sync_over_bfrt() {
         "meters": null,
         "registers": [{"name": "port_last_seen", "index": 512, "value": "1"}]
     }});
-    merge_patch(&sets, "dmac", patch).await;
-    let st = status_where(&sets, "dmac", "a bad index", |s| {
-        cond(s, "ResourcesSynced").is_some_and(|c| !c.0 && c.1 == "SettingInvalid")
-    })
-    .await;
+    let st = resources_refused(&sets, "dmac", patch, "a bad index", "SettingInvalid").await;
     assert!(
         st.errors
             .iter()

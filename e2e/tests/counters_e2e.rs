@@ -14,8 +14,8 @@ use p4fleet_e2e::device_read::read_entities;
 use p4fleet_e2e::dpdk::l2crypt;
 use p4fleet_e2e::processes::{Fleet, fleet, metrics_text};
 use p4fleet_e2e::{
-    ControlPlane, TestNamespace, create_json, merge_patch, set_status_within_90s as status_where,
-    wait_for,
+    ControlPlane, TestNamespace, create_json, resources_refused,
+    set_status_within_90s as status_where, wait_for,
 };
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity};
 use serde_json::json;
@@ -235,10 +235,13 @@ async fn counters_show_in_status_and_metrics_and_settings_reach_the_device() {
             {"name": "seen", "index": 3, "value": "4096"}
         ]
     }});
-    merge_patch(&sets, "dmac", patch).await;
-    let st = status_where(&sets, "dmac", "bad settings reported", |s| {
-        cond(s, "ResourcesSynced").is_some_and(|c| !c.0 && c.1 == "SettingInvalid")
-    })
+    let st = resources_refused(
+        &sets,
+        "dmac",
+        patch,
+        "bad settings reported",
+        "SettingInvalid",
+    )
     .await;
     let errors: Vec<(String, String)> = st
         .errors
