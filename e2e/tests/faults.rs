@@ -336,16 +336,7 @@ async fn the_kube_apiserver_restarted_mid_sync() {
         "apiserver restart: killed with {at_kill:?} entries on the devices; answering again \
          {back:?} after the kill; both sets Ready with {CHANGED} {recovered:?} after it"
     );
-    for (r, w) in rigs.iter().zip(watches) {
-        let seen = w.finish().await;
-        eprintln!(
-            "apiserver restart {:?}: reasons seen {:?}, {} polls",
-            r.kind, seen.reasons, seen.polls
-        );
-        seen.assert_truthful(&format!("apiserver restart {:?}", r.kind));
-        r.assert_exact(CHANGED_FROM, CHANGED, "apiserver restart")
-            .await;
-    }
+    assert_truthful_and_changed(rigs, watches, "apiserver restart").await;
     // The operator's watches came back: a change made now is applied
     // (no periodic pass would, for an hour).
     let changed = Instant::now();
@@ -383,15 +374,20 @@ async fn the_operator_killed_mid_sync_never_leaves_a_lie() {
          with {CHANGED} {:?} after the restart",
         restarted.elapsed()
     );
+    assert_truthful_and_changed(rigs, watches, "operator kill -9").await;
+}
+
+/// Ends each rig's watch and asserts (naming the fault `what`) that its
+/// set never lied and its device holds exactly the changed entries.
+async fn assert_truthful_and_changed(rigs: &[Rig], watches: Vec<LieWatch>, what: &str) {
     for (r, w) in rigs.iter().zip(watches) {
         let seen = w.finish().await;
         eprintln!(
-            "operator kill -9 {:?}: reasons seen {:?}, {} polls",
+            "{what} {:?}: reasons seen {:?}, {} polls",
             r.kind, seen.reasons, seen.polls
         );
-        seen.assert_truthful(&format!("operator kill -9 {:?}", r.kind));
-        r.assert_exact(CHANGED_FROM, CHANGED, "operator kill -9")
-            .await;
+        seen.assert_truthful(&format!("{what} {:?}", r.kind));
+        r.assert_exact(CHANGED_FROM, CHANGED, what).await;
     }
 }
 
