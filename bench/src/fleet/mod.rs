@@ -411,9 +411,14 @@ async fn fleet(env: &mut Env, cfg: &Config, switches: usize, run: &mut Run) -> a
     let p = timed_apply(env, cfg, "create", &objects, &want, total, total).await?;
     push_or_stop(run, p)?;
 
-    // (d) One idle resync round: every device read back once more.
+    // (d) One idle resync round: every device read back once more. The
+    // round after it is the steady one: each set's sync found its entries
+    // in place, so its resyncs until its tenth are rechecks (the
+    // operator's `entry_set::recheck`).
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let p = idle_round(env, cfg, total).await?;
+    let p = idle_round(env, cfg, total, "idle").await?;
+    run.phases.push(p);
+    let p = idle_round(env, cfg, total, "idle-steady").await?;
     run.phases.push(p);
 
     // (c) Every k-th entry of every set changes in its ConfigMap.
@@ -522,10 +527,16 @@ async fn timed_apply(
 }
 
 /// Waits (polling the emulators' counters, every 500 ms) until every
-/// device has been read back since the start: one resync round.
-async fn idle_round(env: &mut Env, cfg: &Config, desired: u64) -> anyhow::Result<Phase> {
+/// device has been read back since the start: one resync round, the
+/// phase `name`.
+async fn idle_round(
+    env: &mut Env,
+    cfg: &Config,
+    desired: u64,
+    name: &str,
+) -> anyhow::Result<Phase> {
     let before = env.snapshot().await?;
-    eprintln!("p4fleet-fleet-bench: phase idle: waiting for one resync round");
+    eprintln!("p4fleet-fleet-bench: phase {name}: waiting for one resync round");
     let t0 = Instant::now();
     let limit = Duration::from_secs(cfg.resync_seconds * 2 + 60);
     loop {
@@ -559,7 +570,7 @@ async fn idle_round(env: &mut Env, cfg: &Config, desired: u64) -> anyhow::Result
     }
     let seconds = t0.elapsed().as_secs_f64();
     let after = env.snapshot().await?;
-    let mut p = measure("idle", &before, &after, 0);
+    let mut p = measure(name, &before, &after, 0);
     p.seconds = seconds;
     p.desired_entries = desired;
     Ok(p)

@@ -283,6 +283,15 @@ impl Report {
                     p.operator_cpu_seconds < IDLE_CPU_GOAL_S,
                 );
             }
+            if let Some(p) = r.phase("idle-steady") {
+                goal_row(
+                    w,
+                    &format!("(d) steady idle round (rechecks) at {at}: operator CPU"),
+                    &format!("< {IDLE_CPU_GOAL_S} s"),
+                    &format!("{:.2} s", p.operator_cpu_seconds),
+                    p.operator_cpu_seconds < IDLE_CPU_GOAL_S,
+                );
+            }
         }
         let per: Vec<(usize, f64)> = fleet
             .iter()

@@ -288,7 +288,7 @@ async fn sync(
         build_status(ctx, &me, latest, &refs, &desired, &entries, &features);
     let old = latest.status.as_ref();
     rollout::fold(&mut new, old, &mut events, &rolled, &entries.outcomes);
-    status.finish(ctx, &mut new, &events).await?;
+    let wrote = status.finish(ctx, &mut new, &events).await?;
     publish(ctx, set, &new, &events, &features).await?;
     for n in &rolled.notes {
         let ns = set.namespace().unwrap_or_default();
@@ -306,7 +306,12 @@ async fn sync(
         targets: &refs.direct,
         desired: &desired,
         outcomes: &entries.outcomes,
-        plain: plain(ctx, set, &refs, &rolled, &entries, &features)
+        // A sync that changed anything (a status, an Event: a feature
+        // that just reset, a condition that clears on the next sync) is
+        // followed by another full one.
+        plain: !wrote
+            && events.is_empty()
+            && plain(ctx, set, &refs, &rolled, &entries, &features)
             && desired
                 .first()
                 .is_none_or(|d| d.iter().all(|e| e.idle_timeout_ns == 0)),

@@ -225,9 +225,10 @@ pub struct Synced<'a> {
     pub desired: &'a PerTarget,
     /// One per direct target, then one per indirect target.
     pub outcomes: &'a [Outcome],
-    /// Nothing else stands in the way: every target resolved (no
-    /// problems, no conflicts, no indirect targets, no kept revisions),
-    /// no feature reported anything, no ownership damage.
+    /// Nothing else stands in the way: the sync wrote no status and no
+    /// Event, every target resolved (no problems, no conflicts, no
+    /// indirect targets, no kept revisions), no feature reported anything,
+    /// no ownership damage.
     pub plain: bool,
     pub tag: u64,
     /// When it ended.
