@@ -138,16 +138,17 @@ impl Rechecks {
         }
     }
 
-    /// The checks of a recheck of `key` (as `fingerprint`) now, counted;
-    /// None when it has no note, the set changed, or its full sync is next.
-    pub fn take(&self, key: &str, fingerprint: u64) -> Option<Arc<[Check]>> {
+    /// Takes `key`'s turn now: its checks when the set is `unchanged`
+    /// and still as its note saw it (`fingerprint`). The turn counts
+    /// either way, so a set that waits for its sync (touched, its
+    /// reconcile not yet started) comes up again a period later rather
+    /// than at once. None when it has no note or its full sync is next.
+    pub fn take(&self, key: &str, fingerprint: Option<u64>) -> Option<Arc<[Check]>> {
         let mut g = self.lock();
         let n = g.get_mut(key)?;
-        if n.fingerprint != fingerprint || n.next_at().is_none() {
-            return None;
-        }
+        n.next_at()?;
         n.rechecks += 1;
-        Some(n.checks.clone())
+        (fingerprint == Some(n.fingerprint)).then(|| n.checks.clone())
     }
 
     /// Forgets `key` (deleted, or a full sync began).
@@ -280,16 +281,12 @@ async fn recheck(ctx: &SetCtx, key: &str) -> Verdict {
         return Verdict::Dropped;
     };
     let sets = ctx.caches.entry_sets.store();
-    let Some(set) = sets.get(&ObjectRef::new(name).within(ns)) else {
-        return Verdict::Dropped;
-    };
-    let fingerprint = resync_due::fingerprint(&set);
-    let unchanged =
-        set.metadata.deletion_timestamp.is_none() && ctx.own.resync_due.unchanged(key, fingerprint);
-    let checks = unchanged
-        .then(|| ctx.own.rechecks.take(key, fingerprint))
-        .flatten();
-    let Some(checks) = checks else {
+    let set = sets.get(&ObjectRef::new(name).within(ns));
+    let fingerprint = set
+        .filter(|s| s.metadata.deletion_timestamp.is_none())
+        .map(|s| resync_due::fingerprint(&s))
+        .filter(|fp| ctx.own.resync_due.unchanged(key, *fp));
+    let Some(checks) = ctx.own.rechecks.take(key, fingerprint) else {
         // Its watches reconcile it, or its full sync is next.
         return Verdict::Dropped;
     };
@@ -363,14 +360,14 @@ mod tests {
         r.noted("ns/s", Some(a_note(t0)));
         for i in 1..FULL_EVERY {
             assert_eq!(r.next_at("ns/s"), Some(t0 + PERIOD * i));
-            let checks = r.take("ns/s", 5).expect("a recheck");
+            let checks = r.take("ns/s", Some(5)).expect("a recheck");
             assert_eq!(&checks[..], [check("a")]);
         }
         assert_eq!(r.next_at("ns/s"), None, "the full sync is next");
-        assert!(r.take("ns/s", 5).is_none());
+        assert!(r.take("ns/s", Some(5)).is_none());
         // The full sync's note starts the count again.
         noted(&r);
-        assert!(r.take("ns/s", 5).is_some());
+        assert!(r.take("ns/s", Some(5)).is_some());
     }
 
     #[tokio::test]
@@ -383,20 +380,32 @@ mod tests {
         assert!(r.next_at("ns/s").is_some());
         r.settle("ns/s", Verdict::Differed);
         assert_eq!(differed.try_recv().unwrap(), "ns/s");
-        assert!(r.take("ns/s", 5).is_none(), "no recheck before a full sync");
+        assert!(
+            r.take("ns/s", Some(5)).is_none(),
+            "no recheck before a full sync"
+        );
     }
 
     #[tokio::test]
     async fn a_changed_set_or_no_note_gets_no_recheck() {
         let r = Rechecks::new(PERIOD);
-        assert!(r.take("ns/s", 5).is_none());
-        noted(&r);
-        assert!(r.take("ns/s", 6).is_none(), "another fingerprint");
+        assert!(r.take("ns/s", Some(5)).is_none());
+        let t0 = Instant::now();
+        r.noted("ns/s", Some(a_note(t0)));
+        assert!(r.take("ns/s", Some(6)).is_none(), "another fingerprint");
+        // A skipped turn counts: the next is a period later, not at once
+        // (the set waits for the sync its change started).
+        assert_eq!(r.next_at("ns/s"), Some(t0 + PERIOD * 2));
+        assert!(r.take("ns/s", None).is_none(), "touched since its sync");
+        assert_eq!(r.next_at("ns/s"), Some(t0 + PERIOD * 3));
         r.noted("ns/s", None);
-        assert!(r.take("ns/s", 5).is_none(), "a sync that left no note");
+        assert!(
+            r.take("ns/s", Some(5)).is_none(),
+            "a sync that left no note"
+        );
         noted(&r);
         r.forget("ns/s");
-        assert!(r.take("ns/s", 5).is_none());
+        assert!(r.take("ns/s", Some(5)).is_none());
     }
 
     #[test]
