@@ -201,18 +201,32 @@ mod tests {
         let task = tokio::spawn(async move {
             let check = |name: String| async move { (name.clone(), name.len()) };
             let settle = |name: String, v: usize| {
-                s2.lock().unwrap().push((name.clone(), v));
+                s2.lock().unwrap().push((name.clone(), v, Instant::now()));
                 q2.finish(&name, None);
             };
             q2.run(4, shutdown, check, settle).await;
         });
         let (t0, ms) = (Instant::now(), Duration::from_millis);
-        q.add("ab", t0 + ms(100));
         q.add("abc", t0 + ms(800));
-        tokio::time::sleep(ms(300)).await;
-        assert_eq!(*settled.lock().unwrap(), [("ab".to_string(), 2)]);
-        tokio::time::sleep(ms(700)).await;
-        assert_eq!(settled.lock().unwrap().len(), 2);
+        q.add("ab", t0 + ms(100));
+        // Polled, not slept: a loaded machine may settle late, never early.
+        let settled_n = |n: usize| {
+            let s = settled.clone();
+            async move {
+                while s.lock().unwrap().len() < n {
+                    tokio::time::sleep(ms(10)).await;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(20), settled_n(2))
+            .await
+            .expect("both checked");
+        let got = settled.lock().unwrap().clone();
+        assert_eq!((got[0].0.as_str(), got[0].1), ("ab", 2), "earliest first");
+        assert_eq!((got[1].0.as_str(), got[1].1), ("abc", 3));
+        // Early by at most the window (25 ms), never more.
+        assert!(got[0].2 >= t0 + ms(75));
+        assert!(got[1].2 >= t0 + ms(775));
         let _ = tx.send(());
         task.await.unwrap();
     }

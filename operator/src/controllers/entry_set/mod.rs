@@ -219,14 +219,14 @@ pub fn controller(ctx: &SetCtx) -> Controller<TableEntrySet> {
         hit
     });
     let due = ctx.own.resync_due.clone();
-    // A device lost, back (maybe empty) or given its pipeline again. A set
-    // whose cached status names no target yet (never synced, or the first
-    // sync's status not yet seen by the cache) may run there too.
     // A recheck that found a difference (`recheck`).
     let c = super::on_named(c, ctx.own.rechecks.subscribe(), |key| {
         let (ns, name) = key.split_once('/')?;
         Some(ObjectRef::new(name).within(ns))
     });
+    // A device lost, back (maybe empty) or given its pipeline again. A set
+    // whose cached status names no target yet (never synced, or the first
+    // sync's status not yet seen by the cache) may run there too.
     on_device_changes(c, ctx, move |s: &TableEntrySet, switch| {
         let targets = s.status.as_ref().map(|st| &st.targets[..]).unwrap_or(&[]);
         let hit = targets.is_empty() || targets.iter().any(|t| t.switch.as_deref() == Some(switch));
@@ -309,31 +309,35 @@ async fn sync(
         // A sync that changed anything (a status, an Event: a feature
         // that just reset, a condition that clears on the next sync) is
         // followed by another full one.
-        plain: !wrote
-            && events.is_empty()
-            && plain(ctx, set, &refs, &rolled, &entries, &features)
-            && desired
-                .first()
-                .is_none_or(|d| d.iter().all(|e| e.idle_timeout_ns == 0)),
+        plain: !wrote && events.is_empty() && plain(ctx, set, &refs, &rolled, &entries, &features),
         tag: apply::tag(set),
         at: tokio::time::Instant::now(),
     });
-    Ok(match note {
-        // The resyncs in between are the recheck task's.
-        Some(n) => {
-            let full = n.period * recheck::FULL_EVERY;
-            let due = &ctx.own.resync_due;
-            let now = std::time::Instant::now();
-            due.synced(&me, n.fingerprint, phases.started, now, Some(full));
-            ctx.own.rechecks.noted(&me, Some(n));
-            Action::requeue(full)
-        }
-        None => action,
-    })
+    Ok(hand_over(ctx, &me, note, phases.started, action))
+}
+
+/// A noted set's resyncs go to the recheck task, and kube-runtime comes
+/// back only for its full sync ([`recheck::FULL_EVERY`] periods on).
+fn hand_over(
+    ctx: &SetCtx,
+    me: &str,
+    note: Option<recheck::Note>,
+    started: std::time::Instant,
+    action: Action,
+) -> Action {
+    let Some(n) = note else {
+        return action;
+    };
+    let full = n.period * recheck::FULL_EVERY;
+    let now = std::time::Instant::now();
+    let due = &ctx.own.resync_due;
+    due.synced(me, n.fingerprint, started, now, Some(full));
+    ctx.own.rechecks.noted(me, Some(n));
+    Action::requeue(full)
 }
 
 /// Whether nothing but the entries' read-back stood in the sync's way
-/// ([`recheck::Synced::plain`]; idle timeouts are the caller's).
+/// ([`recheck::Synced::plain`]).
 fn plain(
     ctx: &SetCtx,
     set: &TableEntrySet,
@@ -351,6 +355,7 @@ fn plain(
         && rolled.conditions.is_empty()
         && features.metered.is_empty()
         && features.idle.0.is_none()
+        && !features.idle_timeouts
         && !entries.found_damage
         && ctx.own.ownership.recent_damage(set).is_none()
 }
@@ -614,6 +619,9 @@ struct Features {
         Option<p4fleet_crds::IdleStatus>,
         Option<crate::status::EventNote>,
     ),
+    /// Some desired entry has an idle timeout (its notifications are
+    /// followed, so its set is not left to rechecks).
+    idle_timeouts: bool,
     now: String,
 }
 
@@ -638,12 +646,14 @@ async fn sync_features(
     let extras = resources::sync(ctx, set, targets, unix, &now).await;
     let learned = digests::sync(ctx, set, targets, &refs.held).await;
     let idle = idle::sync(ctx, set, desired.first());
+    let idle_timeouts = (desired.first()).is_some_and(|d| d.iter().any(|e| e.idle_timeout_ns != 0));
     Features {
         defaults,
         metered,
         extras,
         learned,
         idle,
+        idle_timeouts,
         now,
     }
 }
