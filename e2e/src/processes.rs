@@ -313,6 +313,24 @@ pub fn stats_get(stats: SocketAddr, path: &str) -> Option<serde_json::Value> {
     serde_json::from_str(resp.split_once("\r\n\r\n")?.1).ok()
 }
 
+/// The JSON the emulator's side channel at `stats` answers to a POST of
+/// JSON `body` to `path` (e.g. `/devices/3/frames`), None while it does
+/// not answer.
+pub fn stats_post(stats: SocketAddr, path: &str, body: &str) -> Option<serde_json::Value> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&stats, Duration::from_secs(1)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: {stats}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .ok()?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).ok()?;
+    serde_json::from_str(resp.split_once("\r\n\r\n")?.1).ok()
+}
+
 /// Starts `p4fleet-emulator` from `bin` serving TLS on `addr` (None: any
 /// port) with `server` (written to `dir`, file names prefixed `tag`),
 /// requiring client certificates signed by `client_ca`, with more flags

@@ -94,19 +94,9 @@ async fn smac_of(env: &Fleet, device: u64) -> Vec<p4::TableEntry> {
 /// One frame from `src` into port `port` of `device`, through the
 /// emulator's side channel.
 fn send_frame(env: &Fleet, device: u64, src: &str, port: u32) -> serde_json::Value {
-    use std::io::{Read, Write};
     let body = json!([{"port": port, "src": src, "dst": "ff:ff:ff:ff:ff:ff"}]).to_string();
-    let mut s = std::net::TcpStream::connect(env.stats).unwrap();
-    write!(
-        s,
-        "POST /devices/{device}/frames HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or_default();
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {resp}"))
+    let path = format!("/devices/{device}/frames");
+    p4fleet_e2e::processes::stats_post(env.stats, &path, &body).expect("the side channel answers")
 }
 
 /// The program, and one Switch and VirtualSwitch per `(name, device)` in

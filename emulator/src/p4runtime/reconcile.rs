@@ -1,5 +1,6 @@
 //! RECONCILE_AND_COMMIT: which tables of the running pipeline keep their
-//! state (entries, default action) under a new P4Info. A table is kept
+//! state (entries, default action, the entries' direct counts and meter
+//! configs) under a new P4Info. A table is kept
 //! when the new P4Info defines it exactly as before: same id, name, match
 //! fields, action refs (with scopes), size, const flags and action
 //! profile, and each of its actions with the same parameters. Any other
@@ -44,6 +45,9 @@ pub(crate) fn carry_over(mut old: Pipeline, next: &mut Pipeline) -> Reconciled {
         let name = old.schema.tables[&id].name.clone();
         let n = state.entries.len() as u64;
         if unchanged(&old.schema, &next.schema, id) {
+            let metered = next.schema.resources.direct_meters.contains_key(&id);
+            let direct = old.resources.direct.remove(&id);
+            (next.resources).carry_direct(id, direct, metered, state.entries.keys());
             next.tables.insert(id, state);
             r.kept_tables.push(name);
             r.kept_entries += n;
@@ -108,7 +112,13 @@ actions { preamble { id: 11 name: "set" } params { id: 1 name: "v" bitwidth: 8 }
         use crate::p4runtime::wire::Scratch;
         use p4fleet_proto::p4runtime::{self as p4, update::Type};
         use prost::Message;
-        let mut old = Pipeline::new(schema(V1), Default::default());
+        // Table a counts its entries' hits.
+        let v1 = V1.replacen(
+            "action_refs { id: 10 } size: 16 }",
+            "action_refs { id: 10 } direct_resource_ids: 300 size: 16 }",
+            1,
+        ) + "direct_counters { preamble { id: 300 name: \"a_hits\" } spec { unit: BOTH } direct_table_id: 1 }\n";
+        let mut old = Pipeline::new(schema(&v1), Default::default());
         let insert = |table_id: u32, action_id: u32, k: u8| {
             p4::Update {
                 r#type: Type::Insert as i32,
@@ -145,7 +155,8 @@ actions { preamble { id: 11 name: "set" } params { id: 1 name: "v" bitwidth: 8 }
             }
         }
         assert_eq!(old.table(1).unwrap().inserts(), 2);
-        let v2 = V1.replace(
+        old.resources.direct_counter(1, &[1]).unwrap().count(64);
+        let v2 = v1.replace(
             "action_refs { id: 10 } size: 16 }\ntables { preamble { id: 3",
             "action_refs { id: 10 } size: 32 }\ntables { preamble { id: 3",
         );
@@ -157,6 +168,9 @@ actions { preamble { id: 11 name: "set" } params { id: 1 name: "v" bitwidth: 8 }
         assert_eq!(next.table(1).unwrap().len(), 2);
         // Kept with its insert count: nothing was inserted again.
         assert_eq!(next.table(1).unwrap().inserts(), 2);
+        // Its entries keep their direct counts, as on a device.
+        let counted = |k: u8| next.resources.direct_counter(1, &[k]).map(|c| c.load());
+        assert_eq!((counted(1), counted(2)), (Some((1, 64)), Some((0, 0))));
         assert_eq!(next.table(2).unwrap().len(), 0);
         assert_eq!(next.table(2).unwrap().inserts(), 0);
         assert_eq!(next.table(3).unwrap().len(), 2);

@@ -280,6 +280,33 @@ impl Resources {
         }
     }
 
+    /// RECONCILE_AND_COMMIT kept table `table_id` with the entries `keys`:
+    /// as on a device, its entries keep their direct counts and meter
+    /// configs (`old`: the table's state in the old pipeline) where the
+    /// new pipeline still has a direct counter or meter on it (`metered`);
+    /// a kept entry the old pipeline did not count starts at zero.
+    pub fn carry_direct<'k>(
+        &mut self,
+        table_id: u32,
+        old: Option<DirectState>,
+        metered: bool,
+        keys: impl Iterator<Item = &'k Key>,
+    ) {
+        let Some(d) = self.direct.get_mut(&table_id) else {
+            return;
+        };
+        let old = old.unwrap_or_default();
+        if let Some(c) = &mut d.counters {
+            *c = old.counters.unwrap_or_default();
+            for k in keys {
+                c.entry(k.clone()).or_default();
+            }
+        }
+        if metered {
+            d.meters = old.meters;
+        }
+    }
+
     /// The direct counter cell of one entry (for the data plane).
     pub fn direct_counter(&self, table_id: u32, key: &[u8]) -> Option<Arc<CounterCell>> {
         self.direct

@@ -481,7 +481,9 @@ async fn throughputs(
             let sw = switches.get(&kube::runtime::reflector::ObjectRef::new(
                 st.switch.as_deref()?,
             ))?;
-            throughput::Ask::of(&ctx.devices, v.name_any(), &sw, st.slot)
+            let key = format!("{}/{}", v.namespace().unwrap_or_default(), v.name_any());
+            let first_pipe = crate::fleet::slot_claims::first_pipe(&sw, &key);
+            throughput::Ask::of(&ctx.devices, v.name_any(), &sw, st.slot, first_pipe)
         })
         .collect();
     throughput::sample(&ctx.devices, asks).await

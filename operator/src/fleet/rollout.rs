@@ -69,7 +69,8 @@ pub struct Observed {
 /// A member's data-plane rate at one look of the gate.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub enum Rate {
-    /// The target reports none (Bmv2, Tofino), or it was not asked.
+    /// The target reports none (a Bmv2 or Tofino program without a
+    /// packet-counting direct counter), or it was not asked.
     #[default]
     NotReported,
     /// The target reports one, but its device did not answer this look:

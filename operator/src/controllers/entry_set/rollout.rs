@@ -511,7 +511,7 @@ async fn throughputs(ctx: &SetCtx, targets: &[Target]) -> HashMap<String, Option
         .iter()
         .filter_map(|t| {
             let vs = t.virtual_switch.clone();
-            throughput::Ask::of(&ctx.devices, vs, &t.switch, Some(t.slot))
+            throughput::Ask::of(&ctx.devices, vs, &t.switch, Some(t.slot), t.first_pipe)
         })
         .collect();
     throughput::sample(&ctx.devices, asks).await

@@ -1,0 +1,317 @@
+//! The rollout gate's throughput check from P4Runtime direct counters
+//! (issue 34): three Bmv2 Switches on the emulator run examples/counted,
+//! whose `dmac` table has a direct counter, and a selector TableEntrySet
+//! fills `dmac`. A thread sends frames to four destinations into each
+//! device's L2 frame model (the emulator's side channel, as a traffic
+//! generator on a bmv2 port would), and the hit entries' counters count
+//! them.
+//!
+//! - A program revision that forwards as before completes, each moved
+//!   VirtualSwitch with the packets/s its direct counters showed before
+//!   its step (without the direct-counter source a Bmv2 target reports no
+//!   rate, and the check has nothing to compare).
+//! - An entries revision with the four destinations mistyped: the devices
+//!   take every entry and stay Reachable; only the counters show that the
+//!   traffic no longer hits. The gate fails on `Throughput` at the canary,
+//!   whose entries go back to revision 1 (read back) and count again; the
+//!   two others were never written to.
+//!
+//! (Its own binary: its operator watches the whole control plane.)
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use kube::api::Api;
+use p4fleet_crds::{P4Program, RolloutPhase, RolloutStatus, TableEntrySet, VirtualSwitch};
+use p4fleet_e2e::device_read::read_entities;
+use p4fleet_e2e::processes::{
+    build_binaries, device_stat, spawn_emulator, spawn_operator, stats_post,
+};
+use p4fleet_e2e::rollout::program_phase;
+use p4fleet_e2e::{
+    ControlPlane, TestNamespace, bmv2_switch, create_json, event_about, merge_patch, repo_root,
+    wait_for, wait_object_ready,
+};
+use p4fleet_proto::p4runtime::{self as p4, entity::Entity};
+use serde_json::{Value, json};
+
+const V1: &str = "p4fleet.dev/v1alpha1";
+const DEVICES: [u64; 3] = [1, 2, 3];
+/// `MyIngress.dmac` in examples/counted/p4info.txt.
+const DMAC: u32 = 44918510;
+/// The destinations the traffic is sent to.
+const FLOWS: [&str; 4] = [
+    "02:00:00:01:00:00",
+    "02:00:00:01:00:01",
+    "02:00:00:01:00:02",
+    "02:00:00:01:00:03",
+];
+
+/// examples/counted's P4Info, `version` in a comment (a new digest, the
+/// same program).
+fn p4info(version: &str) -> String {
+    let text = std::fs::read_to_string(repo_root().join("examples/counted/p4info.txt")).unwrap();
+    format!("{text}# {version}\n")
+}
+
+/// `dmac` entries forwarding each of `macs` to port 1.
+fn entries(macs: &[String]) -> Value {
+    macs.iter()
+        .map(|m| {
+            json!({"match": {"hdr.ethernet.dstAddr": m},
+                "action": "MyIngress.forward", "params": {"port": 1}})
+        })
+        .collect()
+}
+
+fn canary() -> Value {
+    json!({"strategy": "Canary",
+        "steps": [{"switches": 1}, {"percent": 100}],
+        "maxUnavailable": 2,
+        "analysis": {"seconds": 3, "minThroughputRatio": 0.2},
+        "progressDeadlineSeconds": 60})
+}
+
+/// Frames to [`FLOWS`] into every device, 4 every 20 ms, until dropped.
+struct Traffic(Arc<AtomicBool>);
+
+impl Traffic {
+    fn start(stats: SocketAddr) -> Traffic {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let body = Value::Array(
+            FLOWS
+                .iter()
+                .map(|dst| json!({"port": 2, "src": "02:00:00:00:00:aa", "dst": dst}))
+                .collect(),
+        )
+        .to_string();
+        std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                for d in DEVICES {
+                    stats_post(stats, &format!("/devices/{d}/frames"), &body);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        Traffic(stop)
+    }
+}
+
+impl Drop for Traffic {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Packets counted by device `d`'s `dmac` direct counter, read as any
+/// P4Runtime client would.
+async fn counted(p4runtime: SocketAddr, d: u64) -> u64 {
+    let filter = Entity::DirectCounterEntry(p4::DirectCounterEntry {
+        table_entry: Some(p4::TableEntry {
+            table_id: DMAC,
+            ..Default::default()
+        }),
+        data: None,
+    });
+    read_entities(p4runtime, d, filter)
+        .await
+        .into_iter()
+        .filter_map(|e| match e {
+            Entity::DirectCounterEntry(c) => c.data,
+            _ => None,
+        })
+        .map(|c| c.packet_count as u64)
+        .sum()
+}
+
+/// Waits until device `d`'s counters count the traffic.
+async fn counting(p4runtime: SocketAddr, d: u64) {
+    wait_for(
+        &format!("device {d} counting the traffic"),
+        Duration::from_secs(60),
+        || async {
+            let a = counted(p4runtime, d).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let b = counted(p4runtime, d).await;
+            (b > a).then_some(()).ok_or(format!("{a} then {b} packets"))
+        },
+    )
+    .await
+}
+
+/// The destination MACs of device `d`'s `dmac` entries, sorted.
+async fn destinations(p4runtime: SocketAddr, d: u64) -> Vec<String> {
+    let filter = Entity::TableEntry(p4::TableEntry {
+        table_id: DMAC,
+        ..Default::default()
+    });
+    let mut macs: Vec<String> = read_entities(p4runtime, d, filter)
+        .await
+        .into_iter()
+        .filter_map(|e| match e {
+            Entity::TableEntry(t) => t.r#match.into_iter().next(),
+            _ => None,
+        })
+        .filter_map(|m| match m.field_match_type? {
+            p4::field_match::FieldMatchType::Exact(e) => Some(e.value),
+            _ => None,
+        })
+        .map(|v| {
+            let mut full = vec![0u8; 6usize.saturating_sub(v.len())];
+            full.extend(v);
+            full.iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":")
+        })
+        .collect();
+    macs.sort();
+    macs
+}
+
+async fn set_phase(sets: &Api<TableEntrySet>, want: RolloutPhase) -> RolloutStatus {
+    wait_for(
+        &format!("the entries rollout {want:?}"),
+        Duration::from_secs(120),
+        || async {
+            let s = sets.get("dmac").await.map_err(|e| e.to_string())?;
+            let r = s.status.unwrap_or_default().rollout;
+            r.clone()
+                .filter(|r| r.phase == want)
+                .ok_or(format!("{r:?}"))
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_counters_gate_bmv2_rollouts_and_mistyped_entries_roll_back() {
+    let t0 = std::time::Instant::now();
+    let cp = ControlPlane::shared().await;
+    let client = cp.client().await;
+    let bins = build_binaries();
+    let emu = spawn_emulator(&bins, &["--device-ids", "1,2,3"]);
+    let _op = spawn_operator(
+        &bins,
+        cp.kubeconfig_path(),
+        "rollout-counters-throughput-operator",
+        &[],
+    );
+    let ns = TestNamespace::new(&client).await;
+    let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
+    create_json(
+        &programs,
+        json!({"apiVersion": V1, "kind": "P4Program", "metadata": {"name": "counted"},
+            "spec": {"p4info": {"inline": p4info("v1")}, "rollout": canary()}}),
+    )
+    .await;
+    let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns.name());
+    for (i, d) in DEVICES.iter().enumerate() {
+        let sw = format!("{}-bsw{d}", ns.name());
+        bmv2_switch(&client, &sw, emu.p4runtime, *d).await;
+        create_json(
+            &vss,
+            json!({"apiVersion": V1, "kind": "VirtualSwitch",
+                "metadata": {"name": format!("vs-{i}"),
+                    "labels": {"app": "l2", "p4fleet.dev/rollout-order": i.to_string()}},
+                "spec": {"programRef": "counted", "switchRef": sw, "slot": 0}}),
+        )
+        .await;
+    }
+    for i in 0..DEVICES.len() {
+        wait_object_ready(&vss, &format!("vs-{i}"), Duration::from_secs(90)).await;
+    }
+    let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns.name());
+    let flows: Vec<String> = FLOWS.iter().map(|m| m.to_string()).collect();
+    create_json(
+        &sets,
+        json!({"apiVersion": V1, "kind": "TableEntrySet", "metadata": {"name": "dmac"},
+            "spec": {"virtualSwitchSelector": {"matchLabels": {"app": "l2"}},
+                "table": "MyIngress.dmac", "entries": entries(&flows),
+                "rollout": canary()}}),
+    )
+    .await;
+    eprintln!("three VirtualSwitches Ready: {:?}", t0.elapsed());
+    let r1 = set_phase(&sets, RolloutPhase::Completed).await;
+    assert_eq!(r1.to.revision, 1, "{r1:?}");
+    let _traffic = Traffic::start(emu.stats);
+    for d in DEVICES {
+        counting(emu.p4runtime, d).await;
+    }
+
+    eprintln!("entries revision 1 counting: {:?}", t0.elapsed());
+    // A program revision that forwards as before: Bmv2 now reports a
+    // rate, and each moved VirtualSwitch had one before its step.
+    let patch = json!({"spec": {"p4info": {"inline": p4info("v2")}}});
+    merge_patch(&programs, "counted", patch).await;
+    let done = program_phase(&programs, "counted", RolloutPhase::Completed, |r| {
+        r.to.revision == 2
+    })
+    .await;
+    assert_eq!(done.moved.len(), DEVICES.len(), "{done:?}");
+    for m in &done.moved {
+        let before = m.packets_per_second_before.unwrap_or(0);
+        assert!(
+            before > 20,
+            "{} moved with {before} packets/s counted before its step",
+            m.virtual_switch
+        );
+    }
+    for d in DEVICES {
+        counting(emu.p4runtime, d).await;
+    }
+
+    eprintln!("program revision 2 completed: {:?}", t0.elapsed());
+    // Entries with the destinations mistyped: every one is taken, and the
+    // traffic no longer hits.
+    let writes = |d| device_stat(emu.stats, d, "write_rpcs").expect("device stats");
+    let before: Vec<u64> = DEVICES[1..].iter().map(|d| writes(*d)).collect();
+    let typo: Vec<String> = flows.iter().map(|m| m.replace(":01:", ":10:")).collect();
+    merge_patch(&sets, "dmac", json!({"spec": {"entries": entries(&typo)}})).await;
+    let st = set_phase(&sets, RolloutPhase::RolledBack).await;
+    assert_eq!(st.to.revision, 2, "{st:?}");
+    let failure = st.failure.clone().expect("the failed check");
+    assert_eq!(
+        (failure.check.as_str(), failure.virtual_switch.as_str()),
+        ("Throughput", "vs-0"),
+        "{failure:?}"
+    );
+    assert!(
+        failure.message.contains("packets/s before the step"),
+        "the check says what it compared: {}",
+        failure.message
+    );
+    let moved = &st.moved[0];
+    assert!(
+        moved.packets_per_second_before.unwrap_or(0) > 20,
+        "{moved:?}"
+    );
+    eprintln!("entries revision 2 rolled back: {:?}", t0.elapsed());
+    let ev = event_about(&client, ns.name(), "dmac", Some("RolledBack")).await;
+    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+    // The canary holds revision 1's destinations again, and counts.
+    wait_for(
+        "the canary's entries back on revision 1",
+        Duration::from_secs(60),
+        || async {
+            let on = destinations(emu.p4runtime, DEVICES[0]).await;
+            (on == flows).then_some(()).ok_or(format!("{on:?}"))
+        },
+    )
+    .await;
+    counting(emu.p4runtime, DEVICES[0]).await;
+    let after: Vec<u64> = DEVICES[1..].iter().map(|d| writes(*d)).collect();
+    assert_eq!(after, before, "the others were written to");
+    for d in &DEVICES[1..] {
+        assert_eq!(destinations(emu.p4runtime, *d).await, flows, "device {d}");
+    }
+    for d in DEVICES {
+        let _ = Api::<p4fleet_crds::Switch>::all(client.clone())
+            .delete(&format!("{}-bsw{d}", ns.name()), &Default::default())
+            .await;
+    }
+    ns.delete(&client).await.unwrap();
+}
