@@ -10,11 +10,12 @@
 //!   VirtualSwitch with the packets/s its direct counters showed before
 //!   its step (without the direct-counter source a Bmv2 target reports no
 //!   rate, and the check has nothing to compare).
-//! - An entries revision with the four destinations mistyped: the devices
-//!   take every entry and stay Reachable; only the counters show that the
-//!   traffic no longer hits. The gate fails on `Throughput` at the canary,
-//!   whose entries go back to revision 1 (read back) and count again; the
-//!   two others were never written to.
+//! - An entries revision with the four destinations mistyped and another
+//!   default action: the devices take every entry and stay Reachable;
+//!   only the counters show that the traffic no longer hits. The gate
+//!   fails on `Throughput` at the canary, whose entries and default
+//!   action go back to revision 1's (read back) and count again; the two
+//!   others were never written to.
 //!
 //! (Its own binary: its operator watches the whole control plane.)
 
@@ -39,8 +40,10 @@ use serde_json::{Value, json};
 
 const V1: &str = "p4fleet.dev/v1alpha1";
 const DEVICES: [u64; 3] = [1, 2, 3];
-/// `MyIngress.dmac` in examples/counted/p4info.txt.
+/// `MyIngress.dmac` in examples/counted/p4info.txt, and its actions.
 const DMAC: u32 = 44918510;
+const DROP: u32 = 25652968;
+const FORWARD: u32 = 29683729;
 /// The destinations the traffic is sent to.
 const FLOWS: [&str; 4] = [
     "02:00:00:01:00:00",
@@ -172,6 +175,25 @@ async fn destinations(p4runtime: SocketAddr, d: u64) -> Vec<String> {
     macs
 }
 
+/// The action of device `d`'s `dmac` default entry.
+async fn default_action(p4runtime: SocketAddr, d: u64) -> Option<u32> {
+    let filter = Entity::TableEntry(p4::TableEntry {
+        table_id: DMAC,
+        is_default_action: true,
+        ..Default::default()
+    });
+    read_entities(p4runtime, d, filter)
+        .await
+        .into_iter()
+        .find_map(|e| match e {
+            Entity::TableEntry(t) => match t.action?.r#type? {
+                p4::table_action::Type::Action(a) => Some(a.action_id),
+                _ => None,
+            },
+            _ => None,
+        })
+}
+
 async fn set_phase(sets: &Api<TableEntrySet>, want: RolloutPhase) -> RolloutStatus {
     wait_for(
         &format!("the entries rollout {want:?}"),
@@ -231,6 +253,7 @@ async fn direct_counters_gate_bmv2_rollouts_and_mistyped_entries_roll_back() {
         json!({"apiVersion": V1, "kind": "TableEntrySet", "metadata": {"name": "dmac"},
             "spec": {"virtualSwitchSelector": {"matchLabels": {"app": "l2"}},
                 "table": "MyIngress.dmac", "entries": entries(&flows),
+                "defaultAction": {"action": "MyIngress.drop"},
                 "rollout": canary()}}),
     )
     .await;
@@ -270,7 +293,9 @@ async fn direct_counters_gate_bmv2_rollouts_and_mistyped_entries_roll_back() {
     let writes = |d| device_stat(emu.stats, d, "write_rpcs").expect("device stats");
     let before: Vec<u64> = DEVICES[1..].iter().map(|d| writes(*d)).collect();
     let typo: Vec<String> = flows.iter().map(|m| m.replace(":01:", ":10:")).collect();
-    merge_patch(&sets, "dmac", json!({"spec": {"entries": entries(&typo)}})).await;
+    let forward = json!({"action": "MyIngress.forward", "params": {"port": 2}});
+    let patch = json!({"spec": {"entries": entries(&typo), "defaultAction": forward}});
+    merge_patch(&sets, "dmac", patch).await;
     let st = set_phase(&sets, RolloutPhase::RolledBack).await;
     assert_eq!(st.to.revision, 2, "{st:?}");
     let failure = st.failure.clone().expect("the failed check");
@@ -292,13 +317,17 @@ async fn direct_counters_gate_bmv2_rollouts_and_mistyped_entries_roll_back() {
     eprintln!("entries revision 2 rolled back: {:?}", t0.elapsed());
     let ev = event_about(&client, ns.name(), "dmac", Some("RolledBack")).await;
     assert_eq!(ev.type_.as_deref(), Some("Warning"));
-    // The canary holds revision 1's destinations again, and counts.
+    // The canary holds revision 1's destinations and default action
+    // again (it had revision 2's), and counts.
     wait_for(
         "the canary's entries back on revision 1",
         Duration::from_secs(60),
         || async {
             let on = destinations(emu.p4runtime, DEVICES[0]).await;
-            (on == flows).then_some(()).ok_or(format!("{on:?}"))
+            let default = default_action(emu.p4runtime, DEVICES[0]).await;
+            (on == flows && default == Some(DROP))
+                .then_some(())
+                .ok_or(format!("{on:?}, default action {default:?}"))
         },
     )
     .await;
@@ -307,6 +336,8 @@ async fn direct_counters_gate_bmv2_rollouts_and_mistyped_entries_roll_back() {
     assert_eq!(after, before, "the others were written to");
     for d in &DEVICES[1..] {
         assert_eq!(destinations(emu.p4runtime, *d).await, flows, "device {d}");
+        let default = default_action(emu.p4runtime, *d).await;
+        assert_eq!(default, Some(DROP), "device {d}: never {FORWARD}");
     }
     for d in DEVICES {
         let _ = Api::<p4fleet_crds::Switch>::all(client.clone())

@@ -1,7 +1,7 @@
 //! A TableEntrySet's entry revisions, for a Canary rollout of its entries
 //! (docs/rollouts.md, "Rolling out entries"): every content of the
-//! entries (the inline entries and the texts of `entriesFrom`) the set
-//! rolls out is kept, so a failed gate restores the previous entries on
+//! entries (the inline entries, the texts of `entriesFrom` and the
+//! table's default action) the set rolls out is kept, so a failed gate restores the previous entries on
 //! the moved VirtualSwitches even after the user's ConfigMap was edited
 //! in place or deleted.
 //!
@@ -19,7 +19,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
-use p4fleet_crds::entry_set::TableEntry;
+use p4fleet_crds::entry_set::{DefaultAction, TableEntry};
 use p4fleet_crds::{RolloutPhase, RolloutRevision, RolloutStatus, TableEntrySet};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -50,6 +50,9 @@ pub struct Snapshot {
     /// The texts of `spec.entriesFrom`, in order.
     #[serde(default)]
     pub sources: Vec<SnapshotText>,
+    /// `spec.defaultAction` (the table's default entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_action: Option<DefaultAction>,
 }
 
 /// One text of an entry source as it was read.
@@ -113,17 +116,19 @@ pub fn snapshot(set: &TableEntrySet, sources: &Sources) -> Result<Snapshot, Revi
     Ok(Snapshot {
         entries: set.spec.entries.clone(),
         sources: texts,
+        default_action: set.spec.default_action.clone(),
     })
 }
 
 /// The content's digest (hex sha256): the inline entries and each text
 /// with where it came from, not the resourceVersions (a ConfigMap whose
-/// labels changed is the same content).
+/// labels changed is the same content), and the default action if set.
 pub fn digest(s: &Snapshot) -> String {
     let texts = s.sources.iter();
     hash(
         &s.entries,
         texts.map(|t| [&*t.config_map, &*t.key, &*t.text]),
+        s.default_action.as_ref(),
     )
 }
 
@@ -139,7 +144,11 @@ pub fn digest_of(set: &TableEntrySet, sources: &Sources) -> Result<String, Revis
     let parts = texts
         .iter()
         .map(|(t, text)| [&*t.config_map, &*t.key, &**text]);
-    Ok(hash(&set.spec.entries, parts))
+    Ok(hash(
+        &set.spec.entries,
+        parts,
+        set.spec.default_action.as_ref(),
+    ))
 }
 
 fn text_of(t: &SourceText) -> Result<Arc<str>, RevisionError> {
@@ -150,7 +159,11 @@ fn text_of(t: &SourceText) -> Result<Arc<str>, RevisionError> {
     })
 }
 
-fn hash<'a>(entries: &[TableEntry], texts: impl Iterator<Item = [&'a str; 3]>) -> String {
+fn hash<'a>(
+    entries: &[TableEntry],
+    texts: impl Iterator<Item = [&'a str; 3]>,
+    default_action: Option<&DefaultAction>,
+) -> String {
     let mut h = Sha256::new();
     let entries = serde_json::to_vec(entries).expect("entries serialize");
     h.update((entries.len() as u64).to_be_bytes());
@@ -160,6 +173,14 @@ fn hash<'a>(entries: &[TableEntry], texts: impl Iterator<Item = [&'a str; 3]>) -
             h.update((part.len() as u64).to_be_bytes());
             h.update(part.as_bytes());
         }
+    }
+    // Last and only when set: the revisions of sets without one keep the
+    // digests they had before default actions were kept.
+    if let Some(d) = default_action {
+        let d = serde_json::to_vec(d).expect("a default action serializes");
+        h.update(b"defaultAction");
+        h.update((d.len() as u64).to_be_bytes());
+        h.update(&d);
     }
     hex::encode(h.finalize())
 }
@@ -274,6 +295,7 @@ pub fn sources(s: &Snapshot) -> Sources {
 pub fn as_of(set: &TableEntrySet, s: &Snapshot) -> TableEntrySet {
     let mut then = set.clone();
     then.spec.entries = s.entries.clone();
+    then.spec.default_action = s.default_action.clone();
     then.metadata.generation = None;
     then
 }
@@ -375,6 +397,29 @@ mod tests {
         inline.spec.entries.clear();
         let (_, src) = set(&["10.0.0.1 allow\n"]);
         assert_ne!(digest(&snapshot(&inline, &src).unwrap()), d);
+    }
+
+    #[test]
+    fn the_default_action_is_part_of_a_revision() {
+        let (s, src) = set(&["10.0.0.1 allow\n"]);
+        let plain = snapshot(&s, &src).unwrap();
+        // A set without one keeps the snapshot (and digest) it had.
+        let json = serde_json::to_string(&plain).unwrap();
+        assert!(!json.contains("defaultAction"), "{json}");
+        let mut dropping = s.clone();
+        dropping.spec.default_action = Some(DefaultAction {
+            action: "drop".into(),
+            ..Default::default()
+        });
+        let snap = snapshot(&dropping, &src).unwrap();
+        let d = digest(&snap);
+        assert_ne!(d, digest(&plain));
+        assert_eq!(digest_of(&dropping, &src).unwrap(), d);
+        let cm = config_map(&dropping, 2, &d, &snap).unwrap();
+        assert_eq!(restore(&cm).unwrap(), snap);
+        // A target held on the revision gets its default action back.
+        assert_eq!(as_of(&s, &snap).spec.default_action, snap.default_action);
+        assert_eq!(as_of(&dropping, &plain).spec.default_action, None);
     }
 
     #[test]

@@ -36,6 +36,10 @@ pub enum Plan {
     /// Return it to the program's initial default: the set set one before
     /// and its spec no longer does.
     Reset,
+    /// Reset it only if the device holds this action: a target a rollout
+    /// holds on (or rolled back to) a revision without a default action,
+    /// while the content now sets this one, which may have reached it.
+    ResetFrom(ActionCall),
     /// The spec's default action is not allowed for this table.
     Invalid(DefaultActionError),
     /// An older set sets this table's default action on this target
@@ -87,6 +91,20 @@ pub fn plan(set: &TableEntrySet, t: &Target) -> Plan {
     }
 }
 
+/// What a revision of the set's content asks of `t`'s default entry,
+/// for a target a rollout holds on that revision (`then`: the set as of
+/// it, `set`: as now; docs/rollouts.md, "Rolling out entries"). Pure.
+pub fn plan_held(set: &TableEntrySet, then: &TableEntrySet, t: &Target) -> Plan {
+    let (None, Some(now)) = (&then.spec.default_action, &set.spec.default_action) else {
+        return plan(then, t);
+    };
+    match parse_default_action(&t.schema, t.const_default_action, &now.action, &now.params) {
+        Ok(call) => Plan::ResetFrom(call),
+        // Never written: there is nothing of it to take back.
+        Err(_) => Plan::Untouched,
+    }
+}
+
 /// Carries out `plan` on `t`: read back, write only what differs, read
 /// back what was written. Never an error: a failure is the outcome.
 pub async fn sync_target(ctx: &SetCtx, t: &Target, plan: Plan) -> Outcome {
@@ -103,6 +121,7 @@ pub async fn sync_target(ctx: &SetCtx, t: &Target, plan: Plan) -> Outcome {
                 Err(e) => failure(e),
             };
         }
+        Plan::ResetFrom(call) => return reset_from(ctx, t, &call).await,
         Plan::Set(call) => call,
     };
     let dev = match t.device(&ctx.devices) {
@@ -137,6 +156,24 @@ pub async fn sync_target(ctx: &SetCtx, t: &Target, plan: Plan) -> Outcome {
                 .and_then(action_of)
                 .map_or_else(|| "none".to_string(), |c| format_action(&t.schema, &c))
         )),
+        Err(e) => failure(e),
+    }
+}
+
+/// [`Plan::ResetFrom`]: one read, and a reset only where `call` is held.
+async fn reset_from(ctx: &SetCtx, t: &Target, call: &ActionCall) -> Outcome {
+    let dev = match t.device(&ctx.devices) {
+        Ok(d) => d,
+        Err(e) => return failure(e),
+    };
+    match dev.read_default_action(t.slot, t.schema.id).await {
+        Ok(a) if a.as_ref().and_then(action_of).as_ref() == Some(call) => {
+            match reset_on(&dev, t).await {
+                Ok(()) => Outcome::Reset,
+                Err(e) => failure(e),
+            }
+        }
+        Ok(_) => Outcome::Untouched,
         Err(e) => failure(e),
     }
 }
@@ -345,6 +382,25 @@ mod tests {
         // Removed from the spec after being set: reset; never set: untouched.
         assert_eq!(plan(&set(None, Some("drop()")), &target(None)), Plan::Reset);
         assert_eq!(plan(&set(None, None), &target(None)), Plan::Untouched);
+    }
+
+    #[test]
+    fn a_target_held_on_a_revision_gets_that_revisions_default_action() {
+        let t = target(None);
+        let now = set(Some(("drop", &[])), None);
+        let allow = set(Some(("allow", &[("port", "1")])), None);
+        // The revision's own default action, whatever the content now.
+        assert!(matches!(plan_held(&now, &allow, &t), Plan::Set(c) if !c.params.is_empty()));
+        // None then, one now: taken back only where it reached.
+        let none = set(None, None);
+        assert!(matches!(plan_held(&now, &none, &t), Plan::ResetFrom(c) if c.params.is_empty()));
+        // One now that was refused never reached a device.
+        let bad = set(Some(("allow", &[("port", "999")])), None);
+        assert_eq!(plan_held(&bad, &none, &t), Plan::Untouched);
+        // None either way: as without a rollout.
+        assert_eq!(plan_held(&none, &none, &t), Plan::Untouched);
+        let was = set(None, Some("drop()"));
+        assert_eq!(plan_held(&was, &was, &t), Plan::Reset);
     }
 
     #[test]

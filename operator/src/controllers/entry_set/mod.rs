@@ -283,7 +283,7 @@ async fn sync(
     }
     let entries = write_entries(ctx, &me, set, &refs, &desired, &mut status, &mut phases).await?;
     let latest = status.object();
-    let features = sync_features(ctx, latest, &refs, &desired).await;
+    let features = sync_features(ctx, latest, &refs, &desired, &rolled).await;
     let (mut new, mut events, asked) =
         build_status(ctx, &me, latest, &refs, &desired, &entries, &features);
     let old = latest.status.as_ref();
@@ -633,9 +633,10 @@ async fn sync_features(
     set: &TableEntrySet,
     refs: &Resolved,
     desired: &desired::PerTarget,
+    rolled: &rollout::Rolled,
 ) -> Features {
     let targets = &refs.all.targets;
-    let defaults = sync_default_actions(ctx, set, targets, &refs.held).await;
+    let defaults = sync_default_actions(ctx, set, targets, &refs.held, rolled).await;
     let mut metered = sync_direct_meters(ctx, &refs.direct, desired).await;
     metered.extend(refs.indirect.iter().filter_map(|t| {
         let o = direct_meters::on_indirect_table(set, t)?;
@@ -836,20 +837,27 @@ fn on_backoff(
     action
 }
 
-/// Each target's default entry (`spec.defaultAction`), one target after
-/// the other: one small read (and at most a write and a read) each.
+/// Each target's default entry (`spec.defaultAction`, or that of the
+/// revision a rollout holds it on), one target after the other: one
+/// small read (and at most a write and a read) each.
 async fn sync_default_actions(
     ctx: &SetCtx,
     set: &TableEntrySet,
     targets: &[dereference::Target],
     held: &[conflicts::Conflict],
+    rolled: &rollout::Rolled,
 ) -> Vec<(String, default_action::Outcome)> {
     let mut out = Vec::with_capacity(targets.len());
     for t in targets {
         let claim = conflicts::Claim::DefaultAction;
-        let plan = match conflicts::held_by(held, &t.virtual_switch, &claim) {
-            Some(by) => default_action::Plan::Held { by: by.into() },
-            None => default_action::plan(set, t),
+        let on = rolled.held_on(&t.virtual_switch);
+        let plan = match (conflicts::held_by(held, &t.virtual_switch, &claim), on) {
+            (Some(by), _) => default_action::Plan::Held { by: by.into() },
+            (None, Some((_, snapshot))) => {
+                let then = crate::fleet::entry_revisions::as_of(set, snapshot);
+                default_action::plan_held(set, &then, t)
+            }
+            (None, None) => default_action::plan(set, t),
         };
         let outcome = default_action::sync_target(ctx, t, plan).await;
         out.push((t.virtual_switch.clone(), outcome));

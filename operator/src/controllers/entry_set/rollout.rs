@@ -101,6 +101,16 @@ pub struct Rolled {
 }
 
 impl Rolled {
+    /// The kept revision target `vs` is to hold, when it is not the
+    /// content read now.
+    pub fn held_on(&self, vs: &str) -> Option<(&String, &Arc<Snapshot>)> {
+        let d = self.assign.get(vs)?;
+        if Some(d) == self.current.as_ref() {
+            return None;
+        }
+        self.snapshots.get_key_value(d)
+    }
+
     /// The digest target `vs` holds after this sync, when a rollout runs.
     pub fn digest_of(&self, vs: &str) -> Option<&str> {
         self.status.as_ref()?;
@@ -229,11 +239,9 @@ pub fn groups(rolled: &Rolled, targets: &[Target]) -> (Vec<usize>, Vec<(String, 
     let mut now = Vec::new();
     let mut kept: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for (i, t) in targets.iter().enumerate() {
-        match rolled.assign.get(&t.virtual_switch) {
-            Some(d) if Some(d) != rolled.current.as_ref() && rolled.snapshots.contains_key(d) => {
-                kept.entry(d.clone()).or_default().push(i)
-            }
-            _ => now.push(i),
+        match rolled.held_on(&t.virtual_switch) {
+            Some((d, _)) => kept.entry(d.clone()).or_default().push(i),
+            None => now.push(i),
         }
     }
     (now, kept.into_iter().collect())
