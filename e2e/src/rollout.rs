@@ -10,7 +10,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
-use p4fleet_crds::{P4Program, RolloutPhase, Switch, TableEntrySet, VirtualSwitch, find_condition};
+use p4fleet_crds::{
+    P4Program, RolloutPhase, RolloutStatus, Switch, TableEntrySet, VirtualSwitch, find_condition,
+};
 use serde_json::json;
 
 use crate::processes::device_stat;
@@ -115,13 +117,72 @@ pub async fn program_phase(
         Duration::from_secs(120),
         || async {
             let p = programs.get(name).await.map_err(|e| e.to_string())?;
-            let r = p.status.unwrap_or_default().rollout;
-            r.clone()
-                .filter(|r| r.phase == want && also(r))
-                .ok_or(format!("{r:?}"))
+            in_phase(p.status.unwrap_or_default().rollout, want, &also)
         },
     )
     .await
+}
+
+/// Waits until the entries rollout of TableEntrySet `name` is in `want`
+/// and `also` holds of it.
+pub async fn set_phase(
+    sets: &Api<TableEntrySet>,
+    name: &str,
+    want: RolloutPhase,
+    also: impl Fn(&RolloutStatus) -> bool,
+) -> RolloutStatus {
+    wait_for(
+        &format!("the entries rollout of {name} {want:?}"),
+        Duration::from_secs(120),
+        || async {
+            let s = sets.get(name).await.map_err(|e| e.to_string())?;
+            in_phase(s.status.unwrap_or_default().rollout, want, &also)
+        },
+    )
+    .await
+}
+
+fn in_phase(
+    r: Option<RolloutStatus>,
+    want: RolloutPhase,
+    also: &impl Fn(&RolloutStatus) -> bool,
+) -> Result<RolloutStatus, String> {
+    r.clone()
+        .filter(|r| r.phase == want && also(r))
+        .ok_or(format!("{r:?}"))
+}
+
+/// Asserts that every VirtualSwitch `st` moved had more than `floor`
+/// packets/s recorded before its step.
+pub fn moved_with_rates(st: &RolloutStatus, floor: u64) {
+    for m in &st.moved {
+        let before = m.packets_per_second_before.unwrap_or(0);
+        assert!(
+            before > floor,
+            "{} moved with {before} packets/s recorded before its step",
+            m.virtual_switch
+        );
+    }
+}
+
+/// Asserts that `st` failed its gate on `Throughput` at the canary
+/// `vs-0`, saying what it compared, the canary having moved with more
+/// than `floor` packets/s.
+pub fn failed_on_throughput(st: &RolloutStatus, floor: u64) {
+    let failure = st.failure.clone().expect("the failed check");
+    assert_eq!(
+        (failure.check.as_str(), failure.virtual_switch.as_str()),
+        ("Throughput", "vs-0"),
+        "{failure:?}"
+    );
+    assert!(
+        failure.message.contains("packets/s before the step"),
+        "the check says what it compared: {}",
+        failure.message
+    );
+    let canary = &st.moved[0];
+    let before = canary.packets_per_second_before.unwrap_or(0);
+    assert!(before > floor, "{canary:?}");
 }
 
 pub async fn set_ready(sets: &Api<TableEntrySet>) {

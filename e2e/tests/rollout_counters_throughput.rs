@@ -25,12 +25,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use kube::api::Api;
-use p4fleet_crds::{P4Program, RolloutPhase, RolloutStatus, TableEntrySet, VirtualSwitch};
+use p4fleet_crds::{P4Program, RolloutPhase, TableEntrySet, VirtualSwitch};
 use p4fleet_e2e::device_read::read_entities;
 use p4fleet_e2e::processes::{
     build_binaries, device_stat, spawn_emulator, spawn_operator, stats_post,
 };
-use p4fleet_e2e::rollout::program_phase;
+use p4fleet_e2e::rollout::{failed_on_throughput, moved_with_rates, program_phase, set_phase};
 use p4fleet_e2e::{
     ControlPlane, TestNamespace, bmv2_switch, create_json, event_about, merge_patch, repo_root,
     wait_for, wait_object_ready,
@@ -194,21 +194,6 @@ async fn default_action(p4runtime: SocketAddr, d: u64) -> Option<u32> {
         })
 }
 
-async fn set_phase(sets: &Api<TableEntrySet>, want: RolloutPhase) -> RolloutStatus {
-    wait_for(
-        &format!("the entries rollout {want:?}"),
-        Duration::from_secs(120),
-        || async {
-            let s = sets.get("dmac").await.map_err(|e| e.to_string())?;
-            let r = s.status.unwrap_or_default().rollout;
-            r.clone()
-                .filter(|r| r.phase == want)
-                .ok_or(format!("{r:?}"))
-        },
-    )
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_counters_gate_bmv2_rollouts_and_mistyped_entries_roll_back() {
     let t0 = std::time::Instant::now();
@@ -258,7 +243,7 @@ async fn direct_counters_gate_bmv2_rollouts_and_mistyped_entries_roll_back() {
     )
     .await;
     eprintln!("three VirtualSwitches Ready: {:?}", t0.elapsed());
-    let r1 = set_phase(&sets, RolloutPhase::Completed).await;
+    let r1 = set_phase(&sets, "dmac", RolloutPhase::Completed, |_| true).await;
     assert_eq!(r1.to.revision, 1, "{r1:?}");
     let _traffic = Traffic::start(emu.stats);
     for d in DEVICES {
@@ -275,14 +260,7 @@ async fn direct_counters_gate_bmv2_rollouts_and_mistyped_entries_roll_back() {
     })
     .await;
     assert_eq!(done.moved.len(), DEVICES.len(), "{done:?}");
-    for m in &done.moved {
-        let before = m.packets_per_second_before.unwrap_or(0);
-        assert!(
-            before > 20,
-            "{} moved with {before} packets/s counted before its step",
-            m.virtual_switch
-        );
-    }
+    moved_with_rates(&done, 20);
     for d in DEVICES {
         counting(emu.p4runtime, d).await;
     }
@@ -296,24 +274,9 @@ async fn direct_counters_gate_bmv2_rollouts_and_mistyped_entries_roll_back() {
     let forward = json!({"action": "MyIngress.forward", "params": {"port": 2}});
     let patch = json!({"spec": {"entries": entries(&typo), "defaultAction": forward}});
     merge_patch(&sets, "dmac", patch).await;
-    let st = set_phase(&sets, RolloutPhase::RolledBack).await;
+    let st = set_phase(&sets, "dmac", RolloutPhase::RolledBack, |_| true).await;
     assert_eq!(st.to.revision, 2, "{st:?}");
-    let failure = st.failure.clone().expect("the failed check");
-    assert_eq!(
-        (failure.check.as_str(), failure.virtual_switch.as_str()),
-        ("Throughput", "vs-0"),
-        "{failure:?}"
-    );
-    assert!(
-        failure.message.contains("packets/s before the step"),
-        "the check says what it compared: {}",
-        failure.message
-    );
-    let moved = &st.moved[0];
-    assert!(
-        moved.packets_per_second_before.unwrap_or(0) > 20,
-        "{moved:?}"
-    );
+    failed_on_throughput(&st, 20);
     eprintln!("entries revision 2 rolled back: {:?}", t0.elapsed());
     let ev = event_about(&client, ns.name(), "dmac", Some("RolledBack")).await;
     assert_eq!(ev.type_.as_deref(), Some("Warning"));

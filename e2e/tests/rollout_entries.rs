@@ -31,38 +31,18 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
-use p4fleet_crds::{RolloutPhase, RolloutStatus, TableEntrySet, find_condition};
+use p4fleet_crds::{RolloutPhase, find_condition};
 use p4fleet_e2e::firewall::{self, Kind, Other, arm_fault, faults_fired, keys_of_lines};
 use p4fleet_e2e::processes::{
     build_binaries as bin, device_stat, metric_sample, metrics_text, operator_http_addr, p4fleet,
     reconciled, spawn_operator,
 };
-use p4fleet_e2e::rollout::{DEVICES, ENTRIES, Fleet, start, teardown};
+use p4fleet_e2e::rollout::{DEVICES, ENTRIES, Fleet, set_phase, start, teardown};
 use p4fleet_e2e::{
     ControlPlane, TestNamespace, apply_json, event_about, firewall_lines, merge_patch, wait_for,
 };
 use p4fleet_model::entries::EntryKey;
 use serde_json::json;
-
-/// Waits until set `fw`'s rollout is in `want` with `also`.
-async fn set_phase(
-    sets: &Api<TableEntrySet>,
-    want: RolloutPhase,
-    also: impl Fn(&RolloutStatus) -> bool,
-) -> RolloutStatus {
-    wait_for(
-        &format!("the entries rollout {want:?}"),
-        Duration::from_secs(120),
-        || async {
-            let s = sets.get("fw").await.map_err(|e| e.to_string())?;
-            let r = s.status.unwrap_or_default().rollout;
-            r.clone()
-                .filter(|r| r.phase == want && also(r))
-                .ok_or(format!("{r:?}"))
-        },
-    )
-    .await
-}
 
 /// The user's ConfigMap `fw` with `n` lines from `start`.
 async fn lines(cms: &Api<ConfigMap>, start: usize, n: usize) {
@@ -126,14 +106,14 @@ async fn a_selector_set_rolls_its_entries_out_in_steps_and_back_on_a_failed_gate
         "analysis": {"seconds": 1}, "progressDeadlineSeconds": 90}}});
     merge_patch(&sets, "fw", rollout).await;
     // At rest, the status names the revision the fleet holds.
-    let r1 = set_phase(&sets, RolloutPhase::Completed, |r| r.to.revision == 1).await;
+    let r1 = set_phase(&sets, "fw", RolloutPhase::Completed, |r| r.to.revision == 1).await;
     let rev1 = keys_of_lines(0, ENTRIES);
     assert_eq!(held(&readers).await, vec![rev1.clone(); 4]);
 
     // Revision 2: the canary alone, then paused.
     lines(&cms, 0, ENTRIES + 5).await;
     let rev2 = keys_of_lines(0, ENTRIES + 5);
-    let paused = set_phase(&sets, RolloutPhase::Paused, |r| r.to.revision == 2).await;
+    let paused = set_phase(&sets, "fw", RolloutPhase::Paused, |r| r.to.revision == 2).await;
     assert_eq!(paused.from.as_ref(), Some(&r1.to), "{paused:?}");
     let moved: Vec<&str> = paused
         .moved
@@ -171,7 +151,7 @@ async fn a_selector_set_rolls_its_entries_out_in_steps_and_back_on_a_failed_gate
     let metrics = operator_http_addr(&restarted.log, Duration::from_secs(60));
     reconciled(metrics, "TableEntrySet", 2.0).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let again = set_phase(&sets, RolloutPhase::Paused, |r| r.to.revision == 2).await;
+    let again = set_phase(&sets, "fw", RolloutPhase::Paused, |r| r.to.revision == 2).await;
     assert_eq!((again.step, again.moved.len()), (1, 1), "{again:?}");
     let after: Vec<u64> = DEVICES.iter().map(|d| writes(*d)).collect();
     assert_eq!(after, before, "a restart rewrote entries");
@@ -183,7 +163,7 @@ async fn a_selector_set_rolls_its_entries_out_in_steps_and_back_on_a_failed_gate
     assert_eq!(code, Some(0), "{out}");
     let said = format!("TableEntrySet {}/fw resumed: passes steps[1]", ns.name());
     assert!(out.starts_with(&said), "{out}");
-    let done = set_phase(&sets, RolloutPhase::Completed, |r| r.to.revision == 2).await;
+    let done = set_phase(&sets, "fw", RolloutPhase::Completed, |r| r.to.revision == 2).await;
     assert_eq!(done.moved.len(), DEVICES.len(), "{done:?}");
     assert_eq!(held(&readers).await, vec![rev2.clone(); 4]);
 
@@ -192,7 +172,10 @@ async fn a_selector_set_rolls_its_entries_out_in_steps_and_back_on_a_failed_gate
     let before: Vec<u64> = DEVICES[1..].iter().map(|d| writes(*d)).collect();
     arm_fault(addrs.stats, DEVICES[0], "kind=fail-updates&every=1&count=1");
     lines(&cms, 100, ENTRIES + 5).await;
-    let back = set_phase(&sets, RolloutPhase::RolledBack, |r| r.to.revision == 3).await;
+    let back = set_phase(&sets, "fw", RolloutPhase::RolledBack, |r| {
+        r.to.revision == 3
+    })
+    .await;
     let f = back.failure.clone().expect("a failure");
     assert_eq!(
         (f.check.as_str(), f.virtual_switch.as_str()),
@@ -272,7 +255,7 @@ async fn a_selector_set_rolls_its_entries_out_in_steps_and_back_on_a_failed_gate
     .await;
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("spec.rollout.pinRevision=1"), "{out}");
-    let pinned = set_phase(&sets, RolloutPhase::Paused, |r| r.to.revision == 1).await;
+    let pinned = set_phase(&sets, "fw", RolloutPhase::Paused, |r| r.to.revision == 1).await;
     assert_eq!(pinned.from.as_ref().map(|r| r.revision), Some(2));
     wait_held(
         &readers,
@@ -282,7 +265,7 @@ async fn a_selector_set_rolls_its_entries_out_in_steps_and_back_on_a_failed_gate
     .await;
     let resume = json!({"metadata": {"annotations": {"p4fleet.dev/rollout-resume": "1/1"}}});
     merge_patch(&sets, "fw", resume).await;
-    set_phase(&sets, RolloutPhase::Completed, |r| r.to.revision == 1).await;
+    set_phase(&sets, "fw", RolloutPhase::Completed, |r| r.to.revision == 1).await;
     assert_eq!(held(&readers).await, vec![rev1.clone(); 4]);
     // The (restarted) operator's metrics: one rollback, the pin done.
     let text = metrics_text(metrics);

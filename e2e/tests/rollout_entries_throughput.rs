@@ -11,14 +11,13 @@
 //! which forwards again; the two others were never written to.
 //! (Its own binary: its operator watches the whole control plane.)
 
-use std::time::Duration;
-
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use p4fleet_crds::{P4Program, RolloutPhase, TableEntrySet};
 use p4fleet_e2e::dpdk::{self, DEVICES, forwarded_per_second, l2crypt};
 use p4fleet_e2e::processes::device_stat;
-use p4fleet_e2e::{TestNamespace, apply_json, create_json, event_about, merge_patch, wait_for};
+use p4fleet_e2e::rollout::{failed_on_throughput, set_phase};
+use p4fleet_e2e::{TestNamespace, apply_json, create_json, event_about, merge_patch};
 use serde_json::{Value, json};
 
 const V1: &str = "p4fleet.dev/v1alpha1";
@@ -38,22 +37,6 @@ fn entries(action: &str) -> Value {
             })
             .collect(),
     )
-}
-
-/// Waits until set `dmac`'s rollout is in `want`.
-async fn set_phase(sets: &Api<TableEntrySet>, want: RolloutPhase) -> p4fleet_crds::RolloutStatus {
-    wait_for(
-        &format!("the entries rollout {want:?}"),
-        Duration::from_secs(120),
-        || async {
-            let s = sets.get("dmac").await.map_err(|e| e.to_string())?;
-            let r = s.status.unwrap_or_default().rollout;
-            r.clone()
-                .filter(|r| r.phase == want)
-                .ok_or(format!("{r:?}"))
-        },
-    )
-    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,7 +62,7 @@ async fn entries_that_drop_everything_fail_the_throughput_check_and_roll_back() 
                     "progressDeadlineSeconds": 60}}}),
     )
     .await;
-    let r1 = set_phase(&sets, RolloutPhase::Completed).await;
+    let r1 = set_phase(&sets, "dmac", RolloutPhase::Completed, |_| true).await;
     assert_eq!(r1.to.revision, 1, "{r1:?}");
     // Revision 1 forwards the generated traffic to port 1.
     for d in DEVICES {
@@ -95,24 +78,9 @@ async fn entries_that_drop_everything_fail_the_throughput_check_and_roll_back() 
     let before: Vec<u64> = DEVICES[1..].iter().map(|d| writes(*d)).collect();
     let patch = json!({"spec": {"entries": entries("MyIngress.drop")}});
     merge_patch(&sets, "dmac", patch).await;
-    let st = set_phase(&sets, RolloutPhase::RolledBack).await;
+    let st = set_phase(&sets, "dmac", RolloutPhase::RolledBack, |_| true).await;
     assert_eq!(st.to.revision, 2, "{st:?}");
-    let failure = st.failure.clone().expect("the failed check");
-    assert_eq!(
-        (failure.check.as_str(), failure.virtual_switch.as_str()),
-        ("Throughput", "vs-0"),
-        "{failure:?}"
-    );
-    assert!(
-        failure.message.contains("packets/s before the step"),
-        "the check says what it compared: {}",
-        failure.message
-    );
-    let moved = &st.moved[0];
-    assert!(
-        moved.packets_per_second_before.unwrap_or(0) > 5_000,
-        "{moved:?}"
-    );
+    failed_on_throughput(&st, 5_000);
     let ev = event_about(&client, ns.name(), "dmac", Some("RolledBack")).await;
     assert_eq!(ev.type_.as_deref(), Some("Warning"));
     // The canary's entries are revision 1's again: it forwards.

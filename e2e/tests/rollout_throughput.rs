@@ -17,7 +17,7 @@ use kube::api::Api;
 use p4fleet_crds::{P4Program, RolloutPhase};
 use p4fleet_e2e::dpdk::{self, DEVICES, forwarded_per_second, l2crypt};
 use p4fleet_e2e::processes::device_stat;
-use p4fleet_e2e::rollout::program_phase;
+use p4fleet_e2e::rollout::{failed_on_throughput, moved_with_rates, program_phase};
 use p4fleet_e2e::{TestNamespace, apply_json, create_json, event_about};
 use serde_json::json;
 
@@ -58,14 +58,7 @@ async fn a_revision_that_forwards_nothing_fails_the_throughput_check_and_rolls_b
     sources(&cms, &format!("{v1}\n; revision 2: the same pipeline\n")).await;
     let done = program_phase(&programs, "l2crypt", RolloutPhase::Completed, |_| true).await;
     assert_eq!(done.to.revision, 2, "{done:?}");
-    for m in &done.moved {
-        let before = m.packets_per_second_before.unwrap_or(0);
-        assert!(
-            before > 5_000,
-            "{} moved with {before} packets/s recorded before its step",
-            m.virtual_switch
-        );
-    }
+    moved_with_rates(&done, 5_000);
 
     // A revision that drops every packet: it loads and nothing else
     // complains; the data plane's rate is what fails.
@@ -78,14 +71,7 @@ async fn a_revision_that_forwards_nothing_fails_the_throughput_check_and_rolls_b
     sources(&cms, &dropping).await;
     let st = program_phase(&programs, "l2crypt", RolloutPhase::RolledBack, |_| true).await;
     assert_eq!(st.to.revision, 3, "{st:?}");
-    let failure = st.failure.clone().expect("the failed check");
-    assert_eq!(failure.check, "Throughput", "{failure:?}");
-    assert_eq!(failure.virtual_switch, "vs-0", "{failure:?}");
-    assert!(
-        failure.message.contains("packets/s before the step"),
-        "the check says what it compared: {}",
-        failure.message
-    );
+    failed_on_throughput(&st, 5_000);
     let ev = event_about(&client, ns.name(), "l2crypt", Some("RolledBack")).await;
     assert_eq!(ev.type_.as_deref(), Some("Warning"));
     // The canary is back on revision 2 and forwards again.
