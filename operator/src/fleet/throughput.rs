@@ -195,6 +195,9 @@ async fn counted_rate(
     let p4info = match tokio::time::timeout(CALL_DEADLINE, dev.running_p4info(slot)).await {
         Ok(Ok(Some(p))) => p,
         // No pipeline: nothing forwards, and nothing says what to count.
+        // (A BFRT client knows the P4Info once it set or bound the
+        // program; before, after an operator restart, the VirtualSwitch
+        // reports no rate rather than holding its move.)
         Ok(Ok(None)) => return None,
         _ => return Some(None),
     };
