@@ -92,6 +92,18 @@ pub struct OperatorArgs {
         value_parser = clap::value_parser!(u64).range(1..=86400)
     )]
     pub resync_seconds: u64,
+    /// One resync in this many of a TableEntrySet whose last sync found
+    /// its entries in place (and that keeps only entries) is a full sync;
+    /// the others read its tables back and compare, and reconcile it at
+    /// once if anything differs (docs/reliability.md). 1: every resync is
+    /// a full sync.
+    #[arg(
+        long,
+        default_value_t = 10,
+        env = "P4FLEET_FULL_RESYNC_EVERY",
+        value_parser = clap::value_parser!(u32).range(1..=1000)
+    )]
+    pub full_resync_every: u32,
     /// Seconds between cheap drift checks: Switch probes and pipeline
     /// cookies (a lost or restarted device is noticed at once anyway, by
     /// its broken stream).
@@ -413,6 +425,7 @@ mod tests {
             "--resync-seconds=60",
             "--drift-seconds=5",
             "--extern-stats-seconds=2",
+            "--full-resync-every=1",
             "--leader-election",
             "--watch-namespace=team-a",
         ])
@@ -424,6 +437,8 @@ mod tests {
         assert!(a.leader_election);
         assert_eq!((a.resync_seconds, a.drift_seconds), (60, 5));
         assert_eq!(a.extern_stats_seconds, 2);
+        assert_eq!(a.full_resync_every, 1);
+        assert!(Cli::try_parse_from(["p4fleet", "operator", "--full-resync-every=0"]).is_err());
         assert!(Cli::try_parse_from(["p4fleet", "operator", "--extern-stats-seconds=0"]).is_err());
         assert_eq!(a.watch_namespace.as_deref(), Some("team-a"));
         assert!(Cli::try_parse_from(["p4fleet", "operator", "--resync-seconds=0"]).is_err());

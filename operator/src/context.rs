@@ -27,6 +27,9 @@ pub struct OperatorConfig {
     pub drift: Duration,
     /// Period of an applied AsyncExternPolicy's stats reads.
     pub extern_stats: Duration,
+    /// One resync of an unchanged TableEntrySet in this many is a full
+    /// sync; the others are rechecks (its read-back alone). 1: all full.
+    pub full_resync_every: u32,
     /// Controller name written into Events.
     pub reporter: String,
     /// This replica's identity (pod name) for Events and the leader lease.
@@ -45,6 +48,7 @@ impl Default for OperatorConfig {
             resync: Duration::from_secs(60),
             drift: Duration::from_secs(10),
             extern_stats: Duration::from_secs(5),
+            full_resync_every: crate::controllers::entry_set::recheck::DEFAULT_FULL_EVERY,
             reporter: "p4fleet".into(),
             instance: None,
             watch_namespace: None,

@@ -135,6 +135,7 @@ async fn operator(args: OperatorArgs) -> anyhow::Result<()> {
         resync: Duration::from_secs(args.resync_seconds),
         drift: Duration::from_secs(args.drift_seconds),
         extern_stats: Duration::from_secs(args.extern_stats_seconds),
+        full_resync_every: args.full_resync_every,
         reporter: "p4fleet".into(),
         instance: std::env::var("POD_NAME").ok(),
         watch_namespace: args.watch_namespace.clone(),

@@ -312,12 +312,13 @@ async fn sync(
         plain: !wrote && events.is_empty() && plain(ctx, set, &refs, &rolled, &entries, &features),
         tag: apply::tag(set),
         at: tokio::time::Instant::now(),
+        full_every: ctx.config.full_resync_every,
     });
     Ok(hand_over(ctx, &me, note, phases.started, action))
 }
 
 /// A noted set's resyncs go to the recheck task, and kube-runtime comes
-/// back only for its full sync ([`recheck::FULL_EVERY`] periods on).
+/// back only for its full sync (`--full-resync-every` periods on).
 fn hand_over(
     ctx: &SetCtx,
     me: &str,
@@ -328,7 +329,7 @@ fn hand_over(
     let Some(n) = note else {
         return action;
     };
-    let full = n.period * recheck::FULL_EVERY;
+    let full = n.period * n.full_every;
     let now = std::time::Instant::now();
     let due = &ctx.own.resync_due;
     due.synced(me, n.fingerprint, started, now, Some(full));

@@ -10,8 +10,9 @@
 //! since (no watch touched it, its spec and metadata are the same:
 //! [`super::resync_due`], and each target's Switch is the one it read).
 //! Such a sync leaves a [`Note`]; its reconcile asks kube-runtime to come
-//! back only after [`FULL_EVERY`] periods, and this task rechecks the set
-//! every period in between. That skips kube-runtime's scheduling, the
+//! back only after `--full-resync-every` periods (default
+//! [`DEFAULT_FULL_EVERY`]), and this task rechecks the set every period in
+//! between. That skips kube-runtime's scheduling, the
 //! dereference, the parse lookups, the feature stages, the status build
 //! and the ownership record: most of an idle set's cost
 //! (docs/performance.md, "Idle cost").
@@ -42,8 +43,9 @@ use crate::controllers::schedule::Queue;
 use crate::fleet::slot_claims;
 
 /// One resync in this many is the full sync (kube-runtime's requeue), the
-/// others rechecks.
-pub const FULL_EVERY: u32 = 10;
+/// others rechecks, unless `--full-resync-every` says otherwise (1: every
+/// resync is a full sync, no rechecks).
+pub const DEFAULT_FULL_EVERY: u32 = 10;
 
 /// Rechecks in flight at once.
 const IN_FLIGHT: usize = 64;
@@ -75,13 +77,15 @@ pub struct Note {
     pub checks: Arc<[Check]>,
     /// Rechecks since that sync.
     pub rechecks: u32,
+    /// One resync in this many is the full sync.
+    pub full_every: u32,
 }
 
 impl Note {
     /// When the next recheck is due (None: the full sync is next).
     pub fn next_at(&self) -> Option<Instant> {
         let n = self.rechecks + 1;
-        (n < FULL_EVERY).then(|| self.synced_at + self.period * n)
+        (n < self.full_every).then(|| self.synced_at + self.period * n)
     }
 }
 
@@ -234,6 +238,8 @@ pub struct Synced<'a> {
     pub tag: u64,
     /// When it ended.
     pub at: Instant,
+    /// `--full-resync-every`: below 2, no note (every resync is full).
+    pub full_every: u32,
 }
 
 /// The note a sync leaves: Some when every target is a direct one that
@@ -241,6 +247,9 @@ pub struct Synced<'a> {
 /// sync asked for its regular resync. Pure.
 pub fn note(s: Synced<'_>) -> Option<Note> {
     let period = s.period?;
+    if s.full_every < 2 {
+        return None;
+    }
     let plain = s.plain && entries_only(s.set) && !s.targets.is_empty();
     if !plain || s.outcomes.len() != s.targets.len() {
         return None;
@@ -272,6 +281,7 @@ pub fn note(s: Synced<'_>) -> Option<Note> {
         synced_at: s.at,
         checks: checks.collect::<Option<Vec<_>>>()?.into(),
         rechecks: 0,
+        full_every: s.full_every,
     })
 }
 
@@ -346,6 +356,7 @@ mod tests {
             synced_at: at,
             checks: vec![check("a")].into(),
             rechecks: 0,
+            full_every: DEFAULT_FULL_EVERY,
         }
     }
 
@@ -358,7 +369,7 @@ mod tests {
         let r = Rechecks::new(PERIOD);
         let t0 = Instant::now();
         r.noted("ns/s", Some(a_note(t0)));
-        for i in 1..FULL_EVERY {
+        for i in 1..DEFAULT_FULL_EVERY {
             assert_eq!(r.next_at("ns/s"), Some(t0 + PERIOD * i));
             let checks = r.take("ns/s", Some(5)).expect("a recheck");
             assert_eq!(&checks[..], [check("a")]);
@@ -426,6 +437,7 @@ mod tests {
             plain,
             tag: 9,
             at: Instant::now(),
+            full_every: DEFAULT_FULL_EVERY,
         };
         let outcome = |byte_equal| Outcome {
             byte_equal,
@@ -453,6 +465,12 @@ mod tests {
         });
         let failed = [failed];
         assert!(note(synced(&failed, period, true)).is_none());
+        // `--full-resync-every 1`: every resync is a full sync.
+        let all_full = Synced {
+            full_every: 1,
+            ..synced(&held, period, true)
+        };
+        assert!(note(all_full).is_none());
     }
 
     #[test]
