@@ -11,7 +11,7 @@
 //! action, P4Runtime §9.1.3), and so does its deletion ([`reset`]).
 
 use p4fleet_client::Device;
-use p4fleet_crds::{Condition, TableEntrySet, condition_types::READY};
+use p4fleet_crds::{Condition, DefaultAction, TableEntrySet, condition_types::READY};
 use p4fleet_model::entries::{
     ActionCall, ActionParam, ByteStr, DefaultActionError, format_action, parse_default_action,
 };
@@ -74,12 +74,7 @@ pub enum Outcome {
 /// What the spec asks of `t`'s default entry. Pure.
 pub fn plan(set: &TableEntrySet, t: &Target) -> Plan {
     match &set.spec.default_action {
-        Some(d) => {
-            match parse_default_action(&t.schema, t.const_default_action, &d.action, &d.params) {
-                Ok(call) => Plan::Set(call),
-                Err(e) => Plan::Invalid(e),
-            }
-        }
+        Some(d) => set_to(d, t),
         None if set
             .status
             .as_ref()
@@ -91,17 +86,26 @@ pub fn plan(set: &TableEntrySet, t: &Target) -> Plan {
     }
 }
 
+fn set_to(d: &DefaultAction, t: &Target) -> Plan {
+    match parse_default_action(&t.schema, t.const_default_action, &d.action, &d.params) {
+        Ok(call) => Plan::Set(call),
+        Err(e) => Plan::Invalid(e),
+    }
+}
+
 /// What a revision of the set's content asks of `t`'s default entry,
-/// for a target a rollout holds on that revision (`then`: the set as of
-/// it, `set`: as now; docs/rollouts.md, "Rolling out entries"). Pure.
-pub fn plan_held(set: &TableEntrySet, then: &TableEntrySet, t: &Target) -> Plan {
-    let (None, Some(now)) = (&then.spec.default_action, &set.spec.default_action) else {
-        return plan(then, t);
-    };
-    match parse_default_action(&t.schema, t.const_default_action, &now.action, &now.params) {
-        Ok(call) => Plan::ResetFrom(call),
-        // Never written: there is nothing of it to take back.
-        Err(_) => Plan::Untouched,
+/// for a target a rollout holds on that revision (`then`: the revision's
+/// default action; `set` as now; docs/rollouts.md, "Rolling out
+/// entries"). Pure.
+pub fn plan_held(set: &TableEntrySet, then: Option<&DefaultAction>, t: &Target) -> Plan {
+    match (then, &set.spec.default_action) {
+        (Some(d), _) => set_to(d, t),
+        (None, Some(now)) => match set_to(now, t) {
+            Plan::Set(call) => Plan::ResetFrom(call),
+            // Never written: there is nothing of it to take back.
+            _ => Plan::Untouched,
+        },
+        (None, None) => plan(set, t),
     }
 }
 
@@ -389,18 +393,19 @@ mod tests {
         let t = target(None);
         let now = set(Some(("drop", &[])), None);
         let allow = set(Some(("allow", &[("port", "1")])), None);
+        let allow = allow.spec.default_action.as_ref();
         // The revision's own default action, whatever the content now.
-        assert!(matches!(plan_held(&now, &allow, &t), Plan::Set(c) if !c.params.is_empty()));
+        assert!(matches!(plan_held(&now, allow, &t), Plan::Set(c) if !c.params.is_empty()));
         // None then, one now: taken back only where it reached.
         let none = set(None, None);
-        assert!(matches!(plan_held(&now, &none, &t), Plan::ResetFrom(c) if c.params.is_empty()));
+        assert!(matches!(plan_held(&now, None, &t), Plan::ResetFrom(c) if c.params.is_empty()));
         // One now that was refused never reached a device.
         let bad = set(Some(("allow", &[("port", "999")])), None);
-        assert_eq!(plan_held(&bad, &none, &t), Plan::Untouched);
+        assert_eq!(plan_held(&bad, None, &t), Plan::Untouched);
         // None either way: as without a rollout.
-        assert_eq!(plan_held(&none, &none, &t), Plan::Untouched);
+        assert_eq!(plan_held(&none, None, &t), Plan::Untouched);
         let was = set(None, Some("drop()"));
-        assert_eq!(plan_held(&was, &was, &t), Plan::Reset);
+        assert_eq!(plan_held(&was, None, &t), Plan::Reset);
     }
 
     #[test]

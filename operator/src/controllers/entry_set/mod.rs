@@ -855,8 +855,7 @@ async fn sync_default_actions(
         let plan = match (conflicts::held_by(held, &t.virtual_switch, &claim), on) {
             (Some(by), _) => default_action::Plan::Held { by: by.into() },
             (None, Some((_, snapshot))) => {
-                let then = crate::fleet::entry_revisions::as_of(set, snapshot);
-                default_action::plan_held(set, &then, t)
+                default_action::plan_held(set, snapshot.default_action.as_ref(), t)
             }
             (None, None) => default_action::plan(set, t),
         };
