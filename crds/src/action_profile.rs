@@ -26,6 +26,7 @@ pub struct ActionProfileSpec {
 }
 
 /// One action profile member.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProfileMember {
@@ -33,7 +34,6 @@ pub struct ProfileMember {
     #[schemars(length(min = 1, max = 63))]
     pub name: String,
     /// P4Runtime member id; assigned from the name when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 2147483647))]
     pub id: Option<u32>,
     /// Action name, e.g. `MyIngress.set_nhop` or `set_nhop`.
@@ -53,6 +53,7 @@ pub struct ProfileMember {
 }
 
 /// One group of an action selector.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProfileGroup {
@@ -60,12 +61,10 @@ pub struct ProfileGroup {
     #[schemars(length(min = 1, max = 63))]
     pub name: String,
     /// P4Runtime group id; assigned from the name when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 2147483647))]
     pub id: Option<u32>,
     /// The group's maximum size (at most the profile's `max_group_size`);
     /// the profile's when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 2147483647))]
     pub max_size: Option<i32>,
     /// Members of the group, by name, each once.
@@ -75,6 +74,7 @@ pub struct ProfileGroup {
 }
 
 /// A member of a group, with its weight.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GroupMember {
@@ -82,12 +82,12 @@ pub struct GroupMember {
     #[schemars(length(min = 1, max = 63))]
     pub member: String,
     /// Weight, 1 when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 2147483647))]
     pub weight: Option<i32>,
 }
 
 /// One action of a one-shot action set.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WeightedAction {
@@ -104,7 +104,6 @@ pub struct WeightedAction {
     ))]
     pub params: BTreeMap<String, String>,
     /// Weight, 1 when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 2147483647))]
     pub weight: Option<i32>,
 }

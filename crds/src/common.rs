@@ -26,6 +26,7 @@ pub mod condition_types {
 
 /// A Kubernetes-style condition. The list is a map keyed by `type`, so
 /// server-side apply merges conditions written by different reconciles.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
@@ -41,10 +42,8 @@ pub struct Condition {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
     /// Last time the status changed (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<String>,
     /// Generation of the spec this condition was computed from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }
 
@@ -108,6 +107,7 @@ pub struct ConfigMapKeyRef {
 
 /// An artifact given inline, read from a ConfigMap key, or downloaded from
 /// a URL pinned by its sha256; exactly one is set.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
@@ -116,19 +116,17 @@ pub struct ConfigMapKeyRef {
 }]))]
 pub struct ArtifactSource {
     /// The artifact's content, inline (text artifacts only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inline: Option<String>,
     /// A ConfigMap key that holds the artifact (data for text, binaryData for binary).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map_key_ref: Option<ConfigMapKeyRef>,
     /// An artifact downloaded over HTTP(S) and accepted only when its
     /// sha256 matches (for artifacts larger than a ConfigMap's 1 MiB).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<UrlSource>,
 }
 
 /// An artifact at an HTTP(S) URL, pinned by the sha256 of its bytes: the
 /// operator downloads it, checks the digest and uses nothing else.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UrlSource {
@@ -146,11 +144,9 @@ pub struct UrlSource {
     /// A Secret in the program's namespace whose `ca.crt` holds the PEM
     /// CA certificate(s) an `https://` server must chain to (default: the
     /// system's trust store).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_secret_ref: Option<LocalSecretRef>,
     /// A Secret in the program's namespace whose keys are HTTP header
     /// names and values their values, e.g. `Authorization: Bearer TOKEN`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers_secret_ref: Option<LocalSecretRef>,
 }
 

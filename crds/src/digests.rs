@@ -10,6 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The config of one digest of the program (P4Runtime `DigestEntry`).
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DigestSetting {
@@ -32,7 +33,6 @@ pub struct DigestSetting {
     /// Where the digest's messages go besides learning: the operator's
     /// log, a ConfigMap owned by the set, or both (docs/entities/digests.md,
     /// "Operator: sinks"). Nowhere else when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sink: Option<DigestSink>,
 }
 
@@ -83,6 +83,7 @@ fn default_ack_timeout() -> String {
 /// Entries learned from a digest: each message becomes one entry of
 /// `table` (key and parameters taken from the message's members), owned
 /// by the set and removed when the device says it idled out.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LearnSpec {
@@ -91,7 +92,6 @@ pub struct LearnSpec {
     pub digest: String,
     /// The table learned entries go into (name or alias); the set's own
     /// table when absent. Its match fields must all be EXACT.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 255))]
     pub table: Option<String>,
     /// The action of learned entries (an action of that table).
@@ -109,7 +109,6 @@ pub struct LearnSpec {
     /// Learned entries idle out after this long without a hit (`30s`,
     /// `5m`); only on tables whose P4Info says NOTIFY_CONTROL. Never, when
     /// absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 32))]
     pub idle_timeout: Option<String>,
     /// At most this many learned entries per VirtualSwitch; further
@@ -124,6 +123,7 @@ fn default_max_learned() -> u32 {
 }
 
 /// What the devices confirmed of the set's digests and learning.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DigestsStatus {
@@ -133,10 +133,8 @@ pub struct DigestsStatus {
     pub configured: Vec<String>,
     /// Entries carrying the set's learned tag, read back from the
     /// devices (all targets).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learned: Option<u64>,
     /// Learned entries this process removed after their idle timeout.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aged_out: Option<u64>,
     /// The ConfigMaps this set writes digest messages to (`sink.to`
     /// ConfigMap), which it deletes when they leave the spec or the set

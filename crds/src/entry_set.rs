@@ -12,6 +12,7 @@ use crate::digests::{DigestSetting, DigestsStatus, IdleStatus, LearnSpec};
 use crate::resources::{CounterReadout, CountersStatus, MeterSetting, RegisterSetting};
 
 /// Desired entries for one table, pushed in batches and kept in sync.
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "p4fleet.dev",
@@ -49,11 +50,9 @@ use crate::resources::{CounterReadout, CountersStatus, MeterSetting, RegisterSet
 ]))]
 pub struct TableEntrySetSpec {
     /// Name of the VirtualSwitch (same namespace) whose table this fills.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub virtual_switch_ref: Option<String>,
     /// Fill this table on every VirtualSwitch with these labels.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub virtual_switch_selector: Option<Selector>,
     /// Table name as in the P4Info, e.g. `MyIngress.firewall` (or its alias `firewall`).
     #[schemars(length(min = 1, max = 255))]
@@ -81,18 +80,15 @@ pub struct TableEntrySetSpec {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mask_host_bits: bool,
     /// Seconds between drift checks (read-back and repair); 0 disables them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 86400))]
     pub resync_seconds: Option<u32>,
     /// The table's default action (what a miss does), set on every target
     /// and kept in sync like the entries; removing it (or deleting the set)
     /// resets the table to the program's initial default. One set per
     /// table should give it. See docs/entities/default-action.md.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_action: Option<DefaultAction>,
     /// Read the table's direct counter back into status and metrics
     /// (docs/entities/counters.md).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counters: Option<CounterReadout>,
     /// Indirect meter configs (docs/entities/meters.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -104,7 +100,6 @@ pub struct TableEntrySetSpec {
     pub registers: Vec<RegisterSetting>,
     /// Members and groups of the table's action profile or selector
     /// (ECMP), used by entries by name (docs/entities/action-profiles.md).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action_profile: Option<ActionProfileSpec>,
     /// Digest configs written to every target (docs/entities/digests.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -112,7 +107,6 @@ pub struct TableEntrySetSpec {
     pub digests: Vec<DigestSetting>,
     /// Entries learned from a digest, removed when they idle out
     /// (docs/entities/digests.md, "Learning").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learn: Option<LearnSpec>,
     /// Plan only: compute, per target and against a live read-back, what
     /// a sync would write (`status.plan`) and write nothing to any
@@ -123,10 +117,8 @@ pub struct TableEntrySetSpec {
     /// all at once (the default), or a Canary in steps with a health gate
     /// after each and a rollback to the previous entries on a failed gate
     /// (docs/rollouts.md, "Rolling out entries").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<crate::rollout::Rollout>,
     /// Old entry revisions kept for rollbacks and pins (default 10).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 100))]
     pub revision_history_limit: Option<u32>,
 }
@@ -154,6 +146,7 @@ pub struct DefaultAction {
 }
 
 /// One table entry as people write it.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
@@ -190,7 +183,6 @@ pub struct TableEntry {
     ))]
     pub params: BTreeMap<String, String>,
     /// Priority, required for ternary, range and optional matches (higher wins).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 2147483647))]
     pub priority: Option<i32>,
     /// Idle timeout (`30s`, `5m`): the device notifies the entry when it
@@ -198,16 +190,13 @@ pub struct TableEntry {
     /// `support_timeout = true` (P4Info NOTIFY_CONTROL). The entry is not
     /// removed on timeout (it is desired state): the set reports it
     /// (docs/entities/idle-timeouts.md). Line format: `@idle=30s`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 32))]
     pub idle_timeout: Option<String>,
     /// For a table with an action profile, in place of `action`: a
     /// member of `spec.actionProfile`, by name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
     pub member: Option<String>,
     /// ... or a group of `spec.actionProfile`, by name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
     pub group: Option<String>,
     /// ... or a one-shot action set: the device makes the group itself
@@ -218,7 +207,6 @@ pub struct TableEntry {
     pub action_set: Vec<WeightedAction>,
     /// The entry's direct meter config, for a table with a direct meter
     /// (docs/entities/meters.md).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meter: Option<crate::EntryMeter>,
 }
 
@@ -301,6 +289,7 @@ pub(crate) mod int_or_string {
 /// in the set's namespace whose labels match. Keys of `data` hold text;
 /// keys of `binaryData` ending in `.gz` hold gzip-compressed text (other
 /// `binaryData` keys are read as UTF-8 text). See docs/entries.md.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
@@ -309,21 +298,17 @@ pub(crate) mod int_or_string {
 ]))]
 pub struct EntriesSource {
     /// ConfigMap name (same namespace).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub config_map: Option<String>,
     /// Every ConfigMap of the set's namespace with these labels, read in
     /// name order. Matching none is an error unless `optional`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map_selector: Option<Selector>,
     /// Key in each ConfigMap (in `data` or `binaryData`); every key is
     /// read when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub key: Option<String>,
     /// Whether a missing ConfigMap or key (or a selector matching none)
     /// is an error (default) or an empty source.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optional: Option<bool>,
 }
 
@@ -494,11 +479,11 @@ pub enum Ownership {
 }
 
 /// Observed state of a TableEntrySet.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TableEntrySetStatus {
     /// Generation of the spec last acted upon.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Conditions: Valid, ResolvedRefs, Synced, Ready.
     #[serde(default)]
@@ -506,7 +491,6 @@ pub struct TableEntrySetStatus {
     pub conditions: Vec<Condition>,
     /// Entries the spec asks for, summed over targets; absent until every
     /// source was read and parsed for at least one target (unknown, never 0).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired: Option<u64>,
     /// Entries on the device(s) that match the spec.
     #[serde(default)]
@@ -517,20 +501,15 @@ pub struct TableEntrySetStatus {
     /// Achieved rate of the last sync that wrote something, e.g. `52.8k/s`;
     /// absent when that sync was too small to measure one (fewer than 100
     /// updates in less than 100 ms).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<String>,
     /// Achieved entries per second of that sync, to three significant
     /// digits (absent like `rate`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entries_per_second: Option<u64>,
     /// Mean Write request latency of that sync, in microseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mean_request_latency_micros: Option<u64>,
     /// Updates written in that sync (inserts + modifies + deletes).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_updates: Option<u64>,
     /// When that sync finished (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<String>,
     /// Entries repaired because the device differed from the spec, in total.
     #[serde(default)]
@@ -543,39 +522,32 @@ pub struct TableEntrySetStatus {
     pub targets: Vec<TargetStatus>,
     /// The default action every target confirmed on read-back, e.g.
     /// `drop()` or `forward(port=3)` (absent: this set sets none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_action: Option<String>,
     /// The last readout of the table's direct counter (`spec.counters`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counters: Option<CountersStatus>,
     /// Members, groups and entries of the table's action profile that
     /// the devices confirmed (absent without `spec.actionProfile`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action_profile: Option<ActionProfileStatus>,
     /// Digests configured and entries learned, as the devices confirmed
     /// them (absent without `spec.digests`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digests: Option<DigestsStatus>,
     /// Idle timeout notifications about the set's entries with an
     /// `idleTimeout` (absent when none has one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<IdleStatus>,
     /// What a sync would write, while `spec.plan` is true (docs/plans.md).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<EntryPlan>,
     /// A Canary rollout's progress (docs/rollouts.md, "Rolling out
     /// entries"); revisions are those of the entries.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<crate::rollout::RolloutStatus>,
 }
 
 /// The updates a sync would write, computed against the devices'
 /// read-back while `spec.plan` is true.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EntryPlan {
     /// Generation of the spec planned.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// A digest of every planned update on every target: applying
     /// compares it with what the devices need then.
@@ -594,6 +566,7 @@ pub struct EntryPlan {
 }
 
 /// One target's plan.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TargetPlan {
@@ -613,7 +586,6 @@ pub struct TargetPlan {
     pub changes: Vec<String>,
     /// Why the target could not be planned (its device unreachable, its
     /// table planned by another stage).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
@@ -622,26 +594,26 @@ fn is_zero(n: &u64) -> bool {
 }
 
 /// One entry that failed.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EntryError {
     /// Where the entry came from: `entries[3]` or `configmap/fw-1:line 17`.
     pub source: String,
     /// The entry's match key as written.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     /// Why it failed.
     pub reason: String,
 }
 
 /// Sync state on one VirtualSwitch.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TargetStatus {
     /// VirtualSwitch name.
     pub virtual_switch: String,
     /// Switch it runs on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switch: Option<String>,
     /// Entries applied there.
     #[serde(default)]
@@ -655,19 +627,16 @@ pub struct TargetStatus {
     pub stale: u64,
     /// Achieved rate there in the last sync that wrote something (absent
     /// when that sync was too small to measure one, like `rate`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entries_per_second: Option<u64>,
     /// The program content whose P4Info encoded the entries of the last
     /// sync there: the VirtualSwitch's `loadedDigest` as the sync saw it,
     /// or the program's content in force when that one is not recorded as
     /// a revision. A result for another content than the VirtualSwitch now
     /// runs says nothing of it (a rollout's gate waits for the next).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline_digest: Option<String>,
     /// With a Canary rollout: the entries revision (its digest) the last
     /// sync there wrote and the device confirmed, with `failed` of them
     /// refused. Absent when the sync could not reach the device.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entries_digest: Option<String>,
 }
 

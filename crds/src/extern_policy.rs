@@ -39,6 +39,7 @@ pub struct AsyncExternPolicySpec {
 }
 
 /// Execution of one extern.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
@@ -54,13 +55,10 @@ pub struct ExternSetting {
     /// Sync runs it inline, Async on an executor, Skip does not call it.
     pub mode: ExternMode,
     /// How an async call suspends the packet (T4P4S: coroutine context or packet descriptor).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<SuspendMethod>,
     /// Where async calls run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executor: Option<ExternExecutor>,
     /// Cores dedicated to the executor.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 256))]
     pub cores: Option<u32>,
     /// Packets per burst handed to the executor.
@@ -118,39 +116,32 @@ pub enum ExternExecutor {
 }
 
 /// Observed state of an AsyncExternPolicy.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AsyncExternPolicyStatus {
     /// Generation of the spec last acted upon.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Conditions: Valid, ResolvedRefs, Ready.
     #[serde(default)]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
     /// Number of externs configured.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extern_count: Option<u32>,
     /// The mode every extern runs in as the device reports it (`Sync`,
     /// `Async`, `Skip`), or `Mixed`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
     /// Per extern, the mode the device reports, e.g.
     /// `async_encrypt=Async,async_decrypt=Sync`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modes: Option<String>,
     /// Packets per second the data plane forwards (two significant digits).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packets_per_second: Option<u64>,
     /// Async extern operations per second (two significant digits).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub async_ops_per_second: Option<u64>,
     /// Packets dropped because an extern's queue or context pool was full,
     /// since the data plane started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drops: Option<u64>,
     /// The ConfigMap (same namespace) that holds the policy rendered as
     /// T4P4S launch options, while the policy renders (docs/dpdk.md).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub t4p4s_config_map: Option<String>,
 }

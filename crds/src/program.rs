@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::common::{ArtifactSource, Condition, conditions_schema};
 
 /// A compiled P4 pipeline: P4Info plus the artifacts each kind of target loads.
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "p4fleet.dev",
@@ -43,13 +44,11 @@ pub struct P4ProgramSpec {
     /// current one, and any a VirtualSwitch still runs); default 10.
     /// Each revision is a ControllerRevision with the program's bytes
     /// snapshotted into immutable ConfigMaps (docs/rollouts.md).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 100))]
     pub revision_history_limit: Option<u32>,
     /// How a new revision reaches the VirtualSwitches running the
     /// program: all at once (the default), or as a Canary in steps with a
     /// health gate after each (docs/rollouts.md).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<crate::rollout::Rollout>,
     /// Plan only: a changed content is not rolled out; `status.plan` says
     /// which VirtualSwitches would reload and how, and which tables keep
@@ -59,20 +58,17 @@ pub struct P4ProgramSpec {
 }
 
 /// Per-target pipeline artifacts.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProgramArtifacts {
     /// bmv2 (simple_switch_grpc): the JSON p4c writes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bmv2: Option<Bmv2Artifacts>,
     /// Tofino: bfrt.json, context.json and the binary (tofino.bin).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tofino: Option<TofinoArtifacts>,
     /// DPDK (infrap4d / T4P4S): the pipeline spec and context.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dpdk: Option<DpdkArtifacts>,
     /// FPGA: a partial bitstream for one slot and what it occupies.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fpga: Option<FpgaArtifacts>,
 }
 
@@ -85,16 +81,15 @@ pub struct Bmv2Artifacts {
 }
 
 /// Tofino artifacts.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TofinoArtifacts {
     /// bfrt.json: the BF Runtime table schema.
     pub bfrt_json: ArtifactSource,
     /// context.json of the pipe.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_json: Option<ArtifactSource>,
     /// tofino.bin, from a ConfigMap's binaryData.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binary: Option<ArtifactSource>,
     /// Pipe names the program is loaded into (default `pipe`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -102,6 +97,7 @@ pub struct TofinoArtifacts {
 }
 
 /// DPDK artifacts.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DpdkArtifacts {
@@ -109,22 +105,20 @@ pub struct DpdkArtifacts {
     pub spec: ArtifactSource,
     /// The context JSON (p4c-dpdk's `--context`); a P4Runtime Dpdk Switch
     /// (infrap4d) needs it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<ArtifactSource>,
     /// The bfrt.json (p4c-dpdk's `--bf-rt-schema`); a P4Runtime Dpdk
     /// Switch (infrap4d) needs it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bfrt_json: Option<ArtifactSource>,
 }
 
 /// FPGA artifacts.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FpgaArtifacts {
     /// Partial bitstream for one slot, from a ConfigMap's binaryData.
     pub bitstream: ArtifactSource,
     /// Size of the bitstream in bits (used to estimate reconfiguration time).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub bits: Option<u64>,
     /// Resources one instance occupies, e.g. `luts: 52000`, `ffs: 61000`.
@@ -133,27 +127,23 @@ pub struct FpgaArtifacts {
 }
 
 /// Observed state of a P4Program.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct P4ProgramStatus {
     /// Generation of the spec last acted upon.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Conditions: Valid, ResolvedRefs, Ready.
     #[serde(default)]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
     /// sha256 of the P4Info and all artifacts; used as the pipeline cookie.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
     /// First 12 hex digits of the digest, for printing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub short_digest: Option<String>,
     /// Target kinds this program has artifacts for, comma separated.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub targets: Option<String>,
     /// Number of tables in the P4Info.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub table_count: Option<u32>,
     /// Tables found in the P4Info.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -163,18 +153,14 @@ pub struct P4ProgramStatus {
     pub actions: Vec<String>,
     /// The revision of the program's content in force (its digest): what
     /// VirtualSwitches are moved to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update_revision: Option<RevisionRef>,
     /// The revision every VirtualSwitch running the program runs; it
     /// differs from the update revision while a change reaches them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_revision: Option<RevisionRef>,
     /// The last Canary rollout's progress (docs/rollouts.md).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<crate::rollout::RolloutStatus>,
     /// What rolling out the changed content would do, while `spec.plan`
     /// holds it (docs/plans.md).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<ProgramPlan>,
 }
 
@@ -208,12 +194,12 @@ pub struct ProgramPlan {
 }
 
 /// What one VirtualSwitch would do.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VirtualSwitchPlan {
     pub name: String,
     /// Its Switch (absent while it is not placed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switch: Option<String>,
     /// `Hitless` (P4Runtime, HotSwap: RECONCILE_AND_COMMIT, unchanged
     /// tables keep their entries; a replace if the target refuses),

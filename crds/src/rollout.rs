@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// How a new revision reaches the VirtualSwitches that run the program.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
@@ -33,11 +34,9 @@ pub struct Rollout {
     pub steps: Vec<RolloutStep>,
     /// VirtualSwitches of a step that may be loading or not yet healthy at
     /// once (default 1): a step of ten moves them one at a time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 10000))]
     pub max_unavailable: Option<u32>,
     /// The health gate after every moving step.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub analysis: Option<Analysis>,
     /// Stops the rollout where it is (nothing more moves, nothing is
     /// rolled back) until set to false again.
@@ -46,13 +45,11 @@ pub struct Rollout {
     /// Run this revision (a number from `kubectl get controllerrevisions`
     /// or `status.updateRevision`) instead of the newest: a rollback from
     /// Git, through the same steps. Unset: the newest revision.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub pin_revision: Option<i64>,
     /// A step whose VirtualSwitches are not all healthy this long after it
     /// started fails its gate (a device that went away does not hang the
     /// rollout); default 600.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 86400))]
     pub progress_deadline_seconds: Option<u32>,
 }
@@ -69,6 +66,7 @@ pub enum RolloutStrategy {
 
 /// One step of a Canary rollout: exactly one of `switches`, `percent`
 /// and `pause`.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
@@ -78,17 +76,14 @@ pub enum RolloutStrategy {
 pub struct RolloutStep {
     /// After this step, this many VirtualSwitches (in rollout order) run
     /// the new revision; `1` is a canary.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100000))]
     pub switches: Option<u32>,
     /// After this step, this share of the VirtualSwitches (rounded up)
     /// runs the new revision.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub percent: Option<u32>,
     /// Wait: for `duration`, or, without one, until resumed (the
     /// annotation `p4fleet.dev/rollout-resume`, docs/rollouts.md).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause: Option<Pause>,
 }
 
@@ -108,18 +103,17 @@ pub struct Pause {
 
 /// The health gate: what must hold for every VirtualSwitch a step moved,
 /// over an analysis window, before the next step.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Analysis {
     /// How long the moved VirtualSwitches must stay healthy after they all
     /// became so (default 0: the checks are made once).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 86400))]
     pub seconds: Option<u32>,
     /// Where the target reports data-plane throughput: the least share of
     /// its packets/s before the step it may fall to (e.g. 0.9). Absent: not
     /// checked.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0, max = 1.0))]
     pub min_throughput_ratio: Option<f64>,
 }
@@ -161,24 +155,24 @@ pub enum MovedState {
 }
 
 /// A VirtualSwitch a rollout moved (in the order it moved them).
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MovedSwitch {
     /// The VirtualSwitch (the program's namespace).
     pub virtual_switch: String,
     /// The Switch it ran on when moved.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switch: Option<String>,
     /// The step that moved it (0-based).
     pub step: u32,
     pub state: MovedState,
     /// Its data-plane packets/s when it was moved, where the target
     /// reports it (the throughput check compares against this).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packets_per_second_before: Option<u64>,
 }
 
 /// The check of a gate that failed, and where.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GateFailure {
@@ -186,7 +180,6 @@ pub struct GateFailure {
     /// ProgressDeadline.
     pub check: String,
     pub virtual_switch: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switch: Option<String>,
     /// What it compared.
     pub message: String,
@@ -194,12 +187,12 @@ pub struct GateFailure {
 
 /// A rollout's progress, kept in the API so that a restarted operator
 /// resumes it without skipping or repeating a VirtualSwitch.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutStatus {
     pub phase: RolloutPhase,
     /// The revision rolled out from (the last good one), if any ran.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<RolloutRevision>,
     /// The revision rolled out.
     pub to: RolloutRevision,
@@ -209,12 +202,10 @@ pub struct RolloutStatus {
     pub step_started_at: String,
     /// When every VirtualSwitch of the current step was first healthy:
     /// the analysis window runs from here.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub healthy_since: Option<String>,
     /// When the rollout last made progress (a VirtualSwitch moved or
     /// turned healthy, a step passed): `progressDeadlineSeconds` counts
     /// from here.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progressed_at: Option<String>,
     /// VirtualSwitches on the new revision, healthy, still to move, and
     /// sent back.
@@ -226,10 +217,8 @@ pub struct RolloutStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub moved: Vec<MovedSwitch>,
     /// Why it rolled back.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<GateFailure>,
     /// When the rollout started and ended (RFC 3339).
     pub started_at: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<String>,
 }

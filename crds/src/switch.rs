@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::common::{Condition, SecretRef, conditions_schema};
 
 /// A programmable switch device p4fleet manages.
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "p4fleet.dev",
@@ -37,7 +38,6 @@ pub struct SwitchSpec {
     #[schemars(length(min = 3, max = 253), regex(pattern = r"^[^\s:]+:[0-9]{1,5}$"))]
     pub endpoint: String,
     /// Control protocol; defaults to the target's native one (Bfrt for Tofino, P4Runtime otherwise).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<SwitchProtocol>,
     /// Device id used in P4Runtime/BFRT requests.
     #[serde(default = "default_device_id")]
@@ -45,7 +45,6 @@ pub struct SwitchSpec {
     pub device_id: u64,
     /// Secret with `ca.crt` (the CA the device's certificate must chain to) and,
     /// for mutual TLS, `tls.crt` and `tls.key` (both or neither); plaintext when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_secret_ref: Option<SecretRef>,
     /// Number of slots that can each host one VirtualSwitch (FPGA regions, pipes, or 1).
     #[serde(default = "default_slots")]
@@ -60,7 +59,6 @@ pub struct SwitchSpec {
     pub ports: Vec<SwitchPort>,
     /// Tofino (BFRT): hardware pipes per device, used only when the device
     /// does not report its pipe count (BF Runtime has no message for it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 8))]
     pub pipes: Option<u32>,
 }
@@ -100,6 +98,7 @@ impl SwitchSpec {
 }
 
 /// One physical port.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SwitchPort {
@@ -107,64 +106,55 @@ pub struct SwitchPort {
     #[schemars(range(min = 0, max = 65535))]
     pub id: u32,
     /// Human name, e.g. `eth1` or `1/0`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Speed in Gbit/s.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1600))]
     pub speed_gbps: Option<u32>,
 }
 
 /// Observed state of a Switch.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SwitchStatus {
     /// Generation of the spec last acted upon.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Conditions: Reachable, Ready.
     #[serde(default)]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
     /// What the device reported it can do.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capabilities: Option<SwitchCapabilities>,
     /// Slots occupied by VirtualSwitches.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slots_in_use: Vec<SlotUse>,
     /// `used/total` slots, for printing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slot_summary: Option<String>,
     /// Slots VirtualSwitches can use: what the device reported, else `spec.slots`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slots: Option<u32>,
     /// Resources VirtualSwitches can use (static region excluded): what the
     /// device reported, else `spec.capacity`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub capacity: BTreeMap<String, u64>,
     /// Where `slots` and `capacity` come from: `Device` or `Spec`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_source: Option<String>,
     /// `capacity` minus what the slot claims hold.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub free: BTreeMap<String, u64>,
     /// `free` as `name=value,...`, for printing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub free_summary: Option<String>,
     /// The board's configuration port, as the device reported it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_port: Option<ConfigPortStatus>,
     /// Tofino (BFRT): hardware pipes per device (slot), which
     /// VirtualSwitches share as disjoint pipe sets: what the device
     /// reported, else `spec.pipes`; absent when neither says.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipes: Option<u32>,
     /// Where `pipes` comes from: `Device` or `Spec`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipes_source: Option<String>,
 }
 
 /// A configuration port (FPGA boards).
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigPortStatus {
@@ -173,7 +163,6 @@ pub struct ConfigPortStatus {
     /// What loads achieve, bits/s (a load of B bits takes B / this).
     pub bits_per_second: u64,
     /// The interface's maximum, bits/s.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nominal_bits_per_second: Option<u64>,
 }
 
@@ -185,6 +174,7 @@ pub struct ConfigPortStatus {
 pub const SLOT_CLAIMS_ANNOTATION: &str = "p4fleet.dev/slot-claims";
 
 /// A slot, the resources and the traffic a VirtualSwitch holds on a Switch.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SlotClaim {
@@ -196,10 +186,8 @@ pub struct SlotClaim {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub resources: BTreeMap<String, u64>,
     /// VLAN id of its isolation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vlan: Option<u16>,
     /// Destination MAC of its isolation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dst_mac: Option<String>,
     /// Physical ports it uses (empty: every port).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -211,11 +199,11 @@ pub struct SlotClaim {
 }
 
 /// Capabilities a device advertises.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SwitchCapabilities {
     /// API version reported by the device (P4Runtime or BFRT).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_version: Option<String>,
     /// The device accepts p4fleet's columnar bulk writes.
     #[serde(default)]
@@ -248,6 +236,7 @@ pub struct SwitchCapabilities {
 }
 
 /// A slot and the VirtualSwitch that holds it.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SlotUse {
@@ -256,6 +245,5 @@ pub struct SlotUse {
     /// `namespace/name` of the VirtualSwitch.
     pub virtual_switch: String,
     /// Digest of the pipeline loaded in the slot.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline_digest: Option<String>,
 }

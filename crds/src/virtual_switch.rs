@@ -8,6 +8,7 @@ use crate::common::{Condition, Selector, conditions_schema};
 use crate::replication::{CloneSession, MulticastGroup, ReplicationStatus};
 
 /// One instance of a P4Program running in a slot of a Switch.
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "p4fleet.dev",
@@ -43,18 +44,14 @@ pub struct VirtualSwitchSpec {
     #[schemars(length(min = 1, max = 253))]
     pub program_ref: String,
     /// Name of the Switch to run on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub switch_ref: Option<String>,
     /// Lets p4fleet pick a matching Switch with a free slot and enough resources.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switch_selector: Option<Selector>,
     /// Slot on the Switch; the first free one when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 63))]
     pub slot: Option<u32>,
     /// How traffic is steered to this virtual switch.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolation: Option<Isolation>,
     /// Physical to virtual port map.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -78,6 +75,7 @@ pub struct VirtualSwitchSpec {
 }
 
 /// Switch id selecting this virtual switch's traffic (P4VBox: VLAN + dst MAC).
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Isolation {
@@ -85,7 +83,6 @@ pub struct Isolation {
     #[schemars(range(min = 1, max = 4094))]
     pub vlan: u16,
     /// Destination MAC that selects this virtual switch, `aa:bb:cc:dd:ee:ff`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$"))]
     pub dst_mac: Option<String>,
 }
@@ -132,47 +129,40 @@ pub enum UpdateStrategyType {
 }
 
 /// Observed state of a VirtualSwitch.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VirtualSwitchStatus {
     /// Generation of the spec last acted upon.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Conditions: Scheduled, PipelineLoaded, Ready.
     #[serde(default)]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
     /// Switch it runs on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switch: Option<String>,
     /// Slot it runs in.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slot: Option<u32>,
     /// Digest of the pipeline loaded on the device.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loaded_digest: Option<String>,
     /// First 12 hex digits of the loaded digest, for printing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loaded_short_digest: Option<String>,
     /// Duration of the last pipeline load or slot swap, in milliseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_swap_millis: Option<u64>,
     /// The last program change of a running slot (hot swap or recreate).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_swap: Option<LastSwap>,
     /// Multicast groups and clone sessions the device confirmed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication: Option<ReplicationStatus>,
 }
 
 /// A program change of a running VirtualSwitch, as the device confirmed it.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LastSwap {
     /// When the device reported the new program loaded (RFC 3339).
     pub at: String,
     /// Digest of the program it replaced.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_digest: Option<String>,
     /// Digest of the program now loaded.
     pub to_digest: String,
@@ -183,22 +173,18 @@ pub struct LastSwap {
     pub duration_millis: u64,
     /// Table entries re-applied to the new program, when known (entries
     /// the device kept are not counted).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entries_reapplied: Option<u64>,
     /// P4Runtime targets: whether the device kept the entries of the
     /// tables the new program did not change (Reconciled) or cleared every
     /// table (Replaced). See docs/entities/hitless-updates.md.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<ProgramUpdateMode>,
     /// Entries the device kept through the change (read back right after it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entries_kept: Option<u64>,
     /// Tables whose entries the device kept (P4Info names).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tables_kept: Vec<String>,
     /// Why the change was not reconciled, when the target refused
     /// RECONCILE_AND_COMMIT (its answer).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback_reason: Option<String>,
 }
 
