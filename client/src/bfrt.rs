@@ -6,7 +6,7 @@
 //! The rest of p4fleet speaks canonical P4Runtime entries; this device
 //! translates them with [`p4fleet_model::entries::bfrt::BfrtProgramMap`]
 //! (built in [`BfrtDevice::set_pipeline`] from the P4Info and the
-//! bfrt.json), so [`BfrtDevice::write_ops`] and [`BfrtDevice::read_table`]
+//! bfrt.json), so [`BfrtDevice::write_ops`] and [`BfrtDevice::read_table_each`]
 //! have the same shapes as the P4Runtime device's. `write_ops` translates
 //! while encoding (no messages built).
 //!
@@ -102,7 +102,7 @@ impl TofinoSha256 {
 /// The subscription stream of a device id: subscribed when the device
 /// answers the Subscribe without an error status.
 #[derive(Clone)]
-struct Subscription {
+pub(crate) struct Subscription {
     client: BfRuntimeClient<Channel>,
     client_id: u32,
 }
@@ -259,7 +259,7 @@ pub struct BfrtDevice {
     channel: Channel,
     /// Writes encoded by [`p4fleet_model::entries::bfrt::bfrt_write_request`].
     raw: tonic::client::Grpc<Channel>,
-    sessions: Sessions<Subscription>,
+    pub(crate) sessions: Sessions<Subscription>,
     loaded: Mutex<HashMap<u64, Arc<Mutex<Loaded>>>>,
     /// Programs loaded on pipe sets ([`BfrtDevice::set_pipes`]), per device
     /// id: each with a client of its own (a BFRT client binds one
@@ -302,23 +302,6 @@ impl BfrtDevice {
 
     pub fn target(&self) -> &Target {
         &self.target
-    }
-
-    /// See [`crate::Device::changes`].
-    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.sessions.epochs()
-    }
-
-    /// See [`crate::Device::standing`].
-    pub async fn standing(&self, slot: u32, timeout: Duration) -> Result<(), Error> {
-        self.sessions
-            .standing(self.target.device_id(slot), timeout)
-            .await
-    }
-
-    /// See [`crate::Device::observe`].
-    pub fn observe(&self, slot: u32) {
-        self.sessions.observe(self.target.device_id(slot));
     }
 
     fn rpc_error(&self, rpc: &'static str, device_id: u64, status: tonic::Status) -> Error {
@@ -822,15 +805,8 @@ impl BfrtDevice {
     }
 
     /// Every entry of one table (P4Info `table_id`; 0: every table of the
-    /// program) in `slot`, in canonical P4Runtime form.
-    pub async fn read_table(&self, slot: u32, table_id: u32) -> Result<Vec<TableEntry>, Error> {
-        let mut out = Vec::new();
-        self.read_table_each(slot, table_id, &mut |t| out.push(t))
-            .await?;
-        Ok(out)
-    }
-
-    /// [`Self::read_table`], each entry handed to `f` as its answer arrives.
+    /// program) in `slot`, in canonical P4Runtime form, each handed to `f`
+    /// as its answer arrives.
     pub async fn read_table_each(
         &self,
         slot: u32,

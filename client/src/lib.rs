@@ -332,8 +332,8 @@ impl Device {
     /// `Device` is dropped.
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         match self {
-            Device::P4Runtime(d) => d.changes(),
-            Device::Bfrt(d) => d.changes(),
+            Device::P4Runtime(d) => d.sessions.epochs(),
+            Device::Bfrt(d) => d.sessions.epochs(),
         }
     }
 
@@ -341,9 +341,10 @@ impl Device {
     /// now on, without waiting for it, so that [`Device::changes`] sees
     /// that device id come and go even while nothing is written.
     pub fn observe(&self, slot: u32) {
+        let id = self.target().device_id(slot);
         match self {
-            Device::P4Runtime(d) => d.observe(slot),
-            Device::Bfrt(d) => d.observe(slot),
+            Device::P4Runtime(d) => d.sessions.observe(id),
+            Device::Bfrt(d) => d.sessions.observe(id),
         }
     }
 
@@ -353,9 +354,10 @@ impl Device {
     /// with what the device said when refused, [`Error::Unreachable`] when
     /// no verdict came.
     pub async fn standing(&self, slot: u32, timeout: Duration) -> Result<(), Error> {
+        let id = self.target().device_id(slot);
         match self {
-            Device::P4Runtime(d) => d.standing(slot, timeout).await,
-            Device::Bfrt(d) => d.standing(slot, timeout).await,
+            Device::P4Runtime(d) => d.sessions.standing(id, timeout).await,
+            Device::Bfrt(d) => d.sessions.standing(id, timeout).await,
         }
     }
 
@@ -550,10 +552,10 @@ impl Device {
     /// Every entry of one table (`table_id` 0: every table) in `slot`, in
     /// canonical P4Runtime form (BFRT entries translated back).
     pub async fn read_table(&self, slot: u32, table_id: u32) -> Result<Vec<TableEntry>, Error> {
-        match self {
-            Device::P4Runtime(d) => d.read_table(slot, table_id).await,
-            Device::Bfrt(d) => d.read_table(slot, table_id).await,
-        }
+        let mut out = Vec::new();
+        self.read_table_each(slot, table_id, &mut |t| out.push(t))
+            .await?;
+        Ok(out)
     }
 
     /// [`P4RuntimeDevice::read_table_raw`]: None over BFRT, whose entries

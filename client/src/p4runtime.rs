@@ -47,7 +47,7 @@ const PRIMARY_WAIT: Duration = Duration::from_secs(10);
 /// The arbitration stream of a device id: primary when the device answers
 /// with OK and this client's election id.
 #[derive(Clone)]
-struct Arbitration {
+pub(crate) struct Arbitration {
     client: P4RuntimeClient<Channel>,
     election_id: Uint128,
     /// Where digest lists and idle timeout notifications go (`notices`).
@@ -135,7 +135,7 @@ pub struct P4RuntimeDevice {
     channel: Channel,
     /// Writes encoded by [`p4fleet_model::entries::wire`], on the same channel.
     raw: tonic::client::Grpc<Channel>,
-    sessions: Sessions<Arbitration>,
+    pub(crate) sessions: Sessions<Arbitration>,
     /// p4fleet's columnar bulk write, used when the target has it.
     bulk: Box<BulkState>,
     /// Hears of every Write RPC ([`crate::Device::with_write_observer`]).
@@ -189,23 +189,6 @@ impl P4RuntimeDevice {
 
     pub fn target(&self) -> &Target {
         &self.target
-    }
-
-    /// See [`crate::Device::changes`].
-    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.sessions.epochs()
-    }
-
-    /// See [`crate::Device::standing`].
-    pub async fn standing(&self, slot: u32, timeout: Duration) -> Result<(), Error> {
-        self.sessions
-            .standing(self.target.device_id(slot), timeout)
-            .await
-    }
-
-    /// See [`crate::Device::observe`].
-    pub fn observe(&self, slot: u32) {
-        self.sessions.observe(self.target.device_id(slot));
     }
 
     fn rpc_error(&self, rpc: &'static str, device_id: u64, status: tonic::Status) -> Error {
@@ -369,15 +352,9 @@ impl P4RuntimeDevice {
         Ok(report)
     }
 
-    pub async fn read_table(&self, slot: u32, table_id: u32) -> Result<Vec<TableEntry>, Error> {
-        let mut out = Vec::new();
-        self.read_table_each(slot, table_id, &mut |t| out.push(t))
-            .await?;
-        Ok(out)
-    }
-
-    /// [`Self::read_table`], each entry handed to `f` as its answer
-    /// arrives: a large table is never held as messages all at once.
+    /// Every entry of one table (`table_id` 0: every table) in `slot`, each
+    /// handed to `f` as its answer arrives: a large table is never held as
+    /// messages all at once.
     pub async fn read_table_each(
         &self,
         slot: u32,

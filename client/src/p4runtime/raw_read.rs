@@ -79,7 +79,7 @@ impl RawEntities {
     }
 
     /// The table entries, decoded (other entities are left out), the way
-    /// [`P4RuntimeDevice::read_table`] returns them.
+    /// [`P4RuntimeDevice::read_table_each`] hands them over.
     pub fn table_entries(&self) -> Result<Vec<TableEntry>, prost::DecodeError> {
         let mut out = Vec::with_capacity(self.len());
         for e in self.iter() {
