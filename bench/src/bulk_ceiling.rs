@@ -78,17 +78,7 @@ impl BulkCeiling {
             }
             latency += t.elapsed().as_secs_f64();
         }
-        let elapsed = start.elapsed().as_secs_f64();
-        let held = self.running.stats(1).map(|s| s.entries).unwrap_or(0);
-        if held != entries.len() as u64 {
-            bail!("emulator holds {held} entries, expected {}", entries.len());
-        }
-        Ok(Sample {
-            entries: entries.len(),
-            requests,
-            elapsed_s: elapsed,
-            latency_sum_s: latency,
-        })
+        crate::ceiling::held_sample(&self.running, entries.len(), requests, start, latency)
     }
 
     pub async fn shutdown(self) {

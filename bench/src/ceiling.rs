@@ -72,6 +72,28 @@ where
     Ok(body.slice(5..))
 }
 
+/// The sample of a run that started at `start`, once the emulator is seen
+/// to hold every entry it was sent.
+pub(crate) fn held_sample(
+    running: &p4fleet_emulator::RunningEmulator,
+    entries: usize,
+    requests: usize,
+    start: Instant,
+    latency_sum_s: f64,
+) -> anyhow::Result<Sample> {
+    let elapsed_s = start.elapsed().as_secs_f64();
+    let held = running.stats(1).map(|s| s.entries).unwrap_or(0);
+    if held != entries as u64 {
+        bail!("emulator holds {held} entries, expected {entries}");
+    }
+    Ok(Sample {
+        entries,
+        requests,
+        elapsed_s,
+        latency_sum_s,
+    })
+}
+
 /// The in-process emulator, primary taken and pipeline set through a real
 /// connection (p4fleet-client), writes then sent straight into the service.
 pub struct Ceiling {
@@ -98,17 +120,7 @@ impl Ceiling {
             call(&mut svc, "/p4.v1.P4Runtime/Write", f).await?;
             latency += t.elapsed().as_secs_f64();
         }
-        let elapsed = start.elapsed().as_secs_f64();
-        let held = self.running.stats(1).map(|s| s.entries).unwrap_or(0);
-        if held != entries.len() as u64 {
-            bail!("emulator holds {held} entries, expected {}", entries.len());
-        }
-        Ok(Sample {
-            entries: entries.len(),
-            requests,
-            elapsed_s: elapsed,
-            latency_sum_s: latency,
-        })
+        held_sample(&self.running, entries.len(), requests, start, latency)
     }
 
     pub async fn shutdown(self) {

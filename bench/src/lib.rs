@@ -10,3 +10,17 @@ pub mod entry_path;
 pub mod fleet;
 pub mod machine;
 pub mod text;
+
+use std::path::PathBuf;
+
+/// Where the workspace's other binaries are: `given`, else the directory of
+/// this executable (cargo puts them side by side).
+pub fn bin_dir(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    match given {
+        Some(d) => Ok(d),
+        None => Ok(std::env::current_exe()?
+            .parent()
+            .ok_or_else(|| anyhow::anyhow!("binary directory of the running executable"))?
+            .to_path_buf()),
+    }
+}

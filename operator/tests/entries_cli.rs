@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 
 use p4fleet::stages::{SourceText, Sources, desired};
 use p4fleet_crds::{TableEntrySet, TableEntrySetSpec};
-use p4fleet_model::entries::{TableSchema, WriteOp, parse_text};
+use p4fleet_model::entries::{Entry, TableSchema, WriteOp, parse_text};
 use p4fleet_proto::p4info;
 
 fn repo(rel: &str) -> PathBuf {
@@ -28,6 +28,48 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// `p4fleet entries CMD --p4info P4INFO ARGS...`.
+fn entries(cmd: &str, p4info: &Path, args: &[&str]) -> Output {
+    let mut all = vec!["entries", cmd, "--p4info", p4info.to_str().unwrap()];
+    all.extend(args);
+    p4fleet(&all)
+}
+
+/// `p4fleet entries convert` of the router's P4Info: `--from FROM MORE... FILE`.
+fn convert(from: &str, more: &[&str], file: &Path) -> Output {
+    let mut args = vec!["--from", from];
+    args.extend(more);
+    args.push(file.to_str().unwrap());
+    entries("convert", &repo(ROUTER_P4INFO), &args)
+}
+
+/// `p4fleet entries export`, off the test's runtime (the command blocks).
+async fn export(p4info: &Path, args: &[impl AsRef<str>]) -> Output {
+    let p4info = p4info.to_path_buf();
+    let args: Vec<String> = args.iter().map(|a| a.as_ref().to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        entries("export", &p4info, &args)
+    })
+    .await
+    .unwrap()
+}
+
+/// The export succeeded, starts with `#! table TABLE`, and holds `want`.
+fn assert_exported(out: &Output, table: &str, schema: &TableSchema, want: &[Entry]) {
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let exported = text(&out.stdout);
+    assert!(
+        exported.starts_with(&format!("#! table {table}\n")),
+        "{exported}"
+    );
+    let mut back = parse_text(schema, &exported).unwrap();
+    let mut want = want.to_vec();
+    back.sort();
+    want.sort();
+    assert_eq!(back, want);
+}
+
 const ROUTER_P4INFO: &str = "examples/router/p4info.txt";
 
 #[test]
@@ -37,9 +79,8 @@ fn validate_passes_the_examples_and_names_file_and_line_of_errors() {
         repo("examples/router/acl.entries.txt"),
         repo("examples/router/ipv4_lpm.entries.txt"),
     ];
-    let mut args = vec!["entries", "validate", "--p4info", p4info.to_str().unwrap()];
-    args.extend(good.iter().map(|p| p.to_str().unwrap()));
-    let out = p4fleet(&args);
+    let files: Vec<&str> = good.iter().map(|p| p.to_str().unwrap()).collect();
+    let out = entries("validate", &p4info, &files);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("for MyIngress.acl, 0 invalid"));
 
@@ -54,13 +95,7 @@ fn validate_passes_the_examples_and_names_file_and_line_of_errors() {
          dstAddr=10.0.0.0/8 => drop\n",
     )
     .unwrap();
-    let out = p4fleet(&[
-        "entries",
-        "validate",
-        "--p4info",
-        p4info.to_str().unwrap(),
-        bad.to_str().unwrap(),
-    ]);
+    let out = entries("validate", &p4info, &[bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     let b = bad.display();
@@ -80,28 +115,18 @@ fn validate_passes_the_examples_and_names_file_and_line_of_errors() {
     // A file that names no table, and --table for the wrong one.
     let nameless = dir.path().join("nameless.txt");
     std::fs::write(&nameless, "dstAddr=10.0.0.0/8 => drop\n").unwrap();
-    let out = p4fleet(&[
-        "entries",
-        "validate",
-        "--p4info",
-        p4info.to_str().unwrap(),
-        nameless.to_str().unwrap(),
-    ]);
+    let out = entries("validate", &p4info, &[nameless.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out.stderr).contains("no table"),
         "{}",
         text(&out.stderr)
     );
-    let out = p4fleet(&[
-        "entries",
+    let out = entries(
         "validate",
-        "--p4info",
-        p4info.to_str().unwrap(),
-        "--table",
-        "acl",
-        good[1].to_str().unwrap(),
-    ]);
+        &p4info,
+        &["--table", "acl", good[1].to_str().unwrap()],
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out.stderr).contains(":2: entries are for table"),
@@ -110,13 +135,7 @@ fn validate_passes_the_examples_and_names_file_and_line_of_errors() {
     );
 
     // What the tool cannot judge is exit code 2.
-    let out = p4fleet(&[
-        "entries",
-        "validate",
-        "--p4info",
-        bad.to_str().unwrap(),
-        bad.to_str().unwrap(),
-    ]);
+    let out = entries("validate", &bad, &[bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("not a P4Info"),
@@ -142,17 +161,7 @@ fn converted_simple_switch_cli_script_is_accepted_by_a_table_entry_set() {
     let script = dir.path().join("s1-commands.txt");
     std::fs::write(&script, SCRIPT).unwrap();
     let p4info_path = repo(ROUTER_P4INFO);
-    let out = p4fleet(&[
-        "entries",
-        "convert",
-        "--p4info",
-        p4info_path.to_str().unwrap(),
-        "--from",
-        "simple-switch-cli",
-        "--table",
-        "ipv4_lpm",
-        script.to_str().unwrap(),
-    ]);
+    let out = convert("simple-switch-cli", &["--table", "ipv4_lpm"], &script);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let converted = text(&out.stdout);
     assert_eq!(
@@ -196,17 +205,7 @@ fn converted_simple_switch_cli_script_is_accepted_by_a_table_entry_set() {
     assert_eq!(d.len(), 3);
 
     // Every table of the script, and the output validates.
-    let out = p4fleet(&[
-        "entries",
-        "convert",
-        "--p4info",
-        p4info_path.to_str().unwrap(),
-        "--from",
-        "simple-switch-cli",
-        "--style",
-        "named",
-        script.to_str().unwrap(),
-    ]);
+    let out = convert("simple-switch-cli", &["--style", "named"], &script);
     assert!(out.status.success());
     let all = text(&out.stdout);
     assert_eq!(all.matches("#! table ").count(), 2, "{all}");
@@ -214,15 +213,7 @@ fn converted_simple_switch_cli_script_is_accepted_by_a_table_entry_set() {
 
     // A bad line fails with file:line and exit code 1.
     std::fs::write(&script, "table_add ipv4_lpm set_nhop 10.0.1.1/24 => 1 1\n").unwrap();
-    let out = p4fleet(&[
-        "entries",
-        "convert",
-        "--p4info",
-        p4info_path.to_str().unwrap(),
-        "--from",
-        "simple-switch-cli",
-        script.to_str().unwrap(),
-    ]);
+    let out = convert("simple-switch-cli", &[], &script);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out.stderr).contains(&format!("{}:1: hdr.ipv4.dstAddr", script.display())),
@@ -244,18 +235,7 @@ fn convert_reads_runtime_json() {
 ]}"#,
     )
     .unwrap();
-    let p4info_path = repo(ROUTER_P4INFO);
-    let out = p4fleet(&[
-        "entries",
-        "convert",
-        "--p4info",
-        p4info_path.to_str().unwrap(),
-        "--from",
-        "runtime-json",
-        "--style",
-        "named",
-        json.to_str().unwrap(),
-    ]);
+    let out = convert("runtime-json", &["--style", "named"], &json);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout),
@@ -274,13 +254,14 @@ fn fmt_rewrites_to_canonical_form_and_check_reports() {
     )
     .unwrap();
     let p4info_path = repo(ROUTER_P4INFO);
+    let file = f.to_str().unwrap();
     let fmt = |check: bool| {
-        let mut args = vec!["entries", "fmt", "--p4info", p4info_path.to_str().unwrap()];
-        if check {
-            args.push("--check");
-        }
-        args.push(f.to_str().unwrap());
-        p4fleet(&args)
+        let args = if check {
+            vec!["--check", file]
+        } else {
+            vec![file]
+        };
+        entries("fmt", &p4info_path, &args)
     };
     let out = fmt(true);
     assert_eq!(out.status.code(), Some(1));
@@ -299,16 +280,11 @@ fn fmt_rewrites_to_canonical_form_and_check_reports() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains(":2: hdr.ipv4.dstAddr"));
     // Unless host bits are masked, as p4runtime-shell does (opt-in).
-    let out = p4fleet(&[
-        "entries",
+    let out = entries(
         "fmt",
-        "--mask-host-bits",
-        "--style",
-        "named",
-        "--p4info",
-        p4info_path.to_str().unwrap(),
-        f.to_str().unwrap(),
-    ]);
+        &p4info_path,
+        &["--mask-host-bits", "--style", "named", file],
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(
         std::fs::read_to_string(&f).unwrap(),
@@ -349,52 +325,27 @@ async fn export_reads_a_device_table_back_in_the_line_format() {
         .unwrap();
     assert_eq!(rep.failures, vec![]);
 
-    let out = tokio::task::spawn_blocking(move || {
-        p4fleet(&[
-            "entries",
-            "export",
-            "--p4info",
-            p4info_path.to_str().unwrap(),
-            "--table",
-            "acl",
-            "--address",
-            &addr,
-            "--device-id",
-            "5",
-        ])
-    })
-    .await
-    .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let exported = text(&out.stdout);
-    assert!(
-        exported.starts_with("#! table MyIngress.acl\n"),
-        "{exported}"
-    );
-    let mut back = parse_text(&schema, &exported).unwrap();
-    let mut want = entries.clone();
-    back.sort();
-    want.sort();
-    assert_eq!(back, want);
+    let out = export(
+        &p4info_path,
+        &["--table", "acl", "--address", &addr, "--device-id", "5"],
+    )
+    .await;
+    assert_exported(&out, "MyIngress.acl", &schema, &entries);
 
     // A device that is not there is exit code 2 with the reason.
     running.shutdown().await.unwrap();
-    let out = tokio::task::spawn_blocking(move || {
-        p4fleet(&[
-            "entries",
-            "export",
-            "--p4info",
-            repo(ROUTER_P4INFO).to_str().unwrap(),
+    let out = export(
+        &p4info_path,
+        &[
             "--table",
             "acl",
             "--address",
             "127.0.0.1:1",
             "--timeout-seconds",
             "5",
-        ])
-    })
-    .await
-    .unwrap();
+        ],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).starts_with("p4fleet: "),
@@ -449,39 +400,14 @@ async fn export_reads_a_bfrt_table_back_next_to_the_writer() {
         .unwrap();
     assert_eq!(rep.failures, vec![]);
 
-    let export = |addr: String, extra: &'static [&'static str]| {
-        let p4info = p4info_path.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut args = vec![
-                "entries",
-                "export",
-                "--protocol",
-                "bfrt",
-                "--p4info",
-                p4info.to_str().unwrap(),
-                "--table",
-                "MyIngress.firewall",
-                "--address",
-                &addr,
-                "--device-id",
-                "3",
-            ];
-            args.extend_from_slice(extra);
-            p4fleet(&args)
-        })
+    let args = |extra: &[&'static str]| {
+        let mut args = vec!["--protocol", "bfrt", "--table", "MyIngress.firewall"];
+        args.extend(["--address", &addr, "--device-id", "3"]);
+        args.extend(extra);
+        args.iter().map(|a| a.to_string()).collect::<Vec<_>>()
     };
-    let out = export(addr.clone(), &[]).await.unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let exported = text(&out.stdout);
-    assert!(
-        exported.starts_with("#! table MyIngress.firewall\n"),
-        "{exported}"
-    );
-    let mut back = parse_text(&schema, &exported).unwrap();
-    let mut want = entries.clone();
-    back.sort();
-    want.sort();
-    assert_eq!(back, want);
+    let out = export(&p4info_path, &args(&[])).await;
+    assert_exported(&out, "MyIngress.firewall", &schema, &entries);
 
     // The reader's own client id left the writer bound: it still writes.
     let more = parse_text(
@@ -497,7 +423,7 @@ async fn export_reads_a_bfrt_table_back_next_to_the_writer() {
     assert_eq!(rep.failures, vec![]);
 
     // A program the device does not run is exit code 2, naming what runs.
-    let out = export(addr, &["--program", "router"]).await.unwrap();
+    let out = export(&p4info_path, &args(&["--program", "router"])).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("[firewall]"),

@@ -53,13 +53,7 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let bin_dir = match args.bin_dir.clone() {
-        Some(d) => d,
-        None => std::env::current_exe()?
-            .parent()
-            .context("binary directory")?
-            .to_path_buf(),
-    };
+    let bin_dir = p4fleet_bench::bin_dir(args.bin_dir.clone())?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -477,13 +477,7 @@ fn median(mut runs: Vec<Outcome>) -> Outcome {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args = Args::parse();
-    let bin_dir = args.bin_dir.clone().unwrap_or_else(|| {
-        std::env::current_exe()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .to_path_buf()
-    });
+    let bin_dir = p4fleet_bench::bin_dir(args.bin_dir.clone()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     write_pcap(&dir.path().join("flows.pcap"), args.size);
     let info = p4info::parse_text(&example("p4info.txt")).unwrap();

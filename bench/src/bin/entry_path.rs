@@ -11,7 +11,6 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::Context as _;
 use clap::Parser;
 use p4fleet_bench::alloc;
 use p4fleet_bench::entry_path::{self, EntryPath, MemReads, Stage};
@@ -50,13 +49,7 @@ struct Row {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let bin_dir = match args.bin_dir.clone() {
-        Some(d) => d,
-        None => std::env::current_exe()?
-            .parent()
-            .context("binary directory")?
-            .to_path_buf(),
-    };
+    let bin_dir = p4fleet_bench::bin_dir(args.bin_dir.clone())?;
     let emu = Emulator::spawn(&bin_dir, 0, 1)?;
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -223,13 +223,7 @@ fn run_child(args: &Args, child: &str) -> anyhow::Result<()> {
         Scenario::Fleet { switches } => switches,
         Scenario::Big { .. } => 1,
     };
-    let bin = match &args.bin {
-        Some(b) => b.clone(),
-        None => std::env::current_exe()?
-            .parent()
-            .context("binary directory")?
-            .to_path_buf(),
-    };
+    let bin = p4fleet_bench::bin_dir(args.bin.clone())?;
     let work = tempfile::tempdir()?;
     let cfg = Config {
         scenario,

@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Parser;
 use p4fleet_bench::fleet::{self, ApplyMode, Config, Scenario, SetLayout};
 use p4fleet_bench::machine::Machine;
@@ -44,10 +43,7 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let bin = std::env::current_exe()?
-        .parent()
-        .context("binary directory")?
-        .to_path_buf();
+    let bin = p4fleet_bench::bin_dir(None)?;
     let work = tempfile::tempdir()?;
     let cfg = Config {
         scenario: Scenario::Fleet {

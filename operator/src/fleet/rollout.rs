@@ -1223,6 +1223,27 @@ mod tests {
             .collect()
     }
 
+    /// A look at rest: no previous status, nothing pinned, resumed or
+    /// retried; tests override what they vary.
+    fn input<'a>(
+        spec: &'a Rollout,
+        target: RolloutRevision,
+        stable: Option<RolloutRevision>,
+        members: &'a [Member],
+    ) -> Input<'a> {
+        Input {
+            spec,
+            target,
+            pinned: false,
+            stable,
+            previous: None,
+            members,
+            resume: None,
+            retry: None,
+            now: Utc::now(),
+        }
+    }
+
     fn step_switches(n: u32) -> RolloutStep {
         RolloutStep {
             switches: Some(n),
@@ -1305,15 +1326,16 @@ mod tests {
             let text = serde_json::to_string(&self.status).unwrap();
             let previous: Option<RolloutStatus> = serde_json::from_str(&text).unwrap();
             let d = advance(&Input {
-                spec,
-                target: target.clone(),
-                pinned: false,
-                stable: Some(self.stable.clone()),
                 previous: previous.as_ref(),
-                members: &self.members,
                 resume,
                 retry,
                 now: self.now,
+                ..input(
+                    spec,
+                    target.clone(),
+                    Some(self.stable.clone()),
+                    &self.members,
+                )
             })
             .unwrap();
             for m in &mut self.members {
@@ -1818,15 +1840,9 @@ mod tests {
             let before = w.now;
             // Keep it pending: the world's loads do not reach it.
             let d = advance(&Input {
-                spec: &spec,
-                target: target.clone(),
-                pinned: false,
-                stable: Some(rev(1)),
                 previous: w.status.as_ref(),
-                members: &w.members,
-                resume: None,
-                retry: None,
                 now: before,
+                ..input(&spec, target.clone(), Some(rev(1)), &w.members)
             })
             .unwrap();
             w.status = d.status.clone();
@@ -1856,15 +1872,9 @@ mod tests {
             ..Default::default()
         };
         let input = |previous| Input {
-            spec: &spec,
-            target: rev(1),
-            pinned: false,
-            stable: Some(rev(1)),
             previous,
-            members: &ms,
-            resume: None,
-            retry: None,
             now: Utc.with_ymd_and_hms(2026, 12, 1, 10, 0, 0).unwrap(),
+            ..input(&spec, rev(1), Some(rev(1)), &ms)
         };
         // The canary still runs revision 2: the rollback's status stands
         // while it moves back, and nothing is claimed.
@@ -2036,34 +2046,12 @@ mod tests {
     fn all_at_once_moves_everything_and_a_pin_must_exist() {
         let ms = fleet(3);
         let all = Rollout::default();
-        let d = advance(&Input {
-            spec: &all,
-            target: rev(2),
-            pinned: false,
-            stable: Some(rev(1)),
-            previous: None,
-            members: &ms,
-            resume: None,
-            retry: None,
-            now: Utc::now(),
-        })
-        .unwrap();
+        let d = advance(&input(&all, rev(2), Some(rev(1)), &ms)).unwrap();
         assert!(d.status.is_none());
         assert!(d.assign.values().all(|r| *r == rev(2)));
         // A first content (nothing ran before) is not staged either.
         let c = canary(vec![step_switches(1), step_percent(100)]);
-        let d = advance(&Input {
-            spec: &c,
-            target: rev(1),
-            pinned: false,
-            stable: None,
-            previous: None,
-            members: &ms,
-            resume: None,
-            retry: None,
-            now: Utc::now(),
-        })
-        .unwrap();
+        let d = advance(&input(&c, rev(1), None, &ms)).unwrap();
         assert!(d.status.is_none() && d.assign.values().all(|r| *r == rev(1)));
         // A pin at rest (AllAtOnce, or the fleet on it already) keeps a
         // status naming it: the VirtualSwitches run it, not the newest.
@@ -2072,15 +2060,8 @@ mod tests {
             ..Rollout::default()
         };
         let d = advance(&Input {
-            spec: &pinned_all,
-            target: rev(1),
             pinned: true,
-            stable: Some(rev(2)),
-            previous: None,
-            members: &ms,
-            resume: None,
-            retry: None,
-            now: Utc::now(),
+            ..input(&pinned_all, rev(1), Some(rev(2)), &ms)
         })
         .unwrap();
         let st = P4ProgramStatus {
