@@ -16,6 +16,13 @@ actions { preamble { id: 10 name: "set" } params { id: 1 name: "p" bitwidth: 4 }
 actions { preamble { id: 11 name: "NoAction" } }
 "#;
 
+/// The l2crypt example's artifacts, which the data plane's tests load.
+pub mod l2crypt {
+    pub const SPEC: &str = include_str!("../../examples/l2crypt/l2crypt.spec");
+    pub const MAILBOX_SPEC: &str = include_str!("../../examples/l2crypt/l2crypt_mailbox.spec");
+    pub const P4INFO: &str = include_str!("../../examples/l2crypt/p4info.txt");
+}
+
 /// A small deterministic generator (no dependency): xorshift64 from `seed`.
 pub fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
     move || {
