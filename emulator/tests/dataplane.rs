@@ -243,6 +243,16 @@ fn run_with(
     wait(engine, what, settled(total))
 }
 
+/// Async on DedicatedCores with a pool of one context and bursts of one:
+/// one call parked at a time.
+fn one_context() -> ExternPolicy {
+    ExternPolicy {
+        context_pool: 1,
+        burst_size: 1,
+        ..ExternPolicy::asynchronous(Executor::DedicatedCores)
+    }
+}
+
 /// `p` with T4P4S's coroutine contexts (Context, which DPDK SWX does not
 /// have): what finds a pool or a queue full is dropped.
 fn with_contexts(p: ExternPolicy) -> ExternPolicy {
@@ -382,11 +392,7 @@ fn policy_change_while_running_accounts_for_every_packet() {
 #[test]
 fn a_full_context_pool_holds_packets_back_and_drops_none() {
     let (_source, engine) = engine(finite(5000, 4), 0);
-    let tiny = ExternPolicy {
-        context_pool: 1,
-        burst_size: 1,
-        ..ExternPolicy::asynchronous(Executor::DedicatedCores)
-    };
+    let tiny = one_context();
     // A 32-packet rx burst meets a pool of one: the rest of the burst
     // waits for the context (as DPDK SWX keeps a packet parked), and the
     // worker takes nothing more from rx meanwhile.
@@ -463,11 +469,7 @@ fn what_a_held_back_worker_cannot_take_is_lost_by_its_rx_queue() {
     // far more than it takes. Its rx queue overflows (counted as the
     // port's rx_missed, never received), and no extern drops anything.
     let (_source, engine) = engine(endless(5_000_000), 0);
-    let tiny = ExternPolicy {
-        context_pool: 1,
-        burst_size: 1,
-        ..ExternPolicy::asynchronous(Executor::DedicatedCores)
-    };
+    let tiny = one_context();
     set(&engine, tiny, ExternPolicy::default());
     engine.start();
     wait(&engine, "rx queue losses", |s| {
@@ -669,23 +671,20 @@ async fn extern_runtime_service_over_grpc() {
     assert_eq!(policy_error_from_status(&err).unwrap().field, "cores");
 
     // Unknown device / wrong pipeline.
+    let elsewhere = |device_id, pipeline: &str| {
+        Some(pb::Target {
+            device_id,
+            pipeline: pipeline.into(),
+        })
+    };
     let err = client
         .get_stats(pb::GetStatsRequest {
-            target: Some(pb::Target {
-                device_id: 8,
-                pipeline: String::new(),
-            }),
+            target: elsewhere(8, ""),
         })
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
-    let err = client
-        .get_policy(pb::GetPolicyRequest {
-            target: Some(pb::Target {
-                device_id: 7,
-                pipeline: "router".into(),
-            }),
-        })
+    let err = get_policy(&mut client, &elsewhere(7, "router"))
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
