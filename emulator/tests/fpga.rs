@@ -248,6 +248,11 @@ fn detail(s: &Status) -> pb::SlotError {
     pb::SlotError::decode(st.details[0].value.as_slice()).unwrap()
 }
 
+/// Asserts that `s`'s message says `part`.
+fn assert_says(s: &Status, part: &str) {
+    assert!(s.message().contains(part), "{}", s.message());
+}
+
 fn assert_refused(
     r: Result<impl std::fmt::Debug, Status>,
     code: Code,
@@ -536,7 +541,7 @@ async fn uploads_are_verified_before_the_slot_is_touched() {
         Code::InvalidArgument,
         pb::Reason::UnknownResource,
     );
-    assert!(s.message().contains("\"dsps\""), "{}", s.message());
+    assert_says(&s, "\"dsps\"");
     let mut h = good.clone();
     h.slot = 16;
     assert_refused(
@@ -766,11 +771,7 @@ async fn isolation_clashes_name_the_other_slot() {
     );
     let d = detail(&s);
     assert_eq!((d.other_slot, d.ports), (Some(0), vec![0, 1, 2, 3]));
-    assert!(
-        s.message().contains("slot 0 is in VLAN 10 too"),
-        "{}",
-        s.message()
-    );
+    assert_says(&s, "slot 0 is in VLAN 10 too");
     // Disjoint ports: fine.
     b.port_map(0, &[(0, 0), (1, 1)]).await.unwrap();
     b.port_map(1, &[(2, 0), (3, 1)]).await.unwrap();
@@ -891,7 +892,7 @@ async fn a_failed_load_leaves_the_slot_failed_and_frees_its_resources() {
         Code::Aborted,
         pb::Reason::ConfigurationFailed,
     );
-    assert!(s.message().contains("no sync word"), "{}", s.message());
+    assert_says(&s, "no sync word");
     let st = b.state(2).await;
     assert_eq!(st.phase(), pb::SlotPhase::Failed);
     assert!(st.failure.contains("sync word"), "{}", st.failure);
@@ -932,12 +933,7 @@ async fn full_configuration_empties_every_slot() {
         Code::InvalidArgument,
         pb::Reason::SizeMismatch,
     );
-    assert!(
-        s.message()
-            .contains("a full bitstream for xc7vx690tffg1761-3 is 65536 bits"),
-        "{}",
-        s.message()
-    );
+    assert_says(&s, "a full bitstream for xc7vx690tffg1761-3 is 65536 bits");
 
     let mut other = b.slots.clone();
     let full = tokio::spawn(async move {

@@ -293,16 +293,11 @@ async fn counters_meters_and_registers_are_written_checked_and_read_back() {
     );
 
     // Read back: one index, and a wildcard over the whole array.
-    let got = read(
-        &mut c,
-        Entity::CounterEntry(p4::CounterEntry {
-            counter_id: PORTS,
-            index: None,
-            data: None,
-        }),
-    )
-    .await
-    .unwrap();
+    let every_port = Entity::CounterEntry(p4::CounterEntry {
+        counter_id: PORTS,
+        ..Default::default()
+    });
+    let got = read(&mut c, every_port).await.unwrap();
     assert_eq!(got.len(), 8);
     let Entity::CounterEntry(three) = &got[3] else {
         panic!()
@@ -346,16 +341,11 @@ async fn counters_meters_and_registers_are_written_checked_and_read_back() {
         },
         other => panic!("{other:?}"),
     };
-    let got = read(
-        &mut c,
-        Entity::RegisterEntry(p4::RegisterEntry {
-            register_id: SEEN,
-            index: None,
-            data: None,
-        }),
-    )
-    .await
-    .unwrap();
+    let every_cell = Entity::RegisterEntry(p4::RegisterEntry {
+        register_id: SEEN,
+        ..Default::default()
+    });
+    let got = read(&mut c, every_cell).await.unwrap();
     assert_eq!(got.len(), 16);
     assert_eq!(value(&got[2]), [0x0a, 0xbc], "canonical: padding dropped");
     assert_eq!(value(&got[3]), [0], "the refused value left it at zero");
