@@ -734,13 +734,7 @@ action_profiles { preamble { id: 101 name: "prof" } table_ids: 2 size: 2 }
     }
 
     fn set(p: u8) -> p4::Action {
-        p4::Action {
-            action_id: 10,
-            params: vec![p4::action::Param {
-                param_id: 1,
-                value: vec![0, p],
-            }],
-        }
+        crate::testing::action(10, &[&[0, p]])
     }
 
     fn member(profile: u32, id: u32, action: p4::Action) -> p4::ActionProfileMember {
@@ -1086,19 +1080,7 @@ action_profiles { preamble { id: 101 name: "prof" } table_ids: 2 size: 2 }
         assert_eq!(s.tables[&v4].implementation_id, profile);
         assert_eq!(s.tables[&src].implementation_id, profile);
         let mut st = new_states(&s);
-        let nhop = p4::Action {
-            action_id: 24952588,
-            params: vec![
-                p4::action::Param {
-                    param_id: 1,
-                    value: vec![1],
-                },
-                p4::action::Param {
-                    param_id: 2,
-                    value: vec![1],
-                },
-            ],
-        };
+        let nhop = crate::testing::action(24952588, &[&[1], &[1]]);
         apply_member(&s, &mut st, Type::Insert, &member(profile, 7, nhop)).unwrap();
         let by_member = p4::TableAction {
             r#type: Some(A::ActionProfileMemberId(7)),
