@@ -355,6 +355,45 @@ pub(crate) fn arrays_of<'a>(
         .ok_or_else(|| err(Code::NotFound, format!("unknown {kind} id {id}")))
 }
 
+/// The array and index a write of one cell names: the array must exist and
+/// the index be given and in range.
+pub(crate) fn written_cell<'a>(
+    arrays: &'a IdMap<ArrayInfo>,
+    id: u32,
+    index: &Option<p4::Index>,
+    kind: &str,
+) -> Result<(&'a ArrayInfo, i64), UpdateError> {
+    let array = arrays
+        .get(&id)
+        .ok_or_else(|| err(Code::NotFound, format!("unknown {kind} id {id}")))?;
+    let index = index_of(index, array, kind)?.ok_or_else(|| {
+        err(
+            Code::InvalidArgument,
+            format!("{kind} {}: a write needs an index", array.name),
+        )
+    })?;
+    Ok((array, index))
+}
+
+/// Emits `cell(array, index)` for each cell a read names: one index, or
+/// every index, of array `id` or (`0`) of every array.
+pub(crate) fn read_cells(
+    arrays: &IdMap<ArrayInfo>,
+    id: u32,
+    index: &Option<p4::Index>,
+    kind: &str,
+    cell: impl Fn(&ArrayInfo, i64) -> Entity,
+    emit: &mut dyn FnMut(Entity),
+) -> Result<(), UpdateError> {
+    for array in arrays_of(arrays, id, kind)? {
+        match index_of(index, array, kind)? {
+            Some(i) => emit(cell(array, i)),
+            None => (0..array.size).for_each(|i| emit(cell(array, i))),
+        }
+    }
+    Ok(())
+}
+
 /// Only MODIFY writes counters, meters and registers (P4Runtime spec:
 /// their cells exist as long as the pipeline does).
 pub(crate) fn modify_only(ty: Type, kind: &str) -> Result<(), UpdateError> {
@@ -398,6 +437,24 @@ pub(crate) fn direct_target(
         ));
     }
     Ok((te.table_id, key))
+}
+
+/// The table, canonical key and resource a write of a direct resource
+/// names: as [`direct_target`], and the table must have the resource.
+pub(crate) fn direct_written<'a>(
+    p: &Pipeline,
+    with: &'a IdMap<DirectInfo>,
+    te: &Option<p4::TableEntry>,
+    kind: &str,
+) -> Result<(u32, Vec<u8>, &'a DirectInfo), UpdateError> {
+    let (table_id, key) = direct_target(p, te, kind)?;
+    let info = with.get(&table_id).ok_or_else(|| {
+        err(
+            Code::InvalidArgument,
+            format!("table id {table_id} has no {kind}"),
+        )
+    })?;
+    Ok((table_id, key, info))
 }
 
 /// Receives `(table id, canonical key, stored entry)` of each entry a
