@@ -21,13 +21,17 @@ pub const SWX_THREADS: u32 = 16;
 /// A refused policy: gRPC code and the PolicyError for the details.
 pub type Refusal = (tonic::Code, pb::PolicyError);
 
-fn refuse(
-    code: tonic::Code,
-    reason: pb::policy_error::Reason,
-    name: &str,
-    field: &str,
-    message: String,
-) -> Refusal {
+/// A refusal of extern `name`'s policy for `reason`, naming `field`. The
+/// code follows the reason, as the emulator answers: what DPDK SWX or this
+/// host lacks is FAILED_PRECONDITION, an extern not in the pipeline
+/// NOT_FOUND, the rest INVALID_ARGUMENT.
+fn refuse(reason: pb::policy_error::Reason, name: &str, field: &str, message: String) -> Refusal {
+    use pb::policy_error::Reason;
+    let code = match reason {
+        Reason::UnsupportedExecutor | Reason::UnsupportedSuspend => tonic::Code::FailedPrecondition,
+        Reason::UnknownExtern => tonic::Code::NotFound,
+        _ => tonic::Code::InvalidArgument,
+    };
     (
         code,
         pb::PolicyError {
@@ -37,6 +41,22 @@ fn refuse(
             message,
         },
     )
+}
+
+/// A refusal of extern `name`'s `field`, its message prefixed by the
+/// extern's name.
+fn refuse_field<T>(
+    reason: pb::policy_error::Reason,
+    name: &str,
+    field: &str,
+    why: impl std::fmt::Display,
+) -> Result<T, Refusal> {
+    Err(refuse(
+        reason,
+        name,
+        field,
+        format!("extern {name:?}: {why}"),
+    ))
 }
 
 /// The executors this agent has.
@@ -82,13 +102,12 @@ fn is_crypto(name: &str) -> bool {
 
 fn range(name: &str, field: &str, v: u32, max: u32) -> Result<(), Refusal> {
     if v == 0 || v > max {
-        return Err(refuse(
-            tonic::Code::InvalidArgument,
+        return refuse_field(
             pb::policy_error::Reason::OutOfRange,
             name,
             field,
-            format!("extern {name:?}: {field} = {v} is outside 1..={max}"),
-        ));
+            format_args!("{field} = {v} is outside 1..={max}"),
+        );
     }
     Ok(())
 }
@@ -101,16 +120,12 @@ pub fn normalize(p: &pb::ExternPolicy, ex: Executors) -> Result<pb::ExternPolicy
     let mut out = p.clone();
     let mode = pb::Mode::try_from(p.mode).unwrap_or(pb::Mode::Unspecified);
     if mode == pb::Mode::Unspecified {
-        return Err(refuse(
-            tonic::Code::InvalidArgument,
+        return refuse_field(
             Reason::UnknownMode,
             name,
             "mode",
-            format!(
-                "extern {name:?}: mode {} is not SYNC, ASYNC or SKIP",
-                p.mode
-            ),
-        ));
+            format_args!("mode {} is not SYNC, ASYNC or SKIP", p.mode),
+        );
     }
     if out.burst_size == 0 {
         out.burst_size = DEFAULT_BURST;
@@ -126,81 +141,64 @@ pub fn normalize(p: &pb::ExternPolicy, ex: Executors) -> Result<pb::ExternPolicy
     range(name, "queue_depth", out.queue_depth, MAX_QUEUE_DEPTH)?;
     let executor = pb::Executor::try_from(p.executor).unwrap_or(pb::Executor::Unspecified);
     if executor != pb::Executor::DedicatedCores && out.cores != 0 {
-        return Err(refuse(
-            tonic::Code::InvalidArgument,
+        return refuse_field(
             Reason::CoresWithoutDedicatedCores,
             name,
             "cores",
-            format!("extern {name:?}: cores is only valid with executor DedicatedCores"),
-        ));
+            format_args!("cores is only valid with executor DedicatedCores"),
+        );
     }
     match mode {
         pb::Mode::Async => {
-            match executor {
-                pb::Executor::Unspecified => {
-                    return Err(refuse(
-                        tonic::Code::InvalidArgument,
-                        Reason::MissingExecutor,
-                        name,
-                        "executor",
-                        format!("extern {name:?}: mode Async needs an executor"),
-                    ));
-                }
-                pb::Executor::DedicatedCores if max_cores > 0 => {}
-                pb::Executor::DedicatedCores => {
-                    return Err(refuse(
-                        tonic::Code::FailedPrecondition,
-                        Reason::UnsupportedExecutor,
-                        name,
-                        "executor",
-                        format!(
-                            "extern {name:?}: executor DedicatedCores is not available: the \
-                             agent runs with --extern-cores 0"
-                        ),
-                    ));
-                }
-                pb::Executor::InlineCryptoDevice if ex.crypto_device && is_crypto(name) => {}
+            // Why the executor cannot run this extern, if it cannot.
+            let unusable = match executor {
+                pb::Executor::Unspecified => Some((
+                    Reason::MissingExecutor,
+                    "mode Async needs an executor".to_string(),
+                )),
+                pb::Executor::DedicatedCores if max_cores > 0 => None,
+                pb::Executor::DedicatedCores => Some((
+                    Reason::UnsupportedExecutor,
+                    "executor DedicatedCores is not available: the agent runs with \
+                     --extern-cores 0"
+                        .to_string(),
+                )),
+                pb::Executor::InlineCryptoDevice if ex.crypto_device && is_crypto(name) => None,
                 pb::Executor::InlineCryptoDevice => {
                     let why = if ex.crypto_device {
                         "it is not a crypto extern (a crypto device runs AES operations)"
                     } else {
                         "the agent runs without a crypto device (--crypto-dev none)"
                     };
-                    return Err(refuse(
-                        tonic::Code::FailedPrecondition,
+                    Some((
                         Reason::UnsupportedExecutor,
-                        name,
-                        "executor",
-                        format!("extern {name:?}: executor InlineCryptoDevice: {why}"),
-                    ));
+                        format!("executor InlineCryptoDevice: {why}"),
+                    ))
                 }
-                pb::Executor::Accelerator => {
-                    return Err(refuse(
-                        tonic::Code::FailedPrecondition,
-                        Reason::UnsupportedExecutor,
-                        name,
-                        "executor",
-                        format!("extern {name:?}: executor Accelerator: this host has none"),
-                    ));
-                }
+                pb::Executor::Accelerator => Some((
+                    Reason::UnsupportedExecutor,
+                    "executor Accelerator: this host has none".to_string(),
+                )),
+            };
+            if let Some((reason, why)) = unusable {
+                return refuse_field(reason, name, "executor", why);
             }
             match pb::SuspendMethod::try_from(p.suspend) {
                 Ok(pb::SuspendMethod::Unspecified | pb::SuspendMethod::PacketDescriptor) => {
                     out.suspend = pb::SuspendMethod::PacketDescriptor as i32;
                 }
                 _ => {
-                    return Err(refuse(
-                        tonic::Code::FailedPrecondition,
+                    return refuse_field(
                         Reason::UnsupportedSuspend,
                         name,
                         "suspend",
-                        format!(
-                            "extern {name:?}: suspend {} is not available: DPDK SWX parks a \
+                        format_args!(
+                            "suspend {} is not available: DPDK SWX parks a \
                              packet on one of its pipeline threads (a packet descriptor, \
                              nothing copied); it has no coroutine contexts",
                             p.suspend
                         ),
-                    ));
+                    );
                 }
             }
             if executor == pb::Executor::DedicatedCores {
@@ -210,16 +208,15 @@ pub fn normalize(p: &pb::ExternPolicy, ex: Executors) -> Result<pb::ExternPolicy
                 range(name, "cores", out.cores, max_cores)?;
             }
             if out.burst_size > out.queue_depth {
-                return Err(refuse(
-                    tonic::Code::InvalidArgument,
+                return refuse_field(
                     Reason::BurstOverQueueDepth,
                     name,
                     "burst_size",
-                    format!(
-                        "extern {name:?}: burst_size {} exceeds queue_depth {}",
+                    format_args!(
+                        "burst_size {} exceeds queue_depth {}",
                         out.burst_size, out.queue_depth
                     ),
-                ));
+                );
             }
         }
         _ => {
@@ -255,7 +252,6 @@ pub fn resolve(
     for p in desired {
         let Some(i) = externs.iter().position(|e| *e == p.name) else {
             return Err(refuse(
-                tonic::Code::NotFound,
                 Reason::UnknownExtern,
                 &p.name,
                 "",
@@ -272,7 +268,6 @@ pub fn resolve(
         };
         if out[i].is_some() {
             return Err(refuse(
-                tonic::Code::InvalidArgument,
                 Reason::DuplicateExtern,
                 &p.name,
                 "name",

@@ -13,7 +13,7 @@ use p4fleet_client::model::entries::{Entry, TableSchema, WriteOp, parse_inline};
 use p4fleet_client::model::pipeline_config::BfPipelineConfig;
 use p4fleet_client::proto::externs::{self as xpb, extern_runtime_client::ExternRuntimeClient};
 use p4fleet_client::proto::p4info::{self, P4Info};
-use p4fleet_client::{Device, Identity, Target, WriteOptions};
+use p4fleet_client::{Device, Identity, Target, UpdateFailure, WriteOptions};
 use prost::Message;
 
 const DEVICE: u64 = 1;
@@ -228,6 +228,13 @@ impl Session {
             .map(|r| r.into_inner().externs)
     }
 
+    /// Writes `op` to slot 0: the per-update failures.
+    async fn write(&self, op: WriteOp<'_>) -> Vec<UpdateFailure> {
+        let ops = [op];
+        let r = self.device.write_ops(0, &ops, WriteOptions::default());
+        r.await.unwrap().failures
+    }
+
     fn forward(&self, flow: u8, port: u32) -> Entry {
         let mac = format!("0x0200000100{flow:02x}");
         parse_inline(
@@ -320,12 +327,8 @@ async fn l2crypt_entries_steer_traffic_and_policies_change_what_the_pipeline_cou
 
     // An entry for flow 0 sends it to port 1.
     let e = s.forward(0, 1);
-    let r = s
-        .device
-        .write_ops(0, &[WriteOp::insert(&e)], WriteOptions::default())
-        .await
-        .unwrap();
-    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    let failures = s.write(WriteOp::insert(&e)).await;
+    assert!(failures.is_empty(), "{failures:?}");
     let st = wait_for("flow 0 on port 1", Duration::from_secs(30), async || {
         let st = s.stats().await;
         if tx(&st, 1) > 50 {
@@ -353,21 +356,13 @@ async fn l2crypt_entries_steer_traffic_and_policies_change_what_the_pipeline_cou
     assert_eq!(back.len(), 1);
     assert_eq!(Entry::from_proto(&s.dmac, &back[0]).unwrap(), e);
     // A second insert is ALREADY_EXISTS, at its index.
-    let r = s
-        .device
-        .write_ops(0, &[WriteOp::insert(&e)], WriteOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(r.failures.len(), 1);
-    assert_eq!(r.failures[0].code, tonic::Code::AlreadyExists as i32);
+    let failures = s.write(WriteOp::insert(&e)).await;
+    assert_eq!(failures.len(), 1);
+    assert_eq!(failures[0].code, tonic::Code::AlreadyExists as i32);
 
     // Deleted: port 1 stops growing.
-    let r = s
-        .device
-        .write_ops(0, &[WriteOp::delete(&e.key)], WriteOptions::default())
-        .await
-        .unwrap();
-    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    let failures = s.write(WriteOp::delete(&e.key)).await;
+    assert!(failures.is_empty(), "{failures:?}");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = tx(&s.stats().await, 1);
     tokio::time::sleep(Duration::from_millis(700)).await;
@@ -548,12 +543,8 @@ async fn the_mailbox_variant_encrypts_the_payload_block_sync_async_and_on_the_cr
         .await
         .unwrap();
     let e = s.forward(3, 1);
-    let r = s
-        .device
-        .write_ops(0, &[WriteOp::insert(&e)], WriteOptions::default())
-        .await
-        .unwrap();
-    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    let failures = s.write(WriteOp::insert(&e)).await;
+    assert!(failures.is_empty(), "{failures:?}");
     let want = {
         let f = frame(3);
         let mut block: [u8; 16] = f[34..50].try_into().unwrap();

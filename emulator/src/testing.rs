@@ -16,6 +16,26 @@ actions { preamble { id: 10 name: "set" } params { id: 1 name: "p" bitwidth: 4 }
 actions { preamble { id: 11 name: "NoAction" } }
 "#;
 
+/// The l2crypt example's artifacts, which the data plane's tests load.
+pub mod l2crypt {
+    pub const SPEC: &str = include_str!("../../examples/l2crypt/l2crypt.spec");
+    pub const MAILBOX_SPEC: &str = include_str!("../../examples/l2crypt/l2crypt_mailbox.spec");
+    pub const P4INFO: &str = include_str!("../../examples/l2crypt/p4info.txt");
+}
+
+/// P4Runtime action `id` with `values` as its params 1, 2, ….
+pub fn action(id: u32, values: &[&[u8]]) -> p4fleet_proto::p4runtime::Action {
+    use p4fleet_proto::p4runtime::action::Param;
+    let params = values.iter().zip(1..).map(|(v, param_id)| Param {
+        param_id,
+        value: v.to_vec(),
+    });
+    p4fleet_proto::p4runtime::Action {
+        action_id: id,
+        params: params.collect(),
+    }
+}
+
 /// A small deterministic generator (no dependency): xorshift64 from `seed`.
 pub fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
     move || {

@@ -3,40 +3,16 @@
 //! P4Runtime-form entries in batches, per-update errors, read back in
 //! canonical P4Runtime form, ROLLBACK_ON_ERROR.
 
+mod common;
+
+use common::firewall::entry;
 use p4fleet_client::{Atomicity, Device, Identity, Target, TofinoPipeline, WriteOptions};
-use p4fleet_emulator::{Emulator, EmulatorConfig};
-use p4fleet_model::entries::{
-    ActionCall, ActionParam, ByteStr, Entry, EntryKey, FieldMatch, MatchValue, WriteOp,
-};
+use p4fleet_emulator::Emulator;
+use p4fleet_model::entries::{Entry, WriteOp};
 use p4fleet_proto::p4runtime::{self as p4rt, update::Type};
 
 const P4INFO: &str = include_str!("../../examples/firewall/p4info.txt");
 const BFRT_JSON: &str = include_str!("../../examples/firewall/bfrt.json");
-
-/// Firewall entry `i` (src 10.0.0.0 + i, dst 192.168.0.1) -> allow(port);
-/// a port over 9 bits is the device's to refuse.
-fn entry(i: u32, port: u32) -> Entry {
-    let v = |x: u32| ByteStr::canonical(&x.to_be_bytes());
-    let exact = |field_id, value| FieldMatch {
-        field_id,
-        value: MatchValue::Exact(value),
-    };
-    Entry {
-        key: EntryKey {
-            table_id: 39123287,
-            matches: Box::new([exact(1, v(0x0a00_0000 + i)), exact(2, v(0xc0a8_0001))]),
-            priority: 0,
-        },
-        action: ActionCall {
-            action_id: 17724422,
-            params: Box::new([ActionParam {
-                param_id: 1,
-                value: v(port),
-            }]),
-        },
-        idle_timeout_ns: 0,
-    }
-}
 
 /// The entry as read back over BFRT (canonical P4Runtime form).
 fn read_form(i: u32, port: u32) -> p4rt::TableEntry {
@@ -49,13 +25,9 @@ fn ops(batch: &[(Type, Entry)]) -> Vec<WriteOp<'_>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bfrt_driver_pushes_writes_and_reads() {
-    let emu = Emulator::start(EmulatorConfig {
-        device_ids: vec![3],
-        bfrt_addr: Some("127.0.0.1:0".parse().unwrap()),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let emu = Emulator::start(common::rbfrt::config(vec![3]))
+        .await
+        .unwrap();
     let dev = Device::connect(
         Target::bfrt(emu.bfrt_addr().unwrap().to_string(), 3),
         Identity {
@@ -183,13 +155,9 @@ impl EncodeKey for p4rt::FieldMatch {
 /// its pipes freed. The device reports its pipe count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bfrt_driver_keeps_one_pipe_set_while_another_is_swapped() {
-    let emu = Emulator::start(EmulatorConfig {
-        device_ids: vec![5],
-        bfrt_addr: Some("127.0.0.1:0".parse().unwrap()),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let emu = Emulator::start(common::rbfrt::config(vec![5]))
+        .await
+        .unwrap();
     let target = || Target::bfrt(emu.bfrt_addr().unwrap().to_string(), 5);
     let dev = Device::connect(
         target(),

@@ -6,44 +6,27 @@
 //! pipe set's program while the program kept on the other pipes keeps its
 //! entries (read back through an independent client).
 
+mod common;
+
+use common::firewall::TABLE as FW_TABLE;
 use p4fleet_client::{Device, Identity, Target, WriteOptions};
 use p4fleet_emulator::{Emulator, EmulatorConfig, RunningEmulator};
-use p4fleet_model::entries::{
-    ActionCall, ActionParam, ByteStr, Entry, EntryKey, FieldMatch, MatchValue, WriteOp,
-};
+use p4fleet_model::entries::{Entry, WriteOp};
 use p4fleet_proto::bfrt::{
     ForwardingPipelineConfig, GetForwardingPipelineConfigRequest,
     SetForwardingPipelineConfigRequest, bf_runtime_client::BfRuntimeClient,
     forwarding_pipeline_config::Profile, set_forwarding_pipeline_config_request::Action,
 };
 use p4fleet_proto::p4runtime::update::Type;
+use tonic::transport::Channel;
 
 const FW_P4INFO: &str = include_str!("../../examples/firewall/p4info.txt");
 const FW_BFRT: &str = include_str!("../../examples/firewall/bfrt.json");
 const ROUTER_BFRT: &str = include_str!("../../examples/router/bfrt.json");
-const FW_TABLE: u32 = 39123287;
 
+/// Firewall entry `i` -> allow(port i % 64).
 fn entry(i: u32) -> Entry {
-    let v = |x: u32| ByteStr::canonical(&x.to_be_bytes());
-    let exact = |field_id, value| FieldMatch {
-        field_id,
-        value: MatchValue::Exact(value),
-    };
-    Entry {
-        key: EntryKey {
-            table_id: FW_TABLE,
-            matches: Box::new([exact(1, v(0x0a00_0000 + i)), exact(2, v(0xc0a8_0001))]),
-            priority: 0,
-        },
-        action: ActionCall {
-            action_id: 17724422,
-            params: Box::new([ActionParam {
-                param_id: 1,
-                value: v(i % 64),
-            }]),
-        },
-        idle_timeout_ns: 0,
-    }
+    common::firewall::entry(i, i % 64)
 }
 
 fn program(name: &str, bfrt_json: &str, pipes: &[u32]) -> ForwardingPipelineConfig {
@@ -59,19 +42,24 @@ fn program(name: &str, bfrt_json: &str, pipes: &[u32]) -> ForwardingPipelineConf
     }
 }
 
-async fn emulator(pipes: u32) -> RunningEmulator {
-    Emulator::start(EmulatorConfig {
-        device_ids: vec![1],
-        bfrt_addr: Some("127.0.0.1:0".parse().unwrap()),
+/// A Tofino device 1 of `pipes` pipes: the emulator, its BFRT address and
+/// a client of it.
+async fn start(pipes: u32) -> (RunningEmulator, String, BfRuntimeClient<Channel>) {
+    let emu = Emulator::start(EmulatorConfig {
         tofino_pipes: pipes,
-        ..Default::default()
+        ..common::rbfrt::config(vec![1])
     })
     .await
-    .unwrap()
+    .unwrap();
+    let addr = emu.bfrt_addr().unwrap().to_string();
+    let c = BfRuntimeClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    (emu, addr, c)
 }
 
 async fn set(
-    c: &mut BfRuntimeClient<tonic::transport::Channel>,
+    c: &mut BfRuntimeClient<Channel>,
     action: Action,
     config: Vec<ForwardingPipelineConfig>,
 ) -> Result<(), tonic::Status> {
@@ -86,10 +74,21 @@ async fn set(
     .map(|_| ())
 }
 
+/// A warm init to `config`, ended with RECONCILE so that unchanged
+/// programs keep their state.
+async fn warm_swap(c: &mut BfRuntimeClient<Channel>, config: Vec<ForwardingPipelineConfig>) {
+    set(c, Action::VerifyAndWarmInitBegin, config)
+        .await
+        .unwrap();
+    set(c, Action::ReconcileAndWarmInitEnd, vec![])
+        .await
+        .unwrap();
+}
+
 /// The status a VERIFY_AND_WARM_INIT_BEGIN_AND_END of `config` is refused
 /// with; INVALID_ARGUMENT, as for every config that fails verification.
 async fn refused(
-    c: &mut BfRuntimeClient<tonic::transport::Channel>,
+    c: &mut BfRuntimeClient<Channel>,
     config: Vec<ForwardingPipelineConfig>,
 ) -> tonic::Status {
     let e = set(c, Action::VerifyAndWarmInitBeginAndEnd, config)
@@ -132,11 +131,7 @@ async fn write(dev: &Device, range: std::ops::Range<u32>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn programs_on_disjoint_pipes_and_a_swap_of_one_pipe_set() {
-    let emu = emulator(4).await;
-    let addr = emu.bfrt_addr().unwrap().to_string();
-    let mut c = BfRuntimeClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
+    let (emu, addr, mut c) = start(4).await;
 
     // Overlapping pipe scopes: refused, nothing loaded.
     let e = refused(
@@ -192,12 +187,7 @@ async fn programs_on_disjoint_pipes_and_a_swap_of_one_pipe_set() {
         program("fw_a", FW_BFRT, &[0, 1]),
         program("router", ROUTER_BFRT, &[2, 3]),
     ];
-    set(&mut c, Action::VerifyAndWarmInitBegin, swapped.clone())
-        .await
-        .unwrap();
-    set(&mut c, Action::ReconcileAndWarmInitEnd, vec![])
-        .await
-        .unwrap();
+    warm_swap(&mut c, swapped).await;
     // fw_a's entries, read by a client that never wrote them.
     let reader = attached(&addr, 13, "fw_a").await;
     let kept = reader.read_table(0, FW_TABLE).await.unwrap();
@@ -207,19 +197,11 @@ async fn programs_on_disjoint_pipes_and_a_swap_of_one_pipe_set() {
     assert!(b.read_table(0, FW_TABLE).await.is_err());
 
     // A program moved to other pipes is a new instance: its tables start empty.
-    set(
-        &mut c,
-        Action::VerifyAndWarmInitBegin,
-        vec![
-            program("fw_a", FW_BFRT, &[0]),
-            program("router", ROUTER_BFRT, &[2, 3]),
-        ],
-    )
-    .await
-    .unwrap();
-    set(&mut c, Action::ReconcileAndWarmInitEnd, vec![])
-        .await
-        .unwrap();
+    let moved = vec![
+        program("fw_a", FW_BFRT, &[0]),
+        program("router", ROUTER_BFRT, &[2, 3]),
+    ];
+    warm_swap(&mut c, moved).await;
     let reader = attached(&addr, 14, "fw_a").await;
     assert_eq!(reader.read_table(0, FW_TABLE).await.unwrap().len(), 0);
     emu.shutdown().await.unwrap();
@@ -227,11 +209,7 @@ async fn programs_on_disjoint_pipes_and_a_swap_of_one_pipe_set() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_two_pipe_chip_refuses_pipes_two_and_three_and_an_empty_scope_is_every_pipe() {
-    let emu = emulator(2).await;
-    let addr = emu.bfrt_addr().unwrap().to_string();
-    let mut c = BfRuntimeClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
+    let (emu, _, mut c) = start(2).await;
     let e = refused(&mut c, vec![program("fw", FW_BFRT, &[0, 1, 2, 3])]).await;
     assert!(e.message().contains("pipes 0-1"), "{e:?}");
     // An empty scope takes both pipes, so a second program does not fit.

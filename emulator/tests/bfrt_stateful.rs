@@ -5,7 +5,9 @@
 //! the refusals a bf_switchd gives (index out of range, a register without
 //! its data, a deleted cell, an unknown field). `examples/counted`.
 
-use p4fleet_emulator::{Emulator, EmulatorConfig, EmulatorError, RunningEmulator};
+mod common;
+
+use p4fleet_emulator::{Emulator, EmulatorError, RunningEmulator};
 use p4fleet_proto::bfrt::{
     self, DataField, KeyField, TableData, TableEntry, TableKey,
     data_field::Value,
@@ -28,43 +30,11 @@ const REGISTER_ID: u32 = 383189205;
 /// The emulator with `counted` loaded through rbfrt's config file on
 /// pipes 0 and 1 (so a register reads back twice), and rbfrt connected.
 async fn start() -> (RunningEmulator, SwitchConnection, tempfile::TempDir) {
-    let emu = Emulator::start(EmulatorConfig {
-        device_ids: vec![0],
-        bfrt_addr: Some("127.0.0.1:0".parse().unwrap()),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let addr = emu.bfrt_addr().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let path = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
-    std::fs::write(path("bfrt.json"), BFRT).unwrap();
-    std::fs::write(path("context.json"), "{}").unwrap();
-    std::fs::write(path("tofino.bin"), [0u8, 1]).unwrap();
-    let conf = serde_json::json!({
-        "chip_list": [],
-        "p4_devices": [{
-            "device-id": 0,
-            "p4_programs": [{
-                "program-name": "counted",
-                "bfrt-config": path("bfrt.json"),
-                "p4_pipelines": [{
-                    "p4_pipeline_name": "pipe",
-                    "context": path("context.json"),
-                    "config": path("tofino.bin"),
-                    "pipe_scope": [0, 1],
-                }],
-            }],
-        }],
-    });
-    std::fs::write(path("counted.conf"), conf.to_string()).unwrap();
-    let switch = SwitchConnection::builder(&addr.ip().to_string(), addr.port())
-        .device_id(0)
-        .client_id(1)
-        .config(&path("counted.conf"))
-        .connect()
+    let emu = Emulator::start(common::rbfrt::config(vec![0]))
         .await
         .unwrap();
+    let addr = emu.bfrt_addr().unwrap();
+    let (switch, dir) = common::rbfrt::load(addr, 1, "counted", BFRT, &[0, 1], &[0, 1]).await;
     (emu, switch, dir)
 }
 
@@ -73,6 +43,13 @@ fn dmac(mac: u64) -> Request {
         "hdr.ethernet.dstAddr",
         MatchValue::exact(mac.to_be_bytes()[2..].to_vec()),
     )
+}
+
+/// `dmac`: `mac` -> forward(`port`).
+fn forward(mac: u64, port: u32) -> Request {
+    dmac(mac)
+        .action("MyIngress.forward")
+        .action_data("port", port)
 }
 
 fn u64_of(e: &rbfrt::table::TableEntry, name: &str) -> u64 {
@@ -84,14 +61,7 @@ fn u64_of(e: &rbfrt::table::TableEntry, name: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_counters_start_at_zero_are_set_and_kept_by_modify() {
     let (emu, switch, _dir) = start().await;
-    switch
-        .write_table_entry(
-            dmac(1)
-                .action("MyIngress.forward")
-                .action_data("port", 3u32),
-        )
-        .await
-        .unwrap();
+    switch.write_table_entry(forward(1, 3)).await.unwrap();
     let e = &switch.get_table_entries(dmac(1)).await.unwrap()[0];
     assert_eq!(u64_of(e, "$COUNTER_SPEC_PKTS"), 0);
     assert_eq!(u64_of(e, "$COUNTER_SPEC_BYTES"), 0);
@@ -99,23 +69,14 @@ async fn direct_counters_start_at_zero_are_set_and_kept_by_modify() {
     // A MODIFY with counter data sets the counts.
     switch
         .update_table_entry(
-            dmac(1)
-                .action("MyIngress.forward")
-                .action_data("port", 3u32)
+            forward(1, 3)
                 .action_data("$COUNTER_SPEC_PKTS", 10u64)
                 .action_data("$COUNTER_SPEC_BYTES", 640u64),
         )
         .await
         .unwrap();
     // One that changes the action only keeps them.
-    switch
-        .update_table_entry(
-            dmac(1)
-                .action("MyIngress.forward")
-                .action_data("port", 4u32),
-        )
-        .await
-        .unwrap();
+    switch.update_table_entry(forward(1, 4)).await.unwrap();
     let all = switch.get_table_entries(Request::new(DMAC)).await.unwrap();
     assert_eq!(all.len(), 1);
     assert_eq!(all[0].get_action_data("port").unwrap().as_u32(), 4);
@@ -123,25 +84,14 @@ async fn direct_counters_start_at_zero_are_set_and_kept_by_modify() {
     assert_eq!(u64_of(&all[0], "$COUNTER_SPEC_BYTES"), 640);
 
     // Counter values are full width (8 bytes): a short one is refused.
-    let short = TableEntry {
-        table_id: 44918510,
-        value: Some(bfrt::table_entry::Value::Key(TableKey {
-            fields: vec![KeyField {
-                field_id: 1,
-                match_type: Some(MatchType::Exact(Exact {
-                    value: vec![0, 0, 0, 0, 0, 1],
-                })),
-            }],
-        })),
-        data: Some(TableData {
-            action_id: 25652968,
-            fields: vec![DataField {
-                field_id: 65554,
-                value: Some(Value::Stream(vec![1])),
-            }],
-        }),
-        ..Default::default()
+    let data = TableData {
+        action_id: 25652968,
+        fields: vec![DataField {
+            field_id: 65554,
+            value: Some(Value::Stream(vec![1])),
+        }],
     };
+    let short = exact_entry(44918510, 1, vec![0, 0, 0, 0, 0, 1], data);
     assert_eq!(
         code(emu.emulator().bfrt_apply(0, "counted", Type::Modify, short)),
         Code::InvalidArgument
@@ -156,23 +106,27 @@ fn code(r: Result<(), EmulatorError>) -> Code {
     }
 }
 
-fn register_cell(index: u32, fields: Vec<DataField>) -> TableEntry {
+/// An entry of `table_id` keyed by one exact field, with `data`.
+fn exact_entry(table_id: u32, field_id: u32, value: Vec<u8>, data: TableData) -> TableEntry {
     TableEntry {
-        table_id: REGISTER_ID,
+        table_id,
         value: Some(bfrt::table_entry::Value::Key(TableKey {
             fields: vec![KeyField {
-                field_id: 65557,
-                match_type: Some(MatchType::Exact(Exact {
-                    value: index.to_be_bytes().to_vec(),
-                })),
+                field_id,
+                match_type: Some(MatchType::Exact(Exact { value })),
             }],
         })),
-        data: Some(TableData {
-            action_id: 0,
-            fields,
-        }),
+        data: Some(data),
         ..Default::default()
     }
+}
+
+fn register_cell(index: u32, fields: Vec<DataField>) -> TableEntry {
+    let data = TableData {
+        action_id: 0,
+        fields,
+    };
+    exact_entry(REGISTER_ID, 65557, index.to_be_bytes().to_vec(), data)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

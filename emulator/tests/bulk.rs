@@ -3,21 +3,16 @@
 
 mod common;
 
+use common::entity::exact;
+use common::test_info::{ACL, ALLOW, DROP, FIREWALL, ROUTE, test_p4info};
 use p4fleet_emulator::{Emulator, EmulatorConfig, RunningEmulator};
 use p4fleet_proto::bulk::{self as bk, bulk_write_client::BulkWriteClient};
-use p4fleet_proto::p4info;
 use p4fleet_proto::p4runtime::{
     self as p4, field_match::FieldMatchType, p4_runtime_client::P4RuntimeClient,
 };
 use tokio_stream::StreamExt;
 use tonic::Code;
 use tonic::transport::Channel;
-
-const FIREWALL: u32 = 33554433;
-const ROUTE: u32 = 33554434;
-const ACL: u32 = 33554435;
-const ALLOW: u32 = 16777217;
-const DROP: u32 = 16777218;
 
 async fn start() -> (
     RunningEmulator,
@@ -30,11 +25,7 @@ async fn start() -> (
     })
     .await
     .unwrap();
-    let ch = tonic::transport::Endpoint::from_shared(emu.p4runtime_url())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let ch = common::channel(&emu).await;
     (
         emu,
         P4RuntimeClient::new(ch.clone()).max_decoding_message_size(256 << 20),
@@ -46,19 +37,12 @@ async fn start() -> (
 /// keep the returned stream alive to stay primary.
 async fn primary(c: &mut P4RuntimeClient<Channel>, device: u64) -> common::Primary {
     let primary = common::arbitrate(c, device).await;
-    c.set_forwarding_pipeline_config(p4::SetForwardingPipelineConfigRequest {
-        device_id: device,
-        election_id: common::eid(10),
-        action: p4::set_forwarding_pipeline_config_request::Action::VerifyAndCommit as i32,
-        config: Some(p4::ForwardingPipelineConfig {
-            p4info: Some(p4info::parse_text(include_str!("data/test.p4info.txt")).unwrap()),
-            p4_device_config: b"x".to_vec(),
-            cookie: Some(p4::forwarding_pipeline_config::Cookie { cookie: 1 }),
-        }),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let config = p4::ForwardingPipelineConfig {
+        p4info: Some(test_p4info()),
+        p4_device_config: b"x".to_vec(),
+        cookie: Some(p4::forwarding_pipeline_config::Cookie { cookie: 1 }),
+    };
+    common::set_pipeline(c, device, config).await.unwrap();
     primary
 }
 
@@ -70,6 +54,19 @@ fn exact_col(field_id: u32, width: u32, values: Vec<u8>) -> bk::MatchColumn {
     bk::MatchColumn {
         field_id,
         values: col(width, values),
+        ..Default::default()
+    }
+}
+
+/// A write of `count` rows of `table` on `device` as the primary of
+/// election 10; the columns are the caller's.
+fn rows(device: u64, table: u32, ty: bk::UpdateType, count: u64) -> bk::BulkWriteRequest {
+    bk::BulkWriteRequest {
+        device_id: device,
+        election_id: common::eid(10),
+        table_id: table,
+        r#type: ty as i32,
+        count,
         ..Default::default()
     }
 }
@@ -89,11 +86,6 @@ fn fw_bulk(device: u64, ty: bk::UpdateType, ids: &[u32]) -> bk::BulkWriteRequest
         .flat_map(|i| ((i % 512) as u16).to_be_bytes())
         .collect();
     bk::BulkWriteRequest {
-        device_id: device,
-        election_id: common::eid(10),
-        table_id: FIREWALL,
-        r#type: ty as i32,
-        count: ids.len() as u64,
         matches: vec![exact_col(1, 4, src), exact_col(2, 4, dst)],
         action_id: ALLOW,
         params: vec![bk::ParamColumn {
@@ -109,7 +101,7 @@ fn fw_bulk(device: u64, ty: bk::UpdateType, ids: &[u32]) -> bk::BulkWriteRequest
             .iter()
             .flat_map(|i| (i.to_string().len() as u32).to_be_bytes())
             .collect(),
-        ..Default::default()
+        ..rows(device, FIREWALL, ty, ids.len() as u64)
     }
 }
 
@@ -131,15 +123,6 @@ fn fw_entry(i: u32) -> p4::TableEntry {
         }),
         metadata: i.to_string().into_bytes(),
         ..Default::default()
-    }
-}
-
-fn exact(id: u32, v: &[u8]) -> p4::FieldMatch {
-    p4::FieldMatch {
-        field_id: id,
-        field_match_type: Some(FieldMatchType::Exact(p4::field_match::Exact {
-            value: v.to_vec(),
-        })),
     }
 }
 
@@ -288,11 +271,6 @@ async fn lpm_ternary_range_optional_priorities_and_table_size() {
 
     // Route (LPM, size 3): the 4th row does not fit.
     let req = bk::BulkWriteRequest {
-        device_id: 1,
-        election_id: common::eid(10),
-        table_id: ROUTE,
-        r#type: bk::UpdateType::Insert as i32,
-        count: 4,
         matches: vec![bk::MatchColumn {
             field_id: 1,
             values: col(4, vec![10, 0, 0, 0, 10, 1, 0, 0, 11, 0, 0, 0, 12, 0, 0, 0]),
@@ -305,7 +283,7 @@ async fn lpm_ternary_range_optional_priorities_and_table_size() {
             param_id: 1,
             values: col(2, vec![0, 1, 0, 1, 0, 1, 0, 1]),
         }],
-        ..Default::default()
+        ..rows(1, ROUTE, bk::UpdateType::Insert, 4)
     };
     let r = b.write(req).await.unwrap().into_inner();
     assert_eq!(codes(&r), vec![(3, Code::ResourceExhausted)]);
@@ -314,11 +292,6 @@ async fn lpm_ternary_range_optional_priorities_and_table_size() {
     // ACL: ternary proto, range ports, optional vlan, priorities; omitted
     // fields per row (zero mask, full range, not present).
     let req = bk::BulkWriteRequest {
-        device_id: 1,
-        election_id: common::eid(10),
-        table_id: ACL,
-        r#type: bk::UpdateType::Insert as i32,
-        count: 3,
         matches: vec![
             bk::MatchColumn {
                 field_id: 1,
@@ -344,7 +317,7 @@ async fn lpm_ternary_range_optional_priorities_and_table_size() {
             .iter()
             .flat_map(|p| p.to_be_bytes())
             .collect(),
-        ..Default::default()
+        ..rows(1, ACL, bk::UpdateType::Insert, 3)
     };
     let r = b.write(req).await.unwrap().into_inner();
     assert!(r.errors.is_empty(), "{r:?}");

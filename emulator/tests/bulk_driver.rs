@@ -50,6 +50,23 @@ fn connect(endpoint: &str, device_id: u64) -> Device {
     Device::connect(Target::p4runtime(endpoint, device_id), id).unwrap()
 }
 
+/// Device 1 writing with bulk and device 2 with standard writes only, the
+/// firewall set on both; and the count of BulkWrite calls.
+async fn bulk_and_standard() -> (Device, Device, Arc<AtomicUsize>) {
+    let (addr, calls) = serve(true).await;
+    let info = p4fleet_proto::p4info::parse_text(P4INFO).unwrap();
+    let bulk = connect(&addr, 1);
+    let std = connect(&addr, 2);
+    let Device::P4Runtime(d) = &std else {
+        panic!("a P4Runtime device");
+    };
+    d.set_bulk_enabled(false);
+    for d in [&bulk, &std] {
+        d.set_pipeline(0, &info, b"x".to_vec(), 1).await.unwrap();
+    }
+    (bulk, std, calls)
+}
+
 fn v(x: u32) -> Vec<u8> {
     let b = x.to_be_bytes();
     let first = b.iter().position(|c| *c != 0).unwrap_or(3);
@@ -122,17 +139,8 @@ async fn sorted(dev: &Device) -> Vec<p4rt::TableEntry> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn driver_uses_bulk_automatically_with_standard_results() {
-    let (addr, calls) = serve(true).await;
-    let info = p4fleet_proto::p4info::parse_text(P4INFO).unwrap();
-    let bulk = connect(&addr, 1);
-    let std = connect(&addr, 2);
-    if let Device::P4Runtime(d) = &std {
-        d.set_bulk_enabled(false);
-    }
+    let (bulk, std, calls) = bulk_and_standard().await;
     assert!(bulk.capabilities().await.unwrap().bulk_write);
-    for d in [&bulk, &std] {
-        d.set_pipeline(0, &info, b"x".to_vec(), 1).await.unwrap();
-    }
 
     // Inserts with duplicates (ALREADY_EXISTS) and a port too wide for its
     // 9 bits (OUT_OF_RANGE), then modifies and deletes with missing keys.
@@ -196,17 +204,10 @@ async fn driver_falls_back_without_bulk() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canonical_entries_go_bulk_from_the_entry_model() {
-    let (addr, calls) = serve(true).await;
-    let info = p4fleet_proto::p4info::parse_text(P4INFO).unwrap();
-    let bulk = connect(&addr, 1);
-    let std = connect(&addr, 2);
+    let (bulk, std, calls) = bulk_and_standard().await;
     let (Device::P4Runtime(b), Device::P4Runtime(s)) = (&bulk, &std) else {
         panic!("P4Runtime devices");
     };
-    s.set_bulk_enabled(false);
-    for d in [&bulk, &std] {
-        d.set_pipeline(0, &info, b"x".to_vec(), 1).await.unwrap();
-    }
     let entries: Vec<Entry> = (0..500u32)
         .map(|i| Entry {
             key: EntryKey {

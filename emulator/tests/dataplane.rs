@@ -5,9 +5,14 @@
 //! them), full context pools and queues holding packets back (dropping
 //! only with T4P4S's Context method), and the ExternRuntime gRPC service.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::l2crypt::{
+    DMAC, DROP, FLOOD, FORWARD, MAILBOX_SPEC, NO_ACTION, P4INFO, SMAC, SPEC, assert_l2crypt_externs,
+};
 use p4fleet_emulator::dataplane::externs::{CryptoKeys, ExternFn, ExternKind};
 use p4fleet_emulator::dataplane::packet::{self, TrafficConfig};
 use p4fleet_emulator::dataplane::service::policy_error_from_status;
@@ -19,15 +24,6 @@ use p4fleet_emulator::dataplane::{
 use p4fleet_proto::externs::{self as pb, extern_runtime_client::ExternRuntimeClient};
 use p4fleet_proto::p4info;
 
-const SPEC: &str = include_str!("../../examples/l2crypt/l2crypt.spec");
-const MAILBOX_SPEC: &str = include_str!("../../examples/l2crypt/l2crypt_mailbox.spec");
-const P4INFO: &str = include_str!("../../examples/l2crypt/p4info.txt");
-const SMAC: u32 = 41683160;
-const DMAC: u32 = 44918510;
-const NO_ACTION: u32 = 21257015;
-const FORWARD: u32 = 29683729;
-const DROP: u32 = 25652968;
-const FLOOD: u32 = 255;
 /// After Ethernet + IPv4: the 16-byte block l2crypt_mailbox.spec moves
 /// through the externs' mailboxes (UDP header and 8 bytes of data).
 const BLOCK: std::ops::Range<usize> = 14 + 20..14 + 20 + 16;
@@ -57,6 +53,15 @@ fn engine_of(
     )
     .unwrap();
     (source, engine)
+}
+
+/// Traffic over 4 flows at `pps` until the engine stops.
+fn endless(pps: u64) -> TrafficConfig {
+    TrafficConfig {
+        rate_pps: Some(pps),
+        flows: 4,
+        ..TrafficConfig::default()
+    }
 }
 
 fn finite(total: u64, flows: u32) -> TrafficConfig {
@@ -225,6 +230,38 @@ fn run_and_capture(engine: &Engine, total: u64, before: u64) -> (EngineStats, Ve
     (s, caps)
 }
 
+/// Runs the engine's finite traffic with the externs' (encrypt, decrypt)
+/// `policies` until everything received, `total` in all, is accounted for.
+fn run_with(
+    engine: &Engine,
+    policies: (ExternPolicy, ExternPolicy),
+    what: &str,
+    total: u64,
+) -> EngineStats {
+    set(engine, policies.0, policies.1);
+    engine.start();
+    wait(engine, what, settled(total))
+}
+
+/// Async on DedicatedCores with a pool of one context and bursts of one:
+/// one call parked at a time.
+fn one_context() -> ExternPolicy {
+    ExternPolicy {
+        context_pool: 1,
+        burst_size: 1,
+        ..ExternPolicy::asynchronous(Executor::DedicatedCores)
+    }
+}
+
+/// `p` with T4P4S's coroutine contexts (Context, which DPDK SWX does not
+/// have): what finds a pool or a queue full is dropped.
+fn with_contexts(p: ExternPolicy) -> ExternPolicy {
+    ExternPolicy {
+        suspend: Some(SuspendMethod::Context),
+        ..p
+    }
+}
+
 /// Sets both externs' policies on a stopped engine (a running one would
 /// restart its finite traffic source with the new run).
 fn set(engine: &Engine, encrypt: ExternPolicy, decrypt: ExternPolicy) {
@@ -292,10 +329,7 @@ fn sync_async_skip_change_what_runs() {
     assert!(caps.iter().all(|c| *c == encrypted), "{caps:02x?}");
 
     // Async encrypt suspended as a coroutine context, decrypt skipped.
-    let context = ExternPolicy {
-        suspend: Some(SuspendMethod::Context),
-        ..dedicated
-    };
+    let context = with_contexts(dedicated);
     set(&engine, context, skip);
     let (s, caps) = run_and_capture(&engine, 200, 1000);
     assert!(caps.iter().all(|c| *c == encrypted));
@@ -330,14 +364,7 @@ fn an_extern_sees_only_its_mailbox() {
 
 #[test]
 fn policy_change_while_running_accounts_for_every_packet() {
-    let (_source, engine) = engine(
-        TrafficConfig {
-            rate_pps: Some(50_000),
-            flows: 4,
-            ..TrafficConfig::default()
-        },
-        0,
-    );
+    let (_source, engine) = engine(endless(50_000), 0);
     engine.start();
     wait(&engine, "traffic", |s| s.tx_packets > 1000);
     let dedicated = ExternPolicy::asynchronous(Executor::DedicatedCores);
@@ -365,17 +392,16 @@ fn policy_change_while_running_accounts_for_every_packet() {
 #[test]
 fn a_full_context_pool_holds_packets_back_and_drops_none() {
     let (_source, engine) = engine(finite(5000, 4), 0);
-    let tiny = ExternPolicy {
-        context_pool: 1,
-        burst_size: 1,
-        ..ExternPolicy::asynchronous(Executor::DedicatedCores)
-    };
-    set(&engine, tiny, ExternPolicy::default());
-    engine.start();
+    let tiny = one_context();
     // A 32-packet rx burst meets a pool of one: the rest of the burst
     // waits for the context (as DPDK SWX keeps a packet parked), and the
     // worker takes nothing more from rx meanwhile.
-    let s = wait(&engine, "all 5000 packets accounted", settled(5000));
+    let s = run_with(
+        &engine,
+        (tiny, ExternPolicy::default()),
+        "all 5000 packets accounted",
+        5000,
+    );
     assert_eq!(s.drops.total(), 0, "{s:#?}");
     assert!(s.externs[0].async_waits > 0, "{s:#?}");
     assert_eq!(s.externs[0].drops_pool_exhausted, 0);
@@ -384,13 +410,13 @@ fn a_full_context_pool_holds_packets_back_and_drops_none() {
 
     // T4P4S's coroutine contexts (Context, which DPDK SWX does not have)
     // drop what finds the pool taken, and count it.
-    let context = ExternPolicy {
-        suspend: Some(SuspendMethod::Context),
-        ..tiny
-    };
-    set(&engine, context, ExternPolicy::default());
-    engine.start();
-    let s = wait(&engine, "5000 more packets accounted", settled(10_000));
+    let context = with_contexts(tiny);
+    let s = run_with(
+        &engine,
+        (context, ExternPolicy::default()),
+        "5000 more packets accounted",
+        10_000,
+    );
     assert!(s.drops.pool_exhausted > 0, "{s:#?}");
     assert_eq!(s.externs[0].drops_pool_exhausted, s.drops.pool_exhausted);
     assert_eq!(
@@ -409,9 +435,12 @@ fn a_full_device_queue_holds_packets_back() {
         burst_size: 1,
         ..ExternPolicy::asynchronous(Executor::InlineCryptoDevice)
     };
-    set(&engine, ExternPolicy::default(), shallow);
-    engine.start();
-    let s = wait(&engine, "all 3200 packets accounted", settled(3200));
+    let s = run_with(
+        &engine,
+        (ExternPolicy::default(), shallow),
+        "all 3200 packets accounted",
+        3200,
+    );
     // The device queue holds one call per poll; the rest of each rx burst
     // waits for it.
     assert_eq!(s.drops.total(), 0, "{s:#?}");
@@ -422,13 +451,13 @@ fn a_full_device_queue_holds_packets_back() {
     assert_eq!(s.externs[0].sync_calls, 3200);
 
     // With the Context method (T4P4S) a full queue drops.
-    let context = ExternPolicy {
-        suspend: Some(SuspendMethod::Context),
-        ..shallow
-    };
-    set(&engine, ExternPolicy::default(), context);
-    engine.start();
-    let s = wait(&engine, "3200 more packets accounted", settled(6400));
+    let context = with_contexts(shallow);
+    let s = run_with(
+        &engine,
+        (ExternPolicy::default(), context),
+        "3200 more packets accounted",
+        6400,
+    );
     assert!(s.drops.queue_full > 0, "{s:#?}");
     assert_eq!(s.externs[1].drops_queue_full, s.drops.queue_full);
     assert_eq!(s.tx_packets + s.drops.queue_full, 6400);
@@ -439,19 +468,8 @@ fn what_a_held_back_worker_cannot_take_is_lost_by_its_rx_queue() {
     // 5 Mpps offered to a worker whose extern parks one packet at a time:
     // far more than it takes. Its rx queue overflows (counted as the
     // port's rx_missed, never received), and no extern drops anything.
-    let (_source, engine) = engine(
-        TrafficConfig {
-            rate_pps: Some(5_000_000),
-            flows: 4,
-            ..TrafficConfig::default()
-        },
-        0,
-    );
-    let tiny = ExternPolicy {
-        context_pool: 1,
-        burst_size: 1,
-        ..ExternPolicy::asynchronous(Executor::DedicatedCores)
-    };
+    let (_source, engine) = engine(endless(5_000_000), 0);
+    let tiny = one_context();
     set(&engine, tiny, ExternPolicy::default());
     engine.start();
     wait(&engine, "rx queue losses", |s| {
@@ -490,16 +508,44 @@ fn missing_extern_is_refused_by_name_and_nothing_changes() {
     assert!(matches!(err, PolicyError::UnsupportedExecutor { .. }));
 }
 
+type Client = ExternRuntimeClient<tonic::transport::Channel>;
+
+/// A policy of extern `name` in `mode`, the rest left to the target.
+fn policy(name: &str, mode: pb::Mode) -> pb::ExternPolicy {
+    pb::ExternPolicy {
+        name: name.into(),
+        mode: mode as i32,
+        ..Default::default()
+    }
+}
+
+/// SetPolicy of `externs` on `target`.
+async fn set_policy(
+    c: &mut Client,
+    target: &Option<pb::Target>,
+    externs: Vec<pb::ExternPolicy>,
+) -> Result<pb::SetPolicyResponse, tonic::Status> {
+    let req = pb::SetPolicyRequest {
+        target: target.clone(),
+        externs,
+    };
+    c.set_policy(req).await.map(|r| r.into_inner())
+}
+
+/// GetPolicy of `target`.
+async fn get_policy(
+    c: &mut Client,
+    target: &Option<pb::Target>,
+) -> Result<pb::GetPolicyResponse, tonic::Status> {
+    let req = pb::GetPolicyRequest {
+        target: target.clone(),
+    };
+    c.get_policy(req).await.map(|r| r.into_inner())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extern_runtime_service_over_grpc() {
-    let (_source, engine) = engine(
-        TrafficConfig {
-            rate_pps: Some(100_000),
-            flows: 4,
-            ..TrafficConfig::default()
-        },
-        0,
-    );
+    let (_source, engine) = engine(endless(100_000), 0);
     let engine = Arc::new(engine);
     let registry = EngineRegistry::new();
     registry.insert(7, engine.clone());
@@ -531,9 +577,7 @@ async fn extern_runtime_service_over_grpc() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(list.pipeline, "l2crypt");
-    let names: Vec<_> = list.externs.iter().map(|x| x.name.as_str()).collect();
-    assert_eq!(names, ["async_encrypt", "async_decrypt"]);
+    assert_l2crypt_externs(&list);
     assert_eq!(list.externs[0].p4info_id, 2166930795);
     assert_eq!(list.externs[0].kind, "aes128-cbc-encrypt");
     let caps = list.externs[0].capabilities.as_ref().unwrap();
@@ -546,19 +590,16 @@ async fn extern_runtime_service_over_grpc() {
 
     // Async encrypt, defaults filled in by the target; decrypt unlisted
     // returns to Sync.
-    let set = client
-        .set_policy(pb::SetPolicyRequest {
-            target: target.clone(),
-            externs: vec![pb::ExternPolicy {
-                name: "async_encrypt".into(),
-                mode: pb::Mode::Async as i32,
-                executor: pb::Executor::DedicatedCores as i32,
-                ..Default::default()
-            }],
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let set = set_policy(
+        &mut client,
+        &target,
+        vec![pb::ExternPolicy {
+            executor: pb::Executor::DedicatedCores as i32,
+            ..policy("async_encrypt", pb::Mode::Async)
+        }],
+    )
+    .await
+    .unwrap();
     assert_eq!(set.externs.len(), 2);
     let enc = &set.externs[0];
     assert_eq!(enc.mode, pb::Mode::Async as i32);
@@ -568,13 +609,7 @@ async fn extern_runtime_service_over_grpc() {
         (1, 64, 1023, 1024)
     );
     assert_eq!(set.externs[1].mode, pb::Mode::Sync as i32);
-    let got = client
-        .get_policy(pb::GetPolicyRequest {
-            target: target.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let got = get_policy(&mut client, &target).await.unwrap();
     assert_eq!(got.externs, set.externs);
 
     engine.start();
@@ -603,17 +638,13 @@ async fn extern_runtime_service_over_grpc() {
 
     // A policy naming an extern the pipeline does not have: NOT_FOUND with
     // a PolicyError naming it; nothing changes.
-    let err = client
-        .set_policy(pb::SetPolicyRequest {
-            target: target.clone(),
-            externs: vec![pb::ExternPolicy {
-                name: "compress".into(),
-                mode: pb::Mode::Skip as i32,
-                ..Default::default()
-            }],
-        })
-        .await
-        .unwrap_err();
+    let err = set_policy(
+        &mut client,
+        &target,
+        vec![policy("compress", pb::Mode::Skip)],
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
     let detail = policy_error_from_status(&err).unwrap();
     assert_eq!(detail.extern_name, "compress");
@@ -621,63 +652,45 @@ async fn extern_runtime_service_over_grpc() {
         detail.reason,
         pb::policy_error::Reason::UnknownExtern as i32
     );
-    let after = client
-        .get_policy(pb::GetPolicyRequest {
-            target: target.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let after = get_policy(&mut client, &target).await.unwrap();
     assert_eq!(after.externs, set.externs);
 
     // Out of range: INVALID_ARGUMENT naming the field.
-    let err = client
-        .set_policy(pb::SetPolicyRequest {
-            target: target.clone(),
-            externs: vec![pb::ExternPolicy {
-                name: "async_decrypt".into(),
-                mode: pb::Mode::Async as i32,
-                executor: pb::Executor::DedicatedCores as i32,
-                cores: 1000,
-                ..Default::default()
-            }],
-        })
-        .await
-        .unwrap_err();
+    let err = set_policy(
+        &mut client,
+        &target,
+        vec![pb::ExternPolicy {
+            executor: pb::Executor::DedicatedCores as i32,
+            cores: 1000,
+            ..policy("async_decrypt", pb::Mode::Async)
+        }],
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert_eq!(policy_error_from_status(&err).unwrap().field, "cores");
 
     // Unknown device / wrong pipeline.
+    let elsewhere = |device_id, pipeline: &str| {
+        Some(pb::Target {
+            device_id,
+            pipeline: pipeline.into(),
+        })
+    };
     let err = client
         .get_stats(pb::GetStatsRequest {
-            target: Some(pb::Target {
-                device_id: 8,
-                pipeline: String::new(),
-            }),
+            target: elsewhere(8, ""),
         })
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
-    let err = client
-        .get_policy(pb::GetPolicyRequest {
-            target: Some(pb::Target {
-                device_id: 7,
-                pipeline: "router".into(),
-            }),
-        })
+    let err = get_policy(&mut client, &elsewhere(7, "router"))
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
 
     // Deleting the policy (an empty set) restores the defaults.
-    let reset = client
-        .set_policy(pb::SetPolicyRequest {
-            target,
-            externs: vec![],
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let reset = set_policy(&mut client, &target, vec![]).await.unwrap();
     assert!(
         reset
             .externs

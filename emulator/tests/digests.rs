@@ -9,23 +9,18 @@ mod common;
 
 use std::time::Duration;
 
+use common::l2crypt::{DMAC, FORWARD, NO_ACTION, SMAC};
 use p4fleet_emulator::{Emulator, EmulatorConfig, Frame, RunningEmulator};
-use p4fleet_proto::google::rpc;
 use p4fleet_proto::p4info;
 use p4fleet_proto::p4runtime::{
     self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient, stream_message_response,
     update::Type,
 };
-use prost::Message;
 use tokio_stream::StreamExt;
 use tonic::Code;
 use tonic::transport::Channel;
 
 const P4INFO: &str = include_str!("../../examples/l2switch/p4info.txt");
-const SMAC: u32 = 41683160;
-const DMAC: u32 = 44918510;
-const NO_ACTION: u32 = 21257015;
-const FORWARD: u32 = 29683729;
 const DIGEST: u32 = 402184575;
 
 /// The l2switch P4Info with `smac` notifying idle entries (what
@@ -45,48 +40,22 @@ async fn start() -> (RunningEmulator, P4RuntimeClient<Channel>, common::Primary)
     let emu = Emulator::start(EmulatorConfig::default()).await.unwrap();
     let mut c = P4RuntimeClient::connect(emu.p4runtime_url()).await.unwrap();
     let primary = common::arbitrate(&mut c, 1).await;
-    c.set_forwarding_pipeline_config(p4::SetForwardingPipelineConfigRequest {
-        device_id: 1,
-        election_id: common::eid(10),
-        action: p4::set_forwarding_pipeline_config_request::Action::VerifyAndCommit as i32,
-        config: Some(p4::ForwardingPipelineConfig {
-            p4info: Some(p4info()),
-            ..Default::default()
-        }),
+    let config = p4::ForwardingPipelineConfig {
+        p4info: Some(p4info()),
         ..Default::default()
-    })
-    .await
-    .unwrap();
+    };
+    common::set_pipeline(&mut c, 1, config).await.unwrap();
     (emu, c, primary)
 }
 
+/// Each update's code: all OK, or the failed Write's per-update codes.
 async fn write(c: &mut P4RuntimeClient<Channel>, updates: Vec<(Type, Entity)>) -> Vec<Code> {
     let n = updates.len();
-    let req = p4::WriteRequest {
-        device_id: 1,
-        election_id: common::eid(10),
-        updates: updates
+    match common::write(c, 1, updates).await {
+        Ok(()) => vec![Code::Ok; n],
+        Err(s) => common::error_details(&s)
             .into_iter()
-            .map(|(ty, e)| p4::Update {
-                r#type: ty as i32,
-                entity: Some(p4::Entity { entity: Some(e) }),
-            })
-            .collect(),
-        ..Default::default()
-    };
-    match c.write(req).await {
-        Ok(_) => vec![Code::Ok; n],
-        Err(s) => rpc::Status::decode(s.details())
-            .unwrap()
-            .details
-            .iter()
-            .map(|d| {
-                Code::from(
-                    p4::Error::decode(d.value.as_slice())
-                        .unwrap()
-                        .canonical_code,
-                )
-            })
+            .map(|(c, _)| c)
             .collect(),
     }
 }
@@ -113,24 +82,6 @@ fn frame(src: u8, port: u32) -> Frame {
         dst: mac(0xff),
         len: 64,
     }
-}
-
-/// Every entity matching `filter`.
-async fn read(c: &mut P4RuntimeClient<Channel>, filter: Entity) -> Vec<p4::Entity> {
-    c.read(p4::ReadRequest {
-        device_id: 1,
-        entities: vec![p4::Entity {
-            entity: Some(filter),
-        }],
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .map(|r| r.unwrap().entities)
-    .collect::<Vec<_>>()
-    .await
-    .concat()
 }
 
 /// Waits until the device's stats satisfy `ok` (they follow the stream
@@ -319,9 +270,10 @@ async fn digest_configs_are_checked_and_read_back() {
             Code::AlreadyExists
         ]
     );
-    let read = read(&mut c, Entity::DigestEntry(p4::DigestEntry::default())).await;
-    assert_eq!(read.len(), 1);
-    assert_eq!(read[0].entity, Some(digest_config(1000, 4, 2000)));
+    let read = common::read(&mut c, 1, Entity::DigestEntry(p4::DigestEntry::default()))
+        .await
+        .unwrap();
+    assert_eq!(read, vec![digest_config(1000, 4, 2000)]);
 }
 
 #[tokio::test]
@@ -381,11 +333,12 @@ async fn idle_entries_are_notified_and_hits_restart_their_clock() {
                 time_since_last_hit: Some(Default::default()),
                 ..Default::default()
             });
-            read(&mut c, filter)
+            common::read(&mut c, 1, filter)
                 .await
+                .unwrap()
                 .into_iter()
-                .map(|e| match e.entity {
-                    Some(Entity::TableEntry(te)) => {
+                .map(|e| match e {
+                    Entity::TableEntry(te) => {
                         let last = te.r#match[0].clone();
                         let Some(p4::field_match::FieldMatchType::Exact(v)) = last.field_match_type
                         else {

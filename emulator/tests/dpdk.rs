@@ -7,41 +7,19 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::l2crypt::{FLOOD, MAILBOX_SPEC, P4INFO, SPEC, assert_l2crypt_externs, forward, packed};
+use p4fleet_emulator::RunningEmulator;
 use p4fleet_emulator::dataplane::EngineStats;
 use p4fleet_emulator::dataplane::packet;
-use p4fleet_emulator::{DpdkConfig, Emulator, EmulatorConfig, RunningEmulator};
-use p4fleet_model::pipeline_config::BfPipelineConfig;
 use p4fleet_proto::externs::{self as pb, extern_runtime_client::ExternRuntimeClient};
 use p4fleet_proto::p4info;
-use p4fleet_proto::p4runtime::{
-    self as p4, field_match::FieldMatchType, p4_runtime_client::P4RuntimeClient,
-};
+use p4fleet_proto::p4runtime::{self as p4, p4_runtime_client::P4RuntimeClient};
 use tonic::Code;
 use tonic::transport::Channel;
 
-const SPEC: &str = include_str!("../../examples/l2crypt/l2crypt.spec");
-const MAILBOX_SPEC: &str = include_str!("../../examples/l2crypt/l2crypt_mailbox.spec");
-const P4INFO: &str = include_str!("../../examples/l2crypt/p4info.txt");
-const BFRT: &str = include_str!("../../examples/l2crypt/bfrt.json");
-const CONTEXT: &str = include_str!("../../examples/l2crypt/context.json");
-const DMAC: u32 = 44918510;
-const FORWARD: u32 = 29683729;
-const FLOOD: u32 = 255;
-
 /// Device 1 is a Dpdk target, device 2 is not.
 async fn start() -> RunningEmulator {
-    Emulator::start(EmulatorConfig {
-        device_ids: vec![1, 2],
-        dpdk: Some(DpdkConfig {
-            device_ids: vec![1],
-            extern_cores: Some(1),
-            stats_interval: Duration::from_millis(100),
-            ..DpdkConfig::default()
-        }),
-        ..Default::default()
-    })
-    .await
-    .unwrap()
+    common::l2crypt::start_dpdk(vec![1, 2], vec![1], Some(1)).await
 }
 
 async fn set_pipeline(
@@ -49,60 +27,12 @@ async fn set_pipeline(
     device: u64,
     device_config: Vec<u8>,
 ) -> Result<(), tonic::Status> {
-    c.set_forwarding_pipeline_config(p4::SetForwardingPipelineConfigRequest {
-        device_id: device,
-        election_id: common::eid(10),
-        action: p4::set_forwarding_pipeline_config_request::Action::VerifyAndCommit as i32,
-        config: Some(p4::ForwardingPipelineConfig {
-            p4info: Some(p4info::parse_text(P4INFO).unwrap()),
-            p4_device_config: device_config,
-            cookie: None,
-        }),
-        ..Default::default()
-    })
-    .await
-    .map(|_| ())
-}
-
-fn packed() -> Vec<u8> {
-    packed_spec(SPEC)
-}
-
-fn packed_spec(spec: &str) -> Vec<u8> {
-    BfPipelineConfig::dpdk(
-        "l2crypt",
-        BFRT.as_bytes().to_vec(),
-        CONTEXT.as_bytes().to_vec(),
-        spec.as_bytes().to_vec(),
-    )
-    .pack()
-}
-
-fn forward(mac: [u8; 6], port: u8) -> p4::Update {
-    p4::Update {
-        r#type: p4::update::Type::Insert as i32,
-        entity: Some(p4::Entity {
-            entity: Some(p4::entity::Entity::TableEntry(p4::TableEntry {
-                table_id: DMAC,
-                r#match: vec![p4::FieldMatch {
-                    field_id: 1,
-                    field_match_type: Some(FieldMatchType::Exact(p4::field_match::Exact {
-                        value: mac.to_vec(),
-                    })),
-                }],
-                action: Some(p4::TableAction {
-                    r#type: Some(p4::table_action::Type::Action(p4::Action {
-                        action_id: FORWARD,
-                        params: vec![p4::action::Param {
-                            param_id: 1,
-                            value: vec![port],
-                        }],
-                    })),
-                }),
-                ..Default::default()
-            })),
-        }),
-    }
+    let config = p4::ForwardingPipelineConfig {
+        p4info: Some(p4info::parse_text(P4INFO).unwrap()),
+        p4_device_config: device_config,
+        cookie: None,
+    };
+    common::set_pipeline(c, device, config).await
 }
 
 fn port(s: &EngineStats, p: u32) -> u64 {
@@ -163,15 +93,13 @@ async fn packed_config_loads_and_entries_steer_the_data_plane() {
     assert!(err.message().contains("BfPipelineConfig"), "{err:?}");
     assert!(emu.emulator().dataplane(1).is_none());
 
-    set_pipeline(&mut c, 1, packed()).await.unwrap();
+    set_pipeline(&mut c, 1, packed(SPEC)).await.unwrap();
     let list = ext
         .list_externs(pb::ListExternsRequest { target: target(1) })
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(list.pipeline, "l2crypt");
-    let names: Vec<_> = list.externs.iter().map(|x| x.name.as_str()).collect();
-    assert_eq!(names, ["async_encrypt", "async_decrypt"]);
+    assert_l2crypt_externs(&list);
     let caps = list.externs[0].capabilities.as_ref().unwrap();
     assert_eq!(caps.max_cores, 1, "--dpdk-extern-cores bounds the cores");
 
@@ -180,15 +108,10 @@ async fn packed_config_loads_and_entries_steer_the_data_plane() {
     assert_eq!(port(&s, 1), 0);
 
     // What P4Runtime installs is what the data plane forwards with.
-    c.write(p4::WriteRequest {
-        device_id: 1,
-        election_id: common::eid(10),
-        updates: vec![forward(packet::dst_mac(0), 1)],
-        atomicity: 0,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let entry = p4::entity::Entity::TableEntry(forward(packet::dst_mac(0), 1));
+    common::write(&mut c, 1, vec![(p4::update::Type::Insert, entry)])
+        .await
+        .unwrap();
     let s = wait(&emu, "flow 0 forwarded to port 1", |s| port(s, 1) > 10).await;
     let dmac = s
         .tables
@@ -241,9 +164,7 @@ async fn the_mailbox_variant_loads_and_a_write_of_the_state_word_is_refused() {
     let mut c = P4RuntimeClient::connect(emu.p4runtime_url()).await.unwrap();
     let _stream = common::arbitrate(&mut c, 1).await;
     // f.<extern>.w0/w1 operands load, as on p4fleet-dpdk-agent.
-    set_pipeline(&mut c, 1, packed_spec(MAILBOX_SPEC))
-        .await
-        .unwrap();
+    set_pipeline(&mut c, 1, packed(MAILBOX_SPEC)).await.unwrap();
     let s = wait(&emu, "traffic through the mailboxes", |s| {
         s.externs.iter().all(|x| x.sync_calls > 10)
     })
@@ -261,9 +182,7 @@ async fn the_mailbox_variant_loads_and_a_write_of_the_state_word_is_refused() {
         .position(|l| l.contains("p4fleet_state 0"))
         .unwrap()
         + 1;
-    let err = set_pipeline(&mut c, 1, packed_spec(&bad))
-        .await
-        .unwrap_err();
+    let err = set_pipeline(&mut c, 1, packed(&bad)).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
     assert!(
         err.message().contains(&format!("line {line}")) && err.message().contains("p4fleet_state"),

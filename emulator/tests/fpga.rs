@@ -3,19 +3,19 @@
 //! ports. Timing is asserted as lower bounds only; most tests use a fast
 //! configuration port so they stay quick.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::entity::{exact, lpm};
 use p4fleet_emulator::fpga::p4vbox::{FIREWALL, L2SWITCH, Program, ROUTER};
 use p4fleet_emulator::fpga::{BoardSpec, FpgaConfig, bitstream, upload};
 use p4fleet_emulator::{Emulator, EmulatorConfig, RunningEmulator};
 use p4fleet_proto::fpga::{self as pb, slot_service_client::SlotServiceClient};
 use p4fleet_proto::p4info::{self, P4Info};
-use p4fleet_proto::p4runtime::{self as p4, p4_runtime_client::P4RuntimeClient};
+use p4fleet_proto::p4runtime::{self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient};
 use p4fleet_proto::rpc;
 use prost::Message;
-use tokio::sync::mpsc;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
@@ -34,24 +34,18 @@ impl P4InfoIds for Program {
     }
 
     fn table(&self, name: &str) -> u32 {
-        let info = self.p4info();
-        info.tables
-            .iter()
-            .map(|t| t.preamble.as_ref().unwrap())
-            .find(|p| p.name == name)
-            .unwrap()
-            .id
+        id_named(self.p4info().tables.iter().map(|t| &t.preamble), name)
     }
 
     fn action(&self, name: &str) -> u32 {
-        let info = self.p4info();
-        info.actions
-            .iter()
-            .map(|a| a.preamble.as_ref().unwrap())
-            .find(|p| p.name == name)
-            .unwrap()
-            .id
+        id_named(self.p4info().actions.iter().map(|a| &a.preamble), name)
     }
+}
+
+/// The id in the preamble named `name` (every one must have a preamble).
+fn id_named<'a>(preambles: impl Iterator<Item = &'a Option<p4info::Preamble>>, name: &str) -> u32 {
+    let mut all = preambles.map(|p| p.as_ref().unwrap());
+    all.find(|p| p.name == name).unwrap().id
 }
 
 /// A number after `key: ` on a line of `yaml` (comments after it ignored).
@@ -111,11 +105,7 @@ async fn start(fpga: FpgaConfig) -> Board {
     })
     .await
     .unwrap();
-    let channel = tonic::transport::Endpoint::from_shared(emu.p4runtime_url())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = common::channel(&emu).await;
     Board {
         slots: SlotServiceClient::new(channel.clone()),
         p4rt: P4RuntimeClient::new(channel),
@@ -258,6 +248,11 @@ fn detail(s: &Status) -> pb::SlotError {
     pb::SlotError::decode(st.details[0].value.as_slice()).unwrap()
 }
 
+/// Asserts that `s`'s message says `part`.
+fn assert_says(s: &Status, part: &str) {
+    assert!(s.message().contains(part), "{}", s.message());
+}
+
 fn assert_refused(
     r: Result<impl std::fmt::Debug, Status>,
     code: Code,
@@ -269,72 +264,16 @@ fn assert_refused(
     s
 }
 
-/// A primary P4Runtime controller of `device` (keep it alive).
-struct Primary {
-    _tx: mpsc::Sender<p4::StreamMessageRequest>,
-    _rx: tonic::Streaming<p4::StreamMessageResponse>,
-}
-
-async fn primary(c: &mut P4RuntimeClient<Channel>, device: u64) -> Primary {
-    let (tx, rx) = mpsc::channel(4);
-    tx.send(p4::StreamMessageRequest {
-        update: Some(p4::stream_message_request::Update::Arbitration(
-            p4::MasterArbitrationUpdate {
-                device_id: device,
-                election_id: Some(p4::Uint128 { high: 0, low: 1 }),
-                ..Default::default()
-            },
-        )),
-    })
-    .await
-    .unwrap();
-    let mut inbound = c
-        .stream_channel(ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
-    let first = inbound.next().await.unwrap().unwrap();
-    let Some(p4::stream_message_response::Update::Arbitration(a)) = first.update else {
-        panic!("arbitration answer expected: {first:?}");
-    };
-    assert_eq!(a.status.unwrap().code, 0, "primary");
-    Primary {
-        _tx: tx,
-        _rx: inbound,
-    }
-}
-
-fn exact(id: u32, v: Vec<u8>) -> p4::FieldMatch {
-    p4::FieldMatch {
-        field_id: id,
-        field_match_type: Some(p4::field_match::FieldMatchType::Exact(
-            p4::field_match::Exact { value: v },
-        )),
-    }
-}
-
 fn entry(
     table: u32,
     matches: Vec<p4::FieldMatch>,
     action: u32,
-    params: Vec<Vec<u8>>,
+    params: &[&[u8]],
 ) -> p4::TableEntry {
     p4::TableEntry {
         table_id: table,
         r#match: matches,
-        action: Some(p4::TableAction {
-            r#type: Some(p4::table_action::Type::Action(p4::Action {
-                action_id: action,
-                params: params
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, value)| p4::action::Param {
-                        param_id: i as u32 + 1,
-                        value,
-                    })
-                    .collect(),
-            })),
-        }),
+        action: common::entity::action(action, params),
         ..Default::default()
     }
 }
@@ -343,9 +282,9 @@ fn entry(
 fn dmac_entry(i: u8) -> p4::TableEntry {
     entry(
         L2.table("MyIngress.dmac"),
-        vec![exact(1, vec![2, 0, 0, 0, 0, i])],
+        vec![exact(1, &[2, 0, 0, 0, 0, i])],
         L2.action("MyIngress.forward"),
-        vec![vec![i % 4 + 1]],
+        &[&[i % 4 + 1]],
     )
 }
 
@@ -353,60 +292,36 @@ fn dmac_entry(i: u8) -> p4::TableEntry {
 fn firewall_entry(i: u8) -> p4::TableEntry {
     entry(
         FIREWALL.table("MyIngress.firewall"),
-        vec![exact(1, vec![10, 0, 0, i]), exact(2, vec![10, 0, 1, i])],
+        vec![exact(1, &[10, 0, 0, i]), exact(2, &[10, 0, 1, i])],
         FIREWALL.action("MyIngress.allow"),
-        vec![vec![1]],
+        &[&[1]],
     )
 }
 
+/// Inserts `entries` on `device`.
 async fn write(
     c: &mut P4RuntimeClient<Channel>,
     device: u64,
     entries: &[p4::TableEntry],
 ) -> Result<(), Status> {
-    let updates = entries
+    let inserts = entries
         .iter()
-        .map(|e| p4::Update {
-            r#type: p4::update::Type::Insert as i32,
-            entity: Some(p4::Entity {
-                entity: Some(p4::entity::Entity::TableEntry(e.clone())),
-            }),
-        })
+        .map(|e| (p4::update::Type::Insert, Entity::TableEntry(e.clone())))
         .collect();
-    c.write(p4::WriteRequest {
-        device_id: device,
-        election_id: Some(p4::Uint128 { high: 0, low: 1 }),
-        updates,
-        ..Default::default()
-    })
-    .await
-    .map(|_| ())
+    common::write(c, device, inserts).await
 }
 
+/// Every table entry on `device`, sorted.
 async fn read_all(
     c: &mut P4RuntimeClient<Channel>,
     device: u64,
 ) -> Result<Vec<p4::TableEntry>, Status> {
-    let mut stream = c
-        .read(p4::ReadRequest {
-            device_id: device,
-            entities: vec![p4::Entity {
-                entity: Some(p4::entity::Entity::TableEntry(p4::TableEntry::default())),
-            }],
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
-    let mut out = Vec::new();
-    while let Some(r) = stream.next().await {
-        for e in r?.entities {
-            if let Some(p4::entity::Entity::TableEntry(t)) = e.entity {
-                out.push(t);
-            }
-        }
-    }
-    out.sort_by_key(|e| e.encode_to_vec());
-    Ok(out)
+    let all = common::read(c, device, Entity::TableEntry(p4::TableEntry::default())).await?;
+    let entries = all.into_iter().map(|e| match e {
+        Entity::TableEntry(t) => t,
+        other => panic!("not a table entry: {other:?}"),
+    });
+    Ok(sorted(entries.collect()))
 }
 
 async fn pipeline(
@@ -528,20 +443,22 @@ async fn p4vbox_packing_with_table_one_figures() {
     assert_eq!(b.free("ffs").await, 790_159);
 
     // Six routers, then the seventh is refused; eight firewalls, then the ninth.
-    b.pack(
-        &[&ROUTER; 6],
-        &ROUTER,
-        "slot 6: insufficient luts (need 57704, free 34277)",
-    )
-    .await;
-    b.unload_all(6).await;
-    b.pack(
-        &[&FIREWALL; 8],
-        &FIREWALL,
-        "slot 8: insufficient luts (need 45683, free 15037)",
-    )
-    .await;
-    b.unload_all(8).await;
+    let alike = [
+        (
+            &ROUTER,
+            6,
+            "slot 6: insufficient luts (need 57704, free 34277)",
+        ),
+        (
+            &FIREWALL,
+            8,
+            "slot 8: insufficient luts (need 45683, free 15037)",
+        ),
+    ];
+    for (p, fit, refusal) in alike {
+        b.pack(&vec![p; fit as usize], p, refusal).await;
+        b.unload_all(fit).await;
+    }
 
     // A mix: 4 L2 + 2 routers + 3 firewalls = 364,841 LUTs.
     let mix = [
@@ -624,7 +541,7 @@ async fn uploads_are_verified_before_the_slot_is_touched() {
         Code::InvalidArgument,
         pb::Reason::UnknownResource,
     );
-    assert!(s.message().contains("\"dsps\""), "{}", s.message());
+    assert_says(&s, "\"dsps\"");
     let mut h = good.clone();
     h.slot = 16;
     assert_refused(
@@ -733,15 +650,9 @@ async fn a_hot_swap_keeps_other_slots_entries_and_traffic() {
     write(&mut c, 3, &fw).await.unwrap();
     let route = entry(
         ROUTER.table("MyIngress.ipv4_lpm"),
-        vec![p4::FieldMatch {
-            field_id: 1,
-            field_match_type: Some(p4::field_match::FieldMatchType::Lpm(p4::field_match::Lpm {
-                value: vec![10, 0, 0, 0],
-                prefix_len: 8,
-            })),
-        }],
+        vec![lpm(&[10, 0, 0, 0], 8)],
         ROUTER.action("MyIngress.set_nhop"),
-        vec![vec![2, 0, 0, 0, 0, 9], vec![3]],
+        &[&[2, 0, 0, 0, 0, 9], &[3]],
     );
     write(&mut c, 2, std::slice::from_ref(&route))
         .await
@@ -828,10 +739,10 @@ async fn a_hot_swap_keeps_other_slots_entries_and_traffic() {
 }
 
 /// Primaries for several devices.
-async fn primaries(c: &mut P4RuntimeClient<Channel>, devices: &[u64]) -> Vec<Primary> {
+async fn primaries(c: &mut P4RuntimeClient<Channel>, devices: &[u64]) -> Vec<common::Primary> {
     let mut out = Vec::new();
     for &d in devices {
-        out.push(primary(c, d).await);
+        out.push(common::arbitrate(c, d).await);
     }
     out
 }
@@ -860,11 +771,7 @@ async fn isolation_clashes_name_the_other_slot() {
     );
     let d = detail(&s);
     assert_eq!((d.other_slot, d.ports), (Some(0), vec![0, 1, 2, 3]));
-    assert!(
-        s.message().contains("slot 0 is in VLAN 10 too"),
-        "{}",
-        s.message()
-    );
+    assert_says(&s, "slot 0 is in VLAN 10 too");
     // Disjoint ports: fine.
     b.port_map(0, &[(0, 0), (1, 1)]).await.unwrap();
     b.port_map(1, &[(2, 0), (3, 1)]).await.unwrap();
@@ -928,7 +835,7 @@ async fn slot_devices_take_entries_only_while_loaded() {
     let mut b = start(sume_at(FAST)).await;
     let mut c = b.p4rt.clone();
     // Slot 4 is device 5.
-    let _p = primary(&mut c, 5).await;
+    let _p = common::arbitrate(&mut c, 5).await;
     let e = write(&mut c, 5, &[dmac_entry(1)]).await.unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition);
     assert!(
@@ -938,19 +845,11 @@ async fn slot_devices_take_entries_only_while_loaded() {
         e.message()
     );
     // The pipeline comes with the bitstream, never through P4Runtime.
-    let e = c
-        .set_forwarding_pipeline_config(p4::SetForwardingPipelineConfigRequest {
-            device_id: 5,
-            election_id: Some(p4::Uint128 { high: 0, low: 1 }),
-            action: p4::set_forwarding_pipeline_config_request::Action::VerifyAndCommit as i32,
-            config: Some(p4::ForwardingPipelineConfig {
-                p4info: Some(L2.p4info()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let config = p4::ForwardingPipelineConfig {
+        p4info: Some(L2.p4info()),
+        ..Default::default()
+    };
+    let e = common::set_pipeline(&mut c, 5, config).await.unwrap_err();
     assert_eq!(e.code(), Code::Unimplemented);
     assert!(e.message().contains("LoadSlot"), "{}", e.message());
 
@@ -967,7 +866,7 @@ async fn slot_devices_take_entries_only_while_loaded() {
     write(&mut c, 5, &entries).await.unwrap();
     assert_eq!(read_all(&mut c, 5).await.unwrap(), sorted(entries));
     // Slot 5 (device 6) is another device, still empty.
-    let _p6 = primary(&mut c, 6).await;
+    let _p6 = common::arbitrate(&mut c, 6).await;
     assert_eq!(
         write(&mut c, 6, &[dmac_entry(1)]).await.unwrap_err().code(),
         Code::FailedPrecondition
@@ -993,14 +892,14 @@ async fn a_failed_load_leaves_the_slot_failed_and_frees_its_resources() {
         Code::Aborted,
         pb::Reason::ConfigurationFailed,
     );
-    assert!(s.message().contains("no sync word"), "{}", s.message());
+    assert_says(&s, "no sync word");
     let st = b.state(2).await;
     assert_eq!(st.phase(), pb::SlotPhase::Failed);
     assert!(st.failure.contains("sync word"), "{}", st.failure);
     assert_eq!(st.resources_used.get("luts").copied().unwrap_or(0), 0);
     assert_eq!(b.free("luts").await, 380_501);
     let mut c = b.p4rt.clone();
-    let _p = primary(&mut c, 3).await;
+    let _p = common::arbitrate(&mut c, 3).await;
     let e = write(&mut c, 3, &[firewall_entry(1)]).await.unwrap_err();
     assert!(e.message().contains("which is Failed"), "{}", e.message());
     b.load(2, &FIREWALL, 1024).await.unwrap();
@@ -1034,12 +933,7 @@ async fn full_configuration_empties_every_slot() {
         Code::InvalidArgument,
         pb::Reason::SizeMismatch,
     );
-    assert!(
-        s.message()
-            .contains("a full bitstream for xc7vx690tffg1761-3 is 65536 bits"),
-        "{}",
-        s.message()
-    );
+    assert_says(&s, "a full bitstream for xc7vx690tffg1761-3 is 65536 bits");
 
     let mut other = b.slots.clone();
     let full = tokio::spawn(async move {
@@ -1073,7 +967,7 @@ async fn full_configuration_empties_every_slot() {
         assert!(st.isolation.is_none());
     }
     let mut c = b.p4rt.clone();
-    let _p = primary(&mut c, 1).await;
+    let _p = common::arbitrate(&mut c, 1).await;
     assert_eq!(
         write(&mut c, 1, &[dmac_entry(1)]).await.unwrap_err().code(),
         Code::FailedPrecondition
@@ -1081,43 +975,27 @@ async fn full_configuration_empties_every_slot() {
     b.load(0, &L2, 1024).await.unwrap();
 }
 
-/// Minimal HTTP/1.1 client for the side channel.
-async fn http(
-    addr: std::net::SocketAddr,
-    method: &str,
-    path: &str,
-    body: &str,
-) -> (u16, serde_json::Value) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.unwrap();
-    let code: u16 = buf[9..12].parse().unwrap();
-    let start = buf.find("\r\n\r\n").unwrap() + 4;
-    (code, serde_json::from_str(&buf[start..]).unwrap())
-}
-
 #[tokio::test]
 async fn slot_counters_and_traffic_on_the_side_channel() {
     let mut b = start(sume_at(FAST)).await;
-    let addr = b.emu.stats_addr().unwrap();
+    let side = common::SideChannel {
+        addr: b.emu.stats_addr().unwrap(),
+        content_type: "application/json",
+    };
     b.load(0, &L2, 1024).await.unwrap();
     b.isolate(0, 10, None).await.unwrap();
-    let (code, flows) = http(addr, "PUT", "/fpga/slots/0/traffic", r#"{"pps": 50000}"#).await;
+    let (code, flows) = side
+        .call("PUT", "/fpga/slots/0/traffic", r#"{"pps": 50000}"#)
+        .await;
     assert_eq!(code, 200, "{flows}");
     assert_eq!(flows["flows"][0]["slot"], 0);
     // Frames for VLAN 99 (no slot) and for slot 5 (Empty, VLAN 60).
     b.isolate(5, 60, None).await.unwrap();
     let body = r#"{"flows": [{"slot": 0, "pps": 50000}, {"vlan": 99, "pps": 1000, "packet_bytes": 100}, {"vlan": 60, "port": 2, "pps": 2000}]}"#;
-    let (code, _) = http(addr, "PUT", "/fpga/traffic", body).await;
+    let (code, _) = side.call("PUT", "/fpga/traffic", body).await;
     assert_eq!(code, 200);
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let (code, r) = http(addr, "GET", "/fpga", "").await;
+    let (code, r) = side.call("GET", "/fpga", "").await;
     assert_eq!(code, 200);
     let slot = |i: usize| &r["slots"][i];
     assert_eq!(slot(0)["phase"], "Loaded");
@@ -1136,16 +1014,20 @@ async fn slot_counters_and_traffic_on_the_side_channel() {
     let c = b.counters().await;
     assert!(c[0].rx_packets >= rx0 && c[5].dropped_packets >= dropped5);
     // Bad requests.
-    let (code, e) = http(addr, "PUT", "/fpga/slots/16/traffic", r#"{"pps": 1}"#).await;
+    let (code, e) = side
+        .call("PUT", "/fpga/slots/16/traffic", r#"{"pps": 1}"#)
+        .await;
     assert_eq!(code, 404, "{e}");
-    let (code, _) = http(addr, "PUT", "/fpga/traffic", r#"{"flows": [{"pps": 1}]}"#).await;
+    let (code, _) = side
+        .call("PUT", "/fpga/traffic", r#"{"flows": [{"pps": 1}]}"#)
+        .await;
     assert_eq!(code, 400);
-    let (code, _) = http(
-        addr,
-        "PUT",
-        "/fpga/traffic",
-        r#"{"flows": [{"vlan": 5, "port": 9, "pps": 1}]}"#,
-    )
-    .await;
+    let (code, _) = side
+        .call(
+            "PUT",
+            "/fpga/traffic",
+            r#"{"flows": [{"vlan": 5, "port": 9, "pps": 1}]}"#,
+        )
+        .await;
     assert_eq!(code, 400);
 }

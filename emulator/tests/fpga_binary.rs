@@ -1,38 +1,28 @@
 //! The `p4fleet-emulator` binary with `--fpga`, and its `fpga-bitstream`
 //! subcommand.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+mod common;
 
+use std::process::Command;
+
+use common::binary::BIN;
 use p4fleet_emulator::fpga::bitstream;
 use p4fleet_proto::fpga::{self as pb, slot_service_client::SlotServiceClient};
 
-const BIN: &str = env!("CARGO_BIN_EXE_p4fleet-emulator");
-
 #[tokio::test]
 async fn fpga_flag_serves_the_board_on_the_p4runtime_port() {
-    let mut child = Command::new(BIN)
-        .args([
-            "--fpga",
-            "netfpga-sume",
-            "--fpga-port",
-            "icap",
-            "--fpga-slots",
-            "4",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let p4rt = lines.next().unwrap().unwrap();
-    let p4rt = p4rt
-        .strip_prefix("p4runtime listening on ")
-        .unwrap()
-        .to_string();
-    let stats = lines.next().unwrap().unwrap();
+    let mut served = common::binary::serve(&[
+        "--fpga",
+        "netfpga-sume",
+        "--fpga-port",
+        "icap",
+        "--fpga-slots",
+        "4",
+    ]);
+    let p4rt = served.p4runtime.clone();
+    let stats = served.line();
     assert!(stats.starts_with("stats listening on "), "{stats}");
-    let fpga = lines.next().unwrap().unwrap();
+    let fpga = served.line();
     assert_eq!(
         fpga,
         "fpga netfpga-sume (xc7vx690tffg1761-3): 4 slots, devices 1-4, slot service on the p4runtime port"
@@ -53,12 +43,7 @@ async fn fpga_flag_serves_the_board_on_the_p4runtime_port() {
     );
     assert_eq!(info.slot_count, 4);
 
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    assert!(child.wait().unwrap().success());
+    served.terminate();
 }
 
 #[test]

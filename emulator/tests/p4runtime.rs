@@ -1,28 +1,22 @@
 //! P4Runtime behaviour of the emulator, through a real tonic client.
 
+mod common;
+
 use std::time::Duration;
 
+use common::eid;
+use common::entity::{action, exact, lpm};
+use common::test_info::{ACL, ALLOW, DROP, FIREWALL, ROUTE, test_p4info};
 use p4fleet_emulator::{Emulator, EmulatorConfig, RunningEmulator};
+use p4fleet_proto::p4info;
 use p4fleet_proto::p4runtime::{
     self as p4, field_match::FieldMatchType, p4_runtime_client::P4RuntimeClient,
 };
-use p4fleet_proto::{p4info, rpc};
-use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 use tonic::transport::Channel;
-
-const FIREWALL: u32 = 33554433;
-const ROUTE: u32 = 33554434;
-const ACL: u32 = 33554435;
-const ALLOW: u32 = 16777217;
-const DROP: u32 = 16777218;
-
-fn test_p4info() -> p4info::P4Info {
-    p4info::parse_text(include_str!("data/test.p4info.txt")).unwrap()
-}
 
 async fn start(devices: Vec<u64>, chunk: usize) -> RunningEmulator {
     Emulator::start(EmulatorConfig {
@@ -48,10 +42,6 @@ async fn client(emu: &RunningEmulator) -> P4RuntimeClient<Channel> {
         .max_encoding_message_size(256 << 20)
 }
 
-fn eid(v: u64) -> Option<p4::Uint128> {
-    Some(p4::Uint128 { high: 0, low: v })
-}
-
 /// An open StreamChannel: send arbitration, receive updates.
 struct Stream {
     tx: mpsc::Sender<p4::StreamMessageRequest>,
@@ -74,18 +64,8 @@ impl Stream {
     }
 
     async fn arbitrate(&mut self, device: u64, election: u64) {
-        self.tx
-            .send(p4::StreamMessageRequest {
-                update: Some(p4::stream_message_request::Update::Arbitration(
-                    p4::MasterArbitrationUpdate {
-                        device_id: device,
-                        election_id: eid(election),
-                        ..Default::default()
-                    },
-                )),
-            })
-            .await
-            .unwrap();
+        let request = common::arbitration(device, election);
+        self.tx.send(request).await.unwrap();
     }
 
     /// Next arbitration update: (status code, election id shown).
@@ -112,45 +92,44 @@ async fn primary_with_pipeline(
 ) -> Stream {
     let mut s = Stream::open(c, device, 10).await;
     assert_eq!(s.next().await.unwrap().0, Code::Ok as i32);
-    c.set_forwarding_pipeline_config(p4::SetForwardingPipelineConfigRequest {
-        device_id: device,
-        election_id: eid(10),
-        action: p4::set_forwarding_pipeline_config_request::Action::VerifyAndCommit as i32,
-        config: Some(p4::ForwardingPipelineConfig {
-            p4info: Some(test_p4info()),
-            p4_device_config: b"bmv2-json".to_vec(),
-            cookie: Some(p4::forwarding_pipeline_config::Cookie { cookie }),
-        }),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let config = p4::ForwardingPipelineConfig {
+        p4info: Some(test_p4info()),
+        p4_device_config: b"bmv2-json".to_vec(),
+        cookie: Some(p4::forwarding_pipeline_config::Cookie { cookie }),
+    };
+    common::set_pipeline(c, device, config).await.unwrap();
     s
 }
 
-fn exact(id: u32, v: &[u8]) -> p4::FieldMatch {
-    p4::FieldMatch {
-        field_id: id,
-        field_match_type: Some(FieldMatchType::Exact(p4::field_match::Exact {
-            value: v.to_vec(),
-        })),
-    }
+/// Device 1 with the test pipeline (cookie 1), reads answered in messages
+/// of `chunk` entities: the emulator, a client and its primary stream.
+async fn ready(chunk: usize) -> (RunningEmulator, P4RuntimeClient<Channel>, Stream) {
+    let emu = start(vec![1], chunk).await;
+    let mut c = client(&emu).await;
+    let s = primary_with_pipeline(&mut c, 1, 1).await;
+    (emu, c, s)
 }
 
-fn action(id: u32, params: &[&[u8]]) -> Option<p4::TableAction> {
-    Some(p4::TableAction {
-        r#type: Some(p4::table_action::Type::Action(p4::Action {
-            action_id: id,
-            params: params
-                .iter()
-                .enumerate()
-                .map(|(i, v)| p4::action::Param {
-                    param_id: i as u32 + 1,
-                    value: v.to_vec(),
-                })
-                .collect(),
-        })),
-    })
+/// `device`'s pipeline config, the parts `rt` asks for.
+async fn config(
+    c: &mut P4RuntimeClient<Channel>,
+    device: u64,
+    rt: p4::get_forwarding_pipeline_config_request::ResponseType,
+) -> p4::ForwardingPipelineConfig {
+    let req = p4::GetForwardingPipelineConfigRequest {
+        device_id: device,
+        response_type: rt as i32,
+    };
+    let got = c.get_forwarding_pipeline_config(req).await.unwrap();
+    got.into_inner().config.unwrap()
+}
+
+/// A read filter: every entry of table `id`.
+fn table(id: u32) -> p4::TableEntry {
+    p4::TableEntry {
+        table_id: id,
+        ..Default::default()
+    }
 }
 
 fn fw_entry(src: u32, dst: u32, port: u16) -> p4::TableEntry {
@@ -189,25 +168,17 @@ async fn write(
     .map(|_| ())
 }
 
-/// Per-update codes from a failed Write's `grpc-status-details-bin`.
-fn update_codes(status: &tonic::Status) -> Vec<(i32, String)> {
-    assert_eq!(status.code(), Code::Unknown, "{status:?}");
-    let st = rpc::Status::decode(status.details()).unwrap();
-    st.details
-        .iter()
-        .map(|any| {
-            assert_eq!(any.type_url, "type.googleapis.com/p4.v1.Error");
-            let e = p4::Error::decode(any.value.as_slice()).unwrap();
-            (e.canonical_code, e.message)
-        })
+/// Per-update codes from a failed Write.
+fn codes(status: &tonic::Status) -> Vec<Code> {
+    common::update_errors(status)
+        .into_iter()
+        .map(|(c, _)| c)
         .collect()
 }
 
-fn codes(status: &tonic::Status) -> Vec<Code> {
-    update_codes(status)
-        .into_iter()
-        .map(|(c, _)| Code::from_i32(c))
-        .collect()
+/// The per-update codes of a Write of `updates` to device 1 that fails.
+async fn refused(c: &mut P4RuntimeClient<Channel>, updates: Vec<p4::Update>) -> Vec<Code> {
+    codes(&write(c, 1, 10, updates).await.unwrap_err())
 }
 
 async fn read(
@@ -292,50 +263,19 @@ async fn pipeline_config_and_cookie() {
     let mut c = client(&emu).await;
     let _s = primary_with_pipeline(&mut c, 1, 0xdead_beef).await;
     use p4::get_forwarding_pipeline_config_request::ResponseType;
-    let get = |rt: ResponseType| p4::GetForwardingPipelineConfigRequest {
-        device_id: 1,
-        response_type: rt as i32,
-    };
-    let all = c
-        .get_forwarding_pipeline_config(get(ResponseType::All))
-        .await
-        .unwrap()
-        .into_inner()
-        .config
-        .unwrap();
+    let all = config(&mut c, 1, ResponseType::All).await;
     assert_eq!(all.cookie.unwrap().cookie, 0xdead_beef);
     assert_eq!(all.p4info.unwrap(), test_p4info());
     assert_eq!(all.p4_device_config, b"bmv2-json");
-    let cookie = c
-        .get_forwarding_pipeline_config(get(ResponseType::CookieOnly))
-        .await
-        .unwrap()
-        .into_inner()
-        .config
-        .unwrap();
+    let cookie = config(&mut c, 1, ResponseType::CookieOnly).await;
     assert!(cookie.p4info.is_none() && cookie.p4_device_config.is_empty());
     assert_eq!(cookie.cookie.unwrap().cookie, 0xdead_beef);
-    let dc = c
-        .get_forwarding_pipeline_config(get(ResponseType::DeviceConfigAndCookie))
-        .await
-        .unwrap()
-        .into_inner()
-        .config
-        .unwrap();
+    let dc = config(&mut c, 1, ResponseType::DeviceConfigAndCookie).await;
     assert!(dc.p4info.is_none());
     assert_eq!(dc.p4_device_config, b"bmv2-json");
 
     // Device 2 is independent: no pipeline, no cookie.
-    let other = c
-        .get_forwarding_pipeline_config(p4::GetForwardingPipelineConfigRequest {
-            device_id: 2,
-            response_type: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .config
-        .unwrap();
+    let other = config(&mut c, 2, ResponseType::All).await;
     assert!(other.cookie.is_none());
 
     // Setting a pipeline needs the primary's election id.
@@ -399,9 +339,7 @@ async fn pipeline_config_and_cookie() {
 
 #[tokio::test]
 async fn insert_duplicate_modify_delete_with_per_update_errors() {
-    let emu = start(vec![1], 1000).await;
-    let mut c = client(&emu).await;
-    let _s = primary_with_pipeline(&mut c, 1, 1).await;
+    let (emu, mut c, _s) = ready(1000).await;
 
     write(
         &mut c,
@@ -415,10 +353,8 @@ async fn insert_duplicate_modify_delete_with_per_update_errors() {
     .await
     .unwrap();
 
-    let e = write(
+    let codes = refused(
         &mut c,
-        1,
-        10,
         vec![
             update(Insert, fw_entry(1, 2, 4)), // duplicate
             update(Modify, fw_entry(1, 2, 5)), // ok
@@ -428,10 +364,9 @@ async fn insert_duplicate_modify_delete_with_per_update_errors() {
             update(Insert, fw_entry(7, 7, 7)), // ok
         ],
     )
-    .await
-    .unwrap_err();
+    .await;
     assert_eq!(
-        codes(&e),
+        codes,
         vec![
             Code::AlreadyExists,
             Code::Ok,
@@ -442,16 +377,7 @@ async fn insert_duplicate_modify_delete_with_per_update_errors() {
         ]
     );
 
-    let (_, entries) = read(
-        &mut c,
-        1,
-        p4::TableEntry {
-            table_id: FIREWALL,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let (_, entries) = read(&mut c, 1, table(FIREWALL)).await.unwrap();
     let num = |v: &[u8]| v.iter().fold(0u64, |a, b| (a << 8) | *b as u64);
     let mut got: Vec<(u64, u64, u64)> = entries
         .iter()
@@ -491,9 +417,7 @@ async fn insert_duplicate_modify_delete_with_per_update_errors() {
 
 #[tokio::test]
 async fn value_widths_and_canonical_form() {
-    let emu = start(vec![1], 1000).await;
-    let mut c = client(&emu).await;
-    let _s = primary_with_pipeline(&mut c, 1, 1).await;
+    let (emu, mut c, _s) = ready(1000).await;
 
     let padded = p4::TableEntry {
         table_id: FIREWALL,
@@ -525,10 +449,8 @@ async fn value_widths_and_canonical_form() {
         action: action(ALLOW, &[]),
         ..fw_entry(3, 3, 1)
     };
-    let e = write(
+    let codes = refused(
         &mut c,
-        1,
-        10,
         vec![
             update(Insert, padded),
             update(Insert, too_wide_param),
@@ -546,10 +468,9 @@ async fn value_widths_and_canonical_form() {
             ),
         ],
     )
-    .await
-    .unwrap_err();
+    .await;
     assert_eq!(
-        codes(&e),
+        codes,
         vec![
             Code::Ok,
             Code::OutOfRange,
@@ -580,22 +501,18 @@ async fn value_widths_and_canonical_form() {
     emu.shutdown().await.unwrap();
 }
 
-fn lpm(v: &[u8], len: i32) -> p4::FieldMatch {
-    p4::FieldMatch {
-        field_id: 1,
-        field_match_type: Some(FieldMatchType::Lpm(p4::field_match::Lpm {
-            value: v.to_vec(),
-            prefix_len: len,
-        })),
+/// The `route` key of prefix `v`/`len`.
+fn route_key(v: &[u8], len: i32) -> p4::TableEntry {
+    p4::TableEntry {
+        r#match: vec![lpm(v, len)],
+        ..table(ROUTE)
     }
 }
 
 fn route(v: &[u8], len: i32) -> p4::TableEntry {
     p4::TableEntry {
-        table_id: ROUTE,
-        r#match: vec![lpm(v, len)],
         action: action(ALLOW, &[&[1]]),
-        ..Default::default()
+        ..route_key(v, len)
     }
 }
 
@@ -643,14 +560,10 @@ fn acl(
 
 #[tokio::test]
 async fn lpm_ternary_range_optional_priorities_and_table_full() {
-    let emu = start(vec![1], 1000).await;
-    let mut c = client(&emu).await;
-    let _s = primary_with_pipeline(&mut c, 1, 1).await;
+    let (emu, mut c, _s) = ready(1000).await;
 
-    let e = write(
+    let codes = refused(
         &mut c,
-        1,
-        10,
         vec![
             update(Insert, route(&[10, 0, 0, 0], 8)),  // ok
             update(Insert, route(&[10, 1, 0, 0], 8)),  // bits past prefix
@@ -675,10 +588,9 @@ async fn lpm_ternary_range_optional_priorities_and_table_full() {
             ),
         ],
     )
-    .await
-    .unwrap_err();
+    .await;
     assert_eq!(
-        codes(&e),
+        codes,
         vec![
             Code::Ok,
             Code::InvalidArgument,
@@ -692,10 +604,8 @@ async fn lpm_ternary_range_optional_priorities_and_table_full() {
         ]
     );
 
-    let e = write(
+    let codes = refused(
         &mut c,
-        1,
-        10,
         vec![
             update(Insert, acl(Some((6, 0xff)), Some((80, 90)), Some(7), 10)), // ok
             update(Insert, acl(Some((6, 0xff)), Some((80, 90)), Some(7), 20)), // ok: priority is key
@@ -709,10 +619,9 @@ async fn lpm_ternary_range_optional_priorities_and_table_full() {
             update(Insert, acl(None, None, None, 1)),                          // all don't-care: ok
         ],
     )
-    .await
-    .unwrap_err();
+    .await;
     assert_eq!(
-        codes(&e),
+        codes,
         vec![
             Code::Ok,
             Code::Ok,
@@ -726,35 +635,22 @@ async fn lpm_ternary_range_optional_priorities_and_table_full() {
             Code::Ok,
         ]
     );
-    let (_, got) = read(
-        &mut c,
-        1,
-        p4::TableEntry {
-            table_id: ACL,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let (_, got) = read(&mut c, 1, table(ACL)).await.unwrap();
     assert_eq!(got.len(), 3);
     emu.shutdown().await.unwrap();
 }
 
 #[tokio::test]
 async fn default_actions() {
-    let emu = start(vec![1], 1000).await;
-    let mut c = client(&emu).await;
-    let _s = primary_with_pipeline(&mut c, 1, 1).await;
+    let (emu, mut c, _s) = ready(1000).await;
     let default = |table_id, action| p4::TableEntry {
         table_id,
         action,
         is_default_action: true,
         ..Default::default()
     };
-    let e = write(
+    let codes = refused(
         &mut c,
-        1,
-        10,
         vec![
             update(Modify, default(ROUTE, action(DROP, &[]))), // ok (DEFAULT_ONLY)
             update(Modify, default(ACL, action(ALLOW, &[&[1]]))), // const default
@@ -762,10 +658,9 @@ async fn default_actions() {
             update(Modify, default(FIREWALL, action(ALLOW, &[&[2]]))), // ok
         ],
     )
-    .await
-    .unwrap_err();
+    .await;
     assert_eq!(
-        codes(&e),
+        codes,
         vec![
             Code::Ok,
             Code::PermissionDenied,
@@ -783,9 +678,7 @@ async fn default_actions() {
 
 #[tokio::test]
 async fn reads_wildcard_per_table_and_chunked() {
-    let emu = start(vec![1], 10).await;
-    let mut c = client(&emu).await;
-    let _s = primary_with_pipeline(&mut c, 1, 1).await;
+    let (emu, mut c, _s) = ready(10).await;
     let updates = (0..25).map(|i| update(Insert, fw_entry(i, i, 1))).collect();
     write(&mut c, 1, 10, updates).await.unwrap();
     write(
@@ -800,87 +693,31 @@ async fn reads_wildcard_per_table_and_chunked() {
     let (messages, all) = read(&mut c, 1, p4::TableEntry::default()).await.unwrap();
     assert_eq!(all.len(), 26);
     assert_eq!(messages, 3);
-    let (_, fw) = read(
-        &mut c,
-        1,
-        p4::TableEntry {
-            table_id: FIREWALL,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let (_, fw) = read(&mut c, 1, table(FIREWALL)).await.unwrap();
     assert_eq!(fw.len(), 25);
-    let (_, one) = read(
-        &mut c,
-        1,
-        p4::TableEntry {
-            table_id: ROUTE,
-            r#match: vec![lpm(&[10, 0, 0, 0], 8)],
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let (_, one) = read(&mut c, 1, route_key(&[10, 0, 0, 0], 8)).await.unwrap();
     assert_eq!(one.len(), 1);
-    let (messages, none) = read(
-        &mut c,
-        1,
-        p4::TableEntry {
-            table_id: ROUTE,
-            r#match: vec![lpm(&[11, 0, 0, 0], 8)],
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let (messages, none) = read(&mut c, 1, route_key(&[11, 0, 0, 0], 8)).await.unwrap();
     assert_eq!((messages, none.len()), (1, 0));
-    let e = read(
-        &mut c,
-        1,
-        p4::TableEntry {
-            table_id: 5,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap_err();
+    let e = read(&mut c, 1, table(5)).await.unwrap_err();
     assert_eq!(e.code(), Code::NotFound);
     assert_eq!(emu.stats(1).unwrap().read_rpcs, 5);
     emu.shutdown().await.unwrap();
 }
 
-/// Minimal HTTP/1.1 client for the stats side channel.
-async fn http(
-    addr: std::net::SocketAddr,
-    method: &str,
-    path: &str,
-    body: &str,
-) -> (u16, serde_json::Value) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.unwrap();
-    let code: u16 = buf[9..12].parse().unwrap();
-    let json_start = buf.find("\r\n\r\n").unwrap() + 4;
-    (code, serde_json::from_str(&buf[json_start..]).unwrap())
-}
-
 #[tokio::test]
 async fn stats_and_drift_helpers_over_http() {
     let emu = start(vec![1, 2], 1000).await;
-    let addr = emu.stats_addr().unwrap();
+    let side = common::SideChannel {
+        addr: emu.stats_addr().unwrap(),
+        content_type: "text/plain",
+    };
     let mut c = client(&emu).await;
     let _s = primary_with_pipeline(&mut c, 1, 77).await;
     let updates = (0..10).map(|i| update(Insert, fw_entry(i, i, 1))).collect();
     write(&mut c, 1, 10, updates).await.unwrap();
 
-    let (code, all) = http(addr, "GET", "/stats", "").await;
+    let (code, all) = side.call("GET", "/stats", "").await;
     assert_eq!(code, 200);
     assert_eq!(all["devices"].as_array().unwrap().len(), 2);
     // Calls by method, over every device: the one Write, the stream, and
@@ -889,9 +726,9 @@ async fn stats_and_drift_helpers_over_http() {
     assert_eq!(all["rpcs"]["/p4.v1.P4Runtime/StreamChannel"], 1);
     assert!(all["rpcs"]["/p4.v1.P4Runtime/Capabilities"].is_null());
     c.capabilities(p4::CapabilitiesRequest {}).await.unwrap();
-    let (_, all) = http(addr, "GET", "/stats", "").await;
+    let (_, all) = side.call("GET", "/stats", "").await;
     assert_eq!(all["rpcs"]["/p4.v1.P4Runtime/Capabilities"], 1);
-    let (_, one) = http(addr, "GET", "/stats/1", "").await;
+    let (_, one) = side.call("GET", "/stats/1", "").await;
     assert_eq!(one["inserts"], 10);
     assert_eq!(one["entries"], 10);
     assert_eq!(one["cookie"], 77);
@@ -900,26 +737,26 @@ async fn stats_and_drift_helpers_over_http() {
     let text = format!(
         "table_id: {FIREWALL} match {{ field_id: 1 exact {{ value: \"\\x03\" }} }} match {{ field_id: 2 exact {{ value: \"\\x03\" }} }}"
     );
-    let (code, r) = http(addr, "POST", "/devices/1/delete-entry", &text).await;
+    let (code, r) = side.call("POST", "/devices/1/delete-entry", &text).await;
     assert_eq!((code, &r["deleted"]), (200, &serde_json::json!(true)));
-    let (_, r) = http(addr, "POST", "/devices/1/delete-entry", &text).await;
+    let (_, r) = side.call("POST", "/devices/1/delete-entry", &text).await;
     assert_eq!(r["deleted"], false);
-    let (_, r) = http(
-        addr,
-        "POST",
-        &format!("/devices/1/drop-entries?table_id={FIREWALL}&count=4"),
-        "",
-    )
-    .await;
+    let (_, r) = side
+        .call(
+            "POST",
+            &format!("/devices/1/drop-entries?table_id={FIREWALL}&count=4"),
+            "",
+        )
+        .await;
     assert_eq!(r["deleted"], 4);
     let inject = format!(
         "table_id: {FIREWALL} match {{ field_id: 1 exact {{ value: \"\\x63\" }} }} match {{ field_id: 2 exact {{ value: \"\\x63\" }} }} action {{ action {{ action_id: {DROP} }} }}"
     );
-    let (code, _) = http(addr, "POST", "/devices/1/inject-entry", &inject).await;
+    let (code, _) = side.call("POST", "/devices/1/inject-entry", &inject).await;
     assert_eq!(code, 200);
-    let (code, _) = http(addr, "POST", "/devices/1/inject-entry", &inject).await;
+    let (code, _) = side.call("POST", "/devices/1/inject-entry", &inject).await;
     assert_eq!(code, 400);
-    let (code, _) = http(addr, "GET", "/stats/9", "").await;
+    let (code, _) = side.call("GET", "/stats/9", "").await;
     assert_eq!(code, 404);
 
     let s = emu.stats(1).unwrap();
@@ -965,9 +802,7 @@ async fn example_firewall_p4info_if_present() {
 
 #[tokio::test]
 async fn hundred_thousand_entries() {
-    let emu = start(vec![1], 1000).await;
-    let mut c = client(&emu).await;
-    let _s = primary_with_pipeline(&mut c, 1, 1).await;
+    let (emu, mut c, _s) = ready(1000).await;
     for batch in 0..10u32 {
         let updates = (0..10_000u32)
             .map(|i| update(Insert, fw_entry(batch, i, 1)))
@@ -982,9 +817,7 @@ async fn hundred_thousand_entries() {
 
 #[tokio::test]
 async fn large_failing_batch_reports_every_update() {
-    let emu = start(vec![1], 1000).await;
-    let mut c = client(&emu).await;
-    let _s = primary_with_pipeline(&mut c, 1, 1).await;
+    let (emu, mut c, _s) = ready(1000).await;
     let batch = |n: u32| {
         (0..n)
             .map(|i| update(Insert, fw_entry(1, i, 1)))

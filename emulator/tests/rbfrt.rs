@@ -3,44 +3,42 @@
 //! preloaded one, write firewall entries in a batch, read them back, modify,
 //! delete.
 
+mod common;
+
 use std::net::Ipv4Addr;
 
 use p4fleet_emulator::{BfrtProgram, Emulator, EmulatorConfig, RunningEmulator};
 use rbfrt::SwitchConnection;
+use rbfrt::error::RBFRTError;
 use rbfrt::table::{MatchValue, Request, ToBytes};
 
 const FIREWALL_BFRT: &str = include_str!("../../examples/firewall/bfrt.json");
 const TABLE: &str = "MyIngress.firewall";
 
 async fn start(preload: bool) -> RunningEmulator {
+    let bfrt_programs = if preload {
+        vec![BfrtProgram {
+            name: "firewall".into(),
+            bfrt_json: FIREWALL_BFRT.as_bytes().to_vec(),
+        }]
+    } else {
+        vec![]
+    };
     Emulator::start(EmulatorConfig {
-        device_ids: vec![0, 1],
-        bfrt_addr: Some("127.0.0.1:0".parse().unwrap()),
-        bfrt_programs: if preload {
-            vec![BfrtProgram {
-                name: "firewall".into(),
-                bfrt_json: FIREWALL_BFRT.as_bytes().to_vec(),
-            }]
-        } else {
-            vec![]
-        },
-        ..Default::default()
+        bfrt_programs,
+        ..common::rbfrt::config(vec![0, 1])
     })
     .await
     .unwrap()
 }
 
 fn entry(i: u32) -> Request {
-    Request::new(TABLE)
-        .match_key(
-            "hdr.ipv4.srcAddr",
-            MatchValue::exact(Ipv4Addr::from(0x0a00_0000 + i)),
-        )
-        .match_key("hdr.ipv4.dstAddr", MatchValue::exact(0xc0a8_0001u32))
+    key(i)
         .action("MyIngress.allow")
         .action_data("port", i % 512)
 }
 
+/// Firewall key `i`: src 10.0.0.0 + i, dst 192.168.0.1.
 fn key(i: u32) -> Request {
     Request::new(TABLE)
         .match_key(
@@ -48,6 +46,21 @@ fn key(i: u32) -> Request {
             MatchValue::exact(Ipv4Addr::from(0x0a00_0000 + i)),
         )
         .match_key("hdr.ipv4.dstAddr", MatchValue::exact(0xc0a8_0001u32))
+}
+
+/// How many entries the firewall table holds.
+async fn count(switch: &SwitchConnection) -> usize {
+    let all = switch.get_table_entries(Request::new(TABLE)).await;
+    all.unwrap().len()
+}
+
+/// rbfrt as client 1 of device 1, bound to the preloaded firewall.
+async fn bind_firewall(emu: &RunningEmulator) -> Result<SwitchConnection, RBFRTError> {
+    let addr = emu.bfrt_addr().unwrap();
+    common::rbfrt::builder(addr, 1, 1)
+        .p4_name("firewall")
+        .connect()
+        .await
 }
 
 async fn exercise(switch: &SwitchConnection, emu: &RunningEmulator, device: u64) {
@@ -100,26 +113,13 @@ async fn exercise(switch: &SwitchConnection, emu: &RunningEmulator, device: u64)
     // Delete half in one batch, clear the rest.
     let dels: Vec<Request> = (0..250).map(key).collect();
     switch.delete_table_entries(dels).await.unwrap();
-    assert_eq!(
-        switch
-            .get_table_entries(Request::new(TABLE))
-            .await
-            .unwrap()
-            .len(),
-        250
-    );
+    assert_eq!(count(switch).await, 250);
     assert!(
         switch.delete_table_entry(key(1)).await.is_err(),
         "already deleted"
     );
     switch.clear_table(TABLE).await.unwrap();
-    assert!(
-        switch
-            .get_table_entries(Request::new(TABLE))
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert_eq!(count(switch).await, 0);
     let s = emu.stats(device).unwrap();
     assert_eq!(s.inserts, 500);
     assert_eq!(s.deletes, 500);
@@ -129,14 +129,7 @@ async fn exercise(switch: &SwitchConnection, emu: &RunningEmulator, device: u64)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rbfrt_binds_to_a_preloaded_program() {
     let emu = start(true).await;
-    let addr = emu.bfrt_addr().unwrap();
-    let switch = SwitchConnection::builder(&addr.ip().to_string(), addr.port())
-        .device_id(1)
-        .client_id(1)
-        .p4_name("firewall")
-        .connect()
-        .await
-        .unwrap();
+    let switch = bind_firewall(&emu).await.unwrap();
     exercise(&switch, &emu, 1).await;
     emu.shutdown().await.unwrap();
 }
@@ -145,36 +138,15 @@ async fn rbfrt_binds_to_a_preloaded_program() {
 async fn rbfrt_loads_a_program_from_its_config_file() {
     let emu = start(false).await;
     let addr = emu.bfrt_addr().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let path = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
-    std::fs::write(path("bfrt.json"), FIREWALL_BFRT).unwrap();
-    std::fs::write(path("context.json"), "{}").unwrap();
-    std::fs::write(path("tofino.bin"), [0u8, 1, 2, 3]).unwrap();
-    let conf = serde_json::json!({
-        "chip_list": [],
-        "p4_devices": [{
-            "device-id": 0,
-            "p4_programs": [{
-                "program-name": "firewall",
-                "bfrt-config": path("bfrt.json"),
-                "p4_pipelines": [{
-                    "p4_pipeline_name": "pipe",
-                    "context": path("context.json"),
-                    "config": path("tofino.bin"),
-                    "pipe_scope": [0, 1, 2, 3],
-                }],
-            }],
-        }],
-    });
-    std::fs::write(path("firewall.conf"), conf.to_string()).unwrap();
-
-    let switch = SwitchConnection::builder(&addr.ip().to_string(), addr.port())
-        .device_id(0)
-        .client_id(5)
-        .config(&path("firewall.conf"))
-        .connect()
-        .await
-        .unwrap();
+    let (switch, _dir) = common::rbfrt::load(
+        addr,
+        5,
+        "firewall",
+        FIREWALL_BFRT,
+        &[0, 1, 2, 3],
+        &[0, 1, 2, 3],
+    )
+    .await;
     assert_eq!(emu.stats(0).unwrap().bfrt_programs, vec!["firewall"]);
     assert!(emu.stats(1).unwrap().bfrt_programs.is_empty());
     exercise(&switch, &emu, 0).await;
@@ -184,13 +156,6 @@ async fn rbfrt_loads_a_program_from_its_config_file() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rbfrt_cannot_bind_to_a_missing_program() {
     let emu = start(false).await;
-    let addr = emu.bfrt_addr().unwrap();
-    let res = SwitchConnection::builder(&addr.ip().to_string(), addr.port())
-        .device_id(1)
-        .client_id(1)
-        .p4_name("firewall")
-        .connect()
-        .await;
-    assert!(res.is_err());
+    assert!(bind_firewall(&emu).await.is_err());
     emu.shutdown().await.unwrap();
 }

@@ -7,25 +7,15 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::l2crypt::{DMAC, P4INFO, SPEC, dmac_key, packed, start_dpdk};
 use p4fleet_emulator::dataplane::packet;
-use p4fleet_emulator::{DpdkConfig, Emulator, EmulatorConfig, RunningEmulator};
-use p4fleet_model::pipeline_config::BfPipelineConfig;
-use p4fleet_proto::google::rpc;
 use p4fleet_proto::p4info;
 use p4fleet_proto::p4runtime::{
-    self as p4, entity::Entity, field_match::FieldMatchType, p4_runtime_client::P4RuntimeClient,
-    update::Type,
+    self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient, update::Type,
 };
-use prost::Message;
 use tonic::Code;
 use tonic::transport::Channel;
 
-const SPEC: &str = include_str!("../../examples/l2crypt/l2crypt.spec");
-const P4INFO: &str = include_str!("../../examples/l2crypt/p4info.txt");
-const BFRT: &str = include_str!("../../examples/l2crypt/bfrt.json");
-const CONTEXT: &str = include_str!("../../examples/l2crypt/context.json");
-const DMAC: u32 = 44918510;
-const FORWARD: u32 = 29683729;
 const PORTS: u32 = 302000001;
 const DMAC_COUNTER: u32 = 330000001;
 const RATE: u32 = 335000001;
@@ -47,127 +37,36 @@ registers {{ preamble {{ id: {SEEN} name: "MyIngress.seen" }} type_spec {{ bitst
     p4info::parse_text(&format!("{P4INFO}{extra}")).unwrap()
 }
 
-async fn start() -> RunningEmulator {
-    Emulator::start(EmulatorConfig {
-        device_ids: vec![1],
-        dpdk: Some(DpdkConfig {
-            device_ids: vec![1],
-            stats_interval: Duration::from_millis(100),
-            ..DpdkConfig::default()
-        }),
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-}
-
+/// Sets l2crypt with `info` on device 1.
 async fn set_pipeline(
     c: &mut P4RuntimeClient<Channel>,
     info: p4info::P4Info,
 ) -> Result<(), tonic::Status> {
-    let packed = BfPipelineConfig::dpdk(
-        "l2crypt",
-        BFRT.as_bytes().to_vec(),
-        CONTEXT.as_bytes().to_vec(),
-        SPEC.as_bytes().to_vec(),
-    )
-    .pack();
-    c.set_forwarding_pipeline_config(p4::SetForwardingPipelineConfigRequest {
-        device_id: 1,
-        election_id: common::eid(10),
-        action: p4::set_forwarding_pipeline_config_request::Action::VerifyAndCommit as i32,
-        config: Some(p4::ForwardingPipelineConfig {
-            p4info: Some(info),
-            p4_device_config: packed,
-            cookie: None,
-        }),
-        ..Default::default()
-    })
-    .await
-    .map(|_| ())
+    let config = p4::ForwardingPipelineConfig {
+        p4info: Some(info),
+        p4_device_config: packed(SPEC),
+        cookie: None,
+    };
+    common::set_pipeline(c, 1, config).await
 }
 
-fn dmac_key(mac: [u8; 6]) -> p4::TableEntry {
-    p4::TableEntry {
-        table_id: DMAC,
-        r#match: vec![p4::FieldMatch {
-            field_id: 1,
-            field_match_type: Some(FieldMatchType::Exact(p4::field_match::Exact {
-                value: mac.to_vec(),
-            })),
-        }],
-        ..Default::default()
-    }
-}
-
+/// `dmac`: `mac` -> forward(`port`).
 fn forward(mac: [u8; 6], port: u8) -> Entity {
-    Entity::TableEntry(p4::TableEntry {
-        action: Some(p4::TableAction {
-            r#type: Some(p4::table_action::Type::Action(p4::Action {
-                action_id: FORWARD,
-                params: vec![p4::action::Param {
-                    param_id: 1,
-                    value: vec![port],
-                }],
-            })),
-        }),
-        ..dmac_key(mac)
-    })
+    Entity::TableEntry(common::l2crypt::forward(mac, port))
 }
 
 async fn write(
     c: &mut P4RuntimeClient<Channel>,
     updates: Vec<(Type, Entity)>,
 ) -> Result<(), tonic::Status> {
-    c.write(p4::WriteRequest {
-        device_id: 1,
-        election_id: common::eid(10),
-        updates: updates
-            .into_iter()
-            .map(|(ty, e)| p4::Update {
-                r#type: ty as i32,
-                entity: Some(p4::Entity { entity: Some(e) }),
-            })
-            .collect(),
-        ..Default::default()
-    })
-    .await
-    .map(|_| ())
+    common::write(c, 1, updates).await
 }
 
 async fn read(
     c: &mut P4RuntimeClient<Channel>,
     filter: Entity,
 ) -> Result<Vec<Entity>, tonic::Status> {
-    let mut stream = c
-        .read(p4::ReadRequest {
-            device_id: 1,
-            entities: vec![p4::Entity {
-                entity: Some(filter),
-            }],
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
-    let mut out = Vec::new();
-    while let Some(r) = stream.message().await? {
-        out.extend(r.entities.into_iter().filter_map(|e| e.entity));
-    }
-    Ok(out)
-}
-
-/// Per-update (code, message) from a failed Write.
-fn update_errors(status: &tonic::Status) -> Vec<(Code, String)> {
-    assert_eq!(status.code(), Code::Unknown, "{status:?}");
-    rpc::Status::decode(status.details())
-        .unwrap()
-        .details
-        .iter()
-        .map(|any| {
-            let e = p4::Error::decode(any.value.as_slice()).unwrap();
-            (Code::from_i32(e.canonical_code), e.message)
-        })
-        .collect()
+    common::read(c, 1, filter).await
 }
 
 async fn direct_count(c: &mut P4RuntimeClient<Channel>, mac: [u8; 6]) -> p4::CounterData {
@@ -188,7 +87,7 @@ async fn direct_count(c: &mut P4RuntimeClient<Channel>, mac: [u8; 6]) -> p4::Cou
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_data_plane_counts_hits_in_direct_counters() {
-    let emu = start().await;
+    let emu = start_dpdk(vec![1], vec![1], None).await;
     let mut c = P4RuntimeClient::connect(emu.p4runtime_url()).await.unwrap();
     let _stream = common::arbitrate(&mut c, 1).await;
     set_pipeline(&mut c, p4info()).await.unwrap();
@@ -293,7 +192,7 @@ fn cfg(cir: i64, cburst: i64, pir: i64, pburst: i64) -> Option<p4::MeterConfig> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_meters_and_registers_are_written_checked_and_read_back() {
-    let emu = start().await;
+    let emu = start_dpdk(vec![1], vec![1], None).await;
     let mut c = P4RuntimeClient::connect(emu.p4runtime_url()).await.unwrap();
     let _stream = common::arbitrate(&mut c, 1).await;
 
@@ -368,7 +267,7 @@ async fn counters_meters_and_registers_are_written_checked_and_read_back() {
     )
     .await
     .unwrap_err();
-    let errors = update_errors(&e);
+    let errors = common::update_errors(&e);
     let codes: Vec<Code> = errors.iter().map(|(c, _)| *c).collect();
     assert_eq!(
         codes,
@@ -394,16 +293,11 @@ async fn counters_meters_and_registers_are_written_checked_and_read_back() {
     );
 
     // Read back: one index, and a wildcard over the whole array.
-    let got = read(
-        &mut c,
-        Entity::CounterEntry(p4::CounterEntry {
-            counter_id: PORTS,
-            index: None,
-            data: None,
-        }),
-    )
-    .await
-    .unwrap();
+    let every_port = Entity::CounterEntry(p4::CounterEntry {
+        counter_id: PORTS,
+        ..Default::default()
+    });
+    let got = read(&mut c, every_port).await.unwrap();
     assert_eq!(got.len(), 8);
     let Entity::CounterEntry(three) = &got[3] else {
         panic!()
@@ -447,16 +341,11 @@ async fn counters_meters_and_registers_are_written_checked_and_read_back() {
         },
         other => panic!("{other:?}"),
     };
-    let got = read(
-        &mut c,
-        Entity::RegisterEntry(p4::RegisterEntry {
-            register_id: SEEN,
-            index: None,
-            data: None,
-        }),
-    )
-    .await
-    .unwrap();
+    let every_cell = Entity::RegisterEntry(p4::RegisterEntry {
+        register_id: SEEN,
+        ..Default::default()
+    });
+    let got = read(&mut c, every_cell).await.unwrap();
     assert_eq!(got.len(), 16);
     assert_eq!(value(&got[2]), [0x0a, 0xbc], "canonical: padding dropped");
     assert_eq!(value(&got[3]), [0], "the refused value left it at zero");

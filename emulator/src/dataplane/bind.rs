@@ -205,8 +205,7 @@ mod tests {
     use super::*;
     use crate::dataplane::spec;
 
-    const SPEC: &str = include_str!("../../../examples/l2crypt/l2crypt.spec");
-    const P4INFO: &str = include_str!("../../../examples/l2crypt/p4info.txt");
+    use crate::testing::l2crypt::{P4INFO, SPEC};
 
     #[test]
     fn binds_the_l2crypt_example() {

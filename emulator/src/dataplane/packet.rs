@@ -393,6 +393,15 @@ impl Generator {
 mod tests {
     use super::*;
 
+    /// Receive slots for a burst of 8, none filled.
+    fn empty_burst() -> [RxPacket; 8] {
+        [RxPacket {
+            mbuf: 0,
+            ptr: std::ptr::null_mut(),
+            len: 0,
+        }; 8]
+    }
+
     #[test]
     fn frame_layout() {
         let f = build_frame(64, false);
@@ -448,11 +457,7 @@ mod tests {
         let pool = MbufPool::new(8, 128);
         let mut free = pool.free_list();
         let mut g = Generator::new(&cfg, 0, 1);
-        let mut out = [RxPacket {
-            mbuf: 0,
-            ptr: std::ptr::null_mut(),
-            len: 0,
-        }; 8];
+        let mut out = empty_burst();
         let n = g.rx_burst(&pool, &mut free, &mut out, 0);
         assert_eq!(n, 5);
         assert!(g.done());
@@ -490,11 +495,7 @@ mod tests {
         let pool = MbufPool::new(8, 128);
         let mut free = pool.free_list();
         let mut g = Generator::new(&cfg, 0, 1);
-        let mut out = [RxPacket {
-            mbuf: 0,
-            ptr: std::ptr::null_mut(),
-            len: 0,
-        }; 8];
+        let mut out = empty_burst();
         assert_eq!(g.rx_burst(&pool, &mut free, &mut out, 0), 0);
         // 5 ms unpolled at 1 Mpps: 5,000 due, the queue holds 4,096.
         g.idle_poll(5_000_000);

@@ -60,6 +60,14 @@ fn err<T>(line: usize, kind: SpecErrorKind) -> Result<T, SpecError> {
     Err(SpecError { line, kind })
 }
 
+fn undefined(line: usize, what: &'static str, name: &str) -> SpecError {
+    let name = name.to_string();
+    SpecError {
+        line,
+        kind: SpecErrorKind::Undefined { what, name },
+    }
+}
+
 fn unsupported<T>(line: usize, what: impl Into<String>) -> Result<T, SpecError> {
     err(line, SpecErrorKind::Unsupported(what.into()))
 }
@@ -401,13 +409,9 @@ pub fn load(text: &str) -> Result<Program, SpecError> {
                 SpecErrorKind::Limit(format!("at most {MAX_HEADERS} headers")),
             );
         }
-        let st = structs.get(ty).ok_or_else(|| SpecError {
-            line: *line,
-            kind: SpecErrorKind::Undefined {
-                what: "struct",
-                name: ty.to_string(),
-            },
-        })?;
+        let st = structs
+            .get(ty)
+            .ok_or_else(|| undefined(*line, "struct", ty))?;
         let mut fields = Vec::new();
         let mut off = 0u32;
         for (f, w) in &st.fields {
@@ -443,13 +447,9 @@ pub fn load(text: &str) -> Result<Program, SpecError> {
     // Metadata.
     let mut meta = Vec::new();
     if let Some((line, ty)) = meta_struct {
-        let st = structs.get(ty).ok_or_else(|| SpecError {
-            line,
-            kind: SpecErrorKind::Undefined {
-                what: "struct",
-                name: ty.to_string(),
-            },
-        })?;
+        let st = structs
+            .get(ty)
+            .ok_or_else(|| undefined(line, "struct", ty))?;
         if st.fields.len() > MAX_META {
             return err(
                 line,
@@ -480,13 +480,7 @@ pub fn load(text: &str) -> Result<Program, SpecError> {
             None => Vec::new(),
             Some(ty) => structs
                 .get(ty)
-                .ok_or_else(|| SpecError {
-                    line: *line,
-                    kind: SpecErrorKind::Undefined {
-                        what: "struct",
-                        name: ty.to_string(),
-                    },
-                })?
+                .ok_or_else(|| undefined(*line, "struct", ty))?
                 .fields
                 .clone(),
         };
@@ -619,13 +613,11 @@ fn mailbox(
         return syntax(line, format!("{s:?}: expected f.EXTERN.FIELD"));
     };
     let Some(ext) = externs.iter().position(|e| e == name) else {
-        return err(
+        return Err(undefined(
             line,
-            SpecErrorKind::Undefined {
-                what: "extern function (no `extern f.NAME` calls it)",
-                name: name.to_string(),
-            },
-        );
+            "extern function (no `extern f.NAME` calls it)",
+            name,
+        ));
     };
     match field {
         "w0" | "w1" => Ok(Some(Operand::Mailbox {
@@ -664,13 +656,7 @@ impl Scope<'_> {
                 .fields
                 .iter()
                 .find(|x| x.name == f)
-                .ok_or_else(|| SpecError {
-                    line,
-                    kind: SpecErrorKind::Undefined {
-                        what: "header field",
-                        name: s.to_string(),
-                    },
-                })?;
+                .ok_or_else(|| undefined(line, "header field", s))?;
             return Ok(Operand::Header {
                 hdr: hi,
                 offset: field.offset,
@@ -682,13 +668,7 @@ impl Scope<'_> {
                 .meta
                 .iter()
                 .position(|(n, _)| n == f)
-                .ok_or_else(|| SpecError {
-                    line,
-                    kind: SpecErrorKind::Undefined {
-                        what: "metadata field",
-                        name: s.to_string(),
-                    },
-                })?;
+                .ok_or_else(|| undefined(line, "metadata field", s))?;
             return Ok(Operand::Meta(i as u8));
         }
         if let Some(a) = s.strip_prefix("t.") {
@@ -698,13 +678,7 @@ impl Scope<'_> {
             let i = args
                 .iter()
                 .position(|(n, _)| n == a)
-                .ok_or_else(|| SpecError {
-                    line,
-                    kind: SpecErrorKind::Undefined {
-                        what: "action argument",
-                        name: s.to_string(),
-                    },
-                })?;
+                .ok_or_else(|| undefined(line, "action argument", s))?;
             return Ok(Operand::Arg(i as u8));
         }
         if s.starts_with("e.") {
@@ -731,13 +705,7 @@ impl Scope<'_> {
             .enumerate()
             .find(|(_, h)| h.name == name)
             .map(|(i, h)| (i as u8, h))
-            .ok_or_else(|| SpecError {
-                line,
-                kind: SpecErrorKind::Undefined {
-                    what: "header",
-                    name: name.to_string(),
-                },
-            })
+            .ok_or_else(|| undefined(line, "header", name))
     }
 
     /// `h.NAME` as a header index.
@@ -802,26 +770,14 @@ fn compile_table(
                 let ai = actions
                     .iter()
                     .position(|x| x.name == *a)
-                    .ok_or_else(|| SpecError {
-                        line: *l,
-                        kind: SpecErrorKind::Undefined {
-                            what: "action",
-                            name: a.to_string(),
-                        },
-                    })?;
+                    .ok_or_else(|| undefined(*l, "action", a))?;
                 acts.push(ai as u8);
             }
             (None, ["default_action", a, "args", rest @ ..]) => {
                 let ai = actions
                     .iter()
                     .position(|x| x.name == *a)
-                    .ok_or_else(|| SpecError {
-                        line: *l,
-                        kind: SpecErrorKind::Undefined {
-                            what: "action",
-                            name: a.to_string(),
-                        },
-                    })?;
+                    .ok_or_else(|| undefined(*l, "action", a))?;
                 let (rest, is_const) = match rest {
                     [r @ .., "const"] => (r, true),
                     r => (r, false),
@@ -952,13 +908,10 @@ fn compile_apply(
         body.push((*l, t));
     }
     let label = |l: usize, name: &str| -> Result<u16, SpecError> {
-        labels.get(name).copied().ok_or_else(|| SpecError {
-            line: l,
-            kind: SpecErrorKind::Undefined {
-                what: "label",
-                name: name.to_string(),
-            },
-        })
+        labels
+            .get(name)
+            .copied()
+            .ok_or_else(|| undefined(l, "label", name))
     };
 
     let mut ops = Vec::new();
@@ -1033,17 +986,10 @@ fn compile_apply(
                 hdr: scope.header_ref(l, h)?,
             },
             ["table", name] => {
-                let table =
-                    tables
-                        .iter()
-                        .position(|t| t.name == name)
-                        .ok_or_else(|| SpecError {
-                            line: l,
-                            kind: SpecErrorKind::Undefined {
-                                what: "table",
-                                name: name.to_string(),
-                            },
-                        })?;
+                let table = tables
+                    .iter()
+                    .position(|t| t.name == name)
+                    .ok_or_else(|| undefined(l, "table", name))?;
                 Op::Table { table: table as u8 }
             }
             ["extern", target] => {
@@ -1104,8 +1050,7 @@ fn compile_apply(
 mod tests {
     use super::*;
 
-    const L2CRYPT: &str = include_str!("../../../examples/l2crypt/l2crypt.spec");
-    const MAILBOX: &str = include_str!("../../../examples/l2crypt/l2crypt_mailbox.spec");
+    use crate::testing::l2crypt::{MAILBOX_SPEC as MAILBOX, SPEC as L2CRYPT};
 
     #[test]
     fn loads_the_mailbox_variant() {
@@ -1137,9 +1082,10 @@ mod tests {
     fn mailbox_operands_are_checked() {
         let call = "\textern f.async_encrypt\n\tdrop";
         // The target's state word: never written (the line named); read, 0.
-        let text = with_apply(&format!("\tmov f.async_encrypt.p4fleet_state 1\n{call}"));
-        let e = load(&text).unwrap_err();
-        assert_eq!(e.line, line_of(&text, "p4fleet_state"));
+        let e = refused_at(
+            &with_apply(&format!("\tmov f.async_encrypt.p4fleet_state 1\n{call}")),
+            "p4fleet_state",
+        );
         assert!(matches!(e.kind, SpecErrorKind::Unsupported(_)), "{e}");
         assert!(e.to_string().contains("must not write"), "{e}");
         let text = with_apply(&format!(
@@ -1154,20 +1100,16 @@ mod tests {
             }
         );
         // A field the mailbox does not have, named.
-        let text = with_apply(&format!("\tmov f.async_encrypt.w2 1\n{call}"));
-        let e = load(&text).unwrap_err();
-        assert_eq!(e.line, line_of(&text, "w2"));
-        assert!(
-            matches!(&e.kind, SpecErrorKind::Undefined { name, .. } if name == "f.async_encrypt.w2"),
-            "{e}"
+        undefined_at(
+            &format!("\tmov f.async_encrypt.w2 1\n{call}"),
+            "w2",
+            "f.async_encrypt.w2",
         );
         // An extern the program does not call, named.
-        let text = with_apply(&format!("\tmov f.compress.w0 1\n{call}"));
-        let e = load(&text).unwrap_err();
-        assert_eq!(e.line, line_of(&text, "f.compress"));
-        assert!(
-            matches!(&e.kind, SpecErrorKind::Undefined { name, .. } if name == "compress"),
-            "{e}"
+        undefined_at(
+            &format!("\tmov f.compress.w0 1\n{call}"),
+            "f.compress",
+            "compress",
         );
         // Only in the apply block's mov.
         let text =
@@ -1242,25 +1184,44 @@ mod tests {
         format!("{head}apply {{\n{body}\n}}\n")
     }
 
-    fn line_of(text: &str, needle: &str) -> usize {
-        text.lines().position(|l| l.contains(needle)).unwrap() + 1
+    /// Loads `text`, which must fail on the first line naming `needle`.
+    fn refused_at(text: &str, needle: &str) -> SpecError {
+        let e = load(text).unwrap_err();
+        let line = text.lines().position(|l| l.contains(needle)).unwrap() + 1;
+        assert_eq!(e.line, line, "{e}");
+        e
+    }
+
+    /// `body` as l2crypt's apply block: refused as unsupported on the first
+    /// line naming `needle`.
+    fn unsupported_at(body: &str, needle: &str) -> SpecError {
+        let e = refused_at(&with_apply(body), needle);
+        assert!(matches!(e.kind, SpecErrorKind::Unsupported(_)), "{e}");
+        e
+    }
+
+    /// `body` as l2crypt's apply block: refused on the first line naming
+    /// `needle`, for naming `name`, which is not declared.
+    fn undefined_at(body: &str, needle: &str, name: &str) {
+        let e = refused_at(&with_apply(body), needle);
+        assert!(
+            matches!(&e.kind, SpecErrorKind::Undefined { name: n, .. } if n == name),
+            "{e}"
+        );
     }
 
     #[test]
     fn unsupported_instruction_names_its_line() {
-        let text = with_apply("\trx m.standard_metadata_ingress_port\n\tchecksum h.ipv4\n\tdrop");
-        let e = load(&text).unwrap_err();
-        assert_eq!(e.line, line_of(&text, "checksum"));
-        assert!(matches!(e.kind, SpecErrorKind::Unsupported(_)), "{e}");
+        let e = unsupported_at(
+            "\trx m.standard_metadata_ingress_port\n\tchecksum h.ipv4\n\tdrop",
+            "checksum",
+        );
         assert!(e.to_string().contains("checksum"), "{e}");
     }
 
     #[test]
     fn extern_objects_are_unsupported() {
-        let text = with_apply("\textern e.crypto.encrypt\n\tdrop");
-        let e = load(&text).unwrap_err();
-        assert_eq!(e.line, line_of(&text, "e.crypto"));
-        assert!(matches!(e.kind, SpecErrorKind::Unsupported(_)));
+        unsupported_at("\textern e.crypto.encrypt\n\tdrop", "e.crypto");
     }
 
     #[test]
@@ -1279,34 +1240,32 @@ mod tests {
             load(&text).unwrap_err().kind,
             SpecErrorKind::Undefined { what: "label", .. }
         ));
-        let text = with_apply("\tmov m.nope 1\n\tdrop");
-        let e = load(&text).unwrap_err();
-        assert_eq!(e.line, line_of(&text, "m.nope"));
+        refused_at(&with_apply("\tmov m.nope 1\n\tdrop"), "m.nope");
     }
 
     #[test]
     fn emit_out_of_order_is_refused() {
-        let text = with_apply("\textract h.ethernet\n\textract h.ipv4\n\temit h.ipv4\n\tdrop");
-        let e = load(&text).unwrap_err();
-        assert_eq!(e.line, line_of(&text, "emit h.ipv4"));
-        assert!(matches!(e.kind, SpecErrorKind::Unsupported(_)));
+        unsupported_at(
+            "\textract h.ethernet\n\textract h.ipv4\n\temit h.ipv4\n\tdrop",
+            "emit h.ipv4",
+        );
     }
 
     #[test]
     fn sub_byte_header_fields_are_unsupported() {
         let text =
             "struct t {\n\tbit<4> a\n\tbit<4> b\n}\nheader x instanceof t\napply {\n\tdrop\n}\n";
-        let e = load(text).unwrap_err();
+        let e = refused_at(text, "header x");
         assert_eq!(e.line, 5);
         assert!(matches!(e.kind, SpecErrorKind::Unsupported(_)));
     }
 
     #[test]
     fn backward_jumps_are_refused() {
-        let text = with_apply("\tLOOP : extract h.ethernet\n\tjmp LOOP\n\tdrop");
-        let e = load(&text).unwrap_err();
-        assert_eq!(e.line, line_of(&text, "jmp LOOP"));
-        assert!(matches!(e.kind, SpecErrorKind::Unsupported(_)));
+        unsupported_at(
+            "\tLOOP : extract h.ethernet\n\tjmp LOOP\n\tdrop",
+            "jmp LOOP",
+        );
     }
 
     #[test]
@@ -1328,12 +1287,13 @@ mod tests {
         let dmac = &p.tables[p.table_index("dmac").unwrap()];
         assert_eq!(dmac.default_args, [7]);
         assert!(dmac.default_const);
-        let bad = L2CRYPT.replace(
-            "default_action broadcast args none",
-            "default_action forward args none",
+        refused_at(
+            &L2CRYPT.replace(
+                "default_action broadcast args none",
+                "default_action forward args none",
+            ),
+            "default_action forward",
         );
-        let e = load(&bad).unwrap_err();
-        assert_eq!(e.line, line_of(&bad, "default_action forward"));
     }
 
     #[test]

@@ -458,8 +458,7 @@ mod tests {
     use crate::dataplane::{bind, spec};
     use p4fleet_proto::p4info;
 
-    const SPEC: &str = include_str!("../../../examples/l2crypt/l2crypt.spec");
-    const P4INFO: &str = include_str!("../../../examples/l2crypt/p4info.txt");
+    use crate::testing::l2crypt::{P4INFO, SPEC};
     const DMAC: u32 = 44918510;
     const FORWARD: u32 = 29683729;
     const DROP: u32 = 25652968;

@@ -263,8 +263,7 @@ mod tests {
     use super::*;
     use p4fleet_model::pipeline_config::BfPipelineConfig;
 
-    const P4INFO: &str = include_str!("../../../examples/l2crypt/p4info.txt");
-    const SPEC: &str = include_str!("../../../examples/l2crypt/l2crypt.spec");
+    use crate::testing::l2crypt::{P4INFO, SPEC};
     const BFRT: &[u8] = include_bytes!("../../../examples/l2crypt/bfrt.json");
     const CONTEXT: &[u8] = include_bytes!("../../../examples/l2crypt/context.json");
 

@@ -199,6 +199,20 @@ fn unknown_profile(id: u32) -> UpdateError {
     err(Code::NotFound, format!("unknown action profile id {id}"))
 }
 
+/// Profile `id`'s schema and state.
+fn profile_state<'a>(
+    schema: &'a Schema,
+    states: &'a mut IdMap<ProfileState>,
+    id: u32,
+) -> Result<(&'a ProfileInfo, &'a mut ProfileState), UpdateError> {
+    let info = schema
+        .profiles
+        .get(&id)
+        .ok_or_else(|| unknown_profile(id))?;
+    let state = states.get_mut(&info.id).expect("one state per profile");
+    Ok((info, state))
+}
+
 /// Applies one ActionProfileMember update.
 pub(crate) fn apply_member(
     schema: &Schema,
@@ -206,11 +220,7 @@ pub(crate) fn apply_member(
     ty: Type,
     m: &p4::ActionProfileMember,
 ) -> Result<Type, UpdateError> {
-    let info = schema
-        .profiles
-        .get(&m.action_profile_id)
-        .ok_or_else(|| unknown_profile(m.action_profile_id))?;
-    let state = states.get_mut(&info.id).expect("one state per profile");
+    let (info, state) = profile_state(schema, states, m.action_profile_id)?;
     let what = || format!("action profile {} member {}", info.name, m.member_id);
     match ty {
         Type::Insert => {
@@ -316,11 +326,7 @@ pub(crate) fn apply_group(
     ty: Type,
     g: &p4::ActionProfileGroup,
 ) -> Result<Type, UpdateError> {
-    let info = schema
-        .profiles
-        .get(&g.action_profile_id)
-        .ok_or_else(|| unknown_profile(g.action_profile_id))?;
-    let state = states.get_mut(&info.id).expect("one state per profile");
+    let (info, state) = profile_state(schema, states, g.action_profile_id)?;
     let what = || format!("action profile {} group {}", info.name, g.group_id);
     if !info.with_selector {
         return Err(err(
@@ -631,24 +637,21 @@ pub(crate) fn read_members(
     filter: &p4::ActionProfileMember,
     emit: &mut dyn FnMut(&[u8]),
 ) -> Result<(), UpdateError> {
-    for id in profile_ids(schema, filter.action_profile_id)? {
-        for (mid, m) in &states[&id].members {
-            if filter.member_id != 0 && filter.member_id != *mid {
-                continue;
-            }
-            let e = p4::Entity {
-                entity: Some(p4::entity::Entity::ActionProfileMember(
-                    p4::ActionProfileMember {
-                        action_profile_id: id,
-                        member_id: *mid,
-                        action: Some(m.action.clone()),
-                    },
-                )),
-            };
-            emit(&e.encode_to_vec());
-        }
-    }
-    Ok(())
+    let wanted = (filter.action_profile_id, filter.member_id);
+    read_matching(
+        schema,
+        states,
+        wanted,
+        |s| &s.members,
+        emit,
+        |id, mid, m| {
+            p4::entity::Entity::ActionProfileMember(p4::ActionProfileMember {
+                action_profile_id: id,
+                member_id: mid,
+                action: Some(m.action.clone()),
+            })
+        },
+    )
 }
 
 /// Groups matching a read filter (profile 0: all; group 0: all), as
@@ -659,28 +662,50 @@ pub(crate) fn read_groups(
     filter: &p4::ActionProfileGroup,
     emit: &mut dyn FnMut(&[u8]),
 ) -> Result<(), UpdateError> {
-    for id in profile_ids(schema, filter.action_profile_id)? {
-        for (gid, g) in &states[&id].groups {
-            if filter.group_id != 0 && filter.group_id != *gid {
+    let wanted = (filter.action_profile_id, filter.group_id);
+    read_matching(
+        schema,
+        states,
+        wanted,
+        |s| &s.groups,
+        emit,
+        |id, gid, g| {
+            p4::entity::Entity::ActionProfileGroup(p4::ActionProfileGroup {
+                action_profile_id: id,
+                group_id: gid,
+                members: g
+                    .members
+                    .iter()
+                    .map(|(member_id, weight)| p4::action_profile_group::Member {
+                        member_id: *member_id,
+                        weight: *weight,
+                        watch_kind: None,
+                    })
+                    .collect(),
+                max_size: g.max_size,
+            })
+        },
+    )
+}
+
+/// Emits, encoded, the entity `entity` makes of each item (of those
+/// `items` picks from a profile's state) that `(profile, id)` names (0:
+/// all profiles, all ids).
+fn read_matching<T>(
+    schema: &Schema,
+    states: &IdMap<ProfileState>,
+    (profile, id): (u32, u32),
+    items: impl Fn(&ProfileState) -> &BTreeMap<u32, T>,
+    emit: &mut dyn FnMut(&[u8]),
+    entity: impl Fn(u32, u32, &T) -> p4::entity::Entity,
+) -> Result<(), UpdateError> {
+    for pid in profile_ids(schema, profile)? {
+        for (iid, item) in items(&states[&pid]) {
+            if id != 0 && id != *iid {
                 continue;
             }
             let e = p4::Entity {
-                entity: Some(p4::entity::Entity::ActionProfileGroup(
-                    p4::ActionProfileGroup {
-                        action_profile_id: id,
-                        group_id: *gid,
-                        members: g
-                            .members
-                            .iter()
-                            .map(|(member_id, weight)| p4::action_profile_group::Member {
-                                member_id: *member_id,
-                                weight: *weight,
-                                watch_kind: None,
-                            })
-                            .collect(),
-                        max_size: g.max_size,
-                    },
-                )),
+                entity: Some(entity(pid, *iid, item)),
             };
             emit(&e.encode_to_vec());
         }
@@ -734,13 +759,7 @@ action_profiles { preamble { id: 101 name: "prof" } table_ids: 2 size: 2 }
     }
 
     fn set(p: u8) -> p4::Action {
-        p4::Action {
-            action_id: 10,
-            params: vec![p4::action::Param {
-                param_id: 1,
-                value: vec![0, p],
-            }],
-        }
+        crate::testing::action(10, &[&[0, p]])
     }
 
     fn member(profile: u32, id: u32, action: p4::Action) -> p4::ActionProfileMember {
@@ -1086,19 +1105,7 @@ action_profiles { preamble { id: 101 name: "prof" } table_ids: 2 size: 2 }
         assert_eq!(s.tables[&v4].implementation_id, profile);
         assert_eq!(s.tables[&src].implementation_id, profile);
         let mut st = new_states(&s);
-        let nhop = p4::Action {
-            action_id: 24952588,
-            params: vec![
-                p4::action::Param {
-                    param_id: 1,
-                    value: vec![1],
-                },
-                p4::action::Param {
-                    param_id: 2,
-                    value: vec![1],
-                },
-            ],
-        };
+        let nhop = crate::testing::action(24952588, &[&[1], &[1]]);
         apply_member(&s, &mut st, Type::Insert, &member(profile, 7, nhop)).unwrap();
         let by_member = p4::TableAction {
             r#type: Some(A::ActionProfileMemberId(7)),

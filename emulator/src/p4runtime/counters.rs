@@ -8,7 +8,8 @@ use tonic::Code;
 
 use crate::p4runtime::pipeline::Pipeline;
 use crate::p4runtime::resources::{
-    Unit, arrays_of, direct_read_targets, direct_target, index_of, modify_only, table_entry,
+    ArrayInfo, Unit, direct_read_targets, direct_written, modify_only, read_cells, table_entry,
+    written_cell,
 };
 use crate::update_error::{UpdateError, err};
 
@@ -61,23 +62,8 @@ impl Pipeline {
         e: p4::CounterEntry,
     ) -> Result<(), UpdateError> {
         modify_only(ty, "counter entries")?;
-        let array = self
-            .schema
-            .resources
-            .counters
-            .get(&e.counter_id)
-            .ok_or_else(|| {
-                err(
-                    Code::NotFound,
-                    format!("unknown counter id {}", e.counter_id),
-                )
-            })?;
-        let index = index_of(&e.index, array, "counter")?.ok_or_else(|| {
-            err(
-                Code::InvalidArgument,
-                format!("counter {}: a write needs an index", array.name),
-            )
-        })?;
+        let counters = &self.schema.resources.counters;
+        let (array, index) = written_cell(counters, e.counter_id, &e.index, "counter")?;
         let (packets, bytes) = counts(&e.data, array.unit, &format!("counter {}", array.name))?;
         let cells = self.resources.counters.entry(e.counter_id).or_default();
         if packets == 0 && bytes == 0 {
@@ -93,23 +79,17 @@ impl Pipeline {
         f: &p4::CounterEntry,
         emit: &mut dyn FnMut(Entity),
     ) -> Result<(), UpdateError> {
-        let resources = &self.schema.resources;
-        for array in arrays_of(&resources.counters, f.counter_id, "counter")? {
+        let cell = |array: &ArrayInfo, i: i64| {
             let cells = self.resources.counters.get(&array.id);
-            let one = |i: i64| {
-                let (p, b) = cells.and_then(|c| c.get(&i)).copied().unwrap_or_default();
-                Entity::CounterEntry(p4::CounterEntry {
-                    counter_id: array.id,
-                    index: Some(p4::Index { index: i }),
-                    data: Some(data(p, b, array.unit)),
-                })
-            };
-            match index_of(&f.index, array, "counter")? {
-                Some(i) => emit(one(i)),
-                None => (0..array.size).for_each(|i| emit(one(i))),
-            }
-        }
-        Ok(())
+            let (p, b) = cells.and_then(|c| c.get(&i)).copied().unwrap_or_default();
+            Entity::CounterEntry(p4::CounterEntry {
+                counter_id: array.id,
+                index: Some(p4::Index { index: i }),
+                data: Some(data(p, b, array.unit)),
+            })
+        };
+        let counters = &self.schema.resources.counters;
+        read_cells(counters, f.counter_id, &f.index, "counter", cell, emit)
     }
 
     pub(crate) fn write_direct_counter(
@@ -118,18 +98,8 @@ impl Pipeline {
         e: p4::DirectCounterEntry,
     ) -> Result<(), UpdateError> {
         modify_only(ty, "direct counter entries")?;
-        let (table_id, key) = direct_target(self, &e.table_entry, "direct counter")?;
-        let info = self
-            .schema
-            .resources
-            .direct_counters
-            .get(&table_id)
-            .ok_or_else(|| {
-                err(
-                    Code::InvalidArgument,
-                    format!("table id {table_id} has no direct counter"),
-                )
-            })?;
+        let with = &self.schema.resources.direct_counters;
+        let (table_id, key, info) = direct_written(self, with, &e.table_entry, "direct counter")?;
         let (packets, bytes) =
             counts(&e.data, info.unit, &format!("direct counter {}", info.name))?;
         let cell = self

@@ -257,26 +257,19 @@ pub fn check_action(
             ),
         ));
     };
-    match (scope, for_default) {
-        (Scope::DefaultOnly, false) => {
-            return Err(err(
-                Code::InvalidArgument,
-                format!(
-                    "table {}: action {} may only be the default action",
-                    table.name, action_id
-                ),
-            ));
-        }
-        (Scope::TableOnly, true) => {
-            return Err(err(
-                Code::InvalidArgument,
-                format!(
-                    "table {}: action {} cannot be the default action",
-                    table.name, action_id
-                ),
-            ));
-        }
-        _ => {}
+    let misplaced = match (scope, for_default) {
+        (Scope::DefaultOnly, false) => Some("may only"),
+        (Scope::TableOnly, true) => Some("cannot"),
+        _ => None,
+    };
+    if let Some(how) = misplaced {
+        return Err(err(
+            Code::InvalidArgument,
+            format!(
+                "table {}: action {} {how} be the default action",
+                table.name, action_id
+            ),
+        ));
     }
     let info = schema
         .actions

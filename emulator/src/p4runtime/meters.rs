@@ -11,7 +11,8 @@ use tonic::Code;
 
 use crate::p4runtime::pipeline::Pipeline;
 use crate::p4runtime::resources::{
-    arrays_of, direct_read_targets, direct_target, index_of, modify_only, table_entry,
+    ArrayInfo, direct_read_targets, direct_written, modify_only, read_cells, table_entry,
+    written_cell,
 };
 use crate::update_error::{UpdateError, err};
 
@@ -62,19 +63,9 @@ fn config_of(
 impl Pipeline {
     pub(crate) fn write_meter(&mut self, ty: Type, e: p4::MeterEntry) -> Result<(), UpdateError> {
         modify_only(ty, "meter entries")?;
-        let array = self
-            .schema
-            .resources
-            .meters
-            .get(&e.meter_id)
-            .ok_or_else(|| err(Code::NotFound, format!("unknown meter id {}", e.meter_id)))?;
+        let meters = &self.schema.resources.meters;
+        let (array, index) = written_cell(meters, e.meter_id, &e.index, "meter")?;
         let what = format!("meter {}", array.name);
-        let index = index_of(&e.index, array, "meter")?.ok_or_else(|| {
-            err(
-                Code::InvalidArgument,
-                format!("{what}: a write needs an index"),
-            )
-        })?;
         let config = config_of(e.config, &e.counter_data, &format!("{what}[{index}]"))?;
         let cells = self.resources.meters.entry(e.meter_id).or_default();
         match config {
@@ -89,22 +80,17 @@ impl Pipeline {
         f: &p4::MeterEntry,
         emit: &mut dyn FnMut(Entity),
     ) -> Result<(), UpdateError> {
-        for array in arrays_of(&self.schema.resources.meters, f.meter_id, "meter")? {
+        let cell = |array: &ArrayInfo, i: i64| {
             let cells = self.resources.meters.get(&array.id);
-            let one = |i: i64| {
-                Entity::MeterEntry(p4::MeterEntry {
-                    meter_id: array.id,
-                    index: Some(p4::Index { index: i }),
-                    config: cells.and_then(|c| c.get(&i)).cloned(),
-                    counter_data: None,
-                })
-            };
-            match index_of(&f.index, array, "meter")? {
-                Some(i) => emit(one(i)),
-                None => (0..array.size).for_each(|i| emit(one(i))),
-            }
-        }
-        Ok(())
+            Entity::MeterEntry(p4::MeterEntry {
+                meter_id: array.id,
+                index: Some(p4::Index { index: i }),
+                config: cells.and_then(|c| c.get(&i)).cloned(),
+                counter_data: None,
+            })
+        };
+        let meters = &self.schema.resources.meters;
+        read_cells(meters, f.meter_id, &f.index, "meter", cell, emit)
     }
 
     pub(crate) fn write_direct_meter(
@@ -113,18 +99,8 @@ impl Pipeline {
         e: p4::DirectMeterEntry,
     ) -> Result<(), UpdateError> {
         modify_only(ty, "direct meter entries")?;
-        let (table_id, key) = direct_target(self, &e.table_entry, "direct meter")?;
-        let info = self
-            .schema
-            .resources
-            .direct_meters
-            .get(&table_id)
-            .ok_or_else(|| {
-                err(
-                    Code::InvalidArgument,
-                    format!("table id {table_id} has no direct meter"),
-                )
-            })?;
+        let with = &self.schema.resources.direct_meters;
+        let (table_id, key, info) = direct_written(self, with, &e.table_entry, "direct meter")?;
         let config = config_of(
             e.config,
             &e.counter_data,

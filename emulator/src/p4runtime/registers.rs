@@ -8,7 +8,7 @@ use tonic::Code;
 
 use crate::p4runtime::entry::significant;
 use crate::p4runtime::pipeline::Pipeline;
-use crate::p4runtime::resources::{arrays_of, index_of, modify_only};
+use crate::p4runtime::resources::{ArrayInfo, modify_only, read_cells, written_cell};
 use crate::update_error::{UpdateError, err};
 
 /// The canonical value of a register write: `data` must be a bitstring
@@ -42,23 +42,8 @@ impl Pipeline {
         e: p4::RegisterEntry,
     ) -> Result<(), UpdateError> {
         modify_only(ty, "register entries")?;
-        let array = self
-            .schema
-            .resources
-            .registers
-            .get(&e.register_id)
-            .ok_or_else(|| {
-                err(
-                    Code::NotFound,
-                    format!("unknown register id {}", e.register_id),
-                )
-            })?;
-        let index = index_of(&e.index, array, "register")?.ok_or_else(|| {
-            err(
-                Code::InvalidArgument,
-                format!("register {}: a write needs an index", array.name),
-            )
-        })?;
+        let registers = &self.schema.resources.registers;
+        let (array, index) = written_cell(registers, e.register_id, &e.index, "register")?;
         let what = format!("register {}[{index}]", array.name);
         let value = register_value(&e.data, array.bitwidth, &what)?;
         let cells = self.resources.registers.entry(e.register_id).or_default();
@@ -75,25 +60,19 @@ impl Pipeline {
         f: &p4::RegisterEntry,
         emit: &mut dyn FnMut(Entity),
     ) -> Result<(), UpdateError> {
-        let schema = &self.schema.resources.registers;
-        for array in arrays_of(schema, f.register_id, "register")? {
+        let cell = |array: &ArrayInfo, i: i64| {
             let cells = self.resources.registers.get(&array.id);
-            let one = |i: i64| {
-                let v = cells.and_then(|c| c.get(&i)).cloned().unwrap_or(vec![0]);
-                Entity::RegisterEntry(p4::RegisterEntry {
-                    register_id: array.id,
-                    index: Some(p4::Index { index: i }),
-                    data: Some(P4Data {
-                        data: Some(p4_data::Data::Bitstring(v)),
-                    }),
-                })
-            };
-            match index_of(&f.index, array, "register")? {
-                Some(i) => emit(one(i)),
-                None => (0..array.size).for_each(|i| emit(one(i))),
-            }
-        }
-        Ok(())
+            let v = cells.and_then(|c| c.get(&i)).cloned().unwrap_or(vec![0]);
+            Entity::RegisterEntry(p4::RegisterEntry {
+                register_id: array.id,
+                index: Some(p4::Index { index: i }),
+                data: Some(P4Data {
+                    data: Some(p4_data::Data::Bitstring(v)),
+                }),
+            })
+        };
+        let registers = &self.schema.resources.registers;
+        read_cells(registers, f.register_id, &f.index, "register", cell, emit)
     }
 }
 

@@ -172,29 +172,27 @@ impl ResourceSchema {
             let a = array(&r.preamble, r.size.into(), Unit::Both, bitwidth)?;
             s.registers.insert(a.id, a);
         }
-        for c in &info.direct_counters {
-            let (id, name) = name_of(&c.preamble);
+        // (preamble, kind, table, unit) of each direct resource.
+        let mut direct_info = |pre: &Option<p4info::Preamble>, kind: &str, table, unit| {
+            let (id, name) = name_of(pre);
             claim(id, &name)?;
-            let table_id = direct("direct counter", &name, c.direct_table_id)?;
-            let info = DirectInfo {
+            let table_id = direct(kind, &name, table)?;
+            Ok::<_, SchemaError>(DirectInfo {
                 id,
                 name,
                 table_id,
-                unit: counter_unit(&c.spec),
-            };
-            one_per_table(&mut s.direct_counters, info, "direct counters")?;
+                unit,
+            })
+        };
+        for c in &info.direct_counters {
+            let unit = counter_unit(&c.spec);
+            let d = direct_info(&c.preamble, "direct counter", c.direct_table_id, unit)?;
+            one_per_table(&mut s.direct_counters, d, "direct counters")?;
         }
         for m in &info.direct_meters {
-            let (id, name) = name_of(&m.preamble);
-            claim(id, &name)?;
-            let table_id = direct("direct meter", &name, m.direct_table_id)?;
-            let info = DirectInfo {
-                id,
-                name,
-                table_id,
-                unit: meter_unit(&m.spec),
-            };
-            one_per_table(&mut s.direct_meters, info, "direct meters")?;
+            let unit = meter_unit(&m.spec);
+            let d = direct_info(&m.preamble, "direct meter", m.direct_table_id, unit)?;
+            one_per_table(&mut s.direct_meters, d, "direct meters")?;
         }
         Ok(s)
     }
@@ -251,14 +249,21 @@ impl Resources {
         }
     }
 
+    /// `table_id`'s direct resources, if it has any (no lookup at all while
+    /// no table has: the common case on the write path).
+    #[inline]
+    fn direct_mut(&mut self, table_id: u32) -> Option<&mut DirectState> {
+        if self.direct.is_empty() {
+            return None;
+        }
+        self.direct.get_mut(&table_id)
+    }
+
     /// An entry was inserted: its direct counter starts at zero, its meter
     /// unconfigured (also when a key comes back after a delete).
     #[inline]
     pub fn on_insert(&mut self, table_id: u32, key: &[u8]) {
-        if self.direct.is_empty() {
-            return;
-        }
-        if let Some(d) = self.direct.get_mut(&table_id) {
+        if let Some(d) = self.direct_mut(table_id) {
             if let Some(c) = &mut d.counters {
                 c.insert(Key::new(key), Arc::default());
             }
@@ -269,10 +274,7 @@ impl Resources {
     /// An entry was deleted: its direct resources go with it.
     #[inline]
     pub fn on_delete(&mut self, table_id: u32, key: &[u8]) {
-        if self.direct.is_empty() {
-            return;
-        }
-        if let Some(d) = self.direct.get_mut(&table_id) {
+        if let Some(d) = self.direct_mut(table_id) {
             if let Some(c) = &mut d.counters {
                 c.remove(key);
             }
@@ -355,6 +357,45 @@ pub(crate) fn arrays_of<'a>(
         .ok_or_else(|| err(Code::NotFound, format!("unknown {kind} id {id}")))
 }
 
+/// The array and index a write of one cell names: the array must exist and
+/// the index be given and in range.
+pub(crate) fn written_cell<'a>(
+    arrays: &'a IdMap<ArrayInfo>,
+    id: u32,
+    index: &Option<p4::Index>,
+    kind: &str,
+) -> Result<(&'a ArrayInfo, i64), UpdateError> {
+    let array = arrays
+        .get(&id)
+        .ok_or_else(|| err(Code::NotFound, format!("unknown {kind} id {id}")))?;
+    let index = index_of(index, array, kind)?.ok_or_else(|| {
+        err(
+            Code::InvalidArgument,
+            format!("{kind} {}: a write needs an index", array.name),
+        )
+    })?;
+    Ok((array, index))
+}
+
+/// Emits `cell(array, index)` for each cell a read names: one index, or
+/// every index, of array `id` or (`0`) of every array.
+pub(crate) fn read_cells(
+    arrays: &IdMap<ArrayInfo>,
+    id: u32,
+    index: &Option<p4::Index>,
+    kind: &str,
+    cell: impl Fn(&ArrayInfo, i64) -> Entity,
+    emit: &mut dyn FnMut(Entity),
+) -> Result<(), UpdateError> {
+    for array in arrays_of(arrays, id, kind)? {
+        match index_of(index, array, kind)? {
+            Some(i) => emit(cell(array, i)),
+            None => (0..array.size).for_each(|i| emit(cell(array, i))),
+        }
+    }
+    Ok(())
+}
+
 /// Only MODIFY writes counters, meters and registers (P4Runtime spec:
 /// their cells exist as long as the pipeline does).
 pub(crate) fn modify_only(ty: Type, kind: &str) -> Result<(), UpdateError> {
@@ -398,6 +439,24 @@ pub(crate) fn direct_target(
         ));
     }
     Ok((te.table_id, key))
+}
+
+/// The table, canonical key and resource a write of a direct resource
+/// names: as [`direct_target`], and the table must have the resource.
+pub(crate) fn direct_written<'a>(
+    p: &Pipeline,
+    with: &'a IdMap<DirectInfo>,
+    te: &Option<p4::TableEntry>,
+    kind: &str,
+) -> Result<(u32, Vec<u8>, &'a DirectInfo), UpdateError> {
+    let (table_id, key) = direct_target(p, te, kind)?;
+    let info = with.get(&table_id).ok_or_else(|| {
+        err(
+            Code::InvalidArgument,
+            format!("table id {table_id} has no {kind}"),
+        )
+    })?;
+    Ok((table_id, key, info))
 }
 
 /// Receives `(table id, canonical key, stored entry)` of each entry a

@@ -278,6 +278,7 @@ pub fn push_read_entity(out: &mut Vec<u8>, table_entry: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::action;
     use p4fleet_proto::p4runtime::{self as p4, field_match::FieldMatchType as T};
     use prost::Message;
 
@@ -320,19 +321,7 @@ mod tests {
                 },
             ],
             action: Some(p4::TableAction {
-                r#type: Some(p4::table_action::Type::Action(p4::Action {
-                    action_id: 9,
-                    params: vec![
-                        p4::action::Param {
-                            param_id: 1,
-                            value: vec![5],
-                        },
-                        p4::action::Param {
-                            param_id: 2,
-                            value: vec![],
-                        },
-                    ],
-                })),
+                r#type: Some(p4::table_action::Type::Action(action(9, &[&[5], &[]]))),
             }),
             priority: -3,
             metadata: vec![1, 2, 3],
