@@ -234,10 +234,10 @@ async fn bfrt_driver_keeps_one_pipe_set_while_another_is_swapped() {
     let Device::Bfrt(bfrt) = &reader else {
         panic!("a BFRT device")
     };
-    let fw_ref = &fw_info;
+    let (fw_ref, reader_ref) = (&fw_info, &reader);
     let read = |name: &'static str| async move {
         bfrt.attach(0, fw_ref, Some(name)).await.unwrap();
-        bfrt.read_table(0, 39123287).await.unwrap()
+        reader_ref.read_table(0, 39123287).await.unwrap()
     };
     assert_eq!(read("firewall").await.len(), 5, "kept across the swap");
     let own = dev.pipe_set(0, 0).unwrap();
