@@ -439,28 +439,12 @@ impl<R: Reads> Lookup<'_, R> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::reads::fixture::Cluster;
+    use crate::reads::fixture::{Cluster, meta, vs_spec};
     use k8s_openapi::api::core::v1::ConfigMap;
-    use p4fleet_crds::{
-        Condition, P4Program, SwitchSpec, TableEntrySetSpec, VirtualSwitchSpec, VirtualSwitchStatus,
-    };
+    use p4fleet_crds::{Condition, P4Program, SwitchSpec, TableEntrySetSpec, VirtualSwitchStatus};
 
     pub const FIREWALL: &str = include_str!("../../../../examples/firewall/p4info.txt");
     const ROUTER: &str = include_str!("../../../../examples/router/p4info.txt");
-
-    fn meta(name: &str, ns: Option<&str>, labels: &[(&str, &str)]) -> kube::api::ObjectMeta {
-        kube::api::ObjectMeta {
-            name: Some(name.into()),
-            namespace: ns.map(Into::into),
-            labels: Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            ),
-            ..Default::default()
-        }
-    }
 
     fn program(name: &str, p4info: &str) -> P4Program {
         serde_json::from_value(serde_json::json!({
@@ -492,17 +476,7 @@ pub(crate) mod tests {
     ) -> VirtualSwitch {
         VirtualSwitch {
             metadata: meta(name, Some("ns"), labels),
-            spec: VirtualSwitchSpec {
-                program_ref: program.into(),
-                switch_ref: switch.map(Into::into),
-                switch_selector: None,
-                slot: None,
-                isolation: None,
-                port_map: vec![],
-                update_strategy: Default::default(),
-                multicast_groups: vec![],
-                clone_sessions: vec![],
-            },
+            spec: vs_spec(program, switch),
             status: switch.map(|s| VirtualSwitchStatus {
                 switch: Some(s.into()),
                 slot: Some(0),
