@@ -108,7 +108,7 @@ pub fn format_action(schema: &TableSchema, call: &ActionCall) -> String {
 mod tests {
     use super::*;
     use crate::entries::ActionParam;
-    use crate::entries::schema::fixtures::{action, table};
+    use crate::entries::schema::fixtures::{action, map as params, table};
 
     fn schema() -> TableSchema {
         let port = &[("port", 9)];
@@ -124,12 +124,6 @@ mod tests {
                 action("MyIngress.drop", 4, &[], ActionScope::TableAndDefault),
             ],
         )
-    }
-
-    fn params(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
     }
 
     #[test]

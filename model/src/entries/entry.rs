@@ -617,12 +617,6 @@ mod tests {
     use super::super::schema::fixtures::*;
     use super::*;
 
-    fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
     #[test]
     fn inline_firewall() {
         let t = firewall();

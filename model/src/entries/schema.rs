@@ -209,6 +209,13 @@ pub(crate) mod fixtures {
         p4info::parse_text(text).unwrap()
     }
 
+    /// Names to texts, as a spec gives match fields and params.
+    pub fn map(kv: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
     fn field(name: &str, id: u32, bitwidth: u32, kind: MatchKind) -> FieldSchema {
         FieldSchema {
             name: name.into(),
