@@ -553,6 +553,14 @@ pub(crate) mod tests {
             .collect()
     }
 
+    /// `c` dereferenced (with `sources`) for a set of `table` on the
+    /// VirtualSwitches of pool x.
+    async fn pooled(c: &Cluster, sources: &EntrySources, table: &str) -> Dereferenced {
+        let set = set(serde_json::json!({
+            "virtualSwitchSelector": {"matchLabels": {"pool": "x"}}, "table": table}));
+        dereference(c, sources, "ns", &set).await.unwrap()
+    }
+
     fn reasons(d: &Dereferenced) -> Vec<&'static str> {
         d.problems.iter().map(Problem::reason).collect()
     }
@@ -668,12 +676,8 @@ pub(crate) mod tests {
                 st.loaded_digest = Some(runs);
             }
         }
-        let set = set(
-            serde_json::json!({"virtualSwitchSelector": {"matchLabels": {"pool": "x"}},
-            "table": "firewall"}),
-        );
         let sources = EntrySources::default();
-        let d = dereference(&c, &sources, "ns", &set).await.unwrap();
+        let d = pooled(&c, &sources, "firewall").await;
         // a runs revision 1: the firewall table, from its snapshot; b runs
         // the router content, which has no such table.
         let names: Vec<&str> = d
@@ -690,7 +694,7 @@ pub(crate) mod tests {
             .iter_mut()
             .filter_map(|v| v.status.as_mut())
             .for_each(|st| st.loaded_digest = Some("2".repeat(64)));
-        let d = dereference(&c, &sources, "ns", &set).await.unwrap();
+        let d = pooled(&c, &sources, "firewall").await;
         assert!(d.targets.is_empty(), "{:?}", d.targets);
         // A revision read once is kept: the snapshot gone, a still resolves.
         c.config_maps.retain(|cm| !cm.name_any().starts_with(&name));
@@ -699,7 +703,7 @@ pub(crate) mod tests {
             .filter(|v| v.name_any() == "a")
             .filter_map(|v| v.status.as_mut())
             .for_each(|st| st.loaded_digest = Some(old_digest.clone()));
-        let d = dereference(&c, &sources, "ns", &set).await.unwrap();
+        let d = pooled(&c, &sources, "firewall").await;
         assert_eq!(d.targets.len(), 1);
     }
 
@@ -715,13 +719,7 @@ pub(crate) mod tests {
         {
             v.loaded_digest = Some("1".repeat(64));
         }
-        let set = set(
-            serde_json::json!({"virtualSwitchSelector": {"matchLabels": {"pool": "x"}},
-            "table": "firewall"}),
-        );
-        let d = dereference(&c, &EntrySources::default(), "ns", &set)
-            .await
-            .unwrap();
+        let d = pooled(&c, &EntrySources::default(), "firewall").await;
         assert!(d.targets.iter().all(|t| t.encoded_for.is_none()));
         let fw = c
             .programs
@@ -732,9 +730,7 @@ pub(crate) mod tests {
             digest: Some("2".repeat(64)),
             ..Default::default()
         });
-        let d = dereference(&c, &EntrySources::default(), "ns", &set)
-            .await
-            .unwrap();
+        let d = pooled(&c, &EntrySources::default(), "firewall").await;
         assert_eq!(d.targets.len(), 2);
         assert!(
             d.targets
@@ -767,13 +763,7 @@ pub(crate) mod tests {
             from_digest: Some("old".into()),
             ..Default::default()
         });
-        let set = set(
-            serde_json::json!({"virtualSwitchSelector": {"matchLabels": {"pool": "x"}},
-            "table": "MyIngress.ipv4_lpm"}),
-        );
-        let d = dereference(&c, &EntrySources::default(), "ns", &set)
-            .await
-            .unwrap();
+        let d = pooled(&c, &EntrySources::default(), "MyIngress.ipv4_lpm").await;
         assert_eq!(reasons(&d), ["TableNotInProgram", "UnknownTable"]);
     }
 
