@@ -176,6 +176,10 @@ fn id_of(p: &Option<Preamble>) -> u32 {
     p.as_ref().map(|p| p.id).unwrap_or(0)
 }
 
+fn name_of(p: &Option<Preamble>) -> String {
+    p.as_ref().map(|p| p.name.clone()).unwrap_or_default()
+}
+
 fn bit_width(t: &Option<p4info::P4DataTypeSpec>) -> Option<i32> {
     match t.as_ref()?.type_spec.as_ref()? {
         p4_data_type_spec::TypeSpec::Bitstring(b) => match b.type_spec.as_ref()? {
@@ -385,6 +389,21 @@ pub fn resolve(
                 mapping,
             })
     };
+    // The member `m` into the field or param `target` (of `id`, `width`
+    // bits wide): no wider than it.
+    let slot = |m: &String, mapping: &'static str, target: &String, id: u32, width: i32| {
+        let i = member(m, mapping)?;
+        if d.members[i].bitwidth > width {
+            return Err(LearnError::TooWide {
+                member: m.clone(),
+                width: d.members[i].bitwidth,
+                target: target.clone(),
+                target_width: width,
+                mapping,
+            });
+        }
+        Ok(Slot { id, member: i })
+    };
     let table = info
         .tables
         .iter()
@@ -392,11 +411,7 @@ pub fn resolve(
         .ok_or_else(|| LearnError::UnknownTable {
             name: names.table.clone(),
         })?;
-    let table_name = table
-        .preamble
-        .as_ref()
-        .map(|p| p.name.clone())
-        .unwrap_or_default();
+    let table_name = name_of(&table.preamble);
     let mut key = Vec::new();
     for (field, m) in &names.key {
         let f = table
@@ -417,20 +432,7 @@ pub fn resolve(
                 field: field.clone(),
             });
         }
-        let i = member(m, "key")?;
-        if d.members[i].bitwidth > f.bitwidth {
-            return Err(LearnError::TooWide {
-                member: m.clone(),
-                width: d.members[i].bitwidth,
-                target: field.clone(),
-                target_width: f.bitwidth,
-                mapping: "key",
-            });
-        }
-        key.push(Slot {
-            id: f.id,
-            member: i,
-        });
+        key.push(slot(m, "key", field, f.id, f.bitwidth)?);
     }
     if let Some(f) = table
         .match_fields
@@ -454,11 +456,7 @@ pub fn resolve(
             table: table_name.clone(),
             action: names.action.clone(),
         })?;
-    let action_name = action
-        .preamble
-        .as_ref()
-        .map(|p| p.name.clone())
-        .unwrap_or_default();
+    let action_name = name_of(&action.preamble);
     let mut params = Vec::new();
     for (param, m) in &names.params {
         let p = action
@@ -469,20 +467,7 @@ pub fn resolve(
                 action: action_name.clone(),
                 param: param.clone(),
             })?;
-        let i = member(m, "params")?;
-        if d.members[i].bitwidth > p.bitwidth {
-            return Err(LearnError::TooWide {
-                member: m.clone(),
-                width: d.members[i].bitwidth,
-                target: param.clone(),
-                target_width: p.bitwidth,
-                mapping: "params",
-            });
-        }
-        params.push(Slot {
-            id: p.id,
-            member: i,
-        });
+        params.push(slot(m, "params", param, p.id, p.bitwidth)?);
     }
     if let Some(p) = action
         .params

@@ -383,6 +383,17 @@ where
     }
 }
 
+/// Api for a namespaced kind in `ns`, or in every namespace when None.
+pub fn api_in<K>(client: &kube::Client, ns: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+{
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
 /// Default watcher configuration for the watched kinds.
 pub fn watcher_config() -> watcher::Config {
     watcher::Config::default().any_semantic()
@@ -498,26 +509,11 @@ impl Caches {
         watch_namespace: Option<&str>,
         shutdown: Shutdown,
     ) {
-        let vss = match watch_namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        };
-        let programs = match watch_namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        };
-        let sets = match watch_namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        };
-        let policies = match watch_namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        };
-        let revisions = match watch_namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        };
+        let vss = api_in(&client, watch_namespace);
+        let programs = api_in(&client, watch_namespace);
+        let sets = api_in(&client, watch_namespace);
+        let policies = api_in(&client, watch_namespace);
+        let revisions = api_in(&client, watch_namespace);
         // Only the revisions p4fleet wrote: Deployments' and
         // StatefulSets' would cost memory and wake nothing.
         let (k, v) = crate::fleet::revisions::MANAGED_BY;
@@ -576,6 +572,15 @@ mod tests {
         *cache.writer.lock().unwrap() = Some(w);
     }
 
+    /// The events of a list (or relist) of `objs`.
+    fn listed(objs: Vec<Switch>) -> Vec<watcher::Event<Switch>> {
+        let applied = objs.into_iter().map(watcher::Event::InitApply);
+        std::iter::once(watcher::Event::Init)
+            .chain(applied)
+            .chain([watcher::Event::InitDone])
+            .collect()
+    }
+
     fn names(objs: Vec<Arc<Switch>>) -> Vec<String> {
         let mut n: Vec<String> = objs.iter().map(|o| o.name_any()).collect();
         n.sort();
@@ -587,17 +592,12 @@ mod tests {
         let cache = Cache::<Switch>::default();
         let applied = cache.applied();
         let touched = cache.touched();
-        feed(
-            &cache,
-            vec![
-                watcher::Event::Init,
-                watcher::Event::InitApply(switch("a", "1")),
-                watcher::Event::InitApply(switch("b", "1")),
-                watcher::Event::InitDone,
-                watcher::Event::Apply(switch("a", "2")),
-                watcher::Event::Delete(switch("b", "1")),
-            ],
-        );
+        let mut events = listed(vec![switch("a", "1"), switch("b", "1")]);
+        events.extend([
+            watcher::Event::Apply(switch("a", "2")),
+            watcher::Event::Delete(switch("b", "1")),
+        ]);
+        feed(&cache, events);
         let take = |s: std::pin::Pin<Box<dyn Stream<Item = Arc<Switch>> + Send>>, n| async move {
             s.take(n).collect::<Vec<_>>().await
         };
@@ -631,13 +631,11 @@ mod tests {
         let under = |key: &str| names(cache.filed_under(key));
         feed(
             &cache,
-            vec![
-                watcher::Event::Init,
-                watcher::Event::InitApply(claiming("a", "1", &["ns/x", "ns/y"])),
-                watcher::Event::InitApply(claiming("b", "1", &["ns/x"])),
-                watcher::Event::InitApply(switch("c", "1")),
-                watcher::Event::InitDone,
-            ],
+            listed(vec![
+                claiming("a", "1", &["ns/x", "ns/y"]),
+                claiming("b", "1", &["ns/x"]),
+                switch("c", "1"),
+            ]),
         );
         assert_eq!(under("ns/x"), vec!["a", "b"]);
         assert_eq!(under("ns/y"), vec!["a"]);
@@ -662,25 +660,11 @@ mod tests {
         );
         assert!(under("ns/z").is_empty());
         // A relist refiles from the store as listed, dropping what is gone.
-        feed(
-            &cache,
-            vec![
-                watcher::Event::Init,
-                watcher::Event::InitApply(claiming("c", "3", &["ns/x"])),
-                watcher::Event::InitDone,
-            ],
-        );
+        feed(&cache, listed(vec![claiming("c", "3", &["ns/x"])]));
         assert_eq!(under("ns/x"), vec!["c"]);
         // Without an index, every object.
         let plain = Cache::<Switch>::default();
-        feed(
-            &plain,
-            vec![
-                watcher::Event::Init,
-                watcher::Event::InitApply(switch("p", "1")),
-                watcher::Event::InitDone,
-            ],
-        );
+        feed(&plain, listed(vec![switch("p", "1")]));
         assert_eq!(names(plain.filed_under("anything")), vec!["p"]);
     }
 
@@ -777,14 +761,7 @@ mod tests {
     #[tokio::test]
     async fn newer_than_waits_for_the_store_to_move() {
         let cache = Cache::<Switch>::default();
-        feed(
-            &cache,
-            vec![
-                watcher::Event::Init,
-                watcher::Event::InitApply(switch("a", "5")),
-                watcher::Event::InitDone,
-            ],
-        );
+        feed(&cache, listed(vec![switch("a", "5")]));
         let a = ObjectRef::new("a");
         let short = Duration::from_millis(50);
         assert!(!cache.newer_than(&a, "5", short).await, "still at 5");

@@ -205,6 +205,15 @@ impl ConcurrencyArgs {
     }
 }
 
+/// Runs `fut` on a runtime of the calling thread: the command line tools
+/// do one thing at a time.
+pub fn block_on<F: std::future::Future>(fut: F) -> std::io::Result<F::Output> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    Ok(rt.block_on(fut))
+}
+
 /// What `p4fleet version` prints: version, commit and build date (set by
 /// build.rs).
 pub fn version_text() -> String {

@@ -449,6 +449,12 @@ mod tests {
         Switch::new(name, serde_json::from_value::<SwitchSpec>(spec).unwrap())
     }
 
+    /// The spec of a Bmv2 Switch at 127.0.0.1:`port`.
+    fn bmv2_at(port: u16) -> serde_json::Value {
+        serde_json::json!({"target": "Bmv2", "endpoint": format!("127.0.0.1:{port}"),
+            "deviceId": 1, "slots": 1})
+    }
+
     #[test]
     fn a_switch_maps_to_its_target() {
         let sw = switch(
@@ -474,14 +480,10 @@ mod tests {
     async fn connections_are_reused_until_the_target_changes() {
         let pool = DevicePool::with_election_id(0x1_0007);
         assert_eq!(pool.identity().client_id, 7);
-        let spec = |port: u16| {
-            serde_json::json!({"target": "Bmv2", "endpoint": format!("127.0.0.1:{port}"),
-                "deviceId": 1, "slots": 1})
-        };
-        let a = pool.connect(&switch("a", spec(1))).unwrap();
-        let again = pool.connect(&switch("a", spec(1))).unwrap();
+        let a = pool.connect(&switch("a", bmv2_at(1))).unwrap();
+        let again = pool.connect(&switch("a", bmv2_at(1))).unwrap();
         assert!(Arc::ptr_eq(&a, &again));
-        let moved = pool.connect(&switch("a", spec(2))).unwrap();
+        let moved = pool.connect(&switch("a", bmv2_at(2))).unwrap();
         assert!(!Arc::ptr_eq(&a, &moved));
         assert!(Arc::ptr_eq(&pool.get("a").unwrap(), &moved));
         pool.forget("a");
@@ -571,18 +573,14 @@ mod tests {
     #[tokio::test]
     async fn an_extern_runtime_answer_holds_for_its_device_epoch_and_connection() {
         let pool = DevicePool::with_election_id(1);
-        let spec = |port: u16| {
-            serde_json::json!({"target": "Bmv2", "endpoint": format!("127.0.0.1:{port}"),
-                "deviceId": 1, "slots": 1})
-        };
-        pool.connect(&switch("a", spec(1))).unwrap();
+        pool.connect(&switch("a", bmv2_at(1))).unwrap();
         pool.externs.keep("a", 1, true);
         assert_eq!(pool.externs.get("a", 1), Some(true));
         assert_eq!(pool.externs.get("a", 2), None, "the device changed");
         assert_eq!(pool.externs.get("b", 1), None);
-        pool.connect(&switch("a", spec(1))).unwrap();
+        pool.connect(&switch("a", bmv2_at(1))).unwrap();
         assert_eq!(pool.externs.get("a", 1), Some(true), "same connection");
-        pool.connect(&switch("a", spec(2))).unwrap();
+        pool.connect(&switch("a", bmv2_at(2))).unwrap();
         assert_eq!(pool.externs.get("a", 1), None, "a new connection");
         pool.externs.keep("a", 1, false);
         pool.forget("a");
@@ -592,10 +590,6 @@ mod tests {
     #[tokio::test]
     async fn a_capabilities_answer_holds_for_its_connection_epoch_and_spec() {
         let pool = DevicePool::with_election_id(1);
-        let spec = |port: u16| {
-            serde_json::json!({"target": "Bmv2", "endpoint": format!("127.0.0.1:{port}"),
-                "deviceId": 1, "slots": 1})
-        };
         let caps = Capabilities {
             protocol: "P4Runtime",
             api_version: "1.4.0".into(),
@@ -606,18 +600,18 @@ mod tests {
             epoch,
             generation: Some(generation),
         };
-        pool.connect(&switch("a", spec(1))).unwrap();
+        pool.connect(&switch("a", bmv2_at(1))).unwrap();
         pool.capabilities.keep("a", at(1, 1), caps.clone());
         assert_eq!(pool.capabilities.get("a", at(1, 1)), Some(caps.clone()));
         assert_eq!(pool.capabilities.get("a", at(2, 1)), None, "stream changed");
         assert_eq!(pool.capabilities.get("a", at(1, 2)), None, "spec changed");
         assert_eq!(pool.capabilities.get("b", at(1, 1)), None);
-        pool.connect(&switch("a", spec(1))).unwrap();
+        pool.connect(&switch("a", bmv2_at(1))).unwrap();
         assert!(
             pool.capabilities.get("a", at(1, 1)).is_some(),
             "same connection"
         );
-        pool.connect(&switch("a", spec(2))).unwrap();
+        pool.connect(&switch("a", bmv2_at(2))).unwrap();
         assert_eq!(
             pool.capabilities.get("a", at(1, 1)),
             None,

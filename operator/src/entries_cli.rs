@@ -102,16 +102,13 @@ pub fn run(
                 client_id,
                 p4info: &info,
             };
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(Error::Output)?;
             let timeout = Duration::from_secs(timeout_seconds);
-            let entries = rt.block_on(async {
+            let entries = crate::cli::block_on(async {
                 tokio::time::timeout(timeout, export(&schema, source))
                     .await
                     .map_err(|_| Error::Timeout(timeout))?
-            })?;
+            })
+            .map_err(Error::Output)??;
             let text = format_entries(&schema, &entries, style.into()).map_err(Error::ReadBack)?;
             out.write_all(text.as_bytes()).map_err(Error::Output)?;
             Ok(Outcome::Clean)
@@ -161,32 +158,47 @@ fn schema_of(p4info: &P4Info, table: Option<&str>, text: &str) -> Result<TableSc
     TableSchema::from_p4info(p4info, name)
 }
 
+impl EntriesFiles {
+    /// How leniently the files are read.
+    fn options(&self) -> ParseOptions {
+        ParseOptions {
+            mask_host_bits: self.mask_host_bits,
+        }
+    }
+}
+
+/// Runs `file` on each file of `args` with the P4Info, the file's path
+/// and its text: Findings when it found something in any (`Ok(false)`).
+fn each_file(
+    args: &EntriesFiles,
+    mut file: impl FnMut(&P4Info, &Path, String) -> Result<bool, Error>,
+) -> Result<Outcome, Error> {
+    let p4info = read_p4info(&args.p4info)?;
+    let mut outcome = Outcome::Clean;
+    for path in &args.files {
+        if !file(&p4info, path, read(path)?)? {
+            outcome = Outcome::Findings;
+        }
+    }
+    Ok(outcome)
+}
+
 fn validate(
     args: &EntriesFiles,
     out: &mut dyn Write,
     diag: &mut dyn Write,
 ) -> Result<Outcome, Error> {
-    let p4info = read_p4info(&args.p4info)?;
-    let mut outcome = Outcome::Clean;
-    for path in &args.files {
-        let text = read(path)?;
-        let schema = match schema_of(&p4info, args.table.as_deref(), &text) {
+    each_file(args, |p4info, path, text| {
+        let schema = match schema_of(p4info, args.table.as_deref(), &text) {
             Ok(s) => s,
             Err(e) => {
                 finding(diag, path, &e)?;
-                outcome = Outcome::Findings;
-                continue;
+                return Ok(false);
             }
         };
-        let options = ParseOptions {
-            mask_host_bits: args.mask_host_bits,
-        };
-        let report = parse_text_lossy_with(&schema, &text, usize::MAX, options);
+        let report = parse_text_lossy_with(&schema, &text, usize::MAX, args.options());
         for e in &report.errors {
             finding(diag, path, e)?;
-        }
-        if report.failed > 0 {
-            outcome = Outcome::Findings;
         }
         writeln!(
             out,
@@ -202,8 +214,8 @@ fn validate(
             report.failed
         )
         .map_err(Error::Output)?;
-    }
-    Ok(outcome)
+        Ok(report.failed == 0)
+    })
 }
 
 fn fmt(
@@ -213,15 +225,9 @@ fn fmt(
     out: &mut dyn Write,
     diag: &mut dyn Write,
 ) -> Result<Outcome, Error> {
-    let p4info = read_p4info(&args.p4info)?;
-    let mut outcome = Outcome::Clean;
-    for path in &args.files {
-        let text = read(path)?;
-        let options = ParseOptions {
-            mask_host_bits: args.mask_host_bits,
-        };
-        let formatted = schema_of(&p4info, args.table.as_deref(), &text).and_then(|schema| {
-            let mut report = parse_text_lossy_with(&schema, &text, 1, options);
+    each_file(args, |p4info, path, text| {
+        let formatted = schema_of(p4info, args.table.as_deref(), &text).and_then(|schema| {
+            let mut report = parse_text_lossy_with(&schema, &text, 1, args.options());
             match report.errors.pop() {
                 Some(e) => Err(e),
                 // The formatter writes entries only: it would drop them.
@@ -235,25 +241,23 @@ fn fmt(
             Ok(f) => f,
             Err(e) => {
                 finding(diag, path, &e)?;
-                outcome = Outcome::Findings;
-                continue;
+                return Ok(false);
             }
         };
         if formatted == text {
-            continue;
+            return Ok(true);
         }
         if check {
             writeln!(out, "{}: not in canonical form", path.display()).map_err(Error::Output)?;
-            outcome = Outcome::Findings;
-        } else {
-            std::fs::write(path, formatted).map_err(|source| Error::Io {
-                path: path.clone(),
-                source,
-            })?;
-            writeln!(out, "{}: formatted", path.display()).map_err(Error::Output)?;
+            return Ok(false);
         }
-    }
-    Ok(outcome)
+        std::fs::write(path, formatted).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        writeln!(out, "{}: formatted", path.display()).map_err(Error::Output)?;
+        Ok(true)
+    })
 }
 
 struct Convert<'a> {

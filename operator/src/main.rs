@@ -11,6 +11,7 @@ use p4fleet::{
     Context, DevicePool, Elector, LeaderConfig, Metrics, OperatorConfig, Shutdown, run_controllers,
     shutdown_on,
 };
+use p4fleet::{entries_cli, plan_cli, rollout_cli};
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -45,38 +46,14 @@ fn main() -> ExitCode {
             print!("{}", p4fleet_crds::all_yaml());
             ExitCode::SUCCESS
         }
-        Command::Entries(cmd) => {
-            let (mut out, mut diag) = (std::io::stdout().lock(), std::io::stderr().lock());
-            match p4fleet::entries_cli::run(cmd, &mut out, &mut diag) {
-                Ok(p4fleet::entries_cli::Outcome::Clean) => ExitCode::SUCCESS,
-                Ok(p4fleet::entries_cli::Outcome::Findings) => ExitCode::from(1),
-                Err(e) => {
-                    let _ = writeln!(diag, "p4fleet: {e}");
-                    ExitCode::from(2)
-                }
-            }
-        }
-        Command::Rollout(cmd) => {
-            let (mut out, mut diag) = (std::io::stdout().lock(), std::io::stderr().lock());
-            match p4fleet::rollout_cli::run(cmd, &mut out, &mut diag) {
-                Ok(p4fleet::rollout_cli::Outcome::Done) => ExitCode::SUCCESS,
-                Ok(p4fleet::rollout_cli::Outcome::RolledBack) => ExitCode::from(1),
-                Err(e) => {
-                    let _ = writeln!(diag, "p4fleet: {e}");
-                    ExitCode::from(2)
-                }
-            }
-        }
+        Command::Entries(cmd) => tool(|out, diag| {
+            entries_cli::run(cmd, out, diag).map(|o| o == entries_cli::Outcome::Clean)
+        }),
+        Command::Rollout(cmd) => tool(|out, diag| {
+            rollout_cli::run(cmd, out, diag).map(|o| o == rollout_cli::Outcome::Done)
+        }),
         Command::Plan(args) => {
-            let (mut out, mut diag) = (std::io::stdout().lock(), std::io::stderr().lock());
-            match p4fleet::plan_cli::run(args, &mut out, &mut diag) {
-                Ok(p4fleet::plan_cli::Outcome::Clean) => ExitCode::SUCCESS,
-                Ok(p4fleet::plan_cli::Outcome::Refused) => ExitCode::from(1),
-                Err(e) => {
-                    let _ = writeln!(diag, "p4fleet: {e}");
-                    ExitCode::from(2)
-                }
-            }
+            tool(|out, diag| plan_cli::run(args, out, diag).map(|o| o == plan_cli::Outcome::Clean))
         }
         Command::Version => {
             print!("{}", p4fleet::cli::version_text());
@@ -103,6 +80,24 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+/// Runs a command line tool on stdout and stderr. Its exit code: 0 when
+/// it ended `Ok(true)` (clean, done), 1 on `Ok(false)` (findings, a
+/// refusal, a rollback: each said on the way), 2 on an error, said on
+/// stderr.
+fn tool<E: std::fmt::Display>(
+    run: impl FnOnce(&mut dyn Write, &mut dyn Write) -> Result<bool, E>,
+) -> ExitCode {
+    let (mut out, mut diag) = (std::io::stdout().lock(), std::io::stderr().lock());
+    match run(&mut out, &mut diag) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            let _ = writeln!(diag, "p4fleet: {e}");
+            ExitCode::from(2)
         }
     }
 }

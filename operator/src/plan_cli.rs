@@ -108,11 +108,7 @@ pub fn run(
     out: &mut dyn Write,
     diag: &mut dyn Write,
 ) -> Result<Outcome, Error> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(Error::Runtime)?;
-    rt.block_on(run_async(args, out, diag))
+    crate::cli::block_on(run_async(args, out, diag)).map_err(Error::Runtime)?
 }
 
 async fn run_async(
@@ -324,25 +320,43 @@ struct PlanReads {
 }
 
 impl PlanReads {
+    fn api<K>(&self, ns: &str) -> Api<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+    {
+        Api::namespaced(self.client.clone(), ns)
+    }
+
     async fn list<K>(&self, ns: Option<&str>) -> Result<Vec<K>, kube::Error>
     where
         K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
         K: kube::Resource<Scope = kube::core::NamespaceResourceScope>,
     {
-        let api: Api<K> = match ns {
-            Some(ns) => Api::namespaced(self.client.clone(), ns),
-            None => Api::all(self.client.clone()),
-        };
+        let api: Api<K> = crate::cache::api_in(&self.client, ns);
         Ok(api.list(&ListParams::default()).await?.items)
+    }
+}
+
+/// The object `name` of `api` (in `ns`): the file's, else the cluster's.
+async fn get<K>(
+    api: Api<K>,
+    overlay: &[K],
+    ns: Option<&str>,
+    name: &str,
+) -> Result<Option<K>, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match find(overlay, ns, name) {
+        Some(o) => Ok(Some(o.clone())),
+        None => api.get_opt(name).await,
     }
 }
 
 impl Reads for PlanReads {
     async fn switch(&self, name: &str) -> Result<Option<Switch>, kube::Error> {
-        if let Some(s) = find(&self.overlay.switches, None, name) {
-            return Ok(Some(s.clone()));
-        }
-        Api::<Switch>::all(self.client.clone()).get_opt(name).await
+        let api = Api::all(self.client.clone());
+        get(api, &self.overlay.switches, None, name).await
     }
 
     async fn switches(&self) -> Result<Vec<Switch>, kube::Error> {
@@ -354,12 +368,7 @@ impl Reads for PlanReads {
     }
 
     async fn program(&self, ns: &str, name: &str) -> Result<Option<P4Program>, kube::Error> {
-        if let Some(p) = find(&self.overlay.programs, Some(ns), name) {
-            return Ok(Some(p.clone()));
-        }
-        Api::<P4Program>::namespaced(self.client.clone(), ns)
-            .get_opt(name)
-            .await
+        get(self.api(ns), &self.overlay.programs, Some(ns), name).await
     }
 
     async fn virtual_switch(
@@ -367,12 +376,7 @@ impl Reads for PlanReads {
         ns: &str,
         name: &str,
     ) -> Result<Option<VirtualSwitch>, kube::Error> {
-        if let Some(v) = find(&self.overlay.virtual_switches, Some(ns), name) {
-            return Ok(Some(v.clone()));
-        }
-        Api::<VirtualSwitch>::namespaced(self.client.clone(), ns)
-            .get_opt(name)
-            .await
+        get(self.api(ns), &self.overlay.virtual_switches, Some(ns), name).await
     }
 
     async fn virtual_switches(&self, ns: Option<&str>) -> Result<Vec<VirtualSwitch>, kube::Error> {
@@ -385,9 +389,7 @@ impl Reads for PlanReads {
         ns: &str,
         name: &str,
     ) -> Result<Option<ControllerRevision>, kube::Error> {
-        Api::<ControllerRevision>::namespaced(self.client.clone(), ns)
-            .get_opt(name)
-            .await
+        self.api(ns).get_opt(name).await
     }
 
     async fn program_revisions(
@@ -405,12 +407,7 @@ impl Reads for PlanReads {
     }
 
     async fn config_map(&self, ns: &str, name: &str) -> Result<Option<ConfigMap>, kube::Error> {
-        if let Some(c) = find(&self.overlay.config_maps, Some(ns), name) {
-            return Ok(Some(c.clone()));
-        }
-        Api::<ConfigMap>::namespaced(self.client.clone(), ns)
-            .get_opt(name)
-            .await
+        get(self.api(ns), &self.overlay.config_maps, Some(ns), name).await
     }
 
     async fn entry_revisions(

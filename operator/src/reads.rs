@@ -297,6 +297,37 @@ pub mod fixture {
         pub artifacts: Vec<(String, Vec<u8>)>,
     }
 
+    /// The metadata of a test object: its name, namespace and labels.
+    pub fn meta(name: &str, ns: Option<&str>, labels: &[(&str, &str)]) -> kube::api::ObjectMeta {
+        kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: ns.map(Into::into),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    /// The spec of a VirtualSwitch running `program`, on `switch` when
+    /// given, with nothing else set.
+    pub fn vs_spec(program: &str, switch: Option<&str>) -> p4fleet_crds::VirtualSwitchSpec {
+        p4fleet_crds::VirtualSwitchSpec {
+            program_ref: program.into(),
+            switch_ref: switch.map(Into::into),
+            switch_selector: None,
+            slot: None,
+            isolation: None,
+            port_map: vec![],
+            update_strategy: Default::default(),
+            multicast_groups: vec![],
+            clone_sessions: vec![],
+        }
+    }
+
     fn find<K: kube::Resource + Clone>(objs: &[K], ns: Option<&str>, name: &str) -> Option<K> {
         objs.iter()
             .find(|o| o.meta().namespace.as_deref() == ns && o.name_any() == name)

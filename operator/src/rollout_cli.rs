@@ -293,11 +293,7 @@ pub fn run(
     out: &mut dyn Write,
     diag: &mut dyn Write,
 ) -> Result<Outcome, Error> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(Error::Runtime)?;
-    rt.block_on(run_async(cmd, out, diag))
+    crate::cli::block_on(run_async(cmd, out, diag)).map_err(Error::Runtime)?
 }
 
 async fn run_async(
@@ -454,6 +450,21 @@ impl Target {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
+    /// The objects of the namespace with the labels `selector`; `what`
+    /// names the request in an error.
+    async fn labelled<K>(&self, selector: &str, what: &'static str) -> Result<Vec<K>, Error>
+    where
+        K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let list = self
+            .api::<K>()
+            .list(&ListParams::default().labels(selector))
+            .await
+            .map_err(|e| self.api_error(what, e))?;
+        Ok(list.items)
+    }
+
     fn not_found(&self) -> Error {
         Error::NotFound {
             kind: self.kind,
@@ -528,13 +539,10 @@ impl Target {
         let mut kept: Vec<revisions::Kept> = match self.kind {
             Kind::Program => {
                 let (k, v) = revisions::MANAGED_BY;
-                let list = self
-                    .api::<ControllerRevision>()
-                    .list(&ListParams::default().labels(&format!("{k}={v}")))
-                    .await
-                    .map_err(|e| self.api_error("list its ControllerRevisions", e))?;
-                list.items
-                    .iter()
+                let what = "list its ControllerRevisions";
+                let list: Vec<ControllerRevision> =
+                    self.labelled(&format!("{k}={v}"), what).await?;
+                list.iter()
                     .filter(|cr| {
                         cr.owner_references().iter().any(|o| {
                             o.kind == "P4Program"
@@ -550,15 +558,9 @@ impl Target {
                     return Ok(Vec::new());
                 };
                 let label = entry_revisions::SET_LABEL;
-                let list = self
-                    .api::<ConfigMap>()
-                    .list(&ListParams::default().labels(&format!("{label}={uid}")))
-                    .await
-                    .map_err(|e| self.api_error("list its revision ConfigMaps", e))?;
-                list.items
-                    .iter()
-                    .filter_map(entry_revisions::kept)
-                    .collect()
+                let what = "list its revision ConfigMaps";
+                let list: Vec<ConfigMap> = self.labelled(&format!("{label}={uid}"), what).await?;
+                list.iter().filter_map(entry_revisions::kept).collect()
             }
         };
         kept.sort_by_key(|k| k.revision);
@@ -1134,6 +1136,13 @@ mod tests {
         p
     }
 
+    /// Asserts that `text` says each of `parts`.
+    fn assert_says(text: &str, parts: &[&str]) {
+        for part in parts {
+            assert!(text.contains(part), "{part:?} is not in:\n{text}");
+        }
+    }
+
     #[test]
     fn status_renders_phase_revisions_step_counts_moved_and_times() {
         let p = with_status(
@@ -1144,29 +1153,17 @@ mod tests {
         );
         let text = render(&p);
         assert!(text.starts_with("P4Program team-a/fw\n"), "{text}");
-        assert!(text.contains("strategy: Canary, 4 steps"), "{text}");
-        assert!(text.contains("rollout: Paused"), "{text}");
-        assert!(
-            text.contains("from revision 1 (111111111111) to revision 2 (222222222222)"),
-            "{text}"
-        );
-        assert!(
-            text.contains(
-                "step 3 of 4: steps[2] pause until resumed (p4fleet rollout resume fw -n team-a)"
-            ),
-            "{text}"
-        );
-        assert!(
-            text.contains("VirtualSwitches: 1 updated, 1 healthy, 3 pending, 0 rolled back"),
-            "{text}"
-        );
-        assert!(
-            text.contains("vs-0 on Switch edge-1: Healthy (moved at steps[0])"),
-            "{text}"
-        );
-        assert!(
-            text.contains("started 2026-01-02T03:00:00Z, step started 2026-01-02T03:04:05Z"),
-            "{text}"
+        assert_says(
+            &text,
+            &[
+                "strategy: Canary, 4 steps",
+                "rollout: Paused",
+                "from revision 1 (111111111111) to revision 2 (222222222222)",
+                "step 3 of 4: steps[2] pause until resumed (p4fleet rollout resume fw -n team-a)",
+                "VirtualSwitches: 1 updated, 1 healthy, 3 pending, 0 rolled back",
+                "vs-0 on Switch edge-1: Healthy (moved at steps[0])",
+                "started 2026-01-02T03:00:00Z, step started 2026-01-02T03:04:05Z",
+            ],
         );
         assert!(!text.contains("failure"), "{text}");
         assert!(!text.contains("finished"), "{text}");
@@ -1186,18 +1183,15 @@ mod tests {
         r.finished_at = Some("2026-01-02T03:05:00Z".into());
         let p = with_status(program(canary()), Some(r), 1, 2);
         let text = render(&p);
-        assert!(text.contains("rollout: RolledBack"), "{text}");
-        assert!(
-            text.contains(
-                "failure: EntriesReapplied failed on VirtualSwitch vs-0 (Switch edge-1): TableEntrySet fw: 3 entries failed"
-            ),
-            "{text}"
-        );
-        assert!(text.contains("vs-0 on Switch edge-1: RolledBack"), "{text}");
-        assert!(text.contains("finished 2026-01-02T03:05:00Z"), "{text}");
-        assert!(
-            text.contains("step 1 of 4: steps[0] switches: 1\n"),
-            "{text}"
+        assert_says(
+            &text,
+            &[
+                "rollout: RolledBack",
+                "failure: EntriesReapplied failed on VirtualSwitch vs-0 (Switch edge-1): TableEntrySet fw: 3 entries failed",
+                "vs-0 on Switch edge-1: RolledBack",
+                "finished 2026-01-02T03:05:00Z",
+                "step 1 of 4: steps[0] switches: 1\n",
+            ],
         );
     }
 
@@ -1205,16 +1199,13 @@ mod tests {
     fn status_says_why_there_is_no_rollout() {
         let all = with_status(program(json!({})), None, 2, 3);
         let text = render(&all);
-        assert!(text.contains("strategy: AllAtOnce\n"), "{text}");
-        assert!(
-            text.contains("no rollout: strategy AllAtOnce moves every VirtualSwitch at once"),
-            "{text}"
-        );
-        assert!(
-            text.contains(
-                "revisions: current revision 2 (222222222222), update revision 3 (333333333333)"
-            ),
-            "{text}"
+        assert_says(
+            &text,
+            &[
+                "strategy: AllAtOnce\n",
+                "no rollout: strategy AllAtOnce moves every VirtualSwitch at once",
+                "revisions: current revision 2 (222222222222), update revision 3 (333333333333)",
+            ],
         );
         let first = with_status(program(canary()), None, 1, 1);
         let text = render(&first);
@@ -1236,8 +1227,7 @@ mod tests {
         odd.started_at = String::new();
         let none = with_status(program(Value::Null), Some(odd.clone()), 1, 2);
         let text = render(&none);
-        assert!(text.contains("no steps"), "{text}");
-        assert!(text.contains("from nothing to revision 2"), "{text}");
+        assert_says(&text, &["no steps", "from nothing to revision 2"]);
         assert!(!text.contains("started ,"), "{text}");
         let past = with_status(program(canary()), Some(odd.clone()), 1, 2);
         assert!(
@@ -1514,15 +1504,12 @@ mod tests {
             "{text}"
         );
         // Where the fleet was, and the content read now.
-        assert!(
-            text.contains(
-                "revisions: current revision 1 (111111111111), update revision 2 (222222222222)"
-            ),
-            "{text}"
-        );
-        assert!(
-            text.contains("(p4fleet rollout resume tes/routes -n team-a)"),
-            "{text}"
+        assert_says(
+            &text,
+            &[
+                "revisions: current revision 1 (111111111111), update revision 2 (222222222222)",
+                "(p4fleet rollout resume tes/routes -n team-a)",
+            ],
         );
         assert_eq!(
             super::resume_patch(&r)["metadata"]["annotations"][RESUME_ANNOTATION],
@@ -1623,8 +1610,7 @@ mod tests {
             program(json!({"strategy": "Canary", "pinRevision": 1, "steps": [{"percent": 100}]}));
         pinned = with_status(pinned, Some(in_progress(RolloutPhase::Completed, 1)), 1, 2);
         let text = super::history(&(&pinned).into(), &[kept_rev(1), kept_rev(2)]);
-        assert!(text.contains("current, pinned\n"), "{text}");
-        assert!(text.contains("  update\n"), "{text}");
+        assert_says(&text, &["current, pinned\n", "  update\n"]);
         assert!(!text.contains("rollout"), "{text}");
         // Nothing kept yet.
         assert!(super::history(&r, &[]).contains("no revision kept yet"));

@@ -456,6 +456,18 @@ mod tests {
         c
     }
 
+    /// The one Event `condition_events` gives for `old` → `new`.
+    fn one_event(old: &[Condition], new: &[Condition]) -> EventNote {
+        let mut evs = condition_events(old, new, &[]);
+        assert_eq!(evs.len(), 1, "{evs:?}");
+        evs.remove(0)
+    }
+
+    /// A False condition.
+    fn failing(t: &str, reason: &str, message: &str) -> Condition {
+        with(t, Some(false), reason, message)
+    }
+
     #[test]
     fn one_event_per_root_cause() {
         // A device goes away: Synced and Ready turn False for one reason.
@@ -466,92 +478,58 @@ mod tests {
         ];
         let down = vec![
             with("Valid", Some(true), "Valid", ""),
-            with(
-                "Synced",
-                Some(false),
-                "DeviceUnavailable",
-                "Switch sw: refused",
-            ),
-            with(
-                "Ready",
-                Some(false),
-                "DeviceUnavailable",
-                "Switch sw: refused",
-            ),
+            failing("Synced", "DeviceUnavailable", "Switch sw: refused"),
+            failing("Ready", "DeviceUnavailable", "Switch sw: refused"),
         ];
-        let evs = condition_events(&old, &down, &[]);
-        assert_eq!(evs.len(), 1, "{evs:?}");
-        assert!(evs[0].warning);
-        assert_eq!(evs[0].reason, "DeviceUnavailable");
-        assert_eq!(evs[0].action, "Synced");
-        assert_eq!(evs[0].note, "Synced: Switch sw: refused");
+        let ev = one_event(&old, &down);
+        assert!(ev.warning);
+        assert_eq!(ev.reason, "DeviceUnavailable");
+        assert_eq!(ev.action, "Synced");
+        assert_eq!(ev.note, "Synced: Switch sw: refused");
 
         // It comes back: every condition turns True, one Normal Event.
-        let evs = condition_events(&down, &old, &[]);
-        assert_eq!(evs.len(), 1, "{evs:?}");
-        assert!(!evs[0].warning);
-        assert_eq!(
-            (evs[0].reason.as_str(), evs[0].action.as_str()),
-            ("Ready", "Ready")
-        );
+        let ev = one_event(&down, &old);
+        assert!(!ev.warning);
+        assert_eq!((ev.reason.as_str(), ev.action.as_str()), ("Ready", "Ready"));
 
         // The first sync of a new object: one Event, Ready's.
-        let evs = condition_events(&[], &old, &[]);
-        assert_eq!(evs.len(), 1, "{evs:?}");
+        one_event(&[], &old);
     }
 
     #[test]
     fn waiting_is_normal_derived_is_folded_and_notes_win() {
         // A sync about to write: progress, not a problem.
         let syncing = vec![
-            with("Synced", Some(false), "Syncing", "writing 10 updates"),
-            with("Ready", Some(false), "Syncing", "writing 10 updates"),
+            failing("Synced", "Syncing", "writing 10 updates"),
+            failing("Ready", "Syncing", "writing 10 updates"),
         ];
-        let evs = condition_events(&[], &syncing, &[]);
-        assert_eq!(evs.len(), 1);
-        assert!(!evs[0].warning, "{evs:?}");
+        let ev = one_event(&[], &syncing);
+        assert!(!ev.warning, "{ev:?}");
 
         // A missing VirtualSwitch: its ResolvedRefs reason is the cause;
         // NoTarget on Valid and Synced follows from it.
         let missing = vec![
-            with(
-                "ResolvedRefs",
-                Some(false),
-                "VirtualSwitchNotFound",
-                "no vs",
-            ),
+            failing("ResolvedRefs", "VirtualSwitchNotFound", "no vs"),
             with("Valid", None, "NoTarget", ""),
             with("Synced", None, "NoTarget", ""),
-            with("Ready", Some(false), "VirtualSwitchNotFound", "no vs"),
+            failing("Ready", "VirtualSwitchNotFound", "no vs"),
         ];
-        let evs = condition_events(&[], &missing, &[]);
-        assert_eq!(evs.len(), 1, "{evs:?}");
-        assert!(evs[0].warning);
-        assert_eq!(evs[0].reason, "VirtualSwitchNotFound");
+        let ev = one_event(&[], &missing);
+        assert!(ev.warning);
+        assert_eq!(ev.reason, "VirtualSwitchNotFound");
 
         // A policy whose VirtualSwitch is not placed yet: one Normal Event
         // (waiting), none for what follows from it.
         let unplaced = vec![
             with("Valid", None, "RefsUnresolved", ""),
-            with(
-                "ResolvedRefs",
-                Some(false),
-                "VirtualSwitchNotScheduled",
-                "not placed",
-            ),
+            failing("ResolvedRefs", "VirtualSwitchNotScheduled", "not placed"),
             with("Applied", None, "NotApplied", ""),
             with("T4P4SOptions", None, "NotRendered", ""),
-            with(
-                "Ready",
-                Some(false),
-                "VirtualSwitchNotScheduled",
-                "not placed",
-            ),
+            failing("Ready", "VirtualSwitchNotScheduled", "not placed"),
         ];
-        let evs = condition_events(&[], &unplaced, &[]);
-        assert_eq!(evs.len(), 1, "{evs:?}");
-        assert!(!evs[0].warning, "{evs:?}");
-        assert_eq!(evs[0].reason, "VirtualSwitchNotScheduled");
+        let ev = one_event(&[], &unplaced);
+        assert!(!ev.warning, "{ev:?}");
+        assert_eq!(ev.reason, "VirtualSwitchNotScheduled");
 
         // The stage's own Synced note replaces the condition's Event, and
         // the Ready that success brings.

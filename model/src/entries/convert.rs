@@ -371,39 +371,20 @@ mirroring_add 1 2
     #[test]
     fn simple_switch_cli_errors_name_the_line() {
         let p = router();
-        let err = from_simple_switch_cli(
-            &p,
-            "\ntable_add ipv4_lpm set_nhop 10.0.1.1/24 => 00:00:0a:00:01:01 1\n",
-            ParseOptions::default(),
-        )
-        .unwrap_err();
+        let refused =
+            |script| from_simple_switch_cli(&p, script, ParseOptions::default()).unwrap_err();
+        let err = refused("\ntable_add ipv4_lpm set_nhop 10.0.1.1/24 => 00:00:0a:00:01:01 1\n");
         assert_eq!(err.line(), Some(2));
         assert!(
             matches!(err.reason(), EntryError::InvalidMatch { field, .. } if field == "hdr.ipv4.dstAddr")
         );
-        let err = from_simple_switch_cli(&p, "table_add nope a 1 =>\n", ParseOptions::default())
-            .unwrap_err();
+        let err = refused("table_add nope a 1 =>\n");
         assert!(matches!(err.reason(), EntryError::UnknownTable(_)));
-        let err = from_simple_switch_cli(
-            &p,
-            "table_add ipv4_lpm set_nhop =>\n",
-            ParseOptions::default(),
-        )
-        .unwrap_err();
+        let err = refused("table_add ipv4_lpm set_nhop =>\n");
         assert!(err.to_string().contains("needs 1 match values"), "{err}");
-        let err = from_simple_switch_cli(
-            &p,
-            "table_add ipv4_lpm set_nhop 10.0.0.0/8 => 1\n",
-            ParseOptions::default(),
-        )
-        .unwrap_err();
+        let err = refused("table_add ipv4_lpm set_nhop 10.0.0.0/8 => 1\n");
         assert!(matches!(err.reason(), EntryError::MissingParam { .. }));
-        let err = from_simple_switch_cli(
-            &p,
-            "table_add acl deny 0&&&0 0&&&0 0&&&0 1->2 =>\n",
-            ParseOptions::default(),
-        )
-        .unwrap_err();
+        let err = refused("table_add acl deny 0&&&0 0&&&0 0&&&0 1->2 =>\n");
         assert!(matches!(err.reason(), EntryError::PriorityRequired { .. }));
     }
 

@@ -108,47 +108,22 @@ pub fn format_action(schema: &TableSchema, call: &ActionCall) -> String {
 mod tests {
     use super::*;
     use crate::entries::ActionParam;
-    use crate::entries::schema::{ActionSchema, ParamSchema};
+    use crate::entries::schema::fixtures::{action, map as params, table};
 
     fn schema() -> TableSchema {
-        let action = |id, name: &str, scope, params: Vec<ParamSchema>| ActionSchema {
-            name: format!("MyIngress.{name}"),
-            alias: name.into(),
-            id,
-            params,
-            scope,
-        };
-        let port = ParamSchema {
-            name: "port".into(),
-            id: 1,
-            bitwidth: 9,
-        };
-        TableSchema {
-            name: "MyIngress.fwd".into(),
-            alias: "fwd".into(),
-            id: 7,
-            size: 16,
-            match_fields: Vec::new(),
-            actions: vec![
-                action(
-                    1,
-                    "forward",
-                    ActionScope::TableAndDefault,
-                    vec![port.clone()],
-                ),
-                action(2, "punt", ActionScope::DefaultOnly, vec![port]),
-                action(3, "mirror", ActionScope::TableOnly, Vec::new()),
-                action(4, "drop", ActionScope::TableAndDefault, Vec::new()),
+        let port = &[("port", 9)];
+        table(
+            "MyIngress.fwd",
+            7,
+            16,
+            Vec::new(),
+            vec![
+                action("MyIngress.forward", 1, port, ActionScope::TableAndDefault),
+                action("MyIngress.punt", 2, port, ActionScope::DefaultOnly),
+                action("MyIngress.mirror", 3, &[], ActionScope::TableOnly),
+                action("MyIngress.drop", 4, &[], ActionScope::TableAndDefault),
             ],
-            is_const: false,
-            idle_timeout: false,
-        }
-    }
-
-    fn params(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        )
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use super::bytes::ByteStr;
 use super::error::{EntryError, ValueError};
-use super::schema::{ActionScope, MatchKind, TableSchema};
+use super::schema::{ActionSchema, ActionScope, MatchKind, ParamSchema, TableSchema};
 use super::value::{self, parse_match, parse_match_masking_host_bits, parse_value};
 
 /// One match field's value, canonical. Don't-care fields are absent from
@@ -26,6 +26,31 @@ impl MatchValue {
             MatchValue::Ternary { .. } => MatchKind::Ternary,
             MatchValue::Range { .. } => MatchKind::Range,
             MatchValue::Optional(_) => MatchKind::Optional,
+        }
+    }
+}
+
+/// Shorthands for the tests' match values.
+#[cfg(test)]
+impl MatchValue {
+    pub(crate) fn lpm(value: &[u8], prefix_len: u32) -> Self {
+        MatchValue::Lpm {
+            value: ByteStr::new(value),
+            prefix_len,
+        }
+    }
+
+    pub(crate) fn ternary(value: &[u8], mask: &[u8]) -> Self {
+        MatchValue::Ternary {
+            value: ByteStr::new(value),
+            mask: ByteStr::new(mask),
+        }
+    }
+
+    pub(crate) fn range(low: &[u8], high: &[u8]) -> Self {
+        MatchValue::Range {
+            low: ByteStr::new(low),
+            high: ByteStr::new(high),
         }
     }
 }
@@ -63,6 +88,23 @@ pub struct ActionCall {
     pub params: Box<[ActionParam]>,
 }
 
+impl ActionCall {
+    /// The value given for parameter `p` of action `a` (this call's).
+    pub(crate) fn param(
+        &self,
+        a: &ActionSchema,
+        p: &ParamSchema,
+    ) -> Result<&ActionParam, EntryError> {
+        self.params
+            .iter()
+            .find(|x| x.param_id == p.id)
+            .ok_or_else(|| EntryError::MissingParam {
+                action: a.name.clone(),
+                param: p.name.clone(),
+            })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Entry {
     pub key: EntryKey,
@@ -71,6 +113,34 @@ pub struct Entry {
     /// schema says [`TableSchema::idle_timeout`]. Not part of the key: a
     /// different timeout is a MODIFY, like a different action.
     pub idle_timeout_ns: i64,
+}
+
+#[cfg(test)]
+impl Entry {
+    /// A test entry: `matches` as `(field id, value)`, action
+    /// `action_id` without params, no idle timeout.
+    pub(crate) fn matching(
+        table_id: u32,
+        matches: Vec<(u32, MatchValue)>,
+        priority: i32,
+        action_id: u32,
+    ) -> Entry {
+        Entry {
+            key: EntryKey {
+                table_id,
+                matches: matches
+                    .into_iter()
+                    .map(|(field_id, value)| FieldMatch { field_id, value })
+                    .collect(),
+                priority,
+            },
+            action: ActionCall {
+                action_id,
+                params: Box::default(),
+            },
+            idle_timeout_ns: 0,
+        }
+    }
 }
 
 impl EntryKey {
@@ -510,15 +580,7 @@ pub fn validate(schema: &TableSchema, e: &Entry) -> Result<(), EntryError> {
         });
     }
     for p in &a.params {
-        let given = e
-            .action
-            .params
-            .iter()
-            .find(|x| x.param_id == p.id)
-            .ok_or_else(|| EntryError::MissingParam {
-                action: a.name.clone(),
-                param: p.name.clone(),
-            })?;
+        let given = e.action.param(a, p)?;
         check_fits(&given.value, p.bitwidth).map_err(|reason| EntryError::InvalidParam {
             action: a.name.clone(),
             param: p.name.clone(),
@@ -554,12 +616,6 @@ fn check_fits(v: &ByteStr, width: u32) -> Result<(), ValueError> {
 mod tests {
     use super::super::schema::fixtures::*;
     use super::*;
-
-    fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     #[test]
     fn inline_firewall() {

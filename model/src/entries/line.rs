@@ -654,15 +654,7 @@ impl<'s> Formatter<'s> {
             }
         }
         for p in &a.params {
-            let v = e
-                .action
-                .params
-                .iter()
-                .find(|x| x.param_id == p.id)
-                .ok_or_else(|| EntryError::MissingParam {
-                    action: a.name.clone(),
-                    param: p.name.clone(),
-                })?;
+            let v = e.action.param(a, p)?;
             if self.style == Style::Named {
                 out.push_str(&p.name);
                 out.push('=');

@@ -209,6 +209,13 @@ pub(crate) mod fixtures {
         p4info::parse_text(text).unwrap()
     }
 
+    /// Names to texts, as a spec gives match fields and params.
+    pub fn map(kv: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
     fn field(name: &str, id: u32, bitwidth: u32, kind: MatchKind) -> FieldSchema {
         FieldSchema {
             name: name.into(),
@@ -218,7 +225,40 @@ pub(crate) mod fixtures {
         }
     }
 
-    fn action(name: &str, id: u32, params: &[(&str, u32)], scope: ActionScope) -> ActionSchema {
+    /// A table that is not const and has no idle timeout; its alias is
+    /// the last part of its name.
+    pub(crate) fn table(
+        name: &str,
+        id: u32,
+        size: u64,
+        match_fields: Vec<FieldSchema>,
+        actions: Vec<ActionSchema>,
+    ) -> TableSchema {
+        TableSchema {
+            name: name.into(),
+            alias: name.rsplit('.').next().unwrap().into(),
+            id,
+            size,
+            match_fields,
+            actions,
+            is_const: false,
+            idle_timeout: false,
+        }
+    }
+
+    /// An action for table entries and the default action alike.
+    fn usable(name: &str, id: u32, params: &[(&str, u32)]) -> ActionSchema {
+        action(name, id, params, ActionScope::TableAndDefault)
+    }
+
+    /// An action with params numbered from 1; its alias is the last part
+    /// of its name.
+    pub(crate) fn action(
+        name: &str,
+        id: u32,
+        params: &[(&str, u32)],
+        scope: ActionScope,
+    ) -> ActionSchema {
         ActionSchema {
             name: name.into(),
             alias: name.rsplit('.').next().unwrap().into(),
@@ -237,150 +277,84 @@ pub(crate) mod fixtures {
     }
 
     pub fn firewall() -> TableSchema {
-        TableSchema {
-            name: "MyIngress.firewall".into(),
-            alias: "firewall".into(),
-            id: 39123287,
-            size: 65536,
-            match_fields: vec![
+        table(
+            "MyIngress.firewall",
+            39123287,
+            65536,
+            vec![
                 field("hdr.ipv4.srcAddr", 1, 32, MatchKind::Exact),
                 field("hdr.ipv4.dstAddr", 2, 32, MatchKind::Exact),
             ],
-            actions: vec![
-                action(
-                    "MyIngress.allow",
-                    17724422,
-                    &[("port", 9)],
-                    ActionScope::TableAndDefault,
-                ),
-                action(
-                    "MyIngress.drop",
-                    25652968,
-                    &[],
-                    ActionScope::TableAndDefault,
-                ),
+            vec![
+                usable("MyIngress.allow", 17724422, &[("port", 9)]),
+                usable("MyIngress.drop", 25652968, &[]),
             ],
-            is_const: false,
-            idle_timeout: false,
-        }
+        )
     }
 
     pub fn ipv4_lpm() -> TableSchema {
-        TableSchema {
-            name: "MyIngress.ipv4_lpm".into(),
-            alias: "ipv4_lpm".into(),
-            id: 37375156,
-            size: 16384,
-            match_fields: vec![field("hdr.ipv4.dstAddr", 1, 32, MatchKind::Lpm)],
-            actions: vec![
-                action(
-                    "MyIngress.set_nhop",
-                    24952588,
-                    &[("dmac", 48), ("port", 9)],
-                    ActionScope::TableAndDefault,
-                ),
-                action(
-                    "MyIngress.drop",
-                    25652968,
-                    &[],
-                    ActionScope::TableAndDefault,
-                ),
+        table(
+            "MyIngress.ipv4_lpm",
+            37375156,
+            16384,
+            vec![field("hdr.ipv4.dstAddr", 1, 32, MatchKind::Lpm)],
+            vec![
+                usable("MyIngress.set_nhop", 24952588, &[("dmac", 48), ("port", 9)]),
+                usable("MyIngress.drop", 25652968, &[]),
             ],
-            is_const: false,
-            idle_timeout: false,
-        }
+        )
     }
 
     pub fn acl() -> TableSchema {
-        TableSchema {
-            name: "MyIngress.acl".into(),
-            alias: "acl".into(),
-            id: 37519123,
-            size: 1024,
-            match_fields: vec![
+        table(
+            "MyIngress.acl",
+            37519123,
+            1024,
+            vec![
                 field("hdr.ipv4.srcAddr", 1, 32, MatchKind::Ternary),
                 field("hdr.ipv4.dstAddr", 2, 32, MatchKind::Ternary),
                 field("hdr.ipv4.protocol", 3, 8, MatchKind::Optional),
                 field("meta.l4_dst_port", 4, 16, MatchKind::Range),
             ],
-            actions: vec![
-                action(
-                    "MyIngress.permit",
-                    32656341,
-                    &[],
-                    ActionScope::TableAndDefault,
-                ),
-                action(
-                    "MyIngress.deny",
-                    23481214,
-                    &[],
-                    ActionScope::TableAndDefault,
-                ),
-                ActionSchema {
-                    name: "NoAction".into(),
-                    alias: "NoAction".into(),
-                    id: 21257015,
-                    params: vec![],
-                    scope: ActionScope::DefaultOnly,
-                },
+            vec![
+                usable("MyIngress.permit", 32656341, &[]),
+                usable("MyIngress.deny", 23481214, &[]),
+                action("NoAction", 21257015, &[], ActionScope::DefaultOnly),
             ],
-            is_const: false,
-            idle_timeout: false,
-        }
+        )
     }
 
     pub fn dmac() -> TableSchema {
-        TableSchema {
-            name: "MyIngress.dmac".into(),
-            alias: "dmac".into(),
-            id: 44918510,
-            size: 4096,
-            match_fields: vec![field("hdr.ethernet.dstAddr", 1, 48, MatchKind::Exact)],
-            actions: vec![
-                action(
-                    "MyIngress.forward",
-                    29683729,
-                    &[("port", 9)],
-                    ActionScope::TableAndDefault,
-                ),
-                action(
-                    "MyIngress.broadcast",
-                    22516369,
-                    &[],
-                    ActionScope::TableAndDefault,
-                ),
-                action(
-                    "MyIngress.drop",
-                    25652968,
-                    &[],
-                    ActionScope::TableAndDefault,
-                ),
+        table(
+            "MyIngress.dmac",
+            44918510,
+            4096,
+            vec![field("hdr.ethernet.dstAddr", 1, 48, MatchKind::Exact)],
+            vec![
+                usable("MyIngress.forward", 29683729, &[("port", 9)]),
+                usable("MyIngress.broadcast", 22516369, &[]),
+                usable("MyIngress.drop", 25652968, &[]),
             ],
-            is_const: false,
-            idle_timeout: false,
-        }
+        )
     }
 
     /// A table with two fields sharing a suffix, for ambiguity tests.
     pub fn v6() -> TableSchema {
-        TableSchema {
-            name: "MyIngress.v6".into(),
-            alias: "v6".into(),
-            id: 0x02000006,
-            size: 16,
-            match_fields: vec![
+        table(
+            "MyIngress.v6",
+            0x02000006,
+            16,
+            vec![
                 field("hdr.ipv6.dstAddr", 1, 128, MatchKind::Exact),
                 field("hdr.inner.dstAddr", 2, 128, MatchKind::Lpm),
             ],
-            actions: vec![action(
+            vec![action(
                 "MyIngress.go",
                 0x01000001,
                 &[("x", 128)],
                 ActionScope::TableOnly,
             )],
-            is_const: false,
-            idle_timeout: false,
-        }
+        )
     }
 }
 

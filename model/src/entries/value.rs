@@ -135,26 +135,30 @@ fn parse_radix_pow2(digits: &[u8], bits_per_digit: u32) -> Option<ByteStr> {
     }
     let total_bits = digits.len() * bits_per_digit as usize;
     let n = total_bits.div_ceil(8);
+    zeroed(n, |out| {
+        // Fill from the least significant digit so odd digit counts align.
+        let mut bit = 0usize;
+        for &d in digits.iter().rev() {
+            let v = match bits_per_digit {
+                4 => (d as char).to_digit(16)?,
+                _ => (d as char).to_digit(2)?,
+            } as u8;
+            let idx = n - 1 - bit / 8;
+            out[idx] |= v << (bit % 8);
+            bit += bits_per_digit as usize;
+        }
+        Some(ByteStr::canonical(out))
+    })
+}
+
+/// Runs `f` on `n` zeroed bytes: on the stack when they fit in 32 (values
+/// of up to 256 bits, nearly all), on the heap beyond.
+fn zeroed<R>(n: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
     let mut small = [0u8; 32];
-    let mut big;
-    let out: &mut [u8] = if n <= small.len() {
-        &mut small[..n]
-    } else {
-        big = vec![0u8; n];
-        &mut big
-    };
-    // Fill from the least significant digit so odd digit counts align.
-    let mut bit = 0usize;
-    for &d in digits.iter().rev() {
-        let v = match bits_per_digit {
-            4 => (d as char).to_digit(16)?,
-            _ => (d as char).to_digit(2)?,
-        } as u8;
-        let idx = n - 1 - bit / 8;
-        out[idx] |= v << (bit % 8);
-        bit += bits_per_digit as usize;
+    match small.get_mut(..n) {
+        Some(out) => f(out),
+        None => f(&mut vec![0u8; n]),
     }
-    Some(ByteStr::canonical(out))
 }
 
 fn parse_decimal(s: &str) -> Result<ByteStr, ValueError> {
@@ -214,20 +218,14 @@ pub(crate) fn prefix_mask(len: u32, width: u32) -> ByteStr {
         return ByteStr::new(&[0]);
     }
     let n = width.div_ceil(8) as usize;
-    let mut small = [0u8; 32];
-    let mut big;
-    let out: &mut [u8] = if n <= small.len() {
-        &mut small[..n]
-    } else {
-        big = vec![0u8; n];
-        &mut big
-    };
-    // Bit i counted from the least significant end.
-    for i in (width - len)..width {
-        let idx = n - 1 - (i / 8) as usize;
-        out[idx] |= 1 << (i % 8);
-    }
-    ByteStr::canonical(out)
+    zeroed(n, |out| {
+        // Bit i counted from the least significant end.
+        for i in (width - len)..width {
+            let idx = n - 1 - (i / 8) as usize;
+            out[idx] |= 1 << (i % 8);
+        }
+        ByteStr::canonical(out)
+    })
 }
 
 fn trailing_zero_bits(b: &[u8]) -> u32 {
@@ -533,6 +531,12 @@ pub(crate) fn num_le(a: &ByteStr, b: &ByteStr) -> bool {
 mod tests {
     use super::*;
 
+    /// The match `text` gives for a `width`-bit field of `kind` (not a
+    /// don't care).
+    fn matched(kind: MatchKind, text: &str, width: u32) -> MatchValue {
+        parse_match(kind, text, width).unwrap().unwrap()
+    }
+
     #[test]
     fn masking_host_bits_is_opt_in_and_clears_only_those() {
         use MatchKind::*;
@@ -544,10 +548,7 @@ mod tests {
         assert_eq!(m(Lpm, "10.0.0.1/24"), m(Lpm, "10.0.0.0/24"));
         assert_eq!(
             m(Lpm, "10.0.0.1/24"),
-            Some(MatchValue::Lpm {
-                value: ByteStr::new(&[10, 0, 0, 0]),
-                prefix_len: 24
-            })
+            Some(MatchValue::lpm(&[10, 0, 0, 0], 24))
         );
         // A prefix of 0 is don't care, whatever the value.
         assert_eq!(m(Lpm, "10.0.0.1/0"), None);
@@ -557,10 +558,7 @@ mod tests {
         );
         assert_eq!(
             m(Ternary, "0x1ff&&&0xf0"),
-            Some(MatchValue::Ternary {
-                value: ByteStr::new(&[0xf0]),
-                mask: ByteStr::new(&[0xf0])
-            })
+            Some(MatchValue::ternary(&[0xf0], &[0xf0]))
         );
         // Everything else is still checked.
         assert!(parse_match_masking_host_bits(Lpm, "10.0.0.1/33", 32).is_err());
@@ -755,16 +753,8 @@ mod tests {
 
     #[test]
     fn lpm() {
-        let m = parse_match(MatchKind::Lpm, "10.0.0.0/24", 32)
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            m,
-            MatchValue::Lpm {
-                value: ByteStr::new(&[10, 0, 0, 0]),
-                prefix_len: 24
-            }
-        );
+        let m = matched(MatchKind::Lpm, "10.0.0.0/24", 32);
+        assert_eq!(m, MatchValue::lpm(&[10, 0, 0, 0], 24));
         // Without a length: a host route.
         assert!(matches!(
             parse_match(MatchKind::Lpm, "10.0.0.1", 32).unwrap(),
@@ -791,38 +781,17 @@ mod tests {
 
     #[test]
     fn ternary() {
-        let m = parse_match(MatchKind::Ternary, "10.0.0.0&&&255.0.0.0", 32)
-            .unwrap()
-            .unwrap();
+        let m = matched(MatchKind::Ternary, "10.0.0.0&&&255.0.0.0", 32);
+        assert_eq!(m, MatchValue::ternary(&[10, 0, 0, 0], &[255, 0, 0, 0]));
+        assert_eq!(matched(MatchKind::Ternary, "10.0.0.0/8", 32), m);
         assert_eq!(
-            m,
-            MatchValue::Ternary {
-                value: ByteStr::new(&[10, 0, 0, 0]),
-                mask: ByteStr::new(&[255, 0, 0, 0])
-            }
-        );
-        assert_eq!(
-            parse_match(MatchKind::Ternary, "10.0.0.0/8", 32)
-                .unwrap()
-                .unwrap(),
-            m
-        );
-        assert_eq!(
-            parse_match(MatchKind::Ternary, "0x0a&&&0x0f", 8)
-                .unwrap()
-                .unwrap(),
-            MatchValue::Ternary {
-                value: ByteStr::new(&[0x0a]),
-                mask: ByteStr::new(&[0x0f])
-            }
+            matched(MatchKind::Ternary, "0x0a&&&0x0f", 8),
+            MatchValue::ternary(&[0x0a], &[0x0f])
         );
         // No mask: all ones.
         assert_eq!(
-            parse_match(MatchKind::Ternary, "5", 9).unwrap().unwrap(),
-            MatchValue::Ternary {
-                value: ByteStr::new(&[5]),
-                mask: ByteStr::new(&[1, 0xff])
-            }
+            matched(MatchKind::Ternary, "5", 9),
+            MatchValue::ternary(&[5], &[1, 0xff])
         );
         assert!(matches!(
             parse_match(MatchKind::Ternary, "10.0.0.1&&&255.0.0.0", 32),
@@ -836,20 +805,12 @@ mod tests {
     #[test]
     fn range() {
         assert_eq!(
-            parse_match(MatchKind::Range, "1024..2047", 16)
-                .unwrap()
-                .unwrap(),
-            MatchValue::Range {
-                low: ByteStr::new(&[4, 0]),
-                high: ByteStr::new(&[7, 0xff])
-            }
+            matched(MatchKind::Range, "1024..2047", 16),
+            MatchValue::range(&[4, 0], &[7, 0xff])
         );
         assert_eq!(
-            parse_match(MatchKind::Range, "80", 16).unwrap().unwrap(),
-            MatchValue::Range {
-                low: ByteStr::new(&[80]),
-                high: ByteStr::new(&[80])
-            }
+            matched(MatchKind::Range, "80", 16),
+            MatchValue::range(&[80], &[80])
         );
         assert!(matches!(
             parse_match(MatchKind::Range, "2..1", 16),

@@ -407,7 +407,7 @@ pub fn p4rt_write_request(h: &P4rtWriteHeader, ops: &[WriteOp]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entries::{ActionParam, EntryKey, FieldMatch};
+    use crate::entries::ActionParam;
     use p4fleet_proto::p4runtime as p4rt;
     use prost::Message;
 
@@ -430,24 +430,12 @@ mod tests {
     }
 
     fn entry(table_id: u32, matches: Vec<(u32, MatchValue)>, priority: i32) -> Entry {
-        Entry {
-            key: EntryKey {
-                table_id,
-                matches: matches
-                    .into_iter()
-                    .map(|(field_id, value)| FieldMatch { field_id, value })
-                    .collect(),
-                priority,
-            },
-            action: ActionCall {
-                action_id: 17724422,
-                params: Box::new([ActionParam {
-                    param_id: 1,
-                    value: b(&[1]),
-                }]),
-            },
-            idle_timeout_ns: 0,
-        }
+        let mut e = Entry::matching(table_id, matches, priority, 17724422);
+        e.action.params = Box::new([ActionParam {
+            param_id: 1,
+            value: b(&[1]),
+        }]);
+        e
     }
 
     /// Entries covering every match kind, zero and empty values, long
@@ -463,35 +451,13 @@ mod tests {
                 ],
                 0,
             ),
-            entry(
-                37375156,
-                vec![(
-                    1,
-                    MatchValue::Lpm {
-                        value: b(&[10, 0, 0, 0]),
-                        prefix_len: 8,
-                    },
-                )],
-                0,
-            ),
+            entry(37375156, vec![(1, MatchValue::lpm(&[10, 0, 0, 0], 8))], 0),
             entry(
                 37519123,
                 vec![
-                    (
-                        1,
-                        MatchValue::Ternary {
-                            value: b(&[10]),
-                            mask: b(&[0xff]),
-                        },
-                    ),
+                    (1, MatchValue::ternary(&[10], &[0xff])),
                     (3, MatchValue::Optional(b(&[6]))),
-                    (
-                        4,
-                        MatchValue::Range {
-                            low: b(&[0, 80]),
-                            high: b(&[1, 0xbb]),
-                        },
-                    ),
+                    (4, MatchValue::range(&[0, 80], &[1, 0xbb])),
                 ],
                 10,
             ),
@@ -501,20 +467,8 @@ mod tests {
                 0,
                 vec![
                     (0, MatchValue::Exact(b(&[]))),
-                    (
-                        5,
-                        MatchValue::Lpm {
-                            value: b(&[]),
-                            prefix_len: u32::MAX,
-                        },
-                    ),
-                    (
-                        6,
-                        MatchValue::Range {
-                            low: b(&[]),
-                            high: b(&[]),
-                        },
-                    ),
+                    (5, MatchValue::lpm(&[], u32::MAX)),
+                    (6, MatchValue::range(&[], &[])),
                 ],
                 -3,
             ),

@@ -190,10 +190,7 @@ pub fn scoped_api<K>(ctx: &Context) -> Api<K>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
 {
-    match &ctx.config.watch_namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    }
+    crate::cache::api_in(&ctx.client, ctx.config.watch_namespace.as_deref())
 }
 
 /// A watch mapper: when a related object changes, requeue the cached

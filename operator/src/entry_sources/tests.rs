@@ -79,16 +79,8 @@ const HEADER: &str = "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action dro
 fn cm(ns: &str, name: &str, rv: &str, labels: &[(&str, &str)], text: &str) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(ns.into()),
             resource_version: Some(rv.into()),
-            labels: Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            ),
-            ..Default::default()
+            ..crate::reads::fixture::meta(name, Some(ns), labels)
         },
         data: Some([("entries".to_string(), text.to_string())].into()),
         ..Default::default()

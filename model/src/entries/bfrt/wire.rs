@@ -309,16 +309,7 @@ impl<'m> Resolved<'m> {
     fn lens(&self, op: &WriteOp) -> Result<Lens<'m>, EntryError> {
         // Keys are checked before the action (the order of the reasons).
         let key = self.key_len(op.key())?;
-        let action = self.action(op)?;
-        let mut data = 0;
-        if let Some(am) = action {
-            data = uint_len(1, u64::from(am.bfrt_id));
-            for p in params(am, op) {
-                let (did, v) = p?;
-                data += msg_len(2, data_field_len(did, &v));
-            }
-        }
-        Ok(self.finish(key, action, data))
+        self.data_lens(op, key, |_, _| {})
     }
 
     /// Translates the op into `f` and returns its lengths.
@@ -338,6 +329,17 @@ impl<'m> Resolved<'m> {
         if let Some(pid) = self.tm.priority_id {
             push(pid, priority_key(k.priority));
         }
+        self.data_lens(op, key, |did, v| f.data.push((did, v)))
+    }
+
+    /// The lengths of the op with a key of `key` bytes, its action's data
+    /// fields given to `field` on the way.
+    fn data_lens<'e>(
+        &self,
+        op: &WriteOp<'e>,
+        key: usize,
+        mut field: impl FnMut(u32, Val<'e>),
+    ) -> Result<Lens<'m>, EntryError> {
         let action = self.action(op)?;
         let mut data = 0;
         if let Some(am) = action {
@@ -345,7 +347,7 @@ impl<'m> Resolved<'m> {
             for p in params(am, op) {
                 let (did, v) = p?;
                 data += msg_len(2, data_field_len(did, &v));
-                f.data.push((did, v));
+                field(did, v);
             }
         }
         Ok(self.finish(key, action, data))
@@ -483,7 +485,7 @@ pub(super) fn sent(
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::entry::{ActionCall, ActionParam, Entry, FieldMatch};
+    use super::super::super::entry::{ActionParam, Entry, FieldMatch};
     use super::super::super::{ByteStr, TableSchema};
     use super::super::BfrtInfo;
     use super::*;
@@ -510,24 +512,6 @@ mod tests {
         ByteStr::new(v)
     }
 
-    fn e(table_id: u32, matches: Vec<(u32, MatchValue)>, priority: i32, action: u32) -> Entry {
-        Entry {
-            key: EntryKey {
-                table_id,
-                matches: matches
-                    .into_iter()
-                    .map(|(field_id, value)| FieldMatch { field_id, value })
-                    .collect(),
-                priority,
-            },
-            action: ActionCall {
-                action_id: action,
-                params: Box::default(),
-            },
-            idle_timeout_ns: 0,
-        }
-    }
-
     fn param(id: u32, v: &[u8]) -> ActionParam {
         ActionParam {
             param_id: id,
@@ -539,45 +523,27 @@ mod tests {
     /// range, priority) and firewall (exact) tables.
     fn entries() -> Vec<Entry> {
         let (lpm, acl, fw) = (37375156, 37519123, 39123287);
-        let mut route = e(
+        let mut route = Entry::matching(
             lpm,
-            vec![(
-                1,
-                MatchValue::Lpm {
-                    value: b(&[10, 0, 0, 0]),
-                    prefix_len: 8,
-                },
-            )],
+            vec![(1, MatchValue::lpm(&[10, 0, 0, 0], 8))],
             0,
             24952588,
         );
         route.action.params = Box::new([param(1, &[1]), param(2, &[5])]);
-        let mut default_route = e(lpm, vec![], 0, 24952588);
+        let mut default_route = Entry::matching(lpm, vec![], 0, 24952588);
         default_route.action.params = Box::new([param(1, &[0, 0, 0, 0, 0, 0, 0]), param(2, &[0])]);
-        let acl_full = e(
+        let acl_full = Entry::matching(
             acl,
             vec![
-                (
-                    1,
-                    MatchValue::Ternary {
-                        value: b(&[10]),
-                        mask: b(&[0xff]),
-                    },
-                ),
+                (1, MatchValue::ternary(&[10], &[0xff])),
                 (3, MatchValue::Optional(b(&[6]))),
-                (
-                    4,
-                    MatchValue::Range {
-                        low: b(&[80]),
-                        high: b(&[1, 0xbb]),
-                    },
-                ),
+                (4, MatchValue::range(&[80], &[1, 0xbb])),
             ],
             10,
             32656341,
         );
-        let acl_any = e(acl, vec![], -5, 32656341);
-        let mut fw_ok = e(
+        let acl_any = Entry::matching(acl, vec![], -5, 32656341);
+        let mut fw_ok = Entry::matching(
             fw,
             vec![
                 (1, MatchValue::Exact(b(&[10, 0, 0, 1]))),
@@ -588,21 +554,18 @@ mod tests {
         );
         fw_ok.action.params = Box::new([param(1, &[1, 0xff])]);
         let mut too_wide = route.clone();
-        too_wide.key.matches[0].value = MatchValue::Lpm {
-            value: b(&[1, 0, 0, 0, 0]),
-            prefix_len: 8,
-        };
-        let unknown_action = e(lpm, vec![], 0, 1);
+        too_wide.key.matches[0].value = MatchValue::lpm(&[1, 0, 0, 0, 0], 8);
+        let unknown_action = Entry::matching(lpm, vec![], 0, 1);
         let mut unknown_param = route.clone();
         let mut params = unknown_param.action.params.into_vec();
         params.push(param(9, &[1]));
         unknown_param.action.params = params.into();
         let mut wide_param = route.clone();
         wide_param.action.params[1].value = b(&[1, 2, 3]);
-        let missing_exact = e(fw, vec![(1, MatchValue::Exact(b(&[1])))], 0, 17724422);
+        let missing_exact = Entry::matching(fw, vec![(1, MatchValue::Exact(b(&[1])))], 0, 17724422);
         let mut wrong_kind = fw_ok.clone();
         wrong_kind.key.matches[1].value = MatchValue::Optional(b(&[1]));
-        let unknown_table = e(5, vec![], 0, 1);
+        let unknown_table = Entry::matching(5, vec![], 0, 1);
         // A field id the table does not have is ignored.
         let mut extra_field = fw_ok.clone();
         let mut matches = extra_field.key.matches.into_vec();

@@ -644,33 +644,13 @@ mod tests {
         // A refused insert is not ours; a refused modify of our entry stays
         // ours, of another writer's is not; a refused delete stays ours, a
         // delete of what was already gone does not.
-        let code = |c: tonic::Code| c as i32;
+        let fail = |o: Origin, c: tonic::Code| (o, c as i32, String::new());
         let failed = [
-            (
-                Origin::Insert(0),
-                code(tonic::Code::ResourceExhausted),
-                String::new(),
-            ),
-            (
-                Origin::Modify(1),
-                code(tonic::Code::Internal),
-                String::new(),
-            ),
-            (
-                Origin::Modify(2),
-                code(tonic::Code::Internal),
-                String::new(),
-            ),
-            (
-                Origin::Delete(2),
-                code(tonic::Code::Internal),
-                String::new(),
-            ),
-            (
-                Origin::Delete(3),
-                code(tonic::Code::NotFound),
-                String::new(),
-            ),
+            fail(Origin::Insert(0), tonic::Code::ResourceExhausted),
+            fail(Origin::Modify(1), tonic::Code::Internal),
+            fail(Origin::Modify(2), tonic::Code::Internal),
+            fail(Origin::Delete(2), tonic::Code::Internal),
+            fail(Origin::Delete(3), tonic::Code::NotFound),
         ];
         let want: HashSet<EntryKey> = [key(&desired[1]), key(&on_device[2].entry)].into();
         assert_eq!(owned(&failed, false), want);

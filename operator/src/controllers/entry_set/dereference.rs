@@ -439,28 +439,12 @@ impl<R: Reads> Lookup<'_, R> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::reads::fixture::Cluster;
+    use crate::reads::fixture::{Cluster, meta, vs_spec};
     use k8s_openapi::api::core::v1::ConfigMap;
-    use p4fleet_crds::{
-        Condition, P4Program, SwitchSpec, TableEntrySetSpec, VirtualSwitchSpec, VirtualSwitchStatus,
-    };
+    use p4fleet_crds::{Condition, P4Program, SwitchSpec, TableEntrySetSpec, VirtualSwitchStatus};
 
     pub const FIREWALL: &str = include_str!("../../../../examples/firewall/p4info.txt");
     const ROUTER: &str = include_str!("../../../../examples/router/p4info.txt");
-
-    fn meta(name: &str, ns: Option<&str>, labels: &[(&str, &str)]) -> kube::api::ObjectMeta {
-        kube::api::ObjectMeta {
-            name: Some(name.into()),
-            namespace: ns.map(Into::into),
-            labels: Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            ),
-            ..Default::default()
-        }
-    }
 
     fn program(name: &str, p4info: &str) -> P4Program {
         serde_json::from_value(serde_json::json!({
@@ -492,17 +476,7 @@ pub(crate) mod tests {
     ) -> VirtualSwitch {
         VirtualSwitch {
             metadata: meta(name, Some("ns"), labels),
-            spec: VirtualSwitchSpec {
-                program_ref: program.into(),
-                switch_ref: switch.map(Into::into),
-                switch_selector: None,
-                slot: None,
-                isolation: None,
-                port_map: vec![],
-                update_strategy: Default::default(),
-                multicast_groups: vec![],
-                clone_sessions: vec![],
-            },
+            spec: vs_spec(program, switch),
             status: switch.map(|s| VirtualSwitchStatus {
                 switch: Some(s.into()),
                 slot: Some(0),
@@ -577,6 +551,14 @@ pub(crate) mod tests {
                 (t.config_map.as_str(), t.key.as_str(), text)
             })
             .collect()
+    }
+
+    /// `c` dereferenced (with `sources`) for a set of `table` on the
+    /// VirtualSwitches of pool x.
+    async fn pooled(c: &Cluster, sources: &EntrySources, table: &str) -> Dereferenced {
+        let set = set(serde_json::json!({
+            "virtualSwitchSelector": {"matchLabels": {"pool": "x"}}, "table": table}));
+        dereference(c, sources, "ns", &set).await.unwrap()
     }
 
     fn reasons(d: &Dereferenced) -> Vec<&'static str> {
@@ -694,12 +676,8 @@ pub(crate) mod tests {
                 st.loaded_digest = Some(runs);
             }
         }
-        let set = set(
-            serde_json::json!({"virtualSwitchSelector": {"matchLabels": {"pool": "x"}},
-            "table": "firewall"}),
-        );
         let sources = EntrySources::default();
-        let d = dereference(&c, &sources, "ns", &set).await.unwrap();
+        let d = pooled(&c, &sources, "firewall").await;
         // a runs revision 1: the firewall table, from its snapshot; b runs
         // the router content, which has no such table.
         let names: Vec<&str> = d
@@ -716,7 +694,7 @@ pub(crate) mod tests {
             .iter_mut()
             .filter_map(|v| v.status.as_mut())
             .for_each(|st| st.loaded_digest = Some("2".repeat(64)));
-        let d = dereference(&c, &sources, "ns", &set).await.unwrap();
+        let d = pooled(&c, &sources, "firewall").await;
         assert!(d.targets.is_empty(), "{:?}", d.targets);
         // A revision read once is kept: the snapshot gone, a still resolves.
         c.config_maps.retain(|cm| !cm.name_any().starts_with(&name));
@@ -725,7 +703,7 @@ pub(crate) mod tests {
             .filter(|v| v.name_any() == "a")
             .filter_map(|v| v.status.as_mut())
             .for_each(|st| st.loaded_digest = Some(old_digest.clone()));
-        let d = dereference(&c, &sources, "ns", &set).await.unwrap();
+        let d = pooled(&c, &sources, "firewall").await;
         assert_eq!(d.targets.len(), 1);
     }
 
@@ -741,13 +719,7 @@ pub(crate) mod tests {
         {
             v.loaded_digest = Some("1".repeat(64));
         }
-        let set = set(
-            serde_json::json!({"virtualSwitchSelector": {"matchLabels": {"pool": "x"}},
-            "table": "firewall"}),
-        );
-        let d = dereference(&c, &EntrySources::default(), "ns", &set)
-            .await
-            .unwrap();
+        let d = pooled(&c, &EntrySources::default(), "firewall").await;
         assert!(d.targets.iter().all(|t| t.encoded_for.is_none()));
         let fw = c
             .programs
@@ -758,9 +730,7 @@ pub(crate) mod tests {
             digest: Some("2".repeat(64)),
             ..Default::default()
         });
-        let d = dereference(&c, &EntrySources::default(), "ns", &set)
-            .await
-            .unwrap();
+        let d = pooled(&c, &EntrySources::default(), "firewall").await;
         assert_eq!(d.targets.len(), 2);
         assert!(
             d.targets
@@ -793,13 +763,7 @@ pub(crate) mod tests {
             from_digest: Some("old".into()),
             ..Default::default()
         });
-        let set = set(
-            serde_json::json!({"virtualSwitchSelector": {"matchLabels": {"pool": "x"}},
-            "table": "MyIngress.ipv4_lpm"}),
-        );
-        let d = dereference(&c, &EntrySources::default(), "ns", &set)
-            .await
-            .unwrap();
+        let d = pooled(&c, &EntrySources::default(), "MyIngress.ipv4_lpm").await;
         assert_eq!(reasons(&d), ["TableNotInProgram", "UnknownTable"]);
     }
 

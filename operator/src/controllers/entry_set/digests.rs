@@ -889,14 +889,20 @@ mod tests {
         );
     }
 
-    #[test]
-    fn sink_config_maps_are_reported_and_kept_until_deleted() {
+    /// A set of no digests whose status still reports `digests`.
+    fn with_digests(digests: DigestsStatus) -> TableEntrySet {
         let mut s = set(vec![], None);
         s.status = Some(TableEntrySetStatus {
-            digests: Some(DigestsStatus {
-                sink_config_maps: vec!["s-digest-mac-learn-digest-t".into()],
-                ..Default::default()
-            }),
+            digests: Some(digests),
+            ..Default::default()
+        });
+        s
+    }
+
+    #[test]
+    fn sink_config_maps_are_reported_and_kept_until_deleted() {
+        let s = with_digests(DigestsStatus {
+            sink_config_maps: vec!["s-digest-mac-learn-digest-t".into()],
             ..Default::default()
         });
         assert!(wanted(&s), "a sink ConfigMap to delete is still work");
@@ -1003,12 +1009,8 @@ mod tests {
 
     #[test]
     fn configs_leaving_the_spec_are_released() {
-        let mut s = set(vec![], None);
-        s.status = Some(TableEntrySetStatus {
-            digests: Some(DigestsStatus {
-                configured: vec!["mac_learn_digest_t".into()],
-                ..Default::default()
-            }),
+        let mut s = with_digests(DigestsStatus {
+            configured: vec!["mac_learn_digest_t".into()],
             ..Default::default()
         });
         assert!(wanted(&s), "a config to delete is still work");

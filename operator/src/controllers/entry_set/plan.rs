@@ -345,18 +345,15 @@ mod tests {
 
     #[test]
     fn applying_says_whether_the_devices_needed_what_was_planned() {
-        let planned = EntryPlan {
-            digest: "aa".into(),
-            insert: 2,
+        let plan = |digest: &str, insert| EntryPlan {
+            digest: digest.into(),
+            insert,
             ..Default::default()
         };
+        let planned = plan("aa", 2);
         let same = applied_event(&planned, "aa", &planned);
         assert_eq!(same.reason, "PlanApplied");
-        let now = EntryPlan {
-            digest: "bb".into(),
-            insert: 3,
-            ..Default::default()
-        };
+        let now = plan("bb", 3);
         let moved = applied_event(&planned, "bb", &now);
         assert_eq!(moved.reason, "PlanOutdated");
         assert!(moved.note.contains("+2 ~0 -0") && moved.note.contains("+3 ~0 -0"));

@@ -68,6 +68,20 @@ struct TargetOutcome {
 }
 
 impl TargetOutcome {
+    /// The device of `t` could not be reached or written: nothing more
+    /// of the target is synced.
+    fn device_failed(&mut self, t: &Target, error: p4fleet_client::Error) {
+        self.outcome.device_error = Some(DeviceError {
+            switch: t.switch.name_any(),
+            error,
+        });
+    }
+
+    /// The set's profile cannot be synced on `t`, for `reason`.
+    fn problem(&mut self, reason: &'static str, message: String) {
+        self.profiled.problem = Some((reason, message));
+    }
+
     fn done(mut self) -> (apply::Outcome, Profiled) {
         if self.profiled.problem.is_none()
             && let Some(e) = &self.outcome.device_error
@@ -138,37 +152,31 @@ pub fn line_entries(
 }
 
 fn spec_items<'a>(set: &'a TableEntrySet, lines: &'a [LineEntry]) -> SpecItems<'a> {
-    let profile = set.spec.action_profile.as_ref();
-    let members = profile
-        .map(|p| {
-            p.members
-                .iter()
-                .map(|m| MemberSpec {
-                    name: &m.name,
-                    id: m.id,
-                    action: &m.action,
-                    params: &m.params,
-                })
-                .collect()
-        })
+    let (members, groups) = (set.spec.action_profile.as_ref())
+        .map(|p| (p.members.as_slice(), p.groups.as_slice()))
         .unwrap_or_default();
-    let groups = profile
-        .map(|p| {
-            p.groups
-                .iter()
-                .map(|g| GroupSpec {
-                    name: &g.name,
-                    id: g.id,
-                    max_size: g.max_size,
-                    members: g
-                        .members
-                        .iter()
-                        .map(|m| (m.member.as_str(), m.weight.unwrap_or(1)))
-                        .collect(),
-                })
-                .collect()
+    let members = members
+        .iter()
+        .map(|m| MemberSpec {
+            name: &m.name,
+            id: m.id,
+            action: &m.action,
+            params: &m.params,
         })
-        .unwrap_or_default();
+        .collect();
+    let groups = groups
+        .iter()
+        .map(|g| GroupSpec {
+            name: &g.name,
+            id: g.id,
+            max_size: g.max_size,
+            members: g
+                .members
+                .iter()
+                .map(|m| (m.member.as_str(), m.weight.unwrap_or(1)))
+                .collect(),
+        })
+        .collect();
     let entries = set
         .spec
         .entries
@@ -301,29 +309,14 @@ fn source(
     device: &OnDevice,
 ) -> (String, Option<String>) {
     let delete = op == Op::Delete;
+    // A member or group the spec no longer lists is named by its id.
+    let gone = |kind: &str, id: u32| (format!("{kind} id {id} (not in spec.actionProfile)"), None);
+    let in_spec = |kinds: &str, name: &str| (format!("spec.actionProfile.{kinds}[{name}]"), None);
     match item {
-        Item::Member(i) if delete => (
-            format!(
-                "member id {} (not in spec.actionProfile)",
-                device.members[i].id
-            ),
-            None,
-        ),
-        Item::Member(i) => (
-            format!("spec.actionProfile.members[{}]", desired.members[i].0),
-            None,
-        ),
-        Item::Group(i) if delete => (
-            format!(
-                "group id {} (not in spec.actionProfile)",
-                device.groups[i].id
-            ),
-            None,
-        ),
-        Item::Group(i) => (
-            format!("spec.actionProfile.groups[{}]", desired.groups[i].0),
-            None,
-        ),
+        Item::Member(i) if delete => gone("member", device.members[i].id),
+        Item::Member(i) => in_spec("members", &desired.members[i].0),
+        Item::Group(i) if delete => gone("group", device.groups[i].id),
+        Item::Group(i) => in_spec("groups", &desired.groups[i].0),
         Item::Entry(i) if delete => (
             "entry not in spec.entries".to_string(),
             Some(format_key(&t.schema, &device.entries[i].0.key)),
@@ -419,35 +412,27 @@ async fn sync_into(
     out.outcome.tally.failed = out.outcome.tally.desired;
     let dev = match t.device(&ctx.devices) {
         Ok(d) => d,
-        Err(error) => {
-            out.outcome.device_error = Some(DeviceError {
-                switch: t.switch.name_any(),
-                error,
-            });
-            return;
-        }
+        Err(error) => return out.device_failed(t, error),
     };
     let Device::P4Runtime(p) = dev.as_ref() else {
-        out.profiled.problem = Some((
+        return out.problem(
             "UnsupportedOnTarget",
             format!(
                 "Switch {} is a BFRT target: action profile members and groups are written over P4Runtime only",
                 t.switch.name_any()
             ),
-        ));
-        return;
+        );
     };
     // The program's P4Info (dereference): the VirtualSwitch runs it, as
     // for direct entries; no P4Info read from the device per sync.
     let Some(profile) = t.profile.clone() else {
-        out.profiled.problem = Some((
+        return out.problem(
             "NoActionProfile",
             format!(
                 "table {} has no action profile: spec.actionProfile, member, group and actionSet do not apply",
                 t.schema.name
             ),
-        ));
-        return;
+        );
     };
     let items = spec_items(set, &lines);
     let mut desired = model::desired(
@@ -465,13 +450,7 @@ async fn sync_into(
     }
     let mut device = match read_back(p, t, &profile).await {
         Ok(d) => d,
-        Err(error) => {
-            out.outcome.device_error = Some(DeviceError {
-                switch: t.switch.name_any(),
-                error,
-            });
-            return;
-        }
+        Err(error) => return out.device_failed(t, error),
     };
     let tag = apply::tag(set);
     let exclusive = set.spec.ownership == Ownership::Exclusive;
@@ -510,13 +489,7 @@ async fn sync_into(
             .collect();
         let refused = match p.write_entities(t.slot, updates).await {
             Ok(r) => r,
-            Err(error) => {
-                out.outcome.device_error = Some(DeviceError {
-                    switch: t.switch.name_any(),
-                    error,
-                });
-                return;
-            }
+            Err(error) => return out.device_failed(t, error),
         };
         out.profiled.written += (phase.len() - refused.len()) as u64;
         let tally = &mut out.outcome.tally;
@@ -544,13 +517,7 @@ async fn sync_into(
     if plan.writes() > 0 {
         device = match read_back(p, t, &profile).await {
             Ok(d) => d,
-            Err(error) => {
-                out.outcome.device_error = Some(DeviceError {
-                    switch: t.switch.name_any(),
-                    error,
-                });
-                return;
-            }
+            Err(error) => return out.device_failed(t, error),
         };
     }
     let c = confirmed(&profile, &desired, &device);

@@ -539,6 +539,18 @@ mod tests {
         p4fleet_crds::find_condition(&st.conditions, "Ready").unwrap()
     }
 
+    /// The status of the test policy on a DPDK Switch, `applied` there.
+    fn on_dpdk(applied: Option<&Applied>) -> AsyncExternPolicyStatus {
+        build_status(
+            &spec(),
+            Some(1),
+            &on(SwitchTarget::Dpdk),
+            &[],
+            applied,
+            None,
+        )
+    }
+
     #[test]
     fn ready_only_when_the_device_reports_the_policy_in_force() {
         let target = on(SwitchTarget::Dpdk);
@@ -574,30 +586,16 @@ mod tests {
         );
 
         // Resolved and valid, but nothing confirmed: not Ready.
-        let st = build_status(&spec(), Some(1), &on(SwitchTarget::Dpdk), &[], None, None);
+        let st = on_dpdk(None);
         assert_ne!(ready(&st).status, ConditionStatus::True);
-        let st = build_status(
-            &spec(),
-            Some(1),
-            &on(SwitchTarget::Dpdk),
-            &[],
-            Some(&reported(false)),
-            None,
-        );
+        let st = on_dpdk(Some(&reported(false)));
         assert_eq!(ready(&st).status, ConditionStatus::False);
         assert_eq!(ready(&st).reason, "NotInForce");
         let down = Applied::Unavailable {
             code: tonic::Code::Unavailable,
             message: "connection refused".into(),
         };
-        let st = build_status(
-            &spec(),
-            Some(1),
-            &on(SwitchTarget::Dpdk),
-            &[],
-            Some(&down),
-            None,
-        );
+        let st = on_dpdk(Some(&down));
         assert_eq!(ready(&st).reason, "ExternRuntimeUnavailable");
         assert_eq!(st.packets_per_second, None);
     }
@@ -674,14 +672,7 @@ mod tests {
             expected: p4fleet_client::Service::ExternRuntime,
             found: p4fleet_client::Found::Http1 { status: 404 },
         });
-        let st = build_status(
-            &spec(),
-            Some(1),
-            &on(SwitchTarget::Dpdk),
-            &[],
-            Some(&wrong),
-            None,
-        );
+        let st = on_dpdk(Some(&wrong));
         let applied = p4fleet_crds::find_condition(&st.conditions, APPLIED).unwrap();
         assert_eq!(applied.reason, "Http1Server");
         assert!(
@@ -698,14 +689,7 @@ mod tests {
             missing: vec!["ipsec_encrypt".into()],
             available: vec!["async_encrypt".into(), "async_decrypt".into()],
         };
-        let st = build_status(
-            &spec(),
-            Some(1),
-            &on(SwitchTarget::Dpdk),
-            &[],
-            Some(&missing),
-            None,
-        );
+        let st = on_dpdk(Some(&missing));
         let r = ready(&st);
         assert_eq!(
             (r.status, r.reason.as_str()),

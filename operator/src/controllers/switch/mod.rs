@@ -635,7 +635,7 @@ pub(crate) mod probed {
 mod tests {
     use super::*;
     use p4fleet_client::TlsFailure;
-    use p4fleet_crds::{VirtualSwitchSpec, VirtualSwitchStatus};
+    use p4fleet_crds::VirtualSwitchStatus;
 
     #[test]
     fn only_a_made_connection_may_hide_the_tls_verdict() {
@@ -783,20 +783,7 @@ mod tests {
     }
 
     fn vs(ns: &str, name: &str, switch: &str, slot: u32) -> VirtualSwitch {
-        let mut v = VirtualSwitch::new(
-            name,
-            VirtualSwitchSpec {
-                program_ref: "p".into(),
-                switch_ref: Some(switch.into()),
-                switch_selector: None,
-                slot: None,
-                isolation: None,
-                port_map: vec![],
-                update_strategy: Default::default(),
-                multicast_groups: vec![],
-                clone_sessions: vec![],
-            },
-        );
+        let mut v = VirtualSwitch::new(name, crate::reads::fixture::vs_spec("p", Some(switch)));
         v.metadata.namespace = Some(ns.into());
         v.status = Some(VirtualSwitchStatus {
             switch: Some(switch.into()),

@@ -572,6 +572,14 @@ mod tests {
     use crate::reads::fixture::Cluster;
     use p4fleet_crds::P4Program;
 
+    /// Switch s1 of `target`.
+    fn switch_s1(target: &str) -> Switch {
+        let spec: p4fleet_crds::SwitchSpec =
+            serde_json::from_value(serde_json::json!({"target": target, "endpoint": "h:1"}))
+                .unwrap();
+        Switch::new("s1", spec)
+    }
+
     #[test]
     fn tofino_pipeline_needs_bfrt_json_and_defaults_the_rest() {
         let mut r = Resolved::default();
@@ -612,12 +620,6 @@ mod tests {
     #[test]
     fn the_probes_check_is_what_each_kind_compares_before_a_push() {
         use sha2::Digest;
-        let sw = |target: &str| {
-            let spec: p4fleet_crds::SwitchSpec =
-                serde_json::from_value(serde_json::json!({"target": target, "endpoint": "h:1"}))
-                    .unwrap();
-            Switch::new("s1", spec)
-        };
         let mut resolved = Resolved::default();
         resolved.insert(field::TOFINO_BFRT_JSON, Ok(b"{}".to_vec()));
         let program = ReadyProgram {
@@ -637,14 +639,14 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            drift_check(&sw("Bmv2"), &claim, &program, &spec),
+            drift_check(&switch_s1("Bmv2"), &claim, &program, &spec),
             Some(PipelineCheck::Cookie {
                 slot: 2,
                 cookie: 0x0123_4567_89ab_cdef
             })
         );
         assert_eq!(
-            drift_check(&sw("Tofino"), &claim, &program, &spec),
+            drift_check(&switch_s1("Tofino"), &claim, &program, &spec),
             Some(PipelineCheck::Tofino {
                 slot: 2,
                 p4_name: "fw".into(),
@@ -662,7 +664,7 @@ mod tests {
             digest,
             isolation,
             port_map,
-        }) = drift_check(&sw("Fpga"), &claim, &program, &spec)
+        }) = drift_check(&switch_s1("Fpga"), &claim, &program, &spec)
         else {
             panic!("an FPGA slot is checked through the slot service");
         };
@@ -673,17 +675,14 @@ mod tests {
         // checks itself.
         let mut bare = program.clone();
         bare.resolved = Resolved::default();
-        assert_eq!(drift_check(&sw("Tofino"), &claim, &bare, &spec), None);
+        assert_eq!(
+            drift_check(&switch_s1("Tofino"), &claim, &bare, &spec),
+            None
+        );
     }
 
     #[test]
     fn isolation_off_an_fpga_is_a_condition_not_a_no_op() {
-        let sw = |target: &str| {
-            let spec: p4fleet_crds::SwitchSpec =
-                serde_json::from_value(serde_json::json!({"target": target, "endpoint": "h:1"}))
-                    .unwrap();
-            Switch::new("s1", spec)
-        };
         let spec = |v: serde_json::Value| -> p4fleet_crds::VirtualSwitchSpec {
             serde_json::from_value(v).unwrap()
         };
@@ -692,15 +691,17 @@ mod tests {
         let ports = spec(serde_json::json!({"programRef": "p", "switchRef": "s1",
             "portMap": [{"physical": 1, "virtual": 0}]}));
         let plain = spec(serde_json::json!({"programRef": "p", "switchRef": "s1"}));
-        assert_eq!(unsupported(&iso, &sw("Fpga")), None);
-        assert_eq!(unsupported(&plain, &sw("Bmv2")), None);
-        let e = LoadError::from(unsupported(&iso, &sw("Bmv2")).unwrap());
+        assert_eq!(unsupported(&iso, &switch_s1("Fpga")), None);
+        assert_eq!(unsupported(&plain, &switch_s1("Bmv2")), None);
+        let e = LoadError::from(unsupported(&iso, &switch_s1("Bmv2")).unwrap());
         assert_eq!(e.reason(), "UnsupportedOnTarget");
         assert_eq!(
             e.to_string(),
             "spec.isolation: Switch s1 is a Bmv2 target; isolation and port maps need an Fpga Switch (slot service)"
         );
-        let e = unsupported(&ports, &sw("Tofino")).unwrap().to_string();
+        let e = unsupported(&ports, &switch_s1("Tofino"))
+            .unwrap()
+            .to_string();
         assert!(
             e.starts_with("spec.portMap: Switch s1 is a Tofino target"),
             "{e}"

@@ -144,6 +144,12 @@ mod tests {
     const ROUTER: &str = include_str!("../../../../examples/router/p4info.txt");
     const AT: &str = "2026-11-23T00:00:10Z";
 
+    /// Marks `set` not Ready, for `reason`.
+    fn not_ready(set: &mut TableEntrySet, reason: &str) {
+        set.status.as_mut().unwrap().conditions =
+            vec![p4fleet_crds::Condition::new("Ready", false, reason, "")];
+    }
+
     fn set(table: &str, desired: u64, synced: Option<&str>, applied: Option<u64>) -> TableEntrySet {
         let spec = serde_json::from_value(serde_json::json!({
             "virtualSwitchRef": "b", "table": table}))
@@ -210,12 +216,7 @@ mod tests {
         // Synced on "b" under the old program, which lacked its table
         // (TableNotInProgram: desired 0, applied 0, not Ready): waits.
         let mut orphaned = set("MyIngress.ipv4_lpm", 0, None, Some(0));
-        orphaned.status.as_mut().unwrap().conditions = vec![p4fleet_crds::Condition::new(
-            "Ready",
-            false,
-            "TableNotInProgram",
-            "",
-        )];
+        not_ready(&mut orphaned, "TableNotInProgram");
         assert_eq!(expected(&[orphaned], "b", &p4info, AT), None);
         // Synced since the swap but refused by the device (not Ready): the
         // retry is waited for, not counted as 0.
@@ -225,12 +226,7 @@ mod tests {
             Some("2026-11-23T00:00:11Z"),
             Some(0),
         );
-        refused.status.as_mut().unwrap().conditions = vec![p4fleet_crds::Condition::new(
-            "Ready",
-            false,
-            "EntriesFailed",
-            "",
-        )];
+        not_ready(&mut refused, "EntriesFailed");
         assert_eq!(expected(&[refused], "b", &p4info, AT), None);
     }
 

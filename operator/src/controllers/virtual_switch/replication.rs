@@ -186,14 +186,15 @@ pub fn desired(spec: &VirtualSwitchSpec, p4info: &P4Info) -> Result<Vec<Item>, V
     let mut errors = Vec::new();
     let mut items = Vec::new();
     let mut seen = BTreeMap::new();
+    let twice = |field, id| ItemError {
+        field,
+        id,
+        reason: "id is listed twice".into(),
+    };
     for MulticastGroup { id, replicas: r } in &spec.multicast_groups {
         let r = check_replicas("spec.multicastGroups", *id, r, v1model, &mut errors);
         if seen.insert((0, *id), ()).is_some() {
-            errors.push(ItemError {
-                field: "spec.multicastGroups",
-                id: *id,
-                reason: "id is listed twice".into(),
-            });
+            errors.push(twice("spec.multicastGroups", *id));
         } else if let Some(replicas) = r {
             items.push(Item::Multicast { id: *id, replicas });
         }
@@ -207,11 +208,7 @@ pub fn desired(spec: &VirtualSwitchSpec, p4info: &P4Info) -> Result<Vec<Item>, V
     {
         let r = check_replicas("spec.cloneSessions", *id, r, v1model, &mut errors);
         if seen.insert((1, *id), ()).is_some() {
-            errors.push(ItemError {
-                field: "spec.cloneSessions",
-                id: *id,
-                reason: "id is listed twice".into(),
-            });
+            errors.push(twice("spec.cloneSessions", *id));
         } else if let Some(replicas) = r {
             items.push(Item::Clone {
                 id: *id,

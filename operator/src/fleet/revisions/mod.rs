@@ -363,12 +363,7 @@ pub fn revision_object(
     manifest: &Manifest,
 ) -> ControllerRevision {
     ControllerRevision {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            labels: Some(labels(&program.name_any())),
-            owner_references: program.controller_owner_ref(&()).map(|o| vec![o]),
-            ..Default::default()
-        },
+        metadata: owned_meta(program, name),
         data: Some(RawExtension(
             serde_json::to_value(manifest).expect("a manifest serializes"),
         )),
@@ -379,18 +374,23 @@ pub fn revision_object(
 /// The immutable snapshot ConfigMap `name` holding `data`, owned by `program`.
 pub fn part_object(program: &P4Program, name: &str, data: &BTreeMap<String, Vec<u8>>) -> ConfigMap {
     ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            labels: Some(labels(&program.name_any())),
-            owner_references: program.controller_owner_ref(&()).map(|o| vec![o]),
-            ..Default::default()
-        },
+        metadata: owned_meta(program, name),
         immutable: Some(true),
         binary_data: Some(
             data.iter()
                 .map(|(k, v)| (k.clone(), ByteString(v.clone())))
                 .collect(),
         ),
+        ..Default::default()
+    }
+}
+
+/// The metadata of `program`'s object `name`: its labels, owned by it.
+fn owned_meta(program: &P4Program, name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        labels: Some(labels(&program.name_any())),
+        owner_references: program.controller_owner_ref(&()).map(|o| vec![o]),
         ..Default::default()
     }
 }
