@@ -414,22 +414,29 @@ impl Fleet {
     }
 }
 
-/// The test binary's [`Fleet`], started on first use (the cell is the
-/// binary's): an emulator with `emulator` arguments, an operator named
-/// `operator` (its log's name) with `operator_args`, against the binary's
-/// shared control plane.
+/// The test binary's [`Fleet`], started on first use: an emulator with
+/// `emulator` arguments, an operator named `operator` (its log's name)
+/// resyncing every `resync_seconds`, against the binary's shared control
+/// plane. A binary has one: every call must ask for the same.
 pub async fn fleet(
-    cell: &'static std::sync::OnceLock<Fleet>,
-    emulator: &'static [&'static str],
-    operator: &'static str,
-    operator_args: &'static [&'static str],
+    emulator: &[&str],
+    operator: &str,
+    resync_seconds: u32,
 ) -> (&'static crate::ControlPlane, &'static Fleet) {
+    type Asked = (Vec<String>, String, u32);
+    static FLEET: std::sync::OnceLock<(Asked, Fleet)> = std::sync::OnceLock::new();
     let cp = crate::ControlPlane::shared().await;
     let kubeconfig = cp.kubeconfig_path().to_path_buf();
-    let fleet = once_per_binary(cell, move || {
+    let emulator: Vec<String> = emulator.iter().map(|a| a.to_string()).collect();
+    let asked: Asked = (emulator, operator.to_string(), resync_seconds);
+    let start = asked.clone();
+    let (started, fleet) = once_per_binary(&FLEET, move || {
         let bin = build_binaries();
-        let emu = spawn_emulator(&bin, emulator);
-        let op = spawn_operator(&bin, &kubeconfig, operator, operator_args);
+        let (emulator, operator, resync) = &start;
+        let emulator: Vec<&str> = emulator.iter().map(String::as_str).collect();
+        let emu = spawn_emulator(&bin, &emulator);
+        let resync = resync.to_string();
+        let op = spawn_operator(&bin, &kubeconfig, operator, &["--resync-seconds", &resync]);
         let fleet = Fleet {
             p4runtime: emu.p4runtime,
             bfrt: emu.bfrt,
@@ -439,9 +446,10 @@ pub async fn fleet(
         };
         // Owned by the parked start thread (PDEATHSIG).
         std::mem::forget((emu, op));
-        fleet
+        (start, fleet)
     })
     .await;
+    assert_eq!(*started, asked, "a test binary has one fleet");
     (cp, fleet)
 }
 

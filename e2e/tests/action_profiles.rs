@@ -17,7 +17,6 @@
 
 use p4fleet_e2e::set_status_within_90s as status_of;
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -38,14 +37,7 @@ const DEVICE: u64 = 1;
 const SHARED_DEVICE: u64 = 2;
 
 async fn env() -> (&'static ControlPlane, &'static Fleet) {
-    static ENV: OnceLock<Fleet> = OnceLock::new();
-    fleet(
-        &ENV,
-        &["--device-ids", "1,2"],
-        "action-profiles-operator",
-        &["--resync-seconds", "3"],
-    )
-    .await
+    fleet(&["--device-ids", "1,2"], "action-profiles-operator", 3).await
 }
 
 fn p4info_of(example: &str) -> String {

@@ -8,7 +8,6 @@
 
 use p4fleet_e2e::set_status_within_90s as status_where;
 use std::net::SocketAddr;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use kube::Api;
@@ -36,12 +35,10 @@ const FORWARD: u32 = 29683729;
 const REGISTER: u32 = 383189205;
 
 async fn env() -> (&'static ControlPlane, &'static Fleet) {
-    static ENV: OnceLock<Fleet> = OnceLock::new();
     fleet(
-        &ENV,
         &["--device-ids", "41", "--bfrt-addr", "127.0.0.1:0"],
         "operator-bfrt-counters",
-        &["--resync-seconds", "30"],
+        30,
     )
     .await
 }

@@ -5,7 +5,6 @@
 //! meter configs and register values are written and read back at the
 //! device, and bad settings are reported without writing any of them.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use kube::Api;
@@ -26,9 +25,7 @@ const RATE: u32 = 335000001;
 const SEEN: u32 = 369000001;
 
 async fn env() -> (&'static ControlPlane, &'static Fleet) {
-    static ENV: OnceLock<Fleet> = OnceLock::new();
     fleet(
-        &ENV,
         &[
             "--device-ids",
             "31",
@@ -40,7 +37,7 @@ async fn env() -> (&'static ControlPlane, &'static Fleet) {
             "4",
         ],
         "operator-counters",
-        &["--resync-seconds", "30"],
+        30,
     )
     .await
 }

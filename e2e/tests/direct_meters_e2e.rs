@@ -11,7 +11,6 @@
 
 use p4fleet_e2e::set_status_within_90s as status_where;
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -28,14 +27,7 @@ use serde_json::json;
 const DEVICE: u64 = 1;
 
 async fn env() -> (&'static ControlPlane, &'static Fleet) {
-    static ENV: OnceLock<Fleet> = OnceLock::new();
-    fleet(
-        &ENV,
-        &["--device-ids", "1"],
-        "direct-meters-operator",
-        &["--resync-seconds", "3"],
-    )
-    .await
+    fleet(&["--device-ids", "1"], "direct-meters-operator", 3).await
 }
 
 fn fabric_p4info() -> String {

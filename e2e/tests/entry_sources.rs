@@ -9,7 +9,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flate2::Compression;
@@ -26,14 +26,7 @@ use p4fleet_e2e::{
 use serde_json::{Value, json};
 
 async fn env() -> (&'static ControlPlane, &'static Fleet) {
-    static ENV: OnceLock<Fleet> = OnceLock::new();
-    fleet(
-        &ENV,
-        &["--device-ids", "1,2,3,4"],
-        "operator-entry-sources",
-        &["--resync-seconds", "3"],
-    )
-    .await
+    fleet(&["--device-ids", "1,2,3,4"], "operator-entry-sources", 3).await
 }
 
 /// GET over HTTP/1.0 with a deadline: (status, body).

@@ -12,7 +12,6 @@
 //! naming the field, and an Event.
 
 use p4fleet_e2e::set_status_within_90s as status_where;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -37,14 +36,7 @@ const SMAC: u32 = 41683160;
 const DIGEST: u32 = 402184575;
 
 async fn env() -> (&'static ControlPlane, &'static Fleet) {
-    static ENV: OnceLock<Fleet> = OnceLock::new();
-    fleet(
-        &ENV,
-        &["--device-ids", "51,52,53,54,55"],
-        "operator-learning",
-        &["--resync-seconds", "30"],
-    )
-    .await
+    fleet(&["--device-ids", "51,52,53,54,55"], "operator-learning", 30).await
 }
 
 /// examples/l2switch's P4Info with `smac` compiled for idle timeouts

@@ -21,7 +21,6 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
@@ -48,29 +47,15 @@ enum Kind {
 /// The shared emulator and operator. Devices 21 and 22 are Dpdk targets
 /// (this file's Dpdk scenarios): a bounded traffic rate and one extern core.
 async fn env() -> (&'static ControlPlane, &'static Fleet) {
-    static ENV: OnceLock<Fleet> = OnceLock::new();
-    // `fleet` keeps its arguments for the binary's life: a literal list
-    // (dpdk::TRAFFIC's flags spelled out).
-    fleet(
-        &ENV,
-        &[
-            "--device-ids",
-            "1,2,3,4,5,11,12,13,14,21,22",
-            "--bfrt-addr",
-            "127.0.0.1:0",
-            "--dpdk-device-ids",
-            "21,22",
-            "--dpdk-extern-cores",
-            "1",
-            "--dpdk-rate-pps",
-            "20000",
-            "--dpdk-flows",
-            "4",
-        ],
-        "operator",
-        &["--resync-seconds", "30"],
-    )
-    .await
+    let devices = [
+        "--device-ids",
+        "1,2,3,4,5,11,12,13,14,21,22",
+        "--bfrt-addr",
+        "127.0.0.1:0",
+        "--dpdk-device-ids",
+        "21,22",
+    ];
+    fleet(&[&devices[..], &TRAFFIC].concat(), "operator", 30).await
 }
 
 /// Resyncs answered by the read-back alone, by outcome.

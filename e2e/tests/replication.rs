@@ -5,7 +5,6 @@
 //! bad input is reported (condition, status, Event) without touching what
 //! the device holds.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use kube::api::Api;
@@ -23,14 +22,7 @@ use serde_json::json;
 const DEVICE: u64 = 1;
 
 async fn env() -> (&'static ControlPlane, &'static Fleet) {
-    static ENV: OnceLock<Fleet> = OnceLock::new();
-    fleet(
-        &ENV,
-        &["--device-ids", "1"],
-        "replication-operator",
-        &["--resync-seconds", "30"],
-    )
-    .await
+    fleet(&["--device-ids", "1"], "replication-operator", 30).await
 }
 
 /// (multicast groups as (id, sorted ports)), (clone sessions as (id, ports,
