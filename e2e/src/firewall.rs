@@ -28,6 +28,23 @@ pub enum Kind {
     Tofino,
 }
 
+/// The two tests of a scenario `scenario(kind, device)` that runs on either
+/// kind: `$bmv2` on Bmv2 device `$b`, `$tofino` on Tofino device `$t`.
+#[macro_export]
+macro_rules! bmv2_and_tofino_tests {
+    ($scenario:ident: $bmv2:ident on $b:expr, $tofino:ident on $t:expr $(,)?) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $bmv2() {
+            $scenario($crate::firewall::Kind::Bmv2, $b).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $tofino() {
+            $scenario($crate::firewall::Kind::Tofino, $t).await;
+        }
+    };
+}
+
 /// The emulator's three listen addresses.
 #[derive(Debug, Clone, Copy)]
 pub struct Addrs {

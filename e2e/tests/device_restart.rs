@@ -48,14 +48,10 @@ fn ready(st: &TableEntrySetStatus) -> bool {
     is_true(&st.conditions, "Ready") && st.applied == ENTRIES as u64
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_empty_device_is_refilled_at_once_bmv2() {
-    restarted_empty_device(Kind::Bmv2, 1).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_empty_device_is_refilled_at_once_tofino() {
-    restarted_empty_device(Kind::Tofino, 11).await;
+p4fleet_e2e::bmv2_and_tofino_tests! {
+    restarted_empty_device:
+        a_restarted_empty_device_is_refilled_at_once_bmv2 on 1,
+        a_restarted_empty_device_is_refilled_at_once_tofino on 11,
 }
 
 /// One emulator per test: killing it must not disturb the other test.

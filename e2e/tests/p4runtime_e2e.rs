@@ -30,19 +30,11 @@ use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
 use p4fleet_e2e::dpdk::{TRAFFIC, l2crypt};
+use p4fleet_e2e::firewall::Kind;
 use p4fleet_e2e::processes::{Fleet, build_binaries, fleet, metric_sample, metrics_text};
 use p4fleet_e2e::{ControlPlane, TestNamespace, firewall_lines_with, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
 use serde_json::{Value, json};
-
-/// The kind of Switch a scenario runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// Bmv2 target over P4Runtime.
-    Bmv2,
-    /// Tofino target over BFRT.
-    Tofino,
-}
 
 /// The shared emulator and operator. Devices 21 and 22 are Dpdk targets
 /// (this file's Dpdk scenarios): a bounded traffic rate and one extern core.
@@ -261,34 +253,22 @@ fn is(st: &TableEntrySetStatus, t: &str, ok: bool) -> bool {
 
 // --- tests ------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thirty_thousand_entries_sync_change_repair_and_delete_bmv2() {
-    thirty_thousand_entries_sync_change_repair_and_delete(Kind::Bmv2, 1).await;
+p4fleet_e2e::bmv2_and_tofino_tests! {
+    thirty_thousand_entries_sync_change_repair_and_delete:
+        thirty_thousand_entries_sync_change_repair_and_delete_bmv2 on 1,
+        thirty_thousand_entries_sync_change_repair_and_delete_tofino on 11,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thirty_thousand_entries_sync_change_repair_and_delete_tofino() {
-    thirty_thousand_entries_sync_change_repair_and_delete(Kind::Tofino, 11).await;
+p4fleet_e2e::bmv2_and_tofino_tests! {
+    exclusive_set_removes_a_foreign_entry:
+        exclusive_set_removes_a_foreign_entry_bmv2 on 2,
+        exclusive_set_removes_a_foreign_entry_tofino on 12,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exclusive_set_removes_a_foreign_entry_bmv2() {
-    exclusive_set_removes_a_foreign_entry(Kind::Bmv2, 2).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exclusive_set_removes_a_foreign_entry_tofino() {
-    exclusive_set_removes_a_foreign_entry(Kind::Tofino, 12).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_input_gives_conditions_and_valid_entries_still_apply_bmv2() {
-    bad_input_gives_conditions_and_valid_entries_still_apply(Kind::Bmv2, 3).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_input_gives_conditions_and_valid_entries_still_apply_tofino() {
-    bad_input_gives_conditions_and_valid_entries_still_apply(Kind::Tofino, 13).await;
+p4fleet_e2e::bmv2_and_tofino_tests! {
+    bad_input_gives_conditions_and_valid_entries_still_apply:
+        bad_input_gives_conditions_and_valid_entries_still_apply_bmv2 on 3,
+        bad_input_gives_conditions_and_valid_entries_still_apply_tofino on 13,
 }
 
 async fn thirty_thousand_entries_sync_change_repair_and_delete(kind: Kind, dev: u64) {
