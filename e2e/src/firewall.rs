@@ -241,19 +241,7 @@ const FOREIGN_TEXT: &str = "table_id: 39123287\nmatch { field_id: 1 exact { valu
 
 /// POSTs `body` to the emulator's side channel; returns the answer's body.
 fn post(addr: SocketAddr, path: &str, body: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).expect("side channel");
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    resp.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or(resp)
+    crate::processes::side_channel(addr, "POST", path, body)
 }
 
 /// Waits up to 180 s until set `fw` is Ready with `applied` entries
@@ -303,17 +291,9 @@ pub fn clear_faults(stats: SocketAddr, device: u64) {
 /// channel's `GET /devices/{device}/faults`): `unavailable`,
 /// `stalled_writes`, `failed_updates_writes`, `stalled_reads`.
 pub fn faults_fired(stats: SocketAddr, device: u64) -> serde_json::Value {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(stats).expect("side channel");
-    write!(
-        s,
-        "GET /devices/{device}/faults HTTP/1.1\r\nHost: {stats}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    let body = resp.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("faults of {device}: {e}: {resp}"))
+    let path = format!("/devices/{device}/faults");
+    let answer = crate::processes::side_channel(stats, "GET", &path, "");
+    serde_json::from_str(&answer).unwrap_or_else(|e| panic!("faults of {device}: {e}: {answer}"))
 }
 
 /// Another client of the device, not the operator: on Bmv2 a backup

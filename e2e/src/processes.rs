@@ -313,6 +313,24 @@ pub fn stats_get(stats: SocketAddr, path: &str) -> Option<serde_json::Value> {
     serde_json::from_str(resp.split_once("\r\n\r\n")?.1).ok()
 }
 
+/// `method path` with `body` (text) on the emulator's side channel at
+/// `stats`: the answer's body (all of the answer when it has none).
+pub fn side_channel(stats: SocketAddr, method: &str, path: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(stats).expect("side channel");
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {stats}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    resp.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or(resp)
+}
+
 /// The JSON the emulator's side channel at `stats` answers to a POST of
 /// JSON `body` to `path` (e.g. `/devices/3/frames`), None while it does
 /// not answer.

@@ -22,7 +22,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams};
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
-use p4fleet_e2e::processes::{Fleet, fleet};
+use p4fleet_e2e::processes::{Fleet, fleet, side_channel};
 use p4fleet_e2e::{
     Bmv2Slot, ControlPlane, TestNamespace, bmv2_virtual_switch, create_json, merge_patch,
     p4info_program, program_on_bmv2, repo_root, wait_for,
@@ -184,16 +184,8 @@ async fn until(emu: &Fleet, ids: &Ids, what: &str, pred: impl Fn(&Held) -> bool)
 /// `POST /devices/1/drop-entries` on the emulator's side channel: the
 /// response body.
 fn drop_entries(emu: &Fleet, table: u32, count: u32) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(emu.stats).unwrap();
-    write!(
-        s,
-        "POST /devices/{DEVICE}/drop-entries?table_id={table}&count={count} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    resp
+    let path = format!("/devices/{DEVICE}/drop-entries?table_id={table}&count={count}");
+    side_channel(emu.stats, "POST", &path, "")
 }
 
 async fn status_where(

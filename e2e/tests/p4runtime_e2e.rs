@@ -31,7 +31,9 @@ use p4fleet_crds::{
 };
 use p4fleet_e2e::dpdk::{TRAFFIC, l2crypt};
 use p4fleet_e2e::firewall::Kind;
-use p4fleet_e2e::processes::{Fleet, build_binaries, fleet, metric_sample, metrics_text};
+use p4fleet_e2e::processes::{
+    Fleet, build_binaries, fleet, metric_sample, metrics_text, side_channel,
+};
 use p4fleet_e2e::{ControlPlane, TestNamespace, firewall_lines_with, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
 use serde_json::{Value, json};
@@ -56,17 +58,8 @@ const RECHECKS: &str = "p4fleet_entry_set_rechecks_total";
 // --- the emulator's HTTP side channel --------------------------------------
 
 fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> Value {
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("{method} {path}: {e}: {resp}"))
+    let answer = side_channel(addr, method, path, body);
+    serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{method} {path}: {e}: {answer}"))
 }
 
 fn stats(env: &Fleet, device: u64) -> Value {
