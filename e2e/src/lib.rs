@@ -1230,6 +1230,31 @@ where
         .unwrap();
 }
 
+/// Waits up to `timeout` until object `name` of `api` is gone; panics
+/// with what is left of it after that.
+pub async fn wait_gone<K>(api: &Api<K>, name: &str, timeout: Duration)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    wait_for(&format!("{name} gone"), timeout, || async {
+        match api.get_opt(name).await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(left) => Err(format!("still there: {left:?}")),
+        }
+    })
+    .await
+}
+
+/// Deletes object `name` of `api` and waits up to 60 s until it is gone
+/// (its finalizers done).
+pub async fn delete_and_wait_gone<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.delete(name, &Default::default()).await.unwrap();
+    wait_gone(api, name, Duration::from_secs(60)).await;
+}
+
 /// Creates TableEntrySet `name` with `spec` in `ns`; returns the
 /// namespace's TableEntrySets.
 pub async fn create_set(

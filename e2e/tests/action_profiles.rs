@@ -25,7 +25,7 @@ use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
 use p4fleet_e2e::processes::{Fleet, fleet, side_channel};
 use p4fleet_e2e::{
     Bmv2Slot, ControlPlane, TestNamespace, bmv2_virtual_switch, create_json, merge_patch,
-    p4info_program, program_on_bmv2, repo_root, wait_for,
+    p4info_program, program_on_bmv2, repo_root, wait_for, wait_gone,
 };
 use p4fleet_proto::p4info::{self, P4Info};
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient};
@@ -545,13 +545,7 @@ async fn a_profile_shared_by_two_sets_keeps_what_the_other_set_uses() {
     // finalizer does, and v4 is gone.
     let patch = json!({"spec": src(&[3], &[("1.1.1.1", "nh3"), ("3.3.3.3", "nh3")])});
     merge_patch(&sets, "src", patch).await;
-    wait_for("v4 deleted", Duration::from_secs(90), || async {
-        match sets.get_opt("v4").await.map_err(|e| e.to_string())? {
-            None => Ok(()),
-            Some(s) => Err(format!("{:?}", s.metadata.finalizers)),
-        }
-    })
-    .await;
+    wait_gone(&sets, "v4", Duration::from_secs(90)).await;
     let left = until(emu, &ids, "only nh3 and src's entries", |h| {
         h.members.len() == 1 && h.entries.len() == 2
     })

@@ -519,14 +519,7 @@ async fn a_damaged_or_deleted_ownership_record_is_reported_and_never_widens_dele
     wait_for_record(&cms).await;
 
     // Deleting the set removes what the record knows, nothing else.
-    sets.delete("fw", &Default::default()).await.unwrap();
-    p4fleet_e2e::wait_for("set deleted", Duration::from_secs(60), || async {
-        match sets.get_opt("fw").await {
-            Ok(None) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    p4fleet_e2e::delete_and_wait_gone(&sets, "fw").await;
     let gone = firewall::keys_of_lines(5_000, 8_000);
     let expected = expected.difference(&gone).cloned().collect();
     assert_device(expected, "after the set's deletion").await;

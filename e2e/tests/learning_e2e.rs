@@ -19,7 +19,9 @@ use kube::{Api, ResourceExt};
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
 use p4fleet_e2e::device_read::read_entities;
 use p4fleet_e2e::processes::{Fleet, fleet};
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
+use p4fleet_e2e::{
+    ControlPlane, TestNamespace, create_json, delete_and_wait_gone, repo_root, wait_for, wait_gone,
+};
 use p4fleet_model::sync;
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity};
 use serde_json::json;
@@ -469,17 +471,7 @@ async fn digest_sinks_log_each_list_and_keep_the_last_messages_in_a_config_map()
     // Deleting the set deletes its ConfigMap (a bare kube-apiserver runs
     // no garbage collector: the finalizer does it).
     sets.delete("sink", &Default::default()).await.unwrap();
-    wait_for(
-        "the sink ConfigMap deleted",
-        Duration::from_secs(60),
-        || async {
-            match cms.get_opt(cm_name).await.map_err(|e| e.to_string())? {
-                None => Ok(()),
-                Some(cm) => Err(format!("{:?}", cm.data)),
-            }
-        },
-    )
-    .await;
+    wait_gone(&cms, cm_name, Duration::from_secs(60)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -526,14 +518,7 @@ async fn a_sink_never_writes_over_someone_elses_config_map() {
     assert!(st.digests.unwrap().sink_config_maps.is_empty());
     p4fleet_e2e::wait_event(&client, &ns, Some("DigestSinkTaken"), cm_name).await;
     // Deleting the set leaves the other ConfigMap alone.
-    sets.delete("taken", &Default::default()).await.unwrap();
-    wait_for("the set gone", Duration::from_secs(60), || async {
-        match sets.get_opt("taken").await.map_err(|e| e.to_string())? {
-            None => Ok(()),
-            Some(_) => Err("still there".to_string()),
-        }
-    })
-    .await;
+    delete_and_wait_gone(&sets, "taken").await;
     let cm = cms.get(cm_name).await.unwrap();
     assert_eq!(cm.data.unwrap()["mine"], "yes");
     assert!(cm.metadata.owner_references.is_none());

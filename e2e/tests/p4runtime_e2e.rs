@@ -34,7 +34,9 @@ use p4fleet_e2e::firewall::Kind;
 use p4fleet_e2e::processes::{
     Fleet, build_binaries, fleet, metric_sample, metrics_text, side_channel,
 };
-use p4fleet_e2e::{ControlPlane, TestNamespace, firewall_lines_with, repo_root, wait_for};
+use p4fleet_e2e::{
+    ControlPlane, TestNamespace, delete_and_wait_gone, firewall_lines_with, repo_root, wait_for,
+};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
 use serde_json::{Value, json};
 
@@ -381,14 +383,7 @@ async fn thirty_thousand_entries_sync_change_repair_and_delete(kind: Kind, dev: 
     assert_eq!(stat(env, dev, "entries"), 30_000);
 
     // Deleting the set removes its entries.
-    api.delete("fw30k", &DeleteParams::default()).await.unwrap();
-    wait_for("set gone", Duration::from_secs(60), || async {
-        match api.get_opt("fw30k").await.map_err(|e| e.to_string())? {
-            None => Ok(()),
-            Some(_) => Err("still there".into()),
-        }
-    })
-    .await;
+    delete_and_wait_gone(&api, "fw30k").await;
     assert_eq!(stat(env, dev, "entries"), 0);
     // The cleanup's deletes were counted too, and the set's series are gone.
     write_requests_match_the_device(env, &ns, dev);

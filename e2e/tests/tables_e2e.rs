@@ -29,8 +29,8 @@ use p4fleet_e2e::processes::{
     spawn_operator,
 };
 use p4fleet_e2e::{
-    ControlPlane, TestNamespace, bmv2_switch, create_json, create_set, merge_patch, repo_root,
-    wait_for,
+    ControlPlane, TestNamespace, bmv2_switch, create_json, create_set, delete_and_wait_gone,
+    merge_patch, repo_root, wait_for,
 };
 use p4fleet_proto::p4runtime::{self as p4, p4_runtime_client::P4RuntimeClient};
 use serde_json::{Value, json};
@@ -277,14 +277,7 @@ async fn default_action_is_set_read_back_changed_and_reset() {
         st.default_action.as_deref() == Some("forward(port=7)")
     })
     .await;
-    api.delete("acl", &DeleteParams::default()).await.unwrap();
-    wait_for("the set gone", Duration::from_secs(60), || async {
-        match api.get_opt("acl").await.map_err(|e| e.to_string())? {
-            None => Ok(()),
-            Some(_) => Err("still there".to_string()),
-        }
-    })
-    .await;
+    delete_and_wait_gone(&api, "acl").await;
     assert_eq!(device_default(emu, 1, ACL).await.unwrap().action_id, DROP);
     assert_eq!(stats(emu, 1)["tables"][ACL.to_string()].as_u64(), Some(0));
 
