@@ -47,6 +47,30 @@ fn yaml_files_at_least(dir: &str, min: usize, what: &str) -> Vec<PathBuf> {
     files
 }
 
+/// Runs `check` on each of [`yaml_files_at_least`] with the file, its path
+/// from the repo root (for messages) and a fresh namespace; asserts that it
+/// pushed no failures.
+async fn check_each_file(
+    dir: &str,
+    min: usize,
+    what: &str,
+    check: impl Fn(&ControlPlane, &str, &Path, &str, &mut Vec<String>),
+) {
+    let cp = ControlPlane::shared().await;
+    let client = cp.client().await;
+    let ns = TestNamespace::new(&client).await;
+    let mut failures = Vec::new();
+    for file in yaml_files_at_least(dir, min, what) {
+        let display = file.strip_prefix(repo_root()).unwrap_or(&file).display();
+        check(cp, ns.name(), &file, &display.to_string(), &mut failures);
+    }
+    assert!(
+        failures.is_empty(),
+        "{dir}: failures:\n{}",
+        failures.join("\n\n")
+    );
+}
+
 #[tokio::test]
 async fn all_crds_established_with_expected_names() {
     let cp = ControlPlane::shared().await;
@@ -126,14 +150,8 @@ async fn all_crds_established_with_expected_names() {
 /// defaults; a missing key means the schema pruned a field the sample sets).
 #[tokio::test]
 async fn samples_apply_and_read_back() {
-    let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
-    let files = yaml_files_at_least("config/samples", MIN_SAMPLES, "samples");
-
-    let mut failures = Vec::new();
-    for file in &files {
-        let display = file.strip_prefix(repo_root()).unwrap_or(file).display();
+    let dir = "config/samples";
+    check_each_file(dir, MIN_SAMPLES, "samples", |cp, ns, file, display| {
         // Cluster-scoped objects (Switch) keep their committed names; server-side
         // apply with --force-conflicts makes re-applying them idempotent.
         let out = cp.kubectl([
@@ -142,13 +160,13 @@ async fn samples_apply_and_read_back() {
             "--force-conflicts",
             "--field-manager=p4fleet-e2e",
             "-n",
-            ns.name(),
+            ns,
             "-f",
             &file.to_string_lossy(),
         ]);
         if !out.status.success() {
             failures.push(format!("{display}: apply failed: {}", output_text(&out)));
-            continue;
+            return;
         }
         let raw = std::fs::read_to_string(file).expect("read sample");
         for doc in serde_yaml::Deserializer::from_str(&raw) {
@@ -167,7 +185,7 @@ async fn samples_apply_and_read_back() {
                 Some((group, _)) => format!("{}.{group}", kind.to_lowercase()),
                 None => kind.to_lowercase(),
             };
-            let out = cp.kubectl(["get", &resource, name, "-n", ns.name(), "-o", "json"]);
+            let out = cp.kubectl(["get", &resource, name, "-n", ns, "-o", "json"]);
             if !out.status.success() {
                 failures.push(format!(
                     "{display}: get {resource}/{name}: {}",
@@ -182,24 +200,14 @@ async fn samples_apply_and_read_back() {
                 failures.push(format!("{display}: {kind}/{name}: {m}"));
             }
         }
-    }
-    assert!(
-        failures.is_empty(),
-        "sample failures:\n{}",
-        failures.join("\n\n")
-    );
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn invalid_objects_are_rejected_by_the_server() {
-    let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
-    let files = yaml_files_at_least("e2e/testdata/invalid", MIN_INVALID, "files");
-
-    let mut failures = Vec::new();
-    for file in &files {
-        let display = file.strip_prefix(repo_root()).unwrap_or(file).display();
+    let dir = "e2e/testdata/invalid";
+    check_each_file(dir, MIN_INVALID, "files", |cp, ns, file, display| {
         let raw = std::fs::read_to_string(file).expect("read invalid file");
         let Some(expect) = raw
             .lines()
@@ -211,14 +219,14 @@ async fn invalid_objects_are_rejected_by_the_server() {
             failures.push(format!(
                 "{display}: first line must be `# expect: <substring>`"
             ));
-            continue;
+            return;
         };
         let out = cp.kubectl([
             "apply",
             "--server-side",
             "--field-manager=p4fleet-e2e",
             "-n",
-            ns.name(),
+            ns,
             "-f",
             &file.to_string_lossy(),
         ]);
@@ -242,12 +250,8 @@ async fn invalid_objects_are_rejected_by_the_server() {
                 output_text(&out)
             ));
         }
-    }
-    assert!(
-        failures.is_empty(),
-        "invalid-corpus failures:\n{}",
-        failures.join("\n\n")
-    );
+    })
+    .await;
 }
 
 /// The rollout of docs/rollouts.md's example passes the schema's CEL rules
