@@ -9,14 +9,13 @@ use std::time::Duration;
 
 use kube::api::Api;
 use p4fleet_crds::{VirtualSwitch, find_condition};
+use p4fleet_e2e::device_read::try_read_entities;
 use p4fleet_e2e::processes::{Fleet, fleet};
 use p4fleet_e2e::{
     ControlPlane, TestNamespace, bmv2_switch, create_json, merge_patch, p4info_program, repo_root,
     wait_for,
 };
-use p4fleet_proto::p4runtime::{
-    self as p4, p4_runtime_client::P4RuntimeClient, packet_replication_engine_entry::Type as Pre,
-};
+use p4fleet_proto::p4runtime::{self as p4, packet_replication_engine_entry::Type as Pre};
 use serde_json::json;
 
 const DEVICE: u64 = 1;
@@ -30,19 +29,11 @@ async fn env() -> (&'static ControlPlane, &'static Fleet) {
 type Held = (Vec<(u32, Vec<u32>)>, Vec<(u32, Vec<u32>, u32, i32)>);
 
 async fn held(emu: &Fleet) -> Result<Held, String> {
-    let mut c = P4RuntimeClient::connect(format!("http://{}", emu.p4runtime))
-        .await
-        .map_err(|e| e.to_string())?;
-    let req = p4::ReadRequest {
-        device_id: DEVICE,
-        entities: vec![p4::Entity {
-            entity: Some(p4::entity::Entity::PacketReplicationEngineEntry(
-                p4::PacketReplicationEngineEntry { r#type: None },
-            )),
-        }],
-        ..Default::default()
-    };
-    let mut stream = c.read(req).await.map_err(|e| e.to_string())?.into_inner();
+    let filter =
+        p4::entity::Entity::PacketReplicationEngineEntry(p4::PacketReplicationEngineEntry {
+            r#type: None,
+        });
+    let read = try_read_entities(emu.p4runtime, DEVICE, filter).await?;
     #[allow(deprecated)]
     let ports = |r: &[p4::Replica]| {
         let mut v: Vec<u32> = r
@@ -59,23 +50,21 @@ async fn held(emu: &Fleet) -> Result<Held, String> {
         v
     };
     let mut out: Held = Default::default();
-    while let Some(resp) = stream.message().await.map_err(|e| e.to_string())? {
-        for e in resp.entities {
-            match e.entity {
-                Some(p4::entity::Entity::PacketReplicationEngineEntry(p)) => match p.r#type {
-                    Some(Pre::MulticastGroupEntry(g)) => {
-                        out.0.push((g.multicast_group_id, ports(&g.replicas)))
-                    }
-                    Some(Pre::CloneSessionEntry(s)) => out.1.push((
-                        s.session_id,
-                        ports(&s.replicas),
-                        s.class_of_service,
-                        s.packet_length_bytes,
-                    )),
-                    None => {}
-                },
-                other => return Err(format!("unexpected entity {other:?}")),
-            }
+    for e in read {
+        match e {
+            p4::entity::Entity::PacketReplicationEngineEntry(p) => match p.r#type {
+                Some(Pre::MulticastGroupEntry(g)) => {
+                    out.0.push((g.multicast_group_id, ports(&g.replicas)))
+                }
+                Some(Pre::CloneSessionEntry(s)) => out.1.push((
+                    s.session_id,
+                    ports(&s.replicas),
+                    s.class_of_service,
+                    s.packet_length_bytes,
+                )),
+                None => {}
+            },
+            other => return Err(format!("unexpected entity {other:?}")),
         }
     }
     Ok(out)

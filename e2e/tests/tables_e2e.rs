@@ -24,6 +24,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use p4fleet_crds::{
     ProgramUpdateMode, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
+use p4fleet_e2e::device_read::read_entities;
 use p4fleet_e2e::processes::{
     build_binaries, once_per_binary, operator_http_addr, p4fleet_plan, spawn_emulator,
     spawn_operator,
@@ -32,7 +33,7 @@ use p4fleet_e2e::{
     ControlPlane, TestNamespace, bmv2_switch, create_json, create_set, delete_and_wait_gone,
     merge_patch, repo_root, wait_for,
 };
-use p4fleet_proto::p4runtime::{self as p4, p4_runtime_client::P4RuntimeClient};
+use p4fleet_proto::p4runtime as p4;
 use serde_json::{Value, json};
 
 const ACL: u32 = 33554433;
@@ -122,29 +123,17 @@ fn inserts(emu: Emu, device: u64, table: &str) -> u64 {
 
 /// The default action of the acl table as the device reports it.
 async fn device_default(emu: Emu, device: u64, table_id: u32) -> Option<p4::Action> {
-    let mut c = P4RuntimeClient::connect(format!("http://{}", emu.p4runtime))
-        .await
-        .unwrap();
-    let req = p4::ReadRequest {
-        device_id: device,
-        entities: vec![p4::Entity {
-            entity: Some(p4::entity::Entity::TableEntry(p4::TableEntry {
-                table_id,
-                is_default_action: true,
-                ..Default::default()
-            })),
-        }],
+    let filter = p4::entity::Entity::TableEntry(p4::TableEntry {
+        table_id,
+        is_default_action: true,
         ..Default::default()
-    };
-    let mut stream = c.read(req).await.unwrap().into_inner();
+    });
     let mut found = None;
-    while let Some(r) = stream.message().await.unwrap() {
-        for e in r.entities {
-            if let Some(p4::entity::Entity::TableEntry(t)) = e.entity
-                && let Some(p4::table_action::Type::Action(a)) = t.action.and_then(|a| a.r#type)
-            {
-                found = Some(a);
-            }
+    for e in read_entities(emu.p4runtime, device, filter).await {
+        if let p4::entity::Entity::TableEntry(t) = e
+            && let Some(p4::table_action::Type::Action(a)) = t.action.and_then(|a| a.r#type)
+        {
+            found = Some(a);
         }
     }
     found
