@@ -329,6 +329,14 @@ impl ControlPlane {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// [`client`](Self::client) and a fresh [`TestNamespace`] made with it:
+    /// what most tests start with.
+    pub async fn client_and_namespace(&self) -> (Client, TestNamespace) {
+        let client = self.client().await;
+        let ns = TestNamespace::new(&client).await;
+        (client, ns)
+    }
+
     /// `kubectl --kubeconfig <this> <args>`; never panics on a non-zero exit.
     pub fn kubectl<I, S>(&self, args: I) -> Output
     where

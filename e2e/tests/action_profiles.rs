@@ -231,8 +231,7 @@ fn spec(members: &[u32], weights: &[(u32, i32)]) -> serde_json::Value {
 async fn an_ecmp_group_syncs_changes_in_place_repairs_drift_and_leaves_nothing_when_deleted() {
     let (cp, emu) = env().await;
     let ids = ids();
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let v1 = "p4fleet.dev/v1alpha1";
     let p4info = fabric_p4info();
@@ -435,8 +434,7 @@ async fn a_profile_shared_by_two_sets_keeps_what_the_other_set_uses() {
         "MyIngress.nhop_selector",
         &["MyIngress.ecmp_v4", "MyIngress.ecmp_src"],
     );
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     p4info_program(&client, &ns, "shared", &p4info_of("shared_ecmp")).await;
     let sw = format!("{ns}-shared");

@@ -156,6 +156,17 @@ impl Raw {
     }
 }
 
+/// The register cell the test writes (index 2), read with plain BFRT:
+/// once per pipe, full width.
+async fn register_cell(raw: &Raw) -> Vec<TableEntry> {
+    raw.read(TableEntry {
+        table_id: REGISTER,
+        value: exact(65557, 2u32.to_be_bytes().to_vec()),
+        ..Default::default()
+    })
+    .await
+}
+
 fn exact(field_id: u32, value: Vec<u8>) -> Option<bfrt::table_entry::Value> {
     Some(bfrt::table_entry::Value::Key(TableKey {
         fields: vec![KeyField {
@@ -175,8 +186,7 @@ fn stream(field_id: u32, v: Vec<u8>) -> DataField {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tofino_counters_and_registers_sync_over_bfrt() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let v1 = "p4fleet.dev/v1alpha1";
     create_json(
@@ -228,13 +238,7 @@ async fn tofino_counters_and_registers_sync_over_bfrt() {
 
     // The register cell, read with plain BFRT: once per pipe, full width.
     let mut raw = Raw::connect(env.bfrt()).await;
-    let cell = raw
-        .read(TableEntry {
-            table_id: REGISTER,
-            value: exact(65557, 2u32.to_be_bytes().to_vec()),
-            ..Default::default()
-        })
-        .await;
+    let cell = register_cell(&raw).await;
     assert_eq!(cell.len(), 1);
     let values = &cell[0].data.as_ref().unwrap().fields;
     assert_eq!(
@@ -292,13 +296,7 @@ async fn tofino_counters_and_registers_sync_over_bfrt() {
         "register written again",
         Duration::from_secs(60),
         || async move {
-            let cell = raw
-                .read(TableEntry {
-                    table_id: REGISTER,
-                    value: exact(65557, 2u32.to_be_bytes().to_vec()),
-                    ..Default::default()
-                })
-                .await;
+            let cell = register_cell(raw).await;
             let v = cell[0].data.as_ref().unwrap().fields[0].clone();
             if v == stream(1, vec![0, 0, 0x0a, 0xbc]) {
                 Ok(())

@@ -137,8 +137,7 @@ async fn register_at(env: &Fleet, index: i64) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_show_in_status_and_metrics_and_settings_reach_the_device() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     setup(&client, env, &ns).await;
 

@@ -57,8 +57,7 @@ async fn check_each_file(
     check: impl Fn(&ControlPlane, &str, &Path, &str, &mut Vec<String>),
 ) {
     let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let mut failures = Vec::new();
     for file in yaml_files_at_least(dir, min, what) {
         let display = file.strip_prefix(repo_root()).unwrap_or(&file).display();
@@ -260,8 +259,7 @@ async fn invalid_objects_are_rejected_by_the_server() {
 #[tokio::test]
 async fn a_canary_rollout_as_documented_is_accepted() {
     let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let doc = std::fs::read_to_string(repo_root().join("docs/rollouts.md")).unwrap();
     let start = doc
         .find("```yaml\napiVersion: p4fleet.dev/v1alpha1\nkind: P4Program")

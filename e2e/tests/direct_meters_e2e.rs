@@ -114,8 +114,7 @@ async fn entry_meters_are_written_read_back_changed_in_place_and_bad_ones_named(
     let (cp, emu) = env().await;
     let acl = table_id("MyIngress.acl");
     let l2 = table_id("MyIngress.l2_fwd");
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let v1 = "p4fleet.dev/v1alpha1";
     let p4info = fabric_p4info();

@@ -145,8 +145,7 @@ fn ready(st: &TableEntrySetStatus) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sources_by_list_selector_and_gzip_are_parsed_once_per_version() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     setup_target(&client, env, &ns, 1).await;
     put_config_map(
@@ -239,8 +238,7 @@ async fn sources_by_list_selector_and_gzip_are_parsed_once_per_version() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn livez_answers_while_a_large_source_parses_and_a_malformed_one_is_rejected() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     setup_target(&client, env, &ns, 2).await;
 
@@ -350,8 +348,7 @@ async fn livez_answers_while_a_large_source_parses_and_a_malformed_one_is_reject
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_with_names_too_long_for_the_recorder_get_events() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let _ = env;
     // 250 characters: labels of 62 joined by dots.

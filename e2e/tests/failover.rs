@@ -66,8 +66,7 @@ where
 async fn a_frozen_leader_is_fenced_and_the_standby_finishes_the_sync() {
     let bin = build_binaries();
     let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     // Slow writes (0.3 ms per entry: ~9 s for 30,000) leave time to stop
     // the leader in the middle of the sync.

@@ -116,8 +116,7 @@ async fn setup(client: &kube::Client, env: &Fleet, ns: &str, switches: &[(&str, 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_digest_teaches_an_entry_and_its_idle_timeout_removes_it() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     setup(&client, env, &ns, &[("l2", DEV)]).await;
     let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
@@ -215,8 +214,7 @@ async fn a_digest_teaches_an_entry_and_its_idle_timeout_removes_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_digests_and_idle_timeouts_are_conditions_and_events() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     setup(&client, env, &ns, &[("spare", BAD_DEV)]).await;
     let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
@@ -288,8 +286,7 @@ async fn bad_digests_and_idle_timeouts_are_conditions_and_events() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_idle_timeouts_are_written_and_reported_not_removed() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     setup(&client, env, &ns, &[("idle", IDLE_DEV)]).await;
     let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
@@ -366,8 +363,7 @@ async fn static_idle_timeouts_are_written_and_reported_not_removed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn digest_sinks_log_each_list_and_keep_the_last_messages_in_a_config_map() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     setup(&client, env, &ns, &[("sinkvs", SINK_DEV)]).await;
     let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
@@ -477,8 +473,7 @@ async fn digest_sinks_log_each_list_and_keep_the_last_messages_in_a_config_map()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sink_never_writes_over_someone_elses_config_map() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     setup(&client, env, &ns, &[("taken", TAKEN_DEV)]).await;
     let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);

@@ -268,8 +268,7 @@ p4fleet_e2e::bmv2_and_tofino_tests! {
 
 async fn thirty_thousand_entries_sync_change_repair_and_delete(kind: Kind, dev: u64) {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let vs = setup_target(&client, env, &ns, kind, dev).await;
     let schema = firewall_schema();
@@ -402,8 +401,7 @@ async fn thirty_thousand_entries_sync_change_repair_and_delete(kind: Kind, dev: 
 
 async fn exclusive_set_removes_a_foreign_entry(kind: Kind, dev: u64) {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let vs = setup_target(&client, env, &ns, kind, dev).await;
     // Wait for the pipeline, then plant a foreign entry behind the operator.
@@ -452,8 +450,7 @@ async fn exclusive_set_removes_a_foreign_entry(kind: Kind, dev: u64) {
 
 async fn bad_input_gives_conditions_and_valid_entries_still_apply(kind: Kind, dev: u64) {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let vs = setup_target(&client, env, &ns, kind, dev).await;
     let e = |src: &str, action: &str, params: Value| json!({"match": {"hdr.ipv4.srcAddr": src, "hdr.ipv4.dstAddr": "10.9.9.9"}, "action": action, "params": params});
@@ -1047,8 +1044,7 @@ async fn dpdk_switch_scenario(target: DpdkTarget) {
     const DEV: u64 = 21;
     let (cp, env) = env().await;
     let dp = DpdkDevice::new(env, target, DEV);
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let sw_name = format!("{ns}-dpdk");
 
@@ -1389,8 +1385,7 @@ async fn dpdk_restart_scenario(target: DpdkTarget) {
     const DEV: u64 = 23;
     let (cp, _env) = env().await;
     let mut dp = DpdkDevice::own(target, DEV);
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let sw_name = format!("{ns}-dpdk");
     l2crypt_on_dpdk(&client, dp.endpoint, &ns, &sw_name, DEV).await;
@@ -1511,8 +1506,7 @@ async fn two_policies_scenario(target: DpdkTarget) {
     const DEV: u64 = 22;
     let (cp, env) = env().await;
     let dp = DpdkDevice::new(env, target, DEV);
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let sw_name = format!("{ns}-dpdk");
     l2crypt_on_dpdk(&client, dp.endpoint, &ns, &sw_name, DEV).await;

@@ -81,8 +81,7 @@ async fn until_held(emu: &Fleet, want: &Held, what: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn virtual_switch_multicast_groups_and_clone_sessions_sync_change_and_refuse_bad_input() {
     let (cp, emu) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let v1 = "p4fleet.dev/v1alpha1";
     let p4info = std::fs::read_to_string(repo_root().join("examples/fabric/p4info.txt")).unwrap();

@@ -202,8 +202,7 @@ async fn event_reasons(client: &Client, ns: &str) -> Vec<(String, String)> {
 async fn default_action_is_set_read_back_changed_and_reset() {
     let (cp, env) = env().await;
     let emu = env.reconciling;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     setup(&client, &ns, emu, 1, "HotSwap").await;
     // The initial default: the first parameterless action that may be one.
@@ -499,8 +498,7 @@ async fn plan_v2(progs: &Api<p4fleet_crds::P4Program>, ns: &str, emu: Emu, devic
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_program_update_keeps_the_entries_of_unchanged_tables() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let emu = env.reconciling;
     let u = update_program(&client, &ns, emu, 2, "HotSwap", false).await;
@@ -533,8 +531,7 @@ async fn a_program_update_keeps_the_entries_of_unchanged_tables() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_reconcile_the_update_falls_back_and_says_so() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let emu = env.plain;
     let u = update_program(&client, &ns, emu, 1, "HotSwap", false).await;
@@ -567,8 +564,7 @@ async fn without_reconcile_the_update_falls_back_and_says_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_planned_program_update_waits_then_does_what_the_plan_said() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let emu = env.reconciling;
     let u = update_program(&client, &ns, emu, 5, "HotSwap", true).await;
@@ -594,8 +590,7 @@ async fn a_planned_program_update_waits_then_does_what_the_plan_said() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recreate_replaces_the_program_though_the_target_could_reconcile() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let emu = env.reconciling;
     let u = update_program(&client, &ns, emu, 4, "Recreate", false).await;
@@ -618,8 +613,7 @@ async fn a_recreate_replaces_the_program_though_the_target_could_reconcile() {
 async fn default_action_on_a_tofino_target() {
     let (cp, env) = env().await;
     let emu = env.reconciling;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let file =
         |f: &str| std::fs::read_to_string(repo_root().join("examples/firewall").join(f)).unwrap();

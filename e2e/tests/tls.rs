@@ -256,8 +256,7 @@ async fn tls_switches_connect_fail_with_reasons_and_follow_rotation() {
 /// Switches every 3 s, logging to `log`.
 async fn namespace_and_operator(log: &str) -> (Client, TestNamespace, String, Proc) {
     let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let guard = TestNamespace::new(&client).await;
+    let (client, guard) = cp.client_and_namespace().await;
     let ns = guard.name().to_string();
     let operator = spawn_operator(&bin(), cp.kubeconfig_path(), log, &["--drift-seconds", "3"]);
     (client, guard, ns, operator)

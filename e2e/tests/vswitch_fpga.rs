@@ -142,8 +142,7 @@ fn entries(stats: SocketAddr, device: u64) -> u64 {
 async fn setup() -> (Client, TestNamespace) {
     let cp = ControlPlane::shared().await;
     operator(cp).await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     (client, ns)
 }
 

@@ -135,8 +135,7 @@ async fn two_virtual_switches_share_a_tofino_on_disjoint_pipes() {
         &["--resync-seconds", "30"],
     );
     let (_emu, addrs) = firewall::emulator(&bin, &DEVICE.to_string(), None);
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns_name = ns.name();
 
     program(
