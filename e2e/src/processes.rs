@@ -269,20 +269,23 @@ pub async fn once_per_binary<T: Send + Sync + 'static>(
     cell: &'static std::sync::OnceLock<T>,
     start: impl FnOnce() -> T + Send + 'static,
 ) -> &'static T {
-    tokio::task::spawn_blocking(move || {
-        cell.get_or_init(|| {
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                let _ = tx.send(start());
-                loop {
-                    std::thread::park();
-                }
-            });
-            rx.recv().expect("children started")
-        })
-    })
-    .await
-    .expect("start children")
+    tokio::task::spawn_blocking(move || cell.get_or_init(|| on_parked_thread(start)))
+        .await
+        .expect("start children")
+}
+
+/// Runs `f` on a thread that lives as long as the test process, so the
+/// children it spawns (PDEATHSIG) outlive the test that started them;
+/// returns what `f` returned.
+pub fn on_parked_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+        loop {
+            std::thread::park();
+        }
+    });
+    rx.recv().expect("children started")
 }
 
 /// The emulator's entry count of `device` (its stats side channel at
@@ -397,17 +400,11 @@ pub fn shared_operator(
 ) {
     static OPERATOR: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     OPERATOR.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel();
         let (bin, kubeconfig) = (bin.to_path_buf(), kubeconfig.to_path_buf());
-        std::thread::spawn(move || {
-            let op = spawn_operator(&bin, &kubeconfig, log, args);
-            tx.send(()).unwrap();
-            let _keep = op;
-            loop {
-                std::thread::park();
-            }
-        });
-        rx.recv().unwrap()
+        on_parked_thread(move || {
+            // Owned by the parked thread (PDEATHSIG), never dropped.
+            std::mem::forget(spawn_operator(&bin, &kubeconfig, log, args));
+        })
     });
 }
 

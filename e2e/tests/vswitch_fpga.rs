@@ -28,7 +28,9 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, ResourceExt};
 use p4fleet_client::{SlotClient, Target};
 use p4fleet_crds::{Switch, TableEntrySet, VirtualSwitch};
-use p4fleet_e2e::processes::{build_binaries, spawn_operator, with_pdeathsig};
+use p4fleet_e2e::processes::{
+    build_binaries, on_parked_thread, once_per_binary, spawn_operator, with_pdeathsig,
+};
 use p4fleet_e2e::{ControlPlane, TestNamespace, merge_patch};
 use p4fleet_proto::fpga as pb;
 use serde_json::json;
@@ -37,40 +39,22 @@ use serde_json::json;
 mod fpga_common;
 use fpga_common::*;
 
-/// Runs `f` on a thread that lives as long as the test process, so the
-/// children it spawns (PDEATHSIG) outlive the test that started them.
-fn on_parked_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-        loop {
-            std::thread::park();
-        }
-    });
-    rx.recv().expect("child started")
-}
-
 /// The shared operator (one per test binary).
 async fn operator(cp: &ControlPlane) {
     static STARTED: OnceLock<()> = OnceLock::new();
     let kubeconfig = cp.kubeconfig_path().to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        STARTED.get_or_init(|| {
-            on_parked_thread(move || {
-                let bin = build_binaries();
-                let op = spawn_operator(
-                    &bin,
-                    &kubeconfig,
-                    "operator-vswitch",
-                    &["--resync-seconds", "30"],
-                );
-                // Owned by this parked thread for PDEATHSIG, never dropped.
-                std::mem::forget(op);
-            })
-        });
+    once_per_binary(&STARTED, move || {
+        let bin = build_binaries();
+        let op = spawn_operator(
+            &bin,
+            &kubeconfig,
+            "operator-vswitch",
+            &["--resync-seconds", "30"],
+        );
+        // Owned by this parked thread for PDEATHSIG, never dropped.
+        std::mem::forget(op);
     })
-    .await
-    .unwrap();
+    .await;
 }
 
 /// A new emulated NetFPGA-SUME (ICAP): its P4Runtime/slot-service address
