@@ -532,18 +532,13 @@ pub async fn program_condition(
     reason: &str,
     timeout: Duration,
 ) -> String {
-    wait_for(
-        &format!("P4Program {name} {type_}: {reason}"),
-        timeout,
-        || async {
-            let p = programs.get(name).await.map_err(|e| e.to_string())?;
-            let st = p.status.unwrap_or_default();
-            p4fleet_crds::find_condition(&st.conditions, type_)
-                .filter(|c| c.reason == reason)
-                .map(|c| c.message.clone())
-                .ok_or(format!("{:?}", st.conditions))
-        },
-    )
+    let what = format!("P4Program {name} {type_}: {reason}");
+    status_until(programs, name, &what, timeout, |st| {
+        p4fleet_crds::find_condition(&st.conditions, type_)
+            .filter(|c| c.reason == reason)
+            .map(|c| c.message.clone())
+            .ok_or(format!("{:?}", st.conditions))
+    })
     .await
 }
 
@@ -645,14 +640,33 @@ where
     K: kube::core::object::HasStatus + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     K::Status: Default + Clone + std::fmt::Debug,
 {
-    wait_for(what, timeout, || async {
-        let obj = api.get(name).await.map_err(|e| e.to_string())?;
-        let st = obj.status().cloned().unwrap_or_default();
+    status_until(api, name, what, timeout, |st| {
         if pred(&st) {
             Ok(st)
         } else {
             Err(format!("{st:?}"))
         }
+    })
+    .await
+}
+
+/// Waits up to `timeout` until `f` makes a value of object `name`'s status
+/// (the default when it has none), and returns it; panics with `what` and
+/// `f`'s last error after that.
+pub async fn status_until<K, T>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    f: impl Fn(K::Status) -> Result<T, String>,
+) -> T
+where
+    K: kube::core::object::HasStatus + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K::Status: Default + Clone,
+{
+    wait_for(what, timeout, || async {
+        let obj = api.get(name).await.map_err(|e| e.to_string())?;
+        f(obj.status().cloned().unwrap_or_default())
     })
     .await
 }

@@ -17,8 +17,8 @@ use serde_json::json;
 
 use crate::processes::device_stat;
 use crate::{
-    TestNamespace, apply_json, bmv2_switch, create_json, firewall_lines, repo_root, wait_for,
-    wait_object_ready,
+    TestNamespace, apply_json, bmv2_switch, create_json, firewall_lines, repo_root, status_until,
+    wait_for, wait_object_ready,
 };
 
 pub const V1: &str = "p4fleet.dev/v1alpha1";
@@ -52,35 +52,26 @@ pub fn cookies(stats: SocketAddr) -> Vec<Option<u64>> {
 
 /// Waits until the program's update revision is `n`; returns its digest.
 pub async fn revision_digest(programs: &Api<P4Program>, n: i64) -> String {
-    wait_for(
-        &format!("update revision {n}"),
-        Duration::from_secs(60),
-        || async {
-            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
-            let st = p.status.unwrap_or_default();
-            st.update_revision
-                .filter(|r| r.revision == n)
-                .map(|r| r.digest)
-                .ok_or(format!("{:?}", st.conditions))
-        },
-    )
+    let what = format!("update revision {n}");
+    status_until(programs, "firewall", &what, Duration::from_secs(60), |st| {
+        st.update_revision
+            .filter(|r| r.revision == n)
+            .map(|r| r.digest)
+            .ok_or(format!("{:?}", st.conditions))
+    })
     .await
 }
 
 /// Waits up to 30 s until the program's current revision is `n`.
 pub async fn current_revision(programs: &Api<P4Program>, n: i64) {
-    wait_for(
-        &format!("the current revision {n}"),
-        Duration::from_secs(30),
-        || async {
-            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
-            let cur = p.status.unwrap_or_default().current_revision;
-            cur.clone()
-                .filter(|c| c.revision == n)
-                .map(drop)
-                .ok_or(format!("{cur:?}"))
-        },
-    )
+    let what = format!("the current revision {n}");
+    status_until(programs, "firewall", &what, Duration::from_secs(30), |st| {
+        let cur = st.current_revision;
+        cur.clone()
+            .filter(|c| c.revision == n)
+            .map(drop)
+            .ok_or(format!("{cur:?}"))
+    })
     .await;
 }
 
@@ -112,14 +103,10 @@ pub async fn program_phase(
     want: RolloutPhase,
     also: impl Fn(&p4fleet_crds::RolloutStatus) -> bool,
 ) -> p4fleet_crds::RolloutStatus {
-    wait_for(
-        &format!("rollout of {name} {want:?}"),
-        Duration::from_secs(120),
-        || async {
-            let p = programs.get(name).await.map_err(|e| e.to_string())?;
-            in_phase(p.status.unwrap_or_default().rollout, want, &also)
-        },
-    )
+    let what = format!("rollout of {name} {want:?}");
+    status_until(programs, name, &what, Duration::from_secs(120), |st| {
+        in_phase(st.rollout, want, &also)
+    })
     .await
 }
 
@@ -131,14 +118,10 @@ pub async fn set_phase(
     want: RolloutPhase,
     also: impl Fn(&RolloutStatus) -> bool,
 ) -> RolloutStatus {
-    wait_for(
-        &format!("the entries rollout of {name} {want:?}"),
-        Duration::from_secs(120),
-        || async {
-            let s = sets.get(name).await.map_err(|e| e.to_string())?;
-            in_phase(s.status.unwrap_or_default().rollout, want, &also)
-        },
-    )
+    let what = format!("the entries rollout of {name} {want:?}");
+    status_until(sets, name, &what, Duration::from_secs(120), |st| {
+        in_phase(st.rollout, want, &also)
+    })
     .await
 }
 
@@ -186,18 +169,13 @@ pub fn failed_on_throughput(st: &RolloutStatus, floor: u64) {
 }
 
 pub async fn set_ready(sets: &Api<TableEntrySet>) {
-    wait_for(
-        "the set on all four, Ready",
-        Duration::from_secs(90),
-        || async {
-            let s = sets.get("fw").await.map_err(|e| e.to_string())?;
-            let st = s.status.unwrap_or_default();
-            let ready = find_condition(&st.conditions, "Ready").is_some_and(|c| c.is_true());
-            (ready && st.applied == (ENTRIES * DEVICES.len()) as u64)
-                .then_some(())
-                .ok_or(format!("applied {} {:?}", st.applied, st.conditions))
-        },
-    )
+    let what = "the set on all four, Ready";
+    status_until(sets, "fw", what, Duration::from_secs(90), |st| {
+        let ready = find_condition(&st.conditions, "Ready").is_some_and(|c| c.is_true());
+        (ready && st.applied == (ENTRIES * DEVICES.len()) as u64)
+            .then_some(())
+            .ok_or(format!("applied {} {:?}", st.applied, st.conditions))
+    })
     .await;
 }
 

@@ -19,7 +19,7 @@ use p4fleet_crds::{
 use p4fleet_e2e::firewall::{self, Addrs, FirewallSet, Kind};
 use p4fleet_e2e::lie_watch::LieWatch;
 use p4fleet_e2e::processes::{Proc, build_binaries, device_entries, shared_operator};
-use p4fleet_e2e::{ControlPlane, TestNamespace, wait_for};
+use p4fleet_e2e::{ControlPlane, TestNamespace, status_until, wait_for};
 
 const ENTRIES: usize = 30_000;
 /// Longer than the test: nothing is repaired by a periodic pass.
@@ -104,15 +104,15 @@ async fn restarted_empty_device(kind: Kind, device: u64) {
     let noticed = killed.elapsed();
     status_where("set not Ready", |st| !is_true(&st.conditions, "Ready")).await;
     watch.arm();
-    wait_for(
+    status_until(
+        &vss,
+        "fw",
         "VirtualSwitch not Ready",
         Duration::from_secs(30),
-        || async {
-            let v = vss.get("fw").await.map_err(|e| e.to_string())?;
-            let c = v.status.unwrap_or_default().conditions;
-            (!is_true(&c, "Ready"))
+        |st| {
+            (!is_true(&st.conditions, "Ready"))
                 .then_some(())
-                .ok_or(format!("{c:?}"))
+                .ok_or(format!("{:?}", st.conditions))
         },
     )
     .await;

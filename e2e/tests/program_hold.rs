@@ -14,7 +14,7 @@ use kube::api::Api;
 use p4fleet_crds::{P4Program, VirtualSwitch, find_condition};
 use p4fleet_e2e::firewall::{self, FirewallSet, Kind};
 use p4fleet_e2e::processes::{build_binaries as bin, device_entries, device_stat};
-use p4fleet_e2e::{TestNamespace, event_about, merge_patch, repo_root, wait_for};
+use p4fleet_e2e::{TestNamespace, event_about, merge_patch, repo_root, status_until, wait_for};
 use serde_json::json;
 
 const ENTRIES: usize = 100;
@@ -27,18 +27,13 @@ async fn program_condition(programs: &Api<P4Program>, type_: &str, reason: &str)
 }
 
 async fn pipeline_loaded(vss: &Api<VirtualSwitch>, reason: &str) {
-    wait_for(
-        &format!("VirtualSwitch PipelineLoaded: {reason}"),
-        Duration::from_secs(60),
-        || async {
-            let v = vss.get("fw").await.map_err(|e| e.to_string())?;
-            let c = v.status.unwrap_or_default().conditions;
-            find_condition(&c, "PipelineLoaded")
-                .filter(|c| c.reason == reason)
-                .map(|_| ())
-                .ok_or(format!("{c:?}"))
-        },
-    )
+    let what = format!("VirtualSwitch PipelineLoaded: {reason}");
+    status_until(vss, "fw", &what, Duration::from_secs(60), |st| {
+        find_condition(&st.conditions, "PipelineLoaded")
+            .filter(|c| c.reason == reason)
+            .map(|_| ())
+            .ok_or(format!("{:?}", st.conditions))
+    })
     .await
 }
 

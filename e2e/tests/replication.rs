@@ -13,7 +13,7 @@ use p4fleet_e2e::device_read::try_read_entities;
 use p4fleet_e2e::processes::{Fleet, fleet};
 use p4fleet_e2e::{
     ControlPlane, TestNamespace, bmv2_switch, create_json, merge_patch, p4info_program, repo_root,
-    wait_for,
+    status_until, wait_for,
 };
 use p4fleet_proto::p4runtime::{self as p4, packet_replication_engine_entry::Type as Pre};
 use serde_json::json;
@@ -150,24 +150,19 @@ async fn virtual_switch_multicast_groups_and_clone_sessions_sync_change_and_refu
         {"id": 1, "replicas": [{"port": 1}]},
         {"id": 2, "replicas": [{"port": 600}]}]}});
     merge_patch(&vss, "fabric", bad).await;
-    wait_for(
-        "ReplicationSynced False InvalidReplication",
-        Duration::from_secs(60),
-        || async {
-            let vs = vss.get("fabric").await.map_err(|e| e.to_string())?;
-            let st = vs.status.unwrap_or_default();
-            let cond = find_condition(&st.conditions, "ReplicationSynced").cloned();
-            let errors = st.replication.map(|r| r.errors).unwrap_or_default();
-            (cond
-                .as_ref()
-                .is_some_and(|c| c.reason == "InvalidReplication")
-                && errors
-                    .iter()
-                    .any(|e| e.starts_with("spec.multicastGroups[id=2]: replicas[0]: port 600")))
-            .then_some(())
-            .ok_or(format!("{cond:?} {errors:?}"))
-        },
-    )
+    let what = "ReplicationSynced False InvalidReplication";
+    status_until(&vss, "fabric", what, Duration::from_secs(60), |st| {
+        let cond = find_condition(&st.conditions, "ReplicationSynced").cloned();
+        let errors = st.replication.map(|r| r.errors).unwrap_or_default();
+        (cond
+            .as_ref()
+            .is_some_and(|c| c.reason == "InvalidReplication")
+            && errors
+                .iter()
+                .any(|e| e.starts_with("spec.multicastGroups[id=2]: replicas[0]: port 600")))
+        .then_some(())
+        .ok_or(format!("{cond:?} {errors:?}"))
+    })
     .await;
     p4fleet_e2e::wait_event(&client, &ns, Some("InvalidReplication"), "port 600").await;
     // Not half-applied: group 1 still has its four copies.
