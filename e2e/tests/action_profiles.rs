@@ -103,6 +103,16 @@ struct Held {
     entries: BTreeMap<Vec<u8>, String>,
 }
 
+impl Held {
+    /// The id of the member whose next hop is port `p`.
+    fn member_on_port(&self, p: u8) -> Option<u32> {
+        self.members
+            .iter()
+            .find(|(_, port)| port.as_slice() == [p])
+            .map(|(id, _)| *id)
+    }
+}
+
 async fn p4_client(emu: &Fleet) -> Result<P4RuntimeClient<tonic::transport::Channel>, String> {
     P4RuntimeClient::connect(format!("http://{}", emu.p4runtime))
         .await
@@ -256,12 +266,7 @@ async fn an_ecmp_group_syncs_changes_in_place_repairs_drift_and_leaves_nothing_w
         first.entries[&vec![10u8, 0, 0, 0]],
         format!("group {group}")
     );
-    let nh1 = *first
-        .members
-        .iter()
-        .find(|(_, port)| port.as_slice() == [1])
-        .unwrap()
-        .0;
+    let nh1 = first.member_on_port(1).unwrap();
     assert_eq!(first.entries[&vec![11u8, 0, 0, 0]], format!("member {nh1}"));
     let st = status_where(&sets, "ActionProfilesSynced 4/1/2", |s| synced(s, 4, 1, 2)).await;
     assert_eq!(st.applied, 2);
@@ -359,12 +364,7 @@ async fn an_ecmp_group_syncs_changes_in_place_repairs_drift_and_leaves_nothing_w
         h.entries.len() == 4
     })
     .await;
-    let nh2 = *four
-        .members
-        .iter()
-        .find(|(_, port)| port.as_slice() == [2])
-        .unwrap()
-        .0;
+    let nh2 = four.member_on_port(2).unwrap();
     assert_eq!(four.entries[&vec![12u8, 0, 0, 0]], format!("group {group}"));
     assert_eq!(four.entries[&vec![13u8, 0, 0, 0]], format!("member {nh2}"));
     assert_eq!((four.members, four.groups), (three.members, three.groups));
@@ -484,16 +484,10 @@ async fn a_profile_shared_by_two_sets_keeps_what_the_other_set_uses() {
     .await;
     status_of(&sets, "v4", "v4 synced 2/1/1", |s| synced(s, 2, 1, 1)).await;
     status_of(&sets, "src", "src synced 2/0/2", |s| synced(s, 2, 0, 2)).await;
-    let port = |h: &Held, p: u8| {
-        h.members
-            .iter()
-            .find(|(_, port)| port.as_slice() == [p])
-            .map(|(id, _)| *id)
-    };
     let (nh1, nh2, nh3) = (
-        port(&both, 1).unwrap(),
-        port(&both, 2).unwrap(),
-        port(&both, 3).unwrap(),
+        both.member_on_port(1).unwrap(),
+        both.member_on_port(2).unwrap(),
+        both.member_on_port(3).unwrap(),
     );
     assert_eq!(both.entries[&vec![1u8, 1, 1, 1]], format!("member {nh1}"));
     assert_eq!(both.entries[&vec![3u8, 3, 3, 3]], format!("member {nh3}"));
@@ -506,8 +500,8 @@ async fn a_profile_shared_by_two_sets_keeps_what_the_other_set_uses() {
         h.groups.is_empty() && port(h, 2).is_none() && !h.entries.contains_key(&vec![10u8, 0, 0, 0])
     })
     .await;
-    assert_eq!(port(&after, 1), Some(nh1), "{after:?}");
-    assert_eq!(port(&after, 3), Some(nh3), "{after:?}");
+    assert_eq!(after.member_on_port(1), Some(nh1), "{after:?}");
+    assert_eq!(after.member_on_port(3), Some(nh3), "{after:?}");
     assert_eq!(after.entries.len(), 2, "{after:?}");
     assert!(!after.members.contains_key(&nh2));
     // The pass that deleted nh2 was refused nh1 in the same write, so
@@ -548,7 +542,7 @@ async fn a_profile_shared_by_two_sets_keeps_what_the_other_set_uses() {
         h.members.len() == 1 && h.entries.len() == 2
     })
     .await;
-    assert_eq!(port(&left, 3), Some(nh3));
+    assert_eq!(left.member_on_port(3), Some(nh3));
     assert!(left.groups.is_empty());
     assert!(
         left.entries.values().all(|w| *w == format!("member {nh3}")),

@@ -35,7 +35,8 @@ use p4fleet_e2e::processes::{
     Fleet, build_binaries, fleet, metric_sample, metrics_text, side_channel,
 };
 use p4fleet_e2e::{
-    ControlPlane, TestNamespace, delete_and_wait_gone, firewall_lines_with, repo_root, wait_for,
+    ControlPlane, TestNamespace, create_json, delete_and_wait_gone, firewall_lines_with, repo_root,
+    wait_for,
 };
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
 use serde_json::{Value, json};
@@ -920,41 +921,38 @@ impl DpdkDevice {
 /// The l2crypt program with its DPDK artifacts in `ns`, Switch `sw_name`
 /// for Dpdk device `dev` at `endpoint`, and VirtualSwitch `l2` on it.
 async fn l2crypt_on_dpdk(client: &Client, endpoint: SocketAddr, ns: &str, sw_name: &str, dev: u64) {
-    let p: P4Program = serde_json::from_value(json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
-        "metadata": {"name": "l2crypt"},
-        "spec": {"p4info": {"inline": l2crypt("p4info.txt")}, "artifacts": {"dpdk": {
-            "spec": {"inline": l2crypt("l2crypt.spec")},
-            "context": {"inline": l2crypt("context.json")},
-            "bfrtJson": {"inline": l2crypt("bfrt.json")}
-        }}}
-    }))
-    .unwrap();
-    Api::<P4Program>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &p)
-        .await
-        .unwrap();
-    let sw: Switch = serde_json::from_value(json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
-        "metadata": {"name": sw_name},
-        "spec": {"target": "Dpdk", "endpoint": endpoint.to_string(), "deviceId": dev, "slots": 1,
-                 "capacity": {"cores": 2}}
-    }))
-    .unwrap();
-    Api::<Switch>::all(client.clone())
-        .create(&PostParams::default(), &sw)
-        .await
-        .unwrap();
-    let vs: VirtualSwitch = serde_json::from_value(json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
-        "metadata": {"name": "l2"},
-        "spec": {"programRef": "l2crypt", "switchRef": sw_name, "slot": 0}
-    }))
-    .unwrap();
-    Api::<VirtualSwitch>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &vs)
-        .await
-        .unwrap();
+    create_json(
+        &Api::<P4Program>::namespaced(client.clone(), ns),
+        json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
+            "metadata": {"name": "l2crypt"},
+            "spec": {"p4info": {"inline": l2crypt("p4info.txt")}, "artifacts": {"dpdk": {
+                "spec": {"inline": l2crypt("l2crypt.spec")},
+                "context": {"inline": l2crypt("context.json")},
+                "bfrtJson": {"inline": l2crypt("bfrt.json")}
+            }}}
+        }),
+    )
+    .await;
+    create_json(
+        &Api::<Switch>::all(client.clone()),
+        json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
+            "metadata": {"name": sw_name},
+            "spec": {"target": "Dpdk", "endpoint": endpoint.to_string(), "deviceId": dev, "slots": 1,
+                     "capacity": {"cores": 2}}
+        }),
+    )
+    .await;
+    create_json(
+        &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
+        json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
+            "metadata": {"name": "l2"},
+            "spec": {"programRef": "l2crypt", "switchRef": sw_name, "slot": 0}
+        }),
+    )
+    .await;
 }
 
 fn tx_port(stats: &Value, port: u64) -> u64 {

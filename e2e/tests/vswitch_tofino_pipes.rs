@@ -77,6 +77,16 @@ async fn until_ready(api: &Api<VirtualSwitch>, name: &str) -> VirtualSwitch {
     .await
 }
 
+/// A BFRT client of the device at `bfrt` as `client_id` (election id 1)
+/// that only looks.
+fn observer(bfrt: std::net::SocketAddr, client_id: u32) -> Device {
+    let identity = Identity {
+        election_id: 1,
+        client_id,
+    };
+    Device::connect(Target::bfrt(bfrt.to_string(), DEVICE), identity).unwrap()
+}
+
 /// Entries of `table_id` in program `p4_name` on the device, read by a
 /// client of its own (client id 99) that never wrote any.
 async fn read_back(
@@ -85,14 +95,7 @@ async fn read_back(
     p4info: &str,
     table_id: u32,
 ) -> usize {
-    let dev = Device::connect(
-        Target::bfrt(bfrt.to_string(), DEVICE),
-        Identity {
-            election_id: 1,
-            client_id: 99,
-        },
-    )
-    .unwrap();
+    let dev = observer(bfrt, 99);
     let Device::Bfrt(d) = &dev else {
         panic!("a BFRT device")
     };
@@ -103,14 +106,7 @@ async fn read_back(
 
 /// The programs the device runs, as its GetForwardingPipelineConfig says.
 async fn programs_on_device(bfrt: std::net::SocketAddr) -> String {
-    let dev = Device::connect(
-        Target::bfrt(bfrt.to_string(), DEVICE),
-        Identity {
-            election_id: 1,
-            client_id: 98,
-        },
-    )
-    .unwrap();
+    let dev = observer(bfrt, 98);
     dev.capabilities().await.unwrap().api_version
 }
 
