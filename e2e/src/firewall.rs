@@ -273,6 +273,17 @@ pub fn stale_and_lost(
     )
 }
 
+/// Panics unless `on_device` is exactly `expected` (nothing stale, nothing
+/// lost); `what` names the check in the log line and the panic.
+pub fn assert_exact(on_device: &HashSet<EntryKey>, expected: &HashSet<EntryKey>, what: &str) {
+    let (stale, lost) = stale_and_lost(on_device, expected);
+    eprintln!(
+        "{what}: {} entries on the device, {stale} stale, {lost} lost",
+        on_device.len()
+    );
+    assert_eq!((stale, lost), (0, 0), "{what}: not exact");
+}
+
 /// Arms an injected fault on `device` of the emulator whose side channel is
 /// at `stats`; `query` as in emulator/src/side_channel.rs, e.g.
 /// `kind=unavailable&after=2&count=3`.

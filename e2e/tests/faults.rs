@@ -113,13 +113,7 @@ impl Rig {
     async fn assert_exact(&self, start: usize, n: usize, what: &str) {
         let on_device = self.other.keys().await;
         let expected = firewall::keys_of_lines(start, n);
-        let (stale, lost) = firewall::stale_and_lost(&on_device, &expected);
-        eprintln!(
-            "{what} {:?}: {} entries on the device, {stale} stale, {lost} lost",
-            self.kind,
-            on_device.len()
-        );
-        assert_eq!((stale, lost), (0, 0), "{what} {:?}: not exact", self.kind);
+        firewall::assert_exact(&on_device, &expected, &format!("{what} {:?}", self.kind));
     }
 }
 
@@ -438,9 +432,7 @@ async fn a_damaged_or_deleted_ownership_record_is_reported_and_never_widens_dele
     let assert_device = |expected: std::collections::HashSet<_>, what: &'static str| {
         let other = &rig.other;
         async move {
-            let on_device = other.keys().await;
-            let (stale, lost) = firewall::stale_and_lost(&on_device, &expected);
-            assert_eq!((stale, lost), (0, 0), "{what}");
+            firewall::assert_exact(&other.keys().await, &expected, what);
         }
     };
 
