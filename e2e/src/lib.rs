@@ -650,6 +650,17 @@ where
     .await
 }
 
+/// Waits up to 30 s until Switch `name`'s Reachable condition is False.
+pub async fn switch_unreachable(switches: &Api<p4fleet_crds::Switch>, name: &str) {
+    let what = format!("Switch {name} Reachable=False");
+    status_until(switches, name, &what, Duration::from_secs(30), |st| {
+        let c = st.conditions;
+        let down = p4fleet_crds::find_condition(&c, "Reachable").is_some_and(|c| !c.is_true());
+        down.then_some(()).ok_or(format!("{c:?}"))
+    })
+    .await
+}
+
 /// Waits up to `timeout` until `f` makes a value of object `name`'s status
 /// (the default when it has none), and returns it; panics with `what` and
 /// `f`'s last error after that.

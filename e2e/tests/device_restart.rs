@@ -19,7 +19,7 @@ use p4fleet_crds::{
 use p4fleet_e2e::firewall::{self, Addrs, FirewallSet, Kind};
 use p4fleet_e2e::lie_watch::LieWatch;
 use p4fleet_e2e::processes::{Proc, build_binaries, device_entries, shared_operator};
-use p4fleet_e2e::{ControlPlane, TestNamespace, status_until, wait_for};
+use p4fleet_e2e::{ControlPlane, TestNamespace, status_until, switch_unreachable, wait_for};
 
 const ENTRIES: usize = 30_000;
 /// Longer than the test: nothing is repaired by a periodic pass.
@@ -90,17 +90,7 @@ async fn restarted_empty_device(kind: Kind, device: u64) {
     // kill -9: no goodbye on any stream.
     drop(emu);
     let killed = Instant::now();
-    wait_for(
-        "Switch Reachable=False",
-        Duration::from_secs(30),
-        || async {
-            let s = switches.get(&sw).await.map_err(|e| e.to_string())?;
-            let c = s.status.unwrap_or_default().conditions;
-            let unreachable = find_condition(&c, "Reachable").is_some_and(|c| !c.is_true());
-            unreachable.then_some(()).ok_or(format!("{c:?}"))
-        },
-    )
-    .await;
+    switch_unreachable(&switches, &sw).await;
     let noticed = killed.elapsed();
     status_where("set not Ready", |st| !is_true(&st.conditions, "Ready")).await;
     watch.arm();

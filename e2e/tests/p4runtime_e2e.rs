@@ -36,7 +36,7 @@ use p4fleet_e2e::processes::{
 };
 use p4fleet_e2e::{
     ControlPlane, TestNamespace, create_json, delete_and_wait_gone, firewall_lines_with, repo_root,
-    wait_for,
+    switch_unreachable, wait_for,
 };
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
 use serde_json::{Value, json};
@@ -1422,17 +1422,7 @@ async fn dpdk_restart_scenario(target: DpdkTarget) {
 
     dp.stop();
     let sws: Api<Switch> = Api::all(client.clone());
-    wait_for(
-        "Switch Reachable=False",
-        Duration::from_secs(30),
-        || async {
-            let c = sws.get(&sw_name).await.map_err(|e| e.to_string())?;
-            let c = c.status.unwrap_or_default().conditions;
-            let down = find_condition(&c, "Reachable").is_some_and(|c| !c.is_true());
-            down.then_some(()).ok_or(format!("{c:?}"))
-        },
-    )
-    .await;
+    switch_unreachable(&sws, &sw_name).await;
     dp.start_again();
     let restarted = Instant::now();
     assert_eq!(
