@@ -94,6 +94,29 @@ impl Rig {
     }
 
     /// Changes the set's entries to `firewall_lines(start, n)`.
+    /// Harms the ownership record (`harm`) until the harm still stands
+    /// (`stands`) half a second later, 5 tries, since the running operator
+    /// may undo it at once (else panics with `undone`); then, while it
+    /// stands, desires entries 5,000..5,000 + `n`.
+    async fn desire_while_harmed(
+        &self,
+        client: &Client,
+        n: usize,
+        undone: &str,
+        harm: impl AsyncFn(),
+        stands: impl AsyncFn() -> bool,
+    ) {
+        for _ in 0..5 {
+            harm().await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if stands().await {
+                self.desire(client, 5_000, n).await;
+                return;
+            }
+        }
+        panic!("{undone}");
+    }
+
     async fn desire(&self, client: &Client, start: usize, n: usize) {
         let patch = json!({"data": {"entries": firewall_lines(start, n)}});
         Api::<ConfigMap>::namespaced(client.clone(), self.ns.name())
@@ -450,18 +473,15 @@ async fn a_damaged_or_deleted_ownership_record_is_reported_and_never_widens_dele
         cm.and_then(|c| c.metadata.annotations)
             .and_then(|a| a.get("p4fleet.dev/record-digest").cloned())
     };
-    let mut tries = 0;
-    loop {
-        merge_patch(&cms, RECORD, patch.clone()).await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        if digest_of(cms.get_opt(RECORD).await.unwrap()).as_ref() == Some(&zeros) {
-            // Desired: entries 5,000..14,000 instead of 0..10,000.
-            rig.desire(&client, 5_000, 9_000).await;
-            break;
-        }
-        tries += 1;
-        assert!(tries < 5, "the damaged record was always repaired at once");
-    }
+    // Desired: entries 5,000..14,000 instead of 0..10,000.
+    rig.desire_while_harmed(
+        &client,
+        9_000,
+        "the damaged record was always repaired at once",
+        async || merge_patch(&cms, RECORD, patch.clone()).await,
+        async || digest_of(cms.get_opt(RECORD).await.unwrap()).as_ref() == Some(&zeros),
+    )
+    .await;
     firewall::ready_with(&sets, 9_000).await;
     let message = record_condition(&sets, "RecordDamaged").await;
     assert!(message.contains(RECORD), "{message}");
@@ -489,17 +509,16 @@ async fn a_damaged_or_deleted_ownership_record_is_reported_and_never_widens_dele
 
     // Deleted behind the operator's back: rewritten from memory, so the
     // next change still deletes what the set wrote.
-    let mut tries = 0;
-    loop {
-        cms.delete(RECORD, &Default::default()).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        if cms.get_opt(RECORD).await.unwrap().is_none() {
-            rig.desire(&client, 5_000, 8_000).await;
-            break;
-        }
-        tries += 1;
-        assert!(tries < 5, "the deleted record was always rewritten at once");
-    }
+    rig.desire_while_harmed(
+        &client,
+        8_000,
+        "the deleted record was always rewritten at once",
+        async || {
+            cms.delete(RECORD, &Default::default()).await.unwrap();
+        },
+        async || cms.get_opt(RECORD).await.unwrap().is_none(),
+    )
+    .await;
     firewall::ready_with(&sets, 8_000).await;
     let message = record_condition(&sets, "RecordDeleted").await;
     assert!(message.contains("was deleted"), "{message}");
