@@ -148,6 +148,44 @@ pub fn moved_with_rates(st: &RolloutStatus, floor: u64) {
     }
 }
 
+/// Asserts the rollout metrics of object `name` in namespace `ns` in the
+/// operator's /metrics at `metrics`: each `(metric, extra labels, value)`
+/// of the family `prefix` (`p4fleet_rollout_`, `p4fleet_entries_rollout_`).
+pub fn assert_rollout_metrics(
+    metrics: SocketAddr,
+    prefix: &str,
+    ns: &str,
+    name: &str,
+    want: &[(&str, &str, f64)],
+) {
+    let text = crate::processes::metrics_text(metrics);
+    let labels = |extra: &str| format!("namespace=\"{ns}\",name=\"{name}\"{extra}");
+    for (metric, extra, want) in want {
+        let metric = format!("{prefix}{metric}");
+        let got = crate::processes::metric_sample(&text, &metric, &labels(extra));
+        assert_eq!(
+            got,
+            Some(*want),
+            "{metric}{{{}}} in /metrics:\n{text}",
+            labels(extra)
+        );
+    }
+}
+
+/// [`failed_on_throughput`], and the rollback of object `name` in `ns`
+/// said in a Warning Event.
+pub async fn rolled_back_on_throughput(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    st: &RolloutStatus,
+    floor: u64,
+) {
+    failed_on_throughput(st, floor);
+    let ev = crate::event_about(client, ns, name, Some("RolledBack")).await;
+    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+}
+
 /// Asserts that `st` failed its gate on `Throughput` at the canary
 /// `vs-0`, saying what it compared, the canary having moved with more
 /// than `floor` packets/s.

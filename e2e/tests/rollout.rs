@@ -18,12 +18,10 @@ use std::time::Duration;
 
 use p4fleet_crds::{RolloutPhase, find_condition};
 use p4fleet_e2e::firewall::{self, arm_fault};
-use p4fleet_e2e::processes::{
-    build_binaries as bin, metric_sample, metrics_text, operator_http_addr, spawn_operator,
-};
+use p4fleet_e2e::processes::{build_binaries as bin, operator_http_addr, spawn_operator};
 use p4fleet_e2e::rollout::{
-    DEVICES, Fleet, cookies, current_revision, phase, phase_of, pushes, revision_cookie, set_ready,
-    source, start, teardown,
+    DEVICES, Fleet, assert_rollout_metrics, cookies, current_revision, phase, phase_of, pushes,
+    revision_cookie, set_ready, source, start, teardown,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace, event_about, wait_for};
 use serde_json::json;
@@ -115,24 +113,14 @@ async fn a_canary_rollout_moves_the_canary_first_and_a_failed_gate_rolls_it_back
         "{}",
         c.message
     );
-    let text = metrics_text(metrics);
-    let labels = |extra: &str| format!("namespace=\"{}\",name=\"firewall\"{extra}", ns.name());
-    for (name, extra, want) in [
+    let want = [
         ("phase", ",phase=\"RolledBack\"", 1.0),
         ("phase", ",phase=\"Completed\"", 0.0),
         ("revision", "", 3.0),
         ("rollbacks_total", "", 1.0),
         ("completed_total", "", 1.0),
-    ] {
-        let name = format!("p4fleet_rollout_{name}");
-        let got = metric_sample(&text, &name, &labels(extra));
-        assert_eq!(
-            got,
-            Some(want),
-            "{name}{{{}}} in /metrics:\n{text}",
-            labels(extra)
-        );
-    }
+    ];
+    assert_rollout_metrics(metrics, "p4fleet_rollout_", ns.name(), "firewall", &want);
     wait_for(
         "the canary back on revision 2",
         Duration::from_secs(60),
