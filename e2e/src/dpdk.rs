@@ -117,9 +117,7 @@ pub async fn rollout_ordered(client: &Client, ns: &str, program: &str, switches:
 /// Deletes the fleet's Switches (cluster-scoped).
 pub async fn delete_switches(client: &Client, ns: &str) {
     for d in DEVICES {
-        let _ = Api::<Switch>::all(client.clone())
-            .delete(&format!("{ns}-dsw{d}"), &Default::default())
-            .await;
+        crate::delete_switch(client, &format!("{ns}-dsw{d}")).await;
     }
 }
 

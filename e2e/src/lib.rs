@@ -510,6 +510,14 @@ pub async fn program_on_bmv2(
     bmv2_virtual_switch(client, ns, slot).await;
 }
 
+/// Deletes Switch `name` (cluster-scoped) when a test is done with it; an
+/// error (it is gone already) is ignored.
+pub async fn delete_switch(client: &Client, name: &str) {
+    let _ = Api::<p4fleet_crds::Switch>::all(client.clone())
+        .delete(name, &Default::default())
+        .await;
+}
+
 /// Creates the one-slot Bmv2 Switch `name` (cluster-scoped) on device
 /// `device` of the P4Runtime server at `endpoint`.
 pub async fn bmv2_switch(client: &Client, name: &str, endpoint: SocketAddr, device: u64) {

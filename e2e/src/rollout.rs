@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use p4fleet_crds::{
-    P4Program, RolloutPhase, RolloutStatus, Switch, TableEntrySet, VirtualSwitch, find_condition,
+    P4Program, RolloutPhase, RolloutStatus, TableEntrySet, VirtualSwitch, find_condition,
 };
 use serde_json::json;
 
@@ -322,9 +322,7 @@ pub async fn start(
 /// Deletes the fleet's Switches (cluster-scoped), then its namespace.
 pub async fn teardown(client: &Client, ns: TestNamespace) {
     for d in DEVICES {
-        let _ = Api::<Switch>::all(client.clone())
-            .delete(&format!("{}-sw{d}", ns.name()), &Default::default())
-            .await;
+        crate::delete_switch(client, &format!("{}-sw{d}", ns.name())).await;
     }
     ns.delete(client).await.unwrap();
 }

@@ -26,8 +26,8 @@ use p4fleet_e2e::processes::{
     EmulatorProc, Proc, build_binaries as bin, log_file, spawn_tls_emulator,
 };
 use p4fleet_e2e::{
-    ControlPlane, TestNamespace, create_json, firewall_workload, helm_bin, output_text, repo_root,
-    wait_for, wait_object_ready,
+    ControlPlane, TestNamespace, create_json, delete_switch, firewall_workload, helm_bin,
+    output_text, repo_root, wait_for, wait_object_ready,
 };
 use serde_json::{Value, json};
 
@@ -487,9 +487,7 @@ async fn cluster_wide() {
         }
     }
     assert!(checked >= 13, "only {checked} rules checked");
-    let _ = Api::<Switch>::all(client.clone())
-        .delete(&sw, &Default::default())
-        .await;
+    delete_switch(&client, &sw).await;
     install.remove(cp).await;
     drop(emu);
 }
@@ -537,9 +535,7 @@ async fn namespace_scoped() {
     reconciled(&client, &team, &sw).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     stop_refused_nothing(op, "in namespace mode");
-    let _ = Api::<Switch>::all(client.clone())
-        .delete(&sw, &Default::default())
-        .await;
+    delete_switch(&client, &sw).await;
     install.remove(cp).await;
     drop(emu);
 }
