@@ -26,7 +26,7 @@ use serde_json::json;
 
 #[path = "fpga_common/mod.rs"]
 mod fpga_common;
-use fpga_common::{claims, entry_set, ready, unschedulable, until};
+use fpga_common::{claims, create_unschedulable, entry_set, ready, until, until_ready};
 
 const DEVICE: u64 = 21;
 
@@ -67,14 +67,6 @@ fn vs(name: &str, program: &str, switch: &str) -> VirtualSwitch {
         "spec": {"programRef": program, "switchRef": switch}
     }))
     .unwrap()
-}
-
-async fn until_ready(api: &Api<VirtualSwitch>, name: &str) -> VirtualSwitch {
-    until(&format!("{name} Ready"), || async {
-        let v = api.get(name).await.ok()?;
-        ready(&v).then_some(v)
-    })
-    .await
 }
 
 /// A BFRT client of the device at `bfrt` as `client_id` (election id 1)
@@ -134,24 +126,14 @@ async fn two_virtual_switches_share_a_tofino_on_disjoint_pipes() {
     let (client, ns) = cp.client_and_namespace().await;
     let ns_name = ns.name();
 
-    program(
-        &client,
-        ns_name,
-        "firewall",
-        "firewall",
-        &["pipe0", "pipe1"],
-    )
-    .await;
-    program(&client, ns_name, "router", "router", &["pipe2", "pipe3"]).await;
-    program(
-        &client,
-        ns_name,
-        "l2switch",
-        "l2switch",
-        &["pipe2", "pipe3"],
-    )
-    .await;
-    program(&client, ns_name, "wide", "firewall", &["pipe2", "pipe3"]).await;
+    for (name, example, pipes) in [
+        ("firewall", "firewall", ["pipe0", "pipe1"]),
+        ("router", "router", ["pipe2", "pipe3"]),
+        ("l2switch", "l2switch", ["pipe2", "pipe3"]),
+        ("wide", "firewall", ["pipe2", "pipe3"]),
+    ] {
+        program(&client, ns_name, name, example, &pipes).await;
+    }
 
     let sw_name = unique_name("tofino");
     let sw: Switch = serde_json::from_value(json!({
@@ -252,13 +234,7 @@ async fn two_virtual_switches_share_a_tofino_on_disjoint_pipes() {
     );
 
     // A third on pipes 2-3 does not fit while b holds them.
-    api.create(&PostParams::default(), &vs("c", "wide", &sw_name))
-        .await
-        .unwrap();
-    let msg = until("c Unschedulable", || async {
-        unschedulable(&api.get("c").await.ok()?)
-    })
-    .await;
+    let msg = create_unschedulable(&api, &vs("c", "wide", &sw_name)).await;
     assert_eq!(msg, "0/1 switches: 1 no slot with pipes 2,3 free");
 
     // A set for l2switch's dmac table on b: its table is not in the

@@ -208,6 +208,29 @@ pub fn unschedulable(v: &VirtualSwitch) -> Option<String> {
         .map(|c| c.2)
 }
 
+/// Waits until VirtualSwitch `name` is Ready; returns it.
+pub async fn until_ready(api: &Api<VirtualSwitch>, name: &str) -> VirtualSwitch {
+    until(&format!("{name} Ready"), || async {
+        let v = api.get(name).await.ok()?;
+        ready(&v).then_some(v)
+    })
+    .await
+}
+
+/// Waits until VirtualSwitch `name` is Unschedulable; returns the message.
+pub async fn until_unschedulable(api: &Api<VirtualSwitch>, name: &str) -> String {
+    until(&format!("{name} Unschedulable"), || async {
+        unschedulable(&api.get(name).await.ok()?)
+    })
+    .await
+}
+
+/// Creates `v` and waits until it is Unschedulable; returns the message.
+pub async fn create_unschedulable(api: &Api<VirtualSwitch>, v: &VirtualSwitch) -> String {
+    api.create(&PostParams::default(), v).await.unwrap();
+    until_unschedulable(api, &v.name_any()).await
+}
+
 /// The slot claims recorded on a Switch.
 pub fn claims(sw: &Switch) -> Vec<SlotClaim> {
     sw.annotations()
