@@ -75,6 +75,13 @@ pub async fn current_revision(programs: &Api<P4Program>, n: i64) {
     .await;
 }
 
+/// Publishes content `v<n>` in the source ConfigMap and waits until it is
+/// the program's update revision `n`; returns its cookie.
+pub async fn publish(cms: &Api<ConfigMap>, programs: &Api<P4Program>, n: i64) -> u64 {
+    source(cms, &format!("v{n}")).await;
+    revision_cookie(programs, n).await
+}
+
 /// Waits until the program's update revision is `n`; returns its cookie.
 pub async fn revision_cookie(programs: &Api<P4Program>, n: i64) -> u64 {
     let digest = revision_digest(programs, n).await;
@@ -107,6 +114,34 @@ pub async fn program_phase(
     status_until(programs, name, &what, Duration::from_secs(120), |st| {
         in_phase(st.rollout, want, &also)
     })
+    .await
+}
+
+/// [`phase_of`], asserting all the while that every device after the
+/// canary (as `cookies` reads them) still runs the cookie `stay`, while
+/// the rollout moves to the revision of cookie `to`.
+pub async fn phase_of_while_others_stay(
+    programs: &Api<P4Program>,
+    want: RolloutPhase,
+    also: impl Fn(&RolloutStatus) -> bool,
+    cookies: impl Fn() -> Vec<Option<u64>>,
+    (stay, to): (u64, u64),
+) -> RolloutStatus {
+    let what = format!("rollout of firewall {want:?}, the others staying");
+    status_until(
+        programs,
+        "firewall",
+        &what,
+        Duration::from_secs(120),
+        |st| {
+            let now = cookies();
+            assert!(
+                now[1..].iter().all(|c| *c == Some(stay)),
+                "an untouched Switch moved (the rollout's revision is {to}): {now:?}"
+            );
+            in_phase(st.rollout, want, &also)
+        },
+    )
     .await
 }
 
