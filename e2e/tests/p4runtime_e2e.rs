@@ -247,6 +247,25 @@ fn is(st: &TableEntrySetStatus, t: &str, ok: bool) -> bool {
         .is_some_and(|c| c.is_true() == ok && c.status != p4fleet_crds::ConditionStatus::Unknown)
 }
 
+/// Waits (60 s) until set `name`'s condition `type_` is False and `also`
+/// holds of its status; asserts the condition's reason is `reason` and
+/// returns the status and a copy of the condition.
+async fn refused(
+    api: &Api<TableEntrySet>,
+    name: &str,
+    type_: &str,
+    reason: &str,
+    also: impl Fn(&TableEntrySetStatus) -> bool,
+) -> (TableEntrySetStatus, p4fleet_crds::Condition) {
+    let st = p4fleet_e2e::set_status_where(api, name, reason, Duration::from_secs(60), |s| {
+        is(s, type_, false) && also(s)
+    })
+    .await;
+    let c = cond(&st, type_).unwrap().clone();
+    assert_eq!(c.reason, reason);
+    (st, c)
+}
+
 // --- tests ------------------------------------------------------------------
 
 p4fleet_e2e::bmv2_and_tofino_tests! {
@@ -472,16 +491,7 @@ async fn bad_input_gives_conditions_and_valid_entries_still_apply(kind: Kind, de
         }),
     )
     .await;
-    let st = p4fleet_e2e::set_status_where(
-        &api,
-        "bad",
-        "InvalidEntries",
-        Duration::from_secs(60),
-        |s| is(s, "Valid", false) && s.applied == 2,
-    )
-    .await;
-    let valid = cond(&st, "Valid").unwrap();
-    assert_eq!(valid.reason, "InvalidEntries");
+    let (st, valid) = refused(&api, "bad", "Valid", "InvalidEntries", |s| s.applied == 2).await;
     assert!(
         valid.message.contains(&format!("{ns}/bad")),
         "{}",
@@ -527,16 +537,15 @@ async fn bad_input_gives_conditions_and_valid_entries_still_apply(kind: Kind, de
         }),
     )
     .await;
-    let st = p4fleet_e2e::set_status_where(
+    let also = |s: &TableEntrySetStatus| s.applied == 1;
+    let (_, c) = refused(
         &api,
         "missing-cm",
+        "ResolvedRefs",
         "ConfigMapNotFound",
-        Duration::from_secs(60),
-        |s| is(s, "ResolvedRefs", false) && s.applied == 1,
+        also,
     )
     .await;
-    let c = cond(&st, "ResolvedRefs").unwrap();
-    assert_eq!(c.reason, "ConfigMapNotFound");
     assert!(
         c.message.contains("ConfigMap nope not found"),
         "{}",
@@ -554,16 +563,7 @@ async fn bad_input_gives_conditions_and_valid_entries_still_apply(kind: Kind, de
         }),
     )
     .await;
-    let st = p4fleet_e2e::set_status_where(
-        &api,
-        "no-table",
-        "UnknownTable",
-        Duration::from_secs(60),
-        |s| is(s, "Valid", false),
-    )
-    .await;
-    let c = cond(&st, "Valid").unwrap();
-    assert_eq!(c.reason, "UnknownTable");
+    let (_, c) = refused(&api, "no-table", "Valid", "UnknownTable", |_| true).await;
     assert!(c.message.contains("MyIngress.dmac"), "{}", c.message);
 
     // Events name the resource and entries.
@@ -687,6 +687,25 @@ async fn plant_foreign_entry(env: &Fleet, kind: Kind, dev: u64) {
 
 // --- a Dpdk Switch: the packed pipeline, its data plane, extern policies ----
 
+/// The two tests of a Dpdk scenario `scenario(target)`: `$emulator` on the
+/// shared emulator's device, `$agent` on a p4fleet-dpdk-agent, each with
+/// its attributes (docs).
+macro_rules! emulator_and_agent_tests {
+    ($scenario:ident: $(#[$e:meta])* $emulator:ident, $(#[$a:meta])* $agent:ident $(,)?) => {
+        $(#[$e])*
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $emulator() {
+            $scenario(DpdkTarget::Emulator).await;
+        }
+
+        $(#[$a])*
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $agent() {
+            $scenario(DpdkTarget::Agent).await;
+        }
+    };
+}
+
 /// Where a Dpdk scenario's device runs: one of the emulator's devices, or
 /// a p4fleet-dpdk-agent process of its own (a real DPDK 22.11 SWX
 /// pipeline, docs/dpdk.md "The DPDK host agent"). The scenario's body is
@@ -803,7 +822,8 @@ fn flows_pcap(path: &std::path::Path, flows: u32) {
 impl DpdkDevice {
     /// The shared emulator's Dpdk device `device`, or a new agent serving
     /// it ([`spawn_agent`]).
-    fn new(env: &Fleet, target: DpdkTarget, device: u64) -> DpdkDevice {
+    async fn new(target: DpdkTarget, device: u64) -> DpdkDevice {
+        let (_, env) = env().await;
         if target == DpdkTarget::Emulator {
             return DpdkDevice {
                 endpoint: env.p4runtime,
@@ -918,9 +938,15 @@ impl DpdkDevice {
     }
 }
 
-/// The l2crypt program with its DPDK artifacts in `ns`, Switch `sw_name`
-/// for Dpdk device `dev` at `endpoint`, and VirtualSwitch `l2` on it.
-async fn l2crypt_on_dpdk(client: &Client, endpoint: SocketAddr, ns: &str, sw_name: &str, dev: u64) {
+/// A new namespace with the l2crypt program and its DPDK artifacts,
+/// Switch `<ns>-dpdk` for `dp`'s device, and VirtualSwitch `l2` on it, for
+/// the shared operator: a client, the namespace and the Switch's name.
+async fn l2crypt_on_dpdk(dp: &DpdkDevice) -> (Client, TestNamespace, String) {
+    let (cp, _) = env().await;
+    let (client, test_ns) = cp.client_and_namespace().await;
+    let ns = test_ns.name();
+    let sw_name = format!("{ns}-dpdk");
+    let (endpoint, dev) = (dp.endpoint, dp.device);
     create_json(
         &Api::<P4Program>::namespaced(client.clone(), ns),
         json!({
@@ -953,6 +979,7 @@ async fn l2crypt_on_dpdk(client: &Client, endpoint: SocketAddr, ns: &str, sw_nam
         }),
     )
     .await;
+    (client, test_ns, sw_name)
 }
 
 fn tx_port(stats: &Value, port: u64) -> u64 {
@@ -1025,30 +1052,21 @@ fn ready_reason(st: &p4fleet_crds::AsyncExternPolicyStatus) -> (bool, String) {
         .unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dpdk_switch_entries_steer_the_data_plane_and_policies_change_what_runs() {
-    dpdk_switch_scenario(DpdkTarget::Emulator).await;
-}
-
-/// The same scenario on p4fleet-dpdk-agent: the operator, unchanged,
-/// against a real DPDK SWX pipeline.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dpdk_switch_entries_steer_the_data_plane_and_policies_change_what_runs_on_the_dpdk_agent()
-{
-    dpdk_switch_scenario(DpdkTarget::Agent).await;
+emulator_and_agent_tests! {
+    dpdk_switch_scenario:
+        dpdk_switch_entries_steer_the_data_plane_and_policies_change_what_runs,
+        /// The same scenario on p4fleet-dpdk-agent: the operator, unchanged,
+        /// against a real DPDK SWX pipeline.
+        dpdk_switch_entries_steer_the_data_plane_and_policies_change_what_runs_on_the_dpdk_agent,
 }
 
 async fn dpdk_switch_scenario(target: DpdkTarget) {
     const DEV: u64 = 21;
-    let (cp, env) = env().await;
-    let dp = DpdkDevice::new(env, target, DEV);
-    let (client, ns) = cp.client_and_namespace().await;
-    let ns = ns.name().to_string();
-    let sw_name = format!("{ns}-dpdk");
-
+    let dp = DpdkDevice::new(target, DEV).await;
     // The l2crypt program with its DPDK artifacts, a Dpdk Switch, a
     // VirtualSwitch on it.
-    l2crypt_on_dpdk(&client, dp.endpoint, &ns, &sw_name, DEV).await;
+    let (client, ns, sw_name) = l2crypt_on_dpdk(&dp).await;
+    let ns = ns.name().to_string();
 
     // The packed config was accepted: the data plane runs and, without
     // entries, floods.
@@ -1336,18 +1354,14 @@ async fn policy_condition(
     .await
 }
 
-/// A Dpdk device that restarts empty (its process killed and started
-/// again on the same address) gets its pipeline, its entries and its
-/// extern policy back from the operator, without anyone touching the
-/// objects: on the emulator and on p4fleet-dpdk-agent.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_dpdk_device_gets_pipeline_entries_and_policy_back() {
-    dpdk_restart_scenario(DpdkTarget::Emulator).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_dpdk_agent_gets_pipeline_entries_and_policy_back() {
-    dpdk_restart_scenario(DpdkTarget::Agent).await;
+emulator_and_agent_tests! {
+    dpdk_restart_scenario:
+        /// A Dpdk device that restarts empty (its process killed and started
+        /// again on the same address) gets its pipeline, its entries and its
+        /// extern policy back from the operator, without anyone touching the
+        /// objects: on the emulator and on p4fleet-dpdk-agent.
+        a_restarted_dpdk_device_gets_pipeline_entries_and_policy_back,
+        a_restarted_dpdk_agent_gets_pipeline_entries_and_policy_back,
 }
 
 /// Entries of `MyIngress.dmac` in the data plane, and the mode it runs
@@ -1381,12 +1395,9 @@ async fn in_force(dp: &DpdkDevice, what: &str) {
 async fn dpdk_restart_scenario(target: DpdkTarget) {
     // A device of its own: the shared emulator is not restarted.
     const DEV: u64 = 23;
-    let (cp, _env) = env().await;
     let mut dp = DpdkDevice::own(target, DEV);
-    let (client, ns) = cp.client_and_namespace().await;
+    let (client, ns, sw_name) = l2crypt_on_dpdk(&dp).await;
     let ns = ns.name().to_string();
-    let sw_name = format!("{ns}-dpdk");
-    l2crypt_on_dpdk(&client, dp.endpoint, &ns, &sw_name, DEV).await;
     let entries: Vec<Value> = (0..3u32)
         .map(|i| {
             let mac = p4fleet_emulator::dataplane::packet::dst_mac(i);
@@ -1454,20 +1465,16 @@ async fn dpdk_restart_scenario(target: DpdkTarget) {
         .unwrap();
 }
 
-/// Two AsyncExternPolicies naming one VirtualSwitch: its device holds one
-/// extern policy. The older keeps it and is applied, the younger is held
-/// and says by whom, both name each other, and the device is left alone
-/// (no SetPolicy back and forth). Deleting the held one changes nothing
-/// on the device; deleting the holder hands the device to the other.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_policies_of_one_virtual_switch_one_holds_it_and_the_device_is_left_alone() {
-    two_policies_scenario(DpdkTarget::Emulator).await;
-}
-
-/// The same on p4fleet-dpdk-agent: SetPolicy calls counted by the agent.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_policies_of_one_virtual_switch_on_the_dpdk_agent() {
-    two_policies_scenario(DpdkTarget::Agent).await;
+emulator_and_agent_tests! {
+    two_policies_scenario:
+        /// Two AsyncExternPolicies naming one VirtualSwitch: its device holds one
+        /// extern policy. The older keeps it and is applied, the younger is held
+        /// and says by whom, both name each other, and the device is left alone
+        /// (no SetPolicy back and forth). Deleting the held one changes nothing
+        /// on the device; deleting the holder hands the device to the other.
+        two_policies_of_one_virtual_switch_one_holds_it_and_the_device_is_left_alone,
+        /// The same on p4fleet-dpdk-agent: SetPolicy calls counted by the agent.
+        two_policies_of_one_virtual_switch_on_the_dpdk_agent,
 }
 
 /// The mode the data plane runs `async_encrypt` in.
@@ -1492,12 +1499,9 @@ async fn policy_sets(dp: &DpdkDevice) -> u64 {
 
 async fn two_policies_scenario(target: DpdkTarget) {
     const DEV: u64 = 22;
-    let (cp, env) = env().await;
-    let dp = DpdkDevice::new(env, target, DEV);
-    let (client, ns) = cp.client_and_namespace().await;
+    let dp = DpdkDevice::new(target, DEV).await;
+    let (client, ns, sw_name) = l2crypt_on_dpdk(&dp).await;
     let ns = ns.name().to_string();
-    let sw_name = format!("{ns}-dpdk");
-    l2crypt_on_dpdk(&client, dp.endpoint, &ns, &sw_name, DEV).await;
     let policies: Api<p4fleet_crds::AsyncExternPolicy> = Api::namespaced(client.clone(), &ns);
     let policy = |name: &str, mode: &str| -> p4fleet_crds::AsyncExternPolicy {
         let mut e = json!({"name": "async_encrypt", "mode": mode});
