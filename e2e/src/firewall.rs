@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::Api;
 use p4fleet_client::{Device, Identity, Target, TofinoPipeline};
-use p4fleet_crds::{P4Program, Switch, TableEntrySet, VirtualSwitch};
+use p4fleet_crds::{P4Program, Switch, TableEntrySet};
 pub use p4fleet_model::entries::EntryKey;
 use p4fleet_model::entries::{Entry, LineParser, TableSchema, WriteOp};
 use serde_json::json;
@@ -163,12 +163,7 @@ pub async fn setup(
                 "deviceId": device, "slots": 1}}),
     )
     .await;
-    create_json(
-        &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
-        json!({"apiVersion": v1, "kind": "VirtualSwitch", "metadata": {"name": "fw"},
-            "spec": {"programRef": "firewall", "switchRef": sw, "slot": 0}}),
-    )
-    .await;
+    crate::firewall_virtual_switch(client, ns, &sw).await;
     create_json(
         &cms,
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw"},

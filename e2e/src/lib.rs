@@ -414,7 +414,7 @@ pub fn json_subset_mismatch(
 /// `entries` (line format) and TableEntrySet `fw` from it.
 pub async fn firewall_workload(client: &Client, ns: &str, switch: &str, entries: &str) {
     use kube::Api;
-    use p4fleet_crds::{P4Program, TableEntrySet, VirtualSwitch};
+    use p4fleet_crds::{P4Program, TableEntrySet};
     use serde_json::json;
     let v1 = "p4fleet.dev/v1alpha1";
     let p4info = std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt"))
@@ -425,12 +425,7 @@ pub async fn firewall_workload(client: &Client, ns: &str, switch: &str, entries:
             "spec": {"p4info": {"inline": p4info}}}),
     )
     .await;
-    create_json(
-        &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
-        json!({"apiVersion": v1, "kind": "VirtualSwitch", "metadata": {"name": "fw"},
-            "spec": {"programRef": "firewall", "switchRef": switch, "slot": 0}}),
-    )
-    .await;
+    firewall_virtual_switch(client, ns, switch).await;
     create_json(
         &Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns),
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw"},
@@ -442,6 +437,18 @@ pub async fn firewall_workload(client: &Client, ns: &str, switch: &str, entries:
         json!({"apiVersion": v1, "kind": "TableEntrySet", "metadata": {"name": "fw"},
             "spec": {"virtualSwitchRef": "fw", "table": "MyIngress.firewall",
                 "entriesFrom": [{"configMap": "fw"}]}}),
+    )
+    .await;
+}
+
+/// VirtualSwitch `fw` of P4Program `firewall` on slot 0 of Switch `switch`,
+/// in namespace `ns`.
+pub async fn firewall_virtual_switch(client: &Client, ns: &str, switch: &str) {
+    create_json(
+        &Api::<p4fleet_crds::VirtualSwitch>::namespaced(client.clone(), ns),
+        serde_json::json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
+            "metadata": {"name": "fw"},
+            "spec": {"programRef": "firewall", "switchRef": switch, "slot": 0}}),
     )
     .await;
 }

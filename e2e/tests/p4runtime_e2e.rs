@@ -247,6 +247,15 @@ fn is(st: &TableEntrySetStatus, t: &str, ok: bool) -> bool {
         .is_some_and(|c| c.is_true() == ok && c.status != p4fleet_crds::ConditionStatus::Unknown)
 }
 
+/// Waits (60 s) until set `name` is Ready; returns its status.
+async fn ready_within_60s(api: &Api<TableEntrySet>, name: &str) -> TableEntrySetStatus {
+    let what = format!("{name} Ready");
+    p4fleet_e2e::set_status_where(api, name, &what, Duration::from_secs(60), |s| {
+        is(s, "Ready", true)
+    })
+    .await
+}
+
 /// Waits (60 s) until set `name`'s condition `type_` is False and `also`
 /// holds of its status; asserts the condition's reason is `reason` and
 /// returns the status and a copy of the condition.
@@ -455,14 +464,7 @@ async fn exclusive_set_removes_a_foreign_entry(kind: Kind, dev: u64) {
         }),
     )
     .await;
-    let st = p4fleet_e2e::set_status_where(
-        &api,
-        "owner",
-        "Exclusive Ready",
-        Duration::from_secs(60),
-        |s| is(s, "Ready", true),
-    )
-    .await;
+    let st = ready_within_60s(&api, "owner").await;
     assert_eq!((st.applied, st.last_sync_updates), (2, Some(3)));
     assert_eq!(stat(env, dev, "entries"), 2);
     assert_eq!(stat(env, dev, "deletes"), 1);
@@ -1103,14 +1105,7 @@ async fn dpdk_switch_scenario(target: DpdkTarget) {
         }),
     )
     .await;
-    p4fleet_e2e::set_status_where(
-        &sets,
-        "dmac",
-        "dmac entry Ready",
-        Duration::from_secs(60),
-        |s| is(s, "Ready", true),
-    )
-    .await;
+    ready_within_60s(&sets, "dmac").await;
     let s = wait_for(
         "flow 0 forwarded to port 1",
         Duration::from_secs(30),
