@@ -111,6 +111,11 @@ pub async fn emulator_and_operator(
     (cp, client, emu, op)
 }
 
+/// Operator flags for periodic passes (resync, drift) longer than any
+/// test: only a change, or the first sync after a start, writes or
+/// repairs anything.
+pub const LONG_PERIODS: [&str; 4] = ["--resync-seconds", "3600", "--drift-seconds", "3600"];
+
 /// The TableEntrySet `fw` of [`setup`].
 #[derive(Debug, Clone, Copy)]
 pub struct FirewallSet {
@@ -118,6 +123,24 @@ pub struct FirewallSet {
     pub entries: usize,
     /// `Merge` or `Exclusive`.
     pub ownership: &'static str,
+}
+
+impl FirewallSet {
+    /// `entries` entries, the set owning the table (`Exclusive`).
+    pub fn exclusive(entries: usize) -> FirewallSet {
+        FirewallSet {
+            entries,
+            ownership: "Exclusive",
+        }
+    }
+
+    /// `entries` entries, the set sharing the table (`Merge`).
+    pub fn merge(entries: usize) -> FirewallSet {
+        FirewallSet {
+            entries,
+            ownership: "Merge",
+        }
+    }
 }
 
 /// Program `firewall`, Switch `<ns>-sw` (device `device`), VirtualSwitch

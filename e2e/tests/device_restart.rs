@@ -22,8 +22,6 @@ use p4fleet_e2e::processes::{Proc, build_binaries, device_entries, shared_operat
 use p4fleet_e2e::{ControlPlane, TestNamespace, status_until, switch_unreachable, wait_for};
 
 const ENTRIES: usize = 30_000;
-/// Longer than the test: nothing is repaired by a periodic pass.
-const PERIODS: &str = "3600";
 
 /// The emulator and operator binaries, built (debug) once per test binary.
 /// The emulator with devices 1 (Bmv2) and 11 (Tofino).
@@ -33,10 +31,7 @@ fn emulator(addrs: Option<Addrs>) -> (Proc, Addrs) {
 
 /// Program, Switch, VirtualSwitch and a 30,000-entry TableEntrySet.
 async fn setup(client: &Client, ns: &str, kind: Kind, addrs: Addrs, device: u64) -> String {
-    let set = FirewallSet {
-        entries: ENTRIES,
-        ownership: "Merge",
-    };
+    let set = FirewallSet::merge(ENTRIES);
     firewall::setup(client, ns, kind, addrs, device, set).await
 }
 
@@ -63,7 +58,7 @@ async fn restarted_empty_device(kind: Kind, device: u64) {
         &build_binaries(),
         &kubeconfig,
         "restart-operator",
-        &["--resync-seconds", PERIODS, "--drift-seconds", PERIODS],
+        &firewall::LONG_PERIODS,
     );
     let (emu, addrs) = emulator(None);
     let ns = TestNamespace::new(&client).await;

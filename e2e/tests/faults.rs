@@ -39,10 +39,9 @@ const ENTRIES: usize = 10_000;
 /// none of them in the first 10,000.
 const CHANGED_FROM: usize = 20_000;
 const CHANGED: usize = 8_000;
-const PERIODS: [&str; 4] = ["--resync-seconds", "3600", "--drift-seconds", "3600"];
 
 fn operator(kubeconfig: &Path, log: &str) -> Proc {
-    spawn_operator(&bin(), kubeconfig, log, &PERIODS)
+    spawn_operator(&bin(), kubeconfig, log, &firewall::LONG_PERIODS)
 }
 
 /// One Switch of `kind` (device `device` of the emulator at `addrs`) in a
@@ -58,10 +57,7 @@ struct Rig {
 impl Rig {
     async fn new(client: &Client, kind: Kind, device: u64, addrs: Addrs) -> Rig {
         let ns = TestNamespace::new(client).await;
-        let set = FirewallSet {
-            entries: ENTRIES,
-            ownership: "Merge",
-        };
+        let set = FirewallSet::merge(ENTRIES);
         firewall::setup(client, ns.name(), kind, addrs, device, set).await;
         let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns.name());
         firewall::ready_with(&sets, ENTRIES).await;
@@ -208,7 +204,12 @@ async fn device_fault(
 ) -> Vec<(serde_json::Value, std::collections::BTreeSet<String>)> {
     let cp = ControlPlane::shared().await;
     let client = cp.client().await;
-    shared_operator(&bin(), cp.kubeconfig_path(), "faults-operator", &PERIODS);
+    shared_operator(
+        &bin(),
+        cp.kubeconfig_path(),
+        "faults-operator",
+        &firewall::LONG_PERIODS,
+    );
     let run = |kind: Kind, device: u64| {
         let client = client.clone();
         async move {
@@ -439,7 +440,12 @@ async fn record_condition(sets: &Api<TableEntrySet>, reason: &str) -> String {
 async fn a_damaged_or_deleted_ownership_record_is_reported_and_never_widens_deletes() {
     let cp = ControlPlane::shared().await;
     let client = cp.client().await;
-    shared_operator(&bin(), cp.kubeconfig_path(), "faults-operator", &PERIODS);
+    shared_operator(
+        &bin(),
+        cp.kubeconfig_path(),
+        "faults-operator",
+        &firewall::LONG_PERIODS,
+    );
     let (_emu, addrs) = firewall::emulator(&bin(), "11", None);
     let rig = Rig::new(&client, Kind::Tofino, 11, addrs).await;
     let foreign = firewall::foreign_entry();

@@ -33,7 +33,7 @@ fn operator(kubeconfig: &std::path::Path) -> Proc {
         &bin(),
         kubeconfig,
         "ownership-operator",
-        &["--resync-seconds", "3600", "--drift-seconds", "3600"],
+        &firewall::LONG_PERIODS,
     )
 }
 
@@ -65,10 +65,7 @@ async fn a_restarted_operator_deletes_exactly_what_its_sets_wrote() {
     let kubeconfig = cp.kubeconfig_path().to_path_buf();
     let (_emu, addrs) = firewall::emulator(&bin(), "1,11", None);
     let op = operator(&kubeconfig);
-    let set = FirewallSet {
-        entries: ENTRIES,
-        ownership: "Merge",
-    };
+    let set = FirewallSet::merge(ENTRIES);
     let mut cases: Vec<Case> = firewall::setup_per_kind(&client, addrs, set)
         .await
         .into_iter()

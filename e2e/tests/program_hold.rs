@@ -39,17 +39,10 @@ async fn pipeline_loaded(vss: &Api<VirtualSwitch>, reason: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_removing_a_filled_table_is_held_until_confirmed() {
-    let (_cp, client, (emu, addrs), _op) = firewall::emulator_and_operator(
-        "1",
-        "hold-operator",
-        &["--resync-seconds", "3600", "--drift-seconds", "3600"],
-    )
-    .await;
+    let (_cp, client, (emu, addrs), _op) =
+        firewall::emulator_and_operator("1", "hold-operator", &firewall::LONG_PERIODS).await;
     let ns = TestNamespace::new(&client).await;
-    let set = FirewallSet {
-        entries: ENTRIES,
-        ownership: "Merge",
-    };
+    let set = FirewallSet::merge(ENTRIES);
     firewall::setup(&client, ns.name(), Kind::Bmv2, addrs, 1, set).await;
     let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
     let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns.name());
