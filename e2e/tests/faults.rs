@@ -40,6 +40,15 @@ const ENTRIES: usize = 10_000;
 const CHANGED_FROM: usize = 20_000;
 const CHANGED: usize = 8_000;
 
+/// A client of the shared control plane, whose operator for these tests
+/// (periodic passes off) is started by the first caller.
+async fn client_of_shared_operator() -> Client {
+    let cp = ControlPlane::shared().await;
+    let log = "faults-operator";
+    shared_operator(&bin(), cp.kubeconfig_path(), log, &firewall::LONG_PERIODS);
+    cp.client().await
+}
+
 fn operator(kubeconfig: &Path, log: &str) -> Proc {
     spawn_operator(&bin(), kubeconfig, log, &firewall::LONG_PERIODS)
 }
@@ -202,14 +211,7 @@ async fn device_fault(
     what: &str,
     faults: &[&str],
 ) -> Vec<(serde_json::Value, std::collections::BTreeSet<String>)> {
-    let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    shared_operator(
-        &bin(),
-        cp.kubeconfig_path(),
-        "faults-operator",
-        &firewall::LONG_PERIODS,
-    );
+    let client = client_of_shared_operator().await;
     let run = |kind: Kind, device: u64| {
         let client = client.clone();
         async move {
@@ -438,14 +440,7 @@ async fn record_condition(sets: &Api<TableEntrySet>, reason: &str) -> String {
 /// cannot prove it wrote), a deleted one is rewritten from memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_or_deleted_ownership_record_is_reported_and_never_widens_deletes() {
-    let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    shared_operator(
-        &bin(),
-        cp.kubeconfig_path(),
-        "faults-operator",
-        &firewall::LONG_PERIODS,
-    );
+    let client = client_of_shared_operator().await;
     let (_emu, addrs) = firewall::emulator(&bin(), "11", None);
     let rig = Rig::new(&client, Kind::Tofino, 11, addrs).await;
     let foreign = firewall::foreign_entry();
