@@ -30,7 +30,6 @@ pub async fn try_read_entities(
     device: u64,
     filter: Entity,
 ) -> Result<Vec<Entity>, String> {
-    let error = |e: tonic::Status| e.to_string();
     let mut c = P4RuntimeClient::connect(format!("http://{p4runtime}"))
         .await
         .map_err(|e| e.to_string())?;
@@ -43,10 +42,10 @@ pub async fn try_read_entities(
             ..Default::default()
         })
         .await
-        .map_err(error)?
+        .map_err(|e| e.to_string())?
         .into_inner();
     let mut out = Vec::new();
-    while let Some(r) = stream.message().await.map_err(error)? {
+    while let Some(r) = stream.message().await.map_err(|e| e.to_string())? {
         out.extend(r.entities.into_iter().filter_map(|e| e.entity));
     }
     Ok(out)

@@ -24,8 +24,8 @@ use kube::api::{Api, DeleteParams};
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
 use p4fleet_e2e::processes::{Fleet, fleet, side_channel};
 use p4fleet_e2e::{
-    Bmv2Slot, ControlPlane, TestNamespace, bmv2_virtual_switch, create_json, merge_patch,
-    p4info_program, program_on_bmv2, repo_root, wait_for, wait_gone,
+    Bmv2Slot, ControlPlane, bmv2_virtual_switch, create_json, merge_patch, p4info_program,
+    program_on_bmv2, repo_root, wait_for, wait_gone,
 };
 use p4fleet_proto::p4info::{self, P4Info};
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient};
@@ -497,7 +497,9 @@ async fn a_profile_shared_by_two_sets_keeps_what_the_other_set_uses() {
     // v4 does not list, is not touched.
     sets.delete("v4", &DeleteParams::default()).await.unwrap();
     let after = until(emu, &ids, "v4's entry, group and nh2 gone", |h| {
-        h.groups.is_empty() && port(h, 2).is_none() && !h.entries.contains_key(&vec![10u8, 0, 0, 0])
+        h.groups.is_empty()
+            && h.member_on_port(2).is_none()
+            && !h.entries.contains_key(&vec![10u8, 0, 0, 0])
     })
     .await;
     assert_eq!(after.member_on_port(1), Some(nh1), "{after:?}");

@@ -13,9 +13,7 @@ use std::time::Duration;
 use kube::Api;
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
 use p4fleet_e2e::processes::{Fleet, fleet};
-use p4fleet_e2e::{
-    ControlPlane, TestNamespace, create_json, merge_patch, repo_root, resources_refused,
-};
+use p4fleet_e2e::{ControlPlane, create_json, merge_patch, repo_root, resources_refused};
 use p4fleet_proto::bfrt::{
     self, DataField, ForwardingPipelineConfig, KeyField, ReadRequest,
     SetForwardingPipelineConfigRequest, StreamMessageRequest, TableData, TableEntry, TableKey,

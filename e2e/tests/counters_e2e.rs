@@ -13,8 +13,7 @@ use p4fleet_e2e::device_read::read_entities;
 use p4fleet_e2e::dpdk::l2crypt;
 use p4fleet_e2e::processes::{Fleet, fleet, metrics_text};
 use p4fleet_e2e::{
-    ControlPlane, TestNamespace, create_json, resources_refused,
-    set_status_within_90s as status_where, wait_for,
+    ControlPlane, create_json, resources_refused, set_status_within_90s as status_where, wait_for,
 };
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity};
 use serde_json::json;

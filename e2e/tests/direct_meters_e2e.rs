@@ -18,9 +18,7 @@ use kube::api::Api;
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
 use p4fleet_e2e::device_read::{read_entities, try_read_entities};
 use p4fleet_e2e::processes::{Fleet, fleet};
-use p4fleet_e2e::{
-    ControlPlane, TestNamespace, create_json, merge_patch, program_on_bmv2, repo_root, wait_for,
-};
+use p4fleet_e2e::{ControlPlane, create_json, merge_patch, program_on_bmv2, repo_root, wait_for};
 use p4fleet_proto::p4info::{self, P4Info};
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity};
 use serde_json::json;

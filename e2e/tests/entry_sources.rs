@@ -20,8 +20,8 @@ use kube::{Client, ResourceExt};
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
 use p4fleet_e2e::processes::{Fleet, fleet};
 use p4fleet_e2e::{
-    Bmv2Slot, ControlPlane, TestNamespace, bmv2_virtual_switch, create_set, event_about,
-    firewall_lines, p4info_program, repo_root, wait_for,
+    Bmv2Slot, ControlPlane, bmv2_virtual_switch, create_set, event_about, firewall_lines,
+    p4info_program, repo_root, wait_for,
 };
 use serde_json::{Value, json};
 

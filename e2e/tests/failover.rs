@@ -24,7 +24,7 @@ use p4fleet_crds::{P4Program, Switch, TableEntrySet, VirtualSwitch, find_conditi
 use p4fleet_e2e::device_read::tagged;
 use p4fleet_e2e::leaders::{LEASE, promise_lease, replica, wait_holder};
 use p4fleet_e2e::processes::{EmulatorProc, build_binaries, spawn_emulator, stats_get};
-use p4fleet_e2e::{ControlPlane, TestNamespace, firewall_lines_with, repo_root, wait_for};
+use p4fleet_e2e::{ControlPlane, firewall_lines_with, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, format_entries};
 use p4fleet_model::sync::{self, Ownership};
 use p4fleet_proto::p4runtime as p4;

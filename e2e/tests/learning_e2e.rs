@@ -20,7 +20,7 @@ use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
 use p4fleet_e2e::device_read::read_entities;
 use p4fleet_e2e::processes::{Fleet, fleet};
 use p4fleet_e2e::{
-    ControlPlane, TestNamespace, create_json, delete_and_wait_gone, repo_root, wait_for, wait_gone,
+    ControlPlane, create_json, delete_and_wait_gone, repo_root, wait_for, wait_gone,
 };
 use p4fleet_model::sync;
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity};

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use p4fleet_crds::{P4Program, find_condition};
-use p4fleet_e2e::{ControlPlane, TestNamespace, merge_patch, repo_root, wait_for};
+use p4fleet_e2e::{ControlPlane, merge_patch, repo_root, wait_for};
 
 /// The operator binary, built with the workspace (a no-op when up to date).
 fn operator_binary() -> PathBuf {

@@ -18,8 +18,8 @@
 //! where the real pipeline differs (a full context pool parks packets
 //! instead of dropping them) the step says so (docs/dpdk.md).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -1495,7 +1495,7 @@ async fn policy_sets(dp: &DpdkDevice) -> u64 {
 async fn two_policies_scenario(target: DpdkTarget) {
     const DEV: u64 = 22;
     let dp = DpdkDevice::new(target, DEV).await;
-    let (client, ns, sw_name) = l2crypt_on_dpdk(&dp).await;
+    let (client, ns, _) = l2crypt_on_dpdk(&dp).await;
     let ns = ns.name().to_string();
     let policies: Api<p4fleet_crds::AsyncExternPolicy> = Api::namespaced(client.clone(), &ns);
     let policy = |name: &str, mode: &str| -> p4fleet_crds::AsyncExternPolicy {

@@ -12,8 +12,8 @@ use p4fleet_crds::{VirtualSwitch, find_condition};
 use p4fleet_e2e::device_read::try_read_entities;
 use p4fleet_e2e::processes::{Fleet, fleet};
 use p4fleet_e2e::{
-    ControlPlane, TestNamespace, bmv2_switch, create_json, merge_patch, p4info_program, repo_root,
-    status_until, wait_for,
+    ControlPlane, bmv2_switch, create_json, merge_patch, p4info_program, repo_root, status_until,
+    wait_for,
 };
 use p4fleet_proto::p4runtime::{self as p4, packet_replication_engine_entry::Type as Pre};
 use serde_json::json;

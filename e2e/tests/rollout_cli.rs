@@ -19,7 +19,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use p4fleet_crds::P4Program;
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, output_text};
+use p4fleet_e2e::{ControlPlane, create_json, output_text};
 use serde_json::{Value, json};
 
 const V1: &str = "p4fleet.dev/v1alpha1";

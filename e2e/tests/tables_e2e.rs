@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Event;
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use p4fleet_crds::{
     ProgramUpdateMode, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
@@ -30,8 +30,8 @@ use p4fleet_e2e::processes::{
     spawn_operator,
 };
 use p4fleet_e2e::{
-    ControlPlane, TestNamespace, bmv2_switch, create_json, create_set, delete_and_wait_gone,
-    merge_patch, repo_root, wait_for,
+    ControlPlane, bmv2_switch, create_json, create_set, delete_and_wait_gone, merge_patch,
+    repo_root, wait_for,
 };
 use p4fleet_proto::p4runtime as p4;
 use serde_json::{Value, json};

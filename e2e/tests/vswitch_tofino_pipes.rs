@@ -21,7 +21,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use p4fleet_client::{Device, Identity, Target};
 use p4fleet_crds::{P4Program, Switch, TableEntrySet, VirtualSwitch, find_condition};
 use p4fleet_e2e::processes::{build_binaries, spawn_operator};
-use p4fleet_e2e::{ControlPlane, TestNamespace, firewall, repo_root, unique_name};
+use p4fleet_e2e::{ControlPlane, firewall, repo_root, unique_name};
 use serde_json::json;
 
 #[path = "fpga_common/mod.rs"]
