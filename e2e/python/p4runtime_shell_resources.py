@@ -13,36 +13,15 @@ client).
         --device-id 1 --p4info p4info.txt --config device.json
 """
 
-import argparse
-import sys
-
 import p4runtime_sh.shell as sh
 from p4.v1 import p4runtime_pb2
 from p4runtime_sh.p4runtime import P4RuntimeWriteException
-
-
-def check(cond, what):
-    if not cond:
-        print("FAIL:", what, file=sys.stderr)
-        sys.exit(1)
-    print("ok:", what)
+from shell_common import check, connect
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--grpc-addr", required=True)
-    ap.add_argument("--device-id", type=int, default=1)
-    ap.add_argument("--p4info", required=True)
-    ap.add_argument("--config", required=True)
-    ap.add_argument("--register-id", type=int, required=True)
-    args = ap.parse_args()
-
-    sh.setup(
-        device_id=args.device_id,
-        grpc_addr=args.grpc_addr,
-        election_id=(0, 1),
-        config=sh.FwdPipeConfig(args.p4info, args.config),
-    )
+    args = connect("--register-id")
+    register_id = int(args.register_id)
     try:
         m = sh.MeterEntry("MyIngress.rate")
         m.index = 1
@@ -78,12 +57,12 @@ def main():
         update = p4runtime_pb2.Update()
         update.type = p4runtime_pb2.Update.MODIFY
         reg = update.entity.register_entry
-        reg.register_id = args.register_id
+        reg.register_id = register_id
         reg.index.index = 2
         reg.data.bitstring = b"\x00\x0a\xbc"
         sh.client.write_update(update)
         ent = p4runtime_pb2.Entity()
-        ent.register_entry.register_id = args.register_id
+        ent.register_entry.register_id = register_id
         ent.register_entry.index.index = 2
         values = [
             e.register_entry.data.bitstring

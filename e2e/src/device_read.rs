@@ -21,9 +21,18 @@ pub fn tagged(schema: &TableSchema, read: &[p4::TableEntry]) -> Vec<DeviceEntry>
 /// Every entity matching `filter` on `device` of the P4Runtime server at
 /// `p4runtime`; panics on any RPC error.
 pub async fn read_entities(p4runtime: SocketAddr, device: u64, filter: Entity) -> Vec<Entity> {
+    try_read_entities(p4runtime, device, filter).await.unwrap()
+}
+
+/// [`read_entities`], an RPC error (as text) returned, for a poll to retry.
+pub async fn try_read_entities(
+    p4runtime: SocketAddr,
+    device: u64,
+    filter: Entity,
+) -> Result<Vec<Entity>, String> {
     let mut c = P4RuntimeClient::connect(format!("http://{p4runtime}"))
         .await
-        .unwrap();
+        .map_err(|e| e.to_string())?;
     let mut stream = c
         .read(p4::ReadRequest {
             device_id: device,
@@ -33,11 +42,11 @@ pub async fn read_entities(p4runtime: SocketAddr, device: u64, filter: Entity) -
             ..Default::default()
         })
         .await
-        .unwrap()
+        .map_err(|e| e.to_string())?
         .into_inner();
     let mut out = Vec::new();
-    while let Some(r) = stream.message().await.unwrap() {
+    while let Some(r) = stream.message().await.map_err(|e| e.to_string())? {
         out.extend(r.entities.into_iter().filter_map(|e| e.entity));
     }
-    out
+    Ok(out)
 }

@@ -79,8 +79,8 @@ pub fn emulator() -> EmulatorProc {
 /// `l2crypt` on each (labelled `app: l2` and in rollout order `i`), then
 /// waits until every one is Ready.
 pub async fn fleet(client: &Client, ns: &str, endpoint: SocketAddr) {
-    let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns);
-    for (i, d) in DEVICES.iter().enumerate() {
+    let mut switches = Vec::new();
+    for d in DEVICES {
         let sw = format!("{ns}-dsw{d}");
         create_json(
             &Api::<Switch>::all(client.clone()),
@@ -89,16 +89,27 @@ pub async fn fleet(client: &Client, ns: &str, endpoint: SocketAddr) {
                     "deviceId": d, "slots": 1, "capacity": {"cores": 2}}}),
         )
         .await;
+        switches.push(sw);
+    }
+    rollout_ordered(client, ns, "l2crypt", &switches).await;
+}
+
+/// A VirtualSwitch `vs-<i>` of `program` on slot 0 of each Switch
+/// `switches[i]` (labelled `app: l2` and in rollout order `i`), then waits
+/// until every one is Ready.
+pub async fn rollout_ordered(client: &Client, ns: &str, program: &str, switches: &[String]) {
+    let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns);
+    for (i, sw) in switches.iter().enumerate() {
         create_json(
             &vss,
             json!({"apiVersion": V1, "kind": "VirtualSwitch",
                 "metadata": {"name": format!("vs-{i}"),
                     "labels": {"app": "l2", "p4fleet.dev/rollout-order": i.to_string()}},
-                "spec": {"programRef": "l2crypt", "switchRef": sw, "slot": 0}}),
+                "spec": {"programRef": program, "switchRef": sw, "slot": 0}}),
         )
         .await;
     }
-    for i in 0..DEVICES.len() {
+    for i in 0..switches.len() {
         wait_object_ready(&vss, &format!("vs-{i}"), Duration::from_secs(90)).await;
     }
 }
@@ -106,9 +117,7 @@ pub async fn fleet(client: &Client, ns: &str, endpoint: SocketAddr) {
 /// Deletes the fleet's Switches (cluster-scoped).
 pub async fn delete_switches(client: &Client, ns: &str) {
     for d in DEVICES {
-        let _ = Api::<Switch>::all(client.clone())
-            .delete(&format!("{ns}-dsw{d}"), &Default::default())
-            .await;
+        crate::delete_switch(client, &format!("{ns}-dsw{d}")).await;
     }
 }
 

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::Api;
 use p4fleet_client::{Device, Identity, Target, TofinoPipeline};
-use p4fleet_crds::{P4Program, Switch, TableEntrySet, VirtualSwitch};
+use p4fleet_crds::{P4Program, Switch, TableEntrySet};
 pub use p4fleet_model::entries::EntryKey;
 use p4fleet_model::entries::{Entry, LineParser, TableSchema, WriteOp};
 use serde_json::json;
@@ -26,6 +26,23 @@ pub enum Kind {
     Bmv2,
     /// BFRT, entries carry no metadata.
     Tofino,
+}
+
+/// The two tests of a scenario `scenario(kind, device)` that runs on either
+/// kind: `$bmv2` on Bmv2 device `$b`, `$tofino` on Tofino device `$t`.
+#[macro_export]
+macro_rules! bmv2_and_tofino_tests {
+    ($scenario:ident: $bmv2:ident on $b:expr, $tofino:ident on $t:expr $(,)?) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $bmv2() {
+            $scenario($crate::firewall::Kind::Bmv2, $b).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $tofino() {
+            $scenario($crate::firewall::Kind::Tofino, $t).await;
+        }
+    };
 }
 
 /// The emulator's three listen addresses.
@@ -94,6 +111,11 @@ pub async fn emulator_and_operator(
     (cp, client, emu, op)
 }
 
+/// Operator flags for periodic passes (resync, drift) longer than any
+/// test: only a change, or the first sync after a start, writes or
+/// repairs anything.
+pub const LONG_PERIODS: [&str; 4] = ["--resync-seconds", "3600", "--drift-seconds", "3600"];
+
 /// The TableEntrySet `fw` of [`setup`].
 #[derive(Debug, Clone, Copy)]
 pub struct FirewallSet {
@@ -101,6 +123,24 @@ pub struct FirewallSet {
     pub entries: usize,
     /// `Merge` or `Exclusive`.
     pub ownership: &'static str,
+}
+
+impl FirewallSet {
+    /// `entries` entries, the set owning the table (`Exclusive`).
+    pub fn exclusive(entries: usize) -> FirewallSet {
+        FirewallSet {
+            entries,
+            ownership: "Exclusive",
+        }
+    }
+
+    /// `entries` entries, the set sharing the table (`Merge`).
+    pub fn merge(entries: usize) -> FirewallSet {
+        FirewallSet {
+            entries,
+            ownership: "Merge",
+        }
+    }
 }
 
 /// Program `firewall`, Switch `<ns>-sw` (device `device`), VirtualSwitch
@@ -146,12 +186,7 @@ pub async fn setup(
                 "deviceId": device, "slots": 1}}),
     )
     .await;
-    create_json(
-        &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
-        json!({"apiVersion": v1, "kind": "VirtualSwitch", "metadata": {"name": "fw"},
-            "spec": {"programRef": "firewall", "switchRef": sw, "slot": 0}}),
-    )
-    .await;
+    crate::firewall_virtual_switch(client, ns, &sw).await;
     create_json(
         &cms,
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw"},
@@ -224,19 +259,7 @@ const FOREIGN_TEXT: &str = "table_id: 39123287\nmatch { field_id: 1 exact { valu
 
 /// POSTs `body` to the emulator's side channel; returns the answer's body.
 fn post(addr: SocketAddr, path: &str, body: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).expect("side channel");
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    resp.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or(resp)
+    crate::processes::side_channel(addr, "POST", path, body)
 }
 
 /// Waits up to 180 s until set `fw` is Ready with `applied` entries
@@ -268,6 +291,17 @@ pub fn stale_and_lost(
     )
 }
 
+/// Panics unless `on_device` is exactly `expected` (nothing stale, nothing
+/// lost); `what` names the check in the log line and the panic.
+pub fn assert_exact(on_device: &HashSet<EntryKey>, expected: &HashSet<EntryKey>, what: &str) {
+    let (stale, lost) = stale_and_lost(on_device, expected);
+    eprintln!(
+        "{what}: {} entries on the device, {stale} stale, {lost} lost",
+        on_device.len()
+    );
+    assert_eq!((stale, lost), (0, 0), "{what}: not exact");
+}
+
 /// Arms an injected fault on `device` of the emulator whose side channel is
 /// at `stats`; `query` as in emulator/src/side_channel.rs, e.g.
 /// `kind=unavailable&after=2&count=3`.
@@ -286,17 +320,9 @@ pub fn clear_faults(stats: SocketAddr, device: u64) {
 /// channel's `GET /devices/{device}/faults`): `unavailable`,
 /// `stalled_writes`, `failed_updates_writes`, `stalled_reads`.
 pub fn faults_fired(stats: SocketAddr, device: u64) -> serde_json::Value {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(stats).expect("side channel");
-    write!(
-        s,
-        "GET /devices/{device}/faults HTTP/1.1\r\nHost: {stats}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    let body = resp.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("faults of {device}: {e}: {resp}"))
+    let path = format!("/devices/{device}/faults");
+    let answer = crate::processes::side_channel(stats, "GET", &path, "");
+    serde_json::from_str(&answer).unwrap_or_else(|e| panic!("faults of {device}: {e}: {answer}"))
 }
 
 /// Another client of the device, not the operator: on Bmv2 a backup

@@ -329,6 +329,14 @@ impl ControlPlane {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// [`client`](Self::client) and a fresh [`TestNamespace`] made with it:
+    /// what most tests start with.
+    pub async fn client_and_namespace(&self) -> (Client, TestNamespace) {
+        let client = self.client().await;
+        let ns = TestNamespace::new(&client).await;
+        (client, ns)
+    }
+
     /// `kubectl --kubeconfig <this> <args>`; never panics on a non-zero exit.
     pub fn kubectl<I, S>(&self, args: I) -> Output
     where
@@ -406,7 +414,7 @@ pub fn json_subset_mismatch(
 /// `entries` (line format) and TableEntrySet `fw` from it.
 pub async fn firewall_workload(client: &Client, ns: &str, switch: &str, entries: &str) {
     use kube::Api;
-    use p4fleet_crds::{P4Program, TableEntrySet, VirtualSwitch};
+    use p4fleet_crds::{P4Program, TableEntrySet};
     use serde_json::json;
     let v1 = "p4fleet.dev/v1alpha1";
     let p4info = std::fs::read_to_string(repo_root().join("examples/firewall/p4info.txt"))
@@ -417,12 +425,7 @@ pub async fn firewall_workload(client: &Client, ns: &str, switch: &str, entries:
             "spec": {"p4info": {"inline": p4info}}}),
     )
     .await;
-    create_json(
-        &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
-        json!({"apiVersion": v1, "kind": "VirtualSwitch", "metadata": {"name": "fw"},
-            "spec": {"programRef": "firewall", "switchRef": switch, "slot": 0}}),
-    )
-    .await;
+    firewall_virtual_switch(client, ns, switch).await;
     create_json(
         &Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns),
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fw"},
@@ -434,6 +437,18 @@ pub async fn firewall_workload(client: &Client, ns: &str, switch: &str, entries:
         json!({"apiVersion": v1, "kind": "TableEntrySet", "metadata": {"name": "fw"},
             "spec": {"virtualSwitchRef": "fw", "table": "MyIngress.firewall",
                 "entriesFrom": [{"configMap": "fw"}]}}),
+    )
+    .await;
+}
+
+/// VirtualSwitch `fw` of P4Program `firewall` on slot 0 of Switch `switch`,
+/// in namespace `ns`.
+pub async fn firewall_virtual_switch(client: &Client, ns: &str, switch: &str) {
+    create_json(
+        &Api::<p4fleet_crds::VirtualSwitch>::namespaced(client.clone(), ns),
+        serde_json::json!({"apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
+            "metadata": {"name": "fw"},
+            "spec": {"programRef": "firewall", "switchRef": switch, "slot": 0}}),
     )
     .await;
 }
@@ -502,6 +517,14 @@ pub async fn program_on_bmv2(
     bmv2_virtual_switch(client, ns, slot).await;
 }
 
+/// Deletes Switch `name` (cluster-scoped) when a test is done with it; an
+/// error (it is gone already) is ignored.
+pub async fn delete_switch(client: &Client, name: &str) {
+    let _ = Api::<p4fleet_crds::Switch>::all(client.clone())
+        .delete(name, &Default::default())
+        .await;
+}
+
 /// Creates the one-slot Bmv2 Switch `name` (cluster-scoped) on device
 /// `device` of the P4Runtime server at `endpoint`.
 pub async fn bmv2_switch(client: &Client, name: &str, endpoint: SocketAddr, device: u64) {
@@ -524,18 +547,13 @@ pub async fn program_condition(
     reason: &str,
     timeout: Duration,
 ) -> String {
-    wait_for(
-        &format!("P4Program {name} {type_}: {reason}"),
-        timeout,
-        || async {
-            let p = programs.get(name).await.map_err(|e| e.to_string())?;
-            let st = p.status.unwrap_or_default();
-            p4fleet_crds::find_condition(&st.conditions, type_)
-                .filter(|c| c.reason == reason)
-                .map(|c| c.message.clone())
-                .ok_or(format!("{:?}", st.conditions))
-        },
-    )
+    let what = format!("P4Program {name} {type_}: {reason}");
+    status_until(programs, name, &what, timeout, |st| {
+        p4fleet_crds::find_condition(&st.conditions, type_)
+            .filter(|c| c.reason == reason)
+            .map(|c| c.message.clone())
+            .ok_or(format!("{:?}", st.conditions))
+    })
     .await
 }
 
@@ -637,14 +655,44 @@ where
     K: kube::core::object::HasStatus + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     K::Status: Default + Clone + std::fmt::Debug,
 {
-    wait_for(what, timeout, || async {
-        let obj = api.get(name).await.map_err(|e| e.to_string())?;
-        let st = obj.status().cloned().unwrap_or_default();
+    status_until(api, name, what, timeout, |st| {
         if pred(&st) {
             Ok(st)
         } else {
             Err(format!("{st:?}"))
         }
+    })
+    .await
+}
+
+/// Waits up to 30 s until Switch `name`'s Reachable condition is False.
+pub async fn switch_unreachable(switches: &Api<p4fleet_crds::Switch>, name: &str) {
+    let what = format!("Switch {name} Reachable=False");
+    status_until(switches, name, &what, Duration::from_secs(30), |st| {
+        let c = st.conditions;
+        let down = p4fleet_crds::find_condition(&c, "Reachable").is_some_and(|c| !c.is_true());
+        down.then_some(()).ok_or(format!("{c:?}"))
+    })
+    .await
+}
+
+/// Waits up to `timeout` until `f` makes a value of object `name`'s status
+/// (the default when it has none), and returns it; panics with `what` and
+/// `f`'s last error after that.
+pub async fn status_until<K, T>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    f: impl Fn(K::Status) -> Result<T, String>,
+) -> T
+where
+    K: kube::core::object::HasStatus + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K::Status: Default + Clone,
+{
+    wait_for(what, timeout, || async {
+        let obj = api.get(name).await.map_err(|e| e.to_string())?;
+        f(obj.status().cloned().unwrap_or_default())
     })
     .await
 }
@@ -1228,6 +1276,31 @@ where
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
+}
+
+/// Waits up to `timeout` until object `name` of `api` is gone; panics
+/// with what is left of it after that.
+pub async fn wait_gone<K>(api: &Api<K>, name: &str, timeout: Duration)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    wait_for(&format!("{name} gone"), timeout, || async {
+        match api.get_opt(name).await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(left) => Err(format!("still there: {left:?}")),
+        }
+    })
+    .await
+}
+
+/// Deletes object `name` of `api` and waits up to 60 s until it is gone
+/// (its finalizers done).
+pub async fn delete_and_wait_gone<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.delete(name, &Default::default()).await.unwrap();
+    wait_gone(api, name, Duration::from_secs(60)).await;
 }
 
 /// Creates TableEntrySet `name` with `spec` in `ns`; returns the

@@ -269,20 +269,23 @@ pub async fn once_per_binary<T: Send + Sync + 'static>(
     cell: &'static std::sync::OnceLock<T>,
     start: impl FnOnce() -> T + Send + 'static,
 ) -> &'static T {
-    tokio::task::spawn_blocking(move || {
-        cell.get_or_init(|| {
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                let _ = tx.send(start());
-                loop {
-                    std::thread::park();
-                }
-            });
-            rx.recv().expect("children started")
-        })
-    })
-    .await
-    .expect("start children")
+    tokio::task::spawn_blocking(move || cell.get_or_init(|| on_parked_thread(start)))
+        .await
+        .expect("start children")
+}
+
+/// Runs `f` on a thread that lives as long as the test process, so the
+/// children it spawns (PDEATHSIG) outlive the test that started them;
+/// returns what `f` returned.
+pub fn on_parked_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+        loop {
+            std::thread::park();
+        }
+    });
+    rx.recv().expect("children started")
 }
 
 /// The emulator's entry count of `device` (its stats side channel at
@@ -311,6 +314,24 @@ pub fn stats_get(stats: SocketAddr, path: &str) -> Option<serde_json::Value> {
     let mut resp = String::new();
     s.read_to_string(&mut resp).ok()?;
     serde_json::from_str(resp.split_once("\r\n\r\n")?.1).ok()
+}
+
+/// `method path` with `body` (text) on the emulator's side channel at
+/// `stats`: the answer's body (all of the answer when it has none).
+pub fn side_channel(stats: SocketAddr, method: &str, path: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(stats).expect("side channel");
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {stats}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    resp.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or(resp)
 }
 
 /// The JSON the emulator's side channel at `stats` answers to a POST of
@@ -379,17 +400,11 @@ pub fn shared_operator(
 ) {
     static OPERATOR: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     OPERATOR.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel();
         let (bin, kubeconfig) = (bin.to_path_buf(), kubeconfig.to_path_buf());
-        std::thread::spawn(move || {
-            let op = spawn_operator(&bin, &kubeconfig, log, args);
-            tx.send(()).unwrap();
-            let _keep = op;
-            loop {
-                std::thread::park();
-            }
-        });
-        rx.recv().unwrap()
+        on_parked_thread(move || {
+            // Owned by the parked thread (PDEATHSIG), never dropped.
+            std::mem::forget(spawn_operator(&bin, &kubeconfig, log, args));
+        })
     });
 }
 
@@ -414,22 +429,29 @@ impl Fleet {
     }
 }
 
-/// The test binary's [`Fleet`], started on first use (the cell is the
-/// binary's): an emulator with `emulator` arguments, an operator named
-/// `operator` (its log's name) with `operator_args`, against the binary's
-/// shared control plane.
+/// The test binary's [`Fleet`], started on first use: an emulator with
+/// `emulator` arguments, an operator named `operator` (its log's name)
+/// resyncing every `resync_seconds`, against the binary's shared control
+/// plane. A binary has one: every call must ask for the same.
 pub async fn fleet(
-    cell: &'static std::sync::OnceLock<Fleet>,
-    emulator: &'static [&'static str],
-    operator: &'static str,
-    operator_args: &'static [&'static str],
+    emulator: &[&str],
+    operator: &str,
+    resync_seconds: u32,
 ) -> (&'static crate::ControlPlane, &'static Fleet) {
+    type Asked = (Vec<String>, String, u32);
+    static FLEET: std::sync::OnceLock<(Asked, Fleet)> = std::sync::OnceLock::new();
     let cp = crate::ControlPlane::shared().await;
     let kubeconfig = cp.kubeconfig_path().to_path_buf();
-    let fleet = once_per_binary(cell, move || {
+    let emulator: Vec<String> = emulator.iter().map(|a| a.to_string()).collect();
+    let asked: Asked = (emulator, operator.to_string(), resync_seconds);
+    let start = asked.clone();
+    let (started, fleet) = once_per_binary(&FLEET, move || {
         let bin = build_binaries();
-        let emu = spawn_emulator(&bin, emulator);
-        let op = spawn_operator(&bin, &kubeconfig, operator, operator_args);
+        let (emulator, operator, resync) = &start;
+        let emulator: Vec<&str> = emulator.iter().map(String::as_str).collect();
+        let emu = spawn_emulator(&bin, &emulator);
+        let resync = resync.to_string();
+        let op = spawn_operator(&bin, &kubeconfig, operator, &["--resync-seconds", &resync]);
         let fleet = Fleet {
             p4runtime: emu.p4runtime,
             bfrt: emu.bfrt,
@@ -439,9 +461,10 @@ pub async fn fleet(
         };
         // Owned by the parked start thread (PDEATHSIG).
         std::mem::forget((emu, op));
-        fleet
+        (start, fleet)
     })
     .await;
+    assert_eq!(*started, asked, "a test binary has one fleet");
     (cp, fleet)
 }
 

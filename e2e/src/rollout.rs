@@ -11,14 +11,14 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use p4fleet_crds::{
-    P4Program, RolloutPhase, RolloutStatus, Switch, TableEntrySet, VirtualSwitch, find_condition,
+    P4Program, RolloutPhase, RolloutStatus, TableEntrySet, VirtualSwitch, find_condition,
 };
 use serde_json::json;
 
 use crate::processes::device_stat;
 use crate::{
-    TestNamespace, apply_json, bmv2_switch, create_json, firewall_lines, repo_root, wait_for,
-    wait_object_ready,
+    TestNamespace, apply_json, bmv2_switch, create_json, firewall_lines, repo_root, status_until,
+    wait_for, wait_object_ready,
 };
 
 pub const V1: &str = "p4fleet.dev/v1alpha1";
@@ -52,36 +52,34 @@ pub fn cookies(stats: SocketAddr) -> Vec<Option<u64>> {
 
 /// Waits until the program's update revision is `n`; returns its digest.
 pub async fn revision_digest(programs: &Api<P4Program>, n: i64) -> String {
-    wait_for(
-        &format!("update revision {n}"),
-        Duration::from_secs(60),
-        || async {
-            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
-            let st = p.status.unwrap_or_default();
-            st.update_revision
-                .filter(|r| r.revision == n)
-                .map(|r| r.digest)
-                .ok_or(format!("{:?}", st.conditions))
-        },
-    )
+    let what = format!("update revision {n}");
+    status_until(programs, "firewall", &what, Duration::from_secs(60), |st| {
+        st.update_revision
+            .filter(|r| r.revision == n)
+            .map(|r| r.digest)
+            .ok_or(format!("{:?}", st.conditions))
+    })
     .await
 }
 
 /// Waits up to 30 s until the program's current revision is `n`.
 pub async fn current_revision(programs: &Api<P4Program>, n: i64) {
-    wait_for(
-        &format!("the current revision {n}"),
-        Duration::from_secs(30),
-        || async {
-            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
-            let cur = p.status.unwrap_or_default().current_revision;
-            cur.clone()
-                .filter(|c| c.revision == n)
-                .map(drop)
-                .ok_or(format!("{cur:?}"))
-        },
-    )
+    let what = format!("the current revision {n}");
+    status_until(programs, "firewall", &what, Duration::from_secs(30), |st| {
+        let cur = st.current_revision;
+        cur.clone()
+            .filter(|c| c.revision == n)
+            .map(drop)
+            .ok_or(format!("{cur:?}"))
+    })
     .await;
+}
+
+/// Publishes content `v<n>` in the source ConfigMap and waits until it is
+/// the program's update revision `n`; returns its cookie.
+pub async fn publish(cms: &Api<ConfigMap>, programs: &Api<P4Program>, n: i64) -> u64 {
+    source(cms, &format!("v{n}")).await;
+    revision_cookie(programs, n).await
 }
 
 /// Waits until the program's update revision is `n`; returns its cookie.
@@ -112,12 +110,36 @@ pub async fn program_phase(
     want: RolloutPhase,
     also: impl Fn(&p4fleet_crds::RolloutStatus) -> bool,
 ) -> p4fleet_crds::RolloutStatus {
-    wait_for(
-        &format!("rollout of {name} {want:?}"),
+    let what = format!("rollout of {name} {want:?}");
+    status_until(programs, name, &what, Duration::from_secs(120), |st| {
+        in_phase(st.rollout, want, &also)
+    })
+    .await
+}
+
+/// [`phase_of`], asserting all the while that every device after the
+/// canary (as `cookies` reads them) still runs the cookie `stay`, while
+/// the rollout moves to the revision of cookie `to`.
+pub async fn phase_of_while_others_stay(
+    programs: &Api<P4Program>,
+    want: RolloutPhase,
+    also: impl Fn(&RolloutStatus) -> bool,
+    cookies: impl Fn() -> Vec<Option<u64>>,
+    (stay, to): (u64, u64),
+) -> RolloutStatus {
+    let what = format!("rollout of firewall {want:?}, the others staying");
+    status_until(
+        programs,
+        "firewall",
+        &what,
         Duration::from_secs(120),
-        || async {
-            let p = programs.get(name).await.map_err(|e| e.to_string())?;
-            in_phase(p.status.unwrap_or_default().rollout, want, &also)
+        |st| {
+            let now = cookies();
+            assert!(
+                now[1..].iter().all(|c| *c == Some(stay)),
+                "an untouched Switch moved (the rollout's revision is {to}): {now:?}"
+            );
+            in_phase(st.rollout, want, &also)
         },
     )
     .await
@@ -131,14 +153,10 @@ pub async fn set_phase(
     want: RolloutPhase,
     also: impl Fn(&RolloutStatus) -> bool,
 ) -> RolloutStatus {
-    wait_for(
-        &format!("the entries rollout of {name} {want:?}"),
-        Duration::from_secs(120),
-        || async {
-            let s = sets.get(name).await.map_err(|e| e.to_string())?;
-            in_phase(s.status.unwrap_or_default().rollout, want, &also)
-        },
-    )
+    let what = format!("the entries rollout of {name} {want:?}");
+    status_until(sets, name, &what, Duration::from_secs(120), |st| {
+        in_phase(st.rollout, want, &also)
+    })
     .await
 }
 
@@ -165,6 +183,44 @@ pub fn moved_with_rates(st: &RolloutStatus, floor: u64) {
     }
 }
 
+/// Asserts the rollout metrics of object `name` in namespace `ns` in the
+/// operator's /metrics at `metrics`: each `(metric, extra labels, value)`
+/// of the family `prefix` (`p4fleet_rollout_`, `p4fleet_entries_rollout_`).
+pub fn assert_rollout_metrics(
+    metrics: SocketAddr,
+    prefix: &str,
+    ns: &str,
+    name: &str,
+    want: &[(&str, &str, f64)],
+) {
+    let text = crate::processes::metrics_text(metrics);
+    let labels = |extra: &str| format!("namespace=\"{ns}\",name=\"{name}\"{extra}");
+    for (metric, extra, want) in want {
+        let metric = format!("{prefix}{metric}");
+        let got = crate::processes::metric_sample(&text, &metric, &labels(extra));
+        assert_eq!(
+            got,
+            Some(*want),
+            "{metric}{{{}}} in /metrics:\n{text}",
+            labels(extra)
+        );
+    }
+}
+
+/// [`failed_on_throughput`], and the rollback of object `name` in `ns`
+/// said in a Warning Event.
+pub async fn rolled_back_on_throughput(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    st: &RolloutStatus,
+    floor: u64,
+) {
+    failed_on_throughput(st, floor);
+    let ev = crate::event_about(client, ns, name, Some("RolledBack")).await;
+    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+}
+
 /// Asserts that `st` failed its gate on `Throughput` at the canary
 /// `vs-0`, saying what it compared, the canary having moved with more
 /// than `floor` packets/s.
@@ -186,18 +242,13 @@ pub fn failed_on_throughput(st: &RolloutStatus, floor: u64) {
 }
 
 pub async fn set_ready(sets: &Api<TableEntrySet>) {
-    wait_for(
-        "the set on all four, Ready",
-        Duration::from_secs(90),
-        || async {
-            let s = sets.get("fw").await.map_err(|e| e.to_string())?;
-            let st = s.status.unwrap_or_default();
-            let ready = find_condition(&st.conditions, "Ready").is_some_and(|c| c.is_true());
-            (ready && st.applied == (ENTRIES * DEVICES.len()) as u64)
-                .then_some(())
-                .ok_or(format!("applied {} {:?}", st.applied, st.conditions))
-        },
-    )
+    let what = "the set on all four, Ready";
+    status_until(sets, "fw", what, Duration::from_secs(90), |st| {
+        let ready = find_condition(&st.conditions, "Ready").is_some_and(|c| c.is_true());
+        (ready && st.applied == (ENTRIES * DEVICES.len()) as u64)
+            .then_some(())
+            .ok_or(format!("applied {} {:?}", st.applied, st.conditions))
+    })
     .await;
 }
 
@@ -306,9 +357,7 @@ pub async fn start(
 /// Deletes the fleet's Switches (cluster-scoped), then its namespace.
 pub async fn teardown(client: &Client, ns: TestNamespace) {
     for d in DEVICES {
-        let _ = Api::<Switch>::all(client.clone())
-            .delete(&format!("{}-sw{d}", ns.name()), &Default::default())
-            .await;
+        crate::delete_switch(client, &format!("{}-sw{d}", ns.name())).await;
     }
     ns.delete(client).await.unwrap();
 }

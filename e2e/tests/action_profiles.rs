@@ -17,16 +17,15 @@
 
 use p4fleet_e2e::set_status_within_90s as status_of;
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams};
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
-use p4fleet_e2e::processes::{Fleet, fleet};
+use p4fleet_e2e::processes::{Fleet, fleet, side_channel};
 use p4fleet_e2e::{
-    Bmv2Slot, ControlPlane, TestNamespace, bmv2_virtual_switch, create_json, merge_patch,
-    p4info_program, program_on_bmv2, repo_root, wait_for,
+    Bmv2Slot, ControlPlane, bmv2_virtual_switch, create_json, merge_patch, p4info_program,
+    program_on_bmv2, repo_root, wait_for, wait_gone,
 };
 use p4fleet_proto::p4info::{self, P4Info};
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient};
@@ -38,14 +37,7 @@ const DEVICE: u64 = 1;
 const SHARED_DEVICE: u64 = 2;
 
 async fn env() -> (&'static ControlPlane, &'static Fleet) {
-    static ENV: OnceLock<Fleet> = OnceLock::new();
-    fleet(
-        &ENV,
-        &["--device-ids", "1,2"],
-        "action-profiles-operator",
-        &["--resync-seconds", "3"],
-    )
-    .await
+    fleet(&["--device-ids", "1,2"], "action-profiles-operator", 3).await
 }
 
 fn p4info_of(example: &str) -> String {
@@ -109,6 +101,16 @@ struct Held {
     members: BTreeMap<u32, Vec<u8>>,
     groups: BTreeMap<u32, Vec<(u32, i32)>>,
     entries: BTreeMap<Vec<u8>, String>,
+}
+
+impl Held {
+    /// The id of the member whose next hop is port `p`.
+    fn member_on_port(&self, p: u8) -> Option<u32> {
+        self.members
+            .iter()
+            .find(|(_, port)| port.as_slice() == [p])
+            .map(|(id, _)| *id)
+    }
 }
 
 async fn p4_client(emu: &Fleet) -> Result<P4RuntimeClient<tonic::transport::Channel>, String> {
@@ -192,16 +194,8 @@ async fn until(emu: &Fleet, ids: &Ids, what: &str, pred: impl Fn(&Held) -> bool)
 /// `POST /devices/1/drop-entries` on the emulator's side channel: the
 /// response body.
 fn drop_entries(emu: &Fleet, table: u32, count: u32) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(emu.stats).unwrap();
-    write!(
-        s,
-        "POST /devices/{DEVICE}/drop-entries?table_id={table}&count={count} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    resp
+    let path = format!("/devices/{DEVICE}/drop-entries?table_id={table}&count={count}");
+    side_channel(emu.stats, "POST", &path, "")
 }
 
 async fn status_where(
@@ -247,8 +241,7 @@ fn spec(members: &[u32], weights: &[(u32, i32)]) -> serde_json::Value {
 async fn an_ecmp_group_syncs_changes_in_place_repairs_drift_and_leaves_nothing_when_deleted() {
     let (cp, emu) = env().await;
     let ids = ids();
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let v1 = "p4fleet.dev/v1alpha1";
     let p4info = fabric_p4info();
@@ -273,12 +266,7 @@ async fn an_ecmp_group_syncs_changes_in_place_repairs_drift_and_leaves_nothing_w
         first.entries[&vec![10u8, 0, 0, 0]],
         format!("group {group}")
     );
-    let nh1 = *first
-        .members
-        .iter()
-        .find(|(_, port)| port.as_slice() == [1])
-        .unwrap()
-        .0;
+    let nh1 = first.member_on_port(1).unwrap();
     assert_eq!(first.entries[&vec![11u8, 0, 0, 0]], format!("member {nh1}"));
     let st = status_where(&sets, "ActionProfilesSynced 4/1/2", |s| synced(s, 4, 1, 2)).await;
     assert_eq!(st.applied, 2);
@@ -376,12 +364,7 @@ async fn an_ecmp_group_syncs_changes_in_place_repairs_drift_and_leaves_nothing_w
         h.entries.len() == 4
     })
     .await;
-    let nh2 = *four
-        .members
-        .iter()
-        .find(|(_, port)| port.as_slice() == [2])
-        .unwrap()
-        .0;
+    let nh2 = four.member_on_port(2).unwrap();
     assert_eq!(four.entries[&vec![12u8, 0, 0, 0]], format!("group {group}"));
     assert_eq!(four.entries[&vec![13u8, 0, 0, 0]], format!("member {nh2}"));
     assert_eq!((four.members, four.groups), (three.members, three.groups));
@@ -451,8 +434,7 @@ async fn a_profile_shared_by_two_sets_keeps_what_the_other_set_uses() {
         "MyIngress.nhop_selector",
         &["MyIngress.ecmp_v4", "MyIngress.ecmp_src"],
     );
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     p4info_program(&client, &ns, "shared", &p4info_of("shared_ecmp")).await;
     let sw = format!("{ns}-shared");
@@ -502,16 +484,10 @@ async fn a_profile_shared_by_two_sets_keeps_what_the_other_set_uses() {
     .await;
     status_of(&sets, "v4", "v4 synced 2/1/1", |s| synced(s, 2, 1, 1)).await;
     status_of(&sets, "src", "src synced 2/0/2", |s| synced(s, 2, 0, 2)).await;
-    let port = |h: &Held, p: u8| {
-        h.members
-            .iter()
-            .find(|(_, port)| port.as_slice() == [p])
-            .map(|(id, _)| *id)
-    };
     let (nh1, nh2, nh3) = (
-        port(&both, 1).unwrap(),
-        port(&both, 2).unwrap(),
-        port(&both, 3).unwrap(),
+        both.member_on_port(1).unwrap(),
+        both.member_on_port(2).unwrap(),
+        both.member_on_port(3).unwrap(),
     );
     assert_eq!(both.entries[&vec![1u8, 1, 1, 1]], format!("member {nh1}"));
     assert_eq!(both.entries[&vec![3u8, 3, 3, 3]], format!("member {nh3}"));
@@ -521,11 +497,13 @@ async fn a_profile_shared_by_two_sets_keeps_what_the_other_set_uses() {
     // v4 does not list, is not touched.
     sets.delete("v4", &DeleteParams::default()).await.unwrap();
     let after = until(emu, &ids, "v4's entry, group and nh2 gone", |h| {
-        h.groups.is_empty() && port(h, 2).is_none() && !h.entries.contains_key(&vec![10u8, 0, 0, 0])
+        h.groups.is_empty()
+            && h.member_on_port(2).is_none()
+            && !h.entries.contains_key(&vec![10u8, 0, 0, 0])
     })
     .await;
-    assert_eq!(port(&after, 1), Some(nh1), "{after:?}");
-    assert_eq!(port(&after, 3), Some(nh3), "{after:?}");
+    assert_eq!(after.member_on_port(1), Some(nh1), "{after:?}");
+    assert_eq!(after.member_on_port(3), Some(nh3), "{after:?}");
     assert_eq!(after.entries.len(), 2, "{after:?}");
     assert!(!after.members.contains_key(&nh2));
     // The pass that deleted nh2 was refused nh1 in the same write, so
@@ -561,18 +539,12 @@ async fn a_profile_shared_by_two_sets_keeps_what_the_other_set_uses() {
     // finalizer does, and v4 is gone.
     let patch = json!({"spec": src(&[3], &[("1.1.1.1", "nh3"), ("3.3.3.3", "nh3")])});
     merge_patch(&sets, "src", patch).await;
-    wait_for("v4 deleted", Duration::from_secs(90), || async {
-        match sets.get_opt("v4").await.map_err(|e| e.to_string())? {
-            None => Ok(()),
-            Some(s) => Err(format!("{:?}", s.metadata.finalizers)),
-        }
-    })
-    .await;
+    wait_gone(&sets, "v4", Duration::from_secs(90)).await;
     let left = until(emu, &ids, "only nh3 and src's entries", |h| {
         h.members.len() == 1 && h.entries.len() == 2
     })
     .await;
-    assert_eq!(port(&left, 3), Some(nh3));
+    assert_eq!(left.member_on_port(3), Some(nh3));
     assert!(left.groups.is_empty());
     assert!(
         left.entries.values().all(|w| *w == format!("member {nh3}")),

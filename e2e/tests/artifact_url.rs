@@ -16,7 +16,8 @@ use kube::api::Api;
 use p4fleet_crds::{P4Program, VirtualSwitch, find_condition};
 use p4fleet_e2e::firewall;
 use p4fleet_e2e::{
-    Bmv2Slot, TestNamespace, bmv2_virtual_switch, create_json, event_about, repo_root, wait_for,
+    Bmv2Slot, TestNamespace, bmv2_virtual_switch, create_json, event_about, repo_root,
+    status_until, wait_for,
 };
 use p4fleet_proto::p4runtime::p4_runtime_client::P4RuntimeClient;
 use p4fleet_proto::p4runtime::{
@@ -241,18 +242,13 @@ async fn a_large_artifact_from_a_url_is_checked_loaded_and_downloaded_once() {
     assert!(msg.contains("HTTP 404"), "{msg}");
     event_about(&client, ns.name(), "missing", Some("ArtifactFetchFailed")).await;
 
-    wait_for(
-        "VirtualSwitch wrong-digest waiting for its program",
-        Duration::from_secs(60),
-        || async {
-            let v = vss.get("wrong-digest").await.map_err(|e| e.to_string())?;
-            let c = v.status.unwrap_or_default().conditions;
-            find_condition(&c, "PipelineLoaded")
-                .filter(|c| c.reason == "ProgramNotReady")
-                .map(|_| ())
-                .ok_or(format!("{c:?}"))
-        },
-    )
+    let what = "VirtualSwitch wrong-digest waiting for its program";
+    status_until(&vss, "wrong-digest", what, Duration::from_secs(60), |st| {
+        find_condition(&st.conditions, "PipelineLoaded")
+            .filter(|c| c.reason == "ProgramNotReady")
+            .map(|_| ())
+            .ok_or(format!("{:?}", st.conditions))
+    })
     .await;
     assert!(
         running(addrs.p4runtime, 2).await.is_none(),

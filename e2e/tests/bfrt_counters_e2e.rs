@@ -8,15 +8,12 @@
 
 use p4fleet_e2e::set_status_within_90s as status_where;
 use std::net::SocketAddr;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use kube::Api;
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
 use p4fleet_e2e::processes::{Fleet, fleet};
-use p4fleet_e2e::{
-    ControlPlane, TestNamespace, create_json, merge_patch, repo_root, resources_refused,
-};
+use p4fleet_e2e::{ControlPlane, create_json, merge_patch, repo_root, resources_refused};
 use p4fleet_proto::bfrt::{
     self, DataField, ForwardingPipelineConfig, KeyField, ReadRequest,
     SetForwardingPipelineConfigRequest, StreamMessageRequest, TableData, TableEntry, TableKey,
@@ -36,12 +33,10 @@ const FORWARD: u32 = 29683729;
 const REGISTER: u32 = 383189205;
 
 async fn env() -> (&'static ControlPlane, &'static Fleet) {
-    static ENV: OnceLock<Fleet> = OnceLock::new();
     fleet(
-        &ENV,
         &["--device-ids", "41", "--bfrt-addr", "127.0.0.1:0"],
         "operator-bfrt-counters",
-        &["--resync-seconds", "30"],
+        30,
     )
     .await
 }
@@ -159,6 +154,17 @@ impl Raw {
     }
 }
 
+/// The register cell the test writes (index 2), read with plain BFRT:
+/// once per pipe, full width.
+async fn register_cell(raw: &Raw) -> Vec<TableEntry> {
+    raw.read(TableEntry {
+        table_id: REGISTER,
+        value: exact(65557, 2u32.to_be_bytes().to_vec()),
+        ..Default::default()
+    })
+    .await
+}
+
 fn exact(field_id: u32, value: Vec<u8>) -> Option<bfrt::table_entry::Value> {
     Some(bfrt::table_entry::Value::Key(TableKey {
         fields: vec![KeyField {
@@ -178,8 +184,7 @@ fn stream(field_id: u32, v: Vec<u8>) -> DataField {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tofino_counters_and_registers_sync_over_bfrt() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let v1 = "p4fleet.dev/v1alpha1";
     create_json(
@@ -231,13 +236,7 @@ async fn tofino_counters_and_registers_sync_over_bfrt() {
 
     // The register cell, read with plain BFRT: once per pipe, full width.
     let mut raw = Raw::connect(env.bfrt()).await;
-    let cell = raw
-        .read(TableEntry {
-            table_id: REGISTER,
-            value: exact(65557, 2u32.to_be_bytes().to_vec()),
-            ..Default::default()
-        })
-        .await;
+    let cell = register_cell(&raw).await;
     assert_eq!(cell.len(), 1);
     let values = &cell[0].data.as_ref().unwrap().fields;
     assert_eq!(
@@ -295,13 +294,7 @@ async fn tofino_counters_and_registers_sync_over_bfrt() {
         "register written again",
         Duration::from_secs(60),
         || async move {
-            let cell = raw
-                .read(TableEntry {
-                    table_id: REGISTER,
-                    value: exact(65557, 2u32.to_be_bytes().to_vec()),
-                    ..Default::default()
-                })
-                .await;
+            let cell = register_cell(raw).await;
             let v = cell[0].data.as_ref().unwrap().fields[0].clone();
             if v == stream(1, vec![0, 0, 0x0a, 0xbc]) {
                 Ok(())

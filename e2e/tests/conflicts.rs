@@ -52,10 +52,7 @@ async fn an_exclusive_and_a_merge_set_on_one_table_are_reported_and_stop_churnin
         &["--resync-seconds", "2", "--drift-seconds", "3600"],
     )
     .await;
-    let set = FirewallSet {
-        entries: ENTRIES,
-        ownership: "Exclusive",
-    };
+    let set = FirewallSet::exclusive(ENTRIES);
     let cases = firewall::setup_per_kind(&client, addrs, set).await;
     // The Exclusive set is synced first; then the younger Merge set.
     for (_, _, ns) in &cases {

@@ -5,7 +5,6 @@
 //! meter configs and register values are written and read back at the
 //! device, and bad settings are reported without writing any of them.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use kube::Api;
@@ -14,8 +13,7 @@ use p4fleet_e2e::device_read::read_entities;
 use p4fleet_e2e::dpdk::l2crypt;
 use p4fleet_e2e::processes::{Fleet, fleet, metrics_text};
 use p4fleet_e2e::{
-    ControlPlane, TestNamespace, create_json, resources_refused,
-    set_status_within_90s as status_where, wait_for,
+    ControlPlane, create_json, resources_refused, set_status_within_90s as status_where, wait_for,
 };
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity};
 use serde_json::json;
@@ -26,9 +24,7 @@ const RATE: u32 = 335000001;
 const SEEN: u32 = 369000001;
 
 async fn env() -> (&'static ControlPlane, &'static Fleet) {
-    static ENV: OnceLock<Fleet> = OnceLock::new();
     fleet(
-        &ENV,
         &[
             "--device-ids",
             "31",
@@ -40,7 +36,7 @@ async fn env() -> (&'static ControlPlane, &'static Fleet) {
             "4",
         ],
         "operator-counters",
-        &["--resync-seconds", "30"],
+        30,
     )
     .await
 }
@@ -140,8 +136,7 @@ async fn register_at(env: &Fleet, index: i64) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_show_in_status_and_metrics_and_settings_reach_the_device() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     setup(&client, env, &ns).await;
 

@@ -47,6 +47,29 @@ fn yaml_files_at_least(dir: &str, min: usize, what: &str) -> Vec<PathBuf> {
     files
 }
 
+/// Runs `check` on each of [`yaml_files_at_least`] with the file, its path
+/// from the repo root (for messages) and a fresh namespace; asserts that it
+/// pushed no failures.
+async fn check_each_file(
+    dir: &str,
+    min: usize,
+    what: &str,
+    check: impl Fn(&ControlPlane, &str, &Path, &str, &mut Vec<String>),
+) {
+    let cp = ControlPlane::shared().await;
+    let ns = TestNamespace::new(&cp.client().await).await;
+    let mut failures = Vec::new();
+    for file in yaml_files_at_least(dir, min, what) {
+        let display = file.strip_prefix(repo_root()).unwrap_or(&file).display();
+        check(cp, ns.name(), &file, &display.to_string(), &mut failures);
+    }
+    assert!(
+        failures.is_empty(),
+        "{dir}: failures:\n{}",
+        failures.join("\n\n")
+    );
+}
+
 #[tokio::test]
 async fn all_crds_established_with_expected_names() {
     let cp = ControlPlane::shared().await;
@@ -126,128 +149,118 @@ async fn all_crds_established_with_expected_names() {
 /// defaults; a missing key means the schema pruned a field the sample sets).
 #[tokio::test]
 async fn samples_apply_and_read_back() {
-    let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
-    let files = yaml_files_at_least("config/samples", MIN_SAMPLES, "samples");
-
-    let mut failures = Vec::new();
-    for file in &files {
-        let display = file.strip_prefix(repo_root()).unwrap_or(file).display();
-        // Cluster-scoped objects (Switch) keep their committed names; server-side
-        // apply with --force-conflicts makes re-applying them idempotent.
-        let out = cp.kubectl([
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=p4fleet-e2e",
-            "-n",
-            ns.name(),
-            "-f",
-            &file.to_string_lossy(),
-        ]);
-        if !out.status.success() {
-            failures.push(format!("{display}: apply failed: {}", output_text(&out)));
-            continue;
-        }
-        let raw = std::fs::read_to_string(file).expect("read sample");
-        for doc in serde_yaml::Deserializer::from_str(&raw) {
-            let doc: Value = match serde::Deserialize::deserialize(doc) {
-                Ok(Value::Null) => continue,
-                Ok(v) => v,
-                Err(e) => {
-                    failures.push(format!("{display}: not YAML: {e}"));
+    let dir = "config/samples";
+    check_each_file(
+        dir,
+        MIN_SAMPLES,
+        "samples",
+        |cp, ns, file, display, failures| {
+            // Cluster-scoped objects (Switch) keep their committed names; server-side
+            // apply with --force-conflicts makes re-applying them idempotent.
+            let out = cp.kubectl([
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--field-manager=p4fleet-e2e",
+                "-n",
+                ns,
+                "-f",
+                &file.to_string_lossy(),
+            ]);
+            if !out.status.success() {
+                failures.push(format!("{display}: apply failed: {}", output_text(&out)));
+                return;
+            }
+            let raw = std::fs::read_to_string(file).expect("read sample");
+            for doc in serde_yaml::Deserializer::from_str(&raw) {
+                let doc: Value = match serde::Deserialize::deserialize(doc) {
+                    Ok(Value::Null) => continue,
+                    Ok(v) => v,
+                    Err(e) => {
+                        failures.push(format!("{display}: not YAML: {e}"));
+                        continue;
+                    }
+                };
+                let api_version = doc["apiVersion"].as_str().unwrap_or_default();
+                let kind = doc["kind"].as_str().unwrap_or_default();
+                let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+                let resource = match api_version.split_once('/') {
+                    Some((group, _)) => format!("{}.{group}", kind.to_lowercase()),
+                    None => kind.to_lowercase(),
+                };
+                let out = cp.kubectl(["get", &resource, name, "-n", ns, "-o", "json"]);
+                if !out.status.success() {
+                    failures.push(format!(
+                        "{display}: get {resource}/{name}: {}",
+                        output_text(&out)
+                    ));
                     continue;
                 }
-            };
-            let api_version = doc["apiVersion"].as_str().unwrap_or_default();
-            let kind = doc["kind"].as_str().unwrap_or_default();
-            let name = doc["metadata"]["name"].as_str().unwrap_or_default();
-            let resource = match api_version.split_once('/') {
-                Some((group, _)) => format!("{}.{group}", kind.to_lowercase()),
-                None => kind.to_lowercase(),
-            };
-            let out = cp.kubectl(["get", &resource, name, "-n", ns.name(), "-o", "json"]);
-            if !out.status.success() {
-                failures.push(format!(
-                    "{display}: get {resource}/{name}: {}",
-                    output_text(&out)
-                ));
-                continue;
+                let got: Value = serde_json::from_slice(&out.stdout).expect("kubectl json");
+                if let Some(spec) = doc.get("spec")
+                    && let Some(m) = json_subset_mismatch(spec, &got["spec"], "spec")
+                {
+                    failures.push(format!("{display}: {kind}/{name}: {m}"));
+                }
             }
-            let got: Value = serde_json::from_slice(&out.stdout).expect("kubectl json");
-            if let Some(spec) = doc.get("spec")
-                && let Some(m) = json_subset_mismatch(spec, &got["spec"], "spec")
-            {
-                failures.push(format!("{display}: {kind}/{name}: {m}"));
-            }
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "sample failures:\n{}",
-        failures.join("\n\n")
-    );
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn invalid_objects_are_rejected_by_the_server() {
-    let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
-    let files = yaml_files_at_least("e2e/testdata/invalid", MIN_INVALID, "files");
-
-    let mut failures = Vec::new();
-    for file in &files {
-        let display = file.strip_prefix(repo_root()).unwrap_or(file).display();
-        let raw = std::fs::read_to_string(file).expect("read invalid file");
-        let Some(expect) = raw
-            .lines()
-            .next()
-            .and_then(|l| l.strip_prefix("# expect:"))
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-        else {
-            failures.push(format!(
-                "{display}: first line must be `# expect: <substring>`"
-            ));
-            continue;
-        };
-        let out = cp.kubectl([
-            "apply",
-            "--server-side",
-            "--field-manager=p4fleet-e2e",
-            "-n",
-            ns.name(),
-            "-f",
-            &file.to_string_lossy(),
-        ]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if out.status.success() {
-            failures.push(format!(
-                "{display}: accepted, expected rejection: {}",
-                output_text(&out)
-            ));
-        } else if !(stderr.contains("Error from server") || stderr.contains(" is invalid")) {
-            // kubectl prints API errors as "Error from server ..." or "The <Kind>
-            // \"x\" is invalid: ..."; anything else ("error: ...") is kubectl
-            // refusing it locally (parse error, unknown kind): not a schema test.
-            failures.push(format!(
-                "{display}: not rejected by the API server: {}",
-                output_text(&out)
-            ));
-        } else if !stderr.contains(expect) {
-            failures.push(format!(
-                "{display}: error lacks {expect:?}: {}",
-                output_text(&out)
-            ));
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "invalid-corpus failures:\n{}",
-        failures.join("\n\n")
-    );
+    let dir = "e2e/testdata/invalid";
+    check_each_file(
+        dir,
+        MIN_INVALID,
+        "files",
+        |cp, ns, file, display, failures| {
+            let raw = std::fs::read_to_string(file).expect("read invalid file");
+            let Some(expect) = raw
+                .lines()
+                .next()
+                .and_then(|l| l.strip_prefix("# expect:"))
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+            else {
+                failures.push(format!(
+                    "{display}: first line must be `# expect: <substring>`"
+                ));
+                return;
+            };
+            let out = cp.kubectl([
+                "apply",
+                "--server-side",
+                "--field-manager=p4fleet-e2e",
+                "-n",
+                ns,
+                "-f",
+                &file.to_string_lossy(),
+            ]);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if out.status.success() {
+                failures.push(format!(
+                    "{display}: accepted, expected rejection: {}",
+                    output_text(&out)
+                ));
+            } else if !(stderr.contains("Error from server") || stderr.contains(" is invalid")) {
+                // kubectl prints API errors as "Error from server ..." or "The <Kind>
+                // \"x\" is invalid: ..."; anything else ("error: ...") is kubectl
+                // refusing it locally (parse error, unknown kind): not a schema test.
+                failures.push(format!(
+                    "{display}: not rejected by the API server: {}",
+                    output_text(&out)
+                ));
+            } else if !stderr.contains(expect) {
+                failures.push(format!(
+                    "{display}: error lacks {expect:?}: {}",
+                    output_text(&out)
+                ));
+            }
+        },
+    )
+    .await;
 }
 
 /// The rollout of docs/rollouts.md's example passes the schema's CEL rules
@@ -256,8 +269,7 @@ async fn invalid_objects_are_rejected_by_the_server() {
 #[tokio::test]
 async fn a_canary_rollout_as_documented_is_accepted() {
     let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let ns = TestNamespace::new(&cp.client().await).await;
     let doc = std::fs::read_to_string(repo_root().join("docs/rollouts.md")).unwrap();
     let start = doc
         .find("```yaml\napiVersion: p4fleet.dev/v1alpha1\nkind: P4Program")

@@ -19,11 +19,9 @@ use p4fleet_crds::{
 use p4fleet_e2e::firewall::{self, Addrs, FirewallSet, Kind};
 use p4fleet_e2e::lie_watch::LieWatch;
 use p4fleet_e2e::processes::{Proc, build_binaries, device_entries, shared_operator};
-use p4fleet_e2e::{ControlPlane, TestNamespace, wait_for};
+use p4fleet_e2e::{ControlPlane, TestNamespace, status_until, switch_unreachable, wait_for};
 
 const ENTRIES: usize = 30_000;
-/// Longer than the test: nothing is repaired by a periodic pass.
-const PERIODS: &str = "3600";
 
 /// The emulator and operator binaries, built (debug) once per test binary.
 /// The emulator with devices 1 (Bmv2) and 11 (Tofino).
@@ -33,10 +31,7 @@ fn emulator(addrs: Option<Addrs>) -> (Proc, Addrs) {
 
 /// Program, Switch, VirtualSwitch and a 30,000-entry TableEntrySet.
 async fn setup(client: &Client, ns: &str, kind: Kind, addrs: Addrs, device: u64) -> String {
-    let set = FirewallSet {
-        entries: ENTRIES,
-        ownership: "Merge",
-    };
+    let set = FirewallSet::merge(ENTRIES);
     firewall::setup(client, ns, kind, addrs, device, set).await
 }
 
@@ -48,14 +43,10 @@ fn ready(st: &TableEntrySetStatus) -> bool {
     is_true(&st.conditions, "Ready") && st.applied == ENTRIES as u64
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_empty_device_is_refilled_at_once_bmv2() {
-    restarted_empty_device(Kind::Bmv2, 1).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_empty_device_is_refilled_at_once_tofino() {
-    restarted_empty_device(Kind::Tofino, 11).await;
+p4fleet_e2e::bmv2_and_tofino_tests! {
+    restarted_empty_device:
+        a_restarted_empty_device_is_refilled_at_once_bmv2 on 1,
+        a_restarted_empty_device_is_refilled_at_once_tofino on 11,
 }
 
 /// One emulator per test: killing it must not disturb the other test.
@@ -67,7 +58,7 @@ async fn restarted_empty_device(kind: Kind, device: u64) {
         &build_binaries(),
         &kubeconfig,
         "restart-operator",
-        &["--resync-seconds", PERIODS, "--drift-seconds", PERIODS],
+        &firewall::LONG_PERIODS,
     );
     let (emu, addrs) = emulator(None);
     let ns = TestNamespace::new(&client).await;
@@ -94,29 +85,19 @@ async fn restarted_empty_device(kind: Kind, device: u64) {
     // kill -9: no goodbye on any stream.
     drop(emu);
     let killed = Instant::now();
-    wait_for(
-        "Switch Reachable=False",
-        Duration::from_secs(30),
-        || async {
-            let s = switches.get(&sw).await.map_err(|e| e.to_string())?;
-            let c = s.status.unwrap_or_default().conditions;
-            let unreachable = find_condition(&c, "Reachable").is_some_and(|c| !c.is_true());
-            unreachable.then_some(()).ok_or(format!("{c:?}"))
-        },
-    )
-    .await;
+    switch_unreachable(&switches, &sw).await;
     let noticed = killed.elapsed();
     status_where("set not Ready", |st| !is_true(&st.conditions, "Ready")).await;
     watch.arm();
-    wait_for(
+    status_until(
+        &vss,
+        "fw",
         "VirtualSwitch not Ready",
         Duration::from_secs(30),
-        || async {
-            let v = vss.get("fw").await.map_err(|e| e.to_string())?;
-            let c = v.status.unwrap_or_default().conditions;
-            (!is_true(&c, "Ready"))
+        |st| {
+            (!is_true(&st.conditions, "Ready"))
                 .then_some(())
-                .ok_or(format!("{c:?}"))
+                .ok_or(format!("{:?}", st.conditions))
         },
     )
     .await;

@@ -11,31 +11,22 @@
 
 use p4fleet_e2e::set_status_within_90s as status_where;
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
+use p4fleet_e2e::device_read::{read_entities, try_read_entities};
 use p4fleet_e2e::processes::{Fleet, fleet};
-use p4fleet_e2e::{
-    ControlPlane, TestNamespace, create_json, merge_patch, program_on_bmv2, repo_root, wait_for,
-};
+use p4fleet_e2e::{ControlPlane, create_json, merge_patch, program_on_bmv2, repo_root, wait_for};
 use p4fleet_proto::p4info::{self, P4Info};
-use p4fleet_proto::p4runtime::{self as p4, entity::Entity, p4_runtime_client::P4RuntimeClient};
+use p4fleet_proto::p4runtime::{self as p4, entity::Entity};
 use serde_json::json;
 
 const DEVICE: u64 = 1;
 
 async fn env() -> (&'static ControlPlane, &'static Fleet) {
-    static ENV: OnceLock<Fleet> = OnceLock::new();
-    fleet(
-        &ENV,
-        &["--device-ids", "1"],
-        "direct-meters-operator",
-        &["--resync-seconds", "3"],
-    )
-    .await
+    fleet(&["--device-ids", "1"], "direct-meters-operator", 3).await
 }
 
 fn fabric_p4info() -> String {
@@ -58,36 +49,24 @@ type Config = (i64, i64, i64, i64);
 /// The table's direct meter configs on the device, by the entry's first
 /// match value (the srcAddr of the ACL's entries): None when unconfigured.
 async fn meters(emu: &Fleet, table: u32) -> Result<BTreeMap<Vec<u8>, Option<Config>>, String> {
-    let mut c = P4RuntimeClient::connect(format!("http://{}", emu.p4runtime))
-        .await
-        .map_err(|e| e.to_string())?;
-    let req = p4::ReadRequest {
-        device_id: DEVICE,
-        entities: vec![p4::Entity {
-            entity: Some(Entity::DirectMeterEntry(p4::DirectMeterEntry {
-                table_entry: Some(p4::TableEntry {
-                    table_id: table,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })),
-        }],
+    let filter = Entity::DirectMeterEntry(p4::DirectMeterEntry {
+        table_entry: Some(p4::TableEntry {
+            table_id: table,
+            ..Default::default()
+        }),
         ..Default::default()
-    };
-    let mut stream = c.read(req).await.map_err(|e| e.to_string())?.into_inner();
+    });
     let mut out = BTreeMap::new();
-    while let Some(r) = stream.message().await.map_err(|e| e.to_string())? {
-        for e in r.entities.into_iter().filter_map(|e| e.entity) {
-            if let Entity::DirectMeterEntry(d) = e {
-                let te = d.table_entry.unwrap_or_default();
-                let first = match te.r#match.first().and_then(|m| m.field_match_type.clone()) {
-                    Some(p4::field_match::FieldMatchType::Ternary(t)) => t.value,
-                    Some(p4::field_match::FieldMatchType::Exact(x)) => x.value,
-                    other => return Err(format!("unexpected match {other:?}")),
-                };
-                let config = d.config.map(|c| (c.cir, c.cburst, c.pir, c.pburst));
-                out.insert(first, config);
-            }
+    for e in try_read_entities(emu.p4runtime, DEVICE, filter).await? {
+        if let Entity::DirectMeterEntry(d) = e {
+            let te = d.table_entry.unwrap_or_default();
+            let first = match te.r#match.first().and_then(|m| m.field_match_type.clone()) {
+                Some(p4::field_match::FieldMatchType::Ternary(t)) => t.value,
+                Some(p4::field_match::FieldMatchType::Exact(x)) => x.value,
+                other => return Err(format!("unexpected match {other:?}")),
+            };
+            let config = d.config.map(|c| (c.cir, c.cburst, c.pir, c.pburst));
+            out.insert(first, config);
         }
     }
     Ok(out)
@@ -133,8 +112,7 @@ async fn entry_meters_are_written_read_back_changed_in_place_and_bad_ones_named(
     let (cp, emu) = env().await;
     let acl = table_id("MyIngress.acl");
     let l2 = table_id("MyIngress.l2_fwd");
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let v1 = "p4fleet.dev/v1alpha1";
     let p4info = fabric_p4info();
@@ -242,28 +220,15 @@ async fn entry_meters_are_written_read_back_changed_in_place_and_bad_ones_named(
     );
     // Only the valid entry reached the device; the table has no meters to
     // read, so the entry is checked through a table read.
-    let mut c = P4RuntimeClient::connect(format!("http://{}", emu.p4runtime))
-        .await
-        .unwrap();
-    let req = p4::ReadRequest {
-        device_id: DEVICE,
-        entities: vec![p4::Entity {
-            entity: Some(Entity::TableEntry(p4::TableEntry {
-                table_id: l2,
-                ..Default::default()
-            })),
-        }],
+    let filter = Entity::TableEntry(p4::TableEntry {
+        table_id: l2,
         ..Default::default()
-    };
-    let mut stream = c.read(req).await.unwrap().into_inner();
-    let mut l2_entries = 0;
-    while let Some(r) = stream.message().await.unwrap() {
-        l2_entries += r
-            .entities
-            .iter()
-            .filter(|e| matches!(&e.entity, Some(Entity::TableEntry(t)) if !t.is_default_action))
-            .count();
-    }
+    });
+    let l2_entries = read_entities(emu.p4runtime, DEVICE, filter)
+        .await
+        .into_iter()
+        .filter(|e| matches!(e, Entity::TableEntry(t) if !t.is_default_action))
+        .count();
     assert_eq!(l2_entries, 1);
     // The ACL set is untouched by the other set's errors.
     assert_eq!(meters(emu, acl).await.unwrap(), changed);

@@ -9,7 +9,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flate2::Compression;
@@ -20,20 +20,13 @@ use kube::{Client, ResourceExt};
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
 use p4fleet_e2e::processes::{Fleet, fleet};
 use p4fleet_e2e::{
-    Bmv2Slot, ControlPlane, TestNamespace, bmv2_virtual_switch, create_set, event_about,
-    firewall_lines, p4info_program, repo_root, wait_for,
+    Bmv2Slot, ControlPlane, bmv2_virtual_switch, create_set, event_about, firewall_lines,
+    p4info_program, repo_root, wait_for,
 };
 use serde_json::{Value, json};
 
 async fn env() -> (&'static ControlPlane, &'static Fleet) {
-    static ENV: OnceLock<Fleet> = OnceLock::new();
-    fleet(
-        &ENV,
-        &["--device-ids", "1,2,3,4"],
-        "operator-entry-sources",
-        &["--resync-seconds", "3"],
-    )
-    .await
+    fleet(&["--device-ids", "1,2,3,4"], "operator-entry-sources", 3).await
 }
 
 /// GET over HTTP/1.0 with a deadline: (status, body).
@@ -152,8 +145,7 @@ fn ready(st: &TableEntrySetStatus) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sources_by_list_selector_and_gzip_are_parsed_once_per_version() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     setup_target(&client, env, &ns, 1).await;
     put_config_map(
@@ -246,8 +238,7 @@ async fn sources_by_list_selector_and_gzip_are_parsed_once_per_version() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn livez_answers_while_a_large_source_parses_and_a_malformed_one_is_rejected() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     setup_target(&client, env, &ns, 2).await;
 
@@ -357,8 +348,7 @@ async fn livez_answers_while_a_large_source_parses_and_a_malformed_one_is_reject
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_with_names_too_long_for_the_recorder_get_events() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let _ = env;
     // 250 characters: labels of 62 joined by dots.

@@ -23,8 +23,8 @@ use p4fleet_client::{Device, Identity, Target};
 use p4fleet_crds::{P4Program, Switch, TableEntrySet, VirtualSwitch, find_condition};
 use p4fleet_e2e::device_read::tagged;
 use p4fleet_e2e::leaders::{LEASE, promise_lease, replica, wait_holder};
-use p4fleet_e2e::processes::{EmulatorProc, build_binaries, spawn_emulator};
-use p4fleet_e2e::{ControlPlane, TestNamespace, firewall_lines_with, repo_root, wait_for};
+use p4fleet_e2e::processes::{EmulatorProc, build_binaries, spawn_emulator, stats_get};
+use p4fleet_e2e::{ControlPlane, firewall_lines_with, repo_root, wait_for};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, format_entries};
 use p4fleet_model::sync::{self, Ownership};
 use p4fleet_proto::p4runtime as p4;
@@ -47,17 +47,7 @@ fn entries(schema: &TableSchema, n: usize) -> Vec<Entry> {
 
 /// The emulator's stats of `DEVICE` (HTTP side channel).
 fn stats(emu: &EmulatorProc) -> serde_json::Value {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(emu.stats).unwrap();
-    write!(
-        s,
-        "GET /stats/{DEVICE} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
-    serde_json::from_str(body).unwrap()
+    stats_get(emu.stats, &format!("/stats/{DEVICE}")).expect("the emulator's stats")
 }
 
 fn primary(emu: &EmulatorProc) -> Option<u128> {
@@ -76,8 +66,7 @@ where
 async fn a_frozen_leader_is_fenced_and_the_standby_finishes_the_sync() {
     let bin = build_binaries();
     let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     // Slow writes (0.3 ms per entry: ~9 s for 30,000) leave time to stop
     // the leader in the middle of the sync.

@@ -39,10 +39,18 @@ const ENTRIES: usize = 10_000;
 /// none of them in the first 10,000.
 const CHANGED_FROM: usize = 20_000;
 const CHANGED: usize = 8_000;
-const PERIODS: [&str; 4] = ["--resync-seconds", "3600", "--drift-seconds", "3600"];
+
+/// A client of the shared control plane, whose operator for these tests
+/// (periodic passes off) is started by the first caller.
+async fn client_of_shared_operator() -> Client {
+    let cp = ControlPlane::shared().await;
+    let log = "faults-operator";
+    shared_operator(&bin(), cp.kubeconfig_path(), log, &firewall::LONG_PERIODS);
+    cp.client().await
+}
 
 fn operator(kubeconfig: &Path, log: &str) -> Proc {
-    spawn_operator(&bin(), kubeconfig, log, &PERIODS)
+    spawn_operator(&bin(), kubeconfig, log, &firewall::LONG_PERIODS)
 }
 
 /// One Switch of `kind` (device `device` of the emulator at `addrs`) in a
@@ -58,10 +66,7 @@ struct Rig {
 impl Rig {
     async fn new(client: &Client, kind: Kind, device: u64, addrs: Addrs) -> Rig {
         let ns = TestNamespace::new(client).await;
-        let set = FirewallSet {
-            entries: ENTRIES,
-            ownership: "Merge",
-        };
+        let set = FirewallSet::merge(ENTRIES);
         firewall::setup(client, ns.name(), kind, addrs, device, set).await;
         let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns.name());
         firewall::ready_with(&sets, ENTRIES).await;
@@ -94,6 +99,29 @@ impl Rig {
     }
 
     /// Changes the set's entries to `firewall_lines(start, n)`.
+    /// Harms the ownership record (`harm`) until the harm still stands
+    /// (`stands`) half a second later, 5 tries, since the running operator
+    /// may undo it at once (else panics with `undone`); then, while it
+    /// stands, desires entries 5,000..5,000 + `n`.
+    async fn desire_while_harmed(
+        &self,
+        client: &Client,
+        n: usize,
+        undone: &str,
+        harm: impl AsyncFn(),
+        stands: impl AsyncFn() -> bool,
+    ) {
+        for _ in 0..5 {
+            harm().await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if stands().await {
+                self.desire(client, 5_000, n).await;
+                return;
+            }
+        }
+        panic!("{undone}");
+    }
+
     async fn desire(&self, client: &Client, start: usize, n: usize) {
         let patch = json!({"data": {"entries": firewall_lines(start, n)}});
         Api::<ConfigMap>::namespaced(client.clone(), self.ns.name())
@@ -113,13 +141,7 @@ impl Rig {
     async fn assert_exact(&self, start: usize, n: usize, what: &str) {
         let on_device = self.other.keys().await;
         let expected = firewall::keys_of_lines(start, n);
-        let (stale, lost) = firewall::stale_and_lost(&on_device, &expected);
-        eprintln!(
-            "{what} {:?}: {} entries on the device, {stale} stale, {lost} lost",
-            self.kind,
-            on_device.len()
-        );
-        assert_eq!((stale, lost), (0, 0), "{what} {:?}: not exact", self.kind);
+        firewall::assert_exact(&on_device, &expected, &format!("{what} {:?}", self.kind));
     }
 }
 
@@ -189,9 +211,7 @@ async fn device_fault(
     what: &str,
     faults: &[&str],
 ) -> Vec<(serde_json::Value, std::collections::BTreeSet<String>)> {
-    let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    shared_operator(&bin(), cp.kubeconfig_path(), "faults-operator", &PERIODS);
+    let client = client_of_shared_operator().await;
     let run = |kind: Kind, device: u64| {
         let client = client.clone();
         async move {
@@ -420,9 +440,7 @@ async fn record_condition(sets: &Api<TableEntrySet>, reason: &str) -> String {
 /// cannot prove it wrote), a deleted one is rewritten from memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_or_deleted_ownership_record_is_reported_and_never_widens_deletes() {
-    let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    shared_operator(&bin(), cp.kubeconfig_path(), "faults-operator", &PERIODS);
+    let client = client_of_shared_operator().await;
     let (_emu, addrs) = firewall::emulator(&bin(), "11", None);
     let rig = Rig::new(&client, Kind::Tofino, 11, addrs).await;
     let foreign = firewall::foreign_entry();
@@ -438,9 +456,7 @@ async fn a_damaged_or_deleted_ownership_record_is_reported_and_never_widens_dele
     let assert_device = |expected: std::collections::HashSet<_>, what: &'static str| {
         let other = &rig.other;
         async move {
-            let on_device = other.keys().await;
-            let (stale, lost) = firewall::stale_and_lost(&on_device, &expected);
-            assert_eq!((stale, lost), (0, 0), "{what}");
+            firewall::assert_exact(&other.keys().await, &expected, what);
         }
     };
 
@@ -458,18 +474,15 @@ async fn a_damaged_or_deleted_ownership_record_is_reported_and_never_widens_dele
         cm.and_then(|c| c.metadata.annotations)
             .and_then(|a| a.get("p4fleet.dev/record-digest").cloned())
     };
-    let mut tries = 0;
-    loop {
-        merge_patch(&cms, RECORD, patch.clone()).await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        if digest_of(cms.get_opt(RECORD).await.unwrap()).as_ref() == Some(&zeros) {
-            // Desired: entries 5,000..14,000 instead of 0..10,000.
-            rig.desire(&client, 5_000, 9_000).await;
-            break;
-        }
-        tries += 1;
-        assert!(tries < 5, "the damaged record was always repaired at once");
-    }
+    // Desired: entries 5,000..14,000 instead of 0..10,000.
+    rig.desire_while_harmed(
+        &client,
+        9_000,
+        "the damaged record was always repaired at once",
+        async || merge_patch(&cms, RECORD, patch.clone()).await,
+        async || digest_of(cms.get_opt(RECORD).await.unwrap()).as_ref() == Some(&zeros),
+    )
+    .await;
     firewall::ready_with(&sets, 9_000).await;
     let message = record_condition(&sets, "RecordDamaged").await;
     assert!(message.contains(RECORD), "{message}");
@@ -497,17 +510,16 @@ async fn a_damaged_or_deleted_ownership_record_is_reported_and_never_widens_dele
 
     // Deleted behind the operator's back: rewritten from memory, so the
     // next change still deletes what the set wrote.
-    let mut tries = 0;
-    loop {
-        cms.delete(RECORD, &Default::default()).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        if cms.get_opt(RECORD).await.unwrap().is_none() {
-            rig.desire(&client, 5_000, 8_000).await;
-            break;
-        }
-        tries += 1;
-        assert!(tries < 5, "the deleted record was always rewritten at once");
-    }
+    rig.desire_while_harmed(
+        &client,
+        8_000,
+        "the deleted record was always rewritten at once",
+        async || {
+            cms.delete(RECORD, &Default::default()).await.unwrap();
+        },
+        async || cms.get_opt(RECORD).await.unwrap().is_none(),
+    )
+    .await;
     firewall::ready_with(&sets, 8_000).await;
     let message = record_condition(&sets, "RecordDeleted").await;
     assert!(message.contains("was deleted"), "{message}");
@@ -519,14 +531,7 @@ async fn a_damaged_or_deleted_ownership_record_is_reported_and_never_widens_dele
     wait_for_record(&cms).await;
 
     // Deleting the set removes what the record knows, nothing else.
-    sets.delete("fw", &Default::default()).await.unwrap();
-    p4fleet_e2e::wait_for("set deleted", Duration::from_secs(60), || async {
-        match sets.get_opt("fw").await {
-            Ok(None) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    p4fleet_e2e::delete_and_wait_gone(&sets, "fw").await;
     let gone = firewall::keys_of_lines(5_000, 8_000);
     let expected = expected.difference(&gone).cloned().collect();
     assert_device(expected, "after the set's deletion").await;

@@ -12,7 +12,6 @@
 //! naming the field, and an Event.
 
 use p4fleet_e2e::set_status_within_90s as status_where;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -20,7 +19,9 @@ use kube::{Api, ResourceExt};
 use p4fleet_crds::{TableEntrySet, TableEntrySetStatus, find_condition};
 use p4fleet_e2e::device_read::read_entities;
 use p4fleet_e2e::processes::{Fleet, fleet};
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, repo_root, wait_for};
+use p4fleet_e2e::{
+    ControlPlane, create_json, delete_and_wait_gone, repo_root, wait_for, wait_gone,
+};
 use p4fleet_model::sync;
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity};
 use serde_json::json;
@@ -37,14 +38,7 @@ const SMAC: u32 = 41683160;
 const DIGEST: u32 = 402184575;
 
 async fn env() -> (&'static ControlPlane, &'static Fleet) {
-    static ENV: OnceLock<Fleet> = OnceLock::new();
-    fleet(
-        &ENV,
-        &["--device-ids", "51,52,53,54,55"],
-        "operator-learning",
-        &["--resync-seconds", "30"],
-    )
-    .await
+    fleet(&["--device-ids", "51,52,53,54,55"], "operator-learning", 30).await
 }
 
 /// examples/l2switch's P4Info with `smac` compiled for idle timeouts
@@ -122,8 +116,7 @@ async fn setup(client: &kube::Client, env: &Fleet, ns: &str, switches: &[(&str, 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_digest_teaches_an_entry_and_its_idle_timeout_removes_it() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     setup(&client, env, &ns, &[("l2", DEV)]).await;
     let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
@@ -221,8 +214,7 @@ async fn a_digest_teaches_an_entry_and_its_idle_timeout_removes_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_digests_and_idle_timeouts_are_conditions_and_events() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     setup(&client, env, &ns, &[("spare", BAD_DEV)]).await;
     let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
@@ -294,8 +286,7 @@ async fn bad_digests_and_idle_timeouts_are_conditions_and_events() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_idle_timeouts_are_written_and_reported_not_removed() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     setup(&client, env, &ns, &[("idle", IDLE_DEV)]).await;
     let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
@@ -372,8 +363,7 @@ async fn static_idle_timeouts_are_written_and_reported_not_removed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn digest_sinks_log_each_list_and_keep_the_last_messages_in_a_config_map() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     setup(&client, env, &ns, &[("sinkvs", SINK_DEV)]).await;
     let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
@@ -477,24 +467,13 @@ async fn digest_sinks_log_each_list_and_keep_the_last_messages_in_a_config_map()
     // Deleting the set deletes its ConfigMap (a bare kube-apiserver runs
     // no garbage collector: the finalizer does it).
     sets.delete("sink", &Default::default()).await.unwrap();
-    wait_for(
-        "the sink ConfigMap deleted",
-        Duration::from_secs(60),
-        || async {
-            match cms.get_opt(cm_name).await.map_err(|e| e.to_string())? {
-                None => Ok(()),
-                Some(cm) => Err(format!("{:?}", cm.data)),
-            }
-        },
-    )
-    .await;
+    wait_gone(&cms, cm_name, Duration::from_secs(60)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sink_never_writes_over_someone_elses_config_map() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     setup(&client, env, &ns, &[("taken", TAKEN_DEV)]).await;
     let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), &ns);
@@ -534,14 +513,7 @@ async fn a_sink_never_writes_over_someone_elses_config_map() {
     assert!(st.digests.unwrap().sink_config_maps.is_empty());
     p4fleet_e2e::wait_event(&client, &ns, Some("DigestSinkTaken"), cm_name).await;
     // Deleting the set leaves the other ConfigMap alone.
-    sets.delete("taken", &Default::default()).await.unwrap();
-    wait_for("the set gone", Duration::from_secs(60), || async {
-        match sets.get_opt("taken").await.map_err(|e| e.to_string())? {
-            None => Ok(()),
-            Some(_) => Err("still there".to_string()),
-        }
-    })
-    .await;
+    delete_and_wait_gone(&sets, "taken").await;
     let cm = cms.get(cm_name).await.unwrap();
     assert_eq!(cm.data.unwrap()["mine"], "yes");
     assert!(cm.metadata.owner_references.is_none());

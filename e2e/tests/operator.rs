@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use p4fleet_crds::{P4Program, find_condition};
-use p4fleet_e2e::{ControlPlane, TestNamespace, merge_patch, repo_root, wait_for};
+use p4fleet_e2e::{ControlPlane, merge_patch, repo_root, wait_for};
 
 /// The operator binary, built with the workspace (a no-op when up to date).
 fn operator_binary() -> PathBuf {
@@ -66,8 +66,7 @@ async fn ready_program(api: &Api<P4Program>, name: &str) -> Result<P4Program, St
 async fn operator_reconciles_programs_and_serves_probes() {
     let bin = operator_binary();
     let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let port = free_port();
 
     let child = Command::new(&bin)
@@ -231,8 +230,7 @@ async fn a_finalizer_patch_that_lost_a_race_is_a_conflict_not_a_failure() {
     use p4fleet_crds::TableEntrySet;
 
     let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns.name());
     let set: TableEntrySet = serde_json::from_value(serde_json::json!({
         "apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",

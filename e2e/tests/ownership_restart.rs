@@ -33,7 +33,7 @@ fn operator(kubeconfig: &std::path::Path) -> Proc {
         &bin(),
         kubeconfig,
         "ownership-operator",
-        &["--resync-seconds", "3600", "--drift-seconds", "3600"],
+        &firewall::LONG_PERIODS,
     )
 }
 
@@ -65,10 +65,7 @@ async fn a_restarted_operator_deletes_exactly_what_its_sets_wrote() {
     let kubeconfig = cp.kubeconfig_path().to_path_buf();
     let (_emu, addrs) = firewall::emulator(&bin(), "1,11", None);
     let op = operator(&kubeconfig);
-    let set = FirewallSet {
-        entries: ENTRIES,
-        ownership: "Merge",
-    };
+    let set = FirewallSet::merge(ENTRIES);
     let mut cases: Vec<Case> = firewall::setup_per_kind(&client, addrs, set)
         .await
         .into_iter()
@@ -105,13 +102,8 @@ async fn a_restarted_operator_deletes_exactly_what_its_sets_wrote() {
         firewall::ready_with(&c.sets(&client), kept).await;
         let took = restarted.elapsed();
         let on_device = c.other.as_ref().unwrap().keys().await;
-        let (stale, lost) = firewall::stale_and_lost(&on_device, &expected);
-        eprintln!(
-            "{:?}: Ready with {kept} {took:?} after the restart; {} on the device, {stale} stale, {lost} lost",
-            c.kind,
-            on_device.len()
-        );
-        assert_eq!((stale, lost), (0, 0), "{:?}: device not exact", c.kind);
+        let what = format!("{:?}, Ready with {kept} {took:?} after the restart", c.kind);
+        firewall::assert_exact(&on_device, &expected, &what);
     }
 
     // kill -9 in the middle of a sync that replaces every entry (deletes,
@@ -164,12 +156,8 @@ async fn a_restarted_operator_deletes_exactly_what_its_sets_wrote() {
     for c in &cases {
         firewall::ready_with(&c.sets(&client), small).await;
         let on_device = c.other.as_ref().unwrap().keys().await;
-        let (stale, lost) = firewall::stale_and_lost(&on_device, &expected);
-        eprintln!(
-            "{:?}: after the kill mid-sync: {stale} stale, {lost} lost",
-            c.kind
-        );
-        assert_eq!((stale, lost), (0, 0), "{:?}: device not exact", c.kind);
+        let what = format!("{:?} after the kill mid-sync", c.kind);
+        firewall::assert_exact(&on_device, &expected, &what);
     }
 
     // Deleting the sets removes their entries, not the foreign one.

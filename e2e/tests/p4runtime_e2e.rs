@@ -18,10 +18,9 @@
 //! where the real pipeline differs (a full context pool parks packets
 //! instead of dropping them) the step says so (docs/dpdk.md).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
@@ -31,46 +30,29 @@ use p4fleet_crds::{
     P4Program, Switch, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
 use p4fleet_e2e::dpdk::{TRAFFIC, l2crypt};
-use p4fleet_e2e::processes::{Fleet, build_binaries, fleet, metric_sample, metrics_text};
-use p4fleet_e2e::{ControlPlane, TestNamespace, firewall_lines_with, repo_root, wait_for};
+use p4fleet_e2e::firewall::Kind;
+use p4fleet_e2e::processes::{
+    Fleet, build_binaries, fleet, metric_sample, metrics_text, side_channel,
+};
+use p4fleet_e2e::{
+    ControlPlane, TestNamespace, create_json, delete_and_wait_gone, firewall_lines_with, repo_root,
+    switch_unreachable, wait_for,
+};
 use p4fleet_model::entries::{Entry, LineParser, Style, TableSchema, WriteOp, format_entries};
 use serde_json::{Value, json};
-
-/// The kind of Switch a scenario runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// Bmv2 target over P4Runtime.
-    Bmv2,
-    /// Tofino target over BFRT.
-    Tofino,
-}
 
 /// The shared emulator and operator. Devices 21 and 22 are Dpdk targets
 /// (this file's Dpdk scenarios): a bounded traffic rate and one extern core.
 async fn env() -> (&'static ControlPlane, &'static Fleet) {
-    static ENV: OnceLock<Fleet> = OnceLock::new();
-    // `fleet` keeps its arguments for the binary's life: a literal list
-    // (dpdk::TRAFFIC's flags spelled out).
-    fleet(
-        &ENV,
-        &[
-            "--device-ids",
-            "1,2,3,4,5,11,12,13,14,21,22",
-            "--bfrt-addr",
-            "127.0.0.1:0",
-            "--dpdk-device-ids",
-            "21,22",
-            "--dpdk-extern-cores",
-            "1",
-            "--dpdk-rate-pps",
-            "20000",
-            "--dpdk-flows",
-            "4",
-        ],
-        "operator",
-        &["--resync-seconds", "30"],
-    )
-    .await
+    let devices = [
+        "--device-ids",
+        "1,2,3,4,5,11,12,13,14,21,22",
+        "--bfrt-addr",
+        "127.0.0.1:0",
+        "--dpdk-device-ids",
+        "21,22",
+    ];
+    fleet(&[&devices[..], &TRAFFIC].concat(), "operator", 30).await
 }
 
 /// Resyncs answered by the read-back alone, by outcome.
@@ -79,17 +61,8 @@ const RECHECKS: &str = "p4fleet_entry_set_rechecks_total";
 // --- the emulator's HTTP side channel --------------------------------------
 
 fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> Value {
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("{method} {path}: {e}: {resp}"))
+    let answer = side_channel(addr, method, path, body);
+    serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{method} {path}: {e}: {answer}"))
 }
 
 fn stats(env: &Fleet, device: u64) -> Value {
@@ -274,42 +247,57 @@ fn is(st: &TableEntrySetStatus, t: &str, ok: bool) -> bool {
         .is_some_and(|c| c.is_true() == ok && c.status != p4fleet_crds::ConditionStatus::Unknown)
 }
 
+/// Waits (60 s) until set `name` is Ready; returns its status.
+async fn ready_within_60s(api: &Api<TableEntrySet>, name: &str) -> TableEntrySetStatus {
+    let what = format!("{name} Ready");
+    p4fleet_e2e::set_status_where(api, name, &what, Duration::from_secs(60), |s| {
+        is(s, "Ready", true)
+    })
+    .await
+}
+
+/// Waits (60 s) until set `name`'s condition `type_` is False and `also`
+/// holds of its status; asserts the condition's reason is `reason` and
+/// returns the status and a copy of the condition.
+async fn refused(
+    api: &Api<TableEntrySet>,
+    name: &str,
+    type_: &str,
+    reason: &str,
+    also: impl Fn(&TableEntrySetStatus) -> bool,
+) -> (TableEntrySetStatus, p4fleet_crds::Condition) {
+    let st = p4fleet_e2e::set_status_where(api, name, reason, Duration::from_secs(60), |s| {
+        is(s, type_, false) && also(s)
+    })
+    .await;
+    let c = cond(&st, type_).unwrap().clone();
+    assert_eq!(c.reason, reason);
+    (st, c)
+}
+
 // --- tests ------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thirty_thousand_entries_sync_change_repair_and_delete_bmv2() {
-    thirty_thousand_entries_sync_change_repair_and_delete(Kind::Bmv2, 1).await;
+p4fleet_e2e::bmv2_and_tofino_tests! {
+    thirty_thousand_entries_sync_change_repair_and_delete:
+        thirty_thousand_entries_sync_change_repair_and_delete_bmv2 on 1,
+        thirty_thousand_entries_sync_change_repair_and_delete_tofino on 11,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thirty_thousand_entries_sync_change_repair_and_delete_tofino() {
-    thirty_thousand_entries_sync_change_repair_and_delete(Kind::Tofino, 11).await;
+p4fleet_e2e::bmv2_and_tofino_tests! {
+    exclusive_set_removes_a_foreign_entry:
+        exclusive_set_removes_a_foreign_entry_bmv2 on 2,
+        exclusive_set_removes_a_foreign_entry_tofino on 12,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exclusive_set_removes_a_foreign_entry_bmv2() {
-    exclusive_set_removes_a_foreign_entry(Kind::Bmv2, 2).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exclusive_set_removes_a_foreign_entry_tofino() {
-    exclusive_set_removes_a_foreign_entry(Kind::Tofino, 12).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_input_gives_conditions_and_valid_entries_still_apply_bmv2() {
-    bad_input_gives_conditions_and_valid_entries_still_apply(Kind::Bmv2, 3).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_input_gives_conditions_and_valid_entries_still_apply_tofino() {
-    bad_input_gives_conditions_and_valid_entries_still_apply(Kind::Tofino, 13).await;
+p4fleet_e2e::bmv2_and_tofino_tests! {
+    bad_input_gives_conditions_and_valid_entries_still_apply:
+        bad_input_gives_conditions_and_valid_entries_still_apply_bmv2 on 3,
+        bad_input_gives_conditions_and_valid_entries_still_apply_tofino on 13,
 }
 
 async fn thirty_thousand_entries_sync_change_repair_and_delete(kind: Kind, dev: u64) {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let vs = setup_target(&client, env, &ns, kind, dev).await;
     let schema = firewall_schema();
@@ -423,14 +411,7 @@ async fn thirty_thousand_entries_sync_change_repair_and_delete(kind: Kind, dev: 
     assert_eq!(stat(env, dev, "entries"), 30_000);
 
     // Deleting the set removes its entries.
-    api.delete("fw30k", &DeleteParams::default()).await.unwrap();
-    wait_for("set gone", Duration::from_secs(60), || async {
-        match api.get_opt("fw30k").await.map_err(|e| e.to_string())? {
-            None => Ok(()),
-            Some(_) => Err("still there".into()),
-        }
-    })
-    .await;
+    delete_and_wait_gone(&api, "fw30k").await;
     assert_eq!(stat(env, dev, "entries"), 0);
     // The cleanup's deletes were counted too, and the set's series are gone.
     write_requests_match_the_device(env, &ns, dev);
@@ -449,8 +430,7 @@ async fn thirty_thousand_entries_sync_change_repair_and_delete(kind: Kind, dev: 
 
 async fn exclusive_set_removes_a_foreign_entry(kind: Kind, dev: u64) {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let vs = setup_target(&client, env, &ns, kind, dev).await;
     // Wait for the pipeline, then plant a foreign entry behind the operator.
@@ -484,14 +464,7 @@ async fn exclusive_set_removes_a_foreign_entry(kind: Kind, dev: u64) {
         }),
     )
     .await;
-    let st = p4fleet_e2e::set_status_where(
-        &api,
-        "owner",
-        "Exclusive Ready",
-        Duration::from_secs(60),
-        |s| is(s, "Ready", true),
-    )
-    .await;
+    let st = ready_within_60s(&api, "owner").await;
     assert_eq!((st.applied, st.last_sync_updates), (2, Some(3)));
     assert_eq!(stat(env, dev, "entries"), 2);
     assert_eq!(stat(env, dev, "deletes"), 1);
@@ -499,8 +472,7 @@ async fn exclusive_set_removes_a_foreign_entry(kind: Kind, dev: u64) {
 
 async fn bad_input_gives_conditions_and_valid_entries_still_apply(kind: Kind, dev: u64) {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let vs = setup_target(&client, env, &ns, kind, dev).await;
     let e = |src: &str, action: &str, params: Value| json!({"match": {"hdr.ipv4.srcAddr": src, "hdr.ipv4.dstAddr": "10.9.9.9"}, "action": action, "params": params});
@@ -521,16 +493,7 @@ async fn bad_input_gives_conditions_and_valid_entries_still_apply(kind: Kind, de
         }),
     )
     .await;
-    let st = p4fleet_e2e::set_status_where(
-        &api,
-        "bad",
-        "InvalidEntries",
-        Duration::from_secs(60),
-        |s| is(s, "Valid", false) && s.applied == 2,
-    )
-    .await;
-    let valid = cond(&st, "Valid").unwrap();
-    assert_eq!(valid.reason, "InvalidEntries");
+    let (st, valid) = refused(&api, "bad", "Valid", "InvalidEntries", |s| s.applied == 2).await;
     assert!(
         valid.message.contains(&format!("{ns}/bad")),
         "{}",
@@ -576,16 +539,15 @@ async fn bad_input_gives_conditions_and_valid_entries_still_apply(kind: Kind, de
         }),
     )
     .await;
-    let st = p4fleet_e2e::set_status_where(
+    let also = |s: &TableEntrySetStatus| s.applied == 1;
+    let (_, c) = refused(
         &api,
         "missing-cm",
+        "ResolvedRefs",
         "ConfigMapNotFound",
-        Duration::from_secs(60),
-        |s| is(s, "ResolvedRefs", false) && s.applied == 1,
+        also,
     )
     .await;
-    let c = cond(&st, "ResolvedRefs").unwrap();
-    assert_eq!(c.reason, "ConfigMapNotFound");
     assert!(
         c.message.contains("ConfigMap nope not found"),
         "{}",
@@ -603,16 +565,7 @@ async fn bad_input_gives_conditions_and_valid_entries_still_apply(kind: Kind, de
         }),
     )
     .await;
-    let st = p4fleet_e2e::set_status_where(
-        &api,
-        "no-table",
-        "UnknownTable",
-        Duration::from_secs(60),
-        |s| is(s, "Valid", false),
-    )
-    .await;
-    let c = cond(&st, "Valid").unwrap();
-    assert_eq!(c.reason, "UnknownTable");
+    let (_, c) = refused(&api, "no-table", "Valid", "UnknownTable", |_| true).await;
     assert!(c.message.contains("MyIngress.dmac"), "{}", c.message);
 
     // Events name the resource and entries.
@@ -736,6 +689,25 @@ async fn plant_foreign_entry(env: &Fleet, kind: Kind, dev: u64) {
 
 // --- a Dpdk Switch: the packed pipeline, its data plane, extern policies ----
 
+/// The two tests of a Dpdk scenario `scenario(target)`: `$emulator` on the
+/// shared emulator's device, `$agent` on a p4fleet-dpdk-agent, each with
+/// its attributes (docs).
+macro_rules! emulator_and_agent_tests {
+    ($scenario:ident: $(#[$e:meta])* $emulator:ident, $(#[$a:meta])* $agent:ident $(,)?) => {
+        $(#[$e])*
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $emulator() {
+            $scenario(DpdkTarget::Emulator).await;
+        }
+
+        $(#[$a])*
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $agent() {
+            $scenario(DpdkTarget::Agent).await;
+        }
+    };
+}
+
 /// Where a Dpdk scenario's device runs: one of the emulator's devices, or
 /// a p4fleet-dpdk-agent process of its own (a real DPDK 22.11 SWX
 /// pipeline, docs/dpdk.md "The DPDK host agent"). The scenario's body is
@@ -852,7 +824,8 @@ fn flows_pcap(path: &std::path::Path, flows: u32) {
 impl DpdkDevice {
     /// The shared emulator's Dpdk device `device`, or a new agent serving
     /// it ([`spawn_agent`]).
-    fn new(env: &Fleet, target: DpdkTarget, device: u64) -> DpdkDevice {
+    async fn new(target: DpdkTarget, device: u64) -> DpdkDevice {
+        let (_, env) = env().await;
         if target == DpdkTarget::Emulator {
             return DpdkDevice {
                 endpoint: env.p4runtime,
@@ -967,44 +940,48 @@ impl DpdkDevice {
     }
 }
 
-/// The l2crypt program with its DPDK artifacts in `ns`, Switch `sw_name`
-/// for Dpdk device `dev` at `endpoint`, and VirtualSwitch `l2` on it.
-async fn l2crypt_on_dpdk(client: &Client, endpoint: SocketAddr, ns: &str, sw_name: &str, dev: u64) {
-    let p: P4Program = serde_json::from_value(json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
-        "metadata": {"name": "l2crypt"},
-        "spec": {"p4info": {"inline": l2crypt("p4info.txt")}, "artifacts": {"dpdk": {
-            "spec": {"inline": l2crypt("l2crypt.spec")},
-            "context": {"inline": l2crypt("context.json")},
-            "bfrtJson": {"inline": l2crypt("bfrt.json")}
-        }}}
-    }))
-    .unwrap();
-    Api::<P4Program>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &p)
-        .await
-        .unwrap();
-    let sw: Switch = serde_json::from_value(json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
-        "metadata": {"name": sw_name},
-        "spec": {"target": "Dpdk", "endpoint": endpoint.to_string(), "deviceId": dev, "slots": 1,
-                 "capacity": {"cores": 2}}
-    }))
-    .unwrap();
-    Api::<Switch>::all(client.clone())
-        .create(&PostParams::default(), &sw)
-        .await
-        .unwrap();
-    let vs: VirtualSwitch = serde_json::from_value(json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
-        "metadata": {"name": "l2"},
-        "spec": {"programRef": "l2crypt", "switchRef": sw_name, "slot": 0}
-    }))
-    .unwrap();
-    Api::<VirtualSwitch>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &vs)
-        .await
-        .unwrap();
+/// A new namespace with the l2crypt program and its DPDK artifacts,
+/// Switch `<ns>-dpdk` for `dp`'s device, and VirtualSwitch `l2` on it, for
+/// the shared operator: a client, the namespace and the Switch's name.
+async fn l2crypt_on_dpdk(dp: &DpdkDevice) -> (Client, TestNamespace, String) {
+    let (cp, _) = env().await;
+    let (client, test_ns) = cp.client_and_namespace().await;
+    let ns = test_ns.name();
+    let sw_name = format!("{ns}-dpdk");
+    let (endpoint, dev) = (dp.endpoint, dp.device);
+    create_json(
+        &Api::<P4Program>::namespaced(client.clone(), ns),
+        json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "P4Program",
+            "metadata": {"name": "l2crypt"},
+            "spec": {"p4info": {"inline": l2crypt("p4info.txt")}, "artifacts": {"dpdk": {
+                "spec": {"inline": l2crypt("l2crypt.spec")},
+                "context": {"inline": l2crypt("context.json")},
+                "bfrtJson": {"inline": l2crypt("bfrt.json")}
+            }}}
+        }),
+    )
+    .await;
+    create_json(
+        &Api::<Switch>::all(client.clone()),
+        json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "Switch",
+            "metadata": {"name": sw_name},
+            "spec": {"target": "Dpdk", "endpoint": endpoint.to_string(), "deviceId": dev, "slots": 1,
+                     "capacity": {"cores": 2}}
+        }),
+    )
+    .await;
+    create_json(
+        &Api::<VirtualSwitch>::namespaced(client.clone(), ns),
+        json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "VirtualSwitch",
+            "metadata": {"name": "l2"},
+            "spec": {"programRef": "l2crypt", "switchRef": sw_name, "slot": 0}
+        }),
+    )
+    .await;
+    (client, test_ns, sw_name)
 }
 
 fn tx_port(stats: &Value, port: u64) -> u64 {
@@ -1077,31 +1054,21 @@ fn ready_reason(st: &p4fleet_crds::AsyncExternPolicyStatus) -> (bool, String) {
         .unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dpdk_switch_entries_steer_the_data_plane_and_policies_change_what_runs() {
-    dpdk_switch_scenario(DpdkTarget::Emulator).await;
-}
-
-/// The same scenario on p4fleet-dpdk-agent: the operator, unchanged,
-/// against a real DPDK SWX pipeline.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dpdk_switch_entries_steer_the_data_plane_and_policies_change_what_runs_on_the_dpdk_agent()
-{
-    dpdk_switch_scenario(DpdkTarget::Agent).await;
+emulator_and_agent_tests! {
+    dpdk_switch_scenario:
+        dpdk_switch_entries_steer_the_data_plane_and_policies_change_what_runs,
+        /// The same scenario on p4fleet-dpdk-agent: the operator, unchanged,
+        /// against a real DPDK SWX pipeline.
+        dpdk_switch_entries_steer_the_data_plane_and_policies_change_what_runs_on_the_dpdk_agent,
 }
 
 async fn dpdk_switch_scenario(target: DpdkTarget) {
     const DEV: u64 = 21;
-    let (cp, env) = env().await;
-    let dp = DpdkDevice::new(env, target, DEV);
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
-    let ns = ns.name().to_string();
-    let sw_name = format!("{ns}-dpdk");
-
+    let dp = DpdkDevice::new(target, DEV).await;
     // The l2crypt program with its DPDK artifacts, a Dpdk Switch, a
     // VirtualSwitch on it.
-    l2crypt_on_dpdk(&client, dp.endpoint, &ns, &sw_name, DEV).await;
+    let (client, ns, sw_name) = l2crypt_on_dpdk(&dp).await;
+    let ns = ns.name().to_string();
 
     // The packed config was accepted: the data plane runs and, without
     // entries, floods.
@@ -1138,14 +1105,7 @@ async fn dpdk_switch_scenario(target: DpdkTarget) {
         }),
     )
     .await;
-    p4fleet_e2e::set_status_where(
-        &sets,
-        "dmac",
-        "dmac entry Ready",
-        Duration::from_secs(60),
-        |s| is(s, "Ready", true),
-    )
-    .await;
+    ready_within_60s(&sets, "dmac").await;
     let s = wait_for(
         "flow 0 forwarded to port 1",
         Duration::from_secs(30),
@@ -1389,18 +1349,14 @@ async fn policy_condition(
     .await
 }
 
-/// A Dpdk device that restarts empty (its process killed and started
-/// again on the same address) gets its pipeline, its entries and its
-/// extern policy back from the operator, without anyone touching the
-/// objects: on the emulator and on p4fleet-dpdk-agent.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_dpdk_device_gets_pipeline_entries_and_policy_back() {
-    dpdk_restart_scenario(DpdkTarget::Emulator).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_dpdk_agent_gets_pipeline_entries_and_policy_back() {
-    dpdk_restart_scenario(DpdkTarget::Agent).await;
+emulator_and_agent_tests! {
+    dpdk_restart_scenario:
+        /// A Dpdk device that restarts empty (its process killed and started
+        /// again on the same address) gets its pipeline, its entries and its
+        /// extern policy back from the operator, without anyone touching the
+        /// objects: on the emulator and on p4fleet-dpdk-agent.
+        a_restarted_dpdk_device_gets_pipeline_entries_and_policy_back,
+        a_restarted_dpdk_agent_gets_pipeline_entries_and_policy_back,
 }
 
 /// Entries of `MyIngress.dmac` in the data plane, and the mode it runs
@@ -1434,13 +1390,9 @@ async fn in_force(dp: &DpdkDevice, what: &str) {
 async fn dpdk_restart_scenario(target: DpdkTarget) {
     // A device of its own: the shared emulator is not restarted.
     const DEV: u64 = 23;
-    let (cp, _env) = env().await;
     let mut dp = DpdkDevice::own(target, DEV);
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns, sw_name) = l2crypt_on_dpdk(&dp).await;
     let ns = ns.name().to_string();
-    let sw_name = format!("{ns}-dpdk");
-    l2crypt_on_dpdk(&client, dp.endpoint, &ns, &sw_name, DEV).await;
     let entries: Vec<Value> = (0..3u32)
         .map(|i| {
             let mac = p4fleet_emulator::dataplane::packet::dst_mac(i);
@@ -1476,17 +1428,7 @@ async fn dpdk_restart_scenario(target: DpdkTarget) {
 
     dp.stop();
     let sws: Api<Switch> = Api::all(client.clone());
-    wait_for(
-        "Switch Reachable=False",
-        Duration::from_secs(30),
-        || async {
-            let c = sws.get(&sw_name).await.map_err(|e| e.to_string())?;
-            let c = c.status.unwrap_or_default().conditions;
-            let down = find_condition(&c, "Reachable").is_some_and(|c| !c.is_true());
-            down.then_some(()).ok_or(format!("{c:?}"))
-        },
-    )
-    .await;
+    switch_unreachable(&sws, &sw_name).await;
     dp.start_again();
     let restarted = Instant::now();
     assert_eq!(
@@ -1518,20 +1460,16 @@ async fn dpdk_restart_scenario(target: DpdkTarget) {
         .unwrap();
 }
 
-/// Two AsyncExternPolicies naming one VirtualSwitch: its device holds one
-/// extern policy. The older keeps it and is applied, the younger is held
-/// and says by whom, both name each other, and the device is left alone
-/// (no SetPolicy back and forth). Deleting the held one changes nothing
-/// on the device; deleting the holder hands the device to the other.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_policies_of_one_virtual_switch_one_holds_it_and_the_device_is_left_alone() {
-    two_policies_scenario(DpdkTarget::Emulator).await;
-}
-
-/// The same on p4fleet-dpdk-agent: SetPolicy calls counted by the agent.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_policies_of_one_virtual_switch_on_the_dpdk_agent() {
-    two_policies_scenario(DpdkTarget::Agent).await;
+emulator_and_agent_tests! {
+    two_policies_scenario:
+        /// Two AsyncExternPolicies naming one VirtualSwitch: its device holds one
+        /// extern policy. The older keeps it and is applied, the younger is held
+        /// and says by whom, both name each other, and the device is left alone
+        /// (no SetPolicy back and forth). Deleting the held one changes nothing
+        /// on the device; deleting the holder hands the device to the other.
+        two_policies_of_one_virtual_switch_one_holds_it_and_the_device_is_left_alone,
+        /// The same on p4fleet-dpdk-agent: SetPolicy calls counted by the agent.
+        two_policies_of_one_virtual_switch_on_the_dpdk_agent,
 }
 
 /// The mode the data plane runs `async_encrypt` in.
@@ -1556,13 +1494,9 @@ async fn policy_sets(dp: &DpdkDevice) -> u64 {
 
 async fn two_policies_scenario(target: DpdkTarget) {
     const DEV: u64 = 22;
-    let (cp, env) = env().await;
-    let dp = DpdkDevice::new(env, target, DEV);
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let dp = DpdkDevice::new(target, DEV).await;
+    let (client, ns, _) = l2crypt_on_dpdk(&dp).await;
     let ns = ns.name().to_string();
-    let sw_name = format!("{ns}-dpdk");
-    l2crypt_on_dpdk(&client, dp.endpoint, &ns, &sw_name, DEV).await;
     let policies: Api<p4fleet_crds::AsyncExternPolicy> = Api::namespaced(client.clone(), &ns);
     let policy = |name: &str, mode: &str| -> p4fleet_crds::AsyncExternPolicy {
         let mut e = json!({"name": "async_encrypt", "mode": mode});

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use p4fleet_e2e::repo_root;
-use p4fleet_emulator::{Emulator, EmulatorConfig};
+use p4fleet_emulator::{DeviceStats, Emulator, EmulatorConfig};
 
 /// The venv with p4runtime-shell, created or refreshed from requirements.txt.
 fn venv() -> PathBuf {
@@ -110,23 +110,24 @@ async fn start_one_device() -> p4fleet_emulator::RunningEmulator {
     .unwrap()
 }
 
+/// Runs `script` on [`start_one_device`] with the P4Info of examples/`name`;
+/// returns the device's stats once it is done (the emulator shut down).
+async fn device_stats_after(script: &str, name: &str) -> DeviceStats {
+    let running = start_one_device().await;
+    run_shell_script(&running, script, &example(name), &[]).await;
+    let stats = running.stats(1).unwrap();
+    running.shutdown().await.unwrap();
+    stats
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p4runtime_shell_sets_pipeline_inserts_reads_and_deletes() {
-    let running = start_one_device().await;
-    run_shell_script(
-        &running,
-        "p4runtime_shell_test.py",
-        &example("firewall"),
-        &[],
-    )
-    .await;
-    let stats = running.stats(1).unwrap();
+    let stats = device_stats_after("p4runtime_shell_test.py", "firewall").await;
     assert_eq!(stats.set_pipeline_rpcs, 1);
     assert_eq!(stats.inserts, 21);
     assert_eq!(stats.modifies, 1);
     assert_eq!(stats.deletes, 21);
     assert_eq!(stats.entries, 0);
-    running.shutdown().await.unwrap();
 }
 
 /// Action profiles and packet replication on examples/fabric, written and
@@ -135,21 +136,12 @@ async fn p4runtime_shell_sets_pipeline_inserts_reads_and_deletes() {
 /// group and a clone session, and the spec's errors for bad input.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p4runtime_shell_writes_and_reads_groups_and_replication() {
-    let running = start_one_device().await;
-    run_shell_script(
-        &running,
-        "p4runtime_shell_groups.py",
-        &example("fabric"),
-        &[],
-    )
-    .await;
-    let stats = running.stats(1).unwrap();
+    let stats = device_stats_after("p4runtime_shell_groups.py", "fabric").await;
     // 5 members, a group, 2 routes, a multicast group and a clone session
     // in and out; the 7 bad updates refused one by one.
     assert_eq!((stats.inserts, stats.deletes), (10, 10));
     assert_eq!(stats.failed_updates, 7);
     assert_eq!(stats.entries, 0);
-    running.shutdown().await.unwrap();
 }
 
 /// The firewall P4Info plus a direct counter on its table, a meter and a

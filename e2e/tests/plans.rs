@@ -95,16 +95,9 @@ fn run_plan(cp: &ControlPlane, manifest: &str, code: Option<i32>) -> String {
 async fn a_plan_shows_what_a_sync_would_write_and_applying_writes_it() {
     // Long periodic passes: only a change of the set or its sources
     // plans or writes.
-    let (cp, client, (_emu, addrs), _op) = firewall::emulator_and_operator(
-        "1,11",
-        "plans-operator",
-        &["--resync-seconds", "3600", "--drift-seconds", "3600"],
-    )
-    .await;
-    let set = FirewallSet {
-        entries: ENTRIES,
-        ownership: "Exclusive",
-    };
+    let (cp, client, (_emu, addrs), _op) =
+        firewall::emulator_and_operator("1,11", "plans-operator", &firewall::LONG_PERIODS).await;
+    let set = FirewallSet::exclusive(ENTRIES);
     let cases = firewall::setup_per_kind(&client, addrs, set).await;
     for (kind, device, ns) in &cases {
         let sets: Api<TableEntrySet> = Api::namespaced(client.clone(), ns.name());

@@ -14,7 +14,7 @@ use kube::api::Api;
 use p4fleet_crds::{P4Program, VirtualSwitch, find_condition};
 use p4fleet_e2e::firewall::{self, FirewallSet, Kind};
 use p4fleet_e2e::processes::{build_binaries as bin, device_entries, device_stat};
-use p4fleet_e2e::{TestNamespace, event_about, merge_patch, repo_root, wait_for};
+use p4fleet_e2e::{TestNamespace, event_about, merge_patch, repo_root, status_until, wait_for};
 use serde_json::json;
 
 const ENTRIES: usize = 100;
@@ -27,34 +27,22 @@ async fn program_condition(programs: &Api<P4Program>, type_: &str, reason: &str)
 }
 
 async fn pipeline_loaded(vss: &Api<VirtualSwitch>, reason: &str) {
-    wait_for(
-        &format!("VirtualSwitch PipelineLoaded: {reason}"),
-        Duration::from_secs(60),
-        || async {
-            let v = vss.get("fw").await.map_err(|e| e.to_string())?;
-            let c = v.status.unwrap_or_default().conditions;
-            find_condition(&c, "PipelineLoaded")
-                .filter(|c| c.reason == reason)
-                .map(|_| ())
-                .ok_or(format!("{c:?}"))
-        },
-    )
+    let what = format!("VirtualSwitch PipelineLoaded: {reason}");
+    status_until(vss, "fw", &what, Duration::from_secs(60), |st| {
+        find_condition(&st.conditions, "PipelineLoaded")
+            .filter(|c| c.reason == reason)
+            .map(|_| ())
+            .ok_or(format!("{:?}", st.conditions))
+    })
     .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_removing_a_filled_table_is_held_until_confirmed() {
-    let (_cp, client, (emu, addrs), _op) = firewall::emulator_and_operator(
-        "1",
-        "hold-operator",
-        &["--resync-seconds", "3600", "--drift-seconds", "3600"],
-    )
-    .await;
+    let (_cp, client, (emu, addrs), _op) =
+        firewall::emulator_and_operator("1", "hold-operator", &firewall::LONG_PERIODS).await;
     let ns = TestNamespace::new(&client).await;
-    let set = FirewallSet {
-        entries: ENTRIES,
-        ownership: "Merge",
-    };
+    let set = FirewallSet::merge(ENTRIES);
     firewall::setup(&client, ns.name(), Kind::Bmv2, addrs, 1, set).await;
     let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
     let vss: Api<VirtualSwitch> = Api::namespaced(client.clone(), ns.name());

@@ -26,8 +26,8 @@ use p4fleet_e2e::processes::{
     EmulatorProc, Proc, build_binaries as bin, log_file, spawn_tls_emulator,
 };
 use p4fleet_e2e::{
-    ControlPlane, TestNamespace, create_json, firewall_workload, helm_bin, output_text, repo_root,
-    wait_for, wait_object_ready,
+    ControlPlane, TestNamespace, create_json, delete_switch, firewall_workload, helm_bin,
+    output_text, repo_root, wait_for, wait_object_ready,
 };
 use serde_json::{Value, json};
 
@@ -256,6 +256,18 @@ fn forbidden_lines(op: &Proc) -> Vec<String> {
         .collect()
 }
 
+/// Asserts that the operator's log has no Forbidden line (`under` says
+/// under which rules), then stops it.
+fn stop_refused_nothing(op: Proc, under: &str) {
+    let refused = forbidden_lines(&op);
+    assert!(
+        refused.is_empty(),
+        "Forbidden {under}:\n{}",
+        refused.join("\n")
+    );
+    stop(op);
+}
+
 /// Whether `line` names `resource` as refused (the API server's "cannot
 /// VERB resource \"R\"", quoted plainly or escaped in a Debug field).
 fn names_refused(line: &str, resource: &str) -> bool {
@@ -419,13 +431,7 @@ async fn cluster_wide() {
     reconciled(&client, &ns, &sw).await;
     // Let the Lease renew and the drift pass run once more.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let refused = forbidden_lines(&op);
-    assert!(
-        refused.is_empty(),
-        "Forbidden under the chart's rules:\n{}",
-        refused.join("\n")
-    );
-    stop(op);
+    stop_refused_nothing(op, "under the chart's rules");
 
     // Each rule removed in turn: the refusal is named in the log.
     let mut checked = 0;
@@ -481,9 +487,7 @@ async fn cluster_wide() {
         }
     }
     assert!(checked >= 13, "only {checked} rules checked");
-    let _ = Api::<Switch>::all(client.clone())
-        .delete(&sw, &Default::default())
-        .await;
+    delete_switch(&client, &sw).await;
     install.remove(cp).await;
     drop(emu);
 }
@@ -530,16 +534,8 @@ async fn namespace_scoped() {
     );
     reconciled(&client, &team, &sw).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let refused = forbidden_lines(&op);
-    assert!(
-        refused.is_empty(),
-        "Forbidden in namespace mode:\n{}",
-        refused.join("\n")
-    );
-    stop(op);
-    let _ = Api::<Switch>::all(client.clone())
-        .delete(&sw, &Default::default())
-        .await;
+    stop_refused_nothing(op, "in namespace mode");
+    delete_switch(&client, &sw).await;
     install.remove(cp).await;
     drop(emu);
 }

@@ -5,32 +5,23 @@
 //! bad input is reported (condition, status, Event) without touching what
 //! the device holds.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use kube::api::Api;
 use p4fleet_crds::{VirtualSwitch, find_condition};
+use p4fleet_e2e::device_read::try_read_entities;
 use p4fleet_e2e::processes::{Fleet, fleet};
 use p4fleet_e2e::{
-    ControlPlane, TestNamespace, bmv2_switch, create_json, merge_patch, p4info_program, repo_root,
+    ControlPlane, bmv2_switch, create_json, merge_patch, p4info_program, repo_root, status_until,
     wait_for,
 };
-use p4fleet_proto::p4runtime::{
-    self as p4, p4_runtime_client::P4RuntimeClient, packet_replication_engine_entry::Type as Pre,
-};
+use p4fleet_proto::p4runtime::{self as p4, packet_replication_engine_entry::Type as Pre};
 use serde_json::json;
 
 const DEVICE: u64 = 1;
 
 async fn env() -> (&'static ControlPlane, &'static Fleet) {
-    static ENV: OnceLock<Fleet> = OnceLock::new();
-    fleet(
-        &ENV,
-        &["--device-ids", "1"],
-        "replication-operator",
-        &["--resync-seconds", "30"],
-    )
-    .await
+    fleet(&["--device-ids", "1"], "replication-operator", 30).await
 }
 
 /// (multicast groups as (id, sorted ports)), (clone sessions as (id, ports,
@@ -38,19 +29,11 @@ async fn env() -> (&'static ControlPlane, &'static Fleet) {
 type Held = (Vec<(u32, Vec<u32>)>, Vec<(u32, Vec<u32>, u32, i32)>);
 
 async fn held(emu: &Fleet) -> Result<Held, String> {
-    let mut c = P4RuntimeClient::connect(format!("http://{}", emu.p4runtime))
-        .await
-        .map_err(|e| e.to_string())?;
-    let req = p4::ReadRequest {
-        device_id: DEVICE,
-        entities: vec![p4::Entity {
-            entity: Some(p4::entity::Entity::PacketReplicationEngineEntry(
-                p4::PacketReplicationEngineEntry { r#type: None },
-            )),
-        }],
-        ..Default::default()
-    };
-    let mut stream = c.read(req).await.map_err(|e| e.to_string())?.into_inner();
+    let filter =
+        p4::entity::Entity::PacketReplicationEngineEntry(p4::PacketReplicationEngineEntry {
+            r#type: None,
+        });
+    let read = try_read_entities(emu.p4runtime, DEVICE, filter).await?;
     #[allow(deprecated)]
     let ports = |r: &[p4::Replica]| {
         let mut v: Vec<u32> = r
@@ -67,23 +50,21 @@ async fn held(emu: &Fleet) -> Result<Held, String> {
         v
     };
     let mut out: Held = Default::default();
-    while let Some(resp) = stream.message().await.map_err(|e| e.to_string())? {
-        for e in resp.entities {
-            match e.entity {
-                Some(p4::entity::Entity::PacketReplicationEngineEntry(p)) => match p.r#type {
-                    Some(Pre::MulticastGroupEntry(g)) => {
-                        out.0.push((g.multicast_group_id, ports(&g.replicas)))
-                    }
-                    Some(Pre::CloneSessionEntry(s)) => out.1.push((
-                        s.session_id,
-                        ports(&s.replicas),
-                        s.class_of_service,
-                        s.packet_length_bytes,
-                    )),
-                    None => {}
-                },
-                other => return Err(format!("unexpected entity {other:?}")),
-            }
+    for e in read {
+        match e {
+            p4::entity::Entity::PacketReplicationEngineEntry(p) => match p.r#type {
+                Some(Pre::MulticastGroupEntry(g)) => {
+                    out.0.push((g.multicast_group_id, ports(&g.replicas)))
+                }
+                Some(Pre::CloneSessionEntry(s)) => out.1.push((
+                    s.session_id,
+                    ports(&s.replicas),
+                    s.class_of_service,
+                    s.packet_length_bytes,
+                )),
+                None => {}
+            },
+            other => return Err(format!("unexpected entity {other:?}")),
         }
     }
     Ok(out)
@@ -100,8 +81,7 @@ async fn until_held(emu: &Fleet, want: &Held, what: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn virtual_switch_multicast_groups_and_clone_sessions_sync_change_and_refuse_bad_input() {
     let (cp, emu) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let v1 = "p4fleet.dev/v1alpha1";
     let p4info = std::fs::read_to_string(repo_root().join("examples/fabric/p4info.txt")).unwrap();
@@ -170,24 +150,19 @@ async fn virtual_switch_multicast_groups_and_clone_sessions_sync_change_and_refu
         {"id": 1, "replicas": [{"port": 1}]},
         {"id": 2, "replicas": [{"port": 600}]}]}});
     merge_patch(&vss, "fabric", bad).await;
-    wait_for(
-        "ReplicationSynced False InvalidReplication",
-        Duration::from_secs(60),
-        || async {
-            let vs = vss.get("fabric").await.map_err(|e| e.to_string())?;
-            let st = vs.status.unwrap_or_default();
-            let cond = find_condition(&st.conditions, "ReplicationSynced").cloned();
-            let errors = st.replication.map(|r| r.errors).unwrap_or_default();
-            (cond
-                .as_ref()
-                .is_some_and(|c| c.reason == "InvalidReplication")
-                && errors
-                    .iter()
-                    .any(|e| e.starts_with("spec.multicastGroups[id=2]: replicas[0]: port 600")))
-            .then_some(())
-            .ok_or(format!("{cond:?} {errors:?}"))
-        },
-    )
+    let what = "ReplicationSynced False InvalidReplication";
+    status_until(&vss, "fabric", what, Duration::from_secs(60), |st| {
+        let cond = find_condition(&st.conditions, "ReplicationSynced").cloned();
+        let errors = st.replication.map(|r| r.errors).unwrap_or_default();
+        (cond
+            .as_ref()
+            .is_some_and(|c| c.reason == "InvalidReplication")
+            && errors
+                .iter()
+                .any(|e| e.starts_with("spec.multicastGroups[id=2]: replicas[0]: port 600")))
+        .then_some(())
+        .ok_or(format!("{cond:?} {errors:?}"))
+    })
     .await;
     p4fleet_e2e::wait_event(&client, &ns, Some("InvalidReplication"), "port 600").await;
     // Not half-applied: group 1 still has its four copies.

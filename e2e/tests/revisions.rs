@@ -25,7 +25,8 @@ use kube::api::{Api, DeleteParams};
 use p4fleet_crds::{P4Program, RevisionRef, find_condition};
 use p4fleet_e2e::processes::{build_binaries, spawn_operator};
 use p4fleet_e2e::{
-    ControlPlane, TestNamespace, apply_json, create_json, output_text, repo_root, wait_for,
+    ControlPlane, TestNamespace, apply_json, create_json, output_text, repo_root, status_until,
+    wait_for,
 };
 use serde_json::{Value, json};
 
@@ -59,23 +60,16 @@ async fn source(cms: &Api<ConfigMap>, n: usize) {
 /// Waits until the program's update revision is `number` (and Ready);
 /// returns it.
 async fn update_revision(programs: &Api<P4Program>, number: i64) -> RevisionRef {
-    wait_for(
-        &format!("update revision {number}"),
-        Duration::from_secs(60),
-        || async {
-            let p = programs.get("fw").await.map_err(|e| e.to_string())?;
-            let st = p.status.unwrap_or_default();
-            let ready = find_condition(&st.conditions, "Ready").is_some_and(|c| c.is_true());
-            match &st.update_revision {
-                Some(r)
-                    if r.revision == number && ready && st.digest.as_ref() == Some(&r.digest) =>
-                {
-                    Ok(r.clone())
-                }
-                other => Err(format!("{other:?}, ready {ready}")),
+    let what = format!("update revision {number}");
+    status_until(programs, "fw", &what, Duration::from_secs(60), |st| {
+        let ready = find_condition(&st.conditions, "Ready").is_some_and(|c| c.is_true());
+        match &st.update_revision {
+            Some(r) if r.revision == number && ready && st.digest.as_ref() == Some(&r.digest) => {
+                Ok(r.clone())
             }
-        },
-    )
+            other => Err(format!("{other:?}, ready {ready}")),
+        }
+    })
     .await
 }
 
@@ -202,18 +196,13 @@ async fn revisions_keep_the_bytes_through_edits_and_deletion_and_are_bounded() {
     cms.delete("fw-src", &DeleteParams::default())
         .await
         .unwrap();
-    wait_for(
-        "the program to miss its source",
-        Duration::from_secs(60),
-        || async {
-            let p = programs.get("fw").await.map_err(|e| e.to_string())?;
-            let st = p.status.unwrap_or_default();
-            find_condition(&st.conditions, "ResolvedRefs")
-                .filter(|c| !c.is_true())
-                .map(drop)
-                .ok_or(format!("{:?}", st.conditions))
-        },
-    )
+    let what = "the program to miss its source";
+    status_until(&programs, "fw", what, Duration::from_secs(60), |st| {
+        find_condition(&st.conditions, "ResolvedRefs")
+            .filter(|c| !c.is_true())
+            .map(drop)
+            .ok_or(format!("{:?}", st.conditions))
+    })
     .await;
     let p = programs.get("fw").await.unwrap();
     assert_eq!(

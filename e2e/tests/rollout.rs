@@ -18,12 +18,10 @@ use std::time::Duration;
 
 use p4fleet_crds::{RolloutPhase, find_condition};
 use p4fleet_e2e::firewall::{self, arm_fault};
-use p4fleet_e2e::processes::{
-    build_binaries as bin, metric_sample, metrics_text, operator_http_addr, spawn_operator,
-};
+use p4fleet_e2e::processes::{build_binaries as bin, operator_http_addr, spawn_operator};
 use p4fleet_e2e::rollout::{
-    DEVICES, Fleet, cookies, current_revision, phase, phase_of, pushes, revision_cookie, set_ready,
-    source, start, teardown,
+    DEVICES, Fleet, assert_rollout_metrics, cookies, current_revision, phase, phase_of,
+    phase_of_while_others_stay, publish, pushes, set_ready, source, start, teardown,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace, event_about, wait_for};
 use serde_json::json;
@@ -49,8 +47,7 @@ async fn a_canary_rollout_moves_the_canary_first_and_a_failed_gate_rolls_it_back
     assert_eq!(cookies(addrs.stats), vec![Some(c1); 4]);
 
     // A good revision: the canary first, alone, then everyone.
-    source(&cms, "v2").await;
-    let c2 = revision_cookie(&programs, 2).await;
+    let c2 = publish(&cms, &programs, 2).await;
     let at_canary = wait_for(
         "the canary on revision 2",
         Duration::from_secs(60),
@@ -79,20 +76,14 @@ async fn a_canary_rollout_moves_the_canary_first_and_a_failed_gate_rolls_it_back
         DEVICES[0],
         "kind=fail-updates&every=1&count=1000",
     );
-    source(&cms, "v3").await;
-    let c3 = revision_cookie(&programs, 3).await;
-    let back = wait_for("the rollback", Duration::from_secs(120), || async {
-        let now = cookies(addrs.stats);
-        assert!(
-            now[1..].iter().all(|c| *c == Some(c2)),
-            "an untouched Switch saw revision 3: {now:?} (3 is {c3})"
-        );
-        let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
-        let r = p.status.unwrap_or_default().rollout;
-        r.clone()
-            .filter(|r| r.phase == RolloutPhase::RolledBack)
-            .ok_or(format!("{r:?}"))
-    })
+    let c3 = publish(&cms, &programs, 3).await;
+    let back = phase_of_while_others_stay(
+        &programs,
+        RolloutPhase::RolledBack,
+        |_| true,
+        || cookies(addrs.stats),
+        (c2, c3),
+    )
     .await;
     let f = back.failure.clone().unwrap();
     assert_eq!(
@@ -115,24 +106,14 @@ async fn a_canary_rollout_moves_the_canary_first_and_a_failed_gate_rolls_it_back
         "{}",
         c.message
     );
-    let text = metrics_text(metrics);
-    let labels = |extra: &str| format!("namespace=\"{}\",name=\"firewall\"{extra}", ns.name());
-    for (name, extra, want) in [
+    let want = [
         ("phase", ",phase=\"RolledBack\"", 1.0),
         ("phase", ",phase=\"Completed\"", 0.0),
         ("revision", "", 3.0),
         ("rollbacks_total", "", 1.0),
         ("completed_total", "", 1.0),
-    ] {
-        let name = format!("p4fleet_rollout_{name}");
-        let got = metric_sample(&text, &name, &labels(extra));
-        assert_eq!(
-            got,
-            Some(want),
-            "{name}{{{}}} in /metrics:\n{text}",
-            labels(extra)
-        );
-    }
+    ];
+    assert_rollout_metrics(metrics, "p4fleet_rollout_", ns.name(), "firewall", &want);
     wait_for(
         "the canary back on revision 2",
         Duration::from_secs(60),

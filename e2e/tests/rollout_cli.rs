@@ -19,7 +19,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use p4fleet_crds::P4Program;
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, output_text};
+use p4fleet_e2e::{ControlPlane, create_json, output_text};
 use serde_json::{Value, json};
 
 const V1: &str = "p4fleet.dev/v1alpha1";
@@ -122,8 +122,7 @@ fn rolling(phase: &str, step: u32) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollout_commands_pause_resume_undo_and_report_a_program() {
     let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
     let fw = program(&client, ns.name(), "fw").await;
     keep(&client, &fw, 1).await;
@@ -246,8 +245,7 @@ async fn rollout_commands_pause_resume_undo_and_report_a_program() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undo_refuses_a_program_with_nothing_before_and_a_missing_one() {
     let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let programs: Api<P4Program> = Api::namespaced(client.clone(), ns.name());
     let first = program(&client, ns.name(), "first").await;
     keep(&client, &first, 1).await;

@@ -15,7 +15,9 @@ use std::time::Duration;
 use p4fleet_crds::RolloutPhase;
 use p4fleet_e2e::firewall;
 use p4fleet_e2e::processes::{build_binaries as bin, device_stat, p4fleet, spawn_operator};
-use p4fleet_e2e::rollout::{DEVICES, Fleet, revision_cookie, set_ready, source, start, teardown};
+use p4fleet_e2e::rollout::{
+    DEVICES, Fleet, phase_of_while_others_stay, publish, set_ready, start, teardown,
+};
 use p4fleet_e2e::{ControlPlane, TestNamespace, wait_for};
 use serde_json::json;
 
@@ -54,25 +56,14 @@ async fn a_device_gone_mid_step_fails_the_gate_and_the_others_never_move() {
     assert_eq!(cookies(canary.stats, rest.stats), vec![Some(c1); 4]);
 
     // Revision 2; the canary's device goes away as it is recorded.
-    source(&cms, "v2").await;
-    let c2 = revision_cookie(&programs, 2).await;
+    let c2 = publish(&cms, &programs, 2).await;
     drop(canary_emu);
-    let back = wait_for(
-        "the rollback of revision 2",
-        Duration::from_secs(120),
-        || async {
-            let now = cookies(canary.stats, rest.stats);
-            assert_eq!(
-                now[1..],
-                [Some(c1); 3],
-                "an untouched Switch moved (2 is {c2}): {now:?}"
-            );
-            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
-            let r = p.status.unwrap_or_default().rollout;
-            r.clone()
-                .filter(|r| r.phase == RolloutPhase::RolledBack && r.to.revision == 2)
-                .ok_or(format!("{r:?}"))
-        },
+    let back = phase_of_while_others_stay(
+        &programs,
+        RolloutPhase::RolledBack,
+        |r| r.to.revision == 2,
+        || cookies(canary.stats, rest.stats),
+        (c1, c2),
     )
     .await;
     let f = back.failure.clone().expect("a failure");

@@ -34,10 +34,11 @@ use kube::api::{Api, ListParams};
 use p4fleet_crds::{RolloutPhase, find_condition};
 use p4fleet_e2e::firewall::{self, Kind, Other, arm_fault, faults_fired, keys_of_lines};
 use p4fleet_e2e::processes::{
-    build_binaries as bin, device_stat, metric_sample, metrics_text, operator_http_addr, p4fleet,
-    reconciled, spawn_operator,
+    build_binaries as bin, device_stat, operator_http_addr, p4fleet, reconciled, spawn_operator,
 };
-use p4fleet_e2e::rollout::{DEVICES, ENTRIES, Fleet, set_phase, start, teardown};
+use p4fleet_e2e::rollout::{
+    DEVICES, ENTRIES, Fleet, assert_rollout_metrics, set_phase, start, teardown,
+};
 use p4fleet_e2e::{
     ControlPlane, TestNamespace, apply_json, event_about, firewall_lines, merge_patch, wait_for,
 };
@@ -268,16 +269,11 @@ async fn a_selector_set_rolls_its_entries_out_in_steps_and_back_on_a_failed_gate
     set_phase(&sets, "fw", RolloutPhase::Completed, |r| r.to.revision == 1).await;
     assert_eq!(held(&readers).await, vec![rev1.clone(); 4]);
     // The (restarted) operator's metrics: one rollback, the pin done.
-    let text = metrics_text(metrics);
-    let labels = |extra: &str| format!("namespace=\"{}\",name=\"fw\"{extra}", ns.name());
-    for (name, extra, want) in [
+    let want = [
         ("rollbacks_total", "", 1.0),
         ("phase", ",phase=\"Completed\"", 1.0),
         ("revision", "", 1.0),
-    ] {
-        let name = format!("p4fleet_entries_rollout_{name}");
-        let got = metric_sample(&text, &name, &labels(extra));
-        assert_eq!(got, Some(want), "{name}{{{}}}", labels(extra));
-    }
+    ];
+    assert_rollout_metrics(metrics, "p4fleet_entries_rollout_", ns.name(), "fw", &want);
     teardown(&client, ns).await;
 }

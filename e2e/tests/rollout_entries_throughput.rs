@@ -16,8 +16,8 @@ use kube::api::Api;
 use p4fleet_crds::{P4Program, RolloutPhase, TableEntrySet};
 use p4fleet_e2e::dpdk::{self, DEVICES, forwarded_per_second, l2crypt};
 use p4fleet_e2e::processes::device_stat;
-use p4fleet_e2e::rollout::{failed_on_throughput, set_phase};
-use p4fleet_e2e::{TestNamespace, apply_json, create_json, event_about, merge_patch};
+use p4fleet_e2e::rollout::{rolled_back_on_throughput, set_phase};
+use p4fleet_e2e::{TestNamespace, apply_json, create_json, merge_patch};
 use serde_json::{Value, json};
 
 const V1: &str = "p4fleet.dev/v1alpha1";
@@ -80,9 +80,7 @@ async fn entries_that_drop_everything_fail_the_throughput_check_and_roll_back() 
     merge_patch(&sets, "dmac", patch).await;
     let st = set_phase(&sets, "dmac", RolloutPhase::RolledBack, |_| true).await;
     assert_eq!(st.to.revision, 2, "{st:?}");
-    failed_on_throughput(&st, 5_000);
-    let ev = event_about(&client, ns.name(), "dmac", Some("RolledBack")).await;
-    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+    rolled_back_on_throughput(&client, ns.name(), "dmac", &st, 5_000).await;
     // The canary's entries are revision 1's again: it forwards.
     dpdk::wait_forwarding(emu.stats, DEVICES[0]).await;
     let after: Vec<u64> = DEVICES[1..].iter().map(|d| writes(*d)).collect();

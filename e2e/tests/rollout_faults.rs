@@ -13,10 +13,10 @@ use p4fleet_e2e::processes::{
     build_binaries as bin, operator_http_addr, reconciled, spawn_operator,
 };
 use p4fleet_e2e::rollout::{
-    DEVICES, Fleet, annotate_resume, cookies, paused_canary, phase_of, pushes, resume_until_moving,
-    revision_cookie, set_ready, source, start, teardown,
+    DEVICES, Fleet, annotate_resume, cookies, paused_canary, phase_of, phase_of_while_others_stay,
+    publish, pushes, resume_until_moving, set_ready, start, teardown,
 };
-use p4fleet_e2e::{ControlPlane, TestNamespace, wait_for};
+use p4fleet_e2e::{ControlPlane, TestNamespace};
 
 /// Starts an operator and waits until it serves /metrics and, when
 /// `restart`, has reconciled the (existing) program at least once.
@@ -47,8 +47,7 @@ async fn a_rollout_survives_kill_9_and_a_new_revision_restarts_it() {
     let start = pushes(addrs.stats);
 
     // Revision 2 reaches the canary, then waits at the indefinite pause.
-    source(&cms, "v2").await;
-    let c2 = revision_cookie(&programs, 2).await;
+    let c2 = publish(&cms, &programs, 2).await;
     let paused = phase_of(&programs, RolloutPhase::Paused, |r| r.to.revision == 2).await;
     assert_eq!(paused.step, 1, "{paused:?}");
     assert_eq!(
@@ -81,24 +80,13 @@ async fn a_rollout_survives_kill_9_and_a_new_revision_restarts_it() {
 
     // Revision 3 during the pause: the rollout starts again from the first
     // step; the three others never see revision 2 or 3 before the pause.
-    source(&cms, "v3").await;
-    let c3 = revision_cookie(&programs, 3).await;
-    let restarted = wait_for(
-        "revision 3's rollout paused after its canary",
-        Duration::from_secs(120),
-        || async {
-            let now = cookies(addrs.stats);
-            assert_eq!(
-                now[1..],
-                [Some(c1); 3],
-                "an untouched Switch moved: {now:?}"
-            );
-            let p = programs.get("firewall").await.map_err(|e| e.to_string())?;
-            let r = p.status.unwrap_or_default().rollout;
-            r.clone()
-                .filter(|r| r.phase == RolloutPhase::Paused && r.to.revision == 3)
-                .ok_or(format!("{r:?}"))
-        },
+    let c3 = publish(&cms, &programs, 3).await;
+    let restarted = phase_of_while_others_stay(
+        &programs,
+        RolloutPhase::Paused,
+        |r| r.to.revision == 3,
+        || cookies(addrs.stats),
+        (c1, c3),
     )
     .await;
     assert_eq!(restarted.step, 1, "{restarted:?}");

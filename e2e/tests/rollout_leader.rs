@@ -15,8 +15,8 @@ use p4fleet_e2e::firewall;
 use p4fleet_e2e::leaders::{promise_lease, replica, wait_holder};
 use p4fleet_e2e::processes::build_binaries as bin;
 use p4fleet_e2e::rollout::{
-    DEVICES, Fleet, cookies, paused_canary, phase_of, pushes, resume_until_moving, revision_cookie,
-    set_ready, source, start, teardown,
+    DEVICES, Fleet, cookies, paused_canary, phase_of, publish, pushes, resume_until_moving,
+    set_ready, start, teardown,
 };
 use p4fleet_e2e::{ControlPlane, TestNamespace};
 
@@ -39,8 +39,7 @@ async fn a_leader_change_mid_step_moves_nobody_twice() {
     } = start(&client, ns.name(), [addrs.p4runtime; 4], paused_canary(120)).await;
     let start = pushes(addrs.stats);
 
-    source(&cms, "v2").await;
-    let c2 = revision_cookie(&programs, 2).await;
+    let c2 = publish(&cms, &programs, 2).await;
     phase_of(&programs, RolloutPhase::Paused, |r| r.to.revision == 2).await;
     assert_eq!(
         cookies(addrs.stats),

@@ -17,8 +17,8 @@ use kube::api::Api;
 use p4fleet_crds::{P4Program, RolloutPhase};
 use p4fleet_e2e::dpdk::{self, DEVICES, forwarded_per_second, l2crypt};
 use p4fleet_e2e::processes::device_stat;
-use p4fleet_e2e::rollout::{failed_on_throughput, moved_with_rates, program_phase};
-use p4fleet_e2e::{TestNamespace, apply_json, create_json, event_about};
+use p4fleet_e2e::rollout::{moved_with_rates, program_phase, rolled_back_on_throughput};
+use p4fleet_e2e::{TestNamespace, apply_json, create_json};
 use serde_json::json;
 
 /// The l2crypt program's sources: `spec` is its SWX pipeline.
@@ -71,9 +71,7 @@ async fn a_revision_that_forwards_nothing_fails_the_throughput_check_and_rolls_b
     sources(&cms, &dropping).await;
     let st = program_phase(&programs, "l2crypt", RolloutPhase::RolledBack, |_| true).await;
     assert_eq!(st.to.revision, 3, "{st:?}");
-    failed_on_throughput(&st, 5_000);
-    let ev = event_about(&client, ns.name(), "l2crypt", Some("RolledBack")).await;
-    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+    rolled_back_on_throughput(&client, ns.name(), "l2crypt", &st, 5_000).await;
     // The canary is back on revision 2 and forwards again.
     dpdk::wait_forwarding(emu.stats, DEVICES[0]).await;
     let after = pushes(emu.stats);

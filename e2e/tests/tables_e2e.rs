@@ -20,19 +20,20 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Event;
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use p4fleet_crds::{
     ProgramUpdateMode, TableEntrySet, TableEntrySetStatus, VirtualSwitch, find_condition,
 };
+use p4fleet_e2e::device_read::read_entities;
 use p4fleet_e2e::processes::{
     build_binaries, once_per_binary, operator_http_addr, p4fleet_plan, spawn_emulator,
     spawn_operator,
 };
 use p4fleet_e2e::{
-    ControlPlane, TestNamespace, bmv2_switch, create_json, create_set, merge_patch, repo_root,
-    wait_for,
+    ControlPlane, bmv2_switch, create_json, create_set, delete_and_wait_gone, merge_patch,
+    repo_root, wait_for,
 };
-use p4fleet_proto::p4runtime::{self as p4, p4_runtime_client::P4RuntimeClient};
+use p4fleet_proto::p4runtime as p4;
 use serde_json::{Value, json};
 
 const ACL: u32 = 33554433;
@@ -122,29 +123,17 @@ fn inserts(emu: Emu, device: u64, table: &str) -> u64 {
 
 /// The default action of the acl table as the device reports it.
 async fn device_default(emu: Emu, device: u64, table_id: u32) -> Option<p4::Action> {
-    let mut c = P4RuntimeClient::connect(format!("http://{}", emu.p4runtime))
-        .await
-        .unwrap();
-    let req = p4::ReadRequest {
-        device_id: device,
-        entities: vec![p4::Entity {
-            entity: Some(p4::entity::Entity::TableEntry(p4::TableEntry {
-                table_id,
-                is_default_action: true,
-                ..Default::default()
-            })),
-        }],
+    let filter = p4::entity::Entity::TableEntry(p4::TableEntry {
+        table_id,
+        is_default_action: true,
         ..Default::default()
-    };
-    let mut stream = c.read(req).await.unwrap().into_inner();
+    });
     let mut found = None;
-    while let Some(r) = stream.message().await.unwrap() {
-        for e in r.entities {
-            if let Some(p4::entity::Entity::TableEntry(t)) = e.entity
-                && let Some(p4::table_action::Type::Action(a)) = t.action.and_then(|a| a.r#type)
-            {
-                found = Some(a);
-            }
+    for e in read_entities(emu.p4runtime, device, filter).await {
+        if let p4::entity::Entity::TableEntry(t) = e
+            && let Some(p4::table_action::Type::Action(a)) = t.action.and_then(|a| a.r#type)
+        {
+            found = Some(a);
         }
     }
     found
@@ -213,8 +202,7 @@ async fn event_reasons(client: &Client, ns: &str) -> Vec<(String, String)> {
 async fn default_action_is_set_read_back_changed_and_reset() {
     let (cp, env) = env().await;
     let emu = env.reconciling;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     setup(&client, &ns, emu, 1, "HotSwap").await;
     // The initial default: the first parameterless action that may be one.
@@ -277,14 +265,7 @@ async fn default_action_is_set_read_back_changed_and_reset() {
         st.default_action.as_deref() == Some("forward(port=7)")
     })
     .await;
-    api.delete("acl", &DeleteParams::default()).await.unwrap();
-    wait_for("the set gone", Duration::from_secs(60), || async {
-        match api.get_opt("acl").await.map_err(|e| e.to_string())? {
-            None => Ok(()),
-            Some(_) => Err("still there".to_string()),
-        }
-    })
-    .await;
+    delete_and_wait_gone(&api, "acl").await;
     assert_eq!(device_default(emu, 1, ACL).await.unwrap().action_id, DROP);
     assert_eq!(stats(emu, 1)["tables"][ACL.to_string()].as_u64(), Some(0));
 
@@ -517,8 +498,7 @@ async fn plan_v2(progs: &Api<p4fleet_crds::P4Program>, ns: &str, emu: Emu, devic
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_program_update_keeps_the_entries_of_unchanged_tables() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let emu = env.reconciling;
     let u = update_program(&client, &ns, emu, 2, "HotSwap", false).await;
@@ -551,8 +531,7 @@ async fn a_program_update_keeps_the_entries_of_unchanged_tables() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_reconcile_the_update_falls_back_and_says_so() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let emu = env.plain;
     let u = update_program(&client, &ns, emu, 1, "HotSwap", false).await;
@@ -585,8 +564,7 @@ async fn without_reconcile_the_update_falls_back_and_says_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_planned_program_update_waits_then_does_what_the_plan_said() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let emu = env.reconciling;
     let u = update_program(&client, &ns, emu, 5, "HotSwap", true).await;
@@ -612,8 +590,7 @@ async fn a_planned_program_update_waits_then_does_what_the_plan_said() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recreate_replaces_the_program_though_the_target_could_reconcile() {
     let (cp, env) = env().await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let emu = env.reconciling;
     let u = update_program(&client, &ns, emu, 4, "Recreate", false).await;
@@ -636,8 +613,7 @@ async fn a_recreate_replaces_the_program_though_the_target_could_reconcile() {
 async fn default_action_on_a_tofino_target() {
     let (cp, env) = env().await;
     let emu = env.reconciling;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns = ns.name().to_string();
     let file =
         |f: &str| std::fs::read_to_string(repo_root().join("examples/firewall").join(f)).unwrap();

@@ -22,7 +22,9 @@ use p4fleet_e2e::processes::{
     EmulatorProc, Proc, build_binaries as bin, device_entries, spawn_emulator, spawn_operator,
     spawn_tls_emulator,
 };
-use p4fleet_e2e::{ControlPlane, TestNamespace, create_json, firewall_workload, wait_for};
+use p4fleet_e2e::{
+    ControlPlane, TestNamespace, create_json, delete_switch, firewall_workload, wait_for,
+};
 use serde_json::{Value, json};
 
 const V1: &str = "p4fleet.dev/v1alpha1";
@@ -148,27 +150,13 @@ async fn tls_switches_connect_fail_with_reasons_and_follow_rotation() {
     let ca = TestCa::new("switch CA");
     let other_ca = TestCa::new("another CA");
     let op = ca.client();
-    let good = tls_emulator(
-        tmp.path(),
-        "good",
-        &ca.server(&["127.0.0.1"], Validity::Current),
-        &ca,
-        None,
-    );
-    let expired = tls_emulator(
-        tmp.path(),
-        "expired",
-        &ca.server(&["127.0.0.1"], Validity::Expired),
-        &ca,
-        None,
-    );
-    let wrong_name = tls_emulator(
-        tmp.path(),
-        "name",
-        &ca.server(&["switch.example"], Validity::Current),
-        &ca,
-        None,
-    );
+    // An emulator serving a certificate of `ca` for `names`.
+    let serving = |tag: &str, names: &[&str], validity| {
+        tls_emulator(tmp.path(), tag, &ca.server(names, validity), &ca, None)
+    };
+    let good = serving("good", &["127.0.0.1"], Validity::Current);
+    let expired = serving("expired", &["127.0.0.1"], Validity::Expired);
+    let wrong_name = serving("name", &["switch.example"], Validity::Current);
 
     apply_secret(&client, &ns, "good", secret_data(&ca, Some(&op))).await;
     apply_secret(&client, &ns, "other-ca", secret_data(&other_ca, Some(&op))).await;
@@ -245,9 +233,7 @@ async fn tls_switches_connect_fail_with_reasons_and_follow_rotation() {
     set_ready_on(&client, &ns, rotated.stats).await;
 
     for (sw, ..) in &cases {
-        let _ = Api::<Switch>::all(client.clone())
-            .delete(&name(sw), &Default::default())
-            .await;
+        delete_switch(&client, &name(sw)).await;
     }
     drop((expired, wrong_name, rotated));
 }
@@ -256,8 +242,7 @@ async fn tls_switches_connect_fail_with_reasons_and_follow_rotation() {
 /// Switches every 3 s, logging to `log`.
 async fn namespace_and_operator(log: &str) -> (Client, TestNamespace, String, Proc) {
     let cp = ControlPlane::shared().await;
-    let client = cp.client().await;
-    let guard = TestNamespace::new(&client).await;
+    let (client, guard) = cp.client_and_namespace().await;
     let ns = guard.name().to_string();
     let operator = spawn_operator(&bin(), cp.kubeconfig_path(), log, &["--drift-seconds", "3"]);
     (client, guard, ns, operator)
@@ -297,9 +282,7 @@ async fn the_primary_condition_says_what_the_device_said() {
     drop(other);
     switch_condition(&client, &taken, "Primary", "Primary").await;
     for sw in [&unknown, &taken] {
-        let _ = Api::<Switch>::all(client.clone())
-            .delete(sw, &Default::default())
-            .await;
+        delete_switch(&client, sw).await;
     }
 }
 
@@ -346,9 +329,7 @@ async fn an_unreachable_switch_names_the_cause() {
         assert_eq!(ready.message, c.message);
     }
     for (name, ..) in &cases {
-        let _ = Api::<Switch>::all(client.clone())
-            .delete(name, &Default::default())
-            .await;
+        delete_switch(&client, name).await;
     }
 }
 

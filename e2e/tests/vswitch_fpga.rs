@@ -28,7 +28,9 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, ResourceExt};
 use p4fleet_client::{SlotClient, Target};
 use p4fleet_crds::{Switch, TableEntrySet, VirtualSwitch};
-use p4fleet_e2e::processes::{build_binaries, spawn_operator, with_pdeathsig};
+use p4fleet_e2e::processes::{
+    build_binaries, on_parked_thread, once_per_binary, spawn_operator, with_pdeathsig,
+};
 use p4fleet_e2e::{ControlPlane, TestNamespace, merge_patch};
 use p4fleet_proto::fpga as pb;
 use serde_json::json;
@@ -37,40 +39,22 @@ use serde_json::json;
 mod fpga_common;
 use fpga_common::*;
 
-/// Runs `f` on a thread that lives as long as the test process, so the
-/// children it spawns (PDEATHSIG) outlive the test that started them.
-fn on_parked_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-        loop {
-            std::thread::park();
-        }
-    });
-    rx.recv().expect("child started")
-}
-
 /// The shared operator (one per test binary).
 async fn operator(cp: &ControlPlane) {
     static STARTED: OnceLock<()> = OnceLock::new();
     let kubeconfig = cp.kubeconfig_path().to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        STARTED.get_or_init(|| {
-            on_parked_thread(move || {
-                let bin = build_binaries();
-                let op = spawn_operator(
-                    &bin,
-                    &kubeconfig,
-                    "operator-vswitch",
-                    &["--resync-seconds", "30"],
-                );
-                // Owned by this parked thread for PDEATHSIG, never dropped.
-                std::mem::forget(op);
-            })
-        });
+    once_per_binary(&STARTED, move || {
+        let bin = build_binaries();
+        let op = spawn_operator(
+            &bin,
+            &kubeconfig,
+            "operator-vswitch",
+            &["--resync-seconds", "30"],
+        );
+        // Owned by this parked thread for PDEATHSIG, never dropped.
+        std::mem::forget(op);
     })
-    .await
-    .unwrap();
+    .await;
 }
 
 /// A new emulated NetFPGA-SUME (ICAP): its P4Runtime/slot-service address
@@ -142,8 +126,7 @@ fn entries(stats: SocketAddr, device: u64) -> u64 {
 async fn setup() -> (Client, TestNamespace) {
     let cp = ControlPlane::shared().await;
     operator(cp).await;
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     (client, ns)
 }
 
@@ -160,16 +143,10 @@ async fn thirteen_l2_switches_fit_the_fourteenth_is_unschedulable_until_one_is_d
         // One after the other, so the 14th is the one left out.
         let name = v.name_any();
         if i < 13 {
-            until(&format!("{name} Ready"), || async {
-                ready(&api.get(&name).await.ok()?).then_some(())
-            })
-            .await;
+            until_ready(&api, &name).await;
         }
     }
-    let msg = until("l2-13 Unschedulable", || async {
-        unschedulable(&api.get("l2-13").await.ok()?)
-    })
-    .await;
+    let msg = until_unschedulable(&api, "l2-13").await;
     assert_eq!(
         msg,
         "0/1 switches: 1 insufficient luts (need 28096, free 15253)"
@@ -199,11 +176,7 @@ async fn thirteen_l2_switches_fit_the_fourteenth_is_unschedulable_until_one_is_d
         api.get_opt("l2-03").await.ok()?.is_none().then_some(())
     })
     .await;
-    let v = until("l2-13 Ready", || async {
-        let v = api.get("l2-13").await.ok()?;
-        ready(&v).then_some(v)
-    })
-    .await;
+    let v = until_ready(&api, "l2-13").await;
     assert_eq!(
         v.status.unwrap().slot,
         Some(freed),
@@ -252,11 +225,7 @@ async fn twenty_created_at_once_never_share_a_slot_or_overbook() {
 async fn create_ready(api: &Api<VirtualSwitch>, list: &[VirtualSwitch]) {
     for v in list {
         api.create(&PostParams::default(), v).await.unwrap();
-        let name = v.name_any();
-        until(&format!("{name} Ready"), || async {
-            ready(&api.get(&name).await.ok()?).then_some(())
-        })
-        .await;
+        until_ready(api, &v.name_any()).await;
     }
 }
 
@@ -274,13 +243,7 @@ async fn six_routers_fit_deleting_frees_everything_and_a_mixed_set_packs() {
         .map(|i| vs(&format!("r-{i}"), "router", &sw, 300 + i))
         .collect();
     create_ready(&api, &routers).await;
-    api.create(&PostParams::default(), &vs("r-6", "router", &sw, 306))
-        .await
-        .unwrap();
-    let msg = until("r-6 Unschedulable", || async {
-        unschedulable(&api.get("r-6").await.ok()?)
-    })
-    .await;
+    let msg = create_unschedulable(&api, &vs("r-6", "router", &sw, 306)).await;
     // P4VBox: 6 routers (13.3 % of the LUTs each) per board.
     assert_eq!(
         msg,
@@ -322,13 +285,7 @@ async fn six_routers_fit_deleting_frees_everything_and_a_mixed_set_packs() {
         .collect();
     mixed.extend((0..3u16).map(|i| vs(&format!("mf-{i}"), "firewall", &sw, 410 + i)));
     create_ready(&api, &mixed).await;
-    api.create(&PostParams::default(), &vs("ml", "l2switch", &sw, 420))
-        .await
-        .unwrap();
-    let msg = until("ml Unschedulable", || async {
-        unschedulable(&api.get("ml").await.ok()?)
-    })
-    .await;
+    let msg = create_unschedulable(&api, &vs("ml", "l2switch", &sw, 420)).await;
     assert_eq!(
         msg,
         "0/1 switches: 1 insufficient luts (need 28096, free 12636)"
@@ -351,19 +308,10 @@ async fn isolation_clashes_are_named_and_a_hot_swap_leaves_other_slots_forwardin
         api,
     } = three(&client, ns.name(), addr).await;
     for name in ["a", "b", "c"] {
-        until(&format!("{name} Ready"), || async {
-            ready(&api.get(name).await.ok()?).then_some(())
-        })
-        .await;
+        until_ready(&api, name).await;
     }
     // Same Sid as "a": refused, naming it.
-    api.create(&PostParams::default(), &vs("clash", "l2switch", &sw, 10))
-        .await
-        .unwrap();
-    let msg = until("clash Unschedulable", || async {
-        unschedulable(&api.get("clash").await.ok()?)
-    })
-    .await;
+    let msg = create_unschedulable(&api, &vs("clash", "l2switch", &sw, 10)).await;
     assert_eq!(
         msg,
         format!(
@@ -381,10 +329,7 @@ async fn isolation_clashes_are_named_and_a_hot_swap_leaves_other_slots_forwardin
     for v in [&shares, &off] {
         api.create(&PostParams::default(), v).await.unwrap();
     }
-    let msg = until("shares Unschedulable", || async {
-        unschedulable(&api.get("shares").await.ok()?)
-    })
-    .await;
+    let msg = until_unschedulable(&api, "shares").await;
     assert_eq!(
         msg,
         format!(
@@ -392,10 +337,7 @@ async fn isolation_clashes_are_named_and_a_hot_swap_leaves_other_slots_forwardin
             ns.name()
         )
     );
-    let msg = until("off Unschedulable", || async {
-        unschedulable(&api.get("off").await.ok()?)
-    })
-    .await;
+    let msg = until_unschedulable(&api, "off").await;
     assert_eq!(
         msg,
         "0/1 switches: 1 spec.portMap: port 7 is not in the Switch's spec.ports"
@@ -669,10 +611,7 @@ async fn a_slot_busy_with_another_load_is_retried_at_its_backoff() {
     .await;
     let refused = tokio::time::Instant::now();
     busy.await.unwrap().expect("the other load");
-    until("late Ready", || async {
-        ready(&api.get("late").await.ok()?).then_some(())
-    })
-    .await;
+    until_ready(&api, "late").await;
     // Retried at 1 s (still busy) and 3 s, loaded 2 s later: about 5 s.
     // Waiting for the 10 s periodic check would take 12 s.
     let took = refused.elapsed();

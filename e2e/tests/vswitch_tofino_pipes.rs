@@ -21,12 +21,12 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use p4fleet_client::{Device, Identity, Target};
 use p4fleet_crds::{P4Program, Switch, TableEntrySet, VirtualSwitch, find_condition};
 use p4fleet_e2e::processes::{build_binaries, spawn_operator};
-use p4fleet_e2e::{ControlPlane, TestNamespace, firewall, repo_root, unique_name};
+use p4fleet_e2e::{ControlPlane, firewall, repo_root, unique_name};
 use serde_json::json;
 
 #[path = "fpga_common/mod.rs"]
 mod fpga_common;
-use fpga_common::{claims, entry_set, ready, unschedulable, until};
+use fpga_common::{claims, create_unschedulable, entry_set, ready, until, until_ready};
 
 const DEVICE: u64 = 21;
 
@@ -69,12 +69,14 @@ fn vs(name: &str, program: &str, switch: &str) -> VirtualSwitch {
     .unwrap()
 }
 
-async fn until_ready(api: &Api<VirtualSwitch>, name: &str) -> VirtualSwitch {
-    until(&format!("{name} Ready"), || async {
-        let v = api.get(name).await.ok()?;
-        ready(&v).then_some(v)
-    })
-    .await
+/// A BFRT client of the device at `bfrt` as `client_id` (election id 1)
+/// that only looks.
+fn observer(bfrt: std::net::SocketAddr, client_id: u32) -> Device {
+    let identity = Identity {
+        election_id: 1,
+        client_id,
+    };
+    Device::connect(Target::bfrt(bfrt.to_string(), DEVICE), identity).unwrap()
 }
 
 /// Entries of `table_id` in program `p4_name` on the device, read by a
@@ -85,14 +87,7 @@ async fn read_back(
     p4info: &str,
     table_id: u32,
 ) -> usize {
-    let dev = Device::connect(
-        Target::bfrt(bfrt.to_string(), DEVICE),
-        Identity {
-            election_id: 1,
-            client_id: 99,
-        },
-    )
-    .unwrap();
+    let dev = observer(bfrt, 99);
     let Device::Bfrt(d) = &dev else {
         panic!("a BFRT device")
     };
@@ -103,14 +98,7 @@ async fn read_back(
 
 /// The programs the device runs, as its GetForwardingPipelineConfig says.
 async fn programs_on_device(bfrt: std::net::SocketAddr) -> String {
-    let dev = Device::connect(
-        Target::bfrt(bfrt.to_string(), DEVICE),
-        Identity {
-            election_id: 1,
-            client_id: 98,
-        },
-    )
-    .unwrap();
+    let dev = observer(bfrt, 98);
     dev.capabilities().await.unwrap().api_version
 }
 
@@ -135,28 +123,17 @@ async fn two_virtual_switches_share_a_tofino_on_disjoint_pipes() {
         &["--resync-seconds", "30"],
     );
     let (_emu, addrs) = firewall::emulator(&bin, &DEVICE.to_string(), None);
-    let client = cp.client().await;
-    let ns = TestNamespace::new(&client).await;
+    let (client, ns) = cp.client_and_namespace().await;
     let ns_name = ns.name();
 
-    program(
-        &client,
-        ns_name,
-        "firewall",
-        "firewall",
-        &["pipe0", "pipe1"],
-    )
-    .await;
-    program(&client, ns_name, "router", "router", &["pipe2", "pipe3"]).await;
-    program(
-        &client,
-        ns_name,
-        "l2switch",
-        "l2switch",
-        &["pipe2", "pipe3"],
-    )
-    .await;
-    program(&client, ns_name, "wide", "firewall", &["pipe2", "pipe3"]).await;
+    for (name, example, pipes) in [
+        ("firewall", "firewall", ["pipe0", "pipe1"]),
+        ("router", "router", ["pipe2", "pipe3"]),
+        ("l2switch", "l2switch", ["pipe2", "pipe3"]),
+        ("wide", "firewall", ["pipe2", "pipe3"]),
+    ] {
+        program(&client, ns_name, name, example, &pipes).await;
+    }
 
     let sw_name = unique_name("tofino");
     let sw: Switch = serde_json::from_value(json!({
@@ -257,13 +234,7 @@ async fn two_virtual_switches_share_a_tofino_on_disjoint_pipes() {
     );
 
     // A third on pipes 2-3 does not fit while b holds them.
-    api.create(&PostParams::default(), &vs("c", "wide", &sw_name))
-        .await
-        .unwrap();
-    let msg = until("c Unschedulable", || async {
-        unschedulable(&api.get("c").await.ok()?)
-    })
-    .await;
+    let msg = create_unschedulable(&api, &vs("c", "wide", &sw_name)).await;
     assert_eq!(msg, "0/1 switches: 1 no slot with pipes 2,3 free");
 
     // A set for l2switch's dmac table on b: its table is not in the

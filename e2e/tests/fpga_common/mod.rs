@@ -17,7 +17,7 @@ use p4fleet_crds::{
     P4Program, SLOT_CLAIMS_ANNOTATION, SlotClaim, Switch, TableEntrySet, VirtualSwitch,
     find_condition,
 };
-use p4fleet_e2e::{repo_root, unique_name, wait_for};
+use p4fleet_e2e::{create_json, repo_root, unique_name, wait_for};
 use serde_json::json;
 
 pub const WAIT: Duration = Duration::from_secs(120);
@@ -124,25 +124,21 @@ pub async fn read_back(addr: SocketAddr, slot: u32) -> Vec<p4fleet_proto::p4runt
 /// an example's entry file (a ConfigMap of that name).
 pub async fn entry_set(client: &Client, ns: &str, name: &str, vs: &str, table: &str, file: &str) {
     let text = std::fs::read_to_string(repo_root().join(file)).unwrap();
-    let cm: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": name}, "data": {"entries": text}
-    }))
-    .unwrap();
-    Api::<ConfigMap>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &cm)
-        .await
-        .unwrap();
-    let set: TableEntrySet = serde_json::from_value(json!({
-        "apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
-        "metadata": {"name": name},
-        "spec": {"virtualSwitchRef": vs, "table": table,
-                 "entriesFrom": [{"configMap": name, "key": "entries"}]}
-    }))
-    .unwrap();
-    Api::<TableEntrySet>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &set)
-        .await
-        .unwrap();
+    create_json(
+        &Api::<ConfigMap>::namespaced(client.clone(), ns),
+        json!({"metadata": {"name": name}, "data": {"entries": text}}),
+    )
+    .await;
+    create_json(
+        &Api::<TableEntrySet>::namespaced(client.clone(), ns),
+        json!({
+            "apiVersion": "p4fleet.dev/v1alpha1", "kind": "TableEntrySet",
+            "metadata": {"name": name},
+            "spec": {"virtualSwitchRef": vs, "table": table,
+                     "entriesFrom": [{"configMap": name, "key": "entries"}]}
+        }),
+    )
+    .await;
 }
 
 /// The reason of a TableEntrySet's first False condition, with its message.
@@ -210,6 +206,29 @@ pub fn unschedulable(v: &VirtualSwitch) -> Option<String> {
     condition(v, "Scheduled")
         .filter(|c| !c.0 && c.1 == "Unschedulable")
         .map(|c| c.2)
+}
+
+/// Waits until VirtualSwitch `name` is Ready; returns it.
+pub async fn until_ready(api: &Api<VirtualSwitch>, name: &str) -> VirtualSwitch {
+    until(&format!("{name} Ready"), || async {
+        let v = api.get(name).await.ok()?;
+        ready(&v).then_some(v)
+    })
+    .await
+}
+
+/// Waits until VirtualSwitch `name` is Unschedulable; returns the message.
+pub async fn until_unschedulable(api: &Api<VirtualSwitch>, name: &str) -> String {
+    until(&format!("{name} Unschedulable"), || async {
+        unschedulable(&api.get(name).await.ok()?)
+    })
+    .await
+}
+
+/// Creates `v` and waits until it is Unschedulable; returns the message.
+pub async fn create_unschedulable(api: &Api<VirtualSwitch>, v: &VirtualSwitch) -> String {
+    api.create(&PostParams::default(), v).await.unwrap();
+    until_unschedulable(api, &v.name_any()).await
 }
 
 /// The slot claims recorded on a Switch.
