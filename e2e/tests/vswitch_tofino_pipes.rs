@@ -93,7 +93,7 @@ async fn read_back(
     };
     let info = p4fleet_proto::p4info::parse_text(p4info).unwrap();
     d.attach(0, &info, Some(p4_name)).await.unwrap();
-    d.read_table(0, table_id).await.unwrap().len()
+    dev.read_table(0, table_id).await.unwrap().len()
 }
 
 /// The programs the device runs, as its GetForwardingPipelineConfig says.
