@@ -543,28 +543,6 @@ async fn get_policy(
     c.get_policy(req).await.map(|r| r.into_inner())
 }
 
-/// ListExterns on `target`.
-async fn list_externs(
-    c: &mut Client,
-    target: &Option<pb::Target>,
-) -> Result<pb::ListExternsResponse, tonic::Status> {
-    let req = pb::ListExternsRequest {
-        target: target.clone(),
-    };
-    c.list_externs(req).await.map(|r| r.into_inner())
-}
-
-/// GetStats on `target`.
-async fn get_stats(
-    c: &mut Client,
-    target: &Option<pb::Target>,
-) -> Result<pb::GetStatsResponse, tonic::Status> {
-    let req = pb::GetStatsRequest {
-        target: target.clone(),
-    };
-    c.get_stats(req).await.map(|r| r.into_inner())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extern_runtime_service_over_grpc() {
     let (_source, engine) = engine(endless(100_000), 0);
@@ -592,7 +570,13 @@ async fn extern_runtime_service_over_grpc() {
         pipeline: "l2crypt".into(),
     });
 
-    let list = list_externs(&mut client, &target).await.unwrap();
+    let list = client
+        .list_externs(pb::ListExternsRequest {
+            target: target.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_l2crypt_externs(&list);
     assert_eq!(list.externs[0].p4info_id, 2166930795);
     assert_eq!(list.externs[0].kind, "aes128-cbc-encrypt");
@@ -631,7 +615,13 @@ async fn extern_runtime_service_over_grpc() {
     engine.start();
     let deadline = Instant::now() + Duration::from_secs(30);
     let stats = loop {
-        let s = get_stats(&mut client, &target).await.unwrap();
+        let s = client
+            .get_stats(pb::GetStatsRequest {
+                target: target.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
         if s.externs[0].async_completed > 1000 && s.externs[0].async_ops_per_second > 0.0 {
             break s;
         }
@@ -687,7 +677,12 @@ async fn extern_runtime_service_over_grpc() {
             pipeline: pipeline.into(),
         })
     };
-    let err = get_stats(&mut client, &elsewhere(8, "")).await.unwrap_err();
+    let err = client
+        .get_stats(pb::GetStatsRequest {
+            target: elsewhere(8, ""),
+        })
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
     let err = get_policy(&mut client, &elsewhere(7, "router"))
         .await
