@@ -21,6 +21,23 @@ pub fn err(code: Code, message: impl Into<String>) -> UpdateError {
     }
 }
 
+/// Marks field `idx` as given in `seen` (fields past the 64th are not
+/// tracked), or refuses it as InvalidArgument with `duplicate()` when it
+/// already was: a field named twice in one update.
+pub(crate) fn given_once(
+    seen: &mut u64,
+    idx: usize,
+    duplicate: impl FnOnce() -> String,
+) -> Result<(), UpdateError> {
+    if idx < 64 {
+        if *seen & (1 << idx) != 0 {
+            return Err(err(Code::InvalidArgument, duplicate()));
+        }
+        *seen |= 1 << idx;
+    }
+    Ok(())
+}
+
 /// An update (or read filter) that is not valid protobuf.
 pub(crate) fn malformed(e: WireError) -> UpdateError {
     err(Code::InvalidArgument, format!("update: {e}"))

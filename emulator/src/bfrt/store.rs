@@ -10,7 +10,7 @@ use super::schema::{ArrayKind, BfrtSchema, DataDef, FieldType, Stateful, TableDe
 use super::stateful;
 use super::wire::{self, DataValue, DataView, KeyMatch, KeyView};
 use crate::key::{Entries, Key, MatchKind};
-use crate::update_error::{UpdateError, err, hex, malformed};
+use crate::update_error::{UpdateError, err, given_once, hex, malformed};
 use crate::wire::{begin, end, put_bytes, put_uint};
 
 // `Entries` hold each entry's encoded `TableData` as the client sent it
@@ -516,15 +516,9 @@ pub(crate) fn encode_key(
                 format!("table {}: unknown key field id {}", table.name, f.field_id),
             ));
         };
-        if idx < 64 {
-            if seen & (1 << idx) != 0 {
-                return Err(err(
-                    Code::InvalidArgument,
-                    format!("table {}: duplicate key field {}", table.name, k.name),
-                ));
-            }
-            seen |= 1 << idx;
-        }
+        given_once(&mut seen, idx, || {
+            format!("table {}: duplicate key field {}", table.name, k.name)
+        })?;
         let what = || format!("table {} key {}", table.name, k.name);
         let nb = k.nbytes;
         let slot = &mut key[k.offset..k.offset + k.kind.key_len(nb)];
@@ -730,15 +724,9 @@ fn check_data(
                 ),
             ));
         };
-        if idx < 64 {
-            if seen & (1 << idx) != 0 {
-                return Err(err(
-                    Code::InvalidArgument,
-                    format!("table {}: duplicate data field {}", table.name, def.name),
-                ));
-            }
-            seen |= 1 << idx;
-        }
+        given_once(&mut seen, idx, || {
+            format!("table {}: duplicate data field {}", table.name, def.name)
+        })?;
         check_value(def, f, &|| {
             format!("table {} data {}", table.name, def.name)
         })?;

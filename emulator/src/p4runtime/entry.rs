@@ -9,7 +9,7 @@ use tonic::Code;
 use crate::key::MatchKind;
 use crate::p4runtime::schema::{Schema, TableInfo, nbytes};
 use crate::p4runtime::wire::{FieldView, MatchView, ParamView};
-use crate::update_error::{UpdateError, err, hex};
+use crate::update_error::{UpdateError, err, given_once, hex};
 
 /// Strips leading zero bytes (P4Runtime allows the client to pad) and checks
 /// that the value fits in `bitwidth` bits. Returns the significant bytes.
@@ -299,15 +299,9 @@ pub fn check_action(
                 format!("action {}: unknown param id {}", info.name, p.param_id),
             ));
         };
-        if idx < 64 {
-            if seen & (1 << idx) != 0 {
-                return Err(err(
-                    Code::InvalidArgument,
-                    format!("action {}: duplicate param {}", info.name, pinfo.name),
-                ));
-            }
-            seen |= 1 << idx;
-        }
+        given_once(&mut seen, idx, || {
+            format!("action {}: duplicate param {}", info.name, pinfo.name)
+        })?;
         significant(p.value, pinfo.bitwidth, &|| {
             format!("action {} param {}", info.name, pinfo.name)
         })?;

@@ -661,33 +661,42 @@ actions { preamble { id: 12 name: "mirror" } }
             p.apply(&u, &mut key, &mut scratch).map_err(|e| e.code)
         };
         let punt = Some((11, vec![1, 0xfe]));
-        assert_eq!(
-            apply(&mut p, default(Type::Insert, 1, punt.clone())),
-            Err(Code::InvalidArgument)
-        );
-        assert_eq!(
-            apply(&mut p, default(Type::Modify, 1, punt)),
-            Ok(Type::Modify)
-        );
-        assert_eq!(p.table(1).unwrap().default_action().unwrap().action_id, 11);
-        assert_eq!(
-            apply(&mut p, default(Type::Modify, 1, Some((12, Vec::new())))),
-            Err(Code::InvalidArgument)
-        );
-        // No action: back to the initial default.
-        assert_eq!(
-            apply(&mut p, default(Type::Modify, 1, None)),
-            Ok(Type::Modify)
-        );
-        assert_eq!(p.table(1).unwrap().default_action().unwrap().action_id, 10);
-        assert_eq!(
-            apply(&mut p, default(Type::Modify, 2, Some((10, Vec::new())))),
-            Err(Code::PermissionDenied)
-        );
-        assert_eq!(
-            apply(&mut p, default(Type::Modify, 2, None)),
-            Err(Code::PermissionDenied)
-        );
+        // (update, table, action, answer, table 1's default action after)
+        let steps = [
+            (
+                Type::Insert,
+                1,
+                punt.clone(),
+                Err(Code::InvalidArgument),
+                None,
+            ),
+            (Type::Modify, 1, punt, Ok(Type::Modify), Some(11)),
+            (
+                Type::Modify,
+                1,
+                Some((12, Vec::new())),
+                Err(Code::InvalidArgument),
+                None,
+            ),
+            // No action: back to the initial default.
+            (Type::Modify, 1, None, Ok(Type::Modify), Some(10)),
+            (
+                Type::Modify,
+                2,
+                Some((10, Vec::new())),
+                Err(Code::PermissionDenied),
+                None,
+            ),
+            (Type::Modify, 2, None, Err(Code::PermissionDenied), None),
+        ];
+        for (ty, table, action, answer, default_after) in steps {
+            let what = format!("{ty:?} of table {table}'s default to {action:?}");
+            assert_eq!(apply(&mut p, default(ty, table, action)), answer, "{what}");
+            if let Some(id) = default_after {
+                let now = p.table(1).unwrap().default_action().unwrap().action_id;
+                assert_eq!(now, id, "{what}");
+            }
+        }
     }
 
     #[test]
