@@ -339,6 +339,12 @@ impl Pipeline {
                 }
             }
         }
+        let no_such_entry = || {
+            err(
+                Code::NotFound,
+                format!("table {}: no such entry", table.name),
+            )
+        };
         match ty {
             Type::Insert => {
                 crate::key::make_room(&mut state.entries, 1, table.size);
@@ -372,10 +378,7 @@ impl Pipeline {
             }
             Type::Modify => {
                 let Some(slot) = state.entries.get_mut(key.as_slice()) else {
-                    return Err(err(
-                        Code::NotFound,
-                        format!("table {}: no such entry", table.name),
-                    ));
+                    return Err(no_such_entry());
                 };
                 let old = std::mem::replace(slot, stored(scratch)?);
                 if table.idle_notify {
@@ -388,10 +391,7 @@ impl Pipeline {
             }
             Type::Delete => {
                 let Some(old) = state.entries.remove(key.as_slice()) else {
-                    return Err(err(
-                        Code::NotFound,
-                        format!("table {}: no such entry", table.name),
-                    ));
+                    return Err(no_such_entry());
                 };
                 if indirect {
                     action_profile::release_entry(&mut self.profiles, table, &old);
