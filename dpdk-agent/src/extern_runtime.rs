@@ -8,7 +8,7 @@ use p4fleet_proto::externs::{self as pb, extern_runtime_server::ExternRuntime};
 use prost::Message;
 use tonic::{Code, Request, Response, Status};
 
-use crate::device::Device;
+use crate::device::{Device, Loaded};
 use crate::externs;
 use crate::policy;
 
@@ -20,6 +20,18 @@ pub struct ExternRuntimeService {
 impl ExternRuntimeService {
     pub fn new(device: Arc<Device>) -> ExternRuntimeService {
         ExternRuntimeService { device }
+    }
+
+    /// The answer `f` reads from `target`'s loaded pipeline
+    /// (`Device::with_loaded`'s errors otherwise).
+    fn answer<T>(
+        &self,
+        target: Option<&pb::Target>,
+        f: impl FnOnce(&Loaded) -> T,
+    ) -> Result<Response<T>, Status> {
+        self.device
+            .with_loaded(target, |l, _| Ok(f(l)))
+            .map(Response::new)
     }
 }
 
@@ -43,42 +55,36 @@ impl ExternRuntime for ExternRuntimeService {
         request: Request<pb::ListExternsRequest>,
     ) -> Result<Response<pb::ListExternsResponse>, Status> {
         let ex = self.device.config.executors();
-        let r = self
-            .device
-            .with_loaded(request.get_ref().target.as_ref(), |l, _| {
-                Ok(pb::ListExternsResponse {
-                    pipeline: l.p4_name.clone(),
-                    externs: l
-                        .pipeline
-                        .externs
-                        .iter()
-                        .map(|name| pb::ExternInfo {
-                            name: name.clone(),
-                            p4info_id: 0,
-                            kind: externs::slot_of(name)
-                                .map(|i| externs::EXTERNS[i].1.as_str())
-                                .unwrap_or_default()
-                                .to_string(),
-                            capabilities: Some(policy::capabilities(name, ex)),
-                        })
-                        .collect(),
-                })
-            })?;
-        Ok(Response::new(r))
+        self.answer(request.get_ref().target.as_ref(), |l| {
+            pb::ListExternsResponse {
+                pipeline: l.p4_name.clone(),
+                externs: l
+                    .pipeline
+                    .externs
+                    .iter()
+                    .map(|name| pb::ExternInfo {
+                        name: name.clone(),
+                        p4info_id: 0,
+                        kind: externs::slot_of(name)
+                            .map(|i| externs::EXTERNS[i].1.as_str())
+                            .unwrap_or_default()
+                            .to_string(),
+                        capabilities: Some(policy::capabilities(name, ex)),
+                    })
+                    .collect(),
+            }
+        })
     }
 
     async fn get_policy(
         &self,
         request: Request<pb::GetPolicyRequest>,
     ) -> Result<Response<pb::GetPolicyResponse>, Status> {
-        let r = self
-            .device
-            .with_loaded(request.get_ref().target.as_ref(), |l, _| {
-                Ok(pb::GetPolicyResponse {
-                    externs: l.policy.clone(),
-                })
-            })?;
-        Ok(Response::new(r))
+        self.answer(request.get_ref().target.as_ref(), |l| {
+            pb::GetPolicyResponse {
+                externs: l.policy.clone(),
+            }
+        })
     }
 
     async fn set_policy(

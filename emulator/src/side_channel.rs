@@ -29,7 +29,7 @@
 //!
 //! Errors are `{"error": "..."}` with a 4xx status.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequest, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -99,9 +99,20 @@ async fn dataplane_stats(State(emu): State<Emulator>, Path(device): Path<u64>) -
     }
 }
 
-fn parse_entry(body: &str) -> Result<p4::TableEntry, Box<Response>> {
-    p4fleet_proto::text::parse::<p4::TableEntry>("p4.v1.TableEntry", body)
-        .map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, e)))
+/// A request body in p4.v1.TableEntry text format, parsed.
+struct EntryBody(p4::TableEntry);
+
+impl<S: Send + Sync> FromRequest<S> for EntryBody {
+    type Rejection = Response;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Response> {
+        let body = String::from_request(req, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        p4fleet_proto::text::parse::<p4::TableEntry>("p4.v1.TableEntry", &body)
+            .map(EntryBody)
+            .map_err(|e| error(StatusCode::BAD_REQUEST, e))
+    }
 }
 
 /// A drift helper's answer: `ok(value)` as JSON, or its error.
@@ -115,12 +126,9 @@ fn reply<T>(r: Result<T, EmulatorError>, ok: impl FnOnce(T) -> serde_json::Value
 async fn delete_entry(
     State(emu): State<Emulator>,
     Path(device): Path<u64>,
-    body: String,
+    EntryBody(te): EntryBody,
 ) -> Response {
-    match parse_entry(&body) {
-        Ok(te) => reply(emu.delete_entry(device, &te), |d| json!({ "deleted": d })),
-        Err(r) => *r,
-    }
+    reply(emu.delete_entry(device, &te), |d| json!({ "deleted": d }))
 }
 
 #[derive(Deserialize)]
@@ -141,15 +149,12 @@ async fn drop_entries(
 async fn inject_entry(
     State(emu): State<Emulator>,
     Path(device): Path<u64>,
-    body: String,
+    EntryBody(te): EntryBody,
 ) -> Response {
-    match parse_entry(&body) {
-        Ok(te) => reply(
-            emu.inject_entry(device, te),
-            |()| json!({ "inserted": true }),
-        ),
-        Err(r) => *r,
-    }
+    reply(
+        emu.inject_entry(device, te),
+        |()| json!({ "inserted": true }),
+    )
 }
 
 #[derive(Deserialize)]

@@ -21,6 +21,36 @@ pub fn err(code: Code, message: impl Into<String>) -> UpdateError {
     }
 }
 
+/// The definition of a field an update names, `found` with its index, and
+/// marked as given in `seen` (fields past the 64th are not tracked).
+/// Refused as InvalidArgument with `unknown()` when there is none, or with
+/// `duplicate(def)` when the update named it before.
+pub(crate) fn given_once<T>(
+    seen: &mut u64,
+    found: Option<(usize, T)>,
+    unknown: impl FnOnce() -> String,
+    duplicate: impl FnOnce(&T) -> String,
+) -> Result<T, UpdateError> {
+    let Some((idx, def)) = found else {
+        return Err(err(Code::InvalidArgument, unknown()));
+    };
+    if idx < 64 {
+        if *seen & (1 << idx) != 0 {
+            return Err(err(Code::InvalidArgument, duplicate(&def)));
+        }
+        *seen |= 1 << idx;
+    }
+    Ok(def)
+}
+
+/// An action id that is not among `table`'s actions.
+pub(crate) fn not_an_action_of(table: &str, action_id: u32) -> UpdateError {
+    err(
+        Code::InvalidArgument,
+        format!("table {table}: action id {action_id} is not an action of this table"),
+    )
+}
+
 /// An update (or read filter) that is not valid protobuf.
 pub(crate) fn malformed(e: WireError) -> UpdateError {
     err(Code::InvalidArgument, format!("update: {e}"))

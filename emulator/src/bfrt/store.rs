@@ -10,7 +10,7 @@ use super::schema::{ArrayKind, BfrtSchema, DataDef, FieldType, Stateful, TableDe
 use super::stateful;
 use super::wire::{self, DataValue, DataView, KeyMatch, KeyView};
 use crate::key::{Entries, Key, MatchKind};
-use crate::update_error::{UpdateError, err, hex, malformed};
+use crate::update_error::{UpdateError, err, given_once, hex, malformed, not_an_action_of};
 use crate::wire::{begin, end, put_bytes, put_uint};
 
 // `Entries` hold each entry's encoded `TableData` as the client sent it
@@ -510,21 +510,12 @@ pub(crate) fn encode_key(
     key.resize(table.key_len, 0);
     let mut seen: u64 = 0;
     for f in fields {
-        let Some((idx, k)) = table.key(f.field_id) else {
-            return Err(err(
-                Code::InvalidArgument,
-                format!("table {}: unknown key field id {}", table.name, f.field_id),
-            ));
-        };
-        if idx < 64 {
-            if seen & (1 << idx) != 0 {
-                return Err(err(
-                    Code::InvalidArgument,
-                    format!("table {}: duplicate key field {}", table.name, k.name),
-                ));
-            }
-            seen |= 1 << idx;
-        }
+        let k = given_once(
+            &mut seen,
+            table.key(f.field_id),
+            || format!("table {}: unknown key field id {}", table.name, f.field_id),
+            |k| format!("table {}: duplicate key field {}", table.name, k.name),
+        )?;
         let what = || format!("table {} key {}", table.name, k.name);
         let nb = k.nbytes;
         let slot = &mut key[k.offset..k.offset + k.kind.key_len(nb)];
@@ -677,13 +668,7 @@ fn check_data(
         None
     } else {
         let Some(a) = table.action(action_id) else {
-            return Err(err(
-                Code::InvalidArgument,
-                format!(
-                    "table {}: action id {} is not an action of this table",
-                    table.name, action_id
-                ),
-            ));
+            return Err(not_an_action_of(&table.name, action_id));
         };
         if a.default_only && !for_default {
             return Err(err(
@@ -717,28 +702,19 @@ fn check_data(
                     .find(|(_, d)| d.id == f.field_id)
                     .map(|(i, d)| (i + 32, d))
             });
-        let Some((idx, def)) = found else {
-            return Err(err(
-                Code::InvalidArgument,
-                format!(
-                    "table {}{}: unknown data field id {}",
-                    table.name,
-                    action
-                        .map(|a| format!(" action {}", a.name))
-                        .unwrap_or_default(),
-                    f.field_id
-                ),
-            ));
+        let unknown = || {
+            format!(
+                "table {}{}: unknown data field id {}",
+                table.name,
+                action
+                    .map(|a| format!(" action {}", a.name))
+                    .unwrap_or_default(),
+                f.field_id
+            )
         };
-        if idx < 64 {
-            if seen & (1 << idx) != 0 {
-                return Err(err(
-                    Code::InvalidArgument,
-                    format!("table {}: duplicate data field {}", table.name, def.name),
-                ));
-            }
-            seen |= 1 << idx;
-        }
+        let def = given_once(&mut seen, found, unknown, |def| {
+            format!("table {}: duplicate data field {}", table.name, def.name)
+        })?;
         check_value(def, f, &|| {
             format!("table {} data {}", table.name, def.name)
         })?;

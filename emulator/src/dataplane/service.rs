@@ -196,28 +196,22 @@ pub fn policy_from_pb(p: &pb::ExternPolicy) -> Result<(String, ExternPolicy), pb
             ));
         }
     };
+    // An enum value this build does not know, in `field`.
+    let unknown = |field: &str, what: &str, raw: i32| {
+        bad(field, format!("extern {:?}: unknown {what} {raw}", p.name))
+    };
     let suspend = match pb::SuspendMethod::try_from(p.suspend) {
         Ok(pb::SuspendMethod::Unspecified) => None,
         Ok(pb::SuspendMethod::PacketDescriptor) => Some(SuspendMethod::PacketDescriptor),
         Ok(pb::SuspendMethod::Context) => Some(SuspendMethod::Context),
-        Err(_) => {
-            return Err(bad(
-                "suspend",
-                format!("extern {:?}: unknown suspend method {}", p.name, p.suspend),
-            ));
-        }
+        Err(_) => return Err(unknown("suspend", "suspend method", p.suspend)),
     };
     let executor = match pb::Executor::try_from(p.executor) {
         Ok(pb::Executor::Unspecified) => None,
         Ok(pb::Executor::InlineCryptoDevice) => Some(Executor::InlineCryptoDevice),
         Ok(pb::Executor::DedicatedCores) => Some(Executor::DedicatedCores),
         Ok(pb::Executor::Accelerator) => Some(Executor::Accelerator),
-        Err(_) => {
-            return Err(bad(
-                "executor",
-                format!("extern {:?}: unknown executor {}", p.name, p.executor),
-            ));
-        }
+        Err(_) => return Err(unknown("executor", "executor", p.executor)),
     };
     Ok((
         p.name.clone(),

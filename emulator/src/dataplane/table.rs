@@ -486,19 +486,29 @@ mod tests {
         }
     }
 
+    /// An exact entry on dmac's key (field 1).
+    fn exact(mac: Vec<u8>, action: ActionCall) -> SnapshotEntry {
+        SnapshotEntry {
+            matches: vec![(1, FieldValue::Exact(mac))],
+            priority: 0,
+            action,
+        }
+    }
+
+    /// A snapshot without default action or counters.
+    fn snapshot(version: u64, entries: Vec<SnapshotEntry>) -> TableSnapshot {
+        TableSnapshot {
+            version,
+            entries,
+            default_action: None,
+            counters: Default::default(),
+        }
+    }
+
     #[test]
     fn exact_hit_miss_and_default() {
         let (p, b) = setup(SPEC);
-        let snap = TableSnapshot {
-            version: 3,
-            entries: vec![SnapshotEntry {
-                matches: vec![(1, FieldValue::Exact(vec![0, 0, 0, 0, 0, 2]))],
-                priority: 0,
-                action: fwd(2),
-            }],
-            default_action: None,
-            counters: Default::default(),
-        };
+        let snap = snapshot(3, vec![exact(vec![0, 0, 0, 0, 0, 2], fwd(2))]);
         let t = CompiledTable::compile(&p, &b, 1, &snap).unwrap();
         assert_eq!(t.version, 3);
         let forward = p.action_index("forward").unwrap() as u8;
@@ -510,16 +520,11 @@ mod tests {
         assert_eq!(a.action, p.action_index("broadcast").unwrap() as u8);
         // Leading zeros are fine; a too-wide value is not.
         let snap2 = TableSnapshot {
-            version: 4,
-            entries: vec![SnapshotEntry {
-                matches: vec![(1, FieldValue::Exact(vec![1, 0, 0, 0, 0, 0, 2]))],
-                ..snap.entries[0].clone()
-            }],
             default_action: Some(ActionCall {
                 action_id: DROP,
                 params: vec![],
             }),
-            counters: Default::default(),
+            ..snapshot(4, vec![exact(vec![1, 0, 0, 0, 0, 0, 2], fwd(2))])
         };
         let e = CompiledTable::compile(&p, &b, 1, &snap2).unwrap_err();
         assert_eq!(e.entry, DisplayIndex(Some(0)));
@@ -530,17 +535,11 @@ mod tests {
     fn hits_count_in_the_entry_direct_counter_and_misses_nowhere() {
         let (p, b) = setup(SPEC);
         let cell = Arc::new(CounterCell::default());
-        let entry = |mac: u8| SnapshotEntry {
-            matches: vec![(1, FieldValue::Exact(vec![mac]))],
-            priority: 0,
-            action: fwd(mac),
-        };
+        let entry = |mac: u8| exact(vec![mac], fwd(mac));
         let snap = TableSnapshot {
-            version: 1,
-            entries: vec![entry(1), entry(2)],
-            default_action: None,
             // Entry 0 has no cell (another table's counters are empty).
             counters: DirectCounters(vec![None, Some(cell.clone())]),
+            ..snapshot(1, vec![entry(1), entry(2)])
         };
         let t = CompiledTable::compile(&p, &b, 1, &snap).unwrap();
         for (key, len) in [(2, 64), (2, 100), (1, 64), (3, 64)] {
@@ -559,19 +558,16 @@ mod tests {
     #[test]
     fn wrong_action_for_table_is_refused() {
         let (p, b) = setup(SPEC);
-        let snap = TableSnapshot {
-            version: 1,
-            entries: vec![SnapshotEntry {
-                matches: vec![(1, FieldValue::Exact(vec![1]))],
-                priority: 0,
-                action: ActionCall {
+        let snap = snapshot(
+            1,
+            vec![exact(
+                vec![1],
+                ActionCall {
                     action_id: 21257015, // NoAction: smac's, not dmac's
                     params: vec![],
                 },
-            }],
-            default_action: None,
-            counters: Default::default(),
-        };
+            )],
+        );
         let e = CompiledTable::compile(&p, &b, 1, &snap).unwrap_err();
         assert!(e.reason.contains("NoAction"), "{e}");
     }
@@ -590,15 +586,13 @@ mod tests {
             priority: 0,
             action: fwd(port),
         };
-        let snap = TableSnapshot {
-            version: 1,
-            entries: vec![
+        let snap = snapshot(
+            1,
+            vec![
                 e(vec![0x0a, 0, 0, 0, 0, 0], 8, 1),
                 e(vec![0x0a, 0x01, 0, 0, 0, 0], 16, 2),
             ],
-            default_action: None,
-            counters: Default::default(),
-        };
+        );
         let t = CompiledTable::compile(&p, &b, 1, &snap).unwrap();
         assert_eq!(t.lookup(0x0a01_0000_0001).0.args[0], 2);
         assert_eq!(t.lookup(0x0a02_0000_0001).0.args[0], 1);
@@ -620,12 +614,7 @@ mod tests {
             priority: prio,
             action: fwd(port),
         };
-        let snap = TableSnapshot {
-            version: 1,
-            entries: vec![e(0x00, 0x00, 1, 1), e(0x05, 0x0f, 10, 2)],
-            default_action: None,
-            counters: Default::default(),
-        };
+        let snap = snapshot(1, vec![e(0x00, 0x00, 1, 1), e(0x05, 0x0f, 10, 2)]);
         let t = CompiledTable::compile(&p, &b, 1, &snap).unwrap();
         assert_eq!(t.lookup(0x15).0.args[0], 2);
         assert_eq!(t.lookup(0x16).0.args[0], 1);

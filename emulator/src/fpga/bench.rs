@@ -51,6 +51,15 @@ fn p4info_of(p: &Program) -> Result<P4Info, BoxError> {
     Ok(p4info::parse_text(p.p4info)?)
 }
 
+/// Awaits `rpc`: its reply and how long the whole RPC took.
+async fn timed<T>(
+    rpc: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<(T, Duration), BoxError> {
+    let t = Instant::now();
+    let r = rpc.await?.into_inner();
+    Ok((r, t.elapsed()))
+}
+
 /// Loads `program` into `slot` with a synthetic bitstream of `bits`;
 /// returns the device's load duration and the whole RPC's.
 async fn load(
@@ -70,12 +79,7 @@ async fn load(
         p4info: Some(p4info_of(program)?),
     };
     let messages = load_slot_messages(header, &bytes);
-    let t = Instant::now();
-    let r = c
-        .load_slot(tokio_stream::iter(messages))
-        .await?
-        .into_inner();
-    let rpc = t.elapsed();
+    let (r, rpc) = timed(c.load_slot(tokio_stream::iter(messages))).await?;
     let device = r.load_duration.ok_or("no load_duration")?.try_into()?;
     Ok((device, rpc))
 }
@@ -198,12 +202,7 @@ async fn bench_port(port: &str, args: &BenchArgs) -> Result<Vec<Row>, BoxError> 
             sha256: bitstream::sha256(&bytes).to_vec(),
         };
         let messages = configure_board_messages(header, &bytes);
-        let t = Instant::now();
-        let r = c
-            .configure_board(tokio_stream::iter(messages))
-            .await?
-            .into_inner();
-        let rpc = t.elapsed();
+        let (r, rpc) = timed(c.configure_board(tokio_stream::iter(messages))).await?;
         rows.push(Row {
             port: format!("{port} (full board)"),
             bits,

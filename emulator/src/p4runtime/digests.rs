@@ -349,6 +349,21 @@ mod tests {
         }
     }
 
+    /// Digests with digest 7 configured by `entry(..)`, and the time now.
+    fn configured(
+        max_timeout_ns: i64,
+        max_list_size: i32,
+        ack_timeout_ns: i64,
+    ) -> (Digests, Instant) {
+        let mut d = digests();
+        d.write(
+            Type::Insert,
+            entry(max_timeout_ns, max_list_size, ack_timeout_ns),
+        )
+        .unwrap();
+        (d, Instant::now())
+    }
+
     fn data(v: u8) -> p4::P4Data {
         p4::P4Data {
             data: Some(p4::p4_data::Data::Bitstring(vec![v])),
@@ -400,11 +415,8 @@ mod tests {
 
     #[test]
     fn lists_are_cut_at_max_list_size_and_sent_when_full() {
-        let mut d = digests();
-        let t0 = Instant::now();
         // A long timeout: only size sends a list.
-        d.write(Type::Insert, entry(1_000_000_000_000, 2, 1_000_000_000_000))
-            .unwrap();
+        let (mut d, t0) = configured(1_000_000_000_000, 2, 1_000_000_000_000);
         for v in 1..=5 {
             assert_eq!(d.offer(7, &data(v), t0), Offer::Queued);
         }
@@ -422,10 +434,7 @@ mod tests {
 
     #[test]
     fn a_list_is_sent_when_its_first_message_is_max_timeout_old() {
-        let mut d = digests();
-        let t0 = Instant::now();
-        d.write(Type::Insert, entry(1_000_000, 0, 1_000_000_000))
-            .unwrap();
+        let (mut d, t0) = configured(1_000_000, 0, 1_000_000_000);
         d.offer(7, &data(1), t0);
         d.offer(7, &data(2), t0 + Duration::from_micros(500));
         assert!(d.due(t0 + Duration::from_micros(999), 0).is_empty());
@@ -436,9 +445,7 @@ mod tests {
 
     #[test]
     fn the_same_data_is_not_sent_again_until_acked_or_ack_timeout() {
-        let mut d = digests();
-        let t0 = Instant::now();
-        d.write(Type::Insert, entry(0, 1, 1_000_000)).unwrap();
+        let (mut d, t0) = configured(0, 1, 1_000_000);
         d.offer(7, &data(1), t0);
         // Waiting in the list: a second copy is dropped.
         assert_eq!(d.offer(7, &data(1), t0), Offer::Duplicate);

@@ -9,7 +9,7 @@ use tonic::Code;
 use crate::key::MatchKind;
 use crate::p4runtime::schema::{Schema, TableInfo, nbytes};
 use crate::p4runtime::wire::{FieldView, MatchView, ParamView};
-use crate::update_error::{UpdateError, err, hex};
+use crate::update_error::{UpdateError, err, given_once, hex, not_an_action_of};
 
 /// Strips leading zero bytes (P4Runtime allows the client to pad) and checks
 /// that the value fits in `bitwidth` bits. Returns the significant bytes.
@@ -249,13 +249,7 @@ pub fn check_action(
     for_default: bool,
 ) -> Result<(), UpdateError> {
     let Some(scope) = table.action_scope(action_id) else {
-        return Err(err(
-            Code::InvalidArgument,
-            format!(
-                "table {}: action id {} is not an action of this table",
-                table.name, action_id
-            ),
-        ));
+        return Err(not_an_action_of(&table.name, action_id));
     };
     let misplaced = match (scope, for_default) {
         (Scope::DefaultOnly, false) => Some("may only"),
@@ -288,26 +282,17 @@ pub fn check_action(
     }
     let mut seen: u64 = 0;
     for p in params {
-        let Some((idx, pinfo)) = info
+        let found = info
             .params
             .iter()
             .enumerate()
-            .find(|(_, q)| q.id == p.param_id)
-        else {
-            return Err(err(
-                Code::InvalidArgument,
-                format!("action {}: unknown param id {}", info.name, p.param_id),
-            ));
-        };
-        if idx < 64 {
-            if seen & (1 << idx) != 0 {
-                return Err(err(
-                    Code::InvalidArgument,
-                    format!("action {}: duplicate param {}", info.name, pinfo.name),
-                ));
-            }
-            seen |= 1 << idx;
-        }
+            .find(|(_, q)| q.id == p.param_id);
+        let pinfo = given_once(
+            &mut seen,
+            found,
+            || format!("action {}: unknown param id {}", info.name, p.param_id),
+            |pinfo| format!("action {}: duplicate param {}", info.name, pinfo.name),
+        )?;
         significant(p.value, pinfo.bitwidth, &|| {
             format!("action {} param {}", info.name, pinfo.name)
         })?;

@@ -339,6 +339,12 @@ impl Pipeline {
                 }
             }
         }
+        let no_such_entry = || {
+            err(
+                Code::NotFound,
+                format!("table {}: no such entry", table.name),
+            )
+        };
         match ty {
             Type::Insert => {
                 crate::key::make_room(&mut state.entries, 1, table.size);
@@ -372,10 +378,7 @@ impl Pipeline {
             }
             Type::Modify => {
                 let Some(slot) = state.entries.get_mut(key.as_slice()) else {
-                    return Err(err(
-                        Code::NotFound,
-                        format!("table {}: no such entry", table.name),
-                    ));
+                    return Err(no_such_entry());
                 };
                 let old = std::mem::replace(slot, stored(scratch)?);
                 if table.idle_notify {
@@ -388,10 +391,7 @@ impl Pipeline {
             }
             Type::Delete => {
                 let Some(old) = state.entries.remove(key.as_slice()) else {
-                    return Err(err(
-                        Code::NotFound,
-                        format!("table {}: no such entry", table.name),
-                    ));
+                    return Err(no_such_entry());
                 };
                 if indirect {
                     action_profile::release_entry(&mut self.profiles, table, &old);
@@ -661,33 +661,42 @@ actions { preamble { id: 12 name: "mirror" } }
             p.apply(&u, &mut key, &mut scratch).map_err(|e| e.code)
         };
         let punt = Some((11, vec![1, 0xfe]));
-        assert_eq!(
-            apply(&mut p, default(Type::Insert, 1, punt.clone())),
-            Err(Code::InvalidArgument)
-        );
-        assert_eq!(
-            apply(&mut p, default(Type::Modify, 1, punt)),
-            Ok(Type::Modify)
-        );
-        assert_eq!(p.table(1).unwrap().default_action().unwrap().action_id, 11);
-        assert_eq!(
-            apply(&mut p, default(Type::Modify, 1, Some((12, Vec::new())))),
-            Err(Code::InvalidArgument)
-        );
-        // No action: back to the initial default.
-        assert_eq!(
-            apply(&mut p, default(Type::Modify, 1, None)),
-            Ok(Type::Modify)
-        );
-        assert_eq!(p.table(1).unwrap().default_action().unwrap().action_id, 10);
-        assert_eq!(
-            apply(&mut p, default(Type::Modify, 2, Some((10, Vec::new())))),
-            Err(Code::PermissionDenied)
-        );
-        assert_eq!(
-            apply(&mut p, default(Type::Modify, 2, None)),
-            Err(Code::PermissionDenied)
-        );
+        // (update, table, action, answer, table 1's default action after)
+        let steps = [
+            (
+                Type::Insert,
+                1,
+                punt.clone(),
+                Err(Code::InvalidArgument),
+                None,
+            ),
+            (Type::Modify, 1, punt, Ok(Type::Modify), Some(11)),
+            (
+                Type::Modify,
+                1,
+                Some((12, Vec::new())),
+                Err(Code::InvalidArgument),
+                None,
+            ),
+            // No action: back to the initial default.
+            (Type::Modify, 1, None, Ok(Type::Modify), Some(10)),
+            (
+                Type::Modify,
+                2,
+                Some((10, Vec::new())),
+                Err(Code::PermissionDenied),
+                None,
+            ),
+            (Type::Modify, 2, None, Err(Code::PermissionDenied), None),
+        ];
+        for (ty, table, action, answer, default_after) in steps {
+            let what = format!("{ty:?} of table {table}'s default to {action:?}");
+            assert_eq!(apply(&mut p, default(ty, table, action)), answer, "{what}");
+            if let Some(id) = default_after {
+                let now = p.table(1).unwrap().default_action().unwrap().action_id;
+                assert_eq!(now, id, "{what}");
+            }
+        }
     }
 
     #[test]

@@ -90,13 +90,20 @@ fn check_replicas(
     Ok(out)
 }
 
+/// Applies update `ty` of `id` to `map`; `value()` checks and builds the
+/// value to store (not for a delete), before `id` is looked up.
 fn upsert<T>(
     map: &mut BTreeMap<u32, T>,
     ty: Type,
     id: u32,
-    value: Option<T>,
     what: &dyn Fn() -> String,
+    value: impl FnOnce() -> Result<T, UpdateError>,
 ) -> Result<Type, UpdateError> {
+    let value = if ty == Type::Delete {
+        None
+    } else {
+        Some(value()?)
+    };
     match ty {
         Type::Insert if map.contains_key(&id) => Err(err(
             Code::AlreadyExists,
@@ -133,15 +140,12 @@ impl PreState {
                         format!("{}: ids are 1..={MAX_MULTICAST_GROUP}", what()),
                     ));
                 }
-                let value = if ty == Type::Delete {
-                    None
-                } else {
-                    Some(p4::MulticastGroupEntry {
+                upsert(&mut self.multicast, ty, id, &what, || {
+                    Ok(p4::MulticastGroupEntry {
                         multicast_group_id: id,
                         replicas: check_replicas(&g.replicas, &what)?,
                     })
-                };
-                upsert(&mut self.multicast, ty, id, value, &what)
+                })
             }
             Some(Pre::CloneSessionEntry(c)) => {
                 let id = c.session_id;
@@ -152,9 +156,7 @@ impl PreState {
                         format!("{}: session ids start at 1", what()),
                     ));
                 }
-                let value = if ty == Type::Delete {
-                    None
-                } else {
+                upsert(&mut self.clones, ty, id, &what, || {
                     if c.packet_length_bytes < 0 {
                         return Err(err(
                             Code::InvalidArgument,
@@ -165,12 +167,11 @@ impl PreState {
                             ),
                         ));
                     }
-                    Some(p4::CloneSessionEntry {
+                    Ok(p4::CloneSessionEntry {
                         replicas: check_replicas(&c.replicas, &what)?,
                         ..c.clone()
                     })
-                };
-                upsert(&mut self.clones, ty, id, value, &what)
+                })
             }
             None => Err(err(
                 Code::InvalidArgument,
