@@ -362,14 +362,7 @@ mod tests {
     }
 
     fn report(ready: bool) -> Report {
-        Report {
-            status: TableEntrySetStatus {
-                conditions: vec![Condition::new(READY, ready, "Ready", "all entries applied")],
-                ..Default::default()
-            },
-            events: Vec::new(),
-            action: Action::await_change(),
-        }
+        Report::ready_only(Condition::new(READY, ready, "Ready", "all entries applied"))
     }
 
     #[test]

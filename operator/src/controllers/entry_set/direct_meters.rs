@@ -310,14 +310,7 @@ mod tests {
     }
 
     fn report() -> super::super::status::Report {
-        super::super::status::Report {
-            status: TableEntrySetStatus {
-                conditions: vec![Condition::new(READY, true, "Synced", "ok")],
-                ..Default::default()
-            },
-            events: Vec::new(),
-            action: Action::await_change(),
-        }
+        super::super::status::Report::ready_only(Condition::new(READY, true, "Synced", "ok"))
     }
 
     #[test]

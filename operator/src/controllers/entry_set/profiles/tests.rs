@@ -25,14 +25,7 @@ fn ecmp() -> TableEntrySet {
 }
 
 fn report() -> Report {
-    Report {
-        status: TableEntrySetStatus {
-            conditions: vec![Condition::new(READY, true, "Ready", "all entries applied")],
-            ..Default::default()
-        },
-        events: Vec::new(),
-        action: Action::await_change(),
-    }
+    Report::ready_only(Condition::new(READY, true, "Ready", "all entries applied"))
 }
 
 fn confirmed(members: u64, groups: u64, entries: u64) -> Option<ActionProfileStatus> {
