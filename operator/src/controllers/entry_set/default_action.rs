@@ -332,7 +332,6 @@ pub fn fold(report: &mut Report, set: &TableEntrySet, outcomes: &[(String, Outco
 mod tests {
     use super::*;
     use crate::controllers::entry_set::desired::tests::target;
-    use kube::runtime::controller::Action;
     use p4fleet_crds::{DefaultAction, TableEntrySetSpec, TableEntrySetStatus, find_condition};
 
     fn set(default: Option<(&str, &[(&str, &str)])>, status: Option<&str>) -> TableEntrySet {

@@ -296,8 +296,7 @@ pub fn fold(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::runtime::controller::Action;
-    use p4fleet_crds::{TableEntrySetSpec, TableEntrySetStatus, find_condition};
+    use p4fleet_crds::{TableEntrySetSpec, find_condition};
 
     fn set() -> TableEntrySet {
         let spec: TableEntrySetSpec = serde_json::from_value(serde_json::json!({

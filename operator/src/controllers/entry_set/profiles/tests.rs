@@ -1,6 +1,5 @@
 use super::*;
-use kube::runtime::controller::Action;
-use p4fleet_crds::{TableEntrySetSpec, TableEntrySetStatus, find_condition};
+use p4fleet_crds::{TableEntrySetSpec, find_condition};
 
 fn set(yaml: &str) -> TableEntrySet {
     let spec: TableEntrySetSpec = serde_yaml::from_str(yaml).unwrap();
