@@ -159,40 +159,19 @@ impl Results {
         self.ratio_section(w);
 
         let _ = writeln!(w, "## Insertion rate (entries/s, median [min–max])\n");
-        table(w, &clients, &self.batches, |s| {
-            format!(
-                "{} [{}–{}]",
-                thousands(s.rate.median),
-                thousands(s.rate.min),
-                thousands(s.rate.max)
-            )
-        });
+        table(w, &clients, &self.batches, |s| s.rate.show(thousands));
         let _ = writeln!(
             w,
             "## Mean response time per Write request (median of the runs' means [min–max])\n"
         );
-        table(w, &clients, &self.batches, |s| {
-            format!(
-                "{} [{}–{}]",
-                duration(s.latency_s.median),
-                duration(s.latency_s.min),
-                duration(s.latency_s.max)
-            )
-        });
+        table(w, &clients, &self.batches, |s| s.latency_s.show(duration));
         if !refs.is_empty() {
             let _ = writeln!(w, "## Emulator ceiling and client-side cost\n");
             let _ = writeln!(
                 w,
                 "Reference series, not clients. *Emulator ceiling*: the emulator's P4Runtime tonic service called in-process with pre-encoded gRPC frames (gRPC frame, wire-level parse, validation, table insert, response), no network and no client: what the emulator can absorb. *p4fleet encode only*: p4fleet's client side without sending (entry model → encoded `WriteRequest` bytes for every batch). Entries/s, median [min–max]:\n"
             );
-            table(w, &refs, &self.batches, |s| {
-                format!(
-                    "{} [{}–{}]",
-                    thousands(s.rate.median),
-                    thousands(s.rate.min),
-                    thousands(s.rate.max)
-                )
-            });
+            table(w, &refs, &self.batches, |s| s.rate.show(thousands));
         }
         if let Some(r) = &self.reconcile {
             let _ = writeln!(w, "## Reconcile cost and memory per entry\n");
@@ -202,14 +181,7 @@ impl Results {
                 thousands(r.entries as f64),
                 r.runs
             );
-            let sp = |s: &crate::stats::Spread| {
-                format!(
-                    "{} [{}–{}]",
-                    duration(s.median),
-                    duration(s.min),
-                    duration(s.max)
-                )
-            };
+            let sp = |s: &crate::stats::Spread| s.show(duration);
             let _ = writeln!(w, "| step | time |\n|---|---|");
             let _ = writeln!(w, "| whole no-op resync | **{}** |", sp(&r.total_s));
             let _ = writeln!(w, "| Read RPC (read-back) | {} |", sp(&r.read_s));

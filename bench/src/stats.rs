@@ -56,6 +56,11 @@ pub struct Spread {
 }
 
 impl Spread {
+    /// `median [min–max]`, each written by `f`.
+    pub fn show(&self, f: impl Fn(f64) -> String) -> String {
+        format!("{} [{}–{}]", f(self.median), f(self.min), f(self.max))
+    }
+
     pub fn of(values: &[f64]) -> Option<Spread> {
         if values.is_empty() {
             return None;

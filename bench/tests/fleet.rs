@@ -44,6 +44,21 @@ async fn small_fleet(apply: ApplyMode, layout: SetLayout) -> fleet::Run {
     fleet::run(&cp, &cfg).await.expect("fleet run")
 }
 
+/// The change phase expected `n` writes and the devices saw just those,
+/// as modifies (no insert, no delete); `what` says which.
+fn only_modified(change: &fleet::Phase, n: u64, what: &str) {
+    assert_eq!(change.expected_writes, n);
+    assert_eq!(
+        (
+            change.device.modifies,
+            change.device.inserts,
+            change.device.deletes
+        ),
+        (n, 0, 0),
+        "{what}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_fleet_gets_ready_writes_only_changes_and_idles_quietly() {
     let run = small_fleet(ApplyMode::Kubectl, SetLayout::PerSwitch).await;
@@ -77,16 +92,7 @@ async fn a_small_fleet_gets_ready_writes_only_changes_and_idles_quietly() {
     );
 
     let change = run.phase("change").expect("change phase");
-    assert_eq!(change.expected_writes, 3);
-    assert_eq!(
-        (
-            change.device.modifies,
-            change.device.inserts,
-            change.device.deletes
-        ),
-        (3, 0, 0),
-        "only the changed entries are written"
-    );
+    only_modified(change, 3, "only the changed entries are written");
     assert_eq!(change.device.entries, 300);
 }
 
@@ -107,16 +113,7 @@ async fn a_shared_set_fleet_writes_its_change_to_every_switch() {
     assert_eq!(idle.status_writes, 0.0, "status writes in an idle round");
     let change = run.phase("change").expect("change phase");
     assert_eq!(change.objects_applied, 1, "one ConfigMap");
-    assert_eq!(change.expected_writes, 3);
-    assert_eq!(
-        (
-            change.device.modifies,
-            change.device.inserts,
-            change.device.deletes
-        ),
-        (3, 0, 0),
-        "only the changed entry, on each device"
-    );
+    only_modified(change, 3, "only the changed entry, on each device");
 }
 
 /// What the design says an idle round runs (docs/performance.md and

@@ -221,18 +221,24 @@ pub fn device_config_with(
         .cloned()
         .collect();
     if let Some((pipeline, pipes)) = add {
-        out.push(ForwardingPipelineConfig {
-            p4_name: pipeline.p4_name.clone(),
-            bfruntime_info: pipeline.bfrt_json.clone(),
-            profiles: vec![Profile {
-                profile_name: "pipe".into(),
-                context: pipeline.context_json.clone(),
-                binary: pipeline.binary.clone(),
-                pipe_scope: pipes.to_vec(),
-            }],
-        });
+        out.push(pipeline_config(pipeline, pipes.to_vec()));
     }
     out
+}
+
+/// `pipeline` as one device config: its one profile `pipe` on
+/// `pipe_scope` (empty: every pipe of the chip).
+fn pipeline_config(pipeline: &TofinoPipeline, pipe_scope: Vec<u32>) -> ForwardingPipelineConfig {
+    ForwardingPipelineConfig {
+        p4_name: pipeline.p4_name.clone(),
+        bfruntime_info: pipeline.bfrt_json.clone(),
+        profiles: vec![Profile {
+            profile_name: "pipe".into(),
+            context: pipeline.context_json.clone(),
+            binary: pipeline.binary.clone(),
+            pipe_scope,
+        }],
+    }
 }
 
 /// The translation between `p4info`'s tables (and registers) and a
@@ -394,21 +400,17 @@ impl BfrtDevice {
             .iter()
             .any(|c| c.p4_name == pipeline.p4_name && want.matches(c));
         if !loaded {
-            let config = vec![ForwardingPipelineConfig {
-                p4_name: pipeline.p4_name.clone(),
-                bfruntime_info: pipeline.bfrt_json.clone(),
-                profiles: vec![Profile {
-                    profile_name: "pipe".into(),
-                    context: pipeline.context_json.clone(),
-                    binary: pipeline.binary.clone(),
-                    // Empty: every pipe of the chip, whatever its
-                    // count (2 or 4 on Tofino-1); the program owns
-                    // the whole device (docs/bfrt.md).
-                    pipe_scope: vec![],
-                }],
-            }];
-            self.set_config(device_id, SetAction::VerifyAndWarmInitBeginAndEnd, config)
-                .await?;
+            // Empty scope: every pipe of the chip, whatever its count (2
+            // or 4 on Tofino-1); the program owns the whole device
+            // (docs/bfrt.md).
+            let config = vec![pipeline_config(pipeline, vec![])];
+            self.set_config(
+                "SetForwardingPipelineConfig",
+                device_id,
+                SetAction::VerifyAndWarmInitBeginAndEnd,
+                config,
+            )
+            .await?;
         }
         self.remember(device_id, &pipeline.p4_name, map, p4info);
         // The whole device is this program's now.
@@ -455,14 +457,17 @@ impl BfrtDevice {
             (SetAction::ReconcileAndWarmInitEnd, Vec::new()),
         ];
         for (action, config) in steps {
-            self.set_config(device_id, action, config).await?;
+            self.set_config("SetForwardingPipelineConfig", device_id, action, config)
+                .await?;
         }
         Ok(())
     }
 
-    /// One SetForwardingPipelineConfig of `device_id` by this client.
+    /// One SetForwardingPipelineConfig of `device_id` by this client;
+    /// `rpc` names it in an error.
     async fn set_config(
         &self,
+        rpc: &'static str,
         device_id: u64,
         action: SetAction,
         config: Vec<ForwardingPipelineConfig>,
@@ -478,7 +483,7 @@ impl BfrtDevice {
             .clone()
             .set_forwarding_pipeline_config(req)
             .await
-            .map_err(|s| self.rpc_error("SetForwardingPipelineConfig", device_id, s))?;
+            .map_err(|s| self.rpc_error(rpc, device_id, s))?;
         Ok(())
     }
 
@@ -709,21 +714,17 @@ impl BfrtDevice {
             (l.p4_name.clone(), l.map.clone(), l.bound_on)
         };
         if bound_on != Some(generation) {
-            let req = SetForwardingPipelineConfigRequest {
-                device_id: device_id as u32,
-                client_id: self.client_id,
-                action: SetAction::Bind as i32,
-                config: vec![ForwardingPipelineConfig {
-                    p4_name: name.clone(),
-                    ..Default::default()
-                }],
+            let config = vec![ForwardingPipelineConfig {
+                p4_name: name.clone(),
                 ..Default::default()
-            };
-            self.client
-                .clone()
-                .set_forwarding_pipeline_config(req)
-                .await
-                .map_err(|s| self.rpc_error("SetForwardingPipelineConfig(BIND)", device_id, s))?;
+            }];
+            self.set_config(
+                "SetForwardingPipelineConfig(BIND)",
+                device_id,
+                SetAction::Bind,
+                config,
+            )
+            .await?;
             loaded.lock().unwrap_or_else(|e| e.into_inner()).bound_on = Some(generation);
         }
         Ok((name, map))

@@ -588,6 +588,21 @@ impl Device {
     }
 }
 
+/// Drains a server-streaming call (a Read) into `f`, one response at a
+/// time as it arrives; a failed call or message is `rpc_error`'s error,
+/// and the first error `f` returns ends it.
+pub(crate) async fn for_each_response<T>(
+    call: Result<tonic::Response<tonic::Streaming<T>>, tonic::Status>,
+    rpc_error: impl Fn(tonic::Status) -> Error,
+    mut f: impl FnMut(T) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let mut stream = call.map_err(&rpc_error)?.into_inner();
+    while let Some(resp) = stream.message().await.map_err(&rpc_error)? {
+        f(resp)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -270,47 +270,63 @@ fn encode_family(
         "1 for the phase a {} rollout is in, 0 for the others",
         f.kind
     );
-    let n = name("rollout_phase");
-    let mut m = encoder.encode_descriptor(&n, &help, None, MetricType::Gauge)?;
-    for r in rows {
-        for (phase, label) in PHASES {
+    gauges(encoder, &name("rollout_phase"), &help, rows, |r| {
+        PHASES.map(|(phase, label)| {
             let labels = PhaseLabels {
                 namespace: r.namespace.clone(),
                 name: r.name.clone(),
                 phase: label.into(),
             };
-            ConstGauge::new(i64::from(r.phase == phase)).encode(m.encode_family(&labels)?)?;
-        }
-    }
+            (labels, i64::from(r.phase == phase))
+        })
+    })?;
     let help = format!(
         "The step a {} rollout is at (0-based; the number of steps once done)",
         f.kind
     );
-    let n = name("rollout_step");
-    let mut m = encoder.encode_descriptor(&n, &help, None, MetricType::Gauge)?;
-    for r in rows {
-        ConstGauge::new(i64::from(r.step)).encode(m.encode_family(&object(r))?)?;
-    }
+    gauges(encoder, &name("rollout_step"), &help, rows, |r| {
+        [(object(r), i64::from(r.step))]
+    })?;
     let help = format!("The revision a {} rollout rolls out", f.kind);
-    let n = name("rollout_revision");
-    let mut m = encoder.encode_descriptor(&n, &help, None, MetricType::Gauge)?;
-    for r in rows {
-        ConstGauge::new(r.to_revision).encode(m.encode_family(&object(r))?)?;
-    }
+    gauges(encoder, &name("rollout_revision"), &help, rows, |r| {
+        [(object(r), r.to_revision)]
+    })?;
     let help = format!(
         "A {} rollout's {}: updated, healthy, pending, rolled_back",
         f.kind, f.members
     );
-    let n = name("rollout_virtual_switches");
-    let mut m = encoder.encode_descriptor(&n, &help, None, MetricType::Gauge)?;
+    gauges(
+        encoder,
+        &name("rollout_virtual_switches"),
+        &help,
+        rows,
+        |r| {
+            r.counts.map(|(state, n)| {
+                let labels = StateLabels {
+                    namespace: r.namespace.clone(),
+                    name: r.name.clone(),
+                    state: state.into(),
+                };
+                (labels, i64::from(n))
+            })
+        },
+    )?;
+    Ok(())
+}
+
+/// One gauge family `n`: for each row, the values `of` gives it, each
+/// under its labels.
+fn gauges<L: EncodeLabelSet, I: IntoIterator<Item = (L, i64)>>(
+    encoder: &mut DescriptorEncoder,
+    n: &str,
+    help: &str,
+    rows: &[Row],
+    of: impl Fn(&Row) -> I,
+) -> Result<(), std::fmt::Error> {
+    let mut m = encoder.encode_descriptor(n, help, None, MetricType::Gauge)?;
     for r in rows {
-        for (state, n) in r.counts {
-            let labels = StateLabels {
-                namespace: r.namespace.clone(),
-                name: r.name.clone(),
-                state: state.into(),
-            };
-            ConstGauge::new(i64::from(n)).encode(m.encode_family(&labels)?)?;
+        for (labels, v) in of(r) {
+            ConstGauge::new(v).encode(m.encode_family(&labels)?)?;
         }
     }
     Ok(())

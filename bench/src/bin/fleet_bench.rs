@@ -243,13 +243,7 @@ fn run_child(args: &Args, child: &str) -> anyhow::Result<()> {
         bin,
         work: work.path().to_path_buf(),
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let run = rt.block_on(async {
-        let cp = p4fleet_e2e::ControlPlane::shared().await;
-        fleet::run(cp, &cfg).await
-    })?;
+    let run = fleet::on_control_plane(|cp| fleet::run(cp, &cfg))?;
     let path = args.result.clone().context("--result")?;
     std::fs::write(path, serde_json::to_string(&run)?)?;
     Ok(())

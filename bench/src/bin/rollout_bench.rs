@@ -64,11 +64,7 @@ fn main() -> anyhow::Result<()> {
         bin,
         work: work.path().to_path_buf(),
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let report = rt.block_on(async {
-        let cp = p4fleet_e2e::ControlPlane::shared().await;
+    let report = fleet::on_control_plane(|cp| {
         fleet::rollout::run(
             cp,
             &cfg,
@@ -76,7 +72,6 @@ fn main() -> anyhow::Result<()> {
             args.step_percent,
             args.analysis_seconds,
         )
-        .await
     })?;
     let m = Machine::probe();
     println!(

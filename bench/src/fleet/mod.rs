@@ -291,6 +291,18 @@ impl Env {
     }
 }
 
+/// A fleet binary's main: `f` on the shared control plane (started on
+/// first use), in a new multi-threaded runtime.
+pub fn on_control_plane<T, F>(f: impl FnOnce(&'static ControlPlane) -> F) -> anyhow::Result<T>
+where
+    F: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async { f(ControlPlane::shared().await).await })
+}
+
 /// Runs `cfg`'s scenario against `cp`. Errors only when nothing could be
 /// measured; a phase that fails ends the run with `Run::error`.
 pub async fn run(cp: &ControlPlane, cfg: &Config) -> anyhow::Result<Run> {

@@ -61,25 +61,20 @@ impl BfrtDevice {
                 .collect(),
             p4_name,
         };
-        let mut stream = self
-            .client
-            .clone()
-            .read(req)
-            .await
-            .map_err(|s| self.rpc_error("Read", device_id, s))?
-            .into_inner();
-        while let Some(resp) = stream
-            .message()
-            .await
-            .map_err(|s| self.rpc_error("Read", device_id, s))?
-        {
-            for e in resp.entities {
-                if let Some(bfrt::entity::Entity::TableEntry(t)) = e.entity {
-                    f(t)?;
+        let call = self.client.clone().read(req).await;
+        crate::for_each_response(
+            call,
+            |s| self.rpc_error("Read", device_id, s),
+            |resp| {
+                for e in resp.entities {
+                    if let Some(bfrt::entity::Entity::TableEntry(t)) = e.entity {
+                        f(t)?;
+                    }
                 }
-            }
-        }
-        Ok(())
+                Ok(())
+            },
+        )
+        .await
     }
 
     /// Register cells and a whole table's direct counters, as P4Runtime

@@ -38,21 +38,16 @@ impl P4RuntimeDevice {
             entities: filters,
             ..Default::default()
         };
-        let mut stream = self
-            .client
-            .clone()
-            .read(req)
-            .await
-            .map_err(|s| self.rpc_error("Read", device_id, s))?
-            .into_inner();
-        while let Some(resp) = stream
-            .message()
-            .await
-            .map_err(|s| self.rpc_error("Read", device_id, s))?
-        {
-            resp.entities.into_iter().for_each(&mut *f);
-        }
-        Ok(())
+        let call = self.client.clone().read(req).await;
+        crate::for_each_response(
+            call,
+            |s| self.rpc_error("Read", device_id, s),
+            |resp| {
+                resp.entities.into_iter().for_each(&mut *f);
+                Ok(())
+            },
+        )
+        .await
     }
 
     /// Writes `updates` in one CONTINUE_ON_ERROR request; the refused ones

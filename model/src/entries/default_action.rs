@@ -163,26 +163,32 @@ mod tests {
     #[test]
     fn parameters_are_checked_like_an_entrys() {
         let s = schema();
-        let missing = parse_default_action(&s, None, "forward", &params(&[])).unwrap_err();
-        assert!(matches!(
-            missing,
-            DefaultActionError::Entry(EntryError::MissingParam { .. })
-        ));
-        let wide = parse_default_action(&s, None, "forward", &params(&[("port", "512")]));
-        assert!(matches!(
-            wide,
-            Err(DefaultActionError::Entry(EntryError::InvalidParam { .. }))
-        ));
-        let unknown = parse_default_action(&s, None, "nope", &params(&[])).unwrap_err();
-        assert!(matches!(
-            unknown,
-            DefaultActionError::Entry(EntryError::UnknownAction { .. })
-        ));
-        let extra = parse_default_action(&s, None, "drop", &params(&[("port", "1")]));
-        assert!(matches!(
-            extra,
-            Err(DefaultActionError::Entry(EntryError::UnknownParam { .. }))
-        ));
+        // The entry error of setting `action` with `ps`.
+        let refused =
+            |action, ps: &[(&str, &str)]| match parse_default_action(&s, None, action, &params(ps))
+                .unwrap_err()
+            {
+                DefaultActionError::Entry(e) => e,
+                other => panic!("not an entry error: {other:?}"),
+            };
+        let got = [
+            refused("forward", &[]),
+            refused("forward", &[("port", "512")]),
+            refused("nope", &[]),
+            refused("drop", &[("port", "1")]),
+        ];
+        assert!(
+            matches!(
+                got,
+                [
+                    EntryError::MissingParam { .. },
+                    EntryError::InvalidParam { .. },
+                    EntryError::UnknownAction { .. },
+                    EntryError::UnknownParam { .. },
+                ]
+            ),
+            "{got:?}"
+        );
         let ok = parse_default_action(&s, None, "forward", &params(&[("port", "3")])).unwrap();
         assert_eq!(
             *ok.params,

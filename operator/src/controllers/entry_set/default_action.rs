@@ -332,7 +332,6 @@ pub fn fold(report: &mut Report, set: &TableEntrySet, outcomes: &[(String, Outco
 mod tests {
     use super::*;
     use crate::controllers::entry_set::desired::tests::target;
-    use kube::runtime::controller::Action;
     use p4fleet_crds::{DefaultAction, TableEntrySetSpec, TableEntrySetStatus, find_condition};
 
     fn set(default: Option<(&str, &[(&str, &str)])>, status: Option<&str>) -> TableEntrySet {
@@ -362,14 +361,7 @@ mod tests {
     }
 
     fn report(ready: bool) -> Report {
-        Report {
-            status: TableEntrySetStatus {
-                conditions: vec![Condition::new(READY, ready, "Ready", "all entries applied")],
-                ..Default::default()
-            },
-            events: Vec::new(),
-            action: Action::await_change(),
-        }
+        Report::ready_only(Condition::new(READY, ready, "Ready", "all entries applied"))
     }
 
     #[test]

@@ -296,8 +296,7 @@ pub fn fold(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::runtime::controller::Action;
-    use p4fleet_crds::{TableEntrySetSpec, TableEntrySetStatus, find_condition};
+    use p4fleet_crds::{TableEntrySetSpec, find_condition};
 
     fn set() -> TableEntrySet {
         let spec: TableEntrySetSpec = serde_json::from_value(serde_json::json!({
@@ -310,14 +309,7 @@ mod tests {
     }
 
     fn report() -> super::super::status::Report {
-        super::super::status::Report {
-            status: TableEntrySetStatus {
-                conditions: vec![Condition::new(READY, true, "Synced", "ok")],
-                ..Default::default()
-            },
-            events: Vec::new(),
-            action: Action::await_change(),
-        }
+        super::super::status::Report::ready_only(Condition::new(READY, true, "Synced", "ok"))
     }
 
     #[test]

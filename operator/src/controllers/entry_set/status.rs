@@ -83,6 +83,22 @@ pub struct Report {
     pub action: Action,
 }
 
+#[cfg(test)]
+impl Report {
+    /// A report whose status holds only `ready`, no Event, waiting for a
+    /// change: what the stages that fold into a report start from in tests.
+    pub(super) fn ready_only(ready: Condition) -> Report {
+        Report {
+            status: TableEntrySetStatus {
+                conditions: vec![ready],
+                ..Default::default()
+            },
+            events: Vec::new(),
+            action: Action::await_change(),
+        }
+    }
+}
+
 /// Why the device is not (yet) known to hold the desired entries, said
 /// before a sync finds out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,5 @@
 use super::*;
-use kube::runtime::controller::Action;
-use p4fleet_crds::{TableEntrySetSpec, TableEntrySetStatus, find_condition};
+use p4fleet_crds::{TableEntrySetSpec, find_condition};
 
 fn set(yaml: &str) -> TableEntrySet {
     let spec: TableEntrySetSpec = serde_yaml::from_str(yaml).unwrap();
@@ -25,14 +24,7 @@ fn ecmp() -> TableEntrySet {
 }
 
 fn report() -> Report {
-    Report {
-        status: TableEntrySetStatus {
-            conditions: vec![Condition::new(READY, true, "Ready", "all entries applied")],
-            ..Default::default()
-        },
-        events: Vec::new(),
-        action: Action::await_change(),
-    }
+    Report::ready_only(Condition::new(READY, true, "Ready", "all entries applied"))
 }
 
 fn confirmed(members: u64, groups: u64, entries: u64) -> Option<ActionProfileStatus> {
