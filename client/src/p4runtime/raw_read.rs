@@ -279,15 +279,13 @@ impl P4RuntimeDevice {
         req.extensions_mut()
             .insert(tonic::GrpcMethod::new("p4.v1.P4Runtime", "Read"));
         let path = PathAndQuery::from_static("/p4.v1.P4Runtime/Read");
-        let mut stream = grpc
-            .server_streaming(req, path, RawReadCodec)
-            .await
-            .map_err(err)?
-            .into_inner();
+        let call = grpc.server_streaming(req, path, RawReadCodec).await;
         let mut messages = Vec::new();
-        while let Some(m) = stream.message().await.map_err(err)? {
+        crate::for_each_response(call, err, |m| {
             messages.push(m);
-        }
+            Ok(())
+        })
+        .await?;
         RawEntities::parse(messages).map_err(|e| Error::Protocol {
             device_id,
             reason: e.to_string(),
