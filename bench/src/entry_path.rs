@@ -285,12 +285,13 @@ impl EntryPath {
         at(Stage::Fetch);
         let t0 = Instant::now();
         let targets = std::slice::from_ref(&self.target);
+        let set = p4fleet::stages::Set::of(&self.set);
         // Held to the end, as the reconciler holds what dereference read.
         let desired = parse::per_target(
             cache,
             &self.ctx.own.sync_memory.desired,
             &self.set_key,
-            &self.set,
+            &set,
             targets,
             &sources,
         )
@@ -298,8 +299,7 @@ impl EntryPath {
         at(Stage::Parse);
         let record = p4fleet::stages::Record::default();
         let job = apply::Job {
-            set: &self.set,
-            set_key: &self.set_key,
+            set: &set,
             target: &self.target,
             desired: desired.of(0),
             deletes: true,
@@ -321,7 +321,7 @@ impl EntryPath {
         let now = p4fleet::stages::now_rfc3339();
         let outcomes = [outcome];
         let report = status::report(&status::Input {
-            set: &self.set,
+            set: &set,
             problems: &[],
             parse: desired.first(),
             outcomes: &outcomes,

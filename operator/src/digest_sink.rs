@@ -22,11 +22,12 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 use p4fleet_client::{Device, Notice};
-use p4fleet_crds::{DigestSink, DigestSinkKind, MAX_SINK_KEEP, TableEntrySet};
+use p4fleet_crds::{DigestSink, DigestSinkKind, MAX_SINK_KEEP};
 use p4fleet_model::learn::DigestInfo;
 use p4fleet_proto::p4runtime as p4;
 use sha2::{Digest, Sha256};
@@ -247,20 +248,31 @@ pub fn message_line(at: &str, virtual_switch: &str, list_id: u64, rendered: &str
 }
 
 /// The ConfigMap object of `ring` for set `set` (owned by it).
-pub fn object(set: &TableEntrySet, name: &str, ring: &Ring) -> serde_json::Value {
-    let owner = set.controller_owner_ref(&());
+pub fn object(set: &ObjectReference, name: &str, ring: &Ring) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
             "name": name,
             "labels": {
-                SINK_LABEL: set.name_any(),
+                SINK_LABEL: set.name.as_deref().unwrap_or_default(),
                 "app.kubernetes.io/managed-by": "p4fleet",
             },
-            "ownerReferences": owner.into_iter().collect::<Vec<_>>(),
+            "ownerReferences": controller_owner(set).into_iter().collect::<Vec<_>>(),
         },
         "data": ring.data(),
+    })
+}
+
+/// The set as the controller owner of its sinks (none without a uid).
+fn controller_owner(set: &ObjectReference) -> Option<OwnerReference> {
+    Some(OwnerReference {
+        api_version: set.api_version.clone()?,
+        kind: set.kind.clone()?,
+        name: set.name.clone()?,
+        uid: set.uid.clone()?,
+        controller: Some(true),
+        ..OwnerReference::default()
     })
 }
 
@@ -355,19 +367,19 @@ impl DigestSinks {
         &self,
         client: &Client,
         key: &str,
-        set: &TableEntrySet,
+        set: &ObjectReference,
         name: &str,
     ) -> Result<(), ClaimError> {
         if self.with(key, |s| s.claimed.contains(name)) {
             return Ok(());
         }
-        let api: Api<ConfigMap> =
-            Api::namespaced(client.clone(), &set.namespace().unwrap_or_default());
+        let ns = set.namespace.as_deref().unwrap_or_default();
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
         let found = api.get_opt(name).await.map_err(|source| ClaimError::Api {
             name: name.to_string(),
             source,
         })?;
-        let ours = found.is_none_or(|cm| cm.labels().get(SINK_LABEL) == Some(&set.name_any()));
+        let ours = found.is_none_or(|cm| cm.labels().get(SINK_LABEL) == set.name.as_ref());
         if !ours {
             return Err(ClaimError::Taken {
                 name: name.to_string(),
@@ -384,7 +396,7 @@ impl DigestSinks {
         &self,
         client: &Client,
         key: &str,
-        set: &TableEntrySet,
+        set: &ObjectReference,
         books: &[(String, String, u32)],
     ) {
         let idle = self.with(key, |s| {
@@ -490,12 +502,13 @@ async fn finish(w: Writer) {
 /// [`Throttle`], then writes every changed ConfigMap once.
 async fn write_loop(
     client: Client,
-    set: Arc<TableEntrySet>,
+    set: Arc<ObjectReference>,
     rings: Rings,
     notify: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let api: Api<ConfigMap> = Api::namespaced(client, &set.namespace().unwrap_or_default());
+    let ns = set.namespace.as_deref().unwrap_or_default();
+    let api: Api<ConfigMap> = Api::namespaced(client, ns);
     let mut throttle = Throttle::default();
     loop {
         tokio::select! {
@@ -629,6 +642,8 @@ pub async fn delete(client: &Client, ns: &str, set: &str, name: &str) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::Resource;
+    use p4fleet_crds::TableEntrySet;
     use p4fleet_model::learn::Member;
 
     fn info() -> DigestInfo {
@@ -788,7 +803,7 @@ mod tests {
         let mut ring = Ring::new("mac_learn_digest_t", 5);
         let rendered = render(&info(), &msg(7, 3));
         ring.push(message_line("2026-11-27T16:00:00Z", "l2", 4, &rendered));
-        let cm = object(&set, "l2-digest-mac-learn-digest-t", &ring);
+        let cm = object(&set.object_ref(&()), "l2-digest-mac-learn-digest-t", &ring);
         let owner = &cm["metadata"]["ownerReferences"][0];
         assert_eq!(
             (&owner["kind"], &owner["uid"], &owner["controller"]),

@@ -14,8 +14,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use kube::ResourceExt;
-use p4fleet_crds::TableEntrySet;
+use k8s_openapi::api::core::v1::ObjectReference;
 use p4fleet_proto::p4runtime as p4;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -68,7 +67,8 @@ impl IdleWindow {
 }
 
 struct Watched {
-    set: Arc<TableEntrySet>,
+    /// The set, for its Events and metric labels.
+    set: Arc<ObjectReference>,
     window: IdleWindow,
     notified: u64,
     /// The last [`RECENT`] entries notified, as the device sent them.
@@ -95,7 +95,7 @@ impl IdleReports {
 
     /// Reports notifications about entries carrying `metadata` (the set's
     /// tag) for `set` from now on; keeps what was seen already.
-    pub fn register(&self, set: &TableEntrySet, metadata: Vec<u8>) {
+    pub fn register(&self, set: &ObjectReference, metadata: Vec<u8>) {
         let mut sets = self.sets.lock().unwrap_or_else(|e| e.into_inner());
         let w = sets.entry(metadata).or_insert_with(|| Watched {
             set: Arc::new(set.clone()),
@@ -119,7 +119,7 @@ impl IdleReports {
         &self,
         n: &p4::IdleTimeoutNotification,
         now: Instant,
-    ) -> Vec<(Arc<TableEntrySet>, EventNote)> {
+    ) -> Vec<(Arc<ObjectReference>, EventNote)> {
         let mut sets = self.sets.lock().unwrap_or_else(|e| e.into_inner());
         if sets.is_empty() {
             return Vec::new();
@@ -165,10 +165,10 @@ impl IdleReports {
     }
 }
 
-fn labels(set: &TableEntrySet) -> SetLabels {
+fn labels(set: &ObjectReference) -> SetLabels {
     SetLabels {
-        namespace: set.namespace().unwrap_or_default(),
-        name: set.name_any(),
+        namespace: set.namespace.clone().unwrap_or_default(),
+        name: set.name.clone().unwrap_or_default(),
     }
 }
 
@@ -177,14 +177,13 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn set(name: &str) -> TableEntrySet {
-        let spec = serde_json::from_value(
-            serde_json::json!({"virtualSwitchRef": "b", "table": "MyIngress.dmac"}),
-        )
-        .unwrap();
-        let mut s = TableEntrySet::new(name, spec);
-        s.metadata.namespace = Some("ns".into());
-        s
+    fn set(name: &str) -> ObjectReference {
+        ObjectReference {
+            kind: Some("TableEntrySet".into()),
+            namespace: Some("ns".into()),
+            name: Some(name.into()),
+            ..Default::default()
+        }
     }
 
     fn entry(key: u8, metadata: &[u8]) -> p4::TableEntry {
@@ -220,7 +219,7 @@ mod tests {
             t0,
         );
         assert_eq!(due.len(), 1, "the first is reported at once");
-        assert_eq!(due[0].0.name_any(), "a");
+        assert_eq!(due[0].0.name.as_deref(), Some("a"));
         assert_eq!(
             due[0].1.note,
             "2 entries idle (in 1 idle timeout notifications, last 60 s); static entries stay on the device"

@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use p4fleet_client::{Device, Notice};
-use p4fleet_crds::TableEntrySet;
 use p4fleet_model::learn::LearnRule;
 use p4fleet_proto::p4runtime as p4;
 use tokio::sync::broadcast::error::RecvError;
@@ -114,7 +114,7 @@ struct SetLearning {
 
 /// What one target's task needs.
 pub struct Job {
-    pub set: Arc<TableEntrySet>,
+    pub set: Arc<ObjectReference>,
     pub virtual_switch: String,
     pub device: Arc<Device>,
     pub slot: u32,
@@ -196,7 +196,7 @@ struct Shared {
 
 /// One target's loop; ends when aborted or when the device goes away.
 async fn learn(
-    set: Arc<TableEntrySet>,
+    set: Arc<ObjectReference>,
     shared: Shared,
     device: Arc<Device>,
     slot: u32,
@@ -256,7 +256,7 @@ async fn learn(
             .unwrap_or_else(|e| e.into_inner())
             .take_due(Instant::now());
         if let Some(ev) = due {
-            shared.events.publish(set.as_ref(), &ev).await;
+            shared.events.publish_to(&set, &ev).await;
         }
     }
 }

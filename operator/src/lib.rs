@@ -82,7 +82,7 @@ pub mod stages {
     pub use crate::controllers::entry_set::memory::Auto;
     pub use crate::controllers::entry_set::read_check::{self, ReadBack};
     pub use crate::controllers::entry_set::{
-        EntrySets, SetCtx, apply, desired, desired::Desired, parse, status,
+        EntrySets, SetCtx, apply, desired, desired::Desired, parse, set::Set, status,
     };
     pub use crate::convert::write_options;
     pub use crate::entry_sources::{parsed, schema_digest};

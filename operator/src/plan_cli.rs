@@ -592,7 +592,7 @@ async fn plan_set(reads: &PlanReads, set: &TableEntrySet) -> Result<SetPlan, Err
             });
             continue;
         }
-        let desired = desired::parse(set, &t.schema, &d.sources);
+        let desired = desired::parse(&set.spec, &t.schema, &d.sources);
         if out.invalid.is_empty() {
             out.invalid = desired
                 .errors
@@ -619,10 +619,10 @@ async fn plan_set(reads: &PlanReads, set: &TableEntrySet) -> Result<SetPlan, Err
         }
     };
     let mut planned = Vec::new();
+    let value = crate::controllers::entry_set::set::Set::of(set);
     for (t, desired) in &parsed {
         let job = apply::Job {
-            set,
-            set_key: &key,
+            set: &value,
             target: t,
             desired,
             deletes: d.sources_complete(),

@@ -10,9 +10,9 @@
 use std::fmt::Debug;
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::{Resource, ResourceExt};
 use p4fleet_crds::{
     AsyncExternPolicyStatus, Condition, ConditionStatus, P4ProgramStatus, SwitchStatus,
     TableEntrySetStatus, VirtualSwitchStatus,
@@ -218,7 +218,11 @@ impl Events {
     where
         K: Resource<DynamicType = ()>,
     {
-        let reference: ObjectReference = obj.object_ref(&());
+        self.publish_to(&obj.object_ref(&()), ev).await;
+    }
+
+    /// Publishes one Event regarding the object `reference` names.
+    pub async fn publish_to(&self, reference: &ObjectReference, ev: &EventNote) {
         let event = Event {
             type_: if ev.warning {
                 EventType::Warning
@@ -236,12 +240,13 @@ impl Events {
             .is_some_and(|n| n.len() > crate::event_names::RECORDER_NAME_MAX);
         let res = match (&self.long_names, long) {
             (Some((client, reporter)), true) => {
-                crate::event_names::publish(client, reporter, &event, &reference).await
+                crate::event_names::publish(client, reporter, &event, reference).await
             }
-            _ => self.recorder.publish(&event, &reference).await,
+            _ => self.recorder.publish(&event, reference).await,
         };
         if let Err(e) = res {
-            tracing::warn!(object = %obj.name_any(), reason = %ev.reason, error = %e, "publishing event failed");
+            let object = reference.name.as_deref().unwrap_or_default();
+            tracing::warn!(%object, reason = %ev.reason, error = %e, "publishing event failed");
         }
     }
 

@@ -200,7 +200,7 @@ fn converted_simple_switch_cli_script_is_accepted_by_a_table_entry_set() {
             text: converted.as_str().into(),
         }],
     };
-    let d = desired::parse(&set, &schema, &sources);
+    let d = desired::parse(&set.spec, &schema, &sources);
     assert!(d.errors.is_empty(), "{:?}", d.errors);
     assert_eq!(d.len(), 3);
 

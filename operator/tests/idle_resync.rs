@@ -146,7 +146,7 @@ fn an_idle_resync_assembles_nothing_and_decodes_nothing() {
         // The desired entries: assembled (every resync before), or the
         // kept assembly (after).
         let parse = |schema: &TableSchema| {
-            let opts = desired::options(&set);
+            let opts = desired::options(&set.spec);
             vec![Arc::new(parsed::parse(
                 schema,
                 opts,
@@ -156,7 +156,8 @@ fn an_idle_resync_assembles_nothing_and_decodes_nothing() {
         let parsed = parse(&schema);
         let digest = p4fleet::stages::schema_digest(&schema);
         let (d, assemble_allocs, assemble_bytes) =
-            counted(async { Arc::new(desired::assemble(&set, &schema, &sources, &parsed)) }).await;
+            counted(async { Arc::new(desired::assemble(&set.spec, &schema, &sources, &parsed)) })
+                .await;
         assert_eq!(d.len(), N, "{:?}", d.errors);
         let cache = DesiredCache::default();
         let inputs = Inputs::new(1, digest, &sources, &parsed);

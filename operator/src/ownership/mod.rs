@@ -71,11 +71,11 @@ impl Records {
         g.insert(key, stored);
     }
 
-    /// The damage last found in the set's record, if found within
-    /// [`DAMAGE_SHOWN`].
-    pub fn recent_damage(&self, set: &TableEntrySet) -> Option<Damage> {
+    /// The damage last found in the record of the set `key`
+    /// (`namespace/name`), if found within [`DAMAGE_SHOWN`].
+    pub fn recent_damage(&self, key: &str) -> Option<Damage> {
         let g = self.damaged.lock().unwrap_or_else(|e| e.into_inner());
-        g.get(&Self::key(set))
+        g.get(key)
             .filter(|(_, at)| at.elapsed() < DAMAGE_SHOWN)
             .map(|(d, _)| d.clone())
     }

@@ -11,7 +11,6 @@ use std::collections::{HashMap, HashSet};
 
 use kube::ResourceExt;
 use p4fleet_client::{Device, WriteOptions};
-use p4fleet_crds::TableEntrySet;
 use p4fleet_crds::entry_set::EntryError as StatusEntryError;
 use p4fleet_model::entries::{Entry, EntryKey, format_key};
 use p4fleet_model::sync::{self, DeviceEntry, Origin, Phase, SyncTally, WriteStats};
@@ -22,6 +21,7 @@ use super::dereference::Target;
 use super::desired::Desired;
 use super::memory::{Auto, SyncMemory};
 use super::read_check::{self, ReadBack};
+use super::set::Set;
 use crate::convert;
 use crate::ownership::Record;
 
@@ -83,9 +83,7 @@ impl Outcome {
 /// One target's sync: which set, where, what it desires.
 #[derive(Clone, Copy)]
 pub struct Job<'a> {
-    pub set: &'a TableEntrySet,
-    /// The set's `namespace/name`.
-    pub set_key: &'a str,
+    pub set: &'a Set<'a>,
     pub target: &'a Target,
     pub desired: &'a Desired,
     /// False while a required entry source is missing: the entries it held
@@ -163,14 +161,13 @@ pub async fn plan_target<'a>(
 ) -> Result<Planned<'a>, Outcome> {
     let Job {
         set,
-        set_key,
         target: t,
         desired: d,
         deletes,
         record,
     } = job;
     let mut out = Outcome::of(t, SyncTally::unsynced(d.len()));
-    let (tag, key) = (tag(set), t.key(set_key));
+    let (tag, key) = (set.tag, t.key(&set.key));
     let (dev, read) = match connect_and_check(devices, t, d, tag).await {
         Ok(r) => r,
         Err(error) => {
@@ -253,7 +250,7 @@ pub async fn write_target(ctx: &SetCtx, planned: Planned<'_>) -> Outcome {
         owned,
     } = planned;
     let (set, t, d) = (job.set, job.target, job.desired);
-    let tag = tag(set);
+    let tag = set.tag;
     // The ops borrow the desired and read-back entries, and exist one
     // chunk at a time: nothing per entry is cloned or built for the whole
     // sync before the client encodes the requests.
@@ -487,14 +484,6 @@ async fn write<'a>(
         tuning.observe(written, started.elapsed());
     }
     w
-}
-
-/// The set's ownership tag (see [`p4fleet_model::sync`]).
-pub fn tag(set: &TableEntrySet) -> u64 {
-    sync::set_tag(
-        set.namespace().as_deref().unwrap_or_default(),
-        &set.name_any(),
-    )
 }
 
 fn push_capped(errors: &mut Vec<StatusEntryError>, e: StatusEntryError) {

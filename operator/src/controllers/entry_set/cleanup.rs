@@ -16,11 +16,12 @@ use p4fleet_model::entries::EntryKey;
 use p4fleet_model::sync;
 
 use super::SetCtx;
-use super::apply::{connect_and_read, infer_ownership, tag};
+use super::apply::{connect_and_read, infer_ownership};
 use super::dereference::{Target, dereference};
 use super::desired::Desired;
 use super::parse;
-use crate::controllers::{Error, namespace, object_key};
+use super::set::Set;
+use crate::controllers::{Error, namespace};
 use crate::convert;
 use crate::status::EventNote;
 
@@ -59,34 +60,35 @@ impl std::fmt::Display for RemovalFailures {
 
 /// Removes the set's entries from every target that resolves; Ok lets the
 /// finalizer go.
-pub async fn cleanup(ctx: &SetCtx, set: &TableEntrySet) -> Result<Action, Error> {
-    let ns = namespace(set)?;
-    let me = object_key(set);
-    let refs = dereference(&ctx.reads, &ctx.own.entry_sources, &ns, set).await?;
+pub async fn cleanup(ctx: &SetCtx, cr: &TableEntrySet) -> Result<Action, Error> {
+    let ns = namespace(cr)?;
+    let refs = dereference(&ctx.reads, &ctx.own.entry_sources, &ns, cr).await?;
+    let set = Set::of(cr);
+    let me = &set.key;
     let desired = parse::per_target(
         &ctx.own.entry_sources,
         &ctx.own.sync_memory.desired,
-        &me,
-        set,
+        me,
+        &set,
         &refs.targets,
         &refs.sources,
     )
     .await;
-    let record = ctx.own.ownership.get(&ctx.client, set).await?;
+    let record = ctx.own.ownership.get(&ctx.client, cr).await?;
     if let Some(d) = &record.damage {
         // Removes only entries equal to desired ones (the empty record).
         let ev = crate::ownership::damage_event(d, set.spec.ownership);
-        ctx.events.publish(set, &ev).await;
+        ctx.events.publish_to(&set.reference, &ev).await;
     }
-    super::digests::cleanup(ctx, set, &refs.targets).await?;
-    super::idle::forget(ctx, set);
+    super::digests::cleanup(ctx, &set, &refs.targets).await?;
+    super::idle::forget(ctx, &set);
     let mut failures = Vec::new();
     let mut removed = 0;
     for (i, t) in refs.targets.iter().enumerate() {
         let owned = record.record.keys(&t.virtual_switch);
         let removal = match t.profile.is_some() {
-            true => super::profiles::remove(ctx, set, t).await,
-            false => remove_entries(ctx, set, t, desired.of(i), &owned).await,
+            true => super::profiles::remove(ctx, &set, t).await,
+            false => remove_entries(ctx, &set, t, desired.of(i), &owned).await,
         };
         match removal {
             Ok(n) => removed += n,
@@ -97,28 +99,28 @@ pub async fn cleanup(ctx: &SetCtx, set: &TableEntrySet) -> Result<Action, Error>
             }),
         }
     }
-    ctx.own.sync_memory.forget_set(&me);
-    ctx.own.rechecks.forget(&me);
+    ctx.own.sync_memory.forget_set(me);
+    ctx.own.rechecks.forget(me);
     ctx.retries.forget(&format!("TableEntrySet/{me}"));
     if failures.is_empty() {
-        ctx.own.entry_sources.release(&me);
-        let revisions = super::rollout::revision_key(&me);
+        ctx.own.entry_sources.release(me);
+        let revisions = super::rollout::revision_key(me);
         ctx.own.entry_sources.release(&revisions);
-        ctx.own.rollouts.forget(&me);
-        ctx.own.ownership.remove(&ctx.client, set).await?;
-        ctx.metrics.forget_entry_set(&ns, &set.name_any());
+        ctx.own.rollouts.forget(me);
+        ctx.own.ownership.remove(&ctx.client, cr).await?;
+        ctx.metrics.forget_entry_set(&ns, &set.name);
         tracing::info!(set = %me, removed, "removed entries of deleted set");
         return Ok(Action::await_change());
     }
     let failures = RemovalFailures(failures);
-    if since_deletion(set) > DELETE_GRACE {
+    if since_deletion(cr) > DELETE_GRACE {
         let note = format!(
             "gave up removing entries after {}s; they stay on: {failures}",
             DELETE_GRACE.as_secs()
         );
         let ev = EventNote::warning("CleanupAbandoned", "Delete", note);
-        ctx.events.publish(set, &ev).await;
-        ctx.metrics.forget_entry_set(&ns, &set.name_any());
+        ctx.events.publish_to(&set.reference, &ev).await;
+        ctx.metrics.forget_entry_set(&ns, &set.name);
         return Ok(Action::await_change());
     }
     Err(Error::EntriesNotRemoved(failures))
@@ -129,12 +131,12 @@ pub async fn cleanup(ctx: &SetCtx, set: &TableEntrySet) -> Result<Action, Error>
 /// entry is already gone.
 async fn remove_entries(
     ctx: &SetCtx,
-    set: &TableEntrySet,
+    set: &Set<'_>,
     t: &Target,
     desired: &Desired,
     owned: &HashSet<EntryKey>,
 ) -> Result<usize, RemovalError> {
-    let tag = tag(set);
+    let tag = set.tag;
     let (dev, mut on_device) = connect_and_read(ctx, t).await?;
     if !dev.stores_entry_metadata() {
         infer_ownership(&mut on_device, tag, owned, desired.iter());

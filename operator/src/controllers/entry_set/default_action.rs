@@ -11,7 +11,7 @@
 //! action, P4Runtime §9.1.3), and so does its deletion ([`reset`]).
 
 use p4fleet_client::Device;
-use p4fleet_crds::{Condition, DefaultAction, TableEntrySet, condition_types::READY};
+use p4fleet_crds::{Condition, DefaultAction, condition_types::READY};
 use p4fleet_model::entries::{
     ActionCall, ActionParam, ByteStr, DefaultActionError, format_action, parse_default_action,
 };
@@ -19,8 +19,8 @@ use p4fleet_proto::p4runtime::{TableAction, table_action};
 
 use super::SetCtx;
 use super::dereference::Target;
+use super::set::Set;
 use super::status::Report;
-use crate::controllers::object_key;
 use crate::status::{EventNote, ready_from};
 
 /// The condition this module adds (only to sets that set a default or did).
@@ -72,16 +72,10 @@ pub enum Outcome {
 }
 
 /// What the spec asks of `t`'s default entry. Pure.
-pub fn plan(set: &TableEntrySet, t: &Target) -> Plan {
+pub fn plan(set: &Set<'_>, t: &Target) -> Plan {
     match &set.spec.default_action {
         Some(d) => set_to(d, t),
-        None if set
-            .status
-            .as_ref()
-            .is_some_and(|s| s.default_action.is_some()) =>
-        {
-            Plan::Reset
-        }
+        None if set.status.is_some_and(|s| s.default_action.is_some()) => Plan::Reset,
         None => Plan::Untouched,
     }
 }
@@ -97,7 +91,7 @@ fn set_to(d: &DefaultAction, t: &Target) -> Plan {
 /// for a target a rollout holds on that revision (`then`: the revision's
 /// default action; `set` as now; docs/rollouts.md, "Rolling out
 /// entries"). Pure.
-pub fn plan_held(set: &TableEntrySet, then: Option<&DefaultAction>, t: &Target) -> Plan {
+pub fn plan_held(set: &Set<'_>, then: Option<&DefaultAction>, t: &Target) -> Plan {
     match (then, &set.spec.default_action) {
         (Some(d), _) => set_to(d, t),
         (None, Some(now)) => match set_to(now, t) {
@@ -184,16 +178,8 @@ async fn reset_from(ctx: &SetCtx, t: &Target, call: &ActionCall) -> Outcome {
 
 /// Resets the default entry of a deleted set's target if the set had set
 /// one (its status says so); Ok when there was nothing to reset.
-pub async fn reset(
-    set: &TableEntrySet,
-    dev: &Device,
-    t: &Target,
-) -> Result<(), p4fleet_client::Error> {
-    if set
-        .status
-        .as_ref()
-        .is_some_and(|s| s.default_action.is_some())
-    {
+pub async fn reset(set: &Set<'_>, dev: &Device, t: &Target) -> Result<(), p4fleet_client::Error> {
+    if set.status.is_some_and(|s| s.default_action.is_some()) {
         reset_on(dev, t).await?;
     }
     Ok(())
@@ -235,8 +221,8 @@ fn action_of(a: &TableAction) -> Option<ActionCall> {
 /// target is untouched), Ready False when it is not True, the confirmed
 /// action in `status.defaultAction` and a Normal Event for each target
 /// where it was set. Pure.
-pub fn fold(report: &mut Report, set: &TableEntrySet, outcomes: &[(String, Outcome)]) {
-    let me = object_key(set);
+pub fn fold(report: &mut Report, set: &Set<'_>, outcomes: &[(String, Outcome)]) {
+    let me = &set.key;
     let table = &set.spec.table;
     let st = &mut report.status;
     st.default_action = None;
@@ -244,7 +230,7 @@ pub fn fold(report: &mut Report, set: &TableEntrySet, outcomes: &[(String, Outco
         // A reset that found no target keeps saying what was set, so
         // that it is retried when one comes back.
         if set.spec.default_action.is_none() {
-            st.default_action = set.status.as_ref().and_then(|s| s.default_action.clone());
+            st.default_action = set.status.and_then(|s| s.default_action.clone());
         }
         return;
     }
@@ -317,7 +303,7 @@ pub fn fold(report: &mut Report, set: &TableEntrySet, outcomes: &[(String, Outco
     // A reset that did not happen everywhere keeps the old value, so that
     // the next sync tries again.
     if set.spec.default_action.is_none() && !condition.is_true() {
-        st.default_action = set.status.as_ref().and_then(|s| s.default_action.clone());
+        st.default_action = set.status.and_then(|s| s.default_action.clone());
     }
     if !condition.is_true()
         && let Some(ready) = st.conditions.iter_mut().find(|c| c.type_ == READY)
@@ -332,6 +318,7 @@ pub fn fold(report: &mut Report, set: &TableEntrySet, outcomes: &[(String, Outco
 mod tests {
     use super::*;
     use crate::controllers::entry_set::desired::tests::target;
+    use p4fleet_crds::TableEntrySet;
     use p4fleet_crds::{DefaultAction, TableEntrySetSpec, TableEntrySetStatus, find_condition};
 
     fn set(default: Option<(&str, &[(&str, &str)])>, status: Option<&str>) -> TableEntrySet {
@@ -367,17 +354,28 @@ mod tests {
     #[test]
     fn the_plan_follows_spec_and_what_status_says_was_set() {
         let drop = set(Some(("drop", &[])), None);
-        assert!(matches!(plan(&drop, &target(None)), Plan::Set(c) if c.params.is_empty()));
+        assert!(
+            matches!(plan(&Set::of(&drop), &target(None)), Plan::Set(c) if c.params.is_empty())
+        );
         // A const default refuses any default action.
         assert!(matches!(
-            plan(&drop, &target(Some(25652968))),
+            plan(&Set::of(&drop), &target(Some(25652968))),
             Plan::Invalid(DefaultActionError::ConstDefault { .. })
         ));
         let bad = set(Some(("allow", &[("port", "999")])), None);
-        assert!(matches!(plan(&bad, &target(None)), Plan::Invalid(_)));
+        assert!(matches!(
+            plan(&Set::of(&bad), &target(None)),
+            Plan::Invalid(_)
+        ));
         // Removed from the spec after being set: reset; never set: untouched.
-        assert_eq!(plan(&set(None, Some("drop()")), &target(None)), Plan::Reset);
-        assert_eq!(plan(&set(None, None), &target(None)), Plan::Untouched);
+        assert_eq!(
+            plan(&Set::of(&set(None, Some("drop()"))), &target(None)),
+            Plan::Reset
+        );
+        assert_eq!(
+            plan(&Set::of(&set(None, None)), &target(None)),
+            Plan::Untouched
+        );
     }
 
     #[test]
@@ -387,17 +385,21 @@ mod tests {
         let allow = set(Some(("allow", &[("port", "1")])), None);
         let allow = allow.spec.default_action.as_ref();
         // The revision's own default action, whatever the content now.
-        assert!(matches!(plan_held(&now, allow, &t), Plan::Set(c) if !c.params.is_empty()));
+        assert!(
+            matches!(plan_held(&Set::of(&now), allow, &t), Plan::Set(c) if !c.params.is_empty())
+        );
         // None then, one now: taken back only where it reached.
         let none = set(None, None);
-        assert!(matches!(plan_held(&now, None, &t), Plan::ResetFrom(c) if c.params.is_empty()));
+        assert!(
+            matches!(plan_held(&Set::of(&now), None, &t), Plan::ResetFrom(c) if c.params.is_empty())
+        );
         // One now that was refused never reached a device.
         let bad = set(Some(("allow", &[("port", "999")])), None);
-        assert_eq!(plan_held(&bad, None, &t), Plan::Untouched);
+        assert_eq!(plan_held(&Set::of(&bad), None, &t), Plan::Untouched);
         // None either way: as without a rollout.
-        assert_eq!(plan_held(&none, None, &t), Plan::Untouched);
+        assert_eq!(plan_held(&Set::of(&none), None, &t), Plan::Untouched);
         let was = set(None, Some("drop()"));
-        assert_eq!(plan_held(&was, None, &t), Plan::Reset);
+        assert_eq!(plan_held(&Set::of(&was), None, &t), Plan::Reset);
     }
 
     #[test]
@@ -408,7 +410,7 @@ mod tests {
             table: "MyIngress.firewall".into(),
             action: "MyIngress.drop".into(),
         };
-        fold(&mut r, &s, &[("vs".into(), Outcome::Invalid(e))]);
+        fold(&mut r, &Set::of(&s), &[("vs".into(), Outcome::Invalid(e))]);
         let c = find_condition(&r.status.conditions, DEFAULT_ACTION).unwrap();
         assert_eq!(
             (c.is_true(), c.reason.as_str()),
@@ -432,7 +434,7 @@ mod tests {
         let mut r = report(true);
         fold(
             &mut r,
-            &s,
+            &Set::of(&s),
             &[("vs".into(), Outcome::Unsupported("setting X".into()))],
         );
         let c = find_condition(&r.status.conditions, DEFAULT_ACTION).unwrap();
@@ -444,7 +446,7 @@ mod tests {
         let s = set(Some(("drop", &[])), Some("drop()"));
         let mut r = report(true);
         let held = Outcome::Held { by: "older".into() };
-        fold(&mut r, &s, &[("vs".into(), held)]);
+        fold(&mut r, &Set::of(&s), &[("vs".into(), held)]);
         let c = find_condition(&r.status.conditions, DEFAULT_ACTION).unwrap();
         assert_eq!(
             (c.is_true(), c.reason.as_str()),
@@ -472,7 +474,7 @@ mod tests {
         };
         fold(
             &mut r,
-            &s,
+            &Set::of(&s),
             &[("a".into(), ok(true)), ("b".into(), ok(false))],
         );
         assert_eq!(r.status.default_action.as_deref(), Some("drop()"));
@@ -490,7 +492,7 @@ mod tests {
         let mut r = report(true);
         fold(
             &mut r,
-            &set(None, None),
+            &Set::of(&set(None, None)),
             &[("a".into(), Outcome::Untouched)],
         );
         assert!(find_condition(&r.status.conditions, DEFAULT_ACTION).is_none());
@@ -501,10 +503,14 @@ mod tests {
     fn a_reset_clears_status_only_once_done() {
         let s = set(None, Some("drop()"));
         let mut r = report(true);
-        fold(&mut r, &s, &[("a".into(), Outcome::Reset)]);
+        fold(&mut r, &Set::of(&s), &[("a".into(), Outcome::Reset)]);
         assert_eq!(r.status.default_action, None);
         let mut r = report(true);
-        fold(&mut r, &s, &[("a".into(), Outcome::Failed("down".into()))]);
+        fold(
+            &mut r,
+            &Set::of(&s),
+            &[("a".into(), Outcome::Failed("down".into()))],
+        );
         assert_eq!(r.status.default_action.as_deref(), Some("drop()"));
         assert!(
             !find_condition(&r.status.conditions, READY)

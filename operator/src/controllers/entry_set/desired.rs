@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use p4fleet_crds::TableEntrySet;
+use p4fleet_crds::TableEntrySetSpec;
 use p4fleet_crds::entry_set::EntryError as StatusEntryError;
 use p4fleet_model::entries::direct_meter::{self, MeterConfig};
 use p4fleet_model::entries::{
@@ -237,35 +237,35 @@ impl Desired {
     }
 }
 
-/// The parse options of `set`.
-pub fn options(set: &TableEntrySet) -> ParseOptions {
+/// The parse options of a set's `spec`.
+pub fn options(spec: &TableEntrySetSpec) -> ParseOptions {
     ParseOptions {
-        mask_host_bits: set.spec.mask_host_bits,
+        mask_host_bits: spec.mask_host_bits,
     }
 }
 
 /// Parses inline entries and ConfigMap texts against one table schema,
 /// skipping (and reporting) bad entries and later duplicates. Each text
 /// is parsed here; [`assemble`] takes texts parsed already.
-pub fn parse(set: &TableEntrySet, schema: &TableSchema, sources: &Sources) -> Desired {
+pub fn parse(spec: &TableEntrySetSpec, schema: &TableSchema, sources: &Sources) -> Desired {
     let parsed: Vec<Arc<ParsedText>> = sources
         .texts
         .iter()
         .map(|t| {
             Arc::new(match t.text.get() {
-                Ok(text) => parsed::parse(schema, options(set), &text),
+                Ok(text) => parsed::parse(schema, options(spec), &text),
                 Err(e) => parsed::unreadable(&e),
             })
         })
         .collect();
-    assemble(set, schema, sources, &parsed)
+    assemble(spec, schema, sources, &parsed)
 }
 
 /// The desired entries from the inline entries and the parsed texts
 /// (`parsed[i]` of `sources.texts[i]`, against `schema`). The parsed
 /// texts are shared, not copied.
 pub fn assemble(
-    set: &TableEntrySet,
+    spec: &TableEntrySetSpec,
     schema: &TableSchema,
     sources: &Sources,
     parsed: &[Arc<ParsedText>],
@@ -285,7 +285,7 @@ pub fn assemble(
         wire: Default::default(),
     };
     let mut inline = ParsedText::default();
-    for (i, te) in set.spec.entries.iter().enumerate() {
+    for (i, te) in spec.entries.iter().enumerate() {
         let meter = te.meter.map(|m| MeterConfig {
             cir: m.cir,
             cburst: m.cburst,
@@ -300,7 +300,7 @@ pub fn assemble(
                 &te.action,
                 &te.params,
                 te.priority,
-                options(set),
+                options(spec),
             )?;
             if let Some(d) = &te.idle_timeout {
                 let ns = p4fleet_model::learn::parse_duration(d)
@@ -411,7 +411,7 @@ impl PerTarget {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use p4fleet_crds::TableEntrySetSpec;
+    use p4fleet_crds::TableEntrySet;
     use p4fleet_crds::entry_set::TableEntry as SpecEntry;
     use std::collections::BTreeMap;
 
@@ -421,7 +421,7 @@ pub(crate) mod tests {
     fn per_target_groups_gather_in_target_order() {
         // Told apart by their `invalid` count.
         let d = |n: usize| {
-            let mut d = parse(&set(vec![]), &firewall(), &Default::default());
+            let mut d = parse(&set(vec![]).spec, &firewall(), &Default::default());
             d.invalid = n;
             Arc::new(d)
         };
@@ -550,7 +550,7 @@ pub(crate) mod tests {
             ),
             ("fw-b", "part.gz", &format!("{header}\n10.0.0.1 10.0.0.3\n")),
         ]);
-        let d = parse(&set(vec![]), &firewall(), &sources);
+        let d = parse(&set(vec![]).spec, &firewall(), &sources);
         assert_eq!((d.len(), d.invalid), (2, 1));
         assert_eq!(d.errors[0].source, "configmap/fw-b/part.gz:line 4");
         assert_eq!(
@@ -570,8 +570,8 @@ pub(crate) mod tests {
         let s = set(vec![fw("10.0.0.9", "10.0.0.9", "allow", &[("port", "1")])]);
         let schema = firewall();
         let text = sources.texts[0].text.get().unwrap();
-        let shared = Arc::new(parsed::parse(&schema, options(&s), &text));
-        let d = assemble(&s, &schema, &sources, std::slice::from_ref(&shared));
+        let shared = Arc::new(parsed::parse(&schema, options(&s.spec), &text));
+        let d = assemble(&s.spec, &schema, &sources, std::slice::from_ref(&shared));
         // Inline first, then the text's lines; the later duplicate dropped.
         assert_eq!(d.len(), 3);
         let srcs: Vec<Source> = (0..d.len()).map(|i| d.source(i)).collect();
@@ -607,7 +607,7 @@ pub(crate) mod tests {
                     .map(|(c, k, t)| (*c, *k, t.as_str()))
                     .collect::<Vec<_>>(),
             );
-            parse(&s, &schema, &sources).digest
+            parse(&s.spec, &schema, &sources).digest
         };
         let base = digest(&["10.0.0.1 10.0.0.2\n10.0.0.3 10.0.0.4\n"]);
         // Parsed again (another Arc, another ParsedText): the same digest.
@@ -625,7 +625,7 @@ pub(crate) mod tests {
             "a",
             &format!("{header}10.0.0.1 10.0.0.2\n10.0.0.3 10.0.0.4\n"),
         )]);
-        assert_ne!(base, parse(&other_inline, &schema, &sources).digest);
+        assert_ne!(base, parse(&other_inline.spec, &schema, &sources).digest);
         // The same kept entries from other texts (one with a duplicate,
         // dropped) count as a change: the digest covers the texts too.
         let with_dup = digest(&[
@@ -639,7 +639,7 @@ pub(crate) mod tests {
     #[test]
     fn bad_lines_beyond_the_kept_errors_still_count() {
         let bad: String = (0..25).map(|i| format!("junk{i}\n")).collect();
-        let d = parse(&set(vec![]), &firewall(), &texts(&[("fw", "k", &bad)]));
+        let d = parse(&set(vec![]).spec, &firewall(), &texts(&[("fw", "k", &bad)]));
         assert_eq!((d.invalid, d.errors.len()), (25, MAX_ERRORS));
     }
 
@@ -655,7 +655,7 @@ pub(crate) mod tests {
             "entries",
             "#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n#! action allow\n10.0.0.9 10.0.0.9 1\n10.0.0.1 10.0.0.2 3\n10.0.0.300 10.0.0.1 1\n",
         )]);
-        let d = parse(&s, &firewall(), &sources);
+        let d = parse(&s.spec, &firewall(), &sources);
         assert_eq!(d.len(), 2);
         assert_eq!(d.invalid, 4);
         let srcs: Vec<&str> = d.errors.iter().map(|e| e.source.as_str()).collect();
@@ -686,7 +686,7 @@ pub(crate) mod tests {
             ),
             ("fw", "b", &bad),
         ]);
-        let d = parse(&set(vec![]), &firewall(), &sources);
+        let d = parse(&set(vec![]).spec, &firewall(), &sources);
         assert_eq!((d.len(), d.invalid), (1, 15));
         assert_eq!(d.errors.len(), MAX_ERRORS);
         assert_eq!(d.label(0), "configmap/fw/a:line 3");

@@ -122,7 +122,7 @@ mod tests {
             .map(|t| {
                 Arc::new(parsed::parse(
                     &schema,
-                    options(&set(vec![])),
+                    options(&set(vec![]).spec),
                     &t.text.get().unwrap(),
                 ))
             })
@@ -134,7 +134,7 @@ mod tests {
         let cache = DesiredCache::default();
         let s = texts(&[("fw", "entries", "10.0.0.1 10.0.0.2\n")]);
         let p = parse(&s);
-        let d = Arc::new(assemble(&set(vec![]), &firewall(), &s, &p));
+        let d = Arc::new(assemble(&set(vec![]).spec, &firewall(), &s, &p));
         let inputs = Inputs::new(1, [1; 32], &s, &p);
         cache.keep("ns/s", vec![(inputs.clone(), d.clone())]);
         let hit = cache.get("ns/s", &inputs).expect("kept");

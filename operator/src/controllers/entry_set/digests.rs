@@ -25,16 +25,15 @@ use std::sync::Arc;
 use kube::ResourceExt;
 use p4fleet_client::Device;
 use p4fleet_crds::entry_set::EntryError as StatusEntryError;
-use p4fleet_crds::{Condition, DigestSinkKind, DigestsStatus, TableEntrySet, TableEntrySetStatus};
+use p4fleet_crds::{Condition, DigestSinkKind, DigestsStatus, TableEntrySetStatus};
 use p4fleet_model::learn::{self, DigestConfig, LearnError, LearnNames, LearnRule};
 use p4fleet_model::sync;
 use p4fleet_proto::p4info::P4Info;
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity};
 
 use super::SetCtx;
-use super::apply::tag;
 use super::dereference::Target;
-use crate::controllers::object_key;
+use super::set::Set;
 use crate::digest_sink::{self, SinkJob, SinkRule};
 use crate::learning::Job;
 
@@ -81,7 +80,7 @@ impl Outcome {
 
 /// Whether the set asks for digests or learning, or still has configs to
 /// remove.
-pub fn wanted(set: &TableEntrySet) -> bool {
+pub fn wanted(set: &Set<'_>) -> bool {
     !set.spec.digests.is_empty()
         || set.spec.learn.is_some()
         || !released_names(set).is_empty()
@@ -89,7 +88,7 @@ pub fn wanted(set: &TableEntrySet) -> bool {
 }
 
 /// The sink ConfigMaps the set's status names (written, or to delete).
-fn status_sinks(set: &TableEntrySet) -> Vec<String> {
+fn status_sinks(set: &Set<'_>) -> Vec<String> {
     set.status
         .as_ref()
         .and_then(|s| s.digests.as_ref())
@@ -98,8 +97,8 @@ fn status_sinks(set: &TableEntrySet) -> Vec<String> {
 }
 
 /// The sink ConfigMaps the spec asks for: `(index, name, digest, keep)`.
-fn wanted_sinks(set: &TableEntrySet) -> Vec<(usize, String, String, u32)> {
-    let me = set.name_any();
+fn wanted_sinks(set: &Set<'_>) -> Vec<(usize, String, String, u32)> {
+    let me = &set.name;
     set.spec
         .digests
         .iter()
@@ -107,7 +106,7 @@ fn wanted_sinks(set: &TableEntrySet) -> Vec<(usize, String, String, u32)> {
         .filter_map(|(i, d)| {
             let sink = d.sink.as_ref()?;
             sink.to.contains(&DigestSinkKind::ConfigMap).then(|| {
-                let name = digest_sink::config_map_name(&me, &d.name);
+                let name = digest_sink::config_map_name(me, &d.name);
                 (i, name, d.name.clone(), sink.keep)
             })
         })
@@ -116,10 +115,9 @@ fn wanted_sinks(set: &TableEntrySet) -> Vec<(usize, String, String, u32)> {
 
 /// Digests the set configured before (its status says) and no longer
 /// asks for.
-fn released_names(set: &TableEntrySet) -> Vec<String> {
+fn released_names(set: &Set<'_>) -> Vec<String> {
     let before = set
         .status
-        .as_ref()
         .and_then(|s| s.digests.as_ref())
         .map(|d| d.configured.clone())
         .unwrap_or_default();
@@ -132,7 +130,7 @@ fn released_names(set: &TableEntrySet) -> Vec<String> {
 /// The set's digest configs resolved against one program: `(name,
 /// DigestEntry)`, and the invalid ones as errors naming item and field.
 fn configs(
-    set: &TableEntrySet,
+    set: &Set<'_>,
     info: &P4Info,
 ) -> (Vec<(String, p4::DigestEntry)>, Vec<StatusEntryError>) {
     let (mut ok, mut bad) = (Vec::new(), Vec::new());
@@ -172,7 +170,7 @@ fn configs(
 }
 
 /// The set's learn rule by names (the set's own table by default).
-fn learn_names(set: &TableEntrySet) -> Option<LearnNames> {
+fn learn_names(set: &Set<'_>) -> Option<LearnNames> {
     let l = set.spec.learn.as_ref()?;
     Some(LearnNames {
         digest: l.digest.clone(),
@@ -185,8 +183,8 @@ fn learn_names(set: &TableEntrySet) -> Option<LearnNames> {
 }
 
 /// The metadata of entries the set learned.
-fn learned_metadata(set: &TableEntrySet) -> Vec<u8> {
-    sync::tag_metadata(sync::learned_tag(tag(set)))
+fn learned_metadata(set: &Set<'_>) -> Vec<u8> {
+    sync::tag_metadata(sync::learned_tag(set.tag))
 }
 
 /// A learn rule error as a status error naming the field.
@@ -262,18 +260,18 @@ async fn read_configs(
 /// and counts what it learned, on every target.
 pub async fn sync(
     ctx: &SetCtx,
-    set: &TableEntrySet,
+    set: &Set<'_>,
     targets: &[Target],
     held: &[super::conflicts::Conflict],
 ) -> Outcome {
-    let key = object_key(set);
+    let key = &set.key;
     let mut out = Outcome {
         targets: targets.len(),
         ..Outcome::default()
     };
     if !wanted(set) {
-        ctx.own.learners.retain(&key, &[]);
-        ctx.own.digest_sinks.stop(&key).await;
+        ctx.own.learners.retain(key, &[]);
+        ctx.own.digest_sinks.stop(key).await;
         return out;
     }
     let mut resolved = Vec::new();
@@ -316,8 +314,8 @@ pub async fn sync(
         }
     }
     if invalid {
-        ctx.own.learners.retain(&key, &[]);
-        ctx.own.digest_sinks.retain(&key, &[]);
+        ctx.own.learners.retain(key, &[]);
+        ctx.own.digest_sinks.retain(key, &[]);
         // Nothing changes while the spec is invalid: what was written stays.
         out.sink_config_maps.extend(status_sinks(set));
         if out.learn_failure.is_none() && set.spec.learn.is_some() {
@@ -354,11 +352,11 @@ pub async fn sync(
             learning.push((*t, dev.clone(), rule.clone(), synced));
         }
     }
-    sync_sinks(ctx, set, &key, &sinking, &mut out).await;
+    sync_sinks(ctx, set, key, &sinking, &mut out).await;
     if set.spec.learn.is_some() {
-        learn_targets(ctx, set, &key, learning, &mut out).await;
+        learn_targets(ctx, set, key, learning, &mut out).await;
     } else {
-        ctx.own.learners.retain(&key, &[]);
+        ctx.own.learners.retain(key, &[]);
     }
     out
 }
@@ -436,7 +434,7 @@ async fn write_configs(
 /// configs are confirmed (`targets`).
 async fn sync_sinks(
     ctx: &SetCtx,
-    set: &TableEntrySet,
+    set: &Set<'_>,
     key: &str,
     targets: &[(&Target, Arc<Device>, &P4Info)],
     out: &mut Outcome,
@@ -446,7 +444,7 @@ async fn sync_sinks(
         match ctx
             .own
             .digest_sinks
-            .claim(&ctx.client, key, set, &name)
+            .claim(&ctx.client, key, &set.reference, &name)
             .await
         {
             Ok(()) => {
@@ -458,15 +456,14 @@ async fn sync_sinks(
     }
     ctx.own
         .digest_sinks
-        .configure(&ctx.client, key, set, &books)
+        .configure(&ctx.client, key, &set.reference, &books)
         .await;
-    let ns = set.namespace().unwrap_or_default();
-    let me = set.name_any();
+    let (ns, me) = (&set.namespace, &set.name);
     for name in status_sinks(set) {
         if books.iter().any(|b| b.0 == name) {
             continue;
         }
-        if let Err(e) = digest_sink::delete(&ctx.client, &ns, &me, &name).await {
+        if let Err(e) = digest_sink::delete(&ctx.client, ns, me, &name).await {
             let why = format!("sink ConfigMap {name} not deleted: {e}");
             out.sink_config_maps.insert(name);
             out.fail("DigestSinkFailed", "digests".into(), why);
@@ -511,7 +508,7 @@ async fn sync_sinks(
 /// entries the devices hold.
 async fn learn_targets(
     ctx: &SetCtx,
-    set: &TableEntrySet,
+    set: &Set<'_>,
     key: &str,
     learning: Vec<(&Target, Arc<Device>, LearnRule, bool)>,
     out: &mut Outcome,
@@ -520,7 +517,7 @@ async fn learn_targets(
         return;
     };
     let max = u64::from(spec.max_learned);
-    let shared = Arc::new(set.clone());
+    let shared = Arc::new(set.reference.clone());
     let mut keep = Vec::new();
     let mut total = None;
     let mut full = Vec::new();
@@ -590,7 +587,7 @@ pub const LEARN_REFRESH: std::time::Duration = std::time::Duration::from_secs(15
 /// The reconcile's requeue of a learning set: at most [`LEARN_REFRESH`]
 /// away, unless a retry comes sooner.
 pub fn requeue(
-    set: &TableEntrySet,
+    set: &Set<'_>,
     action: kube::runtime::controller::Action,
 ) -> kube::runtime::controller::Action {
     use kube::runtime::controller::Action;
@@ -607,22 +604,18 @@ pub fn requeue(
 /// resolves, and its learning stopped. The device part is best effort: a
 /// device that cannot be reached keeps them (the entries' cleanup
 /// reports unreachable devices).
-pub async fn cleanup(
-    ctx: &SetCtx,
-    set: &TableEntrySet,
-    targets: &[Target],
-) -> Result<(), kube::Error> {
-    let key = object_key(set);
-    ctx.own.learners.retain(&key, &[]);
+pub async fn cleanup(ctx: &SetCtx, set: &Set<'_>, targets: &[Target]) -> Result<(), kube::Error> {
+    let key = &set.key;
+    ctx.own.learners.retain(key, &[]);
     // The writer first, so no write lands after the delete.
-    ctx.own.digest_sinks.stop(&key).await;
-    let ns = set.namespace().unwrap_or_default();
+    ctx.own.digest_sinks.stop(key).await;
+    let ns = &set.namespace;
     let mut sinks: BTreeSet<String> = status_sinks(set).into_iter().collect();
     sinks.extend(wanted_sinks(set).into_iter().map(|s| s.1));
     // Only ConfigMaps labelled as this set's: a name another ConfigMap
     // held (DigestSinkTaken) is never deleted.
     for name in &sinks {
-        digest_sink::delete(&ctx.client, &ns, &set.name_any(), name).await?;
+        digest_sink::delete(&ctx.client, ns, &set.name, name).await?;
     }
     let mut names: Vec<String> = set.spec.digests.iter().map(|d| d.name.clone()).collect();
     names.extend(released_names(set));
@@ -680,12 +673,7 @@ pub async fn cleanup(
 /// the others, within `max_errors`), `DigestsSynced`, `Learning` and,
 /// when either fails for a reason of the spec or the device, `Ready`
 /// False.
-pub fn fold(
-    status: &mut TableEntrySetStatus,
-    set: &TableEntrySet,
-    out: &Outcome,
-    max_errors: usize,
-) {
+pub fn fold(status: &mut TableEntrySetStatus, set: &Set<'_>, out: &Outcome, max_errors: usize) {
     if !wanted(set) {
         status.digests = None;
         return;
@@ -771,6 +759,7 @@ pub fn fold(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use p4fleet_crds::TableEntrySet;
     use p4fleet_crds::{DigestSetting, LearnSpec};
 
     fn info() -> P4Info {
@@ -822,7 +811,7 @@ mod tests {
             ],
             None,
         );
-        let (ok, bad) = configs(&s, &info());
+        let (ok, bad) = configs(&Set::of(&s), &info());
         assert_eq!(ok.len(), 1);
         let got: Vec<(String, String)> = bad.into_iter().map(|e| (e.source, e.reason)).collect();
         assert_eq!(
@@ -840,7 +829,7 @@ mod tests {
         );
         // Only the ConfigMap sinks have a ConfigMap, named after set and
         // digest.
-        let wanted: Vec<(usize, String)> = wanted_sinks(&s)
+        let wanted: Vec<(usize, String)> = wanted_sinks(&Set::of(&s))
             .into_iter()
             .map(|(i, name, _, _)| (i, name))
             .collect();
@@ -874,7 +863,7 @@ mod tests {
         };
         fold(
             &mut st,
-            &set(vec![digest("mac_learn_digest_t", "0")], None),
+            &Set::of(&set(vec![digest("mac_learn_digest_t", "0")], None)),
             &out,
             10,
         );
@@ -905,7 +894,10 @@ mod tests {
             sink_config_maps: vec!["s-digest-mac-learn-digest-t".into()],
             ..Default::default()
         });
-        assert!(wanted(&s), "a sink ConfigMap to delete is still work");
+        assert!(
+            wanted(&Set::of(&s)),
+            "a sink ConfigMap to delete is still work"
+        );
         let out = Outcome {
             targets: 1,
             synced_targets: 1,
@@ -913,7 +905,7 @@ mod tests {
             ..Default::default()
         };
         let mut st = TableEntrySetStatus::default();
-        fold(&mut st, &s, &out, 10);
+        fold(&mut st, &Set::of(&s), &out, 10);
         assert_eq!(
             st.digests.unwrap().sink_config_maps,
             ["s-digest-mac-learn-digest-t"]
@@ -930,7 +922,7 @@ mod tests {
             ],
             None,
         );
-        let (ok, bad) = configs(&s, &info());
+        let (ok, bad) = configs(&Set::of(&s), &info());
         assert_eq!(ok.len(), 1);
         assert_eq!(ok[0].1.digest_id, 402184575);
         assert_eq!(ok[0].1.config.unwrap().max_timeout_ns, 10_000_000);
@@ -970,7 +962,7 @@ mod tests {
             ..Default::default()
         };
         let mut st = ready();
-        fold(&mut st, &s, &out, 10);
+        fold(&mut st, &Set::of(&s), &out, 10);
         let c = |st: &TableEntrySetStatus, t: &str| {
             let c = st.conditions.iter().find(|c| c.type_ == t).unwrap();
             (c.is_true(), c.reason.clone())
@@ -991,18 +983,23 @@ mod tests {
             table: "MyIngress.smac".into(),
         }));
         let mut st = ready();
-        fold(&mut st, &s, &out, 10);
+        fold(&mut st, &Set::of(&s), &out, 10);
         assert_eq!(c(&st, DIGESTS_SYNCED), (true, "Synced".into()));
         assert_eq!(c(&st, "Ready"), (false, "LearnInvalid".into()));
         assert_eq!(st.errors[0].source, "learn.idleTimeout");
         // No target yet: nothing is claimed.
         let mut st = ready();
-        fold(&mut st, &s, &Outcome::default(), 10);
+        fold(&mut st, &Set::of(&s), &Outcome::default(), 10);
         assert_eq!(c(&st, DIGESTS_SYNCED), (false, "NoTarget".into()));
         assert_eq!(c(&st, LEARNING), (false, "NoTarget".into()));
         // Nothing asked and nothing configured before: no status at all.
         let mut st = ready();
-        fold(&mut st, &set(vec![], None), &Outcome::default(), 10);
+        fold(
+            &mut st,
+            &Set::of(&set(vec![], None)),
+            &Outcome::default(),
+            10,
+        );
         assert!(st.digests.is_none());
         assert_eq!(st.conditions.len(), 1);
     }
@@ -1013,9 +1010,9 @@ mod tests {
             configured: vec!["mac_learn_digest_t".into()],
             ..Default::default()
         });
-        assert!(wanted(&s), "a config to delete is still work");
-        assert_eq!(released_names(&s), ["mac_learn_digest_t"]);
+        assert!(wanted(&Set::of(&s)), "a config to delete is still work");
+        assert_eq!(released_names(&Set::of(&s)), ["mac_learn_digest_t"]);
         s.spec.digests = vec![digest("mac_learn_digest_t", "0")];
-        assert!(released_names(&s).is_empty());
+        assert!(released_names(&Set::of(&s)).is_empty());
     }
 }

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use kube::ResourceExt;
 use p4fleet_client::Device;
 use p4fleet_crds::entry_set::EntryError as StatusEntryError;
-use p4fleet_crds::{Condition, TableEntrySet, condition_types::READY};
+use p4fleet_crds::{Condition, condition_types::READY};
 use p4fleet_model::entries::EntryKey;
 use p4fleet_model::entries::direct_meter::{self as model, DirectMeterSchema, MeterConfig};
 use p4fleet_proto::p4runtime::{self as p4, entity::Entity, update::Type};
@@ -25,7 +25,7 @@ use super::MAX_ERRORS;
 use super::SetCtx;
 use super::dereference::Target;
 use super::desired::Desired;
-use crate::controllers::object_key;
+use super::set::Set;
 use crate::status::{EventNote, ready_from};
 
 /// The condition this stage adds (only to sets with a metered entry).
@@ -175,7 +175,7 @@ pub async fn sync_target(ctx: &SetCtx, t: &Target, desired: &Desired) -> Option<
 /// Entries of a table with an action profile go through
 /// [`super::profiles`], which does not write meters: one that sets a
 /// meter there is refused in the condition, not ignored.
-pub fn on_indirect_table(set: &TableEntrySet, t: &Target) -> Option<Outcome> {
+pub fn on_indirect_table(set: &Set<'_>, t: &Target) -> Option<Outcome> {
     let profile = t.profile.as_ref()?;
     let metered: Vec<usize> = (set.spec.entries.iter().enumerate())
         .filter(|(_, e)| e.meter.is_some())
@@ -217,15 +217,11 @@ async fn read_back(
 /// Puts the targets' outcomes (`(virtual switch, outcome)`) into the
 /// status: the condition, the per-entry errors and Ready. Nothing when no
 /// target had a metered entry.
-pub fn fold(
-    report: &mut super::status::Report,
-    set: &TableEntrySet,
-    outcomes: &[(String, Outcome)],
-) {
+pub fn fold(report: &mut super::status::Report, set: &Set<'_>, outcomes: &[(String, Outcome)]) {
     if outcomes.is_empty() {
         return;
     }
-    let me = object_key(set);
+    let me = &set.key;
     let table = &set.spec.table;
     let st = &mut report.status;
     for (_, o) in outcomes {
@@ -296,6 +292,7 @@ pub fn fold(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use p4fleet_crds::TableEntrySet;
     use p4fleet_crds::{TableEntrySetSpec, find_condition};
 
     fn set() -> TableEntrySet {
@@ -315,7 +312,7 @@ mod tests {
     #[test]
     fn no_metered_entries_add_nothing() {
         let mut r = report();
-        fold(&mut r, &set(), &[]);
+        fold(&mut r, &Set::of(&set()), &[]);
         assert_eq!(r.status.conditions.len(), 1);
         assert!(r.events.is_empty());
     }
@@ -330,7 +327,11 @@ mod tests {
             ..Outcome::default()
         };
         let mut r = report();
-        fold(&mut r, &set(), &[("a".into(), o.clone()), ("b".into(), o)]);
+        fold(
+            &mut r,
+            &Set::of(&set()),
+            &[("a".into(), o.clone()), ("b".into(), o)],
+        );
         let c = find_condition(&r.status.conditions, DIRECT_METERS_SYNCED).unwrap();
         assert!(c.is_true(), "{c:?}");
         assert_eq!(
@@ -363,7 +364,7 @@ mod tests {
             ..Outcome::default()
         };
         let mut r = report();
-        fold(&mut r, &set(), &[("vs1".into(), o)]);
+        fold(&mut r, &Set::of(&set()), &[("vs1".into(), o)]);
         let c = find_condition(&r.status.conditions, DIRECT_METERS_SYNCED).unwrap();
         assert!(!c.is_true());
         assert_eq!(c.reason, "NoDirectMeter");
@@ -390,7 +391,7 @@ mod tests {
             ..Outcome::default()
         };
         let mut r = report();
-        fold(&mut r, &set(), &[("vs".into(), o)]);
+        fold(&mut r, &Set::of(&set()), &[("vs".into(), o)]);
         let c = find_condition(&r.status.conditions, DIRECT_METERS_SYNCED).unwrap();
         assert_eq!((c.is_true(), c.reason.as_str()), (false, "NotConfirmed"));
     }

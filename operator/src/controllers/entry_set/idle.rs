@@ -5,19 +5,19 @@
 //! deleted: a static entry is desired state. Learned entries are
 //! `crate::learning`'s.
 
-use p4fleet_crds::{IdleStatus, TableEntrySet};
+use p4fleet_crds::IdleStatus;
 use p4fleet_model::entries::{EntryKey, TableSchema, format_key};
 use p4fleet_model::sync;
 use p4fleet_proto::p4runtime as p4;
 
 use super::SetCtx;
-use super::apply::tag;
 use super::desired::Desired;
+use super::set::Set;
 use crate::status::EventNote;
 
 /// The metadata the set's own entries carry.
-fn metadata(set: &TableEntrySet) -> Vec<u8> {
-    sync::tag_metadata(tag(set))
+fn metadata(set: &Set<'_>) -> Vec<u8> {
+    sync::tag_metadata(set.tag)
 }
 
 /// Registers the set while one of its desired entries has an idle
@@ -25,7 +25,7 @@ fn metadata(set: &TableEntrySet) -> Vec<u8> {
 /// held back until now.
 pub fn sync(
     ctx: &SetCtx,
-    set: &TableEntrySet,
+    set: &Set<'_>,
     desired: Option<&Desired>,
 ) -> (Option<IdleStatus>, Option<EventNote>) {
     let md = metadata(set);
@@ -33,7 +33,7 @@ pub fn sync(
         ctx.own.idle.forget(&md);
         return (None, None);
     };
-    ctx.own.idle.register(set, md.clone());
+    ctx.own.idle.register(&set.reference, md.clone());
     let due = ctx.own.idle.take_due(&md, tokio::time::Instant::now());
     let status = ctx
         .own
@@ -44,7 +44,7 @@ pub fn sync(
 }
 
 /// On deletion: nothing more to report.
-pub fn forget(ctx: &SetCtx, set: &TableEntrySet) {
+pub fn forget(ctx: &SetCtx, set: &Set<'_>) {
     ctx.own.idle.forget(&metadata(set));
 }
 

@@ -55,6 +55,7 @@ pub mod recheck;
 pub mod resources;
 pub mod resync_due;
 pub mod rollout;
+pub mod set;
 pub mod status;
 
 use std::collections::HashSet;
@@ -78,6 +79,7 @@ use crate::status::now_rfc3339;
 pub use memory::SyncMemory;
 use p4fleet_model::entries::EntryKey;
 use resync_due::Touch;
+use set::Set;
 
 /// What the TableEntrySet controller keeps between reconciles.
 pub struct EntrySets {
@@ -122,7 +124,7 @@ impl EntrySets {
                         let now = tokio::time::Instant::now();
                         for (set, note) in reports.observe(notification, now) {
                             let ev = ev.clone();
-                            tokio::spawn(async move { ev.publish(set.as_ref(), &note).await });
+                            tokio::spawn(async move { ev.publish_to(&set, &note).await });
                         }
                     }
                 }
@@ -261,47 +263,49 @@ pub async fn reconcile(set: Arc<TableEntrySet>, ctx: Arc<SetCtx>) -> Result<Acti
 /// Unconfirmed before anything else, and a sync that is about to write
 /// turns a Ready True False (Syncing) before its first write (a set not
 /// Ready says Syncing only before a large write: `status::MARK_NEW_FROM`).
-async fn sync(
-    ctx: &SetCtx,
-    api: &Api<TableEntrySet>,
-    set: &TableEntrySet,
-) -> Result<Action, Error> {
-    let me = object_key(set);
+async fn sync(ctx: &SetCtx, api: &Api<TableEntrySet>, cr: &TableEntrySet) -> Result<Action, Error> {
     let mut phases = Phases::start();
-    let mut status = StatusWriter::start(&ctx.own.sync_memory.written, api, &me, set);
-    ctx.own.rechecks.forget(&me);
-    if ctx.own.sync_memory.first_sight(&me) {
+    let set = Set::of(cr);
+    let me = &set.key;
+    let mut status = StatusWriter::start(&ctx.own.sync_memory.written, api, me, cr);
+    ctx.own.rechecks.forget(me);
+    if ctx.own.sync_memory.first_sight(me) {
         mark(ctx, &mut status, status::Pending::Unconfirmed).await?;
     }
-    let mut refs = resolve(ctx, set).await?;
-    let rolled = roll(ctx, &me, status.object(), &mut refs).await?;
+    let mut refs = resolve(ctx, cr).await?;
+    let rolled = roll(ctx, me, status.object(), &mut refs).await?;
     phases.at(Phase::Dereferenced);
-    let desired = desired(ctx, &me, set, &refs, &rolled).await;
+    // From here on, every stage takes the value `set`, not the object.
+    let desired = desired(ctx, &set, &refs, &rolled).await;
     phases.at(Phase::Parsed);
     if set.spec.plan {
-        return plan_only(ctx, &me, set, &refs, &desired, status).await;
+        return plan_only(ctx, cr, &set, &refs, &desired, status).await;
     }
-    let entries = write_entries(ctx, &me, set, &refs, &desired, &mut status, &mut phases).await?;
-    let latest = status.object();
-    let features = sync_features(ctx, latest, &refs, &desired, &rolled).await;
+    let entries = write_entries(ctx, cr, &set, &refs, &desired, &mut status, &mut phases).await?;
+    let latest = set.with_status_of(status.object());
+    let features = sync_features(ctx, &latest, &refs, &desired, &rolled).await;
     let (mut new, mut events, asked) =
-        build_status(ctx, &me, latest, &refs, &desired, &entries, &features);
-    let old = latest.status.as_ref();
-    rollout::fold(&mut new, old, &mut events, &rolled, &entries.outcomes);
+        build_status(ctx, &latest, &refs, &desired, &entries, &features);
+    rollout::fold(
+        &mut new,
+        latest.status,
+        &mut events,
+        &rolled,
+        &entries.outcomes,
+    );
     let wrote = status.finish(ctx, &mut new, &events).await?;
-    publish(ctx, set, &new, &events, &features).await?;
+    publish(ctx, &set, &new, &events, &features).await;
     for n in &rolled.notes {
-        let ns = set.namespace().unwrap_or_default();
         ctx.metrics
             .rollouts
-            .noted_entries(&ns, &set.name_any(), &n.reason);
+            .noted_entries(&set.namespace, &set.name, &n.reason);
     }
     let asked = rolled.requeue.map_or(asked, Action::requeue);
-    let (action, period) = requeue(ctx, &me, set, &refs, &entries, asked, phases.started);
-    phases.log(&me, refs.all.targets.len(), entries.updates);
+    let (action, period) = requeue(ctx, cr, &set, &refs, &entries, asked, phases.started);
+    phases.log(me, refs.all.targets.len(), entries.updates);
     let note = recheck::note(recheck::Synced {
-        set,
-        fingerprint: resync_due::fingerprint(set),
+        spec: set.spec,
+        fingerprint: resync_due::fingerprint(cr),
         period,
         targets: &refs.direct,
         desired: &desired,
@@ -309,12 +313,12 @@ async fn sync(
         // A sync that changed anything (a status, an Event: a feature
         // that just reset, a condition that clears on the next sync) is
         // followed by another full one.
-        plain: !wrote && events.is_empty() && plain(ctx, set, &refs, &rolled, &entries, &features),
-        tag: apply::tag(set),
+        plain: !wrote && events.is_empty() && plain(ctx, &set, &refs, &rolled, &entries, &features),
+        tag: set.tag,
         at: tokio::time::Instant::now(),
         full_every: ctx.config.full_resync_every,
     });
-    Ok(hand_over(ctx, &me, note, phases.started, action))
+    Ok(hand_over(ctx, me, note, phases.started, action))
 }
 
 /// A noted set's resyncs go to the recheck task, and kube-runtime comes
@@ -341,7 +345,7 @@ fn hand_over(
 /// ([`recheck::Synced::plain`]).
 fn plain(
     ctx: &SetCtx,
-    set: &TableEntrySet,
+    set: &Set<'_>,
     refs: &Resolved,
     rolled: &rollout::Rolled,
     entries: &Entries,
@@ -358,7 +362,7 @@ fn plain(
         && features.idle.0.is_none()
         && !features.idle_timeouts
         && !entries.found_damage
-        && ctx.own.ownership.recent_damage(set).is_none()
+        && ctx.own.ownership.recent_damage(&set.key).is_none()
 }
 
 /// What a set refers to, resolved, with what older sets keep of it.
@@ -411,11 +415,11 @@ async fn roll(
 /// read now or, during a rollout, from the revision it is to hold.
 async fn desired(
     ctx: &SetCtx,
-    me: &str,
-    set: &TableEntrySet,
+    set: &Set<'_>,
     refs: &Resolved,
     rolled: &rollout::Rolled,
 ) -> desired::PerTarget {
+    let me = &set.key;
     let (cache, assembled) = (&ctx.own.entry_sources, &ctx.own.sync_memory.desired);
     let sources = &refs.all.sources;
     let (now, kept) = rollout::groups(rolled, &refs.direct);
@@ -437,7 +441,8 @@ async fn desired(
     let key = rollout::revision_key(me);
     for (digest, at) in kept {
         let snapshot = &rolled.snapshots[&digest];
-        let then = crate::fleet::entry_revisions::as_of(set, snapshot);
+        let spec = crate::fleet::entry_revisions::as_of(set.spec, snapshot);
+        let then = set.at_revision(&spec);
         let sources = crate::fleet::entry_revisions::sources(snapshot);
         let targets: Vec<_> = at.iter().map(|i| refs.direct[*i].clone()).collect();
         let d = parse::per_target(cache, assembled, &key, &then, &targets, &sources).await;
@@ -465,37 +470,33 @@ struct Entries {
 /// status marked Syncing before a write.
 async fn write_entries(
     ctx: &SetCtx,
-    me: &str,
-    set: &TableEntrySet,
+    cr: &TableEntrySet,
+    set: &Set<'_>,
     refs: &Resolved,
     desired: &desired::PerTarget,
     status: &mut StatusWriter<'_, TableEntrySet>,
     phases: &mut Phases,
 ) -> Result<Entries, Error> {
-    let record = ctx.own.ownership.get(&ctx.client, set).await?;
+    let record = ctx.own.ownership.get(&ctx.client, cr).await?;
     // A damaged record stands in as an empty one (see crate::ownership):
     // an Event when found, a condition for a while after.
     let found_damage = record.damage.is_some();
     let parallel = ctx.config.limits.targets_per_set;
     let switch_of = |t: &dereference::Target| t.switch.name_any();
-    let planned = plan_targets(ctx, me, set, refs, desired, &record.record).await;
+    let planned = plan_targets(ctx, set, refs, desired, &record.record).await;
     let updates: usize = planned.iter().flatten().map(apply::Planned::writes).sum();
     phases.at(Phase::Planned);
     // The first apply after a plan says whether it writes what was planned.
-    let after_plan = set
-        .status
-        .as_ref()
-        .and_then(|s| s.plan.as_ref())
-        .map(|old| {
-            let now = plan::of_targets(set.metadata.generation, &planned, &refs.indirect);
-            plan::applied_event(old, &now.digest, &now)
-        });
+    let after_plan = set.status.and_then(|s| s.plan.as_ref()).map(|old| {
+        let now = plan::of_targets(set.generation, &planned, &refs.indirect);
+        plan::applied_event(old, &now.digest, &now)
+    });
     let at_most = planned
         .iter()
         .flatten()
         .filter_map(|p| Some((p.virtual_switch().to_string(), p.owned_at_most()?)));
     let grown = with_targets(&record.record, at_most);
-    let record = ctx.own.ownership.put(&ctx.client, set, grown).await?;
+    let record = ctx.own.ownership.put(&ctx.client, cr, grown).await?;
     if updates > 0 {
         mark(ctx, status, status::Pending::Syncing { updates }).await?;
     }
@@ -514,7 +515,7 @@ async fn write_entries(
         .filter_map(|o| Some((o.virtual_switch.clone(), o.owned.clone()?)));
     ctx.own
         .ownership
-        .put(&ctx.client, set, with_targets(&record.record, owned))
+        .put(&ctx.client, cr, with_targets(&record.record, owned))
         .await?;
     Ok(Entries {
         outcomes,
@@ -529,8 +530,7 @@ async fn write_entries(
 /// most `syncs_per_device` per device over all sets, `crate::limits`).
 async fn plan_targets<'a>(
     ctx: &SetCtx,
-    me: &'a str,
-    set: &'a TableEntrySet,
+    set: &'a Set<'a>,
     refs: &'a Resolved,
     desired: &'a desired::PerTarget,
     record: &'a Record,
@@ -538,7 +538,6 @@ async fn plan_targets<'a>(
     let jobs = refs.direct.iter().enumerate().map(|(i, target)| {
         let job = apply::Job {
             set,
-            set_key: me,
             target,
             desired: desired.of(i),
             deletes: refs.all.sources_complete(),
@@ -558,23 +557,24 @@ async fn plan_targets<'a>(
 /// device (entries, ownership record or the set's other features).
 async fn plan_only(
     ctx: &SetCtx,
-    me: &str,
-    set: &TableEntrySet,
+    cr: &TableEntrySet,
+    set: &Set<'_>,
     refs: &Resolved,
     desired: &desired::PerTarget,
     status: StatusWriter<'_, TableEntrySet>,
 ) -> Result<Action, Error> {
-    let record = ctx.own.ownership.get(&ctx.client, set).await?;
-    let planned = plan_targets(ctx, me, set, refs, desired, &record.record).await;
-    let the_plan = plan::of_targets(set.metadata.generation, &planned, &refs.indirect);
+    let me = &set.key;
+    let record = ctx.own.ownership.get(&ctx.client, cr).await?;
+    let planned = plan_targets(ctx, set, refs, desired, &record.record).await;
+    let the_plan = plan::of_targets(set.generation, &planned, &refs.indirect);
     let outcomes: Vec<apply::Outcome> = planned
         .into_iter()
         .map(|p| p.map_or_else(|o| o, apply::Planned::unwritten))
         .collect();
-    let latest = status.object();
-    let old = latest.status.as_ref();
+    let latest = set.with_status_of(status.object());
+    let old = latest.status;
     let report = status::report(&status::Input {
-        set: latest,
+        set: &latest,
         problems: &refs.all.problems,
         parse: desired.first(),
         outcomes: &outcomes,
@@ -599,15 +599,14 @@ async fn plan_only(
     ));
     plan::mark_plan_only(&mut new, the_plan);
     status.finish(ctx, &mut new, &events).await?;
-    let (ns, name) = (namespace(set)?, set.name_any());
-    ctx.metrics.entry_set(&ns, &name, &new);
+    ctx.metrics.entry_set(&set.namespace, &set.name, &new);
     for ev in &events {
-        ctx.events.publish(set, ev).await;
+        ctx.events.publish_to(&set.reference, ev).await;
     }
     // An unreachable device is asked again on the set's backoff, as in a
     // sync, not every RETRY.
     let problems = &refs.all.problems;
-    Ok(on_backoff(ctx, me, set, &outcomes, problems, report.action))
+    Ok(on_backoff(ctx, set, &outcomes, problems, report.action))
 }
 
 /// What the set's features beyond its entries found on the devices.
@@ -631,7 +630,7 @@ struct Features {
 /// learning, idle timeouts), on the set with its freshest status.
 async fn sync_features(
     ctx: &SetCtx,
-    set: &TableEntrySet,
+    set: &Set<'_>,
     refs: &Resolved,
     desired: &desired::PerTarget,
     rolled: &rollout::Rolled,
@@ -664,8 +663,7 @@ async fn sync_features(
 /// entries' report, then each feature folded into it.
 fn build_status(
     ctx: &SetCtx,
-    me: &str,
-    set: &TableEntrySet,
+    set: &Set<'_>,
     refs: &Resolved,
     desired: &desired::PerTarget,
     entries: &Entries,
@@ -680,13 +678,13 @@ fn build_status(
         problems: &refs.all.problems,
         parse: desired.first(),
         outcomes: &entries.outcomes,
-        default_resync: super::spread(ctx.config.resync, me),
+        default_resync: super::spread(ctx.config.resync, &set.key),
         now: &f.now,
     });
     default_action::fold(&mut report, set, &f.defaults);
     profiles::fold(&mut report, set, &entries.profiled, refs.direct.len());
     direct_meters::fold(&mut report, set, &f.metered);
-    if let Some(d) = ctx.own.ownership.recent_damage(set) {
+    if let Some(d) = ctx.own.ownership.recent_damage(&set.key) {
         let ownership = set.spec.ownership;
         let conditions = &mut report.status.conditions;
         conditions.push(crate::ownership::damage_condition(&d, ownership));
@@ -708,13 +706,13 @@ fn build_status(
 /// After the write: metrics and Events.
 async fn publish(
     ctx: &SetCtx,
-    set: &TableEntrySet,
+    set: &Set<'_>,
     new: &p4fleet_crds::TableEntrySetStatus,
     events: &[crate::status::EventNote],
     f: &Features,
-) -> Result<(), Error> {
-    let (ns, name) = (namespace(set)?, set.name_any());
-    ctx.metrics.entry_set(&ns, &name, new);
+) {
+    let (ns, name) = (&set.namespace, &set.name);
+    ctx.metrics.entry_set(ns, name, new);
     if let Some(c) = new
         .counters
         .as_ref()
@@ -723,12 +721,11 @@ async fn publish(
         let top: Vec<u64> = c.top.iter().map(|t| t.packets).collect();
         ctx.metrics
             .counters
-            .readout(&ns, &name, &c.counter, &f.extras.per_switch, &top);
+            .readout(ns, name, &c.counter, &f.extras.per_switch, &top);
     }
     for ev in events {
-        ctx.events.publish(set, ev).await;
+        ctx.events.publish_to(&set.reference, ev).await;
     }
-    Ok(())
 }
 
 /// When to come back: the status stage's ask, bounded by the counters'
@@ -737,18 +734,18 @@ async fn publish(
 /// what it asks for.
 fn requeue(
     ctx: &SetCtx,
-    me: &str,
-    set: &TableEntrySet,
+    cr: &TableEntrySet,
+    set: &Set<'_>,
     refs: &Resolved,
     entries: &Entries,
     asked: Action,
     started: std::time::Instant,
 ) -> (Action, Option<std::time::Duration>) {
-    let resync = super::spread(ctx.config.resync, me);
+    let resync = super::spread(ctx.config.resync, &set.key);
     let action = resources::requeue(set, asked, resync);
     let action = digests::requeue(set, action);
-    let action = on_backoff(ctx, me, set, &entries.outcomes, &refs.all.problems, action);
-    let period = resync_due::after_sync(&ctx.own.resync_due, set, started, &action, resync);
+    let action = on_backoff(ctx, set, &entries.outcomes, &refs.all.problems, action);
+    let period = resync_due::after_sync(&ctx.own.resync_due, cr, started, &action, resync);
     (action, period)
 }
 
@@ -803,15 +800,14 @@ const FULL: &str = "full";
 /// missing) keeps its poll: no device is asked meanwhile.
 fn on_backoff(
     ctx: &SetCtx,
-    me: &str,
-    set: &TableEntrySet,
+    set: &Set<'_>,
     outcomes: &[apply::Outcome],
     problems: &[dereference::Problem],
     action: Action,
 ) -> Action {
-    let key = format!("TableEntrySet/{me}");
+    let key = format!("TableEntrySet/{}", set.key);
     let now = tokio::time::Instant::now();
-    let inputs = crate::retries::inputs(&set.metadata.generation);
+    let inputs = crate::retries::inputs(&set.generation);
     let failed = |cause| crate::retries::Refusal {
         reason: cause,
         message: String::new(),
@@ -843,7 +839,7 @@ fn on_backoff(
 /// small read (and at most a write and a read) each.
 async fn sync_default_actions(
     ctx: &SetCtx,
-    set: &TableEntrySet,
+    set: &Set<'_>,
     targets: &[dereference::Target],
     held: &[conflicts::Conflict],
     rolled: &rollout::Rolled,
@@ -885,7 +881,7 @@ async fn sync_direct_meters(
 /// and small: members, groups and the entries that use them).
 async fn sync_profiles(
     ctx: &SetCtx,
-    set: &TableEntrySet,
+    set: &Set<'_>,
     targets: &[dereference::Target],
     (sources, complete): (&crate::entry_sources::Sources, bool),
 ) -> Vec<(String, (apply::Outcome, profiles::Profiled))> {

@@ -6,8 +6,6 @@
 //! assembly whose inputs did not change since the set's last sync is
 //! reused ([`super::desired_cache`]).
 
-use kube::ResourceExt;
-use p4fleet_crds::TableEntrySet;
 use p4fleet_model::entries::TableSchema;
 
 use super::dereference::{Sources, Target};
@@ -15,20 +13,22 @@ use std::sync::Arc;
 
 use super::desired::{self, PerTarget};
 use super::desired_cache::{DesiredCache, Inputs};
+use super::set::Set;
 use crate::entry_sources::{EntrySources, schema_digest};
 
-/// The desired entries of each target of set `set_key` (`namespace/name`);
+/// The desired entries of each target of `set`, its parses kept under
+/// `set_key` (the set's key, or its revisions' during a rollout);
 /// afterwards the cache holds only what some set used in its last sync.
 pub async fn per_target(
     cache: &EntrySources,
     assembled: &DesiredCache,
     set_key: &str,
-    set: &TableEntrySet,
+    set: &Set<'_>,
     targets: &[Target],
     sources: &Sources,
 ) -> PerTarget {
     cache.begin(set_key);
-    let ns = set.namespace().unwrap_or_default();
+    let ns = &set.namespace;
     let mut schemas: Vec<&TableSchema> = Vec::new();
     let mut of_target = Vec::with_capacity(targets.len());
     for t in targets {
@@ -41,7 +41,7 @@ pub async fn per_target(
         };
         of_target.push(i);
     }
-    let options = desired::options(set);
+    let options = desired::options(set.spec);
     let mut parses = Vec::with_capacity(schemas.len());
     let mut kept = Vec::with_capacity(schemas.len());
     for schema in schemas {
@@ -50,12 +50,11 @@ pub async fn per_target(
             sources
                 .texts
                 .iter()
-                .map(|text| cache.parsed(set_key, &ns, text, schema, digest, options)),
+                .map(|text| cache.parsed(set_key, ns, text, schema, digest, options)),
         )
         .await;
         // Unchanged spec, schema and parses: the last sync's assembly.
         let inputs = set
-            .metadata
             .generation
             .map(|g| Inputs::new(g, digest, sources, &parsed));
         if let Some(d) = inputs.as_ref().and_then(|i| assembled.get(set_key, i)) {
@@ -63,10 +62,10 @@ pub async fn per_target(
             parses.push(d);
             continue;
         }
-        let (set, schema, sources) = (set.clone(), schema.clone(), sources.clone());
+        let (spec, schema, sources) = (set.spec.clone(), schema.clone(), sources.clone());
         let d = Arc::new(
             cache
-                .blocking(move || desired::assemble(&set, &schema, &sources, &parsed))
+                .blocking(move || desired::assemble(&spec, &schema, &sources, &parsed))
                 .await,
         );
         kept.extend(inputs.map(|i| (i, d.clone())));

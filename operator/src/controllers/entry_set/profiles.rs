@@ -20,7 +20,7 @@ use kube::ResourceExt;
 use p4fleet_client::Device;
 use p4fleet_crds::entry_set::EntryError as StatusEntryError;
 use p4fleet_crds::{
-    ActionProfileStatus, Condition, Ownership, TableEntrySet, condition_types::READY,
+    ActionProfileStatus, Condition, Ownership, TableEntrySetSpec, condition_types::READY,
 };
 use p4fleet_model::entries::profile::{
     self as model, ActionSpec, EntrySpec, GroupSpec, IndirectEntry, Item, KeySpec, MemberSpec,
@@ -36,8 +36,8 @@ use super::SetCtx;
 use super::apply::{self, DeviceError};
 use super::cleanup::RemovalError;
 use super::dereference::Target;
+use super::set::Set;
 use super::status::Report;
-use crate::controllers::object_key;
 use crate::entry_sources::Sources;
 use crate::status::{EventNote, ready_from};
 
@@ -46,7 +46,7 @@ use crate::status::{EventNote, ready_from};
 pub const ACTION_PROFILES_SYNCED: &str = "ActionProfilesSynced";
 
 /// Whether the set names members, groups or action sets at all.
-pub fn wanted(set: &TableEntrySet) -> bool {
+pub fn wanted(set: &Set<'_>) -> bool {
     set.spec.action_profile.is_some() || set.spec.entries.iter().any(|e| e.is_indirect())
 }
 
@@ -151,8 +151,8 @@ pub fn line_entries(
     (entries, errors)
 }
 
-fn spec_items<'a>(set: &'a TableEntrySet, lines: &'a [LineEntry]) -> SpecItems<'a> {
-    let (members, groups) = (set.spec.action_profile.as_ref())
+fn spec_items<'a>(spec: &'a TableEntrySetSpec, lines: &'a [LineEntry]) -> SpecItems<'a> {
+    let (members, groups) = (spec.action_profile.as_ref())
         .map(|p| (p.members.as_slice(), p.groups.as_slice()))
         .unwrap_or_default();
     let members = members
@@ -177,8 +177,7 @@ fn spec_items<'a>(set: &'a TableEntrySet, lines: &'a [LineEntry]) -> SpecItems<'
                 .collect(),
         })
         .collect();
-    let entries = set
-        .spec
+    let entries = spec
         .entries
         .iter()
         .enumerate()
@@ -384,7 +383,7 @@ fn confirmed(
 /// error: a failure is in the outcome.
 pub async fn sync_target(
     ctx: &SetCtx,
-    set: &TableEntrySet,
+    set: &Set<'_>,
     t: &Target,
     sources: &Sources,
     sources_complete: bool,
@@ -399,7 +398,7 @@ pub async fn sync_target(
 
 async fn sync_into(
     ctx: &SetCtx,
-    set: &TableEntrySet,
+    set: &Set<'_>,
     t: &Target,
     (sources, sources_complete): (&Sources, bool),
     out: &mut TargetOutcome,
@@ -434,7 +433,7 @@ async fn sync_into(
             ),
         );
     };
-    let items = spec_items(set, &lines);
+    let items = spec_items(set.spec, &lines);
     let mut desired = model::desired(
         &t.schema,
         &profile,
@@ -452,7 +451,7 @@ async fn sync_into(
         Ok(d) => d,
         Err(error) => return out.device_failed(t, error),
     };
-    let tag = apply::tag(set);
+    let tag = set.tag;
     let exclusive = set.spec.ownership == Ownership::Exclusive;
     // Bad input writes nothing: a refused member would otherwise take
     // its group and entries off the device with it.
@@ -528,9 +527,8 @@ async fn sync_into(
     // Writes to a set that was synced before repaired the device's side.
     if set
         .status
-        .as_ref()
         .and_then(|s| s.observed_generation)
-        .is_some_and(|g| Some(g) == set.metadata.generation)
+        .is_some_and(|g| Some(g) == set.generation)
     {
         out.outcome.drift = out.profiled.written;
     }
@@ -577,7 +575,7 @@ async fn sync_into(
 /// Removes the set's entries of `t`'s table, then every member and group
 /// of the profile (the set owns it); returns how many. NOT_FOUND counts
 /// as removed.
-pub async fn remove(ctx: &SetCtx, set: &TableEntrySet, t: &Target) -> Result<usize, RemovalError> {
+pub async fn remove(ctx: &SetCtx, set: &Set<'_>, t: &Target) -> Result<usize, RemovalError> {
     let dev = t.device(&ctx.devices)?;
     let Device::P4Runtime(p) = dev.as_ref() else {
         return Ok(0);
@@ -587,13 +585,8 @@ pub async fn remove(ctx: &SetCtx, set: &TableEntrySet, t: &Target) -> Result<usi
     };
     let device = read_back(p, t, profile).await?;
     let exclusive = set.spec.ownership == Ownership::Exclusive;
-    let mut plan = model::plan(
-        &model::Desired::default(),
-        &device,
-        exclusive,
-        apply::tag(set),
-    );
-    let items = spec_items(set, &[]);
+    let mut plan = model::plan(&model::Desired::default(), &device, exclusive, set.tag);
+    let items = spec_items(set.spec, &[]);
     if profile.tables > 1 {
         // Shared with another table: only what this set lists is its own;
         // a member another table's entries still use is refused (in use)
@@ -640,7 +633,7 @@ pub async fn remove(ctx: &SetCtx, set: &TableEntrySet, t: &Target) -> Result<usi
 /// not True, an Event for each target written to. Pure.
 pub fn fold(
     report: &mut Report,
-    set: &TableEntrySet,
+    set: &Set<'_>,
     outcomes: &[(String, Profiled)],
     direct_targets: usize,
 ) {
@@ -650,7 +643,7 @@ pub fn fold(
     if outcomes.is_empty() && !(used && direct_targets > 0) {
         return;
     }
-    let me = object_key(set);
+    let me = &set.key;
     let table = &set.spec.table;
     let problem = if used && direct_targets > 0 {
         Some((

@@ -143,7 +143,11 @@ mod tests {
 
     fn desired(lines: &str) -> Desired {
         let text = format!("#! fields hdr.ipv4.srcAddr hdr.ipv4.dstAddr\n{lines}");
-        parse(&set(vec![]), &firewall(), &texts(&[("fw", "e", &text)]))
+        parse(
+            &set(vec![]).spec,
+            &firewall(),
+            &texts(&[("fw", "e", &text)]),
+        )
     }
 
     /// A device's answer: prost-encoded, as the emulator and real targets

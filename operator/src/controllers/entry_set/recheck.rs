@@ -29,7 +29,7 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use p4fleet_client::EntitySum;
-use p4fleet_crds::TableEntrySet;
+use p4fleet_crds::TableEntrySetSpec;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
@@ -207,8 +207,7 @@ impl Rechecks {
 
 /// Whether the set keeps nothing on its devices but its entries, so that
 /// its read-back covers all of it.
-pub fn entries_only(set: &TableEntrySet) -> bool {
-    let s = &set.spec;
+pub fn entries_only(s: &TableEntrySetSpec) -> bool {
     s.default_action.is_none()
         && s.counters.is_none()
         && s.meters.is_empty()
@@ -221,7 +220,7 @@ pub fn entries_only(set: &TableEntrySet) -> bool {
 
 /// What a full sync found, for [`note`].
 pub struct Synced<'a> {
-    pub set: &'a TableEntrySet,
+    pub spec: &'a TableEntrySetSpec,
     pub fingerprint: u64,
     /// The regular resync it asked for (None: a retry or none).
     pub period: Option<Duration>,
@@ -250,7 +249,7 @@ pub fn note(s: Synced<'_>) -> Option<Note> {
     if s.full_every < 2 {
         return None;
     }
-    let plain = s.plain && entries_only(s.set) && !s.targets.is_empty();
+    let plain = s.plain && entries_only(s.spec) && !s.targets.is_empty();
     if !plain || s.outcomes.len() != s.targets.len() {
         return None;
     }
@@ -333,6 +332,7 @@ async fn holds(ctx: &SetCtx, sw: Arc<p4fleet_crds::Switch>, c: &Check) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use p4fleet_crds::TableEntrySet;
 
     fn check(name: &str) -> Check {
         Check {
@@ -424,11 +424,11 @@ mod tests {
         use super::super::desired::tests::{set, target, texts};
         let s = set(vec![]);
         let targets = vec![target(None)];
-        let d = super::super::desired::parse(&s, &targets[0].schema, &texts(&[]));
+        let d = super::super::desired::parse(&s.spec, &targets[0].schema, &texts(&[]));
         let desired = PerTarget::from_parts(vec![std::sync::Arc::new(d)], vec![0]);
         let period = Some(Duration::from_secs(30));
         let synced = |outcomes, period, plain| Synced {
-            set: &s,
+            spec: &s.spec,
             fingerprint: 5,
             period,
             targets: &targets,
@@ -483,7 +483,7 @@ mod tests {
             ))
             .expect("a set")
         };
-        assert!(entries_only(&yaml("")));
+        assert!(entries_only(&yaml("").spec));
         for extra in [
             ", defaultAction: {action: drop}",
             ", counters: {}",
@@ -491,7 +491,7 @@ mod tests {
             ", plan: true",
             ", learn: {digest: d, action: a, key: {}}",
         ] {
-            assert!(!entries_only(&yaml(extra)), "{extra}");
+            assert!(!entries_only(&yaml(extra).spec), "{extra}");
         }
     }
 }

@@ -13,7 +13,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use p4fleet_client::Device;
 use p4fleet_crds::entry_set::EntryError as StatusEntryError;
-use p4fleet_crds::{Condition, CounterTop, CountersStatus, TableEntrySet, TableEntrySetStatus};
+use p4fleet_crds::{Condition, CounterTop, CountersStatus, TableEntrySetStatus};
 use p4fleet_model::entries::{Entry, format_key};
 use p4fleet_model::resources::{
     self as model, CounterSample, MeterConfig, ResourceIndex, SettingError, differing,
@@ -23,6 +23,7 @@ use p4fleet_proto::p4runtime::{self as p4, entity::Entity, update::Type};
 
 use super::SetCtx;
 use super::dereference::Target;
+use super::set::Set;
 use super::status::RETRY;
 
 pub const RESOURCES_SYNCED: &str = "ResourcesSynced";
@@ -61,7 +62,7 @@ impl Outcome {
 }
 
 /// Whether the set asks for any of this.
-pub fn wanted(set: &TableEntrySet) -> bool {
+pub fn wanted(set: &Set<'_>) -> bool {
     set.spec.counters.is_some() || !set.spec.meters.is_empty() || !set.spec.registers.is_empty()
 }
 
@@ -97,7 +98,7 @@ fn resolve_item(
 
 /// The cells of `spec.meters` and `spec.registers` resolved against one
 /// P4Info; the invalid ones as errors naming the item and field.
-fn settings(set: &TableEntrySet, ix: &ResourceIndex) -> (Vec<Setting>, Vec<StatusEntryError>) {
+fn settings(set: &Set<'_>, ix: &ResourceIndex) -> (Vec<Setting>, Vec<StatusEntryError>) {
     let (mut ok, mut bad) = (Vec::new(), Vec::new());
     for (i, m) in set.spec.meters.iter().enumerate() {
         let source = format!("meters[{i}]");
@@ -230,12 +231,12 @@ async fn resolve<'a>(ctx: &SetCtx, targets: &'a [Target], out: &mut Outcome) -> 
 /// due) on every target.
 pub async fn sync(
     ctx: &SetCtx,
-    set: &TableEntrySet,
+    set: &Set<'_>,
     targets: &[Target],
     now_unix: i64,
     now: &str,
 ) -> Outcome {
-    let previous = set.status.as_ref().and_then(|s| s.counters.clone());
+    let previous = set.status.and_then(|s| s.counters.clone());
     let mut out = Outcome {
         counters: previous.clone(),
         ..Outcome::default()
@@ -476,7 +477,7 @@ async fn read_counters(
 /// The reconcile's requeue with the counter readout in it: back when the
 /// next readout is due, unless the sync already comes back sooner (a
 /// retry, or a shorter resync).
-pub fn requeue(set: &TableEntrySet, action: Action, default_resync: Duration) -> Action {
+pub fn requeue(set: &Set<'_>, action: Action, default_resync: Duration) -> Action {
     let Some(c) = &set.spec.counters else {
         return action;
     };
@@ -545,6 +546,7 @@ pub fn fold(status: &mut TableEntrySetStatus, out: &Outcome, wanted: bool, max_e
 #[cfg(test)]
 mod tests {
     use super::*;
+    use p4fleet_crds::TableEntrySet;
     use p4fleet_crds::{MeterSetting, RegisterSetting};
 
     const P4INFO: &str = r#"
@@ -592,7 +594,7 @@ registers { preamble { id: 9 name: "MyIngress.seen" } type_spec { bitstring { bi
                 register("nope", 0, "1"),
             ],
         );
-        let (ok, bad) = settings(&s, &ix);
+        let (ok, bad) = settings(&Set::of(&s), &ix);
         let sources: Vec<&str> = ok.iter().map(|s| s.source.as_str()).collect();
         assert_eq!(sources, ["meters[0]", "registers[0]"]);
         let got: Vec<(String, String)> = bad.into_iter().map(|e| (e.source, e.reason)).collect();
@@ -622,20 +624,24 @@ registers { preamble { id: 9 name: "MyIngress.seen" } type_spec { bitstring { bi
         let mut s = set(vec![], vec![]);
         let resync = Duration::from_secs(300);
         let away = Action::requeue(resync);
-        assert_eq!(requeue(&s, away.clone(), resync), away, "no readout asked");
+        assert_eq!(
+            requeue(&Set::of(&s), away.clone(), resync),
+            away,
+            "no readout asked"
+        );
         s.spec.counters = Some(p4fleet_crds::CounterReadout {
             interval_seconds: 30,
             top_n: 3,
         });
         assert_eq!(
-            requeue(&s, away, resync),
+            requeue(&Set::of(&s), away, resync),
             Action::requeue(Duration::from_secs(30))
         );
         let retry = Action::requeue(RETRY);
-        assert_eq!(requeue(&s, retry.clone(), resync), retry);
+        assert_eq!(requeue(&Set::of(&s), retry.clone(), resync), retry);
         s.spec.resync_seconds = Some(10);
         let ten = Action::requeue(Duration::from_secs(10));
-        assert_eq!(requeue(&s, ten.clone(), resync), ten);
+        assert_eq!(requeue(&Set::of(&s), ten.clone(), resync), ten);
     }
 
     #[test]
@@ -649,7 +655,7 @@ registers { preamble { id: 9 name: "MyIngress.seen" } type_spec { bitstring { bi
         }));
         let ix = ResourceIndex::from_p4info(&p4fleet_proto::p4info::parse_text(P4INFO).unwrap());
         let (ok, _) = settings(
-            &set(vec![], vec![register("MyIngress.seen", 2, "2748")]),
+            &Set::of(&set(vec![], vec![register("MyIngress.seen", 2, "2748")])),
             &ix,
         );
         assert_eq!(ok[0].entity, dev);

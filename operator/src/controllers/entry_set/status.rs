@@ -19,9 +19,7 @@ use std::time::Duration;
 use kube::runtime::controller::Action;
 use p4fleet_crds::condition_types::{READY, RESOLVED_REFS, SYNCED, VALID};
 use p4fleet_crds::entry_set::{EntryError as StatusEntryError, TargetStatus};
-use p4fleet_crds::{
-    Condition, ConditionStatus, TableEntrySet, TableEntrySetStatus, find_condition,
-};
+use p4fleet_crds::{Condition, ConditionStatus, TableEntrySetStatus, find_condition};
 use p4fleet_model::sync::{self, SyncTally};
 
 use super::MAX_ERRORS;
@@ -29,7 +27,7 @@ use super::apply::Outcome;
 use super::conflicts::Claim;
 use super::dereference::Problem;
 use super::desired::Desired;
-use crate::controllers::object_key;
+use super::set::Set;
 use crate::entry_sources::parsed::excerpt_reason;
 use crate::status::{EventNote, ready_from};
 
@@ -63,7 +61,7 @@ pub fn retry_after(code: i32) -> Option<Duration> {
 
 /// Everything the status is computed from.
 pub struct Input<'a> {
-    pub set: &'a TableEntrySet,
+    pub set: &'a Set<'a>,
     pub problems: &'a [Problem],
     /// The first parse of the desired entries (None without targets): its
     /// invalid entries are reported.
@@ -162,8 +160,8 @@ pub fn pending(old: Option<&TableEntrySetStatus>, why: Pending) -> Option<TableE
 /// Computes the [`Report`] of one sync.
 pub fn report(input: &Input) -> Report {
     let set = input.set;
-    let me = object_key(set);
-    let old = set.status.as_ref();
+    let me = &set.key;
+    let old = set.status;
     let mut total = SyncTally::default();
     for o in input.outcomes {
         total.add(&o.tally);
@@ -189,10 +187,10 @@ pub fn report(input: &Input) -> Report {
         e.key = e.key.as_deref().map(excerpt_reason);
     }
 
-    let resolved = resolved_refs(&me, input.problems);
-    let valid = valid(&me, input.problems, &counts, &errors, input.outcomes);
+    let resolved = resolved_refs(me, input.problems);
+    let valid = valid(me, input.problems, &counts, &errors, input.outcomes);
     let synced = synced(
-        &me,
+        me,
         input.problems,
         &counts,
         device_errors.first().copied(),
@@ -205,7 +203,7 @@ pub fn report(input: &Input) -> Report {
     let applied = input.outcomes.iter().all(|o| o.device_error.is_none());
     let mut status = TableEntrySetStatus {
         observed_generation: match applied {
-            true => set.metadata.generation,
+            true => set.generation,
             false => old.and_then(|s| s.observed_generation),
         },
         desired: desired_known(input).then_some(total.desired),
@@ -566,6 +564,7 @@ mod tests {
     use crate::controllers::entry_set::desired::tests::{firewall, fw, set};
     use crate::controllers::entry_set::desired::{self};
     use crate::status::{settle, unchanged};
+    use p4fleet_crds::TableEntrySet;
     use p4fleet_crds::{ConditionStatus, find_condition};
     use p4fleet_model::sync::WriteStats;
 
@@ -681,7 +680,7 @@ mod tests {
             entries.push(fw("10.0.0.1", "10.0.0.6", "jump", &[]));
         }
         let s = set(entries);
-        let d = desired::parse(&s, &firewall(), &Sources::default());
+        let d = desired::parse(&s.spec, &firewall(), &Sources::default());
         (s, d)
     }
 
@@ -692,7 +691,7 @@ mod tests {
         outcomes: &[Outcome],
     ) -> Report {
         report(&Input {
-            set,
+            set: &Set::of(set),
             problems,
             parse,
             outcomes,

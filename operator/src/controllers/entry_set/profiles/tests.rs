@@ -1,4 +1,5 @@
 use super::*;
+use p4fleet_crds::TableEntrySet;
 use p4fleet_crds::{TableEntrySetSpec, find_condition};
 
 fn set(yaml: &str) -> TableEntrySet {
@@ -39,15 +40,15 @@ fn confirmed(members: u64, groups: u64, entries: u64) -> Option<ActionProfileSta
 #[test]
 fn the_spec_names_members_groups_and_the_action_of_each_entry() {
     let s = ecmp();
-    assert!(wanted(&s));
-    let items = spec_items(&s, &[]);
+    assert!(wanted(&Set::of(&s)));
+    let items = spec_items(&s.spec, &[]);
     assert_eq!(items.members.len(), 2);
     assert_eq!(items.groups[0].members, vec![("nh1", 1), ("nh2", 2)]);
     assert!(matches!(items.entries[0].action, ActionSpec::Group("g")));
     assert!(matches!(items.entries[1].action, ActionSpec::Member("nh1")));
     assert!(matches!(items.entries[2].action, ActionSpec::Direct));
     let plain = set("virtualSwitchRef: vs\ntable: t\nentries: [{match: {a: 1}, action: x}]\n");
-    assert!(!wanted(&plain));
+    assert!(!wanted(&Set::of(&plain)));
 }
 
 #[test]
@@ -65,7 +66,7 @@ fn confirmed_counts_go_to_status_and_the_least_target_wins() {
     };
     fold(
         &mut r,
-        &s,
+        &Set::of(&s),
         &[("a".into(), written), ("b".into(), behind)],
         0,
     );
@@ -92,7 +93,7 @@ fn a_problem_turns_ready_false_and_names_set_table_and_target() {
         problem: Some(("UnsupportedOnTarget", "Switch t1 is a BFRT target".into())),
         ..Profiled::default()
     };
-    fold(&mut r, &s, &[("tofino".into(), bfrt)], 0);
+    fold(&mut r, &Set::of(&s), &[("tofino".into(), bfrt)], 0);
     let c = find_condition(&r.status.conditions, ACTION_PROFILES_SYNCED).unwrap();
     assert_eq!(
         (c.is_true(), c.reason.as_str()),
@@ -114,7 +115,7 @@ fn a_problem_turns_ready_false_and_names_set_table_and_target() {
 fn members_and_groups_on_a_table_without_a_profile_are_a_condition() {
     let s = ecmp();
     let mut r = report();
-    fold(&mut r, &s, &[], 1);
+    fold(&mut r, &Set::of(&s), &[], 1);
     let c = find_condition(&r.status.conditions, ACTION_PROFILES_SYNCED).unwrap();
     assert_eq!((c.is_true(), c.reason.as_str()), (false, "NoActionProfile"));
     assert!(
@@ -126,7 +127,7 @@ fn members_and_groups_on_a_table_without_a_profile_are_a_condition() {
     // A plain set on a plain table gets no such condition.
     let plain = set("virtualSwitchRef: vs\ntable: t\nentries: [{match: {a: 1}, action: x}]\n");
     let mut r = report();
-    fold(&mut r, &plain, &[], 1);
+    fold(&mut r, &Set::of(&plain), &[], 1);
     assert!(find_condition(&r.status.conditions, ACTION_PROFILES_SYNCED).is_none());
 }
 
@@ -177,7 +178,7 @@ fn config_map_lines_name_members_and_groups_and_bad_lines_their_place() {
     );
     // With the inline entries: inline first, then the lines, each named.
     let s = ecmp();
-    let items = spec_items(&s, &lines);
+    let items = spec_items(&s.spec, &lines);
     assert_eq!(items.entries.len(), 6);
     assert_eq!(items.entries[3].item, "configmap/ecmp-a/entries:line 2");
     assert!(matches!(items.entries[3].action, ActionSpec::Group("g")));
@@ -204,7 +205,7 @@ fn a_removal_refused_names_the_member_or_group_the_set_lists() {
         }],
         ..OnDevice::default()
     };
-    let items = spec_items(&s, &[]);
+    let items = spec_items(&s.spec, &[]);
     let nh2 = model::id_for_name("member", "nh2");
     assert_eq!(
         listed(&items, Item::Member(0), &device),
