@@ -247,8 +247,14 @@ pub fn message_line(at: &str, virtual_switch: &str, list_id: u64, rendered: &str
     format!("{at} {virtual_switch} list={list_id} {rendered}")
 }
 
-/// The ConfigMap object of `ring` for set `set` (owned by it).
-pub fn object(set: &ObjectReference, name: &str, ring: &Ring) -> serde_json::Value {
+/// The ConfigMap object of `ring` for set `set`, owned by it through
+/// `owner` (the set's `Resource::controller_owner_ref`).
+pub fn object(
+    set: &ObjectReference,
+    owner: Option<&OwnerReference>,
+    name: &str,
+    ring: &Ring,
+) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -258,21 +264,9 @@ pub fn object(set: &ObjectReference, name: &str, ring: &Ring) -> serde_json::Val
                 SINK_LABEL: set.name.as_deref().unwrap_or_default(),
                 "app.kubernetes.io/managed-by": "p4fleet",
             },
-            "ownerReferences": controller_owner(set).into_iter().collect::<Vec<_>>(),
+            "ownerReferences": owner.into_iter().collect::<Vec<_>>(),
         },
         "data": ring.data(),
-    })
-}
-
-/// The set as the controller owner of its sinks (none without a uid).
-fn controller_owner(set: &ObjectReference) -> Option<OwnerReference> {
-    Some(OwnerReference {
-        api_version: set.api_version.clone()?,
-        kind: set.kind.clone()?,
-        name: set.name.clone()?,
-        uid: set.uid.clone()?,
-        controller: Some(true),
-        ..OwnerReference::default()
     })
 }
 
@@ -397,6 +391,7 @@ impl DigestSinks {
         client: &Client,
         key: &str,
         set: &ObjectReference,
+        owner: Option<&OwnerReference>,
         books: &[(String, String, u32)],
     ) {
         let idle = self.with(key, |s| {
@@ -417,6 +412,7 @@ impl DigestSinks {
                 let done = tokio::spawn(write_loop(
                     client.clone(),
                     Arc::new(set.clone()),
+                    owner.cloned(),
                     s.rings.clone(),
                     s.notify.clone(),
                     stopped,
@@ -503,6 +499,7 @@ async fn finish(w: Writer) {
 async fn write_loop(
     client: Client,
     set: Arc<ObjectReference>,
+    owner: Option<OwnerReference>,
     rings: Rings,
     notify: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
@@ -529,7 +526,7 @@ async fn write_loop(
                 .filter(|(_, r)| r.dirty)
                 .map(|(name, r)| {
                     r.dirty = false;
-                    (name.clone(), object(&set, name, r))
+                    (name.clone(), object(&set, owner.as_ref(), name, r))
                 })
                 .collect()
         };
@@ -803,7 +800,13 @@ mod tests {
         let mut ring = Ring::new("mac_learn_digest_t", 5);
         let rendered = render(&info(), &msg(7, 3));
         ring.push(message_line("2026-11-27T16:00:00Z", "l2", 4, &rendered));
-        let cm = object(&set.object_ref(&()), "l2-digest-mac-learn-digest-t", &ring);
+        let owner = set.controller_owner_ref(&());
+        let cm = object(
+            &set.object_ref(&()),
+            owner.as_ref(),
+            "l2-digest-mac-learn-digest-t",
+            &ring,
+        );
         let owner = &cm["metadata"]["ownerReferences"][0];
         assert_eq!(
             (&owner["kind"], &owner["uid"], &owner["controller"]),

@@ -456,7 +456,7 @@ async fn sync_sinks(
     }
     ctx.own
         .digest_sinks
-        .configure(&ctx.client, key, &set.reference, &books)
+        .configure(&ctx.client, key, &set.reference, set.owner.as_ref(), &books)
         .await;
     let (ns, me) = (&set.namespace, &set.name);
     for name in status_sinks(set) {

@@ -5,6 +5,7 @@
 //! (status, ownership record), holds the object. Pure.
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 use p4fleet_crds::{TableEntrySet, TableEntrySetSpec, TableEntrySetStatus};
 use p4fleet_model::sync;
@@ -25,6 +26,9 @@ pub struct Set<'a> {
     pub status: Option<&'a TableEntrySetStatus>,
     /// Where its Events go.
     pub reference: ObjectReference,
+    /// What the objects it owns (its digest sinks) name as their
+    /// controller; none without a uid.
+    pub owner: Option<OwnerReference>,
 }
 
 impl<'a> Set<'a> {
@@ -41,6 +45,7 @@ impl<'a> Set<'a> {
             spec: &set.spec,
             status: set.status.as_ref(),
             reference: set.object_ref(&()),
+            owner: set.controller_owner_ref(&()),
         }
     }
 
@@ -85,6 +90,11 @@ mod tests {
         assert!(set.status.is_none());
         assert_eq!(set.reference.name.as_deref(), Some("fw"));
         assert_eq!(set.reference.kind.as_deref(), Some("TableEntrySet"));
+        assert!(set.owner.is_none(), "no uid, no owner reference");
+        let mut stored = cr.clone();
+        stored.metadata.uid = Some("u-1".into());
+        let owner = Set::of(&stored).owner.expect("owner reference");
+        assert_eq!((owner.uid.as_str(), owner.controller), ("u-1", Some(true)));
         let mut later = cr.clone();
         later.status = Some(Default::default());
         assert!(set.with_status_of(&later).status.is_some());
